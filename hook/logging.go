@@ -1,0 +1,60 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/sirupsen/logrus"
+)
+
+// logFlags are the logging flags every subcommand shares.
+type logFlags struct {
+	level  string
+	format string
+	file   string
+}
+
+func (l *logFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
+	fs.StringVar(&l.file, "log-file", "", "also append logs to this file")
+}
+
+// logger builds the logger; a bad --log-file is reported on stderr but never
+// stops the command, because the hook must keep going whatever happens.
+func (l *logFlags) logger(stderr io.Writer) *logrus.Logger {
+	log := logrus.New()
+	log.SetOutput(stderr)
+	if lvl, err := logrus.ParseLevel(l.level); err == nil {
+		log.SetLevel(lvl)
+	} else {
+		log.WithField("log_level", l.level).Warn("unknown log level, using info")
+	}
+	if l.format == "json" {
+		log.SetFormatter(&logrus.JSONFormatter{})
+	} else {
+		log.SetFormatter(&logrus.TextFormatter{DisableColors: true, FullTimestamp: true})
+	}
+	if l.file != "" {
+		f, err := os.OpenFile(l.file, os.O_WRONLY|os.O_APPEND|os.O_CREATE|nofollow, 0o640)
+		if err != nil {
+			log.WithError(err).WithField("log_file", l.file).Warn("cannot open log file, logging to stderr only")
+		} else {
+			log.SetOutput(io.MultiWriter(stderr, f))
+		}
+	}
+	return log
+}
+
+// newFlagSet gives a FlagSet whose --help prints a heading and the defaults.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: iptables-alerter %s\n\n%s\n\nFlags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}

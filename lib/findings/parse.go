@@ -1,0 +1,23 @@
+package findings
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Parse decodes one line of the findings file. It rejects other schemas and
+// records without the ids consumers key on, so a malformed line is one error
+// the consumer can count and skip.
+func Parse(line []byte) (Record, error) {
+	var r Record
+	if err := json.Unmarshal(line, &r); err != nil {
+		return Record{}, fmt.Errorf("decode finding: %w", err)
+	}
+	if r.Schema != Schema {
+		return Record{}, fmt.Errorf("decode finding: schema %q, want %q", r.Schema, Schema)
+	}
+	if r.Fingerprint == "" {
+		return Record{}, fmt.Errorf("decode finding: no fingerprint")
+	}
+	return r, nil
+}

@@ -1,0 +1,67 @@
+package findings
+
+import "time"
+
+// Schema names the record layout; consumers refuse records of another schema.
+const Schema = "iptables-alerter/v1"
+
+// Record is one line of the findings file. Every field is always present in
+// the JSON (no omitempty) so that log shippers and jq filters see one shape.
+type Record struct {
+	Schema      string    `json:"schema"`
+	Time        time.Time `json:"time"`
+	Node        string    `json:"node"`
+	Source      string    `json:"source"`
+	Stage       string    `json:"stage"`
+	ContainerID string    `json:"container_id"`
+	SandboxID   string    `json:"sandbox_id"`
+	Pod         Pod       `json:"pod"`
+	Container   string    `json:"container"`
+	Image       string    `json:"image"`
+	Netns       string    `json:"netns"`
+	Nft         Nft       `json:"nft"`
+	Legacy      Legacy    `json:"legacy"`
+	// Allowlisted counts the rules subtracted by the allowlist.
+	Allowlisted      int       `json:"allowlisted"`
+	AllowlistEntries []string  `json:"allowlist_entries"`
+	Examples         []Example `json:"examples"`
+	// Fingerprint is a stable hash of the usage: the same rules give the
+	// same value whatever their counters, handles or the time of the check.
+	Fingerprint string `json:"fingerprint"`
+	// Truncated is true when the hook hit its deadline or a size bound and
+	// the counts are a lower bound.
+	Truncated bool   `json:"truncated"`
+	Error     string `json:"error"`
+}
+
+// Pod identifies the pod as the kubelet labelled its containers.
+type Pod struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+}
+
+// Nft counts iptables-nft usage found in nftables.
+type Nft struct {
+	// Tables lists the iptables-shaped tables holding usage, as "family name".
+	Tables []string `json:"tables"`
+	Chains int      `json:"chains"`
+	Rules  int      `json:"rules"`
+}
+
+// Legacy counts usage found in the kernel's legacy x_tables.
+type Legacy struct {
+	Tables []string `json:"tables"`
+	Rules  int      `json:"rules"`
+}
+
+// Example is one rule shown to the admin, in canonical iptables-save text.
+type Example struct {
+	Family string `json:"family"`
+	Table  string `json:"table"`
+	Chain  string `json:"chain"`
+	Rule   string `json:"rule"`
+}
+
+// Time layout used in the file: RFC 3339 in UTC.
+func Now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
