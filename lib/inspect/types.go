@@ -1,0 +1,72 @@
+package inspect
+
+// Family is an nftables address family in nft's own spelling.
+type Family string
+
+const (
+	IP     Family = "ip"
+	IP6    Family = "ip6"
+	INet   Family = "inet"
+	ARP    Family = "arp"
+	Bridge Family = "bridge"
+	Netdev Family = "netdev"
+)
+
+// Snapshot is what one read-only look at a netns saw.
+type Snapshot struct {
+	Tables []Table
+	Chains []Chain
+	Rules  []Rule
+	Legacy []LegacyTable
+	// Truncated is set when the deadline or a size bound cut the dump short;
+	// what is here is then a lower bound, never a claim of "clean".
+	Truncated bool
+}
+
+// Table is an nftables table.
+type Table struct {
+	Family Family
+	Name   string
+}
+
+// Chain is an nftables chain; Base chains carry their hook template.
+type Chain struct {
+	Family   Family
+	Table    string
+	Name     string
+	Base     bool
+	Type     string // "filter", "nat", "route"
+	Hook     uint32 // NF_INET_* (or NF_ARP_*) hook number
+	Priority int32
+	// Policy is the base chain's verdict: 1 accept, 0 drop (NF_ACCEPT/NF_DROP).
+	Policy uint32
+}
+
+// Expr is one expression of a rule as the kernel sent it: its name
+// ("payload", "match", ...) and its NFTA_EXPR_DATA attributes. Data is nil
+// when the inspection kept only the name (rules beyond the detail bound).
+type Expr struct {
+	Name string
+	Data []byte
+}
+
+// Rule is an nftables rule.
+type Rule struct {
+	Family Family
+	Table  string
+	Chain  string
+	Handle uint64
+	Exprs  []Expr
+	// Sum is a hash of the rule's meaning (expression names and data, with
+	// counter values left out) so that usage can be fingerprinted even for
+	// rules whose data was not kept.
+	Sum uint64
+}
+
+// LegacyTable is a legacy x_tables table listed in the netns.
+type LegacyTable struct {
+	Family  Family // ip, ip6 or arp
+	Name    string
+	Entries uint32 // num_entries from *_SO_GET_INFO
+	Hooks   uint32 // valid_hooks bitmask
+}
