@@ -16,6 +16,9 @@ const (
 type Snapshot struct {
 	Tables []Table
 	Chains []Chain
+	// Rules holds the rules kept in detail (expression data included): those
+	// Options.Detail asked for, up to Options.MaxDetail. Every rule is
+	// counted in its Chain whether kept or not.
 	Rules  []Rule
 	Legacy []LegacyTable
 	// Truncated is set when the deadline or a size bound cut the dump short;
@@ -40,6 +43,13 @@ type Chain struct {
 	Priority int32
 	// Policy is the base chain's verdict: 1 accept, 0 drop (NF_ACCEPT/NF_DROP).
 	Policy uint32
+
+	// Rules counts the chain's rules, XTRules those holding an xt match or
+	// target, and Sum hashes the rules' Sums in order: together they stand
+	// for every rule even when only a few were kept in Snapshot.Rules.
+	Rules   int
+	XTRules int
+	Sum     uint64
 }
 
 // Expr is one expression of a rule as the kernel sent it: its name

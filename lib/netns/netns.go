@@ -1,0 +1,92 @@
+package netns
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+
+	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotExist means the namespace is gone (the pod stopped, the pid exited).
+// Callers treat it as benign: there is nothing left to inspect.
+var ErrNotExist = errors.New("network namespace does not exist")
+
+// ErrNotNetns means the path exists but is not a network namespace.
+var ErrNotNetns = errors.New("not a network namespace")
+
+// Handle is an open network namespace.
+type Handle struct {
+	Path string
+	f    *os.File
+}
+
+// Open opens the namespace at path and checks that it really is one, so a
+// hostile config.json cannot point the hook at an arbitrary file.
+func Open(path string) (*Handle, error) {
+	// O_NONBLOCK: a FIFO planted at the path must not hang the hook.
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+			return nil, fmt.Errorf("open netns %q: %w", path, ErrNotExist)
+		}
+		return nil, fmt.Errorf("open netns %q: %w", path, err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat netns %q: %w", path, err)
+	}
+	if st.Type != unix.NSFS_MAGIC && st.Type != unix.PROC_SUPER_MAGIC {
+		f.Close()
+		return nil, fmt.Errorf("open netns %q: %w", path, ErrNotNetns)
+	}
+	// NS_GET_NSTYPE tells a net namespace from a mount or pid namespace file.
+	t, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_NSTYPE)
+	if err != nil || t != unix.CLONE_NEWNET {
+		f.Close()
+		return nil, fmt.Errorf("open netns %q: %w", path, ErrNotNetns)
+	}
+	return &Handle{Path: path, f: f}, nil
+}
+
+// Fd is the namespace fd, valid until Close.
+func (h *Handle) Fd() int { return int(h.f.Fd()) }
+
+// Close releases the fd.
+func (h *Handle) Close() error { return h.f.Close() }
+
+// Do runs fn inside the namespace on a locked OS thread. Go may move
+// goroutines between threads at any time, so the switch is only safe with
+// the thread locked for the whole call.
+func (h *Handle) Do(fn func() error) error {
+	errc := make(chan error, 1)
+	// A fresh goroutine keeps the caller's own thread untouched.
+	go func() {
+		runtime.LockOSThread()
+		orig, err := vnetns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("get current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := vnetns.Set(vnetns.NsHandle(h.Fd())); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter netns %q: %w", h.Path, err)
+			return
+		}
+		ferr := fn()
+		if err := vnetns.Set(orig); err != nil {
+			// Leave the thread locked: the runtime then ends it with the
+			// goroutine instead of reusing a thread stuck in the pod's netns.
+			errc <- fmt.Errorf("leave netns %q: %w", h.Path, err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
