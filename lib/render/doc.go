@@ -1,0 +1,18 @@
+// Package render turns one iptables-nft rule, as the kernel holds it
+// (nftables expressions: native payload/meta/cmp/... and xt-compat
+// match/target blobs), into canonical iptables-save-like text such as
+//
+//	-A OUTPUT -p tcp --dport 22623 --syn -j REJECT
+//
+// It takes an inspect.Rule and gives a string. Canonical means one spelling
+// per meaning, whatever iptables version wrote the rule: xt-compat blobs of
+// older clients and native expressions of newer ones render alike, defaults
+// are omitted, and parts come in a fixed order (see docs/render.md).
+//
+// Invariant: Text never panics and never drops what it cannot decode; such
+// a piece becomes an opaque "unknown:" token, so the rule still counts and
+// two different unknown pieces never render alike by accident.
+// Every attacker-controlled string (comments, chain, interface and set
+// names) goes through Escape or Quote, so the text is a single line of
+// printable ASCII of bounded length per field.
+package render
