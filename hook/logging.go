@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"syscall"
 
 	"github.com/sirupsen/logrus"
 )
@@ -48,12 +50,19 @@ func (l *logFlags) logger(stderr io.Writer) *logrus.Logger {
 	return log
 }
 
+// nofollow keeps --log-file from writing through a planted symlink.
+const nofollow = syscall.O_NOFOLLOW
+
 // newFlagSet gives a FlagSet whose --help prints a heading and the defaults.
 func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: iptables-alerter %s\n\n%s\n\nFlags:\n", name, synopsis)
+		if strings.HasPrefix(synopsis, name+" ") {
+			fmt.Fprintf(fs.Output(), "Usage: iptables-alerter %s\n\nFlags:\n", synopsis)
+		} else {
+			fmt.Fprintf(fs.Output(), "Usage: iptables-alerter %s [FLAGS]\n\n%s\n\nFlags:\n", name, synopsis)
+		}
 		fs.PrintDefaults()
 	}
 	return fs

@@ -90,3 +90,12 @@ func (h *Handle) Do(fn func() error) error {
 	}()
 	return <-errc
 }
+
+// ID identifies the namespace as "dev:inode", unique among live namespaces.
+func (h *Handle) ID() (string, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(h.Fd(), &st); err != nil {
+		return "", fmt.Errorf("stat netns %q: %w", h.Path, err)
+	}
+	return fmt.Sprintf("%d:%d", st.Dev, st.Ino), nil
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
+	"github.com/iptables-alerter/iptables-alerter/lib/ocistate"
+)
+
+func init() {
+	register("hook", "OCI hook: inspect the container's pod netns and record iptables usage", runHook)
+}
+
+const hookSynopsis = `hook [FLAGS] < STATE
+
+Runs as an OCI hook (poststart): reads the container state JSON on stdin and
+the bundle's config.json, inspects the pod's network namespace read-only,
+and appends one JSON line to the findings file when iptables usage is found.
+It always exits 0: a failing poststart hook would kill the container.`
+
+// writing is held while a finding is written, so the watchdog never ends the
+// process half-way through an append.
+var writing sync.Mutex
+
+type hookConfig struct {
+	findings      string
+	maxBytes      int64
+	stateDir      string
+	allowlistPath string
+	timeout       time.Duration
+	stage         string
+	node          string
+	allContainers bool
+	log           logFlags
+}
+
+func runHook(args []string, stdin io.Reader, stderr io.Writer) int {
+	var cfg hookConfig
+	hostname, _ := os.Hostname()
+	fs := newFlagSet("hook", hookSynopsis, stderr)
+	fs.StringVar(&cfg.findings, "findings", findings.DefaultPath, "findings file to append to")
+	fs.Int64Var(&cfg.maxBytes, "max-bytes", findings.DefaultMaxBytes, "rotate the findings file to <file>.1 beyond this size")
+	fs.StringVar(&cfg.stateDir, "state-dir", findings.DefaultStateDir, "directory for the per-sandbox memory that keeps one finding per pod")
+	fs.StringVar(&cfg.allowlistPath, "allowlist", "", "allowlist JSON file (see README)")
+	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Second, "internal deadline; past it the finding is recorded with truncated: true")
+	fs.StringVar(&cfg.stage, "stage", "", "hook stage to record (default: from the state's status)")
+	fs.StringVar(&cfg.node, "node", hostname, "node name to record")
+	fs.BoolVar(&cfg.allContainers, "all-containers", false, "also inspect containers without kubelet labels")
+	cfg.log.register(fs)
+	if err := fs.Parse(args); err != nil {
+		// Even a bad flag must not fail the container: the FlagSet has said
+		// what is wrong on stderr; exit 0.
+		return 0
+	}
+	log := cfg.log.logger(stderr)
+	if cfg.timeout <= 0 {
+		cfg.timeout = 2 * time.Second
+	}
+	start := time.Now()
+	watchdog(log, cfg.timeout)
+	hookOnce(cfg, stdin, log, start)
+	return 0
+}
+
+// watchdog ends the process shortly after the deadline whatever it is
+// blocked on (a stdin never closed, a stuck filesystem): the container's
+// start must never wait on us.
+func watchdog(log *logrus.Logger, timeout time.Duration) {
+	time.AfterFunc(timeout+time.Second, func() {
+		for i := 0; i < 100 && !writing.TryLock(); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		log.WithField("timeout", timeout.String()).Error("hook still running past its deadline, giving up")
+		os.Exit(0)
+	})
+}
+
+func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Time) {
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(cfg.timeout))
+	defer cancel()
+	if os.Geteuid() != 0 {
+		log.Error("the hook must run as root: it enters pod network namespaces (CAP_SYS_ADMIN) and reads netfilter state (CAP_NET_ADMIN)")
+		return
+	}
+	c, err := ocistate.Read(stdin)
+	if err != nil {
+		log.WithError(err).Error("cannot read the container state, nothing inspected")
+		return
+	}
+	l := log.WithFields(logrus.Fields{"container_id": c.ID, "sandbox_id": c.SandboxID,
+		"pod_namespace": c.PodNamespace, "pod_name": c.PodName, "container": c.ContainerName})
+	switch {
+	case c.HostNetwork:
+		l.Debug("host-network container, skipped")
+		return
+	case !c.IsPod() && !cfg.allContainers:
+		l.Debug("not a kubelet-created container, skipped (see --all-containers)")
+		return
+	case c.Netns == "":
+		l.Info("container's process is gone and no netns path is pinned, nothing to inspect")
+		return
+	}
+	l = l.WithField("netns", c.Netns)
+
+	allow, err := loadAllowlist(cfg.allowlistPath)
+	if err != nil {
+		// Inspect anyway: a broken allowlist must not hide usage.
+		l.WithError(err).Error("cannot load the allowlist, reporting without it")
+	}
+	// Leave a fifth of the budget for writing the finding.
+	inspectCtx, cancelInspect := context.WithDeadline(ctx, start.Add(cfg.timeout*4/5))
+	res, err := scan(inspectCtx, c.Netns, c.PodNamespace, allow)
+	cancelInspect()
+	if err != nil {
+		if errors.Is(err, netns.ErrNotExist) {
+			l.Info("netns is gone (pod already stopped), nothing to inspect")
+		} else {
+			l.WithError(err).Error("cannot open the pod netns")
+		}
+		return
+	}
+	if res.Err != nil {
+		l = l.WithField("error", res.Err.Error())
+	}
+	if res.Usage.Empty() {
+		if res.Err != nil {
+			// Unknown, not clean: no memory is saved, the next container retries.
+			l.Warn("inspection incomplete and no iptables usage seen so far")
+		} else {
+			l.WithField("allowlisted", res.Allowed.Count).Debug("no iptables usage")
+		}
+		return
+	}
+
+	rec := buildRecord(cfg, c, res)
+	key := c.SandboxID
+	if key == "" {
+		key = "netns:" + res.NetnsID
+	}
+	writing.Lock()
+	seen := findings.Seen{Dir: cfg.stateDir}
+	wrote, err := seen.Record(ctx, key, c.Netns, rec.Fingerprint, func() error {
+		return findings.Log{Path: cfg.findings, MaxBytes: cfg.maxBytes}.Append(ctx, rec)
+	})
+	writing.Unlock()
+	l = l.WithFields(logrus.Fields{"fingerprint": rec.Fingerprint, "nft_rules": rec.Nft.Rules, "legacy_rules": rec.Legacy.Rules, "truncated": rec.Truncated})
+	switch {
+	case err != nil:
+		l.WithError(err).Error("cannot record the finding")
+		return
+	case !wrote:
+		l.Debug("same usage already recorded for this sandbox")
+		return
+	}
+	l.Info("iptables usage recorded")
+	if err := seen.Sweep(); err != nil {
+		l.WithError(err).Warn("cannot clean up state of stopped sandboxes")
+	}
+}
+
+func buildRecord(cfg hookConfig, c ocistate.Container, res scanResult) findings.Record {
+	nft, legacy, fp, cut := findings.Summarize(res.Usage)
+	stage := cfg.stage
+	if stage == "" {
+		stage = c.Status
+	}
+	return findings.Record{
+		Time:             findings.Now(),
+		Node:             cfg.node,
+		Source:           "hook",
+		Stage:            stage,
+		ContainerID:      c.ID,
+		SandboxID:        c.SandboxID,
+		Pod:              findings.Pod{Namespace: c.PodNamespace, Name: c.PodName, UID: c.PodUID},
+		Container:        c.ContainerName,
+		Image:            c.Image,
+		Netns:            c.Netns,
+		Nft:              nft,
+		Legacy:           legacy,
+		Allowlisted:      res.Allowed.Count,
+		AllowlistEntries: res.Allowed.Entries,
+		Fingerprint:      fp,
+		Truncated:        res.Usage.Truncated || cut,
+		Error:            errString(res.Err),
+	}
+}
+
+func loadAllowlist(path string) (*allowlist.List, error) {
+	if path == "" {
+		return &allowlist.List{}, nil
+	}
+	return allowlist.Load(path)
+}

@@ -1,0 +1,133 @@
+package classify
+
+import (
+	"math/bits"
+	"sort"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+)
+
+// Chain is the usage found in one chain.
+type Chain struct {
+	Family inspect.Family
+	Table  string
+	Name   string
+	// User is set for a user-defined chain in a shaped table: its mere
+	// existence is usage.
+	User bool
+	// Drop is set for a shaped base chain whose policy is drop.
+	Drop bool
+	// Rules counts the chain's rules that are usage.
+	Rules int
+	// Sum stands for the chain's rules (inspect.Chain.Sum) in fingerprints.
+	Sum uint64
+}
+
+// Used reports whether the chain still holds usage (after an allowlist took
+// rules away).
+func (c Chain) Used() bool { return c.User || c.Drop || c.Rules > 0 }
+
+// Legacy is one legacy x_tables table holding more than its untouched
+// entries; Rules counts the extra entries (rules, and two per user chain).
+type Legacy struct {
+	Family inspect.Family
+	Table  string
+	Rules  int
+}
+
+// Usage is what classify found.
+type Usage struct {
+	Chains []Chain
+	// Rules are the kept rules (inspect's detail) that are usage, in dump
+	// order; the allowlist and the examples work on these.
+	Rules  []inspect.Rule
+	Legacy []Legacy
+	// Truncated carries the snapshot's flag: counts are a lower bound.
+	Truncated bool
+}
+
+// Classify finds the iptables usage in a snapshot.
+func Classify(s inspect.Snapshot) Usage {
+	shaped := shapedTables(s.Chains)
+	u := Usage{Truncated: s.Truncated}
+	for _, c := range s.Chains {
+		isShaped := shaped[tableKey{c.Family, c.Table}]
+		ch := Chain{Family: c.Family, Table: c.Table, Name: c.Name, Sum: c.Sum}
+		if isShaped {
+			ch.User = !c.Base
+			ch.Drop = c.Base && c.Policy == 0
+			ch.Rules = c.Rules
+		} else {
+			ch.Rules = c.XTRules
+		}
+		if ch.Used() {
+			u.Chains = append(u.Chains, ch)
+		}
+	}
+	for _, r := range s.Rules {
+		if shaped[tableKey{r.Family, r.Table}] || hasXT(r) {
+			u.Rules = append(u.Rules, r)
+		}
+	}
+	for _, l := range s.Legacy {
+		untouched := uint32(bits.OnesCount32(l.Hooks)) + 1
+		if l.Entries > untouched {
+			u.Legacy = append(u.Legacy, Legacy{Family: l.Family, Table: l.Name, Rules: int(l.Entries - untouched)})
+		}
+	}
+	sort.Slice(u.Chains, func(i, j int) bool { return chainLess(u.Chains[i], u.Chains[j]) })
+	return u
+}
+
+// shapedTables finds the tables whose family and name iptables uses and
+// whose base chains all follow the template.
+func shapedTables(chains []inspect.Chain) map[tableKey]bool {
+	shaped := map[tableKey]bool{}
+	for _, c := range chains {
+		k := tableKey{c.Family, c.Table}
+		tmpl, ok := templates[k]
+		if !ok {
+			continue
+		}
+		if _, seen := shaped[k]; !seen {
+			shaped[k] = true
+		}
+		if !c.Base {
+			continue
+		}
+		want, ok := tmpl[c.Name]
+		if !ok || want.hook != c.Hook || want.typ != c.Type || want.priority != c.Priority {
+			shaped[k] = false
+		}
+	}
+	return shaped
+}
+
+func hasXT(r inspect.Rule) bool {
+	for _, e := range r.Exprs {
+		if e.Name == "match" || e.Name == "target" {
+			return true
+		}
+	}
+	return false
+}
+
+func chainLess(a, b Chain) bool {
+	if a.Family != b.Family {
+		return a.Family < b.Family
+	}
+	if a.Table != b.Table {
+		return a.Table < b.Table
+	}
+	return a.Name < b.Name
+}
+
+// Empty reports whether no usage is left.
+func (u Usage) Empty() bool {
+	for _, c := range u.Chains {
+		if c.Used() {
+			return false
+		}
+	}
+	return len(u.Legacy) == 0
+}

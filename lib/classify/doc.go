@@ -1,0 +1,13 @@
+// Package classify decides which parts of a snapshot are iptables usage.
+//
+// It takes an inspect.Snapshot and gives a Usage: per chain, the rules an
+// iptables client made, and the legacy tables holding more than their
+// untouched entries. It has no side effects.
+//
+// A table is iptables-shaped when its family and name are ones iptables-nft
+// uses and every base chain matches iptables-nft's fixed template (name,
+// hook, type, priority). In a shaped table any rule, any user-defined chain
+// and any base chain with policy drop is usage; elsewhere only rules holding
+// an xt match or target are, since only the xtables clients write those.
+// Native nftables tables are never usage.
+package classify
