@@ -12,4 +12,28 @@
 // A nil error from the handler moves the checkpoint past the line (saved
 // atomically); an error leaves the checkpoint where it was and the same line
 // is handed over again later, so nothing is lost or duplicated.
+//
+// Takes: the path the hook appends to (rotated by renaming it to PATH.1) and
+// a checkpoint path. Gives: each complete, non-empty line, without its
+// newline, in file order, oldest file first; oversized lines and the torn
+// tail of a rotated file go to Follower.Skipped so the consumer can count
+// them as malformed.
+//
+// Invariant: the checkpoint (device, inode, SHA-256 of the first line, offset
+// after the last handled newline) never moves past a line whose handler has
+// not returned nil, and is only ever replaced atomically (temp file, fsync,
+// rename, fsync of the directory).
+//
+// Exactly once, and where it is really "at least once": the handler runs
+// first, the checkpoint is saved afterwards (every Batch lines and whenever
+// the follower runs out of lines). A crash between the two replays the lines
+// handled since the last save. Consumers make handling idempotent: the
+// forwarder names Events deterministically so a replay gets AlreadyExists;
+// the textfile collector keeps a latest-per-pod map and saves its counters
+// together with the checkpoint it is given in Follower.Commit, which runs
+// before every checkpoint save, so even its counters see each line once.
+//
+// What cannot be delivered: lines destroyed before the follower read them
+// (a file rotated twice, or truncated, while the follower was behind or not
+// running). A file that does not exist yet is waited for.
 package follow

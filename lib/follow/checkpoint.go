@@ -1,0 +1,99 @@
+package follow
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+)
+
+// Checkpoint says which file the follower is in and how far it got.
+type Checkpoint struct {
+	Dev   uint64 `json:"dev"`
+	Inode uint64 `json:"inode"`
+	// FirstLine is the hex SHA-256 of the file's first line (see
+	// firstLineHash); it tells a reused inode number or a truncated and
+	// refilled file from the one the offset belongs to. Empty while Offset
+	// is 0, when there is nothing to lose by starting over.
+	FirstLine string `json:"first_line_sha256"`
+	// Offset is just past the last handled newline.
+	Offset int64 `json:"offset"`
+	// Rotated is the rotated file as it was when the follower last looked,
+	// while reading the current one. Inode numbers are reused at once on
+	// most file systems, so after two rotations the new current file can
+	// carry the inode the checkpoint names; a rotated file that differs
+	// from this one tells that apart from a truncation in place.
+	Rotated FileID `json:"rotated"`
+}
+
+// FileID identifies a file beyond its inode number.
+type FileID struct {
+	Dev       uint64 `json:"dev"`
+	Inode     uint64 `json:"inode"`
+	FirstLine string `json:"first_line_sha256"`
+}
+
+// IsZero reports whether nothing has been read yet.
+func (c Checkpoint) IsZero() bool { return c == Checkpoint{} }
+
+// LoadCheckpoint reads a checkpoint; a missing file is the zero checkpoint.
+func LoadCheckpoint(path string) (Checkpoint, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return Checkpoint{}, nil
+	}
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("load checkpoint %q: %w", path, err)
+	}
+	defer f.Close()
+	var c Checkpoint
+	dec := json.NewDecoder(io.LimitReader(f, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Checkpoint{}, fmt.Errorf("load checkpoint %q: %w", path, err)
+	}
+	if c.Offset < 0 {
+		return Checkpoint{}, fmt.Errorf("load checkpoint %q: negative offset %d", path, c.Offset)
+	}
+	return c, nil
+}
+
+// SaveCheckpoint writes a checkpoint atomically.
+func SaveCheckpoint(path string, c Checkpoint) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("save checkpoint %q: %w", path, err)
+	}
+	if err := WriteFileAtomic(path, append(b, '\n'), 0o640); err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	return nil
+}
+
+// hashPrefix bounds how much of an oversized first line is hashed: the
+// identity check runs on every poll and must stay cheap.
+const hashPrefix = 64 << 10
+
+// firstLineHash hashes the first line including its newline, or the first
+// hashPrefix bytes of a longer one. ok is false while the first line is
+// still incomplete, because its hash would still change.
+func firstLineHash(r io.ReaderAt) (sum string, ok bool, err error) {
+	buf := make([]byte, hashPrefix)
+	n, err := r.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", false, err
+	}
+	buf = buf[:n]
+	if i := bytes.IndexByte(buf, '\n'); i >= 0 {
+		buf = buf[:i+1]
+	} else if n < hashPrefix {
+		return "", false, nil
+	}
+	h := sha256.Sum256(buf)
+	return hex.EncodeToString(h[:]), true, nil
+}

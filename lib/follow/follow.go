@@ -1,0 +1,460 @@
+package follow
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Handler handles one complete line (without its newline). The slice is the
+// handler's to keep. A non-nil error means "not handled": the same line comes
+// again later.
+type Handler func(line []byte) error
+
+// Skip describes a line the follower did not hand to the handler.
+type Skip struct {
+	File   string
+	Offset int64
+	Size   int64
+	Reason string
+}
+
+// Follower follows one findings file. Set the exported fields before the
+// first Run or Once; a Follower is used by one goroutine at a time.
+type Follower struct {
+	// Poll is how long Run waits when there is nothing new.
+	Poll time.Duration
+	// MaxLine bounds a line (without newline); longer lines are skipped.
+	MaxLine int
+	// Batch is how many lines may be handled between checkpoint saves.
+	Batch int
+	// MinBackoff and MaxBackoff bound the wait before Run retries after an
+	// error (the wait doubles on each consecutive error).
+	MinBackoff, MaxBackoff time.Duration
+	// Skipped, if set, is told about each line that is not handed over:
+	// longer than MaxLine, or the torn tail of a rotated file.
+	Skipped func(Skip)
+	// Retry, if set, is told about each error Run recovers from by waiting.
+	Retry func(err error, wait time.Duration)
+	// Commit, if set, runs before every checkpoint save with the checkpoint
+	// about to be saved; a consumer persists its own state there. An error
+	// stops the save, which is tried again later.
+	Commit func(Checkpoint) error
+
+	path, cpPath string
+	loaded       bool
+	cp, saved    Checkpoint
+	pending      int
+	alive        atomic.Int64
+}
+
+// Defaults for the zero values of the exported fields.
+const (
+	DefaultPoll       = 250 * time.Millisecond
+	DefaultMaxLine    = 1 << 20
+	DefaultBatch      = 256
+	DefaultMinBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff = 30 * time.Second
+)
+
+// New returns a follower of path that keeps its checkpoint in checkpointPath.
+func New(path, checkpointPath string) *Follower {
+	return &Follower{
+		Poll:       DefaultPoll,
+		MaxLine:    DefaultMaxLine,
+		Batch:      DefaultBatch,
+		MinBackoff: DefaultMinBackoff,
+		MaxBackoff: DefaultMaxBackoff,
+		path:       path,
+		cpPath:     checkpointPath,
+	}
+}
+
+// Checkpoint is the position reached so far (handled, maybe not yet saved).
+func (f *Follower) Checkpoint() Checkpoint { return f.cp }
+
+// Alive is when Run last went round its loop; a liveness probe compares it
+// with the clock. Zero before Run starts.
+func (f *Follower) Alive() time.Time {
+	n := f.alive.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// Run follows the file until ctx is done, then saves the checkpoint and
+// returns nil. Handler, read and save errors are retried with backoff; only
+// a checkpoint that cannot be loaded, or a final save that fails, is
+// returned.
+func (f *Follower) Run(ctx context.Context, h Handler) error {
+	if err := f.load(); err != nil {
+		return err
+	}
+	var wait time.Duration
+	for {
+		f.alive.Store(time.Now().UnixNano())
+		progressed, err := f.step(ctx, h)
+		if perr := f.persist(); err == nil {
+			err = perr
+		}
+		if ctx.Err() != nil {
+			return f.persist()
+		}
+		if err != nil {
+			wait = f.backoff(wait)
+			if f.Retry != nil {
+				f.Retry(err, wait)
+			}
+			sleep(ctx, wait)
+			continue
+		}
+		wait = 0
+		if !progressed {
+			sleep(ctx, f.Poll)
+		}
+	}
+}
+
+// Once handles every complete line there is now, in both files, saves the
+// checkpoint and returns. A handler error stops it (the checkpoint is saved
+// up to the line before) and is returned.
+func (f *Follower) Once(ctx context.Context, h Handler) error {
+	if err := f.load(); err != nil {
+		return err
+	}
+	for {
+		progressed, err := f.step(ctx, h)
+		perr := f.persist()
+		if err != nil {
+			return err
+		}
+		if perr != nil {
+			return perr
+		}
+		if !progressed {
+			return nil
+		}
+	}
+}
+
+func (f *Follower) backoff(prev time.Duration) time.Duration {
+	if prev == 0 {
+		return f.MinBackoff
+	}
+	return min(prev*2, f.MaxBackoff)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (f *Follower) load() error {
+	if f.loaded {
+		return nil
+	}
+	cp, err := LoadCheckpoint(f.cpPath)
+	if err != nil {
+		return err
+	}
+	f.cp, f.saved, f.loaded = cp, cp, true
+	return nil
+}
+
+// persist saves the checkpoint if it moved.
+func (f *Follower) persist() error {
+	if f.cp == f.saved {
+		return nil
+	}
+	if f.Commit != nil {
+		if err := f.Commit(f.cp); err != nil {
+			return fmt.Errorf("commit checkpoint: %w", err)
+		}
+	}
+	if err := SaveCheckpoint(f.cpPath, f.cp); err != nil {
+		return err
+	}
+	f.saved, f.pending = f.cp, 0
+	return nil
+}
+
+// file is one opened candidate; identity comes from fstat of the open
+// descriptor, so a rename between stat and read cannot mix two files.
+type file struct {
+	*os.File
+	name       string
+	dev, inode uint64
+	size       int64
+}
+
+func open(name string) (*file, error) {
+	fd, err := os.Open(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open findings %q: %w", name, err)
+	}
+	fi, err := fd.Stat()
+	if err != nil {
+		fd.Close()
+		return nil, fmt.Errorf("stat findings %q: %w", name, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || !fi.Mode().IsRegular() {
+		fd.Close()
+		return nil, fmt.Errorf("open findings %q: not a regular file", name)
+	}
+	return &file{File: fd, name: name, dev: uint64(st.Dev), inode: st.Ino, size: fi.Size()}, nil
+}
+
+func (x *file) start() Checkpoint {
+	if x == nil {
+		return Checkpoint{}
+	}
+	return Checkpoint{Dev: x.dev, Inode: x.inode}
+}
+
+func (x *file) sameInode(c Checkpoint) bool { return x != nil && x.dev == c.Dev && x.inode == c.Inode }
+
+// same reports whether x is the file c points into: same inode and, once
+// past the first line, the same first line.
+func (x *file) same(c Checkpoint) (bool, error) {
+	if !x.sameInode(c) {
+		return false, nil
+	}
+	if c.Offset == 0 {
+		return true, nil
+	}
+	sum, ok, err := firstLineHash(x)
+	if err != nil {
+		return false, fmt.Errorf("read findings %q: %w", x.name, err)
+	}
+	return ok && sum == c.FirstLine, nil
+}
+
+func (x *file) id() (FileID, error) {
+	if x == nil {
+		return FileID{}, nil
+	}
+	sum, _, err := firstLineHash(x)
+	if err != nil {
+		return FileID{}, fmt.Errorf("read findings %q: %w", x.name, err)
+	}
+	return FileID{Dev: x.dev, Inode: x.inode, FirstLine: sum}, nil
+}
+
+// choose picks the file to read now, and the one to move on to once it is
+// finished (the current file, when target is the rotated one). It resets
+// f.cp when the file it pointed into was truncated or is gone.
+func (f *Follower) choose(cur, old *file) (target, next *file, err error) {
+	nextOf := func() *file {
+		if cur != nil && !cur.sameInode(old.start()) {
+			return cur
+		}
+		return nil
+	}
+	fromOld := func() (*file, *file, error) {
+		f.cp = old.start()
+		return old, nextOf(), nil
+	}
+	fromCur := func(reset bool) (*file, *file, error) {
+		if reset {
+			f.cp = cur.start()
+		}
+		rot, err := old.id()
+		if err != nil {
+			return nil, nil, err
+		}
+		f.cp.Rotated = rot
+		return cur, nil, nil
+	}
+	if f.cp.IsZero() {
+		// Nothing read yet: start with the oldest lines there are.
+		if old != nil {
+			return fromOld()
+		}
+		if cur != nil {
+			return fromCur(true)
+		}
+		return nil, nil, nil
+	}
+	if cur != nil {
+		ok, err := cur.same(f.cp)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			return fromCur(cur.size < f.cp.Offset) // smaller: truncated
+		}
+	}
+	if old != nil {
+		ok, err := old.same(f.cp)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			if old.size < f.cp.Offset {
+				f.cp = old.start()
+			}
+			return old, nextOf(), nil
+		}
+	}
+	if cur.sameInode(f.cp) {
+		// Same inode, another first line: truncated in place and written
+		// again, unless the rotated file changed meanwhile, which means two
+		// rotations and an inode number reused by the new current file.
+		rot, err := old.id()
+		if err != nil {
+			return nil, nil, err
+		}
+		if old == nil || rot == f.cp.Rotated {
+			return fromCur(true)
+		}
+		return fromOld()
+	}
+	if old.sameInode(f.cp) {
+		return fromOld()
+	}
+	// The file is gone (rotated twice, or removed): everything still there
+	// is newer than the checkpoint, so start with the oldest.
+	if old != nil {
+		return fromOld()
+	}
+	if cur != nil {
+		return fromCur(true)
+	}
+	return nil, nil, nil
+}
+
+// step reads what it can from the chosen file; progressed is false when
+// there was nothing to do, so Run may sleep.
+func (f *Follower) step(ctx context.Context, h Handler) (progressed bool, err error) {
+	cur, err := open(f.path)
+	if err != nil {
+		return false, err
+	}
+	if cur != nil {
+		defer cur.Close()
+	}
+	old, err := open(f.path + ".1")
+	if err != nil {
+		return false, err
+	}
+	if old != nil {
+		defer old.Close()
+	}
+	target, next, err := f.choose(cur, old)
+	if err != nil || target == nil {
+		return false, err
+	}
+	progressed, err = f.drain(ctx, target, h)
+	if err != nil {
+		return progressed, err
+	}
+	if next != nil {
+		// The rotated file gets no more writes (the hook renames under its
+		// lock, between whole lines), so what is left is a torn line.
+		if rest := target.size - f.cp.Offset; rest > 0 && f.Skipped != nil {
+			f.Skipped(Skip{File: target.name, Offset: f.cp.Offset, Size: rest, Reason: "incomplete last line of rotated file"})
+		}
+		f.cp = next.start()
+		progressed = true
+	}
+	return progressed, nil
+}
+
+// drain hands over the complete lines of x from f.cp.Offset on.
+func (f *Follower) drain(ctx context.Context, x *file, h Handler) (progressed bool, err error) {
+	// Read only up to the size seen at open: a rotated file is judged
+	// finished against that size.
+	br := bufio.NewReaderSize(io.NewSectionReader(x, f.cp.Offset, x.size-f.cp.Offset), 64<<10)
+	for {
+		if err := ctx.Err(); err != nil {
+			return progressed, err
+		}
+		line, size, over, err := f.readLine(br)
+		if errors.Is(err, io.EOF) {
+			return progressed, nil // nothing more, or a line still being written
+		}
+		if err != nil {
+			return progressed, fmt.Errorf("read findings %q: %w", x.name, err)
+		}
+		switch {
+		case over:
+			if f.Skipped != nil {
+				f.Skipped(Skip{File: x.name, Offset: f.cp.Offset, Size: size, Reason: fmt.Sprintf("line longer than %d bytes", f.MaxLine)})
+			}
+		case len(line) == 0:
+			// Blank lines carry nothing; not worth counting as malformed.
+		default:
+			if err := h(line); err != nil {
+				return progressed, fmt.Errorf("handle line at %q offset %d: %w", x.name, f.cp.Offset, err)
+			}
+		}
+		if err := f.advance(x, size); err != nil {
+			return progressed, err
+		}
+		progressed = true
+		if f.pending >= f.Batch {
+			if err := f.persist(); err != nil {
+				return progressed, err
+			}
+		}
+	}
+}
+
+// readLine returns the next complete line without its newline. A line longer
+// than MaxLine is read to its end but not kept (over is true). io.EOF means
+// no complete line is there yet.
+func (f *Follower) readLine(br *bufio.Reader) (line []byte, size int64, over bool, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		size += int64(len(chunk))
+		if !over {
+			if len(line)+len(chunk) > f.MaxLine+1 {
+				over, line = true, nil
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		switch {
+		case err == nil:
+			if over {
+				return nil, size, true, nil
+			}
+			return line[:len(line)-1], size, false, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return nil, 0, false, err
+		}
+	}
+}
+
+func (f *Follower) advance(x *file, size int64) error {
+	if f.cp.FirstLine == "" {
+		sum, _, err := firstLineHash(x)
+		if err != nil {
+			return fmt.Errorf("read findings %q: %w", x.name, err)
+		}
+		// An empty sum (the first line vanished under a truncation) makes
+		// the next identity check fail, which restarts at 0: right, since
+		// the file was truncated.
+		f.cp.FirstLine = sum
+	}
+	f.cp.Offset += size
+	f.pending++
+	return nil
+}

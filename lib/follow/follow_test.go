@@ -1,0 +1,344 @@
+package follow
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// fixture is a findings file in a temp dir plus a follower of it.
+type fixture struct {
+	t          *testing.T
+	path, cp   string
+	got        []string
+	skips      []Skip
+	failOn     string
+	commits    []Checkpoint
+	failCommit bool
+}
+
+func newFixture(t *testing.T) *fixture {
+	dir := t.TempDir()
+	return &fixture{t: t, path: filepath.Join(dir, "findings.jsonl"), cp: filepath.Join(dir, "checkpoint.json")}
+}
+
+func (x *fixture) append(s string) {
+	x.t.Helper()
+	f, err := os.OpenFile(x.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(s); err != nil {
+		x.t.Fatal(err)
+	}
+}
+
+func (x *fixture) rotate() {
+	x.t.Helper()
+	if err := os.Rename(x.path, x.path+".1"); err != nil {
+		x.t.Fatal(err)
+	}
+}
+
+func (x *fixture) truncate() {
+	x.t.Helper()
+	if err := os.Truncate(x.path, 0); err != nil {
+		x.t.Fatal(err)
+	}
+}
+
+// once runs a fresh follower (as after a restart) over what is there and
+// returns what it handed over this time.
+func (x *fixture) once() ([]string, error) {
+	f := New(x.path, x.cp)
+	f.MaxLine = 16
+	f.Batch = 2
+	f.Skipped = func(s Skip) { x.skips = append(x.skips, s) }
+	f.Commit = func(c Checkpoint) error {
+		if x.failCommit {
+			return errors.New("commit refused")
+		}
+		x.commits = append(x.commits, c)
+		return nil
+	}
+	var got []string
+	err := f.Once(context.Background(), func(line []byte) error {
+		if string(line) == x.failOn {
+			return errors.New("handler refused")
+		}
+		got = append(got, string(line))
+		return nil
+	})
+	x.got = append(x.got, got...)
+	return got, err
+}
+
+func (x *fixture) want(want ...string) {
+	x.t.Helper()
+	got, err := x.once()
+	if err != nil {
+		x.t.Fatalf("Once: %v", err)
+	}
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b []string) bool { return strings.Join(a, "\n") == strings.Join(b, "\n") })); diff != "" {
+		x.t.Errorf("lines handed over (-want +got):\n%s", diff)
+	}
+}
+
+func TestEdges(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(x *fixture)
+	}{
+		{"file does not exist yet", func(x *fixture) {
+			x.want()
+			x.append("a\n")
+			x.want("a")
+		}},
+		{"partial last line waits for its newline", func(x *fixture) {
+			x.append("a\nb")
+			x.want("a")
+			x.want()
+			x.append("c\n")
+			x.want("bc")
+		}},
+		{"restart continues after the checkpoint", func(x *fixture) {
+			x.append("a\nb\nc\n")
+			x.want("a", "b", "c")
+			x.append("d\n")
+			x.want("d")
+			x.want()
+		}},
+		{"rotation finishes the old file first", func(x *fixture) {
+			x.append("a\n")
+			x.want("a")
+			x.append("b\nc\n")
+			x.rotate()
+			x.append("d\n")
+			x.want("b", "c", "d")
+		}},
+		{"rotation before the new file exists", func(x *fixture) {
+			x.append("a\n")
+			x.want("a")
+			x.append("b\n")
+			x.rotate()
+			x.want("b")
+			x.want()
+			x.append("c\n")
+			x.want("c")
+		}},
+		{"first start reads the rotated file first", func(x *fixture) {
+			x.append("a\nb\n")
+			x.rotate()
+			x.append("c\n")
+			x.want("a", "b", "c")
+		}},
+		{"rotated twice while down", func(x *fixture) {
+			x.append("a\n")
+			x.want("a")
+			x.append("lost\n")
+			x.rotate()
+			x.append("b\n")
+			x.rotate()
+			x.append("c\n")
+			x.want("b", "c")
+		}},
+		{"torn tail of a rotated file is skipped and reported", func(x *fixture) {
+			x.append("a\ntorn")
+			x.rotate()
+			x.append("b\n")
+			x.want("a", "b")
+			if len(x.skips) != 1 || x.skips[0].Size != 4 {
+				x.t.Errorf("skips = %+v, want one of 4 bytes", x.skips)
+			}
+		}},
+		{"truncated to less than the offset", func(x *fixture) {
+			x.append("a\nb\nc\n")
+			x.want("a", "b", "c")
+			x.truncate()
+			x.append("d\n")
+			x.want("d")
+		}},
+		{"truncated and refilled past the offset", func(x *fixture) {
+			x.append("a\n")
+			x.want("a")
+			x.truncate()
+			x.append("xxxx\nyyyy\n")
+			x.want("xxxx", "yyyy")
+		}},
+		{"line longer than MaxLine is skipped and reported", func(x *fixture) {
+			x.append("a\n" + strings.Repeat("z", 17) + "\nb\n" + strings.Repeat("w", 16) + "\n")
+			x.want("a", "b", strings.Repeat("w", 16))
+			if len(x.skips) != 1 || x.skips[0].Size != 18 || x.skips[0].Offset != 2 {
+				x.t.Errorf("skips = %+v, want one of 18 bytes at offset 2", x.skips)
+			}
+		}},
+		{"oversized line still being written is not skipped yet", func(x *fixture) {
+			x.append(strings.Repeat("z", 40))
+			x.want()
+			if len(x.skips) != 0 {
+				x.t.Errorf("skips = %+v, want none before the newline", x.skips)
+			}
+			x.append("\nb\n")
+			x.want("b")
+			if len(x.skips) != 1 {
+				x.t.Errorf("skips = %+v, want one", x.skips)
+			}
+		}},
+		{"blank lines are not handed over", func(x *fixture) {
+			x.append("\na\n\n\nb\n")
+			x.want("a", "b")
+		}},
+		{"handler error keeps the line", func(x *fixture) {
+			x.append("a\nb\nc\n")
+			x.failOn = "b"
+			got, err := x.once()
+			if err == nil {
+				x.t.Fatal("Once: no error, want the handler's")
+			}
+			if diff := cmp.Diff([]string{"a"}, got); diff != "" {
+				x.t.Errorf("before the error (-want +got):\n%s", diff)
+			}
+			x.failOn = ""
+			x.want("b", "c")
+		}},
+		{"commit error keeps the checkpoint", func(x *fixture) {
+			x.append("a\n")
+			x.failCommit = true
+			if _, err := x.once(); err == nil {
+				x.t.Fatal("Once: no error, want the commit's")
+			}
+			x.failCommit = false
+			x.want("a") // replayed: the save never happened
+			x.want()
+		}},
+		{"commit sees the checkpoint before it is saved", func(x *fixture) {
+			x.append("a\nb\nc\n")
+			x.want("a", "b", "c")
+			last := x.commits[len(x.commits)-1]
+			saved, err := LoadCheckpoint(x.cp)
+			if err != nil {
+				x.t.Fatal(err)
+			}
+			if diff := cmp.Diff(last, saved); diff != "" {
+				x.t.Errorf("saved vs committed (-commit +saved):\n%s", diff)
+			}
+			if saved.Offset != 6 || saved.FirstLine == "" {
+				x.t.Errorf("saved = %+v, want offset 6 and a first-line hash", saved)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.run(newFixture(t)) })
+	}
+}
+
+func TestRunRetriesWithBackoff(t *testing.T) {
+	x := newFixture(t)
+	x.append("a\nb\n")
+	f := New(x.path, x.cp)
+	f.Poll = time.Millisecond
+	f.MinBackoff, f.MaxBackoff = time.Millisecond, 4*time.Millisecond
+	var waits []time.Duration
+	f.Retry = func(_ error, d time.Duration) { waits = append(waits, d) }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fails := 4
+	var got []string
+	err := f.Run(ctx, func(line []byte) error {
+		if string(line) == "b" && fails > 0 {
+			fails--
+			return errors.New("try again")
+		}
+		got = append(got, string(line))
+		if len(got) == 2 {
+			cancel()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if diff := cmp.Diff([]string{"a", "b"}, got); diff != "" {
+		t.Errorf("lines (-want +got):\n%s", diff)
+	}
+	want := []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 4 * time.Millisecond}
+	if diff := cmp.Diff(want, waits); diff != "" {
+		t.Errorf("backoff waits (-want +got):\n%s", diff)
+	}
+	if f.Alive().IsZero() {
+		t.Error("Alive is zero after Run")
+	}
+	cp, err := LoadCheckpoint(x.cp)
+	if err != nil || cp.Offset != 4 {
+		t.Errorf("checkpoint after Run = %+v, %v; want offset 4", cp, err)
+	}
+}
+
+func TestCheckpointFiles(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name    string
+		content string
+		want    Checkpoint
+		wantErr bool
+	}{
+		{name: "missing", want: Checkpoint{}},
+		{name: "valid", content: `{"dev":1,"inode":2,"first_line_sha256":"ab","offset":3}`, want: Checkpoint{Dev: 1, Inode: 2, FirstLine: "ab", Offset: 3}},
+		{name: "garbage", content: `{"dev":`, wantErr: true},
+		{name: "unknown field", content: `{"dev":1,"extra":2}`, wantErr: true},
+		{name: "negative offset", content: `{"offset":-1}`, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, tc.name)
+			if tc.content != "" {
+				if err := os.WriteFile(p, []byte(tc.content), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := LoadCheckpoint(p)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("LoadCheckpoint error = %v, want error %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSaveDoesNotFollowSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cp := filepath.Join(dir, "checkpoint.json")
+	if err := os.Symlink(victim, cp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadCheckpoint(cp); err == nil {
+		t.Error("LoadCheckpoint followed a symlink")
+	}
+	if err := SaveCheckpoint(cp, Checkpoint{Offset: 7}); err != nil {
+		t.Fatalf("SaveCheckpoint: %v", err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Errorf("symlink target was written: %q", b)
+	}
+	got, err := LoadCheckpoint(cp)
+	if err != nil || got.Offset != 7 {
+		t.Errorf("LoadCheckpoint = %+v, %v; want offset 7", got, err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, ".*tmp*"))
+	if len(left) != 0 {
+		t.Errorf("temp files left behind: %v", left)
+	}
+}
