@@ -127,7 +127,7 @@ func (b *builder) add(rank int, key, text string) int {
 	return len(b.parts) - 1
 }
 
-func (b *builder) module(name, text string) { b.add(rankModule, name, "-m "+name+" "+text) }
+func (b *builder) module(name, text string)  { b.add(rankModule, name, "-m "+name+" "+text) }
 func (b *builder) target(text string)        { b.add(rankTarget, "", "-j "+text) }
 func (b *builder) opaqueExpr(e inspect.Expr) { b.add(rankOpaque, "", opaque("expr", e.Name, e.Data)) }
 func (b *builder) opaqueNft(s *source, what string) {

@@ -46,7 +46,7 @@ func (b *builder) rangeCmp(s *source, op expr.CmpOp, from, to []byte) {
 	neg := op == expr.CmpOpNeq
 	if op == expr.CmpOpEq || neg {
 		if opt := b.portOption(s); opt != "" && len(from) == 2 && len(to) == 2 && s.mask == nil && !s.mangled {
-			b.add(rankProtoOpt, opt, negPrefix(neg)+"--"+opt+" "+portRange(be16(from), be16(to)))
+			b.add(rankProtoOpt, optKey[opt], negPrefix(neg)+"--"+opt+" "+portRange(be16(from), be16(to)))
 			return
 		}
 		if s.kind == "meta" && (s.key == unix.NFT_META_SKUID || s.key == unix.NFT_META_SKGID) && len(from) == 4 && len(to) == 4 && s.mask == nil {
@@ -73,7 +73,12 @@ func (b *builder) portOption(s *source) string {
 	return ""
 }
 
-func (b *builder) isICMP() bool { return b.proto == unix.IPPROTO_ICMP || b.proto == unix.IPPROTO_ICMPV6 }
+func (b *builder) isICMP() bool {
+	return b.proto == unix.IPPROTO_ICMP || b.proto == unix.IPPROTO_ICMPV6
+}
+
+// optKey orders the -p module's options as iptables-save prints them.
+var optKey = map[string]string{"sport": "1", "dport": "2", "flags": "3", "option": "4", "icmp": "5"}
 
 func portRange(lo, hi uint16) string {
 	if lo == hi {
@@ -90,7 +95,7 @@ func (b *builder) portsCmp(s *source, op expr.CmpOp, data []byte) bool {
 	v := be16(data)
 	if op == expr.CmpOpGte {
 		s.rangeLoTxt = strconv.Itoa(int(v))
-		s.rangePart = b.add(rankProtoOpt, opt, "--"+opt+" "+portRange(v, 0xffff))
+		s.rangePart = b.add(rankProtoOpt, optKey[opt], "--"+opt+" "+portRange(v, 0xffff))
 		return true
 	}
 	if s.rangePart >= 0 {
@@ -99,7 +104,7 @@ func (b *builder) portsCmp(s *source, op expr.CmpOp, data []byte) bool {
 		s.rangePart = -1
 		return true
 	}
-	b.add(rankProtoOpt, opt, "--"+opt+" "+portRange(0, v))
+	b.add(rankProtoOpt, optKey[opt], "--"+opt+" "+portRange(0, v))
 	return true
 }
 
@@ -351,7 +356,7 @@ func (b *builder) transportCmp(s *source, neg bool, data []byte) bool {
 		if s.len == 2 {
 			code = int(data[1])
 		}
-		b.add(rankProtoOpt, "icmp", negPrefix(neg)+icmpText(b.fam, int(data[0]), code, code))
+		b.add(rankProtoOpt, optKey["icmp"], negPrefix(neg)+icmpText(b.fam, int(data[0]), code, code))
 		return true
 	}
 	if s.off == 13 && s.len == 1 && b.proto == unix.IPPROTO_TCP {
@@ -362,21 +367,21 @@ func (b *builder) transportCmp(s *source, neg bool, data []byte) bool {
 			}
 			mask = s.mask[0]
 		}
-		b.add(rankProtoOpt, "flags", tcpFlagsText(neg, mask, data[0]))
+		b.add(rankProtoOpt, optKey["flags"], tcpFlagsText(neg, mask, data[0]))
 		return true
 	}
 	if s.mask != nil {
 		return false
 	}
 	if opt := b.portOption(s); opt != "" {
-		b.add(rankProtoOpt, opt, negPrefix(neg)+"--"+opt+" "+strconv.Itoa(int(be16(data))))
+		b.add(rankProtoOpt, optKey[opt], negPrefix(neg)+"--"+opt+" "+strconv.Itoa(int(be16(data))))
 		return true
 	}
 	// iptables-nft 1.8.9 matches --sport and --dport together with one
 	// 4-byte load; a negated pair has no iptables spelling.
 	if s.off == 0 && s.len == 4 && !neg && !b.isICMP() {
-		b.add(rankProtoOpt, "sport", "--sport "+strconv.Itoa(int(be16(data[:2]))))
-		b.add(rankProtoOpt, "dport", "--dport "+strconv.Itoa(int(be16(data[2:]))))
+		b.add(rankProtoOpt, optKey["sport"], "--sport "+strconv.Itoa(int(be16(data[:2]))))
+		b.add(rankProtoOpt, optKey["dport"], "--dport "+strconv.Itoa(int(be16(data[2:]))))
 		return true
 	}
 	return false
@@ -385,8 +390,11 @@ func (b *builder) transportCmp(s *source, neg bool, data []byte) bool {
 var tcpFlagNames = []string{"FIN", "SYN", "RST", "PSH", "ACK", "URG", "ECE", "CWR"}
 
 func tcpFlagList(f byte) string {
-	if f == 0 {
+	switch f {
+	case 0:
 		return "NONE"
+	case 0x3f:
+		return "ALL"
 	}
 	var n []string
 	for i, name := range tcpFlagNames {

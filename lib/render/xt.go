@@ -92,16 +92,16 @@ func (b *builder) xtMatchKnown(x xtInfo) bool {
 		inv := i[11]
 		b.xtPorts(u16(i, 0), u16(i, 2), inv&1 != 0, u16(i, 4), u16(i, 6), inv&2 != 0)
 		if i[9] != 0 || inv&4 != 0 {
-			b.add(rankProtoOpt, "flags", tcpFlagsText(inv&4 != 0, i[9], i[10]))
+			b.add(rankProtoOpt, optKey["flags"], tcpFlagsText(inv&4 != 0, i[9], i[10]))
 		}
 		if i[8] != 0 {
-			b.add(rankProtoOpt, "option", negPrefix(inv&8 != 0)+"--tcp-option "+strconv.Itoa(int(i[8])))
+			b.add(rankProtoOpt, optKey["option"], negPrefix(inv&8 != 0)+"--tcp-option "+strconv.Itoa(int(i[8])))
 		}
 	case x.name == "udp" && x.rev == 0 && len(i) >= 9:
 		inv := i[8]
 		b.xtPorts(u16(i, 0), u16(i, 2), inv&1 != 0, u16(i, 4), u16(i, 6), inv&2 != 0)
 	case (x.name == "icmp" && b.fam == inspect.IP || x.name == "icmp6" && b.fam == inspect.IP6) && x.rev == 0 && len(i) >= 4:
-		b.add(rankProtoOpt, "icmp", negPrefix(i[3]&1 != 0)+icmpText(b.fam, int(i[0]), int(i[1]), int(i[2])))
+		b.add(rankProtoOpt, optKey["icmp"], negPrefix(i[3]&1 != 0)+icmpText(b.fam, int(i[0]), int(i[1]), int(i[2])))
 	case x.name == "comment" && x.rev == 0 && len(i) >= 1:
 		b.module("comment", "--comment "+Quote(cString(i), MaxField))
 	case x.name == "mark" && x.rev == 1 && len(i) >= 9:
@@ -139,10 +139,10 @@ func (b *builder) xtMatchKnown(x xtInfo) bool {
 // xtPorts renders xt tcp/udp port ranges; 0:65535 is "any" and omitted.
 func (b *builder) xtPorts(slo, shi uint16, sinv bool, dlo, dhi uint16, dinv bool) {
 	if slo != 0 || shi != 0xffff || sinv {
-		b.add(rankProtoOpt, "sport", negPrefix(sinv)+"--sport "+portRange(slo, shi))
+		b.add(rankProtoOpt, optKey["sport"], negPrefix(sinv)+"--sport "+portRange(slo, shi))
 	}
 	if dlo != 0 || dhi != 0xffff || dinv {
-		b.add(rankProtoOpt, "dport", negPrefix(dinv)+"--dport "+portRange(dlo, dhi))
+		b.add(rankProtoOpt, optKey["dport"], negPrefix(dinv)+"--dport "+portRange(dlo, dhi))
 	}
 }
 
@@ -201,7 +201,7 @@ func (b *builder) conntrack(rev uint32, i []byte) bool {
 	}
 	const (
 		fState, fProto, fOrigSrc, fOrigDst, fReplSrc, fReplDst, fStatus, fExpires = 1, 2, 4, 8, 16, 32, 64, 128
-		fOrigSrcPort, fOrigDstPort, fReplSrcPort, fReplDstPort, fDir           = 256, 512, 1024, 2048, 4096
+		fOrigSrcPort, fOrigDstPort, fReplSrcPort, fReplDstPort, fDir              = 256, 512, 1024, 2048, 4096
 	)
 	var s []string
 	opt := func(f uint32, text string) {
@@ -224,10 +224,12 @@ func (b *builder) conntrack(rev uint32, i []byte) bool {
 		f   uint32
 		opt string
 	}{{fOrigSrcPort, "--ctorigsrcport"}, {fOrigDstPort, "--ctorigdstport"}, {fReplSrcPort, "--ctreplsrcport"}, {fReplDstPort, "--ctrepldstport"}} {
+		// Revisions 1 and 2 compare the port as sent (network order);
+		// revision 3 keeps host-order ranges.
 		lo := binary.BigEndian.Uint16(i[138+2*k:])
 		hi := lo
 		if rev == 3 {
-			hi = binary.BigEndian.Uint16(i[154+2*k:])
+			lo, hi = u16(i, 138+2*k), u16(i, 154+2*k)
 		}
 		opt(o.f, o.opt+" "+portRange(lo, hi))
 	}

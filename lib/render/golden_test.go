@@ -1,0 +1,241 @@
+package render
+
+import (
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// spec is one rule written by the real iptables-nft of this machine. cmd is
+// run with bash inside a fresh netns after setup; the rendered rule is the
+// last one of (fam, table, chain).
+type spec struct {
+	name  string
+	fam   inspect.Family
+	table string
+	chain string
+	setup string
+	cmd   string
+}
+
+func v4(name, chain, rule string) spec {
+	return spec{name: name, fam: inspect.IP, table: "filter", chain: chain, cmd: "iptables-nft -A " + chain + " " + rule}
+}
+
+func v4t(name, table, chain, rule string) spec {
+	return spec{name: name, fam: inspect.IP, table: table, chain: chain, cmd: "iptables-nft -t " + table + " -A " + chain + " " + rule}
+}
+
+func v6t(name, table, chain, rule string) spec {
+	return spec{name: name, fam: inspect.IP6, table: table, chain: chain, cmd: "ip6tables-nft -t " + table + " -A " + chain + " " + rule}
+}
+
+func withSetup(s spec, setup string) spec { s.setup = setup; return s }
+
+var goldenSpecs = []spec{
+	// The ovn-kubernetes / openshift-sdn in-pod rules in both generations.
+	v4("syn", "OUTPUT", "-p tcp --dport 22623 --syn -j REJECT"),
+	v4("syn-m-tcp", "OUTPUT", "-p tcp -m tcp --dport 22623 --syn -j REJECT"),
+	v4("tcp-flags-syn", "OUTPUT", "-p tcp -m tcp --dport 22623 --tcp-flags FIN,SYN,RST,ACK SYN -j REJECT --reject-with icmp-port-unreachable"),
+	v4("metadata-tcp", "OUTPUT", "-d 169.254.169.254/32 -p tcp -m tcp ! --dport 53 -j REJECT --reject-with icmp-port-unreachable"),
+	v4("metadata-tcp-plain", "OUTPUT", "-d 169.254.169.254 -p tcp ! --dport 53 -j REJECT"),
+	v4("metadata-udp", "FORWARD", "-d 169.254.169.254/32 -p udp -m udp ! --dport 53 -j REJECT"),
+	// Addresses and masks.
+	v4("src-prefix8", "INPUT", "-s 10.0.0.0/8 -j ACCEPT"),
+	v4("src-prefix12", "INPUT", "-s 10.16.0.0/12 -j DROP"),
+	v4("src-host32", "INPUT", "-s 192.0.2.1/32 -j DROP"),
+	v4("src-host", "INPUT", "-s 192.0.2.1 -j DROP"),
+	v4("src-neg", "INPUT", "! -s 192.0.2.0/24 -j DROP"),
+	v4("src-host-bits", "INPUT", "-s 10.1.2.3/8 -j DROP"),
+	v4("dst-noncontig-mask", "INPUT", "-d 10.0.0.0/255.0.255.0 -j DROP"),
+	v4("src-and-dst", "FORWARD", "-s 10.0.0.0/16 -d 10.1.0.0/16 -j ACCEPT"),
+	// Interfaces.
+	v4("iface-in", "INPUT", "-i eth0 -j ACCEPT"),
+	v4("iface-wildcard", "INPUT", "-i eth+ -j ACCEPT"),
+	v4("iface-neg-in-out", "FORWARD", "! -i lo -o veth0 -j DROP"),
+	v4("iface-out-wildcard-neg", "OUTPUT", "! -o tun+ -j DROP"),
+	// Protocols, ports, flags.
+	v4("proto-udp", "INPUT", "-p udp -j ACCEPT"),
+	v4("proto-neg", "INPUT", "! -p tcp -j ACCEPT"),
+	v4("proto-number", "INPUT", "-p 47 -j ACCEPT"),
+	v4("proto-sctp", "INPUT", "-p sctp -j ACCEPT"),
+	v4("sport-range", "INPUT", "-p tcp --sport 1000:2000 -j ACCEPT"),
+	v4("dport-range-neg", "INPUT", "-p udp ! --dport 1000:2000 -j DROP"),
+	v4("sport-and-dport", "INPUT", "-p tcp --sport 80 --dport 90 -j ACCEPT"),
+	v4("tcp-flags-all-none", "INPUT", "-p tcp --tcp-flags ALL NONE -j DROP"),
+	v4("not-syn", "INPUT", "-p tcp ! --syn -j ACCEPT"),
+	v4("tcp-option", "INPUT", "-p tcp --tcp-option 2 -j ACCEPT"),
+	v4("fragment", "INPUT", "-f -j DROP"),
+	v4("not-fragment", "INPUT", "! -f -j DROP"),
+	v4("icmp-type", "INPUT", "-p icmp --icmp-type echo-request -j ACCEPT"),
+	v4("icmp-type-code", "INPUT", "-p icmp --icmp-type 3/4 -j ACCEPT"),
+	// Modules.
+	v4("comment", "INPUT", `-m comment --comment "hello world" -j ACCEPT`),
+	v4("comment-hostile", "INPUT", `-m comment --comment $'evil"\n-j ACCEPT \x01\xff' -j DROP`),
+	v4("conntrack", "INPUT", "-m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT"),
+	v4("state", "INPUT", "-m state --state RELATED,ESTABLISHED -j ACCEPT"),
+	v4("ctstate-neg", "INPUT", "-m conntrack ! --ctstate INVALID -j ACCEPT"),
+	v4("ctstatus-ctdir", "INPUT", "-m conntrack --ctstatus ASSURED --ctdir REPLY -j ACCEPT"),
+	v4("ct-origdst-proto-port", "INPUT", "-m conntrack --ctorigdst 10.0.0.0/8 --ctproto tcp --ctorigdstport 80 -j ACCEPT"),
+	v4("mark-mask", "INPUT", "-m mark --mark 0x10/0xff -j ACCEPT"),
+	v4("mark-neg", "INPUT", "-m mark ! --mark 0x1 -j DROP"),
+	v4("multiport", "INPUT", "-p tcp -m multiport --dports 80,443,8000:8080 -j ACCEPT"),
+	v4("multiport-reordered", "INPUT", "-p tcp -m multiport --dports 8000:8080,443,80 -j ACCEPT"),
+	v4("multiport-sports-neg", "INPUT", "-p udp -m multiport ! --sports 53,123 -j ACCEPT"),
+	v4("addrtype", "INPUT", "-m addrtype --dst-type LOCAL -j ACCEPT"),
+	v4("addrtype-neg-iface", "OUTPUT", "-m addrtype ! --src-type LOCAL --limit-iface-out -j ACCEPT"),
+	v4("owner-uid", "OUTPUT", "-m owner --uid-owner 1000 -j ACCEPT"),
+	v4("owner-gid-range-neg", "OUTPUT", "-m owner ! --gid-owner 1000-2000 -j ACCEPT"),
+	v4("owner-socket", "OUTPUT", "-m owner --socket-exists -j ACCEPT"),
+	withSetup(v4("set", "INPUT", "-m set --match-set allow src,dst -j DROP"), "ipset create allow hash:ip,port"),
+	withSetup(v4("set-neg", "INPUT", "-m set ! --match-set allow src -j DROP"), "ipset create allow hash:ip"),
+	v4("statistic-random", "INPUT", "-m statistic --mode random --probability 0.5 -j ACCEPT"),
+	v4("statistic-nth", "INPUT", "-m statistic --mode nth --every 3 --packet 1 -j ACCEPT"),
+	v4("limit", "INPUT", "-m limit --limit 5/min --limit-burst 7 -j ACCEPT"),
+	v4("limit-default", "INPUT", "-m limit -j ACCEPT"),
+	v4("limit-sec", "INPUT", "-m limit --limit 100/second -j ACCEPT"),
+	v4("many-modules", "INPUT", `-p tcp -m mark --mark 0x1 -m comment --comment c -m conntrack --ctstate NEW -j ACCEPT`),
+	// Verdicts and targets.
+	withSetup(v4("jump", "INPUT", "-j FOO"), "iptables-nft -N FOO"),
+	withSetup(v4("goto", "INPUT", "-g FOO"), "iptables-nft -N FOO"),
+	withSetup(v4("return", "FOO", "-j RETURN"), "iptables-nft -N FOO"),
+	withSetup(v4("jump-odd-chain", "INPUT", `-j 'a"b'`), `iptables-nft -N 'a"b'`),
+	v4("no-target", "INPUT", "-s 1.2.3.4"),
+	v4("reject-tcp-reset", "INPUT", "-p tcp -j REJECT --reject-with tcp-reset"),
+	v4("reject-host-prohibited", "INPUT", "-j REJECT --reject-with icmp-host-prohibited"),
+	v4("log", "INPUT", `-j LOG --log-prefix "x: " --log-level 6 --log-uid`),
+	v4("log-default", "INPUT", "-j LOG"),
+	v4t("mark-set", "mangle", "PREROUTING", "-j MARK --set-mark 0x1"),
+	v4t("mark-set-xmark", "mangle", "PREROUTING", "-j MARK --set-xmark 0x1/0xffffffff"),
+	v4t("mark-or", "mangle", "OUTPUT", "-j MARK --or-mark 0x4"),
+	v4t("connmark-save", "mangle", "PREROUTING", "-j CONNMARK --save-mark"),
+	v4t("connmark-restore-mask", "mangle", "OUTPUT", "-j CONNMARK --restore-mark --mask 0xff"),
+	v4t("connmark-set", "mangle", "OUTPUT", "-j CONNMARK --set-mark 0x5"),
+	v4t("tproxy", "mangle", "PREROUTING", "-p tcp -j TPROXY --on-port 15006 --on-ip 127.0.0.1 --tproxy-mark 0x1/0x1"),
+	v4t("ct-notrack", "raw", "PREROUTING", "-j CT --notrack"),
+	v4t("notrack", "raw", "PREROUTING", "-j NOTRACK"),
+	v4t("ct-zone", "raw", "PREROUTING", "-j CT --zone 5"),
+	// nat.
+	v4t("masquerade", "nat", "POSTROUTING", "-o eth0 -j MASQUERADE"),
+	v4t("masquerade-ports", "nat", "POSTROUTING", "-p tcp -j MASQUERADE --to-ports 1024-2048 --random"),
+	v4t("snat", "nat", "POSTROUTING", "-j SNAT --to-source 1.2.3.4"),
+	v4t("snat-range", "nat", "POSTROUTING", "-p udp -j SNAT --to-source 1.2.3.4-1.2.3.10:1000-2000 --persistent"),
+	v4t("dnat", "nat", "PREROUTING", "-p tcp --dport 80 -j DNAT --to-destination 10.0.0.1:8080"),
+	v4t("redirect", "nat", "OUTPUT", "-p tcp -j REDIRECT --to-ports 15001"),
+	withSetup(v4t("istio-jump", "nat", "PREROUTING", "-p tcp -j ISTIO_INBOUND"), "iptables-nft -t nat -N ISTIO_INBOUND"),
+	// IPv6.
+	v6t("v6-syn", "filter", "OUTPUT", "-p tcp --dport 22623 --syn -j REJECT"),
+	v6t("v6-tcp-flags-syn", "filter", "OUTPUT", "-p tcp -m tcp --dport 22623 --tcp-flags FIN,SYN,RST,ACK SYN -j REJECT --reject-with icmp6-port-unreachable"),
+	v6t("v6-metadata", "filter", "OUTPUT", "-d fd00:ec2::254/128 -p tcp ! --dport 53 -j REJECT"),
+	v6t("v6-metadata-plain", "filter", "OUTPUT", "-d fd00:ec2::254 -p tcp ! --dport 53 -j REJECT"),
+	v6t("v6-src-prefix", "filter", "INPUT", "-s 2001:db8::/32 -j DROP"),
+	v6t("v6-src-prefix33", "filter", "INPUT", "-s 2001:db8:8000::/33 -j DROP"),
+	v6t("v6-icmp", "filter", "INPUT", "-p ipv6-icmp --icmpv6-type 128 -j ACCEPT"),
+	v6t("v6-reject-tcp-reset", "filter", "INPUT", "-p tcp -j REJECT --reject-with tcp-reset"),
+	v6t("v6-reject-adm", "filter", "INPUT", "-j REJECT --reject-with icmp6-adm-prohibited"),
+	v6t("v6-conntrack", "filter", "INPUT", "-m conntrack --ctstate NEW --ctorigsrc 2001:db8::/64 -j ACCEPT"),
+	v6t("v6-dnat", "nat", "PREROUTING", "-p tcp --dport 80 -j DNAT --to-destination [fd00::1]:8080"),
+	v6t("v6-masquerade", "nat", "POSTROUTING", "-j MASQUERADE"),
+	v6t("v6-redirect", "nat", "OUTPUT", "-p tcp -j REDIRECT --to-ports 15001"),
+	v6t("v6-tproxy", "mangle", "PREROUTING", "-p tcp -j TPROXY --on-port 15006 --on-ip ::1"),
+	// arp and bridge: at least safe and marked.
+	{name: "arp", fam: inspect.ARP, table: "filter", chain: "INPUT", cmd: "arptables-nft -A INPUT -s 10.0.0.1 -j DROP"},
+	{name: "bridge", fam: inspect.Bridge, table: "filter", chain: "FORWARD", cmd: "ebtables-nft -A FORWARD -p IPv4 -i veth+ -j DROP"},
+}
+
+// equivalent spellings that must render to the same text.
+var equivalent = [][]string{
+	{"syn", "syn-m-tcp", "tcp-flags-syn"},
+	{"metadata-tcp", "metadata-tcp-plain"},
+	{"src-host32", "src-host"},
+	{"conntrack", "state"},
+	{"multiport", "multiport-reordered"},
+	{"mark-set", "mark-set-xmark"},
+	{"ct-notrack", "notrack"},
+	{"v6-syn", "v6-tcp-flags-syn"},
+	{"v6-metadata", "v6-metadata-plain"},
+}
+
+// renderSpec writes the spec in a fresh netns and renders it back.
+func renderSpec(t *testing.T, s spec) string {
+	ns := nstest.New(t)
+	if s.setup != "" {
+		ns.Run("bash", "-c", s.setup)
+	}
+	ns.Run("bash", "-c", s.cmd)
+	var got *inspect.Rule
+	rules := dumpRules(t, ns.Path())
+	for i := range rules {
+		r := &rules[i]
+		if r.Family == s.fam && r.Table == s.table && r.Chain == s.chain {
+			got = r
+		}
+	}
+	if got == nil {
+		t.Fatalf("%s: no rule in %s %s %s among %d rules", s.cmd, s.fam, s.table, s.chain, len(rules))
+	}
+	return Text(*got)
+}
+
+func TestGoldenIptablesNft(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "ip6tables-nft", "arptables-nft", "ebtables-nft", "ipset", "bash")
+	var mu sync.Mutex
+	got := map[string]string{}
+	t.Run("specs", func(t *testing.T) {
+		for _, s := range goldenSpecs {
+			t.Run(s.name, func(t *testing.T) {
+				t.Parallel()
+				text := renderSpec(t, s)
+				if strings.ContainsAny(text, "\n\r\x00") {
+					t.Errorf("text is not one safe line: %q", text)
+				}
+				mu.Lock()
+				got[s.name] = text
+				mu.Unlock()
+			})
+		}
+	})
+	var lines []string
+	for _, s := range goldenSpecs {
+		lines = append(lines, s.name+"\t"+s.cmd+"\n\t"+got[s.name]+"\n")
+	}
+	compareGolden(t, "golden.txt", strings.Join(lines, ""))
+	for _, group := range equivalent {
+		for _, n := range group[1:] {
+			if got[n] != got[group[0]] {
+				t.Errorf("%s and %s differ:\n%s\n%s", group[0], n, got[group[0]], got[n])
+			}
+		}
+	}
+}
+
+func compareGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatalf("write golden %q: %v", path, err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read golden %q (run with -update to create): %v", path, err)
+	}
+	if d := cmp.Diff(string(want), got); d != "" {
+		t.Errorf("%s mismatch (-want +got):\n%s", path, d)
+	}
+}
+
+var _ = sort.Strings
+var _ = exec.LookPath
