@@ -146,10 +146,14 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 	if key == "" {
 		key = "netns:" + res.NetnsID
 	}
+	// Writing gets half a second past the deadline (the watchdog waits a
+	// second), so a slow inspection still leaves its truncated finding.
+	writeCtx, cancelWrite := context.WithDeadline(context.Background(), start.Add(cfg.timeout+500*time.Millisecond))
+	defer cancelWrite()
 	writing.Lock()
 	seen := findings.Seen{Dir: cfg.stateDir}
-	wrote, err := seen.Record(ctx, key, c.Netns, rec.Fingerprint, func() error {
-		return findings.Log{Path: cfg.findings, MaxBytes: cfg.maxBytes}.Append(ctx, rec)
+	wrote, err := seen.Record(writeCtx, key, c.Netns, rec.Fingerprint, func() error {
+		return findings.Log{Path: cfg.findings, MaxBytes: cfg.maxBytes}.Append(writeCtx, rec)
 	})
 	writing.Unlock()
 	l = l.WithFields(logrus.Fields{"fingerprint": rec.Fingerprint, "nft_rules": rec.Nft.Rules, "legacy_rules": rec.Legacy.Rules, "truncated": rec.Truncated})

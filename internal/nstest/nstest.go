@@ -42,8 +42,9 @@ func NeedRoot(t testing.TB, cmds ...string) {
 
 // NS is a named network namespace pinned under /run/netns.
 type NS struct {
-	Name string
-	t    testing.TB
+	Name    string
+	t       testing.TB
+	deleted bool
 }
 
 // New creates a fresh namespace and deletes it when the test ends.
@@ -57,11 +58,23 @@ func New(t testing.TB) *NS {
 		t.Fatalf("ip netns add %s: %v: %s", ns.Name, err, out)
 	}
 	t.Cleanup(func() {
+		if ns.deleted {
+			return
+		}
 		if out, err := exec.Command("ip", "netns", "del", ns.Name).CombinedOutput(); err != nil {
 			t.Errorf("ip netns del %s: %v: %s", ns.Name, err, out)
 		}
 	})
 	return ns
+}
+
+// Delete removes the namespace now, as a stopping pod's runtime would.
+func (ns *NS) Delete() {
+	ns.t.Helper()
+	if out, err := exec.Command("ip", "netns", "del", ns.Name).CombinedOutput(); err != nil {
+		ns.t.Fatalf("ip netns del %s: %v: %s", ns.Name, err, out)
+	}
+	ns.deleted = true
 }
 
 // Path is the bind-mounted netns file, as CRI-O writes into config.json.

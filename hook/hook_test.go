@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// bin is the hook binary built once for the tests that run it as a runtime
+// would: a separate process fed a state on stdin.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "iptables-alerter-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "iptables-alerter")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build hook: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// pod describes the container a test pretends to start.
+type pod struct {
+	netns     string
+	sandbox   string
+	noLabels  bool
+	hostNet   bool
+	noConfig  bool
+	rawState  string // used as stdin verbatim when set
+	container string
+}
+
+// bundle writes a bundle with config.json and returns the state JSON.
+func (p pod) state(t *testing.T) string {
+	t.Helper()
+	if p.rawState != "" {
+		return p.rawState
+	}
+	dir := t.TempDir()
+	ns := []map[string]string{{"type": "mount"}}
+	if !p.hostNet {
+		ns = append(ns, map[string]string{"type": "network", "path": p.netns})
+	}
+	if !p.noConfig {
+		cfg, _ := json.Marshal(map[string]any{"ociVersion": "1.0.2", "linux": map[string]any{"namespaces": ns}})
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ann := map[string]string{"io.kubernetes.cri-o.SandboxID": p.sandbox, "io.kubernetes.cri-o.UserRequestedImage": "quay.io/example/app:1"}
+	if !p.noLabels {
+		ann["io.kubernetes.pod.namespace"] = "team-a"
+		ann["io.kubernetes.pod.name"] = "web-1"
+		ann["io.kubernetes.pod.uid"] = "0b8c6a6e-1111-2222-3333-444455556666"
+		ann["io.kubernetes.container.name"] = "app"
+	}
+	id := p.container
+	if id == "" {
+		id = "c0ffee"
+	}
+	st, _ := json.Marshal(map[string]any{"ociVersion": "1.0.2", "id": id, "status": "running", "pid": os.Getpid(), "bundle": dir, "annotations": ann})
+	return string(st)
+}
+
+type hookRun struct {
+	findings string
+	stateDir string
+	stderr   string
+}
+
+// runHook runs the binary like a runtime: state on stdin, must exit 0.
+func runHookProc(t *testing.T, stdin string, h *hookRun, extra ...string) {
+	t.Helper()
+	if h.findings == "" {
+		h.findings = filepath.Join(t.TempDir(), "log", "findings.jsonl")
+	}
+	if h.stateDir == "" {
+		h.stateDir = t.TempDir()
+	}
+	args := append([]string{"hook", "--stage", "poststart", "--node", "node-1", "--findings", h.findings, "--state-dir", h.stateDir}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	h.stderr = stderr.String()
+	if err != nil {
+		t.Fatalf("hook exited with %v (must always exit 0); stderr:\n%s", err, h.stderr)
+	}
+}
+
+func readFindings(t *testing.T, path string) []findings.Record {
+	t.Helper()
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var recs []findings.Record
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		r, err := findings.Parse(sc.Bytes())
+		if err != nil {
+			t.Fatalf("findings line does not parse: %v: %q", err, sc.Text())
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
