@@ -36,11 +36,11 @@ func TestHookScenarios(t *testing.T) {
 COMMIT
 `
 	tests := []struct {
-		name    string
-		setup   func(ns *nstest.NS)
-		want    bool // a finding is expected
-		nft     findings.Nft
-		legacy  findings.Legacy
+		name   string
+		setup  func(ns *nstest.NS)
+		want   bool // a finding is expected
+		nft    findings.Nft
+		legacy findings.Legacy
 	}{
 		{
 			name:  "istio nat ruleset via iptables-nft-restore",
