@@ -1,10 +1,12 @@
 package render
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/google/nftables/expr"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,6 +53,22 @@ func newExpr(name string) expr.Any {
 		return &expr.Notrack{}
 	}
 	return nil
+}
+
+// attrU32 finds a top-level u32 attribute in raw expression data.
+func attrU32(data []byte, typ uint16) (uint32, bool) {
+	ad, err := netlink.NewAttributeDecoder(data)
+	if err != nil {
+		return 0, false
+	}
+	ad.ByteOrder = binary.BigEndian
+	for ad.Next() {
+		if ad.Type() == typ {
+			v := ad.Uint32()
+			return v, ad.Err() == nil
+		}
+	}
+	return 0, false
 }
 
 // source is what a register holds: the load that filled it, plus the
@@ -161,6 +179,13 @@ func (b *builder) expr(e inspect.Expr) {
 			b.opaqueExpr(e)
 		}
 		return
+	}
+	// google/nftables v0.3.0 drops NFTA_CT_SREG: a "ct ... set" would
+	// look like a load. Read it from the raw attributes.
+	if c, ok := x.(*expr.Ct); ok {
+		if reg, ok := attrU32(e.Data, unix.NFTA_CT_SREG); ok {
+			c.SourceRegister, c.Register = true, reg
+		}
 	}
 	if !b.native(x) {
 		b.opaqueExpr(e)
