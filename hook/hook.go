@@ -192,6 +192,7 @@ func buildRecord(cfg hookConfig, c ocistate.Container, res scanResult) findings.
 		Legacy:           legacy,
 		Allowlisted:      res.Allowed.Count,
 		AllowlistEntries: res.Allowed.Entries,
+		Examples:         examples(res.Usage),
 		Fingerprint:      fp,
 		Truncated:        res.Usage.Truncated || cut,
 		Error:            errString(res.Err),

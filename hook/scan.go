@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
+	"github.com/iptables-alerter/iptables-alerter/lib/render"
 )
 
 // scanResult is one pass of the data flow over a netns: inspect, classify,
@@ -23,14 +24,9 @@ type scanResult struct {
 	Err error
 }
 
-// ruleText renders a rule for allowlist matching and examples.
-var ruleText = func(r inspect.Rule) string {
-	names := make([]string, len(r.Exprs))
-	for i, e := range r.Exprs {
-		names[i] = e.Name
-	}
-	return "-A " + r.Chain + " [" + strings.Join(names, " ") + "]"
-}
+// maxExampleCandidates bounds how many remaining rules are rendered to pick
+// the examples from: rendering costs, and the first rules tell enough.
+const maxExampleCandidates = 64
 
 // scan opens path and runs the data flow. An error opening the namespace is
 // returned; errors after that are kept in the result with what was seen.
@@ -47,9 +43,30 @@ func scan(ctx context.Context, path, namespace string, allow *allowlist.List) (s
 	snap, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate})
 	res.Err = err
 	res.Usage = classify.Classify(snap)
-	res.Usage, res.Allowed = allow.Apply(res.Usage, namespace, ruleText)
+	res.Usage, res.Allowed = allow.Apply(res.Usage, namespace, render.Text)
 	return res, nil
 }
+
+// examples renders the remaining usage rules an admin should see first.
+func examples(u classify.Usage) []findings.Example {
+	rules := u.Rules
+	if len(rules) > maxExampleCandidates {
+		rules = rules[:maxExampleCandidates]
+	}
+	all := make([]findings.Example, 0, len(rules))
+	for _, r := range rules {
+		all = append(all, findings.Example{
+			Family: string(r.Family),
+			Table:  render.Escape(r.Table, maxNameInRecord),
+			Chain:  render.Escape(r.Chain, maxNameInRecord),
+			Rule:   render.Text(r),
+		})
+	}
+	return findings.PickExamples(all)
+}
+
+// maxNameInRecord caps table and chain names (attacker-chosen) in examples.
+const maxNameInRecord = 64
 
 func errString(err error) string {
 	if err == nil {

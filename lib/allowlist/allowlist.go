@@ -127,29 +127,32 @@ func Join(lists ...*List) *List {
 func (l *List) Len() int { return len(l.entries) }
 
 // Match returns the name of the first entry matching the rule for a pod in
-// namespace, or "".
-func (l *List) Match(namespace string, r inspect.Rule, text string) string {
+// namespace, or "". text is called at most once, and only when an entry's
+// cheap matchers (family, table, chain, namespace) fit: rendering is the
+// costly part.
+func (l *List) Match(namespace string, r inspect.Rule, text func() string) string {
+	rendered, done := "", false
 	for _, e := range l.entries {
-		if e.matches(namespace, r, text) {
+		if !e.scoped(namespace, r) {
+			continue
+		}
+		if !done {
+			rendered, done = text(), true
+		}
+		if (e.re != nil && e.re.MatchString(rendered)) || (e.re == nil && e.Rule == rendered) {
 			return e.Name
 		}
 	}
 	return ""
 }
 
-func (e compiled) matches(namespace string, r inspect.Rule, text string) bool {
+func (e compiled) scoped(namespace string, r inspect.Rule) bool {
 	if (e.Family != "" && e.Family != string(r.Family)) ||
 		(e.Table != "" && e.Table != r.Table) ||
 		(e.Chain != "" && e.Chain != r.Chain) {
 		return false
 	}
-	if len(e.Namespaces) > 0 && !anyGlob(e.Namespaces, namespace) {
-		return false
-	}
-	if e.re != nil {
-		return e.re.MatchString(text)
-	}
-	return e.Rule == text
+	return len(e.Namespaces) == 0 || anyGlob(e.Namespaces, namespace)
 }
 
 func anyGlob(patterns []string, s string) bool {
@@ -185,7 +188,7 @@ func (l *List) Apply(u classify.Usage, namespace string, text func(inspect.Rule)
 	out.Rules = nil
 	seen := map[string]bool{}
 	for _, r := range u.Rules {
-		name := l.Match(namespace, r, text(r))
+		name := l.Match(namespace, r, func() string { return text(r) })
 		if name == "" {
 			out.Rules = append(out.Rules, r)
 			continue
