@@ -1,0 +1,124 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// Built once for the whole package: the hook binary and the container rootfs.
+var (
+	hookBin   string
+	rootfs    string
+	rootfsErr error
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	tmp, err := os.MkdirTemp("", "iptables-alerter-e2e-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "create temp dir: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	// The hook must be reachable by runtimes that run as root with their own
+	// view of the filesystem: an absolute path in a world-readable dir.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		fmt.Fprintf(os.Stderr, "chmod %q: %v\n", tmp, err)
+		return 1
+	}
+	hookBin = filepath.Join(tmp, "iptables-alerter")
+	build := exec.Command(goTool(), "build", "-o", hookBin, "github.com/iptables-alerter/iptables-alerter/hook")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		// A build failure is a broken tree, never a reason to skip.
+		fmt.Fprintf(os.Stderr, "go build the hook: %v\n%s", err, out)
+		return 1
+	}
+	rootfs = filepath.Join(tmp, "rootfs")
+	rootfsErr = buildRootfs(rootfs)
+	return m.Run()
+}
+
+// goTool finds the go command of the toolchain running the tests, even when
+// it is not on PATH (sudo resets PATH).
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	if root := os.Getenv("GOROOT"); root != "" {
+		return filepath.Join(root, "bin", "go")
+	}
+	return "/usr/local/go/bin/go"
+}
+
+// needRootfs fails (CI) or skips when the rootfs could not be assembled.
+func needRootfs(t *testing.T) {
+	t.Helper()
+	msg := "a container rootfs built from busybox-static and iptables"
+	if rootfsErr != nil {
+		msg += ": " + rootfsErr.Error()
+	}
+	nstest.Need(t, rootfsErr == nil, msg)
+}
+
+// readFindings parses every line of the findings file; a missing file is no
+// findings. Every line must parse: a partial line is a bug.
+func readFindings(t *testing.T, path string) []findings.Record {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("read findings: %v", err)
+	}
+	var recs []findings.Record
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		rec, err := findings.Parse(sc.Bytes())
+		if err != nil {
+			t.Fatalf("findings line %q does not parse: %v", sc.Text(), err)
+		}
+		recs = append(recs, rec)
+	}
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		t.Fatalf("findings file ends with a partial line: %q", data)
+	}
+	return recs
+}
+
+// readLog returns the hook's log file, empty when the hook never wrote one.
+func readLog(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatalf("read hook log: %v", err)
+	}
+	return string(data)
+}
+
+// saveRules counts what the real iptables-nft-save prints for the netns: the
+// finding must agree with it.
+func saveRules(t *testing.T, ns *nstest.NS) (rules int) {
+	t.Helper()
+	out := ns.Run("iptables-nft-save")
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "-A ") {
+			rules++
+		}
+	}
+	return rules
+}
