@@ -146,8 +146,10 @@ func TestOCIRuntime(t *testing.T) {
 			wantLogs:   []string{"iptables usage recorded", "same usage already recorded for this sandbox"},
 		},
 		{
-			name:       "one filter rule by iptables-legacy",
-			rules:      func(t *testing.T, ns *nstest.NS) { ns.Run("iptables-legacy", "-A", "INPUT", "-s", "192.0.2.1", "-j", "DROP") },
+			name: "one filter rule by iptables-legacy",
+			rules: func(t *testing.T, ns *nstest.NS) {
+				ns.Run("iptables-legacy", "-A", "INPUT", "-s", "192.0.2.1", "-j", "DROP")
+			},
 			starts:     1,
 			wantNft:    &findings.Nft{Tables: []string{}},
 			wantLegacy: findings.Legacy{Tables: []string{"ip filter"}, Rules: 1},
