@@ -1,0 +1,398 @@
+package follow
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The property: a writer appends numbered lines (some in two pieces),
+// rotates and truncates, while the reader is stopped and restarted at random
+// points. Every line must arrive, in order, and, when the reader is stopped
+// gracefully, exactly once.
+//
+// What "every line" means with destructive writers: a rotation destroys the
+// previous rotated file and a truncation destroys the current one, so the
+// writer does either only once the reader has delivered every line in the
+// file about to be destroyed and (for a truncation, which rewrites bytes
+// under a reader) saved a checkpoint at its end. Lines that exist long
+// enough for a reader that keeps up are therefore all lines.
+
+const (
+	propLines   = 3000
+	propBatch   = 8
+	childEnvVar = "FOLLOW_PROPERTY_CHILD"
+)
+
+type line struct {
+	Seq int    `json:"seq"`
+	Pad string `json:"pad"`
+}
+
+// writer produces the file the hook would, plus two-piece lines and
+// truncations the hook itself never makes.
+type writer struct {
+	t          *testing.T
+	rng        *rand.Rand
+	path, cp   string
+	next       int
+	inCur      int // first seq in the current file
+	inOld      int // first seq in the rotated file
+	rotations  int
+	truncates  int
+	caughtUpTo func(seq int) bool // every seq below has been delivered
+}
+
+func (w *writer) write() {
+	b, _ := json.Marshal(line{Seq: w.next, Pad: strings.Repeat("x", w.rng.IntN(200))})
+	b = append(b, '\n')
+	f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if w.rng.IntN(4) == 0 {
+		cut := 1 + w.rng.IntN(len(b)-1)
+		if _, err := f.Write(b[:cut]); err != nil {
+			w.t.Fatal(err)
+		}
+		time.Sleep(time.Duration(w.rng.IntN(300)) * time.Microsecond)
+		b = b[cut:]
+	}
+	if _, err := f.Write(b); err != nil {
+		w.t.Fatal(err)
+	}
+	f.Close()
+	w.next++
+}
+
+func (w *writer) waitFor(what string, ok func() bool) {
+	deadline := time.Now().Add(20 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("writer: reader never caught up before %s (next seq %d)", what, w.next)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (w *writer) rotate() {
+	w.waitFor("rotation", func() bool { return w.caughtUpTo(w.inCur) })
+	if err := os.Rename(w.path, w.path+".1"); err != nil {
+		w.t.Fatal(err)
+	}
+	w.inOld, w.inCur = w.inCur, w.next
+	w.rotations++
+}
+
+func (w *writer) truncate() {
+	fi, err := os.Stat(w.path)
+	if err != nil {
+		return // nothing written since the last rotation
+	}
+	w.waitFor("truncation", func() bool {
+		if !w.caughtUpTo(w.next) {
+			return false
+		}
+		cp, err := LoadCheckpoint(w.cp)
+		st := fi.Sys().(*syscall.Stat_t)
+		return err == nil && cp.Inode == st.Ino && cp.Offset == fi.Size()
+	})
+	if err := os.Truncate(w.path, 0); err != nil {
+		w.t.Fatal(err)
+	}
+	w.inCur = w.next
+	w.truncates++
+}
+
+func (w *writer) run() {
+	for w.next < propLines {
+		w.write()
+		switch r := w.rng.IntN(1000); {
+		case r < 8:
+			w.rotate()
+		case r < 10:
+			w.truncate()
+		}
+		if w.rng.IntN(20) == 0 {
+			time.Sleep(time.Duration(w.rng.IntN(2000)) * time.Microsecond)
+		}
+	}
+}
+
+func seqOf(t testing.TB, b []byte) int {
+	var l line
+	if err := json.Unmarshal(b, &l); err != nil {
+		t.Errorf("handed a line that is not whole: %q: %v", b, err)
+		return -1
+	}
+	return l.Seq
+}
+
+// seen tracks delivered seqs for the writer's gates.
+type seen struct {
+	mu   sync.Mutex
+	got  map[int]bool
+	low  int // every seq below low has been seen
+	list []int
+}
+
+func (s *seen) add(seq int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.got == nil {
+		s.got = map[int]bool{}
+	}
+	s.got[seq] = true
+	s.list = append(s.list, seq)
+	for s.got[s.low] {
+		s.low++
+	}
+}
+
+func (s *seen) upTo(seq int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.low >= seq
+}
+
+func TestPropertyGracefulRestarts(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
+			dir := t.TempDir()
+			path, cpPath := filepath.Join(dir, "findings.jsonl"), filepath.Join(dir, "cp.json")
+			var s seen
+			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: s.upTo}
+			done := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(1)
+			restarts := 0
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(seed, 1))
+				for {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(30))*time.Millisecond)
+					f := New(path, cpPath)
+					f.Poll, f.Batch = time.Millisecond, propBatch
+					err := f.Run(ctx, func(b []byte) error {
+						// A handler that sometimes fails must not cost a line.
+						if rng.IntN(50) == 0 {
+							return fmt.Errorf("flaky")
+						}
+						s.add(seqOf(t, b))
+						return nil
+					})
+					cancel()
+					if err != nil {
+						t.Errorf("Run: %v", err)
+						return
+					}
+					restarts++
+					select {
+					case <-done:
+						if s.upTo(propLines) {
+							return
+						}
+					default:
+					}
+				}
+			}()
+			w.run()
+			close(done)
+			wg.Wait()
+			checkExactlyOnce(t, s.list)
+			t.Logf("%d lines, %d rotations, %d truncations, %d reader restarts", propLines, w.rotations, w.truncates, restarts)
+			if w.rotations == 0 || w.truncates == 0 || restarts < 10 {
+				t.Errorf("the run exercised too little: %d rotations, %d truncations, %d restarts", w.rotations, w.truncates, restarts)
+			}
+		})
+	}
+}
+
+func checkExactlyOnce(t *testing.T, got []int) {
+	t.Helper()
+	if len(got) != propLines {
+		t.Errorf("delivered %d lines, want %d", len(got), propLines)
+	}
+	for i, seq := range got {
+		if seq != i {
+			t.Fatalf("delivery %d is seq %d, want %d (lost, duplicated or reordered)", i, seq, i)
+		}
+	}
+}
+
+// TestMain lets the crash test re-run this binary as the reader process.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnvVar) != "" {
+		os.Exit(child())
+	}
+	os.Exit(m.Run())
+}
+
+// child follows until killed, appending each line to the sink: a real
+// process that dies by SIGKILL, with no chance to save anything.
+func child() int {
+	path, cpPath, sinkPath := os.Args[1], os.Args[2], os.Args[3]
+	sink, err := os.OpenFile(sinkPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if _, err := sink.WriteString("start\n"); err != nil {
+		return 1
+	}
+	f := New(path, cpPath)
+	f.Poll, f.Batch = time.Millisecond, propBatch
+	err = f.Run(context.Background(), func(b []byte) error {
+		var l line
+		if err := json.Unmarshal(b, &l); err != nil {
+			_, err = sink.WriteString("bad " + strconv.Quote(string(b)) + "\n")
+			return err
+		}
+		_, err := sink.WriteString(strconv.Itoa(l.Seq) + "\n")
+		return err
+	})
+	fmt.Fprintln(os.Stderr, err)
+	return 1
+}
+
+// sinkReader parses the sink incrementally: runs of seqs, one per process.
+type sinkReader struct {
+	t    *testing.T
+	path string
+	off  int64
+	runs [][]int
+	s    seen
+}
+
+func (r *sinkReader) poll() {
+	f, err := os.Open(r.path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if _, err := f.Seek(r.off, 0); err != nil {
+		r.t.Fatal(err)
+	}
+	br := bufio.NewReader(f)
+	for {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			return // a line still being written waits for the next poll
+		}
+		r.off += int64(len(l))
+		l = strings.TrimSuffix(l, "\n")
+		switch {
+		case l == "start":
+			r.runs = append(r.runs, nil)
+		case strings.HasPrefix(l, "bad "):
+			r.t.Errorf("reader was handed a torn line: %s", l)
+		default:
+			seq, err := strconv.Atoi(l)
+			if err != nil {
+				r.t.Fatalf("sink line %q: %v", l, err)
+			}
+			r.runs[len(r.runs)-1] = append(r.runs[len(r.runs)-1], seq)
+			r.s.add(seq)
+		}
+	}
+}
+
+func (r *sinkReader) upTo(seq int) bool {
+	r.poll()
+	return r.s.upTo(seq)
+}
+
+func TestPropertyCrashRestarts(t *testing.T) {
+	for _, seed := range []uint64{7, 8} {
+		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
+			dir := t.TempDir()
+			path, cpPath, sinkPath := filepath.Join(dir, "findings.jsonl"), filepath.Join(dir, "cp.json"), filepath.Join(dir, "sink")
+			var mu sync.Mutex // the sink reader is polled by both goroutines
+			sr := &sinkReader{t: t, path: sinkPath}
+			upTo := func(seq int) bool { mu.Lock(); defer mu.Unlock(); return sr.upTo(seq) }
+			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: upTo}
+			done := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(1)
+			kills := 0
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(seed, 1))
+				for {
+					cmd := exec.Command(os.Args[0], path, cpPath, sinkPath)
+					cmd.Env = append(os.Environ(), childEnvVar+"=1")
+					cmd.Stderr = os.Stderr
+					if err := cmd.Start(); err != nil {
+						t.Errorf("start reader: %v", err)
+						return
+					}
+					time.Sleep(time.Duration(5+rng.IntN(60)) * time.Millisecond)
+					_ = cmd.Process.Kill()
+					_ = cmd.Wait()
+					kills++
+					select {
+					case <-done:
+						if upTo(propLines) {
+							return
+						}
+					default:
+					}
+				}
+			}()
+			w.run()
+			close(done)
+			wg.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			sr.poll()
+			checkAtLeastOnce(t, sr.runs)
+			t.Logf("%d rotations, %d truncations, %d kills", w.rotations, w.truncates, kills)
+			if w.rotations == 0 || w.truncates == 0 || kills < 10 {
+				t.Errorf("the run exercised too little: %d rotations, %d truncations, %d kills", w.rotations, w.truncates, kills)
+			}
+		})
+	}
+}
+
+// checkAtLeastOnce: after a kill the new process may replay what the dead
+// one handled but had not saved (at most one batch, the handler-then-save
+// window), and must not skip anything; within one process, lines come
+// once each and in order.
+func checkAtLeastOnce(t *testing.T, runs [][]int) {
+	t.Helper()
+	next := 0 // first seq not yet delivered by any process
+	replayed := 0
+	for i, run := range runs {
+		for j, seq := range run {
+			if j > 0 && seq != run[j-1]+1 {
+				t.Fatalf("process %d: seq %d after %d (lost, duplicated or reordered)", i, seq, run[j-1])
+			}
+		}
+		if len(run) == 0 {
+			continue
+		}
+		if run[0] > next {
+			t.Fatalf("process %d started at seq %d, but seq %d was never delivered", i, run[0], next)
+		}
+		if next-run[0] > propBatch {
+			t.Errorf("process %d replayed %d lines, more than a batch (%d)", i, next-run[0], propBatch)
+		}
+		replayed += max(0, next-run[0])
+		next = max(next, run[len(run)-1]+1)
+	}
+	if next != propLines {
+		t.Errorf("delivered up to seq %d, want %d", next, propLines)
+	}
+	t.Logf("%d lines replayed after kills", replayed)
+}
