@@ -84,7 +84,10 @@ func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Optio
 // reads it as a stream: counting needs only expression names, so data is
 // copied only for the rules kept in detail.
 func dumpRules(ctx context.Context, h *netns.Handle, deadline time.Time, opt Options, s *Snapshot, index map[chainKey]int) error {
-	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: h.Fd()})
+	// A large receive buffer matters for speed, not just syscalls: the
+	// kernel sizes each dump batch by the largest buffer recvmsg was given,
+	// and every batch restarts its walk of the chain from the first rule.
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: h.Fd(), MessageBufferSize: 1 << 16})
 	if err != nil {
 		return fmt.Errorf("dial netfilter netlink in netns %q: %w", h.Path, err)
 	}

@@ -90,7 +90,17 @@ func Read(r io.Reader) (Container, error) {
 	return fromSpec(st, spec), nil
 }
 
-func readConfig(bundle string) (*specs.Spec, error) {
+// config is the part of config.json the hook reads. Decoding the whole
+// specs.Spec would make encoding/json build codecs for its large type tree on
+// every container start, for fields never looked at.
+type config struct {
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Linux       *struct {
+		Namespaces []specs.LinuxNamespace `json:"namespaces,omitempty"`
+	} `json:"linux,omitempty"`
+}
+
+func readConfig(bundle string) (*config, error) {
 	path := filepath.Join(bundle, "config.json")
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -110,14 +120,14 @@ func readConfig(bundle string) (*specs.Spec, error) {
 	if len(data) > maxConfigBytes {
 		return nil, fmt.Errorf("read bundle config %q: larger than %d bytes", path, maxConfigBytes)
 	}
-	var spec specs.Spec
+	var spec config
 	if err := json.Unmarshal(data, &spec); err != nil {
 		return nil, fmt.Errorf("decode bundle config %q: %w", path, err)
 	}
 	return &spec, nil
 }
 
-func fromSpec(st specs.State, spec *specs.Spec) Container {
+func fromSpec(st specs.State, spec *config) Container {
 	// The state carries config.json's annotations; take the bundle's where
 	// a runtime left the state's empty.
 	ann := st.Annotations
@@ -142,7 +152,7 @@ func fromSpec(st specs.State, spec *specs.Spec) Container {
 
 // netnsPath finds the network namespace: the path CRI-O pinned, else the
 // live process's own. No network entry at all means the host's network.
-func netnsPath(spec *specs.Spec, pid int) (string, bool) {
+func netnsPath(spec *config, pid int) (string, bool) {
 	if spec.Linux == nil {
 		return "", true
 	}

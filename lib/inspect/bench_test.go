@@ -1,0 +1,49 @@
+package inspect_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/classify"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
+)
+
+// BenchmarkInspect measures one inspection of a netns holding n
+// iptables-nft rules, with classify's detail predicate as the hook uses it.
+func BenchmarkInspect(b *testing.B) {
+	for _, n := range []int{0, 10, 10000} {
+		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
+			nstest.NeedRoot(b, "iptables-nft-restore")
+			ns := nstest.New(b)
+			if n > 0 {
+				var sb strings.Builder
+				sb.WriteString("*filter\n")
+				for i := 0; i < n; i++ {
+					fmt.Fprintf(&sb, "-A INPUT -s 10.%d.%d.%d/32 -p tcp --dport %d -j ACCEPT\n", i>>16&255, i>>8&255, i&255, 1024+i%50000)
+				}
+				sb.WriteString("COMMIT\n")
+				ns.Restore(sb.String(), "iptables-nft-restore")
+			}
+			h, err := netns.Open(ns.Path())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer h.Close()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				s, err := inspect.Inspect(context.Background(), h, inspect.Options{Detail: classify.Candidate})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got := classify.Classify(s); n > 0 && got.Chains[0].Rules != n {
+					b.Fatalf("counted %d rules, want %d", got.Chains[0].Rules, n)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,132 @@
+// Command bench compares the hook with what an admin (or OpenShift's own
+// alerter) runs per pod, on the same network namespace in one run:
+//
+//	ip netns exec NS iptables-nft-save; ip netns exec NS ip6tables-nft-save
+//
+// For each ruleset size it alternates the two, so machine noise hits both
+// alike, and prints the medians, their ratio and the hook's peak RSS.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	bin := flag.String("bin", "bin/iptables-alerter", "hook binary to measure")
+	runs := flag.Int("runs", 30, "runs of each command per size")
+	sizes := flag.String("sizes", "0,10,10000", "ruleset sizes (rules in ip filter INPUT)")
+	flag.Parse()
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "bench: must run as root (it creates network namespaces)")
+		os.Exit(1)
+	}
+	abs, err := filepath.Abs(*bin)
+	if err != nil {
+		fail(err)
+	}
+	fmt.Printf("%-7s %12s %12s %7s %12s\n", "rules", "hook", "nft-save x2", "ratio", "hook maxrss")
+	for _, s := range strings.Split(*sizes, ",") {
+		var n int
+		fmt.Sscan(s, &n)
+		if err := benchSize(abs, n, *runs); err != nil {
+			fail(err)
+		}
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+func benchSize(bin string, rules, runs int) error {
+	ns := fmt.Sprintf("iptalert-bench-%d-%d", rules, os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip netns add: %v: %s", err, out)
+	}
+	defer exec.Command("ip", "netns", "del", ns).Run()
+	if rules > 0 {
+		var b strings.Builder
+		b.WriteString("*filter\n")
+		for i := 0; i < rules; i++ {
+			fmt.Fprintf(&b, "-A INPUT -s 10.%d.%d.%d/32 -p tcp --dport %d -j ACCEPT\n", i>>16&255, i>>8&255, i&255, 1024+i%50000)
+		}
+		b.WriteString("COMMIT\n")
+		restore := exec.Command("ip", "netns", "exec", ns, "iptables-nft-restore")
+		restore.Stdin = strings.NewReader(b.String())
+		if out, err := restore.CombinedOutput(); err != nil {
+			return fmt.Errorf("iptables-nft-restore: %v: %s", err, out)
+		}
+	}
+	tmp, err := os.MkdirTemp("", "iptalert-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bundle := filepath.Join(tmp, "bundle")
+	os.MkdirAll(bundle, 0o755)
+	cfg := fmt.Sprintf(`{"ociVersion":"1.0.2","linux":{"namespaces":[{"type":"network","path":"/run/netns/%s"}]}}`, ns)
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+
+	var hook, admin []time.Duration
+	var maxRSS int64
+	for i := 0; i < runs; i++ {
+		// A new sandbox each run: the hook does its whole work, finding
+		// and all, instead of stopping at "already recorded".
+		state, _ := json.Marshal(map[string]any{"ociVersion": "1.0.2", "id": fmt.Sprintf("c%d", i), "status": "running", "bundle": bundle,
+			"annotations": map[string]string{"io.kubernetes.pod.namespace": "bench", "io.kubernetes.pod.name": "p", "io.kubernetes.pod.uid": "u",
+				"io.kubernetes.container.name": "c", "io.kubernetes.cri-o.SandboxID": fmt.Sprintf("sb%d", i)}})
+		cmd := exec.Command(bin, "hook", "--findings", filepath.Join(tmp, "findings.jsonl"), "--state-dir", filepath.Join(tmp, "state"), "--timeout", "30s")
+		cmd.Stdin = strings.NewReader(string(state))
+		d, err := timed(cmd)
+		if err != nil {
+			return fmt.Errorf("hook: %w", err)
+		}
+		hook = append(hook, d)
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > maxRSS {
+			maxRSS = ru.Maxrss
+		}
+		var total time.Duration
+		for _, save := range []string{"iptables-nft-save", "ip6tables-nft-save"} {
+			d, err := timed(exec.Command("ip", "netns", "exec", ns, save))
+			if err != nil {
+				return fmt.Errorf("%s: %w", save, err)
+			}
+			total += d
+		}
+		admin = append(admin, total)
+	}
+	h, a := median(hook), median(admin)
+	fmt.Printf("%-7d %12s %12s %6.2fx %9d KiB\n", rules, h.Round(10*time.Microsecond), a.Round(10*time.Microsecond), float64(h)/float64(a), maxRSS)
+	return nil
+}
+
+func timed(cmd *exec.Cmd) (time.Duration, error) {
+	cmd.Stdout = nil
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	err := cmd.Run()
+	d := time.Since(start)
+	if err != nil {
+		return 0, fmt.Errorf("%v: %s", err, stderr.String())
+	}
+	return d, nil
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
