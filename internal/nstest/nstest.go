@@ -24,6 +24,10 @@ func Need(t testing.TB, ok bool, why string) {
 	if ok {
 		return
 	}
+	// -short asks for the unit tests only (make test-unit), even in CI.
+	if testing.Short() {
+		t.Skipf("skipping in -short mode: %s", why)
+	}
 	if CI() {
 		t.Fatalf("required under CI=true: %s", why)
 	}
@@ -33,6 +37,7 @@ func Need(t testing.TB, ok bool, why string) {
 // NeedRoot requires root and the named commands on PATH.
 func NeedRoot(t testing.TB, cmds ...string) {
 	t.Helper()
+	Need(t, !testing.Short(), "real-parts test")
 	Need(t, os.Geteuid() == 0, "needs root to create network namespaces")
 	for _, c := range append([]string{"ip"}, cmds...) {
 		_, err := exec.LookPath(c)

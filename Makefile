@@ -1,0 +1,54 @@
+# iptables-alerter: see README.md.
+PREFIX   ?= /usr/local
+BINDIR   ?= $(PREFIX)/bin
+HOOKSDIR ?= /etc/containers/oci/hooks.d
+DESTDIR  ?=
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+GO       ?= go
+BIN      := bin/iptables-alerter
+# Big test tools (kube-apiserver) are built once into this cache, outside the repo.
+export IPTA_CACHE ?= /var/cache/iptables-alerter
+
+.PHONY: all build deps test test-unit test-integration bench demo install uninstall lint clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN) ./hook
+
+deps:
+	tests/install-deps.sh
+
+# Everything: installs its own packages and tools first.
+test: deps lint
+	$(GO) test -race -count=1 -timeout 40m ./...
+
+# Only what needs neither root nor real tools.
+test-unit:
+	$(GO) test -count=1 -short ./...
+
+bench: deps build
+	$(GO) run ./tests/bench -bin $(BIN)
+	$(GO) test -run XXX -bench . -benchtime 20x ./lib/...
+
+demo: deps build
+	tests/demo.sh $(BIN)
+
+# The binary first, then the hooks.d JSON: CRI-O skips a hook whose binary
+# is missing and does not look again when it appears.
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/iptables-alerter
+	install -d -m 0755 $(DESTDIR)$(HOOKSDIR)
+	sed 's|/usr/local/bin/iptables-alerter|$(BINDIR)/iptables-alerter|' hooks.d/iptables-alerter.json > $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
+	chmod 0644 $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
+
+uninstall:
+	rm -f $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
+	rm -f $(DESTDIR)$(BINDIR)/iptables-alerter
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin

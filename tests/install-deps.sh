@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests and the demo run against: the real
+# iptables clients, nft, OCI runtimes, podman, node_exporter, promtool, etcd.
+# Idempotent: apt runs only when a package is missing.
+set -euo pipefail
+pkgs=(
+  iptables nftables iproute2 util-linux mount
+  crun runc podman busybox-static
+  prometheus-node-exporter prometheus
+  etcd-server
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: must run as root to install packages" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
