@@ -1,0 +1,87 @@
+package render
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+)
+
+var fuzzNames = []string{"payload", "meta", "cmp", "bitwise", "range", "lookup", "immediate", "counter",
+	"ct", "limit", "log", "reject", "nat", "masq", "redir", "tproxy", "notrack", "match", "target"}
+
+var fuzzFams = []inspect.Family{inspect.IP, inspect.IP6, inspect.INet, inspect.ARP, inspect.Bridge, "bogus"}
+
+// FuzzText cuts the input into expressions: each chunk starts with a byte
+// choosing the name (a known kind or the raw bytes as a name) and a length.
+// Text must never panic and must give one non-empty, printable line.
+func FuzzText(f *testing.F) {
+	f.Add([]byte{0, 0}, "OUTPUT")
+	f.Add([]byte{17, 12, 0x0a, 0, 1, 0, 'm', 'a', 'r', 'k', 0, 0, 0, 0}, "INPUT")
+	f.Add([]byte{2, 24, 8, 0, 1, 0, 0, 0, 0, 1, 8, 0, 2, 0, 0, 0, 0, 0, 12, 0, 3, 128, 5, 0, 1, 0, 6, 0, 0, 0}, "x\n")
+	f.Fuzz(func(t *testing.T, data []byte, chain string) {
+		r := inspect.Rule{Chain: chain}
+		if len(data) > 0 {
+			r.Family = fuzzFams[int(data[0])%len(fuzzFams)]
+			data = data[1:]
+		}
+		for len(data) >= 2 {
+			sel, n := int(data[0]), int(data[1])
+			data = data[2:]
+			if n > len(data) {
+				n = len(data)
+			}
+			name := "x" + string(data[:n%8])
+			if sel < 200 {
+				name = fuzzNames[sel%len(fuzzNames)]
+			}
+			r.Exprs = append(r.Exprs, inspect.Expr{Name: name, Data: data[:n]})
+			data = data[n:]
+		}
+		done := make(chan string, 1)
+		go func() { done <- Text(r) }()
+		var got string
+		select {
+		case got = <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Text hangs on %#v", r)
+		}
+		if got == "" || !strings.HasPrefix(got, "-A ") {
+			t.Fatalf("text %q lacks the -A head", got)
+		}
+		for _, c := range []byte(got) {
+			if c < 0x20 || c > 0x7e {
+				t.Fatalf("text %q holds byte %#x", got, c)
+			}
+		}
+	})
+}
+
+// TestOpaqueNeverDropped: what is not understood still shows, and two
+// different unknown blobs render differently.
+func TestOpaqueNeverDropped(t *testing.T) {
+	long1 := append(make([]byte, 100), 1)
+	long2 := append(make([]byte, 100), 2)
+	tests := []struct {
+		name string
+		expr inspect.Expr
+		want string
+	}{
+		{"unknown kind", inspect.Expr{Name: "quux", Data: []byte{1, 2}}, "-A C -m unknown:expr/quux[0102]"},
+		{"bad cmp", inspect.Expr{Name: "cmp", Data: []byte{1}}, "-A C -m unknown:expr/cmp[01]"},
+		{"hostile name", inspect.Expr{Name: "a b\n", Data: nil}, `-A C -m unknown:expr/"a b\n"[]`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Text(inspect.Rule{Family: inspect.IP, Chain: "C", Exprs: []inspect.Expr{tc.expr}}); got != tc.want {
+				t.Errorf("Text = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	a := Text(inspect.Rule{Chain: "C", Exprs: []inspect.Expr{{Name: "quux", Data: long1}}})
+	b := Text(inspect.Rule{Chain: "C", Exprs: []inspect.Expr{{Name: "quux", Data: long2}}})
+	if a == b || !strings.Contains(a, "...+37#") {
+		t.Errorf("long blobs: %q and %q should differ and be marked cut", a, b)
+	}
+}
