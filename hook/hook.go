@@ -10,7 +10,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/ocistate"
@@ -35,7 +34,7 @@ type hookConfig struct {
 	findings      string
 	maxBytes      int64
 	stateDir      string
-	allowlistPath string
+	allow         allowFlags
 	timeout       time.Duration
 	stage         string
 	node          string
@@ -50,7 +49,7 @@ func runHook(args []string, stdin io.Reader, stderr io.Writer) int {
 	fs.StringVar(&cfg.findings, "findings", findings.DefaultPath, "findings file to append to")
 	fs.Int64Var(&cfg.maxBytes, "max-bytes", findings.DefaultMaxBytes, "rotate the findings file to <file>.1 beyond this size")
 	fs.StringVar(&cfg.stateDir, "state-dir", findings.DefaultStateDir, "directory for the per-sandbox memory that keeps one finding per pod")
-	fs.StringVar(&cfg.allowlistPath, "allowlist", "", "allowlist JSON file (see README)")
+	cfg.allow.register(fs)
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Second, "internal deadline; past it the finding is recorded with truncated: true")
 	fs.StringVar(&cfg.stage, "stage", "", "hook stage to record (default: from the state's status)")
 	fs.StringVar(&cfg.node, "node", hostname, "node name to record")
@@ -111,7 +110,7 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 	}
 	l = l.WithField("netns", c.Netns)
 
-	allow, err := loadAllowlist(cfg.allowlistPath)
+	allow, err := cfg.allow.load()
 	if err != nil {
 		// Inspect anyway: a broken allowlist must not hide usage.
 		l.WithError(err).Error("cannot load the allowlist, reporting without it")
@@ -197,11 +196,4 @@ func buildRecord(cfg hookConfig, c ocistate.Container, res scanResult) findings.
 		Truncated:        res.Usage.Truncated || cut,
 		Error:            errString(res.Err),
 	}
-}
-
-func loadAllowlist(path string) (*allowlist.List, error) {
-	if path == "" {
-		return &allowlist.List{}, nil
-	}
-	return allowlist.Load(path)
 }

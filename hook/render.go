@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/classify"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
+	"github.com/iptables-alerter/iptables-alerter/lib/render"
+)
+
+func init() {
+	register("render", "print the canonical iptables rules of a netns, marking allowlisted ones", runRender)
+}
+
+const renderSynopsis = `render --netns PATH [FLAGS]
+
+Prints every iptables rule in the network namespace at PATH (for example
+/run/netns/NAME or /proc/PID/ns/net) in canonical text, one a line, as
+"family table TEXT", followed by "# allowlisted: ENTRY" where an allowlist
+entry takes it away. Copy a line's TEXT into an allowlist entry's "rule".
+Legacy x_tables usage is summarised at the end (it is counted, not decoded).
+Exits 1 when the netns cannot be read, 0 otherwise.`
+
+func runRender(args []string, _ io.Reader, stderr io.Writer) int {
+	fs := newFlagSet("render", renderSynopsis, stderr)
+	path := fs.String("netns", "", "network namespace file to read (required)")
+	namespace := fs.String("namespace", "", "pod namespace, for allowlist entries scoped to namespaces")
+	timeout := fs.Duration("timeout", 10*time.Second, "give up reading the netns after this long")
+	var allow allowFlags
+	allow.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "render: --netns is required")
+		fs.Usage()
+		return 2
+	}
+	list, err := allow.load()
+	if err != nil {
+		fmt.Fprintf(stderr, "render: %v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	h, err := netns.Open(*path)
+	if err != nil {
+		fmt.Fprintf(stderr, "render: %v\n", err)
+		if os.Geteuid() != 0 {
+			fmt.Fprintln(stderr, "render: reading another network namespace needs root")
+		}
+		return 1
+	}
+	defer h.Close()
+	snap, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate})
+	u := classify.Classify(snap)
+	out := os.Stdout
+	for _, r := range u.Rules {
+		text := render.Text(r)
+		fmt.Fprintf(out, "%s %s %s", r.Family, render.Escape(r.Table, maxNameInRecord), text)
+		if name := list.Match(*namespace, r, func() string { return text }); name != "" {
+			fmt.Fprintf(out, "    # allowlisted: %s", name)
+		}
+		fmt.Fprintln(out)
+	}
+	counted := 0
+	for _, c := range u.Chains {
+		counted += c.Rules
+		if c.User && c.Rules == 0 {
+			fmt.Fprintf(out, "# %s %s: empty user chain %s\n", c.Family, render.Escape(c.Table, maxNameInRecord), render.Escape(c.Name, maxNameInRecord))
+		}
+		if c.Drop {
+			fmt.Fprintf(out, "# %s %s: chain %s has policy DROP\n", c.Family, render.Escape(c.Table, maxNameInRecord), c.Name)
+		}
+	}
+	if counted > len(u.Rules) {
+		fmt.Fprintf(out, "# %d more rules counted but not rendered (bound of %d)\n", counted-len(u.Rules), len(u.Rules))
+	}
+	for _, l := range u.Legacy {
+		fmt.Fprintf(out, "# legacy %s %s: %d entries beyond the untouched table\n", l.Family, l.Table, l.Rules)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "render: incomplete: %v\n", err)
+		if errors.Is(err, inspect.ErrDeadline) {
+			return 1
+		}
+	}
+	return 0
+}

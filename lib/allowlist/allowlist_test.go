@@ -1,0 +1,100 @@
+package allowlist
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/classify"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+)
+
+func TestParseRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		json string
+	}{
+		{"not json", `{"entries": [`},
+		{"no name", `{"entries": [{"rule": "-A X -j ACCEPT"}]}`},
+		{"no matcher", `{"entries": [{"name": "a"}]}`},
+		{"both matchers", `{"entries": [{"name": "a", "rule": "x", "rule_regexp": "x"}]}`},
+		{"bad regexp", `{"entries": [{"name": "a", "rule_regexp": "("}]}`},
+		{"bad namespace glob", `{"entries": [{"name": "a", "rule": "x", "namespaces": ["["]}]}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := Parse([]byte(tc.json), "test"); err == nil {
+				t.Fatal("Parse accepted it")
+			}
+		})
+	}
+}
+
+func TestMatch(t *testing.T) {
+	l, err := Parse([]byte(`{"entries": [
+	  {"name": "exact", "family": "ip", "table": "filter", "chain": "OUTPUT", "rule": "-A OUTPUT -j DROP"},
+	  {"name": "re", "rule_regexp": "-A FORWARD .*", "namespaces": ["openshift-*"]}
+	]}`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := inspect.Rule{Family: inspect.IP, Table: "filter", Chain: "OUTPUT"}
+	fwd := inspect.Rule{Family: inspect.IP6, Table: "filter", Chain: "FORWARD"}
+	tests := []struct {
+		name, ns string
+		rule     inspect.Rule
+		text     string
+		want     string
+	}{
+		{"exact", "a", out, "-A OUTPUT -j DROP", "exact"},
+		{"exact other text", "a", out, "-A OUTPUT -j ACCEPT", ""},
+		{"exact other family", "a", inspect.Rule{Family: inspect.IP6, Table: "filter", Chain: "OUTPUT"}, "-A OUTPUT -j DROP", ""},
+		{"regexp in scope", "openshift-dns", fwd, "-A FORWARD -j DROP", "re"},
+		{"regexp out of namespace", "team-a", fwd, "-A FORWARD -j DROP", ""},
+		// The regexp must match the whole text, not a part of it.
+		{"regexp is anchored", "openshift-dns", fwd, "x-A FORWARD -j DROP", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := l.Match(tc.ns, tc.rule, func() string { return tc.text }); got != tc.want {
+				t.Errorf("Match = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestMatchRendersOnlyInScope(t *testing.T) {
+	l, _ := Parse([]byte(`{"entries": [{"name": "a", "table": "filter", "rule": "x"}]}`), "test")
+	calls := 0
+	l.Match("ns", inspect.Rule{Table: "nat"}, func() string { calls++; return "x" })
+	if calls != 0 {
+		t.Errorf("rendered a rule no entry could match (%d calls)", calls)
+	}
+}
+
+func TestApply(t *testing.T) {
+	l, _ := Parse([]byte(`{"entries": [{"name": "drop-ok", "rule": "DROP"}]}`), "test")
+	r := func(chain, text string) inspect.Rule {
+		return inspect.Rule{Family: inspect.IP, Table: "filter", Chain: chain, Exprs: []inspect.Expr{{Name: text}}}
+	}
+	u := classify.Usage{
+		Chains: []classify.Chain{{Family: inspect.IP, Table: "filter", Name: "OUTPUT", Rules: 2}, {Family: inspect.IP, Table: "filter", Name: "INPUT", Rules: 1}},
+		Rules:  []inspect.Rule{r("OUTPUT", "DROP"), r("OUTPUT", "ACCEPT"), r("INPUT", "DROP")},
+	}
+	got, res := l.Apply(u, "ns", func(r inspect.Rule) string { return r.Exprs[0].Name })
+	if d := cmp.Diff(Result{Count: 2, Entries: []string{"drop-ok"}}, res); d != "" {
+		t.Errorf("result (-want +got):\n%s", d)
+	}
+	if got.Chains[0].Rules != 1 || got.Chains[1].Rules != 0 || got.Chains[1].Used() || len(got.Rules) != 1 {
+		t.Errorf("usage after Apply: %+v", got)
+	}
+	if u.Chains[0].Rules != 2 {
+		t.Error("Apply changed its input")
+	}
+}
+
+func TestDefaultParses(t *testing.T) {
+	if Default().Len() == 0 {
+		t.Fatal("built-in allowlist is empty")
+	}
+}
