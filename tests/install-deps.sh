@@ -4,7 +4,7 @@
 # Idempotent: apt runs only when a package is missing.
 set -euo pipefail
 pkgs=(
-  iptables nftables iproute2 util-linux mount
+  iptables arptables ebtables ipset nftables iproute2 util-linux mount
   crun runc podman busybox-static
   prometheus-node-exporter prometheus
   etcd-server
