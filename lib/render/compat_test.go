@@ -2,6 +2,7 @@ package render
 
 import (
 	"encoding/binary"
+	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
 	"os"
 	"testing"
 
@@ -97,21 +98,26 @@ func TestCompatGenerations(t *testing.T) {
 		iptables string
 		other    []expr.Any
 		want     string
+		// entry is the built-in allowlist entry both generations must match.
+		entry string
 	}{{
 		name: "tcp dport syn as xt tcp", fam: inspect.IP, table: "filter", chain: "OUTPUT",
 		iptables: "iptables-nft -A OUTPUT -p tcp --dport 22623 --syn -j REJECT",
 		other:    cat(l4proto(6), xtTCP(0, 0xffff, 22623, 22623, 0x17, 0x02, 0), xtREJECT(3)),
 		want:     "-A OUTPUT -p tcp --dport 22623 --syn -j REJECT",
+		entry:    "ovn-kubernetes-block-mcs-ipv4",
 	}, {
 		name: "tcp with -p as ip header payload", fam: inspect.IP, table: "filter", chain: "OUTPUT",
 		iptables: "iptables-nft -A OUTPUT -p tcp -m tcp --dport 22624 --tcp-flags FIN,SYN,RST,ACK SYN -j REJECT --reject-with icmp-port-unreachable",
 		other:    cat(ipProtoPayload(6), xtTCP(0, 0xffff, 22624, 22624, 0x17, 0x02, 0), xtREJECT(3)),
 		want:     "-A OUTPUT -p tcp --dport 22624 --syn -j REJECT",
+		entry:    "ovn-kubernetes-block-mcs-ipv4",
 	}, {
 		name: "udp not dport as xt udp", fam: inspect.IP, table: "filter", chain: "FORWARD",
 		iptables: "iptables-nft -A FORWARD -d 169.254.169.254/32 -p udp -m udp ! --dport 53 -j REJECT --reject-with icmp-port-unreachable",
 		other:    cat(meta169, l4proto(17), xtUDP(0, 0xffff, 53, 53, 2), xtREJECT(3)),
 		want:     "-A FORWARD -d 169.254.169.254 -p udp ! --dport 53 -j REJECT",
+		entry:    "ovn-kubernetes-block-metadata",
 	}, {
 		name: "tcp port range as cmp gte/lte", fam: inspect.IP, table: "filter", chain: "INPUT",
 		iptables: "iptables-nft -A INPUT -p tcp --dport 1000:2000 -j ACCEPT",
@@ -225,7 +231,13 @@ func TestCompatGenerations(t *testing.T) {
 			var got []string
 			for _, r := range dumpRules(t, ns.Path()) {
 				if r.Family == tc.fam && r.Table == tc.table && r.Chain == tc.chain {
-					got = append(got, Text(r))
+					text := Text(r)
+					got = append(got, text)
+					if tc.entry != "" {
+						if m := allowlist.Default().Match("any", r, func() string { return text }); m != tc.entry {
+							t.Errorf("built-in allowlist matched %q for %q, want %q", m, text, tc.entry)
+						}
+					}
 				}
 			}
 			if d := cmp.Diff([]string{tc.want, tc.want}, got); d != "" {
