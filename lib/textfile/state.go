@@ -1,0 +1,93 @@
+package textfile
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/follow"
+)
+
+// stateVersion changes when State changes incompatibly; an unknown version
+// is an error rather than a silently empty state.
+const stateVersion = 1
+
+// Pod is what the latest finding said about one pod.
+type Pod struct {
+	Namespace   string    `json:"namespace"`
+	Name        string    `json:"name"`
+	UID         string    `json:"uid"`
+	Netns       string    `json:"netns"`
+	NftRules    int       `json:"nft_rules"`
+	LegacyRules int       `json:"legacy_rules"`
+	Flagged     bool      `json:"flagged"`
+	Time        time.Time `json:"time"`
+}
+
+// State is everything that must survive a restart.
+type State struct {
+	Version int `json:"version"`
+	// Pods is keyed by pod UID: the one id that does not repeat when a pod
+	// is recreated under the same name.
+	Pods        map[string]Pod    `json:"pods"`
+	Findings    uint64            `json:"findings"`
+	Malformed   uint64            `json:"malformed"`
+	LastFinding time.Time         `json:"last_finding"`
+	Checkpoint  follow.Checkpoint `json:"checkpoint"`
+}
+
+func newState() State { return State{Version: stateVersion, Pods: map[string]Pod{}} }
+
+func loadState(path string) (State, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return newState(), nil
+	}
+	if err != nil {
+		return State{}, fmt.Errorf("load state %q: %w", path, err)
+	}
+	defer f.Close()
+	s := newState()
+	if err := json.NewDecoder(io.LimitReader(f, 64<<20)).Decode(&s); err != nil {
+		return State{}, fmt.Errorf("load state %q: %w", path, err)
+	}
+	if s.Version != stateVersion {
+		return State{}, fmt.Errorf("load state %q: version %d, want %d", path, s.Version, stateVersion)
+	}
+	if s.Pods == nil {
+		s.Pods = map[string]Pod{}
+	}
+	return s, nil
+}
+
+func saveState(path string, s State) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("save state %q: %w", path, err)
+	}
+	if err := follow.WriteFileAtomic(path, append(b, '\n'), 0o640); err != nil {
+		return fmt.Errorf("save state: %w", err)
+	}
+	return nil
+}
+
+// podOf condenses a record. Flagged means the finding shows usage; a record
+// that only carries an inspection error is kept (the pod is known) but not
+// flagged.
+func podOf(r findings.Record) Pod {
+	return Pod{
+		Namespace:   r.Pod.Namespace,
+		Name:        r.Pod.Name,
+		UID:         r.Pod.UID,
+		Netns:       r.Netns,
+		NftRules:    r.Nft.Rules,
+		LegacyRules: r.Legacy.Rules,
+		Flagged:     r.Nft.Rules+r.Nft.Chains+r.Legacy.Rules > 0 || len(r.Nft.Tables)+len(r.Legacy.Tables) > 0,
+		Time:        r.Time,
+	}
+}

@@ -1,0 +1,226 @@
+package textfile
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/follow"
+)
+
+// Defaults for the subcommand's flags.
+const (
+	DefaultTextfileDir = "/var/lib/node_exporter/textfile_collector"
+	DefaultStateDir    = "/var/lib/iptables-alerter/textfile"
+	DefaultForgetAfter = 24 * time.Hour
+	// FileName ends in .prom because node-exporter reads only those; the
+	// temp file WriteToTextfile renames from does not, so it is never read
+	// half-written.
+	FileName       = "iptables_alerter.prom"
+	stateFile      = "state.json"
+	checkpointFile = "checkpoint.json"
+)
+
+// Collector holds the state and writes the textfile. Its methods may be
+// called from several goroutines.
+type Collector struct {
+	// ForgetAfter drops a pod whose latest finding is older than this
+	// (0: never), for pods whose netns cannot be checked.
+	ForgetAfter time.Duration
+	// Now is the clock (tests set it).
+	Now func() time.Time
+	// NetnsGone reports whether a pinned netns no longer exists.
+	NetnsGone func(path string) bool
+	// Malformed, if set, is told about each line counted as malformed.
+	Malformed func(err error)
+
+	stateDir, promPath string
+
+	mu    sync.Mutex
+	state State
+}
+
+// Open loads the state from stateDir (creating the directory) and returns a
+// collector writing into textfileDir.
+func Open(stateDir, textfileDir string) (*Collector, error) {
+	if err := os.MkdirAll(stateDir, 0o750); err != nil {
+		return nil, fmt.Errorf("create state directory %q: %w", stateDir, err)
+	}
+	if fi, err := os.Stat(textfileDir); err != nil {
+		return nil, fmt.Errorf("check textfile directory %q: %w", textfileDir, err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("check textfile directory %q: not a directory", textfileDir)
+	}
+	s, err := loadState(filepath.Join(stateDir, stateFile))
+	if err != nil {
+		return nil, err
+	}
+	return &Collector{
+		ForgetAfter: DefaultForgetAfter,
+		Now:         time.Now,
+		NetnsGone:   netnsGone,
+		stateDir:    stateDir,
+		promPath:    filepath.Join(textfileDir, FileName),
+		state:       s,
+	}, nil
+}
+
+// netnsGone is true only when the directory holding the pin is visible and
+// the pin is not in it: a container that does not mount /run/netns must not
+// conclude that every pod is gone.
+func netnsGone(path string) bool {
+	if path == "" {
+		return false
+	}
+	if _, err := os.Stat(filepath.Dir(path)); err != nil {
+		return false
+	}
+	_, err := os.Lstat(path)
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// Follower returns a follower of the findings file wired to c: its
+// checkpoint is the one saved with the state (the state is written first,
+// so it is never behind the follower's own file), malformed and oversized
+// lines are counted, and each checkpoint save first saves the state.
+func (c *Collector) Follower(findingsPath string) (*follow.Follower, error) {
+	cpPath := filepath.Join(c.stateDir, checkpointFile)
+	c.mu.Lock()
+	cp := c.state.Checkpoint
+	c.mu.Unlock()
+	if err := follow.SaveCheckpoint(cpPath, cp); err != nil {
+		return nil, err
+	}
+	f := follow.New(findingsPath, cpPath)
+	f.Skipped = c.Skipped
+	f.Commit = c.Commit
+	return f, nil
+}
+
+// Handle is a follow.Handler. It never fails: a line it cannot use is
+// counted as malformed and skipped, never retried.
+func (c *Collector) Handle(line []byte) error {
+	r, err := findings.Parse(line)
+	if err == nil && r.Pod.UID == "" {
+		err = fmt.Errorf("decode finding: no pod uid")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.malformed(err)
+		return nil
+	}
+	c.state.Findings++
+	if r.Time.After(c.state.LastFinding) {
+		c.state.LastFinding = r.Time
+	}
+	// Replayed or out-of-order lines must not replace a newer finding.
+	if old, ok := c.state.Pods[r.Pod.UID]; !ok || !r.Time.Before(old.Time) {
+		c.state.Pods[r.Pod.UID] = podOf(r)
+	}
+	return nil
+}
+
+// Skipped counts a line the follower did not hand over.
+func (c *Collector) Skipped(s follow.Skip) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.malformed(fmt.Errorf("skip %q offset %d (%d bytes): %s", s.File, s.Offset, s.Size, s.Reason))
+}
+
+func (c *Collector) malformed(err error) {
+	c.state.Malformed++
+	if c.Malformed != nil {
+		c.Malformed(err)
+	}
+}
+
+// Commit saves the state with cp, then rewrites the textfile.
+func (c *Collector) Commit(cp follow.Checkpoint) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.prune()
+	c.state.Checkpoint = cp
+	if err := saveState(filepath.Join(c.stateDir, stateFile), c.state); err != nil {
+		return err
+	}
+	return c.write()
+}
+
+// Refresh drops pods that are gone and rewrites the textfile. It does not
+// save the state: handled lines past the last commit are in memory only
+// and must not be saved with an older checkpoint.
+func (c *Collector) Refresh() (dropped int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	dropped = c.prune()
+	return dropped, c.write()
+}
+
+// Pods returns the pods currently exported, ordered by namespace and name.
+func (c *Collector) Pods() []Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.exported()
+}
+
+// Counts returns the findings and malformed-line counters.
+func (c *Collector) Counts() (findingsSeen, malformed uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state.Findings, c.state.Malformed
+}
+
+func (c *Collector) prune() int {
+	now := c.Now()
+	n := 0
+	for uid, p := range c.state.Pods {
+		if c.NetnsGone(p.Netns) || (c.ForgetAfter > 0 && now.Sub(p.Time) > c.ForgetAfter) {
+			delete(c.state.Pods, uid)
+			n++
+		}
+	}
+	return n
+}
+
+// exported picks one pod per namespace/name, the newest, so the textfile
+// never holds two series with the same labels (node-exporter would refuse
+// the whole file).
+func (c *Collector) exported() []Pod {
+	byName := map[[2]string]Pod{}
+	for _, p := range c.state.Pods {
+		k := [2]string{p.Namespace, p.Name}
+		if old, ok := byName[k]; !ok || p.Time.After(old.Time) || (p.Time.Equal(old.Time) && p.UID > old.UID) {
+			byName[k] = p
+		}
+	}
+	pods := make([]Pod, 0, len(byName))
+	for _, p := range byName {
+		pods = append(pods, p)
+	}
+	sort.Slice(pods, func(i, j int) bool {
+		if pods[i].Namespace != pods[j].Namespace {
+			return pods[i].Namespace < pods[j].Namespace
+		}
+		return pods[i].Name < pods[j].Name
+	})
+	return pods
+}
+
+func (c *Collector) write() error {
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(snapshot{pods: c.exported(), state: c.state}); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	if err := prometheus.WriteToTextfile(c.promPath, reg); err != nil {
+		return fmt.Errorf("write textfile %q: %w", c.promPath, err)
+	}
+	return nil
+}

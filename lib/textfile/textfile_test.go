@@ -1,0 +1,332 @@
+package textfile
+
+import (
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/follow"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// env is a findings file written by the real appender, a state dir, a
+// textfile dir, and a directory of stand-ins for pinned netns files.
+type env struct {
+	t                          *testing.T
+	findings, state, text, run string
+}
+
+func newEnv(t *testing.T) *env {
+	d := t.TempDir()
+	e := &env{t: t, findings: filepath.Join(d, "log", "findings.jsonl"), state: filepath.Join(d, "state"), text: filepath.Join(d, "text"), run: filepath.Join(d, "netns")}
+	for _, p := range []string{filepath.Dir(e.findings), e.text, e.run} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// netns makes a stand-in pinned netns and returns its path.
+func (e *env) netns(name string) string {
+	p := filepath.Join(e.run, name)
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+func (e *env) append(recs ...findings.Record) {
+	e.t.Helper()
+	for _, r := range recs {
+		if err := (findings.Log{Path: e.findings}).Append(context.Background(), r); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func (e *env) appendRaw(s string) {
+	e.t.Helper()
+	f, err := os.OpenFile(e.findings, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(s); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// once is what `textfile --once` does, with a fixed clock.
+func (e *env) once(now time.Time) *Collector {
+	e.t.Helper()
+	c, err := Open(e.state, e.text)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c.Now = func() time.Time { return now }
+	f, err := c.Follower(e.findings)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := f.Once(context.Background(), c.Handle); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := c.Refresh(); err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+func (e *env) prom() string {
+	e.t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.text, FileName))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return string(b)
+}
+
+func rec(ns, name, uid, netns string, nft, legacy int, at time.Time) findings.Record {
+	r := findings.Record{Time: at, Node: "node-1", Source: "hook", Stage: "poststart", ContainerID: "c-" + uid, Pod: findings.Pod{Namespace: ns, Name: name, UID: uid}, Netns: netns, Fingerprint: "fp-" + uid}
+	r.Nft.Rules, r.Legacy.Rules = nft, legacy
+	if nft > 0 {
+		r.Nft.Tables = []string{"ip filter"}
+	}
+	if legacy > 0 {
+		r.Legacy.Tables = []string{"ip filter"}
+	}
+	return r
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	p := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", p, diff)
+	}
+}
+
+func TestCollector(t *testing.T) {
+	tests := []struct {
+		name string
+		// feed writes findings into e and returns the clock for the run.
+		feed          func(e *env) time.Time
+		wantPods      []string // namespace/name=nft,legacy
+		wantFindings  uint64
+		wantMalformed uint64
+	}{
+		{
+			name: "two pods, both backends",
+			feed: func(e *env) time.Time {
+				e.append(rec("team-a", "web-1", "u1", e.netns("a"), 3, 0, t0), rec("team-b", "db-0", "u2", e.netns("b"), 0, 2, t0.Add(time.Second)))
+				return t0.Add(time.Minute)
+			},
+			wantPods:     []string{"team-a/web-1=3,0", "team-b/db-0=0,2"},
+			wantFindings: 2,
+		},
+		{
+			name: "latest finding per pod wins, older replays do not",
+			feed: func(e *env) time.Time {
+				ns := e.netns("a")
+				e.append(rec("team-a", "web-1", "u1", ns, 3, 0, t0), rec("team-a", "web-1", "u1", ns, 5, 1, t0.Add(time.Second)), rec("team-a", "web-1", "u1", ns, 1, 0, t0))
+				return t0.Add(time.Minute)
+			},
+			wantPods:     []string{"team-a/web-1=5,1"},
+			wantFindings: 3,
+		},
+		{
+			name: "pod whose netns is gone is dropped",
+			feed: func(e *env) time.Time {
+				e.append(rec("team-a", "web-1", "u1", e.netns("a"), 3, 0, t0), rec("team-a", "gone-1", "u2", filepath.Join(e.run, "deleted"), 4, 0, t0))
+				return t0.Add(time.Minute)
+			},
+			wantPods:     []string{"team-a/web-1=3,0"},
+			wantFindings: 2,
+		},
+		{
+			name: "netns in a directory we cannot see is kept",
+			feed: func(e *env) time.Time {
+				e.append(rec("team-a", "web-1", "u1", "/nonexistent-dir/netns/x", 3, 0, t0))
+				return t0.Add(time.Minute)
+			},
+			wantPods:     []string{"team-a/web-1=3,0"},
+			wantFindings: 1,
+		},
+		{
+			name: "forget-after drops an old pod",
+			feed: func(e *env) time.Time {
+				e.append(rec("team-a", "old", "u1", "", 3, 0, t0), rec("team-a", "new", "u2", "", 1, 0, t0.Add(23*time.Hour)))
+				return t0.Add(25 * time.Hour)
+			},
+			wantPods:     []string{"team-a/new=1,0"},
+			wantFindings: 2,
+		},
+		{
+			name: "recreated pod with the same name gives one series, the newest",
+			feed: func(e *env) time.Time {
+				e.append(rec("team-a", "web-0", "old-uid", e.netns("a"), 9, 0, t0), rec("team-a", "web-0", "new-uid", e.netns("b"), 2, 0, t0.Add(time.Second)))
+				return t0.Add(time.Minute)
+			},
+			wantPods:     []string{"team-a/web-0=2,0"},
+			wantFindings: 2,
+		},
+		{
+			name: "malformed lines are counted and skipped",
+			feed: func(e *env) time.Time {
+				e.appendRaw("not json\n{\"schema\":\"other/v9\"}\n")
+				e.append(rec("team-a", "web-1", "u1", "", 1, 0, t0))
+				e.appendRaw(`{"schema":"iptables-alerter/v1","fingerprint":"x","pod":{"uid":""}}` + "\n")
+				return t0.Add(time.Minute)
+			},
+			wantPods:      []string{"team-a/web-1=1,0"},
+			wantFindings:  1,
+			wantMalformed: 3,
+		},
+		{
+			name:     "no findings file yet",
+			feed:     func(e *env) time.Time { return t0 },
+			wantPods: []string{},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			c := e.once(tc.feed(e))
+			got := []string{}
+			for _, p := range c.Pods() {
+				got = append(got, p.Namespace+"/"+p.Name+"="+strconv.Itoa(p.NftRules)+","+strconv.Itoa(p.LegacyRules))
+			}
+			if diff := cmp.Diff(tc.wantPods, got); diff != "" {
+				t.Errorf("pods (-want +got):\n%s", diff)
+			}
+			f, m := c.Counts()
+			if f != tc.wantFindings || m != tc.wantMalformed {
+				t.Errorf("counts = %d findings, %d malformed; want %d, %d", f, m, tc.wantFindings, tc.wantMalformed)
+			}
+			if _, err := os.Stat(filepath.Join(e.text, FileName)); err != nil {
+				t.Errorf("no textfile written: %v", err)
+			}
+		})
+	}
+}
+
+func TestTextfileGolden(t *testing.T) {
+	e := newEnv(t)
+	e.append(rec("team-a", "web-1", "u1", e.netns("a"), 3, 0, t0), rec("team-b", "db-0", "u2", e.netns("b"), 1, 2, t0.Add(1500*time.Millisecond)), rec("team-a", "clean", "u3", e.netns("c"), 0, 0, t0))
+	e.appendRaw("garbage\n")
+	e.once(t0.Add(time.Minute))
+	golden(t, "two-flagged.prom", e.prom())
+}
+
+func TestStateSurvivesRestart(t *testing.T) {
+	e := newEnv(t)
+	e.append(rec("team-a", "web-1", "u1", e.netns("a"), 3, 0, t0))
+	e.appendRaw("garbage\n")
+	e.once(t0.Add(time.Minute))
+	first := e.prom()
+	e.once(t0.Add(2 * time.Minute)) // nothing new
+	if diff := cmp.Diff(first, e.prom()); diff != "" {
+		t.Errorf("restart changed the textfile (-before +after):\n%s", diff)
+	}
+	e.append(rec("team-b", "db-0", "u2", e.netns("b"), 0, 2, t0.Add(time.Second)))
+	c := e.once(t0.Add(3 * time.Minute))
+	if f, m := c.Counts(); f != 2 || m != 1 {
+		t.Errorf("counts after restart = %d, %d; want 2, 1", f, m)
+	}
+	if n := len(c.Pods()); n != 2 {
+		t.Errorf("pods after restart = %d, want 2", n)
+	}
+}
+
+// A crash after the state was saved but before the follower's own
+// checkpoint: the state's checkpoint wins, so no line is counted twice.
+func TestCrashBetweenStateAndCheckpoint(t *testing.T) {
+	e := newEnv(t)
+	e.append(rec("team-a", "web-1", "u1", "", 3, 0, t0))
+	e.once(t0.Add(time.Minute))
+	cpPath := filepath.Join(e.state, checkpointFile)
+	stale, err := follow.LoadCheckpoint(cpPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.append(rec("team-a", "web-2", "u2", "", 1, 0, t0))
+	e.once(t0.Add(time.Minute))
+	// Put the follower's checkpoint back to before the second line, as if
+	// the process died between saving the state and saving it.
+	if err := follow.SaveCheckpoint(cpPath, stale); err != nil {
+		t.Fatal(err)
+	}
+	c := e.once(t0.Add(time.Minute))
+	if f, _ := c.Counts(); f != 2 {
+		t.Errorf("findings after the simulated crash = %d, want 2 (a replay was counted)", f)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	d := t.TempDir()
+	file := filepath.Join(d, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badState := filepath.Join(d, "badstate")
+	if err := os.MkdirAll(badState, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(badState, stateFile), []byte(`{"version":99}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, state, text string
+	}{
+		{"textfile dir missing", filepath.Join(d, "s1"), filepath.Join(d, "missing")},
+		{"textfile dir is a file", filepath.Join(d, "s2"), file},
+		{"state dir under a file", filepath.Join(file, "sub"), d},
+		{"state of another version", badState, d},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := Open(tc.state, tc.text); err == nil {
+				t.Error("Open: no error")
+			}
+		})
+	}
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	p := filepath.Join(t.TempDir(), stateFile)
+	s := newState()
+	s.Pods["u1"] = Pod{Namespace: "a", Name: "b", UID: "u1", NftRules: 2, Flagged: true, Time: t0}
+	s.Findings, s.Malformed, s.LastFinding = 7, 2, t0
+	s.Checkpoint = follow.Checkpoint{Inode: 5, Offset: 9}
+	if err := saveState(p, s); err != nil {
+		t.Fatal(err)
+	}
+	got, err := loadState(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(s, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("(-saved +loaded):\n%s", diff)
+	}
+}
