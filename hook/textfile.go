@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/follow"
+	"github.com/iptables-alerter/iptables-alerter/lib/textfile"
+)
+
+func init() {
+	register("textfile", "write node-exporter textfile metrics from the findings file", runTextfile)
+}
+
+const textfileSynopsis = `textfile [FLAGS]
+
+Follows the findings file and keeps iptables_alerter.prom in the
+node-exporter textfile directory up to date: per-pod iptables rule counts
+for pods still on this node, the number of flagged pods, and counters of
+findings and malformed lines. State and checkpoint live in --state-dir, so
+a restart neither loses pods nor counts a line twice.
+
+With --once it handles what is in the file now, writes the textfile and
+exits (for a systemd timer); otherwise it follows until SIGTERM or SIGINT.
+Exit status: 0 on success or a clean shutdown, 1 on an error (unreadable
+state, unwritable directories), 2 on bad flags.`
+
+type textfileConfig struct {
+	findings, stateDir, textfileDir string
+	once                            bool
+	forgetAfter, poll, prune        time.Duration
+	healthAddr                      string
+	log                             logFlags
+}
+
+func runTextfile(args []string, _ io.Reader, stderr io.Writer) int {
+	var cfg textfileConfig
+	fs := newFlagSet("textfile", textfileSynopsis, stderr)
+	fs.StringVar(&cfg.findings, "findings", findings.DefaultPath, "findings file to read, and its rotated copy PATH.1")
+	fs.StringVar(&cfg.stateDir, "state-dir", textfile.DefaultStateDir, "directory for the pod state and the checkpoint")
+	fs.StringVar(&cfg.textfileDir, "textfile-dir", textfile.DefaultTextfileDir, "node-exporter --collector.textfile.directory")
+	fs.BoolVar(&cfg.once, "once", false, "handle what is there, write the textfile and exit")
+	fs.DurationVar(&cfg.forgetAfter, "forget-after", textfile.DefaultForgetAfter, "drop a pod this long after its latest finding (0: only when its netns is gone)")
+	fs.DurationVar(&cfg.poll, "poll", follow.DefaultPoll, "how often to look for new lines")
+	fs.DurationVar(&cfg.prune, "prune-interval", 30*time.Second, "how often to drop pods whose netns is gone")
+	fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz on this address, e.g. 127.0.0.1:9755 (empty: off)")
+	cfg.log.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	if cfg.poll <= 0 || cfg.prune <= 0 || cfg.forgetAfter < 0 {
+		fs.Usage()
+		return 2
+	}
+	log := cfg.log.logger(stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := textfileLoop(ctx, cfg, log); err != nil {
+		log.WithError(err).WithFields(logrus.Fields{"findings": cfg.findings, "state_dir": cfg.stateDir, "textfile_dir": cfg.textfileDir}).Error("textfile collector stopped")
+		return 1
+	}
+	return 0
+}
+
+func textfileLoop(ctx context.Context, cfg textfileConfig, log *logrus.Logger) error {
+	c, err := textfile.Open(cfg.stateDir, cfg.textfileDir)
+	if err != nil {
+		return err
+	}
+	c.ForgetAfter = cfg.forgetAfter
+	c.Malformed = func(err error) {
+		log.WithError(err).WithField("findings", cfg.findings).Warn("skipping malformed findings line")
+	}
+	f, err := c.Follower(cfg.findings)
+	if err != nil {
+		return err
+	}
+	f.Poll = cfg.poll
+	f.Retry = func(err error, wait time.Duration) {
+		log.WithError(err).WithField("retry_in", wait.String()).Warn("textfile collector will retry")
+	}
+	// Write once before reading anything: it proves the directories are
+	// writable and publishes the saved state right after a restart.
+	if _, err := c.Refresh(); err != nil {
+		return err
+	}
+	fields := logrus.Fields{"findings": cfg.findings, "state_dir": cfg.stateDir, "textfile_dir": cfg.textfileDir}
+	if cfg.once {
+		if err := f.Once(ctx, c.Handle); err != nil && ctx.Err() == nil {
+			return err
+		}
+		if _, err := c.Refresh(); err != nil {
+			return err
+		}
+		n, m := c.Counts()
+		log.WithFields(fields).WithFields(logrus.Fields{"pods": len(c.Pods()), "findings_total": n, "malformed_total": m}).Info("textfile written")
+		return nil
+	}
+	if cfg.healthAddr != "" {
+		srv, err := serveHealth(cfg.healthAddr, f, cfg.poll)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+	}
+	go func() {
+		t := time.NewTicker(cfg.prune)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				n, err := c.Refresh()
+				if err != nil {
+					log.WithError(err).WithFields(fields).Warn("refresh textfile")
+				} else if n > 0 {
+					log.WithField("pods_dropped", n).Info("dropped pods that left the node")
+				}
+			}
+		}
+	}()
+	log.WithFields(fields).Info("textfile collector following")
+	if err := f.Run(ctx, c.Handle); err != nil {
+		return err
+	}
+	log.WithFields(fields).WithField("offset", f.Checkpoint().Offset).Info("textfile collector stopped, checkpoint saved")
+	return nil
+}
+
+// serveHealth answers /healthz with 200 while the follow loop keeps going
+// round; a loop stuck for longer than the longest backoff gets 503.
+func serveHealth(addr string, f *follow.Follower, poll time.Duration) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on health address %q: %w", addr, err)
+	}
+	limit := 2*follow.DefaultMaxBackoff + 10*poll
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		last := f.Alive()
+		if !last.IsZero() && time.Since(last) > limit {
+			http.Error(w, "follow loop stalled since "+last.UTC().Format(time.RFC3339), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, nil
+}
