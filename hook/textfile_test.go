@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/follow"
+)
+
+func textfileDirs(t *testing.T) (findingsPath, state, text string) {
+	d := t.TempDir()
+	text = filepath.Join(d, "text")
+	if err := os.MkdirAll(text, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(d, "findings.jsonl"), filepath.Join(d, "state"), text
+}
+
+func appendFinding(t *testing.T, path, ns, name, uid string, rules int) {
+	t.Helper()
+	r := findings.Record{Time: findings.Now(), Pod: findings.Pod{Namespace: ns, Name: name, UID: uid}, Fingerprint: "fp-" + uid}
+	r.Nft.Rules, r.Nft.Tables = rules, []string{"ip filter"}
+	if err := (findings.Log{Path: path}).Append(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTextfileFlags(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  string
+	}{
+		{"help", []string{"--help"}, 0, "Usage: iptables-alerter textfile"},
+		{"unknown flag", []string{"--nope"}, 2, "flag provided but not defined"},
+		{"stray argument", []string{"extra"}, 2, "Usage:"},
+		{"zero poll", []string{"--poll", "0s"}, 2, "Usage:"},
+		{"missing textfile dir", []string{"--once", "--state-dir", "STATE", "--textfile-dir", "/nonexistent/dir"}, 1, `check textfile directory \"/nonexistent/dir\"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			state := t.TempDir()
+			for i, a := range tc.args {
+				if a == "STATE" {
+					tc.args[i] = state
+				}
+			}
+			var stderr bytes.Buffer
+			if code := runTextfile(tc.args, nil, &stderr); code != tc.wantCode {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.wantCode, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.wantOut) {
+				t.Errorf("stderr lacks %q:\n%s", tc.wantOut, stderr.String())
+			}
+		})
+	}
+}
+
+// TestTextfileFollowAndSIGTERM runs the built binary as a daemon: it must
+// pick up a finding appended while it runs, answer /healthz, and on SIGTERM
+// save its checkpoint and exit 0.
+func TestTextfileFollowAndSIGTERM(t *testing.T) {
+	fp, state, text := textfileDirs(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "textfile", "--findings", fp, "--state-dir", state, "--textfile-dir", text, "--poll", "20ms", "--health-addr", addr, "--log-format", "json")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	appendFinding(t, fp, "team-a", "web-1", "u1", 4)
+	prom := filepath.Join(text, "iptables_alerter.prom")
+	want := `iptables_alerter_pod_iptables_rules{backend="nft",pod_name="web-1",pod_namespace="team-a"} 4`
+	waitFor(t, "the finding in the textfile", func() bool {
+		b, _ := os.ReadFile(prom)
+		return strings.Contains(string(b), want)
+	})
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatalf("healthz: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("healthz status %d, want 200", resp.StatusCode)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v; stderr:\n%s", err, stderr.String())
+	}
+	cp, err := follow.LoadCheckpoint(filepath.Join(state, "checkpoint.json"))
+	fi, serr := os.Stat(fp)
+	if err != nil || serr != nil || cp.Offset != fi.Size() {
+		t.Errorf("checkpoint after SIGTERM = %+v (%v), want offset %d", cp, err, fi.Size())
+	}
+	if !strings.Contains(stderr.String(), `"state_dir":`) {
+		t.Errorf("logs lack snake_case fields:\n%s", stderr.String())
+	}
+}
+
+// TestTextfileNoPermission runs as nobody against root-owned directories:
+// the error must name the directory, and the exit status must be 1.
+func TestTextfileNoPermission(t *testing.T) {
+	nstest.Need(t, os.Geteuid() == 0, "needs root to run the binary as another user")
+	d, err := os.MkdirTemp("", "textfile-perm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(d)
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	text := filepath.Join(d, "text")
+	if err := os.Mkdir(text, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// bin sits in a 0700 temp dir; copy it where nobody may run it.
+	exe := filepath.Join(d, "iptables-alerter")
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, state, want string }{
+		{"state dir", filepath.Join(d, "state"), fmt.Sprintf("create state directory %q", filepath.Join(d, "state"))},
+		{"textfile dir", filepath.Join(d, "tmpstate"), "write textfile"},
+	}
+	if err := os.Mkdir(filepath.Join(d, "tmpstate"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(d, "tmpstate"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(exe, "textfile", "--once", "--findings", filepath.Join(d, "f.jsonl"), "--state-dir", tc.state, "--textfile-dir", text)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+				t.Errorf("exit: %v, want status 1; output:\n%s", err, out)
+			}
+			if !strings.Contains(string(out), "permission denied") || !strings.Contains(strings.ReplaceAll(string(out), `\"`, `"`), tc.want) {
+				t.Errorf("output lacks %q and permission denied:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
