@@ -1,0 +1,24 @@
+// Package events turns findings into Kubernetes Events.
+//
+// It takes a findings.Record and a Kubernetes client and gives one
+// events.k8s.io/v1 Event on the live Pod (reason IPTablesUsageObserved, type
+// Warning), plus optionally a summary Event on the Node.
+//
+// Invariants:
+//   - An Event's name is derived from the finding alone (fingerprint,
+//     sandbox, pod UID), so posting the same record twice creates one Event:
+//     the second create gets AlreadyExists, which counts as delivered.
+//   - The Event regards the pod the API serves now: the record's pod UID must
+//     be the live pod's UID or, for a static pod, the value of the mirror
+//     pod's kubernetes.io/config.mirror annotation. Otherwise the pod is gone
+//     and nothing is posted.
+//   - The note never exceeds 1024 bytes, is valid UTF-8, and holds no control
+//     or bidi characters from the record (they are escaped).
+//
+// Post returns an error only when trying again later can succeed (see
+// Retryable); every other outcome, including a definitive rejection by the
+// API, is a Result, so the caller can move on without losing order.
+//
+// API calls made, which packaging/rbac must allow: pods get, and events
+// (events.k8s.io) create. Nothing else.
+package events

@@ -1,0 +1,162 @@
+package events
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+func sampleRecord() findings.Record {
+	return findings.Record{
+		Schema:      findings.Schema,
+		Node:        "node-a",
+		ContainerID: "c0ffee",
+		SandboxID:   "5a4db0c5",
+		Pod:         findings.Pod{Namespace: "shop", Name: "cart-7d9f", UID: "0b6f8e2c-2a3b-4a51-9d7e-111111111111"},
+		Container:   "istio-init",
+		Nft:         findings.Nft{Tables: []string{"ip nat"}, Chains: 4, Rules: 12},
+		Fingerprint: "f1f2f3",
+		Examples: []findings.Example{
+			{Family: "ip", Table: "nat", Chain: "PREROUTING", Rule: "-A PREROUTING -p tcp -j ISTIO_INBOUND"},
+			{Family: "ip", Table: "nat", Chain: "OUTPUT", Rule: "-A OUTPUT -p tcp -j ISTIO_OUTPUT"},
+		},
+	}
+}
+
+func TestNoteGolden(t *testing.T) {
+	legacy := sampleRecord()
+	legacy.Nft = findings.Nft{}
+	legacy.Legacy = findings.Legacy{Tables: []string{"ip filter"}, Rules: 3}
+	legacy.Examples = nil
+	legacy.Truncated = true
+	legacy.Allowlisted = 2
+
+	hostile := sampleRecord()
+	hostile.Container = "app\x1b[31m"
+	hostile.Examples = []findings.Example{{Family: "ip", Table: "filter", Rule: "-A INPUT -m comment --comment \"a\nFAKE LINE\u202egnp.exe\xff\" -j DROP"}}
+
+	cases := []struct {
+		name string
+		rec  findings.Record
+	}{
+		{name: "nft", rec: sampleRecord()},
+		{name: "legacy-truncated", rec: legacy},
+		{name: "hostile", rec: hostile},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Note(tc.rec)
+			golden := filepath.Join("testdata", "note-"+tc.name+".txt")
+			if os.Getenv("UPDATE_GOLDEN") == "1" {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("read golden (UPDATE_GOLDEN=1 writes it): %v", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("note (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestNoteLimit(t *testing.T) {
+	many := sampleRecord()
+	many.Examples = nil
+	for range 200 {
+		many.Examples = append(many.Examples, findings.Example{Family: "ip", Table: "filter", Rule: "-A INPUT -s 10.0.0.0/8 -p tcp -m tcp --dport 8080 -j ACCEPT"})
+	}
+	huge := sampleRecord()
+	huge.Examples = []findings.Example{{Family: "ip", Table: "filter", Rule: "-A INPUT " + strings.Repeat("é", 2000)}}
+	huge.Container = strings.Repeat("ü", 300)
+	tables := sampleRecord()
+	for range 500 {
+		tables.Nft.Tables = append(tables.Nft.Tables, "ip6 mangle")
+	}
+
+	cases := []struct {
+		name     string
+		rec      findings.Record
+		contains []string
+	}{
+		{name: "many examples", rec: many, contains: []string{examplesHeading, "more)"}},
+		{name: "one huge multibyte rule", rec: huge, contains: []string{deprecation}},
+		{name: "many tables", rec: tables, contains: []string{deprecation, ellipsis}},
+		{name: "no examples", rec: func() findings.Record { r := sampleRecord(); r.Examples = nil; return r }(), contains: []string{"iptables-nft: 12 rules"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Note(tc.rec)
+			if len(got) > NoteLimit {
+				t.Errorf("note is %d bytes, limit %d", len(got), NoteLimit)
+			}
+			if !utf8.ValidString(got) {
+				t.Errorf("note is not valid UTF-8: %q", got)
+			}
+			if !strings.HasPrefix(got, deprecation) {
+				t.Errorf("note does not start with the deprecation: %q", got)
+			}
+			for _, c := range tc.contains {
+				if !strings.Contains(got, c) {
+					t.Errorf("note lacks %q:\n%s", c, got)
+				}
+			}
+		})
+	}
+}
+
+func TestEscape(t *testing.T) {
+	cases := []struct {
+		name, in, want string
+	}{
+		{name: "plain", in: "-A INPUT -j DROP", want: "-A INPUT -j DROP"},
+		{name: "newline", in: "a\nb", want: `a\x0ab`},
+		{name: "escape seq", in: "\x1b[2J", want: `\x1b[2J`},
+		{name: "invalid utf8", in: "a\xffb", want: `a\xffb`},
+		{name: "bidi override", in: "x\u202ey", want: `x\u202ey`},
+		{name: "line separator", in: "x\u2028y", want: `x\u2028y`},
+		{name: "c1 control", in: "x\u0085y", want: `x\u0085y`},
+		{name: "multibyte kept", in: "größe", want: "größe"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, Escape(tc.in)); diff != "" {
+				t.Errorf("Escape(%q) (-want +got):\n%s", tc.in, diff)
+			}
+		})
+	}
+}
+
+func TestCapBytes(t *testing.T) {
+	cases := []struct {
+		name  string
+		in    string
+		limit int
+		want  string
+	}{
+		{name: "fits", in: "abc", limit: 3, want: "abc"},
+		{name: "ascii cut", in: "abcdefgh", limit: 6, want: "abc..."},
+		{name: "never splits a rune", in: "aéééé", limit: 7, want: "aé..."},
+		{name: "tiny limit", in: "abcdef", limit: 2, want: ".."},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := capBytes(tc.in, tc.limit)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("capBytes (-want +got):\n%s", diff)
+			}
+			if !utf8.ValidString(got) {
+				t.Errorf("invalid UTF-8: %q", got)
+			}
+		})
+	}
+}

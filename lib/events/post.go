@@ -1,0 +1,234 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+const (
+	// Reason and Action are the ones OpenShift's own alerter uses, so
+	// existing searches and alerts on them keep working.
+	Reason = "IPTablesUsageObserved"
+	Action = "IPTablesUsageObserved"
+	// Controller names us as the reporter; it must be a qualified name.
+	Controller = "iptables-alerter.io/forward"
+	// MirrorAnnotation on a mirror pod holds the static pod's UID as the
+	// kubelet labels its containers (the config hash).
+	MirrorAnnotation = "kubernetes.io/config.mirror"
+	// NodeEventNamespace holds Events about Nodes, as the kubelet's.
+	NodeEventNamespace = metav1.NamespaceDefault
+
+	// Annotations let tools find the finding behind an Event.
+	FingerprintAnnotation = "iptables-alerter.io/fingerprint"
+	ContainerAnnotation   = "iptables-alerter.io/container-id"
+
+	// instanceLimit is the API's limit on reportingInstance.
+	instanceLimit = 128
+)
+
+// Outcome says what became of a record.
+type Outcome string
+
+const (
+	// Created: the API stored a new Event.
+	Created Outcome = "created"
+	// Duplicate: the Event existed already (a replay after a restart).
+	Duplicate Outcome = "duplicate"
+	// PodGone: no pod with that name, or it is another pod now.
+	PodGone Outcome = "pod_gone"
+	// NoPod: the record names no pod, or no usage, so there is nothing to
+	// tell anyone about.
+	NoPod Outcome = "no_pod"
+	// Rejected: the API refused the Event for good (see Retryable).
+	Rejected Outcome = "rejected"
+)
+
+// Result reports one delivered (or definitively undeliverable) record.
+type Result struct {
+	Outcome Outcome
+	// Event is the pod Event's namespace/name, empty when none was tried.
+	Namespace, Name string
+	// PodUID is the live pod's UID the Event regards; for a static pod it
+	// differs from the record's.
+	PodUID types.UID
+	// Mirror is true when the record's pod is a static pod.
+	Mirror bool
+	// Node is the outcome of the node summary Event, empty when not asked.
+	Node Outcome
+	// Why explains PodGone, NoPod and Rejected.
+	Why error
+}
+
+// Poster posts Events through one client for one node.
+type Poster struct {
+	client    kubernetes.Interface
+	node      string
+	nodeEvent bool
+	now       func() time.Time
+}
+
+// New gives a Poster reporting as node; nodeEvent adds the summary Event on
+// the Node object.
+func New(client kubernetes.Interface, node string, nodeEvent bool) *Poster {
+	return &Poster{client: client, node: node, nodeEvent: nodeEvent, now: time.Now}
+}
+
+// Post delivers the Events for rec. A non-nil error is always retryable:
+// the caller keeps rec and calls Post again with it later. Everything
+// final, including a rejection, comes back as a Result with a nil error.
+func (p *Poster) Post(ctx context.Context, rec findings.Record) (Result, error) {
+	res, err := p.postPod(ctx, rec)
+	if err != nil || !p.nodeEvent || res.Outcome == NoPod {
+		return res, err
+	}
+	// The node summary is posted even when the pod is gone: the node did
+	// run a workload using iptables, which is what the summary says.
+	node, err := p.postNode(ctx, rec, res)
+	if err != nil {
+		return res, err
+	}
+	res.Node = node
+	return res, nil
+}
+
+func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, error) {
+	if rec.Pod.Namespace == "" || rec.Pod.Name == "" || rec.Pod.UID == "" {
+		return Result{Outcome: NoPod, Why: errors.New("record names no pod")}, nil
+	}
+	if !hasUsage(rec) {
+		return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil
+	}
+	pod, err := p.client.CoreV1().Pods(rec.Pod.Namespace).Get(ctx, rec.Pod.Name, metav1.GetOptions{})
+	if err != nil {
+		err = fmt.Errorf("get pod %q: %w", rec.Pod.Namespace+"/"+rec.Pod.Name, err)
+		switch {
+		case apierrors.IsNotFound(err):
+			return Result{Outcome: PodGone, Why: err}, nil
+		case Retryable(err):
+			return Result{}, err
+		default:
+			return Result{Outcome: Rejected, Why: err}, nil
+		}
+	}
+	res := Result{Namespace: pod.Namespace, Name: PodEventName(rec), PodUID: pod.UID}
+	switch {
+	case string(pod.UID) == rec.Pod.UID:
+	case pod.Annotations[MirrorAnnotation] == rec.Pod.UID:
+		res.Mirror = true
+	default:
+		res.Outcome = PodGone
+		res.Why = fmt.Errorf("pod %q has uid %q, the finding is about uid %q", pod.Namespace+"/"+pod.Name, pod.UID, rec.Pod.UID)
+		return res, nil
+	}
+	res.Outcome, err = p.create(ctx, p.podEvent(rec, pod, res.Name))
+	if res.Outcome == "" {
+		return Result{}, err
+	}
+	res.Why = err
+	return res, nil
+}
+
+func (p *Poster) postNode(ctx context.Context, rec findings.Record, pod Result) (Outcome, error) {
+	out, err := p.create(ctx, p.nodeEventFor(rec, pod))
+	if out == "" {
+		return "", err
+	}
+	return out, nil
+}
+
+// create posts ev; AlreadyExists means an earlier attempt got through. An
+// empty Outcome means err is retryable; with Rejected, err says why.
+func (p *Poster) create(ctx context.Context, ev *eventsv1.Event) (Outcome, error) {
+	_, err := p.client.EventsV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		return Created, nil
+	case apierrors.IsAlreadyExists(err):
+		return Duplicate, nil
+	}
+	err = fmt.Errorf("create event %q: %w", ev.Namespace+"/"+ev.Name, err)
+	if Retryable(err) {
+		return "", err
+	}
+	return Rejected, err
+}
+
+func (p *Poster) podEvent(rec findings.Record, pod *corev1.Pod, name string) *eventsv1.Event {
+	ev := p.base(rec, name, pod.Namespace)
+	ev.Regarding = corev1.ObjectReference{
+		APIVersion: "v1",
+		Kind:       "Pod",
+		Namespace:  pod.Namespace,
+		Name:       pod.Name,
+		UID:        pod.UID,
+	}
+	ev.Note = Note(rec)
+	return ev
+}
+
+func (p *Poster) nodeEventFor(rec findings.Record, pod Result) *eventsv1.Event {
+	ev := p.base(rec, NodeEventName(p.node, rec.Fingerprint), NodeEventNamespace)
+	// The kubelet uses the node name as UID in its node Events and
+	// `kubectl describe node` looks for both, so no nodes get is needed.
+	ev.Regarding = corev1.ObjectReference{
+		APIVersion: "v1",
+		Kind:       "Node",
+		Name:       p.node,
+		UID:        types.UID(p.node),
+	}
+	if pod.Outcome == Created || pod.Outcome == Duplicate {
+		ev.Related = &corev1.ObjectReference{
+			APIVersion: "v1",
+			Kind:       "Pod",
+			Namespace:  pod.Namespace,
+			Name:       rec.Pod.Name,
+			UID:        pod.PodUID,
+		}
+	}
+	head := fmt.Sprintf("Pod %s/%s on this node created iptables rules. ", Escape(rec.Pod.Namespace), Escape(rec.Pod.Name))
+	ev.Note = capBytes(head+Note(rec), NoteLimit)
+	return ev
+}
+
+func (p *Poster) base(rec findings.Record, name, namespace string) *eventsv1.Event {
+	when := rec.Time
+	if when.IsZero() {
+		when = p.now()
+	}
+	instance := p.node
+	if len(instance) > instanceLimit {
+		instance = instance[:instanceLimit]
+	}
+	return &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: namespace,
+			Annotations: map[string]string{
+				FingerprintAnnotation: rec.Fingerprint,
+				ContainerAnnotation:   rec.ContainerID,
+			},
+		},
+		EventTime:           metav1.NewMicroTime(when),
+		ReportingController: Controller,
+		ReportingInstance:   instance,
+		Action:              Action,
+		Reason:              Reason,
+		Type:                corev1.EventTypeWarning,
+	}
+}
+
+func hasUsage(rec findings.Record) bool {
+	return rec.Nft.Rules > 0 || rec.Nft.Chains > 0 || len(rec.Nft.Tables) > 0 ||
+		rec.Legacy.Rules > 0 || len(rec.Legacy.Tables) > 0
+}
