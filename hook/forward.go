@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/follow"
+)
+
+func init() {
+	register("forward", "post a Kubernetes Event on the pod for each new finding", runForward)
+}
+
+const forwardSynopsis = `forward [FLAGS]
+
+Follows the findings file and, for each new finding, creates an
+events.k8s.io/v1 Event (type Warning, reason IPTablesUsageObserved) on the
+live pod, and with --node-event a summary Event on the Node.
+
+Delivery is exactly once across restarts: the checkpoint in --state-dir
+moves only after the API server accepted or definitively rejected the
+Event, and Event names are derived from the finding, so a replay is
+answered AlreadyExists. While the API server is down, throttling or
+refusing our credentials, the same finding is retried with backoff and
+later findings wait behind it. A finding whose pod is gone is logged,
+counted and skipped.
+
+Credentials: --kubeconfig, else the in-cluster service account.
+Exit status: 0 after a clean shutdown (SIGTERM, SIGINT), 1 on an error
+(no credentials, unreadable checkpoint), 2 on bad flags.`
+
+// defaultForwardStateDir holds the forwarder's checkpoint.
+const defaultForwardStateDir = "/var/lib/iptables-alerter/forward"
+
+type forwardConfig struct {
+	findings, stateDir, kubeconfig, nodeName, healthAddr string
+	nodeEvent                                            bool
+	poll, maxBackoff, timeout                            time.Duration
+	log                                                  logFlags
+}
+
+func runForward(args []string, _ io.Reader, stderr io.Writer) int {
+	var cfg forwardConfig
+	fs := newFlagSet("forward", forwardSynopsis, stderr)
+	fs.StringVar(&cfg.findings, "findings", findings.DefaultPath, "findings file to read, and its rotated copy PATH.1")
+	fs.StringVar(&cfg.stateDir, "state-dir", defaultForwardStateDir, "directory for the checkpoint")
+	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster service account)")
+	fs.StringVar(&cfg.nodeName, "node-name", "", "this node's name, the Events' reportingInstance (default: the hostname)")
+	fs.BoolVar(&cfg.nodeEvent, "node-event", false, "also post one summary Event per usage fingerprint on the Node")
+	fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz on this address, e.g. 127.0.0.1:9756 (empty: off)")
+	fs.DurationVar(&cfg.poll, "poll", follow.DefaultPoll, "how often to look for new lines")
+	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
+	fs.DurationVar(&cfg.timeout, "request-timeout", 30*time.Second, "timeout of one API request")
+	cfg.log.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 || cfg.poll <= 0 || cfg.maxBackoff <= 0 || cfg.timeout <= 0 {
+		fs.Usage()
+		return 2
+	}
+	log := cfg.log.logger(stderr)
+	if cfg.nodeName == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			log.WithError(err).Error("no --node-name and no hostname")
+			return 1
+		}
+		cfg.nodeName = h
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := forwardLoop(ctx, cfg, log); err != nil {
+		log.WithError(err).WithFields(logrus.Fields{"findings": cfg.findings, "state_dir": cfg.stateDir}).Error("event forwarder stopped")
+		return 1
+	}
+	return 0
+}
+
+// restConfig finds credentials: the flag, else the pod's service account.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("load kubeconfig %q: %w", kubeconfig, err)
+		}
+		return c, nil
+	}
+	c, err := rest.InClusterConfig()
+	if errors.Is(err, rest.ErrNotInCluster) {
+		return nil, errors.New("find credentials: --kubeconfig not given and not running in a pod (KUBERNETES_SERVICE_HOST/PORT unset)")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load in-cluster config: %w", err)
+	}
+	return c, nil
+}
+
+// forwardStats counts outcomes for the logs; the loop is the only writer.
+type forwardStats struct {
+	created, duplicate, podGone, noPod, rejected, malformed, retried atomic.Int64
+}
+
+func (s *forwardStats) fields() logrus.Fields {
+	return logrus.Fields{
+		"created_total":   s.created.Load(),
+		"duplicate_total": s.duplicate.Load(),
+		"pod_gone_total":  s.podGone.Load(),
+		"no_pod_total":    s.noPod.Load(),
+		"rejected_total":  s.rejected.Load(),
+		"malformed_total": s.malformed.Load(),
+		"retries_total":   s.retried.Load(),
+	}
+}
+
+func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) error {
+	rc, err := restConfig(cfg.kubeconfig)
+	if err != nil {
+		return err
+	}
+	rc.UserAgent = "iptables-alerter-forward/" + version
+	rc.Timeout = cfg.timeout
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("make kubernetes client: %w", err)
+	}
+	if err := os.MkdirAll(cfg.stateDir, 0o700); err != nil {
+		return fmt.Errorf("create state dir %q: %w", cfg.stateDir, err)
+	}
+	fields := logrus.Fields{"findings": cfg.findings, "state_dir": cfg.stateDir, "node": cfg.nodeName, "api_server": rc.Host}
+	f := follow.New(cfg.findings, filepath.Join(cfg.stateDir, "checkpoint.json"))
+	f.Poll = cfg.poll
+	f.MaxBackoff = cfg.maxBackoff
+	// Save after every line: a replay would be harmless (AlreadyExists),
+	// but each Event costs an API call, which dwarfs an fsync.
+	f.Batch = 1
+	var st forwardStats
+	f.Skipped = func(s follow.Skip) {
+		st.malformed.Add(1)
+		log.WithFields(logrus.Fields{"file": s.File, "offset": s.Offset, "size": s.Size, "reason": s.Reason}).Warn("skipping findings line")
+	}
+	f.Retry = func(err error, wait time.Duration) {
+		st.retried.Add(1)
+		log.WithError(err).WithField("retry_in", wait.String()).Warn("event not delivered, will retry the same finding")
+	}
+	h := &forwarder{ctx: ctx, poster: events.New(client, cfg.nodeName, cfg.nodeEvent), log: log, stats: &st}
+	if cfg.healthAddr != "" {
+		srv, err := serveHealth(cfg.healthAddr, f, cfg.poll)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+	}
+	log.WithFields(fields).Info("event forwarder following")
+	if err := f.Run(ctx, h.handle); err != nil {
+		return err
+	}
+	log.WithFields(fields).WithFields(st.fields()).WithField("offset", f.Checkpoint().Offset).Info("event forwarder stopped, checkpoint saved")
+	return nil
+}
+
+// forwarder is the follower's handler: one line, one Post.
+type forwarder struct {
+	ctx    context.Context
+	poster *events.Poster
+	log    *logrus.Logger
+	stats  *forwardStats
+}
+
+// handle returns an error only for what may succeed later; the follower
+// then hands the same line again after a backoff, so order is kept.
+func (h *forwarder) handle(line []byte) error {
+	rec, err := findings.Parse(line)
+	if err != nil {
+		h.stats.malformed.Add(1)
+		h.log.WithError(err).Warn("skipping malformed finding")
+		return nil
+	}
+	fields := logrus.Fields{
+		"pod_namespace": rec.Pod.Namespace,
+		"pod_name":      rec.Pod.Name,
+		"pod_uid":       rec.Pod.UID,
+		"container_id":  rec.ContainerID,
+		"fingerprint":   rec.Fingerprint,
+	}
+	res, err := h.poster.Post(h.ctx, rec)
+	if err != nil {
+		return err
+	}
+	fields["outcome"] = string(res.Outcome)
+	if res.Name != "" {
+		fields["event"] = res.Namespace + "/" + res.Name
+	}
+	if res.Node != "" {
+		fields["node_event"] = string(res.Node)
+	}
+	entry := h.log.WithFields(fields)
+	if res.Why != nil {
+		entry = entry.WithError(res.Why)
+	}
+	switch res.Outcome {
+	case events.Created:
+		h.stats.created.Add(1)
+		entry.WithField("live_pod_uid", string(res.PodUID)).WithField("mirror", res.Mirror).Info("event created")
+	case events.Duplicate:
+		h.stats.duplicate.Add(1)
+		entry.Info("event already delivered")
+	case events.PodGone:
+		h.stats.podGone.Add(1)
+		entry.Warn("pod gone, finding skipped")
+	case events.NoPod:
+		h.stats.noPod.Add(1)
+		entry.Info("finding without pod usage, skipped")
+	case events.Rejected:
+		h.stats.rejected.Add(1)
+		entry.Error("event rejected by the API server, finding skipped")
+	}
+	return nil
+}
