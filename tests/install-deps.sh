@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs=(
   iptables arptables ebtables ipset nftables iproute2 util-linux mount
-  crun runc podman busybox-static
+  crun runc podman conmon busybox-static libc-bin
   prometheus-node-exporter prometheus
   etcd-server
 )
