@@ -127,9 +127,7 @@ func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, erro
 	case pod.Annotations[MirrorAnnotation] == rec.Pod.UID:
 		res.Mirror = true
 	default:
-		res.Outcome = PodGone
-		res.Why = fmt.Errorf("pod %q has uid %q, the finding is about uid %q", pod.Namespace+"/"+pod.Name, pod.UID, rec.Pod.UID)
-		return res, nil
+		return Result{Outcome: PodGone, Why: fmt.Errorf("pod %q has uid %q, the finding is about uid %q", pod.Namespace+"/"+pod.Name, pod.UID, rec.Pod.UID)}, nil
 	}
 	res.Outcome, err = p.create(ctx, p.podEvent(rec, pod, res.Name))
 	if res.Outcome == "" {

@@ -1,0 +1,164 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+func livePod(uid string, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Namespace: "shop", Name: "cart-7d9f", UID: types.UID(uid), Annotations: annotations,
+	}}
+}
+
+// TestPostFake drives Post through client-go's fake clientset: the logic of
+// outcomes and retries. The same paths run against a real API server in
+// apiserver_test.go.
+func TestPostFake(t *testing.T) {
+	rec := sampleRecord()
+	rec.Time = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	noPod := rec
+	noPod.Pod = findings.Pod{}
+	noUsage := rec
+	noUsage.Nft = findings.Nft{}
+	events := schema.GroupResource{Group: "events.k8s.io", Resource: "events"}
+	fail := func(verb, resource string, err error) func(*fake.Clientset) {
+		return func(cs *fake.Clientset) {
+			cs.PrependReactor(verb, resource, func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, err })
+		}
+	}
+
+	cases := []struct {
+		name       string
+		pod        *corev1.Pod
+		rec        findings.Record
+		setup      func(*fake.Clientset)
+		want       Outcome
+		wantUID    types.UID
+		wantMirror bool
+		wantRetry  bool
+		wantEvents int
+	}{
+		{name: "live pod", pod: livePod(rec.Pod.UID, nil), rec: rec, want: Created, wantUID: types.UID(rec.Pod.UID), wantEvents: 1},
+		{name: "static pod via mirror", pod: livePod("mirror-uid", map[string]string{MirrorAnnotation: rec.Pod.UID}), rec: rec, want: Created, wantUID: "mirror-uid", wantMirror: true, wantEvents: 1},
+		{name: "replaced pod", pod: livePod("new-uid", nil), rec: rec, want: PodGone},
+		{name: "mirror of another config", pod: livePod("mirror-uid", map[string]string{MirrorAnnotation: "other-hash"}), rec: rec, want: PodGone},
+		{name: "pod gone", rec: rec, want: PodGone},
+		{name: "record without pod", pod: livePod(rec.Pod.UID, nil), rec: noPod, want: NoPod},
+		{name: "record without usage", pod: livePod(rec.Pod.UID, nil), rec: noUsage, want: NoPod},
+		{name: "api unavailable on create", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewServiceUnavailable("down")), wantRetry: true},
+		{name: "throttled on get", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("get", "pods", apierrors.NewTooManyRequests("slow", 1)), wantRetry: true},
+		{name: "rbac missing", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewForbidden(events, "x", errors.New("rbac"))), wantRetry: true},
+		{name: "invalid", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewInvalid(schema.GroupKind{Group: "events.k8s.io", Kind: "Event"}, "x", field.ErrorList{field.Required(field.NewPath("note"), "")})), want: Rejected, wantUID: types.UID(rec.Pod.UID)},
+		{name: "already exists", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewAlreadyExists(events, "x")), want: Duplicate, wantUID: types.UID(rec.Pod.UID)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var objs []runtime.Object
+			if tc.pod != nil {
+				objs = append(objs, tc.pod)
+			}
+			cs := fake.NewClientset(objs...)
+			if tc.setup != nil {
+				tc.setup(cs)
+			}
+			res, err := New(cs, "node-a", false).Post(context.Background(), tc.rec)
+			if tc.wantRetry {
+				if err == nil || !Retryable(err) {
+					t.Fatalf("Post = %+v, %v; want a retryable error", res, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Post: %v", err)
+			}
+			if res.Outcome != tc.want || res.PodUID != tc.wantUID || res.Mirror != tc.wantMirror {
+				t.Errorf("Post = %+v, want outcome %q uid %q mirror %v", res, tc.want, tc.wantUID, tc.wantMirror)
+			}
+			if (res.Why != nil) != (tc.want == PodGone || tc.want == NoPod || tc.want == Rejected) {
+				t.Errorf("Why = %v for outcome %q", res.Why, res.Outcome)
+			}
+			l, err := cs.EventsV1().Events("shop").List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(l.Items) != tc.wantEvents {
+				t.Errorf("%d events stored, want %d", len(l.Items), tc.wantEvents)
+			}
+		})
+	}
+}
+
+func TestPodEventFields(t *testing.T) {
+	rec := sampleRecord()
+	rec.Time = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	cs := fake.NewClientset(livePod("mirror-uid", map[string]string{MirrorAnnotation: rec.Pod.UID}))
+	p := New(cs, "node-a", true)
+	res, err := p.Post(context.Background(), rec)
+	if err != nil || res.Outcome != Created || res.Node != Created {
+		t.Fatalf("Post = %+v, %v", res, err)
+	}
+	got, err := cs.EventsV1().Events("shop").Get(context.Background(), PodEventName(rec), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: PodEventName(rec), Namespace: "shop",
+			Annotations: map[string]string{FingerprintAnnotation: rec.Fingerprint, ContainerAnnotation: rec.ContainerID},
+		},
+		EventTime:           metav1.NewMicroTime(rec.Time),
+		ReportingController: Controller,
+		ReportingInstance:   "node-a",
+		Action:              Action,
+		Reason:              Reason,
+		Type:                corev1.EventTypeWarning,
+		Regarding:           corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: "shop", Name: "cart-7d9f", UID: "mirror-uid"},
+		Note:                Note(rec),
+	}
+	// Bookkeeping the fake tracker adds.
+	got.ManagedFields, got.TypeMeta = nil, metav1.TypeMeta{}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("pod event (-want +got):\n%s", diff)
+	}
+
+	node, err := cs.EventsV1().Events(NodeEventNamespace).Get(context.Background(), NodeEventName("node-a", rec.Fingerprint), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: "node-a", UID: "node-a"}, node.Regarding); diff != "" {
+		t.Errorf("node event regarding (-want +got):\n%s", diff)
+	}
+	if node.Related == nil || node.Related.UID != "mirror-uid" {
+		t.Errorf("node event related = %+v, want the mirror pod", node.Related)
+	}
+	if !strings.HasPrefix(node.Note, "Pod shop/cart-7d9f on this node") || len(node.Note) > NoteLimit {
+		t.Errorf("node note = %q", node.Note)
+	}
+
+	// A second pod with the same usage adds no second node Event.
+	rec2 := rec
+	rec2.Pod = findings.Pod{Namespace: "shop", Name: "cart-7d9f", UID: rec.Pod.UID}
+	rec2.SandboxID = "another-sandbox"
+	res, err = p.Post(context.Background(), rec2)
+	if err != nil || res.Outcome != Created || res.Node != Duplicate {
+		t.Errorf("second Post = %+v, %v; want pod created, node duplicate", res, err)
+	}
+}

@@ -1,0 +1,380 @@
+package kubetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+)
+
+// Etcd is Debian's etcd-server binary.
+const Etcd = "/usr/bin/etcd"
+
+// APIServerPath is where build-kube-apiserver.sh leaves the binary.
+func APIServerPath() string {
+	if p := os.Getenv("KUBE_APISERVER"); p != "" {
+		return p
+	}
+	cache := os.Getenv("IPTA_CACHE")
+	if cache == "" {
+		cache = "/var/cache/iptables-alerter"
+	}
+	return filepath.Join(cache, "kube", "bin", "kube-apiserver")
+}
+
+// Need skips (or under CI=true fails) the test when etcd or kube-apiserver
+// is missing.
+func Need(t testing.TB) {
+	t.Helper()
+	_, err := os.Stat(Etcd)
+	nstest.Need(t, err == nil, "needs "+Etcd+" (apt-get install etcd-server)")
+	_, err = os.Stat(APIServerPath())
+	nstest.Need(t, err == nil, "needs "+APIServerPath()+" (run tests/kube/build-kube-apiserver.sh)")
+}
+
+// Cluster is one etcd and one kube-apiserver.
+type Cluster struct {
+	// URL is the API server's https address on 127.0.0.1.
+	URL string
+	// CAFile and CA hold the CA that signed the serving certificate.
+	CAFile string
+	CA     []byte
+	// AdminToken authenticates as user "admin" in system:masters.
+	AdminToken string
+	// Dir holds certificates, keys, etcd data and the process logs.
+	Dir string
+
+	t       testing.TB
+	etcd    *exec.Cmd
+	api     *exec.Cmd
+	apiArgs []string
+	apiPort int
+	apiLog  string
+	etcdLog string
+	stopped bool
+}
+
+// Start runs etcd and kube-apiserver and waits until /readyz answers ok.
+func Start(t testing.TB) *Cluster {
+	t.Helper()
+	Need(t)
+	dir := t.TempDir()
+	c := &Cluster{t: t, Dir: dir, AdminToken: randHex(16)}
+	t.Cleanup(c.stopAll)
+
+	c.writePKI()
+	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"),
+		[]byte(c.AdminToken+",admin,admin-uid,\"system:masters\"\n"), 0o600); err != nil {
+		t.Fatalf("write token file: %v", err)
+	}
+
+	clientPort, peerPort := freePort(t), freePort(t)
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(clientPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	c.etcdLog = filepath.Join(dir, "etcd.log")
+	c.etcd = c.spawn(Etcd, c.etcdLog,
+		"--name=kubetest",
+		"--data-dir="+filepath.Join(dir, "etcd"),
+		"--listen-client-urls="+etcdURL,
+		"--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=kubetest="+peerURL,
+	)
+	c.waitHTTP(etcdURL+"/health", nil, "", 60*time.Second, c.etcdLog)
+
+	c.apiPort = freePort(t)
+	c.URL = "https://127.0.0.1:" + strconv.Itoa(c.apiPort)
+	c.apiLog = filepath.Join(dir, "kube-apiserver.log")
+	c.apiArgs = []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(c.apiPort),
+		"--tls-cert-file=" + filepath.Join(dir, "serving.crt"),
+		"--tls-private-key-file=" + filepath.Join(dir, "serving.key"),
+		"--client-ca-file=" + filepath.Join(dir, "ca.crt"),
+		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + filepath.Join(dir, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(dir, "sa.key"),
+		"--service-cluster-ip-range=10.96.0.0/24",
+		// No controller-manager runs, so nothing creates the default
+		// ServiceAccount a pod would otherwise need.
+		"--disable-admission-plugins=ServiceAccount",
+		"--event-ttl=1h",
+		"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
+	}
+	c.StartAPIServer()
+	return c
+}
+
+// StartAPIServer (re)starts kube-apiserver on the same port and etcd.
+func (c *Cluster) StartAPIServer() {
+	c.t.Helper()
+	c.api = c.spawn(APIServerPath(), c.apiLog, c.apiArgs...)
+	c.waitHTTP(c.URL+"/readyz", c.caPool(), c.AdminToken, 180*time.Second, c.apiLog)
+}
+
+// StopAPIServer stops kube-apiserver and waits until it is gone; etcd and
+// its data stay.
+func (c *Cluster) StopAPIServer() {
+	c.t.Helper()
+	stop(c.api)
+	c.api = nil
+}
+
+// Config is a client config for the API server with a bearer token.
+func (c *Cluster) Config(token string) *rest.Config {
+	return &rest.Config{
+		Host:            c.URL,
+		BearerToken:     token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: c.CA},
+		Timeout:         30 * time.Second,
+		QPS:             100,
+		Burst:           200,
+	}
+}
+
+// Client is an admin clientset.
+func (c *Cluster) Client() kubernetes.Interface {
+	c.t.Helper()
+	cs, err := kubernetes.NewForConfig(c.Config(c.AdminToken))
+	if err != nil {
+		c.t.Fatalf("make admin client: %v", err)
+	}
+	return cs
+}
+
+// Kubeconfig writes a kubeconfig file using token and returns its path.
+func (c *Cluster) Kubeconfig(name, token string) string {
+	c.t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: c.URL, CertificateAuthority: c.CAFile}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: name}
+	cfg.CurrentContext = name
+	path := filepath.Join(c.Dir, name+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		c.t.Fatalf("write kubeconfig: %v", err)
+	}
+	return path
+}
+
+// LogTail returns the end of the API server's log, for failure messages.
+func (c *Cluster) LogTail() string { return tail(c.apiLog, 4000) }
+
+func (c *Cluster) stopAll() {
+	stop(c.api)
+	stop(c.etcd)
+	if c.t.Failed() {
+		c.t.Logf("kube-apiserver log tail:\n%s", tail(c.apiLog, 3000))
+		c.t.Logf("etcd log tail:\n%s", tail(c.etcdLog, 1500))
+	}
+}
+
+func (c *Cluster) spawn(bin, logPath string, args ...string) *exec.Cmd {
+	c.t.Helper()
+	lf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		c.t.Fatalf("open log %q: %v", logPath, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	// Own process group, so a ^C on the test does not reach it before the
+	// cleanup stops it in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		c.t.Fatalf("start %s: %v", bin, err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		lf.Close()
+	}()
+	return cmd
+}
+
+// stop sends SIGTERM, and SIGKILL if the process lingers.
+func stop(cmd *exec.Cmd) {
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if cmd.Process.Signal(syscall.Signal(0)) != nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	for range 100 {
+		if cmd.Process.Signal(syscall.Signal(0)) != nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) waitHTTP(url string, pool *x509.CertPool, token string, limit time.Duration, logPath string) {
+	c.t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer client.CloseIdleConnections()
+	deadline := time.Now().Add(limit)
+	var last string
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			var b bytes.Buffer
+			_, _ = b.ReadFrom(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, b.String())
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	c.t.Fatalf("%s not ready after %s: %s\nlog tail:\n%s", url, limit, last, tail(logPath, 3000))
+}
+
+func (c *Cluster) caPool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AppendCertsFromPEM(c.CA)
+	return p
+}
+
+// writePKI makes a CA, a serving certificate for 127.0.0.1 and the
+// service-account key pair; the test owns them all.
+func (c *Cluster) writePKI() {
+	c.t.Helper()
+	caKey := genKey(c.t)
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "kubetest-ca"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		c.t.Fatalf("create CA: %v", err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	srvKey := genKey(c.t)
+	srvTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:     []string{"localhost", "kubernetes.default.svc"},
+	}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
+	if err != nil {
+		c.t.Fatalf("create serving cert: %v", err)
+	}
+	saKey := genKey(c.t)
+	saPub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		c.t.Fatalf("marshal sa key: %v", err)
+	}
+	c.CA = pemBlock("CERTIFICATE", caDER)
+	c.CAFile = filepath.Join(c.Dir, "ca.crt")
+	files := map[string][]byte{
+		"ca.crt":      c.CA,
+		"serving.crt": pemBlock("CERTIFICATE", srvDER),
+		"serving.key": pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(srvKey)),
+		"sa.key":      pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey)),
+		"sa.pub":      pemBlock("PUBLIC KEY", saPub),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(c.Dir, name), data, 0o600); err != nil {
+			c.t.Fatalf("write %s: %v", name, err)
+		}
+	}
+}
+
+func genKey(t testing.TB) *rsa.PrivateKey {
+	t.Helper()
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatalf("generate key: %v", err)
+	}
+	return k
+}
+
+func pemBlock(typ string, der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// Ctx is a context bounded by the test's deadline, or a minute.
+func Ctx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
