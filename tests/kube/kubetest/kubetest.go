@@ -193,8 +193,8 @@ func (c *Cluster) stopAll() {
 	stop(c.api)
 	stop(c.etcd)
 	if c.t.Failed() {
-		c.t.Logf("kube-apiserver log tail:\n%s", tail(c.apiLog, 3000))
-		c.t.Logf("etcd log tail:\n%s", tail(c.etcdLog, 1500))
+		c.t.Logf("kube-apiserver log tail:\n%s", tail(c.apiLog, 1500))
+		c.t.Logf("etcd log tail:\n%s", tail(c.etcdLog, 600))
 	}
 }
 

@@ -94,15 +94,16 @@ func Namespace(t testing.TB, cs kubernetes.Interface, name string) {
 	}
 }
 
-// Pod creates a pod object (no node runs it) and returns it; annotations
-// may be nil.
-func Pod(t testing.TB, cs kubernetes.Interface, namespace, name string, annotations map[string]string) *corev1.Pod {
+// Pod creates a pod object (no kubelet runs it) and returns it. A mirror
+// pod (annotation kubernetes.io/config.mirror) must name its node.
+func Pod(t testing.TB, cs kubernetes.Interface, namespace, name string, annotations map[string]string, node string) *corev1.Pod {
 	t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: annotations},
 		Spec: corev1.PodSpec{
 			Containers:                   []corev1.Container{{Name: "app", Image: "registry.example/app:1"}},
 			AutomountServiceAccountToken: new(bool),
+			NodeName:                     node,
 		},
 	}
 	out, err := cs.CoreV1().Pods(namespace).Create(Ctx(t), p, metav1.CreateOptions{})

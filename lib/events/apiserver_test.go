@@ -1,0 +1,162 @@
+package events_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+)
+
+func record(pod findings.Pod, fingerprint string) findings.Record {
+	return findings.Record{
+		Schema: findings.Schema, Time: findings.Now(), Node: "node-a",
+		ContainerID: "c-" + fingerprint, SandboxID: "s-" + string(pod.UID), Pod: pod, Container: "app",
+		Nft:         findings.Nft{Tables: []string{"ip filter"}, Chains: 1, Rules: 2},
+		Fingerprint: fingerprint,
+		Examples:    []findings.Example{{Family: "ip", Table: "filter", Chain: "INPUT", Rule: "-A INPUT -p tcp --dport 22 -j DROP"}},
+	}
+}
+
+// TestPostRealAPIServer posts through a real kube-apiserver, so the API's
+// own validation, admission and field selectors judge the Events.
+func TestPostRealAPIServer(t *testing.T) {
+	c := kubetest.Start(t)
+	cs := c.Client()
+	ctx := kubetest.Ctx(t)
+	kubetest.Namespace(t, cs, "shop")
+	live := kubetest.Pod(t, cs, "shop", "cart", nil, "")
+	mirror := kubetest.Pod(t, cs, "shop", "static-web-node-a", map[string]string{events.MirrorAnnotation: "5f3c0c0c0ffee"}, "node-a")
+	replaced := kubetest.Pod(t, cs, "shop", "db-0", nil, "")
+
+	hostile := record(findings.Pod{Namespace: "shop", Name: "cart", UID: string(live.UID)}, "hostile")
+	for range 100 {
+		hostile.Examples = append(hostile.Examples, findings.Example{Family: "ip", Table: "nat", Rule: "-A OUTPUT -m comment --comment \"\x1b[2J\u202eé\xff\" -j REDIRECT --to-ports 15001"})
+	}
+
+	cases := []struct {
+		name    string
+		rec     findings.Record
+		want    events.Outcome
+		lookup  *corev1.Pod // the pod whose describe must show the Event
+		replays int
+		fullish bool // the note must come near the API's limit
+	}{
+		{name: "live pod", rec: record(findings.Pod{Namespace: "shop", Name: "cart", UID: string(live.UID)}, "fp1"), want: events.Created, lookup: live, replays: 2},
+		{name: "static pod", rec: record(findings.Pod{Namespace: "shop", Name: mirror.Name, UID: "5f3c0c0c0ffee"}, "fp2"), want: events.Created, lookup: mirror, replays: 1},
+		{name: "full note with hostile text", rec: hostile, want: events.Created, lookup: live, fullish: true},
+		{name: "replaced pod", rec: record(findings.Pod{Namespace: "shop", Name: "db-0", UID: "old-uid"}, "fp3"), want: events.PodGone},
+		{name: "pod gone", rec: record(findings.Pod{Namespace: "shop", Name: "nope", UID: "u"}, "fp4"), want: events.PodGone},
+		{name: "namespace gone", rec: record(findings.Pod{Namespace: "gone", Name: "nope", UID: "u"}, "fp5"), want: events.PodGone},
+	}
+	p := events.New(cs, "node-a", false)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := p.Post(ctx, tc.rec)
+			if err != nil {
+				t.Fatalf("Post: %v", err)
+			}
+			if res.Outcome != tc.want {
+				t.Fatalf("Post = %+v, want %q", res, tc.want)
+			}
+			for i := range tc.replays {
+				again, err := p.Post(ctx, tc.rec)
+				if err != nil || again.Outcome != events.Duplicate {
+					t.Fatalf("replay %d = %+v, %v; want duplicate", i, again, err)
+				}
+			}
+			if tc.lookup == nil {
+				return
+			}
+			evs, err := kubetest.Events(ctx, cs, tc.lookup.Namespace, "Pod", tc.lookup.Name, tc.lookup.UID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mine []corev1.Event
+			for _, e := range evs {
+				if e.Name == events.PodEventName(tc.rec) {
+					mine = append(mine, e)
+				}
+			}
+			if len(mine) != 1 {
+				t.Fatalf("describe finds %d events named %s, want 1 (all: %d)", len(mine), events.PodEventName(tc.rec), len(evs))
+			}
+			e := mine[0]
+			if e.Reason != events.Reason || e.Type != corev1.EventTypeWarning || e.ReportingController != events.Controller || e.ReportingInstance != "node-a" || e.Action != events.Action {
+				t.Errorf("event fields: reason %q type %q controller %q instance %q action %q", e.Reason, e.Type, e.ReportingController, e.ReportingInstance, e.Action)
+			}
+			if e.Message != events.Note(tc.rec) || len(e.Message) > events.NoteLimit {
+				t.Errorf("stored note (%d bytes) differs from the rendered one:\n%s", len(e.Message), e.Message)
+			}
+			if tc.fullish && len(e.Message) < events.NoteLimit-100 {
+				t.Errorf("note is %d bytes, want close to %d", len(e.Message), events.NoteLimit)
+			}
+			if !strings.Contains(e.Message, "RHEL 10") {
+				t.Errorf("note lacks the deprecation: %q", e.Message)
+			}
+		})
+	}
+	if _, err := cs.CoreV1().Pods("shop").Get(ctx, replaced.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("replaced pod vanished: %v", err)
+	}
+}
+
+// TestNodeEventRealAPIServer checks the Node summary the way `kubectl
+// describe node` finds kubelet Events: by the node name as UID.
+func TestNodeEventRealAPIServer(t *testing.T) {
+	c := kubetest.Start(t)
+	cs := c.Client()
+	ctx := kubetest.Ctx(t)
+	kubetest.Namespace(t, cs, "shop")
+	a := kubetest.Pod(t, cs, "shop", "a", nil, "")
+	b := kubetest.Pod(t, cs, "shop", "b", nil, "")
+	p := events.New(cs, "worker-1", true)
+	for _, pod := range []*corev1.Pod{a, b} {
+		if res, err := p.Post(ctx, record(findings.Pod{Namespace: "shop", Name: pod.Name, UID: string(pod.UID)}, "same")); err != nil || res.Outcome != events.Created {
+			t.Fatalf("Post %s = %+v, %v", pod.Name, res, err)
+		}
+	}
+	evs, err := kubetest.Events(ctx, cs, "", "Node", "worker-1", types.UID("worker-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 || evs[0].Namespace != events.NodeEventNamespace || evs[0].Reason != events.Reason {
+		t.Fatalf("node events = %+v, want one in %q", evs, events.NodeEventNamespace)
+	}
+	if !strings.HasPrefix(evs[0].Message, "Pod shop/a on this node") {
+		t.Errorf("node note = %q", evs[0].Message)
+	}
+}
+
+// TestTerminatingNamespaceRejected: the NamespaceLifecycle plugin refuses
+// new Events in a terminating namespace for good; that must not block.
+func TestTerminatingNamespaceRejected(t *testing.T) {
+	c := kubetest.Start(t)
+	cs := c.Client()
+	ctx := kubetest.Ctx(t)
+	kubetest.Namespace(t, cs, "leaving")
+	pod := kubetest.Pod(t, cs, "leaving", "x", nil, "")
+	// No namespace controller runs, so the namespace stays Terminating.
+	if err := cs.CoreV1().Namespaces().Delete(ctx, "leaving", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec := record(findings.Pod{Namespace: "leaving", Name: "x", UID: string(pod.UID)}, "fp")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := events.New(cs, "node-a", false).Post(ctx, rec)
+		if err == nil && res.Outcome == events.Rejected {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Post = %+v, %v; want rejected", res, err)
+		}
+		// The plugin's namespace cache may not have seen the deletion yet.
+		time.Sleep(200 * time.Millisecond)
+	}
+}
