@@ -1,3 +1,8 @@
+//go:build !hookonly
+
+// The consumers are left out of the hookonly build: their libraries' package
+// init (client_golang, client-go) would run on every container start.
+
 package main
 
 import (

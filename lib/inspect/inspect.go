@@ -26,7 +26,7 @@ type Options struct {
 }
 
 const (
-	defaultMaxDetail = 4096
+	defaultMaxDetail = 1024
 	defaultMaxChains = 65536
 	// fallbackBudget applies when the context carries no deadline, so a
 	// hostile ruleset can never hang the caller.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"hash/fnv"
 	"time"
 
 	"github.com/google/nftables"
@@ -130,6 +129,27 @@ type dumper struct {
 	index map[chainKey]int
 	// scratch is reused for every rule not kept, so counting allocates little.
 	scratch []Expr
+	// table and chain of the previous rule: the dump comes chain by chain,
+	// so most rules reuse these strings instead of allocating their own.
+	table, chain string
+}
+
+// reuse returns prev when b spells the same name, else a new string.
+func reuse(prev string, b []byte) string {
+	b = trimNUL(b)
+	if string(b) == prev {
+		return prev
+	}
+	return string(b)
+}
+
+func trimNUL(b []byte) []byte {
+	for i, c := range b {
+		if c == 0 {
+			return b[:i]
+		}
+	}
+	return b
 }
 
 // add parses one NFT_MSG_NEWRULE payload by hand: google/nftables would
@@ -142,9 +162,11 @@ func (d *dumper) add(fam byte, b []byte) {
 	eachAttr(b, func(typ uint16, data []byte) {
 		switch typ {
 		case unix.NFTA_RULE_TABLE:
-			r.Table = cstring(data)
+			d.table = reuse(d.table, data)
+			r.Table = d.table
 		case unix.NFTA_RULE_CHAIN:
-			r.Chain = cstring(data)
+			d.chain = reuse(d.chain, data)
+			r.Chain = d.chain
 		case unix.NFTA_RULE_HANDLE:
 			if len(data) == 8 {
 				r.Handle = binary.BigEndian.Uint64(data)
@@ -154,7 +176,7 @@ func (d *dumper) add(fam byte, b []byte) {
 		}
 	})
 	xt := false
-	sum := fnv.New64a()
+	sum := fnv64a(fnvOffset)
 	eachAttr(exprs, func(typ uint16, elem []byte) {
 		if typ != unix.NFTA_LIST_ELEM {
 			return
@@ -164,7 +186,7 @@ func (d *dumper) add(fam byte, b []byte) {
 		eachAttr(elem, func(typ uint16, v []byte) {
 			switch typ {
 			case unix.NFTA_EXPR_NAME:
-				name = exprName(cstring(v))
+				name = exprName(trimNUL(v))
 			case unix.NFTA_EXPR_DATA:
 				data = v
 			}
@@ -172,15 +194,14 @@ func (d *dumper) add(fam byte, b []byte) {
 		if name == "match" || name == "target" {
 			xt = true
 		}
-		sum.Write([]byte(name))
-		sum.Write([]byte{0})
+		sum = sum.str(name).byte(0)
 		// Counter values change with traffic; the rule's meaning does not.
 		if name != "counter" {
-			sum.Write(data)
+			sum = sum.bytes(data)
 		}
 		r.Exprs = append(r.Exprs, Expr{Name: name, Data: data})
 	})
-	r.Sum = sum.Sum64()
+	r.Sum = uint64(sum)
 	d.scratch = r.Exprs
 
 	k := chainKey{r.Family, r.Table, r.Chain}
@@ -200,7 +221,7 @@ func (d *dumper) add(fam byte, b []byte) {
 	if xt {
 		ch.XTRules++
 	}
-	ch.Sum = ch.Sum*1099511628211 ^ r.Sum
+	ch.Sum = ch.Sum*uint64(fnvPrime) ^ r.Sum
 
 	if opt.Detail != nil && len(s.Rules) < opt.MaxDetail && opt.Detail(r.Family, r.Table, xt) {
 		// The scratch slice and receive buffer are reused: copy what is kept.
@@ -223,14 +244,15 @@ func init() {
 	}
 }
 
-func exprName(b string) string {
-	if n, ok := knownExprs[b]; ok {
+func exprName(b []byte) string {
+	// m[string(b)] does not allocate: the common names cost nothing.
+	if n, ok := knownExprs[string(b)]; ok {
 		return n
 	}
 	if len(b) > 32 {
 		b = b[:32]
 	}
-	return b
+	return string(b)
 }
 
 // nlaTypeMask strips the nested and byte-order flags from an attribute type.
@@ -253,11 +275,26 @@ func eachAttr(b []byte, fn func(typ uint16, data []byte)) {
 	}
 }
 
-func cstring(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
+// fnv64a is FNV-1a kept in a value: hash.Hash64 would allocate per rule.
+type fnv64a uint64
+
+const (
+	fnvOffset fnv64a = 14695981039346656037
+	fnvPrime  fnv64a = 1099511628211
+)
+
+func (h fnv64a) byte(c byte) fnv64a { return (h ^ fnv64a(c)) * fnvPrime }
+
+func (h fnv64a) bytes(b []byte) fnv64a {
+	for _, c := range b {
+		h = (h ^ fnv64a(c)) * fnvPrime
 	}
-	return string(b)
+	return h
+}
+
+func (h fnv64a) str(s string) fnv64a {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ fnv64a(s[i])) * fnvPrime
+	}
+	return h
 }
