@@ -6,6 +6,10 @@ DESTDIR  ?=
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO       ?= go
 BIN      := bin/iptables-alerter
+# The same main package built with only the hook-side commands (hook, render,
+# version): the runtime execs it at every container start, and Go runs every
+# linked package's init first, client-go's and client_golang's included.
+HOOKBIN  := bin/iptables-alerter-hook
 # Big test tools (kube-apiserver) are built once into this cache, outside the repo.
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 
@@ -15,6 +19,7 @@ all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN) ./hook
+	CGO_ENABLED=0 $(GO) build -tags hookonly -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(HOOKBIN) ./hook
 
 deps:
 	tests/install-deps.sh
@@ -28,23 +33,24 @@ test-unit:
 	$(GO) test -count=1 -short ./...
 
 bench: deps build
-	$(GO) run ./tests/bench -bin $(BIN)
+	$(GO) run ./tests/bench -bin $(HOOKBIN)
 	$(GO) test -run XXX -bench . -benchtime 20x ./lib/...
 
 demo: deps build
-	tests/demo.sh $(BIN)
+	tests/demo.sh $(BIN) $(HOOKBIN)
 
 # The binary first, then the hooks.d JSON: CRI-O skips a hook whose binary
 # is missing and does not look again when it appears.
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/iptables-alerter
+	install -D -m 0755 $(HOOKBIN) $(DESTDIR)$(BINDIR)/iptables-alerter-hook
 	install -d -m 0755 $(DESTDIR)$(HOOKSDIR)
-	sed 's|/usr/local/bin/iptables-alerter|$(BINDIR)/iptables-alerter|' hooks.d/iptables-alerter.json > $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
+	sed 's|/usr/local/bin/|$(BINDIR)/|' hooks.d/iptables-alerter.json > $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
 	chmod 0644 $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
 
 uninstall:
 	rm -f $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
-	rm -f $(DESTDIR)$(BINDIR)/iptables-alerter
+	rm -f $(DESTDIR)$(BINDIR)/iptables-alerter $(DESTDIR)$(BINDIR)/iptables-alerter-hook
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi

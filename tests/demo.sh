@@ -6,6 +6,7 @@
 # then the finding, the metrics and the Kubernetes Event it leads to.
 set -euo pipefail
 BIN=$(realpath "${1:-bin/iptables-alerter}")
+HOOKBIN=$(realpath "${2:-bin/iptables-alerter-hook}")
 if [ "$(id -u)" -ne 0 ]; then echo "demo: run as root (it creates network namespaces)" >&2; exit 1; fi
 WORK=$(mktemp -d /tmp/iptables-alerter-demo.XXXXXX)
 DIRTY=iptalert-demo-dirty-$$
@@ -57,8 +58,8 @@ JSON
   "io.kubernetes.container.name":"app","io.kubernetes.cri-o.SandboxID":"sandbox-$pod",
   "io.kubernetes.cri-o.UserRequestedImage":"quay.io/example/$pod:1.0"}}
 JSON
-  echo "\$ iptables-alerter hook --stage poststart < $pod.state.json"
-  "$BIN" hook --stage poststart --node demo-node --findings "$FINDINGS" --state-dir "$WORK/run" < "$WORK/$pod.state.json"
+  echo "\$ iptables-alerter-hook hook --stage poststart < $pod.state.json"
+  "$HOOKBIN" hook --stage poststart --node demo-node --findings "$FINDINGS" --state-dir "$WORK/run" < "$WORK/$pod.state.json"
   echo "    exit status $?"
 }
 

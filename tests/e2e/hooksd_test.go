@@ -61,7 +61,7 @@ func TestShippedHooksFile(t *testing.T) {
 	if !filepath.IsAbs(f.Hook.Path) {
 		t.Errorf("hook path %q is not absolute", f.Hook.Path)
 	}
-	if diff := cmp.Diff([]string{"iptables-alerter", "hook", "--stage", "poststart"}, f.Hook.Args); diff != "" {
+	if diff := cmp.Diff([]string{"iptables-alerter-hook", "hook", "--stage", "poststart"}, f.Hook.Args); diff != "" {
 		t.Errorf("hook args (-want +got):\n%s", diff)
 	}
 	var path bool
