@@ -1,3 +1,8 @@
+//go:build !hookonly
+
+// Left out of the hookonly build: client-go's package init would run on
+// every container start.
+
 package main
 
 import (
