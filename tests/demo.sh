@@ -73,3 +73,18 @@ python3 -m json.tool < "$FINDINGS" 2>/dev/null || cat "$FINDINGS"
 n=$(wc -l < "$FINDINGS")
 echo "$n finding(s): the clean pod has none."
 [ "$n" -eq 1 ] || { echo "demo: expected exactly one finding" >&2; exit 1; }
+
+say "Metrics: iptables-alerter textfile --once (node-exporter's textfile collector reads the .prom)"
+mkdir -p "$WORK/textfile"
+"$BIN" textfile --once --findings "$FINDINGS" --state-dir "$WORK/textfile-state" --textfile-dir "$WORK/textfile"
+grep -v '^# HELP' "$WORK/textfile/iptables_alerter.prom" | sed 's/^/    /'
+if command -v prometheus-node-exporter >/dev/null; then
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  prometheus-node-exporter --collector.disable-defaults --collector.textfile \
+    --collector.textfile.directory="$WORK/textfile" --web.listen-address="127.0.0.1:$port" 2>/dev/null &
+  NE_PID=$!
+  for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/metrics" >/dev/null 2>&1 && break; sleep 0.1; done
+  echo "node-exporter on 127.0.0.1:$port serves:"
+  curl -sf "http://127.0.0.1:$port/metrics" | grep -E '^(iptables_alerter_pod|node_textfile_scrape_error)' | sed 's/^/    /'
+  kill "$NE_PID" 2>/dev/null || true
+fi
