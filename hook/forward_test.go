@@ -6,11 +6,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -522,5 +530,99 @@ func TestForwardRotation(t *testing.T) {
 	final := f.entries("event forwarder stopped, checkpoint saved")[0]
 	if final["created_total"] != float64(len(pods)) || final["malformed_total"] != float64(0) {
 		t.Errorf("created %v malformed %v, want %d and 0", final["created_total"], final["malformed_total"], len(pods))
+	}
+}
+
+// TestForwardThrottled puts a proxy in front of the real API server that
+// answers the first event creates with 429 (with Retry-After, which
+// client-go waits out itself) and then 503 and 500 (which the forwarder
+// retries): each finding must arrive once, in file order.
+func TestForwardThrottled(t *testing.T) {
+	e := newFwdEnv(t)
+	kubetest.Namespace(t, e.cs, "shop")
+	a := kubetest.Pod(t, e.cs, "shop", "first", nil, "")
+	b := kubetest.Pod(t, e.cs, "shop", "second", nil, "")
+
+	target, err := url.Parse(e.c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(e.c.CA)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	faults := []int{http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusInternalServerError, http.StatusServiceUnavailable}
+	var mu sync.Mutex
+	var created []string
+	proxy := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		isCreate := r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/apis/events.k8s.io/v1/")
+		mu.Lock()
+		if isCreate && len(faults) > 0 {
+			code := faults[0]
+			faults = faults[1:]
+			mu.Unlock()
+			if code == http.StatusTooManyRequests {
+				w.Header().Set("Retry-After", "1")
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"injected","code":%d}`, code)
+			return
+		}
+		mu.Unlock()
+		// The event name leads with the pod name, in JSON and protobuf alike.
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rec := httptest.NewRecorder()
+		rp.ServeHTTP(rec, r)
+		if isCreate && rec.Code == http.StatusCreated {
+			mu.Lock()
+			for _, name := range []string{"first", "second"} {
+				if bytes.Contains(body, []byte(name+".iptalert-")) {
+					created = append(created, name)
+				}
+			}
+			mu.Unlock()
+		}
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	}))
+	defer proxy.Close()
+
+	// The same service account, through the proxy; client-go sends no
+	// bearer token over plain http, hence TLS with the proxy's own cert.
+	token := kubetest.Token(t, e.cs, fwdNS, fwdSA)
+	proxyCA := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: proxy.Certificate().Raw}))
+	kc := filepath.Join(t.TempDir(), "proxy.kubeconfig")
+	if err := os.WriteFile(kc, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: p, cluster: {server: %q, certificate-authority-data: %q}}]
+users: [{name: u, user: {token: %q}}]
+contexts: [{name: c, context: {cluster: p, user: u}}]
+current-context: c
+`, proxy.URL, proxyCA, token)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.kubeconfig = kc
+	e.append(t, fwdRecord(a, string(a.UID), "fp-a", "app"), fwdRecord(b, string(b.UID), "fp-b", "app"))
+	f := e.start(t)
+	e.waitDelivered(t, 60*time.Second, []*corev1.Pod{a, b}, 1)
+	e.waitCheckpointAtEnd(t)
+	f.stop(t, syscall.SIGTERM)
+
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := cmp.Diff([]string{"first", "second"}, created); diff != "" {
+		t.Errorf("creates that got through, in order (-want +got):\n%s", diff)
+	}
+	if len(faults) != 0 {
+		t.Errorf("%d injected faults never served", len(faults))
+	}
+	final := f.entries("event forwarder stopped, checkpoint saved")[0]
+	if r, _ := final["retries_total"].(float64); r < 3 {
+		t.Errorf("retries_total = %v, want at least 3 (503, 500, 503)", final["retries_total"])
 	}
 }
