@@ -243,6 +243,9 @@ func (h *forwarder) handle(line []byte) error {
 	if res.Node != "" {
 		fields["node_event"] = string(res.Node)
 	}
+	if res.NodeWhy != nil {
+		fields["node_event_error"] = res.NodeWhy.Error()
+	}
 	entry := h.log.WithFields(fields)
 	if res.Why != nil {
 		entry = entry.WithError(res.Why)

@@ -87,8 +87,15 @@ func counts(rec findings.Record) string {
 		parts = append(parts, "no rule counts reported")
 	}
 	s := "Found " + strings.Join(parts, "; ")
+	var who []string
 	if rec.Container != "" {
-		s += " (container " + Escape(rec.Container) + ")"
+		who = append(who, "container "+Escape(rec.Container))
+	}
+	if rec.Image != "" {
+		who = append(who, "image "+Escape(rec.Image))
+	}
+	if len(who) > 0 {
+		s += " (" + strings.Join(who, ", ") + ")"
 	}
 	s += "."
 	if rec.Truncated {

@@ -20,6 +20,7 @@ func sampleRecord() findings.Record {
 		SandboxID:   "5a4db0c5",
 		Pod:         findings.Pod{Namespace: "shop", Name: "cart-7d9f", UID: "0b6f8e2c-2a3b-4a51-9d7e-111111111111"},
 		Container:   "istio-init",
+		Image:       "docker.io/istio/proxyv2:1.20.0",
 		Nft:         findings.Nft{Tables: []string{"ip nat"}, Chains: 4, Rules: 12},
 		Fingerprint: "f1f2f3",
 		Examples: []findings.Example{

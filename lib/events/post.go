@@ -64,8 +64,10 @@ type Result struct {
 	PodUID types.UID
 	// Mirror is true when the record's pod is a static pod.
 	Mirror bool
-	// Node is the outcome of the node summary Event, empty when not asked.
-	Node Outcome
+	// Node is the outcome of the node summary Event, empty when not asked;
+	// NodeWhy explains a Rejected one.
+	Node    Outcome
+	NodeWhy error
 	// Why explains PodGone, NoPod and Rejected.
 	Why error
 }
@@ -94,11 +96,11 @@ func (p *Poster) Post(ctx context.Context, rec findings.Record) (Result, error) 
 	}
 	// The node summary is posted even when the pod is gone: the node did
 	// run a workload using iptables, which is what the summary says.
-	node, err := p.postNode(ctx, rec, res)
-	if err != nil {
-		return res, err
+	out, err := p.create(ctx, p.nodeEventFor(rec, res))
+	if out == "" {
+		return Result{}, err
 	}
-	res.Node = node
+	res.Node, res.NodeWhy = out, err
 	return res, nil
 }
 
@@ -135,14 +137,6 @@ func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, erro
 	}
 	res.Why = err
 	return res, nil
-}
-
-func (p *Poster) postNode(ctx context.Context, rec findings.Record, pod Result) (Outcome, error) {
-	out, err := p.create(ctx, p.nodeEventFor(rec, pod))
-	if out == "" {
-		return "", err
-	}
-	return out, nil
 }
 
 // create posts ev; AlreadyExists means an earlier attempt got through. An
