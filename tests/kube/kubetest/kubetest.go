@@ -47,9 +47,12 @@ func APIServerPath() string {
 }
 
 // Need skips (or under CI=true fails) the test when etcd or kube-apiserver
-// is missing.
+// is missing; -short skips it always.
 func Need(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping with -short: starts a real etcd and kube-apiserver")
+	}
 	_, err := os.Stat(Etcd)
 	nstest.Need(t, err == nil, "needs "+Etcd+" (apt-get install etcd-server)")
 	_, err = os.Stat(APIServerPath())
