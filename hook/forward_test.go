@@ -298,7 +298,7 @@ func TestForwardEndToEnd(t *testing.T) {
 
 	// Phase 4: the API server goes away; findings keep coming, among them
 	// one for a pod that no longer exists.
-	e.c.StopAPIServer()
+	e.c.KillAPIServer()
 	e.append(t, recs[30:35]...)
 	e.append(t, fwdRecord(gone, "uid-deleted", "fp-gone", "app"))
 	e.append(t, recs[35:]...)

@@ -152,6 +152,17 @@ func (c *Cluster) StopAPIServer() {
 	c.api = nil
 }
 
+// KillAPIServer kills kube-apiserver with SIGKILL, as a crash or an OOM
+// kill would, and waits until it is gone.
+func (c *Cluster) KillAPIServer() {
+	c.t.Helper()
+	if c.api != nil && c.api.Process != nil {
+		_ = c.api.Process.Kill()
+		stop(c.api)
+	}
+	c.api = nil
+}
+
 // Config is a client config for the API server with a bearer token.
 func (c *Cluster) Config(token string) *rest.Config {
 	return &rest.Config{
