@@ -22,3 +22,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The etcd-server package may start a system etcd on 2379; the tests start
+# their own on free loopback ports and do not need it.
+if command -v systemctl >/dev/null 2>&1; then systemctl disable --now etcd >/dev/null 2>&1 || true; fi
+
+# kube-apiserver for the Event forwarder tests: built from the Go module proxy
+# once and cached outside the repo (${IPTA_CACHE:-/var/cache/iptables-alerter}).
+"$(dirname "$0")/kube/build-kube-apiserver.sh"
