@@ -11,7 +11,10 @@ if [ "$(id -u)" -ne 0 ]; then echo "demo: run as root (it creates network namesp
 WORK=$(mktemp -d /tmp/iptables-alerter-demo.XXXXXX)
 DIRTY=iptalert-demo-dirty-$$
 CLEAN=iptalert-demo-clean-$$
+PIDS=()
 cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
   ip netns del "$DIRTY" 2>/dev/null || true
   ip netns del "$CLEAN" 2>/dev/null || true
   [ -n "${DEMO_KEEP:-}" ] || rm -rf "$WORK"
@@ -20,6 +23,54 @@ trap cleanup EXIT
 FINDINGS=$WORK/log/findings.jsonl
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+APISERVER=${IPTA_CACHE:-/var/cache/iptables-alerter}/kube/bin/kube-apiserver
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+api() { curl -sfk -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' "$@"; }
+
+# A real etcd and kube-apiserver on loopback stand in for the cluster, so
+# the Pods exist with the UIDs the kubelet would label their containers with.
+say "A throwaway Kubernetes API server (etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}'), kube-apiserver from $APISERVER)"
+mkdir -p "$WORK/kube"
+openssl genrsa -out "$WORK/kube/sa.key" 2048 2>/dev/null
+openssl rsa -in "$WORK/kube/sa.key" -pubout -out "$WORK/kube/sa.pub" 2>/dev/null
+echo "$TOKEN,admin,admin-uid,\"system:masters\"" > "$WORK/kube/tokens.csv"
+EC=$(freeport); EP=$(freeport); AP=$(freeport)
+etcd --name demo --data-dir "$WORK/kube/etcd" --listen-client-urls "http://127.0.0.1:$EC" \
+  --advertise-client-urls "http://127.0.0.1:$EC" --listen-peer-urls "http://127.0.0.1:$EP" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$EP" --initial-cluster "demo=http://127.0.0.1:$EP" \
+  > "$WORK/kube/etcd.log" 2>&1 &
+PIDS+=($!)
+"$APISERVER" --etcd-servers "http://127.0.0.1:$EC" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+  --secure-port "$AP" --cert-dir "$WORK/kube/certs" --token-auth-file "$WORK/kube/tokens.csv" \
+  --authorization-mode RBAC --service-account-issuer https://kubernetes.default.svc \
+  --service-account-key-file "$WORK/kube/sa.pub" --service-account-signing-key-file "$WORK/kube/sa.key" \
+  --service-cluster-ip-range 10.96.0.0/24 --disable-admission-plugins ServiceAccount \
+  > "$WORK/kube/kube-apiserver.log" 2>&1 &
+PIDS+=($!)
+API=https://127.0.0.1:$AP
+for _ in $(seq 600); do api "$API/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+api "$API/readyz" >/dev/null || { echo "demo: kube-apiserver did not get ready:" >&2; tail -20 "$WORK/kube/kube-apiserver.log" >&2; exit 1; }
+echo "kube-apiserver ready at $API"
+cat > "$WORK/kube/kubeconfig" <<KCFG
+apiVersion: v1
+kind: Config
+clusters: [{name: demo, cluster: {server: "$API", insecure-skip-tls-verify: true}}]
+users: [{name: admin, user: {token: "$TOKEN"}}]
+contexts: [{name: demo, context: {cluster: demo, user: admin}}]
+current-context: demo
+KCFG
+api -X POST "$API/api/v1/namespaces" -d '{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"demo"}}' >/dev/null
+# mkpod NAME prints the UID the API server gave the Pod.
+mkpod() {
+  api -X POST "$API/api/v1/namespaces/demo/pods" \
+    -d "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"$1\"},\"spec\":{\"nodeName\":\"demo-node\",\"containers\":[{\"name\":\"app\",\"image\":\"quay.io/example/$1:1.0\"}]}}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["uid"])'
+}
+MESH_UID=$(mkpod mesh-app)
+PLAIN_UID=$(mkpod plain-app)
+echo "Pods demo/mesh-app ($MESH_UID) and demo/plain-app ($PLAIN_UID) created"
 
 say "Two pod network namespaces: $DIRTY (rules) and $CLEAN (none)"
 ip netns add "$DIRTY"
@@ -64,8 +115,8 @@ JSON
 }
 
 say "The hook, as the runtime runs it at poststart"
-run_hook "$DIRTY" mesh-app 7d1c0a52-0d3e-4c6b-9a51-2d0c3f1e5a11
-run_hook "$CLEAN" plain-app 5b8e2f61-8c1d-4e2a-b7f0-6a9d4c3e2b10
+run_hook "$DIRTY" mesh-app "$MESH_UID"
+run_hook "$CLEAN" plain-app "$PLAIN_UID"
 
 say "Findings file $FINDINGS (one JSON object a line)"
 if [ ! -s "$FINDINGS" ]; then echo "demo: no finding was recorded" >&2; exit 1; fi
@@ -88,3 +139,29 @@ if command -v prometheus-node-exporter >/dev/null; then
   curl -sf "http://127.0.0.1:$port/metrics" | grep -E '^(iptables_alerter_pod|node_textfile_scrape_error)' | sed 's/^/    /'
   kill "$NE_PID" 2>/dev/null || true
 fi
+
+say "Event: iptables-alerter forward posts it on the Pod"
+"$BIN" forward --findings "$FINDINGS" --state-dir "$WORK/forward-state" --kubeconfig "$WORK/kube/kubeconfig" \
+  --node-name demo-node --poll 100ms > "$WORK/forward.log" 2>&1 &
+FWD=$!
+PIDS+=($FWD)
+events=""
+for _ in $(seq 100); do
+  events=$(api "$API/api/v1/namespaces/demo/events?fieldSelector=involvedObject.name=mesh-app,involvedObject.uid=$MESH_UID" || true)
+  printf '%s' "$events" | grep -q IPTablesUsageObserved && break
+  sleep 0.2
+done
+kill -TERM "$FWD" 2>/dev/null || true
+printf '%s' "$events" | python3 -c '
+import json, sys
+items = json.load(sys.stdin)["items"]
+if not items:
+    sys.exit("demo: no Event was posted")
+for e in items:
+    o = e["involvedObject"]
+    print("    %s/%s %s %s (uid %s)" % (o["kind"], o["name"], e["type"], e["reason"], o["uid"]))
+    print("    from %s on %s" % (e.get("reportingComponent", ""), e.get("reportingInstance", "")))
+    print("    " + e["message"].replace("\n", "\n    "))
+'
+plain=$(api "$API/api/v1/namespaces/demo/events?fieldSelector=involvedObject.name=plain-app" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["items"]))')
+echo "Events on demo/plain-app: $plain"
