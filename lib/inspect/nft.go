@@ -13,22 +13,6 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 )
 
-var familyNames = map[nftables.TableFamily]Family{
-	nftables.TableFamilyIPv4:   IP,
-	nftables.TableFamilyIPv6:   IP6,
-	nftables.TableFamilyINet:   INet,
-	nftables.TableFamilyARP:    ARP,
-	nftables.TableFamilyBridge: Bridge,
-	nftables.TableFamilyNetdev: Netdev,
-}
-
-func familyName(f byte) Family {
-	if n, ok := familyNames[nftables.TableFamily(f)]; ok {
-		return n
-	}
-	return Family(fmt.Sprintf("family%d", f))
-}
-
 type chainKey struct {
 	fam          Family
 	table, chain string
@@ -50,7 +34,7 @@ func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Optio
 		return fmt.Errorf("list nftables tables in netns %q: %w", h.Path, err)
 	}
 	for _, t := range tables {
-		s.Tables = append(s.Tables, Table{Family: familyName(byte(t.Family)), Name: t.Name})
+		s.Tables = append(s.Tables, Table{Family: FamilyOf(byte(t.Family)), Name: t.Name})
 	}
 	chains, err := conn.ListChains()
 	if err != nil {
@@ -62,7 +46,7 @@ func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Optio
 			s.Truncated = true
 			break
 		}
-		ch := Chain{Family: familyName(byte(c.Table.Family)), Table: c.Table.Name, Name: c.Name, Type: string(c.Type), Policy: 1}
+		ch := Chain{Family: FamilyOf(byte(c.Table.Family)), Table: c.Table.Name, Name: c.Name, Type: string(c.Type), Policy: 1}
 		if c.Hooknum != nil {
 			ch.Base = true
 			ch.Hook = uint32(*c.Hooknum)
@@ -158,7 +142,7 @@ func (d *dumper) add(fam byte, b []byte) {
 	opt, s, index := d.opt, d.s, d.index
 	r := Rule{Exprs: d.scratch[:0]}
 	var exprs []byte
-	r.Family = familyName(fam)
+	r.Family = FamilyOf(fam)
 	eachAttr(b, func(typ uint16, data []byte) {
 		switch typ {
 		case unix.NFTA_RULE_TABLE:

@@ -1,5 +1,7 @@
 package inspect
 
+import "fmt"
+
 // Family is an nftables address family in nft's own spelling.
 type Family string
 
@@ -11,6 +13,23 @@ const (
 	Bridge Family = "bridge"
 	Netdev Family = "netdev"
 )
+
+// familyNumbers maps each family to its NFPROTO_* number, the first byte of
+// every nftables netlink message.
+var familyNumbers = map[Family]byte{IP: 2, IP6: 10, INet: 1, ARP: 3, Bridge: 7, Netdev: 5}
+
+// Number is the family's NFPROTO_* value (0, NFPROTO_UNSPEC, if unknown).
+func (f Family) Number() byte { return familyNumbers[f] }
+
+// FamilyOf names an NFPROTO_* number; unknown numbers get "familyN".
+func FamilyOf(n byte) Family {
+	for f, v := range familyNumbers {
+		if v == n {
+			return f
+		}
+	}
+	return Family(fmt.Sprintf("family%d", n))
+}
 
 // Snapshot is what one read-only look at a netns saw.
 type Snapshot struct {

@@ -119,25 +119,7 @@ type builder struct {
 }
 
 func newBuilder(fam inspect.Family) *builder {
-	return &builder{fam: fam, famB: famByte(fam), regs: map[uint32]*source{}, proto: -1}
-}
-
-func famByte(f inspect.Family) byte {
-	switch f {
-	case inspect.IP:
-		return unix.NFPROTO_IPV4
-	case inspect.IP6:
-		return unix.NFPROTO_IPV6
-	case inspect.INet:
-		return unix.NFPROTO_INET
-	case inspect.ARP:
-		return unix.NFPROTO_ARP
-	case inspect.Bridge:
-		return unix.NFPROTO_BRIDGE
-	case inspect.Netdev:
-		return unix.NFPROTO_NETDEV
-	}
-	return unix.NFPROTO_UNSPEC
+	return &builder{fam: fam, famB: fam.Number(), regs: map[uint32]*source{}, proto: -1}
 }
 
 func (b *builder) add(rank int, key, text string) int {
