@@ -30,10 +30,10 @@ func Summarize(u classify.Usage) (nft Nft, legacy Legacy, fingerprint string, tr
 		}
 		nft.Chains++
 		nft.Rules += c.Rules
-		t := string(c.Family) + " " + capName(c.Table)
-		if !seen[t] {
+		// Deduplicate on the full name; cap only what is shown.
+		if t := string(c.Family) + " " + c.Table; !seen[t] {
 			seen[t] = true
-			nft.Tables = append(nft.Tables, t)
+			nft.Tables = append(nft.Tables, string(c.Family)+" "+capName(c.Table))
 		}
 		// Length-prefixed fields: hostile names cannot collide by shifting
 		// bytes from one field into the next.

@@ -1,0 +1,89 @@
+package ocistate
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+const labels = `"io.kubernetes.pod.namespace":"ns","io.kubernetes.pod.name":"p","io.kubernetes.pod.uid":"u",` +
+	`"io.kubernetes.container.name":"c","io.kubernetes.cri-o.SandboxID":"sb","io.kubernetes.cri-o.ImageRef":"sha256:1",` +
+	`"io.kubernetes.cri-o.UserRequestedImage":"quay.io/x:1"`
+
+func TestRead(t *testing.T) {
+	tests := []struct {
+		name   string
+		config string // config.json; "-" for none
+		state  string // %B is replaced by the bundle path
+		want   Container
+		err    string
+	}{
+		{
+			name:   "pinned netns",
+			config: `{"linux":{"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/x"}]}}`,
+			state:  `{"id":"c1","status":"running","pid":42,"bundle":"%B","annotations":{` + labels + `}}`,
+			want: Container{ID: "c1", Status: "running", Pid: 42, SandboxID: "sb", PodNamespace: "ns", PodName: "p", PodUID: "u",
+				ContainerName: "c", Image: "quay.io/x:1", Netns: "/run/netns/x"},
+		},
+		{
+			name:   "private netns of a live pid",
+			config: `{"linux":{"namespaces":[{"type":"network"}]}}`,
+			state:  `{"id":"c1","pid":42,"bundle":"%B"}`,
+			want:   Container{ID: "c1", Pid: 42, Netns: "/proc/42/ns/net"},
+		},
+		{
+			name:   "host network",
+			config: `{"linux":{"namespaces":[{"type":"pid"}]}}`,
+			state:  `{"id":"c1","bundle":"%B"}`,
+			want:   Container{ID: "c1", HostNetwork: true},
+		},
+		{
+			name:   "annotations from config.json when the state has none",
+			config: `{"annotations":{` + labels + `},"linux":{"namespaces":[{"type":"network","path":"/n"}]}}`,
+			state:  `{"id":"c1","bundle":"%B"}`,
+			want: Container{ID: "c1", SandboxID: "sb", PodNamespace: "ns", PodName: "p", PodUID: "u",
+				ContainerName: "c", Image: "quay.io/x:1", Netns: "/n"},
+		},
+		{name: "malformed state", config: `{}`, state: `{"id":`, err: "decode state from stdin"},
+		{name: "state without bundle", config: `{}`, state: `{"id":"c1"}`, err: "missing id or bundle"},
+		{name: "no config.json", config: "-", state: `{"id":"c1","bundle":"%B"}`, err: "bundle has no config.json"},
+		{name: "malformed config.json", config: `{"linux":`, state: `{"id":"c1","bundle":"%B"}`, err: "decode bundle config"},
+		{name: "huge state", config: `{}`, state: `{"id":"` + strings.Repeat("x", 2<<20) + `"}`, err: "larger than"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.config != "-" {
+				os.WriteFile(filepath.Join(dir, "config.json"), []byte(tc.config), 0o644)
+			}
+			c, err := Read(strings.NewReader(strings.ReplaceAll(tc.state, "%B", dir)))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.want.Bundle = dir
+			if d := cmp.Diff(tc.want, c); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestReadConfigSymlinkRefused(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "real.json"), []byte(`{}`), 0o644)
+	os.Symlink(filepath.Join(dir, "real.json"), filepath.Join(dir, "config.json"))
+	_, err := Read(strings.NewReader(`{"id":"c","bundle":"` + dir + `"}`))
+	if err == nil || errors.Is(err, ErrNoConfig) {
+		t.Fatalf("symlinked config.json: err = %v", err)
+	}
+}
