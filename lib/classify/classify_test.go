@@ -20,8 +20,8 @@ func TestClassify(t *testing.T) {
 		legacy []Legacy
 	}{
 		{
-			name: "iptables-nft filter rule",
-			snap: inspect.Snapshot{Chains: []inspect.Chain{base(inspect.IP, "filter", "INPUT", "filter", localIn, 0, 2)}},
+			name:   "iptables-nft filter rule",
+			snap:   inspect.Snapshot{Chains: []inspect.Chain{base(inspect.IP, "filter", "INPUT", "filter", localIn, 0, 2)}},
 			chains: []Chain{{Family: inspect.IP, Table: "filter", Name: "INPUT", Rules: 2}},
 		},
 		{
@@ -53,8 +53,8 @@ func TestClassify(t *testing.T) {
 			snap: inspect.Snapshot{Chains: []inspect.Chain{base(inspect.IP, "nat", "PREROUTING", "nat", preRouting, 0, 1)}},
 		},
 		{
-			name: "mangle OUTPUT must be a route chain",
-			snap: inspect.Snapshot{Chains: []inspect.Chain{base(inspect.IP, "mangle", "OUTPUT", "route", localOut, -150, 1)}},
+			name:   "mangle OUTPUT must be a route chain",
+			snap:   inspect.Snapshot{Chains: []inspect.Chain{base(inspect.IP, "mangle", "OUTPUT", "route", localOut, -150, 1)}},
 			chains: []Chain{{Family: inspect.IP, Table: "mangle", Name: "OUTPUT", Rules: 1}},
 		},
 		{
