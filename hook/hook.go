@@ -110,14 +110,9 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 	}
 	l = l.WithField("netns", c.Netns)
 
-	allow, err := cfg.allow.load()
-	if err != nil {
-		// Inspect anyway: a broken allowlist must not hide usage.
-		l.WithError(err).Error("cannot load the allowlist, reporting without it")
-	}
 	// Leave a fifth of the budget for writing the finding.
 	inspectCtx, cancelInspect := context.WithDeadline(ctx, start.Add(cfg.timeout*4/5))
-	res, err := scan(inspectCtx, c.Netns, c.PodNamespace, allow)
+	res, err := scan(inspectCtx, c.Netns, c.PodNamespace, cfg.allow.load)
 	cancelInspect()
 	if err != nil {
 		if errors.Is(err, netns.ErrNotExist) {
@@ -126,6 +121,10 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 			l.WithError(err).Error("cannot open the pod netns")
 		}
 		return
+	}
+	if res.AllowErr != nil {
+		// A broken allowlist must not hide usage: report with the rest.
+		l.WithError(res.AllowErr).Error("cannot load the allowlist, reporting without it")
 	}
 	if res.Err != nil {
 		l = l.WithField("error", res.Err.Error())

@@ -13,7 +13,7 @@ import (
 )
 
 // scanResult is one pass of the data flow over a netns: inspect, classify,
-// allowlist. Every subcommand that looks at a netns goes through scan.
+// allowlist.
 type scanResult struct {
 	Usage   classify.Usage
 	Allowed allowlist.Result
@@ -22,6 +22,9 @@ type scanResult struct {
 	NetnsID string
 	// Err is an inspection error; the usage is then a lower bound.
 	Err error
+	// AllowErr is the allowlist's load error; usage is then reported with
+	// what could be loaded (the built-in entries).
+	AllowErr error
 }
 
 // maxExampleCandidates bounds how many remaining rules are rendered to pick
@@ -30,7 +33,10 @@ const maxExampleCandidates = 64
 
 // scan opens path and runs the data flow. An error opening the namespace is
 // returned; errors after that are kept in the result with what was seen.
-func scan(ctx context.Context, path, namespace string, allow *allowlist.List) (scanResult, error) {
+//
+// The allowlist is loaded only when there is usage to subtract from: most
+// pods have none, and compiling its expressions is a fifth of the work.
+func scan(ctx context.Context, path, namespace string, loadAllow func() (*allowlist.List, error)) (scanResult, error) {
 	h, err := netns.Open(path)
 	if err != nil {
 		return scanResult{}, err
@@ -43,6 +49,11 @@ func scan(ctx context.Context, path, namespace string, allow *allowlist.List) (s
 	snap, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate})
 	res.Err = err
 	res.Usage = classify.Classify(snap)
+	if res.Usage.Empty() {
+		return res, nil
+	}
+	allow, err := loadAllow()
+	res.AllowErr = err
 	res.Usage, res.Allowed = allow.Apply(res.Usage, namespace, render.Text)
 	return res, nil
 }
