@@ -8,11 +8,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -75,11 +72,8 @@ func runForward(args []string, _ io.Reader, stderr io.Writer) int {
 	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
 	fs.DurationVar(&cfg.timeout, "request-timeout", 30*time.Second, "timeout of one API request")
 	cfg.log.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 || cfg.poll <= 0 || cfg.maxBackoff <= 0 || cfg.timeout <= 0 {
 		fs.Usage()
@@ -174,7 +168,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		// One finding may hold the loop for a backoff plus a pod GET and
 		// two creates, each up to the request timeout (client-go may also
 		// wait out a Retry-After); beyond that the loop is stuck.
-		srv, err := serveHealthWithin(cfg.healthAddr, f, 2*cfg.maxBackoff+4*cfg.timeout+10*cfg.poll)
+		srv, err := serveHealth(cfg.healthAddr, f, 2*cfg.maxBackoff+4*cfg.timeout+10*cfg.poll)
 		if err != nil {
 			return err
 		}
@@ -186,26 +180,6 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 	}
 	log.WithFields(fields).WithFields(st.fields()).WithField("offset", f.Checkpoint().Offset).Info("event forwarder stopped, checkpoint saved")
 	return nil
-}
-
-// serveHealthWithin answers /healthz with 200 while the follow loop went
-// round within limit, 503 after; an API outage alone keeps it going round.
-func serveHealthWithin(addr string, f *follow.Follower, limit time.Duration) (*http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on health address %q: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if last := f.Alive(); !last.IsZero() && time.Since(last) > limit {
-			http.Error(w, "follow loop stalled since "+last.UTC().Format(time.RFC3339), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return srv, nil
 }
 
 // forwarder is the follower's handler: one line, one Post.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,6 +53,21 @@ func (l *logFlags) logger(stderr io.Writer) *logrus.Logger {
 
 // nofollow keeps --log-file from writing through a planted symlink.
 const nofollow = syscall.O_NOFOLLOW
+
+// parseFlags parses args; when it fails it gives the exit status: 0 for
+// --help (the usage was asked for), 2 for a bad flag. The FlagSet has already
+// printed what is wrong.
+func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		return 0, false
+	default:
+		return 2, false
+	}
+}
 
 // newFlagSet gives a FlagSet whose --help prints a heading and the defaults.
 func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {

@@ -34,8 +34,8 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 10*time.Second, "give up reading the netns after this long")
 	var allow allowFlags
 	allow.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if *path == "" {
 		fmt.Fprintln(stderr, "render: --netns is required")

@@ -7,12 +7,7 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os/signal"
 	"syscall"
 	"time"
@@ -61,11 +56,8 @@ func runTextfile(args []string, _ io.Reader, stderr io.Writer) int {
 	fs.DurationVar(&cfg.prune, "prune-interval", 30*time.Second, "how often to drop pods whose netns is gone")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz on this address, e.g. 127.0.0.1:9755 (empty: off)")
 	cfg.log.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -120,7 +112,8 @@ func textfileLoop(ctx context.Context, cfg textfileConfig, log *logrus.Logger) e
 		return nil
 	}
 	if cfg.healthAddr != "" {
-		srv, err := serveHealth(cfg.healthAddr, f, cfg.poll)
+		// A healthy loop waits at most the longest backoff between rounds.
+		srv, err := serveHealth(cfg.healthAddr, f, 2*follow.DefaultMaxBackoff+10*cfg.poll)
 		if err != nil {
 			return err
 		}
@@ -149,26 +142,4 @@ func textfileLoop(ctx context.Context, cfg textfileConfig, log *logrus.Logger) e
 	}
 	log.WithFields(fields).WithField("offset", f.Checkpoint().Offset).Info("textfile collector stopped, checkpoint saved")
 	return nil
-}
-
-// serveHealth answers /healthz with 200 while the follow loop keeps going
-// round; a loop stuck for longer than the longest backoff gets 503.
-func serveHealth(addr string, f *follow.Follower, poll time.Duration) (*http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on health address %q: %w", addr, err)
-	}
-	limit := 2*follow.DefaultMaxBackoff + 10*poll
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		last := f.Alive()
-		if !last.IsZero() && time.Since(last) > limit {
-			http.Error(w, "follow loop stalled since "+last.UTC().Format(time.RFC3339), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return srv, nil
 }
