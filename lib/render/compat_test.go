@@ -147,6 +147,23 @@ func TestCompatGenerations(t *testing.T) {
 			counter, verdict(expr.VerdictAccept)),
 		want: "-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
 	}, {
+		// xt_state keeps UNTRACKED at 1 << (IP_CT_IS_REPLY+1), not where
+		// xt_conntrack or nft ct state keep it.
+		name: "state untracked as xt state", fam: inspect.IP, table: "filter", chain: "INPUT",
+		iptables: "iptables-nft -A INPUT -m state --state UNTRACKED -j ACCEPT",
+		other: cat([]expr.Any{&expr.Match{Name: "state", Rev: 0, Info: info(uint32(0x10))}},
+			counter, verdict(expr.VerdictAccept)),
+		want: "-A INPUT -m conntrack --ctstate UNTRACKED -j ACCEPT",
+	}, {
+		name: "ctstate untracked as native ct state", fam: inspect.IP, table: "filter", chain: "INPUT",
+		iptables: "iptables-nft -A INPUT -m conntrack --ctstate UNTRACKED -j ACCEPT",
+		other: cat([]expr.Any{
+			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binary.NativeEndian.AppendUint32(nil, 0x40), Xor: []byte{0, 0, 0, 0}},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}},
+		}, counter, verdict(expr.VerdictAccept)),
+		want: "-A INPUT -m conntrack --ctstate UNTRACKED -j ACCEPT",
+	}, {
 		name: "ctstate as native ct state", fam: inspect.IP, table: "filter", chain: "INPUT",
 		iptables: "iptables-nft -A INPUT -m state --state NEW -j ACCEPT",
 		other: cat([]expr.Any{

@@ -433,15 +433,25 @@ func icmpText(fam inspect.Family, typ, codeLo, codeHi int) string {
 	return opt + fmt.Sprintf("%d/%d-%d", typ, codeLo, codeHi)
 }
 
-// Conntrack state bits, shared by xt_state, xt_conntrack and nft ct state.
-var ctStateNames = []struct {
+// Conntrack state bits. INVALID, ESTABLISHED, RELATED and NEW sit at the
+// same positions everywhere; the bits after them do not: nft's ct state has
+// UNTRACKED at 0x40, xt_conntrack SNAT 0x40, DNAT 0x80 and UNTRACKED 0x100
+// (1 << IP_CT_NUMBER+1..3), xt_state UNTRACKED at 0x10 (1 << IP_CT_IS_REPLY+1).
+type stateBit struct {
 	bit  uint32
 	name string
-}{{1, "INVALID"}, {8, "NEW"}, {4, "RELATED"}, {2, "ESTABLISHED"}, {64, "UNTRACKED"}, {128, "SNAT"}, {256, "DNAT"}}
+}
 
-func ctStateText(mask uint32) string {
+var (
+	ctStateBase      = []stateBit{{1, "INVALID"}, {8, "NEW"}, {4, "RELATED"}, {2, "ESTABLISHED"}}
+	ctStateNative    = append(ctStateBase[:4:4], stateBit{0x40, "UNTRACKED"})
+	ctStateConntrack = append(ctStateBase[:4:4], stateBit{0x100, "UNTRACKED"}, stateBit{0x40, "SNAT"}, stateBit{0x80, "DNAT"})
+	ctStateXTState   = append(ctStateBase[:4:4], stateBit{0x10, "UNTRACKED"})
+)
+
+func ctStateText(mask uint32, names []stateBit) string {
 	var n []string
-	for _, s := range ctStateNames {
+	for _, s := range names {
 		if mask&s.bit != 0 {
 			n = append(n, s.name)
 			mask &^= s.bit
@@ -487,7 +497,7 @@ func (b *builder) ctCmp(s *source, neg bool, data []byte) bool {
 	// "& mask != 0" is the positive match.
 	neg = !neg
 	if s.key == unix.NFT_CT_STATE {
-		b.module("conntrack", negPrefix(neg)+"--ctstate "+ctStateText(m))
+		b.module("conntrack", negPrefix(neg)+"--ctstate "+ctStateText(m, ctStateNative))
 	} else {
 		b.module("conntrack", negPrefix(neg)+"--ctstatus "+ctStatusText(m))
 	}

@@ -115,7 +115,7 @@ func (b *builder) xtMatchKnown(x xtInfo) bool {
 	case x.name == "limit" && x.rev == 0 && len(i) >= 8:
 		b.limit(u32(i, 0), u32(i, 4), false)
 	case x.name == "state" && x.rev == 0 && len(i) >= 4:
-		b.module("conntrack", "--ctstate "+ctStateText(u32(i, 0)))
+		b.module("conntrack", "--ctstate "+ctStateText(u32(i, 0), ctStateXTState))
 	case x.name == "conntrack" && x.rev >= 1 && x.rev <= 3:
 		return b.conntrack(x.rev, i)
 	case x.name == "multiport" && (x.rev == 0 && len(i) >= 32 || x.rev == 1 && len(i) >= 48):
@@ -209,7 +209,7 @@ func (b *builder) conntrack(rev uint32, i []byte) bool {
 			s = append(s, negPrefix(inv&f != 0)+text)
 		}
 	}
-	opt(fState, "--ctstate "+ctStateText(state))
+	opt(fState, "--ctstate "+ctStateText(state, ctStateConntrack))
 	opt(fProto, "--ctproto "+protoName(b.fam, int(u16(i, 136))))
 	for k, o := range []struct {
 		f   uint32
