@@ -10,6 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/ocistate"
@@ -170,7 +171,7 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 }
 
 func buildRecord(cfg hookConfig, c ocistate.Container, res scanResult) findings.Record {
-	nft, legacy, fp, cut := findings.Summarize(res.Usage)
+	sum := classify.Summarize(res.Usage)
 	stage := cfg.stage
 	if stage == "" {
 		stage = c.Status
@@ -186,13 +187,13 @@ func buildRecord(cfg hookConfig, c ocistate.Container, res scanResult) findings.
 		Container:        c.ContainerName,
 		Image:            c.Image,
 		Netns:            c.Netns,
-		Nft:              nft,
-		Legacy:           legacy,
+		Nft:              findings.Nft{Tables: sum.NftTables, Chains: sum.NftChains, Rules: sum.NftRules},
+		Legacy:           findings.Legacy{Tables: sum.LegacyTables, Rules: sum.LegacyRules},
 		Allowlisted:      res.Allowed.Count,
 		AllowlistEntries: res.Allowed.Entries,
 		Examples:         examples(res.Usage),
-		Fingerprint:      fp,
-		Truncated:        res.Usage.Truncated || cut,
+		Fingerprint:      sum.Fingerprint,
+		Truncated:        res.Usage.Truncated || sum.Truncated,
 		Error:            errString(res.Err),
 	}
 }

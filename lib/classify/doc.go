@@ -2,7 +2,8 @@
 //
 // It takes an inspect.Snapshot and gives a Usage: per chain, the rules an
 // iptables client made, and the legacy tables holding more than their
-// untouched entries. It has no side effects.
+// untouched entries; Summarize turns a Usage into a finding's counts and
+// fingerprint. It has no side effects.
 //
 // A table is iptables-shaped when its family and name are ones iptables-nft
 // uses and every base chain matches iptables-nft's fixed template (name,

@@ -77,10 +77,10 @@ func Note(rec findings.Record) string {
 // only the table names (strings) need escaping.
 func counts(rec findings.Record) string {
 	var parts []string
-	if rec.Nft.Rules > 0 || rec.Nft.Chains > 0 || len(rec.Nft.Tables) > 0 {
+	if rec.Nft.Used() {
 		parts = append(parts, fmt.Sprintf("iptables-nft: %d rules, %d chains%s", rec.Nft.Rules, rec.Nft.Chains, tableList(rec.Nft.Tables)))
 	}
-	if rec.Legacy.Rules > 0 || len(rec.Legacy.Tables) > 0 {
+	if rec.Legacy.Used() {
 		parts = append(parts, fmt.Sprintf("iptables-legacy: %d rules%s", rec.Legacy.Rules, tableList(rec.Legacy.Tables)))
 	}
 	if len(parts) == 0 {

@@ -108,7 +108,7 @@ func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, erro
 	if rec.Pod.Namespace == "" || rec.Pod.Name == "" || rec.Pod.UID == "" {
 		return Result{Outcome: NoPod, Why: errors.New("record names no pod")}, nil
 	}
-	if !hasUsage(rec) {
+	if !rec.HasUsage() {
 		return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil
 	}
 	pod, err := p.client.CoreV1().Pods(rec.Pod.Namespace).Get(ctx, rec.Pod.Name, metav1.GetOptions{})
@@ -218,9 +218,4 @@ func (p *Poster) base(rec findings.Record, name, namespace string) *eventsv1.Eve
 		Reason:              Reason,
 		Type:                corev1.EventTypeWarning,
 	}
-}
-
-func hasUsage(rec findings.Record) bool {
-	return rec.Nft.Rules > 0 || rec.Nft.Chains > 0 || len(rec.Nft.Tables) > 0 ||
-		rec.Legacy.Rules > 0 || len(rec.Legacy.Tables) > 0
 }

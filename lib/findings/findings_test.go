@@ -7,58 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/iptables-alerter/iptables-alerter/lib/classify"
-	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
-
-func TestSummarizeFingerprint(t *testing.T) {
-	u := classify.Usage{
-		Chains: []classify.Chain{
-			{Family: inspect.IP, Table: "nat", Name: "OUTPUT", Rules: 2, Sum: 7},
-			{Family: inspect.IP, Table: "nat", Name: "X", User: true},
-			// Emptied by the allowlist: not counted, not in the tables.
-			{Family: inspect.IP, Table: "filter", Name: "OUTPUT"},
-		},
-		Legacy: []classify.Legacy{{Family: inspect.IP6, Table: "filter", Rules: 1}},
-	}
-	nft, legacy, fp, cut := Summarize(u)
-	if nft.Chains != 2 || nft.Rules != 2 || strings.Join(nft.Tables, ",") != "ip nat" || legacy.Rules != 1 || cut {
-		t.Fatalf("Summarize = %+v %+v cut=%v", nft, legacy, cut)
-	}
-	if _, _, again, _ := Summarize(u); again != fp {
-		t.Error("same usage, different fingerprint")
-	}
-	changed := u
-	changed.Chains = append([]classify.Chain(nil), u.Chains...)
-	changed.Chains[0].Sum = 8
-	if _, _, other, _ := Summarize(changed); other == fp {
-		t.Error("changed rules, same fingerprint")
-	}
-	// Field boundaries are length-prefixed: moving bytes between table and
-	// chain names must change the fingerprint.
-	a := classify.Usage{Chains: []classify.Chain{{Family: inspect.IP, Table: "ab", Name: "c", User: true}}}
-	b := classify.Usage{Chains: []classify.Chain{{Family: inspect.IP, Table: "a", Name: "bc", User: true}}}
-	if _, _, fa, _ := Summarize(a); func() bool { _, _, fb, _ := Summarize(b); return fa == fb }() {
-		t.Error("shifted names collide")
-	}
-}
-
-func TestSummarizeBoundsHostileTables(t *testing.T) {
-	var u classify.Usage
-	for i := 0; i < 100; i++ {
-		u.Chains = append(u.Chains, classify.Chain{Family: inspect.INet, Table: strings.Repeat("x", 200) + string(rune('A'+i%26)) + strings.Repeat("y", i), Name: "c", Rules: 1})
-	}
-	nft, _, _, cut := Summarize(u)
-	if len(nft.Tables) != maxTables || !cut {
-		t.Fatalf("%d tables, cut=%v; want %d and cut", len(nft.Tables), cut, maxTables)
-	}
-	for _, tb := range nft.Tables {
-		if len(tb) > len("inet ")+maxName+len("…") {
-			t.Fatalf("table name not capped: %d bytes", len(tb))
-		}
-	}
-}
 
 func TestEncodeOneLine(t *testing.T) {
 	rec := Record{Pod: Pod{Name: "evil\n{\"schema\":\"x\"}\u2028\xff"}, Fingerprint: "f"}
@@ -112,5 +61,26 @@ func TestAppendRefusesFIFO(t *testing.T) {
 	err := Log{Path: p}.Append(context.Background(), Record{Fingerprint: "f"})
 	if err == nil {
 		t.Fatal("Append wrote into a FIFO")
+	}
+}
+
+func TestHasUsage(t *testing.T) {
+	tests := []struct {
+		name string
+		rec  Record
+		want bool
+	}{
+		{name: "error only", rec: Record{Error: "deadline"}},
+		{name: "nft rules", rec: Record{Nft: Nft{Rules: 1}}, want: true},
+		{name: "nft user chain", rec: Record{Nft: Nft{Chains: 1}}, want: true},
+		{name: "nft table only", rec: Record{Nft: Nft{Tables: []string{"ip nat"}}}, want: true},
+		{name: "legacy rules", rec: Record{Legacy: Legacy{Rules: 2}}, want: true},
+		{name: "legacy table only", rec: Record{Legacy: Legacy{Tables: []string{"ip filter"}}}, want: true},
+		{name: "empty lists", rec: Record{Nft: Nft{Tables: []string{}}, Legacy: Legacy{Tables: []string{}}}},
+	}
+	for _, tt := range tests {
+		if got := tt.rec.HasUsage(); got != tt.want {
+			t.Errorf("%s: HasUsage = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

@@ -65,3 +65,13 @@ type Example struct {
 
 // Time layout used in the file: RFC 3339 in UTC.
 func Now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
+
+// HasUsage reports whether the record shows iptables usage; a record that
+// only carries an inspection error does not.
+func (r Record) HasUsage() bool { return r.Nft.Used() || r.Legacy.Used() }
+
+// Used reports whether iptables-nft usage was found.
+func (n Nft) Used() bool { return n.Rules > 0 || n.Chains > 0 || len(n.Tables) > 0 }
+
+// Used reports whether legacy x_tables usage was found.
+func (l Legacy) Used() bool { return l.Rules > 0 || len(l.Tables) > 0 }

@@ -87,7 +87,7 @@ func podOf(r findings.Record) Pod {
 		Netns:       r.Netns,
 		NftRules:    r.Nft.Rules,
 		LegacyRules: r.Legacy.Rules,
-		Flagged:     r.Nft.Rules+r.Nft.Chains+r.Legacy.Rules > 0 || len(r.Nft.Tables)+len(r.Legacy.Tables) > 0,
+		Flagged:     r.HasUsage(),
 		Time:        r.Time,
 	}
 }

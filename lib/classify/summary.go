@@ -1,0 +1,80 @@
+package classify
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+	"unicode/utf8"
+)
+
+// maxTables bounds the table lists of a summary: a hostile pod may create
+// thousands of tables holding xt rules.
+const maxTables = 32
+
+// maxName bounds attacker-chosen table names in a summary.
+const maxName = 64
+
+// Summary is what a finding says about usage: counts, the tables holding
+// it and a fingerprint of the rules.
+type Summary struct {
+	// NftTables lists the tables holding usage, as "family name", sorted,
+	// at most maxTables, names capped.
+	NftTables    []string
+	NftChains    int
+	NftRules     int
+	LegacyTables []string
+	LegacyRules  int
+	// Fingerprint is a hash of the usage: the same rules give the same
+	// value whatever their counters, handles or the time.
+	Fingerprint string
+	// Truncated is set when the table lists had to be cut.
+	Truncated bool
+}
+
+// Summarize counts usage and fingerprints it.
+func Summarize(u Usage) Summary {
+	s := Summary{NftTables: []string{}, LegacyTables: []string{}}
+	seen := map[string]bool{}
+	h := sha256.New()
+	for _, c := range u.Chains {
+		if !c.Used() {
+			continue
+		}
+		s.NftChains++
+		s.NftRules += c.Rules
+		// Deduplicate on the full name; cap only what is shown.
+		if t := string(c.Family) + " " + c.Table; !seen[t] {
+			seen[t] = true
+			s.NftTables = append(s.NftTables, string(c.Family)+" "+capName(c.Table))
+		}
+		// Length-prefixed fields: hostile names cannot collide by shifting
+		// bytes from one field into the next.
+		fmt.Fprintf(h, "nft %d:%s %d:%s %d:%s %t %t %d %x\n", len(c.Family), c.Family, len(c.Table), c.Table, len(c.Name), c.Name, c.User, c.Drop, c.Rules, c.Sum)
+	}
+	for _, l := range u.Legacy {
+		s.LegacyRules += l.Rules
+		s.LegacyTables = append(s.LegacyTables, string(l.Family)+" "+l.Table)
+		fmt.Fprintf(h, "legacy %s %s %d\n", l.Family, l.Table, l.Rules)
+	}
+	sort.Strings(s.NftTables)
+	sort.Strings(s.LegacyTables)
+	if len(s.NftTables) > maxTables {
+		s.NftTables, s.Truncated = s.NftTables[:maxTables], true
+	}
+	s.Fingerprint = hex.EncodeToString(h.Sum(nil)[:16])
+	return s
+}
+
+func capName(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= maxName {
+		return s
+	}
+	cut := maxName
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}

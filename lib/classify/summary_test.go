@@ -1,0 +1,56 @@
+package classify
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+)
+
+func TestSummarizeFingerprint(t *testing.T) {
+	u := Usage{
+		Chains: []Chain{
+			{Family: inspect.IP, Table: "nat", Name: "OUTPUT", Rules: 2, Sum: 7},
+			{Family: inspect.IP, Table: "nat", Name: "X", User: true},
+			// Emptied by the allowlist: not counted, not in the tables.
+			{Family: inspect.IP, Table: "filter", Name: "OUTPUT"},
+		},
+		Legacy: []Legacy{{Family: inspect.IP6, Table: "filter", Rules: 1}},
+	}
+	s := Summarize(u)
+	if s.NftChains != 2 || s.NftRules != 2 || strings.Join(s.NftTables, ",") != "ip nat" || s.LegacyRules != 1 || s.Truncated {
+		t.Fatalf("Summarize = %+v", s)
+	}
+	if again := Summarize(u); again.Fingerprint != s.Fingerprint {
+		t.Error("same usage, different fingerprint")
+	}
+	changed := u
+	changed.Chains = append([]Chain(nil), u.Chains...)
+	changed.Chains[0].Sum = 8
+	if other := Summarize(changed); other.Fingerprint == s.Fingerprint {
+		t.Error("changed rules, same fingerprint")
+	}
+	// Field boundaries are length-prefixed: moving bytes between table and
+	// chain names must change the fingerprint.
+	a := Usage{Chains: []Chain{{Family: inspect.IP, Table: "ab", Name: "c", User: true}}}
+	b := Usage{Chains: []Chain{{Family: inspect.IP, Table: "a", Name: "bc", User: true}}}
+	if Summarize(a).Fingerprint == Summarize(b).Fingerprint {
+		t.Error("shifted names collide")
+	}
+}
+
+func TestSummarizeBoundsHostileTables(t *testing.T) {
+	var u Usage
+	for i := 0; i < 100; i++ {
+		u.Chains = append(u.Chains, Chain{Family: inspect.INet, Table: strings.Repeat("x", 200) + string(rune('A'+i%26)) + strings.Repeat("y", i), Name: "c", Rules: 1})
+	}
+	s := Summarize(u)
+	if len(s.NftTables) != maxTables || !s.Truncated {
+		t.Fatalf("%d tables, truncated=%v; want %d and truncated", len(s.NftTables), s.Truncated, maxTables)
+	}
+	for _, tb := range s.NftTables {
+		if len(tb) > len("inet ")+maxName+len("…") {
+			t.Fatalf("table name not capped: %d bytes", len(tb))
+		}
+	}
+}
