@@ -1,9 +1,13 @@
 // Package inspect takes one read-only look at a network namespace.
 //
-// It takes a netns.Handle and gives a Snapshot: nftables tables and chains
-// (through google/nftables), every rule counted per chain from one streamed
-// netlink dump (only a bounded number kept with their expression data), and
-// the legacy x_tables tables listed in the namespace.
+// It takes a netns.Handle and gives a Snapshot: nftables tables, chains and
+// every rule counted per chain, from streamed netlink dumps (only a bounded
+// number of rules kept with their expression data), and the legacy x_tables
+// tables listed in the namespace.
+//
+// A snapshot is complete or says it is not: the deadline, a size bound, or a
+// dump the kernel ended early (a chain's use count above the rules and
+// jumps dumped) set Truncated and return an error.
 //
 // Invariant: it never creates a table, chain or rule in the namespace. It
 // sends only dump requests, and queries legacy tables only when the

@@ -3,73 +3,75 @@ package inspect
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
-	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 )
 
+// ErrIncomplete marks a dump the kernel ended before its end: a chain holds
+// more rules or references than the rules dumped account for. It happens
+// when one rule does not fit in the kernel's largest dump batch (32 KiB):
+// the kernel then ends the dump there for every dumper, nft included.
+var ErrIncomplete = errors.New("nftables dump incomplete")
+
 type chainKey struct {
 	fam          Family
 	table, chain string
 }
 
-// readNft lists tables and chains with google/nftables, then streams every
-// rule once. Its sockets carry the deadline so a huge ruleset, whose dump the
-// kernel slows down quadratically per chain, ends on time.
-func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Options, s *Snapshot) error {
-	setDeadline := func(c *netlink.Conn) error { return c.SetDeadline(deadline) }
-	conn, err := nftables.New(nftables.WithNetNSFd(h.Fd()), nftables.AsLasting(), nftables.WithSockOptions(setDeadline))
-	if err != nil {
-		return fmt.Errorf("open nftables in netns %q: %w", h.Path, err)
-	}
-	defer conn.CloseLasting()
-
-	tables, err := conn.ListTables()
-	if err != nil {
-		return fmt.Errorf("list nftables tables in netns %q: %w", h.Path, err)
-	}
-	for _, t := range tables {
-		s.Tables = append(s.Tables, Table{Family: FamilyOf(byte(t.Family)), Name: t.Name})
-	}
-	chains, err := conn.ListChains()
-	if err != nil {
-		return fmt.Errorf("list nftables chains in netns %q: %w", h.Path, err)
-	}
-	index := make(map[chainKey]int, len(chains))
-	for _, c := range chains {
-		if len(s.Chains) >= opt.MaxChains {
-			s.Truncated = true
-			break
-		}
-		ch := Chain{Family: FamilyOf(byte(c.Table.Family)), Table: c.Table.Name, Name: c.Name, Type: string(c.Type), Policy: 1}
-		if c.Hooknum != nil {
-			ch.Base = true
-			ch.Hook = uint32(*c.Hooknum)
-			if c.Priority != nil {
-				ch.Priority = int32(*c.Priority)
-			}
-			if c.Policy != nil {
-				ch.Policy = uint32(*c.Policy)
-			}
-		}
-		index[chainKey{ch.Family, ch.Table, ch.Name}] = len(s.Chains)
-		s.Chains = append(s.Chains, ch)
-	}
-	return dumpRules(ctx, h, deadline, opt, s, index)
+// nlSession is one netfilter netlink socket inside the namespace. Its reads
+// carry the deadline, so a huge ruleset, whose dump the kernel slows down
+// quadratically, ends on time with what was read so far.
+type nlSession struct {
+	c    *netlink.Conn
+	ctx  context.Context
+	path string
 }
 
-// dumpRules asks the kernel for all rules of all families in one dump and
-// reads it as a stream: counting needs only expression names, so data is
-// copied only for the rules kept in detail.
-func dumpRules(ctx context.Context, h *netns.Handle, deadline time.Time, opt Options, s *Snapshot, index map[chainKey]int) error {
-	// A large receive buffer matters for speed, not just syscalls: the
-	// kernel sizes each dump batch by the largest buffer recvmsg was given,
-	// and every batch restarts its walk of the chain from the first rule.
+// dump sends one request and hands every reply message's family and
+// attributes to fn. It reads the dump to its end even when fn keeps
+// nothing, so the next request on the socket starts clean.
+func (n *nlSession) dump(typ uint16, flags netlink.HeaderFlags, fam byte, attrs []byte, what string, fn func(fam byte, b []byte)) error {
+	req := netlink.Message{
+		Header: netlink.Header{
+			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | typ),
+			Flags: netlink.Request | flags,
+		},
+		// nfgenmsg: family (AF_UNSPEC: all of them), version 0, res_id 0.
+		Data: append([]byte{fam, unix.NFNETLINK_V0, 0, 0}, attrs...),
+	}
+	if _, err := n.c.Send(req); err != nil {
+		return fmt.Errorf("request nftables %s in netns %q: %w", what, n.path, err)
+	}
+	i := 0
+	for m, err := range n.c.ReceiveIter() {
+		if err != nil {
+			return fmt.Errorf("dump nftables %s in netns %q: %w", what, n.path, err)
+		}
+		if i++; i%1024 == 0 && n.ctx.Err() != nil {
+			return fmt.Errorf("dump nftables %s in netns %q: %w", what, n.path, n.ctx.Err())
+		}
+		if len(m.Data) >= 4 {
+			fn(m.Data[0], m.Data[4:])
+		}
+	}
+	return nil
+}
+
+// readNft reads tables, chains and rules with our own streamed dumps: a
+// library listing would hold every message in memory and has no deadline
+// inside it, so a namespace with 300,000 chains gave nothing at all.
+func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Options, s *Snapshot) error {
+	// The buffer size matters for completeness, not just speed: the kernel
+	// sizes each dump batch by the largest buffer recvmsg was given (up to
+	// 32 KiB), and a message that does not fit an empty batch ends the
+	// dump silently. The first batch of a dump is built before any recvmsg,
+	// hence the GETGEN round trip below before any dump.
 	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: h.Fd(), MessageBufferSize: 1 << 16})
 	if err != nil {
 		return fmt.Errorf("dial netfilter netlink in netns %q: %w", h.Path, err)
@@ -78,44 +80,102 @@ func dumpRules(ctx context.Context, h *netns.Handle, deadline time.Time, opt Opt
 	if err := c.SetDeadline(deadline); err != nil {
 		return fmt.Errorf("set netlink deadline: %w", err)
 	}
-	req := netlink.Message{
-		Header: netlink.Header{
-			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETRULE),
-			Flags: netlink.Request | netlink.Dump,
-		},
-		// nfgenmsg: AF_UNSPEC dumps every family, version 0, res_id 0.
-		Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
+	n := &nlSession{c: c, ctx: ctx, path: h.Path}
+	if err := n.dump(unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC, nil, "generation", func(byte, []byte) {}); err != nil {
+		return err
 	}
-	if _, err := c.Send(req); err != nil {
-		return fmt.Errorf("request nftables rules in netns %q: %w", h.Path, err)
+	if err := n.dump(unix.NFT_MSG_GETTABLE, netlink.Dump, unix.AF_UNSPEC, nil, "tables", func(fam byte, b []byte) {
+		addTable(fam, b, opt, s)
+	}); err != nil {
+		return err
 	}
-	d := dumper{opt: opt, s: s, index: index}
-	n := 0
-	for m, err := range c.ReceiveIter() {
-		if err != nil {
-			return fmt.Errorf("dump nftables rules in netns %q: %w", h.Path, err)
-		}
-		if n++; n%1024 == 0 && ctx.Err() != nil {
-			return fmt.Errorf("dump nftables rules in netns %q: %w", h.Path, ctx.Err())
-		}
-		if len(m.Data) < 4 {
-			continue
-		}
-		d.add(m.Data[0], m.Data[4:])
+	d := dumper{opt: opt, s: s, index: map[chainKey]int{}}
+	if err := n.dump(unix.NFT_MSG_GETCHAIN, netlink.Dump, unix.AF_UNSPEC, nil, "chains", d.addChain); err != nil {
+		return err
 	}
-	return nil
+	if err := n.dump(unix.NFT_MSG_GETRULE, netlink.Dump, unix.AF_UNSPEC, nil, "rules", d.addRule); err != nil {
+		return err
+	}
+	return d.check(n)
 }
 
-// dumper accumulates the streamed rules into the snapshot.
+func addTable(fam byte, b []byte, opt Options, s *Snapshot) {
+	if len(s.Tables) >= opt.MaxChains {
+		s.Truncated = true
+		return
+	}
+	t := Table{Family: FamilyOf(fam)}
+	eachAttr(b, func(typ uint16, data []byte) {
+		if typ == unix.NFTA_TABLE_NAME {
+			t.Name = string(trimNUL(data))
+		}
+	})
+	s.Tables = append(s.Tables, t)
+}
+
+// dumper accumulates the streamed chains and rules into the snapshot.
 type dumper struct {
 	opt   Options
 	s     *Snapshot
 	index map[chainKey]int
+	// use is each chain's NFTA_CHAIN_USE, refs the jumps to it seen in
+	// rules (both by chain index): the kernel counts a chain's rules plus
+	// the verdicts that jump to it, so use > Rules+refs means rules the
+	// dump did not give.
+	use  []uint32
+	refs []uint32
 	// scratch is reused for every rule not kept, so counting allocates little.
 	scratch []Expr
 	// table and chain of the previous rule: the dump comes chain by chain,
 	// so most rules reuse these strings instead of allocating their own.
 	table, chain string
+}
+
+// addChain parses one NFT_MSG_NEWCHAIN payload.
+func (d *dumper) addChain(fam byte, b []byte) {
+	s := d.s
+	if len(s.Chains) >= d.opt.MaxChains {
+		s.Truncated = true
+		return
+	}
+	ch := Chain{Family: FamilyOf(fam), Policy: 1}
+	var use uint32
+	eachAttr(b, func(typ uint16, data []byte) {
+		switch typ {
+		case unix.NFTA_CHAIN_TABLE:
+			d.table = reuse(d.table, data)
+			ch.Table = d.table
+		case unix.NFTA_CHAIN_NAME:
+			ch.Name = string(trimNUL(data))
+		case unix.NFTA_CHAIN_TYPE:
+			ch.Type = string(trimNUL(data))
+		case unix.NFTA_CHAIN_POLICY:
+			ch.Policy = be32(data)
+		case unix.NFTA_CHAIN_USE:
+			use = be32(data)
+		case unix.NFTA_CHAIN_HOOK:
+			ch.Base = true
+			eachAttr(data, func(typ uint16, v []byte) {
+				switch typ {
+				case unix.NFTA_HOOK_HOOKNUM:
+					ch.Hook = be32(v)
+				case unix.NFTA_HOOK_PRIORITY:
+					ch.Priority = int32(be32(v))
+				}
+			})
+		}
+	})
+	d.index[chainKey{ch.Family, ch.Table, ch.Name}] = len(s.Chains)
+	s.Chains = append(s.Chains, ch)
+	d.use = append(d.use, use)
+	d.refs = append(d.refs, 0)
+}
+
+func be32(b []byte) uint32 {
+	if len(b) < 4 {
+		return 0
+	}
+	return binary.BigEndian.Uint32(b)
 }
 
 // reuse returns prev when b spells the same name, else a new string.
@@ -136,9 +196,9 @@ func trimNUL(b []byte) []byte {
 	return b
 }
 
-// add parses one NFT_MSG_NEWRULE payload by hand: google/nftables would
+// addRule parses one NFT_MSG_NEWRULE payload by hand: a library would
 // decode every expression fully, which costs more than the kernel's dump.
-func (d *dumper) add(fam byte, b []byte) {
+func (d *dumper) addRule(fam byte, b []byte) {
 	opt, s, index := d.opt, d.s, d.index
 	r := Rule{Exprs: d.scratch[:0]}
 	var exprs []byte
@@ -165,24 +225,14 @@ func (d *dumper) add(fam byte, b []byte) {
 		if typ != unix.NFTA_LIST_ELEM {
 			return
 		}
-		var name string
-		var data []byte
-		eachAttr(elem, func(typ uint16, v []byte) {
-			switch typ {
-			case unix.NFTA_EXPR_NAME:
-				name = exprName(trimNUL(v))
-			case unix.NFTA_EXPR_DATA:
-				data = v
-			}
-		})
+		name, data := exprOf(elem)
 		if name == "match" || name == "target" {
 			xt = true
 		}
-		sum = sum.str(name).byte(0)
-		// Counter values change with traffic; the rule's meaning does not.
-		if name != "counter" {
-			sum = sum.bytes(data)
+		if name == "immediate" {
+			d.countJump(r.Family, r.Table, data)
 		}
+		sum = sumExpr(sum, name, data)
 		r.Exprs = append(r.Exprs, Expr{Name: name, Data: data})
 	})
 	r.Sum = uint64(sum)
@@ -199,6 +249,8 @@ func (d *dumper) add(fam byte, b []byte) {
 		i = len(s.Chains)
 		index[k] = i
 		s.Chains = append(s.Chains, Chain{Family: r.Family, Table: r.Table, Name: r.Chain, Policy: 1})
+		d.use = append(d.use, 0)
+		d.refs = append(d.refs, 0)
 	}
 	ch := &s.Chains[i]
 	ch.Rules++
@@ -216,6 +268,157 @@ func (d *dumper) add(fam byte, b []byte) {
 		r.Exprs = kept
 		s.Rules = append(s.Rules, r)
 	}
+}
+
+// exprOf splits one NFTA_LIST_ELEM of an expression list.
+func exprOf(elem []byte) (name string, data []byte) {
+	eachAttr(elem, func(typ uint16, v []byte) {
+		switch typ {
+		case unix.NFTA_EXPR_NAME:
+			name = exprName(trimNUL(v))
+		case unix.NFTA_EXPR_DATA:
+			data = v
+		}
+	})
+	return name, data
+}
+
+// countJump notes the chain a jump or goto verdict (in an immediate
+// expression's or a set element's data) points to.
+func (d *dumper) countJump(fam Family, table string, data []byte) {
+	eachAttr(data, func(typ uint16, v []byte) {
+		// NFTA_IMMEDIATE_DATA and NFTA_SET_ELEM_DATA are both 2.
+		if typ != unix.NFTA_IMMEDIATE_DATA {
+			return
+		}
+		eachAttr(v, func(typ uint16, verdict []byte) {
+			if typ != unix.NFTA_DATA_VERDICT {
+				return
+			}
+			var code uint32
+			var target []byte
+			eachAttr(verdict, func(typ uint16, a []byte) {
+				switch typ {
+				case unix.NFTA_VERDICT_CODE:
+					code = be32(a)
+				case unix.NFTA_VERDICT_CHAIN:
+					target = trimNUL(a)
+				}
+			})
+			if int32(code) != unix.NFT_JUMP && int32(code) != unix.NFT_GOTO {
+				return
+			}
+			if i, ok := d.index[chainKey{fam, table, string(target)}]; ok {
+				d.refs[i]++
+			}
+		})
+	})
+}
+
+// check compares each chain's use count with the rules and jumps the dumps
+// gave. Jumps from verdict maps are counted only for tables where the
+// rules alone leave a difference: reading set elements costs.
+func (d *dumper) check(n *nlSession) error {
+	short := d.shortTables()
+	if len(short) == 0 {
+		return nil
+	}
+	for tk := range short {
+		if err := d.countSetJumps(n, tk); err != nil {
+			return err
+		}
+	}
+	for i, ch := range d.s.Chains {
+		if seen := uint32(ch.Rules) + d.refs[i]; d.use[i] > seen {
+			d.s.Truncated = true
+			return fmt.Errorf("dump nftables rules in netns %q: %w: chain %s %s %s has %d rules and references, the dump gave %d",
+				n.path, ErrIncomplete, ch.Family, quote(ch.Table), quote(ch.Name), d.use[i], seen)
+		}
+	}
+	return nil
+}
+
+type tableKey struct {
+	fam   Family
+	table string
+}
+
+// shortTables lists the tables holding a chain whose use count is above
+// what the rules account for.
+func (d *dumper) shortTables() map[tableKey]bool {
+	short := map[tableKey]bool{}
+	for i, ch := range d.s.Chains {
+		if d.use[i] > uint32(ch.Rules)+d.refs[i] {
+			short[tableKey{ch.Family, ch.Table}] = true
+		}
+	}
+	return short
+}
+
+// verdictData is NFT_DATA_VERDICT, the data type of a verdict map.
+const verdictData = 0xffffff00
+
+// countSetJumps adds the jumps held in the table's verdict maps.
+func (d *dumper) countSetJumps(n *nlSession, tk tableKey) error {
+	tableAttr := attr(unix.NFTA_SET_TABLE, append([]byte(tk.table), 0))
+	var maps []string
+	err := n.dump(unix.NFT_MSG_GETSET, netlink.Dump, tk.fam.Number(), tableAttr, "sets", func(_ byte, b []byte) {
+		var name string
+		var dataType uint32
+		eachAttr(b, func(typ uint16, v []byte) {
+			switch typ {
+			case unix.NFTA_SET_NAME:
+				name = string(trimNUL(v))
+			case unix.NFTA_SET_DATA_TYPE:
+				dataType = be32(v)
+			}
+		})
+		if dataType == verdictData {
+			maps = append(maps, name)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	for _, m := range maps {
+		req := append(attr(unix.NFTA_SET_ELEM_LIST_TABLE, append([]byte(tk.table), 0)), attr(unix.NFTA_SET_ELEM_LIST_SET, append([]byte(m), 0))...)
+		err := n.dump(unix.NFT_MSG_GETSETELEM, netlink.Dump, tk.fam.Number(), req, "set elements", func(_ byte, b []byte) {
+			eachAttr(b, func(typ uint16, v []byte) {
+				if typ != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
+					return
+				}
+				eachAttr(v, func(typ uint16, elem []byte) {
+					if typ == unix.NFTA_LIST_ELEM {
+						d.countJump(tk.fam, tk.table, elem)
+					}
+				})
+			})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// attr encodes one netlink attribute, padded to 4 bytes.
+func attr(typ uint16, v []byte) []byte {
+	b := make([]byte, 4, 4+len(v)+3)
+	binary.NativeEndian.PutUint16(b[0:2], uint16(4+len(v)))
+	binary.NativeEndian.PutUint16(b[2:4], typ)
+	b = append(b, v...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// quote bounds and quotes a pod-chosen name for an error message.
+func quote(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return fmt.Sprintf("%q", s)
 }
 
 // knownExprs interns expression names so a million rules do not allocate a
@@ -257,28 +460,4 @@ func eachAttr(b []byte, fn func(typ uint16, data []byte)) {
 		}
 		b = b[adv:]
 	}
-}
-
-// fnv64a is FNV-1a kept in a value: hash.Hash64 would allocate per rule.
-type fnv64a uint64
-
-const (
-	fnvOffset fnv64a = 14695981039346656037
-	fnvPrime  fnv64a = 1099511628211
-)
-
-func (h fnv64a) byte(c byte) fnv64a { return (h ^ fnv64a(c)) * fnvPrime }
-
-func (h fnv64a) bytes(b []byte) fnv64a {
-	for _, c := range b {
-		h = (h ^ fnv64a(c)) * fnvPrime
-	}
-	return h
-}
-
-func (h fnv64a) str(s string) fnv64a {
-	for i := 0; i < len(s); i++ {
-		h = (h ^ fnv64a(s[i])) * fnvPrime
-	}
-	return h
 }

@@ -24,6 +24,7 @@ func main() {
 	bin := flag.String("bin", "bin/iptables-alerter", "hook binary to measure")
 	runs := flag.Int("runs", 30, "runs of each command per size")
 	sizes := flag.String("sizes", "0,10,10000", "ruleset sizes (rules in ip filter INPUT)")
+	comments := flag.Int("comment-rules", 1100, "rules of the comment-heavy case (each with 100 -m comment); 0 skips it")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: must run as root (it creates network namespaces)")
@@ -33,13 +34,52 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	fmt.Printf("%-7s %12s %12s %7s %12s\n", "rules", "hook", "nft-save x2", "ratio", "hook maxrss")
+	fmt.Printf("%-12s %12s %12s %7s %12s\n", "rules", "hook", "nft-save x2", "ratio", "hook maxrss")
 	for _, s := range strings.Split(*sizes, ",") {
 		var n int
 		fmt.Sscan(s, &n)
-		if err := benchSize(abs, n, *runs); err != nil {
+		if err := benchRuleset(abs, fmt.Sprint(n), restore(plainRules(n)), *runs); err != nil {
 			fail(err)
 		}
+	}
+	if *comments > 0 {
+		if err := benchRuleset(abs, fmt.Sprintf("%dx100c", *comments), commentRules(*comments, 100), *runs); err != nil {
+			fail(err)
+		}
+	}
+}
+
+// plainRules is n ordinary rules in ip filter INPUT.
+func plainRules(n int) string {
+	if n == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "-A INPUT -s 10.%d.%d.%d/32 -p tcp --dport %d -j ACCEPT\n", i>>16&255, i>>8&255, i&255, 1024+i%50000)
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+// commentRules adds n rules carrying c comments of 200 bytes each, a pod's
+// own text: the most data a rule can make the hook hold (issue 7, item 13).
+// One iptables-nft call per rule: iptables-nft-restore takes at most 255
+// arguments a line.
+func commentRules(n, c int) func(ns string) error {
+	return func(ns string) error {
+		args := []string{"netns", "exec", ns, "iptables-nft", "-A", "INPUT"}
+		for j := 0; j < c; j++ {
+			args = append(args, "-m", "comment", "--comment", fmt.Sprintf("%s%03d", strings.Repeat("x", 200), j))
+		}
+		args = append(args, "-j", "ACCEPT")
+		for i := 0; i < n; i++ {
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				return fmt.Errorf("iptables-nft: %v: %s", err, out)
+			}
+		}
+		return nil
 	}
 }
 
@@ -48,24 +88,29 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-func benchSize(bin string, rules, runs int) error {
-	ns := fmt.Sprintf("iptalert-bench-%d-%d", rules, os.Getpid())
+// restore feeds a ruleset to iptables-nft-restore.
+func restore(ruleset string) func(ns string) error {
+	return func(ns string) error {
+		if ruleset == "" {
+			return nil
+		}
+		cmd := exec.Command("ip", "netns", "exec", ns, "iptables-nft-restore")
+		cmd.Stdin = strings.NewReader(ruleset)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("iptables-nft-restore: %v: %s", err, out)
+		}
+		return nil
+	}
+}
+
+func benchRuleset(bin, name string, setup func(ns string) error, runs int) error {
+	ns := fmt.Sprintf("iptalert-bench-%s-%d", name, os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 		return fmt.Errorf("ip netns add: %v: %s", err, out)
 	}
 	defer exec.Command("ip", "netns", "del", ns).Run()
-	if rules > 0 {
-		var b strings.Builder
-		b.WriteString("*filter\n")
-		for i := 0; i < rules; i++ {
-			fmt.Fprintf(&b, "-A INPUT -s 10.%d.%d.%d/32 -p tcp --dport %d -j ACCEPT\n", i>>16&255, i>>8&255, i&255, 1024+i%50000)
-		}
-		b.WriteString("COMMIT\n")
-		restore := exec.Command("ip", "netns", "exec", ns, "iptables-nft-restore")
-		restore.Stdin = strings.NewReader(b.String())
-		if out, err := restore.CombinedOutput(); err != nil {
-			return fmt.Errorf("iptables-nft-restore: %v: %s", err, out)
-		}
+	if err := setup(ns); err != nil {
+		return err
 	}
 	tmp, err := os.MkdirTemp("", "iptalert-bench")
 	if err != nil {
@@ -108,7 +153,7 @@ func benchSize(bin string, rules, runs int) error {
 		admin = append(admin, total)
 	}
 	h, a := median(hook), median(admin)
-	fmt.Printf("%-7d %12s %12s %6.2fx %9d KiB\n", rules, h.Round(10*time.Microsecond), a.Round(10*time.Microsecond), float64(h)/float64(a), maxRSS)
+	fmt.Printf("%-12s %12s %12s %6.2fx %9d KiB\n", name, h.Round(10*time.Microsecond), a.Round(10*time.Microsecond), float64(h)/float64(a), maxRSS)
 	return nil
 }
 
