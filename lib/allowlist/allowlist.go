@@ -123,9 +123,6 @@ func Join(lists ...*List) *List {
 	return j
 }
 
-// Len is the number of entries.
-func (l *List) Len() int { return len(l.entries) }
-
 // Match returns the name of the first entry matching the rule for a pod in
 // namespace, or "". text is called at most once, and only when an entry's
 // cheap matchers (family, table, chain, namespace) fit: rendering is the

@@ -12,6 +12,14 @@
 // Invariant: Text never panics and never drops what it cannot decode; such
 // a piece becomes an opaque "unknown:" token, so the rule still counts and
 // two different unknown pieces never render alike by accident.
+//
+// Reading a rule goes one way through the files: text.go (Text: decode
+// every expression, order the parts, join them) → decode.go (netlink to a
+// typed expression) → native.go, xtmatch.go, xttarget.go (meaning to parts;
+// none calls another) → spell.go (the one spelling of each meaning they
+// share) → model.go (parts, ranks, registers) → escape.go (names, quoting,
+// opaque tokens). A file uses only what the files after it define.
+//
 // Every attacker-controlled string (comments, chain, interface and set
 // names) goes through Escape or Quote, so the text is a single line of
 // printable ASCII of bounded length per field.

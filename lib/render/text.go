@@ -1,38 +1,11 @@
 package render
 
 import (
-	"encoding/hex"
-	"fmt"
-	"hash/fnv"
 	"sort"
 	"strings"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
-
-// Ranks fix the order of the parts of a rule, so that the same meaning
-// gives the same text whatever order the writing client emitted the
-// expressions in. The base order is the one iptables-save uses for the
-// built-in options; modules then sort by name.
-const (
-	rankSrc      = 10
-	rankDst      = 20
-	rankIn       = 30
-	rankOut      = 40
-	rankProto    = 50
-	rankFrag     = 60
-	rankProtoOpt = 70 // --sport, --dport, --syn, --icmp-type: the -p module
-	rankModule   = 100
-	rankOpaque   = 800
-	rankTarget   = 1000
-)
-
-// part is one option group of the text, e.g. "-m mark --mark 0x1".
-type part struct {
-	rank int
-	key  string // orders parts of one rank (module name, option)
-	text string
-}
 
 // Text renders one iptables-nft rule as canonical iptables-save-like text.
 // It never panics and always returns text; see the package doc.
@@ -49,7 +22,6 @@ func Text(r inspect.Rule) (out string) {
 	for _, e := range r.Exprs {
 		b.expr(e)
 	}
-	b.finish()
 	sort.SliceStable(b.parts, func(i, j int) bool {
 		if b.parts[i].rank != b.parts[j].rank {
 			return b.parts[i].rank < b.parts[j].rank
@@ -79,27 +51,4 @@ func opaqueRule(r inspect.Rule) string {
 		return "-m unknown:empty"
 	}
 	return strings.Join(s, " ")
-}
-
-// maxHex bytes of an opaque blob are shown; longer blobs are cut and carry
-// their length and an FNV-1a hash so different blobs stay different.
-const maxHex = 64
-
-// blob renders bytes for an opaque token: "[hex]" or "[hex...+N#hash]".
-func blob(data []byte) string {
-	if len(data) <= maxHex {
-		return "[" + hex.EncodeToString(data) + "]"
-	}
-	h := fnv.New32a()
-	h.Write(data)
-	return fmt.Sprintf("[%s...+%d#%08x]", hex.EncodeToString(data[:maxHex]), len(data)-maxHex, h.Sum32())
-}
-
-// opaque is the token for anything not decoded: "-m unknown:KIND/NAME[hex]".
-func opaque(kind, name string, data []byte) string {
-	flag := "-m"
-	if kind == "target" {
-		flag = "-j"
-	}
-	return flag + " unknown:" + kind + "/" + Escape(name, 64) + blob(data)
 }

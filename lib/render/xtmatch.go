@@ -5,85 +5,18 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/google/nftables/expr"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
-	"github.com/mdlayher/netlink"
-	"golang.org/x/sys/unix"
 )
 
-// This file decodes xt-compat match/target info blobs by hand from the
-// kernel's struct layouts (x86_64/arm64: 64-bit longs and pointers, host
-// byte order), revision by revision. google/nftables' xt package knows only
-// a few and fails the whole rule on a bad one; a blob we do not know, or
+// This file decodes xt-compat match info blobs by hand from the kernel's
+// struct layouts (x86_64/arm64: 64-bit longs and pointers, host byte
+// order), revision by revision. google/nftables' xt package knows only a
+// few and fails the whole rule on a bad one; a blob we do not know, or
 // whose size is off, becomes one opaque token here.
-
-type xtInfo struct {
-	name string
-	rev  uint32
-	info []byte
-}
-
-func parseXT(data []byte) (xtInfo, bool) {
-	var x xtInfo
-	ad, err := netlink.NewAttributeDecoder(data)
-	if err != nil {
-		return x, false
-	}
-	ad.ByteOrder = binary.BigEndian
-	// NFTA_MATCH_* and NFTA_TARGET_* share numbers: 1 name, 2 rev, 3 info.
-	for ad.Next() {
-		switch ad.Type() {
-		case unix.NFTA_MATCH_NAME:
-			x.name = cString(ad.Bytes())
-		case unix.NFTA_MATCH_REV:
-			x.rev = ad.Uint32()
-		case unix.NFTA_MATCH_INFO:
-			x.info = ad.Bytes()
-		}
-	}
-	return x, ad.Err() == nil && x.name != ""
-}
-
-func (b *builder) xtMatch(e inspect.Expr) {
-	x, ok := parseXT(e.Data)
-	if !ok {
-		b.opaqueExpr(e)
-		return
-	}
-	if !b.xtMatchKnown(x) {
-		b.add(rankOpaque, "", opaque("match", fmt.Sprintf("%s.r%d", x.name, x.rev), x.info))
-	}
-}
-
-func (b *builder) xtTarget(e inspect.Expr) {
-	x, ok := parseXT(e.Data)
-	if !ok {
-		b.opaqueExpr(e)
-		return
-	}
-	if !b.xtTargetKnown(x) {
-		b.add(rankTarget, "", opaque("target", fmt.Sprintf("%s.r%d", x.name, x.rev), x.info))
-	}
-}
-
-var ne = binary.NativeEndian
-
-func u16(b []byte, off int) uint16 { return ne.Uint16(b[off:]) }
-func u32(b []byte, off int) uint32 { return ne.Uint32(b[off:]) }
-func u64(b []byte, off int) uint64 { return ne.Uint64(b[off:]) }
-
-// inetAddr reads a union nf_inet_addr (16 bytes) for the rule's family.
-func (b *builder) inetAddr(buf []byte, off int) (netip.Addr, []byte) {
-	if b.fam == inspect.IP6 {
-		return netip.AddrFrom16([16]byte(buf[off : off+16])), buf[off : off+16]
-	}
-	return netip.AddrFrom4([4]byte(buf[off : off+4])), buf[off : off+4]
-}
 
 func (b *builder) xtMatchKnown(x xtInfo) bool {
 	i := x.info
@@ -115,7 +48,7 @@ func (b *builder) xtMatchKnown(x xtInfo) bool {
 	case x.name == "limit" && x.rev == 0 && len(i) >= 8:
 		b.limit(u32(i, 0), u32(i, 4), false)
 	case x.name == "state" && x.rev == 0 && len(i) >= 4:
-		b.module("conntrack", "--ctstate "+ctStateText(u32(i, 0), ctStateXTState))
+		b.module("conntrack", "--ctstate "+maskNames(u32(i, 0), ctStateXTState))
 	case x.name == "conntrack" && x.rev >= 1 && x.rev <= 3:
 		return b.conntrack(x.rev, i)
 	case x.name == "multiport" && (x.rev == 0 && len(i) >= 32 || x.rev == 1 && len(i) >= 48):
@@ -146,48 +79,6 @@ func (b *builder) xtPorts(slo, shi uint16, sinv bool, dlo, dhi uint16, dinv bool
 	}
 }
 
-// limitScale is XT_LIMIT_SCALE: xt_limit stores the average interval
-// between packets in 1/10000 s.
-const limitScale = 10000
-
-// limit prints a rate the way iptables does (largest unit that keeps it
-// exact), from the xt average interval; native limits convert to that
-// interval first so both generations print alike. Burst 5 is the default.
-func (b *builder) limit(avg, burst uint32, over bool) {
-	if avg == 0 {
-		b.module("limit", fmt.Sprintf("--limit-avg-unknown 0 --limit-burst %d", burst))
-		return
-	}
-	units := []struct {
-		name string
-		mult uint64
-	}{{"day", limitScale * 86400}, {"hour", limitScale * 3600}, {"min", limitScale * 60}, {"sec", limitScale}}
-	p := uint64(avg)
-	i := 1
-	for ; i < len(units); i++ {
-		if p > units[i].mult || units[i].mult/p < units[i].mult%p {
-			break
-		}
-	}
-	s := fmt.Sprintf("%s--limit %d/%s", negPrefix(over), units[i-1].mult/p, units[i-1].name)
-	if burst != 5 {
-		s += fmt.Sprintf(" --limit-burst %d", burst)
-	}
-	b.module("limit", s)
-}
-
-func (b *builder) nativeLimit(l *expr.Limit) bool {
-	if l.Type != expr.LimitTypePkts || l.Rate == 0 {
-		return false
-	}
-	avg := uint64(limitScale) * uint64(l.Unit) / l.Rate
-	if avg == 0 || avg > math.MaxUint32 {
-		return false
-	}
-	b.limit(uint32(avg), l.Burst, l.Over)
-	return true
-}
-
 func (b *builder) conntrack(rev uint32, i []byte) bool {
 	need := map[uint32]int{1: 150, 2: 154, 3: 162}[rev]
 	if len(i) < need {
@@ -209,7 +100,7 @@ func (b *builder) conntrack(rev uint32, i []byte) bool {
 			s = append(s, negPrefix(inv&f != 0)+text)
 		}
 	}
-	opt(fState, "--ctstate "+ctStateText(state, ctStateConntrack))
+	opt(fState, "--ctstate "+maskNames(state, ctStateConntrack))
 	opt(fProto, "--ctproto "+protoName(b.fam, int(u16(i, 136))))
 	for k, o := range []struct {
 		f   uint32
@@ -233,7 +124,7 @@ func (b *builder) conntrack(rev uint32, i []byte) bool {
 		}
 		opt(o.f, o.opt+" "+portRange(lo, hi))
 	}
-	opt(fStatus, "--ctstatus "+ctStatusText(status))
+	opt(fStatus, "--ctstatus "+maskNames(status, ctStatus))
 	if flags&fExpires != 0 {
 		lo, hi := u32(i, 128), u32(i, 132)
 		s = append(s, negPrefix(inv&fExpires != 0)+"--ctexpire "+portRangeU32(lo, hi))
@@ -250,13 +141,6 @@ func (b *builder) conntrack(rev uint32, i []byte) bool {
 	}
 	b.module("conntrack", strings.Join(s, " "))
 	return true
-}
-
-func portRangeU32(lo, hi uint32) string {
-	if lo == hi {
-		return strconv.FormatUint(uint64(lo), 10)
-	}
-	return fmt.Sprintf("%d:%d", lo, hi)
 }
 
 func maskBytes(a, m []byte) []byte {
@@ -300,29 +184,16 @@ func (b *builder) multiport(rev uint32, i []byte) bool {
 	return true
 }
 
-var addrTypeNames = []string{"UNSPEC", "UNICAST", "LOCAL", "BROADCAST", "ANYCAST", "MULTICAST",
-	"BLACKHOLE", "UNREACHABLE", "PROHIBIT", "THROW", "NAT", "XRESOLVE"}
-
-func addrTypeText(m uint16) string {
-	var n []string
-	for k, name := range addrTypeNames {
-		if m&(1<<k) != 0 {
-			n = append(n, name)
-		}
-	}
-	if rest := m >> len(addrTypeNames); rest != 0 {
-		n = append(n, fmt.Sprintf("0x%x", m))
-	}
-	return strings.Join(n, ",")
-}
+var addrTypes = bitFlags("UNSPEC", "UNICAST", "LOCAL", "BROADCAST", "ANYCAST", "MULTICAST",
+	"BLACKHOLE", "UNREACHABLE", "PROHIBIT", "THROW", "NAT", "XRESOLVE")
 
 func (b *builder) addrtype(src, dst uint16, invSrc, invDst bool, flags uint32) {
 	var s []string
 	if src != 0 {
-		s = append(s, negPrefix(invSrc)+"--src-type "+addrTypeText(src))
+		s = append(s, negPrefix(invSrc)+"--src-type "+maskNames(uint32(src), addrTypes))
 	}
 	if dst != 0 {
-		s = append(s, negPrefix(invDst)+"--dst-type "+addrTypeText(dst))
+		s = append(s, negPrefix(invDst)+"--dst-type "+maskNames(uint32(dst), addrTypes))
 	}
 	if flags&4 != 0 {
 		s = append(s, "--limit-iface-in")

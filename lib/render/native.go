@@ -1,0 +1,624 @@
+package render
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"net/netip"
+	"strconv"
+
+	"github.com/google/nftables/expr"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"golang.org/x/sys/unix"
+)
+
+// This file maps native expressions onto iptables options: loads into
+// registers, then the compare that gives them meaning (what iptables-nft
+// 1.8.x writes instead of xt blobs for the common matches), and the native
+// targets (verdicts, mark/ct set, reject, log, nat, tproxy, notrack, limit).
+
+// native handles a decoded native expression; false means "not understood".
+func (b *builder) native(x expr.Any) bool {
+	switch x := x.(type) {
+	case *expr.Counter:
+		// Counters carry no meaning; iptables-nft adds one to every rule.
+		return true
+	case *expr.Payload:
+		if x.OperationType != expr.PayloadLoad || x.DestRegister == 0 {
+			return false
+		}
+		b.regs[x.DestRegister] = &source{kind: "payload", base: uint32(x.Base), off: x.Offset, len: x.Len, rangePart: -1}
+		return true
+	case *expr.Meta:
+		if x.SourceRegister {
+			return b.metaSet(x)
+		}
+		b.regs[x.Register] = &source{kind: "meta", key: uint32(x.Key), rangePart: -1}
+		return true
+	case *expr.Ct:
+		if x.SourceRegister {
+			return b.ctSet(x)
+		}
+		b.regs[x.Register] = &source{kind: "ct", key: uint32(x.Key), dir: x.Direction, rangePart: -1}
+		return true
+	case *expr.Bitwise:
+		s, ok := b.regs[x.SourceRegister]
+		if !ok {
+			return false
+		}
+		n := *s
+		n.rangePart = -1
+		if n.mask != nil || len(x.Mask) == 0 || len(x.Mask) != len(x.Xor) {
+			n.mangled = true
+		} else {
+			n.mask, n.xor = x.Mask, x.Xor
+		}
+		b.regs[x.DestRegister] = &n
+		return true
+	case *expr.Immediate:
+		b.regs[x.Register] = &source{kind: "imm", data: x.Data, rangePart: -1}
+		return true
+	case *expr.Cmp:
+		s, ok := b.regs[x.Register]
+		if !ok {
+			return false
+		}
+		b.cmp(s, x.Op, x.Data)
+		return true
+	case *expr.Range:
+		s, ok := b.regs[x.Register]
+		if !ok {
+			return false
+		}
+		b.rangeCmp(s, x.Op, x.FromData, x.ToData)
+		return true
+	case *expr.Lookup:
+		neg := ""
+		if x.Invert {
+			neg = "! "
+		}
+		s := b.regs[x.SourceRegister]
+		if s == nil {
+			s = &source{}
+		}
+		b.add(rankOpaque, "", "-m unknown:nft["+s.desc()+",lookup] "+neg+"--set "+Escape(x.SetName, MaxField))
+		return true
+	case *expr.Limit:
+		return b.nativeLimit(x)
+	case *expr.Log:
+		return b.nativeLog(x)
+	case *expr.Reject:
+		return b.nativeReject(x)
+	case *expr.NAT:
+		return b.nativeNAT(x)
+	case *expr.Masq:
+		return b.nativeMasq(x)
+	case *expr.Redir:
+		return b.nativeRedir(x)
+	case *expr.TProxy:
+		return b.nativeTProxy(x)
+	case *expr.Notrack:
+		b.target("CT --notrack")
+		return true
+	}
+	return false
+}
+
+// cmp interprets "register (loaded from s) OP data".
+func (b *builder) cmp(s *source, op expr.CmpOp, data []byte) {
+	switch op {
+	case expr.CmpOpEq, expr.CmpOpNeq:
+		if !b.cmpEq(s, op == expr.CmpOpNeq, data) {
+			b.opaqueNft(s, fmt.Sprintf("cmp%d:%x", op, data))
+		}
+	case expr.CmpOpGte, expr.CmpOpLte:
+		// Older iptables-nft wrote a port range as "cmp gte lo; cmp lte hi"
+		// on one load; render it as the range it means.
+		if b.portsCmp(s, op, data) {
+			return
+		}
+		b.opaqueNft(s, fmt.Sprintf("cmp%d:%x", op, data))
+	default:
+		b.opaqueNft(s, fmt.Sprintf("cmp%d:%x", op, data))
+	}
+}
+
+func (b *builder) rangeCmp(s *source, op expr.CmpOp, from, to []byte) {
+	neg := op == expr.CmpOpNeq
+	if op == expr.CmpOpEq || neg {
+		if opt := b.portOption(s); opt != "" && len(from) == 2 && len(to) == 2 && s.mask == nil && !s.mangled {
+			b.add(rankProtoOpt, optKey[opt], negPrefix(neg)+"--"+opt+" "+portRange(be16(from), be16(to)))
+			return
+		}
+		if s.kind == "meta" && (s.key == unix.NFT_META_SKUID || s.key == unix.NFT_META_SKGID) && len(from) == 4 && len(to) == 4 && s.mask == nil {
+			b.ownerNative(s.key, neg, binary.NativeEndian.Uint32(from), binary.NativeEndian.Uint32(to))
+			return
+		}
+	}
+	b.opaqueNft(s, fmt.Sprintf("range%d:%x-%x", op, from, to))
+}
+
+// portOption names the port a transport-header load reads, or "".
+func (b *builder) portOption(s *source) string {
+	if s.kind != "payload" || s.base != unix.NFT_PAYLOAD_TRANSPORT_HEADER || s.len != 2 || b.isICMP() {
+		return ""
+	}
+	switch s.off {
+	case 0:
+		return "sport"
+	case 2:
+		return "dport"
+	}
+	return ""
+}
+
+func (b *builder) isICMP() bool {
+	return b.proto == unix.IPPROTO_ICMP || b.proto == unix.IPPROTO_ICMPV6
+}
+
+func (b *builder) portsCmp(s *source, op expr.CmpOp, data []byte) bool {
+	opt := b.portOption(s)
+	if opt == "" || len(data) != 2 || s.mask != nil || s.mangled {
+		return false
+	}
+	v := be16(data)
+	if op == expr.CmpOpGte {
+		s.rangeLoTxt = strconv.Itoa(int(v))
+		s.rangePart = b.add(rankProtoOpt, optKey[opt], "--"+opt+" "+portRange(v, 0xffff))
+		return true
+	}
+	if s.rangePart >= 0 {
+		lo, _ := strconv.Atoi(s.rangeLoTxt)
+		b.parts[s.rangePart].text = "--" + opt + " " + portRange(uint16(lo), v)
+		s.rangePart = -1
+		return true
+	}
+	b.add(rankProtoOpt, optKey[opt], "--"+opt+" "+portRange(0, v))
+	return true
+}
+
+// cmpEq handles eq/neq comparisons; false means no iptables meaning known.
+func (b *builder) cmpEq(s *source, neg bool, data []byte) bool {
+	if s.mangled {
+		return false
+	}
+	switch s.kind {
+	case "meta":
+		return b.metaCmp(s, neg, data)
+	case "payload":
+		return b.payloadCmp(s, neg, data)
+	case "ct":
+		return b.ctCmp(s, neg, data)
+	}
+	return false
+}
+
+func (b *builder) metaCmp(s *source, neg bool, data []byte) bool {
+	switch s.key {
+	case unix.NFT_META_L4PROTO:
+		if len(data) != 1 || s.mask != nil {
+			return false
+		}
+		b.setProto(neg, int(data[0]))
+		return true
+	case unix.NFT_META_IIFNAME, unix.NFT_META_OIFNAME:
+		if s.mask != nil {
+			return false
+		}
+		rank, opt := rankIn, "-i"
+		if s.key == unix.NFT_META_OIFNAME {
+			rank, opt = rankOut, "-o"
+		}
+		b.add(rank, "", negPrefix(neg)+opt+" "+ifaceText(data))
+		return true
+	case unix.NFT_META_MARK:
+		if len(data) != 4 {
+			return false
+		}
+		mask := uint32(0xffffffff)
+		if s.mask != nil {
+			if len(s.mask) != 4 || !allZero(s.xor) {
+				return false
+			}
+			mask = binary.NativeEndian.Uint32(s.mask)
+		}
+		b.module("mark", negPrefix(neg)+"--mark "+markText(binary.NativeEndian.Uint32(data), mask))
+		return true
+	case unix.NFT_META_SKUID, unix.NFT_META_SKGID:
+		if len(data) != 4 || s.mask != nil {
+			return false
+		}
+		v := binary.NativeEndian.Uint32(data)
+		b.ownerNative(s.key, neg, v, v)
+		return true
+	}
+	return false
+}
+
+func (b *builder) ownerNative(key uint32, neg bool, lo, hi uint32) {
+	opt := "--uid-owner"
+	if key == unix.NFT_META_SKGID {
+		opt = "--gid-owner"
+	}
+	b.module("owner", negPrefix(neg)+opt+" "+idRange(lo, hi))
+}
+
+// ifaceText turns the compared bytes back into iptables' name: a name
+// compared with its NUL is exact, one compared without is a prefix, which
+// iptables spells with a trailing "+".
+func ifaceText(data []byte) string {
+	if i := bytes.IndexByte(data, 0); i >= 0 {
+		name := string(data[:i])
+		if !allZero(data[i:]) {
+			// Bytes after the NUL cannot come from iptables; keep them visible.
+			return Quote(string(data), MaxField)
+		}
+		return Escape(name, MaxField)
+	}
+	return Escape(string(data)+"+", MaxField)
+}
+
+func (b *builder) setProto(neg bool, p int) {
+	if !neg {
+		b.proto = p
+	}
+	b.add(rankProto, "", negPrefix(neg)+"-p "+protoName(b.fam, p))
+}
+
+// addrSpan is where the source and destination addresses sit in the
+// network header of the family.
+func addrSpan(fam inspect.Family) (src, dst, n uint32, ok bool) {
+	switch fam {
+	case inspect.IP:
+		return 12, 16, 4, true
+	case inspect.IP6:
+		return 8, 24, 16, true
+	}
+	return 0, 0, 0, false
+}
+
+func (b *builder) payloadCmp(s *source, neg bool, data []byte) bool {
+	if uint32(len(data)) != s.len {
+		return false
+	}
+	switch s.base {
+	case unix.NFT_PAYLOAD_NETWORK_HEADER:
+		return b.networkCmp(s, neg, data)
+	case unix.NFT_PAYLOAD_TRANSPORT_HEADER:
+		return b.transportCmp(s, neg, data)
+	}
+	return false
+}
+
+func (b *builder) networkCmp(s *source, neg bool, data []byte) bool {
+	// Old iptables-nft matched -p on the header's protocol field.
+	if s.mask == nil && s.len == 1 && (b.fam == inspect.IP && s.off == 9 || b.fam == inspect.IP6 && s.off == 6) {
+		b.setProto(neg, int(data[0]))
+		return true
+	}
+	// -f: fragment offset (13 bits) non-zero.
+	if b.fam == inspect.IP && s.off == 6 && s.len == 2 && bytes.Equal(s.mask, []byte{0x1f, 0xff}) && allZero(s.xor) && allZero(data) {
+		b.add(rankFrag, "", negPrefix(!neg)+"-f")
+		return true
+	}
+	srcOff, dstOff, n, ok := addrSpan(b.fam)
+	if !ok {
+		return false
+	}
+	for _, a := range []struct {
+		off  uint32
+		rank int
+		opt  string
+	}{{srcOff, rankSrc, "-s"}, {dstOff, rankDst, "-d"}} {
+		if s.off < a.off || s.off+s.len > a.off+n {
+			continue
+		}
+		// iptables-nft loads only the bytes a prefix covers (1 byte for a
+		// /8), optionally masked: rebuild the full address and mask.
+		addr, mask := make([]byte, n), make([]byte, n)
+		rel := s.off - a.off
+		for i := uint32(0); i < s.len; i++ {
+			m := byte(0xff)
+			if s.mask != nil {
+				if len(s.mask) != int(s.len) || !allZero(s.xor) {
+					return false
+				}
+				m = s.mask[i]
+			}
+			mask[rel+i] = m
+			addr[rel+i] = data[i] & m
+		}
+		b.add(a.rank, "", negPrefix(neg)+a.opt+" "+addrText(addr, mask))
+		return true
+	}
+	return false
+}
+
+func (b *builder) transportCmp(s *source, neg bool, data []byte) bool {
+	if b.isICMP() && s.off == 0 && s.mask == nil && (s.len == 1 || s.len == 2) {
+		code := -1
+		if s.len == 2 {
+			code = int(data[1])
+		}
+		b.add(rankProtoOpt, optKey["icmp"], negPrefix(neg)+icmpText(b.fam, int(data[0]), code, code))
+		return true
+	}
+	if s.off == 13 && s.len == 1 && b.proto == unix.IPPROTO_TCP {
+		mask := byte(0xff)
+		if s.mask != nil {
+			if !allZero(s.xor) {
+				return false
+			}
+			mask = s.mask[0]
+		}
+		b.add(rankProtoOpt, optKey["flags"], tcpFlagsText(neg, mask, data[0]))
+		return true
+	}
+	if s.mask != nil {
+		return false
+	}
+	if opt := b.portOption(s); opt != "" {
+		b.add(rankProtoOpt, optKey[opt], negPrefix(neg)+"--"+opt+" "+strconv.Itoa(int(be16(data))))
+		return true
+	}
+	// iptables-nft 1.8.9 matches --sport and --dport together with one
+	// 4-byte load; a negated pair has no iptables spelling.
+	if s.off == 0 && s.len == 4 && !neg && !b.isICMP() {
+		b.add(rankProtoOpt, optKey["sport"], "--sport "+strconv.Itoa(int(be16(data[:2]))))
+		b.add(rankProtoOpt, optKey["dport"], "--dport "+strconv.Itoa(int(be16(data[2:]))))
+		return true
+	}
+	return false
+}
+
+// ctCmp handles "ct state & MASK != 0", what newer iptables-nft writes for
+// --ctstate, and the same for --ctstatus.
+func (b *builder) ctCmp(s *source, neg bool, data []byte) bool {
+	if s.key != unix.NFT_CT_STATE && s.key != unix.NFT_CT_STATUS {
+		return false
+	}
+	if len(s.mask) != 4 || !allZero(s.xor) || len(data) != 4 || !allZero(data) {
+		return false
+	}
+	m := binary.NativeEndian.Uint32(s.mask)
+	// "& mask != 0" is the positive match.
+	neg = !neg
+	if s.key == unix.NFT_CT_STATE {
+		b.module("conntrack", negPrefix(neg)+"--ctstate "+maskNames(m, ctStateNative))
+	} else {
+		b.module("conntrack", negPrefix(neg)+"--ctstatus "+maskNames(m, ctStatus))
+	}
+	return true
+}
+
+func (b *builder) verdict(v *expr.Verdict) bool {
+	switch v.Kind {
+	case expr.VerdictAccept:
+		b.target("ACCEPT")
+	case expr.VerdictDrop:
+		b.target("DROP")
+	case expr.VerdictReturn:
+		b.target("RETURN")
+	case expr.VerdictJump:
+		b.target(Escape(v.Chain, MaxField))
+	case expr.VerdictGoto:
+		b.add(rankTarget, "", "-g "+Escape(v.Chain, MaxField))
+	case expr.VerdictContinue:
+		// No target: the rule only counts.
+	default:
+		return false
+	}
+	return true
+}
+
+// metaSet: "meta mark set ..." is what newer iptables-nft writes for MARK
+// and CONNMARK --restore-mark.
+func (b *builder) metaSet(m *expr.Meta) bool {
+	s := b.regs[m.Register]
+	if m.Key != expr.MetaKeyMARK || s == nil || s.mangled {
+		return false
+	}
+	switch {
+	case s.kind == "imm" && len(s.data) == 4 && s.mask == nil:
+		b.target("MARK --set-xmark " + xmark(binary.NativeEndian.Uint32(s.data), 0xffffffff))
+	case s.kind == "meta" && s.key == unix.NFT_META_MARK && len(s.mask) == 4 && len(s.xor) == 4:
+		// mark = (mark & m) ^ x is --set-xmark x/~m.
+		b.target("MARK --set-xmark " + xmark(binary.NativeEndian.Uint32(s.xor), ^binary.NativeEndian.Uint32(s.mask)))
+	case s.kind == "ct" && s.key == unix.NFT_CT_MARK && s.mask == nil:
+		b.target("CONNMARK --restore-mark")
+	default:
+		return false
+	}
+	return true
+}
+
+func (b *builder) ctSet(c *expr.Ct) bool {
+	s := b.regs[c.Register]
+	if c.Key != expr.CtKeyMARK || s == nil || s.mangled {
+		return false
+	}
+	switch {
+	case s.kind == "imm" && len(s.data) == 4 && s.mask == nil:
+		b.target("CONNMARK --set-xmark " + xmark(binary.NativeEndian.Uint32(s.data), 0xffffffff))
+	case s.kind == "meta" && s.key == unix.NFT_META_MARK && s.mask == nil:
+		b.target("CONNMARK --save-mark")
+	default:
+		return false
+	}
+	return true
+}
+
+// Native reject stores an ICMP code (or an icmpx one, for ip and ip6
+// alike); both map to the xt enum rejectWith spells.
+var (
+	// ICMP code → xt enum.
+	icmpCode4 = map[uint8]uint32{0: 0, 1: 1, 2: 2, 3: 3, 9: 5, 10: 6, 13: 8}
+	icmpCode6 = map[uint8]uint32{0: 0, 1: 1, 3: 3, 4: 4, 5: 7, 6: 8}
+	// NFT_REJECT_ICMPX_* → xt enum (ip, ip6).
+	icmpx4 = map[uint8]uint32{0: 0, 1: 3, 2: 1, 3: 8}
+	icmpx6 = map[uint8]uint32{0: 0, 1: 4, 2: 3, 3: 1}
+)
+
+func (b *builder) nativeReject(r *expr.Reject) bool {
+	six := b.fam == inspect.IP6
+	var with uint32
+	var ok bool
+	switch r.Type {
+	case unix.NFT_REJECT_TCP_RST:
+		with, ok = 7, true
+		if six {
+			with = 6
+		}
+	case unix.NFT_REJECT_ICMP_UNREACH:
+		if six {
+			with, ok = icmpCode6[r.Code]
+		} else {
+			with, ok = icmpCode4[r.Code]
+		}
+	case unix.NFT_REJECT_ICMPX_UNREACH:
+		if six {
+			with, ok = icmpx6[r.Code]
+		} else {
+			with, ok = icmpx4[r.Code]
+		}
+	}
+	return ok && b.rejectWith(with)
+}
+
+func (b *builder) nativeLog(l *expr.Log) bool {
+	if l.Key&(1<<unix.NFTA_LOG_GROUP) != 0 {
+		return false // that is NFLOG, not LOG
+	}
+	level := uint32(4)
+	if l.Key&(1<<unix.NFTA_LOG_LEVEL) != 0 {
+		level = uint32(l.Level)
+	}
+	b.target(logText(level, uint32(l.Flags), cString(l.Data)))
+	return true
+}
+
+func (b *builder) regAddr(reg uint32) (netip.Addr, bool) {
+	s := b.regs[reg]
+	if s == nil || s.kind != "imm" {
+		return netip.Addr{}, false
+	}
+	return netip.AddrFromSlice(s.data)
+}
+
+func (b *builder) regPort(reg uint32) (uint16, bool) {
+	s := b.regs[reg]
+	if s == nil || s.kind != "imm" || len(s.data) != 2 {
+		return 0, false
+	}
+	return be16(s.data), true
+}
+
+// regPorts fills a range's ports from min/max registers (max 0 = same).
+func (b *builder) regPorts(r *natRange, min, max uint32) bool {
+	if min == 0 {
+		return true
+	}
+	lo, ok := b.regPort(min)
+	if !ok {
+		return false
+	}
+	hi := lo
+	if max != 0 && max != min {
+		if hi, ok = b.regPort(max); !ok {
+			return false
+		}
+	}
+	r.flags |= natProto
+	r.minPort, r.maxPt = lo, hi
+	return true
+}
+
+func (b *builder) nativeNAT(n *expr.NAT) bool {
+	var r natRange
+	if n.RegAddrMin != 0 {
+		lo, ok := b.regAddr(n.RegAddrMin)
+		if !ok {
+			return false
+		}
+		hi := lo
+		if n.RegAddrMax != 0 && n.RegAddrMax != n.RegAddrMin {
+			if hi, ok = b.regAddr(n.RegAddrMax); !ok {
+				return false
+			}
+		}
+		r.flags |= natMapIPs
+		r.minIP, r.maxIP = lo, hi
+	}
+	if !b.regPorts(&r, n.RegProtoMin, n.RegProtoMax) || n.Prefix {
+		return false
+	}
+	r.flags |= natFlags(n.Random, n.FullyRandom, n.Persistent)
+	name := "SNAT"
+	if n.Type == expr.NATTypeDestNAT {
+		name = "DNAT"
+	}
+	b.natTarget(name, r)
+	return true
+}
+
+func natFlags(random, fully, persistent bool) uint32 {
+	var f uint32
+	if random {
+		f |= natRandom
+	}
+	if fully {
+		f |= natRandomFully
+	}
+	if persistent {
+		f |= natPersistent
+	}
+	return f
+}
+
+func (b *builder) nativeMasq(m *expr.Masq) bool {
+	var r natRange
+	if m.ToPorts && !b.regPorts(&r, m.RegProtoMin, m.RegProtoMax) {
+		return false
+	}
+	r.flags |= natFlags(m.Random, m.FullyRandom, m.Persistent)
+	b.natTarget("MASQUERADE", r)
+	return true
+}
+
+func (b *builder) nativeRedir(m *expr.Redir) bool {
+	var r natRange
+	if !b.regPorts(&r, m.RegisterProtoMin, m.RegisterProtoMax) {
+		return false
+	}
+	r.flags |= m.Flags &^ natProto
+	b.natTarget("REDIRECT", r)
+	return true
+}
+
+func (b *builder) nativeTProxy(t *expr.TProxy) bool {
+	port, ok := b.regPort(t.RegPort)
+	if !ok {
+		return false
+	}
+	var ip netip.Addr
+	if t.RegAddr != 0 {
+		if ip, ok = b.regAddr(t.RegAddr); !ok {
+			return false
+		}
+	}
+	b.target(tproxyText(port, ip, 0, 0))
+	return true
+}
+
+func (b *builder) nativeLimit(l *expr.Limit) bool {
+	if l.Type != expr.LimitTypePkts || l.Rate == 0 {
+		return false
+	}
+	avg := uint64(limitScale) * uint64(l.Unit) / l.Rate
+	if avg == 0 || avg > math.MaxUint32 {
+		return false
+	}
+	b.limit(uint32(avg), l.Burst, l.Over)
+	return true
+}
