@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
@@ -63,7 +64,7 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	out := os.Stdout
 	for _, r := range u.Rules {
 		text := render.Text(r)
-		fmt.Fprintf(out, "%s %s %s", r.Family, render.Escape(r.Table, maxNameInRecord), text)
+		fmt.Fprintf(out, "%s %s %s", r.Family, safetext.Name(r.Table, maxNameInRecord), text)
 		if name := list.Match(*namespace, r, func() string { return text }); name != "" {
 			fmt.Fprintf(out, "    # allowlisted: %s", name)
 		}
@@ -73,10 +74,10 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	for _, c := range u.Chains {
 		counted += c.Rules
 		if c.User && c.Rules == 0 {
-			fmt.Fprintf(out, "# %s %s: empty user chain %s\n", c.Family, render.Escape(c.Table, maxNameInRecord), render.Escape(c.Name, maxNameInRecord))
+			fmt.Fprintf(out, "# %s %s: empty user chain %s\n", c.Family, safetext.Name(c.Table, maxNameInRecord), safetext.Name(c.Name, maxNameInRecord))
 		}
 		if c.Drop {
-			fmt.Fprintf(out, "# %s %s: chain %s has policy DROP\n", c.Family, render.Escape(c.Table, maxNameInRecord), c.Name)
+			fmt.Fprintf(out, "# %s %s: chain %s has policy DROP\n", c.Family, safetext.Name(c.Table, maxNameInRecord), c.Name)
 		}
 	}
 	if counted > len(u.Rules) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -68,8 +69,8 @@ func examples(u classify.Usage) []findings.Example {
 	for _, r := range rules {
 		all = append(all, findings.Example{
 			Family: string(r.Family),
-			Table:  render.Escape(r.Table, maxNameInRecord),
-			Chain:  render.Escape(r.Chain, maxNameInRecord),
+			Table:  safetext.Name(r.Table, maxNameInRecord),
+			Chain:  safetext.Name(r.Chain, maxNameInRecord),
 			Rule:   render.Text(r),
 		})
 	}

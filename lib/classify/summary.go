@@ -5,8 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sort"
-	"strings"
-	"unicode/utf8"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 )
 
 // maxTables bounds the table lists of a summary: a hostile pod may create
@@ -47,7 +47,7 @@ func Summarize(u Usage) Summary {
 		// Deduplicate on the full name; cap only what is shown.
 		if t := string(c.Family) + " " + c.Table; !seen[t] {
 			seen[t] = true
-			s.NftTables = append(s.NftTables, string(c.Family)+" "+capName(c.Table))
+			s.NftTables = append(s.NftTables, string(c.Family)+" "+safetext.Cut(c.Table, maxName))
 		}
 		// Length-prefixed fields: hostile names cannot collide by shifting
 		// bytes from one field into the next.
@@ -65,16 +65,4 @@ func Summarize(u Usage) Summary {
 	}
 	s.Fingerprint = hex.EncodeToString(h.Sum(nil)[:16])
 	return s
-}
-
-func capName(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= maxName {
-		return s
-	}
-	cut := maxName
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }

@@ -4,9 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/util/validation"
-
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 func TestPodEventName(t *testing.T) {

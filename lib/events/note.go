@@ -3,9 +3,8 @@ package events
 import (
 	"fmt"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
@@ -23,9 +22,6 @@ const examplesHeading = "Example iptables rules seen in this pod:"
 // minExample is the shortest cut rule worth showing.
 const minExample = 24
 
-// ellipsis marks a cut; ASCII so that it never needs more room than counted.
-const ellipsis = "..."
-
 // Note renders the Event note for a record: the deprecation, the counts and
 // as many example rules as fit in NoteLimit bytes.
 func Note(rec findings.Record) string {
@@ -39,13 +35,13 @@ func Note(rec findings.Record) string {
 		lines = append(lines, exampleLine(ex))
 	}
 	if len(lines) == 0 {
-		return capBytes(b.String(), NoteLimit)
+		return safetext.Cut(b.String(), NoteLimit)
 	}
 	b.WriteString("\n")
 	b.WriteString(examplesHeading)
 	head := b.String()
 	if len(head) >= NoteLimit {
-		return capBytes(head, NoteLimit)
+		return safetext.Cut(head, NoteLimit)
 	}
 
 	// Whole lines first, so the admin sees complete rules; the first line
@@ -64,13 +60,13 @@ func Note(rec findings.Record) string {
 		// The tail was reserved when the previous line went in, so
 		// "(rest+1 more)" always fits where a cut rule would be useless.
 		if room := NoteLimit - len(out) - 1 - len(tail); room >= minExample {
-			out += "\n" + capBytes(l, room) + tail
+			out += "\n" + safetext.Cut(l, room) + tail
 		} else {
 			out += fmt.Sprintf("\n(%d more)", rest+1)
 		}
 		break
 	}
-	return capBytes(out, NoteLimit)
+	return safetext.Cut(out, NoteLimit)
 }
 
 // counts states what the hook found; the record's numbers are its own, so
@@ -89,10 +85,10 @@ func counts(rec findings.Record) string {
 	s := "Found " + strings.Join(parts, "; ")
 	var who []string
 	if rec.Container != "" {
-		who = append(who, "container "+Escape(rec.Container))
+		who = append(who, "container "+safetext.Display(rec.Container))
 	}
 	if rec.Image != "" {
-		who = append(who, "image "+Escape(rec.Image))
+		who = append(who, "image "+safetext.Display(rec.Image))
 	}
 	if len(who) > 0 {
 		s += " (" + strings.Join(who, ", ") + ")"
@@ -113,53 +109,15 @@ func tableList(tables []string) string {
 	}
 	esc := make([]string, len(tables))
 	for i, t := range tables {
-		esc[i] = Escape(t)
+		esc[i] = safetext.Display(t)
 	}
 	return " in " + strings.Join(esc, ", ")
 }
 
 func exampleLine(ex findings.Example) string {
-	where := strings.TrimSpace(Escape(ex.Family) + " " + Escape(ex.Table))
+	where := strings.TrimSpace(safetext.Display(ex.Family) + " " + safetext.Display(ex.Table))
 	if where == "" {
-		return Escape(ex.Rule)
+		return safetext.Display(ex.Rule)
 	}
-	return "[" + where + "] " + Escape(ex.Rule)
-}
-
-// Escape makes text from the record safe to show: invalid UTF-8 bytes,
-// control characters, bidi controls and line separators are written as Go
-// escapes, so a rule cannot forge lines or reorder what the admin reads.
-func Escape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r < 0x80 && (r < 0x20 || r == 0x7f):
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case unicode.IsControl(r), unicode.Is(unicode.Bidi_Control, r),
-			unicode.In(r, unicode.Zl, unicode.Zp), r == '\ufeff':
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteString(s[i : i+size])
-		}
-		i += size
-	}
-	return b.String()
-}
-
-// capBytes cuts s to at most limit bytes on a rune boundary, marking the cut.
-func capBytes(s string, limit int) string {
-	if len(s) <= limit {
-		return s
-	}
-	if limit <= len(ellipsis) {
-		return ellipsis[:max(limit, 0)]
-	}
-	cut := limit - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
+	return "[" + where + "] " + safetext.Display(ex.Rule)
 }

@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
-
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
@@ -91,7 +91,7 @@ func TestNoteLimit(t *testing.T) {
 	}{
 		{name: "many examples", rec: many, contains: []string{examplesHeading, "more)"}},
 		{name: "one huge multibyte rule", rec: huge, contains: []string{deprecation}},
-		{name: "many tables", rec: tables, contains: []string{deprecation, ellipsis}},
+		{name: "many tables", rec: tables, contains: []string{deprecation, safetext.Ellipsis}},
 		{name: "no examples", rec: func() findings.Record { r := sampleRecord(); r.Examples = nil; return r }(), contains: []string{"iptables-nft: 12 rules"}},
 	}
 	for _, tc := range cases {
@@ -110,53 +110,6 @@ func TestNoteLimit(t *testing.T) {
 				if !strings.Contains(got, c) {
 					t.Errorf("note lacks %q:\n%s", c, got)
 				}
-			}
-		})
-	}
-}
-
-func TestEscape(t *testing.T) {
-	cases := []struct {
-		name, in, want string
-	}{
-		{name: "plain", in: "-A INPUT -j DROP", want: "-A INPUT -j DROP"},
-		{name: "newline", in: "a\nb", want: `a\x0ab`},
-		{name: "escape seq", in: "\x1b[2J", want: `\x1b[2J`},
-		{name: "invalid utf8", in: "a\xffb", want: `a\xffb`},
-		{name: "bidi override", in: "x\u202ey", want: `x\u202ey`},
-		{name: "line separator", in: "x\u2028y", want: `x\u2028y`},
-		{name: "c1 control", in: "x\u0085y", want: `x\u0085y`},
-		{name: "multibyte kept", in: "größe", want: "größe"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, Escape(tc.in)); diff != "" {
-				t.Errorf("Escape(%q) (-want +got):\n%s", tc.in, diff)
-			}
-		})
-	}
-}
-
-func TestCapBytes(t *testing.T) {
-	cases := []struct {
-		name  string
-		in    string
-		limit int
-		want  string
-	}{
-		{name: "fits", in: "abc", limit: 3, want: "abc"},
-		{name: "ascii cut", in: "abcdefgh", limit: 6, want: "abc..."},
-		{name: "never splits a rune", in: "aéééé", limit: 7, want: "aé..."},
-		{name: "tiny limit", in: "abcdef", limit: 2, want: ".."},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got := capBytes(tc.in, tc.limit)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("capBytes (-want +got):\n%s", diff)
-			}
-			if !utf8.ValidString(got) {
-				t.Errorf("invalid UTF-8: %q", got)
 			}
 		})
 	}

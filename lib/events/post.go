@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
 const (
@@ -188,8 +188,8 @@ func (p *Poster) nodeEventFor(rec findings.Record, pod Result) *eventsv1.Event {
 			UID:        pod.PodUID,
 		}
 	}
-	head := fmt.Sprintf("Pod %s/%s on this node created iptables rules. ", Escape(rec.Pod.Namespace), Escape(rec.Pod.Name))
-	ev.Note = capBytes(head+Note(rec), NoteLimit)
+	head := fmt.Sprintf("Pod %s/%s on this node created iptables rules. ", safetext.Display(rec.Pod.Namespace), safetext.Display(rec.Pod.Name))
+	ev.Note = safetext.Cut(head+Note(rec), NoteLimit)
 	return ev
 }
 

@@ -2,7 +2,6 @@ package render
 
 import (
 	"encoding/binary"
-	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
 	"os"
 	"testing"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/xt"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"golang.org/x/sys/unix"
 )

@@ -21,6 +21,6 @@
 // opaque tokens). A file uses only what the files after it define.
 //
 // Every attacker-controlled string (comments, chain, interface and set
-// names) goes through Escape or Quote, so the text is a single line of
+// names) goes through internal/safetext, so the text is a single line of
 // printable ASCII of bounded length per field.
 package render

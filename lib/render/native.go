@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/google/nftables/expr"
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"golang.org/x/sys/unix"
 )
@@ -82,7 +83,7 @@ func (b *builder) native(x expr.Any) bool {
 		if s == nil {
 			s = &source{}
 		}
-		b.add(rankOpaque, "", "-m unknown:nft["+s.desc()+",lookup] "+neg+"--set "+Escape(x.SetName, MaxField))
+		b.add(rankOpaque, "", "-m unknown:nft["+s.desc()+",lookup] "+neg+"--set "+safetext.Name(x.SetName, MaxField))
 		return true
 	case *expr.Limit:
 		return b.nativeLimit(x)
@@ -252,11 +253,11 @@ func ifaceText(data []byte) string {
 		name := string(data[:i])
 		if !allZero(data[i:]) {
 			// Bytes after the NUL cannot come from iptables; keep them visible.
-			return Quote(string(data), MaxField)
+			return safetext.Quote(string(data), MaxField)
 		}
-		return Escape(name, MaxField)
+		return safetext.Name(name, MaxField)
 	}
-	return Escape(string(data)+"+", MaxField)
+	return safetext.Name(string(data)+"+", MaxField)
 }
 
 func (b *builder) setProto(neg bool, p int) {
@@ -401,9 +402,9 @@ func (b *builder) verdict(v *expr.Verdict) bool {
 	case expr.VerdictReturn:
 		b.target("RETURN")
 	case expr.VerdictJump:
-		b.target(Escape(v.Chain, MaxField))
+		b.target(safetext.Name(v.Chain, MaxField))
 	case expr.VerdictGoto:
-		b.add(rankTarget, "", "-g "+Escape(v.Chain, MaxField))
+		b.add(rankTarget, "", "-g "+safetext.Name(v.Chain, MaxField))
 	case expr.VerdictContinue:
 		// No target: the rule only counts.
 	default:

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"golang.org/x/sys/unix"
 )
@@ -279,7 +280,7 @@ var logFlagNames = []struct {
 func logText(level uint32, flags uint32, prefix string) string {
 	s := "LOG"
 	if prefix != "" {
-		s += " --log-prefix " + Quote(prefix, MaxField)
+		s += " --log-prefix " + safetext.Quote(prefix, MaxField)
 	}
 	// 4 (warning) is the default of both iptables and nft.
 	if level != 4 {

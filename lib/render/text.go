@@ -4,13 +4,14 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
 
 // Text renders one iptables-nft rule as canonical iptables-save-like text.
 // It never panics and always returns text; see the package doc.
 func Text(r inspect.Rule) (out string) {
-	head := "-A " + Escape(r.Chain, MaxField)
+	head := "-A " + safetext.Name(r.Chain, MaxField)
 	defer func() {
 		// The decoders bounds-check, but a panic in a third-party
 		// unmarshaller must not cost the rule: it still counts, opaquely.

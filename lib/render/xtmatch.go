@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
 
@@ -36,7 +37,7 @@ func (b *builder) xtMatchKnown(x xtInfo) bool {
 	case (x.name == "icmp" && b.fam == inspect.IP || x.name == "icmp6" && b.fam == inspect.IP6) && x.rev == 0 && len(i) >= 4:
 		b.add(rankProtoOpt, optKey["icmp"], negPrefix(i[3]&1 != 0)+icmpText(b.fam, int(i[0]), int(i[1]), int(i[2])))
 	case x.name == "comment" && x.rev == 0 && len(i) >= 1:
-		b.module("comment", "--comment "+Quote(cString(i), MaxField))
+		b.module("comment", "--comment "+safetext.Quote(cString(i), MaxField))
 	case x.name == "mark" && x.rev == 1 && len(i) >= 9:
 		b.module("mark", negPrefix(i[8] != 0)+"--mark "+markText(u32(i, 0), u32(i, 4)))
 	case x.name == "mark" && x.rev == 0 && len(i) >= 17:

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
 
@@ -139,11 +140,11 @@ func (b *builder) ct(rev uint32, i []byte) {
 	}
 	s := "CT"
 	if h := cString(i[12:28]); h != "" {
-		s += " --helper " + Escape(h, MaxField)
+		s += " --helper " + safetext.Name(h, MaxField)
 	}
 	if rev >= 1 {
 		if t := cString(i[28:60]); t != "" {
-			s += " --timeout " + Escape(t, MaxField)
+			s += " --timeout " + safetext.Name(t, MaxField)
 		}
 	}
 	if ev := u32(i, 4); ev != 0 {
