@@ -256,3 +256,29 @@ func TestHookDeadlineTruncates(t *testing.T) {
 		t.Errorf("truncated finding counted all %d rules in 20ms: the deadline was not applied", recs[0].Nft.Rules)
 	}
 }
+
+// TestHookDeadlineBeforeAnything: a deadline that passes before anything
+// was seen is not "clean": the hook records a truncated finding with the
+// error, and the per-sandbox memory does not then skip the complete finding
+// of the next container.
+func TestHookDeadlineBeforeAnything(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	ns := nstest.New(t)
+	ns.Run("iptables-nft", "-A", "INPUT", "-j", "DROP")
+	h := hookRun{}
+	p := pod{netns: ns.Path(), sandbox: "sb-slow"}
+	runHookProc(t, p.state(t), &h, "--timeout", "1ns")
+	recs := readFindings(t, h.findings)
+	if len(recs) != 1 || !recs[0].Truncated || !strings.Contains(recs[0].Error, "deadline") {
+		t.Fatalf("deadline before anything was seen: want one truncated finding with the error, got %+v\n%s", recs, h.stderr)
+	}
+	runHookProc(t, p.state(t), &h, "--timeout", "1ns")
+	if recs := readFindings(t, h.findings); len(recs) != 1 {
+		t.Fatalf("the same incomplete view twice: want it recorded once, got %d findings", len(recs))
+	}
+	runHookProc(t, p.state(t), &h)
+	recs = readFindings(t, h.findings)
+	if len(recs) != 2 || recs[1].Truncated || recs[1].Nft.Rules != 1 {
+		t.Fatalf("complete scan after an incomplete one: want a second, complete finding, got %+v\n%s", recs, h.stderr)
+	}
+}

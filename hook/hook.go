@@ -10,10 +10,10 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/ocistate"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
 func init() {
@@ -98,22 +98,15 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 	}
 	l := log.WithFields(logrus.Fields{"container_id": c.ID, "sandbox_id": c.SandboxID,
 		"pod_namespace": c.PodNamespace, "pod_name": c.PodName, "container": c.ContainerName})
-	switch {
-	case c.HostNetwork:
-		l.Debug("host-network container, skipped")
-		return
-	case !c.IsPod() && !cfg.allContainers:
-		l.Debug("not a kubelet-created container, skipped (see --all-containers)")
-		return
-	case c.Netns == "":
-		l.Info("container's process is gone and no netns path is pinned, nothing to inspect")
+	if why, lvl := skip(c, cfg.allContainers); why != "" {
+		l.Log(lvl, why)
 		return
 	}
 	l = l.WithField("netns", c.Netns)
 
 	// Leave a fifth of the budget for writing the finding.
 	inspectCtx, cancelInspect := context.WithDeadline(ctx, start.Add(cfg.timeout*4/5))
-	res, err := scan(inspectCtx, c.Netns, c.PodNamespace, cfg.allow.load)
+	res, err := scan.Run(inspectCtx, c.Netns, c.PodNamespace, cfg.allow.load)
 	cancelInspect()
 	if err != nil {
 		if errors.Is(err, netns.ErrNotExist) {
@@ -127,23 +120,61 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 		// A broken allowlist must not hide usage: report with the rest.
 		l.WithError(res.AllowErr).Error("cannot load the allowlist, reporting without it")
 	}
-	if res.Err != nil {
-		l = l.WithField("error", res.Err.Error())
-	}
-	if res.Usage.Empty() {
-		if res.Err != nil {
-			// Unknown, not clean: no memory is saved, the next container retries.
-			l.Warn("inspection incomplete and no iptables usage seen so far")
-		} else {
-			l.WithField("allowlisted", res.Allowed.Count).Debug("no iptables usage")
-		}
+	d := scan.Decide(meta(cfg, c), res)
+	if d.Record == nil {
+		l.WithField("allowlisted", res.Allowed.Count).Debug(d.Why)
 		return
 	}
+	record(cfg, l, *d.Record, sandboxKey(c, res), start)
+}
 
-	rec := buildRecord(cfg, c, res)
-	key := c.SandboxID
-	if key == "" {
-		key = "netns:" + res.NetnsID
+// skip tells why a container is not scanned (empty: scan it), and at which
+// log level to say so.
+func skip(c ocistate.Container, allContainers bool) (string, logrus.Level) {
+	switch {
+	case c.HostNetwork:
+		return "host-network container, skipped", logrus.DebugLevel
+	case !c.IsPod() && !allContainers:
+		return "not a kubelet-created container, skipped (see --all-containers)", logrus.DebugLevel
+	case c.Netns == "":
+		return "container's process is gone and no netns path is pinned, nothing to inspect", logrus.InfoLevel
+	}
+	return "", 0
+}
+
+// meta is what the hook knows of the container, for its record.
+func meta(cfg hookConfig, c ocistate.Container) scan.Meta {
+	stage := cfg.stage
+	if stage == "" {
+		stage = c.Status
+	}
+	return scan.Meta{
+		Node:        cfg.node,
+		Source:      "hook",
+		Stage:       stage,
+		ContainerID: c.ID,
+		SandboxID:   c.SandboxID,
+		Pod:         findings.Pod{Namespace: c.PodNamespace, Name: c.PodName, UID: c.PodUID},
+		Container:   c.ContainerName,
+		Image:       c.Image,
+		Netns:       c.Netns,
+	}
+}
+
+// sandboxKey names the per-sandbox memory entry: the sandbox id, or the
+// netns identity when the runtime gives none.
+func sandboxKey(c ocistate.Container, res scan.Result) string {
+	if c.SandboxID != "" {
+		return c.SandboxID
+	}
+	return "netns:" + res.NetnsID
+}
+
+// record appends rec unless the sandbox's memory already holds its
+// fingerprint, and logs the outcome.
+func record(cfg hookConfig, l *logrus.Entry, rec findings.Record, key string, start time.Time) {
+	if rec.Error != "" {
+		l = l.WithField("error", rec.Error)
 	}
 	// Writing gets half a second past the deadline (the watchdog waits a
 	// second), so a slow inspection still leaves its truncated finding.
@@ -151,7 +182,7 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 	defer cancelWrite()
 	writing.Lock()
 	seen := findings.Seen{Dir: cfg.stateDir}
-	wrote, err := seen.Record(writeCtx, key, c.Netns, rec.Fingerprint, func() error {
+	wrote, err := seen.Record(writeCtx, key, rec.Netns, rec.Fingerprint, func() error {
 		return findings.Log{Path: cfg.findings, MaxBytes: cfg.maxBytes}.Append(writeCtx, rec)
 	})
 	writing.Unlock()
@@ -164,36 +195,12 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 		l.Debug("same usage already recorded for this sandbox")
 		return
 	}
-	l.Info("iptables usage recorded")
+	if rec.Truncated {
+		l.Warn("iptables usage recorded, incomplete: the counts are a lower bound")
+	} else {
+		l.Info("iptables usage recorded")
+	}
 	if err := seen.Sweep(); err != nil {
 		l.WithError(err).Warn("cannot clean up state of stopped sandboxes")
-	}
-}
-
-func buildRecord(cfg hookConfig, c ocistate.Container, res scanResult) findings.Record {
-	sum := classify.Summarize(res.Usage)
-	stage := cfg.stage
-	if stage == "" {
-		stage = c.Status
-	}
-	return findings.Record{
-		Time:             findings.Now(),
-		Node:             cfg.node,
-		Source:           "hook",
-		Stage:            stage,
-		ContainerID:      c.ID,
-		SandboxID:        c.SandboxID,
-		Pod:              findings.Pod{Namespace: c.PodNamespace, Name: c.PodName, UID: c.PodUID},
-		Container:        c.ContainerName,
-		Image:            c.Image,
-		Netns:            c.Netns,
-		Nft:              findings.Nft{Tables: sum.NftTables, Chains: sum.NftChains, Rules: sum.NftRules},
-		Legacy:           findings.Legacy{Tables: sum.LegacyTables, Rules: sum.LegacyRules},
-		Allowlisted:      res.Allowed.Count,
-		AllowlistEntries: res.Allowed.Entries,
-		Examples:         examples(res.Usage),
-		Fingerprint:      sum.Fingerprint,
-		Truncated:        res.Usage.Truncated || sum.Truncated,
-		Error:            errString(res.Err),
 	}
 }

@@ -9,10 +9,9 @@ import (
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
-	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
-	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/render"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
 func init() {
@@ -50,7 +49,7 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	h, err := netns.Open(*path)
+	res, err := scan.Read(ctx, *path)
 	if err != nil {
 		fmt.Fprintf(stderr, "render: %v\n", err)
 		if os.Geteuid() != 0 {
@@ -58,13 +57,11 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 		}
 		return 1
 	}
-	defer h.Close()
-	snap, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate})
-	u := classify.Classify(snap)
+	u, err := res.Usage, res.Err
 	out := os.Stdout
 	for _, r := range u.Rules {
 		text := render.Text(r)
-		fmt.Fprintf(out, "%s %s %s", r.Family, safetext.Name(r.Table, maxNameInRecord), text)
+		fmt.Fprintf(out, "%s %s %s", r.Family, safetext.Name(r.Table, scan.MaxName), text)
 		if name := list.Match(*namespace, r, func() string { return text }); name != "" {
 			fmt.Fprintf(out, "    # allowlisted: %s", name)
 		}
@@ -74,10 +71,10 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	for _, c := range u.Chains {
 		counted += c.Rules
 		if c.User && c.Rules == 0 {
-			fmt.Fprintf(out, "# %s %s: empty user chain %s\n", c.Family, safetext.Name(c.Table, maxNameInRecord), safetext.Name(c.Name, maxNameInRecord))
+			fmt.Fprintf(out, "# %s %s: empty user chain %s\n", c.Family, safetext.Name(c.Table, scan.MaxName), safetext.Name(c.Name, scan.MaxName))
 		}
 		if c.Drop {
-			fmt.Fprintf(out, "# %s %s: chain %s has policy DROP\n", c.Family, safetext.Name(c.Table, maxNameInRecord), c.Name)
+			fmt.Fprintf(out, "# %s %s: chain %s has policy DROP\n", c.Family, safetext.Name(c.Table, scan.MaxName), c.Name)
 		}
 	}
 	if counted > len(u.Rules) {

@@ -1,0 +1,99 @@
+package scan
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
+	"github.com/iptables-alerter/iptables-alerter/lib/classify"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+)
+
+var testMeta = Meta{Node: "node-1", Source: "hook", Stage: "poststart", ContainerID: "c1", SandboxID: "sb1",
+	Pod: findings.Pod{Namespace: "team-a", Name: "web-1", UID: "u1"}, Container: "app", Image: "img", Netns: "/run/netns/x"}
+
+func usage(rules int) classify.Usage {
+	return classify.Usage{Chains: []classify.Chain{{Family: inspect.IP, Table: "filter", Name: "INPUT", Rules: rules, Sum: uint64(rules)}}}
+}
+
+var deadline = fmt.Errorf("list rules: %w", inspect.ErrDeadline)
+
+// TestDecide: what is recorded for each kind of scan. Pure: no root, runs
+// under -short.
+func TestDecide(t *testing.T) {
+	tests := []struct {
+		name      string
+		res       Result
+		record    bool
+		truncated bool
+		err       string
+		rules     int
+	}{
+		{name: "complete and clean", res: Result{}, record: false},
+		{name: "complete, everything allowlisted", res: Result{Usage: classify.Usage{}, Allowed: allowlist.Result{Count: 3}}, record: false},
+		{name: "complete with usage", res: Result{Usage: usage(2)}, record: true, rules: 2},
+		{name: "usage and a broken allowlist", res: Result{Usage: usage(2), AllowErr: errors.New("bad file")}, record: true, rules: 2},
+		{name: "deadline, nothing seen yet", res: Result{Usage: classify.Usage{Truncated: true}, Err: deadline},
+			record: true, truncated: true, err: deadline.Error()},
+		{name: "error without truncated flag, nothing seen", res: Result{Err: errors.New("list chains: EPERM")},
+			record: true, truncated: true, err: "list chains: EPERM"},
+		{name: "size bound cut the dump, nothing seen", res: Result{Usage: classify.Usage{Truncated: true}},
+			record: true, truncated: true},
+		{name: "deadline after some usage", res: Result{Usage: func() classify.Usage { u := usage(7); u.Truncated = true; return u }(), Err: deadline},
+			record: true, truncated: true, err: deadline.Error(), rules: 7},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(testMeta, tc.res)
+			if (d.Record != nil) != tc.record {
+				t.Fatalf("record = %v, want %v (why %q)", d.Record != nil, tc.record, d.Why)
+			}
+			if d.Record == nil {
+				if d.Why == "" {
+					t.Error("nothing recorded and no reason given")
+				}
+				return
+			}
+			r := d.Record
+			if r.Truncated != tc.truncated || r.Error != tc.err || r.Nft.Rules != tc.rules {
+				t.Errorf("got truncated=%v error=%q rules=%d, want %v %q %d", r.Truncated, r.Error, r.Nft.Rules, tc.truncated, tc.err, tc.rules)
+			}
+			if r.Pod != testMeta.Pod || r.Node != "node-1" || r.Source != "hook" || r.Stage != "poststart" || r.SandboxID != "sb1" ||
+				r.ContainerID != "c1" || r.Container != "app" || r.Image != "img" || r.Netns != "/run/netns/x" || len(r.Fingerprint) != 32 {
+				t.Errorf("metadata not carried into the record: %+v", r)
+			}
+		})
+	}
+}
+
+// TestDecideFingerprints: the per-sandbox memory compares fingerprints, so
+// they decide what is deduplicated. The same usage gives the same one; an
+// incomplete view never gives the fingerprint of a complete one, so the
+// complete finding a later scan makes is not skipped.
+func TestDecideFingerprints(t *testing.T) {
+	fp := func(res Result) string { return Decide(testMeta, res).Record.Fingerprint }
+	complete := fp(Result{Usage: usage(3)})
+	if again := fp(Result{Usage: usage(3)}); again != complete {
+		t.Errorf("same usage, different fingerprints %s %s", complete, again)
+	}
+	if other := fp(Result{Usage: usage(4)}); other == complete {
+		t.Errorf("different usage, same fingerprint %s", other)
+	}
+	cut := usage(3)
+	cut.Truncated = true
+	// The deadline may fall after every rule was seen: same counts, still
+	// not the complete finding.
+	partial := fp(Result{Usage: cut, Err: deadline})
+	if partial == complete {
+		t.Errorf("an incomplete scan that saw all rules has the complete scan's fingerprint %s", partial)
+	}
+	if again := fp(Result{Usage: cut, Err: deadline}); again != partial {
+		t.Errorf("the same incomplete view twice: fingerprints %s %s, want one (no flood of repeats)", partial, again)
+	}
+	empty := fp(Result{Usage: classify.Usage{Truncated: true}, Err: deadline})
+	if empty == partial || empty == complete {
+		t.Errorf("an incomplete empty view shares a fingerprint with another view: %s", empty)
+	}
+}

@@ -1,0 +1,93 @@
+package scan
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/classify"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/render"
+)
+
+// Meta is what the entry point knows about the scan: who triggered it and
+// where. It goes into the record as given.
+type Meta struct {
+	Node        string
+	Source      string // "hook", "agent"
+	Stage       string
+	ContainerID string
+	SandboxID   string
+	Pod         findings.Pod
+	Container   string
+	Image       string
+	Netns       string
+}
+
+// MaxName caps table and chain names (attacker-chosen) in examples and in
+// render's output.
+const MaxName = 64
+
+// maxExampleCandidates bounds how many remaining rules are rendered to pick
+// the examples from: rendering costs, and the first rules tell enough.
+const maxExampleCandidates = 64
+
+// Build makes the record of a scan. An incomplete scan's fingerprint is
+// derived from, and differs from, that of the same rules seen completely:
+// the per-sandbox memory compares fingerprints, and must not skip the
+// complete finding that a later scan gives.
+func Build(m Meta, res Result) findings.Record {
+	sum := classify.Summarize(res.Usage)
+	fp := sum.Fingerprint
+	if !res.Complete() {
+		fp = incomplete(fp)
+	}
+	rec := findings.Record{
+		Time:             findings.Now(),
+		Node:             m.Node,
+		Source:           m.Source,
+		Stage:            m.Stage,
+		ContainerID:      m.ContainerID,
+		SandboxID:        m.SandboxID,
+		Pod:              m.Pod,
+		Container:        m.Container,
+		Image:            m.Image,
+		Netns:            m.Netns,
+		Nft:              findings.Nft{Tables: sum.NftTables, Chains: sum.NftChains, Rules: sum.NftRules},
+		Legacy:           findings.Legacy{Tables: sum.LegacyTables, Rules: sum.LegacyRules},
+		Allowlisted:      res.Allowed.Count,
+		AllowlistEntries: res.Allowed.Entries,
+		Examples:         Examples(res.Usage),
+		Fingerprint:      fp,
+		Truncated:        !res.Complete() || sum.Truncated,
+	}
+	if res.Err != nil {
+		rec.Error = res.Err.Error()
+	}
+	return rec
+}
+
+// incomplete marks a fingerprint as that of a partial view, keeping its
+// length and alphabet.
+func incomplete(fp string) string {
+	sum := sha256.Sum256([]byte("incomplete " + fp))
+	return hex.EncodeToString(sum[:16])
+}
+
+// Examples renders the remaining usage rules an admin should see first.
+func Examples(u classify.Usage) []findings.Example {
+	rules := u.Rules
+	if len(rules) > maxExampleCandidates {
+		rules = rules[:maxExampleCandidates]
+	}
+	all := make([]findings.Example, 0, len(rules))
+	for _, r := range rules {
+		all = append(all, findings.Example{
+			Family: string(r.Family),
+			Table:  safetext.Name(r.Table, MaxName),
+			Chain:  safetext.Name(r.Chain, MaxName),
+			Rule:   render.Text(r),
+		})
+	}
+	return findings.PickExamples(all)
+}

@@ -1,0 +1,63 @@
+package scan
+
+import (
+	"context"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
+	"github.com/iptables-alerter/iptables-alerter/lib/classify"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
+	"github.com/iptables-alerter/iptables-alerter/lib/render"
+)
+
+// Result is one pass of the data flow over a netns: inspect, classify and,
+// after Allow, the allowlist.
+type Result struct {
+	Usage   classify.Usage
+	Allowed allowlist.Result
+	// NetnsID identifies the namespace (device:inode) while it lives; it
+	// stands in for the sandbox id when the runtime gives none.
+	NetnsID string
+	// Err is an inspection error; the usage is then a lower bound.
+	Err error
+	// AllowErr is the allowlist's load error; usage is then reported with
+	// what could be loaded (the built-in entries).
+	AllowErr error
+}
+
+// Complete tells whether the inspection saw everything.
+func (r Result) Complete() bool { return r.Err == nil && !r.Usage.Truncated }
+
+// Read opens path, inspects it and classifies what it holds. An error
+// opening the namespace is returned (errors.Is netns.ErrNotExist when it is
+// gone); errors after that are kept in the result with what was seen.
+func Read(ctx context.Context, path string) (Result, error) {
+	h, err := netns.Open(path)
+	if err != nil {
+		return Result{}, err
+	}
+	defer h.Close()
+	var res Result
+	if id, err := h.ID(); err == nil {
+		res.NetnsID = id
+	}
+	snap, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate})
+	res.Err = err
+	res.Usage = classify.Classify(snap)
+	return res, nil
+}
+
+// Run is Read followed by the allowlist of the pod's namespace.
+//
+// The allowlist is loaded only when there is usage to subtract from: most
+// pods have none, and compiling its expressions is a fifth of the work.
+func Run(ctx context.Context, path, namespace string, loadAllow func() (*allowlist.List, error)) (Result, error) {
+	res, err := Read(ctx, path)
+	if err != nil || res.Usage.Empty() {
+		return res, err
+	}
+	allow, err := loadAllow()
+	res.AllowErr = err
+	res.Usage, res.Allowed = allow.Apply(res.Usage, namespace, render.Text)
+	return res, nil
+}
