@@ -49,11 +49,16 @@ func Inspect(ctx context.Context, h *netns.Handle, opt Options) (Snapshot, error
 	}
 	var s Snapshot
 	var errs []error
+	// The legacy probe runs while nftables is read: its process start
+	// costs wall time only where it is not hidden behind the dumps.
+	legacy := startLegacy(h, deadline)
 	if err := readNft(ctx, h, deadline, opt, &s); err != nil {
 		errs = append(errs, err)
 	}
-	if err := readLegacy(h, &s); err != nil {
-		errs = append(errs, err)
+	if legacy != nil {
+		if err := legacy.wait(deadline, &s); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	err := errors.Join(errs...)
 	if err != nil && (errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)) {

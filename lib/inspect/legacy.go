@@ -35,13 +35,25 @@ var legacyFamilies = []legacyFamily{
 	{ARP, "arp_tables_names", unix.AF_INET, unix.SOL_IP, arptSoGetInfo, 3},
 }
 
+// loaded reports whether the family's x_tables module is loaded (or built
+// in): its /proc/net entry exists then, in every namespace. A stat takes no
+// x_tables lock, unlike reading the file. (/sys/module/ip_tables would do
+// for a module but is absent for a built-in one without parameters.)
+func (lf legacyFamily) loaded() bool {
+	_, err := os.Stat("/proc/self/net/" + lf.names)
+	return !errors.Is(err, os.ErrNotExist)
+}
+
 // readLegacy lists the legacy tables of the namespace and asks each for its
-// entry count. It needs the namespace's own view of /proc/net and sockets
-// created inside it, hence the locked thread of Do.
-func readLegacy(h *netns.Handle, s *Snapshot) error {
+// entry count, handing each table to emit as it is read. It needs the
+// namespace's own view of /proc/net and sockets created inside it, hence
+// the locked thread of Do. It can block in the kernel for as long as
+// another process holds the x_tables mutex, uninterruptibly: run it where
+// nothing has to wait for it (the probe process).
+func readLegacy(h *netns.Handle, fams []legacyFamily, emit func(LegacyTable)) error {
 	return h.Do(func() error {
 		var errs []error
-		for _, lf := range legacyFamilies {
+		for _, lf := range fams {
 			names, err := tableNames("/proc/thread-self/net/" + lf.names)
 			if err != nil {
 				errs = append(errs, err)
@@ -53,7 +65,7 @@ func readLegacy(h *netns.Handle, s *Snapshot) error {
 					errs = append(errs, err)
 					continue
 				}
-				s.Legacy = append(s.Legacy, t)
+				emit(t)
 			}
 		}
 		return errors.Join(errs...)

@@ -34,19 +34,27 @@ func Open(path string) (*Handle, error) {
 		}
 		return nil, fmt.Errorf("open netns %q: %w", path, err)
 	}
+	h, err := FromFile(f, path)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// FromFile checks that f, opened at path, is a network namespace and wraps
+// it; a probe process uses it for the fd it inherited. The Handle owns f.
+func FromFile(f *os.File, path string) (*Handle, error) {
 	var st unix.Statfs_t
 	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
-		f.Close()
 		return nil, fmt.Errorf("stat netns %q: %w", path, err)
 	}
 	if st.Type != unix.NSFS_MAGIC && st.Type != unix.PROC_SUPER_MAGIC {
-		f.Close()
 		return nil, fmt.Errorf("open netns %q: %w", path, ErrNotNetns)
 	}
 	// NS_GET_NSTYPE tells a net namespace from a mount or pid namespace file.
 	t, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_NSTYPE)
 	if err != nil || t != unix.CLONE_NEWNET {
-		f.Close()
 		return nil, fmt.Errorf("open netns %q: %w", path, ErrNotNetns)
 	}
 	return &Handle{Path: path, f: f}, nil
