@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"sort"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -41,6 +43,8 @@ func usage(w io.Writer) {
 }
 
 func main() {
+	// A legacy x_tables probe that lib/inspect started runs here and exits.
+	inspect.ProbeMain()
 	if len(os.Args) < 2 {
 		usage(os.Stderr)
 		os.Exit(2)
