@@ -148,7 +148,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		return fmt.Errorf("create state dir %q: %w", cfg.stateDir, err)
 	}
 	fields := logrus.Fields{"findings": cfg.findings, "state_dir": cfg.stateDir, "node": cfg.nodeName, "api_server": rc.Host}
-	f := follow.New(cfg.findings, filepath.Join(cfg.stateDir, "checkpoint.json"))
+	f := follow.New(cfg.findings, follow.FileStore(filepath.Join(cfg.stateDir, "checkpoint.json")))
 	f.Poll = cfg.poll
 	f.MaxBackoff = cfg.maxBackoff
 	// Save after every line: a replay would be harmless (AlreadyExists),
@@ -159,11 +159,14 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		st.malformed.Add(1)
 		log.WithFields(logrus.Fields{"file": s.File, "offset": s.Offset, "size": s.Size, "reason": s.Reason}).Warn("skipping findings line")
 	}
+	f.Reset = func(err error) {
+		log.WithError(err).WithFields(fields).Warn("checkpoint is damaged: reading the findings file again from its oldest line (Events already posted are answered AlreadyExists)")
+	}
 	f.Retry = func(err error, wait time.Duration) {
 		st.retried.Add(1)
 		log.WithError(err).WithField("retry_in", wait.String()).Warn("event not delivered, will retry the same finding")
 	}
-	h := &forwarder{ctx: ctx, poster: events.New(client, cfg.nodeName, cfg.nodeEvent), log: log, stats: &st}
+	h := &forwarder{poster: events.New(client, cfg.nodeName, cfg.nodeEvent), log: log, stats: &st}
 	if cfg.healthAddr != "" {
 		// One finding may hold the loop for a backoff plus a pod GET and
 		// two creates, each up to the request timeout (client-go may also
@@ -184,7 +187,6 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 
 // forwarder is the follower's handler: one line, one Post.
 type forwarder struct {
-	ctx    context.Context
 	poster *events.Poster
 	log    *logrus.Logger
 	stats  *forwardStats
@@ -192,7 +194,7 @@ type forwarder struct {
 
 // handle returns an error only for what may succeed later; the follower
 // then hands the same line again after a backoff, so order is kept.
-func (h *forwarder) handle(line []byte) error {
+func (h *forwarder) handle(ctx context.Context, line []byte) error {
 	rec, err := findings.Parse(line)
 	if err != nil {
 		h.stats.malformed.Add(1)
@@ -206,7 +208,7 @@ func (h *forwarder) handle(line []byte) error {
 		"container_id":  rec.ContainerID,
 		"fingerprint":   rec.Fingerprint,
 	}
-	res, err := h.poster.Post(h.ctx, rec)
+	res, err := h.poster.Post(ctx, rec)
 	if err != nil {
 		return err
 	}

@@ -355,7 +355,7 @@ func (e *fwdEnv) waitCheckpointAtEnd(t *testing.T) {
 	t.Helper()
 	waitForLong(t, "the checkpoint at the end of the findings file", 60*time.Second, func() bool {
 		fi, serr := os.Stat(e.findings)
-		cp, err := follow.LoadCheckpoint(filepath.Join(e.state, "checkpoint.json"))
+		cp, err := follow.FileStore(filepath.Join(e.state, "checkpoint.json")).Load()
 		return serr == nil && err == nil && cp.Offset == fi.Size()
 	})
 }

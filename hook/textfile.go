@@ -86,9 +86,9 @@ func textfileLoop(ctx context.Context, cfg textfileConfig, log *logrus.Logger) e
 	c.Malformed = func(err error) {
 		log.WithError(err).WithField("findings", cfg.findings).Warn("skipping malformed findings line")
 	}
-	f, err := c.Follower(cfg.findings)
-	if err != nil {
-		return err
+	f := c.Follower(cfg.findings)
+	f.Reset = func(err error) {
+		log.WithError(err).WithField("state_dir", cfg.stateDir).Warn("saved state is damaged: starting empty and reading the findings file again from its oldest line")
 	}
 	f.Poll = cfg.poll
 	f.Retry = func(err error, wait time.Duration) {

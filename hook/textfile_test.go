@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -111,7 +112,12 @@ func TestTextfileFollowAndSIGTERM(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v; stderr:\n%s", err, stderr.String())
 	}
-	cp, err := follow.LoadCheckpoint(filepath.Join(state, "checkpoint.json"))
+	var saved struct{ Checkpoint follow.Checkpoint }
+	b, err := os.ReadFile(filepath.Join(state, "state.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &saved)
+	}
+	cp := saved.Checkpoint
 	fi, serr := os.Stat(fp)
 	if err != nil || serr != nil || cp.Offset != fi.Size() {
 		t.Errorf("checkpoint after SIGTERM = %+v (%v), want offset %d", cp, err, fi.Size())
@@ -180,5 +186,31 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A damaged state file used to make every start exit 1 until someone
+// deleted it; now the collector logs it and replays.
+func TestTextfileDamagedState(t *testing.T) {
+	fp, state, text := textfileDirs(t)
+	appendFinding(t, fp, "team-a", "web-1", "u1", 3)
+	args := []string{"--once", "--findings", fp, "--state-dir", state, "--textfile-dir", text, "--log-format", "json"}
+	var stderr bytes.Buffer
+	if code := runTextfile(args, nil, &stderr); code != 0 {
+		t.Fatalf("first run: exit %d:\n%s", code, stderr.String())
+	}
+	if err := os.WriteFile(filepath.Join(state, "state.json"), []byte(`{"version":1,"po`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	if code := runTextfile(args, nil, &stderr); code != 0 {
+		t.Fatalf("run on a damaged state: exit %d, want 0:\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "saved state is damaged") {
+		t.Errorf("no log line about the damaged state:\n%s", stderr.String())
+	}
+	prom, err := os.ReadFile(filepath.Join(text, "iptables_alerter.prom"))
+	if err != nil || !strings.Contains(string(prom), `pod_name="web-1"`) || !strings.Contains(string(prom), "iptables_alerter_findings_total 1\n") {
+		t.Errorf("textfile after replay (%v):\n%s", err, prom)
 	}
 }

@@ -41,8 +41,26 @@ type FileID struct {
 // IsZero reports whether nothing has been read yet.
 func (c Checkpoint) IsZero() bool { return c == Checkpoint{} }
 
-// LoadCheckpoint reads a checkpoint; a missing file is the zero checkpoint.
-func LoadCheckpoint(path string) (Checkpoint, error) {
+// Store keeps the follower's checkpoint. Save must replace the checkpoint
+// atomically: after a crash Load gives either the old or the new one.
+type Store interface {
+	// Load gives the saved checkpoint, the zero one when none was saved.
+	// An error wrapping ErrDamaged means the saved one cannot be read back.
+	Load() (Checkpoint, error)
+	Save(Checkpoint) error
+}
+
+// ErrDamaged marks a saved checkpoint that cannot be read back (torn or
+// garbage). The follower then starts over from the oldest line: a replay
+// loses nothing, and both consumers handle a line twice harmlessly.
+var ErrDamaged = errors.New("saved checkpoint is damaged")
+
+// FileStore is a Store in one JSON file.
+type FileStore string
+
+// Load reads the checkpoint; a missing file is the zero checkpoint.
+func (p FileStore) Load() (Checkpoint, error) {
+	path := string(p)
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return Checkpoint{}, nil
@@ -55,21 +73,21 @@ func LoadCheckpoint(path string) (Checkpoint, error) {
 	dec := json.NewDecoder(io.LimitReader(f, 1<<16))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return Checkpoint{}, fmt.Errorf("load checkpoint %q: %w", path, err)
+		return Checkpoint{}, fmt.Errorf("load checkpoint %q: %w: %w", path, ErrDamaged, err)
 	}
 	if c.Offset < 0 {
-		return Checkpoint{}, fmt.Errorf("load checkpoint %q: negative offset %d", path, c.Offset)
+		return Checkpoint{}, fmt.Errorf("load checkpoint %q: %w: negative offset %d", path, ErrDamaged, c.Offset)
 	}
 	return c, nil
 }
 
-// SaveCheckpoint writes a checkpoint atomically.
-func SaveCheckpoint(path string, c Checkpoint) error {
+// Save writes the checkpoint atomically.
+func (p FileStore) Save(c Checkpoint) error {
 	b, err := json.Marshal(c)
 	if err != nil {
-		return fmt.Errorf("save checkpoint %q: %w", path, err)
+		return fmt.Errorf("save checkpoint %q: %w", string(p), err)
 	}
-	if err := WriteFileAtomic(path, append(b, '\n'), 0o640); err != nil {
+	if err := WriteFileAtomic(string(p), append(b, '\n'), 0o640); err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
 	return nil

@@ -4,8 +4,9 @@
 //
 // API (the consumers are written against it):
 //
-//	type Handler func(line []byte) error
-//	func New(path, checkpointPath string) *Follower
+//	type Handler func(ctx context.Context, line []byte) error
+//	type Store interface { Load() (Checkpoint, error); Save(Checkpoint) error }
+//	func New(path string, store Store) *Follower
 //	func (f *Follower) Run(ctx context.Context, h Handler) error  // follows until ctx is done
 //	func (f *Follower) Once(ctx context.Context, h Handler) error // handles what is there now, then returns
 //
@@ -29,9 +30,12 @@
 // the follower runs out of lines). A crash between the two replays the lines
 // handled since the last save. Consumers make handling idempotent: the
 // forwarder names Events deterministically so a replay gets AlreadyExists;
-// the textfile collector keeps a latest-per-pod map and saves its counters
-// together with the checkpoint it is given in Follower.Commit, which runs
-// before every checkpoint save, so even its counters see each line once.
+// the textfile collector keeps a latest-per-pod map and is itself the Store:
+// it saves its counters and the checkpoint in one atomic write, so even its
+// counters see each line once.
+//
+// A damaged saved checkpoint (ErrDamaged: torn, garbage) is not fatal: the
+// follower tells Reset and starts over from the oldest line, a replay.
 //
 // What cannot be delivered: lines destroyed before the follower read them
 // (a file rotated twice, or truncated, while the follower was behind or not

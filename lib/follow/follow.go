@@ -13,9 +13,9 @@ import (
 )
 
 // Handler handles one complete line (without its newline). The slice is the
-// handler's to keep. A non-nil error means "not handled": the same line comes
-// again later.
-type Handler func(line []byte) error
+// handler's to keep; ctx is the one given to Run or Once. A non-nil error
+// means "not handled": the same line comes again later.
+type Handler func(ctx context.Context, line []byte) error
 
 // Skip describes a line the follower did not hand to the handler.
 type Skip struct {
@@ -42,16 +42,16 @@ type Follower struct {
 	Skipped func(Skip)
 	// Retry, if set, is told about each error Run recovers from by waiting.
 	Retry func(err error, wait time.Duration)
-	// Commit, if set, runs before every checkpoint save with the checkpoint
-	// about to be saved; a consumer persists its own state there. An error
-	// stops the save, which is tried again later.
-	Commit func(Checkpoint) error
+	// Reset, if set, is told when the saved checkpoint was damaged and the
+	// follower starts over from the oldest line.
+	Reset func(err error)
 
-	path, cpPath string
-	loaded       bool
-	cp, saved    Checkpoint
-	pending      int
-	alive        atomic.Int64
+	path      string
+	store     Store
+	loaded    bool
+	cp, saved Checkpoint
+	pending   int
+	alive     atomic.Int64
 }
 
 // Defaults for the zero values of the exported fields.
@@ -63,8 +63,8 @@ const (
 	DefaultMaxBackoff = 30 * time.Second
 )
 
-// New returns a follower of path that keeps its checkpoint in checkpointPath.
-func New(path, checkpointPath string) *Follower {
+// New returns a follower of path that keeps its checkpoint in store.
+func New(path string, store Store) *Follower {
 	return &Follower{
 		Poll:       DefaultPoll,
 		MaxLine:    DefaultMaxLine,
@@ -72,7 +72,7 @@ func New(path, checkpointPath string) *Follower {
 		MinBackoff: DefaultMinBackoff,
 		MaxBackoff: DefaultMaxBackoff,
 		path:       path,
-		cpPath:     checkpointPath,
+		store:      store,
 	}
 }
 
@@ -91,8 +91,8 @@ func (f *Follower) Alive() time.Time {
 
 // Run follows the file until ctx is done, then saves the checkpoint and
 // returns nil. Handler, read and save errors are retried with backoff; only
-// a checkpoint that cannot be loaded, or a final save that fails, is
-// returned.
+// a checkpoint that cannot be loaded (other than damaged, see Reset), or a
+// final save that fails, is returned.
 func (f *Follower) Run(ctx context.Context, h Handler) error {
 	if err := f.load(); err != nil {
 		return err
@@ -164,7 +164,13 @@ func (f *Follower) load() error {
 	if f.loaded {
 		return nil
 	}
-	cp, err := LoadCheckpoint(f.cpPath)
+	cp, err := f.store.Load()
+	if errors.Is(err, ErrDamaged) {
+		if f.Reset != nil {
+			f.Reset(err)
+		}
+		cp, err = Checkpoint{}, nil
+	}
 	if err != nil {
 		return err
 	}
@@ -177,12 +183,7 @@ func (f *Follower) persist() error {
 	if f.cp == f.saved {
 		return nil
 	}
-	if f.Commit != nil {
-		if err := f.Commit(f.cp); err != nil {
-			return fmt.Errorf("commit checkpoint: %w", err)
-		}
-	}
-	if err := SaveCheckpoint(f.cpPath, f.cp); err != nil {
+	if err := f.store.Save(f.cp); err != nil {
 		return err
 	}
 	f.saved, f.pending = f.cp, 0
@@ -399,7 +400,7 @@ func (f *Follower) drain(ctx context.Context, x *file, h Handler) (progressed bo
 		case len(line) == 0:
 			// Blank lines carry nothing; not worth counting as malformed.
 		default:
-			if err := h(line); err != nil {
+			if err := h(ctx, line); err != nil {
 				return progressed, fmt.Errorf("handle line at %q offset %d: %w", x.name, f.cp.Offset, err)
 			}
 		}

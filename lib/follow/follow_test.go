@@ -21,6 +21,7 @@ type fixture struct {
 	failOn     string
 	commits    []Checkpoint
 	failCommit bool
+	resets     int
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -57,19 +58,13 @@ func (x *fixture) truncate() {
 // once runs a fresh follower (as after a restart) over what is there and
 // returns what it handed over this time.
 func (x *fixture) once() ([]string, error) {
-	f := New(x.path, x.cp)
+	f := New(x.path, fixtureStore{x})
 	f.MaxLine = 16
 	f.Batch = 2
 	f.Skipped = func(s Skip) { x.skips = append(x.skips, s) }
-	f.Commit = func(c Checkpoint) error {
-		if x.failCommit {
-			return errors.New("commit refused")
-		}
-		x.commits = append(x.commits, c)
-		return nil
-	}
+	f.Reset = func(error) { x.resets++ }
 	var got []string
-	err := f.Once(context.Background(), func(line []byte) error {
+	err := f.Once(context.Background(), func(_ context.Context, line []byte) error {
 		if string(line) == x.failOn {
 			return errors.New("handler refused")
 		}
@@ -78,6 +73,20 @@ func (x *fixture) once() ([]string, error) {
 	})
 	x.got = append(x.got, got...)
 	return got, err
+}
+
+// fixtureStore records each save and can refuse it, as a consumer's own
+// store may.
+type fixtureStore struct{ x *fixture }
+
+func (s fixtureStore) Load() (Checkpoint, error) { return FileStore(s.x.cp).Load() }
+
+func (s fixtureStore) Save(c Checkpoint) error {
+	if s.x.failCommit {
+		return errors.New("commit refused")
+	}
+	s.x.commits = append(s.x.commits, c)
+	return FileStore(s.x.cp).Save(c)
 }
 
 func (x *fixture) want(want ...string) {
@@ -208,7 +217,7 @@ func TestEdges(t *testing.T) {
 			x.failOn = ""
 			x.want("b", "c")
 		}},
-		{"commit error keeps the checkpoint", func(x *fixture) {
+		{"store error keeps the checkpoint", func(x *fixture) {
 			x.append("a\n")
 			x.failCommit = true
 			if _, err := x.once(); err == nil {
@@ -218,11 +227,11 @@ func TestEdges(t *testing.T) {
 			x.want("a") // replayed: the save never happened
 			x.want()
 		}},
-		{"commit sees the checkpoint before it is saved", func(x *fixture) {
+		{"store gets the checkpoint after the lines", func(x *fixture) {
 			x.append("a\nb\nc\n")
 			x.want("a", "b", "c")
 			last := x.commits[len(x.commits)-1]
-			saved, err := LoadCheckpoint(x.cp)
+			saved, err := FileStore(x.cp).Load()
 			if err != nil {
 				x.t.Fatal(err)
 			}
@@ -231,6 +240,25 @@ func TestEdges(t *testing.T) {
 			}
 			if saved.Offset != 6 || saved.FirstLine == "" {
 				x.t.Errorf("saved = %+v, want offset 6 and a first-line hash", saved)
+			}
+		}},
+		// A torn or garbage checkpoint (a crash of the file system, a
+		// hand edit) used to stop the consumer at every start.
+		{"damaged checkpoint replays from the oldest line", func(x *fixture) {
+			x.append("a\nb\n")
+			x.rotate()
+			x.append("c\n")
+			x.want("a", "b", "c")
+			for _, junk := range []string{`{"dev":1,"ino`, "\x00\x00\x00", `{"offset":-5}`} {
+				if err := os.WriteFile(x.cp, []byte(junk), 0o600); err != nil {
+					x.t.Fatal(err)
+				}
+				x.want("a", "b", "c")
+				if x.resets != 1 {
+					x.t.Errorf("checkpoint %q: Reset told %d times, want 1", junk, x.resets)
+				}
+				x.resets = 0
+				x.want()
 			}
 		}},
 	}
@@ -242,7 +270,7 @@ func TestEdges(t *testing.T) {
 func TestRunRetriesWithBackoff(t *testing.T) {
 	x := newFixture(t)
 	x.append("a\nb\n")
-	f := New(x.path, x.cp)
+	f := New(x.path, FileStore(x.cp))
 	f.Poll = time.Millisecond
 	f.MinBackoff, f.MaxBackoff = time.Millisecond, 4*time.Millisecond
 	var waits []time.Duration
@@ -251,7 +279,7 @@ func TestRunRetriesWithBackoff(t *testing.T) {
 	defer cancel()
 	fails := 4
 	var got []string
-	err := f.Run(ctx, func(line []byte) error {
+	err := f.Run(ctx, func(_ context.Context, line []byte) error {
 		if string(line) == "b" && fails > 0 {
 			fails--
 			return errors.New("try again")
@@ -275,7 +303,7 @@ func TestRunRetriesWithBackoff(t *testing.T) {
 	if f.Alive().IsZero() {
 		t.Error("Alive is zero after Run")
 	}
-	cp, err := LoadCheckpoint(x.cp)
+	cp, err := FileStore(x.cp).Load()
 	if err != nil || cp.Offset != 4 {
 		t.Errorf("checkpoint after Run = %+v, %v; want offset 4", cp, err)
 	}
@@ -294,6 +322,7 @@ func TestCheckpointFiles(t *testing.T) {
 		{name: "garbage", content: `{"dev":`, wantErr: true},
 		{name: "unknown field", content: `{"dev":1,"extra":2}`, wantErr: true},
 		{name: "negative offset", content: `{"offset":-1}`, wantErr: true},
+		{name: "not json", content: "\x00\xff", wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -303,9 +332,9 @@ func TestCheckpointFiles(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, err := LoadCheckpoint(p)
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("LoadCheckpoint error = %v, want error %v", err, tc.wantErr)
+			got, err := FileStore(p).Load()
+			if (err != nil) != tc.wantErr || (err != nil && !errors.Is(err, ErrDamaged)) {
+				t.Fatalf("Load error = %v, want ErrDamaged %v", err, tc.wantErr)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
@@ -324,16 +353,16 @@ func TestSaveDoesNotFollowSymlinks(t *testing.T) {
 	if err := os.Symlink(victim, cp); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadCheckpoint(cp); err == nil {
+	if _, err := FileStore(cp).Load(); err == nil {
 		t.Error("LoadCheckpoint followed a symlink")
 	}
-	if err := SaveCheckpoint(cp, Checkpoint{Offset: 7}); err != nil {
-		t.Fatalf("SaveCheckpoint: %v", err)
+	if err := FileStore(cp).Save(Checkpoint{Offset: 7}); err != nil {
+		t.Fatalf("Save: %v", err)
 	}
 	if b, _ := os.ReadFile(victim); string(b) != "keep" {
 		t.Errorf("symlink target was written: %q", b)
 	}
-	got, err := LoadCheckpoint(cp)
+	got, err := FileStore(cp).Load()
 	if err != nil || got.Offset != 7 {
 		t.Errorf("LoadCheckpoint = %+v, %v; want offset 7", got, err)
 	}

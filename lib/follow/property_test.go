@@ -104,7 +104,7 @@ func (w *writer) truncate() {
 		if !w.caughtUpTo(w.next) {
 			return false
 		}
-		cp, err := LoadCheckpoint(w.cp)
+		cp, err := FileStore(w.cp).Load()
 		st := fi.Sys().(*syscall.Stat_t)
 		return err == nil && cp.Inode == st.Ino && cp.Offset == fi.Size()
 	})
@@ -182,9 +182,9 @@ func TestPropertyGracefulRestarts(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 1))
 				for {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(30))*time.Millisecond)
-					f := New(path, cpPath)
+					f := New(path, FileStore(cpPath))
 					f.Poll, f.Batch = time.Millisecond, propBatch
-					err := f.Run(ctx, func(b []byte) error {
+					err := f.Run(ctx, func(_ context.Context, b []byte) error {
 						// A handler that sometimes fails must not cost a line.
 						if rng.IntN(50) == 0 {
 							return fmt.Errorf("flaky")
@@ -251,9 +251,9 @@ func child() int {
 	if _, err := sink.WriteString("start\n"); err != nil {
 		return 1
 	}
-	f := New(path, cpPath)
+	f := New(path, FileStore(cpPath))
 	f.Poll, f.Batch = time.Millisecond, propBatch
-	err = f.Run(context.Background(), func(b []byte) error {
+	err = f.Run(context.Background(), func(_ context.Context, b []byte) error {
 		var l line
 		if err := json.Unmarshal(b, &l); err != nil {
 			_, err = sink.WriteString("bad " + strconv.Quote(string(b)) + "\n")

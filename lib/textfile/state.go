@@ -54,7 +54,7 @@ func loadState(path string) (State, error) {
 	defer f.Close()
 	s := newState()
 	if err := json.NewDecoder(io.LimitReader(f, 64<<20)).Decode(&s); err != nil {
-		return State{}, fmt.Errorf("load state %q: %w", path, err)
+		return State{}, fmt.Errorf("load state %q: %w: %w", path, follow.ErrDamaged, err)
 	}
 	if s.Version != stateVersion {
 		return State{}, fmt.Errorf("load state %q: version %d, want %d", path, s.Version, stateVersion)

@@ -1,6 +1,7 @@
 package textfile
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -23,9 +24,12 @@ const (
 	// FileName ends in .prom because node-exporter reads only those; the
 	// temp file WriteToTextfile renames from does not, so it is never read
 	// half-written.
-	FileName       = "iptables_alerter.prom"
-	stateFile      = "state.json"
-	checkpointFile = "checkpoint.json"
+	FileName  = "iptables_alerter.prom"
+	stateFile = "state.json"
+	// oldCheckpointFile is where versions before the state carried the
+	// only checkpoint kept a second copy; the state's was always saved
+	// first, so it is the one that matches the counters.
+	oldCheckpointFile = "checkpoint.json"
 )
 
 // Collector holds the state and writes the textfile. Its methods may be
@@ -45,6 +49,10 @@ type Collector struct {
 
 	mu    sync.Mutex
 	state State
+	// damaged is the error of a state file that could not be read back; the
+	// collector started empty and Load hands it to the follower once, which
+	// then replays the findings file from its oldest line.
+	damaged error
 }
 
 // Open loads the state from stateDir (creating the directory) and returns a
@@ -59,10 +67,18 @@ func Open(stateDir, textfileDir string) (*Collector, error) {
 		return nil, fmt.Errorf("check textfile directory %q: not a directory", textfileDir)
 	}
 	s, err := loadState(filepath.Join(stateDir, stateFile))
+	var damaged error
+	if errors.Is(err, follow.ErrDamaged) {
+		s, damaged, err = newState(), err, nil
+	}
 	if err != nil {
 		return nil, err
 	}
+	if err := os.Remove(filepath.Join(stateDir, oldCheckpointFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove old checkpoint: %w", err)
+	}
 	return &Collector{
+		damaged:     damaged,
 		ForgetAfter: DefaultForgetAfter,
 		Now:         time.Now,
 		NetnsGone:   netnsGone,
@@ -86,27 +102,30 @@ func netnsGone(path string) bool {
 	return errors.Is(err, os.ErrNotExist)
 }
 
-// Follower returns a follower of the findings file wired to c: its
-// checkpoint is the one saved with the state (the state is written first,
-// so it is never behind the follower's own file), malformed and oversized
-// lines are counted, and each checkpoint save first saves the state.
-func (c *Collector) Follower(findingsPath string) (*follow.Follower, error) {
-	cpPath := filepath.Join(c.stateDir, checkpointFile)
-	c.mu.Lock()
-	cp := c.state.Checkpoint
-	c.mu.Unlock()
-	if err := follow.SaveCheckpoint(cpPath, cp); err != nil {
-		return nil, err
-	}
-	f := follow.New(findingsPath, cpPath)
+// Follower returns a follower of the findings file wired to c: c is its
+// checkpoint store, so the checkpoint is saved in one write with the state
+// it belongs to, and malformed and oversized lines are counted.
+func (c *Collector) Follower(findingsPath string) *follow.Follower {
+	f := follow.New(findingsPath, c)
 	f.Skipped = c.Skipped
-	f.Commit = c.Commit
-	return f, nil
+	return f
+}
+
+// Load is follow.Store's: the checkpoint saved with the state. A damaged
+// state is reported once, with the zero checkpoint: the follower replays.
+func (c *Collector) Load() (follow.Checkpoint, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.damaged; err != nil {
+		c.damaged = nil
+		return follow.Checkpoint{}, err
+	}
+	return c.state.Checkpoint, nil
 }
 
 // Handle is a follow.Handler. It never fails: a line it cannot use is
 // counted as malformed and skipped, never retried.
-func (c *Collector) Handle(line []byte) error {
+func (c *Collector) Handle(_ context.Context, line []byte) error {
 	r, err := findings.Parse(line)
 	if err == nil && r.Pod.UID == "" {
 		err = fmt.Errorf("decode finding: no pod uid")
@@ -142,8 +161,9 @@ func (c *Collector) malformed(err error) {
 	}
 }
 
-// Commit saves the state with cp, then rewrites the textfile.
-func (c *Collector) Commit(cp follow.Checkpoint) error {
+// Save is follow.Store's: it saves the state with cp in one atomic write,
+// then rewrites the textfile.
+func (c *Collector) Save(cp follow.Checkpoint) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.prune()

@@ -25,6 +25,7 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 type env struct {
 	t                          *testing.T
 	findings, state, text, run string
+	resets                     int
 }
 
 func newEnv(t *testing.T) *env {
@@ -76,10 +77,8 @@ func (e *env) once(now time.Time) *Collector {
 		e.t.Fatal(err)
 	}
 	c.Now = func() time.Time { return now }
-	f, err := c.Follower(e.findings)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	f := c.Follower(e.findings)
+	f.Reset = func(error) { e.resets++ }
 	if err := f.Once(context.Background(), c.Handle); err != nil {
 		e.t.Fatal(err)
 	}
@@ -259,27 +258,75 @@ func TestStateSurvivesRestart(t *testing.T) {
 	}
 }
 
-// A crash after the state was saved but before the follower's own
-// checkpoint: the state's checkpoint wins, so no line is counted twice.
-func TestCrashBetweenStateAndCheckpoint(t *testing.T) {
+// Versions before the collector was its own checkpoint store kept a second
+// copy in checkpoint.json, saved after the state (so never ahead of it). An
+// existing pair, even with checkpoint.json behind, is taken over from the
+// state without counting a line twice, and the old file goes away.
+func TestOldCheckpointPairMigrates(t *testing.T) {
 	e := newEnv(t)
 	e.append(rec("team-a", "web-1", "u1", "", 3, 0, t0))
 	e.once(t0.Add(time.Minute))
-	cpPath := filepath.Join(e.state, checkpointFile)
-	stale, err := follow.LoadCheckpoint(cpPath)
-	if err != nil {
+	early := follow.FileStore(filepath.Join(e.state, "early.json"))
+	if err := early.Save(mustLoad(t, e).Checkpoint); err != nil {
 		t.Fatal(err)
 	}
 	e.append(rec("team-a", "web-2", "u2", "", 1, 0, t0))
 	e.once(t0.Add(time.Minute))
-	// Put the follower's checkpoint back to before the second line, as if
-	// the process died between saving the state and saving it.
-	if err := follow.SaveCheckpoint(cpPath, stale); err != nil {
+	// The pair as the old version left it after a crash between its two
+	// saves: the state past both lines, checkpoint.json past the first.
+	old := filepath.Join(e.state, oldCheckpointFile)
+	if err := os.Rename(string(early), old); err != nil {
 		t.Fatal(err)
 	}
+	e.append(rec("team-b", "db-0", "u3", "", 0, 2, t0))
 	c := e.once(t0.Add(time.Minute))
-	if f, _ := c.Counts(); f != 2 {
-		t.Errorf("findings after the simulated crash = %d, want 2 (a replay was counted)", f)
+	if f, _ := c.Counts(); f != 3 {
+		t.Errorf("findings after migration = %d, want 3 (a line was counted twice or lost)", f)
+	}
+	if n := len(c.Pods()); n != 3 {
+		t.Errorf("pods after migration = %d, want 3", n)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("old checkpoint file still there: %v", err)
+	}
+}
+
+func mustLoad(t *testing.T, e *env) State {
+	t.Helper()
+	s, err := loadState(filepath.Join(e.state, stateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A torn or garbage state file used to make every start fail. Now the
+// collector starts empty and the follower replays: every pod comes back.
+func TestDamagedStateReplays(t *testing.T) {
+	for _, junk := range []string{`{"version":1,"pods":{"u1":{"name":"we`, "\x00\x00garbage", ""} {
+		e := newEnv(t)
+		e.append(rec("team-a", "web-1", "u1", e.netns("a"), 3, 0, t0))
+		e.append(rec("team-b", "db-0", "u2", e.netns("b"), 0, 2, t0))
+		e.once(t0.Add(time.Minute))
+		want := e.prom()
+		if err := os.WriteFile(filepath.Join(e.state, stateFile), []byte(junk), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		c := e.once(t0.Add(time.Minute))
+		if e.resets != 1 {
+			t.Errorf("state %q: Reset told %d times, want 1", junk, e.resets)
+		}
+		if diff := cmp.Diff(want, e.prom()); diff != "" {
+			t.Errorf("state %q: textfile after replay (-before +after):\n%s", junk, diff)
+		}
+		if f, _ := c.Counts(); f != 2 {
+			t.Errorf("state %q: findings = %d, want 2", junk, f)
+		}
+		// The replayed state is saved: the next start is a normal one.
+		e.once(t0.Add(time.Minute))
+		if e.resets != 1 {
+			t.Errorf("state %q: Reset told again on the next start", junk)
+		}
 	}
 }
 

@@ -243,10 +243,7 @@ func libraryOnce(t *testing.T, d dirs) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := c.Follower(d.findings)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := c.Follower(d.findings)
 	if err := f.Once(context.Background(), c.Handle); err != nil {
 		t.Fatal(err)
 	}
