@@ -27,9 +27,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
 )
 
-func init() {
-	register("forward", "post a Kubernetes Event on the pod for each new finding", runForward)
-}
+var forwardCommand = command{name: "forward", summary: "post a Kubernetes Event on the pod for each new finding", run: runForward}
 
 const forwardSynopsis = `forward [FLAGS]
 

@@ -16,9 +16,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
-func init() {
-	register("hook", "OCI hook: inspect the container's pod netns and record iptables usage", runHook)
-}
+var hookCommand = command{name: "hook", summary: "OCI hook: inspect the container's pod netns and record iptables usage", run: runHook}
 
 const hookSynopsis = `hook [FLAGS] < STATE
 
@@ -26,10 +24,6 @@ Runs as an OCI hook (poststart): reads the container state JSON on stdin and
 the bundle's config.json, inspects the pod's network namespace read-only,
 and appends one JSON line to the findings file when iptables usage is found.
 It always exits 0: a failing poststart hook would kill the container.`
-
-// writing is held while a finding is written, so the watchdog never ends the
-// process half-way through an append.
-var writing sync.Mutex
 
 type hookConfig struct {
 	findings      string
@@ -66,15 +60,18 @@ func runHook(args []string, stdin io.Reader, stderr io.Writer) int {
 		cfg.timeout = 2 * time.Second
 	}
 	start := time.Now()
-	watchdog(log, cfg.timeout)
-	hookOnce(cfg, stdin, log, start)
+	// writing is held while a finding is written, so the watchdog never
+	// ends the process half-way through an append.
+	var writing sync.Mutex
+	watchdog(log, cfg.timeout, &writing)
+	hookOnce(cfg, stdin, log, start, &writing)
 	return 0
 }
 
 // watchdog ends the process shortly after the deadline whatever it is
 // blocked on (a stdin never closed, a stuck filesystem): the container's
 // start must never wait on us.
-func watchdog(log *logrus.Logger, timeout time.Duration) {
+func watchdog(log *logrus.Logger, timeout time.Duration, writing *sync.Mutex) {
 	time.AfterFunc(timeout+time.Second, func() {
 		for i := 0; i < 100 && !writing.TryLock(); i++ {
 			time.Sleep(10 * time.Millisecond)
@@ -84,7 +81,7 @@ func watchdog(log *logrus.Logger, timeout time.Duration) {
 	})
 }
 
-func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Time) {
+func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Time, writing *sync.Mutex) {
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(cfg.timeout))
 	defer cancel()
 	if os.Geteuid() != 0 {
@@ -125,7 +122,7 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 		l.WithField("allowlisted", res.Allowed.Count).Debug(d.Why)
 		return
 	}
-	record(cfg, l, *d.Record, sandboxKey(c, res), start)
+	record(cfg, l, *d.Record, sandboxKey(c, res), start, writing)
 }
 
 // skip tells why a container is not scanned (empty: scan it), and at which
@@ -172,7 +169,7 @@ func sandboxKey(c ocistate.Container, res scan.Result) string {
 
 // record appends rec unless the sandbox's memory already holds its
 // fingerprint, and logs the outcome.
-func record(cfg hookConfig, l *logrus.Entry, rec findings.Record, key string, start time.Time) {
+func record(cfg hookConfig, l *logrus.Entry, rec findings.Record, key string, start time.Time, writing *sync.Mutex) {
 	if rec.Error != "" {
 		l = l.WithField("error", rec.Error)
 	}

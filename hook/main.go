@@ -1,14 +1,14 @@
 // Command iptables-alerter finds pods that use iptables and reports them.
 //
-// main only wires subcommands; each lives in its own file of this package and
-// the work itself in lib/.
+// main only wires subcommands: the table of commands is in commands_*.go
+// (one per build), each command in its own file of this package and the
+// work itself in lib/.
 package main
 
 import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
@@ -16,53 +16,56 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
+// command is one subcommand. A hidden one (internal plumbing, such as a
+// child process the hook starts) is left out of the usage.
 type command struct {
+	name    string
 	summary string
+	hidden  bool
 	run     func(args []string, stdin io.Reader, stderr io.Writer) int
 }
 
-// commands is filled by each subcommand's file so main.go never changes when
-// one is added.
-var commands = map[string]command{}
+// versionCommand is in every build.
+var versionCommand = command{name: "version", summary: "print the version", run: func([]string, io.Reader, io.Writer) int {
+	fmt.Println(version)
+	return 0
+}}
 
-func register(name, summary string, run func([]string, io.Reader, io.Writer) int) {
-	commands[name] = command{summary: summary, run: run}
-}
-
-func usage(w io.Writer) {
+func usage(w io.Writer, cmds []command) {
 	fmt.Fprintf(w, "Usage: iptables-alerter COMMAND [FLAGS]\n\nFinds pods that create iptables rules in their network namespace.\n\nCommands:\n")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+	for _, c := range cmds {
+		if !c.hidden {
+			fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		}
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
-	}
-	fmt.Fprintf(w, "  %-10s %s\n\nRun 'iptables-alerter COMMAND --help' for the flags of a command.\n", "version", "print the version")
+	fmt.Fprintf(w, "\nRun 'iptables-alerter COMMAND --help' for the flags of a command.\n")
 }
 
 func main() {
 	// A legacy x_tables probe that lib/inspect started runs here and exits.
 	inspect.ProbeMain()
-	if len(os.Args) < 2 {
-		usage(os.Stderr)
-		os.Exit(2)
+	os.Exit(dispatch(commands(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// dispatch runs the command args[0] names.
+func dispatch(cmds []command, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr, cmds)
+		return 2
 	}
-	name := os.Args[1]
-	switch name {
+	switch args[0] {
 	case "-h", "--help", "help":
-		usage(os.Stdout)
-		return
-	case "version", "--version":
-		fmt.Println(version)
-		return
+		usage(stdout, cmds)
+		return 0
+	case "--version":
+		args[0] = "version"
 	}
-	cmd, ok := commands[name]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "iptables-alerter: unknown command %q\n\n", name)
-		usage(os.Stderr)
-		os.Exit(2)
+	for _, c := range cmds {
+		if c.name == args[0] {
+			return c.run(args[1:], stdin, stderr)
+		}
 	}
-	os.Exit(cmd.run(os.Args[2:], os.Stdin, os.Stderr))
+	fmt.Fprintf(stderr, "iptables-alerter: unknown command %q\n\n", args[0])
+	usage(stderr, cmds)
+	return 2
 }

@@ -14,9 +14,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
-func init() {
-	register("render", "print the canonical iptables rules of a netns, marking allowlisted ones", runRender)
-}
+var renderCommand = command{name: "render", summary: "print the canonical iptables rules of a netns, marking allowlisted ones", run: runRender}
 
 const renderSynopsis = `render --netns PATH [FLAGS]
 

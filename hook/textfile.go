@@ -19,9 +19,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/textfile"
 )
 
-func init() {
-	register("textfile", "write node-exporter textfile metrics from the findings file", runTextfile)
-}
+var textfileCommand = command{name: "textfile", summary: "write node-exporter textfile metrics from the findings file", run: runTextfile}
 
 const textfileSynopsis = `textfile [FLAGS]
 
