@@ -4,7 +4,7 @@
 # Idempotent: apt runs only when a package is missing.
 set -euo pipefail
 pkgs=(
-  iptables arptables ebtables ipset nftables iproute2 util-linux mount curl openssl
+  iptables arptables ebtables ipset nfacct nftables iproute2 util-linux mount curl openssl
   crun runc podman conmon busybox-static libc-bin
   prometheus-node-exporter prometheus
   etcd-server

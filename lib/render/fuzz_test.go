@@ -1,6 +1,7 @@
 package render
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -83,5 +84,50 @@ func TestOpaqueNeverDropped(t *testing.T) {
 	b := Text(inspect.Rule{Chain: "C", Exprs: []inspect.Expr{{Name: "quux", Data: long2}}})
 	if a == b || !strings.Contains(a, "...+37#") {
 		t.Errorf("long blobs: %q and %q should differ and be marked cut", a, b)
+	}
+}
+
+// TestDecodersBounded feeds every table decoder blobs of every length up to
+// past its struct, all zero, all 0xff and random, in every family and
+// revision: none may panic (Text would recover, but the whole rule would
+// then turn opaque).
+func TestDecodersBounded(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for _, fam := range fuzzFams {
+		for n := 0; n <= 4200; n += 1 + n/64 {
+			for _, fill := range []string{"zero", "ff", "random"} {
+				blob := make([]byte, n)
+				for k := range blob {
+					switch fill {
+					case "ff":
+						blob[k] = 0xff
+					case "random":
+						blob[k] = byte(rnd.Uint32())
+					}
+				}
+				for rev := uint32(0); rev < 5; rev++ {
+					for name, d := range xtMatches {
+						func() {
+							defer func() {
+								if r := recover(); r != nil {
+									t.Fatalf("match %s rev %d fam %s len %d %s: panic %v", name, rev, fam, n, fill, r)
+								}
+							}()
+							d(newBuilder(fam), rev, blob)
+						}()
+					}
+					for name, d := range xtTargets {
+						func() {
+							defer func() {
+								if r := recover(); r != nil {
+									t.Fatalf("target %s rev %d fam %s len %d %s: panic %v", name, rev, fam, n, fill, r)
+								}
+							}()
+							d(newBuilder(fam), rev, blob)
+						}()
+					}
+				}
+			}
+		}
 	}
 }

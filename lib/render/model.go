@@ -52,7 +52,12 @@ func (b *builder) add(rank int, key, text string) int {
 	return len(b.parts) - 1
 }
 
-func (b *builder) module(name, text string) { b.add(rankModule, name, "-m "+name+" "+text) }
+func (b *builder) module(name, text string) {
+	if text != "" {
+		text = " " + text
+	}
+	b.add(rankModule, name, "-m "+name+text)
+}
 
 func (b *builder) target(text string) { b.add(rankTarget, "", "-j "+text) }
 

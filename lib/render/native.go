@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/netip"
 	"strconv"
+	"strings"
 
 	"github.com/google/nftables/expr"
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
@@ -210,6 +211,12 @@ func (b *builder) metaCmp(s *source, neg bool, data []byte) bool {
 		rank, opt := rankIn, "-i"
 		if s.key == unix.NFT_META_OIFNAME {
 			rank, opt = rankOut, "-o"
+		}
+		// iptables-nft writes "! -i +" (no interface at all) as a compare
+		// with "INVAL/D", a name no interface can have ('/' is refused).
+		if name, ok := bytes.CutSuffix(data, []byte{0}); ok && string(bytes.TrimRight(name, "\x00")) == "INVAL/D" {
+			b.add(rank, "", negPrefix(!neg)+opt+" +")
+			return true
 		}
 		b.add(rank, "", negPrefix(neg)+opt+" "+ifaceText(data))
 		return true
@@ -417,7 +424,15 @@ func (b *builder) verdict(v *expr.Verdict) bool {
 // and CONNMARK --restore-mark.
 func (b *builder) metaSet(m *expr.Meta) bool {
 	s := b.regs[m.Register]
-	if m.Key != expr.MetaKeyMARK || s == nil || s.mangled {
+	if s == nil || s.mangled {
+		return false
+	}
+	// "meta nftrace set 1" is what iptables-nft writes for -j TRACE.
+	if m.Key == expr.MetaKeyNFTRACE && s.kind == "imm" && s.mask == nil && len(s.data) >= 1 && s.data[0] == 1 && allZero(s.data[1:]) {
+		b.target("TRACE")
+		return true
+	}
+	if m.Key != expr.MetaKeyMARK {
 		return false
 	}
 	switch {
@@ -488,8 +503,18 @@ func (b *builder) nativeReject(r *expr.Reject) bool {
 }
 
 func (b *builder) nativeLog(l *expr.Log) bool {
+	// A group makes it NFLOG; iptables-nft writes NFLOG natively.
 	if l.Key&(1<<unix.NFTA_LOG_GROUP) != 0 {
-		return false // that is NFLOG, not LOG
+		if l.Key&(1<<unix.NFTA_LOG_LEVEL|1<<unix.NFTA_LOG_FLAGS) != 0 {
+			return false
+		}
+		var threshold uint16
+		if l.Key&(1<<unix.NFTA_LOG_QTHRESHOLD) != 0 {
+			threshold = l.QThreshold
+		}
+		b.target(strings.TrimSpace("NFLOG " + nflogText(cString(l.Data), l.Group, threshold,
+			l.Key&(1<<unix.NFTA_LOG_SNAPLEN) != 0, l.Snaplen)))
+		return true
 	}
 	level := uint32(4)
 	if l.Key&(1<<unix.NFTA_LOG_LEVEL) != 0 {

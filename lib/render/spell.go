@@ -3,6 +3,7 @@ package render
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -95,8 +96,10 @@ func protoName(fam inspect.Family, p int) string {
 		return "gre"
 	case unix.IPPROTO_IGMP:
 		return "igmp"
+	case 108:
+		return "ipcomp"
 	case 135:
-		return "mh"
+		return "mobility-header"
 	}
 	return strconv.Itoa(p)
 }
@@ -225,22 +228,29 @@ func (b *builder) limit(avg, burst uint32, over bool) {
 		b.module("limit", fmt.Sprintf("--limit-avg-unknown 0 --limit-burst %d", burst))
 		return
 	}
-	units := []struct {
-		name string
-		mult uint64
-	}{{"day", limitScale * 86400}, {"hour", limitScale * 3600}, {"min", limitScale * 60}, {"sec", limitScale}}
-	p := uint64(avg)
-	i := 1
-	for ; i < len(units); i++ {
-		if p > units[i].mult || units[i].mult/p < units[i].mult%p {
-			break
-		}
-	}
-	s := fmt.Sprintf("%s--limit %d/%s", negPrefix(over), units[i-1].mult/p, units[i-1].name)
+	r, _ := rateText(uint64(avg), limitScale)
+	s := negPrefix(over) + "--limit " + r
 	if burst != 5 {
 		s += fmt.Sprintf(" --limit-burst %d", burst)
 	}
 	b.module("limit", s)
+}
+
+// rateText prints a period (1/scale s between packets) as iptables does:
+// the largest unit that keeps the rate exact. It also gives that unit in
+// ms, hashlimit's default expiry. period must not be 0.
+func rateText(period, scale uint64) (string, uint64) {
+	units := []struct {
+		name string
+		mult uint64
+	}{{"day", scale * 86400}, {"hour", scale * 3600}, {"min", scale * 60}, {"sec", scale}}
+	i := 1
+	for ; i < len(units); i++ {
+		if period > units[i].mult || units[i].mult/period < units[i].mult%period {
+			break
+		}
+	}
+	return fmt.Sprintf("%d/%s", units[i-1].mult/period, units[i-1].name), units[i-1].mult / scale * 1000
 }
 
 // Reject: xt REJECT stores an enum per family (native reject codes map to
@@ -404,4 +414,51 @@ func (b *builder) inetAddr(buf []byte, off int) (netip.Addr, []byte) {
 		return netip.AddrFrom16([16]byte(buf[off : off+16])), buf[off : off+16]
 	}
 	return netip.AddrFrom4([4]byte(buf[off : off+4])), buf[off : off+4]
+}
+
+// macText prints a MAC address as iptables does: lower-case hex, colons.
+func macText(m []byte) string {
+	s := make([]string, len(m))
+	for k, c := range m {
+		s[k] = fmt.Sprintf("%02x", c)
+	}
+	return strings.Join(s, ":")
+}
+
+// flagOptions prints one option per set bit: names[k] is bit 1<<k.
+func flagOptions(m uint32, names ...string) string {
+	var s []string
+	for k, n := range names {
+		if m&(1<<k) != 0 {
+			s = append(s, n)
+		}
+	}
+	return strings.Join(s, " ")
+}
+
+// ones counts the set bits of a mask.
+func ones(m []byte) int {
+	n := 0
+	for _, c := range m {
+		n += bits.OnesCount8(c)
+	}
+	return n
+}
+
+// prefixText is an address with its mask always shown, as /len when the
+// mask is a prefix (policy's --tunnel-src 10.0.0.0/8, also for /32).
+func prefixText(addr, mask []byte) string {
+	t := addrText(addr, mask)
+	if !strings.Contains(t, "/") {
+		t += "/" + strconv.Itoa(ones(mask))
+	}
+	return t
+}
+
+// groupText is a device group: 0xV, or 0xV/0xM when masked.
+func groupText(v, m uint32) string {
+	if m == 0xffffffff {
+		return fmt.Sprintf("0x%x", v)
+	}
+	return fmt.Sprintf("0x%x/0x%x", v, m)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
@@ -55,7 +56,15 @@ func (b *builder) xtTargetKnown(x xtInfo) bool {
 		}
 		b.natTarget(x.name, r)
 	default:
-		return false
+		d, ok := xtTargets[x.name]
+		if !ok {
+			return false
+		}
+		t, ok := d(b, x.rev, i)
+		if !ok {
+			return false
+		}
+		b.target(strings.TrimSpace(x.name + " " + t))
 	}
 	return true
 }
@@ -169,4 +178,279 @@ func (b *builder) ct(rev uint32, i []byte) {
 		}
 	}
 	b.target(s)
+}
+
+// xtTargetDecoder gives the options of one xt target from its revision
+// and info blob; false means "not understood". Each checks the size it reads.
+type xtTargetDecoder func(b *builder, rev uint32, i []byte) (string, bool)
+
+// xtTargets holds the targets xtTargetKnown does not; each prints what
+// iptables-nft-save prints after "-j NAME".
+var xtTargets = map[string]xtTargetDecoder{
+	"NFLOG": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if rev != 0 || len(i) < 76 {
+			return "", false
+		}
+		return nflogText(cString(i[12:76]), u16(i, 4), u16(i, 6), u16(i, 8)&1 != 0, u32(i, 0)), true
+	},
+	"NFQUEUE": func(b *builder, rev uint32, i []byte) (string, bool) {
+		need := []int{2, 4, 6, 6}
+		if rev > 3 || len(i) < need[rev] {
+			return "", false
+		}
+		num, total, flags := u16(i, 0), uint16(1), uint16(0)
+		if rev >= 1 {
+			total = u16(i, 2)
+		}
+		if rev >= 2 {
+			flags = u16(i, 4)
+		}
+		s := "--queue-num " + strconv.Itoa(int(num))
+		if total > 1 {
+			s = fmt.Sprintf("--queue-balance %d:%d", num, uint32(num)+uint32(total)-1)
+		}
+		if flags&1 != 0 {
+			s += " --queue-bypass"
+		}
+		if rev == 3 && flags&2 != 0 {
+			s += " --queue-cpu-fanout"
+		}
+		return s, true
+	},
+	"TCPMSS": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if rev != 0 || len(i) < 2 {
+			return "", false
+		}
+		if u16(i, 0) == 0xffff {
+			return "--clamp-mss-to-pmtu", true
+		}
+		return "--set-mss " + strconv.Itoa(int(u16(i, 0))), true
+	},
+	"CHECKSUM": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if rev != 0 || len(i) < 1 {
+			return "", false
+		}
+		return flagOptions(uint32(i[0]&1), "--checksum-fill"), i[0]&^1 == 0
+	},
+	"TRACE": func(b *builder, rev uint32, i []byte) (string, bool) { return "", rev == 0 },
+	"TOS": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if rev != 1 || len(i) < 2 {
+			return "", false
+		}
+		return fmt.Sprintf("--set-tos 0x%02x/0x%02x", i[0], i[1]), true
+	},
+	"DSCP": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if rev != 0 || len(i) < 1 {
+			return "", false
+		}
+		return fmt.Sprintf("--set-dscp 0x%02x", i[0]), true
+	},
+	"TTL": func(b *builder, rev uint32, i []byte) (string, bool) { return ttlTarget("ttl", rev, i) },
+	"HL":  func(b *builder, rev uint32, i []byte) (string, bool) { return ttlTarget("hl", rev, i) },
+	"AUDIT": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if rev != 0 || len(i) < 1 || i[0] > 2 {
+			return "", false
+		}
+		return "--type " + []string{"accept", "drop", "reject"}[i[0]], true
+	},
+	"CLASSIFY": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if rev != 0 || len(i) < 4 {
+			return "", false
+		}
+		return fmt.Sprintf("--set-class %04x:%04x", u32(i, 0)>>16, u32(i, 0)&0xffff), true
+	},
+	"CONNSECMARK": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if rev != 0 || len(i) < 1 || i[0] < 1 || i[0] > 2 {
+			return "", false
+		}
+		return []string{"--save", "--restore"}[i[0]-1], true
+	},
+	"IDLETIMER": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if rev > 1 || len(i) < 32 || rev == 1 && len(i) < 34 {
+			return "", false
+		}
+		s := "--timeout " + strconv.FormatUint(uint64(u32(i, 0)), 10) + " --label " + safetext.Name(cString(i[4:32]), MaxField)
+		if rev == 1 && i[33]&1 != 0 {
+			s += " --alarm"
+		}
+		if rev == 1 && i[32] != 0 {
+			s += " --send-nl-msg"
+		}
+		return s, true
+	},
+	"TCPOPTSTRIP": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if rev != 0 || len(i) < 32 {
+			return "", false
+		}
+		var o []string
+		for k := 0; k < 256; k++ {
+			if u32(i, 4*(k/32))&(1<<(k%32)) != 0 {
+				o = append(o, strconv.Itoa(k))
+			}
+		}
+		if len(o) == 0 {
+			return "", true
+		}
+		return "--strip-options " + strings.Join(o, ","), true
+	},
+	"NETMAP": func(b *builder, rev uint32, i []byte) (string, bool) {
+		r, ok := b.xtNATRange(xtInfo{name: "NETMAP", rev: rev, info: i})
+		if !ok || r.flags&natMapIPs == 0 || !r.minIP.IsValid() || r.minIP.BitLen() != r.maxIP.BitLen() {
+			return "", false
+		}
+		lo, hi := r.minIP.AsSlice(), r.maxIP.AsSlice()
+		diff := make([]byte, len(lo))
+		for k := range lo {
+			diff[k] = lo[k] ^ hi[k]
+		}
+		return "--to " + r.minIP.String() + "/" + strconv.Itoa(len(lo)*8-ones(diff)), true
+	},
+	"TEE": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if rev != 1 || len(i) < 32 {
+			return "", false
+		}
+		gw, _ := b.inetAddr(i, 0)
+		s := "--gateway " + gw.String()
+		if oif := cString(i[16:32]); oif != "" {
+			s += " --oif " + safetext.Name(oif, MaxField)
+		}
+		return s, true
+	},
+	"ECN": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if rev != 0 || len(i) < 3 {
+			return "", false
+		}
+		op, ect, ece, cwr := i[0], i[1], i[2]&1, i[2]>>1&1
+		if op == 0x30 && ece == 0 && cwr == 0 {
+			return "--ecn-tcp-remove", true
+		}
+		var s []string
+		if op&0x10 != 0 {
+			s = append(s, "--ecn-tcp-ece "+strconv.Itoa(int(ece)))
+		}
+		if op&0x20 != 0 {
+			s = append(s, "--ecn-tcp-cwr "+strconv.Itoa(int(cwr)))
+		}
+		if op&1 != 0 {
+			s = append(s, "--ecn-ip-ect "+strconv.Itoa(int(ect)))
+		}
+		return strings.Join(s, " "), true
+	},
+	"DNPT": nptTarget,
+	"SNPT": nptTarget,
+	"SYNPROXY": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if rev != 0 || len(i) < 4 {
+			return "", false
+		}
+		o := i[0]
+		var s []string
+		if o&1 != 0 {
+			s = append(s, "--mss "+strconv.Itoa(int(u16(i, 2))))
+		}
+		if o&2 != 0 {
+			s = append(s, "--wscale "+strconv.Itoa(int(i[1])))
+		}
+		for k, n := range []string{"--sack-perm", "--timestamp", "--ecn"} {
+			if o&(4<<k) != 0 {
+				s = append(s, n)
+			}
+		}
+		return strings.Join(s, " "), true
+	},
+	"RATEEST": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if rev != 0 || len(i) < 18 {
+			return "", false
+		}
+		shift := int(int8(i[16])) + 2
+		if shift < 0 || shift > 20 || i[17] > 20 {
+			return "", false
+		}
+		interval := uint64(1000000) << shift / 4
+		return "--rateest-name " + safetext.Name(cString(i[:16]), MaxField) +
+			" --rateest-interval " + usText(interval) + " --rateest-ewmalog " + usText(interval<<i[17]), true
+	},
+	"HMARK": hmarkTarget,
+}
+
+// nflogText is what NFLOG prints, from xt_nflog_info or a native log
+// expression with a group.
+func nflogText(prefix string, group, threshold uint16, copyLen bool, size uint32) string {
+	var s []string
+	if prefix != "" {
+		s = append(s, "--nflog-prefix "+safetext.Quote(prefix, MaxField))
+	}
+	if group != 0 {
+		s = append(s, "--nflog-group "+strconv.Itoa(int(group)))
+	}
+	if copyLen {
+		s = append(s, "--nflog-size "+strconv.FormatUint(uint64(size), 10))
+	}
+	if threshold != 0 {
+		s = append(s, "--nflog-threshold "+strconv.Itoa(int(threshold)))
+	}
+	return strings.Join(s, " ")
+}
+
+func ttlTarget(name string, rev uint32, i []byte) (string, bool) {
+	if rev != 0 || len(i) < 2 || i[0] > 2 {
+		return "", false
+	}
+	return "--" + name + []string{"-set ", "-inc ", "-dec "}[i[0]] + strconv.Itoa(int(i[1])), true
+}
+
+func nptTarget(b *builder, rev uint32, i []byte) (string, bool) {
+	if rev != 0 || len(i) < 34 {
+		return "", false
+	}
+	src := netip.AddrFrom16([16]byte(i[0:16]))
+	dst := netip.AddrFrom16([16]byte(i[16:32]))
+	return fmt.Sprintf("--src-pfx %s/%d --dst-pfx %s/%d", src, i[32], dst, i[33]), true
+}
+
+// usText prints microseconds as libxt_RATEEST: 1.0s, 250.0ms or 10us.
+func usText(us uint64) string {
+	switch {
+	case us >= 1000000:
+		return fmt.Sprintf("%.1fs", float64(us)/1000000)
+	case us >= 1000:
+		return fmt.Sprintf("%.1fms", float64(us)/1000)
+	}
+	return fmt.Sprintf("%dus", us)
+}
+
+// hmarkTarget prints struct xt_hmark_info; the flag bits say which fields
+// were given.
+func hmarkTarget(b *builder, rev uint32, i []byte) (string, bool) {
+	if rev != 0 || len(i) < 60 {
+		return "", false
+	}
+	f := u32(i, 40)
+	var s []string
+	has := func(bit int) bool { return f&(1<<bit) != 0 }
+	_, sm := b.inetAddr(i, 0)
+	_, dm := b.inetAddr(i, 16)
+	be := binary.BigEndian
+	for _, o := range []struct {
+		bit  int
+		text string
+	}{
+		{0, fmt.Sprintf("--hmark-src-prefix %d", ones(sm))},
+		{1, fmt.Sprintf("--hmark-dst-prefix %d", ones(dm))},
+		{6, fmt.Sprintf("--hmark-sport-mask 0x%04x", be.Uint16(i[32:]))},
+		{7, fmt.Sprintf("--hmark-dport-mask 0x%04x", be.Uint16(i[34:]))},
+		{3, fmt.Sprintf("--hmark-spi-mask 0x%08x", be.Uint32(i[32:]))},
+		{4, fmt.Sprintf("--hmark-sport 0x%04x", be.Uint16(i[36:]))},
+		{5, fmt.Sprintf("--hmark-dport 0x%04x", be.Uint16(i[38:]))},
+		{2, fmt.Sprintf("--hmark-spi 0x%08x", be.Uint32(i[36:]))},
+		{8, fmt.Sprintf("--hmark-proto-mask 0x%02x", u16(i, 44))},
+		{9, fmt.Sprintf("--hmark-rnd 0x%08x", u32(i, 48))},
+		{10, fmt.Sprintf("--hmark-mod %d", u32(i, 52))},
+		{11, fmt.Sprintf("--hmark-offset %d", u32(i, 56))},
+		{12, "--hmark-tuple ct"},
+	} {
+		if has(o.bit) {
+			s = append(s, o.text)
+		}
+	}
+	return strings.Join(s, " "), true
 }
