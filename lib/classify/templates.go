@@ -81,10 +81,16 @@ func init() {
 	}
 }
 
+// IPTablesTable reports whether an iptables client makes a table of this
+// family and name; inspect reads these first (inspect.Options.First).
+func IPTablesTable(fam inspect.Family, table string) bool {
+	_, ok := templates[tableKey{fam, table}]
+	return ok
+}
+
 // Candidate tells inspect which rules may count as usage and so are worth
 // keeping in detail: those in a table an iptables client could have made,
 // and any rule holding an xt expression.
 func Candidate(fam inspect.Family, table string, xt bool) bool {
-	_, ok := templates[tableKey{fam, table}]
-	return ok || xt
+	return xt || IPTablesTable(fam, table)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 )
@@ -106,7 +107,11 @@ add rule ip t a tcp dport vmap @m`)
 	ns.Run("iptables-nft", "-N", "X")
 	ns.Run("iptables-nft", "-A", "INPUT", "-j", "X")
 	ns.Run("iptables-nft", "-A", "X", "-j", "RETURN")
-	s := look(t, ns, inspect.Options{})
+	ns.Run("iptables-nft", "-N", "Y")
+	ns.Run("iptables-nft", "-A", "Y", "-j", "X")
+	// With the hook's options: rules of iptables tables are read first,
+	// before any chain listing.
+	s := look(t, ns, inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable})
 	if s.Truncated {
 		t.Fatal("complete dump with jumps marked truncated")
 	}

@@ -13,21 +13,36 @@ import (
 // ErrDeadline marks a snapshot cut short by the deadline.
 var ErrDeadline = errors.New("inspection deadline reached")
 
+// ErrTooMany marks a snapshot cut short by Options.MaxChains.
+var ErrTooMany = errors.New("too many chains")
+
 // Options bounds the inspection.
 type Options struct {
 	// Detail says which rules to keep with their expression data; nil keeps
 	// none. Only kept rules can be rendered or allowlisted.
 	Detail func(fam Family, table string, xt bool) bool
+	// First names the tables whose rules are read before all others (those
+	// an iptables client makes), so a pod's huge native ruleset cannot use
+	// up the deadline before them.
+	First func(fam Family, table string) bool
 	// MaxDetail bounds the kept rules (memory): a pod may hold millions.
 	MaxDetail int
+	// MaxDetailBytes bounds the expression data kept, all rules together:
+	// a pod's own comments make a rule up to 32 KiB, and whatever is kept
+	// is rendered and matched too. A rule not kept is still counted; it
+	// only cannot be allowlisted, so the bound never hides usage.
+	MaxDetailBytes int
 	// MaxChains bounds the chains tracked; beyond it the snapshot is
 	// truncated.
 	MaxChains int
 }
 
 const (
-	defaultMaxDetail = 1024
-	defaultMaxChains = 65536
+	defaultMaxDetail      = 1024
+	defaultMaxDetailBytes = 1 << 20
+	// A chain costs up to about 1 KiB of heap (names of 256 bytes, index):
+	// 16384 of them stay well inside the hook's memory bound.
+	defaultMaxChains = 16384
 	// fallbackBudget applies when the context carries no deadline, so a
 	// hostile ruleset can never hang the caller.
 	fallbackBudget = 10 * time.Second
@@ -39,6 +54,9 @@ const (
 func Inspect(ctx context.Context, h *netns.Handle, opt Options) (Snapshot, error) {
 	if opt.MaxDetail <= 0 {
 		opt.MaxDetail = defaultMaxDetail
+	}
+	if opt.MaxDetailBytes <= 0 {
+		opt.MaxDetailBytes = defaultMaxDetailBytes
 	}
 	if opt.MaxChains <= 0 {
 		opt.MaxChains = defaultMaxChains

@@ -89,27 +89,62 @@ func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Optio
 	}); err != nil {
 		return err
 	}
-	d := dumper{opt: opt, s: s, index: map[chainKey]int{}}
+	d := dumper{opt: opt, s: s, index: map[chainKey]int{}, pending: map[chainKey]uint32{}}
+	// The rules of the tables opt.First names are read first, so that a
+	// pod's huge native ruleset can use up neither the deadline nor the
+	// chain bound before them. The kernel filters a rule dump by table but
+	// not a chain dump: their chains come from their rules first, and get
+	// their hook and policy from the dump of all chains after.
+	var first []Table
+	for _, t := range s.Tables {
+		if opt.First != nil && opt.First(t.Family, t.Name) && t.Family.Number() != 0 {
+			first = append(first, t)
+		}
+	}
+	if len(first) > 0 {
+		d.skip = map[tableKey]bool{}
+		for _, t := range first {
+			d.skip[tableKey{t.Family, t.Name}] = true
+		}
+		d.first = true
+		for _, t := range first {
+			filter := attr(unix.NFTA_RULE_TABLE, append([]byte(t.Name), 0))
+			if err := n.dump(unix.NFT_MSG_GETRULE, netlink.Dump, t.Family.Number(), filter, "rules", d.addRule); err != nil {
+				return err
+			}
+		}
+		d.first = false
+	}
+	// Then everything else; the tables read already are passed over.
 	if err := n.dump(unix.NFT_MSG_GETCHAIN, netlink.Dump, unix.AF_UNSPEC, nil, "chains", d.addChain); err != nil {
 		return err
 	}
 	if err := n.dump(unix.NFT_MSG_GETRULE, netlink.Dump, unix.AF_UNSPEC, nil, "rules", d.addRule); err != nil {
 		return err
 	}
-	return d.check(n)
+	err = d.check(n)
+	if d.tooMany {
+		err = errors.Join(err, fmt.Errorf("track nftables chains in netns %q: %w: more than %d, the rest not counted", h.Path, ErrTooMany, opt.MaxChains))
+	}
+	return err
 }
 
+// maxTables bounds the tables listed (names of up to 255 bytes each).
+const maxTables = 1024
+
+// addTable lists a table. Beyond maxTables it is left out without making
+// the snapshot truncated (usage lives in chains and rules, counted apart),
+// unless opt.First names it: those are few, and must be read first.
 func addTable(fam byte, b []byte, opt Options, s *Snapshot) {
-	if len(s.Tables) >= opt.MaxChains {
-		s.Truncated = true
-		return
-	}
 	t := Table{Family: FamilyOf(fam)}
 	eachAttr(b, func(typ uint16, data []byte) {
 		if typ == unix.NFTA_TABLE_NAME {
 			t.Name = string(trimNUL(data))
 		}
 	})
+	if len(s.Tables) >= maxTables && (opt.First == nil || !opt.First(t.Family, t.Name)) {
+		return
+	}
 	s.Tables = append(s.Tables, t)
 }
 
@@ -124,6 +159,18 @@ type dumper struct {
 	// dump did not give.
 	use  []uint32
 	refs []uint32
+	// pending counts jumps to chains not indexed yet, by name; refsLost is
+	// set when it was full, and the use check cannot conclude.
+	pending  map[chainKey]uint32
+	refsLost bool
+	// keptBytes is the expression data kept so far (Options.MaxDetailBytes).
+	keptBytes int
+	// tooMany is set when a chain was left out (Options.MaxChains).
+	tooMany bool
+	// skip holds the tables whose rules are read first (Options.First);
+	// first is set while they are, after it their rules are passed over.
+	skip  map[tableKey]bool
+	first bool
 	// scratch is reused for every rule not kept, so counting allocates little.
 	scratch []Expr
 	// table and chain of the previous rule: the dump comes chain by chain,
@@ -134,10 +181,6 @@ type dumper struct {
 // addChain parses one NFT_MSG_NEWCHAIN payload.
 func (d *dumper) addChain(fam byte, b []byte) {
 	s := d.s
-	if len(s.Chains) >= d.opt.MaxChains {
-		s.Truncated = true
-		return
-	}
 	ch := Chain{Family: FamilyOf(fam), Policy: 1}
 	var use uint32
 	eachAttr(b, func(typ uint16, data []byte) {
@@ -165,10 +208,22 @@ func (d *dumper) addChain(fam byte, b []byte) {
 			})
 		}
 	})
-	d.index[chainKey{ch.Family, ch.Table, ch.Name}] = len(s.Chains)
+	k := chainKey{ch.Family, ch.Table, ch.Name}
+	if i, ok := d.index[k]; ok {
+		// Known from its rules (read first): keep the counts.
+		ch.Rules, ch.XTRules, ch.Sum = s.Chains[i].Rules, s.Chains[i].XTRules, s.Chains[i].Sum
+		s.Chains[i], d.use[i] = ch, use
+		return
+	}
+	if len(s.Chains) >= d.opt.MaxChains {
+		s.Truncated, d.tooMany = true, true
+		return
+	}
+	d.index[k] = len(s.Chains)
 	s.Chains = append(s.Chains, ch)
 	d.use = append(d.use, use)
-	d.refs = append(d.refs, 0)
+	d.refs = append(d.refs, d.pending[k])
+	delete(d.pending, k)
 }
 
 func be32(b []byte) uint32 {
@@ -219,6 +274,9 @@ func (d *dumper) addRule(fam byte, b []byte) {
 			exprs = data
 		}
 	})
+	if d.skip != nil && d.skip[tableKey{r.Family, r.Table}] != d.first {
+		return
+	}
 	xt := false
 	sum := fnv64a(fnvOffset)
 	eachAttr(exprs, func(typ uint16, elem []byte) {
@@ -243,14 +301,15 @@ func (d *dumper) addRule(fam byte, b []byte) {
 	if !ok {
 		// A chain added after the chain listing: count its rules all the same.
 		if len(s.Chains) >= opt.MaxChains {
-			s.Truncated = true
+			s.Truncated, d.tooMany = true, true
 			return
 		}
 		i = len(s.Chains)
 		index[k] = i
 		s.Chains = append(s.Chains, Chain{Family: r.Family, Table: r.Table, Name: r.Chain, Policy: 1})
 		d.use = append(d.use, 0)
-		d.refs = append(d.refs, 0)
+		d.refs = append(d.refs, d.pending[k])
+		delete(d.pending, k)
 	}
 	ch := &s.Chains[i]
 	ch.Rules++
@@ -259,7 +318,8 @@ func (d *dumper) addRule(fam byte, b []byte) {
 	}
 	ch.Sum = ch.Sum*uint64(fnvPrime) ^ r.Sum
 
-	if opt.Detail != nil && len(s.Rules) < opt.MaxDetail && opt.Detail(r.Family, r.Table, xt) {
+	if opt.Detail != nil && len(s.Rules) < opt.MaxDetail && d.keptBytes+len(exprs) <= opt.MaxDetailBytes && opt.Detail(r.Family, r.Table, xt) {
+		d.keptBytes += len(exprs)
 		// The scratch slice and receive buffer are reused: copy what is kept.
 		kept := make([]Expr, len(r.Exprs))
 		for j, e := range r.Exprs {
@@ -308,8 +368,14 @@ func (d *dumper) countJump(fam Family, table string, data []byte) {
 			if int32(code) != unix.NFT_JUMP && int32(code) != unix.NFT_GOTO {
 				return
 			}
-			if i, ok := d.index[chainKey{fam, table, string(target)}]; ok {
+			k := chainKey{fam, table, string(target)}
+			if i, ok := d.index[k]; ok {
 				d.refs[i]++
+			} else if len(d.pending) < d.opt.MaxChains {
+				// A chain not met yet (its rules or listing come later).
+				d.pending[k]++
+			} else {
+				d.refsLost = true
 			}
 		})
 	})
@@ -319,6 +385,9 @@ func (d *dumper) countJump(fam Family, table string, data []byte) {
 // gave. Jumps from verdict maps are counted only for tables where the
 // rules alone leave a difference: reading set elements costs.
 func (d *dumper) check(n *nlSession) error {
+	if d.refsLost {
+		return nil
+	}
 	short := d.shortTables()
 	if len(short) == 0 {
 		return nil

@@ -41,7 +41,7 @@ func Read(ctx context.Context, path string) (Result, error) {
 	if id, err := h.ID(); err == nil {
 		res.NetnsID = id
 	}
-	snap, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate})
+	snap, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable})
 	res.Err = err
 	res.Usage = classify.Classify(snap)
 	return res, nil
