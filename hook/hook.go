@@ -28,6 +28,7 @@ It always exits 0: a failing poststart hook would kill the container.`
 type hookConfig struct {
 	findings      string
 	maxBytes      int64
+	generations   int
 	stateDir      string
 	allow         allowFlags
 	timeout       time.Duration
@@ -43,6 +44,7 @@ func runHook(args []string, stdin io.Reader, stderr io.Writer) int {
 	fs := newFlagSet("hook", hookSynopsis, stderr)
 	fs.StringVar(&cfg.findings, "findings", findings.DefaultPath, "findings file to append to")
 	fs.Int64Var(&cfg.maxBytes, "max-bytes", findings.DefaultMaxBytes, "rotate the findings file to <file>.1 beyond this size")
+	fs.IntVar(&cfg.generations, "generations", findings.DefaultGenerations, "rotated files kept, <file>.1 (newest) to <file>.N")
 	fs.StringVar(&cfg.stateDir, "state-dir", findings.DefaultStateDir, "directory for the per-sandbox memory that keeps one finding per pod")
 	cfg.allow.register(fs)
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Second, "internal deadline; past it the finding is recorded with truncated: true")
@@ -179,18 +181,25 @@ func record(cfg hookConfig, l *logrus.Entry, rec findings.Record, key string, st
 	defer cancelWrite()
 	writing.Lock()
 	seen := findings.Seen{Dir: cfg.stateDir}
-	wrote, err := seen.Record(writeCtx, key, rec.Netns, rec.Fingerprint, func() error {
-		return findings.Log{Path: cfg.findings, MaxBytes: cfg.maxBytes}.Append(writeCtx, rec)
+	out, err := seen.Record(writeCtx, key, rec.Netns, rec.Fingerprint, func() error {
+		return findings.Log{Path: cfg.findings, MaxBytes: cfg.maxBytes, Generations: cfg.generations}.Append(writeCtx, rec)
 	})
 	writing.Unlock()
 	l = l.WithFields(logrus.Fields{"fingerprint": rec.Fingerprint, "nft_rules": rec.Nft.Rules, "legacy_rules": rec.Legacy.Rules, "truncated": rec.Truncated})
-	switch {
-	case err != nil:
+	switch out {
+	case findings.Failed:
 		l.WithError(err).Error("cannot record the finding")
 		return
-	case !wrote:
+	case findings.Same:
 		l.Debug("same usage already recorded for this sandbox")
 		return
+	case findings.Limited:
+		l.Warn("finding dropped: this sandbox wrote its limit of findings this hour")
+		return
+	}
+	if err != nil {
+		// Recorded anyway; rotation or the per-sandbox memory is broken.
+		l.WithError(err).Error("finding recorded, but the findings directory or the per-sandbox memory needs attention")
 	}
 	if rec.Truncated {
 		l.Warn("iptables usage recorded, incomplete: the counts are a lower bound")

@@ -4,14 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"regexp"
 	"sort"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
@@ -91,23 +89,12 @@ func New(entries []Entry, source string) (*List, error) {
 // Load reads an allowlist file. A missing file is an empty list: the
 // default path need not exist on every node.
 func Load(p string) (*List, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	data, err := fileio.ReadFile(p, maxFileBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		return &List{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open allowlist %q: %w", p, err)
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("open allowlist %q: not a regular file", p)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read allowlist %q: %w", p, err)
-	}
-	if len(data) > maxFileBytes {
-		return nil, fmt.Errorf("read allowlist %q: larger than %d bytes", p, maxFileBytes)
+		return nil, fmt.Errorf("load allowlist: %w", err)
 	}
 	return Parse(data, p)
 }

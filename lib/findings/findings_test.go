@@ -3,9 +3,7 @@ package findings
 import (
 	"bytes"
 	"context"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -26,28 +24,6 @@ func TestEncodeOneLine(t *testing.T) {
 	back, err := Parse(line[:len(line)-1])
 	if err != nil || back.Pod.Name != "evil\n{\"schema\":\"x\"}\u2028\ufffd" {
 		t.Fatalf("round trip: %v %q", err, back.Pod.Name)
-	}
-}
-
-func TestAppendRotates(t *testing.T) {
-	dir := t.TempDir()
-	l := Log{Path: filepath.Join(dir, "sub", "findings.jsonl"), MaxBytes: 1200}
-	for i := 0; i < 5; i++ {
-		if err := l.Append(context.Background(), Record{Fingerprint: "f", ContainerID: strings.Repeat("c", 100) + string(rune('0'+i))}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cur, _ := os.ReadFile(l.Path)
-	old, _ := os.ReadFile(l.Path + ".1")
-	lines := bytes.Count(cur, []byte("\n")) + bytes.Count(old, []byte("\n"))
-	if len(cur) > 1200 || len(old) == 0 || lines < 3 {
-		t.Fatalf("after rotation: current %d bytes, .1 %d bytes, %d lines", len(cur), len(old), lines)
-	}
-	if fi, _ := os.Stat(filepath.Dir(l.Path)); fi.Mode().Perm() != 0o750 {
-		t.Errorf("directory mode %v, want 0750", fi.Mode().Perm())
-	}
-	if fi, _ := os.Stat(l.Path); fi.Mode().Perm() != 0o640 {
-		t.Errorf("file mode %v, want 0640", fi.Mode().Perm())
 	}
 }
 

@@ -7,114 +7,194 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
 )
 
 // DefaultStateDir holds the per-sandbox memory; under /run it is gone after
 // a reboot, as are the sandboxes it describes.
 const DefaultStateDir = "/run/iptables-alerter"
 
+// Defaults for the per-sandbox write bound: a pod that keeps changing its
+// rules (or its comments) gets at most this many findings per interval.
+const (
+	DefaultLimit    = 10
+	DefaultInterval = time.Hour
+)
+
 // maxSweep bounds the entries looked at per sweep.
 const maxSweep = 4096
 
+// maxEntry bounds one memory entry read back.
+const maxEntry = 64 << 10
+
 // Seen remembers, per sandbox, the fingerprint last recorded, so the hook
-// firing for every container of a pod gives one finding per usage.
+// firing for every container of a pod gives one finding per usage, and how
+// many findings the sandbox wrote lately, so no pod can flood the file.
 type Seen struct {
 	Dir string
+	// Limit findings per sandbox per Interval (0: DefaultLimit and
+	// DefaultInterval).
+	Limit    int
+	Interval time.Duration
+	// Now is the clock (tests set it); nil is time.Now.
+	Now func() time.Time
 }
 
 type seenEntry struct {
 	Key         string `json:"key"`
 	Netns       string `json:"netns"`
 	Fingerprint string `json:"fingerprint"`
+	// Since starts the current interval; Count findings were written in it.
+	Since time.Time `json:"since"`
+	Count int       `json:"count"`
 }
 
+// Outcome says what Seen.Record did.
+type Outcome int
+
+const (
+	// Written: write was called and succeeded.
+	Written Outcome = iota
+	// Same: the sandbox's last finding has this fingerprint.
+	Same
+	// Limited: the sandbox wrote Limit findings this interval; this one is
+	// dropped, and the next one after the interval is written.
+	Limited
+	// Failed: write failed.
+	Failed
+)
+
+// ErrNoMemory marks a finding written without the per-sandbox memory (a
+// symlink planted at the directory, a full /run): a repeated finding is
+// better than a lost one.
+var ErrNoMemory = errors.New("per-sandbox memory not usable")
+
 // Record calls write unless the sandbox's last recorded fingerprint is the
-// same, and remembers the fingerprint when write succeeds. The entry stays
-// locked throughout, so two containers of one pod starting together give one
-// finding. It reports whether write was called.
-func (s Seen) Record(ctx context.Context, key, netns, fingerprint string, write func() error) (bool, error) {
-	dirfd, err := openDir(filepath.Join(s.Dir, "sandboxes"))
+// same or the sandbox is over its limit, and remembers the fingerprint when
+// write succeeds. The entry stays locked throughout, so two containers of
+// one pod starting together give one finding. When the memory cannot be
+// used, write is called anyway and the error, wrapping ErrNoMemory, comes
+// back with Written. A write error wrapping ErrNotRotated counts as
+// written.
+func (s Seen) Record(ctx context.Context, key, netns, fingerprint string, write func() error) (Outcome, error) {
+	d, f, err := s.open(key)
 	if err != nil {
-		return false, err
+		werr := write()
+		if werr != nil && !errors.Is(werr, ErrNotRotated) {
+			return Failed, werr
+		}
+		return Written, errors.Join(fmt.Errorf("%w: %w", ErrNoMemory, err), werr)
 	}
-	defer unix.Close(dirfd)
-	sum := sha256.Sum256([]byte(key))
-	name := hex.EncodeToString(sum[:16]) + ".json"
-	f, err := openFile(dirfd, name, unix.O_RDWR|unix.O_CREAT)
-	if err != nil {
-		return false, fmt.Errorf("open sandbox state %q: %w", name, err)
-	}
+	defer d.Close()
 	defer f.Close()
 	if err := lock(ctx, f); err != nil {
-		return false, err
+		return Failed, err
 	}
 	var old seenEntry
-	if data, err := io.ReadAll(io.LimitReader(f, 64<<10)); err == nil && len(data) > 0 {
+	if data, err := fileio.ReadLimited(f, maxEntry); err == nil && len(data) > 0 {
 		// A damaged entry is forgotten: at worst one finding is repeated.
 		_ = json.Unmarshal(data, &old)
 	}
 	if old.Fingerprint == fingerprint {
-		return false, nil
+		return Same, nil
 	}
-	if err := write(); err != nil {
-		return true, err
+	now := s.now()
+	limit, interval := s.Limit, s.Interval
+	if limit <= 0 {
+		limit, interval = DefaultLimit, DefaultInterval
 	}
-	data, _ := json.Marshal(seenEntry{Key: key, Netns: netns, Fingerprint: fingerprint})
+	if now.Sub(old.Since) >= interval || now.Before(old.Since) {
+		old.Since, old.Count = now, 0
+	}
+	if old.Count >= limit {
+		return Limited, nil
+	}
+	werr := write()
+	if werr != nil && !errors.Is(werr, ErrNotRotated) {
+		return Failed, werr
+	}
+	data, _ := json.Marshal(seenEntry{Key: key, Netns: netns, Fingerprint: fingerprint, Since: old.Since, Count: old.Count + 1})
 	if err := f.Truncate(0); err != nil {
-		return true, fmt.Errorf("save sandbox state %q: %w", name, err)
+		return Written, errors.Join(werr, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err))
 	}
 	if _, err := f.WriteAt(data, 0); err != nil {
-		return true, fmt.Errorf("save sandbox state %q: %w", name, err)
+		return Written, errors.Join(werr, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err))
 	}
-	return true, nil
+	return Written, werr
+}
+
+func (s Seen) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// open opens the sandbox's entry, keyed by a hash of its id.
+func (s Seen) open(key string) (*fileio.Dir, *os.File, error) {
+	d, err := fileio.OpenDir(filepath.Join(s.Dir, "sandboxes"), 0o750)
+	if err != nil {
+		return nil, nil, err
+	}
+	sum := sha256.Sum256([]byte(key))
+	name := hex.EncodeToString(sum[:16]) + ".json"
+	f, err := d.Open(name, unix.O_RDWR|unix.O_CREAT, 0o640)
+	if err != nil {
+		d.Close()
+		return nil, nil, fmt.Errorf("open sandbox state %q: %w", name, err)
+	}
+	return d, f, nil
 }
 
 // Sweep removes entries whose network namespace is gone: the sandbox has
-// stopped and its id will not come back.
+// stopped and its id will not come back. Like Record it never goes through
+// a symlink: a planted one must not make it delete files elsewhere.
 func (s Seen) Sweep() error {
 	dir := filepath.Join(s.Dir, "sandboxes")
-	d, err := os.Open(dir)
-	if errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
+	d, err := fileio.OpenDir(dir, 0o750)
 	if err != nil {
-		return fmt.Errorf("open state directory %q: %w", dir, err)
+		return err
 	}
 	defer d.Close()
-	names, err := d.Readdirnames(maxSweep)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("read state directory %q: %w", dir, err)
+	names, err := d.Names(maxSweep)
+	if err != nil {
+		return err
 	}
 	for _, n := range names {
 		if !strings.HasSuffix(n, ".json") {
 			continue
 		}
-		data, err := readSmall(filepath.Join(dir, n))
-		if err != nil {
-			continue
-		}
-		var e seenEntry
-		if json.Unmarshal(data, &e) != nil || e.Netns == "" {
+		e, err := readEntry(d, n)
+		if err != nil || e.Netns == "" {
 			continue
 		}
 		if _, err := os.Stat(e.Netns); errors.Is(err, os.ErrNotExist) {
-			_ = os.Remove(filepath.Join(dir, n))
+			_ = d.Remove(n)
 		}
 	}
 	return nil
 }
 
-func readSmall(p string) ([]byte, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+func readEntry(d *fileio.Dir, name string) (seenEntry, error) {
+	var e seenEntry
+	f, err := d.Open(name, unix.O_RDONLY, 0)
 	if err != nil {
-		return nil, err
+		return e, err
 	}
 	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, 64<<10))
+	data, err := fileio.ReadLimited(f, maxEntry)
+	if err != nil {
+		return e, err
+	}
+	return e, json.Unmarshal(data, &e)
 }

@@ -9,7 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"syscall"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
 )
 
 // Checkpoint says which file the follower is in and how far it got.
@@ -55,22 +56,27 @@ type Store interface {
 // loses nothing, and both consumers handle a line twice harmlessly.
 var ErrDamaged = errors.New("saved checkpoint is damaged")
 
+// maxCheckpoint bounds a checkpoint file read back.
+const maxCheckpoint = 64 << 10
+
 // FileStore is a Store in one JSON file.
 type FileStore string
 
 // Load reads the checkpoint; a missing file is the zero checkpoint.
 func (p FileStore) Load() (Checkpoint, error) {
 	path := string(p)
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	data, err := fileio.ReadFile(path, maxCheckpoint)
 	if errors.Is(err, os.ErrNotExist) {
 		return Checkpoint{}, nil
 	}
-	if err != nil {
-		return Checkpoint{}, fmt.Errorf("load checkpoint %q: %w", path, err)
+	if errors.Is(err, fileio.ErrTooLarge) {
+		return Checkpoint{}, fmt.Errorf("load checkpoint: %w: %w", ErrDamaged, err)
 	}
-	defer f.Close()
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("load checkpoint: %w", err)
+	}
 	var c Checkpoint
-	dec := json.NewDecoder(io.LimitReader(f, 1<<16))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
 		return Checkpoint{}, fmt.Errorf("load checkpoint %q: %w: %w", path, ErrDamaged, err)
@@ -87,7 +93,7 @@ func (p FileStore) Save(c Checkpoint) error {
 	if err != nil {
 		return fmt.Errorf("save checkpoint %q: %w", string(p), err)
 	}
-	if err := WriteFileAtomic(string(p), append(b, '\n'), 0o640); err != nil {
+	if err := fileio.WriteFile(string(p), append(b, '\n'), 0o640); err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
 	return nil

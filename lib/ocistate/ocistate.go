@@ -10,7 +10,8 @@ import (
 	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
 )
 
 // Bounds on what the hook reads: a real state is a few KiB, a config.json
@@ -102,23 +103,12 @@ type config struct {
 
 func readConfig(bundle string) (*config, error) {
 	path := filepath.Join(bundle, "config.json")
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	data, err := fileio.ReadFile(path, maxConfigBytes)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read bundle config %q: %w", path, ErrNoConfig)
+	}
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("read bundle config %q: %w", path, ErrNoConfig)
-		}
-		return nil, fmt.Errorf("read bundle config %q: %w", path, err)
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("read bundle config %q: not a regular file", path)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read bundle config %q: %w", path, err)
-	}
-	if len(data) > maxConfigBytes {
-		return nil, fmt.Errorf("read bundle config %q: larger than %d bytes", path, maxConfigBytes)
+		return nil, fmt.Errorf("read bundle config: %w", err)
 	}
 	var spec config
 	if err := json.Unmarshal(data, &spec); err != nil {

@@ -4,11 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"syscall"
 	"time"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
 )
@@ -16,6 +15,10 @@ import (
 // stateVersion changes when State changes incompatibly; an unknown version
 // is an error rather than a silently empty state.
 const stateVersion = 1
+
+// maxState bounds the state file read back: far above what the pods of one
+// node take.
+const maxState = 64 << 20
 
 // Pod is what the latest finding said about one pod.
 type Pod struct {
@@ -44,16 +47,18 @@ type State struct {
 func newState() State { return State{Version: stateVersion, Pods: map[string]Pod{}} }
 
 func loadState(path string) (State, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	data, err := fileio.ReadFile(path, maxState)
 	if errors.Is(err, os.ErrNotExist) {
 		return newState(), nil
 	}
-	if err != nil {
-		return State{}, fmt.Errorf("load state %q: %w", path, err)
+	if errors.Is(err, fileio.ErrTooLarge) {
+		return State{}, fmt.Errorf("load state: %w: %w", follow.ErrDamaged, err)
 	}
-	defer f.Close()
+	if err != nil {
+		return State{}, fmt.Errorf("load state: %w", err)
+	}
 	s := newState()
-	if err := json.NewDecoder(io.LimitReader(f, 64<<20)).Decode(&s); err != nil {
+	if err := json.Unmarshal(data, &s); err != nil {
 		return State{}, fmt.Errorf("load state %q: %w: %w", path, follow.ErrDamaged, err)
 	}
 	if s.Version != stateVersion {
@@ -70,7 +75,7 @@ func saveState(path string, s State) error {
 	if err != nil {
 		return fmt.Errorf("save state %q: %w", path, err)
 	}
-	if err := follow.WriteFileAtomic(path, append(b, '\n'), 0o640); err != nil {
+	if err := fileio.WriteFile(path, append(b, '\n'), 0o640); err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package textfile
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +12,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
 )
@@ -22,7 +25,7 @@ const (
 	DefaultStateDir    = "/var/lib/iptables-alerter/textfile"
 	DefaultForgetAfter = 24 * time.Hour
 	// FileName ends in .prom because node-exporter reads only those; the
-	// temp file WriteToTextfile renames from does not, so it is never read
+	// temp file fileio.WriteFile renames from does not, so it is never read
 	// half-written.
 	FileName  = "iptables_alerter.prom"
 	stateFile = "state.json"
@@ -239,8 +242,20 @@ func (c *Collector) write() error {
 	if err := reg.Register(snapshot{pods: c.exported(), state: c.state}); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	if err := prometheus.WriteToTextfile(c.promPath, reg); err != nil {
-		return fmt.Errorf("write textfile %q: %w", c.promPath, err)
+	mfs, err := reg.Gather()
+	if err != nil {
+		return fmt.Errorf("gather metrics: %w", err)
+	}
+	var buf bytes.Buffer
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+			return fmt.Errorf("format metrics: %w", err)
+		}
+	}
+	// node-exporter runs as nobody: the file is world-readable, as
+	// client_golang's WriteToTextfile leaves it.
+	if err := fileio.WriteFile(c.promPath, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write textfile: %w", err)
 	}
 	return nil
 }

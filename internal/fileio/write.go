@@ -1,4 +1,4 @@
-package follow
+package fileio
 
 import (
 	"crypto/rand"
@@ -6,22 +6,25 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
-// WriteFileAtomic replaces path with data so that a reader, or the next
-// start after a crash, sees either the old or the new content, never a mix.
+// WriteFile replaces path with data so that a reader, or the next start
+// after a crash, sees either the old or the new content, never a mix: a
+// temp file in the same directory, fsync, rename, fsync of the directory.
 // The temp file is created with O_EXCL|O_NOFOLLOW so a planted symlink
 // cannot redirect the write; rename replaces a symlink at path instead of
-// following it.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+// following it. The temp name starts with a dot and does not end like
+// path, so a reader globbing "*.prom" never sees it.
+func WriteFile(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	b := make([]byte, 6)
 	if _, err := rand.Read(b); err != nil {
 		return fmt.Errorf("write %q: %w", path, err)
 	}
 	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp-"+hex.EncodeToString(b))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, perm)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
 	if err != nil {
 		return fmt.Errorf("write %q: %w", path, err)
 	}
@@ -31,6 +34,11 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 			_ = os.Remove(tmp)
 		}
 	}()
+	// The umask may have taken bits away; the caller's mode is the intent.
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return fmt.Errorf("chmod %q: %w", tmp, err)
+	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
 		return fmt.Errorf("write %q: %w", tmp, err)

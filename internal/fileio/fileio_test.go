@@ -1,0 +1,118 @@
+package fileio
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestReadFile(t *testing.T) {
+	dir := t.TempDir()
+	regular := filepath.Join(dir, "regular")
+	if err := os.WriteFile(regular, []byte("12345"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(regular, link); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		path string
+		max  int64
+		want string
+		is   error
+	}{
+		{name: "regular", path: regular, max: 5, want: "12345"},
+		{name: "over the bound", path: regular, max: 4, is: ErrTooLarge},
+		{name: "missing", path: filepath.Join(dir, "missing"), max: 5, is: os.ErrNotExist},
+		{name: "fifo, no writer", path: fifo, max: 5, is: ErrNotRegular},
+		{name: "directory", path: dir, max: 5, is: ErrNotRegular},
+		{name: "symlink", path: link, max: 5, is: unix.ELOOP},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan struct{})
+			var got []byte
+			var err error
+			go func() { got, err = ReadFile(tc.path, tc.max); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("ReadFile hangs")
+			}
+			if tc.is != nil {
+				if !errors.Is(err, tc.is) {
+					t.Errorf("error %v, want %v", err, tc.is)
+				}
+				return
+			}
+			if err != nil || string(got) != tc.want {
+				t.Errorf("ReadFile = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestWriteFileReplacesSymlink(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "state.json")
+	if err := os.Symlink(victim, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(p, []byte("new"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Errorf("symlink target written: %q", b)
+	}
+	fi, err := os.Lstat(p)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o640 {
+		t.Errorf("%s after WriteFile: %v %v", p, fi.Mode(), err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*tmp*")); len(left) != 0 {
+		t.Errorf("temp files left behind: %v", left)
+	}
+}
+
+func TestOpenDirRefusesSymlink(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real")
+	if err := os.Mkdir(real, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenDir(filepath.Join(dir, "link", "sub"), 0o750); err == nil {
+		t.Error("OpenDir went through a symlink")
+	}
+	// A sticky shared directory (/tmp) keeps its mode.
+	sticky := filepath.Join(dir, "sticky")
+	if err := os.Mkdir(sticky, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sticky, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	d, err := OpenDir(sticky, 0o750)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if fi, _ := os.Stat(sticky); fi.Mode().Perm() != 0o777 {
+		t.Errorf("sticky directory changed to %v", fi.Mode())
+	}
+}

@@ -1,0 +1,98 @@
+package findings
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+)
+
+// MaxRecordBytes bounds one line of the file, newline included. Every
+// string and list in a record may come from the pod (names, comments, rule
+// text); without a bound one pod's findings could rotate everyone else's
+// away.
+const MaxRecordBytes = 4 << 10
+
+// Per-field bounds, applied first; they cut nothing a kubelet or runtime
+// writes (pod names are at most 253 bytes, ids 64).
+const (
+	maxField = 256
+	maxRule  = 512
+	maxList  = 32
+	// lastField is what every string is cut to when dropping list entries
+	// was not enough: even at six bytes per byte (JSON's \u00XX), the
+	// fixed fields then fit MaxRecordBytes.
+	lastField = 32
+)
+
+// Encode renders a record as one JSON line of at most MaxRecordBytes.
+// encoding/json escapes control characters and replaces invalid UTF-8, so
+// attacker-chosen strings can neither break the line nor forge another.
+// Strings and lists over their bounds are cut; when the line is still too
+// long, examples, then allowlist entries, then table names are dropped from
+// the end, and last every string is cut short; Truncated is then set.
+func Encode(rec Record) ([]byte, error) {
+	rec.Schema = Schema
+	for _, p := range rec.stringFields() {
+		*p = safetext.Cut(*p, maxField)
+	}
+	// Ours, 32 hex digits; bounded in case a caller makes it otherwise.
+	rec.Fingerprint = safetext.Cut(rec.Fingerprint, lastField*2)
+	rec.Examples = append(make([]Example, 0, MaxExamples), rec.Examples[:min(len(rec.Examples), MaxExamples)]...)
+	for i := range rec.Examples {
+		ex := &rec.Examples[i]
+		ex.Family, ex.Table, ex.Chain = safetext.Cut(ex.Family, maxField), safetext.Cut(ex.Table, maxField), safetext.Cut(ex.Chain, maxField)
+		ex.Rule = safetext.Cut(ex.Rule, maxRule)
+	}
+	lists := []*[]string{&rec.AllowlistEntries, &rec.Nft.Tables, &rec.Legacy.Tables}
+	for _, p := range lists {
+		// Lists are always present as arrays, never null.
+		l := make([]string, 0, min(len(*p), maxList))
+		for _, s := range (*p)[:min(len(*p), maxList)] {
+			l = append(l, safetext.Cut(s, maxField))
+		}
+		*p = l
+	}
+	for {
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return nil, fmt.Errorf("encode finding: %w", err)
+		}
+		if len(b)+1 <= MaxRecordBytes {
+			return append(b, '\n'), nil
+		}
+		if !rec.shrink(lists) {
+			return nil, fmt.Errorf("encode finding: %d bytes after cutting every field, bound %d", len(b)+1, MaxRecordBytes)
+		}
+		rec.Truncated = true
+	}
+}
+
+// shrink takes one step towards a smaller line; false when nothing is left
+// to take.
+func (r *Record) shrink(lists []*[]string) bool {
+	if n := len(r.Examples); n > 0 {
+		r.Examples = r.Examples[:n-1]
+		return true
+	}
+	for _, p := range lists {
+		if n := len(*p); n > 0 {
+			*p = (*p)[:n-1]
+			return true
+		}
+	}
+	cut := false
+	for _, p := range r.stringFields() {
+		if len(*p) > lastField {
+			*p, cut = safetext.Cut(*p, lastField), true
+		}
+	}
+	return cut
+}
+
+// stringFields are the record's free-form strings. The fingerprint is
+// left out: a cut one would be another fingerprint.
+func (r *Record) stringFields() []*string {
+	return []*string{&r.Node, &r.Source, &r.Stage, &r.ContainerID, &r.SandboxID,
+		&r.Pod.Namespace, &r.Pod.Name, &r.Pod.UID, &r.Container, &r.Image, &r.Netns, &r.Error}
+}
