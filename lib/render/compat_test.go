@@ -3,6 +3,8 @@ package render
 import (
 	"encoding/binary"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -284,5 +286,43 @@ func addRule(t *testing.T, nsPath string, fam inspect.Family, table, chain strin
 	c.AddRule(&nftables.Rule{Table: tb, Chain: &nftables.Chain{Name: chain, Table: tb}, Exprs: exprs})
 	if err := c.Flush(); err != nil {
 		t.Fatalf("add rule %v in %s %s %s: %v", exprs, fam, table, chain, err)
+	}
+}
+
+// TestTranslatedAlike renders a rule as iptables-nft writes it and as
+// iptables-translate translates it to native nft (what
+// iptables-restore-translate output loaded with nft -f holds): both must
+// give the same text, with no unknown: token.
+func TestTranslatedAlike(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "iptables-restore-translate", "nft", "bash")
+	cases := []struct{ table, chain, rule string }{
+		{"nat", "PREROUTING", "-m addrtype --dst-type LOCAL -j ACCEPT"},
+		{"nat", "OUTPUT", "-m addrtype ! --src-type LOCAL --limit-iface-out -j ACCEPT"},
+		{"raw", "PREROUTING", "-m rpfilter -j ACCEPT"},
+		{"raw", "PREROUTING", "-m rpfilter --invert --validmark -j DROP"},
+		{"mangle", "PREROUTING", "-m rpfilter --loose -j ACCEPT"},
+		{"nat", "POSTROUTING", "-o eth0 -j MASQUERADE"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.table+" "+tc.rule, func(t *testing.T) {
+			texts := make([]string, 2)
+			rules := filepath.Join(t.TempDir(), "rules")
+			for k, cmd := range []string{
+				"iptables-nft -t " + tc.table + " -A " + tc.chain + " " + tc.rule,
+				"printf '*" + tc.table + "\\n:" + tc.chain + " ACCEPT [0:0]\\n-A " + tc.chain + " " + tc.rule + "\\nCOMMIT\\n' >" + rules + " && " +
+					"iptables-restore-translate -f " + rules + " | nft -f -",
+			} {
+				ns := nstest.New(t)
+				ns.Run("bash", "-c", cmd)
+				for _, r := range dumpRules(t, ns.Path()) {
+					if r.Table == tc.table && r.Chain == tc.chain {
+						texts[k] = Text(r)
+					}
+				}
+			}
+			if texts[0] != texts[1] || strings.Contains(texts[1], "unknown:") {
+				t.Errorf("iptables-nft and translated rule differ:\n%s\n%s", texts[0], texts[1])
+			}
+		})
 	}
 }

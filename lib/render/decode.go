@@ -26,7 +26,8 @@ func (b *builder) expr(e inspect.Expr) {
 		return
 	}
 	x := newExpr(e.Name)
-	if x == nil || e.Data == nil && e.Name != "notrack" {
+	// notrack and a plain masq carry no attribute at all.
+	if x == nil || e.Data == nil && e.Name != "notrack" && e.Name != "masq" {
 		b.opaqueExpr(e)
 		return
 	}
@@ -96,6 +97,8 @@ func newExpr(name string) expr.Any {
 		return &expr.TProxy{}
 	case "notrack":
 		return &expr.Notrack{}
+	case "fib":
+		return &expr.Fib{}
 	}
 	return nil
 }

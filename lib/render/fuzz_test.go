@@ -10,7 +10,7 @@ import (
 )
 
 var fuzzNames = []string{"payload", "meta", "cmp", "bitwise", "range", "lookup", "immediate", "counter",
-	"ct", "limit", "log", "reject", "nat", "masq", "redir", "tproxy", "notrack", "match", "target"}
+	"ct", "limit", "log", "reject", "nat", "masq", "redir", "tproxy", "notrack", "fib", "match", "target"}
 
 var fuzzFams = []inspect.Family{inspect.IP, inspect.IP6, inspect.INet, inspect.ARP, inspect.Bridge, "bogus"}
 

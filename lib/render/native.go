@@ -103,8 +103,84 @@ func (b *builder) native(x expr.Any) bool {
 	case *expr.Notrack:
 		b.target("CT --notrack")
 		return true
+	case *expr.Fib:
+		return b.fib(x)
 	}
 	return false
+}
+
+// Fib lookups that iptables-restore-translate writes for -m addrtype
+// ("fib daddr type local") and -m rpfilter ("fib saddr . iif oif 0"): the
+// register remembers which, the compare after it gives the meaning.
+const (
+	fibAddrType = iota + 1
+	fibRPFilter
+)
+
+func (b *builder) fib(f *expr.Fib) bool {
+	var flags uint32
+	for bit, on := range map[uint32]bool{unix.NFTA_FIB_F_SADDR: f.FlagSADDR, unix.NFTA_FIB_F_DADDR: f.FlagDADDR,
+		unix.NFTA_FIB_F_MARK: f.FlagMARK, unix.NFTA_FIB_F_IIF: f.FlagIIF, unix.NFTA_FIB_F_OIF: f.FlagOIF, unix.NFTA_FIB_F_PRESENT: f.FlagPRESENT} {
+		if on {
+			flags |= bit
+		}
+	}
+	var kind uint32
+	switch {
+	case f.ResultADDRTYPE && !f.ResultOIF && !f.ResultOIFNAME && flags&(unix.NFTA_FIB_F_MARK|unix.NFTA_FIB_F_PRESENT) == 0 &&
+		(flags&unix.NFTA_FIB_F_SADDR != 0) != (flags&unix.NFTA_FIB_F_DADDR != 0):
+		kind = fibAddrType
+	case f.ResultOIF && !f.ResultADDRTYPE && !f.ResultOIFNAME && flags&^(unix.NFTA_FIB_F_IIF|unix.NFTA_FIB_F_MARK) == unix.NFTA_FIB_F_SADDR:
+		kind = fibRPFilter
+	default:
+		return false
+	}
+	b.regs[f.Register] = &source{kind: "fib", key: kind, dir: flags, rangePart: -1}
+	return true
+}
+
+func (b *builder) fibCmp(s *source, neg bool, data []byte) bool {
+	if s.mask != nil || len(data) != 4 {
+		return false
+	}
+	v := binary.NativeEndian.Uint32(data)
+	switch s.key {
+	case fibAddrType:
+		if v >= 32 {
+			return false
+		}
+		opt := "--dst-type "
+		if s.dir&unix.NFTA_FIB_F_SADDR != 0 {
+			opt = "--src-type "
+		}
+		t := negPrefix(neg) + opt + maskNames(1<<v, addrTypes)
+		if s.dir&unix.NFTA_FIB_F_IIF != 0 {
+			t += " --limit-iface-in"
+		}
+		if s.dir&unix.NFTA_FIB_F_OIF != 0 {
+			t += " --limit-iface-out"
+		}
+		b.module("addrtype", t)
+	case fibRPFilter:
+		// "oif != 0" passes the check; "oif 0" (no route back) is --invert.
+		if v != 0 {
+			return false
+		}
+		var o []string
+		if s.dir&unix.NFTA_FIB_F_IIF == 0 {
+			o = append(o, "--loose")
+		}
+		if s.dir&unix.NFTA_FIB_F_MARK != 0 {
+			o = append(o, "--validmark")
+		}
+		if !neg {
+			o = append(o, "--invert")
+		}
+		b.module("rpfilter", strings.Join(o, " "))
+	default:
+		return false
+	}
+	return true
 }
 
 // cmp interprets "register (loaded from s) OP data".
@@ -192,6 +268,8 @@ func (b *builder) cmpEq(s *source, neg bool, data []byte) bool {
 		return b.payloadCmp(s, neg, data)
 	case "ct":
 		return b.ctCmp(s, neg, data)
+	case "fib":
+		return b.fibCmp(s, neg, data)
 	}
 	return false
 }
