@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+)
+
+// TestHookXTMutexHeldByNeighbour: a neighbour holding the host-wide x_tables
+// mutex (issue 7 item 1) must not hold the hook process past its deadline;
+// the finding records the nftables usage, truncated, with the reason. The
+// hook runs as a runtime runs it, stderr a pipe the test waits on: a probe
+// left behind must not hold it.
+func TestHookXTMutexHeldByNeighbour(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
+	_, err := os.Stat("/proc/self/net/ip_tables_names")
+	nstest.Need(t, err == nil, "needs the ip_tables module loaded")
+	victim := nstest.New(t)
+	victim.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
+	nstest.HoldXTMutex(t, 300000, 64)
+
+	h := hookRun{}
+	start := time.Now()
+	runHookProc(t, pod{netns: victim.Path()}.state(t), &h, "--timeout", "1s")
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Fatalf("hook took %v with --timeout 1s while a neighbour held the x_tables mutex\n%s", took, h.stderr)
+	}
+	recs := readFindings(t, h.findings)
+	if len(recs) != 1 || !recs[0].Truncated || !strings.Contains(recs[0].Error, "legacy x_tables busy") || recs[0].Nft.Rules != 1 {
+		t.Fatalf("want one truncated finding with the nft rule and \"legacy x_tables busy\", got %+v\n%s", recs, h.stderr)
+	}
+}
+
+// TestHookTooManyChains: 300,000 empty native chains made before an
+// iptables user chain (issue 7 item 4) give a finding with what was
+// counted, truncated, not nothing.
+func TestHookTooManyChains(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "nft")
+	ns := nstest.New(t)
+	var b strings.Builder
+	b.WriteString("add table ip aaa\n")
+	for i := 0; i < 300000; i++ {
+		fmt.Fprintf(&b, "add chain ip aaa c%d\n", i)
+	}
+	f := filepath.Join(t.TempDir(), "chains.nft")
+	if err := os.WriteFile(f, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ns.Run("nft", "-f", f)
+	ns.Run("iptables-nft", "-N", "MINE")
+	ns.Run("iptables-nft", "-A", "MINE", "-j", "RETURN")
+	h := hookRun{}
+	runHookProc(t, pod{netns: ns.Path()}.state(t), &h, "--timeout", "1s")
+	recs := readFindings(t, h.findings)
+	if len(recs) != 1 || !recs[0].Truncated || recs[0].Error == "" || recs[0].Nft.Rules != 1 {
+		t.Fatalf("want one truncated finding with the user chain's rule and the reason, got %+v\n%s", recs, h.stderr)
+	}
+}
