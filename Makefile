@@ -32,6 +32,11 @@ test: deps lint
 test-unit:
 	$(GO) test -count=1 -short ./...
 
+# Every test against the real parts, as root, without -race (faster than
+# test); CI=true turns a missing tool or root into a failure, not a skip.
+test-integration: deps
+	CI=true $(GO) test -count=1 -timeout 40m ./...
+
 bench: deps build
 	$(GO) run ./tests/bench -bin $(HOOKBIN)
 	$(GO) test -run XXX -bench . -benchtime 20x ./lib/...

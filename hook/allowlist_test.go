@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -141,5 +143,16 @@ func TestRenderCommand(t *testing.T) {
 	}
 	if out, err := exec.Command(bin, "render", "--netns", "/run/netns/iptalert-none").CombinedOutput(); err == nil || !strings.Contains(string(out), "does not exist") {
 		t.Errorf("render of a missing netns: err=%v out=%s", err, out)
+	}
+	// Without root nothing of the netns can be read: exit 1 and say why,
+	// never an empty listing that looks like a clean netns.
+	cmd := exec.Command(bin, "render", "--netns", ns.Path())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(stderr.String(), "needs root") || stdout.Len() != 0 {
+		t.Errorf("render without root: err=%v, want exit 1 with \"needs root\"; stdout %q, stderr %q", err, stdout.String(), stderr.String())
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
-	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/render"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
@@ -23,7 +22,9 @@ Prints every iptables rule in the network namespace at PATH (for example
 "family table TEXT", followed by "# allowlisted: ENTRY" where an allowlist
 entry takes it away. Copy a line's TEXT into an allowlist entry's "rule".
 Legacy x_tables usage is summarised at the end (it is counted, not decoded).
-Exits 1 when the netns cannot be read, 0 otherwise.`
+Exits 1 when the netns cannot be read, or not all of it (without root, past
+--timeout, or past a size bound: what was printed is then only part of it),
+0 otherwise.`
 
 func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	fs := newFlagSet("render", renderSynopsis, stderr)
@@ -72,7 +73,7 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 			fmt.Fprintf(out, "# %s %s: empty user chain %s\n", c.Family, safetext.Name(c.Table, scan.MaxName), safetext.Name(c.Name, scan.MaxName))
 		}
 		if c.Drop {
-			fmt.Fprintf(out, "# %s %s: chain %s has policy DROP\n", c.Family, safetext.Name(c.Table, scan.MaxName), c.Name)
+			fmt.Fprintf(out, "# %s %s: chain %s has policy DROP\n", c.Family, safetext.Name(c.Table, scan.MaxName), safetext.Name(c.Name, scan.MaxName))
 		}
 	}
 	if counted > len(u.Rules) {
@@ -81,11 +82,16 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	for _, l := range u.Legacy {
 		fmt.Fprintf(out, "# legacy %s %s: %d entries beyond the untouched table\n", l.Family, l.Table, l.Rules)
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "render: incomplete: %v\n", err)
-		if errors.Is(err, inspect.ErrDeadline) {
-			return 1
-		}
+	if res.Complete() {
+		return 0
 	}
-	return 0
+	// What was printed is a lower bound: never let it pass for the whole.
+	if err == nil {
+		err = errors.New("a size bound cut the dump short")
+	}
+	fmt.Fprintf(stderr, "render: incomplete, the rules above are only part of the netns: %v\n", err)
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(stderr, "render: reading another network namespace needs root")
+	}
+	return 1
 }

@@ -14,27 +14,6 @@ import (
 // the netns ruleset is byte-identical before and after.
 func TestHookScenarios(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "ip6tables-nft", "iptables-legacy", "ip6tables-legacy", "iptables-nft-restore", "nft")
-	istio := `*nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
-:ISTIO_INBOUND - [0:0]
-:ISTIO_IN_REDIRECT - [0:0]
-:ISTIO_OUTPUT - [0:0]
-:ISTIO_REDIRECT - [0:0]
--A PREROUTING -p tcp -j ISTIO_INBOUND
--A OUTPUT -p tcp -j ISTIO_OUTPUT
--A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN
--A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT
--A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006
--A ISTIO_OUTPUT -o lo -s 127.0.0.6/32 -j RETURN
--A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN
--A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN
--A ISTIO_OUTPUT -j ISTIO_REDIRECT
--A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001
-COMMIT
-`
 	tests := []struct {
 		name   string
 		setup  func(ns *nstest.NS)
@@ -44,9 +23,9 @@ COMMIT
 	}{
 		{
 			name:  "istio nat ruleset via iptables-nft-restore",
-			setup: func(ns *nstest.NS) { ns.Restore(istio, "iptables-nft-restore") },
+			setup: func(ns *nstest.NS) { ns.Restore(nstest.IstioNAT, "iptables-nft-restore") },
 			want:  true,
-			nft:   findings.Nft{Tables: []string{"ip nat"}, Chains: 6, Rules: 10},
+			nft:   findings.Nft{Tables: []string{"ip nat"}, Chains: 6, Rules: 15},
 		},
 		{
 			name:  "single filter rule",

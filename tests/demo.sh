@@ -7,6 +7,8 @@
 set -euo pipefail
 BIN=$(realpath "${1:-bin/iptables-alerter}")
 HOOKBIN=$(realpath "${2:-bin/iptables-alerter-hook}")
+# The repository, for the shared test fixtures.
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 if [ "$(id -u)" -ne 0 ]; then echo "demo: run as root (it creates network namespaces)" >&2; exit 1; fi
 WORK=$(mktemp -d /tmp/iptables-alerter-demo.XXXXXX)
 DIRTY=iptalert-demo-dirty-$$
@@ -75,23 +77,7 @@ echo "Pods demo/mesh-app ($MESH_UID) and demo/plain-app ($PLAIN_UID) created"
 say "Two pod network namespaces: $DIRTY (rules) and $CLEAN (none)"
 ip netns add "$DIRTY"
 ip netns add "$CLEAN"
-ip netns exec "$DIRTY" iptables-nft-restore <<'RULES'
-*nat
-:ISTIO_INBOUND - [0:0]
-:ISTIO_IN_REDIRECT - [0:0]
-:ISTIO_OUTPUT - [0:0]
-:ISTIO_REDIRECT - [0:0]
--A PREROUTING -p tcp -j ISTIO_INBOUND
--A OUTPUT -p tcp -j ISTIO_OUTPUT
--A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN
--A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT
--A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006
--A ISTIO_OUTPUT -o lo -s 127.0.0.6/32 -j RETURN
--A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN
--A ISTIO_OUTPUT -j ISTIO_REDIRECT
--A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001
-COMMIT
-RULES
+ip netns exec "$DIRTY" iptables-nft-restore < "$ROOT/internal/nstest/testdata/istio-nat.rules"
 ip netns exec "$DIRTY" iptables-legacy -A OUTPUT -d 169.254.169.254 -p tcp --dport 80 -j DROP
 echo "iptables-nft-save in $DIRTY:"
 ip netns exec "$DIRTY" iptables-nft-save | grep -v '^#' | sed 's/^/    /'

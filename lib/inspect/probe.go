@@ -155,10 +155,20 @@ func (p *legacyProbe) wait(deadline time.Time, s *Snapshot) error {
 		s.Legacy = append(s.Legacy, p.tables...)
 		return p.err
 	}
+	answered := false
 	defer func() {
 		p.r.Close()
 		p.cmd.Process.Kill()
-		// Reap it whenever it ends, without waiting for it here.
+		if answered {
+			// It is past its kernel calls and dies at once. Reaped here, it
+			// is never left for the runtime: crun, as the subreaper of
+			// an exited hook's children, then misses the hook's own exit
+			// and waits out the hook timeout.
+			_ = p.cmd.Wait()
+			return
+		}
+		// Still blocked in the kernel: reap it whenever it ends, without
+		// waiting for it here.
 		go p.cmd.Wait()
 	}()
 	if err := p.r.SetReadDeadline(deadline); err != nil {
@@ -177,6 +187,7 @@ func (p *legacyProbe) wait(deadline time.Time, s *Snapshot) error {
 		case l.Err != "":
 			errs = append(errs, l.Err)
 		case l.Done:
+			answered = true
 			if len(errs) > 0 {
 				return fmt.Errorf("read legacy tables in netns %q: %s", p.path, strings.Join(errs, "; "))
 			}

@@ -22,36 +22,6 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
-// istioNAT is the shape of what istio-init writes (trimmed): user chains
-// jumped to from PREROUTING and OUTPUT, REDIRECTs to the sidecar, owner
-// matches (xt compat in nftables).
-const istioNAT = `*nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
-:ISTIO_INBOUND - [0:0]
-:ISTIO_IN_REDIRECT - [0:0]
-:ISTIO_OUTPUT - [0:0]
-:ISTIO_REDIRECT - [0:0]
--A PREROUTING -p tcp -j ISTIO_INBOUND
--A OUTPUT -p tcp -j ISTIO_OUTPUT
--A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN
--A ISTIO_INBOUND -p tcp --dport 15090 -j RETURN
--A ISTIO_INBOUND -p tcp --dport 15021 -j RETURN
--A ISTIO_INBOUND -p tcp --dport 15020 -j RETURN
--A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT
--A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006
--A ISTIO_OUTPUT -s 127.0.0.6/32 -o lo -j RETURN
--A ISTIO_OUTPUT ! -d 127.0.0.1/32 -o lo -m owner --uid-owner 1337 -j ISTIO_IN_REDIRECT
--A ISTIO_OUTPUT -o lo -m owner ! --uid-owner 1337 -j RETURN
--A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN
--A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN
--A ISTIO_OUTPUT -j ISTIO_REDIRECT
--A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001
-COMMIT
-`
-
 // hookPATH is the only environment the hook gets: runtimes pass hooks an
 // empty environment unless the hook entry sets one.
 const hookPATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -139,7 +109,7 @@ func TestOCIRuntime(t *testing.T) {
 	}{
 		{
 			name:       "istio nat by iptables-nft-restore, two containers, one finding",
-			rules:      func(t *testing.T, ns *nstest.NS) { ns.Restore(istioNAT, "iptables-nft-restore") },
+			rules:      func(t *testing.T, ns *nstest.NS) { ns.Restore(nstest.IstioNAT, "iptables-nft-restore") },
 			starts:     2,
 			wantNft:    &findings.Nft{Tables: []string{"ip nat"}, Chains: 6, Rules: 15},
 			wantLegacy: findings.Legacy{Tables: []string{}},
@@ -162,7 +132,7 @@ func TestOCIRuntime(t *testing.T) {
 		},
 		{
 			name:     "not a pod container",
-			rules:    func(t *testing.T, ns *nstest.NS) { ns.Restore(istioNAT, "iptables-nft-restore") },
+			rules:    func(t *testing.T, ns *nstest.NS) { ns.Restore(nstest.IstioNAT, "iptables-nft-restore") },
 			notPod:   true,
 			starts:   1,
 			wantLogs: []string{"not a kubelet-created container, skipped"},

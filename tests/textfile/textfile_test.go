@@ -2,8 +2,6 @@ package textfiletest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -151,36 +149,6 @@ func ours(all map[string]float64) map[string]float64 {
 	return out
 }
 
-// netns is a real pinned namespace the test deletes when it wants the pod
-// to be gone (nstest.NS deletes only at the end of the test).
-type netns struct{ name string }
-
-func addNetns(t *testing.T) *netns {
-	t.Helper()
-	nstest.NeedRoot(t)
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	n := &netns{name: "iptalert-tf-" + hex.EncodeToString(b)}
-	if out, err := exec.Command("ip", "netns", "add", n.name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if _, err := os.Stat(n.path()); err == nil {
-			_ = exec.Command("ip", "netns", "del", n.name).Run()
-		}
-	})
-	return n
-}
-
-func (n *netns) path() string { return "/run/netns/" + n.name }
-
-func (n *netns) del(t *testing.T) {
-	t.Helper()
-	if out, err := exec.Command("ip", "netns", "del", n.name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns del: %v: %s", err, out)
-	}
-}
-
 type dirs struct{ findings, state, text string }
 
 func newDirs(t *testing.T) dirs {
@@ -274,9 +242,9 @@ func TestNodeExporterScrapesTextfile(t *testing.T) {
 	}{{"binary", runOnce}, {"library", libraryOnce}} {
 		t.Run(run.name, func(t *testing.T) {
 			d := newDirs(t)
-			live, leaving := addNetns(t), addNetns(t)
-			appendFinding(t, d.findings, "team-a", "web-1", "uid-live", live.path(), 3, 0)
-			appendFinding(t, d.findings, "team-b", "batch-7", "uid-leaving", leaving.path(), 1, 2)
+			live, leaving := nstest.New(t), nstest.New(t)
+			appendFinding(t, d.findings, "team-a", "web-1", "uid-live", live.Path(), 3, 0)
+			appendFinding(t, d.findings, "team-b", "batch-7", "uid-leaving", leaving.Path(), 1, 2)
 			appendFinding(t, d.findings, "team-c", "gone-1", "uid-gone", "/run/netns/iptalert-tf-never-existed", 5, 0)
 			appendRaw(t, d.findings, "this is not a finding\n")
 			run.once(t, d)
@@ -311,8 +279,8 @@ func TestNodeExporterScrapesTextfile(t *testing.T) {
 
 			// The pod leaves the node: its netns goes, the next run drops
 			// it; the counters survive the restart and count on.
-			leaving.del(t)
-			appendFinding(t, d.findings, "team-a", "web-1", "uid-live", live.path(), 4, 0)
+			leaving.Delete()
+			appendFinding(t, d.findings, "team-a", "web-1", "uid-live", live.Path(), 4, 0)
 			run.once(t, d)
 			got = ours(scrape(t, url))
 			delete(got, "iptables_alerter_last_finding_timestamp_seconds{}")
@@ -337,7 +305,7 @@ func TestNodeExporterScrapesTextfile(t *testing.T) {
 func TestNodeExporterWhileFollowing(t *testing.T) {
 	needTools(t)
 	d := newDirs(t)
-	live := addNetns(t)
+	live := nstest.New(t)
 	cmd := exec.Command(bin, "textfile", "--findings", d.findings, "--state-dir", d.state, "--textfile-dir", d.text, "--poll", "20ms")
 	var logs strings.Builder
 	cmd.Stderr = &logs
@@ -352,7 +320,7 @@ func TestNodeExporterWhileFollowing(t *testing.T) {
 	// data loss by design, so the test waits before writing on.
 	small := findings.Log{Path: d.findings, MaxBytes: 300}
 	for i := range 10 {
-		r := findings.Record{Time: findings.Now(), Pod: findings.Pod{Namespace: "team-a", Name: fmt.Sprintf("web-%d", i), UID: fmt.Sprintf("u%d", i)}, Netns: live.path(), Fingerprint: "fp"}
+		r := findings.Record{Time: findings.Now(), Pod: findings.Pod{Namespace: "team-a", Name: fmt.Sprintf("web-%d", i), UID: fmt.Sprintf("u%d", i)}, Netns: live.Path(), Fingerprint: "fp"}
 		r.Nft.Rules, r.Nft.Tables = i+1, []string{"ip filter"}
 		if err := small.Append(context.Background(), r); err != nil {
 			t.Fatal(err)
