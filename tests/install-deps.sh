@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests and the demo run against: the real
-# iptables clients, nft, OCI runtimes, podman, node_exporter, promtool, etcd.
+# iptables clients, nft, OCI runtimes, podman, node_exporter, promtool, etcd,
+# logrotate.
 # Idempotent: apt runs only when a package is missing.
 set -euo pipefail
 pkgs=(
   iptables arptables ebtables ipset nfacct nftables iproute2 util-linux mount curl openssl
   crun runc podman conmon busybox-static libc-bin
   prometheus-node-exporter prometheus
-  etcd-server
+  etcd-server logrotate
 )
 missing=()
 for p in "${pkgs[@]}"; do

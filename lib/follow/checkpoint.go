@@ -24,11 +24,11 @@ type Checkpoint struct {
 	FirstLine string `json:"first_line_sha256"`
 	// Offset is just past the last handled newline.
 	Offset int64 `json:"offset"`
-	// Rotated is the rotated file as it was when the follower last looked,
-	// while reading the current one. Inode numbers are reused at once on
-	// most file systems, so after two rotations the new current file can
-	// carry the inode the checkpoint names; a rotated file that differs
-	// from this one tells that apart from a truncation in place.
+	// Rotated is the file that comes before this one (the newest rotated
+	// file, while reading the current one), as it was when the follower
+	// moved here. When the file the checkpoint names is gone (truncated in
+	// place, or its inode reused), the follower goes on with the file after
+	// this one: everything there is newer than what was handled.
 	Rotated FileID `json:"rotated"`
 }
 

@@ -14,11 +14,18 @@
 // atomically); an error leaves the checkpoint where it was and the same line
 // is handed over again later, so nothing is lost or duplicated.
 //
-// Takes: the path the hook appends to (rotated by renaming it to PATH.1) and
-// a checkpoint path. Gives: each complete, non-empty line, without its
-// newline, in file order, oldest file first; oversized lines and the torn
-// tail of a rotated file go to Follower.Skipped so the consumer can count
-// them as malformed.
+// Takes: the path the hook appends to (rotated by renaming PATH.k to
+// PATH.k+1 and PATH to PATH.1) and a checkpoint store. Gives: each complete,
+// non-empty line, without its newline, in file order, oldest generation
+// first (PATH.N ... PATH.1, then PATH); oversized lines and the torn tail of
+// a rotated file go to Follower.Skipped so the consumer can count them as
+// malformed.
+//
+// The file the checkpoint points into is found by inode and first-line
+// hash wherever rotation has moved it, and finished before the next newer
+// one. A copy of it under another inode (logrotate's copytruncate) is
+// recognised by the first-line hash and finished where the checkpoint left
+// off, then the truncated original is read from its start: no line twice.
 //
 // Invariant: the checkpoint (device, inode, SHA-256 of the first line, offset
 // after the last handled newline) never moves past a line whose handler has
@@ -38,6 +45,7 @@
 // follower tells Reset and starts over from the oldest line, a replay.
 //
 // What cannot be delivered: lines destroyed before the follower read them
-// (a file rotated twice, or truncated, while the follower was behind or not
-// running). A file that does not exist yet is waited for.
+// (a file rotated past the last generation, or truncated in place without a
+// copy, while the follower was behind or not running). A file that does not
+// exist yet is waited for.
 package follow

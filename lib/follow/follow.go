@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -200,7 +204,7 @@ type file struct {
 }
 
 func open(name string) (*file, error) {
-	fd, err := os.Open(name)
+	fd, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -220,160 +224,210 @@ func open(name string) (*file, error) {
 	return &file{File: fd, name: name, dev: uint64(st.Dev), inode: st.Ino, size: fi.Size()}, nil
 }
 
-func (x *file) start() Checkpoint {
-	if x == nil {
-		return Checkpoint{}
-	}
-	return Checkpoint{Dev: x.dev, Inode: x.inode}
+func (x *file) start(prev FileID) Checkpoint {
+	return Checkpoint{Dev: x.dev, Inode: x.inode, Rotated: prev}
 }
 
-func (x *file) sameInode(c Checkpoint) bool { return x != nil && x.dev == c.Dev && x.inode == c.Inode }
+func (x *file) sameInode(dev, inode uint64) bool { return x.dev == dev && x.inode == inode }
 
-// same reports whether x is the file c points into: same inode and, once
-// past the first line, the same first line.
-func (x *file) same(c Checkpoint) (bool, error) {
-	if !x.sameInode(c) {
-		return false, nil
-	}
-	if c.Offset == 0 {
-		return true, nil
-	}
-	sum, ok, err := firstLineHash(x)
+func (x *file) firstLine() (string, error) {
+	sum, _, err := firstLineHash(x)
 	if err != nil {
-		return false, fmt.Errorf("read findings %q: %w", x.name, err)
+		return "", fmt.Errorf("read findings %q: %w", x.name, err)
 	}
-	return ok && sum == c.FirstLine, nil
+	return sum, nil
 }
 
 func (x *file) id() (FileID, error) {
-	if x == nil {
-		return FileID{}, nil
-	}
-	sum, _, err := firstLineHash(x)
-	if err != nil {
-		return FileID{}, fmt.Errorf("read findings %q: %w", x.name, err)
-	}
-	return FileID{Dev: x.dev, Inode: x.inode, FirstLine: sum}, nil
+	sum, err := x.firstLine()
+	return FileID{Dev: x.dev, Inode: x.inode, FirstLine: sum}, err
 }
 
-// choose picks the file to read now, and the one to move on to once it is
-// finished (the current file, when target is the rotated one). It resets
-// f.cp when the file it pointed into was truncated or is gone.
-func (f *Follower) choose(cur, old *file) (target, next *file, err error) {
-	nextOf := func() *file {
-		if cur != nil && !cur.sameInode(old.start()) {
-			return cur
-		}
-		return nil
+// holds reports whether x holds the checkpoint's lines: a first line
+// with the checkpoint's hash and at least its offset of bytes.
+func (x *file) holds(c Checkpoint) (bool, error) {
+	sum, err := x.firstLine()
+	return err == nil && sum != "" && sum == c.FirstLine && x.size >= c.Offset, err
+}
+
+// generations lists PATH.N ... PATH.1, PATH: the rotated files, oldest
+// first, then the current one. The hook keeps DefaultGenerations of them;
+// whatever is there is read, so a longer history left by an earlier
+// setting is finished too.
+func generations(path string) ([]string, error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
 	}
-	fromOld := func() (*file, *file, error) {
-		f.cp = old.start()
-		return old, nextOf(), nil
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
 	}
-	fromCur := func(reset bool) (*file, *file, error) {
-		if reset {
-			f.cp = cur.start()
+	if err != nil {
+		return nil, fmt.Errorf("list findings directory %q: %w", dir, err)
+	}
+	var gens []int
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), base+".")
+		if !ok {
+			continue
 		}
-		rot, err := old.id()
+		if k, err := strconv.Atoi(rest); err == nil && k > 0 && strconv.Itoa(k) == rest {
+			gens = append(gens, k)
+		}
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(gens)))
+	names := make([]string, 0, len(gens)+1)
+	for _, k := range gens {
+		names = append(names, path+"."+strconv.Itoa(k))
+	}
+	return append(names, path), nil
+}
+
+// openAll opens every generation, oldest first, one entry per file. The
+// hook may rotate meanwhile; the names are checked again after the opens
+// and the whole set taken again when one moved, so the order is the order
+// of one moment.
+func openAll(path string) ([]*file, error) {
+	for try := 0; ; try++ {
+		names, err := generations(path)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		f.cp.Rotated = rot
-		return cur, nil, nil
+		var files []*file
+		seen := map[[2]uint64]bool{}
+		for _, n := range names {
+			x, err := open(n)
+			if err != nil {
+				closeAll(files)
+				return nil, err
+			}
+			if x == nil {
+				continue
+			}
+			if k := [2]uint64{x.dev, x.inode}; seen[k] {
+				x.Close()
+				continue
+			} else {
+				seen[k] = true
+			}
+			files = append(files, x)
+		}
+		if try >= 3 || unmoved(files) {
+			return files, nil
+		}
+		closeAll(files)
+	}
+}
+
+func unmoved(files []*file) bool {
+	for _, x := range files {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(x.name, &st); err != nil || uint64(st.Dev) != x.dev || st.Ino != x.inode {
+			return false
+		}
+	}
+	return true
+}
+
+func closeAll(files []*file) {
+	for _, x := range files {
+		x.Close()
+	}
+}
+
+// choose picks the file to read now (an index into files, oldest first);
+// it resets f.cp when the file it pointed into is gone.
+func (f *Follower) choose(files []*file) (int, error) {
+	if len(files) == 0 {
+		return -1, nil
 	}
 	if f.cp.IsZero() {
 		// Nothing read yet: start with the oldest lines there are.
-		if old != nil {
-			return fromOld()
-		}
-		if cur != nil {
-			return fromCur(true)
-		}
-		return nil, nil, nil
+		f.cp = files[0].start(FileID{})
+		return 0, nil
 	}
-	if cur != nil {
-		ok, err := cur.same(f.cp)
+	// The file the checkpoint names, by inode and, past its first line,
+	// by that line.
+	for i, x := range files {
+		if !x.sameInode(f.cp.Dev, f.cp.Inode) {
+			continue
+		}
+		if f.cp.Offset == 0 {
+			return i, nil
+		}
+		ok, err := x.holds(f.cp)
 		if err != nil {
-			return nil, nil, err
+			return -1, err
 		}
 		if ok {
-			return fromCur(cur.size < f.cp.Offset) // smaller: truncated
+			return i, nil
 		}
 	}
-	if old != nil {
-		ok, err := old.same(f.cp)
-		if err != nil {
-			return nil, nil, err
-		}
-		if ok {
-			if old.size < f.cp.Offset {
-				f.cp = old.start()
+	// A copy of it under another inode: logrotate's copytruncate copies
+	// the file to PATH.1 and truncates it in place. The copy holds the rest
+	// of the lines; the truncated original comes after it.
+	if f.cp.Offset > 0 {
+		for i, x := range files {
+			ok, err := x.holds(f.cp)
+			if err != nil {
+				return -1, err
 			}
-			return old, nextOf(), nil
+			if ok {
+				f.cp.Dev, f.cp.Inode = x.dev, x.inode
+				return i, nil
+			}
 		}
 	}
-	if cur.sameInode(f.cp) {
-		// Same inode, another first line: truncated in place and written
-		// again, unless the rotated file changed meanwhile, which means two
-		// rotations and an inode number reused by the new current file.
-		rot, err := old.id()
+	// Gone: truncated in place, removed, or rotated past the last
+	// generation. Go on after the file that came before it, if that is
+	// still there; otherwise everything left is newer.
+	prev := f.cp.Rotated
+	for i, x := range files[:len(files)-1] {
+		if !x.sameInode(prev.Dev, prev.Inode) {
+			continue
+		}
+		id, err := x.id()
 		if err != nil {
-			return nil, nil, err
+			return -1, err
 		}
-		if old == nil || rot == f.cp.Rotated {
-			return fromCur(true)
+		if id == prev {
+			f.cp = files[i+1].start(id)
+			return i + 1, nil
 		}
-		return fromOld()
 	}
-	if old.sameInode(f.cp) {
-		return fromOld()
-	}
-	// The file is gone (rotated twice, or removed): everything still there
-	// is newer than the checkpoint, so start with the oldest.
-	if old != nil {
-		return fromOld()
-	}
-	if cur != nil {
-		return fromCur(true)
-	}
-	return nil, nil, nil
+	f.cp = files[0].start(FileID{})
+	return 0, nil
 }
 
 // step reads what it can from the chosen file; progressed is false when
 // there was nothing to do, so Run may sleep.
 func (f *Follower) step(ctx context.Context, h Handler) (progressed bool, err error) {
-	cur, err := open(f.path)
+	files, err := openAll(f.path)
 	if err != nil {
 		return false, err
 	}
-	if cur != nil {
-		defer cur.Close()
-	}
-	old, err := open(f.path + ".1")
-	if err != nil {
+	defer closeAll(files)
+	i, err := f.choose(files)
+	if err != nil || i < 0 {
 		return false, err
 	}
-	if old != nil {
-		defer old.Close()
-	}
-	target, next, err := f.choose(cur, old)
-	if err != nil || target == nil {
-		return false, err
-	}
+	target := files[i]
 	progressed, err = f.drain(ctx, target, h)
+	if err != nil || i == len(files)-1 {
+		return progressed, err
+	}
+	// A rotated file gets no more writes (the hook renames under its lock,
+	// between whole lines), so what is left is a torn line.
+	if rest := target.size - f.cp.Offset; rest > 0 && f.Skipped != nil {
+		f.Skipped(Skip{File: target.name, Offset: f.cp.Offset, Size: rest, Reason: "incomplete last line of rotated file"})
+	}
+	id, err := target.id()
 	if err != nil {
 		return progressed, err
 	}
-	if next != nil {
-		// The rotated file gets no more writes (the hook renames under its
-		// lock, between whole lines), so what is left is a torn line.
-		if rest := target.size - f.cp.Offset; rest > 0 && f.Skipped != nil {
-			f.Skipped(Skip{File: target.name, Offset: f.cp.Offset, Size: rest, Reason: "incomplete last line of rotated file"})
-		}
-		f.cp = next.start()
-		progressed = true
-	}
-	return progressed, nil
+	f.cp = files[i+1].start(id)
+	return true, nil
 }
 
 // drain hands over the complete lines of x from f.cp.Offset on.

@@ -3,7 +3,9 @@ package textfile
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
 )
@@ -375,5 +378,54 @@ func TestStateRoundTrip(t *testing.T) {
 	}
 	if diff := cmp.Diff(s, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("(-saved +loaded):\n%s", diff)
+	}
+}
+
+// logrotate's copytruncate copies the file to PATH.1 and truncates it in
+// place. The follower used to take the copy for new lines and count every
+// line twice (findings_total 252 after 140 lines); it now recognises the
+// copy by the checkpoint's first-line hash and goes on where it was.
+func TestLogrotateCopytruncate(t *testing.T) {
+	bin, err := exec.LookPath("logrotate")
+	nstest.Need(t, err == nil && os.Geteuid() == 0, "needs logrotate (apt-get install logrotate) and root (it refuses a config not owned by root)")
+	e := newEnv(t)
+	conf := filepath.Join(t.TempDir(), "logrotate.conf")
+	if err := os.WriteFile(conf, []byte(e.findings+" {\n  copytruncate\n  rotate 4\n  missingok\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rotate := func() {
+		t.Helper()
+		out, err := exec.Command(bin, "--force", "--state", filepath.Join(filepath.Dir(conf), "status"), conf).CombinedOutput()
+		if err != nil {
+			t.Fatalf("logrotate: %v\n%s", err, out)
+		}
+	}
+	uid := 0
+	add := func(n int) {
+		for i := 0; i < n; i++ {
+			uid++
+			e.append(rec("team-a", fmt.Sprintf("web-%d", uid), fmt.Sprintf("u%d", uid), "", 1, 0, t0))
+		}
+	}
+	add(100)
+	e.once(t0)
+	// Lines the follower has not read yet when the copy is taken: they are
+	// only in the copy.
+	add(40)
+	rotate()
+	add(10)
+	c := e.once(t0)
+	if f, _ := c.Counts(); f != 150 {
+		t.Errorf("findings_total = %d after 150 lines and a copytruncate, want 150", f)
+	}
+	rotate()
+	add(5)
+	rotate()
+	c = e.once(t0)
+	if f, m := c.Counts(); f != 155 || m != 0 {
+		t.Errorf("findings_total = %d, malformed %d after two more rotations, want 155, 0", f, m)
+	}
+	if n := len(c.Pods()); n != 155 {
+		t.Errorf("%d pods, want 155", n)
 	}
 }
