@@ -238,8 +238,8 @@ func (h *forwarder) handle(ctx context.Context, line []byte) error {
 		h.stats.noPod.Add(1)
 		entry.Info("finding without pod usage, skipped")
 	case events.Rejected:
-		h.stats.rejected.Add(1)
-		entry.Error("event rejected by the API server, finding skipped")
+		// Set aside for good: retrying would hold every later finding.
+		entry.WithField("rejected_total", h.stats.rejected.Add(1)).Error("event rejected by the API server, finding skipped")
 	}
 	return nil
 }

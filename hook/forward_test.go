@@ -626,3 +626,70 @@ current-context: c
 		t.Errorf("retries_total = %v, want at least 3 (503, 500, 503)", final["retries_total"])
 	}
 }
+
+// TestForwardSetsAsideRefusedFindings: findings naming a pod no API path
+// can hold ("..", "%", "/") used to be retried forever while /healthz said
+// ok, holding every later finding back. They are rejected, counted and
+// logged, and the next finding is delivered. Then a damaged checkpoint,
+// which used to make every start exit 1, replays instead.
+func TestForwardSetsAsideRefusedFindings(t *testing.T) {
+	e := newFwdEnv(t)
+	kubetest.Namespace(t, e.cs, "shop")
+	a := kubetest.Pod(t, e.cs, "shop", "after-the-bad-ones", nil, "")
+	b := kubetest.Pod(t, e.cs, "shop", "after-the-damage", nil, "")
+	for _, name := range []string{"..", "%", "a/b"} {
+		e.append(t, fwdRecord(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name}}, "u-bad", "fp-bad", "app"))
+	}
+	e.append(t, fwdRecord(a, string(a.UID), "fp-a", "app"))
+	f := e.start(t, "--health-addr", fwdFreeAddr(t))
+	e.waitDelivered(t, 20*time.Second, []*corev1.Pod{a}, 1)
+	fwdHealthy(t, f)
+	if n := len(f.entries("event rejected by the API server, finding skipped")); n != 3 {
+		t.Errorf("%d rejections logged, want 3", n)
+	}
+	e.waitCheckpointAtEnd(t)
+	f.stop(t, syscall.SIGTERM)
+	if got := f.entries("event forwarder stopped, checkpoint saved")[0]["rejected_total"]; got != float64(3) {
+		t.Errorf("rejected_total %v, want 3", got)
+	}
+
+	if err := os.WriteFile(filepath.Join(e.state, "checkpoint.json"), []byte(`{"dev":2049,"ino`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.append(t, fwdRecord(b, string(b.UID), "fp-b", "app"))
+	f = e.start(t)
+	e.waitDelivered(t, 20*time.Second, []*corev1.Pod{a, b}, 1)
+	if len(f.entries("checkpoint is damaged: reading the findings file again from its oldest line (Events already posted are answered AlreadyExists)")) != 1 {
+		t.Errorf("no log line about the damaged checkpoint")
+	}
+	e.waitCheckpointAtEnd(t)
+	f.stop(t, syscall.SIGTERM)
+}
+
+// TestForwardDownDuringRotations: the forwarder is stopped while the hook
+// rotates the file many times (an API server outage does the same); when
+// it comes back it finishes every generation in order.
+func TestForwardDownDuringRotations(t *testing.T) {
+	e := newFwdEnv(t)
+	e.log.MaxBytes, e.log.Generations = 3000, 8 // about four findings a file
+	kubetest.Namespace(t, e.cs, "shop")
+	var pods []*corev1.Pod
+	for i := range 24 {
+		pods = append(pods, kubetest.Pod(t, e.cs, "shop", fmt.Sprintf("gen-%02d", i), nil, ""))
+	}
+	e.append(t, fwdRecord(pods[0], string(pods[0].UID), "fp-gen", "app"))
+	f := e.start(t)
+	e.waitDelivered(t, 20*time.Second, pods[:1], 1)
+	e.waitCheckpointAtEnd(t)
+	f.stop(t, syscall.SIGTERM)
+	for _, p := range pods[1:] {
+		e.append(t, fwdRecord(p, string(p.UID), "fp-gen", "app"))
+	}
+	if _, err := os.Stat(e.findings + ".4"); err != nil {
+		t.Fatalf("fewer than four rotations while the forwarder was down: %v", err)
+	}
+	f = e.start(t)
+	e.waitDelivered(t, 30*time.Second, pods, 1)
+	e.waitCheckpointAtEnd(t)
+	f.stop(t, syscall.SIGTERM)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -110,6 +112,14 @@ func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, erro
 	}
 	if !rec.HasUsage() {
 		return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil
+	}
+	// client-go refuses such names before sending anything, with an error
+	// that looks like a lost connection: it would be retried forever and
+	// hold every later finding back. No pod can have them.
+	for what, name := range map[string]string{"namespace": rec.Pod.Namespace, "pod name": rec.Pod.Name} {
+		if msgs := path.IsValidPathSegmentName(name); len(msgs) > 0 {
+			return Result{Outcome: Rejected, Why: fmt.Errorf("invalid %s %q: %s", what, name, strings.Join(msgs, ", "))}, nil
+		}
 	}
 	pod, err := p.client.CoreV1().Pods(rec.Pod.Namespace).Get(ctx, rec.Pod.Name, metav1.GetOptions{})
 	if err != nil {
