@@ -47,8 +47,8 @@ type writer struct {
 	rng        *rand.Rand
 	path, cp   string
 	next       int
-	inCur      int // first seq in the current file
-	inOld      int // first seq in the rotated file
+	gens       int   // rotated files kept, as the hook's --generations
+	starts     []int // first seq of the current file, then of PATH.1, PATH.2, ...
 	rotations  int
 	truncates  int
 	caughtUpTo func(seq int) bool // every seq below has been delivered
@@ -86,12 +86,22 @@ func (w *writer) waitFor(what string, ok func() bool) {
 	}
 }
 
+// rotate shifts the generations as the hook does. It destroys PATH.gens,
+// so it waits until the reader has every line in it.
 func (w *writer) rotate() {
-	w.waitFor("rotation", func() bool { return w.caughtUpTo(w.inCur) })
+	g := max(w.gens, 1)
+	if len(w.starts) > g {
+		w.waitFor("rotation", func() bool { return w.caughtUpTo(w.starts[g-1]) })
+	}
+	for k := g - 1; k >= 1; k-- {
+		if err := os.Rename(fmt.Sprintf("%s.%d", w.path, k), fmt.Sprintf("%s.%d", w.path, k+1)); err != nil && !os.IsNotExist(err) {
+			w.t.Fatal(err)
+		}
+	}
 	if err := os.Rename(w.path, w.path+".1"); err != nil {
 		w.t.Fatal(err)
 	}
-	w.inOld, w.inCur = w.inCur, w.next
+	w.starts = append([]int{w.next}, w.starts[:min(len(w.starts), g)]...)
 	w.rotations++
 }
 
@@ -111,7 +121,7 @@ func (w *writer) truncate() {
 	if err := os.Truncate(w.path, 0); err != nil {
 		w.t.Fatal(err)
 	}
-	w.inCur = w.next
+	w.starts[0] = w.next
 	w.truncates++
 }
 
@@ -172,7 +182,7 @@ func TestPropertyGracefulRestarts(t *testing.T) {
 			dir := t.TempDir()
 			path, cpPath := filepath.Join(dir, "findings.jsonl"), filepath.Join(dir, "cp.json")
 			var s seen
-			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: s.upTo}
+			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: s.upTo, gens: int(seed%2)*2 + 1, starts: []int{0}}
 			done := make(chan struct{})
 			var wg sync.WaitGroup
 			wg.Add(1)
@@ -211,7 +221,7 @@ func TestPropertyGracefulRestarts(t *testing.T) {
 			close(done)
 			wg.Wait()
 			checkExactlyOnce(t, s.list)
-			t.Logf("%d lines, %d rotations, %d truncations, %d reader restarts", propLines, w.rotations, w.truncates, restarts)
+			t.Logf("%d lines, %d generations, %d rotations, %d truncations, %d reader restarts", propLines, w.gens, w.rotations, w.truncates, restarts)
 			if w.rotations == 0 || w.truncates == 0 || restarts < 10 {
 				t.Errorf("the run exercised too little: %d rotations, %d truncations, %d restarts", w.rotations, w.truncates, restarts)
 			}
@@ -321,7 +331,7 @@ func TestPropertyCrashRestarts(t *testing.T) {
 			var mu sync.Mutex // the sink reader is polled by both goroutines
 			sr := &sinkReader{t: t, path: sinkPath}
 			upTo := func(seq int) bool { mu.Lock(); defer mu.Unlock(); return sr.upTo(seq) }
-			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: upTo}
+			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: upTo, gens: int(seed%2)*2 + 1, starts: []int{0}}
 			done := make(chan struct{})
 			var wg sync.WaitGroup
 			wg.Add(1)
