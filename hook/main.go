@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/ipset"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -44,6 +45,8 @@ func usage(w io.Writer, cmds []command) {
 func main() {
 	// A legacy x_tables probe that lib/inspect started runs here and exits.
 	inspect.ProbeMain()
+	// So does an ipset name probe that lib/ipset started.
+	ipset.ProbeMain()
 	os.Exit(dispatch(commands(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
-	"github.com/iptables-alerter/iptables-alerter/lib/render"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
@@ -59,7 +58,7 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	u, err := res.Usage, res.Err
 	out := os.Stdout
 	for _, r := range u.Rules {
-		text := render.Text(r)
+		text := res.Text(r)
 		fmt.Fprintf(out, "%s %s %s", r.Family, safetext.Name(r.Table, scan.MaxName), text)
 		if name := list.Match(*namespace, r, func() string { return text }); name != "" {
 			fmt.Fprintf(out, "    # allowlisted: %s", name)

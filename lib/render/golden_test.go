@@ -9,10 +9,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/ipset"
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -345,3 +348,42 @@ func compareGolden(t *testing.T, name, got string) {
 
 var _ = sort.Strings
 var _ = exec.LookPath
+
+// TestSetNames: -m set rules written by the real iptables-nft render with
+// the set's name (read through lib/ipset) exactly as iptables-nft-save
+// prints them, and with id:N when the name is not known.
+func TestSetNames(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "iptables-nft-save", "ipset", "bash")
+	ns := nstest.New(t)
+	ns.Run("bash", "-c", `ipset create gone hash:ip && ipset create allow hash:ip,port && ipset destroy gone && ipset create block-v4 hash:net && `+
+		`iptables-nft -A INPUT -m set --match-set allow src,dst -j DROP && iptables-nft -A INPUT -m set ! --match-set block-v4 dst -j ACCEPT`)
+	var want []string
+	for _, l := range strings.Split(ns.Run("iptables-nft-save"), "\n") {
+		if strings.HasPrefix(l, "-A INPUT ") {
+			want = append(want, strings.TrimSpace(l))
+		}
+	}
+	rules := dumpRules(t, ns.Path())
+	h, err := netns.Open(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	names, err := ipset.Names(h, SetIndexes(rules), time.Now().Add(5*time.Second))
+	if err != nil {
+		t.Fatalf("ipset names: %v", err)
+	}
+	var got, bare []string
+	for _, r := range rules {
+		if r.Chain == "INPUT" {
+			got = append(got, Names{Sets: names}.Text(r))
+			bare = append(bare, Text(r))
+		}
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("rendered with names vs iptables-nft-save (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"-A INPUT -m set --match-set id:1 src,dst -j DROP", "-A INPUT -m set ! --match-set id:0 dst -j ACCEPT"}, bare); d != "" {
+		t.Errorf("rendered without names (-want +got):\n%s", d)
+	}
+}

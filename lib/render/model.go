@@ -41,6 +41,7 @@ type builder struct {
 	parts []part
 	regs  map[uint32]*source
 	proto int // the -p protocol seen so far, -1 when none
+	names Names
 }
 
 func newBuilder(fam inspect.Family) *builder {
@@ -111,4 +112,11 @@ type xtInfo struct {
 	name string
 	rev  uint32
 	info []byte
+}
+
+// Names resolves what a rule refers to only by number.
+type Names struct {
+	// Sets maps an ipset's kernel index to its name (lib/ipset reads them
+	// for the indexes SetIndexes lists); an index not in it prints as id:N.
+	Sets map[uint16]string
 }

@@ -462,3 +462,26 @@ func groupText(v, m uint32) string {
 	}
 	return fmt.Sprintf("0x%x/0x%x", v, m)
 }
+
+// addrTypes are the route types addrtype and fib name (RTN_*).
+var addrTypes = bitFlags("UNSPEC", "UNICAST", "LOCAL", "BROADCAST", "ANYCAST", "MULTICAST",
+	"BLACKHOLE", "UNREACHABLE", "PROHIBIT", "THROW", "NAT", "XRESOLVE")
+
+// nflogText is what NFLOG prints, from xt_nflog_info or a native log
+// expression with a group.
+func nflogText(prefix string, group, threshold uint16, copyLen bool, size uint32) string {
+	var s []string
+	if prefix != "" {
+		s = append(s, "--nflog-prefix "+safetext.Quote(prefix, MaxField))
+	}
+	if group != 0 {
+		s = append(s, "--nflog-group "+strconv.Itoa(int(group)))
+	}
+	if copyLen {
+		s = append(s, "--nflog-size "+strconv.FormatUint(uint64(size), 10))
+	}
+	if threshold != 0 {
+		s = append(s, "--nflog-threshold "+strconv.Itoa(int(threshold)))
+	}
+	return strings.Join(s, " ")
+}

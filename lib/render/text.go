@@ -10,7 +10,10 @@ import (
 
 // Text renders one iptables-nft rule as canonical iptables-save-like text.
 // It never panics and always returns text; see the package doc.
-func Text(r inspect.Rule) (out string) {
+func Text(r inspect.Rule) string { return Names{}.Text(r) }
+
+// Text is Text with the names n knows.
+func (n Names) Text(r inspect.Rule) (out string) {
 	head := "-A " + safetext.Name(r.Chain, MaxField)
 	defer func() {
 		// The decoders bounds-check, but a panic in a third-party
@@ -20,6 +23,7 @@ func Text(r inspect.Rule) (out string) {
 		}
 	}()
 	b := newBuilder(r.Family)
+	b.names = n
 	for _, e := range r.Exprs {
 		b.expr(e)
 	}
@@ -52,4 +56,27 @@ func opaqueRule(r inspect.Rule) string {
 		return "-m unknown:empty"
 	}
 	return strings.Join(s, " ")
+}
+
+// SetIndexes lists, once each, the ipset indexes that the xt set matches
+// of rules refer to.
+func SetIndexes(rules []inspect.Rule) []uint16 {
+	seen := map[uint16]bool{}
+	var ids []uint16
+	for _, r := range rules {
+		for _, e := range r.Exprs {
+			if e.Name != "match" {
+				continue
+			}
+			x, ok := parseXT(e.Data)
+			if !ok || x.name != "set" || x.rev < 1 || x.rev > 4 || len(x.info) < 2 {
+				continue
+			}
+			if id := u16(x.info, 0); !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
 }

@@ -190,9 +190,6 @@ func (b *builder) multiport(rev uint32, i []byte) bool {
 	return true
 }
 
-var addrTypes = bitFlags("UNSPEC", "UNICAST", "LOCAL", "BROADCAST", "ANYCAST", "MULTICAST",
-	"BLACKHOLE", "UNREACHABLE", "PROHIBIT", "THROW", "NAT", "XRESOLVE")
-
 func (b *builder) addrtype(src, dst uint16, invSrc, invDst bool, flags uint32) {
 	var s []string
 	if src != 0 {
@@ -252,7 +249,8 @@ func (b *builder) statistic(i []byte) bool {
 }
 
 // set: the rule holds the set's kernel index, not its name (the name lives
-// in ipset, per netns), so the text says "id:N".
+// in ipset, per netns): the text says the name when the caller read it, and
+// "id:N" otherwise.
 func (b *builder) set(rev uint32, i []byte) bool {
 	index, dim, flags := u16(i, 0), int(i[2]), i[3]
 	if dim < 1 || dim > 6 {
@@ -266,7 +264,11 @@ func (b *builder) set(rev uint32, i []byte) bool {
 			dirs = append(dirs, "dst")
 		}
 	}
-	s := negPrefix(flags&1 != 0) + fmt.Sprintf("--match-set id:%d %s", index, strings.Join(dirs, ","))
+	set := fmt.Sprintf("id:%d", index)
+	if name, ok := b.names.Sets[index]; ok {
+		set = safetext.Name(name, MaxField)
+	}
+	s := negPrefix(flags&1 != 0) + "--match-set " + set + " " + strings.Join(dirs, ",")
 	if flags&0x80 != 0 {
 		s += " --return-nomatch"
 	}

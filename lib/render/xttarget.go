@@ -372,25 +372,6 @@ var xtTargets = map[string]xtTargetDecoder{
 	"HMARK": hmarkTarget,
 }
 
-// nflogText is what NFLOG prints, from xt_nflog_info or a native log
-// expression with a group.
-func nflogText(prefix string, group, threshold uint16, copyLen bool, size uint32) string {
-	var s []string
-	if prefix != "" {
-		s = append(s, "--nflog-prefix "+safetext.Quote(prefix, MaxField))
-	}
-	if group != 0 {
-		s = append(s, "--nflog-group "+strconv.Itoa(int(group)))
-	}
-	if copyLen {
-		s = append(s, "--nflog-size "+strconv.FormatUint(uint64(size), 10))
-	}
-	if threshold != 0 {
-		s = append(s, "--nflog-threshold "+strconv.Itoa(int(threshold)))
-	}
-	return strings.Join(s, " ")
-}
-
 func ttlTarget(name string, rev uint32, i []byte) (string, bool) {
 	if rev != 0 || len(i) < 2 || i[0] > 2 {
 		return "", false

@@ -7,7 +7,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
-	"github.com/iptables-alerter/iptables-alerter/lib/render"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
 
 // Meta is what the entry point knows about the scan: who triggered it and
@@ -57,7 +57,7 @@ func Build(m Meta, res Result) findings.Record {
 		Legacy:           findings.Legacy{Tables: sum.LegacyTables, Rules: sum.LegacyRules},
 		Allowlisted:      res.Allowed.Count,
 		AllowlistEntries: res.Allowed.Entries,
-		Examples:         Examples(res.Usage),
+		Examples:         Examples(res.Usage, res.Text),
 		Fingerprint:      fp,
 		Truncated:        !res.Complete() || sum.Truncated,
 	}
@@ -75,7 +75,7 @@ func incomplete(fp string) string {
 }
 
 // Examples renders the remaining usage rules an admin should see first.
-func Examples(u classify.Usage) []findings.Example {
+func Examples(u classify.Usage, text func(inspect.Rule) string) []findings.Example {
 	rules := u.Rules
 	if len(rules) > maxExampleCandidates {
 		rules = rules[:maxExampleCandidates]
@@ -86,7 +86,7 @@ func Examples(u classify.Usage) []findings.Example {
 			Family: string(r.Family),
 			Table:  safetext.Name(r.Table, MaxName),
 			Chain:  safetext.Name(r.Chain, MaxName),
-			Rule:   render.Text(r),
+			Rule:   text(r),
 		})
 	}
 	return findings.PickExamples(all)

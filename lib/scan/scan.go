@@ -2,10 +2,12 @@ package scan
 
 import (
 	"context"
+	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/ipset"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/render"
 )
@@ -23,7 +25,13 @@ type Result struct {
 	// AllowErr is the allowlist's load error; usage is then reported with
 	// what could be loaded (the built-in entries).
 	AllowErr error
+	// Names are the ipset names the rules refer to by index; Text renders
+	// with them.
+	Names render.Names
 }
+
+// Text renders a rule of the result, naming its ipsets.
+func (r Result) Text(rule inspect.Rule) string { return r.Names.Text(rule) }
 
 // Complete tells whether the inspection saw everything.
 func (r Result) Complete() bool { return r.Err == nil && !r.Usage.Truncated }
@@ -44,6 +52,15 @@ func Read(ctx context.Context, path string) (Result, error) {
 	snap, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable})
 	res.Err = err
 	res.Usage = classify.Classify(snap)
+	// Only rules with -m set need a name, and asking costs a process.
+	if ids := render.SetIndexes(res.Usage.Rules); len(ids) > 0 {
+		deadline, ok := ctx.Deadline()
+		if !ok {
+			deadline = time.Now().Add(time.Second)
+		}
+		// Without a name the rule still renders, with the set's index.
+		res.Names.Sets, _ = ipset.Names(h, ids, deadline)
+	}
 	return res, nil
 }
 
@@ -58,6 +75,6 @@ func Run(ctx context.Context, path, namespace string, loadAllow func() (*allowli
 	}
 	allow, err := loadAllow()
 	res.AllowErr = err
-	res.Usage, res.Allowed = allow.Apply(res.Usage, namespace, render.Text)
+	res.Usage, res.Allowed = allow.Apply(res.Usage, namespace, res.Text)
 	return res, nil
 }
