@@ -87,7 +87,7 @@ func TestWriteFileReplacesSymlink(t *testing.T) {
 	}
 }
 
-func TestOpenDirRefusesSymlink(t *testing.T) {
+func TestOpenDir(t *testing.T) {
 	dir := t.TempDir()
 	real := filepath.Join(dir, "real")
 	if err := os.Mkdir(real, 0o750); err != nil {
@@ -114,5 +114,24 @@ func TestOpenDirRefusesSymlink(t *testing.T) {
 	d.Close()
 	if fi, _ := os.Stat(sticky); fi.Mode().Perm() != 0o777 {
 		t.Errorf("sticky directory changed to %v", fi.Mode())
+	}
+	// Our own group-writable directory (Debian's /var/log is root:adm
+	// 0775) keeps group write; world write goes.
+	for mode, want := range map[os.FileMode]os.FileMode{0o775: 0o775, 0o777: 0o775} {
+		p := filepath.Join(dir, mode.String())
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		d, err := OpenDir(p, 0o750)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Close()
+		if fi, _ := os.Stat(p); fi.Mode().Perm() != want {
+			t.Errorf("own directory of mode %v is now %v, want %v", mode, fi.Mode().Perm(), want)
+		}
 	}
 }

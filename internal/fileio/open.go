@@ -15,10 +15,15 @@ import (
 // written through.
 var ErrLinked = errors.New("file has other hard links")
 
-// looseBits are taken away from what the hook writes: a directory or file
-// pre-created group- or world-writable would let anyone forge or delete
-// findings, and set-id bits have no business there.
-const looseBits = 0o022 | unix.S_ISUID | unix.S_ISGID
+// What the hook writes must not be writable by anyone else: a directory or
+// file pre-created world-writable (or by another user) would let anyone
+// forge or delete findings. Group write on a root-owned directory is left:
+// it is an admin's choice (Debian's /var/log is root:adm 0775).
+const (
+	worldWrite = 0o002
+	groupWrite = 0o020
+	setID      = unix.S_ISUID | unix.S_ISGID
+)
 
 // Dir is a directory opened without following a symlink in any component.
 type Dir struct {
@@ -28,8 +33,8 @@ type Dir struct {
 
 // OpenDir creates dir (perm) if needed and opens it, refusing a symlink in
 // any component, so a planted link cannot redirect our writes. The hook
-// owns the directory: group and other write bits are taken away, unless it
-// is a shared sticky directory (/tmp) given on the command line.
+// owns the directory (see tighten), unless it is a shared sticky directory
+// (/tmp) given on the command line.
 func OpenDir(dir string, perm os.FileMode) (*Dir, error) {
 	if err := os.MkdirAll(dir, perm); err != nil {
 		return nil, fmt.Errorf("create directory %q: %w", dir, err)
@@ -51,7 +56,7 @@ func OpenDir(dir string, perm os.FileMode) (*Dir, error) {
 		return nil, fmt.Errorf("stat directory %q: %w", dir, err)
 	}
 	if st.Mode&unix.S_ISVTX == 0 {
-		if err := tighten(fd, &st); err != nil {
+		if err := tighten(fd, &st, worldWrite); err != nil {
 			unix.Close(fd)
 			return nil, fmt.Errorf("fix mode of directory %q: %w", dir, err)
 		}
@@ -67,8 +72,8 @@ func (d *Dir) Path() string { return d.path }
 
 // Open opens name inside d, never through a symlink and never blocking on a
 // FIFO planted in its place; only a regular file with one link is
-// accepted. Created files get perm; an existing one loses group and other
-// write bits.
+// accepted. Created files get perm; an existing one is made the hook's
+// (see tighten) and loses set-id bits.
 func (d *Dir) Open(name string, flags int, perm os.FileMode) (*os.File, error) {
 	fd, err := unix.Openat(d.fd, name, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, uint32(perm))
 	if err != nil {
@@ -87,7 +92,7 @@ func (d *Dir) Open(name string, flags int, perm os.FileMode) (*os.File, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("%q: %w (%d links)", name, ErrLinked, st.Nlink)
 	}
-	if err := tighten(fd, &st); err != nil {
+	if err := tighten(fd, &st, worldWrite|setID); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("fix mode of %q: %w", name, err)
 	}
@@ -101,18 +106,20 @@ func (d *Dir) Rename(from, to string) error { return unix.Renameat(d.fd, from, d
 // Remove removes the file name inside d.
 func (d *Dir) Remove(name string) error { return unix.Unlinkat(d.fd, name, 0) }
 
-// tighten takes the loose bits away and makes the file ours when another
-// user pre-created it (we are root: anyone else could rewrite it).
-func tighten(fd int, st *unix.Stat_t) error {
-	if st.Mode&looseBits != 0 {
-		if err := unix.Fchmod(fd, st.Mode&0o7777&^looseBits); err != nil {
+// tighten makes what the hook writes its own. Run as root, a directory or
+// file another user made is given to root and loses group and other write;
+// a root-owned one loses the bits in drop (world write, and set-id bits
+// for a file).
+func tighten(fd int, st *unix.Stat_t, drop uint32) error {
+	uid := uint32(os.Geteuid())
+	if st.Uid != uid && uid == 0 {
+		if err := unix.Fchown(fd, 0, -1); err != nil {
 			return err
 		}
+		drop |= groupWrite | worldWrite
 	}
-	if uid := uint32(os.Geteuid()); st.Uid != uid && uid == 0 {
-		if err := unix.Fchown(fd, int(uid), -1); err != nil {
-			return err
-		}
+	if st.Mode&drop != 0 {
+		return unix.Fchmod(fd, st.Mode&0o7777&^drop)
 	}
 	return nil
 }

@@ -204,8 +204,9 @@ func TestAppendRefusesHardLink(t *testing.T) {
 	}
 }
 
-// Directories and files planted group- or world-writable before the hook
-// first ran used to keep their modes: anyone could forge findings.
+// Directories and files planted world-writable, or by another user, before
+// the hook first ran used to keep their modes and owners: anyone could
+// forge findings.
 func TestAppendFixesPlantedModes(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "log")
 	if err := os.Mkdir(dir, 0o777); err != nil {
@@ -223,12 +224,29 @@ func TestAppendFixesPlantedModes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Planted by another user, the lock file by root.
+	if os.Geteuid() == 0 {
+		for _, f := range []string{dir, p} {
+			if err := os.Chown(f, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	if err := (Log{Path: p}).Append(context.Background(), Record{Fingerprint: "f"}); err != nil {
 		t.Fatal(err)
 	}
-	for f, want := range map[string]os.FileMode{dir: 0o755, p: 0o644, p + ".lock": 0o644} {
-		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != want {
-			t.Errorf("%s: mode %v (%v), want %v", f, fi.Mode().Perm(), err, want)
+	want := map[string]os.FileMode{dir: 0o775, p: 0o664, p + ".lock": 0o664}
+	if os.Geteuid() == 0 {
+		want[dir], want[p] = 0o755, 0o644
+	}
+	for f, mode := range want {
+		fi, err := os.Stat(f)
+		if err != nil || fi.Mode().Perm() != mode {
+			t.Errorf("%s: mode %v (%v), want %v", f, fi.Mode().Perm(), err, mode)
+			continue
+		}
+		if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != uint32(os.Geteuid()) {
+			t.Errorf("%s: owner %d, want %d", f, uid, os.Geteuid())
 		}
 	}
 }
