@@ -44,6 +44,14 @@ func v6t(name, table, chain, rule string) spec {
 	return spec{name: name, fam: inspect.IP6, table: table, chain: chain, cmd: "ip6tables-nft -t " + table + " -A " + chain + " " + rule}
 }
 
+func arpt(name, chain, rule string) spec {
+	return spec{name: name, fam: inspect.ARP, table: "filter", chain: chain, cmd: "arptables-nft -A " + chain + " " + rule}
+}
+
+func ebt(name, table, chain, rule string) spec {
+	return spec{name: name, fam: inspect.Bridge, table: table, chain: chain, cmd: "ebtables-nft -t " + table + " -A " + chain + " " + rule}
+}
+
 func withSetup(s spec, setup string) spec { s.setup = setup; return s }
 
 var goldenSpecs = []spec{
@@ -260,6 +268,27 @@ var goldenSpecs = []spec{
 	// arp and bridge: at least safe and marked.
 	{name: "arp", fam: inspect.ARP, table: "filter", chain: "INPUT", cmd: "arptables-nft -A INPUT -s 10.0.0.1 -j DROP"},
 	{name: "bridge", fam: inspect.Bridge, table: "filter", chain: "FORWARD", cmd: "ebtables-nft -A FORWARD -p IPv4 -i veth+ -j DROP"},
+	arpt("arp-opcode-mac", "INPUT", "-s 10.0.0.0/8 --opcode 2 --src-mac 00:11:22:33:44:55 -j DROP"),
+	arpt("arp-dst-mac-mask", "OUTPUT", "-o lo -d 192.0.2.1 --dst-mac 01:00:00:00:00:00/01:00:00:00:00:00 -j ACCEPT"),
+	arpt("arp-types", "INPUT", "! --h-type 6 --proto-type 0x800 ! --opcode 1"),
+	ebt("eb-macs", "filter", "INPUT", "-s 00:11:22:33:44:55 -d ff:ff:ff:00:00:00/ff:ff:ff:00:00:00 -p ! ARP -j ACCEPT"),
+	ebt("eb-length", "filter", "FORWARD", "-p Length -j DROP"),
+	ebt("eb-ip", "filter", "INPUT", "-p IPv4 --ip-src 10.0.0.0/8 --ip-proto tcp ! --ip-dport 80:90 -j DROP"),
+	ebt("eb-ip-icmp", "filter", "INPUT", "-p IPv4 --ip-proto icmp --ip-icmp-type 3/1"),
+	ebt("eb-ip6", "filter", "INPUT", "-p IPv6 --ip6-dst 2001:db8::/32 --ip6-tclass 0x10 -j DROP"),
+	ebt("eb-vlan", "filter", "INPUT", "-p 802_1Q --vlan-id 5 ! --vlan-prio 2 -j ACCEPT"),
+	ebt("eb-802_3", "filter", "INPUT", "-p Length --802_3-sap 0x42 -j ACCEPT"),
+	ebt("eb-mark-m", "filter", "INPUT", "--mark 0x10/0xff -j ACCEPT"),
+	ebt("eb-mark-m-or", "filter", "INPUT", "! --mark /0x2 -j ACCEPT"),
+	ebt("eb-stp", "filter", "INPUT", "--stp-type 1 --stp-flags 0x1 --stp-root-prio 1:3 --stp-root-cost 5:9 --stp-sender-addr 01:02:03:04:05:06 ! --stp-port 2:4 --stp-forward-delay 5"),
+	ebt("eb-arp", "filter", "INPUT", "-p ARP --arp-op Request --arp-ip-src 1.2.3.4/24 ! --arp-mac-dst de:ad:be:ef:00:00/ff:ff:ff:ff:00:00 --arp-gratuitous"),
+	ebt("eb-mark-target", "filter", "INPUT", "-j mark --mark-or 0xa --mark-target CONTINUE"),
+	ebt("eb-snat", "nat", "POSTROUTING", "-o eth0 -j snat --to-src 0a:0b:0c:0d:0e:0f --snat-arp --snat-target CONTINUE"),
+	ebt("eb-dnat", "nat", "PREROUTING", "-j dnat --to-dst 02:00:00:00:00:01"),
+	ebt("eb-redirect", "nat", "PREROUTING", "-j redirect --redirect-target RETURN"),
+	ebt("eb-arpreply", "nat", "PREROUTING", "-p ARP -j arpreply --arpreply-mac 02:00:00:00:00:02"),
+	ebt("eb-log", "filter", "INPUT", "--log-level info --log-prefix br --log-ip -j ACCEPT"),
+	ebt("eb-nflog", "filter", "INPUT", "--nflog-group 4 --nflog-prefix br -j ACCEPT"),
 }
 
 // equivalent spellings that must render to the same text.

@@ -190,10 +190,10 @@ func (b *builder) cmp(s *source, op expr.CmpOp, data []byte) {
 		if !b.cmpEq(s, op == expr.CmpOpNeq, data) {
 			b.opaqueNft(s, fmt.Sprintf("cmp%d:%x", op, data))
 		}
-	case expr.CmpOpGte, expr.CmpOpLte:
+	case expr.CmpOpGte, expr.CmpOpLte, expr.CmpOpLt:
 		// Older iptables-nft wrote a port range as "cmp gte lo; cmp lte hi"
 		// on one load; render it as the range it means.
-		if b.portsCmp(s, op, data) {
+		if b.portsCmp(s, op, data) || b.etherLength(s, op, data) {
 			return
 		}
 		b.opaqueNft(s, fmt.Sprintf("cmp%d:%x", op, data))
@@ -276,6 +276,13 @@ func (b *builder) cmpEq(s *source, neg bool, data []byte) bool {
 
 func (b *builder) metaCmp(s *source, neg bool, data []byte) bool {
 	switch s.key {
+	case unix.NFT_META_PROTOCOL:
+		// ebtables-nft may match -p on the packet's protocol.
+		if b.fam != inspect.Bridge || len(data) != 2 || s.mask != nil {
+			return false
+		}
+		b.add(rankProto, "", negPrefix(neg)+"-p "+etherType(be16(data)))
+		return true
 	case unix.NFT_META_L4PROTO:
 		if len(data) != 1 || s.mask != nil {
 			return false
@@ -367,6 +374,12 @@ func addrSpan(fam inspect.Family) (src, dst, n uint32, ok bool) {
 func (b *builder) payloadCmp(s *source, neg bool, data []byte) bool {
 	if uint32(len(data)) != s.len {
 		return false
+	}
+	switch {
+	case b.fam == inspect.ARP && s.base == unix.NFT_PAYLOAD_NETWORK_HEADER:
+		return b.arpCmp(s, neg, data)
+	case b.fam == inspect.Bridge && s.base == unix.NFT_PAYLOAD_LL_HEADER:
+		return b.etherCmp(s, neg, data)
 	}
 	switch s.base {
 	case unix.NFT_PAYLOAD_NETWORK_HEADER:
@@ -724,5 +737,123 @@ func (b *builder) nativeLimit(l *expr.Limit) bool {
 		return false
 	}
 	b.limit(uint32(avg), l.Burst, l.Over)
+	return true
+}
+
+// ARP header fields (Ethernet/IPv4 ARP, as arptables-nft writes them):
+// hardware type, protocol type, lengths, opcode, then sender and target
+// hardware and protocol addresses.
+func (b *builder) arpCmp(s *source, neg bool, data []byte) bool {
+	mask := s.mask
+	if mask != nil && (len(mask) != len(data) || !allZero(s.xor)) {
+		return false
+	}
+	val := func() uint32 {
+		var v uint32
+		for _, c := range data {
+			v = v<<8 | uint32(c)
+		}
+		return v
+	}
+	withMask := func(t string) string {
+		if mask == nil {
+			return t
+		}
+		var m uint32
+		for _, c := range mask {
+			m = m<<8 | uint32(c)
+		}
+		return t + fmt.Sprintf("/0x%x", m)
+	}
+	switch {
+	case s.off == 0 && s.len == 2:
+		// arptables-nft adds "htype 1" (Ethernet) to every rule.
+		if val() == 1 && !neg && mask == nil {
+			return true
+		}
+		b.add(rankProtoOpt, "1", negPrefix(neg)+"--h-type "+withMask(strconv.Itoa(int(val()))))
+	case s.off == 2 && s.len == 2:
+		b.add(rankProtoOpt, "4", negPrefix(neg)+"--proto-type "+withMask(fmt.Sprintf("0x%x", val())))
+	case s.off == 4 && s.len == 1:
+		if val() == 6 && !neg && mask == nil {
+			return true
+		}
+		b.add(rankProtoOpt, "2", negPrefix(neg)+"--h-length "+withMask(strconv.Itoa(int(val()))))
+	case s.off == 5 && s.len == 1:
+		// The protocol length (4, IPv4) comes with every address match.
+		return val() == 4 && !neg && mask == nil
+	case s.off == 6 && s.len == 2:
+		b.add(rankProtoOpt, "3", negPrefix(neg)+"--opcode "+withMask(strconv.Itoa(int(val()))))
+	case (s.off == 8 || s.off == 18) && s.len == 6:
+		opt, rank := "--src-mac ", rankSrc
+		if s.off == 18 {
+			opt, rank = "--dst-mac ", rankDst
+		}
+		b.add(rank, "mac", negPrefix(neg)+opt+macMaskText(data, mask))
+	case (s.off >= 14 && s.off+s.len <= 18) || (s.off >= 24 && s.off+s.len <= 28):
+		opt, rank, at := "-s ", rankSrc, uint32(14)
+		if s.off >= 24 {
+			opt, rank, at = "-d ", rankDst, 24
+		}
+		addr, m := make([]byte, 4), make([]byte, 4)
+		for k := uint32(0); k < s.len; k++ {
+			mk := byte(0xff)
+			if mask != nil {
+				mk = mask[k]
+			}
+			m[s.off-at+k], addr[s.off-at+k] = mk, data[k]&mk
+		}
+		b.add(rank, "", negPrefix(neg)+opt+addrText(addr, m))
+	default:
+		return false
+	}
+	return true
+}
+
+// etherCmp is an ebtables-nft link-layer match: destination and source
+// MAC, and the Ethernet protocol.
+func (b *builder) etherCmp(s *source, neg bool, data []byte) bool {
+	if s.mask != nil && (len(s.mask) != len(data) || !allZero(s.xor)) {
+		return false
+	}
+	switch {
+	case s.off+s.len <= 6 || s.off >= 6 && s.off+s.len <= 12:
+		// ebtables-nft loads only the bytes a MAC mask covers; rebuild it.
+		opt, rank, at := "-d ", rankDst, uint32(0)
+		if s.off >= 6 {
+			opt, rank, at = "-s ", rankSrc, 6
+		}
+		mac, mask := make([]byte, 6), make([]byte, 6)
+		for k := uint32(0); k < s.len; k++ {
+			m := byte(0xff)
+			if s.mask != nil {
+				m = s.mask[k]
+			}
+			mask[s.off-at+k], mac[s.off-at+k] = m, data[k]&m
+		}
+		b.add(rank, "", negPrefix(neg)+opt+macMaskText(mac, mask))
+	case s.off == 12 && s.len == 2 && s.mask == nil:
+		b.add(rankProto, "", negPrefix(neg)+"-p "+etherType(be16(data)))
+	default:
+		return false
+	}
+	return true
+}
+
+// etherLength: "-p Length" (an 802.3 length field, not a protocol) is
+// "ether type < 0x0600"; its negation ">= 0x0600".
+func (b *builder) etherLength(s *source, op expr.CmpOp, data []byte) bool {
+	if b.fam != inspect.Bridge || s.kind != "payload" || s.base != unix.NFT_PAYLOAD_LL_HEADER || s.off != 12 || s.len != 2 ||
+		s.mask != nil || len(data) != 2 || be16(data) != 0x0600 {
+		return false
+	}
+	switch op {
+	case expr.CmpOpLt:
+		b.add(rankProto, "", "-p Length")
+	case expr.CmpOpGte:
+		b.add(rankProto, "", "! -p Length")
+	default:
+		return false
+	}
 	return true
 }

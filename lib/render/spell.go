@@ -1,6 +1,7 @@
 package render
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/bits"
@@ -484,4 +485,43 @@ func nflogText(prefix string, group, threshold uint16, copyLen bool, size uint32
 		s = append(s, "--nflog-threshold "+strconv.Itoa(int(threshold)))
 	}
 	return strings.Join(s, " ")
+}
+
+// macMaskText is a MAC address with its mask when it has one.
+func macMaskText(mac, mask []byte) string {
+	if mask == nil || bytes.Equal(mask, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}) {
+		return macText(mac)
+	}
+	m := make([]byte, len(mac))
+	for k := range mac {
+		m[k] = mac[k] & mask[k]
+	}
+	return macText(m) + "/" + macText(mask)
+}
+
+// etherTypes names Ethernet protocols as ebtables' /etc/ethertypes does;
+// a fixed table, so the text does not depend on the rendering machine.
+var etherTypes = map[uint16]string{0x0800: "IPv4", 0x0805: "X25", 0x0806: "ARP", 0x8035: "RARP", 0x809b: "ATALK",
+	0x80f3: "AARP", 0x8100: "802_1Q", 0x8137: "IPX", 0x86dd: "IPv6", 0x880b: "PPP", 0x8863: "PPP_DISC", 0x8864: "PPP_SES", 0x9000: "LOOP"}
+
+func etherType(t uint16) string {
+	if n, ok := etherTypes[t]; ok {
+		return n
+	}
+	return fmt.Sprintf("0x%04x", t)
+}
+
+// ebVerdict names the verdict an ebtables target continues with.
+func ebVerdict(v int32) string {
+	switch v {
+	case -1:
+		return "ACCEPT"
+	case -2:
+		return "DROP"
+	case -3:
+		return "CONTINUE"
+	case -4:
+		return "RETURN"
+	}
+	return strconv.Itoa(int(v))
 }

@@ -542,6 +542,58 @@ var xtMatches = map[string]xtMatchDecoder{
 	"u32":    xtU32,
 	"policy": xtPolicy,
 	"bpf":    xtBPF,
+	"ip":     func(b *builder, rev uint32, i []byte) bool { return ebIP(b, rev, i, false) },
+	"arp":    ebARP,
+	"stp":    ebSTP,
+	"ip6":    func(b *builder, rev uint32, i []byte) bool { return ebIP(b, rev, i, true) },
+	"vlan": func(b *builder, rev uint32, i []byte) bool {
+		if b.fam != inspect.Bridge || rev != 0 || len(i) < 8 || i[6]&^7 != 0 {
+			return false
+		}
+		mask, inv := i[6], i[7]
+		var s []string
+		opt := func(bit byte, text string) {
+			if mask&bit != 0 {
+				s = append(s, negPrefix(inv&bit != 0)+text)
+			}
+		}
+		opt(1, "--vlan-id "+strconv.Itoa(int(u16(i, 0))))
+		opt(2, "--vlan-prio "+strconv.Itoa(int(i[2])))
+		opt(4, "--vlan-encap "+etherType(binary.BigEndian.Uint16(i[4:])))
+		b.module("vlan", strings.Join(s, " "))
+		return true
+	},
+	"mark_m": func(b *builder, rev uint32, i []byte) bool {
+		if b.fam != inspect.Bridge || rev != 0 || len(i) < 18 {
+			return false
+		}
+		mark, mask, inv, op := u64(i, 0), u64(i, 8), i[16] != 0, i[17]
+		t := fmt.Sprintf("0x%x/0x%x", mark, mask)
+		switch {
+		case op == 2: // EBT_MARK_OR: any bit of the mask
+			t = fmt.Sprintf("/0x%x", mask)
+		case op != 1:
+			return false
+		case mask == 0xffffffff || mask == math.MaxUint64:
+			t = fmt.Sprintf("0x%x", mark)
+		}
+		b.module("mark_m", negPrefix(inv)+"--mark "+t)
+		return true
+	},
+	"802_3": func(b *builder, rev uint32, i []byte) bool {
+		if b.fam != inspect.Bridge || rev != 0 || len(i) < 6 || i[4]&^3 != 0 {
+			return false
+		}
+		var s []string
+		if i[4]&1 != 0 {
+			s = append(s, negPrefix(i[5]&1 != 0)+fmt.Sprintf("--802_3-sap 0x%02x", i[0]))
+		}
+		if i[4]&2 != 0 {
+			s = append(s, negPrefix(i[5]&2 != 0)+fmt.Sprintf("--802_3-type 0x%04x", binary.BigEndian.Uint16(i[2:])))
+		}
+		b.module("802_3", strings.Join(s, " "))
+		return true
+	},
 	"osf": func(b *builder, rev uint32, i []byte) bool {
 		if rev != 0 || len(i) < 48 || u32(i, 36)&^0xf != 0 {
 			return false
@@ -1296,5 +1348,100 @@ func xtBPF(b *builder, rev uint32, i []byte) bool {
 	default:
 		return false
 	}
+	return true
+}
+
+// ebIP is ebtables' ip and ip6 matches (struct ebt_ip_info, ebt_ip6_info):
+// addresses with masks, tos/tclass, protocol, ports or ICMP type/code.
+func ebIP(b *builder, rev uint32, i []byte, six bool) bool {
+	if b.fam != inspect.Bridge || rev != 0 {
+		return false
+	}
+	n, at, pre := 4, 16, "--ip-"
+	if six {
+		n, at, pre = 16, 64, "--ip6-"
+	}
+	if len(i) < at+12 {
+		return false
+	}
+	tos, proto, mask, inv := i[at], i[at+1], i[at+2], i[at+3]
+	var s []string
+	opt := func(bit byte, text string) {
+		if mask&bit != 0 {
+			s = append(s, negPrefix(inv&bit != 0)+text)
+		}
+	}
+	for k, name := range []string{"src ", "dst "} {
+		a, m := i[k*n:k*n+n], i[(2+k)*n:(3+k)*n]
+		opt(1<<k, pre+name+addrText(maskBytes(a, m), m))
+	}
+	if six {
+		opt(4, fmt.Sprintf("%stclass 0x%02x", pre, tos))
+	} else {
+		opt(4, fmt.Sprintf("%stos 0x%02x", pre, tos))
+	}
+	opt(8, pre+"proto "+protoName(inspect.IP, int(proto)))
+	opt(0x10, pre+"sport "+portRange(u16(i, at+4), u16(i, at+6)))
+	opt(0x20, pre+"dport "+portRange(u16(i, at+8), u16(i, at+10)))
+	opt(0x40, pre+"icmp-type "+portRange(uint16(i[at+4]), uint16(i[at+5]))+"/"+portRange(uint16(i[at+8]), uint16(i[at+9])))
+	if !six {
+		opt(0x80, pre+"igmp-type "+portRange(uint16(i[at+4]), uint16(i[at+5])))
+	}
+	b.module(map[bool]string{false: "ip", true: "ip6"}[six], strings.Join(s, " "))
+	return true
+}
+
+// ebARP is ebtables' arp match (struct ebt_arp_info).
+func ebARP(b *builder, rev uint32, i []byte) bool {
+	if b.fam != inspect.Bridge || rev != 0 || len(i) < 50 {
+		return false
+	}
+	mask, inv := i[48], i[49]
+	be := binary.BigEndian
+	var s []string
+	opt := func(bit byte, text string) {
+		if mask&bit != 0 {
+			s = append(s, negPrefix(inv&bit != 0)+text)
+		}
+	}
+	opt(0x01, "--arp-op "+strconv.Itoa(int(be.Uint16(i[4:]))))
+	opt(0x02, "--arp-htype "+strconv.Itoa(int(be.Uint16(i[0:]))))
+	opt(0x04, "--arp-ptype "+etherType(be.Uint16(i[2:])))
+	opt(0x08, "--arp-ip-src "+addrText(maskBytes(i[8:12], i[12:16]), i[12:16]))
+	opt(0x10, "--arp-ip-dst "+addrText(maskBytes(i[16:20], i[20:24]), i[20:24]))
+	opt(0x20, "--arp-mac-src "+macMaskText(i[24:30], i[30:36]))
+	opt(0x40, "--arp-mac-dst "+macMaskText(i[36:42], i[42:48]))
+	opt(0x80, "--arp-gratuitous")
+	b.module("arp", strings.Join(s, " "))
+	return true
+}
+
+// ebSTP is ebtables' stp match (struct ebt_stp_info; the config part is
+// 4-aligned for its u32 root cost).
+func ebSTP(b *builder, rev uint32, i []byte) bool {
+	if b.fam != inspect.Bridge || rev != 0 || len(i) < 72 {
+		return false
+	}
+	mask, inv := u16(i, 68), u16(i, 70)
+	var s []string
+	opt := func(bit uint16, text string) {
+		if mask&bit != 0 {
+			s = append(s, negPrefix(inv&bit != 0)+text)
+		}
+	}
+	rng := func(at int) string { return portRange(u16(i, at), u16(i, at+2)) }
+	opt(0x001, "--stp-type "+strconv.Itoa(int(i[0])))
+	opt(0x002, fmt.Sprintf("--stp-flags 0x%x", i[4]))
+	opt(0x004, "--stp-root-prio "+rng(6))
+	opt(0x008, "--stp-root-addr "+macMaskText(i[10:16], i[16:22]))
+	opt(0x010, "--stp-root-cost "+portRangeU32(u32(i, 24), u32(i, 28)))
+	opt(0x020, "--stp-sender-prio "+rng(32))
+	opt(0x040, "--stp-sender-addr "+macMaskText(i[36:42], i[42:48]))
+	opt(0x080, "--stp-port "+rng(48))
+	opt(0x100, "--stp-msg-age "+rng(52))
+	opt(0x200, "--stp-max-age "+rng(56))
+	opt(0x400, "--stp-hello-time "+rng(60))
+	opt(0x800, "--stp-forward-delay "+rng(64))
+	b.module("stp", strings.Join(s, " "))
 	return true
 }

@@ -55,6 +55,13 @@ func (b *builder) xtTargetKnown(x xtInfo) bool {
 			return false
 		}
 		b.natTarget(x.name, r)
+	case b.fam == inspect.Bridge && (x.name == "log" || x.name == "nflog"):
+		// ebtables watchers: options of the rule, not its target.
+		t, ok := xtTargets[x.name](b, x.rev, i)
+		if !ok {
+			return false
+		}
+		b.add(rankModule, "~"+x.name, t)
 	default:
 		d, ok := xtTargets[x.name]
 		if !ok {
@@ -370,6 +377,77 @@ var xtTargets = map[string]xtTargetDecoder{
 			" --rateest-interval " + usText(interval) + " --rateest-ewmalog " + usText(interval<<i[17]), true
 	},
 	"HMARK": hmarkTarget,
+	// ebtables targets: lower-case names, and the verdict they continue
+	// with in the low bits of "target".
+	"mark": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if b.fam != inspect.Bridge || rev != 0 || len(i) < 12 {
+			return "", false
+		}
+		t := int32(u32(i, 8))
+		// The action sits in the high bits, the verdict in the low four.
+		op := map[uint32]string{0xfffffff0: "--mark-set", 0xffffffe0: "--mark-or", 0xffffffd0: "--mark-and", 0xffffffc0: "--mark-xor"}[uint32(t)&^0xf]
+		if op == "" {
+			return "", false
+		}
+		return fmt.Sprintf("%s 0x%x", op, u64(i, 0)) + ebTarget("--mark-target", t|^0xf, -1), true
+	},
+	"snat": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if b.fam != inspect.Bridge || rev != 0 || len(i) < 12 {
+			return "", false
+		}
+		t := int32(u32(i, 8))
+		s := "--to-src " + macText(i[:6]) + ebTarget("--snat-target", t|0x10, -1)
+		if t&0x10 == 0 {
+			s += " --snat-arp"
+		}
+		return s, true
+	},
+	"dnat": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if b.fam != inspect.Bridge || rev != 0 || len(i) < 12 {
+			return "", false
+		}
+		return "--to-dst " + macText(i[:6]) + ebTarget("--dnat-target", int32(u32(i, 8)), -1), true
+	},
+	"redirect": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if b.fam != inspect.Bridge || rev != 0 || len(i) < 4 {
+			return "", false
+		}
+		return strings.TrimSpace(ebTarget("--redirect-target", int32(u32(i, 0)), -1)), true
+	},
+	"arpreply": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if b.fam != inspect.Bridge || rev != 0 || len(i) < 12 {
+			return "", false
+		}
+		return "--arpreply-mac " + macText(i[:6]) + ebTarget("--arpreply-target", int32(u32(i, 8)), -2), true
+	},
+	"log": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if b.fam != inspect.Bridge || rev != 0 || len(i) < 36 {
+			return "", false
+		}
+		s := "--log --log-level " + strconv.Itoa(int(i[0])) + " --log-prefix " + safetext.Quote(cString(i[1:31]), MaxField)
+		f := u32(i, 32)
+		s += " " + flagOptions(f, "--log-ip", "--log-arp", "", "--log-ip6")
+		return strings.TrimSpace(s), f&^0xb == 0
+	},
+	"nflog": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if b.fam != inspect.Bridge || rev != 0 || len(i) < 76 {
+			return "", false
+		}
+		threshold := u16(i, 6)
+		if threshold == 1 {
+			threshold = 0 // ebtables' default
+		}
+		return nflogText(cString(i[12:76]), u16(i, 4), threshold, u16(i, 8)&1 != 0, u32(i, 0)), true
+	},
+}
+
+// ebTarget prints an ebtables target's verdict option unless it is the
+// target's default.
+func ebTarget(opt string, v, def int32) string {
+	if v == def {
+		return ""
+	}
+	return " " + opt + " " + ebVerdict(v)
 }
 
 func ttlTarget(name string, rev uint32, i []byte) (string, bool) {
