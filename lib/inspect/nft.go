@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/mdlayher/netlink"
@@ -29,13 +30,19 @@ type chainKey struct {
 // quadratically, ends on time with what was read so far.
 type nlSession struct {
 	c    *netlink.Conn
+	raw  syscall.RawConn
 	ctx  context.Context
 	path string
+	// buf receives every batch: one buffer for the whole look, so a pod's
+	// 30 MB of rules cost the hook 64 KiB, not 30 MB of garbage. Its size
+	// is also what the kernel sizes its batches by (up to 32 KiB).
+	buf []byte
 }
 
 // dump sends one request and hands every reply message's family and
-// attributes to fn. It reads the dump to its end even when fn keeps
-// nothing, so the next request on the socket starts clean.
+// attributes to fn, until the end of the dump (or the one reply of a plain
+// request). It reads to the end even when fn keeps nothing, so the next
+// request on the socket starts clean.
 func (n *nlSession) dump(typ uint16, flags netlink.HeaderFlags, fam byte, attrs []byte, what string, fn func(fam byte, b []byte)) error {
 	req := netlink.Message{
 		Header: netlink.Header{
@@ -45,22 +52,77 @@ func (n *nlSession) dump(typ uint16, flags netlink.HeaderFlags, fam byte, attrs 
 		// nfgenmsg: family (AF_UNSPEC: all of them), version 0, res_id 0.
 		Data: append([]byte{fam, unix.NFNETLINK_V0, 0, 0}, attrs...),
 	}
-	if _, err := n.c.Send(req); err != nil {
+	sent, err := n.c.Send(req)
+	if err != nil {
 		return fmt.Errorf("request nftables %s in netns %q: %w", what, n.path, err)
 	}
-	i := 0
-	for m, err := range n.c.ReceiveIter() {
+	for batches := 1; ; batches++ {
+		if batches%64 == 0 && n.ctx.Err() != nil {
+			return fmt.Errorf("dump nftables %s in netns %q: %w", what, n.path, n.ctx.Err())
+		}
+		var nr, rflags int
+		var rerr error
+		err := n.raw.Read(func(fd uintptr) bool {
+			nr, _, rflags, _, rerr = unix.Recvmsg(int(fd), n.buf, nil, 0)
+			return rerr != unix.EAGAIN
+		})
+		if err == nil {
+			err = rerr
+		}
+		if err == nil && rflags&unix.MSG_TRUNC != 0 {
+			err = errors.New("message bigger than the receive buffer")
+		}
 		if err != nil {
 			return fmt.Errorf("dump nftables %s in netns %q: %w", what, n.path, err)
 		}
-		if i++; i%1024 == 0 && n.ctx.Err() != nil {
-			return fmt.Errorf("dump nftables %s in netns %q: %w", what, n.path, n.ctx.Err())
+		done, err := eachMessage(n.buf[:nr], sent.Header.Sequence, fn)
+		if err != nil {
+			return fmt.Errorf("dump nftables %s in netns %q: %w", what, n.path, err)
 		}
-		if len(m.Data) >= 4 {
-			fn(m.Data[0], m.Data[4:])
+		if done {
+			return nil
 		}
 	}
-	return nil
+}
+
+// eachMessage walks the netlink messages of one received batch that answer
+// request seq. done reports the end: NLMSG_DONE, an error or ack, or the
+// reply to a plain (not dump) request.
+func eachMessage(b []byte, seq uint32, fn func(fam byte, b []byte)) (done bool, err error) {
+	const hdr = 16 // struct nlmsghdr
+	for len(b) >= hdr {
+		l := int(binary.NativeEndian.Uint32(b[0:4]))
+		typ := binary.NativeEndian.Uint16(b[4:6])
+		flags := binary.NativeEndian.Uint16(b[6:8])
+		mseq := binary.NativeEndian.Uint32(b[8:12])
+		if l < hdr || l > len(b) {
+			return true, errors.New("malformed netlink message")
+		}
+		payload := b[hdr:l]
+		b = b[min((l+3)&^3, len(b)):]
+		if mseq != seq {
+			continue // a late answer to an earlier request
+		}
+		switch typ {
+		case unix.NLMSG_DONE:
+			return true, nil
+		case unix.NLMSG_ERROR:
+			if len(payload) < 4 {
+				return true, errors.New("malformed netlink error")
+			}
+			if code := int32(binary.NativeEndian.Uint32(payload[0:4])); code != 0 {
+				return true, unix.Errno(-code)
+			}
+			return true, nil
+		}
+		if len(payload) >= 4 {
+			fn(payload[0], payload[4:])
+		}
+		if flags&unix.NLM_F_MULTI == 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // readNft reads tables, chains and rules with our own streamed dumps: a
@@ -72,7 +134,7 @@ func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Optio
 	// 32 KiB), and a message that does not fit an empty batch ends the
 	// dump silently. The first batch of a dump is built before any recvmsg,
 	// hence the GETGEN round trip below before any dump.
-	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: h.Fd(), MessageBufferSize: 1 << 16})
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: h.Fd()})
 	if err != nil {
 		return fmt.Errorf("dial netfilter netlink in netns %q: %w", h.Path, err)
 	}
@@ -80,7 +142,11 @@ func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Optio
 	if err := c.SetDeadline(deadline); err != nil {
 		return fmt.Errorf("set netlink deadline: %w", err)
 	}
-	n := &nlSession{c: c, ctx: ctx, path: h.Path}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("dial netfilter netlink in netns %q: %w", h.Path, err)
+	}
+	n := &nlSession{c: c, raw: raw, ctx: ctx, path: h.Path, buf: make([]byte, 1<<16)}
 	if err := n.dump(unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC, nil, "generation", func(byte, []byte) {}); err != nil {
 		return err
 	}
