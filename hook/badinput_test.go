@@ -282,3 +282,31 @@ func TestHookDeadlineBeforeAnything(t *testing.T) {
 		t.Fatalf("complete scan after an incomplete one: want a second, complete finding, got %+v\n%s", recs, h.stderr)
 	}
 }
+
+// TestHookBigAnnotation: CRI-O copies every pod annotation into the state on
+// stdin; a pod's own 250 KiB annotation, which JSON escaping inflates to
+// 1.5 MiB, must not stop the inspection, nor grow the hook's memory with it.
+func TestHookBigAnnotation(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	ns := nstest.New(t)
+	ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
+	// json.Marshal writes each '<' as \u003c: six bytes.
+	p := pod{netns: ns.Path(), sandbox: "sb-big", extraAnn: map[string]string{"a.example/blob": strings.Repeat("<", 250<<10)}}
+	st := p.state(t)
+	if len(st) < 1<<20 {
+		t.Fatalf("state is only %d bytes, want over 1 MiB", len(st))
+	}
+	small := hookRun{}
+	runHookProc(t, pod{netns: ns.Path(), sandbox: "sb-small"}.state(t), &small)
+	h := hookRun{}
+	runHookProc(t, st, &h)
+	recs := readFindings(t, h.findings)
+	if len(recs) != 1 || recs[0].Nft.Rules != 1 || recs[0].Pod.Name != "web-1" || recs[0].SandboxID != "sb-big" {
+		t.Fatalf("state of %d bytes: want the finding with the pod's labels, got %+v\n%s", len(st), recs, h.stderr)
+	}
+	// The state streams through: the hook holds the longest string while
+	// it passes, never the whole state decoded into maps.
+	if grew := h.maxRSS - small.maxRSS; grew > 8<<10 {
+		t.Errorf("peak RSS %d KiB on a %d-byte state, %d KiB on a small one: grew by %d KiB, want under 8 MiB", h.maxRSS, len(st), small.maxRSS, grew)
+	}
+}

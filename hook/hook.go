@@ -3,9 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -38,7 +43,18 @@ type hookConfig struct {
 	log           logFlags
 }
 
-func runHook(args []string, stdin io.Reader, stderr io.Writer) int {
+func runHook(args []string, stdin io.Reader, stderr io.Writer) (code int) {
+	// Nothing may make the hook exit non-zero: a failing poststart hook
+	// kills the container. With SIGPIPE ignored, a stderr nobody reads
+	// gives write errors instead of killing the process.
+	signal.Ignore(syscall.SIGPIPE)
+	var log *logrus.Logger
+	defer func() {
+		if r := recover(); r != nil {
+			logPanic(stderr, log, r)
+			code = 0
+		}
+	}()
 	var cfg hookConfig
 	hostname, _ := os.Hostname()
 	fs := newFlagSet("hook", hookSynopsis, stderr)
@@ -57,24 +73,40 @@ func runHook(args []string, stdin io.Reader, stderr io.Writer) int {
 		// what is wrong on stderr; exit 0.
 		return 0
 	}
-	log := cfg.log.logger(stderr)
 	if cfg.timeout <= 0 {
 		cfg.timeout = 2 * time.Second
 	}
 	start := time.Now()
+	log = cfg.log.stderrLogger(stderr)
 	// writing is held while a finding is written, so the watchdog never
 	// ends the process half-way through an append.
 	var writing sync.Mutex
-	watchdog(log, cfg.timeout, &writing)
+	// The watchdog runs before anything that may block, --log-file's open
+	// included.
+	defer watchdog(log, cfg.timeout, &writing).Stop()
+	cfg.log.addFile(log, stderr)
 	hookOnce(cfg, stdin, log, start, &writing)
 	return 0
+}
+
+// logPanic reports a panic in one line, with where it happened.
+func logPanic(stderr io.Writer, log *logrus.Logger, r any) {
+	stack := strings.Join(strings.Fields(string(debug.Stack())), " ")
+	if len(stack) > 4096 {
+		stack = stack[:4096]
+	}
+	if log == nil {
+		fmt.Fprintf(stderr, "iptables-alerter hook: internal error, nothing recorded: %v; stack: %s\n", r, stack)
+		return
+	}
+	log.WithFields(logrus.Fields{"panic": fmt.Sprint(r), "stack": stack}).Error("internal error, nothing recorded")
 }
 
 // watchdog ends the process shortly after the deadline whatever it is
 // blocked on (a stdin never closed, a stuck filesystem): the container's
 // start must never wait on us.
-func watchdog(log *logrus.Logger, timeout time.Duration, writing *sync.Mutex) {
-	time.AfterFunc(timeout+time.Second, func() {
+func watchdog(log *logrus.Logger, timeout time.Duration, writing *sync.Mutex) *time.Timer {
+	return time.AfterFunc(timeout+time.Second, func() {
 		for i := 0; i < 100 && !writing.TryLock(); i++ {
 			time.Sleep(10 * time.Millisecond)
 		}

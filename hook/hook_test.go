@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -49,6 +50,7 @@ type pod struct {
 	noConfig  bool
 	rawState  string // used as stdin verbatim when set
 	container string
+	extraAnn  map[string]string // more pod annotations, as a pod may carry
 }
 
 // bundle writes a bundle with config.json and returns the state JSON.
@@ -75,6 +77,9 @@ func (p pod) state(t *testing.T) string {
 		ann["io.kubernetes.pod.uid"] = "0b8c6a6e-1111-2222-3333-444455556666"
 		ann["io.kubernetes.container.name"] = "app"
 	}
+	for k, v := range p.extraAnn {
+		ann[k] = v
+	}
 	id := p.container
 	if id == "" {
 		id = "c0ffee"
@@ -87,6 +92,7 @@ type hookRun struct {
 	findings string
 	stateDir string
 	stderr   string
+	maxRSS   int64 // KiB, of the last run
 }
 
 // runHook runs the binary like a runtime: state on stdin, must exit 0.
@@ -105,6 +111,9 @@ func runHookProc(t *testing.T, stdin string, h *hookRun, extra ...string) {
 	cmd.Stderr = &stderr
 	err := cmd.Run()
 	h.stderr = stderr.String()
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		h.maxRSS = ru.Maxrss
+	}
 	if err != nil {
 		t.Fatalf("hook exited with %v (must always exit 0); stderr:\n%s", err, h.stderr)
 	}

@@ -28,6 +28,13 @@ func (l *logFlags) register(fs *flag.FlagSet) {
 // logger builds the logger; a bad --log-file is reported on stderr but never
 // stops the command, because the hook must keep going whatever happens.
 func (l *logFlags) logger(stderr io.Writer) *logrus.Logger {
+	log := l.stderrLogger(stderr)
+	l.addFile(log, stderr)
+	return log
+}
+
+// stderrLogger is the logger without --log-file.
+func (l *logFlags) stderrLogger(stderr io.Writer) *logrus.Logger {
 	log := logrus.New()
 	log.SetOutput(stderr)
 	if lvl, err := logrus.ParseLevel(l.level); err == nil {
@@ -40,19 +47,50 @@ func (l *logFlags) logger(stderr io.Writer) *logrus.Logger {
 	} else {
 		log.SetFormatter(&logrus.TextFormatter{DisableColors: true, FullTimestamp: true})
 	}
-	if l.file != "" {
-		f, err := os.OpenFile(l.file, os.O_WRONLY|os.O_APPEND|os.O_CREATE|nofollow, 0o640)
-		if err != nil {
-			log.WithError(err).WithField("log_file", l.file).Warn("cannot open log file, logging to stderr only")
-		} else {
-			log.SetOutput(io.MultiWriter(stderr, f))
-		}
-	}
 	return log
 }
 
-// nofollow keeps --log-file from writing through a planted symlink.
-const nofollow = syscall.O_NOFOLLOW
+// addFile makes log also append to --log-file. Only a regular file is
+// taken: opening a FIFO planted there would wait for a reader forever
+// (O_NONBLOCK makes the open fail instead), and writing to one that has a
+// reader may block as soon as the reader stops. O_NOFOLLOW refuses a
+// planted symlink.
+func (l *logFlags) addFile(log *logrus.Logger, stderr io.Writer) {
+	if l.file == "" {
+		return
+	}
+	f, err := os.OpenFile(l.file, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0o640)
+	if err == nil {
+		var fi os.FileInfo
+		if fi, err = f.Stat(); err == nil && !fi.Mode().IsRegular() {
+			err = fmt.Errorf("%s is not a regular file", fi.Mode().Type())
+		}
+		if err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		log.WithError(err).WithField("log_file", l.file).Warn("cannot open log file, logging to stderr only")
+		return
+	}
+	// The file first: it is what an admin reads later, and a stderr that
+	// nobody reads must not keep a line from it.
+	log.SetOutput(everyWriter{f, stderr})
+}
+
+// everyWriter writes to each writer whatever the others do; unlike
+// io.MultiWriter, one failing writer does not stop the rest.
+type everyWriter []io.Writer
+
+func (ws everyWriter) Write(p []byte) (int, error) {
+	var first error
+	for _, w := range ws {
+		if _, err := w.Write(p); err != nil && first == nil {
+			first = err
+		}
+	}
+	return len(p), first
+}
 
 // parseFlags parses args; when it fails it gives the exit status: 0 for
 // --help (the usage was asked for), 2 for a bad flag. The FlagSet has already

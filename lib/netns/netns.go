@@ -86,7 +86,7 @@ func (h *Handle) Do(fn func() error) error {
 			errc <- fmt.Errorf("enter netns %q: %w", h.Path, err)
 			return
 		}
-		ferr := fn()
+		ferr := call(fn, h.Path)
 		if err := vnetns.Set(orig); err != nil {
 			// Leave the thread locked: the runtime then ends it with the
 			// goroutine instead of reusing a thread stuck in the pod's netns.
@@ -97,6 +97,21 @@ func (h *Handle) Do(fn func() error) error {
 		errc <- ferr
 	}()
 	return <-errc
+}
+
+// ErrPanic marks a panic inside a Do callback, returned as an error.
+var ErrPanic = errors.New("panic")
+
+// call runs fn, turning a panic into an error: fn runs on Do's own
+// goroutine, which no caller's recover reaches, and a panic there would end
+// the process (for the hook: exit 2, which kills the container).
+func call(fn func() error, path string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("inside netns %q: %w: %v", path, ErrPanic, r)
+		}
+	}()
+	return fn()
 }
 
 // ID identifies the namespace as "dev:inode", unique among live namespaces.

@@ -52,3 +52,21 @@ func TestDoRunsInsideAndReturns(t *testing.T) {
 		t.Fatalf("Do returned %v, want the callback's error", err)
 	}
 }
+
+// TestDoPanicIsError: a panic in the callback (a decoder meeting hostile
+// netlink data) comes back as an error instead of ending the process from
+// Do's own goroutine.
+func TestDoPanicIsError(t *testing.T) {
+	h, err := Open("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	err = h.Do(func() error { panic("index out of range") })
+	if !errors.Is(err, ErrPanic) {
+		t.Fatalf("Do returned %v, want ErrPanic", err)
+	}
+	if err := h.Do(func() error { return nil }); err != nil {
+		t.Fatalf("Do after a panic: %v", err)
+	}
+}

@@ -3,5 +3,7 @@
 //
 // It gives a Container: ids, pod identity from the kubelet labels, image,
 // and the network namespace to inspect (or HostNetwork). Invariant: every
-// input is size-bounded and validated before use; it only reads.
+// input is size-bounded and validated before use, and only the fields read
+// are kept (the state streams through: a pod's annotations, copied into it,
+// can be large); it only reads.
 package ocistate

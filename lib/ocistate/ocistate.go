@@ -1,6 +1,7 @@
 package ocistate
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,10 +15,12 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
 )
 
-// Bounds on what the hook reads: a real state is a few KiB, a config.json
-// rarely above a few hundred KiB.
+// Bounds on what the hook reads. A real state is a few KiB, but carries
+// every pod annotation: Kubernetes allows 256 KiB of them, up to six times
+// that once JSON-escaped. The state streams through (only the longest
+// string is held at once); config.json is read whole.
 const (
-	maxStateBytes  = 1 << 20
+	maxStateBytes  = 4 << 20
 	maxConfigBytes = 16 << 20
 )
 
@@ -69,36 +72,77 @@ func (c Container) IsPod() bool {
 }
 
 // Read decodes the state from r and the bundle's config.json.
+//
+// The state is decoded as it streams in, keeping only the fields the hook
+// reads: CRI-O copies every pod annotation into it, and a pod's own 200 KiB
+// annotation, inflated by JSON escaping, must not make it unreadable. Past
+// maxStateBytes the rest of the state is not read; the annotations then come
+// from config.json, which holds them too. Reading stops at the end of the
+// state object, not at EOF, so a runtime that never closes stdin does not
+// hold the hook.
 func Read(r io.Reader) (Container, error) {
-	data, err := io.ReadAll(io.LimitReader(r, maxStateBytes+1))
-	if err != nil {
-		return Container{}, fmt.Errorf("read state from stdin: %w", err)
-	}
-	if len(data) > maxStateBytes {
-		return Container{}, fmt.Errorf("read state from stdin: larger than %d bytes", maxStateBytes)
-	}
-	var st specs.State
-	if err := json.Unmarshal(data, &st); err != nil {
+	st, err := readState(io.LimitReader(r, maxStateBytes))
+	switch {
+	case err != nil && (st.id == "" || st.bundle == ""):
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return Container{}, fmt.Errorf("decode state from stdin (read at most %d bytes): %w", maxStateBytes, err)
+		}
 		return Container{}, fmt.Errorf("decode state from stdin: %w", err)
-	}
-	if st.ID == "" || st.Bundle == "" {
+	case st.id == "" || st.bundle == "":
 		return Container{}, fmt.Errorf("decode state from stdin: missing id or bundle")
+	case err != nil:
+		// The annotations were cut short: take config.json's.
+		st.annotations = nil
 	}
-	spec, err := readConfig(st.Bundle)
+	spec, err := readConfig(st.bundle)
 	if err != nil {
 		return Container{}, err
 	}
 	return fromSpec(st, spec), nil
 }
 
-// config is the part of config.json the hook reads. Decoding the whole
-// specs.Spec would make encoding/json build codecs for its large type tree on
-// every container start, for fields never looked at.
+// state is the part of the runtime-spec State the hook reads.
+type state struct {
+	id, status, bundle string
+	pid                int
+	// annotations holds only the wanted keys; nil when the state had none
+	// or they could not be read whole.
+	annotations map[string]string
+}
+
+func readState(r io.Reader) (state, error) {
+	var st state
+	dec := json.NewDecoder(r)
+	err := object(dec, func(key string) error {
+		switch key {
+		case "id":
+			return dec.Decode(&st.id)
+		case "status":
+			return dec.Decode(&st.status)
+		case "bundle":
+			return dec.Decode(&st.bundle)
+		case "pid":
+			return dec.Decode(&st.pid)
+		case "annotations":
+			ann := map[string]string{}
+			if err := annotations(dec, ann); err != nil {
+				return err
+			}
+			st.annotations = ann
+			return nil
+		}
+		return skip(dec)
+	})
+	return st, err
+}
+
+// config is the part of config.json the hook reads.
 type config struct {
-	Annotations map[string]string `json:"annotations,omitempty"`
-	Linux       *struct {
-		Namespaces []specs.LinuxNamespace `json:"namespaces,omitempty"`
-	} `json:"linux,omitempty"`
+	annotations map[string]string
+	// namespaces are linux.namespaces; linux is false when config.json has
+	// no "linux" object at all.
+	linux      bool
+	namespaces []specs.LinuxNamespace
 }
 
 func readConfig(bundle string) (*config, error) {
@@ -110,25 +154,44 @@ func readConfig(bundle string) (*config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read bundle config: %w", err)
 	}
-	var spec config
-	if err := json.Unmarshal(data, &spec); err != nil {
+	// Streamed like the state, keeping only what is read: decoding the
+	// whole specs.Spec would also make encoding/json build codecs for its
+	// large type tree on every container start.
+	spec := &config{annotations: map[string]string{}}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	err = object(dec, func(key string) error {
+		switch key {
+		case "annotations":
+			return annotations(dec, spec.annotations)
+		case "linux":
+			spec.linux = true
+			return object(dec, func(key string) error {
+				if key != "namespaces" {
+					return skip(dec)
+				}
+				return dec.Decode(&spec.namespaces)
+			})
+		}
+		return skip(dec)
+	})
+	if err != nil {
 		return nil, fmt.Errorf("decode bundle config %q: %w", path, err)
 	}
-	return &spec, nil
+	return spec, nil
 }
 
-func fromSpec(st specs.State, spec *config) Container {
+func fromSpec(st state, spec *config) Container {
 	// The state carries config.json's annotations; take the bundle's where
-	// a runtime left the state's empty.
-	ann := st.Annotations
+	// a runtime left the state's empty or they were too big to read.
+	ann := st.annotations
 	if len(ann) == 0 {
-		ann = spec.Annotations
+		ann = spec.annotations
 	}
 	c := Container{
-		ID:            st.ID,
-		Status:        string(st.Status),
-		Pid:           st.Pid,
-		Bundle:        st.Bundle,
+		ID:            st.id,
+		Status:        st.status,
+		Pid:           st.pid,
+		Bundle:        st.bundle,
 		SandboxID:     first(ann, keySandboxID, keyContainerdSB),
 		PodNamespace:  ann[keyPodNamespace],
 		PodName:       ann[keyPodName],
@@ -136,17 +199,17 @@ func fromSpec(st specs.State, spec *config) Container {
 		ContainerName: ann[keyContainerName],
 		Image:         first(ann, imageKeys...),
 	}
-	c.Netns, c.HostNetwork = netnsPath(spec, st.Pid)
+	c.Netns, c.HostNetwork = netnsPath(spec, st.pid)
 	return c
 }
 
 // netnsPath finds the network namespace: the path CRI-O pinned, else the
 // live process's own. No network entry at all means the host's network.
 func netnsPath(spec *config, pid int) (string, bool) {
-	if spec.Linux == nil {
+	if !spec.linux {
 		return "", true
 	}
-	for _, ns := range spec.Linux.Namespaces {
+	for _, ns := range spec.namespaces {
 		if ns.Type != specs.NetworkNamespace {
 			continue
 		}

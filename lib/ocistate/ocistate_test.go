@@ -2,10 +2,12 @@ package ocistate
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -52,7 +54,32 @@ func TestRead(t *testing.T) {
 		{name: "state without bundle", config: `{}`, state: `{"id":"c1"}`, err: "missing id or bundle"},
 		{name: "no config.json", config: "-", state: `{"id":"c1","bundle":"%B"}`, err: "bundle has no config.json"},
 		{name: "malformed config.json", config: `{"linux":`, state: `{"id":"c1","bundle":"%B"}`, err: "decode bundle config"},
-		{name: "huge state", config: `{}`, state: `{"id":"` + strings.Repeat("x", 2<<20) + `"}`, err: "larger than"},
+		{name: "huge state", config: `{}`, state: `{"id":"` + strings.Repeat("x", maxStateBytes) + `","bundle":"%B"}`, err: "read at most"},
+		{
+			// CRI-O copies pod annotations into the state; Go sorts map
+			// keys, so a pod's own "a..." annotation comes before the
+			// kubelet's "io.kubernetes..." labels. 300 KiB of '<' is 1.8 MiB
+			// once escaped (\u003c).
+			name:   "a big pod annotation is streamed past",
+			config: `{"linux":{"namespaces":[{"type":"network","path":"/run/netns/x"}]}}`,
+			state:  `{"id":"c1","status":"running","pid":42,"bundle":"%B","annotations":{"a.example/blob":"` + strings.Repeat(`\u003c`, 300<<10) + `",` + labels + `}}`,
+			want: Container{ID: "c1", Status: "running", Pid: 42, SandboxID: "sb", PodNamespace: "ns", PodName: "p", PodUID: "u",
+				ContainerName: "c", Image: "quay.io/x:1", Netns: "/run/netns/x"},
+		},
+		{
+			name:   "annotations past the state bound come from config.json",
+			config: `{"annotations":{` + labels + `},"linux":{"namespaces":[{"type":"network","path":"/n"}]}}`,
+			state:  `{"id":"c1","bundle":"%B","annotations":{"a.example/blob":"` + strings.Repeat(`\u003c`, maxStateBytes/6+1) + `",` + labels + `}}`,
+			want: Container{ID: "c1", SandboxID: "sb", PodNamespace: "ns", PodName: "p", PodUID: "u",
+				ContainerName: "c", Image: "quay.io/x:1", Netns: "/n"},
+		},
+		{
+			name:   "unknown fields of any shape are skipped",
+			config: `{"process":{"args":["a",{"b":[1,2]}]},"linux":{"uidMappings":[{}],"namespaces":[{"type":"network","path":"/n"}]}}`,
+			state:  `{"ociVersion":"1.2.0","extra":[{"x":[null,true,1.5]}],"id":"c1","bundle":"%B"}`,
+			want:   Container{ID: "c1", Netns: "/n"},
+		},
+		{name: "state not an object", config: `{}`, state: `["id"]`, err: "decode state from stdin"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,5 +112,25 @@ func TestReadConfigSymlinkRefused(t *testing.T) {
 	_, err := Read(strings.NewReader(`{"id":"c","bundle":"` + dir + `"}`))
 	if err == nil || errors.Is(err, ErrNoConfig) {
 		t.Fatalf("symlinked config.json: err = %v", err)
+	}
+}
+
+// TestReadStopsAtObjectEnd: a runtime that never closes stdin does not hold
+// the hook; the state ends with its object.
+func TestReadStopsAtObjectEnd(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{}`), 0o644)
+	r, w := io.Pipe()
+	defer w.Close()
+	go w.Write([]byte(`{"id":"c1","bundle":"` + dir + `"}` + "\n"))
+	done := make(chan error, 1)
+	go func() { _, err := Read(r); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Read waits for EOF after the state object")
 	}
 }

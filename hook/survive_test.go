@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+)
+
+// panicReader stands for any bug in the hook path: it panics where the
+// hook reads the state.
+type panicReader struct{}
+
+func (panicReader) Read([]byte) (int, error) { panic("boom in the hook path") }
+
+// TestHookPanicExitsZero: a panic anywhere in the hook path ends in one log
+// line and exit status 0; a poststart hook exiting 2 kills the container.
+func TestHookPanicExitsZero(t *testing.T) {
+	nstest.NeedRoot(t) // the hook reads the state only as root
+	var stderr strings.Builder
+	code := runHook([]string{"--findings", filepath.Join(t.TempDir(), "f.jsonl"), "--state-dir", t.TempDir()}, panicReader{}, &stderr)
+	out := stderr.String()
+	if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(out, "internal error") || !strings.Contains(out, "boom in the hook path") {
+		t.Fatalf("panic: exit %d, stderr %q; want exit 0 and one line saying what happened", code, out)
+	}
+}
+
+// hookCmd is the built hook on a pod netns holding one rule, so that it
+// records a finding and logs a line.
+func hookCmd(t *testing.T, ctx context.Context, h *hookRun, extra ...string) *exec.Cmd {
+	t.Helper()
+	ns := nstest.New(t)
+	ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
+	h.findings = filepath.Join(t.TempDir(), "findings.jsonl")
+	h.stateDir = t.TempDir()
+	args := append([]string{"hook", "--findings", h.findings, "--state-dir", h.stateDir}, extra...)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdin = strings.NewReader(pod{netns: ns.Path(), sandbox: "sb-" + ns.Name}.state(t))
+	return cmd
+}
+
+// TestHookStderrClosed: when nothing reads the hook's stderr, writing a log
+// line must not kill it with SIGPIPE, and the finding is still recorded.
+func TestHookStderrClosed(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var h hookRun
+	cmd := hookCmd(t, ctx, &h, "--log-level", "debug")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	cmd.Stderr, cmd.Stdout = w, w
+	err = cmd.Run()
+	w.Close()
+	if err != nil {
+		t.Fatalf("hook with a closed stderr: %v (%v), want exit 0", err, cmd.ProcessState)
+	}
+	if recs := readFindings(t, h.findings); len(recs) != 1 {
+		t.Fatalf("hook with a closed stderr: %d findings, want 1", len(recs))
+	}
+}
+
+// TestHookLogFileFIFO: a --log-file that is a FIFO, with no reader or with
+// one that never reads, must neither hang the hook nor stop the finding.
+func TestHookLogFileFIFO(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	for _, reader := range []bool{false, true} {
+		name := map[bool]string{false: "no reader", true: "a reader that never reads"}[reader]
+		t.Run(name, func(t *testing.T) {
+			fifo := filepath.Join(t.TempDir(), "hook.log")
+			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if reader {
+				f, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var h hookRun
+			cmd := hookCmd(t, ctx, &h, "--log-file", fifo, "--log-level", "debug", "--timeout", "1s")
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			start := time.Now()
+			err := cmd.Run()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				t.Fatalf("hook with a FIFO --log-file still running after %v", time.Since(start))
+			}
+			if err != nil {
+				t.Fatalf("hook with a FIFO --log-file: %v, want exit 0\n%s", err, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), "cannot open log file") {
+				t.Errorf("stderr does not say the log file was refused:\n%s", stderr.String())
+			}
+			if recs := readFindings(t, h.findings); len(recs) != 1 {
+				t.Fatalf("%d findings, want 1\n%s", len(recs), stderr.String())
+			}
+		})
+	}
+}
