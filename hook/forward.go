@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -17,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 	"github.com/sirupsen/logrus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -131,6 +134,41 @@ func (s *forwardStats) fields() logrus.Fields {
 	}
 }
 
+// handler serves the counters to Prometheus: a finding set aside (rejected)
+// must be visible without reading logs.
+func (s *forwardStats) handler() http.Handler {
+	reg := prometheus.NewRegistry()
+	for outcome, n := range map[string]*atomic.Int64{
+		string(events.Created): &s.created, string(events.Duplicate): &s.duplicate, string(events.PodGone): &s.podGone,
+		string(events.NoPod): &s.noPod, string(events.Rejected): &s.rejected, "malformed": &s.malformed,
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "iptables_alerter_forward_findings_total",
+			Help:        "Findings the forwarder finished with, by outcome (rejected: set aside for good).",
+			ConstLabels: prometheus.Labels{"outcome": outcome},
+		}, func() float64 { return float64(n.Load()) }))
+	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "iptables_alerter_forward_retries_total",
+		Help: "Attempts that failed and will be retried (API server down, throttling, 401, 403).",
+	}, func() float64 { return float64(s.retried.Load()) }))
+	// The text format by hand: promhttp would link a compression library
+	// for a page of a few lines.
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+		for _, mf := range mfs {
+			if _, err := expfmt.MetricFamilyToText(w, mf); err != nil {
+				return
+			}
+		}
+	})
+}
+
 func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) error {
 	rc, err := restConfig(cfg.kubeconfig)
 	if err != nil {
@@ -169,7 +207,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		// One finding may hold the loop for a backoff plus a pod GET and
 		// two creates, each up to the request timeout (client-go may also
 		// wait out a Retry-After); beyond that the loop is stuck.
-		srv, err := serveHealth(cfg.healthAddr, f, 2*cfg.maxBackoff+4*cfg.timeout+10*cfg.poll)
+		srv, err := serveHealth(cfg.healthAddr, f, 2*cfg.maxBackoff+4*cfg.timeout+10*cfg.poll, st.handler())
 		if err != nil {
 			return err
 		}

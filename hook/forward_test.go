@@ -641,11 +641,23 @@ func TestForwardSetsAsideRefusedFindings(t *testing.T) {
 		e.append(t, fwdRecord(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name}}, "u-bad", "fp-bad", "app"))
 	}
 	e.append(t, fwdRecord(a, string(a.UID), "fp-a", "app"))
-	f := e.start(t, "--health-addr", fwdFreeAddr(t))
+	addr := fwdFreeAddr(t)
+	f := e.start(t, "--health-addr", addr)
 	e.waitDelivered(t, 20*time.Second, []*corev1.Pod{a}, 1)
 	fwdHealthy(t, f)
 	if n := len(f.entries("event rejected by the API server, finding skipped")); n != 3 {
 		t.Errorf("%d rejections logged, want 3", n)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`iptables_alerter_forward_findings_total{outcome="rejected"} 3`, `iptables_alerter_forward_findings_total{outcome="created"} 1`} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("/metrics lacks %s:\n%s", want, body)
+		}
 	}
 	e.waitCheckpointAtEnd(t)
 	f.stop(t, syscall.SIGTERM)

@@ -15,7 +15,8 @@ import (
 // serveHealth answers /healthz with 200 while the follow loop went round
 // within limit, 503 after. Each consumer sets limit from its longest
 // legitimate wait (backoff, API timeouts), so an outage alone is not "stuck".
-func serveHealth(addr string, f *follow.Follower, limit time.Duration) (*http.Server, error) {
+// A non-nil metrics handler is served at /metrics.
+func serveHealth(addr string, f *follow.Follower, limit time.Duration, metrics http.Handler) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on health address %q: %w", addr, err)
@@ -28,6 +29,9 @@ func serveHealth(addr string, f *follow.Follower, limit time.Duration) (*http.Se
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
+	if metrics != nil {
+		mux.Handle("/metrics", metrics)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return srv, nil
