@@ -307,6 +307,16 @@ var xtMatches = map[string]xtMatchDecoder{
 	"ttl": func(b *builder, rev uint32, i []byte) bool { return b.ttlMatch("ttl", rev, i) },
 	"hl":  func(b *builder, rev uint32, i []byte) bool { return b.ttlMatch("hl", rev, i) },
 	"pkttype": func(b *builder, rev uint32, i []byte) bool {
+		// ebtables' pkttype is struct ebt_pkttype_info: two bytes.
+		if b.fam == inspect.Bridge && rev == 0 && len(i) >= 2 {
+			names := []string{"host", "broadcast", "multicast", "otherhost", "outgoing", "loopback"}
+			t := strconv.Itoa(int(i[0]))
+			if int(i[0]) < len(names) {
+				t = names[i[0]]
+			}
+			b.module("pkttype", negPrefix(i[1] != 0)+"--pkttype-type "+t)
+			return true
+		}
 		if rev != 0 || len(i) < 8 {
 			return false
 		}

@@ -429,6 +429,37 @@ var xtTargets = map[string]xtTargetDecoder{
 		s += " " + flagOptions(f, "--log-ip", "--log-arp", "", "--log-ip6")
 		return strings.TrimSpace(s), f&^0xb == 0
 	},
+	// arptables' mangle (struct arpt_mangle): addresses to write, then the
+	// verdict (NF_DROP 0, NF_ACCEPT 1, XT_CONTINUE -1).
+	"mangle": func(b *builder, rev uint32, i []byte) (string, bool) {
+		if b.fam != inspect.ARP || rev != 0 || len(i) < 48 || i[40]&^0xf != 0 {
+			return "", false
+		}
+		f := i[40]
+		var s []string
+		if f&1 != 0 {
+			s = append(s, "--mangle-mac-s "+macText(i[0:6]))
+		}
+		if f&2 != 0 {
+			s = append(s, "--mangle-mac-d "+macText(i[16:22]))
+		}
+		if f&4 != 0 {
+			s = append(s, "--mangle-ip-s "+netip.AddrFrom4([4]byte(i[32:36])).String())
+		}
+		if f&8 != 0 {
+			s = append(s, "--mangle-ip-d "+netip.AddrFrom4([4]byte(i[36:40])).String())
+		}
+		switch int32(u32(i, 44)) {
+		case 1:
+		case 0:
+			s = append(s, "--mangle-target DROP")
+		case -1:
+			s = append(s, "--mangle-target CONTINUE")
+		default:
+			return "", false
+		}
+		return strings.Join(s, " "), true
+	},
 	"nflog": func(b *builder, rev uint32, i []byte) (string, bool) {
 		if b.fam != inspect.Bridge || rev != 0 || len(i) < 76 {
 			return "", false
