@@ -91,8 +91,10 @@ func TestEncodeBoundsHostileRecord(t *testing.T) {
 		rec.Legacy.Tables = append(rec.Legacy.Tables, evil[:1000])
 		rec.AllowlistEntries = append(rec.AllowlistEntries, evil[:1000])
 		rec.Examples = append(rec.Examples, Example{Family: evil, Table: evil, Chain: evil, Rule: evil})
+		rec.Vendors = append(rec.Vendors, Vendor{Name: evil, Hint: evil, Doc: evil})
 	}
 	rec.Nft.Rules = 621000
+	rec.Worst = evil
 	line, err := Encode(rec)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +106,7 @@ func TestEncodeBoundsHostileRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !back.Truncated || back.Nft.Rules != 621000 || back.Fingerprint != rec.Fingerprint {
+	if !back.Truncated || back.Nft.Rules != 621000 || back.Fingerprint != rec.Fingerprint || back.Worst != "" {
 		t.Errorf("cut record: truncated %v, rules %d, fingerprint %q", back.Truncated, back.Nft.Rules, back.Fingerprint)
 	}
 	// An ordinary record is not touched.

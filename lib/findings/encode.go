@@ -29,8 +29,9 @@ const (
 // encoding/json escapes control characters and replaces invalid UTF-8, so
 // attacker-chosen strings can neither break the line nor forge another.
 // Strings and lists over their bounds are cut; when the line is still too
-// long, examples, then allowlist entries, then table names are dropped from
-// the end, and last every string is cut short; Truncated is then set.
+// long, examples, then allowlist entries, then table names, then vendors are
+// dropped from the end, and last every string is cut short; Truncated is then
+// set. A Worst that is not one of ImpactLevels becomes "".
 func Encode(rec Record) ([]byte, error) {
 	rec.Schema = Schema
 	for _, p := range rec.stringFields() {
@@ -43,6 +44,14 @@ func Encode(rec Record) ([]byte, error) {
 		ex := &rec.Examples[i]
 		ex.Family, ex.Table, ex.Chain = safetext.Cut(ex.Family, maxField), safetext.Cut(ex.Table, maxField), safetext.Cut(ex.Chain, maxField)
 		ex.Rule = safetext.Cut(ex.Rule, maxRule)
+	}
+	if ImpactRank(rec.Worst) == len(ImpactLevels) {
+		rec.Worst = ""
+	}
+	rec.Vendors = append(make([]Vendor, 0, MaxVendors), rec.Vendors[:min(len(rec.Vendors), MaxVendors)]...)
+	for i := range rec.Vendors {
+		v := &rec.Vendors[i]
+		v.Name, v.Hint, v.Doc = safetext.Cut(v.Name, maxVendorName), safetext.Cut(v.Hint, maxHint), safetext.Cut(v.Doc, maxField)
 	}
 	lists := []*[]string{&rec.AllowlistEntries, &rec.Nft.Tables, &rec.Legacy.Tables}
 	for _, p := range lists {
@@ -80,6 +89,10 @@ func (r *Record) shrink(lists []*[]string) bool {
 			*p = (*p)[:n-1]
 			return true
 		}
+	}
+	if n := len(r.Vendors); n > 0 {
+		r.Vendors = r.Vendors[:n-1]
+		return true
 	}
 	cut := false
 	for _, p := range r.stringFields() {

@@ -25,6 +25,13 @@ type Record struct {
 	Allowlisted      int       `json:"allowlisted"`
 	AllowlistEntries []string  `json:"allowlist_entries"`
 	Examples         []Example `json:"examples"`
+	// Impact counts the rules per RHEL 10 impact level, Worst is the worst
+	// level counted ("" for none); see impact.go.
+	Impact Impact `json:"impact"`
+	Worst  string `json:"worst"`
+	// Vendors lists the known frameworks the rules match, at most
+	// MaxVendors; empty when none matches.
+	Vendors []Vendor `json:"vendors"`
 	// Fingerprint is a stable hash of the usage: the same rules give the
 	// same value whatever their counters, handles or the time of the check.
 	Fingerprint string `json:"fingerprint"`

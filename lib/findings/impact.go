@@ -1,0 +1,102 @@
+package findings
+
+// Impact levels: what a RHEL 10 node's kernel needs to load a rule, not which
+// binary wrote it (the iptables binary ships inside the image). lib/classify
+// decides the level of each rule; docs/rhel10.md gives the facts behind them.
+const (
+	// ImpactLegacy: an x_tables rule; RHEL 10 has no ip_tables, ip6_tables
+	// or arp_tables modules, so it breaks.
+	ImpactLegacy = "legacy"
+	// ImpactXt: an iptables-nft rule holding an xt match or target; it needs
+	// nft_compat and xt_* modules, which RHEL 10 moved to
+	// kernel-modules-extra: it breaks unless that package is installed.
+	ImpactXt = "xt"
+	// ImpactNative: an iptables-nft rule of native nftables expressions only;
+	// it keeps loading, only the tooling is deprecated.
+	ImpactNative = "native"
+)
+
+// ImpactLevels lists the levels worst first; metrics and reports use exactly
+// these values, so a label on them has three values.
+var ImpactLevels = []string{ImpactLegacy, ImpactXt, ImpactNative}
+
+// Impact counts a finding's rules per impact level.
+type Impact struct {
+	Legacy int `json:"legacy"`
+	Xt     int `json:"xt"`
+	Native int `json:"native"`
+}
+
+// Count returns the count of one level, 0 for anything else.
+func (i Impact) Count(level string) int {
+	switch level {
+	case ImpactLegacy:
+		return i.Legacy
+	case ImpactXt:
+		return i.Xt
+	case ImpactNative:
+		return i.Native
+	}
+	return 0
+}
+
+// Worst returns the worst level with a rule, "" when no rule was counted.
+func (i Impact) Worst() string {
+	for _, l := range ImpactLevels {
+		if i.Count(l) > 0 {
+			return l
+		}
+	}
+	return ""
+}
+
+// ImpactRank orders levels for comparison: 0 is the worst; "" and anything
+// that is not a level rank after every level.
+func ImpactRank(level string) int {
+	for i, l := range ImpactLevels {
+		if l == level {
+			return i
+		}
+	}
+	return len(ImpactLevels)
+}
+
+// Breaks reports whether a level stops loading on a default RHEL 10 node.
+func Breaks(level string) bool { return level == ImpactLegacy || level == ImpactXt }
+
+// ImpactWords says a level in plain words, for notes and reports.
+func ImpactWords(level string) string {
+	switch level {
+	case ImpactLegacy:
+		return "breaks on RHEL 10 (legacy x_tables rules: no ip_tables modules)"
+	case ImpactXt:
+		return "breaks on RHEL 10 unless kernel-modules-extra is installed (iptables-nft rules with xt extensions)"
+	case ImpactNative:
+		return "keeps working on RHEL 10 (native nftables rules written by deprecated iptables-nft)"
+	}
+	return "impact unknown"
+}
+
+// VendorUnknown is the vendor label of usage matching no known vendor.
+const VendorUnknown = "unknown"
+
+// Vendor names a known rule framework recognised in the pod's rules and what
+// to change so it stops using iptables. Values come from a vendor table
+// (lib/classify's), not from the pod; Encode bounds them all the same since
+// an admin can extend that table.
+type Vendor struct {
+	// Name is the table's short key ("istio", "linkerd"): metrics labels use it.
+	Name string `json:"name"`
+	// Hint says what to change and from which release that works.
+	Hint string `json:"hint"`
+	// Doc links the vendor's documentation of the change.
+	Doc string `json:"doc"`
+}
+
+// Bounds of the vendor list; a pod matching more vendors than MaxVendors is
+// unusual enough that the first ones tell the story.
+const (
+	MaxVendors    = 4
+	maxVendorName = 32
+	maxHint       = 320
+)

@@ -1,0 +1,61 @@
+package findings
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestImpactWorst(t *testing.T) {
+	tests := []struct {
+		in   Impact
+		want string
+	}{
+		{Impact{}, ""},
+		{Impact{Native: 3}, ImpactNative},
+		{Impact{Xt: 1, Native: 3}, ImpactXt},
+		{Impact{Legacy: 1, Xt: 1}, ImpactLegacy},
+	}
+	for _, tt := range tests {
+		if got := tt.in.Worst(); got != tt.want {
+			t.Errorf("%+v.Worst() = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	if !(ImpactRank(ImpactLegacy) < ImpactRank(ImpactXt) && ImpactRank(ImpactXt) < ImpactRank(ImpactNative) && ImpactRank(ImpactNative) < ImpactRank("")) {
+		t.Error("ImpactRank does not order legacy, xt, native, none")
+	}
+	if !Breaks(ImpactLegacy) || !Breaks(ImpactXt) || Breaks(ImpactNative) || Breaks("") {
+		t.Error("Breaks is wrong")
+	}
+}
+
+// Vendors at their bounds fit beside ordinary fields: a record drops its
+// examples before it drops a vendor's hint, and every vendor field is cut.
+func TestEncodeKeepsVendors(t *testing.T) {
+	long := strings.Repeat("h", 5000)
+	rec := Record{Pod: Pod{Namespace: "shop", Name: "cart-7d9f"}, Fingerprint: "f", Worst: ImpactXt, Impact: Impact{Xt: 2, Native: 7}}
+	for i := 0; i < MaxVendors+3; i++ {
+		rec.Vendors = append(rec.Vendors, Vendor{Name: long, Hint: long, Doc: long})
+	}
+	for i := 0; i < MaxExamples; i++ {
+		rec.Examples = append(rec.Examples, Example{Family: "ip", Table: "nat", Chain: "C", Rule: long})
+	}
+	line, err := Encode(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(line[:len(line)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Vendors) != MaxVendors {
+		t.Fatalf("%d vendors kept, want %d: %s", len(back.Vendors), MaxVendors, line)
+	}
+	for _, v := range back.Vendors {
+		if len(v.Name) > maxVendorName || len(v.Hint) > maxHint || len(v.Doc) > maxField {
+			t.Errorf("vendor fields not cut: %d %d %d", len(v.Name), len(v.Hint), len(v.Doc))
+		}
+	}
+	if back.Worst != ImpactXt || back.Impact != rec.Impact || len(back.Examples) == 0 {
+		t.Errorf("impact or examples lost: %q %+v, %d examples", back.Worst, back.Impact, len(back.Examples))
+	}
+}
