@@ -19,10 +19,10 @@ import (
 func (b *builder) expr(e inspect.Expr) {
 	switch e.Name {
 	case "match":
-		b.xtMatch(e)
+		b.xt(e, "match", rankOpaque, b.xtMatchKnown)
 		return
 	case "target":
-		b.xtTarget(e)
+		b.xt(e, "target", rankTarget, b.xtTargetKnown)
 		return
 	}
 	x := newExpr(e.Name)
@@ -140,24 +140,15 @@ func parseXT(data []byte) (xtInfo, bool) {
 	return x, ad.Err() == nil && x.name != ""
 }
 
-func (b *builder) xtMatch(e inspect.Expr) {
+// xt decodes an xt-compat match or target (kind "match" or "target") with
+// known; what it does not know shows as an opaque token at rank.
+func (b *builder) xt(e inspect.Expr, kind string, rank int, known func(xtInfo) bool) {
 	x, ok := parseXT(e.Data)
 	if !ok {
 		b.opaqueExpr(e)
 		return
 	}
-	if !b.xtMatchKnown(x) {
-		b.add(rankOpaque, "", opaque("match", fmt.Sprintf("%s.r%d", x.name, x.rev), x.info))
-	}
-}
-
-func (b *builder) xtTarget(e inspect.Expr) {
-	x, ok := parseXT(e.Data)
-	if !ok {
-		b.opaqueExpr(e)
-		return
-	}
-	if !b.xtTargetKnown(x) {
-		b.add(rankTarget, "", opaque("target", fmt.Sprintf("%s.r%d", x.name, x.rev), x.info))
+	if !known(x) {
+		b.add(rank, "", opaque(kind, fmt.Sprintf("%s.r%d", x.name, x.rev), x.info))
 	}
 }

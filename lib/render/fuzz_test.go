@@ -106,24 +106,21 @@ func TestDecodersBounded(t *testing.T) {
 					}
 				}
 				for rev := uint32(0); rev < 5; rev++ {
+					decoders := map[string]func(*builder){}
 					for name, d := range xtMatches {
-						func() {
-							defer func() {
-								if r := recover(); r != nil {
-									t.Fatalf("match %s rev %d fam %s len %d %s: panic %v", name, rev, fam, n, fill, r)
-								}
-							}()
-							d(newBuilder(fam), rev, blob)
-						}()
+						decoders["match "+name] = func(b *builder) { d(b, rev, blob) }
 					}
 					for name, d := range xtTargets {
+						decoders["target "+name] = func(b *builder) { d(b, rev, blob) }
+					}
+					for name, d := range decoders {
 						func() {
 							defer func() {
 								if r := recover(); r != nil {
-									t.Fatalf("target %s rev %d fam %s len %d %s: panic %v", name, rev, fam, n, fill, r)
+									t.Fatalf("%s rev %d fam %s len %d %s: panic %v", name, rev, fam, n, fill, r)
 								}
 							}()
-							d(newBuilder(fam), rev, blob)
+							d(newBuilder(fam))
 						}()
 					}
 				}
