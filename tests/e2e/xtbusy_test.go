@@ -1,0 +1,48 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+)
+
+// TestOCIRuntimeXTMutexHeld: while a neighbour holds the host-wide x_tables
+// mutex (issue 7 item 1), a container still starts under each real runtime,
+// on time, and its finding says the legacy look was cut short. The hook's
+// abandoned legacy probe outlives the hook: the runtime must not wait for
+// it (runc waits for pipes it holds; crun, a subreaper, inherits it).
+func TestOCIRuntimeXTMutexHeld(t *testing.T) {
+	for _, rt := range []string{"crun", "runc"} {
+		t.Run(rt, func(t *testing.T) {
+			nstest.NeedRoot(t, rt, "unshare", "iptables-nft", "iptables-legacy-restore")
+			_, err := os.Stat("/proc/self/net/ip_tables_names")
+			nstest.Need(t, err == nil, "needs the ip_tables module loaded")
+			needRootfs(t)
+			ns := nstest.New(t)
+			ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
+			nstest.HoldXTMutex(t, 300000, 64)
+			files := newHookFiles(t)
+			p := newPod("web-"+rt, "app")
+			bundle := writeBundle(t, ns.Path(), p.annotations(), files)
+			start := time.Now()
+			out := runContainer(t, rt, bundle, fmt.Sprintf("e2e-xt-%s-%s", rt, randHex(6)))
+			// The hook's own deadline is 2 s; the hooks.d timeout 10 s.
+			took := time.Since(start)
+			t.Logf("%s run took %v", rt, took)
+			if took > 6*time.Second {
+				t.Errorf("%s run took %v while the x_tables mutex was held", rt, took)
+			}
+			if !strings.Contains(out, "alive") {
+				t.Errorf("container printed %q, want it to have run", out)
+			}
+			recs := readFindings(t, files.findings)
+			if len(recs) != 1 || !recs[0].Truncated || !strings.Contains(recs[0].Error, "legacy x_tables busy") || recs[0].Nft.Rules != 1 {
+				t.Fatalf("want one truncated finding with the nft rule and \"legacy x_tables busy\", got %+v\nhook log:\n%s", recs, readLog(t, files.log))
+			}
+		})
+	}
+}
