@@ -61,3 +61,25 @@ func TestHookTooManyChains(t *testing.T) {
 		t.Fatalf("want one truncated finding with the user chain's rule and the reason, got %+v\n%s", recs, h.stderr)
 	}
 }
+
+// TestHookUndumpableRule: a rule over 32 KiB ends every dump of the netns
+// (issue 7 item 2); the rules after it are unseen by anyone, so the finding
+// must say it is truncated, never clean.
+func TestHookUndumpableRule(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	ns := nstest.New(t)
+	args := []string{"iptables-nft", "-A", "INPUT"}
+	for i := 0; i < 120; i++ {
+		args = append(args, "-m", "comment", "--comment", fmt.Sprintf("%s%03d", strings.Repeat("x", 240), i))
+	}
+	if out, err := ns.Exec(append(args, "-j", "ACCEPT")...); err != nil {
+		t.Fatalf("iptables-nft -A INPUT with 120 comments: %v: %.200s", err, out)
+	}
+	ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
+	h := hookRun{}
+	runHookProc(t, pod{netns: ns.Path()}.state(t), &h)
+	recs := readFindings(t, h.findings)
+	if len(recs) != 1 || !recs[0].Truncated || !strings.Contains(recs[0].Error, "incomplete") {
+		t.Fatalf("want one truncated finding saying the dump was incomplete, got %+v\n%s", recs, h.stderr)
+	}
+}
