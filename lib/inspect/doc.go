@@ -5,9 +5,15 @@
 // number of rules kept with their expression data), and the legacy x_tables
 // tables listed in the namespace.
 //
-// A snapshot is complete or says it is not: the deadline, a size bound, or a
+// A snapshot is complete or says it is not: the deadline, a size bound, a
 // dump the kernel ended early (a chain's use count above the rules and
-// jumps dumped) set Truncated and return an error.
+// jumps dumped), or a legacy probe still blocked at the deadline set
+// Truncated and return an error.
+//
+// Inspect returns by its deadline whatever the kernel does: reading legacy
+// tables takes the host-wide x_tables mutex, which a neighbour can hold for
+// seconds, so that read runs in a probe process (this binary re-executed;
+// see ProbeMain) that Inspect abandons at the deadline.
 //
 // Invariant: it never creates a table, chain or rule in the namespace. It
 // sends only dump requests, and queries legacy tables only when the

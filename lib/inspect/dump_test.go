@@ -103,7 +103,8 @@ func TestInspectJumpsAreNotMissingRules(t *testing.T) {
 add rule ip t a jump b; add rule ip t a goto c; add rule ip t b accept
 add rule ip t a tcp dport vmap { 80 : jump b, 81 : goto c, 82 : jump c }
 add map ip t m { type inet_service : verdict; elements = { 90 : jump b } }
-add rule ip t a tcp dport vmap @m`)
+add rule ip t a tcp dport vmap @m
+add rule ip t a tcp dport 22 jump { counter; accept; }`)
 	ns.Run("iptables-nft", "-N", "X")
 	ns.Run("iptables-nft", "-A", "INPUT", "-j", "X")
 	ns.Run("iptables-nft", "-A", "X", "-j", "RETURN")

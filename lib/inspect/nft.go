@@ -248,7 +248,7 @@ type dumper struct {
 func (d *dumper) addChain(fam byte, b []byte) {
 	s := d.s
 	ch := Chain{Family: FamilyOf(fam), Policy: 1}
-	var use uint32
+	var use, flags uint32
 	eachAttr(b, func(typ uint16, data []byte) {
 		switch typ {
 		case unix.NFTA_CHAIN_TABLE:
@@ -262,6 +262,8 @@ func (d *dumper) addChain(fam byte, b []byte) {
 			ch.Policy = be32(data)
 		case unix.NFTA_CHAIN_USE:
 			use = be32(data)
+		case nftaChainFlags:
+			flags = be32(data)
 		case unix.NFTA_CHAIN_HOOK:
 			ch.Base = true
 			eachAttr(data, func(typ uint16, v []byte) {
@@ -274,6 +276,11 @@ func (d *dumper) addChain(fam byte, b []byte) {
 			})
 		}
 	})
+	if flags&nftChainBinding != 0 && use > 0 {
+		// An anonymous chain (jump { ... }) holds one more use for being
+		// bound to its rule, besides the jump itself.
+		use--
+	}
 	k := chainKey{ch.Family, ch.Table, ch.Name}
 	if i, ok := d.index[k]; ok {
 		// Known from its rules (read first): keep the counts.
@@ -291,6 +298,13 @@ func (d *dumper) addChain(fam byte, b []byte) {
 	d.refs = append(d.refs, d.pending[k])
 	delete(d.pending, k)
 }
+
+// NFTA_CHAIN_FLAGS and its NFT_CHAIN_BINDING bit (linux 5.9), which
+// x/sys/unix does not name.
+const (
+	nftaChainFlags  = 10
+	nftChainBinding = 0x4
+)
 
 func be32(b []byte) uint32 {
 	if len(b) < 4 {
