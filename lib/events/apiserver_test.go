@@ -90,7 +90,7 @@ func TestPostRealAPIServer(t *testing.T) {
 			if e.Reason != events.Reason || e.Type != corev1.EventTypeWarning || e.ReportingController != events.Controller || e.ReportingInstance != "node-a" || e.Action != events.Action {
 				t.Errorf("event fields: reason %q type %q controller %q instance %q action %q", e.Reason, e.Type, e.ReportingController, e.ReportingInstance, e.Action)
 			}
-			if e.Message != events.Note(tc.rec) || len(e.Message) > events.NoteLimit {
+			if e.Message != events.Note(tc.rec, res.Owner) || len(e.Message) > events.NoteLimit {
 				t.Errorf("stored note (%d bytes) differs from the rendered one:\n%s", len(e.Message), e.Message)
 			}
 			if tc.fullish && len(e.Message) < events.NoteLimit-100 {

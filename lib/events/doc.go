@@ -20,5 +20,5 @@
 // API, is a Result, so the caller can move on without losing order.
 //
 // API calls made, which packaging/rbac must allow: pods get, and events
-// (events.k8s.io) create. Nothing else.
+// (events.k8s.io) create, plus lib/owner's gets naming the pod's workload.
 package events

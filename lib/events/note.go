@@ -6,6 +6,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 )
 
 // NoteLimit is the API server's limit on an Event's note, in bytes
@@ -22,10 +23,31 @@ const examplesHeading = "Example iptables rules seen in this pod:"
 // minExample is the shortest cut rule worth showing.
 const minExample = 24
 
-// Note renders the Event note for a record: the deprecation, the counts and
-// as many example rules as fit in NoteLimit bytes.
-func Note(rec findings.Record) string {
+// maxVendorLine bounds one vendor's line, so two vendors' hints and some
+// examples still fit.
+const maxVendorLine = 300
+
+// Note renders the Event note for a record: the RHEL 10 impact in plain
+// words, the owning workload (zero Owner: not known), the recognised
+// vendors with their hints, the deprecation, the counts and as many example
+// rules as fit in NoteLimit bytes.
+func Note(rec findings.Record, o owner.Owner) string {
 	var b strings.Builder
+	b.WriteString(findings.ImpactWords(rec.WorstLevel()) + ".")
+	if o.Kind != "" {
+		b.WriteString(" Owner: " + safetext.Display(o.Kind) + " " + safetext.Display(rec.Pod.Namespace) + "/" + safetext.Display(o.Name) + ".")
+	}
+	b.WriteString("\n")
+	for _, v := range rec.Vendors {
+		l := "Recognised " + safetext.Display(v.Name)
+		if v.Hint != "" {
+			l += ": " + safetext.Display(v.Hint)
+		}
+		if v.Doc != "" {
+			l += " (" + safetext.Display(v.Doc) + ")"
+		}
+		b.WriteString(safetext.Cut(l, maxVendorLine) + "\n")
+	}
 	b.WriteString(deprecation)
 	b.WriteString("\n")
 	b.WriteString(counts(rec))

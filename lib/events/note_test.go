@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 )
 
 func sampleRecord() findings.Record {
@@ -42,17 +43,26 @@ func TestNoteGolden(t *testing.T) {
 	hostile.Container = "app\x1b[31m"
 	hostile.Examples = []findings.Example{{Family: "ip", Table: "filter", Rule: "-A INPUT -m comment --comment \"a\nFAKE LINE\u202egnp.exe\xff\" -j DROP"}}
 
+	istio := sampleRecord()
+	istio.Impact, istio.Worst = findings.Impact{Xt: 3, Native: 9}, findings.ImpactXt
+	istio.Vendors = []findings.Vendor{
+		{Name: "istio", Hint: "Istio 1.28+: set values.global.nativeNftables=true", Doc: "https://istio.io/latest/docs/setup/additional-setup/nftables/"},
+		{Name: "linkerd", Hint: strings.Repeat("long hint ", 60), Doc: "https://linkerd.io/"},
+	}
+
 	cases := []struct {
-		name string
-		rec  findings.Record
+		name  string
+		rec   findings.Record
+		owner owner.Owner
 	}{
 		{name: "nft", rec: sampleRecord()},
+		{name: "xt-vendors-owner", rec: istio, owner: owner.Owner{Kind: "Deployment", Name: "cart"}},
 		{name: "legacy-truncated", rec: legacy},
 		{name: "hostile", rec: hostile},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Note(tc.rec)
+			got := Note(tc.rec, tc.owner)
 			golden := filepath.Join("testdata", "note-"+tc.name+".txt")
 			if os.Getenv("UPDATE_GOLDEN") == "1" {
 				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
@@ -96,15 +106,15 @@ func TestNoteLimit(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Note(tc.rec)
+			got := Note(tc.rec, owner.Owner{})
 			if len(got) > NoteLimit {
 				t.Errorf("note is %d bytes, limit %d", len(got), NoteLimit)
 			}
 			if !utf8.ValidString(got) {
 				t.Errorf("note is not valid UTF-8: %q", got)
 			}
-			if !strings.HasPrefix(got, deprecation) {
-				t.Errorf("note does not start with the deprecation: %q", got)
+			if !strings.HasPrefix(got, findings.ImpactWords(tc.rec.WorstLevel())) || !strings.Contains(got, deprecation) {
+				t.Errorf("note does not start with the impact or lacks the deprecation: %q", got)
 			}
 			for _, c := range tc.contains {
 				if !strings.Contains(got, c) {

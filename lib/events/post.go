@@ -9,6 +9,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,6 +35,9 @@ const (
 	// Annotations let tools find the finding behind an Event.
 	FingerprintAnnotation = "iptables-alerter.io/fingerprint"
 	ContainerAnnotation   = "iptables-alerter.io/container-id"
+	// SummaryAnnotation holds the Summary as JSON: what `report` reads
+	// back from the cluster's Events.
+	SummaryAnnotation = "iptables-alerter.io/finding"
 
 	// instanceLimit is the API's limit on reportingInstance.
 	instanceLimit = 128
@@ -66,6 +70,8 @@ type Result struct {
 	PodUID types.UID
 	// Mirror is true when the record's pod is a static pod.
 	Mirror bool
+	// Owner is the pod's owning workload, zero when no pod was found.
+	Owner owner.Owner
 	// Node is the outcome of the node summary Event, empty when not asked;
 	// NodeWhy explains a Rejected one.
 	Node    Outcome
@@ -77,6 +83,7 @@ type Result struct {
 // Poster posts Events through one client for one node.
 type Poster struct {
 	client    kubernetes.Interface
+	owners    *owner.Resolver
 	node      string
 	nodeEvent bool
 	now       func() time.Time
@@ -85,7 +92,7 @@ type Poster struct {
 // New gives a Poster reporting as node; nodeEvent adds the summary Event on
 // the Node object.
 func New(client kubernetes.Interface, node string, nodeEvent bool) *Poster {
-	return &Poster{client: client, node: node, nodeEvent: nodeEvent, now: time.Now}
+	return &Poster{client: client, owners: owner.New(client), node: node, nodeEvent: nodeEvent, now: time.Now}
 }
 
 // Post delivers the Events for rec. A non-nil error is always retryable:
@@ -141,7 +148,8 @@ func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, erro
 	default:
 		return Result{Outcome: PodGone, Why: fmt.Errorf("pod %q has uid %q, the finding is about uid %q", pod.Namespace+"/"+pod.Name, pod.UID, rec.Pod.UID)}, nil
 	}
-	res.Outcome, err = p.create(ctx, p.podEvent(rec, pod, res.Name))
+	res.Owner = p.owners.Resolve(ctx, pod)
+	res.Outcome, err = p.create(ctx, p.podEvent(rec, pod, res.Name, res.Owner))
 	if res.Outcome == "" {
 		return Result{}, err
 	}
@@ -166,8 +174,8 @@ func (p *Poster) create(ctx context.Context, ev *eventsv1.Event) (Outcome, error
 	return Rejected, err
 }
 
-func (p *Poster) podEvent(rec findings.Record, pod *corev1.Pod, name string) *eventsv1.Event {
-	ev := p.base(rec, name, pod.Namespace)
+func (p *Poster) podEvent(rec findings.Record, pod *corev1.Pod, name string, o owner.Owner) *eventsv1.Event {
+	ev := p.base(rec, name, pod.Namespace, o)
 	ev.Regarding = corev1.ObjectReference{
 		APIVersion: "v1",
 		Kind:       "Pod",
@@ -175,12 +183,12 @@ func (p *Poster) podEvent(rec findings.Record, pod *corev1.Pod, name string) *ev
 		Name:       pod.Name,
 		UID:        pod.UID,
 	}
-	ev.Note = Note(rec)
+	ev.Note = Note(rec, o)
 	return ev
 }
 
 func (p *Poster) nodeEventFor(rec findings.Record, pod Result) *eventsv1.Event {
-	ev := p.base(rec, NodeEventName(p.node, rec.Fingerprint), NodeEventNamespace)
+	ev := p.base(rec, NodeEventName(p.node, rec.Fingerprint), NodeEventNamespace, pod.Owner)
 	// The kubelet uses the node name as UID in its node Events and
 	// `kubectl describe node` looks for both, so no nodes get is needed.
 	ev.Regarding = corev1.ObjectReference{
@@ -199,11 +207,11 @@ func (p *Poster) nodeEventFor(rec findings.Record, pod Result) *eventsv1.Event {
 		}
 	}
 	head := fmt.Sprintf("Pod %s/%s on this node created iptables rules. ", safetext.Display(rec.Pod.Namespace), safetext.Display(rec.Pod.Name))
-	ev.Note = safetext.Cut(head+Note(rec), NoteLimit)
+	ev.Note = safetext.Cut(head+Note(rec, pod.Owner), NoteLimit)
 	return ev
 }
 
-func (p *Poster) base(rec findings.Record, name, namespace string) *eventsv1.Event {
+func (p *Poster) base(rec findings.Record, name, namespace string, o owner.Owner) *eventsv1.Event {
 	when := rec.Time
 	if when.IsZero() {
 		when = p.now()
@@ -219,6 +227,7 @@ func (p *Poster) base(rec findings.Record, name, namespace string) *eventsv1.Eve
 			Annotations: map[string]string{
 				FingerprintAnnotation: rec.Fingerprint,
 				ContainerAnnotation:   rec.ContainerID,
+				SummaryAnnotation:     SummaryOf(rec, p.node, o).JSON(),
 			},
 		},
 		EventTime:           metav1.NewMicroTime(when),

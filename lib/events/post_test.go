@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -118,10 +119,15 @@ func TestPodEventFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	static := owner.Owner{Kind: owner.KindStaticPod, Name: "cart-7d9f"}
+	if res.Owner != static {
+		t.Errorf("owner %+v, want %+v", res.Owner, static)
+	}
 	want := &eventsv1.Event{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: PodEventName(rec), Namespace: "shop",
-			Annotations: map[string]string{FingerprintAnnotation: rec.Fingerprint, ContainerAnnotation: rec.ContainerID},
+			Annotations: map[string]string{FingerprintAnnotation: rec.Fingerprint, ContainerAnnotation: rec.ContainerID,
+				SummaryAnnotation: SummaryOf(rec, "node-a", static).JSON()},
 		},
 		EventTime:           metav1.NewMicroTime(rec.Time),
 		ReportingController: Controller,
@@ -130,7 +136,7 @@ func TestPodEventFields(t *testing.T) {
 		Reason:              Reason,
 		Type:                corev1.EventTypeWarning,
 		Regarding:           corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: "shop", Name: "cart-7d9f", UID: "mirror-uid"},
-		Note:                Note(rec),
+		Note:                Note(rec, static),
 	}
 	// Bookkeeping the fake tracker adds.
 	got.ManagedFields, got.TypeMeta = nil, metav1.TypeMeta{}

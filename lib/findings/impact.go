@@ -64,17 +64,18 @@ func ImpactRank(level string) int {
 // Breaks reports whether a level stops loading on a default RHEL 10 node.
 func Breaks(level string) bool { return level == ImpactLegacy || level == ImpactXt }
 
-// ImpactWords says a level in plain words, for notes and reports.
+// ImpactWords says a level in plain words, as a sentence without its
+// full stop, for notes and reports.
 func ImpactWords(level string) string {
 	switch level {
 	case ImpactLegacy:
-		return "breaks on RHEL 10 (legacy x_tables rules: no ip_tables modules)"
+		return "Breaks on RHEL 10: legacy x_tables rules, and RHEL 10 kernels have no ip_tables modules"
 	case ImpactXt:
-		return "breaks on RHEL 10 unless kernel-modules-extra is installed (iptables-nft rules with xt extensions)"
+		return "Breaks on RHEL 10 unless kernel-modules-extra is installed: iptables-nft rules with xt matches or targets need nft_compat and xt_* modules"
 	case ImpactNative:
-		return "keeps working on RHEL 10 (native nftables rules written by deprecated iptables-nft)"
+		return "Keeps loading on RHEL 10: native nftables rules, written by the deprecated iptables tooling"
 	}
-	return "impact unknown"
+	return "RHEL 10 impact not classified"
 }
 
 // VendorUnknown is the vendor label of usage matching no known vendor.
@@ -100,3 +101,16 @@ const (
 	maxVendorName = 32
 	maxHint       = 320
 )
+
+// WorstLevel is the record's worst impact level: Worst when the hook
+// classified the rules, else legacy when it saw legacy usage (that level
+// needs no classification), else "" (not known).
+func (r Record) WorstLevel() string {
+	if r.Worst != "" {
+		return r.Worst
+	}
+	if r.Legacy.Used() {
+		return ImpactLegacy
+	}
+	return ""
+}

@@ -1,0 +1,39 @@
+package events
+
+import (
+	"encoding/json"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+)
+
+// Summary is what an Event carries of its finding in SummaryAnnotation,
+// so that `report` can group the cluster's Events by workload without the
+// nodes' findings files. It is built from an encoded record, so it is as
+// bounded as the record (4 KiB), well under the API's 256 KiB of
+// annotations.
+type Summary struct {
+	Node  string      `json:"node"`
+	Owner owner.Owner `json:"owner"`
+	// Pod is the record's pod; the Event's regarding names the live one.
+	Pod      findings.Pod       `json:"pod"`
+	Impact   findings.Impact    `json:"impact"`
+	Worst    string             `json:"worst"`
+	Vendors  []findings.Vendor  `json:"vendors"`
+	Examples []findings.Example `json:"examples"`
+}
+
+// SummaryOf condenses rec as posted by node, the pod owned by o.
+func SummaryOf(rec findings.Record, node string, o owner.Owner) Summary {
+	if rec.Node != "" {
+		node = rec.Node
+	}
+	return Summary{Node: node, Owner: o, Pod: rec.Pod, Impact: rec.Impact, Worst: rec.WorstLevel(),
+		Vendors: rec.Vendors, Examples: rec.Examples}
+}
+
+// JSON encodes the summary; it cannot fail on these types.
+func (s Summary) JSON() string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

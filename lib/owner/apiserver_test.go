@@ -1,0 +1,51 @@
+package owner_test
+
+import (
+	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// TestResolveRealAPIServer resolves pods of every controller kind, made
+// through a real kube-apiserver, with the forwarder's own service account
+// as packaging/rbac binds it: the RBAC must allow every lookup.
+func TestResolveRealAPIServer(t *testing.T) {
+	c := kubetest.Start(t)
+	admin := c.Client()
+	ctx := kubetest.Ctx(t)
+	kubetest.Apply(t, admin, "../../packaging/rbac/forward.yaml")
+	kubetest.Namespace(t, admin, "shop")
+	pods := kubetest.Workloads(t, admin, "shop")
+
+	sa, err := kubernetes.NewForConfig(c.Config(kubetest.Token(t, admin, "iptables-alerter", "iptables-alerter-forward")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := owner.New(sa)
+	for name, want := range pods {
+		got := r.Resolve(ctx, want.Pod)
+		if got.Kind != want.Kind || got.Name != want.Owner {
+			t.Errorf("%s: owner %s, want %s/%s", name, got, want.Kind, want.Owner)
+		}
+	}
+
+	// Cached: with the ReplicaSet deleted, the Deployment is still named;
+	// a fresh resolver, which must ask, falls back to the ReplicaSet.
+	if err := admin.AppsV1().ReplicaSets("shop").Delete(ctx, "web-7c9", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	web := pods["web-7c9-aaaaa"].Pod
+	if got := r.Resolve(ctx, web); got.String() != "Deployment/web" {
+		t.Errorf("cached owner %s, want Deployment/web", got)
+	}
+	if got := owner.New(sa).Resolve(ctx, web); got.String() != "ReplicaSet/web-7c9" {
+		t.Errorf("owner with the ReplicaSet gone %s, want ReplicaSet/web-7c9", got)
+	}
+	// Without any client only the pod's own references are read.
+	if got := owner.New(nil).Resolve(ctx, pods["nightly-2901-ddddd"].Pod); got.String() != "Job/nightly-2901" {
+		t.Errorf("owner without client %s, want Job/nightly-2901", got)
+	}
+}

@@ -1,0 +1,145 @@
+package owner
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+)
+
+// MirrorAnnotation marks a mirror pod, the API's copy of a static pod.
+const MirrorAnnotation = "kubernetes.io/config.mirror"
+
+// Kinds answered besides the controllers' own.
+const (
+	KindPod       = "Pod"
+	KindStaticPod = "StaticPod"
+)
+
+// Owner is the workload a pod belongs to.
+type Owner struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+}
+
+// String is "Kind/name".
+func (o Owner) String() string { return o.Kind + "/" + o.Name }
+
+// Bare is the owner of a pod with no controller.
+func Bare(pod string) Owner { return Owner{Kind: KindPod, Name: pod} }
+
+// Cache bounds.
+const (
+	maxEntries = 4096
+	maxAge     = 10 * time.Minute
+)
+
+// Resolver resolves owners through one client, caching what it learnt.
+type Resolver struct {
+	client kubernetes.Interface
+	now    func() time.Time
+
+	mu    sync.Mutex
+	cache map[key]entry
+}
+
+type key struct{ namespace, kind, name string }
+
+type entry struct {
+	parent *metav1.OwnerReference
+	at     time.Time
+}
+
+// New gives a Resolver; a nil client resolves from the pod alone.
+func New(client kubernetes.Interface) *Resolver {
+	return &Resolver{client: client, now: time.Now, cache: map[key]entry{}}
+}
+
+// Resolve names the owner of pod.
+func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) Owner {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil {
+		if _, ok := pod.Annotations[MirrorAnnotation]; ok {
+			return Owner{Kind: KindStaticPod, Name: pod.Name}
+		}
+		return Bare(pod.Name)
+	}
+	// The kubelet makes a mirror pod's controller its Node.
+	if ref.Kind == "Node" {
+		return Owner{Kind: KindStaticPod, Name: pod.Name}
+	}
+	o := Owner{Kind: ref.Kind, Name: ref.Name}
+	switch {
+	case ref.Kind == "ReplicaSet" && isGroup(ref.APIVersion, "apps"),
+		ref.Kind == "Job" && isGroup(ref.APIVersion, "batch"),
+		ref.Kind == "ReplicationController" && isGroup(ref.APIVersion, ""):
+		if p := r.parent(ctx, key{pod.Namespace, ref.Kind, ref.Name}); p != nil {
+			return Owner{Kind: p.Kind, Name: p.Name}
+		}
+	}
+	return o
+}
+
+// isGroup checks the API group: a CRD may reuse a kind name.
+func isGroup(apiVersion, group string) bool {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	return err == nil && gv.Group == group
+}
+
+// parent returns the controller of a ReplicaSet, Job or
+// ReplicationController, nil when it has none or cannot be read.
+func (r *Resolver) parent(ctx context.Context, k key) *metav1.OwnerReference {
+	if r.client == nil {
+		return nil
+	}
+	r.mu.Lock()
+	e, ok := r.cache[k]
+	r.mu.Unlock()
+	if ok && r.now().Sub(e.at) < maxAge {
+		return e.parent
+	}
+	var meta *metav1.ObjectMeta
+	var err error
+	switch k.kind {
+	case "ReplicaSet":
+		rs, e := r.client.AppsV1().ReplicaSets(k.namespace).Get(ctx, k.name, metav1.GetOptions{})
+		if e == nil {
+			meta = &rs.ObjectMeta
+		}
+		err = e
+	case "Job":
+		j, e := r.client.BatchV1().Jobs(k.namespace).Get(ctx, k.name, metav1.GetOptions{})
+		if e == nil {
+			meta = &j.ObjectMeta
+		}
+		err = e
+	case "ReplicationController":
+		rc, e := r.client.CoreV1().ReplicationControllers(k.namespace).Get(ctx, k.name, metav1.GetOptions{})
+		if e == nil {
+			meta = &rc.ObjectMeta
+		}
+		err = e
+	}
+	if err != nil || meta == nil {
+		// Not cached: a refusal or an outage may pass.
+		return nil
+	}
+	var p *metav1.OwnerReference
+	if ref := metav1.GetControllerOfNoCopy(meta); ref != nil {
+		c := *ref
+		p = &c
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.cache) >= maxEntries {
+		// Dropping all is crude but bounded, and a node's pods refill it
+		// with one GET per workload.
+		clear(r.cache)
+	}
+	r.cache[k] = entry{parent: p, at: r.now()}
+	return p
+}
