@@ -1,5 +1,10 @@
 package findings
 
+import (
+	"slices"
+	"sort"
+)
+
 // Impact levels: what a RHEL 10 node's kernel needs to load a rule, not which
 // binary wrote it (the iptables binary ships inside the image). lib/classify
 // decides the level of each rule; docs/rhel10.md gives the facts behind them.
@@ -78,8 +83,53 @@ func ImpactWords(level string) string {
 	return "RHEL 10 impact not classified"
 }
 
-// VendorUnknown is the vendor label of usage matching no known vendor.
-const VendorUnknown = "unknown"
+// Vendor label values besides VendorNames: VendorUnknown for usage that
+// matches no vendor, VendorOther for a vendor the admin added to the table.
+const (
+	VendorUnknown = "unknown"
+	VendorOther   = "other"
+)
+
+// VendorNames are the vendor table's keys, the only vendor names a metrics
+// label may carry: Prometheus series stay bounded whatever the admin's
+// table or the file hold. The vendor table uses exactly these names.
+var VendorNames = []string{
+	"istio",               // sidecar: ISTIO_* chains, uid 1337
+	"istio-ambient",       // ambient in-pod rules: ISTIO_PRERT, ISTIO_OUTPUT, marks 0x539/0x111
+	"linkerd",             // PROXY_INIT_*
+	"consul",              // CONSUL_PROXY_*, CONSUL_DNS_REDIRECT
+	"kuma",                // Kuma and Kong Mesh: KUMA_MESH_*
+	"osm",                 // Open Service Mesh: OSM_PROXY_*
+	"appmesh",             // AWS App Mesh: APPMESH_*
+	"azure-monitor-agent", // DNAT of 169.254.169.254:80 to 127.0.0.1:8421
+	"docker",              // Docker-in-Docker: DOCKER, DOCKER-USER, DOCKER-ISOLATION-*
+	"kube-proxy",          // KUBE-* chains in a pod netns
+	"calico",              // cali-*
+	"cilium",              // CILIUM_*
+}
+
+// VendorLabels gives the metrics label values of a record's vendors:
+// known names as they are, any other name VendorOther, and VendorUnknown
+// when the record names none. Sorted, without repeats.
+func VendorLabels(vs []Vendor) []string {
+	if len(vs) == 0 {
+		return []string{VendorUnknown}
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, v := range vs {
+		l := VendorOther
+		if slices.Contains(VendorNames, v.Name) {
+			l = v.Name
+		}
+		if !seen[l] {
+			seen[l] = true
+			out = append(out, l)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
 
 // Vendor names a known rule framework recognised in the pod's rules and what
 // to change so it stops using iptables. Values come from a vendor table

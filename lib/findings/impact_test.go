@@ -59,3 +59,13 @@ func TestEncodeKeepsVendors(t *testing.T) {
 		t.Errorf("impact or examples lost: %q %+v, %d examples", back.Worst, back.Impact, len(back.Examples))
 	}
 }
+
+func TestVendorLabels(t *testing.T) {
+	got := VendorLabels([]Vendor{{Name: "linkerd"}, {Name: "istio"}, {Name: "my-mesh\n"}, {Name: "istio"}, {Name: "acme"}})
+	if strings.Join(got, ",") != "istio,linkerd,other" {
+		t.Errorf("VendorLabels = %q", got)
+	}
+	if got := VendorLabels(nil); len(got) != 1 || got[0] != VendorUnknown {
+		t.Errorf("VendorLabels(nil) = %q", got)
+	}
+}
