@@ -49,9 +49,11 @@ const (
 	fallbackBudget = 10 * time.Second
 )
 
-// Inspect reads the namespace. On a deadline it returns what it saw with
-// Truncated set and an error wrapping ErrDeadline; other errors mean the
-// snapshot is incomplete and must never be read as "clean".
+// Inspect reads the namespace. It returns what it saw by the context's
+// deadline (or fallbackBudget), whatever the kernel or a neighbour does. An
+// error (ErrDeadline, ErrTooMany, ErrIncomplete, ErrLegacyBusy, or another)
+// comes with Truncated set: the snapshot is incomplete and must never be
+// read as "clean".
 func Inspect(ctx context.Context, h *netns.Handle, opt Options) (Snapshot, error) {
 	if opt.MaxDetail <= 0 {
 		opt.MaxDetail = defaultMaxDetail
@@ -83,7 +85,8 @@ func Inspect(ctx context.Context, h *netns.Handle, opt Options) (Snapshot, error
 	if err != nil && (errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)) {
 		err = fmt.Errorf("%w: %w", ErrDeadline, err)
 	}
-	if errors.Is(err, ErrDeadline) {
+	if err != nil {
+		// Whatever went wrong, what is here is not the whole picture.
 		s.Truncated = true
 	}
 	return s, err

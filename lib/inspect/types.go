@@ -40,8 +40,10 @@ type Snapshot struct {
 	// counted in its Chain whether kept or not.
 	Rules  []Rule
 	Legacy []LegacyTable
-	// Truncated is set when the deadline or a size bound cut the dump short;
-	// what is here is then a lower bound, never a claim of "clean".
+	// Truncated is set when the look did not see everything (deadline, a
+	// size bound, a dump the kernel ended early, a failed or abandoned
+	// legacy probe; Inspect's error says which): what is here is then a
+	// lower bound, never a claim of "clean".
 	Truncated bool
 }
 
