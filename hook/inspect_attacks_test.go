@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
 // TestHookXTMutexHeldByNeighbour: a neighbour holding the host-wide x_tables
@@ -82,4 +83,35 @@ func TestHookUndumpableRule(t *testing.T) {
 	if len(recs) != 1 || !recs[0].Truncated || !strings.Contains(recs[0].Error, "incomplete") {
 		t.Fatalf("want one truncated finding saying the dump was incomplete, got %+v\n%s", recs, h.stderr)
 	}
+}
+
+// TestHookTrafficKeepsFingerprint: traffic through a quota and counters
+// (issue 7 item 12) changes no fingerprint, so the next container of the
+// same pod records nothing new.
+func TestHookTrafficKeepsFingerprint(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "nft", "bash")
+	ns := nstest.New(t)
+	ns.Run("ip", "link", "set", "lo", "up")
+	ns.Run("iptables-nft", "-A", "OUTPUT", "-p", "udp", "--dport", "9", "-m", "quota", "--quota", "100000000", "-j", "ACCEPT")
+	// iptables-nft's own quota does not report what it used; nft's does.
+	ns.Run("nft", "insert rule ip filter OUTPUT udp dport 9 counter quota until 100 mbytes")
+	h := hookRun{}
+	p := pod{netns: ns.Path(), sandbox: "sb-traffic"}
+	runHookProc(t, p.state(t), &h)
+	ns.Run("bash", "-c", "for i in $(seq 20); do echo hello > /dev/udp/127.0.0.1/9; done")
+	if out := ns.Run("nft", "list", "ruleset"); !strings.Contains(out, "used 680 bytes") {
+		t.Fatalf("the traffic did not pass the rule:\n%s", out)
+	}
+	runHookProc(t, p.state(t), &h)
+	if recs := readFindings(t, h.findings); len(recs) != 1 {
+		t.Fatalf("traffic made %d findings for one pod, want 1 (fingerprints %v)", len(recs), fingerprints(recs))
+	}
+}
+
+func fingerprints(recs []findings.Record) []string {
+	var fps []string
+	for _, r := range recs {
+		fps = append(fps, r.Fingerprint)
+	}
+	return fps
 }

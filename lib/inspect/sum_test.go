@@ -9,7 +9,7 @@ import (
 )
 
 // Traffic through stateful expressions (counters, quota, limit, a dynamic
-// set's counters, xt quota; nft 1.0.6 cannot write "last") must not change any chain's Sum: the fingerprint stands for the
+// set's counters, xt statistic and hashlimit; nft 1.0.6 cannot write "last") must not change any chain's Sum: the fingerprint stands for the
 // rules' meaning, and a new one at each container start is a new finding.
 func TestSumIgnoresTrafficState(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "nft", "bash")
@@ -21,6 +21,9 @@ add set inet t seen { type ipv4_addr; flags dynamic; }
 add rule inet t out udp dport 9 add @seen { ip daddr counter }`)
 	ns.Run("iptables-nft", "-A", "OUTPUT", "-p", "udp", "--dport", "9", "-m", "quota", "--quota", "100000000", "-j", "ACCEPT")
 	ns.Run("iptables-nft", "-A", "OUTPUT", "-p", "udp", "--dport", "9", "-m", "limit", "--limit", "1000/s", "-j", "ACCEPT")
+	// xt matches whose kernel state lives next to their info.
+	ns.Run("iptables-nft", "-I", "OUTPUT", "-p", "udp", "--dport", "9", "-m", "statistic", "--mode", "nth", "--every", "3", "--packet", "0", "-j", "RETURN")
+	ns.Run("iptables-nft", "-I", "OUTPUT", "-p", "udp", "--dport", "9", "-m", "hashlimit", "--hashlimit-upto", "1000/s", "--hashlimit-name", "h", "-j", "RETURN")
 	all := func(inspect.Family, string, bool) bool { return true }
 
 	sums := func() map[string]uint64 {
