@@ -120,6 +120,27 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 // forwardStats counts outcomes for the logs; the loop is the only writer.
 type forwardStats struct {
 	created, duplicate, podGone, noPod, rejected, malformed, retried atomic.Int64
+	// byImpact counts created pod Events by worst impact and vendor label,
+	// both from bounded sets (findings.ImpactLevels, VendorLabels).
+	byImpact *prometheus.CounterVec
+}
+
+func newForwardStats() *forwardStats {
+	return &forwardStats{byImpact: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "iptables_alerter_forward_events_by_impact_total",
+		Help: "Pod Events created, by the finding's worst RHEL 10 impact (legacy, xt, native; unclassified findings left out) and recognised vendor (unknown: none; other: an admin-added vendor; a finding naming two vendors counts under both).",
+	}, []string{"impact", "vendor"})}
+}
+
+// countImpact counts a created Event under its impact and vendors.
+func (s *forwardStats) countImpact(rec findings.Record) {
+	w := rec.WorstLevel()
+	if findings.ImpactRank(w) == len(findings.ImpactLevels) {
+		return
+	}
+	for _, v := range findings.VendorLabels(rec.Vendors) {
+		s.byImpact.WithLabelValues(w, v).Inc()
+	}
 }
 
 func (s *forwardStats) fields() logrus.Fields {
@@ -148,6 +169,7 @@ func (s *forwardStats) handler() http.Handler {
 			ConstLabels: prometheus.Labels{"outcome": outcome},
 		}, func() float64 { return float64(n.Load()) }))
 	}
+	reg.MustRegister(s.byImpact)
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "iptables_alerter_forward_retries_total",
 		Help: "Attempts that failed and will be retried (API server down, throttling, 401, 403).",
@@ -190,7 +212,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 	// Save after every line: a replay would be harmless (AlreadyExists),
 	// but each Event costs an API call, which dwarfs an fsync.
 	f.Batch = 1
-	var st forwardStats
+	st := newForwardStats()
 	f.Skipped = func(s follow.Skip) {
 		st.malformed.Add(1)
 		log.WithFields(logrus.Fields{"file": s.File, "offset": s.Offset, "size": s.Size, "reason": s.Reason}).Warn("skipping findings line")
@@ -202,7 +224,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		st.retried.Add(1)
 		log.WithError(err).WithField("retry_in", wait.String()).Warn("event not delivered, will retry the same finding")
 	}
-	h := &forwarder{poster: events.New(client, cfg.nodeName, cfg.nodeEvent), log: log, stats: &st}
+	h := &forwarder{poster: events.New(client, cfg.nodeName, cfg.nodeEvent), log: log, stats: st}
 	if cfg.healthAddr != "" {
 		// One finding may hold the loop for a backoff plus a pod GET and
 		// two creates, each up to the request timeout (client-go may also
@@ -252,6 +274,9 @@ func (h *forwarder) handle(ctx context.Context, line []byte) error {
 	if res.Name != "" {
 		fields["event"] = res.Namespace + "/" + res.Name
 	}
+	if res.Owner.Kind != "" {
+		fields["owner"] = res.Owner.String()
+	}
 	if res.Node != "" {
 		fields["node_event"] = string(res.Node)
 	}
@@ -265,6 +290,7 @@ func (h *forwarder) handle(ctx context.Context, line []byte) error {
 	switch res.Outcome {
 	case events.Created:
 		h.stats.created.Add(1)
+		h.stats.countImpact(rec)
 		entry.WithField("live_pod_uid", string(res.PodUID)).WithField("mirror", res.Mirror).Info("event created")
 	case events.Duplicate:
 		h.stats.duplicate.Add(1)

@@ -1,11 +1,33 @@
 package textfile
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// vendorsOf turns stored label values back into vendors for
+// findings.VendorLabels; "unknown" means none.
+func vendorsOf(labels []string) []findings.Vendor {
+	var vs []findings.Vendor
+	for _, l := range labels {
+		if l != findings.VendorUnknown {
+			vs = append(vs, findings.Vendor{Name: l})
+		}
+	}
+	return vs
+}
 
 var (
 	podRulesDesc = prometheus.NewDesc("iptables_alerter_pod_iptables_rules",
 		"Rules the latest finding saw in the pod's network namespace that were made through iptables, by backend (nft: iptables-nft, legacy: kernel x_tables), for pods still on this node.",
 		[]string{"pod_namespace", "pod_name", "backend"}, nil)
+	podImpactDesc = prometheus.NewDesc("iptables_alerter_pod_rules_by_impact",
+		"Rules the latest finding saw in the pod's network namespace, by RHEL 10 impact (legacy: breaks; xt: breaks unless kernel-modules-extra is installed; native: keeps loading), for pods still on this node.",
+		[]string{"pod_namespace", "pod_name", "impact"}, nil)
+	impactVendorDesc = prometheus.NewDesc("iptables_alerter_flagged_pods_by_impact",
+		"Flagged pods on this node by the worst RHEL 10 impact of their latest finding and by recognised vendor (unknown: none; other: an admin-added vendor); a pod naming two vendors counts under both, a pod whose impact is not classified is left out.",
+		[]string{"impact", "vendor"}, nil)
 	flaggedDesc = prometheus.NewDesc("iptables_alerter_flagged_pods",
 		"Pods on this node whose latest finding shows iptables usage.", nil, nil)
 	findingsDesc = prometheus.NewDesc("iptables_alerter_findings_total",
@@ -24,19 +46,35 @@ type snapshot struct {
 }
 
 func (s snapshot) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{podRulesDesc, flaggedDesc, findingsDesc, malformedDesc, lastDesc} {
+	for _, d := range []*prometheus.Desc{podRulesDesc, podImpactDesc, impactVendorDesc, flaggedDesc, findingsDesc, malformedDesc, lastDesc} {
 		ch <- d
 	}
 }
 
 func (s snapshot) Collect(ch chan<- prometheus.Metric) {
 	flagged := 0
+	type iv struct{ impact, vendor string }
+	byImpact := map[iv]int{}
 	for _, p := range s.pods {
 		ch <- prometheus.MustNewConstMetric(podRulesDesc, prometheus.GaugeValue, float64(p.NftRules), p.Namespace, p.Name, "nft")
 		ch <- prometheus.MustNewConstMetric(podRulesDesc, prometheus.GaugeValue, float64(p.LegacyRules), p.Namespace, p.Name, "legacy")
-		if p.Flagged {
-			flagged++
+		for _, l := range findings.ImpactLevels {
+			ch <- prometheus.MustNewConstMetric(podImpactDesc, prometheus.GaugeValue, float64(p.Impact.Count(l)), p.Namespace, p.Name, l)
 		}
+		if !p.Flagged {
+			continue
+		}
+		flagged++
+		if findings.ImpactRank(p.Worst) == len(findings.ImpactLevels) {
+			continue
+		}
+		// Re-bounded here: the state file is read back from disk.
+		for _, v := range findings.VendorLabels(vendorsOf(p.Vendors)) {
+			byImpact[iv{p.Worst, v}]++
+		}
+	}
+	for k, n := range byImpact {
+		ch <- prometheus.MustNewConstMetric(impactVendorDesc, prometheus.GaugeValue, float64(n), k.impact, k.vendor)
 	}
 	ch <- prometheus.MustNewConstMetric(flaggedDesc, prometheus.GaugeValue, float64(flagged))
 	ch <- prometheus.MustNewConstMetric(findingsDesc, prometheus.CounterValue, float64(s.state.Findings))

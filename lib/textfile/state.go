@@ -30,6 +30,11 @@ type Pod struct {
 	LegacyRules int       `json:"legacy_rules"`
 	Flagged     bool      `json:"flagged"`
 	Time        time.Time `json:"time"`
+	// Impact and Worst are the finding's RHEL 10 levels; Vendors its
+	// vendor label values (findings.VendorLabels), bounded.
+	Impact  findings.Impact `json:"impact"`
+	Worst   string          `json:"worst"`
+	Vendors []string        `json:"vendors"`
 }
 
 // State is everything that must survive a restart.
@@ -94,5 +99,8 @@ func podOf(r findings.Record) Pod {
 		LegacyRules: r.Legacy.Rules,
 		Flagged:     r.HasUsage(),
 		Time:        r.Time,
+		Impact:      r.Impact,
+		Worst:       r.WorstLevel(),
+		Vendors:     findings.VendorLabels(r.Vendors),
 	}
 }

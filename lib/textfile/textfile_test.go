@@ -103,6 +103,8 @@ func (e *env) prom() string {
 func rec(ns, name, uid, netns string, nft, legacy int, at time.Time) findings.Record {
 	r := findings.Record{Time: at, Node: "node-1", Source: "hook", Stage: "poststart", ContainerID: "c-" + uid, Pod: findings.Pod{Namespace: ns, Name: name, UID: uid}, Netns: netns, Fingerprint: "fp-" + uid}
 	r.Nft.Rules, r.Legacy.Rules = nft, legacy
+	r.Impact = findings.Impact{Legacy: legacy, Xt: nft}
+	r.Worst = r.Impact.Worst()
 	if nft > 0 {
 		r.Nft.Tables = []string{"ip filter"}
 	}
@@ -235,7 +237,11 @@ func TestCollector(t *testing.T) {
 
 func TestTextfileGolden(t *testing.T) {
 	e := newEnv(t)
-	e.append(rec("team-a", "web-1", "u1", e.netns("a"), 3, 0, t0), rec("team-b", "db-0", "u2", e.netns("b"), 1, 2, t0.Add(1500*time.Millisecond)), rec("team-a", "clean", "u3", e.netns("c"), 0, 0, t0))
+	web := rec("team-a", "web-1", "u1", e.netns("a"), 3, 0, t0)
+	web.Vendors = []findings.Vendor{{Name: "istio"}, {Name: "linkerd"}}
+	db := rec("team-b", "db-0", "u2", e.netns("b"), 1, 2, t0.Add(1500*time.Millisecond))
+	db.Vendors = []findings.Vendor{{Name: "acme-mesh\n"}}
+	e.append(web, db, rec("team-a", "clean", "u3", e.netns("c"), 0, 0, t0))
 	e.appendRaw("garbage\n")
 	e.once(t0.Add(time.Minute))
 	golden(t, "two-flagged.prom", e.prom())
