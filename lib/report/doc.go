@@ -1,0 +1,12 @@
+// Package report is the cluster-wide view of RHEL 10 readiness: it reads
+// findings from any mix of findings files, a live cluster's Events and a
+// saved `kubectl get events -A -o json`, groups them by owning workload,
+// marks what an expectations file says is expected, and renders a table,
+// Markdown, JSON or JUnit XML with a verdict for CI.
+//
+// Data flows one way: inputs give Items (one per finding), Group folds
+// Items into Groups (one per namespace and owner), Verdict judges Groups by
+// the --fail-on mode, and the writers render them. Everything read is
+// treated as hostile text: lines and Events are bounded, and every writer
+// escapes what it prints for its format.
+package report

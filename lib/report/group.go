@@ -1,0 +1,155 @@
+package report
+
+import (
+	"sort"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+)
+
+// Group is one owning workload: every finding of its pods.
+type Group struct {
+	Namespace string      `json:"namespace"`
+	Owner     owner.Owner `json:"owner"`
+	Pods      []string    `json:"pods"`
+	Nodes     []string    `json:"nodes"`
+	// Worst is the worst level among the findings, "" when none was
+	// classified.
+	Worst   string            `json:"worst"`
+	Vendors []findings.Vendor `json:"vendors"`
+	// Example is the first example rule of a finding at the worst level.
+	Example string `json:"example"`
+	// Findings counts the items folded in.
+	Findings int `json:"findings"`
+	// Expected is true when an expectation matched every finding; Reasons
+	// are the matching expectations' reasons.
+	Expected bool     `json:"expected"`
+	Reasons  []string `json:"reasons"`
+	// Fails is the verdict under the --fail-on mode.
+	Fails bool `json:"fails"`
+}
+
+// VendorNames names the group's vendors, "unknown" for none.
+func (g Group) VendorNames() string {
+	if len(g.Vendors) == 0 {
+		return findings.VendorUnknown
+	}
+	s := ""
+	for i, v := range g.Vendors {
+		if i > 0 {
+			s += ","
+		}
+		s += v.Name
+	}
+	return s
+}
+
+// Hint is the first vendor's hint.
+func (g Group) Hint() (hint, doc string) {
+	for _, v := range g.Vendors {
+		if v.Hint != "" {
+			return v.Hint, v.Doc
+		}
+	}
+	return "", ""
+}
+
+// GroupItems folds items by namespace and owner, judging each against the
+// expectations. Groups come worst first, then by namespace and owner.
+func GroupItems(items []Item, exps []Expectation) []Group {
+	type key struct{ ns, kind, name string }
+	idx := map[key]int{}
+	var gs []Group
+	type sets struct{ pods, nodes, reasons, vendors map[string]bool }
+	var ss []sets
+	for _, it := range items {
+		k := key{it.Namespace, it.Owner.Kind, it.Owner.Name}
+		i, ok := idx[k]
+		if !ok {
+			i = len(gs)
+			idx[k] = i
+			gs = append(gs, Group{Namespace: it.Namespace, Owner: it.Owner, Worst: it.Worst, Expected: true,
+				Pods: []string{}, Nodes: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}})
+			ss = append(ss, sets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
+		}
+		g, s := &gs[i], &ss[i]
+		g.Findings++
+		add(&g.Pods, s.pods, it.Pod)
+		add(&g.Nodes, s.nodes, it.Node)
+		for _, v := range it.Vendors {
+			if !s.vendors[v.Name] {
+				s.vendors[v.Name] = true
+				g.Vendors = append(g.Vendors, v)
+			}
+		}
+		// The example shows the worst level's rule.
+		if worse := findings.ImpactRank(it.Worst) < findings.ImpactRank(g.Worst); worse || g.Example == "" && it.Worst == g.Worst {
+			g.Worst = it.Worst
+			if len(it.Examples) > 0 {
+				g.Example = it.Examples[0].Rule
+			} else if worse {
+				g.Example = ""
+			}
+		}
+		if r := Expect(exps, it); r != "" {
+			add(&g.Reasons, s.reasons, r)
+		} else {
+			g.Expected = false
+		}
+	}
+	for i := range gs {
+		if !gs[i].Expected {
+			gs[i].Reasons = []string{}
+		}
+		sort.Strings(gs[i].Pods)
+		sort.Strings(gs[i].Nodes)
+	}
+	sort.SliceStable(gs, func(a, b int) bool {
+		ra, rb := findings.ImpactRank(gs[a].Worst), findings.ImpactRank(gs[b].Worst)
+		if ra != rb {
+			return ra < rb
+		}
+		if gs[a].Namespace != gs[b].Namespace {
+			return gs[a].Namespace < gs[b].Namespace
+		}
+		return gs[a].Owner.String() < gs[b].Owner.String()
+	})
+	return gs
+}
+
+func add(list *[]string, seen map[string]bool, s string) {
+	if s != "" && !seen[s] {
+		seen[s] = true
+		*list = append(*list, s)
+	}
+}
+
+// Fail-on modes.
+const (
+	FailNever      = "never"
+	FailUnexpected = "unexpected"
+	FailBreaks     = "breaks"
+)
+
+// FailModes lists the modes for --help and validation.
+var FailModes = []string{FailNever, FailUnexpected, FailBreaks}
+
+// Judge sets each group's Fails by mode and reports whether any fails.
+// Under FailBreaks an unclassified group fails too: an impact not known is
+// not known to be safe.
+func Judge(gs []Group, mode string) bool {
+	any := false
+	for i := range gs {
+		g := &gs[i]
+		switch mode {
+		case FailUnexpected:
+			g.Fails = !g.Expected
+		case FailBreaks:
+			g.Fails = !g.Expected && (findings.Breaks(g.Worst) || g.Worst == "")
+		default:
+			g.Fails = false
+		}
+		any = any || g.Fails
+	}
+	return any
+}

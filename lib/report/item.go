@@ -1,0 +1,303 @@
+package report
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/validation/path"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+)
+
+// Item is one finding as the report sees it.
+type Item struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	PodUID    string `json:"pod_uid"`
+	Node      string `json:"node"`
+	// Owner is the owning workload; from a findings file without a cluster
+	// it is the Pod itself (names do not tell owners reliably).
+	Owner    owner.Owner        `json:"owner"`
+	Impact   findings.Impact    `json:"impact"`
+	Worst    string             `json:"worst"`
+	Vendors  []findings.Vendor  `json:"vendors"`
+	Examples []findings.Example `json:"examples"`
+	// Source names where the item came from: a file or "events".
+	Source string `json:"source"`
+}
+
+// maxLine bounds a findings line read back; the hook writes at most
+// findings.MaxRecordBytes, anything far longer is not ours.
+const maxLine = 16 * findings.MaxRecordBytes
+
+// Skipped counts what the inputs held that is not an Item.
+type Skipped struct {
+	// Malformed lines or Events (not JSON, another schema, over the bound).
+	Malformed int `json:"malformed"`
+	// NoUsage counts records without usage (an inspection error only).
+	NoUsage int `json:"no_usage"`
+}
+
+// ReadFindings reads a findings file: one Item per record with usage.
+func ReadFindings(path string, sk *Skipped) ([]Item, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open findings: %w", err)
+	}
+	defer f.Close()
+	var items []Item
+	r := bufio.NewReaderSize(f, 64<<10)
+	for {
+		line, err := readLine(r)
+		if len(line) > 0 {
+			rec, perr := findings.Parse(line)
+			switch {
+			case perr != nil:
+				sk.Malformed++
+			case !rec.HasUsage():
+				sk.NoUsage++
+			default:
+				items = append(items, itemOf(rec, path))
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return items, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read findings %q: %w", path, err)
+		}
+	}
+}
+
+// errLong marks a line over maxLine; it is returned empty and skipped.
+var errLong = errors.New("line too long")
+
+// readLine returns the next line without its newline; an over-long line is
+// read to its end and returned as a single byte that will not parse.
+func readLine(r *bufio.Reader) ([]byte, error) {
+	var line []byte
+	long := false
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if !long {
+			line = append(line, chunk...)
+			if len(line) > maxLine {
+				long, line = true, []byte{'!'}
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if n := len(line); n > 0 && line[n-1] == '\n' {
+			line = line[:n-1]
+		}
+		return line, err
+	}
+}
+
+func itemOf(rec findings.Record, source string) Item {
+	return Item{
+		Namespace: rec.Pod.Namespace, Pod: rec.Pod.Name, PodUID: rec.Pod.UID, Node: rec.Node,
+		Owner:  owner.Bare(rec.Pod.Name),
+		Impact: rec.Impact, Worst: rec.WorstLevel(), Vendors: rec.Vendors, Examples: rec.Examples,
+		Source: source,
+	}
+}
+
+// FindingsFiles expands each path to itself and its rotated generations
+// PATH.1, PATH.2, ... that exist (oldest first), without repeats.
+func FindingsFiles(paths []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(p string) {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	for _, p := range paths {
+		var gens []string
+		for i := 1; i <= 64; i++ {
+			g := p + "." + strconv.Itoa(i)
+			if _, err := os.Stat(g); err != nil {
+				break
+			}
+			gens = append(gens, g)
+		}
+		for i := len(gens) - 1; i >= 0; i-- {
+			add(gens[i])
+		}
+		add(p)
+	}
+	return out
+}
+
+// event is the part of an Event the report reads, in either API's field
+// names: core/v1 (what `kubectl get events -o json` prints) and
+// events.k8s.io/v1.
+type event struct {
+	Metadata struct {
+		Namespace   string            `json:"namespace"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Reason              string                 `json:"reason"`
+	InvolvedObject      corev1.ObjectReference `json:"involvedObject"`
+	Regarding           corev1.ObjectReference `json:"regarding"`
+	ReportingComponent  string                 `json:"reportingComponent"`
+	ReportingController string                 `json:"reportingController"`
+	ReportingInstance   string                 `json:"reportingInstance"`
+}
+
+// maxEventsFile bounds a saved events file: a large cluster's events fit.
+const maxEventsFile = 1 << 30
+
+// ReadEvents reads a saved `kubectl get events -A -o json` (a List, or a
+// single Event) and gives an Item per pod Event of ours.
+func ReadEvents(r io.Reader, source string, sk *Skipped) ([]Item, error) {
+	var list struct {
+		Kind  string            `json:"kind"`
+		Items []json.RawMessage `json:"items"`
+	}
+	data, err := io.ReadAll(io.LimitReader(r, maxEventsFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("read events %q: %w", source, err)
+	}
+	if len(data) > maxEventsFile {
+		return nil, fmt.Errorf("read events %q: over %d bytes", source, maxEventsFile)
+	}
+	if err := json.Unmarshal(data, &list); err != nil {
+		return nil, fmt.Errorf("decode events %q: %w", source, err)
+	}
+	if list.Items == nil && list.Kind == "Event" {
+		list.Items = []json.RawMessage{data}
+	}
+	var items []Item
+	for _, raw := range list.Items {
+		var ev event
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			sk.Malformed++
+			continue
+		}
+		if it, ok := ev.item(source, sk); ok {
+			items = append(items, it)
+		}
+	}
+	return items, nil
+}
+
+// ClusterEvents lists the live cluster's Events of ours, page by page.
+func ClusterEvents(ctx context.Context, client kubernetes.Interface, sk *Skipped) ([]Item, error) {
+	var items []Item
+	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("reason", events.Reason).String(), Limit: 500}
+	for {
+		l, err := client.CoreV1().Events(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list events: %w", err)
+		}
+		for i := range l.Items {
+			e := &l.Items[i]
+			var ev event
+			ev.Metadata.Namespace, ev.Metadata.Annotations = e.Namespace, e.Annotations
+			ev.Reason, ev.InvolvedObject = e.Reason, e.InvolvedObject
+			ev.ReportingController, ev.ReportingInstance = e.ReportingController, e.ReportingInstance
+			if it, ok := ev.item("events", sk); ok {
+				items = append(items, it)
+			}
+		}
+		if l.Continue == "" {
+			return items, nil
+		}
+		opts.Continue = l.Continue
+	}
+}
+
+// item reads one Event; only pod Events our forwarder posted count (the
+// Node summaries repeat them).
+func (ev event) item(source string, sk *Skipped) (Item, bool) {
+	controller := ev.ReportingController
+	if controller == "" {
+		controller = ev.ReportingComponent
+	}
+	obj := ev.Regarding
+	if obj.Kind == "" {
+		obj = ev.InvolvedObject
+	}
+	if ev.Reason != events.Reason || controller != events.Controller || obj.Kind != "Pod" {
+		return Item{}, false
+	}
+	ns := obj.Namespace
+	if ns == "" {
+		ns = ev.Metadata.Namespace
+	}
+	it := Item{Namespace: ns, Pod: obj.Name, PodUID: string(obj.UID), Node: ev.ReportingInstance, Owner: owner.Bare(obj.Name), Source: source}
+	raw, ok := ev.Metadata.Annotations[events.SummaryAnnotation]
+	if !ok {
+		// An Event of an older forwarder: the pod is known, nothing more.
+		return it, true
+	}
+	var s events.Summary
+	if len(raw) > maxLine || json.Unmarshal([]byte(raw), &s) != nil {
+		sk.Malformed++
+		return it, true
+	}
+	if s.Owner.Kind != "" && s.Owner.Name != "" {
+		it.Owner = s.Owner
+	}
+	if s.Node != "" {
+		it.Node = s.Node
+	}
+	it.Impact, it.Worst, it.Vendors, it.Examples = s.Impact, s.Worst, s.Vendors, s.Examples
+	return it, true
+}
+
+// ResolveOwners names each item's owner from the live cluster: the pod's
+// workload when the pod the finding is about still exists (same UID, or the
+// static pod's mirror), else the item keeps its own owner. Pods are looked
+// up once each; an error other than NotFound stops the report, since a
+// report with half its owners silently wrong would mislead.
+func ResolveOwners(ctx context.Context, client kubernetes.Interface, items []Item) error {
+	r := owner.New(client)
+	type podKey struct{ ns, name string }
+	pods := map[podKey]*corev1.Pod{}
+	for i := range items {
+		it := &items[i]
+		k := podKey{it.Namespace, it.Pod}
+		pod, ok := pods[k]
+		// client-go refuses such names with an error that looks like an
+		// outage; no pod can have them.
+		if len(path.IsValidPathSegmentName(it.Namespace))+len(path.IsValidPathSegmentName(it.Pod)) > 0 || it.Namespace == "" || it.Pod == "" {
+			continue
+		}
+		if !ok {
+			p, err := client.CoreV1().Pods(it.Namespace).Get(ctx, it.Pod, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return fmt.Errorf("get pod %q: %w", it.Namespace+"/"+it.Pod, err)
+			default:
+				pod = p
+			}
+			pods[k] = pod
+		}
+		if pod == nil {
+			continue
+		}
+		if string(pod.UID) == it.PodUID || pod.Annotations[owner.MirrorAnnotation] == it.PodUID {
+			it.Owner = r.Resolve(ctx, pod)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+package report
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// Formats lists the output formats.
+var Formats = []string{"text", "markdown", "json", "junit"}
+
+// Report is what the writers render.
+type Report struct {
+	Groups  []Group `json:"groups"`
+	Skipped Skipped `json:"skipped"`
+	FailOn  string  `json:"fail_on"`
+	// Failing is true when a group fails under FailOn: the exit status.
+	Failing bool `json:"failing"`
+}
+
+// Write renders r in format.
+func Write(w io.Writer, r Report, format string) error {
+	switch format {
+	case "text":
+		return writeText(w, r)
+	case "markdown":
+		return writeMarkdown(w, r)
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if r.Groups == nil {
+			r.Groups = []Group{}
+		}
+		return enc.Encode(r)
+	case "junit":
+		return writeJUnit(w, r)
+	}
+	return fmt.Errorf("write report: unknown format %q", format)
+}
+
+// Column widths of the text table; Markdown and JSON keep whole values.
+const (
+	textCell    = 48
+	textExample = 72
+)
+
+func status(g Group) string {
+	switch {
+	case g.Expected:
+		return "expected"
+	case g.Fails:
+		return "FAIL"
+	}
+	return "unexpected"
+}
+
+// columns are one row's cells, escaped with esc and cut by cut.
+func columns(g Group, esc func(string) string, cut func(string, int) string) []string {
+	pods := cut(strings.Join(g.Pods, ","), textCell)
+	if len(g.Pods) > 1 {
+		pods = fmt.Sprintf("%d: %s", len(g.Pods), pods)
+	}
+	hint, doc := g.Hint()
+	if doc != "" {
+		hint += " " + doc
+	}
+	worst := g.Worst
+	if worst == "" {
+		worst = "unclassified"
+	}
+	return []string{
+		status(g),
+		esc(cut(g.Namespace, textCell)),
+		esc(cut(g.Owner.String(), textCell)),
+		esc(pods),
+		esc(cut(strings.Join(g.Nodes, ","), textCell)),
+		worst,
+		esc(cut(g.VendorNames(), textCell)),
+		esc(cut(hint, textExample)),
+		esc(cut(g.Example, textExample)),
+	}
+}
+
+var header = []string{"STATUS", "NAMESPACE", "OWNER", "PODS", "NODES", "WORST", "VENDOR", "HINT", "EXAMPLE RULE"}
+
+func writeText(w io.Writer, r Report) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, g := range r.Groups {
+		// Display escapes tabs and newlines, so a cell cannot add a column
+		// or a row.
+		fmt.Fprintln(tw, strings.Join(columns(g, safetext.Display, safetext.Cut), "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	_, err := io.WriteString(w, "\n"+summary(r)+"\n")
+	return err
+}
+
+// mdEscape keeps a cell one cell of plain text: no pipes, no HTML, no code
+// spans or emphasis from the pod's strings.
+func mdEscape(s string) string {
+	s = safetext.Display(s)
+	var b strings.Builder
+	for _, c := range s {
+		switch c {
+		case '|', '\\', '`', '*', '_', '[', ']', '<', '>', '#', '~':
+			b.WriteByte('\\')
+		case '&':
+			b.WriteString("&amp;")
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func writeMarkdown(w io.Writer, r Report) error {
+	var b strings.Builder
+	b.WriteString("| " + strings.Join(header, " | ") + " |\n")
+	b.WriteString(strings.Repeat("|---", len(header)) + "|\n")
+	whole := func(s string, _ int) string { return s }
+	for _, g := range r.Groups {
+		b.WriteString("| " + strings.Join(columns(g, mdEscape, whole), " | ") + " |\n")
+	}
+	for i, l := range strings.Split(summary(r), "\n") {
+		if i == 0 {
+			b.WriteString("\n" + mdEscape(l) + "\n\n")
+			continue
+		}
+		b.WriteString("- " + mdEscape(l) + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// summary is the closing paragraph: counts per level, the verdict, the
+// levels' meaning and what was skipped.
+func summary(r Report) string {
+	per := map[string]int{}
+	unexpected, failing := 0, 0
+	for _, g := range r.Groups {
+		per[g.Worst]++
+		if !g.Expected {
+			unexpected++
+		}
+		if g.Fails {
+			failing++
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d workloads using iptables: %d legacy, %d xt, %d native, %d unclassified; %d unexpected",
+		len(r.Groups), per[findings.ImpactLegacy], per[findings.ImpactXt], per[findings.ImpactNative], per[""], unexpected)
+	if r.FailOn != FailNever && r.FailOn != "" {
+		fmt.Fprintf(&b, ", %d failing --fail-on %s", failing, r.FailOn)
+	}
+	b.WriteString(".")
+	for _, l := range findings.ImpactLevels {
+		fmt.Fprintf(&b, "\n%s: %s.", l, findings.ImpactWords(l))
+	}
+	if r.Skipped.Malformed > 0 || r.Skipped.NoUsage > 0 {
+		fmt.Fprintf(&b, "\nSkipped: %d malformed lines or events, %d findings without usage (inspection errors only).", r.Skipped.Malformed, r.Skipped.NoUsage)
+	}
+	return b.String()
+}
+
+// JUnit XML, the shape CI systems read (Jenkins, GitLab, GitHub actions):
+// one testsuite, one testcase per workload.
+type junitSuites struct {
+	XMLName  xml.Name     `xml:"testsuites"`
+	Name     string       `xml:"name,attr"`
+	Tests    int          `xml:"tests,attr"`
+	Failures int          `xml:"failures,attr"`
+	Skipped  int          `xml:"skipped,attr"`
+	Suites   []junitSuite `xml:"testsuite"`
+}
+
+type junitSuite struct {
+	Name     string      `xml:"name,attr"`
+	Tests    int         `xml:"tests,attr"`
+	Failures int         `xml:"failures,attr"`
+	Errors   int         `xml:"errors,attr"`
+	Skipped  int         `xml:"skipped,attr"`
+	Time     string      `xml:"time,attr"`
+	Cases    []junitCase `xml:"testcase"`
+}
+
+type junitCase struct {
+	Name      string        `xml:"name,attr"`
+	Classname string        `xml:"classname,attr"`
+	Time      string        `xml:"time,attr"`
+	Skipped   *junitMessage `xml:"skipped"`
+	Failure   *junitMessage `xml:"failure"`
+	SystemOut string        `xml:"system-out,omitempty"`
+}
+
+type junitMessage struct {
+	Message string `xml:"message,attr"`
+	Type    string `xml:"type,attr,omitempty"`
+	Text    string `xml:",chardata"`
+}
+
+func writeJUnit(w io.Writer, r Report) error {
+	s := junitSuite{Name: "iptables-alerter RHEL 10 readiness", Time: "0"}
+	for _, g := range r.Groups {
+		// encoding/xml escapes markup and replaces characters XML cannot
+		// hold; Display keeps the text readable as well.
+		c := junitCase{Name: safetext.Display(g.Owner.String()), Classname: safetext.Display(g.Namespace), Time: "0"}
+		var detail strings.Builder
+		for i, v := range columns(g, safetext.Display, func(s string, _ int) string { return s }) {
+			fmt.Fprintf(&detail, "%s: %s\n", strings.ToLower(header[i]), v)
+		}
+		msg := fmt.Sprintf("%s uses iptables: %s", safetext.Display(g.Owner.String()), findings.ImpactWords(g.Worst))
+		switch {
+		case g.Expected:
+			c.SystemOut = "expected: " + safetext.Display(strings.Join(g.Reasons, "; ")) + "\n" + detail.String()
+		case g.Fails:
+			c.Failure = &junitMessage{Message: msg, Type: "UnexpectedIptablesUsage", Text: detail.String()}
+			s.Failures++
+		default:
+			c.Skipped = &junitMessage{Message: "warning (not failing under --fail-on " + r.FailOn + "): " + msg, Text: detail.String()}
+			s.Skipped++
+		}
+		s.Cases = append(s.Cases, c)
+	}
+	s.Tests = len(s.Cases)
+	out := junitSuites{Name: "iptables-alerter report", Tests: s.Tests, Failures: s.Failures, Skipped: s.Skipped, Suites: []junitSuite{s}}
+	if _, err := io.WriteString(w, xml.Header); err != nil {
+		return err
+	}
+	enc := xml.NewEncoder(w)
+	enc.Indent("", "  ")
+	if err := enc.Encode(out); err != nil {
+		return fmt.Errorf("write junit: %w", err)
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
+}
