@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests and the demo run against: the real
 # iptables clients, nft, OCI runtimes, podman, node_exporter, promtool, etcd,
-# logrotate.
+# logrotate, xmllint (JUnit schema check of `report`).
 # Idempotent: apt runs only when a package is missing.
 set -euo pipefail
 pkgs=(
@@ -9,6 +9,7 @@ pkgs=(
   crun runc podman conmon busybox-static libc-bin
   prometheus-node-exporter prometheus
   etcd-server logrotate
+  libxml2-utils
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,263 @@
+package report
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+)
+
+func writeFile(t *testing.T, name, data string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadExpectationsRefusesMistakes(t *testing.T) {
+	cases := map[string]string{
+		"unknown field": "expected:\n- namespace: a\n  reson: typo\n",
+		"no reason":     "expected:\n- namespace: a\n",
+		"no matcher":    "expected:\n- reason: everything\n",
+		"bad glob":      "expected:\n- namespace: '[a'\n  reason: r\n",
+		"bad regexp":    "expected:\n- ruleRegexp: '(('\n  reason: r\n",
+		"not yaml":      "expected: [",
+	}
+	for name, data := range cases {
+		if _, err := LoadExpectations(writeFile(t, "e.yaml", data)); err == nil {
+			t.Errorf("%s: loaded", name)
+		}
+	}
+	exps, err := LoadExpectations(writeFile(t, "e.yaml", "expected:\n- namespace: 'e2e-*'\n  reason: the e2e suite's own pods\n"))
+	if err != nil || len(exps) != 1 {
+		t.Fatalf("valid file: %v, %d entries", err, len(exps))
+	}
+}
+
+func item(ns, kind, name, pod, worst string, vendors []string, rules ...string) Item {
+	it := Item{Namespace: ns, Owner: owner.Owner{Kind: kind, Name: name}, Pod: pod, Node: "node-a", Worst: worst}
+	for _, v := range vendors {
+		it.Vendors = append(it.Vendors, findings.Vendor{Name: v, Hint: "hint of " + v})
+	}
+	for _, r := range rules {
+		it.Examples = append(it.Examples, findings.Example{Family: "ip", Table: "nat", Rule: r})
+	}
+	return it
+}
+
+// Each expectation field narrows: an expectation silences the items it
+// names and nothing else.
+func TestExpectationsSilenceExactlyWhatTheyName(t *testing.T) {
+	items := []Item{
+		item("e2e-net", "Deployment", "probe", "probe-1", findings.ImpactXt, nil, "-A OUTPUT -j DROP"),
+		item("shop", "Deployment", "cart", "cart-1", findings.ImpactXt, []string{"istio"}, "-A OUTPUT -p tcp -j ISTIO_OUTPUT"),
+		item("shop", "StatefulSet", "db", "db-0", findings.ImpactLegacy, nil, "-A INPUT -p tcp --dport 5432 -j ACCEPT"),
+		item("shop", "DaemonSet", "agent", "agent-x", findings.ImpactNative, nil, "-A INPUT -s 10.0.0.0/8 -j ACCEPT"),
+		item("ops", "CronJob", "backup", "backup-1", findings.ImpactNative, nil, "-A OUTPUT -j ACCEPT"),
+	}
+	file := `expected:
+- namespace: "e2e-*"
+  reason: e2e suite
+- vendor: istio
+  namespace: shop
+  reason: mesh migrates in Q3
+- owner: StatefulSet/d*
+  ruleRegexp: "--dport 5432 "
+  reason: db firewall
+- owner: agent
+  rule: "-s 10.0.0.0/8"
+  reason: node agent
+- owner: backup
+  rule: "no such rule"
+  reason: never matches
+`
+	exps, err := LoadExpectations(writeFile(t, "e.yaml", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, it := range items {
+		got = append(got, it.Owner.Name+"="+Expect(exps, it))
+	}
+	want := []string{"probe=e2e suite", "cart=mesh migrates in Q3", "db=db firewall", "agent=node agent", "backup="}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("expected (-want +got):\n%s", d)
+	}
+	// Vendor "unknown" names usage with no vendor only.
+	u := []Expectation{{Vendor: "unknown", Reason: "r"}}
+	if u[0].compile() != nil || Expect(u, items[1]) != "" || Expect(u, items[0]) != "r" {
+		t.Error("vendor unknown matched wrongly")
+	}
+}
+
+func TestGroupAndJudge(t *testing.T) {
+	items := []Item{
+		item("shop", "Deployment", "web", "web-1", findings.ImpactNative, []string{"istio"}, "-A native"),
+		item("shop", "Deployment", "web", "web-2", findings.ImpactXt, []string{"istio", "linkerd"}, "-A xt"),
+		item("shop", "StatefulSet", "db", "db-0", findings.ImpactNative, nil, "-A db"),
+		item("ops", "Pod", "debug", "debug", "", nil),
+	}
+	items[1].Node = "node-b"
+	exps := []Expectation{{Owner: "Deployment/web", Reason: "mesh"}}
+	gs := GroupItems(items, exps)
+	if len(gs) != 3 {
+		t.Fatalf("%d groups, want 3: %+v", len(gs), gs)
+	}
+	web := gs[0]
+	if web.Owner.String() != "Deployment/web" || web.Worst != findings.ImpactXt || web.Example != "-A xt" ||
+		strings.Join(web.Pods, ",") != "web-1,web-2" || strings.Join(web.Nodes, ",") != "node-a,node-b" ||
+		web.VendorNames() != "istio,linkerd" || !web.Expected || web.Findings != 2 {
+		t.Errorf("web group %+v", web)
+	}
+	if gs[1].Owner.Name != "db" || gs[2].Owner.Name != "debug" || gs[2].Worst != "" {
+		t.Errorf("order: worst first, unclassified last: %v, %v", gs[1].Owner, gs[2].Owner)
+	}
+	for mode, want := range map[string][]bool{
+		FailNever:      {false, false, false},
+		FailUnexpected: {false, true, true},
+		FailBreaks:     {false, false, true}, // db is native; debug is unclassified
+	} {
+		any := Judge(gs, mode)
+		var got []bool
+		for _, g := range gs {
+			got = append(got, g.Fails)
+		}
+		if d := cmp.Diff(want, got); d != "" || any != slicesAny(want) {
+			t.Errorf("%s: fails (-want +got):\n%s", mode, d)
+		}
+	}
+}
+
+func slicesAny(b []bool) bool {
+	for _, v := range b {
+		if v {
+			return true
+		}
+	}
+	return false
+}
+
+// Rotated generations are read oldest first; a malformed or over-long line
+// is counted and skipped, the lines after it are read.
+func TestReadFindingsGenerations(t *testing.T) {
+	dir := t.TempDir()
+	l := findings.Log{Path: filepath.Join(dir, "findings.jsonl"), MaxBytes: 1500, Generations: 3}
+	for i := range 6 {
+		rec := findings.Record{Pod: findings.Pod{Namespace: "shop", Name: "p" + string(rune('a'+i)), UID: "u"}, Fingerprint: "f",
+			Nft: findings.Nft{Rules: 1}}
+		if err := l.Append(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.OpenFile(l.Path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("not json\n" + strings.Repeat("x", 2*maxLine) + "\n")
+	line, _ := findings.Encode(findings.Record{Pod: findings.Pod{Namespace: "shop", Name: "last", UID: "u"}, Fingerprint: "f", Legacy: findings.Legacy{Rules: 2}})
+	f.Write(line)
+	line, _ = findings.Encode(findings.Record{Pod: findings.Pod{Namespace: "shop", Name: "err", UID: "u"}, Fingerprint: "f", Error: "deadline"})
+	f.Write(line)
+	f.Close()
+
+	files := FindingsFiles([]string{l.Path, l.Path})
+	if len(files) < 2 || files[len(files)-1] != l.Path || files[0] != l.Path+"."+string(rune('0'+len(files)-1)) {
+		t.Fatalf("files %v: want the generations oldest first, the file last, once each", files)
+	}
+	var sk Skipped
+	var pods []string
+	for _, p := range files {
+		its, err := ReadFindings(p, &sk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range its {
+			pods = append(pods, it.Pod)
+		}
+	}
+	if strings.Join(pods, ",") != "pa,pb,pc,pd,pe,pf,last" || sk.Malformed != 2 || sk.NoUsage != 1 {
+		t.Errorf("pods %v, skipped %+v", pods, sk)
+	}
+}
+
+// A saved events file in either API's shape: our pod Events count, Node
+// summaries and other controllers' Events do not; a hostile summary is
+// counted as malformed and the pod still reported.
+func TestReadEventsShapes(t *testing.T) {
+	sum := events.Summary{Node: "node-b", Owner: owner.Owner{Kind: "Deployment", Name: "web"}, Worst: findings.ImpactXt,
+		Vendors: []findings.Vendor{{Name: "istio"}}, Examples: []findings.Example{{Rule: "-A X"}}}
+	ann := map[string]string{events.SummaryAnnotation: sum.JSON()}
+	core := map[string]any{"kind": "EventList", "apiVersion": "v1", "items": []any{
+		map[string]any{"metadata": map[string]any{"namespace": "shop", "annotations": ann}, "reason": events.Reason, "reportingComponent": events.Controller, "reportingInstance": "node-b",
+			"involvedObject": map[string]any{"kind": "Pod", "namespace": "shop", "name": "web-1", "uid": "u1"}},
+		map[string]any{"metadata": map[string]any{"namespace": "default", "annotations": ann}, "reason": events.Reason, "reportingComponent": events.Controller,
+			"involvedObject": map[string]any{"kind": "Node", "name": "node-b"}},
+		map[string]any{"metadata": map[string]any{"namespace": "shop"}, "reason": events.Reason, "reportingComponent": "someone-else",
+			"involvedObject": map[string]any{"kind": "Pod", "namespace": "shop", "name": "forged"}},
+		map[string]any{"metadata": map[string]any{"namespace": "shop", "annotations": map[string]string{events.SummaryAnnotation: "{bad"}}, "reason": events.Reason, "reportingComponent": events.Controller, "reportingInstance": "node-a",
+			"involvedObject": map[string]any{"kind": "Pod", "namespace": "shop", "name": "old-1", "uid": "u2"}},
+	}}
+	v1 := map[string]any{"kind": "EventList", "apiVersion": "events.k8s.io/v1", "items": []any{
+		map[string]any{"metadata": map[string]any{"namespace": "shop", "annotations": ann}, "reason": events.Reason, "reportingController": events.Controller, "reportingInstance": "node-b",
+			"regarding": map[string]any{"kind": "Pod", "namespace": "shop", "name": "web-1", "uid": "u1"}},
+	}}
+	for name, doc := range map[string]any{"core": core, "events.k8s.io": v1} {
+		b, _ := json.Marshal(doc)
+		var sk Skipped
+		its, err := ReadEvents(bytes.NewReader(b), name, &sk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(its) == 0 || its[0].Owner.String() != "Deployment/web" || its[0].Pod != "web-1" || its[0].Worst != findings.ImpactXt || its[0].Node != "node-b" {
+			t.Fatalf("%s: items %+v", name, its)
+		}
+		if name == "core" && (len(its) != 2 || its[1].Owner.String() != "Pod/old-1" || sk.Malformed != 1) {
+			t.Errorf("%s: items %+v, skipped %+v", name, its, sk)
+		}
+	}
+}
+
+// Every writer keeps a hostile cell one cell: no new rows, columns, markup.
+func TestWritersEscape(t *testing.T) {
+	evil := "a|b\n| FAKE | ROW |\t<x>&`c`"
+	gs := GroupItems([]Item{item("shop", "Pod", evil, evil, findings.ImpactLegacy, []string{evil}, evil)}, nil)
+	r := Report{Groups: gs, FailOn: FailUnexpected, Failing: Judge(gs, FailUnexpected)}
+	for _, f := range Formats {
+		var b bytes.Buffer
+		if err := Write(&b, r, f); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		switch f {
+		case "text":
+			if strings.Count(out, "\n") != 1+1+1+1+len(findings.ImpactLevels) || strings.Contains(out, "FAKE | ROW |\n") {
+				t.Errorf("text rows forged:\n%s", out)
+			}
+		case "markdown":
+			row := strings.Split(out, "\n")[2]
+			if n := strings.Count(row, "|") - strings.Count(row, "\\|"); n != len(header)+1 || strings.Contains(out, "<x>") {
+				t.Errorf("markdown cells forged:\n%s", out)
+			}
+		case "json":
+			var back Report
+			if json.Unmarshal(b.Bytes(), &back) != nil || back.Groups[0].Owner.Name != evil {
+				t.Errorf("json does not round-trip:\n%s", out)
+			}
+		case "junit":
+			if strings.Contains(out, "<x>") || !strings.Contains(out, "<failure") {
+				t.Errorf("junit:\n%s", out)
+			}
+		}
+	}
+}
