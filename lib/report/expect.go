@@ -141,4 +141,3 @@ func Expect(exps []Expectation, it Item) string {
 	}
 	return ""
 }
-
