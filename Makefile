@@ -46,7 +46,12 @@ demo: deps build
 
 # The binary first, then the hooks.d JSON: CRI-O skips a hook whose binary
 # is missing and does not look again when it appears.
+# Refuse a hooks directory the node's CRI-O does not read, which would be a
+# silent no-op (CRIO_CHECK=0 skips the check). With DESTDIR it reads the
+# CRI-O configuration under DESTDIR: a package build root has none.
+CRIO_CHECK ?= 1
 install: build
+	@if [ "$(CRIO_CHECK)" = 1 ]; then $(BIN) install-hook --check-only --root "$(if $(DESTDIR),$(DESTDIR),/)" --hooks-dir "$(HOOKSDIR)"; fi
 	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/iptables-alerter
 	install -D -m 0755 $(HOOKBIN) $(DESTDIR)$(BINDIR)/iptables-alerter-hook
 	install -d -m 0755 $(DESTDIR)$(HOOKSDIR)

@@ -1,0 +1,206 @@
+package hookinstall
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Files says what goes where. Paths are the node's (absolute); Root is
+// where the node's "/" is seen.
+type Files struct {
+	Root     string
+	BinDir   string
+	HooksDir string
+	// Binary is the hook binary's content, installed as BinaryName.
+	Binary     []byte
+	BinaryName string
+	// JSON is the hooks.d file's content, installed as JSONName.
+	JSON     []byte
+	JSONName string
+}
+
+// Install writes the binary, then the JSON. With no JSON (a node where no
+// runtime reads hooks.d) it writes only the binary.
+func Install(f Files) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	if err := writeFile(f.Root, f.BinDir, f.BinaryName, f.Binary, 0o755); err != nil {
+		return err
+	}
+	if f.JSON == nil {
+		return nil
+	}
+	return writeFile(f.Root, f.HooksDir, f.JSONName, f.JSON, 0o644)
+}
+
+// Uninstall removes the JSON, syncs its directory, then removes the
+// binary. Files already gone are not an error.
+func Uninstall(f Files) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	if err := removeFile(f.Root, f.HooksDir, f.JSONName); err != nil {
+		return err
+	}
+	return removeFile(f.Root, f.BinDir, f.BinaryName)
+}
+
+func (f Files) validate() error {
+	for _, d := range []string{f.BinDir, f.HooksDir} {
+		if !filepath.IsAbs(d) {
+			return fmt.Errorf("check directory %q: not an absolute path", d)
+		}
+	}
+	for _, n := range []string{f.BinaryName, f.JSONName} {
+		if n == "" || strings.ContainsRune(n, '/') || n == "." || n == ".." {
+			return fmt.Errorf("check file name %q: not a plain name", n)
+		}
+	}
+	return nil
+}
+
+// BinaryPath rewrites the hooks.d JSON for a binary directory: the shipped
+// file names /usr/local/bin/, as the Makefile's sed does.
+func BinaryPath(json []byte, binDir string) []byte {
+	return bytes.ReplaceAll(json, []byte("/usr/local/bin/"), []byte(strings.TrimSuffix(binDir, "/")+"/"))
+}
+
+// openDir opens dir (a node path) inside root, creating missing
+// directories 0755 when create is set.
+func openDir(root, dir string, create bool) (int, error) {
+	rfd, err := unix.Open(root, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open root %q: %w", root, &os.PathError{Op: "open", Path: root, Err: err})
+	}
+	defer unix.Close(rfd)
+	how := &unix.OpenHow{Flags: unix.O_DIRECTORY | unix.O_RDONLY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	rel := strings.TrimPrefix(filepath.Clean(dir), "/")
+	if rel == "" {
+		rel = "."
+	}
+	fd, err := unix.Openat2(rfd, rel, how)
+	if err == nil || !errors.Is(err, unix.ENOENT) || !create {
+		if err != nil {
+			return -1, fmt.Errorf("open directory %q in %q: %w", dir, root, &os.PathError{Op: "openat2", Path: dir, Err: err})
+		}
+		return fd, nil
+	}
+	// Create one component at a time, each resolved inside the root.
+	prefix := ""
+	for _, c := range strings.Split(rel, "/") {
+		prefix = filepath.Join(prefix, c)
+		pfd, err := unix.Openat2(rfd, filepath.Dir(prefix), how)
+		if err != nil {
+			return -1, fmt.Errorf("open directory %q in %q: %w", filepath.Dir("/"+prefix), root, err)
+		}
+		err = unix.Mkdirat(pfd, c, 0o755)
+		unix.Close(pfd)
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return -1, fmt.Errorf("create directory %q in %q: %w", "/"+prefix, root, err)
+		}
+	}
+	fd, err = unix.Openat2(rfd, rel, how)
+	if err != nil {
+		return -1, fmt.Errorf("open directory %q in %q: %w", dir, root, err)
+	}
+	return fd, nil
+}
+
+// writeFile puts data at dir/name with mode, by rename from a temporary
+// name, unless the file already holds exactly that.
+func writeFile(root, dir, name string, data []byte, mode uint32) error {
+	dfd, err := openDir(root, dir, true)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if same(dfd, name, data, mode) {
+		return nil
+	}
+	// Not ending in ".json": CRI-O's hooks.d watcher ignores it.
+	tmp := "." + name + ".tmp" + strconv.Itoa(os.Getpid())
+	_ = unix.Unlinkat(dfd, tmp, 0)
+	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %q in %q: %w", tmp, dir, err)
+	}
+	fl := os.NewFile(uintptr(fd), tmp)
+	_, err = fl.Write(data)
+	if err == nil {
+		err = unix.Fchmod(fd, mode)
+	}
+	if err == nil {
+		err = fl.Sync()
+	}
+	if cerr := fl.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Renameat(dfd, tmp, dfd, name)
+	}
+	if err != nil {
+		_ = unix.Unlinkat(dfd, tmp, 0)
+		return fmt.Errorf("write %q in %q: %w", name, dir, err)
+	}
+	if err := unix.Fsync(dfd); err != nil {
+		return fmt.Errorf("sync directory %q: %w", dir, err)
+	}
+	return nil
+}
+
+// same reports whether dir/name is a regular file with exactly data and mode.
+func same(dfd int, name string, data []byte, mode uint32) bool {
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	fl := os.NewFile(uintptr(fd), name)
+	defer fl.Close()
+	st, err := fl.Stat()
+	if err != nil || !st.Mode().IsRegular() || uint32(st.Mode().Perm()) != mode || st.Size() != int64(len(data)) {
+		return false
+	}
+	buf := make([]byte, len(data)+1)
+	n, _ := fullRead(fl, buf)
+	return n == len(data) && bytes.Equal(buf[:n], data)
+}
+
+func fullRead(f *os.File, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := f.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// removeFile unlinks dir/name and syncs dir, so the removal is durable
+// before the next step.
+func removeFile(root, dir, name string) error {
+	dfd, err := openDir(root, dir, false)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if err := unix.Unlinkat(dfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("remove %q in %q: %w", name, dir, err)
+	}
+	if err := unix.Fsync(dfd); err != nil {
+		return fmt.Errorf("sync directory %q: %w", dir, err)
+	}
+	return nil
+}

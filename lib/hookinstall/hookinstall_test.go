@@ -1,0 +1,252 @@
+package hookinstall
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func files(root string) Files {
+	return Files{Root: root, BinDir: "/usr/local/bin", HooksDir: "/etc/containers/oci/hooks.d",
+		Binary: bytes.Repeat([]byte("\x7fELF binary "), 100000), BinaryName: "iptables-alerter-hook",
+		JSON: []byte(`{"hook":{"path":"/usr/local/bin/iptables-alerter-hook"}}`), JSONName: "iptables-alerter.json"}
+}
+
+func mode(t *testing.T, path string) os.FileMode {
+	t.Helper()
+	st, err := os.Lstat(path)
+	if err != nil {
+		t.Fatalf("stat: %v", err)
+	}
+	return st.Mode()
+}
+
+func TestInstallModesAndIdempotence(t *testing.T) {
+	root := t.TempDir()
+	f := files(root)
+	if err := Install(f); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(root, "usr/local/bin/iptables-alerter-hook")
+	js := filepath.Join(root, "etc/containers/oci/hooks.d/iptables-alerter.json")
+	if m := mode(t, bin); m != 0o755 {
+		t.Errorf("binary mode %v, want -rwxr-xr-x", m)
+	}
+	if m := mode(t, js); m != 0o644 {
+		t.Errorf("JSON mode %v, want -rw-r--r--", m)
+	}
+	if m := mode(t, filepath.Join(root, "etc/containers")); m != os.ModeDir|0o755 {
+		t.Errorf("created directory mode %v, want drwxr-xr-x", m)
+	}
+	if got, _ := os.ReadFile(bin); !bytes.Equal(got, f.Binary) {
+		t.Errorf("binary content differs")
+	}
+	before := map[string]os.FileInfo{}
+	for _, p := range []string{bin, js} {
+		before[p], _ = os.Stat(p)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if err := Install(f); err != nil {
+		t.Fatal(err)
+	}
+	for p, st := range before {
+		now, _ := os.Stat(p)
+		if !os.SameFile(st, now) || !now.ModTime().Equal(st.ModTime()) {
+			t.Errorf("%s rewritten by a second identical install", p)
+		}
+	}
+	// A changed binary replaces the old one (a new inode: a running hook
+	// keeps its own), and a wrong mode is put right.
+	f.Binary = []byte("new")
+	if err := os.Chmod(js, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Install(f); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(bin); string(got) != "new" {
+		t.Errorf("binary not updated: %q", got)
+	}
+	if m := mode(t, js); m != 0o644 {
+		t.Errorf("JSON mode %v not put right", m)
+	}
+	ents, _ := os.ReadDir(filepath.Join(root, "usr/local/bin"))
+	if len(ents) != 1 {
+		t.Errorf("temporary files left: %v", ents)
+	}
+}
+
+// On RHCOS /usr/local is a symlink to /var/usrlocal: followed inside the
+// root, never to the machine's own /var.
+func TestInstallSymlinksStayInRoot(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "var/usrlocal/bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/var/usrlocal", filepath.Join(root, "usr/local")); err != nil {
+		if err := os.MkdirAll(filepath.Join(root, "usr"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("/var/usrlocal", filepath.Join(root, "usr/local")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A hooks dir pointing far outside: resolved inside the root.
+	for _, d := range []string{"etc/containers/oci", "hooks-escape"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("../../../../../../../../hooks-escape", filepath.Join(root, "etc/containers/oci/hooks.d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Install(files(root)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "var/usrlocal/bin/iptables-alerter-hook")); err != nil {
+		t.Errorf("binary not under the root's /var/usrlocal: %v", err)
+	}
+	if _, err := os.Stat("/var/usrlocal/bin/iptables-alerter-hook"); err == nil {
+		t.Errorf("binary escaped to the machine's /var/usrlocal")
+	}
+	if _, err := os.Stat(filepath.Join(root, "hooks-escape/iptables-alerter.json")); err != nil {
+		t.Errorf("JSON not at the root's /hooks-escape: %v", err)
+	}
+	// A symlink planted at the final name is replaced, not followed.
+	target := filepath.Join(t.TempDir(), "victim")
+	js := filepath.Join(root, "hooks-escape/iptables-alerter.json")
+	_ = os.Remove(js)
+	if err := os.Symlink(target, js); err != nil {
+		t.Fatal(err)
+	}
+	if err := Install(files(root)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("install wrote through a symlink: %v", err)
+	}
+	if m := mode(t, js); !m.IsRegular() {
+		t.Errorf("JSON is %v, want a regular file", m)
+	}
+}
+
+// events watches dirs with one inotify instance, so the events of both
+// come in the order they happened.
+type events struct {
+	fd    int
+	names map[int32]string
+}
+
+func watch(t *testing.T, dirs ...string) *events {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	e := &events{fd: fd, names: map[int32]string{}}
+	for _, d := range dirs {
+		wd, err := unix.InotifyAddWatch(fd, d, unix.IN_CREATE|unix.IN_MODIFY|unix.IN_MOVED_TO|unix.IN_DELETE|unix.IN_CLOSE_WRITE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.names[int32(wd)] = filepath.Base(d)
+	}
+	return e
+}
+
+// read gives "dir op name" lines, e.g. "bin moved_to iptables-alerter-hook".
+func (e *events) read() []string {
+	var out []string
+	buf := make([]byte, 1<<16)
+	for {
+		n, err := unix.Read(e.fd, buf)
+		if n <= 0 || err != nil {
+			return out
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
+			op := map[uint32]string{unix.IN_CREATE: "create", unix.IN_MODIFY: "modify", unix.IN_MOVED_TO: "moved_to", unix.IN_DELETE: "delete", unix.IN_CLOSE_WRITE: "close_write"}[ev.Mask&^unix.IN_ISDIR]
+			out = append(out, e.names[ev.Wd]+" "+op+" "+name)
+			off += unix.SizeofInotifyEvent + int(ev.Len)
+		}
+	}
+}
+
+// The final names appear only by rename (never created or written in
+// place), the binary before the JSON; uninstall deletes the JSON first.
+func TestOrderAndNoPartialFile(t *testing.T) {
+	root := t.TempDir()
+	f := files(root)
+	bin, hooks := filepath.Join(root, "usr/local/bin"), filepath.Join(root, "etc/containers/oci/hooks.d")
+	for _, d := range []string{bin, hooks} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An old binary in place, as on an upgrade.
+	if err := os.WriteFile(filepath.Join(bin, f.BinaryName), []byte("old"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w := watch(t, bin, hooks)
+	if err := Install(f); err != nil {
+		t.Fatal(err)
+	}
+	var final []string
+	for _, ev := range w.read() {
+		if strings.HasSuffix(ev, " "+f.BinaryName) || strings.HasSuffix(ev, " "+f.JSONName) {
+			final = append(final, ev)
+		}
+	}
+	want := []string{"bin moved_to iptables-alerter-hook", "hooks.d moved_to iptables-alerter.json"}
+	if strings.Join(final, "; ") != strings.Join(want, "; ") {
+		t.Errorf("install events on the final names: %q, want %q", final, want)
+	}
+	if err := Uninstall(f); err != nil {
+		t.Fatal(err)
+	}
+	got := w.read()
+	want = []string{"hooks.d delete iptables-alerter.json", "bin delete iptables-alerter-hook"}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("uninstall events %q, want %q", got, want)
+	}
+	// Again, with everything gone, and with the directories gone.
+	if err := Uninstall(f); err != nil {
+		t.Errorf("second uninstall: %v", err)
+	}
+	if err := Uninstall(files(t.TempDir())); err != nil {
+		t.Errorf("uninstall on an empty root: %v", err)
+	}
+}
+
+func TestInstallRejectsBadPaths(t *testing.T) {
+	for _, mod := range []func(*Files){
+		func(f *Files) { f.BinDir = "usr/bin" },
+		func(f *Files) { f.HooksDir = "" },
+		func(f *Files) { f.JSONName = "../x.json" },
+		func(f *Files) { f.BinaryName = ".." },
+	} {
+		f := files(t.TempDir())
+		mod(&f)
+		if err := Install(f); err == nil {
+			t.Errorf("install with %+v: no error", f.BinDir+" "+f.HooksDir+" "+f.JSONName+" "+f.BinaryName)
+		}
+	}
+}
+
+func TestBinaryPath(t *testing.T) {
+	in := []byte(`{"path": "/usr/local/bin/iptables-alerter-hook", "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/bin"]}`)
+	got := string(BinaryPath(in, "/usr/libexec/oci/hooks.d/"))
+	want := `{"path": "/usr/libexec/oci/hooks.d/iptables-alerter-hook", "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/bin"]}`
+	if got != want {
+		t.Errorf("got %s", got)
+	}
+}
