@@ -161,31 +161,30 @@ func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Optio
 	// chain bound before them. The kernel filters a rule dump by table but
 	// not a chain dump: their chains come from their rules first, and get
 	// their hook and policy from the dump of all chains after.
-	var first []Table
+	var first, rest []Table
 	for _, t := range s.Tables {
 		if opt.First != nil && opt.First(t.Family, t.Name) && t.Family.Number() != 0 {
 			first = append(first, t)
+		} else {
+			rest = append(rest, t)
 		}
 	}
-	if len(first) > 0 {
-		d.skip = map[tableKey]bool{}
-		for _, t := range first {
-			d.skip[tableKey{t.Family, t.Name}] = true
-		}
-		d.first = true
-		for _, t := range first {
-			filter := attr(unix.NFTA_RULE_TABLE, append([]byte(t.Name), 0))
-			if err := n.dump(unix.NFT_MSG_GETRULE, netlink.Dump, t.Family.Number(), filter, "rules", d.addRule); err != nil {
-				return err
-			}
-		}
-		d.first = false
+	d.skip = map[tableKey]bool{}
+	for _, t := range first {
+		d.skip[tableKey{t.Family, t.Name}] = true
 	}
-	// Then everything else; the tables read already are passed over.
+	d.first = true
+	if err := d.tableRules(n, first); err != nil {
+		return err
+	}
+	d.first = false
 	if err := n.dump(unix.NFT_MSG_GETCHAIN, netlink.Dump, unix.AF_UNSPEC, nil, "chains", d.addChain); err != nil {
 		return err
 	}
-	if err := n.dump(unix.NFT_MSG_GETRULE, netlink.Dump, unix.AF_UNSPEC, nil, "rules", d.addRule); err != nil {
+	// Then the other tables' rules: table by table when they are few and
+	// all listed, so the kernel does not dump the first ones again; else
+	// in one dump of all that passes over the tables read already.
+	if err := d.restRules(n, rest); err != nil {
 		return err
 	}
 	err = d.check(n)
@@ -193,6 +192,35 @@ func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Optio
 		err = errors.Join(err, fmt.Errorf("track nftables chains in netns %q: %w: more than %d, the rest not counted", h.Path, ErrTooMany, opt.MaxChains))
 	}
 	return err
+}
+
+// tableRules dumps the rules of the tables one by one.
+func (d *dumper) tableRules(n *nlSession, tables []Table) error {
+	for _, t := range tables {
+		filter := attr(unix.NFTA_RULE_TABLE, append([]byte(t.Name), 0))
+		if err := n.dump(unix.NFT_MSG_GETRULE, netlink.Dump, t.Family.Number(), filter, "rules", d.addRule); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxTableDumps bounds the one-table rule dumps of restRules: each is a
+// round trip, one dump of all is cheaper past a few.
+const maxTableDumps = 16
+
+// restRules dumps the rules of every table not read yet.
+func (d *dumper) restRules(n *nlSession, rest []Table) error {
+	listed := len(d.s.Tables) < maxTables
+	for _, t := range rest {
+		if t.Family.Number() == 0 {
+			listed = false
+		}
+	}
+	if len(d.skip) == 0 || !listed || len(rest) > maxTableDumps {
+		return n.dump(unix.NFT_MSG_GETRULE, netlink.Dump, unix.AF_UNSPEC, nil, "rules", d.addRule)
+	}
+	return d.tableRules(n, rest)
 }
 
 // maxTables bounds the tables listed (names of up to 255 bytes each).
@@ -354,7 +382,7 @@ func (d *dumper) addRule(fam byte, b []byte) {
 			exprs = data
 		}
 	})
-	if d.skip != nil && d.skip[tableKey{r.Family, r.Table}] != d.first {
+	if d.skip[tableKey{r.Family, r.Table}] != d.first {
 		return
 	}
 	xt := false
