@@ -13,7 +13,7 @@ HOOKBIN  := bin/iptables-alerter-hook
 # Big test tools (kube-apiserver) are built once into this cache, outside the repo.
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 
-.PHONY: all build deps test test-unit test-integration bench demo install uninstall lint clean
+.PHONY: all build deps test test-unit test-integration bench demo install uninstall lint clean image rpm
 
 all: build
 
@@ -61,6 +61,19 @@ install: build
 uninstall:
 	rm -f $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
 	rm -f $(DESTDIR)$(BINDIR)/iptables-alerter $(DESTDIR)$(BINDIR)/iptables-alerter-hook
+
+# The image: the static binaries on an empty base (packaging/Containerfile),
+# built offline from a staged context holding only what it copies.
+IMAGE ?= localhost/iptables-alerter:$(VERSION)
+IMAGE_CONTEXT ?= bin/image
+PODMAN ?= podman
+image: build
+	rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)
+	cp $(BIN) $(HOOKBIN) hooks.d/iptables-alerter.json $(IMAGE_CONTEXT)/
+	$(PODMAN) build --pull=never -f packaging/Containerfile -t $(IMAGE) \
+		--build-arg VERSION=$(VERSION) \
+		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+		--build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) $(IMAGE_CONTEXT)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi

@@ -9,6 +9,7 @@ pkgs=(
   crun runc podman conmon busybox-static libc-bin
   prometheus-node-exporter prometheus
   etcd-server logrotate
+  rpm kubectl
   libxml2-utils
 )
 missing=()

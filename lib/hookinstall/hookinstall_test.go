@@ -8,9 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/iptables-alerter/iptables-alerter/internal/inotifytest"
 )
 
 func files(root string) Files {
@@ -137,50 +136,6 @@ func TestInstallSymlinksStayInRoot(t *testing.T) {
 	}
 }
 
-// events watches dirs with one inotify instance, so the events of both
-// come in the order they happened.
-type events struct {
-	fd    int
-	names map[int32]string
-}
-
-func watch(t *testing.T, dirs ...string) *events {
-	t.Helper()
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
-	e := &events{fd: fd, names: map[int32]string{}}
-	for _, d := range dirs {
-		wd, err := unix.InotifyAddWatch(fd, d, unix.IN_CREATE|unix.IN_MODIFY|unix.IN_MOVED_TO|unix.IN_DELETE|unix.IN_CLOSE_WRITE)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.names[int32(wd)] = filepath.Base(d)
-	}
-	return e
-}
-
-// read gives "dir op name" lines, e.g. "bin moved_to iptables-alerter-hook".
-func (e *events) read() []string {
-	var out []string
-	buf := make([]byte, 1<<16)
-	for {
-		n, err := unix.Read(e.fd, buf)
-		if n <= 0 || err != nil {
-			return out
-		}
-		for off := 0; off+unix.SizeofInotifyEvent <= n; {
-			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
-			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
-			op := map[uint32]string{unix.IN_CREATE: "create", unix.IN_MODIFY: "modify", unix.IN_MOVED_TO: "moved_to", unix.IN_DELETE: "delete", unix.IN_CLOSE_WRITE: "close_write"}[ev.Mask&^unix.IN_ISDIR]
-			out = append(out, e.names[ev.Wd]+" "+op+" "+name)
-			off += unix.SizeofInotifyEvent + int(ev.Len)
-		}
-	}
-}
-
 // The final names appear only by rename (never created or written in
 // place), the binary before the JSON; uninstall deletes the JSON first.
 func TestOrderAndNoPartialFile(t *testing.T) {
@@ -196,16 +151,11 @@ func TestOrderAndNoPartialFile(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, f.BinaryName), []byte("old"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	w := watch(t, bin, hooks)
+	w := inotifytest.New(t, bin, hooks)
 	if err := Install(f); err != nil {
 		t.Fatal(err)
 	}
-	var final []string
-	for _, ev := range w.read() {
-		if strings.HasSuffix(ev, " "+f.BinaryName) || strings.HasSuffix(ev, " "+f.JSONName) {
-			final = append(final, ev)
-		}
-	}
+	final := inotifytest.On(w.Read(), f.BinaryName, f.JSONName)
 	want := []string{"bin moved_to iptables-alerter-hook", "hooks.d moved_to iptables-alerter.json"}
 	if strings.Join(final, "; ") != strings.Join(want, "; ") {
 		t.Errorf("install events on the final names: %q, want %q", final, want)
@@ -213,7 +163,7 @@ func TestOrderAndNoPartialFile(t *testing.T) {
 	if err := Uninstall(f); err != nil {
 		t.Fatal(err)
 	}
-	got := w.read()
+	got := w.Read()
 	want = []string{"hooks.d delete iptables-alerter.json", "bin delete iptables-alerter-hook"}
 	if strings.Join(got, "; ") != strings.Join(want, "; ") {
 		t.Errorf("uninstall events %q, want %q", got, want)

@@ -1,0 +1,151 @@
+package packaging
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/inotifytest"
+)
+
+const upstreamCRIO = "[crio.runtime]\n# hooks_dir = [\n#   \"/usr/share/containers/oci/hooks.d\",\n# ]\n"
+
+// nodeRoot is a scratch directory standing for a node's "/", with an
+// upstream CRI-O configuration unless crio is false.
+func nodeRoot(t *testing.T, crio bool) (root, bin, hooks string) {
+	t.Helper()
+	root = t.TempDir()
+	bin, hooks = filepath.Join(root, "usr/local/bin"), filepath.Join(root, "usr/share/containers/oci/hooks.d")
+	for _, d := range []string{bin, hooks, filepath.Join(root, "etc/crio")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if crio {
+		if err := os.WriteFile(filepath.Join(root, "etc/crio/crio.conf"), []byte(upstreamCRIO), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root, bin, hooks
+}
+
+func mustMode(t *testing.T, path string, want os.FileMode) os.FileInfo {
+	t.Helper()
+	st, err := os.Lstat(path)
+	if err != nil {
+		t.Fatalf("stat installed file: %v", err)
+	}
+	if st.Mode() != want {
+		t.Errorf("%s: mode %v, want %v", path, st.Mode(), want)
+	}
+	return st
+}
+
+func gone(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s still there (%v)", p, err)
+		}
+	}
+}
+
+// One `make image`, then everything that runs in it: the version, the
+// labels, and the installer against scratch node roots.
+func TestImage(t *testing.T) {
+	p := newPodman(t)
+	image := p.makeImage()
+	const name, js = "iptables-alerter-hook", "iptables-alerter.json"
+	hookBin, err := os.ReadFile(filepath.Join(repo(t), "hooks.d", js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asRoot := func(root string) []string { return []string{"--user", "0", "-v", root + ":/host"} }
+
+	t.Run("version", func(t *testing.T) {
+		out, err := p.run(image, nil, "version")
+		if err != nil || strings.TrimSpace(out) != "v9.9.9-test" {
+			t.Errorf("iptables-alerter version: %q, %v", out, err)
+		}
+		b, err := p.cmd(context.Background(), "image", "inspect", image, "--format",
+			`{{.Config.User}} {{index .Labels "org.opencontainers.image.version"}} {{index .Labels "org.opencontainers.image.source"}}`).CombinedOutput()
+		if got := strings.TrimSpace(string(b)); err != nil || got != "65534:65534 v9.9.9-test https://github.com/iptables-alerter/iptables-alerter" {
+			t.Errorf("image user and labels: %q, %v", got, err)
+		}
+	})
+
+	t.Run("install, again, uninstall on SIGTERM", func(t *testing.T) {
+		root, bin, hooks := nodeRoot(t, true)
+		w := inotifytest.New(t, bin, hooks)
+		args := []string{"install-hook", "--root", "/host", "--hooks-dir", "/usr/share/containers/oci/hooks.d"}
+		if out, err := p.run(image, asRoot(root), args...); err != nil {
+			t.Fatalf("install-hook: %v\n%s", err, out)
+		}
+		// The final names appear only by rename: never visible half-written.
+		if got := inotifytest.On(w.Read(), name, js); strings.Join(got, "; ") != "bin moved_to "+name+"; hooks.d moved_to "+js {
+			t.Errorf("events on the final names: %q, want the binary renamed in, then the JSON", got)
+		}
+		st := mustMode(t, filepath.Join(bin, name), 0o755)
+		mustMode(t, filepath.Join(hooks, js), 0o644)
+		if got, _ := os.ReadFile(filepath.Join(hooks, js)); !bytes.Equal(got, hookBin) {
+			t.Errorf("installed JSON differs from hooks.d/%s:\n%s", js, got)
+		}
+		if ents, _ := os.ReadDir(bin); len(ents) != 1 {
+			t.Errorf("bin dir holds %d entries, want only the binary", len(ents))
+		}
+
+		if out, err := p.run(image, asRoot(root), args...); err != nil {
+			t.Fatalf("install-hook again: %v\n%s", err, out)
+		}
+		if got := inotifytest.On(w.Read(), name, js); len(got) != 0 {
+			t.Errorf("second install touched the files: %q", got)
+		}
+		if st2, _ := os.Stat(filepath.Join(bin, name)); !os.SameFile(st, st2) {
+			t.Errorf("second install replaced the binary")
+		}
+
+		// As the DaemonSet's hook container runs it: installed (already),
+		// then SIGTERM (pod deleted) uninstalls, JSON first.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		run := append([]string{"run", "-d", "--name", "hookkeeper", "--network", "none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"}, asRoot(root)...)
+		if out, err := p.cmd(ctx, append(append(run, image), append(args, "--wait")...)...).CombinedOutput(); err != nil {
+			t.Fatalf("podman run -d: %v\n%s", err, out)
+		}
+		time.Sleep(2 * time.Second) // let it install (a no-op) and wait for the signal
+		if out, err := p.cmd(ctx, "stop", "-t", "20", "hookkeeper").CombinedOutput(); err != nil {
+			t.Fatalf("podman stop: %v\n%s", err, out)
+		}
+		logs, _ := p.cmd(ctx, "logs", "hookkeeper").CombinedOutput()
+		ec, _ := p.cmd(ctx, "inspect", "hookkeeper", "--format", "{{.State.ExitCode}}").CombinedOutput()
+		if strings.TrimSpace(string(ec)) != "0" {
+			t.Errorf("hook container exit code %s; logs:\n%s", ec, logs)
+		}
+		if got := inotifytest.On(w.Read(), name, js); strings.Join(got, "; ") != "hooks.d delete "+js+"; bin delete "+name {
+			t.Errorf("uninstall events %q, want the JSON deleted, then the binary; logs:\n%s", got, logs)
+		}
+		gone(t, filepath.Join(hooks, js), filepath.Join(bin, name))
+	})
+
+	t.Run("a directory CRI-O does not read is refused", func(t *testing.T) {
+		root, bin, _ := nodeRoot(t, true)
+		out, err := p.run(image, asRoot(root), "install-hook", "--root", "/host", "--hooks-dir", "/etc/containers/oci/hooks.d")
+		if err == nil || !strings.Contains(out, "it reads only /usr/share/containers/oci/hooks.d") {
+			t.Errorf("install into /etc on upstream CRI-O: %v\n%s", err, out)
+		}
+		gone(t, filepath.Join(bin, name), filepath.Join(root, "etc/containers/oci/hooks.d", js))
+	})
+
+	t.Run("containerd node: nothing installed", func(t *testing.T) {
+		root, bin, hooks := nodeRoot(t, false)
+		out, err := p.run(image, asRoot(root), "install-hook", "--root", "/host", "--hooks-dir", "/usr/share/containers/oci/hooks.d")
+		if err != nil || !strings.Contains(out, "nothing installed") {
+			t.Errorf("install-hook without CRI-O: %v\n%s", err, out)
+		}
+		gone(t, filepath.Join(bin, name), filepath.Join(hooks, js))
+	})
+}
