@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -65,8 +64,17 @@ func runReport(args []string, _ io.Reader, stderr io.Writer) int {
 	fs.StringVar(&format, "format", "text", "output format: "+strings.Join(report.Formats, ", "))
 	fs.StringVar(&fo, "fail-on", report.FailNever, "exit 1 when: never (warn only), unexpected (any usage not expected), breaks (unexpected usage that breaks on RHEL 10)")
 	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "time limit of the API requests")
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	// Flags may follow the files too (report FILE... --format junit), the
+	// way people type it: parse, take one file, parse the rest.
+	var files []string
+	for {
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files, args = append(files, fs.Arg(0)), fs.Args()[1:]
 	}
 	if !slices.Contains(report.Formats, format) || !slices.Contains(report.FailModes, fo) || timeout <= 0 {
 		fs.Usage()
@@ -76,7 +84,7 @@ func runReport(args []string, _ io.Reader, stderr io.Writer) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	r, err := buildReport(ctx, fs, eventsFiles, kubeconfig, expectations, fo)
+	r, err := buildReport(ctx, files, eventsFiles, kubeconfig, expectations, fo)
 	if err != nil {
 		fmt.Fprintf(stderr, "iptables-alerter report: %v\n", err)
 		return 2
@@ -91,7 +99,7 @@ func runReport(args []string, _ io.Reader, stderr io.Writer) int {
 	return 0
 }
 
-func buildReport(ctx context.Context, fs *flag.FlagSet, eventsFiles []string, kubeconfig, expectations, failOn string) (report.Report, error) {
+func buildReport(ctx context.Context, files, eventsFiles []string, kubeconfig, expectations, failOn string) (report.Report, error) {
 	var exps []report.Expectation
 	if expectations != "" {
 		var err error
@@ -103,7 +111,7 @@ func buildReport(ctx context.Context, fs *flag.FlagSet, eventsFiles []string, ku
 		items []report.Item
 		sk    report.Skipped
 	)
-	for _, p := range report.FindingsFiles(fs.Args()) {
+	for _, p := range report.FindingsFiles(files) {
 		its, err := report.ReadFindings(p, &sk)
 		if err != nil {
 			return report.Report{}, err
@@ -122,7 +130,7 @@ func buildReport(ctx context.Context, fs *flag.FlagSet, eventsFiles []string, ku
 		}
 		items = append(items, its...)
 	}
-	fromCluster := fs.NArg() == 0 && len(eventsFiles) == 0
+	fromCluster := len(files) == 0 && len(eventsFiles) == 0
 	if fromCluster || kubeconfig != "" {
 		rc, err := restConfig(kubeconfig)
 		if err != nil {
