@@ -1,0 +1,136 @@
+package packaging
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+)
+
+// serviceMonitorCRD is the least of Prometheus Operator's CRD that accepts
+// a ServiceMonitor: the test installs it from here, no network needed.
+const serviceMonitorCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: servicemonitors.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {plural: servicemonitors, singular: servicemonitor, kind: ServiceMonitor, listKind: ServiceMonitorList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+`
+
+// kubectl runs the real kubectl against the test's API server.
+func kubectl(t *testing.T, kubeconfig string, args ...string) []byte {
+	t.Helper()
+	out, err := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr)
+	}
+	return out
+}
+
+// contains reports where got lacks or differs from a field of want: the
+// server adds defaults, and must keep every field we set.
+func contains(path string, want, got any) []string {
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			return []string{path + ": not an object on the server"}
+		}
+		var diffs []string
+		for k, v := range w {
+			diffs = append(diffs, contains(path+"."+k, v, g[k])...)
+		}
+		return diffs
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return []string{fmt.Sprintf("%s: %d items set, server has %v", path, len(w), got)}
+		}
+		var diffs []string
+		for i := range w {
+			diffs = append(diffs, contains(fmt.Sprintf("%s[%d]", path, i), w[i], g[i])...)
+		}
+		return diffs
+	default:
+		if !reflect.DeepEqual(want, got) {
+			return []string{fmt.Sprintf("%s: set %v, server has %v", path, want, got)}
+		}
+		return nil
+	}
+}
+
+// Both kustomizations, as `kubectl apply --server-side -k` applies them,
+// against a real kube-apiserver; every object read back holds what we set.
+func TestKustomizeServerSideApply(t *testing.T) {
+	_, err := exec.LookPath("kubectl")
+	nstest.Need(t, err == nil, "needs kubectl (apt-get install kubectl)")
+	c := kubetest.Start(t)
+	kc := c.Kubeconfig("admin", c.AdminToken)
+	dir := t.TempDir()
+	crd := filepath.Join(dir, "servicemonitor-crd.yaml")
+	if err := os.WriteFile(crd, []byte(serviceMonitorCRD), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, kc, "apply", "--server-side", "-f", crd)
+	kubectl(t, kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com")
+
+	for _, k := range []string{"packaging/kubernetes", "packaging/openshift"} {
+		t.Run(filepath.Base(k), func(t *testing.T) {
+			path := filepath.Join(repo(t), k)
+			rendered := kubectl(t, kc, "kustomize", path)
+			kubectl(t, kc, "apply", "--server-side", "--field-manager=iptables-alerter-test", "-k", path)
+			file := filepath.Join(dir, filepath.Base(k)+".yaml")
+			if err := os.WriteFile(file, rendered, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var list struct{ Items []map[string]any }
+			if err := json.Unmarshal(kubectl(t, kc, "get", "-f", file, "-o", "json"), &list); err != nil {
+				t.Fatalf("decode objects read back: %v", err)
+			}
+			docs := strings.Split("\n"+string(rendered), "\n---\n")
+			if len(list.Items) != len(docs) || len(docs) < 9 {
+				t.Fatalf("read back %d objects of %d rendered", len(list.Items), len(docs))
+			}
+			kinds := map[string]bool{}
+			for i, doc := range docs {
+				var want map[string]any
+				if err := yaml.Unmarshal([]byte(doc), &want); err != nil {
+					t.Fatalf("parse rendered object: %v", err)
+				}
+				kind := want["kind"].(string)
+				kinds[kind] = true
+				for _, d := range contains(kind, want, list.Items[i]) {
+					t.Errorf("%s", d)
+				}
+			}
+			for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "DaemonSet", "Service", "ServiceMonitor", "NetworkPolicy"} {
+				if !kinds[k] {
+					t.Errorf("no %s in %s", k, k)
+				}
+			}
+		})
+	}
+}
