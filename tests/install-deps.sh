@@ -11,6 +11,7 @@ pkgs=(
   etcd-server logrotate
   rpm kubectl
   libxml2-utils
+  containernetworking-plugins
 )
 missing=()
 for p in "${pkgs[@]}"; do
@@ -31,4 +32,9 @@ if command -v systemctl >/dev/null 2>&1; then systemctl disable --now etcd >/dev
 
 # kube-apiserver for the Event forwarder tests: built from the Go module proxy
 # once and cached outside the repo (${IPTA_CACHE:-/var/cache/iptables-alerter}).
-"$(dirname "$0")/kube/build-kube-apiserver.sh"
+"$(dirname "$0")/kube/build-kube.sh"
+
+# kubelet and containerd 2.x (with its runc shim and ctr) for the NRI agent's
+# end-to-end tests, built the same way and cached beside it.
+"$(dirname "$0")/kube/build-kube.sh" kubelet
+"$(dirname "$0")/runtime/build-containerd.sh"

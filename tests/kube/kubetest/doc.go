@@ -2,7 +2,7 @@
 // tests, and gives admin and service-account clients for them.
 //
 // It takes the etcd from Debian's etcd-server package (/usr/bin/etcd) and
-// the kube-apiserver that tests/kube/build-kube-apiserver.sh caches outside
+// the kube-apiserver that tests/kube/build-kube.sh caches outside
 // the repo (override with KUBE_APISERVER). It gives a Cluster: the URL, the
 // CA, an admin token (group system:masters), kubeconfig files, and the
 // means to stop and restart the API server on the same etcd.

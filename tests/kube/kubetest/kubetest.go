@@ -34,7 +34,7 @@ import (
 // Etcd is Debian's etcd-server binary.
 const Etcd = "/usr/bin/etcd"
 
-// APIServerPath is where build-kube-apiserver.sh leaves the binary.
+// APIServerPath is where build-kube.sh leaves the binary.
 func APIServerPath() string {
 	if p := os.Getenv("KUBE_APISERVER"); p != "" {
 		return p
@@ -56,7 +56,7 @@ func Need(t testing.TB) {
 	_, err := os.Stat(Etcd)
 	nstest.Need(t, err == nil, "needs "+Etcd+" (apt-get install etcd-server)")
 	_, err = os.Stat(APIServerPath())
-	nstest.Need(t, err == nil, "needs "+APIServerPath()+" (run tests/kube/build-kube-apiserver.sh)")
+	nstest.Need(t, err == nil, "needs "+APIServerPath()+" (run tests/kube/build-kube.sh)")
 }
 
 // Cluster is one etcd and one kube-apiserver.

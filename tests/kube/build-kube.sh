@@ -1,19 +1,22 @@
 #!/bin/sh
-# Builds kube-apiserver from the Go module proxy into a cache outside the repo.
+# Builds a Kubernetes component (kube-apiserver by default, or kubelet) from
+# the Go module proxy into a cache outside the repo.
 #
 # k8s.io/kubernetes cannot be required directly: its go.mod replaces every
 # k8s.io/* staging module with ./staging/..., which does not exist in the
 # module zip, and requires them at v0.0.0. A throwaway module therefore
 # replaces each staging module with its published v0.<minor>.<patch> tag.
 #
-# Usage: build-kube-apiserver.sh            prints the binary path on stdout
+# Usage: build-kube.sh [COMPONENT]   prints the binary path on stdout
 # Env:   KUBE_VERSION (default v1.35.4), IPTA_CACHE (default /var/cache/iptables-alerter)
 set -eu
 
 KUBE_VERSION=${KUBE_VERSION:-v1.35.4}
 CACHE=${IPTA_CACHE:-/var/cache/iptables-alerter}/kube
-BIN=$CACHE/bin/kube-apiserver
-STAMP=$CACHE/bin/kube-apiserver.version
+COMPONENT=${1:-kube-apiserver}
+case $COMPONENT in kube-apiserver|kubelet) ;; *) echo "build-kube: unknown component $COMPONENT" >&2; exit 2;; esac
+BIN=$CACHE/bin/$COMPONENT
+STAMP=$CACHE/bin/$COMPONENT.version
 
 if [ -x "$BIN" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KUBE_VERSION" ]; then
 	echo "$BIN"
@@ -30,9 +33,9 @@ cd "$MOD"
 # needs no edit here.
 GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" >"$CACHE/kubernetes.json"
 KGOMOD=$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p' "$CACHE/kubernetes.json")
-[ -f "$KGOMOD" ] || { echo "build-kube-apiserver: no go.mod for k8s.io/kubernetes@$KUBE_VERSION" >&2; exit 1; }
+[ -f "$KGOMOD" ] || { echo "build-kube: no go.mod for k8s.io/kubernetes@$KUBE_VERSION" >&2; exit 1; }
 STAGING=$(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\) => \./staging/.*#\1#p' "$KGOMOD" | sort -u)
-[ -n "$STAGING" ] || { echo "build-kube-apiserver: no staging replaces found in $KGOMOD" >&2; exit 1; }
+[ -n "$STAGING" ] || { echo "build-kube: no staging replaces found in $KGOMOD" >&2; exit 1; }
 
 GOVER=$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$KGOMOD")
 {
@@ -49,13 +52,16 @@ GOVER=$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$KGOMOD")
 cat >main.go <<'GO'
 package kubebuild
 
-import _ "k8s.io/kubernetes/cmd/kube-apiserver/app"
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	_ "k8s.io/kubernetes/cmd/kubelet/app"
+)
 GO
 
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 go mod tidy >&2
 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION" \
-	-o "$BIN.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+	-o "$BIN.tmp" "k8s.io/kubernetes/cmd/$COMPONENT"
 mv "$BIN.tmp" "$BIN"
 echo "$KUBE_VERSION" >"$STAMP"
 echo "$BIN"
