@@ -78,6 +78,7 @@ image: build
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags hookonly ./hook
 
 clean:
 	rm -rf bin
