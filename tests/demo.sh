@@ -3,7 +3,9 @@
 # real iptables rules (an Istio-style nat ruleset by iptables-nft, a legacy
 # rule by iptables-legacy) and one clean; the hook runs on each exactly as a
 # runtime runs it at poststart (state JSON on stdin, bundle with config.json);
-# then the finding, the metrics and the Kubernetes Event it leads to.
+# then the finding, the metrics, the Kubernetes Event it leads to, and the
+# RHEL 10 readiness report grouped by owning workload (a bare Pod and a
+# Deployment's Pod).
 set -euo pipefail
 BIN=$(realpath "${1:-bin/iptables-alerter}")
 HOOKBIN=$(realpath "${2:-bin/iptables-alerter-hook}")
@@ -19,6 +21,7 @@ cleanup() {
   wait 2>/dev/null || true
   ip netns del "$DIRTY" 2>/dev/null || true
   ip netns del "$CLEAN" 2>/dev/null || true
+  ip netns del "${SHOPNS:-none}" 2>/dev/null || true
   [ -n "${DEMO_KEEP:-}" ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -73,14 +76,33 @@ mkpod() {
 MESH_UID=$(mkpod mesh-app)
 PLAIN_UID=$(mkpod plain-app)
 echo "Pods demo/mesh-app ($MESH_UID) and demo/plain-app ($PLAIN_UID) created"
+# A Deployment, its ReplicaSet and Pod, linked by ownerReferences as the
+# controllers would link them (no controller manager runs here).
+uidof() { python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["uid"])'; }
+TMPL='"selector":{"matchLabels":{"app":"shop"}},"template":{"metadata":{"labels":{"app":"shop"}},"spec":{"containers":[{"name":"app","image":"quay.io/example/shop:2.3"}]}}'
+DEP_UID=$(api -X POST "$API/apis/apps/v1/namespaces/demo/deployments" \
+  -d "{\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\",\"metadata\":{\"name\":\"shop\"},\"spec\":{$TMPL}}" | uidof)
+RS_UID=$(api -X POST "$API/apis/apps/v1/namespaces/demo/replicasets" \
+  -d "{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\",\"metadata\":{\"name\":\"shop-5d8f7\",\"labels\":{\"app\":\"shop\"},\"ownerReferences\":[{\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\",\"name\":\"shop\",\"uid\":\"$DEP_UID\",\"controller\":true}]},\"spec\":{$TMPL}}" | uidof)
+SHOP_UID=$(api -X POST "$API/api/v1/namespaces/demo/pods" \
+  -d "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"shop-5d8f7-x2k4q\",\"labels\":{\"app\":\"shop\"},\"ownerReferences\":[{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\",\"name\":\"shop-5d8f7\",\"uid\":\"$RS_UID\",\"controller\":true}]},\"spec\":{\"nodeName\":\"demo-node\",\"containers\":[{\"name\":\"app\",\"image\":\"quay.io/example/shop:2.3\"}]}}" | uidof)
+echo "Deployment demo/shop, ReplicaSet demo/shop-5d8f7 and its Pod demo/shop-5d8f7-x2k4q ($SHOP_UID) created"
 
-say "Two pod network namespaces: $DIRTY (rules) and $CLEAN (none)"
+SHOPNS=iptalert-demo-shop-$$
+say "Pod network namespaces: $DIRTY (mesh-app's rules), $SHOPNS (shop's rules) and $CLEAN (none)"
 ip netns add "$DIRTY"
 ip netns add "$CLEAN"
+ip netns add "$SHOPNS"
 ip netns exec "$DIRTY" iptables-nft-restore < "$ROOT/internal/nstest/testdata/istio-nat.rules"
 ip netns exec "$DIRTY" iptables-legacy -A OUTPUT -d 169.254.169.254 -p tcp --dport 80 -j DROP
+# shop: a plain port filter and a masquerade, by iptables-nft.
+ip netns exec "$SHOPNS" iptables-nft -A INPUT -p tcp --dport 8080 -j ACCEPT
+ip netns exec "$SHOPNS" iptables-nft -A INPUT -p tcp --dport 9000:9100 -j DROP
+ip netns exec "$SHOPNS" iptables-nft -t nat -A POSTROUTING -o eth0 -j MASQUERADE
 echo "iptables-nft-save in $DIRTY:"
 ip netns exec "$DIRTY" iptables-nft-save | grep -v '^#' | sed 's/^/    /'
+echo "iptables-nft-save in $SHOPNS:"
+ip netns exec "$SHOPNS" iptables-nft-save | grep -v '^#' | sed 's/^/    /'
 
 # run_hook NETNS POD UID: what CRI-O does at poststart.
 run_hook() {
@@ -103,13 +125,14 @@ JSON
 say "The hook, as the runtime runs it at poststart"
 run_hook "$DIRTY" mesh-app "$MESH_UID"
 run_hook "$CLEAN" plain-app "$PLAIN_UID"
+run_hook "$SHOPNS" shop-5d8f7-x2k4q "$SHOP_UID"
 
 say "Findings file $FINDINGS (one JSON object a line)"
 if [ ! -s "$FINDINGS" ]; then echo "demo: no finding was recorded" >&2; exit 1; fi
 python3 -m json.tool < "$FINDINGS" 2>/dev/null || cat "$FINDINGS"
 n=$(wc -l < "$FINDINGS")
 echo "$n finding(s): the clean pod has none."
-[ "$n" -eq 1 ] || { echo "demo: expected exactly one finding" >&2; exit 1; }
+[ "$n" -eq 2 ] || { echo "demo: expected exactly two findings" >&2; exit 1; }
 
 say "Metrics: iptables-alerter textfile --once (node-exporter's textfile collector reads the .prom)"
 mkdir -p "$WORK/textfile"
@@ -133,8 +156,9 @@ FWD=$!
 PIDS+=($FWD)
 events=""
 for _ in $(seq 100); do
+  shop=$(api "$API/api/v1/namespaces/demo/events?fieldSelector=involvedObject.name=shop-5d8f7-x2k4q" || true)
   events=$(api "$API/api/v1/namespaces/demo/events?fieldSelector=involvedObject.name=mesh-app,involvedObject.uid=$MESH_UID" || true)
-  printf '%s' "$events" | grep -q IPTablesUsageObserved && break
+  printf '%s' "$events" | grep -q IPTablesUsageObserved && printf '%s' "$shop" | grep -q IPTablesUsageObserved && break
   sleep 0.2
 done
 kill -TERM "$FWD" 2>/dev/null || true
@@ -151,3 +175,19 @@ for e in items:
 '
 plain=$(api "$API/api/v1/namespaces/demo/events?fieldSelector=involvedObject.name=plain-app" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["items"]))')
 echo "Events on demo/plain-app: $plain"
+
+say "RHEL 10 readiness: iptables-alerter report (from the cluster's Events)"
+"$BIN" report --kubeconfig "$WORK/kube/kubeconfig" | sed 's/^/    /'
+say "The same as Markdown, with an expectations file, as a CI step would run it"
+cat > "$WORK/expected.yaml" <<'YAML'
+expected:
+  - owner: Deployment/shop
+    rule: "--dport 8080"
+    reason: shop's port filter, moving to a NetworkPolicy
+YAML
+sed 's/^/    /' "$WORK/expected.yaml"
+echo "\$ iptables-alerter report --format markdown --expectations expected.yaml --fail-on unexpected"
+set +e
+"$BIN" report --kubeconfig "$WORK/kube/kubeconfig" --format markdown --expectations "$WORK/expected.yaml" --fail-on unexpected
+echo "    exit status $? (1: a workload is not expected)"
+set -e
