@@ -2,6 +2,8 @@
 PREFIX   ?= /usr/local
 BINDIR   ?= $(PREFIX)/bin
 HOOKSDIR ?= /etc/containers/oci/hooks.d
+SYSCONFDIR ?= /etc
+UNITDIR  ?= $(PREFIX)/lib/systemd/system
 DESTDIR  ?=
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO       ?= go
@@ -52,6 +54,11 @@ demo: deps build
 CRIO_CHECK ?= 1
 install: build
 	@if [ "$(CRIO_CHECK)" = 1 ]; then $(BIN) install-hook --check-only --root "$(if $(DESTDIR),$(DESTDIR),/)" --hooks-dir "$(HOOKSDIR)"; fi
+	for u in packaging/systemd/*.service packaging/systemd/*.timer; do \
+		install -d -m 0755 $(DESTDIR)$(UNITDIR) && \
+		sed 's|/usr/local/bin/|$(BINDIR)/|' $$u > $(DESTDIR)$(UNITDIR)/$${u##*/} && chmod 0644 $(DESTDIR)$(UNITDIR)/$${u##*/} || exit 1; \
+	done
+	[ -e $(DESTDIR)$(SYSCONFDIR)/iptables-alerter/allowlist.json ] || install -D -m 0644 packaging/allowlist.json $(DESTDIR)$(SYSCONFDIR)/iptables-alerter/allowlist.json
 	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/iptables-alerter
 	install -D -m 0755 $(HOOKBIN) $(DESTDIR)$(BINDIR)/iptables-alerter-hook
 	install -d -m 0755 $(DESTDIR)$(HOOKSDIR)
@@ -61,6 +68,16 @@ install: build
 uninstall:
 	rm -f $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
 	rm -f $(DESTDIR)$(BINDIR)/iptables-alerter $(DESTDIR)$(BINDIR)/iptables-alerter-hook
+	rm -f $(addprefix $(DESTDIR)$(UNITDIR)/,$(notdir $(wildcard packaging/systemd/*.service packaging/systemd/*.timer)))
+
+# The RPM (packaging/rpm/iptables-alerter.spec) from a tarball of HEAD;
+# the spec builds and runs make install DESTDIR=%{buildroot}.
+RPM_VERSION ?= $(shell v=$$(git describe --tags --abbrev=0 2>/dev/null | sed 's/^v//'); echo $${v:-0.0.0})
+RPMDIR ?= $(CURDIR)/bin/rpmbuild
+rpm:
+	rm -rf $(RPMDIR) && mkdir -p $(RPMDIR)/SOURCES
+	git archive --format=tar.gz --prefix=iptables-alerter-$(RPM_VERSION)/ -o $(RPMDIR)/SOURCES/iptables-alerter-$(RPM_VERSION).tar.gz HEAD
+	rpmbuild -bb --define "_topdir $(RPMDIR)" --define "version $(RPM_VERSION)" --define "gitversion $(VERSION)" packaging/rpm/iptables-alerter.spec
 
 # The image: the static binaries on an empty base (packaging/Containerfile),
 # built offline from a staged context holding only what it copies.
