@@ -10,8 +10,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
-	"github.com/iptables-alerter/iptables-alerter/lib/ipset"
+	"github.com/iptables-alerter/iptables-alerter/internal/child"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -43,10 +42,8 @@ func usage(w io.Writer, cmds []command) {
 }
 
 func main() {
-	// A legacy x_tables probe that lib/inspect started runs here and exits.
-	inspect.ProbeMain()
-	// So does an ipset name probe that lib/ipset started.
-	ipset.ProbeMain()
+	// A child probe that lib/inspect or lib/ipset started runs here and exits.
+	child.Main()
 	os.Exit(dispatch(commands(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

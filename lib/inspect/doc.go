@@ -13,7 +13,7 @@
 // Inspect returns by its deadline whatever the kernel does: reading legacy
 // tables takes the host-wide x_tables mutex, which a neighbour can hold for
 // seconds, so that read runs in a probe process (this binary re-executed;
-// see ProbeMain) that Inspect abandons at the deadline.
+// internal/child) that Inspect abandons at the deadline.
 //
 // Invariant: it never creates a table, chain or rule in the namespace. It
 // sends only dump requests, and queries legacy tables only when the

@@ -77,7 +77,7 @@ func Inspect(ctx context.Context, h *netns.Handle, opt Options) (Snapshot, error
 		errs = append(errs, err)
 	}
 	if legacy != nil {
-		if err := legacy.wait(deadline, &s); err != nil {
+		if err := legacy.wait(&s); err != nil {
 			errs = append(errs, err)
 		}
 	}

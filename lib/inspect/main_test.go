@@ -4,11 +4,11 @@ import (
 	"os"
 	"testing"
 
-	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/internal/child"
 )
 
 // TestMain lets Inspect re-execute this test binary as its legacy probe.
 func TestMain(m *testing.M) {
-	inspect.ProbeMain()
+	child.Main()
 	os.Exit(m.Run())
 }

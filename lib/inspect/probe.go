@@ -1,18 +1,14 @@
 package inspect
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/iptables-alerter/iptables-alerter/internal/child"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 )
 
@@ -21,26 +17,10 @@ import (
 // over a huge legacy table can hold it for seconds).
 var ErrLegacyBusy = errors.New("legacy x_tables busy")
 
-// probeArg0 is the argv[0] a probe process is started with; ProbeMain
-// recognises it.
-const probeArg0 = "iptables-alerter-legacy-probe"
+// probeKind names the legacy probe among internal/child's kinds.
+const probeKind = "legacy-probe"
 
-// probeWired is set when the binary called ProbeMain, so re-executing
-// /proc/self/exe starts a probe and not the program again.
-var probeWired bool
-
-// ProbeMain runs the legacy probe and exits when this process is one that
-// Inspect started; otherwise it returns at once and lets Inspect start
-// probes. Call it first thing in main, and in TestMain of tests that
-// inspect. A binary that does not call it probes legacy tables in-process,
-// where a held x_tables mutex blocks it uninterruptibly.
-func ProbeMain() {
-	if len(os.Args) < 2 || os.Args[0] != probeArg0 {
-		probeWired = true
-		return
-	}
-	os.Exit(runProbe(os.Args[1], os.Args[2:]))
-}
+func init() { child.Register(probeKind, runProbe) }
 
 // probeLine is one line the probe writes: a table, an error, or the end.
 type probeLine struct {
@@ -49,18 +29,11 @@ type probeLine struct {
 	Done  bool         `json:"done,omitempty"`
 }
 
-// runProbe is the probe process: the netns is fd 3, the answer goes to
-// stdout one line at a time, so what it read before the parent gave up is
-// still the parent's.
-func runProbe(deadline string, fams []string) int {
-	ns, err := strconv.ParseInt(deadline, 10, 64)
-	if err != nil {
-		return 2
-	}
-	// Nobody waits for us past the deadline; end when able.
-	time.AfterFunc(time.Until(time.Unix(0, ns)), func() { os.Exit(0) })
+// runProbe is the probe process: the answer goes to stdout one line at a
+// time, so what it read before the parent gave up is still the parent's.
+func runProbe(nsf *os.File, fams []string) int {
 	out := json.NewEncoder(os.Stdout)
-	h, err := netns.FromFile(os.NewFile(3, "netns"), "fd 3")
+	h, err := netns.FromFile(nsf, "fd 3")
 	if err != nil {
 		out.Encode(probeLine{Err: err.Error()})
 		return 0
@@ -83,8 +56,7 @@ func runProbe(deadline string, fams []string) int {
 
 // legacyProbe is a legacy look under way.
 type legacyProbe struct {
-	cmd  *exec.Cmd
-	r    *os.File
+	proc *child.Proc
 	path string
 	// tables and err hold the answer of an in-process look.
 	tables []LegacyTable
@@ -107,75 +79,30 @@ func startLegacy(h *netns.Handle, deadline time.Time) *legacyProbe {
 		return nil
 	}
 	p := &legacyProbe{path: h.Path}
-	if !probeWired {
+	if !child.Wired() {
 		p.err = readLegacy(h, fams, func(t LegacyTable) { p.tables = append(p.tables, t) })
 		return p
 	}
-	if err := p.start(h, deadline, names); err != nil {
-		p.err = err
+	proc, err := child.Start(probeKind, h, deadline, names)
+	if err != nil {
+		p.err = fmt.Errorf("start legacy probe for netns %q: %w", h.Path, err)
 	}
+	p.proc = proc
 	return p
 }
 
-// start re-executes this binary as the probe. Its only link to us is the
-// pipe we read: stdin and stderr are /dev/null, because a runtime waits for
-// the pipes it gave the hook, and an orphaned probe may outlive the hook.
-func (p *legacyProbe) start(h *netns.Handle, deadline time.Time, fams []string) error {
-	fd, err := unix.FcntlInt(uintptr(h.Fd()), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("start legacy probe for netns %q: %w", h.Path, err)
-	}
-	nsf := os.NewFile(uintptr(fd), "netns")
-	defer nsf.Close()
-	r, w, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("start legacy probe for netns %q: %w", h.Path, err)
-	}
-	defer w.Close()
-	cmd := &exec.Cmd{
-		Path:       "/proc/self/exe",
-		Args:       append([]string{probeArg0, strconv.FormatInt(deadline.UnixNano(), 10)}, fams...),
-		Env:        []string{},
-		Stdout:     w,
-		ExtraFiles: []*os.File{nsf},
-	}
-	if err := cmd.Start(); err != nil {
-		r.Close()
-		return fmt.Errorf("start legacy probe for netns %q: %w", h.Path, err)
-	}
-	p.cmd, p.r = cmd, r
-	return nil
-}
-
-// wait collects the probe's answer into s until the deadline, never past
-// it: a probe still blocked then is abandoned (killed when the kernel lets
-// it go) and s says it is truncated.
-func (p *legacyProbe) wait(deadline time.Time, s *Snapshot) error {
-	if p.cmd == nil {
+// wait collects the probe's answer into s until the deadline startLegacy
+// was given, never past it: a probe still blocked then is abandoned (killed
+// when the kernel lets it go) and s says it is truncated.
+func (p *legacyProbe) wait(s *Snapshot) error {
+	if p.proc == nil {
 		s.Legacy = append(s.Legacy, p.tables...)
 		return p.err
 	}
 	answered := false
-	defer func() {
-		p.r.Close()
-		p.cmd.Process.Kill()
-		if answered {
-			// It is past its kernel calls and dies at once. Reaped here, it
-			// is never left for the runtime: crun, as the subreaper of
-			// an exited hook's children, then misses the hook's own exit
-			// and waits out the hook timeout.
-			_ = p.cmd.Wait()
-			return
-		}
-		// Still blocked in the kernel: reap it whenever it ends, without
-		// waiting for it here.
-		go p.cmd.Wait()
-	}()
-	if err := p.r.SetReadDeadline(deadline); err != nil {
-		return fmt.Errorf("read legacy probe for netns %q: %w", p.path, err)
-	}
+	defer func() { p.proc.End(answered) }()
+	sc := p.proc.Lines
 	var errs []string
-	sc := bufio.NewScanner(p.r)
 	for sc.Scan() {
 		var l probeLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {

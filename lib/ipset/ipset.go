@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/child"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 )
 
@@ -67,31 +67,13 @@ func lookup(ids []uint16, emit func(uint16, string)) error {
 	return nil
 }
 
-// probeArg0 is the argv[0] of the child process; ProbeMain recognises it.
-const probeArg0 = "iptables-alerter-ipset-probe"
+// probeKind names the ipset probe among internal/child's kinds.
+const probeKind = "ipset-probe"
 
-var probeWired bool
+func init() { child.Register(probeKind, probe) }
 
-// ProbeMain answers and exits when this process is a child that Names
-// started; otherwise it returns at once and lets Names start children.
-// Call it first thing in main (and in TestMain). Without it, Names asks
-// in-process, where a held mutex would hold the caller.
-func ProbeMain() {
-	if len(os.Args) < 2 || os.Args[0] != probeArg0 {
-		probeWired = true
-		return
-	}
-	os.Exit(probe(os.Args[1], os.Args[2:]))
-}
-
-// probe is the child: netns on fd 3, "index name" lines on stdout, "."
-// when done.
-func probe(deadline string, args []string) int {
-	ns, err := strconv.ParseInt(deadline, 10, 64)
-	if err != nil {
-		return 2
-	}
-	time.AfterFunc(time.Until(time.Unix(0, ns)), func() { os.Exit(0) })
+// probe is the child: "index name" lines on stdout, "." when done.
+func probe(nsf *os.File, args []string) int {
 	var ids []uint16
 	for _, a := range args {
 		id, err := strconv.ParseUint(a, 10, 16)
@@ -100,7 +82,7 @@ func probe(deadline string, args []string) int {
 		}
 		ids = append(ids, uint16(id))
 	}
-	h, err := netns.FromFile(os.NewFile(3, "netns"), "fd 3")
+	h, err := netns.FromFile(nsf, "fd 3")
 	if err != nil {
 		fmt.Printf("! %s\n", strconv.Quote(err.Error()))
 		return 0
@@ -125,46 +107,29 @@ func Names(h *netns.Handle, ids []uint16, deadline time.Time) (map[uint16]string
 	if len(ids) == 0 {
 		return names, nil
 	}
-	if !probeWired {
+	if !child.Wired() {
 		err := h.Do(func() error { return lookup(ids, func(id uint16, n string) { names[id] = n }) })
 		return names, err
 	}
-	args := []string{probeArg0, strconv.FormatInt(deadline.UnixNano(), 10)}
+	var args []string
 	for _, id := range ids {
 		args = append(args, strconv.Itoa(int(id)))
 	}
-	nsf, err := dupFile(h)
-	if err != nil {
-		return names, err
-	}
-	defer nsf.Close()
-	r, w, err := os.Pipe()
+	proc, err := child.Start(probeKind, h, deadline, args)
 	if err != nil {
 		return names, fmt.Errorf("start ipset probe: %w", err)
 	}
-	defer r.Close()
-	// Only the pipe links us: an orphaned child must hold no pipe the
-	// runtime waits for (stdin, stderr are /dev/null).
-	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: args, Env: []string{}, Stdout: w, ExtraFiles: []*os.File{nsf}}
-	err = cmd.Start()
-	w.Close()
-	if err != nil {
-		return names, fmt.Errorf("start ipset probe: %w", err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		go cmd.Wait() // reaped whenever the kernel lets it go
-	}()
-	if err := r.SetReadDeadline(deadline); err != nil {
-		return names, fmt.Errorf("read ipset probe: %w", err)
-	}
-	sc := bufio.NewScanner(r)
+	answered := false
+	defer func() { proc.End(answered) }()
+	sc := proc.Lines
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
 		case line == ".":
+			answered = true
 			return names, nil
 		case strings.HasPrefix(line, "! "):
+			answered = true
 			msg, _ := strconv.Unquote(line[2:])
 			return names, fmt.Errorf("read ipset names: %s", msg)
 		}
@@ -183,13 +148,4 @@ func Names(h *netns.Handle, ids []uint16, deadline time.Time) (map[uint16]string
 		return names, fmt.Errorf("read ipset probe: %w", err)
 	}
 	return names, errors.New("read ipset probe: ended without an answer")
-}
-
-// dupFile gives the child its own descriptor of the netns.
-func dupFile(h *netns.Handle) (*os.File, error) {
-	fd, err := unix.FcntlInt(uintptr(h.Fd()), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("start ipset probe: %w", err)
-	}
-	return os.NewFile(uintptr(fd), "netns"), nil
 }

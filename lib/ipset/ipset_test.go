@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/iptables-alerter/iptables-alerter/internal/child"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 )
 
 // TestMain lets Names re-execute this test binary as its probe.
 func TestMain(m *testing.M) {
-	ProbeMain()
+	child.Main()
 	os.Exit(m.Run())
 }
 
@@ -21,15 +22,13 @@ func TestMain(m *testing.M) {
 // in-process; the netns must be unchanged.
 func TestNames(t *testing.T) {
 	nstest.NeedRoot(t, "ipset", "bash")
-	for _, child := range []bool{true, false} {
+	for _, inChild := range []bool{true, false} {
 		name := "in-process"
-		if child {
+		if inChild {
 			name = "child process"
 		}
 		t.Run(name, func(t *testing.T) {
-			wired := probeWired
-			probeWired = child
-			defer func() { probeWired = wired }()
+			defer child.SetWired(inChild)()
 			ns := nstest.New(t)
 			ns.Run("bash", "-c", `ipset create a hash:ip && ipset create b hash:net && ipset destroy a && ipset create "c d" hash:ip,port`)
 			before := ns.Run("ipset", "list", "-n")
