@@ -69,7 +69,7 @@ func (h hookFlags) files() hookinstall.Files {
 func runInstallHook(args []string, _ io.Reader, stderr io.Writer) int {
 	var h hookFlags
 	var binary, jsonPath, runtime string
-	var noCheck, checkOnly, wait bool
+	var noCheck, checkOnly, wait, noJSON bool
 	fs := newFlagSet("install-hook", installHookSynopsis, stderr)
 	h.register(fs)
 	fs.StringVar(&binary, "binary", "", "hook binary to copy (default: iptables-alerter-hook next to this program)")
@@ -77,6 +77,7 @@ func runInstallHook(args []string, _ io.Reader, stderr io.Writer) int {
 	fs.StringVar(&runtime, "runtime", "auto", "auto (CRI-O when its configuration is found, else nothing), crio, or none (only check flags)")
 	fs.BoolVar(&noCheck, "no-check", false, "install even into a hooks directory CRI-O does not read")
 	fs.BoolVar(&checkOnly, "check-only", false, "only check that CRI-O reads --hooks-dir; write nothing")
+	fs.BoolVar(&noJSON, "no-json", false, "install only the binary: the JSON comes from elsewhere (a MachineConfig)")
 	fs.BoolVar(&wait, "wait", false, "after installing, wait for SIGTERM or SIGINT, then uninstall")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -128,11 +129,13 @@ func runInstallHook(args []string, _ io.Reader, stderr io.Writer) int {
 		return 1
 	}
 	json, err := os.ReadFile(jsonPath)
-	if err != nil {
+	if err != nil && !noJSON {
 		say("read hooks.d JSON: %v", err)
 		return 1
 	}
-	f.JSON = hookinstall.BinaryPath(json, h.binDir)
+	if !noJSON {
+		f.JSON = hookinstall.BinaryPath(json, h.binDir)
+	}
 	if err := hookinstall.Install(f); err != nil {
 		say("%v", err)
 		return 1

@@ -1,0 +1,183 @@
+package packaging
+
+import (
+	"bytes"
+	"encoding/base64"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite the MachineConfig YAML from its Butane source")
+
+// butane is the part of Butane's openshift variant the sources use.
+type butane struct {
+	Variant  string `json:"variant"`
+	Version  string `json:"version"`
+	Metadata struct {
+		Name   string            `json:"name"`
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Storage struct {
+		Files []struct {
+			Path     string `json:"path"`
+			Mode     int    `json:"mode"`
+			Contents struct {
+				Local  string  `json:"local"`
+				Inline *string `json:"inline"`
+			} `json:"contents"`
+		} `json:"files"`
+	} `json:"storage"`
+	Systemd struct {
+		Units []struct {
+			Name    string `json:"name"`
+			Enabled bool   `json:"enabled"`
+		} `json:"units"`
+	} `json:"systemd"`
+}
+
+type mcFile struct {
+	Path     string `json:"path"`
+	Mode     int    `json:"mode"`
+	Contents struct {
+		Source string `json:"source"`
+	} `json:"contents"`
+}
+
+type machineConfig struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name   string            `json:"name"`
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		Config struct {
+			Ignition struct {
+				Version string `json:"version"`
+			} `json:"ignition"`
+			Storage struct {
+				Files []mcFile `json:"files,omitempty"`
+			} `json:"storage"`
+			Systemd *struct {
+				Units []struct {
+					Name    string `json:"name"`
+					Enabled bool   `json:"enabled"`
+				} `json:"units"`
+			} `json:"systemd,omitempty"`
+		} `json:"config"`
+	} `json:"spec"`
+}
+
+// translate does what `butane --files-dir <repo>` does for these sources:
+// local and inline contents become data URLs, the same bytes. (Butane
+// itself may compress or URL-escape instead: an equivalent config.)
+func translate(t *testing.T, src []byte) machineConfig {
+	t.Helper()
+	var b butane
+	if err := yaml.UnmarshalStrict(src, &b); err != nil {
+		t.Fatalf("parse Butane source: %v", err)
+	}
+	if b.Variant != "openshift" || b.Version != "4.14.0" {
+		t.Fatalf("Butane variant %s %s: want openshift 4.14.0", b.Variant, b.Version)
+	}
+	var mc machineConfig
+	mc.APIVersion, mc.Kind = "machineconfiguration.openshift.io/v1", "MachineConfig"
+	mc.Metadata.Name, mc.Metadata.Labels = b.Metadata.Name, b.Metadata.Labels
+	mc.Spec.Config.Ignition.Version = "3.4.0"
+	for _, f := range b.Storage.Files {
+		var data []byte
+		if f.Contents.Inline != nil {
+			data = []byte(*f.Contents.Inline)
+		} else {
+			var err error
+			if data, err = os.ReadFile(filepath.Join(repo(t), f.Contents.Local)); err != nil {
+				t.Fatalf("read local contents: %v", err)
+			}
+		}
+		mf := mcFile{Path: f.Path, Mode: f.Mode}
+		mf.Contents.Source = "data:;base64," + base64.StdEncoding.EncodeToString(data)
+		mc.Spec.Config.Storage.Files = append(mc.Spec.Config.Storage.Files, mf)
+	}
+	if len(b.Systemd.Units) > 0 {
+		mc.Spec.Config.Systemd = &struct {
+			Units []struct {
+				Name    string `json:"name"`
+				Enabled bool   `json:"enabled"`
+			} `json:"units"`
+		}{Units: b.Systemd.Units}
+	}
+	return mc
+}
+
+// Each committed MachineConfig is its Butane source translated, and its
+// files hold exactly the repository's hooks.d JSON and units.
+func TestMachineConfig(t *testing.T) {
+	dir := filepath.Join(repo(t), "packaging/openshift/machineconfig")
+	sources, _ := filepath.Glob(filepath.Join(dir, "*.bu"))
+	if len(sources) != 2 {
+		t.Fatalf("Butane sources: %v", sources)
+	}
+	for _, bu := range sources {
+		src, err := os.ReadFile(bu)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := yaml.Marshal(translate(t, src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append([]byte("# Generated from "+filepath.Base(bu)+" by TestMachineConfig (go test ./tests/packaging -run TestMachineConfig -update); do not edit.\n"), out...)
+		gen := strings.TrimSuffix(bu, ".bu") + ".yaml"
+		if *update {
+			if err := os.WriteFile(gen, out, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		committed, err := os.ReadFile(gen)
+		if err != nil {
+			t.Fatalf("read generated MachineConfig: %v", err)
+		}
+		if !bytes.Equal(committed, out) {
+			t.Errorf("%s is not %s translated: run go test ./tests/packaging -run TestMachineConfig -update", filepath.Base(gen), filepath.Base(bu))
+		}
+		// Read back as a MachineConfig, independently of the translation.
+		var mc machineConfig
+		if err := yaml.UnmarshalStrict(committed, &mc); err != nil {
+			t.Fatalf("parse %s: %v", gen, err)
+		}
+		if mc.Kind != "MachineConfig" || mc.Metadata.Labels["machineconfiguration.openshift.io/role"] != "worker" {
+			t.Errorf("%s: kind %q labels %v", gen, mc.Kind, mc.Metadata.Labels)
+		}
+		for _, f := range mc.Spec.Config.Storage.Files {
+			data, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(f.Contents.Source, "data:;base64,"))
+			if err != nil {
+				t.Fatalf("decode %s: %v", f.Path, err)
+			}
+			want := map[string]string{
+				"/etc/containers/oci/hooks.d/iptables-alerter.json":    "hooks.d/iptables-alerter.json",
+				"/etc/systemd/system/iptables-alerter-install.service": "packaging/openshift/machineconfig/iptables-alerter-install.service",
+			}[f.Path]
+			switch {
+			case want != "":
+				repoBytes, _ := os.ReadFile(filepath.Join(repo(t), want))
+				if !bytes.Equal(data, repoBytes) {
+					t.Errorf("%s in %s differs from the repository's %s", f.Path, filepath.Base(gen), want)
+				}
+			case f.Path == "/etc/crio/crio.conf.d/99-nri.conf":
+				if string(data) != "[crio.nri]\nenable_nri = true\n" {
+					t.Errorf("NRI drop-in: %q", data)
+				}
+			default:
+				t.Errorf("unexpected file %s in %s", f.Path, filepath.Base(gen))
+			}
+			if f.Mode != 0o644 {
+				t.Errorf("%s: mode %o", f.Path, f.Mode)
+			}
+		}
+	}
+}
