@@ -28,7 +28,7 @@ func SummaryOf(rec findings.Record, node string, o owner.Owner) Summary {
 	if rec.Node != "" {
 		node = rec.Node
 	}
-	return Summary{Node: node, Owner: o, Pod: rec.Pod, Impact: rec.Impact, Worst: rec.WorstLevel(),
+	return Summary{Node: node, Owner: o, Pod: rec.Pod, Impact: rec.Levels(), Worst: rec.WorstLevel(),
 		Vendors: rec.Vendors, Examples: rec.Examples}
 }
 

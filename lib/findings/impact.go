@@ -152,6 +152,17 @@ const (
 	maxHint       = 320
 )
 
+// Levels is the record's rule count per level: Impact, with the legacy
+// count taken from Legacy when the hook did not classify (every x_tables
+// rule is at the legacy level, classified or not).
+func (r Record) Levels() Impact {
+	i := r.Impact
+	if i.Legacy == 0 {
+		i.Legacy = r.Legacy.Rules
+	}
+	return i
+}
+
 // WorstLevel is the record's worst impact level: Worst when the hook
 // classified the rules, else legacy when it saw legacy usage (that level
 // needs no classification), else "" (not known).

@@ -69,3 +69,19 @@ func TestVendorLabels(t *testing.T) {
 		t.Errorf("VendorLabels(nil) = %q", got)
 	}
 }
+
+// An unclassified record still has its legacy level: x_tables rules are
+// legacy whatever classified them.
+func TestLevelsUnclassified(t *testing.T) {
+	r := Record{Legacy: Legacy{Rules: 2}, Nft: Nft{Rules: 5}}
+	if got := r.Levels(); got != (Impact{Legacy: 2}) || r.WorstLevel() != ImpactLegacy {
+		t.Errorf("Levels %+v, worst %q", got, r.WorstLevel())
+	}
+	r.Impact, r.Worst = Impact{Legacy: 2, Xt: 1, Native: 4}, ImpactLegacy
+	if got := r.Levels(); got != r.Impact {
+		t.Errorf("classified Levels %+v", got)
+	}
+	if (Record{Nft: Nft{Rules: 5}}).WorstLevel() != "" {
+		t.Error("unclassified nft usage has a level")
+	}
+}

@@ -112,7 +112,7 @@ func itemOf(rec findings.Record, source string) Item {
 	return Item{
 		Namespace: rec.Pod.Namespace, Pod: rec.Pod.Name, PodUID: rec.Pod.UID, Node: rec.Node,
 		Owner:  owner.Bare(rec.Pod.Name),
-		Impact: rec.Impact, Worst: rec.WorstLevel(), Vendors: rec.Vendors, Examples: rec.Examples,
+		Impact: rec.Levels(), Worst: rec.WorstLevel(), Vendors: rec.Vendors, Examples: rec.Examples,
 		Source: source,
 	}
 }

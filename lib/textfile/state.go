@@ -99,7 +99,7 @@ func podOf(r findings.Record) Pod {
 		LegacyRules: r.Legacy.Rules,
 		Flagged:     r.HasUsage(),
 		Time:        r.Time,
-		Impact:      r.Impact,
+		Impact:      r.Levels(),
 		Worst:       r.WorstLevel(),
 		Vendors:     findings.VendorLabels(r.Vendors),
 	}
