@@ -5,6 +5,8 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -43,6 +45,20 @@ func TestResolveRealAPIServer(t *testing.T) {
 	}
 	if got := owner.New(sa).Resolve(ctx, web); got.String() != "ReplicaSet/web-7c9" {
 		t.Errorf("owner with the ReplicaSet gone %s, want ReplicaSet/web-7c9", got)
+	}
+	// A ReplicaSet of the same name but another object (another
+	// Deployment's) is not the pod's: the pod's own reference is named.
+	if _, err := admin.AppsV1().ReplicaSets("shop").Create(ctx, &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-7c9", Labels: map[string]string{"app": "x"}, OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "apps/v1", Kind: "Deployment", Name: "impostor", UID: "00000000-0000-0000-0000-000000000001", Controller: new(true)}}},
+		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "x"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := owner.New(sa).Resolve(ctx, web); got.String() != "ReplicaSet/web-7c9" {
+		t.Errorf("owner through a recreated ReplicaSet %s, want ReplicaSet/web-7c9", got)
 	}
 	// Without any client only the pod's own references are read.
 	if got := owner.New(nil).Resolve(ctx, pods["nightly-2901-ddddd"].Pod); got.String() != "Job/nightly-2901" {

@@ -47,7 +47,9 @@ type Resolver struct {
 	cache map[key]entry
 }
 
-type key struct{ namespace, kind, name string }
+// key names the exact object: a ReplicaSet recreated under the same name is
+// another object, maybe of another Deployment.
+type key struct{ namespace, kind, name, uid string }
 
 type entry struct {
 	parent *metav1.OwnerReference
@@ -77,7 +79,7 @@ func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) Owner {
 	case ref.Kind == "ReplicaSet" && isGroup(ref.APIVersion, "apps"),
 		ref.Kind == "Job" && isGroup(ref.APIVersion, "batch"),
 		ref.Kind == "ReplicationController" && isGroup(ref.APIVersion, ""):
-		if p := r.parent(ctx, key{pod.Namespace, ref.Kind, ref.Name}); p != nil {
+		if p := r.parent(ctx, key{pod.Namespace, ref.Kind, ref.Name, string(ref.UID)}); p != nil {
 			return Owner{Kind: p.Kind, Name: p.Name}
 		}
 	}
@@ -129,6 +131,10 @@ func (r *Resolver) parent(ctx context.Context, k key) *metav1.OwnerReference {
 		return nil
 	}
 	var p *metav1.OwnerReference
+	// Another object under the pod's owner's name says nothing of the pod.
+	if string(meta.UID) != k.uid {
+		meta = &metav1.ObjectMeta{}
+	}
 	if ref := metav1.GetControllerOfNoCopy(meta); ref != nil {
 		c := *ref
 		p = &c
