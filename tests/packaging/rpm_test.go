@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/inotifytest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 )
 
@@ -49,8 +50,20 @@ func TestRPM(t *testing.T) {
 
 	root := filepath.Join(dir, "root")
 	run(t, "rpm", "--root", root, "--dbpath", "/var/lib/rpm", "--initdb")
+	// rpm writes its payload in path order and erases in reverse: the
+	// binary (/usr/bin) lands before the JSON (/usr/share) and goes after it.
+	binDir, hooksDir := filepath.Join(root, "usr/bin"), filepath.Join(root, "usr/share/containers/oci/hooks.d")
+	for _, d := range []string{binDir, hooksDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := inotifytest.New(t, binDir, hooksDir)
 	// --nodeps: the scratch root has no /bin/sh for rpm's automatic requires.
 	run(t, "rpm", "--root", root, "--dbpath", "/var/lib/rpm", "-i", "--nodeps", pkgs[0])
+	if got := inotifytest.On(w.Read(), "iptables-alerter-hook", "iptables-alerter.json"); strings.Join(got, "; ") != "bin moved_to iptables-alerter-hook; hooks.d moved_to iptables-alerter.json" {
+		t.Errorf("rpm -i events on the hook's files: %q, want the binary renamed in, then the JSON", got)
+	}
 	for _, f := range rpmFiles[1:] {
 		st, err := os.Stat(filepath.Join(root, f))
 		if err != nil {
@@ -75,6 +88,9 @@ func TestRPM(t *testing.T) {
 	}
 
 	run(t, "rpm", "--root", root, "--dbpath", "/var/lib/rpm", "-e", "iptables-alerter")
+	if got := inotifytest.On(w.Read(), "iptables-alerter-hook", "iptables-alerter.json"); strings.Join(got, "; ") != "hooks.d delete iptables-alerter.json; bin delete iptables-alerter-hook" {
+		t.Errorf("rpm -e events on the hook's files: %q, want the JSON deleted, then the binary", got)
+	}
 	// rpm leaves the parent directories it created but does not own (empty);
 	// no file may remain outside its own database.
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
