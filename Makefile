@@ -15,7 +15,7 @@ HOOKBIN  := bin/iptables-alerter-hook
 # Big test tools (kube-apiserver) are built once into this cache, outside the repo.
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 
-.PHONY: all build deps test test-unit test-integration bench demo install uninstall lint clean image rpm
+.PHONY: all build deps test test-unit test-integration bench demo install uninstall lint clean image rpm machineconfig
 
 all: build
 
@@ -69,6 +69,11 @@ uninstall:
 	rm -f $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
 	rm -f $(DESTDIR)$(BINDIR)/iptables-alerter $(DESTDIR)$(BINDIR)/iptables-alerter-hook
 	rm -f $(addprefix $(DESTDIR)$(UNITDIR)/,$(notdir $(wildcard packaging/systemd/*.service packaging/systemd/*.timer)))
+
+# Regenerate the OpenShift MachineConfig YAML from its Butane sources (after
+# a change to hooks.d/iptables-alerter.json or the units it carries).
+machineconfig:
+	$(GO) test -count=1 -run TestMachineConfig ./tests/packaging -update
 
 # The RPM (packaging/rpm/iptables-alerter.spec) from a tarball of HEAD;
 # the spec builds and runs make install DESTDIR=%{buildroot}.

@@ -131,6 +131,13 @@ func TestImage(t *testing.T) {
 		gone(t, filepath.Join(hooks, js), filepath.Join(bin, name))
 	})
 
+	t.Run("DaemonSet hook sidecar, base", func(t *testing.T) {
+		testHookSidecar(t, p, image, "packaging/kubernetes", upstreamCRIO)
+	})
+	t.Run("DaemonSet hook sidecar, openshift", func(t *testing.T) {
+		testHookSidecar(t, p, image, "packaging/openshift", openshiftCRIO)
+	})
+
 	t.Run("a directory CRI-O does not read is refused", func(t *testing.T) {
 		root, bin, _ := nodeRoot(t, true)
 		out, err := p.run(image, asRoot(root), "install-hook", "--root", "/host", "--hooks-dir", "/etc/containers/oci/hooks.d")

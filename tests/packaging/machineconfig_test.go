@@ -131,7 +131,7 @@ func TestMachineConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append([]byte("# Generated from "+filepath.Base(bu)+" by TestMachineConfig (go test ./tests/packaging -run TestMachineConfig -update); do not edit.\n"), out...)
+		out = append([]byte("# Generated from "+filepath.Base(bu)+" by make machineconfig; do not edit.\n"), out...)
 		gen := strings.TrimSuffix(bu, ".bu") + ".yaml"
 		if *update {
 			if err := os.WriteFile(gen, out, 0o644); err != nil {
@@ -143,7 +143,7 @@ func TestMachineConfig(t *testing.T) {
 			t.Fatalf("read generated MachineConfig: %v", err)
 		}
 		if !bytes.Equal(committed, out) {
-			t.Errorf("%s is not %s translated: run go test ./tests/packaging -run TestMachineConfig -update", filepath.Base(gen), filepath.Base(bu))
+			t.Errorf("%s is not %s translated: run make machineconfig", filepath.Base(gen), filepath.Base(bu))
 		}
 		// Read back as a MachineConfig, independently of the translation.
 		var mc machineConfig

@@ -79,7 +79,7 @@ func TestRPM(t *testing.T) {
 		}
 	}
 	js, _ := os.ReadFile(filepath.Join(root, "usr/share/containers/oci/hooks.d/iptables-alerter.json"))
-	if !bytes.Contains(js, []byte(`"/usr/bin/iptables-alerter-hook"`)) || bytes.Contains(js, []byte("/usr/local/bin/iptables-alerter")) {
+	if !bytes.Contains(js, []byte("/usr/bin/iptables-alerter-hook")) || bytes.Contains(js, []byte("/usr/local/bin/iptables-alerter")) {
 		t.Errorf("hooks.d JSON does not name /usr/bin/iptables-alerter-hook:\n%s", js)
 	}
 	unit, _ := os.ReadFile(filepath.Join(root, "usr/lib/systemd/system/iptables-alerter-textfile.service"))

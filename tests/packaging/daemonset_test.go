@@ -1,0 +1,165 @@
+package packaging
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/inotifytest"
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+)
+
+// renderedDaemonSet is the DaemonSet of a kustomization, as kubectl
+// kustomize renders it.
+func renderedDaemonSet(t *testing.T, dir string) *appsv1.DaemonSet {
+	t.Helper()
+	_, err := exec.LookPath("kubectl")
+	nstest.Need(t, err == nil, "needs kubectl (apt-get install kubectl)")
+	out, err := exec.Command("kubectl", "kustomize", filepath.Join(repo(t), dir)).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v", dir, err)
+	}
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		if strings.Contains(doc, "\nkind: DaemonSet\n") || strings.HasPrefix(doc, "kind: DaemonSet\n") {
+			var ds appsv1.DaemonSet
+			if err := yaml.UnmarshalStrict([]byte(doc), &ds); err != nil {
+				t.Fatalf("parse DaemonSet: %v", err)
+			}
+			return &ds
+		}
+	}
+	t.Fatalf("no DaemonSet in %s", dir)
+	return nil
+}
+
+// podmanArgs turns a container of the pod spec into `podman run` flags,
+// with every hostPath volume under root (the scratch node): the
+// container's args, env, user, capabilities and read-only root as the
+// kubelet would give them.
+func podmanArgs(t *testing.T, spec corev1.PodSpec, c corev1.Container, root string) (flags, args []string) {
+	t.Helper()
+	host := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath == nil {
+			t.Fatalf("volume %s is not a hostPath", v.Name)
+		}
+		host[v.Name] = v.HostPath.Path
+	}
+	for _, m := range c.VolumeMounts {
+		src := filepath.Join(root, host[m.Name])
+		if err := os.MkdirAll(src, 0o755); err != nil { // DirectoryOrCreate
+			t.Fatal(err)
+		}
+		opt := src + ":" + m.MountPath
+		if m.ReadOnly {
+			opt += ":ro"
+		}
+		flags = append(flags, "-v", opt)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+		flags = append(flags, "-e", e.Name+"="+e.Value)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.RunAsUser == nil {
+		t.Fatalf("container %s sets no runAsUser", c.Name)
+	}
+	flags = append(flags, "--user", strconv.FormatInt(*sc.RunAsUser, 10))
+	if sc.Capabilities != nil {
+		for _, d := range sc.Capabilities.Drop {
+			flags = append(flags, "--cap-drop", string(d))
+		}
+		for _, a := range sc.Capabilities.Add {
+			flags = append(flags, "--cap-add", string(a))
+		}
+	}
+	if sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
+		flags = append(flags, "--read-only")
+	}
+	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
+		flags = append(flags, "--security-opt", "no-new-privileges")
+	}
+	for _, a := range c.Args {
+		for k, v := range env {
+			a = strings.ReplaceAll(a, "$("+k+")", v)
+		}
+		args = append(args, a)
+	}
+	return flags, args
+}
+
+// openshiftCRIO is shaped like the drop-in OpenShift's CRI-O runs with.
+const openshiftCRIO = "[crio.runtime]\nhooks_dir = [\n  \"/etc/containers/oci/hooks.d\",\n  \"/run/containers/oci/hooks.d\",\n  \"/usr/share/containers/oci/hooks.d\",\n]\n"
+
+// testHookSidecar runs the DaemonSet's hook container, exactly as its
+// manifest says, in podman against a scratch node; stopping it (the pod
+// being deleted) removes the JSON, then the binary.
+func testHookSidecar(t *testing.T, p *podman, image, kustomization, crioConf string) {
+	ds := renderedDaemonSet(t, kustomization)
+	spec := ds.Spec.Template.Spec
+	if len(spec.InitContainers) != 1 || spec.InitContainers[0].Name != "hook" {
+		t.Fatalf("init containers: want only hook, got %d", len(spec.InitContainers))
+	}
+	hook := spec.InitContainers[0]
+	if hook.RestartPolicy == nil || *hook.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Errorf("hook is not a sidecar (restartPolicy Always): it would not be stopped after the others")
+	}
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "etc/crio/crio.conf.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/crio/crio.conf.d/00-default"), []byte(crioConf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	flags, args := podmanArgs(t, spec, hook, root)
+	var hooksDir string
+	for _, e := range hook.Env {
+		if e.Name == "HOOKS_DIR" {
+			hooksDir = e.Value
+		}
+	}
+	bin, hooks := filepath.Join(root, "usr/local/bin"), filepath.Join(root, hooksDir)
+	for _, d := range []string{bin, hooks} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := inotifytest.New(t, bin, hooks)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	name := "hook-" + filepath.Base(kustomization)
+	run := append([]string{"run", "-d", "--name", name, "--network", "none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"}, flags...)
+	if out, err := p.cmd(ctx, append(append(run, image), args...)...).CombinedOutput(); err != nil {
+		t.Fatalf("podman run %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	const bn, js = "iptables-alerter-hook", "iptables-alerter.json"
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(hooks, js)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			logs, _ := p.cmd(ctx, "logs", name).CombinedOutput()
+			t.Fatalf("no JSON in %s after 30 s; logs:\n%s", hooksDir, logs)
+		}
+	}
+	mustMode(t, filepath.Join(bin, bn), 0o755)
+	mustMode(t, filepath.Join(hooks, js), 0o644)
+	if out, err := p.cmd(ctx, "stop", "-t", "20", name).CombinedOutput(); err != nil {
+		t.Fatalf("podman stop: %v\n%s", err, out)
+	}
+	logs, _ := p.cmd(ctx, "logs", name).CombinedOutput()
+	if got := strings.Join(inotifytest.On(w.Read(), bn, js), "; "); got != "bin moved_to "+bn+"; hooks.d moved_to "+js+"; hooks.d delete "+js+"; bin delete "+bn {
+		t.Errorf("events %q: want binary in, JSON in, JSON out, binary out; logs:\n%s", got, logs)
+	}
+	gone(t, filepath.Join(hooks, js), filepath.Join(bin, bn))
+}
