@@ -60,9 +60,13 @@ func TestDefaultAllowlist(t *testing.T) {
 				Legacy:           findings.Legacy{Tables: []string{}},
 				Allowlisted:      12,
 				AllowlistEntries: []string{"ovn-kubernetes-block-mcs-ipv4", "ovn-kubernetes-block-mcs-ipv6", "ovn-kubernetes-block-metadata"},
-				Examples:         []findings.Example{{Family: "ip", Table: "nat", Chain: "OUTPUT", Rule: "-A OUTPUT -p tcp -j REDIRECT --to-ports 15001"}},
+				Examples:         []findings.Example{{Family: "ip", Table: "nat", Chain: "OUTPUT", Rule: "-A OUTPUT -p tcp -j REDIRECT --to-ports 15001", Impact: "xt"}},
+				// The allowlist took the 12 xt REJECT rules out of the counts
+				// per level too.
+				Impact: findings.Impact{Xt: 1},
+				Worst:  "xt",
 			}
-			got := findings.Record{Nft: r.Nft, Legacy: r.Legacy, Allowlisted: r.Allowlisted, AllowlistEntries: r.AllowlistEntries, Examples: r.Examples}
+			got := findings.Record{Nft: r.Nft, Legacy: r.Legacy, Allowlisted: r.Allowlisted, AllowlistEntries: r.AllowlistEntries, Examples: r.Examples, Impact: r.Impact, Worst: r.Worst}
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("finding (-want +got):\n%s", d)
 			}
@@ -140,6 +144,25 @@ func TestRenderCommand(t *testing.T) {
 	}
 	if n := strings.Count(text, "# allowlisted"); n != 12 {
 		t.Errorf("%d allowlisted lines, want 12:\n%s", n, text)
+	}
+	// Counts per level close the output; --impact marks each rule, before
+	// the allowlist's mark.
+	if want := "# impact: legacy=0 xt=12 native=0 worst=xt\n"; !strings.HasSuffix(text, want) {
+		t.Errorf("render output does not end with %q:\n%s", want, text)
+	}
+	ns.Run("iptables-nft", "-A", "EMPTY", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	out, err = exec.Command(bin, "render", "--impact", "--netns", ns.Path()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("render --impact: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"ip filter -A OUTPUT -p tcp --dport 22623 --syn -j REJECT    # impact: xt    # allowlisted: ovn-kubernetes-block-mcs-ipv4\n",
+		"ip filter -A EMPTY -p tcp --dport 80 -j DROP    # impact: native\n",
+		"# impact: legacy=0 xt=12 native=1 worst=xt\n",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("render --impact output lacks %q:\n%s", want, out)
+		}
 	}
 	if out, err := exec.Command(bin, "render", "--netns", "/run/netns/iptalert-none").CombinedOutput(); err == nil || !strings.Contains(string(out), "does not exist") {
 		t.Errorf("render of a missing netns: err=%v out=%s", err, out)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
@@ -18,8 +19,12 @@ const renderSynopsis = `render --netns PATH [FLAGS]
 
 Prints every iptables rule in the network namespace at PATH (for example
 /run/netns/NAME or /proc/PID/ns/net) in canonical text, one a line, as
-"family table TEXT", followed by "# allowlisted: ENTRY" where an allowlist
-entry takes it away. Copy a line's TEXT into an allowlist entry's "rule".
+"family table TEXT", followed by "    # impact: LEVEL" with --impact (the
+rule's RHEL 10 impact: xt needs the nft_compat and xt_* modules of
+kernel-modules-extra, native keeps loading; see docs/rhel10.md) and by
+"    # allowlisted: ENTRY" where an allowlist entry takes it away. The
+counts per impact level and the worst level close the output as a
+"# impact:" comment. Copy a line's TEXT into an allowlist entry's "rule".
 Legacy x_tables usage is summarised at the end (it is counted, not decoded).
 Exits 1 when the netns cannot be read, or not all of it (without root, past
 --timeout, or past a size bound: what was printed is then only part of it),
@@ -30,6 +35,7 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	path := fs.String("netns", "", "network namespace file to read (required)")
 	namespace := fs.String("namespace", "", "pod namespace, for allowlist entries scoped to namespaces")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up reading the netns after this long")
+	impact := fs.Bool("impact", false, "end each rule line with its RHEL 10 impact level")
 	var allow allowFlags
 	allow.register(fs)
 	if code, ok := parseFlags(fs, args); !ok {
@@ -60,6 +66,9 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	for _, r := range u.Rules {
 		text := res.Text(r)
 		fmt.Fprintf(out, "%s %s %s", r.Family, safetext.Name(r.Table, scan.MaxName), text)
+		if *impact {
+			fmt.Fprintf(out, "    # impact: %s", classify.Level(r))
+		}
 		if name := list.Match(*namespace, r, func() string { return text }); name != "" {
 			fmt.Fprintf(out, "    # allowlisted: %s", name)
 		}
@@ -80,6 +89,9 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	}
 	for _, l := range u.Legacy {
 		fmt.Fprintf(out, "# legacy %s %s: %d entries beyond the untouched table\n", l.Family, l.Table, l.Rules)
+	}
+	if sum := classify.Summarize(u); sum.Worst != "" {
+		fmt.Fprintf(out, "# impact: legacy=%d xt=%d native=%d worst=%s\n", sum.Impact.Legacy, sum.Impact.Xt, sum.Impact.Native, sum.Worst)
 	}
 	if res.Complete() {
 		return 0

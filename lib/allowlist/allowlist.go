@@ -182,8 +182,8 @@ func (l *List) Apply(u classify.Usage, namespace string, text func(inspect.Rule)
 			seen[name] = true
 			res.Entries = append(res.Entries, name)
 		}
-		if i, ok := chains[[3]string{string(r.Family), r.Table, r.Chain}]; ok && out.Chains[i].Rules > 0 {
-			out.Chains[i].Rules--
+		if i, ok := chains[[3]string{string(r.Family), r.Table, r.Chain}]; ok {
+			out.Chains[i].Remove(r)
 		}
 	}
 	sort.Strings(res.Entries)

@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"sort"
 
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
 
@@ -17,8 +18,10 @@ type Chain struct {
 	User bool
 	// Drop is set for a shaped base chain whose policy is drop.
 	Drop bool
-	// Rules counts the chain's rules that are usage.
+	// Rules counts the chain's rules that are usage, XT those of them
+	// holding an xt match or target (impact level xt; the rest are native).
 	Rules int
+	XT    int
 	// Sum stands for the chain's rules (inspect.Chain.Sum) in fingerprints.
 	Sum uint64
 }
@@ -60,6 +63,7 @@ func Classify(s inspect.Snapshot) Usage {
 		} else {
 			ch.Rules = c.XTRules
 		}
+		ch.XT = c.XTRules
 		if ch.Used() {
 			u.Chains = append(u.Chains, ch)
 		}
@@ -101,6 +105,29 @@ func shapedTables(chains []inspect.Chain) map[tableKey]bool {
 		}
 	}
 	return shaped
+}
+
+// Remove takes one usage rule away from the chain's counts (the allowlist
+// took it).
+func (c *Chain) Remove(r inspect.Rule) {
+	if c.Rules == 0 {
+		return
+	}
+	c.Rules--
+	if hasXT(r) && c.XT > 0 {
+		c.XT--
+	}
+}
+
+// Level is the RHEL 10 impact level of an nftables rule: xt when it holds
+// an xt match or target (it needs nft_compat and xt_* modules), native
+// otherwise. Legacy x_tables rules are never nftables rules: their level
+// is findings.ImpactLegacy, counted per table.
+func Level(r inspect.Rule) string {
+	if hasXT(r) {
+		return findings.ImpactXt
+	}
+	return findings.ImpactNative
 }
 
 func hasXT(r inspect.Rule) bool {

@@ -62,7 +62,7 @@ func TestClassify(t *testing.T) {
 			snap: inspect.Snapshot{Chains: []inspect.Chain{
 				{Family: inspect.INet, Table: "app", Name: "c", Base: true, Type: "filter", Hook: localIn, Policy: 0, Rules: 5, XTRules: 2},
 			}},
-			chains: []Chain{{Family: inspect.INet, Table: "app", Name: "c", Rules: 2}},
+			chains: []Chain{{Family: inspect.INet, Table: "app", Name: "c", Rules: 2, XT: 2}},
 		},
 		{
 			name: "legacy tables beyond their untouched entries",

@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
 // maxTables bounds the table lists of a summary: a hostile pod may create
@@ -26,6 +27,11 @@ type Summary struct {
 	NftRules     int
 	LegacyTables []string
 	LegacyRules  int
+	// Impact counts the rules per RHEL 10 impact level; Worst is the worst
+	// level of the usage: native for nftables usage without rules (a user
+	// chain, a drop policy), "" for none.
+	Impact findings.Impact
+	Worst  string
 	// Fingerprint is a hash of the usage: the same rules give the same
 	// value whatever their counters, handles or the time.
 	Fingerprint string
@@ -44,6 +50,8 @@ func Summarize(u Usage) Summary {
 		}
 		s.NftChains++
 		s.NftRules += c.Rules
+		s.Impact.Xt += c.XT
+		s.Impact.Native += c.Rules - c.XT
 		// Deduplicate on the full name; cap only what is shown.
 		if t := string(c.Family) + " " + c.Table; !seen[t] {
 			seen[t] = true
@@ -57,6 +65,11 @@ func Summarize(u Usage) Summary {
 		s.LegacyRules += l.Rules
 		s.LegacyTables = append(s.LegacyTables, string(l.Family)+" "+l.Table)
 		fmt.Fprintf(h, "legacy %s %s %d\n", l.Family, l.Table, l.Rules)
+	}
+	s.Impact.Legacy = s.LegacyRules
+	s.Worst = s.Impact.Worst()
+	if s.Worst == "" && s.NftChains > 0 {
+		s.Worst = findings.ImpactNative
 	}
 	sort.Strings(s.NftTables)
 	sort.Strings(s.LegacyTables)

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
 
@@ -52,5 +53,37 @@ func TestSummarizeBoundsHostileTables(t *testing.T) {
 		if len(tb) > len("inet ")+maxName+len("…") {
 			t.Fatalf("table name not capped: %d bytes", len(tb))
 		}
+	}
+}
+
+// TestImpactCounts: xt and native rules per chain, legacy per table, the
+// allowlist's removal keeping them apart, and native as the worst level of
+// rule-less usage.
+func TestImpactCounts(t *testing.T) {
+	xt := inspect.Rule{Family: inspect.IP, Table: "nat", Chain: "OUTPUT", Exprs: []inspect.Expr{{Name: "payload"}, {Name: "target"}}}
+	native := inspect.Rule{Family: inspect.IP, Table: "nat", Chain: "OUTPUT", Exprs: []inspect.Expr{{Name: "payload"}, {Name: "immediate"}}}
+	if Level(xt) != findings.ImpactXt || Level(native) != findings.ImpactNative {
+		t.Fatalf("Level: xt rule %q, native rule %q", Level(xt), Level(native))
+	}
+	u := Usage{
+		Chains: []Chain{{Family: inspect.IP, Table: "nat", Name: "OUTPUT", Rules: 5, XT: 2}},
+		Legacy: []Legacy{{Family: inspect.IP, Table: "filter", Rules: 3}},
+	}
+	s := Summarize(u)
+	if s.Impact != (findings.Impact{Legacy: 3, Xt: 2, Native: 3}) || s.Worst != findings.ImpactLegacy {
+		t.Fatalf("impact %+v worst %q", s.Impact, s.Worst)
+	}
+	u.Legacy = nil
+	u.Chains[0].Remove(xt)
+	u.Chains[0].Remove(native)
+	if s := Summarize(u); s.Impact != (findings.Impact{Xt: 1, Native: 2}) || s.Worst != findings.ImpactXt {
+		t.Fatalf("after removal: impact %+v worst %q", s.Impact, s.Worst)
+	}
+	empty := Usage{Chains: []Chain{{Family: inspect.IP, Table: "filter", Name: "MINE", User: true}}}
+	if s := Summarize(empty); s.Worst != findings.ImpactNative || s.Impact != (findings.Impact{}) {
+		t.Fatalf("empty user chain: impact %+v worst %q", s.Impact, s.Worst)
+	}
+	if s := Summarize(Usage{}); s.Worst != "" {
+		t.Fatalf("no usage: worst %q", s.Worst)
 	}
 }

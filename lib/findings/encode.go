@@ -31,7 +31,8 @@ const (
 // Strings and lists over their bounds are cut; when the line is still too
 // long, examples, then allowlist entries, then table names, then vendors are
 // dropped from the end, and last every string is cut short; Truncated is then
-// set. A Worst that is not one of ImpactLevels becomes "".
+// set. A Worst or an example's Impact that is not one of ImpactLevels
+// becomes "".
 func Encode(rec Record) ([]byte, error) {
 	rec.Schema = Schema
 	for _, p := range rec.stringFields() {
@@ -44,6 +45,9 @@ func Encode(rec Record) ([]byte, error) {
 		ex := &rec.Examples[i]
 		ex.Family, ex.Table, ex.Chain = safetext.Cut(ex.Family, maxField), safetext.Cut(ex.Table, maxField), safetext.Cut(ex.Chain, maxField)
 		ex.Rule = safetext.Cut(ex.Rule, maxRule)
+		if ImpactRank(ex.Impact) == len(ImpactLevels) {
+			ex.Impact = ""
+		}
 	}
 	if ImpactRank(rec.Worst) == len(ImpactLevels) {
 		rec.Worst = ""

@@ -68,6 +68,9 @@ type Example struct {
 	Table  string `json:"table"`
 	Chain  string `json:"chain"`
 	Rule   string `json:"rule"`
+	// Impact is the rule's RHEL 10 impact level (xt or native; "" when
+	// not known).
+	Impact string `json:"impact"`
 }
 
 // Time layout used in the file: RFC 3339 in UTC.

@@ -58,6 +58,8 @@ func Build(m Meta, res Result) findings.Record {
 		Allowlisted:      res.Allowed.Count,
 		AllowlistEntries: res.Allowed.Entries,
 		Examples:         Examples(res.Usage, res.Text),
+		Impact:           sum.Impact,
+		Worst:            sum.Worst,
 		Fingerprint:      fp,
 		Truncated:        !res.Complete() || sum.Truncated,
 	}
@@ -87,6 +89,7 @@ func Examples(u classify.Usage, text func(inspect.Rule) string) []findings.Examp
 			Table:  safetext.Name(r.Table, MaxName),
 			Chain:  safetext.Name(r.Chain, MaxName),
 			Rule:   text(r),
+			Impact: classify.Level(r),
 		})
 	}
 	return findings.PickExamples(all)
