@@ -12,6 +12,10 @@
 //     be the live pod's UID or, for a static pod, the value of the mirror
 //     pod's kubernetes.io/config.mirror annotation. Otherwise the pod is gone
 //     and nothing is posted.
+//   - The note leads with the finding's worst RHEL 10 impact in plain words
+//     and the pod's owning workload (lib/owner), then the vendors' hints;
+//     the same facts go into the iptables-alerter.io/finding annotation as
+//     JSON (Summary), for report.
 //   - The note never exceeds 1024 bytes, is valid UTF-8, and holds no control
 //     or bidi characters from the record (they are escaped).
 //
