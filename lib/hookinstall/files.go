@@ -127,7 +127,7 @@ func writeFile(root, dir, name string, data []byte, mode uint32) error {
 	}
 	// Not ending in ".json": CRI-O's hooks.d watcher ignores it.
 	tmp := "." + name + ".tmp" + strconv.Itoa(os.Getpid())
-	_ = unix.Unlinkat(dfd, tmp, 0)
+	removeTemps(dfd, name)
 	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("create %q in %q: %w", tmp, dir, err)
@@ -203,4 +203,18 @@ func removeFile(root, dir, name string) error {
 		return fmt.Errorf("sync directory %q: %w", dir, err)
 	}
 	return nil
+}
+
+// removeTemps removes the temporary files of name that an installer
+// killed mid-write left behind (any pid: the pod that wrote them is gone).
+func removeTemps(dfd int, name string) {
+	ents, err := os.ReadDir("/proc/self/fd/" + strconv.Itoa(dfd))
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "."+name+".tmp") && e.Type().IsRegular() {
+			_ = unix.Unlinkat(dfd, e.Name(), 0)
+		}
+	}
 }

@@ -30,8 +30,19 @@ func mode(t *testing.T, path string) os.FileMode {
 func TestInstallModesAndIdempotence(t *testing.T) {
 	root := t.TempDir()
 	f := files(root)
+	// What an installer killed mid-write leaves: removed by the next one.
+	stale := filepath.Join(root, "usr/local/bin/.iptables-alerter-hook.tmp999999")
+	if err := os.MkdirAll(filepath.Dir(stale), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stale, []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := Install(f); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale temporary file left: %v", err)
 	}
 	bin := filepath.Join(root, "usr/local/bin/iptables-alerter-hook")
 	js := filepath.Join(root, "etc/containers/oci/hooks.d/iptables-alerter.json")
