@@ -17,8 +17,11 @@ type Group struct {
 	// classified.
 	Worst   string            `json:"worst"`
 	Vendors []findings.Vendor `json:"vendors"`
-	// Example is the first example rule of a finding at the worst level.
-	Example string `json:"example"`
+	// Example is an example rule, at the worst level when one is (legacy
+	// rules are not decoded, so a legacy group shows its other rules);
+	// ExampleImpact is its level, "" when not known.
+	Example       string `json:"example"`
+	ExampleImpact string `json:"example_impact"`
 	// Findings counts the items folded in.
 	Findings int `json:"findings"`
 	// Expected is true when an expectation matched every finding; Reasons
@@ -85,10 +88,10 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 		// The example shows the worst level's rule.
 		if worse := findings.ImpactRank(it.Worst) < findings.ImpactRank(g.Worst); worse || g.Example == "" && it.Worst == g.Worst {
 			g.Worst = it.Worst
-			if len(it.Examples) > 0 {
-				g.Example = it.Examples[0].Rule
+			if ex, ok := exampleAt(it.Examples, it.Worst); ok {
+				g.Example, g.ExampleImpact = ex.Rule, ex.Impact
 			} else if worse {
-				g.Example = ""
+				g.Example, g.ExampleImpact = "", ""
 			}
 		}
 		if r := Expect(exps, it); r != "" {
@@ -115,6 +118,24 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 		return gs[a].Owner.String() < gs[b].Owner.String()
 	})
 	return gs
+}
+
+// exampleAt picks the first example at level, else the first at the
+// worst level the examples have.
+func exampleAt(exs []findings.Example, level string) (findings.Example, bool) {
+	best := -1
+	for i, ex := range exs {
+		if ex.Impact == level {
+			return ex, true
+		}
+		if best < 0 || findings.ImpactRank(ex.Impact) < findings.ImpactRank(exs[best].Impact) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return findings.Example{}, false
+	}
+	return exs[best], true
 }
 
 func add(list *[]string, seen map[string]bool, s string) {

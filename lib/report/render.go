@@ -74,6 +74,10 @@ func columns(g Group, esc func(string) string, cut func(string, int) string) []s
 	if worst == "" {
 		worst = "unclassified"
 	}
+	example := g.Example
+	if g.ExampleImpact != "" && g.ExampleImpact != g.Worst {
+		example = "(" + g.ExampleImpact + ") " + example
+	}
 	return []string{
 		status(g),
 		esc(cut(g.Namespace, textCell)),
@@ -83,7 +87,7 @@ func columns(g Group, esc func(string) string, cut func(string, int) string) []s
 		worst,
 		esc(cut(g.VendorNames(), textCell)),
 		esc(cut(hint, textExample)),
-		esc(cut(g.Example, textExample)),
+		esc(cut(example, textExample)),
 	}
 }
 

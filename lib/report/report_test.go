@@ -104,11 +104,12 @@ func TestExpectationsSilenceExactlyWhatTheyName(t *testing.T) {
 func TestGroupAndJudge(t *testing.T) {
 	items := []Item{
 		item("shop", "Deployment", "web", "web-1", findings.ImpactNative, []string{"istio"}, "-A native"),
-		item("shop", "Deployment", "web", "web-2", findings.ImpactXt, []string{"istio", "linkerd"}, "-A xt"),
+		item("shop", "Deployment", "web", "web-2", findings.ImpactXt, []string{"istio", "linkerd"}, "-A native2", "-A xt"),
 		item("shop", "StatefulSet", "db", "db-0", findings.ImpactNative, nil, "-A db"),
 		item("ops", "Pod", "debug", "debug", "", nil),
 	}
 	items[1].Node = "node-b"
+	items[1].Examples[0].Impact, items[1].Examples[1].Impact = findings.ImpactNative, findings.ImpactXt
 	exps := []Expectation{{Owner: "Deployment/web", Reason: "mesh"}}
 	gs := GroupItems(items, exps)
 	if len(gs) != 3 {
