@@ -15,7 +15,7 @@ HOOKBIN  := bin/iptables-alerter-hook
 # Big test tools (kube-apiserver) are built once into this cache, outside the repo.
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 
-.PHONY: all build deps test test-unit test-integration bench demo install uninstall lint clean image rpm machineconfig
+.PHONY: all build deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig
 
 all: build
 
@@ -46,8 +46,6 @@ bench: deps build
 demo: deps build
 	tests/demo.sh $(BIN) $(HOOKBIN)
 
-# The binary first, then the hooks.d JSON: CRI-O skips a hook whose binary
-# is missing and does not look again when it appears.
 # Refuse a hooks directory the node's CRI-O does not read, which would be a
 # silent no-op (CRIO_CHECK=0 skips the check). With DESTDIR it reads the
 # CRI-O configuration under DESTDIR: a package build root has none.
@@ -59,12 +57,29 @@ install: build
 		sed 's|/usr/local/bin/|$(BINDIR)/|' $$u > $(DESTDIR)$(UNITDIR)/$${u##*/} && chmod 0644 $(DESTDIR)$(UNITDIR)/$${u##*/} || exit 1; \
 	done
 	[ -e $(DESTDIR)$(SYSCONFDIR)/iptables-alerter/allowlist.json ] || install -D -m 0644 packaging/allowlist.json $(DESTDIR)$(SYSCONFDIR)/iptables-alerter/allowlist.json
-	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/iptables-alerter
-	install -D -m 0755 $(HOOKBIN) $(DESTDIR)$(BINDIR)/iptables-alerter-hook
-	install -d -m 0755 $(DESTDIR)$(HOOKSDIR)
-	sed 's|/usr/local/bin/|$(BINDIR)/|' hooks.d/iptables-alerter.json > $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
-	chmod 0644 $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
+	$(MAKE) --no-print-directory install-files
 
+# install-files installs what build made. The binaries first, then the
+# hooks.d JSON: CRI-O skips a hook whose binary is missing when it reads the
+# JSON and does not look again. Each file is written under a temporary name
+# in its own directory and renamed into place, so a hook starting during an
+# upgrade runs the old binary or the new one, never half a file, and CRI-O
+# (which reads only *.json) never sees half a JSON. BINDIR goes into the
+# JSON's shell command unquoted, so it may hold only plain path characters.
+install-files:
+	@case '$(BINDIR)' in /*) ;; *) echo 'BINDIR must be absolute'; exit 1;; esac
+	@case '$(BINDIR)' in *[!A-Za-z0-9/._+-]*) echo 'BINDIR may hold only A-Za-z0-9/._+-'; exit 1;; esac
+	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(HOOKSDIR)
+	install -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/.iptables-alerter.tmp
+	mv -fT $(DESTDIR)$(BINDIR)/.iptables-alerter.tmp $(DESTDIR)$(BINDIR)/iptables-alerter
+	install -m 0755 $(HOOKBIN) $(DESTDIR)$(BINDIR)/.iptables-alerter-hook.tmp
+	mv -fT $(DESTDIR)$(BINDIR)/.iptables-alerter-hook.tmp $(DESTDIR)$(BINDIR)/iptables-alerter-hook
+	sed 's|/usr/local/bin/|$(BINDIR)/|g' hooks.d/iptables-alerter.json > $(DESTDIR)$(HOOKSDIR)/.iptables-alerter.json.tmp
+	chmod 0644 $(DESTDIR)$(HOOKSDIR)/.iptables-alerter.json.tmp
+	mv -fT $(DESTDIR)$(HOOKSDIR)/.iptables-alerter.json.tmp $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
+
+# The JSON first: CRI-O then never reads a JSON whose binary is gone (and
+# if it did, the JSON's command exits 0 without its binary).
 uninstall:
 	rm -f $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
 	rm -f $(DESTDIR)$(BINDIR)/iptables-alerter $(DESTDIR)$(BINDIR)/iptables-alerter-hook

@@ -3,10 +3,12 @@ package e2e
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -29,6 +31,20 @@ type hooksFile struct {
 // stage makes CRI-O refuse to start, losing every hook on the node.
 var knownStages = map[string]bool{"prestart": true, "createRuntime": true, "createContainer": true,
 	"startContainer": true, "poststart": true, "poststop": true}
+
+// guardCommand is the shell command of the shipped JSON (`make install`
+// replaces /usr/local/bin/). A missing binary: exit 0 at once. Else the hook
+// runs under timeout(1), which SIGKILLs it after 5 s (below the JSON's 10 s
+// timeout, above the hook's own 3 s), with its output on /dev/null, and the
+// shell exits 0 whatever the hook did. Everything runs in the foreground:
+// crun starts hooks with SIGCHLD blocked, and a shell's `wait` for a
+// background job then never returns (dash, busybox), while its wait for a
+// foreground command does; timeout(1) unblocks SIGCHLD itself. Without
+// timeout(1) on the node, the hook is exec'd directly. Arguments added
+// after $0 reach the hook as "$@".
+const guardCommand = `b=/usr/local/bin/iptables-alerter-hook; [ -x "$b" ] || exit 0; ` +
+	`command -v timeout >/dev/null || exec "$b" hook --stage poststart "$@"; ` +
+	`timeout -s KILL 5 "$b" hook --stage poststart "$@" >/dev/null 2>&1; exit 0`
 
 func loadShipped(t *testing.T) hooksFile {
 	t.Helper()
@@ -58,10 +74,14 @@ func TestShippedHooksFile(t *testing.T) {
 			t.Errorf("unknown stage %q would stop CRI-O from starting", s)
 		}
 	}
-	if !filepath.IsAbs(f.Hook.Path) {
-		t.Errorf("hook path %q is not absolute", f.Hook.Path)
+	// The runtime runs a shell that is always there, and the shell runs
+	// the hook only if it is installed: a JSON whose binary is missing
+	// would make every matching container fail.
+	if f.Hook.Path != "/bin/sh" {
+		t.Errorf("hook path %q, want /bin/sh", f.Hook.Path)
 	}
-	if diff := cmp.Diff([]string{"iptables-alerter-hook", "hook", "--stage", "poststart"}, f.Hook.Args); diff != "" {
+	want := []string{"sh", "-c", guardCommand, "iptables-alerter-hook"}
+	if diff := cmp.Diff(want, f.Hook.Args); diff != "" {
 		t.Errorf("hook args (-want +got):\n%s", diff)
 	}
 	var path bool
@@ -175,4 +195,70 @@ func whenMatches(t *testing.T, patterns, annotations map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// TestShippedHooksCommand runs the shipped command with the shells a node
+// may have as /bin/sh (dash on Debian, bash on RHEL/RHCOS, busybox): a
+// missing or non-executable binary exits 0 at once; an installed one gets
+// the state on stdin and the arguments; one that hangs is killed after 5 s
+// and the command still exits 0, with its output pipe closed (runc waits for
+// that pipe, not just for the process).
+func TestShippedHooksCommand(t *testing.T) {
+	f := loadShipped(t)
+	shells := [][]string{{"/bin/sh"}, {"bash", "--posix"}, {"dash"}, {"busybox", "sh"}}
+	for _, sh := range shells {
+		if _, err := exec.LookPath(sh[0]); err != nil {
+			continue
+		}
+		t.Run(strings.Join(sh, " "), func(t *testing.T) {
+			t.Parallel()
+			bindir := t.TempDir()
+			bin, got := filepath.Join(bindir, "iptables-alerter-hook"), filepath.Join(bindir, "got")
+			args := append([]string{}, f.Hook.Args[1:]...)
+			args[1] = strings.ReplaceAll(args[1], "/usr/local/bin/", bindir+"/")
+			args = append(args, "--log-level", "debug")
+			run := func() (string, time.Duration) {
+				cmd := exec.Command(sh[0], append(sh[1:], args...)...)
+				cmd.Stdin = strings.NewReader(`{"id":"c1"}`)
+				var out strings.Builder
+				// Not an *os.File: Wait returns only when every holder of
+				// the pipe has closed it, as runc's does.
+				cmd.Stdout, cmd.Stderr = &out, &out
+				start := time.Now()
+				if err := cmd.Run(); err != nil {
+					t.Fatalf("%v: %v: %s", sh, err, out.String())
+				}
+				return out.String(), time.Since(start)
+			}
+			if out, took := run(); out != "" || took > time.Second {
+				t.Errorf("binary missing: output %q after %v; want exit 0 at once, silently", out, took)
+			}
+			fake := "#!/bin/sh\n{ cat; echo; echo \"$*\"; } > " + got + "\necho to-stdout; echo to-stderr >&2\n"
+			if err := os.WriteFile(bin, []byte(fake), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if out, took := run(); out != "" || took > time.Second {
+				t.Errorf("binary not executable: output %q after %v; want exit 0 at once, silently", out, took)
+			}
+			if err := os.Chmod(bin, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if out, took := run(); out != "" || took > 4*time.Second {
+				t.Errorf("installed binary: output %q after %v; want its output discarded and no wait", out, took)
+			}
+			if data, _ := os.ReadFile(got); string(data) != "{\"id\":\"c1\"}\nhook --stage poststart --log-level debug\n" {
+				t.Errorf("installed binary got %q, want the state on stdin and the arguments", data)
+			}
+			if err := os.WriteFile(bin, []byte("#!/bin/sh\necho started > "+got+"\nexec sleep 3600\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			out, took := run()
+			if took < 4*time.Second || took > 8*time.Second {
+				t.Errorf("hanging binary: the command returned after %v, want about 5 s", took)
+			}
+			if data, _ := os.ReadFile(got); string(data) != "started\n" || out != "" {
+				t.Errorf("hanging binary: ran=%q output %q", data, out)
+			}
+		})
+	}
 }

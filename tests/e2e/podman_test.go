@@ -29,10 +29,11 @@ type podman struct {
 	env     []string
 }
 
-// newPodman loads the shipped hooks.d file into a test-local hooks dir with
-// the binary path replaced by the built hook and extra arguments appended;
-// its "when" and "stages" stay byte for byte what ships.
-func newPodman(t *testing.T, runtime string, extraHookArgs []string) *podman {
+// newPodman installs the shipped hooks.d file and the built hook the way
+// `make install-files` does, into test-local dirs, and appends extra
+// arguments to the hook's command; everything else of the JSON stays what
+// ships. bindir is where the hook binary is installed.
+func newPodman(t *testing.T, runtime string, extraHookArgs []string) (p *podman, bindir string) {
 	t.Helper()
 	// conmon's socket paths under the runroot must stay short: podman refuses
 	// a runroot over 50 characters, which t.TempDir() names exceed.
@@ -45,11 +46,9 @@ func newPodman(t *testing.T, runtime string, extraHookArgs []string) *podman {
 			t.Errorf("remove podman dir: %v", err)
 		}
 	})
-	hooksDir := filepath.Join(dir, "hooks.d")
-	if err := os.Mkdir(hooksDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeHooksFile(t, filepath.Join(hooksDir, "iptables-alerter.json"), extraHookArgs)
+	hooksDir, bindir := filepath.Join(dir, "hooks.d"), filepath.Join(dir, "bin")
+	makeInstall(t, bindir, hooksDir)
+	appendHookArgs(t, filepath.Join(hooksDir, "iptables-alerter.json"), extraHookArgs)
 
 	files := map[string]string{
 		// Only what these runs need; the host's containers.conf could pick
@@ -64,7 +63,7 @@ func newPodman(t *testing.T, runtime string, extraHookArgs []string) *podman {
 			t.Fatal(err)
 		}
 	}
-	p := &podman{
+	p = &podman{
 		t:       t,
 		runtime: runtime,
 		global: []string{
@@ -92,24 +91,37 @@ func newPodman(t *testing.T, runtime string, extraHookArgs []string) *podman {
 			t.Errorf("podman rm --all: %v: %s", err, out)
 		}
 	})
-	return p
+	return p, bindir
 }
 
-func writeHooksFile(t *testing.T, dst string, extraArgs []string) {
+// makeInstall runs the Makefile's install-files with the built hook as
+// both binaries: the binaries and the hooks.d JSON land exactly as
+// `make install` puts them, BINDIR substituted by the Makefile's own sed.
+func makeInstall(t *testing.T, bindir, hooksDir string) {
 	t.Helper()
-	data, err := os.ReadFile(shippedHooksFile)
+	cmd := exec.Command("make", "-s", "-C", "../..", "install-files", "BIN="+hookBin, "HOOKBIN="+hookBin,
+		"DESTDIR=", "BINDIR="+bindir, "HOOKSDIR="+hooksDir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make install-files: %v\n%s", err, out)
+	}
+}
+
+// appendHookArgs adds arguments to the installed hook's command: after the
+// shell's $0 they become its "$@", which the command passes on to the hook.
+func appendHookArgs(t *testing.T, path string, extraArgs []string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("read shipped hooks file: %v", err)
+		t.Fatalf("read installed hooks file: %v", err)
 	}
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatalf("decode shipped hooks file: %v", err)
+		t.Fatalf("decode installed hooks file: %v", err)
 	}
 	var hook specs.Hook
 	if err := json.Unmarshal(doc["hook"], &hook); err != nil {
-		t.Fatalf("decode shipped hook entry: %v", err)
+		t.Fatalf("decode installed hook entry: %v", err)
 	}
-	hook.Path = hookBin
 	hook.Args = append(hook.Args, extraArgs...)
 	if doc["hook"], err = json.Marshal(hook); err != nil {
 		t.Fatal(err)
@@ -117,7 +129,7 @@ func writeHooksFile(t *testing.T, dst string, extraArgs []string) {
 	if data, err = json.MarshalIndent(doc, "", "  "); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(dst, data, 0o644); err != nil {
+	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatalf("write hooks file: %v", err)
 	}
 }
@@ -172,7 +184,7 @@ func TestPodmanTwoContainers(t *testing.T) {
 			needPodman(t, rt)
 			ns := nstest.New(t)
 			files := newHookFiles(t)
-			pm := newPodman(t, rt, files.args())
+			pm, _ := newPodman(t, rt, files.args())
 			initC, app := newPod("istio-"+rt, "istio-init"), newPod("istio-"+rt, "app")
 			app.uid, app.sandbox = initC.uid, initC.sandbox
 
@@ -339,7 +351,7 @@ func TestPodmanHookNeverBreaksContainer(t *testing.T) {
 					if err := os.WriteFile(filepath.Join(dir, "file"), []byte("not a dir, not JSON\n"), 0o644); err != nil {
 						t.Fatal(err)
 					}
-					pm := newPodman(t, rt, append(files.args(), tc.args(dir)...))
+					pm, _ := newPodman(t, rt, append(files.args(), tc.args(dir)...))
 					_, out := pm.run(ns.Path(), newPod("broken-"+rt, "app").annotations(), nil, "sh", "-c", "echo alive")
 					if !strings.Contains(out, "alive") {
 						t.Errorf("container printed %q, want alive", out)

@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+)
+
+// TestPodmanBrokenInstall breaks the install itself, which the hook binary
+// cannot defend against, and requires every container to start: the binary
+// removed (uninstalled, or mid-upgrade by a tool that unlinks first),
+// replaced by `make install-files` while containers start, and replaced by
+// one that hangs. The hooks.d JSON is the shipped one, installed by the
+// Makefile.
+func TestPodmanBrokenInstall(t *testing.T) {
+	for _, rt := range []string{"crun", "runc"} {
+		t.Run(rt, func(t *testing.T) {
+			needPodman(t, rt)
+			// Every container is of one pod: one finding per sandbox.
+			p := newPod("install-"+rt, "app")
+			var ids []string
+			start := func(t *testing.T, pm *podman, ns *nstest.NS) time.Duration {
+				t.Helper()
+				began := time.Now()
+				id, out := pm.run(ns.Path(), p.annotations(), nil, "sh", "-c", "echo alive")
+				took := time.Since(began)
+				if !strings.Contains(out, "alive") {
+					t.Errorf("container printed %q, want alive", out)
+				}
+				ids = append(ids, id)
+				return took
+			}
+			t.Run("binary removed", func(t *testing.T) {
+				ns := nstest.New(t)
+				ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "ACCEPT")
+				files := newHookFiles(t)
+				pm, bindir := newPodman(t, rt, files.args())
+				if err := os.Remove(filepath.Join(bindir, "iptables-alerter-hook")); err != nil {
+					t.Fatal(err)
+				}
+				took := start(t, pm, ns)
+				t.Logf("container start with the hook binary missing: %v", took)
+				if took > 5*time.Second {
+					t.Errorf("container start took %v with the hook binary missing", took)
+				}
+				if recs := readFindings(t, files.findings); len(recs) != 0 {
+					t.Errorf("%d findings without a binary", len(recs))
+				}
+			})
+			t.Run("binary replaced while containers start", func(t *testing.T) {
+				ns := nstest.New(t)
+				ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "ACCEPT")
+				files := newHookFiles(t)
+				pm, bindir := newPodman(t, rt, files.args())
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				wg.Add(1)
+				installs := 0
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						makeInstall(t, bindir, filepath.Join(t.TempDir(), "hooks.d"))
+						installs++
+					}
+				}()
+				ids = nil
+				for i := 0; i < 6; i++ {
+					start(t, pm, ns)
+				}
+				close(stop)
+				wg.Wait()
+				t.Logf("%d installs while 6 containers started", installs)
+				// Every hook ran, the old binary or the new one, never half a
+				// file; the findings file holds whole lines only.
+				log := readLog(t, files.log)
+				for _, id := range ids {
+					if !strings.Contains(log, id) {
+						t.Errorf("no hook log line for container %s: the hook did not run\n%s", id, log)
+					}
+				}
+				if recs := readFindings(t, files.findings); len(recs) == 0 {
+					t.Errorf("no finding for a pod with a rule\n%s", log)
+				}
+			})
+			t.Run("binary hangs", func(t *testing.T) {
+				ns := nstest.New(t)
+				files := newHookFiles(t)
+				pm, bindir := newPodman(t, rt, files.args())
+				// A stand-in for a binary stuck for good: it never reads its
+				// stdin nor exits.
+				replaceFile(t, filepath.Join(bindir, "iptables-alerter-hook"), "#!/bin/sh\nexec sleep 3600\n", 0o755)
+				took := start(t, pm, ns)
+				// The command gives up on the hook after 5 s; the runtime's own
+				// timeout (10 s) would fail the container under runc.
+				t.Logf("container start with a hanging hook binary: %v", took)
+				if took > 9*time.Second {
+					t.Errorf("container start took %v with a hanging hook, want the command's 5 s bound, under the JSON's 10 s timeout", took)
+				}
+			})
+		})
+	}
+}
+
+// replaceFile puts content at path the way install-files does: a temporary
+// name in the same directory, then a rename.
+func replaceFile(t *testing.T, path, content string, mode os.FileMode) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), ".replace.tmp")
+	if err := os.WriteFile(tmp, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
