@@ -324,3 +324,25 @@ func compactStrings(s []string) []string {
 	}
 	return out
 }
+
+func TestReportFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"--help"}, 0, "Usage: iptables-alerter report"},
+		{[]string{"--format", "csv"}, 2, "Usage: iptables-alerter report"},
+		{[]string{"--timeout", "0s"}, 2, "Usage: iptables-alerter report"},
+		{[]string{"--nope"}, 2, "flag provided but not defined"},
+		// No inputs, no kubeconfig, not in a pod: an error, never a pass.
+		{[]string{}, 2, "--kubeconfig not given"},
+	} {
+		cmd := exec.Command(bin, append([]string{"report"}, tc.args...)...)
+		cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT=")
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != tc.code || !strings.Contains(string(out), tc.out) {
+			t.Errorf("report %v: exit %d, want %d; output lacks %q?\n%s", tc.args, code, tc.code, tc.out, out)
+		}
+	}
+}

@@ -138,6 +138,11 @@ func tableList(tables []string) string {
 
 func exampleLine(ex findings.Example) string {
 	where := strings.TrimSpace(safetext.Display(ex.Family) + " " + safetext.Display(ex.Table))
+	// The rule's RHEL 10 level, when the hook classified it (Encode keeps
+	// only the three level names).
+	if findings.ImpactRank(ex.Impact) < len(findings.ImpactLevels) {
+		where = strings.TrimSpace(where + ", " + ex.Impact)
+	}
 	if where == "" {
 		return safetext.Display(ex.Rule)
 	}

@@ -45,6 +45,7 @@ func TestNoteGolden(t *testing.T) {
 
 	istio := sampleRecord()
 	istio.Impact, istio.Worst = findings.Impact{Xt: 3, Native: 9}, findings.ImpactXt
+	istio.Examples[0].Impact, istio.Examples[1].Impact = findings.ImpactNative, findings.ImpactXt
 	istio.Vendors = []findings.Vendor{
 		{Name: "istio", Hint: "Istio 1.28+: set values.global.nativeNftables=true", Doc: "https://istio.io/latest/docs/setup/additional-setup/nftables/"},
 		{Name: "linkerd", Hint: strings.Repeat("long hint ", 60), Doc: "https://linkerd.io/"},
