@@ -19,6 +19,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/ocistate"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+	"github.com/iptables-alerter/iptables-alerter/lib/vendor"
 )
 
 var hookCommand = command{name: "hook", summary: "OCI hook: inspect the container's pod netns and record iptables usage", run: runHook}
@@ -36,6 +37,7 @@ type hookConfig struct {
 	generations   int
 	stateDir      string
 	allow         allowFlags
+	vendors       string
 	timeout       time.Duration
 	stage         string
 	node          string
@@ -63,6 +65,7 @@ func runHook(args []string, stdin io.Reader, stderr io.Writer) (code int) {
 	fs.IntVar(&cfg.generations, "generations", findings.DefaultGenerations, "rotated files kept, <file>.1 (newest) to <file>.N")
 	fs.StringVar(&cfg.stateDir, "state-dir", findings.DefaultStateDir, "directory for the per-sandbox memory that keeps one finding per pod")
 	cfg.allow.register(fs)
+	fs.StringVar(&cfg.vendors, "vendors", vendor.DefaultPath, "admin's vendor table JSON, merged with the built-in one (a missing file adds nothing; see README)")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Second, "internal deadline; past it the finding is recorded with truncated: true")
 	fs.StringVar(&cfg.stage, "stage", "", "hook stage to record (default: from the state's status)")
 	fs.StringVar(&cfg.node, "node", hostname, "node name to record")
@@ -137,7 +140,10 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 
 	// Leave a fifth of the budget for writing the finding.
 	inspectCtx, cancelInspect := context.WithDeadline(ctx, start.Add(cfg.timeout*4/5))
-	res, err := scan.Run(inspectCtx, c.Netns, c.PodNamespace, cfg.allow.load)
+	res, err := scan.Run(inspectCtx, c.Netns, c.PodNamespace, scan.Loaders{
+		Allow:   cfg.allow.load,
+		Vendors: func() (*vendor.Table, error) { return vendor.Load(cfg.vendors) },
+	})
 	cancelInspect()
 	if err != nil {
 		if errors.Is(err, netns.ErrNotExist) {
@@ -150,6 +156,9 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 	if res.AllowErr != nil {
 		// A broken allowlist must not hide usage: report with the rest.
 		l.WithError(res.AllowErr).Error("cannot load the allowlist, reporting without it")
+	}
+	if res.VendorErr != nil {
+		l.WithError(res.VendorErr).Error("cannot load the vendor table, naming vendors from the built-in one")
 	}
 	d := scan.Decide(meta(cfg, c), res)
 	if d.Record == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+	"github.com/iptables-alerter/iptables-alerter/lib/vendor"
 )
 
 var renderCommand = command{name: "render", summary: "print the canonical iptables rules of a netns, marking allowlisted ones", run: runRender}
@@ -24,7 +25,8 @@ rule's RHEL 10 impact: xt needs the nft_compat and xt_* modules of
 kernel-modules-extra, native keeps loading; see docs/rhel10.md) and by
 "    # allowlisted: ENTRY" where an allowlist entry takes it away. The
 counts per impact level and the worst level close the output as a
-"# impact:" comment. Copy a line's TEXT into an allowlist entry's "rule".
+"# impact:" comment, then one "# vendor NAME: HINT DOC" comment per known
+framework the rules match (see --vendors). Copy a line's TEXT into an allowlist entry's "rule".
 Legacy x_tables usage is summarised at the end (it is counted, not decoded).
 Exits 1 when the netns cannot be read, or not all of it (without root, past
 --timeout, or past a size bound: what was printed is then only part of it),
@@ -36,6 +38,7 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	namespace := fs.String("namespace", "", "pod namespace, for allowlist entries scoped to namespaces")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up reading the netns after this long")
 	impact := fs.Bool("impact", false, "end each rule line with its RHEL 10 impact level")
+	vendors := fs.String("vendors", vendor.DefaultPath, "admin's vendor table JSON, merged with the built-in one")
 	var allow allowFlags
 	allow.register(fs)
 	if code, ok := parseFlags(fs, args); !ok {
@@ -47,6 +50,11 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 		return 2
 	}
 	list, err := allow.load()
+	if err != nil {
+		fmt.Fprintf(stderr, "render: %v\n", err)
+		return 1
+	}
+	table, err := vendor.Load(*vendors)
 	if err != nil {
 		fmt.Fprintf(stderr, "render: %v\n", err)
 		return 1
@@ -63,8 +71,11 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	}
 	u, err := res.Usage, res.Err
 	out := os.Stdout
+	var texts []vendor.RuleText
+	var chains []string
 	for _, r := range u.Rules {
 		text := res.Text(r)
+		texts = append(texts, vendor.RuleText{Chain: r.Chain, Text: text})
 		fmt.Fprintf(out, "%s %s %s", r.Family, safetext.Name(r.Table, scan.MaxName), text)
 		if *impact {
 			fmt.Fprintf(out, "    # impact: %s", classify.Level(r))
@@ -76,6 +87,7 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	}
 	counted := 0
 	for _, c := range u.Chains {
+		chains = append(chains, c.Name)
 		counted += c.Rules
 		if c.User && c.Rules == 0 {
 			fmt.Fprintf(out, "# %s %s: empty user chain %s\n", c.Family, safetext.Name(c.Table, scan.MaxName), safetext.Name(c.Name, scan.MaxName))
@@ -92,6 +104,9 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	}
 	if sum := classify.Summarize(u); sum.Worst != "" {
 		fmt.Fprintf(out, "# impact: legacy=%d xt=%d native=%d worst=%s\n", sum.Impact.Legacy, sum.Impact.Xt, sum.Impact.Native, sum.Worst)
+	}
+	for _, v := range table.Match(chains, texts) {
+		fmt.Fprintf(out, "# vendor %s: %s %s\n", v.Name, v.Hint, v.Doc)
 	}
 	if res.Complete() {
 		return 0

@@ -8,6 +8,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/vendor"
 )
 
 // Meta is what the entry point knows about the scan: who triggered it and
@@ -57,16 +58,46 @@ func Build(m Meta, res Result) findings.Record {
 		Legacy:           findings.Legacy{Tables: sum.LegacyTables, Rules: sum.LegacyRules},
 		Allowlisted:      res.Allowed.Count,
 		AllowlistEntries: res.Allowed.Entries,
-		Examples:         Examples(res.Usage, res.Text),
 		Impact:           sum.Impact,
 		Worst:            sum.Worst,
 		Fingerprint:      fp,
 		Truncated:        !res.Complete() || sum.Truncated,
 	}
+	// Rendering costs: each candidate rule is rendered once, for the
+	// examples and the vendor table both.
+	rules := res.Usage.Rules
+	if len(rules) > maxExampleCandidates {
+		rules = rules[:maxExampleCandidates]
+	}
+	texts := make([]string, len(rules))
+	for i, r := range rules {
+		texts[i] = res.Text(r)
+	}
+	rec.Examples = Examples(rules, texts)
+	rec.Vendors = Vendors(res.Vendors, res.Usage, rules, texts)
 	if res.Err != nil {
 		rec.Error = res.Err.Error()
 	}
 	return rec
+}
+
+// Vendors matches the usage against the vendor table: the names of every
+// chain still holding usage (kept in detail or not) and the rendered rules.
+func Vendors(t *vendor.Table, u classify.Usage, rules []inspect.Rule, texts []string) []findings.Vendor {
+	if t == nil {
+		return nil
+	}
+	var chains []string
+	for _, c := range u.Chains {
+		if c.Used() {
+			chains = append(chains, c.Name)
+		}
+	}
+	rt := make([]vendor.RuleText, len(rules))
+	for i, r := range rules {
+		rt[i] = vendor.RuleText{Chain: r.Chain, Text: texts[i]}
+	}
+	return t.Match(chains, rt)
 }
 
 // incomplete marks a fingerprint as that of a partial view, keeping its
@@ -76,19 +107,16 @@ func incomplete(fp string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// Examples renders the remaining usage rules an admin should see first.
-func Examples(u classify.Usage, text func(inspect.Rule) string) []findings.Example {
-	rules := u.Rules
-	if len(rules) > maxExampleCandidates {
-		rules = rules[:maxExampleCandidates]
-	}
+// Examples picks, from the remaining usage rules and their texts, those an
+// admin should see first.
+func Examples(rules []inspect.Rule, texts []string) []findings.Example {
 	all := make([]findings.Example, 0, len(rules))
-	for _, r := range rules {
+	for i, r := range rules {
 		all = append(all, findings.Example{
 			Family: string(r.Family),
 			Table:  safetext.Name(r.Table, MaxName),
 			Chain:  safetext.Name(r.Chain, MaxName),
-			Rule:   text(r),
+			Rule:   texts[i],
 			Impact: classify.Level(r),
 		})
 	}

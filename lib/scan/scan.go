@@ -10,6 +10,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/ipset"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/render"
+	"github.com/iptables-alerter/iptables-alerter/lib/vendor"
 )
 
 // Result is one pass of the data flow over a netns: inspect, classify and,
@@ -28,6 +29,12 @@ type Result struct {
 	// Names are the ipset names the rules refer to by index; Text renders
 	// with them.
 	Names render.Names
+	// Vendors is the vendor table Build matches the usage against; nil
+	// names no vendor.
+	Vendors *vendor.Table
+	// VendorErr is the admin vendor file's load error; the built-in table
+	// is used then.
+	VendorErr error
 }
 
 // Text renders a rule of the result, naming its ipsets.
@@ -64,17 +71,27 @@ func Read(ctx context.Context, path string) (Result, error) {
 	return res, nil
 }
 
-// Run is Read followed by the allowlist of the pod's namespace.
+// Loaders give the admin's tables Run applies.
+type Loaders struct {
+	Allow   func() (*allowlist.List, error)
+	Vendors func() (*vendor.Table, error)
+}
+
+// Run is Read followed by the allowlist of the pod's namespace, and the
+// vendor table for Build.
 //
-// The allowlist is loaded only when there is usage to subtract from: most
-// pods have none, and compiling its expressions is a fifth of the work.
-func Run(ctx context.Context, path, namespace string, loadAllow func() (*allowlist.List, error)) (Result, error) {
+// The tables are loaded only when there is usage: most pods have none, and
+// compiling the allowlist's expressions is a fifth of the work.
+func Run(ctx context.Context, path, namespace string, load Loaders) (Result, error) {
 	res, err := Read(ctx, path)
 	if err != nil || res.Usage.Empty() {
 		return res, err
 	}
-	allow, err := loadAllow()
+	allow, err := load.Allow()
 	res.AllowErr = err
 	res.Usage, res.Allowed = allow.Apply(res.Usage, namespace, res.Text)
+	if load.Vendors != nil && !res.Usage.Empty() {
+		res.Vendors, res.VendorErr = load.Vendors()
+	}
 	return res, nil
 }

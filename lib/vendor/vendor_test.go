@@ -1,0 +1,160 @@
+package vendor
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// TestBuiltinTable: the embedded table parses, names exactly the vendors
+// metrics may label (findings.VendorNames), and every hint fits the
+// record's bounds and links a doc.
+func TestBuiltinTable(t *testing.T) {
+	tb := Builtin()
+	got, want := tb.Names(), slices.Clone(findings.VendorNames)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("built-in names %v, findings.VendorNames %v", got, want)
+	}
+	for _, e := range tb.entries {
+		if len(e.Hint) > 320 || len(e.Doc) > 256 || !strings.HasPrefix(e.Doc, "https://") || e.Title == "" {
+			t.Errorf("entry %q: hint %d bytes, doc %q, title %q", e.Name, len(e.Hint), e.Doc, e.Title)
+		}
+	}
+}
+
+func names(vs []findings.Vendor) []string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, v.Name)
+	}
+	return out
+}
+
+func TestMatch(t *testing.T) {
+	tb := Builtin()
+	tests := []struct {
+		name   string
+		chains []string
+		rules  []RuleText
+		want   []string
+	}{
+		{name: "nothing", want: nil},
+		{name: "generic rules", chains: []string{"INPUT", "OUTPUT", "MYAPP"}, rules: []RuleText{
+			{Chain: "INPUT", Text: "-A INPUT -p tcp --dport 8421 -j DROP"},
+			{Chain: "OUTPUT", Text: "-A OUTPUT -m owner --uid-owner 13370 -j RETURN"},
+		}},
+		{name: "istio sidecar by chain", chains: []string{"PREROUTING", "ISTIO_INBOUND", "ISTIO_OUTPUT"}, want: []string{"istio"}},
+		{name: "istio sidecar by uid alone", rules: []RuleText{{Chain: "OUTPUT", Text: "-A OUTPUT -m owner --uid-owner 1337 -j RETURN"}}, want: []string{"istio"}},
+		{name: "ambient takes the shared ISTIO_OUTPUT", chains: []string{"ISTIO_PRERT", "ISTIO_OUTPUT"}, want: []string{"istio-ambient"}},
+		{name: "ambient by connmark", chains: []string{"ISTIO_OUTPUT"}, rules: []RuleText{
+			{Chain: "ISTIO_OUTPUT", Text: "-A ISTIO_OUTPUT -m connmark --mark 0x111/0xfff -j ACCEPT"},
+		}, want: []string{"istio-ambient"}},
+		{name: "mark value is a whole word", chains: []string{"ISTIO_OUTPUT"}, rules: []RuleText{
+			{Chain: "ISTIO_OUTPUT", Text: "-A ISTIO_OUTPUT -m mark --mark 0x1110 -j ACCEPT"},
+		}, want: []string{"istio"}},
+		{name: "App Mesh's Envoy uid is not istio", chains: []string{"APPMESH_EGRESS"}, rules: []RuleText{
+			{Chain: "APPMESH_EGRESS", Text: "-A APPMESH_EGRESS -m owner --uid-owner 1337 -j RETURN"},
+		}, want: []string{"appmesh"}},
+		{name: "azure monitor agent", rules: []RuleText{
+			{Chain: "OUTPUT", Text: "-A OUTPUT -d 169.254.169.254 -p tcp --dport 80 -j DNAT --to-destination 127.0.0.1:8421"},
+		}, want: []string{"azure-monitor-agent"}},
+		{name: "metadata DNAT elsewhere is not the agent", rules: []RuleText{
+			{Chain: "OUTPUT", Text: "-A OUTPUT -d 169.254.169.254 -p tcp --dport 80 -j DNAT --to-destination 127.0.0.1:8080"},
+		}},
+		{name: "docker exact and prefixed", chains: []string{"DOCKER-ISOLATION-STAGE-1"}, want: []string{"docker"}},
+		{name: "DOCKERX is not docker", chains: []string{"DOCKERX"}},
+		{name: "two vendors in table order", chains: []string{"PROXY_INIT_OUTPUT", "DOCKER", "KUBE-SERVICES"}, want: []string{"linkerd", "docker", "kube-proxy"}},
+		{name: "capped", chains: []string{"ISTIO_INBOUND", "PROXY_INIT_OUTPUT", "CONSUL_DNS_REDIRECT", "KUMA_MESH_INBOUND", "OSM_PROXY_INBOUND", "DOCKER"}, want: []string{"istio", "linkerd", "consul", "kuma"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tb.Match(tc.chains, tc.rules)
+			if !slices.Equal(names(got), tc.want) {
+				t.Errorf("Match = %v, want %v", names(got), tc.want)
+			}
+			for _, v := range got {
+				if v.Hint == "" || v.Doc == "" {
+					t.Errorf("%s without hint or doc", v.Name)
+				}
+			}
+		})
+	}
+	var none *Table
+	if got := none.Match([]string{"DOCKER"}, nil); got != nil {
+		t.Errorf("nil table matched %v", got)
+	}
+}
+
+func write(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "vendors.json")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestLoad: the admin's entries replace built-in ones of their name and
+// add new ones; a missing file changes nothing; a broken file keeps the
+// built-in table and says why.
+func TestLoad(t *testing.T) {
+	tb, err := Load(filepath.Join(t.TempDir(), "none.json"))
+	if err != nil || len(tb.Names()) != len(findings.VendorNames) {
+		t.Fatalf("missing file: %v, %d entries", err, len(tb.Names()))
+	}
+	tb, err = Load(write(t, `{"vendors": [
+		{"name": "acme-agent", "hint": "acme 4.2+: set firewall=nft", "doc": "https://acme.example/nft", "chains": ["ACME_*"]},
+		{"name": "docker", "hint": "our own docker hint", "doc": "https://wiki.example/docker", "chains": ["DOCKER"]}
+	]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tb.Match([]string{"ACME_IN", "DOCKER", "DOCKER-USER"}, nil)
+	if !slices.Equal(names(got), []string{"docker", "acme-agent"}) || got[0].Hint != "our own docker hint" {
+		t.Errorf("merged table matched %+v", got)
+	}
+	if labels := findings.VendorLabels(got); !slices.Equal(labels, []string{"docker", "other"}) {
+		t.Errorf("metrics labels %v", labels)
+	}
+	for _, bad := range []string{
+		`{"vendors": [{"name": "x", "hint": "h"}]}`,
+		`{"vendors": [{"name": "x", "chains": ["X"]}]}`,
+		`{"vendors": [{"name": "x", "hint": "h", "rules": [{}]}]}`,
+		`{"vendors": [{"name": "x", "hint": "h", "chains": ["X"], "colour": "red"}]}`,
+		`{"vendors": [`,
+		`{"vendors": [` + strings.Repeat(`{"name": "x", "hint": "h", "chains": ["X"]},`, MaxEntries) + `{"name": "x", "hint": "h", "chains": ["X"]}]}`,
+	} {
+		tb, err := Load(write(t, bad))
+		if err == nil || len(tb.Names()) != len(findings.VendorNames) {
+			t.Errorf("Load(%.60q) = %d entries, %v; want the built-in table and an error", bad, len(tb.Names()), err)
+		}
+	}
+	var many []string
+	for i := 0; i < MaxEntries; i++ {
+		many = append(many, `{"name": "v`+strings.Repeat("x", i)+`", "hint": "h", "chains": ["X"]}`)
+	}
+	tb, err = Load(write(t, `{"vendors": [`+strings.Join(many, ",")+`]}`))
+	if err == nil || len(tb.Names()) != MaxEntries {
+		t.Errorf("over the cap with the built-in ones: %d entries, %v", len(tb.Names()), err)
+	}
+}
+
+// TestDocTable: docs/vendors.md shows every built-in entry with its
+// current hint, so the admin's page cannot drift from the table.
+func TestDocTable(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/vendors.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range Builtin().entries {
+		if !strings.Contains(string(doc), "| `"+e.Name+"` | "+e.Title+" |") || !strings.Contains(string(doc), e.Hint) {
+			t.Errorf("docs/vendors.md lacks the row of %q with its hint", e.Name)
+		}
+	}
+}
