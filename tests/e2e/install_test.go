@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 )
@@ -109,6 +112,81 @@ func TestPodmanBrokenInstall(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestRuntimeBrokenInstall: what CRI-O does with the shipped entry. It
+// reads hooks.d when it starts (or when the directory changes) and copies
+// the entry into each container's config.json, so a binary removed or
+// replaced after that meets the runtime directly (podman, which re-reads
+// hooks.d at every run, skips an entry whose path is missing and hides
+// this). The container must start and exit 0 in each case.
+func TestRuntimeBrokenInstall(t *testing.T) {
+	cases := []struct {
+		name    string
+		breakIt func(t *testing.T, bin string)
+		limit   time.Duration
+	}{
+		{name: "binary removed", breakIt: func(t *testing.T, bin string) {
+			if err := os.Remove(bin); err != nil {
+				t.Fatal(err)
+			}
+		}, limit: 3 * time.Second},
+		{name: "binary not a program", breakIt: func(t *testing.T, bin string) {
+			replaceFile(t, bin, "\x7fELF truncated", 0o755)
+		}, limit: 3 * time.Second},
+		{name: "binary exits 1", breakIt: func(t *testing.T, bin string) {
+			replaceFile(t, bin, "#!/bin/sh\nexit 1\n", 0o755)
+		}, limit: 3 * time.Second},
+		{name: "binary hangs", breakIt: func(t *testing.T, bin string) {
+			replaceFile(t, bin, "#!/bin/sh\nexec sleep 3600\n", 0o755)
+		}, limit: 9 * time.Second},
+	}
+	for _, rt := range []string{"crun", "runc"} {
+		t.Run(rt, func(t *testing.T) {
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					nstest.NeedRoot(t, rt, "unshare", "make", "timeout")
+					needRootfs(t)
+					ns := nstest.New(t)
+					files := newHookFiles(t)
+					dir := t.TempDir()
+					bindir, hooksDir := filepath.Join(dir, "bin"), filepath.Join(dir, "hooks.d")
+					makeInstall(t, bindir, hooksDir)
+					appendHookArgs(t, filepath.Join(hooksDir, "iptables-alerter.json"), files.args())
+					hook := installedHook(t, filepath.Join(hooksDir, "iptables-alerter.json"))
+					tc.breakIt(t, filepath.Join(bindir, "iptables-alerter-hook"))
+					bundle := writeBundleHook(t, ns.Path(), newPod("install-"+rt, "app").annotations(), hook)
+					began := time.Now()
+					out := runContainer(t, rt, bundle, "e2e-"+rt+"-"+randHex(6))
+					took := time.Since(began)
+					t.Logf("%s: container ran in %v", tc.name, took)
+					if !strings.Contains(out, "alive") {
+						t.Errorf("container printed %q, want alive", out)
+					}
+					if took > tc.limit {
+						t.Errorf("container took %v, want under %v", took, tc.limit)
+					}
+				})
+			}
+		})
+	}
+}
+
+// installedHook is the hook entry of an installed hooks.d file, as CRI-O
+// puts it into config.json.
+func installedHook(t *testing.T, path string) specs.Hook {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Hook specs.Hook `json:"hook"`
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatalf("decode %s: %v", path, err)
+	}
+	return f.Hook
 }
 
 // replaceFile puts content at path the way install-files does: a temporary

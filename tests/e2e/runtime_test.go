@@ -212,8 +212,20 @@ func TestOCIRuntime(t *testing.T) {
 // hooks.d. The rootfs is shared and read-only.
 func writeBundle(t *testing.T, netns string, annotations map[string]string, files hookFiles) string {
 	t.Helper()
-	bundle := t.TempDir()
 	timeout := 10
+	return writeBundleHook(t, netns, annotations, specs.Hook{
+		Path:    hookBin,
+		Args:    append([]string{"iptables-alerter", "hook", "--stage", "poststart"}, files.args()...),
+		Env:     []string{hookPATH},
+		Timeout: &timeout,
+	})
+}
+
+// writeBundleHook writes a bundle whose config.json runs hook at poststart,
+// as CRI-O writes the hooks.d entries it matched into config.json.
+func writeBundleHook(t *testing.T, netns string, annotations map[string]string, hook specs.Hook) string {
+	t.Helper()
+	bundle := t.TempDir()
 	caps := []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"}
 	spec := specs.Spec{
 		// The oldest version with every field used here: crun 1.8 refuses
@@ -238,14 +250,7 @@ func writeBundle(t *testing.T, netns string, annotations map[string]string, file
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 		},
-		Hooks: &specs.Hooks{
-			Poststart: []specs.Hook{{
-				Path:    hookBin,
-				Args:    append([]string{"iptables-alerter", "hook", "--stage", "poststart"}, files.args()...),
-				Env:     []string{hookPATH},
-				Timeout: &timeout,
-			}},
-		},
+		Hooks:       &specs.Hooks{Poststart: []specs.Hook{hook}},
 		Annotations: annotations,
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{
