@@ -169,9 +169,13 @@ func TestReportOwnersAndCI(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	// node-a holds two legacy pods: db-0 and the static etcd-node-a.
-	if !strings.Contains(string(body), `iptables_alerter_forward_events_by_impact_total{impact="legacy",vendor="unknown"} 2`+"\n") {
-		t.Errorf("/metrics lacks the legacy Events by impact:\n%s", body)
+	// node-a holds two legacy pods (db-0, the static etcd-node-a) and four
+	// of the Istio-shaped ruleset.
+	for _, want := range []string{`iptables_alerter_forward_events_by_impact_total{impact="legacy",vendor="unknown"} 2`,
+		`iptables_alerter_forward_events_by_impact_total{impact="xt",vendor="istio"} 4`} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("/metrics lacks %s:\n%s", want, body)
+		}
 	}
 	fa.stop(t, syscall.SIGTERM)
 	fb.stop(t, syscall.SIGTERM)
@@ -220,14 +224,14 @@ func TestReportOwnersAndCI(t *testing.T) {
 			t.Errorf("%s: groups (-want +got):\n%s", name, d)
 		}
 		// The legacy rule is legacy; the mesh ruleset holds -m owner, an xt
-		// match.
+		// match, and is Istio's shape, with its hint.
 		for _, g := range r.Groups {
-			want := findings.ImpactXt
+			want, vendor := findings.ImpactXt, "istio"
 			if g.Owner.Kind == "StatefulSet" || g.Owner.Kind == "StaticPod" {
-				want = findings.ImpactLegacy
+				want, vendor = findings.ImpactLegacy, findings.VendorUnknown
 			}
-			if g.Worst != want {
-				t.Errorf("%s: %s worst %q, want %q", name, g.Owner, g.Worst, want)
+			if hint, _ := g.Hint(); g.Worst != want || g.VendorNames() != vendor || (vendor == "istio") != (hint != "") {
+				t.Errorf("%s: %s worst %q vendor %q hint %q, want %q, %q", name, g.Owner, g.Worst, g.VendorNames(), hint, want, vendor)
 			}
 		}
 	}
