@@ -7,5 +7,5 @@ package main
 // dependencies (client-go, client_golang) are linked and initialised.
 // The order is the usage's.
 func commands() []command {
-	return []command{hookCommand, renderCommand, versionCommand}
+	return []command{hookCommand, renderCommand, scanCommand, versionCommand}
 }

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 	"github.com/sirupsen/logrus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -174,21 +173,7 @@ func (s *forwardStats) handler() http.Handler {
 		Name: "iptables_alerter_forward_retries_total",
 		Help: "Attempts that failed and will be retried (API server down, throttling, 401, 403).",
 	}, func() float64 { return float64(s.retried.Load()) }))
-	// The text format by hand: promhttp would link a compression library
-	// for a page of a few lines.
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		mfs, err := reg.Gather()
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-		for _, mf := range mfs {
-			if _, err := expfmt.MetricFamilyToText(w, mf); err != nil {
-				return
-			}
-		}
-	})
+	return metricsHandler(reg)
 }
 
 func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) error {
@@ -229,7 +214,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		// One finding may hold the loop for a backoff plus a pod GET and
 		// two creates, each up to the request timeout (client-go may also
 		// wait out a Retry-After); beyond that the loop is stuck.
-		srv, err := serveHealth(cfg.healthAddr, f, 2*cfg.maxBackoff+4*cfg.timeout+10*cfg.poll, st.handler())
+		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*cfg.maxBackoff+4*cfg.timeout+10*cfg.poll, st.handler())
 		if err != nil {
 			return err
 		}

@@ -9,22 +9,24 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/iptables-alerter/iptables-alerter/lib/follow"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 )
 
-// serveHealth answers /healthz with 200 while the follow loop went round
-// within limit, 503 after. Each consumer sets limit from its longest
-// legitimate wait (backoff, API timeouts), so an outage alone is not "stuck".
-// A non-nil metrics handler is served at /metrics.
-func serveHealth(addr string, f *follow.Follower, limit time.Duration, metrics http.Handler) (*http.Server, error) {
+// serveHealth answers /healthz with 200 while the main loop went round
+// within limit (alive gives when it last did: a follower's Alive, the
+// agent's last connection attempt), 503 after. Each command sets limit
+// from its longest legitimate wait (backoff, API timeouts), so an outage
+// alone is not "stuck". A non-nil metrics handler is served at /metrics.
+func serveHealth(addr string, alive func() time.Time, limit time.Duration, metrics http.Handler) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on health address %q: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if last := f.Alive(); !last.IsZero() && time.Since(last) > limit {
-			http.Error(w, "follow loop stalled since "+last.UTC().Format(time.RFC3339), http.StatusServiceUnavailable)
+		if last := alive(); !last.IsZero() && time.Since(last) > limit {
+			http.Error(w, "main loop stalled since "+last.UTC().Format(time.RFC3339), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")
@@ -35,4 +37,22 @@ func serveHealth(addr string, f *follow.Follower, limit time.Duration, metrics h
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return srv, nil
+}
+
+// metricsHandler serves reg in the Prometheus text format. By hand:
+// promhttp would link a compression library for a page of a few lines.
+func metricsHandler(reg *prometheus.Registry) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+		for _, mf := range mfs {
+			if _, err := expfmt.MetricFamilyToText(w, mf); err != nil {
+				return
+			}
+		}
+	})
 }

@@ -197,7 +197,7 @@ func fromSpec(st state, spec *config) Container {
 		PodName:       ann[keyPodName],
 		PodUID:        ann[keyPodUID],
 		ContainerName: ann[keyContainerName],
-		Image:         first(ann, imageKeys...),
+		Image:         Image(ann),
 	}
 	c.Netns, c.HostNetwork = netnsPath(spec, st.pid)
 	return c
@@ -233,3 +233,7 @@ func first(m map[string]string, keys ...string) string {
 	}
 	return ""
 }
+
+// Image is the image a runtime's annotations name, by imageKeys' preference
+// ("" when none); the NRI agent reads the same annotations.
+func Image(annotations map[string]string) string { return first(annotations, imageKeys...) }

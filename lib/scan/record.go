@@ -15,7 +15,7 @@ import (
 // where. It goes into the record as given.
 type Meta struct {
 	Node        string
-	Source      string // "hook", "agent"
+	Source      string // "hook"; the agent's "sweep", "poststart", "stop"; "scan"
 	Stage       string
 	ContainerID string
 	SandboxID   string

@@ -52,6 +52,13 @@ func Read(ctx context.Context, path string) (Result, error) {
 		return Result{}, err
 	}
 	defer h.Close()
+	return ReadFrom(ctx, h), nil
+}
+
+// ReadFrom is Read on a namespace already open: the NRI agent opens it
+// while the runtime waits (an open fd keeps the namespace alive after the
+// runtime unmounts it) and reads it later.
+func ReadFrom(ctx context.Context, h *netns.Handle) Result {
 	var res Result
 	if id, err := h.ID(); err == nil {
 		res.NetnsID = id
@@ -68,7 +75,7 @@ func Read(ctx context.Context, path string) (Result, error) {
 		// Without a name the rule still renders, with the set's index.
 		res.Names.Sets, _ = ipset.Names(h, ids, deadline)
 	}
-	return res, nil
+	return res
 }
 
 // Loaders give the admin's tables Run applies.
@@ -79,13 +86,23 @@ type Loaders struct {
 
 // Run is Read followed by the allowlist of the pod's namespace, and the
 // vendor table for Build.
+func Run(ctx context.Context, path, namespace string, load Loaders) (Result, error) {
+	h, err := netns.Open(path)
+	if err != nil {
+		return Result{}, err
+	}
+	defer h.Close()
+	return RunFrom(ctx, h, namespace, load), nil
+}
+
+// RunFrom is Run on a namespace already open.
 //
 // The tables are loaded only when there is usage: most pods have none, and
 // compiling the allowlist's expressions is a fifth of the work.
-func Run(ctx context.Context, path, namespace string, load Loaders) (Result, error) {
-	res, err := Read(ctx, path)
-	if err != nil || res.Usage.Empty() {
-		return res, err
+func RunFrom(ctx context.Context, h *netns.Handle, namespace string, load Loaders) Result {
+	res := ReadFrom(ctx, h)
+	if res.Usage.Empty() {
+		return res
 	}
 	allow, err := load.Allow()
 	res.AllowErr = err
@@ -93,5 +110,5 @@ func Run(ctx context.Context, path, namespace string, load Loaders) (Result, err
 	if load.Vendors != nil && !res.Usage.Empty() {
 		res.Vendors, res.VendorErr = load.Vendors()
 	}
-	return res, nil
+	return res
 }

@@ -1,0 +1,238 @@
+//go:build !hookonly
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/agent"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+	"github.com/iptables-alerter/iptables-alerter/lib/vendor"
+)
+
+var agentCommand = command{name: "agent", summary: "NRI plugin: scan every pod at registration, after each container start and as it stops", run: runAgent}
+
+const agentSynopsis = `agent [FLAGS]
+
+Connects to the container runtime's NRI socket (CRI-O 1.30+ and
+containerd 2.0+ have NRI on by default) and scans pod network namespaces:
+every existing pod when it registers (source "sweep"), each container
+after it started ("poststart") and each container and pod sandbox as it
+stops ("stop"), into the same findings file and per-sandbox memory as the
+hook. It never scans inside a runtime call: it opens the netns, replies,
+and scans in the background. It reconnects when the runtime restarts and
+exits non-zero only on a configuration error; SIGTERM stops it.`
+
+type agentConfig struct {
+	agent       agent.Config
+	healthAddr  string
+	maxBytes    int64
+	generations int
+	allow       allowFlags
+	vendors     string
+	log         logFlags
+}
+
+func runAgent(args []string, _ io.Reader, stderr io.Writer) int {
+	var cfg agentConfig
+	hostname, _ := os.Hostname()
+	fs := newFlagSet("agent", agentSynopsis, stderr)
+	fs.StringVar(&cfg.agent.Socket, "nri-socket", agent.DefaultSocket, "the runtime's NRI socket")
+	fs.StringVar(&cfg.agent.PluginName, "plugin-name", agent.DefaultPluginName, "NRI plugin name")
+	fs.StringVar(&cfg.agent.PluginIndex, "plugin-index", agent.DefaultPluginIndex, "NRI plugin index, two digits (the NN of NN-name)")
+	fs.StringVar(&cfg.agent.Log.Path, "findings", findings.DefaultPath, "findings file to append to (the hook's)")
+	fs.Int64Var(&cfg.maxBytes, "max-bytes", findings.DefaultMaxBytes, "rotate the findings file to <file>.1 beyond this size")
+	fs.IntVar(&cfg.generations, "generations", findings.DefaultGenerations, "rotated files kept, <file>.1 (newest) to <file>.N")
+	fs.StringVar(&cfg.agent.Seen.Dir, "state-dir", findings.DefaultStateDir, "per-sandbox memory, shared with the hook: one finding per pod and usage")
+	cfg.allow.register(fs)
+	fs.StringVar(&cfg.vendors, "vendors", vendor.DefaultPath, "admin's vendor table JSON, merged with the built-in one (a missing file adds nothing)")
+	fs.StringVar(&cfg.agent.Node, "node", hostname, "node name to record")
+	fs.IntVar(&cfg.agent.Workers, "workers", agent.DefaultWorkers, "scans run at once")
+	fs.IntVar(&cfg.agent.Queue, "queue", agent.DefaultQueue, "scans the runtime's events may queue; past it an event's scan is dropped (counted), never waited for")
+	fs.DurationVar(&cfg.agent.ScanTimeout, "scan-timeout", agent.DefaultScanTimeout, "deadline of one scan; past it the finding is recorded with truncated: true")
+	fs.StringVar(&cfg.healthAddr, "health-addr", "127.0.0.1:9757", "serve /healthz and /metrics here (empty: off)")
+	cfg.log.register(fs)
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	cfg.agent.Log.MaxBytes, cfg.agent.Log.Generations = cfg.maxBytes, cfg.generations
+	cfg.agent.Load = scan.Loaders{Allow: cfg.allow.load, Vendors: func() (*vendor.Table, error) { return vendor.Load(cfg.vendors) }}
+	log := cfg.log.logger(stderr)
+	if _, err := cfg.allow.load(); err != nil {
+		// Not fatal: the hook reports with the built-in entries too.
+		log.WithError(err).Error("cannot load the allowlist, reporting without it until it is fixed")
+	}
+	m := newAgentMetrics(log)
+	cfg.agent.Observer = m
+	cfg.agent.NRILogger = nriLogger{log.WithField("component", "nri")}
+	a, err := agent.New(cfg.agent)
+	if err != nil {
+		log.WithError(err).Error("agent not started")
+		return 2
+	}
+	if cfg.healthAddr != "" {
+		// Disconnected, the agent retries at least every 30 s; connected, it
+		// is alive as long as the connection is.
+		srv, err := serveHealth(cfg.healthAddr, m.alive, 2*time.Minute, metricsHandler(m.reg))
+		if err != nil {
+			log.WithError(err).Error("agent not started")
+			return 2
+		}
+		defer srv.Close()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log.WithFields(logrus.Fields{"nri_socket": cfg.agent.Socket, "plugin": cfg.agent.PluginIndex + "-" + cfg.agent.PluginName}).Info("agent starting")
+	if err := a.Run(ctx); err != nil {
+		log.WithError(err).Error("agent stopped")
+		return 2
+	}
+	log.Info("agent stopped")
+	return 0
+}
+
+// agentMetrics turns the agent's reports into metrics and log lines.
+type agentMetrics struct {
+	log       *logrus.Logger
+	reg       *prometheus.Registry
+	scans     *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	handler   *prometheus.HistogramVec
+	errors    *prometheus.CounterVec
+	lastSync  prometheus.Gauge
+	connected prometheus.Gauge
+	// up is 1 while connected; lastTry the last time the connection was
+	// lost (the loop retries from there), for /healthz.
+	up      atomic.Bool
+	lastTry atomic.Int64
+}
+
+func newAgentMetrics(log *logrus.Logger) *agentMetrics {
+	m := &agentMetrics{
+		log: log,
+		reg: prometheus.NewRegistry(),
+		scans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iptables_alerter_agent_scans_total",
+			Help: "Scans by source (sweep, poststart, stop) and outcome (recorded, same, limited, clean, gone, dropped, failed).",
+		}, []string{"source", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "iptables_alerter_agent_scan_duration_seconds",
+			Help:    "Time to scan one pod netns and record, by source.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"source"}),
+		handler: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "iptables_alerter_agent_handler_duration_seconds",
+			Help:    "Time the agent took to answer an NRI call, by event (the runtime waits for it under a lock).",
+			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .05, .1},
+		}, []string{"event"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iptables_alerter_agent_errors_total",
+			Help: "Errors by kind: scan (netns not readable, finding not written), incomplete (a finding recorded truncated), allowlist, vendors, connection.",
+		}, []string{"kind"}),
+		lastSync: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "iptables_alerter_agent_last_sync_timestamp_seconds",
+			Help: "When the runtime last synchronized (registration, reconnect), Unix time.",
+		}),
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "iptables_alerter_agent_connected",
+			Help: "1 while connected to the runtime's NRI socket.",
+		}),
+	}
+	m.reg.MustRegister(m.scans, m.duration, m.handler, m.errors, m.lastSync, m.connected)
+	m.lastTry.Store(time.Now().UnixNano())
+	return m
+}
+
+func (m *agentMetrics) alive() time.Time {
+	if m.up.Load() {
+		return time.Now()
+	}
+	return time.Unix(0, m.lastTry.Load())
+}
+
+func (m *agentMetrics) Handled(event string, d time.Duration) {
+	m.handler.WithLabelValues(event).Observe(d.Seconds())
+}
+
+func (m *agentMetrics) Synced(pods, queued int) {
+	m.lastSync.SetToCurrentTime()
+	m.log.WithFields(logrus.Fields{"pods": pods, "sweep": queued}).Info("runtime synchronized, sweeping every pod netns")
+}
+
+func (m *agentMetrics) Connection(up bool, err error) {
+	m.up.Store(up)
+	if up {
+		m.connected.Set(1)
+		return
+	}
+	m.connected.Set(0)
+	m.lastTry.Store(time.Now().UnixNano())
+	m.errors.WithLabelValues("connection").Inc()
+	m.log.WithError(err).Warn("not connected to the runtime's NRI socket, retrying")
+}
+
+func (m *agentMetrics) Scanned(s agent.Scan) {
+	m.scans.WithLabelValues(s.Meta.Source, string(s.Outcome)).Inc()
+	if s.Duration > 0 {
+		m.duration.WithLabelValues(s.Meta.Source).Observe(s.Duration.Seconds())
+	}
+	l := m.log.WithFields(logrus.Fields{"source": s.Meta.Source, "stage": s.Meta.Stage, "sandbox_id": s.Meta.SandboxID,
+		"pod_namespace": s.Meta.Pod.Namespace, "pod_name": s.Meta.Pod.Name, "container": s.Meta.Container,
+		"netns": s.Meta.Netns, "duration": s.Duration.String()})
+	if s.AllowErr != nil {
+		m.errors.WithLabelValues("allowlist").Inc()
+		l.WithError(s.AllowErr).Error("cannot load the allowlist, reporting without it")
+	}
+	if s.VendorErr != nil {
+		m.errors.WithLabelValues("vendors").Inc()
+		l.WithError(s.VendorErr).Error("cannot load the vendor table, naming vendors from the built-in one")
+	}
+	if r := s.Record; r != nil {
+		l = l.WithFields(logrus.Fields{"fingerprint": r.Fingerprint, "nft_rules": r.Nft.Rules, "legacy_rules": r.Legacy.Rules, "truncated": r.Truncated})
+		if r.Error != "" {
+			l = l.WithField("error", r.Error)
+		}
+	}
+	switch s.Outcome {
+	case agent.Recorded:
+		if s.Err != nil {
+			m.errors.WithLabelValues("scan").Inc()
+			l.WithError(s.Err).Error("finding recorded, but the findings directory or the per-sandbox memory needs attention")
+		}
+		if s.Record.Truncated {
+			m.errors.WithLabelValues("incomplete").Inc()
+			l.Warn("iptables usage recorded, incomplete: the counts are a lower bound")
+		} else {
+			l.Info("iptables usage recorded")
+		}
+	case agent.Failed:
+		m.errors.WithLabelValues("scan").Inc()
+		l.WithError(s.Err).Error("scan failed")
+	case agent.Dropped:
+		l.Warn("scan dropped: the queue is full (see --queue, --workers)")
+	case agent.Limited:
+		l.Warn("finding dropped: this sandbox wrote its limit of findings this hour")
+	default:
+		l.Debug(fmt.Sprintf("scan: %s", s.Outcome))
+	}
+}
+
+// nriLogger passes the NRI stub's lines to logrus, one level down: the
+// stub is chatty about every registration.
+type nriLogger struct{ l *logrus.Entry }
+
+func (n nriLogger) Debugf(_ context.Context, f string, a ...interface{}) { n.l.Debugf(f, a...) }
+func (n nriLogger) Infof(_ context.Context, f string, a ...interface{})  { n.l.Debugf(f, a...) }
+func (n nriLogger) Warnf(_ context.Context, f string, a ...interface{})  { n.l.Warnf(f, a...) }
+func (n nriLogger) Errorf(_ context.Context, f string, a ...interface{}) { n.l.Errorf(f, a...) }

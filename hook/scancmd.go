@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+	"github.com/iptables-alerter/iptables-alerter/lib/vendor"
+)
+
+var scanCommand = command{name: "scan", summary: "one-shot: print the finding a netns (or every pinned one) would give", run: runScan}
+
+const scanSynopsis = `scan --netns PATH | --all [FLAGS]
+
+Scans the network namespace at PATH (or, with --all, every namespace
+pinned in --netns-dir, where CRI-O, containerd and "ip netns" pin them)
+exactly as the hook and the agent do, and prints the finding each would
+record, as JSON lines or text. Nothing is written. Exits 1 when any
+namespace shows iptables usage or could not be read completely (unknown
+is not clean); otherwise 2 on a bad flag or a namespace that could not be
+opened, 0 when every one is clean.`
+
+func runScan(args []string, _ io.Reader, stderr io.Writer) int {
+	fs := newFlagSet("scan", scanSynopsis, stderr)
+	path := fs.String("netns", "", "network namespace file to scan")
+	all := fs.Bool("all", false, "scan every namespace in --netns-dir")
+	dir := fs.String("netns-dir", "/var/run/netns", "where --all looks for pinned namespaces")
+	format := fs.String("format", "text", "text or json (one finding a line, the findings file's record)")
+	namespace := fs.String("namespace", "", "pod namespace, for allowlist entries scoped to namespaces")
+	timeout := fs.Duration("timeout", 10*time.Second, "give up reading one netns after this long")
+	vendors := fs.String("vendors", vendor.DefaultPath, "admin's vendor table JSON, merged with the built-in one")
+	var allow allowFlags
+	allow.register(fs)
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if (*path == "") == !*all || (*format != "text" && *format != "json") {
+		fmt.Fprintln(stderr, "scan: give exactly one of --netns and --all, and --format text or json")
+		fs.Usage()
+		return 2
+	}
+	paths := []string{*path}
+	if *all {
+		entries, err := os.ReadDir(*dir)
+		if err != nil {
+			fmt.Fprintf(stderr, "scan: %v\n", err)
+			return 2
+		}
+		paths = paths[:0]
+		for _, e := range entries {
+			paths = append(paths, filepath.Join(*dir, e.Name()))
+		}
+		sort.Strings(paths)
+	}
+	hostname, _ := os.Hostname()
+	code, found := 0, false
+	for _, p := range paths {
+		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+		res, err := scan.Run(ctx, p, *namespace, scan.Loaders{Allow: allow.load,
+			Vendors: func() (*vendor.Table, error) { return vendor.Load(*vendors) }})
+		cancel()
+		if err != nil {
+			fmt.Fprintf(stderr, "scan: %v\n", err)
+			if os.Geteuid() != 0 {
+				fmt.Fprintln(stderr, "scan: reading another network namespace needs root")
+			}
+			// Pinned files that are not (or no longer) a namespace are
+			// common in a netns dir; they do not hide usage elsewhere.
+			code = 2
+			continue
+		}
+		if res.AllowErr != nil {
+			fmt.Fprintf(stderr, "scan: allowlist: %v (reporting without it)\n", res.AllowErr)
+		}
+		if res.VendorErr != nil {
+			fmt.Fprintf(stderr, "scan: vendors: %v (using the built-in table)\n", res.VendorErr)
+		}
+		d := scan.Decide(scan.Meta{Node: hostname, Source: "scan", Netns: p, SandboxID: "netns:" + res.NetnsID,
+			Pod: findings.Pod{Namespace: *namespace}}, res)
+		if d.Record == nil {
+			if *format == "text" {
+				fmt.Printf("%s: %s (%d allowlisted)\n", safetext.Display(p), d.Why, res.Allowed.Count)
+			}
+			continue
+		}
+		found = true
+		printFinding(os.Stdout, *format, *d.Record)
+	}
+	// Usage beats an unreadable namespace: it is the answer asked for.
+	if found {
+		return 1
+	}
+	return code
+}
+
+// printFinding writes rec as the findings file's JSON line, or as a few
+// lines of text for a person.
+func printFinding(w io.Writer, format string, rec findings.Record) {
+	if format == "json" {
+		line, err := findings.Encode(rec)
+		if err != nil {
+			line, _ = json.Marshal(rec)
+		}
+		fmt.Fprintf(w, "%s\n", strings.TrimRight(string(line), "\n"))
+		return
+	}
+	fmt.Fprintf(w, "%s: iptables usage: %d nft rules, %d chains (%s), %d legacy rules (%s); worst %s; %d allowlisted\n",
+		safetext.Display(rec.Netns), rec.Nft.Rules, rec.Nft.Chains, strings.Join(rec.Nft.Tables, ", "),
+		rec.Legacy.Rules, strings.Join(rec.Legacy.Tables, ", "), orNone(rec.Worst), rec.Allowlisted)
+	if rec.Truncated {
+		fmt.Fprintf(w, "  incomplete, the counts are a lower bound: %s\n", orNone(rec.Error))
+	}
+	for _, ex := range rec.Examples {
+		fmt.Fprintf(w, "  %s %s %s    # impact: %s\n", ex.Family, ex.Table, safetext.Cut(ex.Rule, 512), orNone(ex.Impact))
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// scanOut runs the scan command with stdout in a file, as an admin's
+// terminal would get it.
+func scanOut(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	saved := os.Stdout
+	os.Stdout = f
+	var stderr bytes.Buffer
+	code := runScan(args, nil, &stderr)
+	os.Stdout = saved
+	out, _ := os.ReadFile(f.Name())
+	return code, string(out), stderr.String()
+}
+
+// TestScanCommand: the one-shot scan prints the finding the hook would
+// record and exits 1 on usage, 0 on a clean netns, 2 on a bad flag or a
+// path that is no namespace; --all walks a netns directory.
+func TestScanCommand(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	used, clean := nstest.New(t), nstest.New(t)
+	used.Run("iptables-nft", "-A", "OUTPUT", "-p", "tcp", "--dport", "25", "-j", "DROP")
+
+	code, out, errs := scanOut(t, "--netns", used.Path(), "--format", "json", "--allowlist", "")
+	if code != 1 {
+		t.Fatalf("scan of a netns with a rule: exit %d, stderr %s", code, errs)
+	}
+	rec, err := findings.Parse([]byte(strings.TrimSpace(out)))
+	if err != nil || rec.Nft.Rules != 1 || rec.Source != "scan" || rec.Netns != used.Path() {
+		t.Fatalf("json output %q: %+v, %v", out, rec, err)
+	}
+	if code, out, _ := scanOut(t, "--netns", clean.Path(), "--allowlist", ""); code != 0 || !strings.Contains(out, "no iptables usage") {
+		t.Errorf("clean netns: exit %d, %q", code, out)
+	}
+	if code, out, _ := scanOut(t, "--netns", used.Path(), "--allowlist", ""); code != 1 || !strings.Contains(out, "-A OUTPUT -p tcp --dport 25 -j DROP") {
+		t.Errorf("text output: exit %d, %q", code, out)
+	}
+	if code, _, _ := scanOut(t, "--netns", "/etc/hostname"); code != 2 {
+		t.Errorf("not a netns: exit %d, want 2", code)
+	}
+	if code, _, _ := scanOut(t, "--netns", used.Path(), "--all"); code != 2 {
+		t.Errorf("--netns with --all: exit %d, want 2", code)
+	}
+	dir := t.TempDir()
+	for name, target := range map[string]string{"a": used.Path(), "b": clean.Path()} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, _ = scanOut(t, "--all", "--netns-dir", dir, "--allowlist", "")
+	if code != 1 || !strings.Contains(out, filepath.Join(dir, "a")+": iptables usage: 1 nft rules") || !strings.Contains(out, filepath.Join(dir, "b")+": no iptables usage") {
+		t.Errorf("--all: exit %d, %q", code, out)
+	}
+}

@@ -1,0 +1,260 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	nrilog "github.com/containerd/nri/pkg/log"
+	"github.com/containerd/nri/pkg/stub"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+)
+
+// Sources recorded in findings, one per moment the agent scans at.
+const (
+	SourceSweep     = "sweep"
+	SourcePostStart = "poststart"
+	SourceStop      = "stop"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultSocket      = api.DefaultSocketPath
+	DefaultPluginName  = "iptables-alerter"
+	DefaultPluginIndex = "50"
+	DefaultWorkers     = 2
+	DefaultQueue       = 1024
+	DefaultScanTimeout = 30 * time.Second
+	// Reconnect backoff: the runtime restarting takes seconds; a node
+	// without NRI should not see a connect attempt more often than this.
+	minBackoff = 500 * time.Millisecond
+	maxBackoff = 30 * time.Second
+)
+
+// ErrConfig marks an error the agent cannot get past by retrying: the
+// caller exits non-zero on it, and only on it.
+var ErrConfig = errors.New("configuration error")
+
+// Config is what the agent needs. Zero values take the defaults above.
+type Config struct {
+	Socket      string
+	PluginName  string
+	PluginIndex string
+	Node        string
+	Log         findings.Log
+	Seen        findings.Seen
+	// Load gives the allowlist and vendor table (as the hook's flags load
+	// them); called only when a scan finds usage.
+	Load        scan.Loaders
+	Workers     int
+	Queue       int
+	ScanTimeout time.Duration
+	Observer    Observer
+	// NRILogger receives the stub's own log lines; nil discards them.
+	NRILogger nrilog.Logger
+}
+
+// Observer hears about the agent's work, for metrics and logs. Calls come
+// from handlers and workers concurrently and must not block.
+type Observer interface {
+	// Handled: one NRI event took d to answer.
+	Handled(event string, d time.Duration)
+	// Scanned: one scan ended.
+	Scanned(Scan)
+	// Synced: the runtime's Synchronize listed pods, of which queued had a
+	// network namespace to sweep.
+	Synced(pods, queued int)
+	// Connection: connected (true) or lost (false, with why).
+	Connection(up bool, err error)
+}
+
+// Outcome of one scan.
+type Outcome string
+
+const (
+	Recorded Outcome = "recorded" // a finding was appended
+	Same     Outcome = "same"     // the sandbox already has this finding
+	Limited  Outcome = "limited"  // the sandbox wrote its limit this hour
+	Clean    Outcome = "clean"    // complete, nothing left after the allowlist
+	Gone     Outcome = "gone"     // the netns was gone before it could be read
+	Dropped  Outcome = "dropped"  // the queue was full; not scanned
+	Failed   Outcome = "failed"   // the netns could not be opened or the finding not written
+)
+
+// Scan is the report of one scan. Err is set with Failed, and with
+// Recorded when the memory or rotation needs attention; AllowErr and
+// VendorErr when the admin's allowlist or vendor table could not be loaded
+// (usage is then reported with the built-in ones).
+type Scan struct {
+	Meta      scan.Meta
+	Outcome   Outcome
+	Duration  time.Duration
+	Record    *findings.Record
+	Err       error
+	AllowErr  error
+	VendorErr error
+}
+
+// Agent is the NRI plugin. New makes one; Run connects it.
+type Agent struct {
+	cfg Config
+	// events holds scans the runtime's events asked for; sweep the
+	// registration sweep's, fed one at a time so events go first.
+	events chan job
+	sweep  chan job
+	// pending coalesces queued scans of one sandbox and source: the one
+	// queued will see the latest rules when it runs.
+	mu      sync.Mutex
+	pending map[string]bool
+	workers sync.WaitGroup
+	// hold, when set (tests), makes each worker wait for a token before
+	// a scan, to order scans against the runtime's teardown.
+	hold chan struct{}
+}
+
+// job is one queued scan. h is the namespace opened in the handler, or nil
+// to open meta.Netns when the scan starts.
+type job struct {
+	meta scan.Meta
+	h    *netns.Handle
+}
+
+func (j job) pendingKey() string { return j.meta.Source + "\x00" + j.meta.SandboxID }
+
+// New checks cfg and fills its defaults. A bad plugin name or index is an
+// ErrConfig.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Socket == "" {
+		cfg.Socket = DefaultSocket
+	}
+	if cfg.PluginName == "" {
+		cfg.PluginName = DefaultPluginName
+	}
+	if cfg.PluginIndex == "" {
+		cfg.PluginIndex = DefaultPluginIndex
+	}
+	if err := api.CheckPluginIndex(cfg.PluginIndex); err != nil {
+		return nil, fmt.Errorf("%w: plugin index %q: %w", ErrConfig, cfg.PluginIndex, err)
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.Queue <= 0 {
+		cfg.Queue = DefaultQueue
+	}
+	if cfg.ScanTimeout <= 0 {
+		cfg.ScanTimeout = DefaultScanTimeout
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	if cfg.NRILogger == nil {
+		cfg.NRILogger = nopLogger{}
+	}
+	if cfg.Load.Allow == nil {
+		cfg.Load.Allow = func() (*allowlist.List, error) { return allowlist.Join(), nil }
+	}
+	a := &Agent{cfg: cfg, events: make(chan job, cfg.Queue), sweep: make(chan job), pending: map[string]bool{}}
+	// The stub checks the name and index; a bad one will not get better
+	// by reconnecting.
+	if _, err := a.newStub(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Run starts the workers, then connects to the runtime and stays connected
+// until ctx ends, reconnecting with backoff whenever the runtime goes away
+// (restart, upgrade, NRI not enabled yet). It returns nil when ctx ends,
+// after the scans in flight have finished, and an ErrConfig error only.
+func (a *Agent) Run(ctx context.Context) error {
+	wctx, stopWorkers := context.WithCancel(context.Background())
+	for i := 0; i < a.cfg.Workers; i++ {
+		a.workers.Add(1)
+		go a.work(wctx)
+	}
+	defer func() {
+		stopWorkers()
+		a.workers.Wait()
+	}()
+	backoff := minBackoff
+	for {
+		connected := time.Now()
+		err := a.connectOnce(ctx)
+		if errors.Is(err, ErrConfig) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		a.cfg.Observer.Connection(false, err)
+		// A connection that lasted a while was good: start over.
+		if time.Since(connected) > maxBackoff {
+			backoff = minBackoff
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+// connectOnce runs one connection to the runtime until it closes or ctx
+// ends.
+func (a *Agent) connectOnce(ctx context.Context) error {
+	st, err := a.newStub()
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-ctx.Done():
+			st.Stop()
+		case <-done:
+		}
+	}()
+	if err := st.Run(ctx); err != nil {
+		return fmt.Errorf("nri connection on %q: %w", a.cfg.Socket, err)
+	}
+	return errors.New("nri connection closed by the runtime")
+}
+
+func (a *Agent) newStub() (stub.Stub, error) {
+	st, err := stub.New(a,
+		stub.WithPluginName(a.cfg.PluginName),
+		stub.WithPluginIdx(a.cfg.PluginIndex),
+		stub.WithSocketPath(a.cfg.Socket),
+		stub.WithLogger(a.cfg.NRILogger),
+		// Without it, older stubs exit the process on a lost connection.
+		stub.WithOnClose(func() {}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("%w: create NRI stub: %w", ErrConfig, err)
+	}
+	return st, nil
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Handled(string, time.Duration) {}
+func (nopObserver) Scanned(Scan)                  {}
+func (nopObserver) Synced(int, int)               {}
+func (nopObserver) Connection(bool, error)        {}
+
+type nopLogger struct{}
+
+func (nopLogger) Debugf(context.Context, string, ...interface{}) {}
+func (nopLogger) Infof(context.Context, string, ...interface{})  {}
+func (nopLogger) Warnf(context.Context, string, ...interface{})  {}
+func (nopLogger) Errorf(context.Context, string, ...interface{}) {}

@@ -1,0 +1,226 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/child"
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// TestMain lets the scans re-execute this test binary as their probes.
+func TestMain(m *testing.M) {
+	child.Main()
+	os.Exit(m.Run())
+}
+
+// recorder is an Observer that keeps everything for the test.
+type recorder struct {
+	mu      sync.Mutex
+	scans   []Scan
+	handled map[string][]time.Duration
+	ch      chan Scan
+}
+
+func newRecorder() *recorder {
+	return &recorder{handled: map[string][]time.Duration{}, ch: make(chan Scan, 100)}
+}
+
+func (r *recorder) Handled(e string, d time.Duration) {
+	r.mu.Lock()
+	r.handled[e] = append(r.handled[e], d)
+	r.mu.Unlock()
+}
+func (r *recorder) Scanned(s Scan)         { r.ch <- s }
+func (r *recorder) Synced(int, int)        {}
+func (r *recorder) Connection(bool, error) {}
+
+// wait collects n scans or fails.
+func (r *recorder) wait(t *testing.T, n int) []Scan {
+	t.Helper()
+	var got []Scan
+	for len(got) < n {
+		select {
+		case s := <-r.ch:
+			got = append(got, s)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("got %d scans, want %d: %+v", len(got), n, got)
+		}
+	}
+	return got
+}
+
+// release lets n queued scans run.
+func release(a *Agent, n int) {
+	for i := 0; i < n; i++ {
+		a.hold <- struct{}{}
+	}
+}
+
+func pod(id, path string) *api.PodSandbox {
+	p := &api.PodSandbox{Id: id, Name: "pod-" + id, Namespace: "team-a", Uid: "uid-" + id, Linux: &api.LinuxPodSandbox{}}
+	if path != "" {
+		p.Linux.Namespaces = []*api.LinuxNamespace{{Type: "network", Path: path}}
+	}
+	return p
+}
+
+// startAgent runs an agent with its workers against a socket nobody
+// listens on: the connection loop retries in the background while the
+// test calls the handlers as the runtime would.
+func startAgent(t *testing.T, dir string, rec *recorder) *Agent {
+	t.Helper()
+	a, err := New(Config{
+		Socket: filepath.Join(dir, "no-nri.sock"), Node: "node-1",
+		Log:  findings.Log{Path: filepath.Join(dir, "findings.jsonl")},
+		Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: rec,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.hold = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		close(a.hold)
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return a
+}
+
+func readRecords(t *testing.T, path string) []findings.Record {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []findings.Record
+	for _, line := range splitLines(data) {
+		rec, err := findings.Parse(line)
+		if err != nil {
+			t.Fatalf("bad line %q: %v", line, err)
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+func splitLines(b []byte) [][]byte {
+	var out [][]byte
+	for len(b) > 0 {
+		i := 0
+		for i < len(b) && b[i] != '\n' {
+			i++
+		}
+		if i > 0 {
+			out = append(out, b[:i])
+		}
+		if i == len(b) {
+			break
+		}
+		b = b[i+1:]
+	}
+	return out
+}
+
+// TestHandlers: each NRI moment, on real network namespaces. The sweep
+// finds the pod with rules and neither the clean nor the host-network one;
+// PostStartContainer and StopContainer give one finding per distinct
+// usage; StopContainer's scan reads a namespace whose pin the runtime
+// removed right after the call, because the handler opened it; every
+// handler answers in well under 10 ms.
+func TestHandlers(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	dir := t.TempDir()
+	rec := newRecorder()
+	a := startAgent(t, dir, rec)
+	used, clean := nstest.New(t), nstest.New(t)
+	used.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+
+	// Sweep: three pods, two with a netns.
+	if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{pod("a", used.Path()), pod("b", clean.Path()), pod("host", "")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	release(a, 2)
+	got := rec.wait(t, 2)
+	outcomes := map[string]Outcome{}
+	for _, s := range got {
+		outcomes[s.Meta.SandboxID] = s.Outcome
+		if s.Meta.Source != SourceSweep {
+			t.Errorf("sweep scan has source %q", s.Meta.Source)
+		}
+	}
+	if outcomes["a"] != Recorded || outcomes["b"] != Clean {
+		t.Fatalf("sweep outcomes %v, want a recorded and b clean", outcomes)
+	}
+
+	// PostStartContainer on the same usage: nothing new.
+	ctr := &api.Container{Id: "c1", Name: "app", Annotations: map[string]string{"io.kubernetes.cri.image-name": "example/app:1"}}
+	if err := a.PostStartContainer(context.Background(), pod("a", used.Path()), ctr); err != nil {
+		t.Fatal(err)
+	}
+	release(a, 1)
+	if s := rec.wait(t, 1)[0]; s.Outcome != Same || s.Meta.Source != SourcePostStart {
+		t.Fatalf("poststart with unchanged rules: %+v, want same", s)
+	}
+
+	// The app adds a rule, then stops; the runtime removes the pin right
+	// after StopContainer returns. The scan still reads it.
+	used.Run("iptables-nft", "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "--dport", "15001", "-j", "REDIRECT", "--to-ports", "15006")
+	if _, err := a.StopContainer(context.Background(), pod("a", used.Path()), ctr); err != nil {
+		t.Fatal(err)
+	}
+	used.Delete()
+	release(a, 1)
+	s := rec.wait(t, 1)[0]
+	if s.Outcome != Recorded || s.Meta.Source != SourceStop || s.Record.Nft.Rules != 2 || s.Record.Image != "example/app:1" {
+		t.Fatalf("stop scan: %+v (record %+v), want recorded with 2 rules", s, s.Record)
+	}
+
+	// Gone before the handler: reported, no scan queued.
+	if _, err := a.StopContainer(context.Background(), pod("a", used.Path()), ctr); err != nil {
+		t.Fatal(err)
+	}
+	if s := rec.wait(t, 1)[0]; s.Outcome != Gone {
+		t.Fatalf("stop of a gone netns: %+v, want gone", s)
+	}
+
+	recs := readRecords(t, filepath.Join(dir, "findings.jsonl"))
+	if len(recs) != 2 || recs[0].Source != SourceSweep || recs[1].Source != SourceStop || recs[0].SandboxID != "a" || recs[1].Pod.Name != "pod-a" {
+		t.Fatalf("findings file: %+v, want the sweep's and the stop's for pod a", recs)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for e, ds := range rec.handled {
+		for _, d := range ds {
+			if d > 10*time.Millisecond {
+				t.Errorf("%s took %v, want well under 10 ms", e, d)
+			}
+		}
+	}
+	if len(rec.handled["StopContainer"]) != 2 || len(rec.handled["Synchronize"]) != 1 {
+		t.Errorf("handler timings %v", rec.handled)
+	}
+}
+
+// TestBadIndex: a plugin index that is not two digits is a configuration
+// error, the only kind the command exits non-zero on.
+func TestBadIndex(t *testing.T) {
+	if _, err := New(Config{PluginIndex: "x1"}); err == nil {
+		t.Fatal("index x1 accepted")
+	}
+}

@@ -1,0 +1,15 @@
+// Package agent is the NRI plugin: it learns from the container runtime
+// when a pod's network namespace is worth a look (every existing pod at
+// registration, each container after it started, each container and
+// sandbox as it stops) and scans it with lib/scan, recording through the
+// same findings file and per-sandbox memory as the hook.
+//
+// It takes NRI events (through github.com/containerd/nri pkg/stub) and
+// gives findings records plus, for the caller's metrics and logs, one
+// Observer call per handled event and per scan. Invariant: no handler
+// scans or waits on a scan. NRI calls run under a runtime-wide lock with
+// a 2 s timeout, and a plugin that times out is disconnected; a handler
+// only opens the netns file (an open fd keeps the namespace alive after
+// the runtime unmounts it), queues the work and returns. A full queue
+// drops the scan (counted) rather than wait.
+package agent

@@ -1,0 +1,151 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
+	"github.com/iptables-alerter/iptables-alerter/lib/ocistate"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+)
+
+// The NRI handlers. The stub subscribes the agent to exactly the events
+// it has methods for. Each one only reads the event, opens a file at
+// most, and queues; none returns an error, which the runtime would
+// only log (and a failing StopContainer must not fail the kubelet).
+
+// Synchronize queues a sweep of every pod with a network namespace. The
+// sweep is fed to the workers one pod at a time after the reply, behind
+// the events' scans.
+func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
+	defer a.handled("Synchronize", time.Now())
+	var jobs []job
+	for _, p := range pods {
+		if m, ok := a.meta(p, nil, SourceSweep, "Synchronize"); ok {
+			jobs = append(jobs, job{meta: m})
+		}
+	}
+	a.cfg.Observer.Connection(true, nil)
+	a.cfg.Observer.Synced(len(pods), len(jobs))
+	go func() {
+		for _, j := range jobs {
+			a.sweep <- j
+		}
+	}()
+	return nil, nil
+}
+
+// PostStartContainer: the container is running and every container
+// before it has run. What the hook does on CRI-O, for runtimes without
+// hooks.d.
+func (a *Agent) PostStartContainer(_ context.Context, p *api.PodSandbox, c *api.Container) error {
+	defer a.handled("PostStartContainer", time.Now())
+	a.queueOpen(p, c, SourcePostStart, "PostStartContainer")
+	return nil
+}
+
+// StopContainer: the last moment the container's rules are sure to be in
+// the namespace. The namespace is opened here, before the reply, so it
+// outlives the runtime's teardown until the scan.
+func (a *Agent) StopContainer(_ context.Context, p *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
+	defer a.handled("StopContainer", time.Now())
+	a.queueOpen(p, c, SourceStop, "StopContainer")
+	return nil, nil
+}
+
+// StopPodSandbox: containerd calls it before tearing the netns down (CRI-O
+// after: the open then finds it gone, which costs a failed open).
+func (a *Agent) StopPodSandbox(_ context.Context, p *api.PodSandbox) error {
+	defer a.handled("StopPodSandbox", time.Now())
+	a.queueOpen(p, nil, SourceStop, "StopPodSandbox")
+	return nil
+}
+
+func (a *Agent) handled(event string, start time.Time) {
+	a.cfg.Observer.Handled(event, time.Since(start))
+}
+
+// queueOpen opens the pod's namespace and queues a scan of it. A namespace
+// already gone is reported and not queued.
+func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage string) {
+	m, ok := a.meta(p, c, source, stage)
+	if !ok {
+		return
+	}
+	if !a.claim(job{meta: m}) {
+		return
+	}
+	h, err := netns.Open(m.Netns)
+	if err != nil {
+		a.release(job{meta: m})
+		out := Failed
+		if isGone(err) {
+			out, err = Gone, nil
+		}
+		a.cfg.Observer.Scanned(Scan{Meta: m, Outcome: out, Err: err})
+		return
+	}
+	j := job{meta: m, h: h}
+	select {
+	case a.events <- j:
+	default:
+		a.release(j)
+		h.Close()
+		a.cfg.Observer.Scanned(Scan{Meta: m, Outcome: Dropped})
+	}
+}
+
+// claim marks a scan of the sandbox by source as pending; false when one is
+// already queued, which then covers this event too.
+func (a *Agent) claim(j job) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pending[j.pendingKey()] {
+		return false
+	}
+	a.pending[j.pendingKey()] = true
+	return true
+}
+
+func (a *Agent) release(j job) {
+	a.mu.Lock()
+	delete(a.pending, j.pendingKey())
+	a.mu.Unlock()
+}
+
+// meta is what the event tells of the pod and container; ok is false for
+// a pod without a network namespace of its own (host network).
+func (a *Agent) meta(p *api.PodSandbox, c *api.Container, source, stage string) (scan.Meta, bool) {
+	path := netnsPath(p)
+	if path == "" {
+		return scan.Meta{}, false
+	}
+	m := scan.Meta{
+		Node:      a.cfg.Node,
+		Source:    source,
+		Stage:     stage,
+		SandboxID: p.GetId(),
+		Pod:       findings.Pod{Namespace: p.GetNamespace(), Name: p.GetName(), UID: p.GetUid()},
+		Netns:     path,
+	}
+	if c != nil {
+		m.ContainerID = c.GetId()
+		m.Container = c.GetName()
+		m.Image = ocistate.Image(c.GetAnnotations())
+	}
+	return m, true
+}
+
+// netnsPath is the pod's network namespace path from pod.Linux.Namespaces;
+// empty for host network (no entry) or a runtime that gives none.
+func netnsPath(p *api.PodSandbox) string {
+	for _, ns := range p.GetLinux().GetNamespaces() {
+		if ns.GetType() == "network" {
+			return ns.GetPath()
+		}
+	}
+	return ""
+}

@@ -1,0 +1,104 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+)
+
+// writeTimeout bounds appending one finding (the lock, a rotation).
+const writeTimeout = 10 * time.Second
+
+// work scans queued jobs until ctx ends; the events' scans go before the
+// sweep's.
+func (a *Agent) work(ctx context.Context) {
+	defer a.workers.Done()
+	for {
+		var j job
+		select {
+		case j = <-a.events:
+		default:
+			select {
+			case j = <-a.events:
+			case j = <-a.sweep:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if a.hold != nil {
+			<-a.hold
+		}
+		a.cfg.Observer.Scanned(a.scan(j))
+	}
+}
+
+// scan runs one job: read the namespace, decide, record through the
+// per-sandbox memory.
+func (a *Agent) scan(j job) Scan {
+	start := time.Now()
+	s := Scan{Meta: j.meta}
+	defer func() { s.Duration = time.Since(start) }()
+	h := j.h
+	if h != nil {
+		// From now on a new event for this sandbox needs a scan of its own.
+		a.release(j)
+	} else {
+		var err error
+		if h, err = netns.Open(j.meta.Netns); err != nil {
+			if isGone(err) {
+				s.Outcome = Gone
+				return s
+			}
+			s.Outcome, s.Err = Failed, err
+			return s
+		}
+	}
+	defer h.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ScanTimeout)
+	res := scan.RunFrom(ctx, h, j.meta.Pod.Namespace, a.cfg.Load)
+	cancel()
+	s.AllowErr, s.VendorErr = res.AllowErr, res.VendorErr
+	d := scan.Decide(j.meta, res)
+	if d.Record == nil {
+		s.Outcome = Clean
+		s.Duration = time.Since(start)
+		return s
+	}
+	s.Record = d.Record
+	s.Outcome, s.Err = a.record(*d.Record)
+	s.Duration = time.Since(start)
+	return s
+}
+
+// record appends rec unless the sandbox's memory already holds it, exactly
+// as the hook does: one memory for both, so a pod seen by both gets one
+// finding per distinct usage.
+func (a *Agent) record(rec findings.Record) (Outcome, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	out, err := a.cfg.Seen.Record(ctx, rec.SandboxID, rec.Netns, rec.Fingerprint, func() error {
+		return a.cfg.Log.Append(ctx, rec)
+	})
+	switch out {
+	case findings.Same:
+		return Same, nil
+	case findings.Limited:
+		return Limited, nil
+	case findings.Failed:
+		return Failed, err
+	}
+	if serr := a.cfg.Seen.Sweep(); serr != nil {
+		err = errors.Join(err, serr)
+	}
+	return Recorded, err
+}
+
+// isGone: the namespace went away before it could be opened (the pod
+// stopped); nothing is left to read.
+func isGone(err error) bool {
+	return errors.Is(err, netns.ErrNotExist) || errors.Is(err, netns.ErrNotNetns)
+}
