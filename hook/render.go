@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
@@ -100,7 +101,16 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 		fmt.Fprintf(out, "# %d more rules counted but not rendered (bound of %d)\n", counted-len(u.Rules), len(u.Rules))
 	}
 	for _, l := range u.Legacy {
-		fmt.Fprintf(out, "# legacy %s %s: %d entries beyond the untouched table\n", l.Family, l.Table, l.Rules)
+		fmt.Fprintf(out, "# legacy %s %s: %d entries beyond the untouched table", l.Family, l.Table, l.Rules)
+		if len(l.Chains) > 0 {
+			names := make([]string, len(l.Chains))
+			for i, c := range l.Chains {
+				names[i] = safetext.Name(c, scan.MaxName)
+			}
+			fmt.Fprintf(out, ", user chains %s", strings.Join(names, " "))
+		}
+		fmt.Fprintln(out)
+		chains = append(chains, l.Chains...)
 	}
 	if sum := classify.Summarize(u); sum.Worst != "" {
 		fmt.Fprintf(out, "# impact: legacy=%d xt=%d native=%d worst=%s\n", sum.Impact.Legacy, sum.Impact.Xt, sum.Impact.Native, sum.Worst)

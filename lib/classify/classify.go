@@ -36,6 +36,8 @@ type Legacy struct {
 	Family inspect.Family
 	Table  string
 	Rules  int
+	// Chains names the table's user chains where inspect read them.
+	Chains []string
 }
 
 // Usage is what classify found.
@@ -76,7 +78,7 @@ func Classify(s inspect.Snapshot) Usage {
 	for _, l := range s.Legacy {
 		untouched := uint32(bits.OnesCount32(l.Hooks)) + 1
 		if l.Entries > untouched {
-			u.Legacy = append(u.Legacy, Legacy{Family: l.Family, Table: l.Name, Rules: int(l.Entries - untouched)})
+			u.Legacy = append(u.Legacy, Legacy{Family: l.Family, Table: l.Name, Rules: int(l.Entries - untouched), Chains: l.Chains})
 		}
 	}
 	sort.Slice(u.Chains, func(i, j int) bool { return chainLess(u.Chains[i], u.Chains[j]) })

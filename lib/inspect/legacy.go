@@ -2,8 +2,11 @@ package inspect
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"unsafe"
 
@@ -18,6 +21,8 @@ const (
 	iptSoGetInfo  = 64 // IPT_SO_GET_INFO at SOL_IP
 	ip6tSoGetInfo = 64 // IP6T_SO_GET_INFO at SOL_IPV6
 	arptSoGetInfo = 96 // ARPT_SO_GET_INFO at SOL_IP
+	// *_SO_GET_ENTRIES follow GET_INFO in each family.
+	soGetEntries = 1
 )
 
 type legacyFamily struct {
@@ -27,13 +32,25 @@ type legacyFamily struct {
 	level  int
 	opt    int
 	hooks  int // number of hook slots in the getinfo struct
+	// targetOffset is where an entry's u16 target_offset is (next_offset
+	// follows), 0 where chain names are not read (arp).
+	targetOffset int
 }
 
 var legacyFamilies = []legacyFamily{
-	{IP, "ip_tables_names", unix.AF_INET, unix.SOL_IP, iptSoGetInfo, 5},
-	{IP6, "ip6_tables_names", unix.AF_INET6, unix.SOL_IPV6, ip6tSoGetInfo, 5},
-	{ARP, "arp_tables_names", unix.AF_INET, unix.SOL_IP, arptSoGetInfo, 3},
+	// struct ipt_entry: struct ipt_ip (84 bytes), nfcache, target_offset.
+	{IP, "ip_tables_names", unix.AF_INET, unix.SOL_IP, iptSoGetInfo, 5, 88},
+	// struct ip6t_entry: struct ip6t_ip6 (136 bytes), nfcache, target_offset.
+	{IP6, "ip6_tables_names", unix.AF_INET6, unix.SOL_IPV6, ip6tSoGetInfo, 5, 140},
+	{ARP, "arp_tables_names", unix.AF_INET, unix.SOL_IP, arptSoGetInfo, 3, 0},
 }
+
+// Bounds of the chain-name read: the copy of the table is made under the
+// host-wide x_tables mutex, and a hostile pod chooses its size.
+const (
+	maxLegacyEntriesBytes = 4 << 20
+	maxLegacyChains       = 64
+)
 
 // loaded reports whether the family's x_tables module is loaded (or built
 // in): its /proc/net entry exists then, in every namespace. A stat takes no
@@ -60,10 +77,15 @@ func readLegacy(h *netns.Handle, fams []legacyFamily, emit func(LegacyTable)) er
 				continue
 			}
 			for _, name := range names {
-				t, err := getInfo(lf, name)
+				t, size, err := getInfo(lf, name)
 				if err != nil {
 					errs = append(errs, err)
 					continue
+				}
+				if lf.targetOffset > 0 && t.Entries > uint32(bits.OnesCount32(t.Hooks))+1 && size <= maxLegacyEntriesBytes {
+					// The names only help name a vendor: a table that
+					// changed since GET_INFO (EAGAIN) simply has none.
+					t.Chains, _ = userChains(lf, name, size)
 				}
 				emit(t)
 			}
@@ -97,12 +119,13 @@ func tableNames(path string) ([]string, error) {
 	return names, nil
 }
 
-// getInfo asks the kernel for a listed table's info. Only listed names are
-// asked: GET_INFO on any other name loads and creates that table.
-func getInfo(lf legacyFamily, name string) (LegacyTable, error) {
+// getInfo asks the kernel for a listed table's info, and the size of its
+// entries. Only listed names are asked: GET_INFO on any other name loads
+// and creates that table.
+func getInfo(lf legacyFamily, name string) (LegacyTable, uint32, error) {
 	fd, err := unix.Socket(lf.domain, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return LegacyTable{}, fmt.Errorf("open socket for legacy %s table %q: %w", lf.fam, name, err)
+		return LegacyTable{}, 0, fmt.Errorf("open socket for legacy %s table %q: %w", lf.fam, name, err)
 	}
 	defer unix.Close(fd)
 	// struct {ip,ip6,arp}t_getinfo: name[32], valid_hooks, hook_entry[n],
@@ -113,7 +136,7 @@ func getInfo(lf legacyFamily, name string) (LegacyTable, error) {
 	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(lf.level), uintptr(lf.opt),
 		uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&l)), 0)
 	if errno != 0 {
-		return LegacyTable{}, fmt.Errorf("get info of legacy %s table %q: %w", lf.fam, name, errno)
+		return LegacyTable{}, 0, fmt.Errorf("get info of legacy %s table %q: %w", lf.fam, name, errno)
 	}
 	u32 := func(off int) uint32 { return *(*uint32)(unsafe.Pointer(&buf[off])) }
 	return LegacyTable{
@@ -121,5 +144,69 @@ func getInfo(lf legacyFamily, name string) (LegacyTable, error) {
 		Name:    name,
 		Hooks:   u32(32),
 		Entries: u32(32 + 4 + 8*lf.hooks),
-	}, nil
+	}, u32(32 + 4 + 8*lf.hooks + 4), nil
+}
+
+// userChains reads a listed table's entries (size bytes, from GET_INFO) and
+// returns the names of its user-defined chains: each starts with an entry
+// whose target is ERROR holding the chain's name (the table's last entry
+// is an ERROR named "ERROR").
+func userChains(lf legacyFamily, name string, size uint32) ([]string, error) {
+	fd, err := unix.Socket(lf.domain, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	// struct {ip,ip6}t_get_entries: name[32], size u32, then the entries,
+	// aligned as their u64 counters are.
+	hdr := (32 + 4 + int(unsafe.Alignof(uint64(0))) - 1) &^ (int(unsafe.Alignof(uint64(0))) - 1)
+	buf := make([]byte, hdr+int(size))
+	copy(buf, name)
+	binary.NativeEndian.PutUint32(buf[32:], size)
+	l := uint32(len(buf))
+	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(lf.level), uintptr(lf.opt+soGetEntries),
+		uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&l)), 0)
+	if errno != 0 {
+		return nil, errno
+	}
+	return chainNames(buf[hdr:], lf.targetOffset), nil
+}
+
+// chainNames walks x_tables entries and collects the ERROR targets' names.
+// The kernel made the blob, but it is walked as untrusted all the same:
+// every offset is checked against the buffer.
+func chainNames(entries []byte, targetOffset int) []string {
+	const (
+		targetName = 2  // struct xt_entry_target: u16 target_size, name[29], revision
+		nameLen    = 29 // XT_EXTENSION_MAXNAMELEN
+		targetHdr  = 32
+		errorLen   = 30 // XT_FUNCTION_MAXNAMELEN, struct xt_error_target's errorname
+	)
+	u16 := func(off int) int { return int(binary.NativeEndian.Uint16(entries[off:])) }
+	var names []string
+	for off := 0; off+targetOffset+4 <= len(entries) && len(names) < maxLegacyChains; {
+		to, next := u16(off+targetOffset), u16(off+targetOffset+2)
+		t := off + to
+		if next == 0 || t+targetHdr+errorLen > len(entries) || off+next > len(entries) {
+			if next == 0 {
+				break
+			}
+			off += next
+			continue
+		}
+		if cstring(entries[t+targetName:t+targetName+nameLen]) == "ERROR" {
+			if n := cstring(entries[t+targetHdr : t+targetHdr+errorLen]); n != "ERROR" && n != "" {
+				names = append(names, n)
+			}
+		}
+		off += next
+	}
+	return names
+}
+
+func cstring(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
 }

@@ -100,4 +100,9 @@ type LegacyTable struct {
 	Name    string
 	Entries uint32 // num_entries from *_SO_GET_INFO
 	Hooks   uint32 // valid_hooks bitmask
+	// Chains names the table's user-defined chains (ip and ip6 tables with
+	// entries beyond the untouched ones, at most maxLegacyChains, from
+	// *_SO_GET_ENTRIES when the table is at most maxLegacyEntriesBytes);
+	// they name vendors, nothing counts on them.
+	Chains []string
 }

@@ -82,7 +82,8 @@ func Build(m Meta, res Result) findings.Record {
 }
 
 // Vendors matches the usage against the vendor table: the names of every
-// chain still holding usage (kept in detail or not) and the rendered rules.
+// chain still holding usage (kept in detail or not, legacy user chains
+// included) and the rendered rules.
 func Vendors(t *vendor.Table, u classify.Usage, rules []inspect.Rule, texts []string) []findings.Vendor {
 	if t == nil {
 		return nil
@@ -92,6 +93,9 @@ func Vendors(t *vendor.Table, u classify.Usage, rules []inspect.Rule, texts []st
 		if c.Used() {
 			chains = append(chains, c.Name)
 		}
+	}
+	for _, l := range u.Legacy {
+		chains = append(chains, l.Chains...)
 	}
 	rt := make([]vendor.RuleText, len(rules))
 	for i, r := range rules {

@@ -233,6 +233,18 @@ func TestVendors(t *testing.T) {
 			}
 		})
 	}
+	// Linkerd's default iptablesMode is legacy: the chains of the legacy
+	// table name it; so do Istio's in ip6tables-legacy.
+	t.Run("legacy", func(t *testing.T) {
+		nstest.NeedRoot(t, "iptables-legacy-restore", "ip6tables-legacy-restore")
+		ns := nstest.New(t)
+		ns.Restore(vendorRules["linkerd"], "iptables-legacy-restore", "--noflush")
+		ns.Restore(vendorRules["istio"], "ip6tables-legacy-restore", "--noflush")
+		got := vendorsOf(t, ns)
+		if !slices.Equal(vendorNames(got), []string{"istio", "linkerd"}) {
+			t.Fatalf("vendors %v, want istio and linkerd", vendorNames(got))
+		}
+	})
 	t.Run("two vendors", func(t *testing.T) {
 		ns := nstest.New(t)
 		ns.Restore(vendorRules["linkerd"], "iptables-nft-restore", "--noflush")
