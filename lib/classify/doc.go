@@ -11,4 +11,9 @@
 // and any base chain with policy drop is usage; elsewhere only rules holding
 // an xt match or target are, since only the xtables clients write those.
 // Native nftables tables are never usage.
+//
+// Each usage rule also gets its RHEL 10 impact level (Level): xt when it
+// holds an xt match or target (the kernel needs nft_compat and xt_*
+// modules), native otherwise; legacy x_tables entries are legacy. Summarize
+// counts them per level (docs/rhel10.md has the facts behind the levels).
 package classify
