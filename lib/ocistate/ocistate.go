@@ -32,6 +32,12 @@ const (
 	keyContainerName = "io.kubernetes.container.name"
 	keySandboxID     = "io.kubernetes.cri-o.SandboxID"
 	keyContainerdSB  = "io.kubernetes.cri.sandbox-id"
+	// containerd's CRI keeps the kubelet's labels out of the OCI spec and
+	// writes these instead (the same values).
+	keyContainerdNamespace = "io.kubernetes.cri.sandbox-namespace"
+	keyContainerdPod       = "io.kubernetes.cri.sandbox-name"
+	keyContainerdUID       = "io.kubernetes.cri.sandbox-uid"
+	keyContainerdName      = "io.kubernetes.cri.container-name"
 )
 
 // imageKeys in order of preference: what the user asked for reads best.
@@ -193,10 +199,10 @@ func fromSpec(st state, spec *config) Container {
 		Pid:           st.pid,
 		Bundle:        st.bundle,
 		SandboxID:     first(ann, keySandboxID, keyContainerdSB),
-		PodNamespace:  ann[keyPodNamespace],
-		PodName:       ann[keyPodName],
-		PodUID:        ann[keyPodUID],
-		ContainerName: ann[keyContainerName],
+		PodNamespace:  first(ann, keyPodNamespace, keyContainerdNamespace),
+		PodName:       first(ann, keyPodName, keyContainerdPod),
+		PodUID:        first(ann, keyPodUID, keyContainerdUID),
+		ContainerName: first(ann, keyContainerName, keyContainerdName),
 		Image:         Image(ann),
 	}
 	c.Netns, c.HostNetwork = netnsPath(spec, st.pid)

@@ -50,6 +50,18 @@ func TestRead(t *testing.T) {
 			want: Container{ID: "c1", SandboxID: "sb", PodNamespace: "ns", PodName: "p", PodUID: "u",
 				ContainerName: "c", Image: "quay.io/x:1", Netns: "/n"},
 		},
+		{
+			// containerd's CRI writes its own annotations, not the kubelet's
+			// labels (seen on containerd 2.2.9 in tests/runtime/nri).
+			name: "containerd annotations",
+			config: `{"annotations":{"io.kubernetes.cri.container-type":"container","io.kubernetes.cri.sandbox-id":"sb",` +
+				`"io.kubernetes.cri.sandbox-namespace":"ns","io.kubernetes.cri.sandbox-name":"p","io.kubernetes.cri.sandbox-uid":"u",` +
+				`"io.kubernetes.cri.container-name":"c","io.kubernetes.cri.image-name":"localhost/x:1"},` +
+				`"linux":{"namespaces":[{"type":"network","path":"/var/run/netns/cni-1"}]}}`,
+			state: `{"id":"c1","status":"running","pid":42,"bundle":"%B"}`,
+			want: Container{ID: "c1", Status: "running", Pid: 42, SandboxID: "sb", PodNamespace: "ns", PodName: "p", PodUID: "u",
+				ContainerName: "c", Image: "localhost/x:1", Netns: "/var/run/netns/cni-1"},
+		},
 		{name: "malformed state", config: `{}`, state: `{"id":`, err: "decode state from stdin"},
 		{name: "state without bundle", config: `{}`, state: `{"id":"c1"}`, err: "missing id or bundle"},
 		{name: "no config.json", config: "-", state: `{"id":"c1","bundle":"%B"}`, err: "bundle has no config.json"},

@@ -78,7 +78,8 @@ func annotations(dec *json.Decoder, into map[string]string) error {
 // wanted are the annotation keys the hook reads.
 var wanted = func() map[string]bool {
 	m := map[string]bool{keyPodNamespace: true, keyPodName: true, keyPodUID: true, keyContainerName: true,
-		keySandboxID: true, keyContainerdSB: true}
+		keySandboxID: true, keyContainerdSB: true, keyContainerdNamespace: true, keyContainerdPod: true, keyContainerdUID: true,
+		keyContainerdName: true}
 	for _, k := range imageKeys {
 		m[k] = true
 	}

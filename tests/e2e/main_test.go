@@ -12,6 +12,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	buildfs "github.com/iptables-alerter/iptables-alerter/tests/runtime/rootfs"
 )
 
 // Built once for the whole package: the hook binary and the container rootfs.
@@ -48,7 +49,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	rootfs = filepath.Join(tmp, "rootfs")
-	rootfsErr = buildRootfs(rootfs)
+	rootfsErr = buildfs.Build(rootfs)
 	return m.Run()
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	buildfs "github.com/iptables-alerter/iptables-alerter/tests/runtime/rootfs"
 )
 
 // hookPATH is the only environment the hook gets: runtimes pass hooks an
@@ -308,7 +309,7 @@ func runtimeCmd(ctx context.Context, name string, args ...string) *exec.Cmd {
 	path := name
 	if p, err := exec.LookPath(name); err == nil {
 		path = p
-	} else if p, err := findFile(name, sbinDirs); err == nil {
+	} else if p, err := buildfs.FindSbin(name); err == nil {
 		path = p
 	}
 	if !hybridCgroups() {

@@ -1,4 +1,8 @@
-package e2e
+// Package rootfs assembles a container root filesystem from the host's
+// Debian packages (busybox-static, the iptables binaries with their
+// libraries and extensions), and packs it as an OCI image archive, for
+// the tests that run real runtimes without a registry.
+package rootfs
 
 import (
 	"bufio"
@@ -26,10 +30,16 @@ var xtablesLinks = map[string][]string{
 	"xtables-legacy-multi": {"iptables-legacy", "ip6tables-legacy", "iptables-legacy-save"},
 }
 
+// FindSbin finds a host command in the sbin and bin directories, for a
+// caller whose PATH lacks sbin.
+func FindSbin(name string) (string, error) { return findFile(name, sbinDirs) }
+
 // sbinDirs are searched explicitly: a non-root PATH often lacks sbin.
 var sbinDirs = []string{"/usr/sbin", "/sbin", "/usr/bin", "/bin"}
 
-func buildRootfs(dst string) error {
+// Build assembles the rootfs in dst and, as root, checks that its binaries
+// run in it.
+func Build(dst string) error {
 	b := rootfsBuilder{dst: dst}
 	return b.build()
 }

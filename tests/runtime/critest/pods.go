@@ -1,0 +1,187 @@
+package critest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	rt "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Pod is a pod sandbox the test ran.
+type Pod struct {
+	ID     string
+	Name   string
+	UID    string
+	Config *rt.PodSandboxConfig
+}
+
+// callTimeout bounds one CRI call, as the kubelet's runtime request
+// timeout does (2 min there; the tests want a failure sooner).
+const callTimeout = 60 * time.Second
+
+// RunPod runs a pod sandbox with the labels and annotations the kubelet
+// gives it, in namespace "ipta-test"; hostNetwork puts it in containerd's
+// (the test's) netns instead of a netns of its own.
+func (c *Containerd) RunPod(name string, hostNetwork bool) *Pod {
+	c.t.Helper()
+	uid := fmt.Sprintf("%08x-0000-4000-8000-%012x", time.Now().UnixNano()&0xffffffff, time.Now().UnixNano()&0xffffffffffff)
+	mode, hostname := rt.NamespaceMode_POD, name
+	if hostNetwork {
+		// The kubelet sets no hostname then: the pod shares the node's UTS.
+		mode, hostname = rt.NamespaceMode_NODE, ""
+	}
+	cfg := &rt.PodSandboxConfig{
+		Metadata:     &rt.PodSandboxMetadata{Name: name, Uid: uid, Namespace: "ipta-test", Attempt: 0},
+		Hostname:     hostname,
+		LogDirectory: filepath.Join(c.Dir, "logs", "pods", "ipta-test_"+name+"_"+uid),
+		Labels: map[string]string{
+			"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": "ipta-test", "io.kubernetes.pod.uid": uid,
+			"app": name,
+		},
+		Annotations: map[string]string{
+			"kubernetes.io/config.source": "api",
+			"kubernetes.io/config.seen":   time.Now().UTC().Format(time.RFC3339Nano),
+		},
+		Linux: &rt.LinuxPodSandboxConfig{
+			SecurityContext: &rt.LinuxSandboxSecurityContext{
+				NamespaceOptions: &rt.NamespaceOption{Network: mode, Pid: rt.NamespaceMode_CONTAINER, Ipc: rt.NamespaceMode_POD},
+			},
+		},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	r, err := c.Runtime.RunPodSandbox(ctx, &rt.RunPodSandboxRequest{Config: cfg, RuntimeHandler: ""})
+	if err != nil {
+		c.t.Fatalf("RunPodSandbox %s: %v; containerd log: %s", name, err, c.Log())
+	}
+	return &Pod{ID: r.PodSandboxId, Name: name, UID: uid, Config: cfg}
+}
+
+// CreateContainer creates a container in the pod with the kubelet's labels
+// and annotations, CAP_NET_ADMIN (what a pod writing iptables rules has),
+// running sh -c script. It returns the container id.
+func (c *Containerd) CreateContainer(p *Pod, name, script string) string {
+	c.t.Helper()
+	cfg := &rt.ContainerConfig{
+		Metadata: &rt.ContainerMetadata{Name: name},
+		Image:    &rt.ImageSpec{Image: ImageRef},
+		Command:  []string{"/bin/sh", "-c", script},
+		LogPath:  name + "/0.log",
+		Labels: map[string]string{
+			"io.kubernetes.container.name": name, "io.kubernetes.pod.name": p.Name,
+			"io.kubernetes.pod.namespace": "ipta-test", "io.kubernetes.pod.uid": p.UID,
+		},
+		Annotations: map[string]string{
+			"io.kubernetes.container.hash":                     strconv.Itoa(len(script)),
+			"io.kubernetes.container.restartCount":             "0",
+			"io.kubernetes.container.terminationMessagePath":   "/dev/termination-log",
+			"io.kubernetes.container.terminationMessagePolicy": "File",
+			"io.kubernetes.pod.terminationGracePeriod":         "30",
+		},
+		Linux: &rt.LinuxContainerConfig{
+			SecurityContext: &rt.LinuxContainerSecurityContext{
+				Capabilities:     &rt.Capability{AddCapabilities: []string{"NET_ADMIN", "NET_RAW"}},
+				NamespaceOptions: p.Config.Linux.SecurityContext.NamespaceOptions,
+			},
+		},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	r, err := c.Runtime.CreateContainer(ctx, &rt.CreateContainerRequest{PodSandboxId: p.ID, Config: cfg, SandboxConfig: p.Config})
+	if err != nil {
+		c.t.Fatalf("CreateContainer %s/%s: %v; containerd log: %s", p.Name, name, err, c.Log())
+	}
+	return r.ContainerId
+}
+
+// StartContainer starts a created container.
+func (c *Containerd) StartContainer(id string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if _, err := c.Runtime.StartContainer(ctx, &rt.StartContainerRequest{ContainerId: id}); err != nil {
+		c.t.Fatalf("StartContainer %s: %v; containerd log: %s", id, err, c.Log())
+	}
+}
+
+// Run creates and starts a container, as the kubelet does for each one.
+func (c *Containerd) Run(p *Pod, name, script string) string {
+	c.t.Helper()
+	id := c.CreateContainer(p, name, script)
+	c.StartContainer(id)
+	return id
+}
+
+// WaitExited waits until the container exited (an init container) and
+// returns its exit code.
+func (c *Containerd) WaitExited(id string) int32 {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		st, err := c.Runtime.ContainerStatus(ctx, &rt.ContainerStatusRequest{ContainerId: id})
+		cancel()
+		if err != nil {
+			c.t.Fatalf("ContainerStatus %s: %v", id, err)
+		}
+		if st.Status.State == rt.ContainerState_CONTAINER_EXITED {
+			return st.Status.ExitCode
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("container %s still %v", id, st.Status.State)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// StopContainer stops a container with the kubelet's grace period.
+func (c *Containerd) StopContainer(id string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if _, err := c.Runtime.StopContainer(ctx, &rt.StopContainerRequest{ContainerId: id, Timeout: 10}); err != nil {
+		c.t.Fatalf("StopContainer %s: %v", id, err)
+	}
+}
+
+// StopPod stops the pod sandbox (containerd tears the netns down).
+func (c *Containerd) StopPod(p *Pod) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if _, err := c.Runtime.StopPodSandbox(ctx, &rt.StopPodSandboxRequest{PodSandboxId: p.ID}); err != nil {
+		c.t.Fatalf("StopPodSandbox %s: %v", p.Name, err)
+	}
+}
+
+// NetnsPath is the pod's pinned netns, from the verbose sandbox status (the
+// CRI fallback reads it the same way).
+func (c *Containerd) NetnsPath(p *Pod) string {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	st, err := c.Runtime.PodSandboxStatus(ctx, &rt.PodSandboxStatusRequest{PodSandboxId: p.ID, Verbose: true})
+	if err != nil {
+		c.t.Fatalf("PodSandboxStatus %s: %v", p.Name, err)
+	}
+	var info struct {
+		RuntimeSpec struct {
+			Linux struct {
+				Namespaces []struct{ Type, Path string }
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
+		c.t.Fatalf("sandbox status info: %v", err)
+	}
+	for _, ns := range info.RuntimeSpec.Linux.Namespaces {
+		if ns.Type == "network" {
+			return ns.Path
+		}
+	}
+	return ""
+}
