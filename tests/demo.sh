@@ -17,7 +17,17 @@ DIRTY=iptalert-demo-dirty-$$
 CLEAN=iptalert-demo-clean-$$
 PIDS=()
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  # Newest first, so the API server stops before the etcd it would wait for;
+  # whatever is still running after 10 s is killed.
+  local i p alive
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill "${PIDS[i]}" 2>/dev/null || true; done
+  for _ in $(seq 50); do
+    alive=0
+    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.2
+  done
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   ip netns del "$DIRTY" 2>/dev/null || true
   ip netns del "$CLEAN" 2>/dev/null || true
