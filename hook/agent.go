@@ -32,7 +32,11 @@ after it started ("poststart") and each container and pod sandbox as it
 stops ("stop"), into the same findings file and per-sandbox memory as the
 hook. It never scans inside a runtime call: it opens the netns, replies,
 and scans in the background. It reconnects when the runtime restarts and
-exits non-zero only on a configuration error; SIGTERM stops it.`
+exits non-zero only on a configuration error; SIGTERM stops it.
+
+Where NRI is off, --cri-endpoint sweeps every pod netns through the
+runtime's CRI socket every --interval (source "sweep", stage "CRI")
+instead: no container start or stop is seen then.`
 
 type agentConfig struct {
 	agent       agent.Config
@@ -41,6 +45,8 @@ type agentConfig struct {
 	generations int
 	allow       allowFlags
 	vendors     string
+	criEndpoint string
+	interval    time.Duration
 	log         logFlags
 }
 
@@ -61,6 +67,8 @@ func runAgent(args []string, _ io.Reader, stderr io.Writer) int {
 	fs.IntVar(&cfg.agent.Workers, "workers", agent.DefaultWorkers, "scans run at once")
 	fs.IntVar(&cfg.agent.Queue, "queue", agent.DefaultQueue, "scans the runtime's events may queue; past it an event's scan is dropped (counted), never waited for")
 	fs.DurationVar(&cfg.agent.ScanTimeout, "scan-timeout", agent.DefaultScanTimeout, "deadline of one scan; past it the finding is recorded with truncated: true")
+	fs.StringVar(&cfg.criEndpoint, "cri-endpoint", "", "where NRI is off: sweep through this CRI socket (e.g. /run/containerd/containerd.sock, /var/run/crio/crio.sock) every --interval instead of using NRI")
+	fs.DurationVar(&cfg.interval, "interval", 15*time.Minute, "with --cri-endpoint: time between sweeps")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "127.0.0.1:9757", "serve /healthz and /metrics here (empty: off)")
 	cfg.log.register(fs)
 	if code, ok := parseFlags(fs, args); !ok {
@@ -93,8 +101,14 @@ func runAgent(args []string, _ io.Reader, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	log.WithFields(logrus.Fields{"nri_socket": cfg.agent.Socket, "plugin": cfg.agent.PluginIndex + "-" + cfg.agent.PluginName}).Info("agent starting")
-	if err := a.Run(ctx); err != nil {
+	run := a.Run
+	if cfg.criEndpoint != "" {
+		log.WithFields(logrus.Fields{"cri_endpoint": cfg.criEndpoint, "interval": cfg.interval.String()}).Info("agent starting, sweeping through the CRI")
+		run = func(ctx context.Context) error { return a.RunCRI(ctx, cfg.criEndpoint, cfg.interval) }
+	} else {
+		log.WithFields(logrus.Fields{"nri_socket": cfg.agent.Socket, "plugin": cfg.agent.PluginIndex + "-" + cfg.agent.PluginName}).Info("agent starting")
+	}
+	if err := run(ctx); err != nil {
 		log.WithError(err).Error("agent stopped")
 		return 2
 	}

@@ -175,6 +175,12 @@ func New(cfg Config) (*Agent, error) {
 // (restart, upgrade, NRI not enabled yet). It returns nil when ctx ends,
 // after the scans in flight have finished, and an ErrConfig error only.
 func (a *Agent) Run(ctx context.Context) error {
+	return a.withWorkers(func() error { return a.nriLoop(ctx) })
+}
+
+// withWorkers runs loop with the workers started, and stops them (letting
+// the scans in flight finish) when it returns.
+func (a *Agent) withWorkers(loop func() error) error {
 	wctx, stopWorkers := context.WithCancel(context.Background())
 	for i := 0; i < a.cfg.Workers; i++ {
 		a.workers.Add(1)
@@ -184,6 +190,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		stopWorkers()
 		a.workers.Wait()
 	}()
+	return loop()
+}
+
+func (a *Agent) nriLoop(ctx context.Context) error {
 	backoff := minBackoff
 	for {
 		connected := time.Now()

@@ -19,6 +19,7 @@ var rpmFiles = []string{
 	"/etc/iptables-alerter/allowlist.json",
 	"/usr/bin/iptables-alerter",
 	"/usr/bin/iptables-alerter-hook",
+	"/usr/lib/systemd/system/iptables-alerter-agent.service",
 	"/usr/lib/systemd/system/iptables-alerter-textfile-once.service",
 	"/usr/lib/systemd/system/iptables-alerter-textfile-once.timer",
 	"/usr/lib/systemd/system/iptables-alerter-textfile.service",

@@ -95,9 +95,15 @@ func freeAddr(t *testing.T) string {
 // startAgent runs the agent binary on the runtime's NRI socket.
 func startAgent(t *testing.T, socket string, f agentFiles) *agentProc {
 	t.Helper()
+	return startAgentArgs(t, f, "--nri-socket", socket)
+}
+
+// startAgentArgs runs the agent binary with the test's files and args.
+func startAgentArgs(t *testing.T, f agentFiles, args ...string) *agentProc {
+	t.Helper()
 	a := &agentProc{addr: freeAddr(t), log: &bytes.Buffer{}, files: f, done: make(chan error, 1)}
-	a.cmd = exec.Command(bin, "agent", "--nri-socket", socket, "--findings", f.findings, "--state-dir", f.state,
-		"--allowlist", "", "--health-addr", a.addr, "--node", "test-node", "--log-level", "debug")
+	a.cmd = exec.Command(bin, append([]string{"agent", "--findings", f.findings, "--state-dir", f.state,
+		"--allowlist", "", "--health-addr", a.addr, "--node", "test-node", "--log-level", "debug"}, args...)...)
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)

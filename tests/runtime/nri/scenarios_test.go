@@ -136,3 +136,32 @@ func waitRule(t *testing.T, c *critest.Containerd, p *critest.Pod, rule string) 
 	}
 	t.Fatalf("pod %s never wrote its rule %q", p.Name, rule)
 }
+
+// TestCRIFallback: with NRI off, --cri-endpoint sweeps through the CRI
+// every --interval: the pod with rules is found once (later sweeps give
+// nothing new), clean and host-network pods give nothing.
+func TestCRIFallback(t *testing.T) {
+	c := critest.Start(t)
+	f := newFiles(t)
+	used := c.RunPod("used", false)
+	c.Run(used, "app", "iptables-nft -A INPUT -p tcp --dport 8443 -j DROP && "+forever)
+	waitRule(t, c, used, "--dport 8443")
+	clean := c.RunPod("clean", false)
+	c.Run(clean, "app", forever)
+	host := c.RunPod("host", true)
+	c.Run(host, "app", forever)
+
+	a := startAgentArgs(t, f, "--cri-endpoint", c.Socket, "--interval", "500ms")
+	// Three sweeps of two pod netns each.
+	a.waitMetric(t, 6, "iptables_alerter_agent_scans_total", `source="sweep"`)
+	recs := records(t, f.findings)
+	if len(recs) != 1 || recs[0].Pod.Name != "used" || recs[0].Stage != "CRI" || recs[0].Source != "sweep" || recs[0].SandboxID != used.ID {
+		t.Fatalf("findings %+v, want one sweep finding for the used pod", recs)
+	}
+	if v, _ := a.metric(t, "iptables_alerter_agent_scans_total", `outcome="same"`); v < 2 {
+		t.Errorf("later sweeps: %v scans found the same usage, want >= 2", v)
+	}
+	if code := a.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("agent exit code on SIGTERM %d, want 0", code)
+	}
+}
