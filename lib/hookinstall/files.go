@@ -59,12 +59,22 @@ func (f Files) validate() error {
 			return fmt.Errorf("check directory %q: not an absolute path", d)
 		}
 	}
+	// The binary directory is written into the hooks.d JSON's /bin/sh
+	// command line and into a JSON string: only characters that need no
+	// quoting in either, as the Makefile's BINDIR check.
+	if strings.IndexFunc(f.BinDir, func(r rune) bool { return !safePathRune(r) }) >= 0 {
+		return fmt.Errorf("check directory %q: may hold only A-Za-z0-9/._+-", f.BinDir)
+	}
 	for _, n := range []string{f.BinaryName, f.JSONName} {
 		if n == "" || strings.ContainsRune(n, '/') || n == "." || n == ".." {
 			return fmt.Errorf("check file name %q: not a plain name", n)
 		}
 	}
 	return nil
+}
+
+func safePathRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._+-", r)
 }
 
 // BinaryPath rewrites the hooks.d JSON for a binary directory: the shipped

@@ -191,6 +191,9 @@ func TestOrderAndNoPartialFile(t *testing.T) {
 func TestInstallRejectsBadPaths(t *testing.T) {
 	for _, mod := range []func(*Files){
 		func(f *Files) { f.BinDir = "usr/bin" },
+		func(f *Files) { f.BinDir = "/opt/x; touch /tmp/pwned;" },
+		func(f *Files) { f.BinDir = "/opt/$(id)" },
+		func(f *Files) { f.BinDir = `/opt/"q` },
 		func(f *Files) { f.HooksDir = "" },
 		func(f *Files) { f.JSONName = "../x.json" },
 		func(f *Files) { f.BinaryName = ".." },
