@@ -12,8 +12,11 @@ import (
 )
 
 const (
-	// initRules is what an istio-init style container writes, then exits.
-	initRules = "iptables-nft -t nat -N ISTIO_REDIRECT && iptables-nft -t nat -A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001 && iptables-nft -t nat -A OUTPUT -p tcp -j ISTIO_REDIRECT"
+	// initRules is what an istio-init style container writes, then exits:
+	// one iptables-restore transaction, as istio-init does, so a scan
+	// during it sees all or nothing (separate commands would each be a
+	// distinct usage, and a finding of its own).
+	initRules = `echo -e '*nat\n:ISTIO_REDIRECT - [0:0]\n-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001\n-A OUTPUT -p tcp -j ISTIO_REDIRECT\nCOMMIT' | iptables-nft-restore --noflush`
 	forever   = "trap 'exit 0' TERM; while :; do sleep 1; done"
 )
 
