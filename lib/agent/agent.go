@@ -114,6 +114,9 @@ type Agent struct {
 	mu      sync.Mutex
 	pending map[string]bool
 	workers sync.WaitGroup
+	// feeding is closed to end the sweep feed in progress: a new sweep
+	// (reconnect) replaces it, and stopping ends it.
+	feeding chan struct{}
 	// hold, when set (tests), makes each worker wait for a token before
 	// a scan, to order scans against the runtime's teardown.
 	hold chan struct{}
@@ -187,10 +190,35 @@ func (a *Agent) withWorkers(loop func() error) error {
 		go a.work(wctx)
 	}
 	defer func() {
+		a.endFeed(nil)
 		stopWorkers()
 		a.workers.Wait()
 	}()
 	return loop()
+}
+
+// feed hands a sweep's jobs to the workers one at a time, until done or
+// replaced by the next sweep.
+func (a *Agent) feed(jobs []job) {
+	done := make(chan struct{})
+	a.endFeed(done)
+	for _, j := range jobs {
+		select {
+		case a.sweep <- j:
+		case <-done:
+			return
+		}
+	}
+}
+
+// endFeed ends the sweep feed in progress and makes next the current one.
+func (a *Agent) endFeed(next chan struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.feeding != nil {
+		close(a.feeding)
+	}
+	a.feeding = next
 }
 
 func (a *Agent) nriLoop(ctx context.Context) error {

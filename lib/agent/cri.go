@@ -55,13 +55,8 @@ func (a *Agent) RunCRI(ctx context.Context, endpoint string, interval time.Durat
 			} else {
 				a.cfg.Observer.Connection(true, nil)
 				a.cfg.Observer.Synced(pods, len(jobs))
-				for _, j := range jobs {
-					select {
-					case a.sweep <- j:
-					case <-ctx.Done():
-						return nil
-					}
-				}
+				// Each sweep replaces the last one's remainder.
+				go a.feed(jobs)
 			}
 			select {
 			case <-ctx.Done():

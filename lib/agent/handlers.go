@@ -30,11 +30,7 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, _ []*api.
 	}
 	a.cfg.Observer.Connection(true, nil)
 	a.cfg.Observer.Synced(len(pods), len(jobs))
-	go func() {
-		for _, j := range jobs {
-			a.sweep <- j
-		}
-	}()
+	go a.feed(jobs)
 	return nil, nil
 }
 
