@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -109,30 +110,15 @@ func readRecords(t *testing.T, path string) []findings.Record {
 		t.Fatal(err)
 	}
 	var out []findings.Record
-	for _, line := range splitLines(data) {
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
 		rec, err := findings.Parse(line)
 		if err != nil {
 			t.Fatalf("bad line %q: %v", line, err)
 		}
 		out = append(out, rec)
-	}
-	return out
-}
-
-func splitLines(b []byte) [][]byte {
-	var out [][]byte
-	for len(b) > 0 {
-		i := 0
-		for i < len(b) && b[i] != '\n' {
-			i++
-		}
-		if i > 0 {
-			out = append(out, b[:i])
-		}
-		if i == len(b) {
-			break
-		}
-		b = b[i+1:]
 	}
 	return out
 }
