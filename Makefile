@@ -40,7 +40,7 @@ test-integration: deps
 	CI=true $(GO) test -count=1 -timeout 40m ./...
 
 bench: deps build
-	$(GO) run ./tests/bench -bin $(HOOKBIN)
+	$(GO) run ./tests/bench -bin $(HOOKBIN) -agent-bin $(BIN)
 	$(GO) test -run XXX -bench . -benchtime 20x ./lib/...
 
 demo: deps build

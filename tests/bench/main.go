@@ -1,5 +1,8 @@
 // Command bench compares the hook with what an admin (or OpenShift's own
-// alerter) runs per pod, on the same network namespace in one run:
+// alerter) runs per pod, on the same network namespace in one run (and,
+// with -agent-bin, the agent's sweep with OpenShift's per-netns
+// nsenter + iptables-save, its idle cost and its NRI handler latency: see
+// agent.go):
 //
 //	ip netns exec NS iptables-nft-save; ip netns exec NS ip6tables-nft-save
 //
@@ -25,6 +28,12 @@ func main() {
 	runs := flag.Int("runs", 30, "runs of each command per size")
 	sizes := flag.String("sizes", "0,10,10000", "ruleset sizes (rules in ip filter INPUT)")
 	comments := flag.Int("comment-rules", 1100, "rules of the comment-heavy case (each with 100 -m comment); 0 skips it")
+	agentBin := flag.String("agent-bin", "", "full build with the agent command; empty skips the agent's benchmarks")
+	pods := flag.Int("pods", 250, "agent: pod netns of the sweep (a third clean, a third 10 rules, a third 1000 rules)")
+	idlePods := flag.Int("idle-pods", 100, "agent: pods of the idle and handler-latency runs")
+	idle := flag.Duration("idle", 60*time.Second, "agent: idle window measured")
+	events := flag.Int("events", 2000, "agent: NRI events of the handler-latency run")
+	bigRules := flag.Int("big-rules", 200000, "agent: rules in the netns scanned during the handler-latency run")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: must run as root (it creates network namespaces)")
@@ -44,6 +53,15 @@ func main() {
 	}
 	if *comments > 0 {
 		if err := benchRuleset(abs, fmt.Sprintf("%dx100c", *comments), commentRules(*comments, 100), *runs); err != nil {
+			fail(err)
+		}
+	}
+	if *agentBin != "" {
+		abs, err := filepath.Abs(*agentBin)
+		if err != nil {
+			fail(err)
+		}
+		if err := runAgentBenches(abs, *pods, *idlePods, *idle, *events, *bigRules); err != nil {
 			fail(err)
 		}
 	}

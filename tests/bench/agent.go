@@ -1,0 +1,500 @@
+package main
+
+// The agent's benchmarks. The runtime side is nri/pkg/adaptation, the
+// library containerd 2.x and CRI-O (v0.11.0, the version go.mod holds)
+// serve NRI with, run in this process; the agent is the real binary,
+// connected to it over the NRI socket as it would be on a node. Pods are
+// network namespaces this bench creates and fills with the real
+// iptables-nft-restore.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	nri "github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+	nrilog "github.com/containerd/nri/pkg/log"
+)
+
+// agentBench holds the namespaces shared by the agent's benchmarks.
+type agentBench struct {
+	bin    string
+	tmp    string
+	netns  []string // names under /run/netns
+	kinds  []string
+	ticks  float64 // clock ticks a second, for the children's CPU in /proc/PID/stat
+	runNum int
+}
+
+// podKinds is the sweep's mix: a third each.
+var podKinds = []struct {
+	name  string
+	rules int
+}{{"clean", 0}, {"10 rules", 10}, {"1000 rules", 1000}}
+
+func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events, bigRules int) error {
+	nrilog.Set(quietNRI{})
+	tmp, err := os.MkdirTemp("", "iptalert-bench-agent")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	b := &agentBench{bin: bin, tmp: tmp, ticks: 100}
+	defer b.cleanup()
+	start := time.Now()
+	for i := 0; i < pods; i++ {
+		k := podKinds[i%len(podKinds)]
+		ns := fmt.Sprintf("iptalert-bench-pod%d-%d", i, os.Getpid())
+		if err := addNetns(ns); err != nil {
+			return err
+		}
+		b.netns, b.kinds = append(b.netns, ns), append(b.kinds, k.name)
+		if err := restore(plainRules(k.rules))(ns); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("\nagent: %d pod netns created (%d clean, %d with 10 rules, %d with 1000 rules) in %s\n",
+		pods, count(b.kinds, "clean"), count(b.kinds, "10 rules"), count(b.kinds, "1000 rules"), time.Since(start).Round(time.Millisecond))
+
+	if err := b.sweep(); err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	if err := b.idleAndEvents(min(idlePods, len(b.netns)), idle, events, bigRules); err != nil {
+		return fmt.Errorf("idle and events: %w", err)
+	}
+	return nil
+}
+
+func count(s []string, v string) int {
+	n := 0
+	for _, x := range s {
+		if x == v {
+			n++
+		}
+	}
+	return n
+}
+
+func addNetns(ns string) error {
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip netns add: %v: %s", err, out)
+	}
+	return nil
+}
+
+func (b *agentBench) cleanup() {
+	for _, ns := range b.netns {
+		exec.Command("ip", "netns", "del", ns).Run()
+	}
+}
+
+// sweep compares the agent's registration sweep of every pod with what
+// OpenShift's alerter runs per pod netns: nsenter + iptables-save, then
+// nsenter + ip6tables-save, one after the other.
+func (b *agentBench) sweep() error {
+	// OpenShift's alerter: nsenter -n -t PID; --net=FILE is the same
+	// setns, without a process to keep the namespace.
+	var osWall, osCPU time.Duration
+	for _, ns := range b.netns {
+		for _, save := range []string{"iptables-save", "ip6tables-save"} {
+			cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, save)
+			d, err := timed(cmd)
+			if err != nil {
+				return fmt.Errorf("nsenter %s: %w", save, err)
+			}
+			osWall += d
+			osCPU += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+		}
+	}
+	r, err := b.startAgent(b.pods(len(b.netns)))
+	if err != nil {
+		return err
+	}
+	defer r.stop()
+	if err := r.waitSweep(len(b.netns), 5*time.Minute); err != nil {
+		return err
+	}
+	wall := r.swept.Sub(r.synced)
+	self, children, err := cpuSplit(r.cmd.Process.Pid, b.ticks)
+	if err != nil {
+		return err
+	}
+	cpu := self + children
+	rss, _ := statusKB(r.cmd.Process.Pid, "VmHWM")
+	outcomes, _ := r.outcomes()
+	fmt.Printf("agent sweep of %d pod netns (NRI Synchronize, %s), vs OpenShift's per-netns nsenter iptables-save + ip6tables-save:\n", len(b.netns), outcomes)
+	fmt.Printf("  %-34s %10s %10s\n", "", "wall", "CPU")
+	fmt.Printf("  %-34s %10s %10s\n", "agent (Synchronize to last scan)", wall.Round(time.Millisecond), cpu.Round(time.Millisecond))
+	fmt.Printf("  %-34s %10s %10s\n", "nsenter + iptables-save x2", osWall.Round(time.Millisecond), osCPU.Round(time.Millisecond))
+	fmt.Printf("  %-34s %9.3fx %9.3fx   (target <= 0.05x)\n", "ratio", float64(wall)/float64(osWall), float64(cpu)/float64(osCPU))
+	fmt.Printf("  agent CPU from its start: %s its own, %s its legacy-probe children (one per scan: the agent binary re-executed); peak RSS %d KiB\n",
+		self.Round(time.Millisecond), children.Round(time.Millisecond), rss)
+	return nil
+}
+
+// idleAndEvents runs the agent with idlePods pods: its sweep, an idle
+// window, then a stream of NRI events with a 200k-rule netns among the
+// pods, timing each call on the runtime side and reading the agent's own
+// handler histogram.
+func (b *agentBench) idleAndEvents(idlePods int, idle time.Duration, events, bigRules int) error {
+	big := fmt.Sprintf("iptalert-bench-big-%d", os.Getpid())
+	start := time.Now()
+	if err := addNetns(big); err != nil {
+		return err
+	}
+	b.netns = append(b.netns, big)
+	if err := restore(plainRules(bigRules))(big); err != nil {
+		return err
+	}
+	fmt.Printf("\nagent: netns with %d rules created in %s\n", bigRules, time.Since(start).Round(time.Millisecond))
+	pods := b.pods(idlePods)
+	r, err := b.startAgent(pods)
+	if err != nil {
+		return err
+	}
+	defer r.stop()
+	if err := r.waitSweep(idlePods, 5*time.Minute); err != nil {
+		return err
+	}
+	pid := r.cmd.Process.Pid
+	// Let the sweep's garbage be collected before the window.
+	time.Sleep(2 * time.Second)
+	cpu0, err := cpuOf(pid, b.ticks)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	time.Sleep(idle)
+	cpu1, err := cpuOf(pid, b.ticks)
+	if err != nil {
+		return err
+	}
+	window := time.Since(t0)
+	rss, _ := statusKB(pid, "VmRSS")
+	hwm, _ := statusKB(pid, "VmHWM")
+	perHour := time.Duration(float64(cpu1-cpu0) * float64(time.Hour) / float64(window))
+	fmt.Printf("agent idle, connected over NRI with %d pods swept: RSS %d KiB (peak %d KiB); CPU %s in %s idle = %s per hour\n",
+		idlePods, rss, hwm, (cpu1 - cpu0).Round(time.Microsecond), window.Round(time.Second), perHour.Round(time.Millisecond))
+
+	// Events: PostStartContainer and StopContainer in turn, one every 2 ms,
+	// every 10th on the 200k-rule pod, whose scans then run in the
+	// background while the others are answered.
+	bigPod := pod(len(pods), big)
+	var rtt []time.Duration
+	ctx := context.Background()
+	for i := 0; i < events; i++ {
+		p := pods[i%len(pods)]
+		if i%10 == 0 {
+			p = bigPod
+		}
+		c := &api.Container{Id: fmt.Sprintf("c%d", i), PodSandboxId: p.Id, Name: "app", State: api.ContainerState_CONTAINER_RUNNING}
+		t := time.Now()
+		if i%2 == 0 {
+			err = r.ad.PostStartContainer(ctx, &nri.StateChangeEvent{Pod: p, Container: c})
+		} else {
+			_, err = r.ad.StopContainer(ctx, &nri.StopContainerRequest{Pod: p, Container: c})
+		}
+		if err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+		rtt = append(rtt, time.Since(t))
+		time.Sleep(2 * time.Millisecond)
+	}
+	// Let the queued scans finish, so the histogram is the whole run.
+	time.Sleep(time.Second)
+	sort.Slice(rtt, func(i, j int) bool { return rtt[i] < rtt[j] })
+	fmt.Printf("handler latency, %d NRI events (PostStartContainer, StopContainer; every 10th on the %d-rule netns):\n", events, bigRules)
+	fmt.Printf("  runtime side (NRI call round trip, exact):  p50 %s  p99 %s  max %s\n",
+		rtt[len(rtt)/2].Round(time.Microsecond), rtt[len(rtt)*99/100].Round(time.Microsecond), rtt[len(rtt)-1].Round(time.Microsecond))
+	h, err := r.handlerHistogram()
+	if err != nil {
+		return err
+	}
+	for _, ev := range []string{"PostStartContainer", "StopContainer"} {
+		fmt.Printf("  agent's /metrics %-18s     p50 <= %s  p99 <= %s  (histogram bucket bounds, %d calls)\n",
+			ev, h.quantile(ev, 0.5), h.quantile(ev, 0.99), h.total(ev))
+	}
+	outcomes, _ := r.outcomes()
+	fmt.Printf("  scans after the events: %s\n", outcomes)
+	return nil
+}
+
+// pods is the first n namespaces as NRI pod sandboxes.
+func (b *agentBench) pods(n int) []*api.PodSandbox {
+	var ps []*api.PodSandbox
+	for i := 0; i < n; i++ {
+		ps = append(ps, pod(i, b.netns[i]))
+	}
+	return ps
+}
+
+func pod(i int, ns string) *api.PodSandbox {
+	return &api.PodSandbox{Id: fmt.Sprintf("sb%d-%s", i, ns), Name: fmt.Sprintf("p%d", i), Namespace: "bench", Uid: fmt.Sprintf("u%d", i),
+		Linux: &api.LinuxPodSandbox{Namespaces: []*api.LinuxNamespace{{Type: "network", Path: "/run/netns/" + ns}}}}
+}
+
+// agentRun is one agent process connected to an in-process NRI runtime.
+type agentRun struct {
+	cmd     *exec.Cmd
+	ad      *nri.Adaptation
+	metrics string
+	synced  time.Time
+	swept   time.Time
+	syncCh  chan time.Time
+}
+
+func (b *agentBench) startAgent(pods []*api.PodSandbox) (*agentRun, error) {
+	b.runNum++
+	dir := filepath.Join(b.tmp, fmt.Sprint(b.runNum))
+	for _, d := range []string{"plugins", "conf", "state"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	r := &agentRun{syncCh: make(chan time.Time, 1)}
+	sock := filepath.Join(dir, "nri.sock")
+	ad, err := nri.New("bench-runtime", "v0", func(ctx context.Context, cb nri.SyncCB) error {
+		select {
+		case r.syncCh <- time.Now():
+		default:
+		}
+		_, err := cb(ctx, pods, nil)
+		return err
+	}, func(context.Context, []*nri.ContainerUpdate) ([]*nri.ContainerUpdate, error) { return nil, nil },
+		nri.WithSocketPath(sock), nri.WithPluginPath(filepath.Join(dir, "plugins")), nri.WithPluginConfigPath(filepath.Join(dir, "conf")))
+	if err != nil {
+		return nil, fmt.Errorf("nri runtime: %w", err)
+	}
+	if err := ad.Start(); err != nil {
+		return nil, fmt.Errorf("start nri runtime: %w", err)
+	}
+	r.ad = ad
+	port, err := freePort()
+	if err != nil {
+		ad.Stop()
+		return nil, err
+	}
+	r.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	logf, err := os.Create(filepath.Join(dir, "agent.log"))
+	if err != nil {
+		ad.Stop()
+		return nil, err
+	}
+	defer logf.Close()
+	r.cmd = exec.Command(b.bin, "agent", "--nri-socket", sock, "--findings", filepath.Join(dir, "findings.jsonl"),
+		"--state-dir", filepath.Join(dir, "state"), "--allowlist", "", "--health-addr", fmt.Sprintf("127.0.0.1:%d", port))
+	r.cmd.Stdout, r.cmd.Stderr = logf, logf
+	if err := r.cmd.Start(); err != nil {
+		ad.Stop()
+		return nil, fmt.Errorf("start agent: %w", err)
+	}
+	return r, nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (r *agentRun) stop() {
+	r.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { r.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		r.cmd.Process.Kill()
+		<-done
+	}
+	r.ad.Stop()
+}
+
+// waitSweep waits for the runtime's Synchronize, then until the agent's
+// /metrics count n sweep scans.
+func (r *agentRun) waitSweep(n int, limit time.Duration) error {
+	select {
+	case r.synced = <-r.syncCh:
+	case <-time.After(limit):
+		return fmt.Errorf("agent did not register with the NRI runtime in %s", limit)
+	}
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		m, err := r.scrape()
+		if err == nil && m.sum("iptables_alerter_agent_scans_total", `source="sweep"`) >= float64(n) {
+			r.swept = time.Now()
+			return nil
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return fmt.Errorf("agent did not sweep %d pods in %s", n, limit)
+}
+
+// promLines is a /metrics page: one sample a line, name{labels} value.
+type promLines []string
+
+func (r *agentRun) scrape() (promLines, error) {
+	resp, err := http.Get(r.metrics)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var lines promLines
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 1<<20))
+	for sc.Scan() {
+		if l := sc.Text(); !strings.HasPrefix(l, "#") {
+			lines = append(lines, l)
+		}
+	}
+	return lines, sc.Err()
+}
+
+// sum adds the samples of name whose labels contain every one of labels.
+func (m promLines) sum(name string, labels ...string) float64 {
+	var total float64
+	for _, l := range m {
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
+			continue
+		}
+		ok := true
+		for _, lb := range labels {
+			ok = ok && strings.Contains(l, lb)
+		}
+		if i := strings.LastIndexByte(l, ' '); ok && i > 0 {
+			v, _ := strconv.ParseFloat(l[i+1:], 64)
+			total += v
+		}
+	}
+	return total
+}
+
+// outcomes is the agent's scan counts by source and outcome, for the
+// report.
+func (r *agentRun) outcomes() (string, error) {
+	m, err := r.scrape()
+	if err != nil {
+		return "", err
+	}
+	var parts []string
+	for _, l := range m {
+		if strings.HasPrefix(l, "iptables_alerter_agent_scans_total{") {
+			parts = append(parts, strings.TrimPrefix(l, "iptables_alerter_agent_scans_total"))
+		}
+	}
+	return strings.Join(parts, ", "), nil
+}
+
+type histogram promLines
+
+func (r *agentRun) handlerHistogram() (histogram, error) {
+	m, err := r.scrape()
+	return histogram(m), err
+}
+
+const handlerMetric = "iptables_alerter_agent_handler_duration_seconds"
+
+func (h histogram) total(event string) int {
+	return int(promLines(h).sum(handlerMetric+"_count", `event="`+event+`"`))
+}
+
+// quantile is the upper bound of the bucket holding quantile q.
+func (h histogram) quantile(event string, q float64) string {
+	type bucket struct {
+		le    float64
+		count float64
+	}
+	var bs []bucket
+	for _, l := range h {
+		if !strings.HasPrefix(l, handlerMetric+"_bucket{") || !strings.Contains(l, `event="`+event+`"`) {
+			continue
+		}
+		i := strings.Index(l, `le="`)
+		j := strings.Index(l[i+4:], `"`)
+		le, err := strconv.ParseFloat(l[i+4:i+4+j], 64)
+		if err != nil { // +Inf
+			le = -1
+		}
+		v, _ := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+		bs = append(bs, bucket{le, v})
+	}
+	total := float64(h.total(event))
+	for _, b := range bs {
+		if b.le >= 0 && b.count >= q*total {
+			return time.Duration(b.le * float64(time.Second)).String()
+		}
+	}
+	return "beyond the last bucket"
+}
+
+// cpuOf is the CPU time of process pid: every thread's run time (ns, from
+// schedstat) plus its waited-for children's (clock ticks).
+func cpuOf(pid int, ticks float64) (time.Duration, error) {
+	self, children, err := cpuSplit(pid, ticks)
+	return self + children, err
+}
+
+// cpuSplit is cpuOf's two parts: the process's own, its children's.
+func cpuSplit(pid int, ticks float64) (self, children time.Duration, err error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, 0, fmt.Errorf("read schedstat of %d: %v", pid, err)
+	}
+	var ns int64
+	for _, t := range tasks {
+		data, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread exited
+		}
+		f := strings.Fields(string(data))
+		if len(f) > 0 {
+			v, _ := strconv.ParseInt(f[0], 10, 64)
+			ns += v
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// Fields after the command's closing parenthesis: cutime and cstime
+	// are the 14th and 15th (fields 16 and 17 of the whole line).
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	cu, _ := strconv.ParseFloat(f[13], 64)
+	cs, _ := strconv.ParseFloat(f[14], 64)
+	return time.Duration(ns), time.Duration((cu + cs) / ticks * float64(time.Second)), nil
+}
+
+// statusKB is one "Vm..." line of /proc/PID/status, in KiB.
+func statusKB(pid int, key string) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, key+":") {
+			f := strings.Fields(l)
+			return strconv.ParseInt(f[1], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", key, pid)
+}
+
+type quietNRI struct{}
+
+func (quietNRI) Debugf(context.Context, string, ...interface{}) {}
+func (quietNRI) Infof(context.Context, string, ...interface{})  {}
+func (quietNRI) Warnf(context.Context, string, ...interface{})  {}
+func (quietNRI) Errorf(context.Context, string, ...interface{}) {}
