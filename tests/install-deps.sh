@@ -37,4 +37,5 @@ if command -v systemctl >/dev/null 2>&1; then systemctl disable --now etcd >/dev
 # kubelet and containerd 2.x (with its runc shim and ctr) for the NRI agent's
 # end-to-end tests, built the same way and cached beside it.
 "$(dirname "$0")/kube/build-kube.sh" kubelet
+"$(dirname "$0")/kube/build-kube.sh" kube-controller-manager
 "$(dirname "$0")/runtime/build-containerd.sh"

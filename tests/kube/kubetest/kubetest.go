@@ -79,14 +79,25 @@ type Cluster struct {
 	apiLog  string
 	etcdLog string
 	stopped bool
+	// netns, when set, is the network namespace (a /run/netns path) etcd
+	// and kube-apiserver run in; the test reaches them through Dial.
+	netns string
 }
 
 // Start runs etcd and kube-apiserver and waits until /readyz answers ok.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
+	return StartIn(t, "")
+}
+
+// StartIn is Start with etcd and kube-apiserver inside the network
+// namespace at netns (empty: the test's own), e.g. for a kubelet that must
+// not touch the host's firewall; 127.0.0.1 is then that namespace's.
+func StartIn(t testing.TB, netns string) *Cluster {
+	t.Helper()
 	Need(t)
 	dir := t.TempDir()
-	c := &Cluster{t: t, Dir: dir, AdminToken: randHex(16)}
+	c := &Cluster{t: t, Dir: dir, AdminToken: randHex(16), netns: netns}
 	t.Cleanup(c.stopAll)
 
 	c.writePKI()
@@ -172,7 +183,17 @@ func (c *Cluster) Config(token string) *rest.Config {
 		Timeout:         30 * time.Second,
 		QPS:             100,
 		Burst:           200,
+		Dial:            c.Dial,
 	}
+}
+
+// Dial connects from the cluster's network namespace (plain DialContext
+// when it runs in the test's own).
+func (c *Cluster) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if c.netns == "" {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	return DialIn(ctx, c.netns, network, addr)
 }
 
 // Client is an admin clientset.
@@ -219,6 +240,11 @@ func (c *Cluster) spawn(bin, logPath string, args ...string) *exec.Cmd {
 		c.t.Fatalf("open log %q: %v", logPath, err)
 	}
 	cmd := exec.Command(bin, args...)
+	if c.netns != "" {
+		// nsenter execs the binary (no fork for --net), so cmd's pid is
+		// the server's own and stop reaches it.
+		cmd = exec.Command("nsenter", append([]string{"--net=" + c.netns, "--", bin}, args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = lf, lf
 	// Own process group, so a ^C on the test does not reach it before the
 	// cleanup stops it in order.
@@ -258,7 +284,7 @@ func stop(cmd *exec.Cmd) {
 
 func (c *Cluster) waitHTTP(url string, pool *x509.CertPool, token string, limit time.Duration, logPath string) {
 	c.t.Helper()
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DialContext: c.Dial}}
 	defer client.CloseIdleConnections()
 	deadline := time.Now().Add(limit)
 	var last string
