@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -285,16 +286,20 @@ func generations(path string) ([]string, error) {
 }
 
 // openAll opens every generation, oldest first, one entry per file. The
-// hook may rotate meanwhile; the names are checked again after the opens
-// and the whole set taken again when one moved, so the order is the order
-// of one moment.
+// hook may rotate meanwhile, and a listing taken in the middle of a
+// rotation lacks a name (PATH.1 between its two renames): a set opened from
+// it skips a whole generation, and the follower, not finding its file,
+// would go on after it and lose the rest of its lines. So the set is taken
+// again until the names, listed again after the opens, each still name
+// the file opened under them: the order is the order of one moment.
 func openAll(path string) ([]*file, error) {
-	for try := 0; ; try++ {
+	for try := 0; try < maxOpenTries; try++ {
 		names, err := generations(path)
 		if err != nil {
 			return nil, err
 		}
 		var files []*file
+		byName := map[string][2]uint64{}
 		seen := map[[2]uint64]bool{}
 		for _, n := range names {
 			x, err := open(n)
@@ -305,29 +310,55 @@ func openAll(path string) ([]*file, error) {
 			if x == nil {
 				continue
 			}
-			if k := [2]uint64{x.dev, x.inode}; seen[k] {
+			k := [2]uint64{x.dev, x.inode}
+			byName[n] = k
+			if seen[k] {
 				x.Close()
 				continue
-			} else {
-				seen[k] = true
 			}
+			seen[k] = true
 			files = append(files, x)
 		}
-		if try >= 3 || unmoved(files) {
+		ok, err := unmoved(path, names, byName)
+		if ok || err != nil {
+			if err != nil {
+				closeAll(files)
+				return nil, err
+			}
 			return files, nil
 		}
 		closeAll(files)
 	}
+	return nil, fmt.Errorf("open findings %q: rotated again at each of %d tries", path, maxOpenTries)
 }
 
-func unmoved(files []*file) bool {
-	for _, x := range files {
+// maxOpenTries bounds openAll under rotations back to back; Run retries
+// after its backoff.
+const maxOpenTries = 50
+
+// unmoved reports whether the generations are still the names listed, each
+// naming the file opened under it (or, as before, nothing).
+func unmoved(path string, names []string, byName map[string][2]uint64) (bool, error) {
+	again, err := generations(path)
+	if err != nil || !slices.Equal(again, names) {
+		return false, err
+	}
+	for _, n := range names {
 		var st syscall.Stat_t
-		if err := syscall.Lstat(x.name, &st); err != nil || uint64(st.Dev) != x.dev || st.Ino != x.inode {
-			return false
+		err := syscall.Lstat(n, &st)
+		k, opened := byName[n]
+		switch {
+		case errors.Is(err, syscall.ENOENT):
+			if opened {
+				return false, nil
+			}
+		case err != nil:
+			return false, nil
+		case !opened || k != [2]uint64{uint64(st.Dev), st.Ino}:
+			return false, nil
 		}
 	}
-	return true
+	return true, nil
 }
 
 func closeAll(files []*file) {

@@ -170,6 +170,33 @@ func (s *seen) add(seq int) {
 	}
 }
 
+// missing lists the seqs below propLines not delivered (at most 20).
+func (s *seen) missing() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var m []int
+	for seq := 0; seq < propLines && len(m) < 20; seq++ {
+		if !s.got[seq] {
+			m = append(m, seq)
+		}
+	}
+	return m
+}
+
+// listDir names each file in dir with its inode, size and first line.
+func listDir(dir string) []string {
+	ents, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range ents {
+		var st syscall.Stat_t
+		_ = syscall.Stat(filepath.Join(dir, e.Name()), &st)
+		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+		first, _, _ := strings.Cut(string(b), "\n")
+		out = append(out, fmt.Sprintf("%s ino %d size %d first %.40q", e.Name(), st.Ino, st.Size, first))
+	}
+	return out
+}
+
 func (s *seen) upTo(seq int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -184,12 +211,17 @@ func TestPropertyGracefulRestarts(t *testing.T) {
 			var s seen
 			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: s.upTo, gens: int(seed%2)*2 + 1, starts: []int{0}}
 			done := make(chan struct{})
+			// quit stops the reader when the writer fails (t.Fatal) or the
+			// reader never delivers everything: the test fails, not hangs.
+			quit := make(chan struct{})
 			var wg sync.WaitGroup
 			wg.Add(1)
+			defer func() { close(quit); wg.Wait() }()
 			restarts := 0
 			go func() {
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(seed, 1))
+				var deadline <-chan time.Time
 				for {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(30))*time.Millisecond)
 					f := New(path, FileStore(cpPath))
@@ -209,9 +241,17 @@ func TestPropertyGracefulRestarts(t *testing.T) {
 					}
 					restarts++
 					select {
+					case <-quit:
+						return
+					case <-deadline:
+						t.Errorf("reader never delivered seqs %v; checkpoint %+v; files %v", s.missing(), f.Checkpoint(), listDir(dir))
+						return
 					case <-done:
 						if s.upTo(propLines) {
 							return
+						}
+						if deadline == nil {
+							deadline = time.After(20 * time.Second)
 						}
 					default:
 					}
