@@ -227,6 +227,9 @@ func (b *agentBench) idleAndEvents(idlePods int, idle time.Duration, events, big
 	}
 	outcomes, _ := r.outcomes()
 	fmt.Printf("  scans after the events: %s\n", outcomes)
+	rss, _ = statusKB(pid, "VmRSS")
+	hwm, _ = statusKB(pid, "VmHWM")
+	fmt.Printf("  agent RSS after the events %d KiB, peak %d KiB (the %d-rule netns scanned)\n", rss, hwm, bigRules)
 	return nil
 }
 
