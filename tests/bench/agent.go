@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -64,7 +65,8 @@ func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events,
 			return err
 		}
 	}
-	fmt.Printf("\nagent: %d pod netns created (%d clean, %d with 10 rules, %d with 1000 rules) in %s\n",
+	fmt.Printf("\nagent: load average %s (on %d CPUs; other processes' load shows in every wall time and in the runtime-side latency)\n", loadavg(), runtime.NumCPU())
+	fmt.Printf("agent: %d pod netns created (%d clean, %d with 10 rules, %d with 1000 rules) in %s\n",
 		pods, count(b.kinds, "clean"), count(b.kinds, "10 rules"), count(b.kinds, "1000 rules"), time.Since(start).Round(time.Millisecond))
 
 	if err := b.sweep(); err != nil {
@@ -214,7 +216,7 @@ func (b *agentBench) idleAndEvents(idlePods int, idle time.Duration, events, big
 	// Let the queued scans finish, so the histogram is the whole run.
 	time.Sleep(time.Second)
 	sort.Slice(rtt, func(i, j int) bool { return rtt[i] < rtt[j] })
-	fmt.Printf("handler latency, %d NRI events (PostStartContainer, StopContainer; every 10th on the %d-rule netns):\n", events, bigRules)
+	fmt.Printf("handler latency, %d NRI events (PostStartContainer, StopContainer; every 10th on the %d-rule netns; load average %s):\n", events, bigRules, loadavg())
 	fmt.Printf("  runtime side (NRI call round trip, exact):  p50 %s  p99 %s  max %s\n",
 		rtt[len(rtt)/2].Round(time.Microsecond), rtt[len(rtt)*99/100].Round(time.Microsecond), rtt[len(rtt)-1].Round(time.Microsecond))
 	h, err := r.handlerHistogram()
@@ -493,6 +495,15 @@ func statusKB(pid int, key string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %s in /proc/%d/status", key, pid)
+}
+
+// loadavg is the machine's 1-minute load average.
+func loadavg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Fields(string(data))[0]
 }
 
 type quietNRI struct{}
