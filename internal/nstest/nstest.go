@@ -56,6 +56,7 @@ type NS struct {
 func New(t testing.TB) *NS {
 	t.Helper()
 	NeedRoot(t)
+	xtShare(t)
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	ns := &NS{Name: "iptalert-" + hex.EncodeToString(b), t: t}

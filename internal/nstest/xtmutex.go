@@ -20,6 +20,11 @@ import (
 // about threads x one copy, uninterruptibly. It returns a stop function.
 func HoldXTMutex(t testing.TB, rules, threads int) (stop func()) {
 	t.Helper()
+	// No other test process's namespace while the mutex is held (see xtLock).
+	var once sync.Once
+	unlock := xtExclusive()
+	release := func() { once.Do(unlock) }
+	t.Cleanup(release)
 	ns := New(t)
 	var b strings.Builder
 	b.WriteString("*filter\n")
@@ -77,6 +82,7 @@ func HoldXTMutex(t testing.TB, rules, threads int) (stop func()) {
 		wg.Wait()
 		unix.Close(fd)
 		runtime.KeepAlive(buf)
+		release()
 	}
 	t.Cleanup(stop)
 	return stop
