@@ -93,6 +93,7 @@ func runc() (string, error) {
 func Start(t testing.TB) *Containerd {
 	t.Helper()
 	Need(t)
+	nstest.KeepXTMutexFree(t) // its pods' legacy looks, as New's namespaces
 	// Unix socket paths are short: not under t.TempDir's long names.
 	dir, err := os.MkdirTemp("", "ipta-ctrd-")
 	if err != nil {
