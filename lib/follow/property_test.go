@@ -373,12 +373,15 @@ func TestPropertyCrashRestarts(t *testing.T) {
 			upTo := func(seq int) bool { mu.Lock(); defer mu.Unlock(); return sr.upTo(seq) }
 			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: upTo, gens: int(seed%2)*2 + 1, starts: []int{0}}
 			done := make(chan struct{})
+			quit := make(chan struct{}) // as in TestPropertyGracefulRestarts
 			var wg sync.WaitGroup
 			wg.Add(1)
+			defer func() { close(quit); wg.Wait() }()
 			kills := 0
 			go func() {
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(seed, 1))
+				var deadline <-chan time.Time
 				for {
 					cmd := exec.Command(os.Args[0], path, cpPath, sinkPath)
 					cmd.Env = append(os.Environ(), childEnvVar+"=1")
@@ -392,9 +395,19 @@ func TestPropertyCrashRestarts(t *testing.T) {
 					_ = cmd.Wait()
 					kills++
 					select {
+					case <-quit:
+						return
+					case <-deadline:
+						mu.Lock()
+						t.Errorf("reader never delivered seqs %v; files %v", sr.s.missing(), listDir(dir))
+						mu.Unlock()
+						return
 					case <-done:
 						if upTo(propLines) {
 							return
+						}
+						if deadline == nil {
+							deadline = time.After(20 * time.Second)
 						}
 					default:
 					}
