@@ -38,4 +38,5 @@ if command -v systemctl >/dev/null 2>&1; then systemctl disable --now etcd >/dev
 # end-to-end tests, built the same way and cached beside it.
 "$(dirname "$0")/kube/build-kube.sh" kubelet
 "$(dirname "$0")/kube/build-kube.sh" kube-controller-manager
+"$(dirname "$0")/kube/build-kube.sh" kube-scheduler
 "$(dirname "$0")/runtime/build-containerd.sh"

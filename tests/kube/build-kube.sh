@@ -1,7 +1,7 @@
 #!/bin/sh
 # Builds a Kubernetes component (kube-apiserver by default, or kubelet) from
 # the Go module proxy into a cache outside the repo (kube-controller-manager
-# runs the DaemonSet controller for tests/cluster).
+# and kube-scheduler run the DaemonSet pods of tests/cluster).
 #
 # k8s.io/kubernetes cannot be required directly: its go.mod replaces every
 # k8s.io/* staging module with ./staging/..., which does not exist in the
@@ -15,7 +15,7 @@ set -eu
 KUBE_VERSION=${KUBE_VERSION:-v1.35.4}
 CACHE=${IPTA_CACHE:-/var/cache/iptables-alerter}/kube
 COMPONENT=${1:-kube-apiserver}
-case $COMPONENT in kube-apiserver|kubelet|kube-controller-manager) ;; *) echo "build-kube: unknown component $COMPONENT" >&2; exit 2;; esac
+case $COMPONENT in kube-apiserver|kubelet|kube-controller-manager|kube-scheduler) ;; *) echo "build-kube: unknown component $COMPONENT" >&2; exit 2;; esac
 BIN=$CACHE/bin/$COMPONENT
 STAMP=$CACHE/bin/$COMPONENT.version
 
@@ -57,6 +57,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	_ "k8s.io/kubernetes/cmd/kubelet/app"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 GO
 
