@@ -201,6 +201,7 @@ func mustRead(t *testing.T, path string) string {
 // Pod whose init container writes rules gets its Event; deleting the
 // DaemonSet takes the hooks.d JSON and the hook binary off the node.
 func TestDaemonSetEndToEnd(t *testing.T) {
+	nstest.NeedRoot(t, "kubectl", "podman", "make", "nsenter")
 	n := startNode(t)
 	n.controlPlane(t)
 	n.importMadeImage(t)
