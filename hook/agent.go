@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -92,7 +93,7 @@ func runAgent(args []string, _ io.Reader, stderr io.Writer) int {
 	if cfg.healthAddr != "" {
 		// Disconnected, the agent retries at least every 30 s; connected, it
 		// is alive as long as the connection is.
-		srv, err := serveHealth(cfg.healthAddr, m.alive, 2*time.Minute, metricsHandler(m.reg))
+		srv, err := serveHealth(cfg.healthAddr, m.alive, 2*time.Minute, m.degradedReason, metricsHandler(m.reg))
 		if err != nil {
 			log.WithError(err).Error("agent not started")
 			return 2
@@ -126,11 +127,26 @@ type agentMetrics struct {
 	errors    *prometheus.CounterVec
 	lastSync  prometheus.Gauge
 	connected prometheus.Gauge
+	degraded  prometheus.Gauge
 	// up is 1 while connected; lastTry the last time the connection was
 	// lost (the loop retries from there), for /healthz.
 	up      atomic.Bool
 	lastTry atomic.Int64
+	// mu guards the sweep's tally and the sandboxes already warned about.
+	mu sync.Mutex
+	// sweepQueued, sweepDone and sweepUnreachable tally the last sweep's
+	// scans; blind is set when every scan of a finished sweep was
+	// unreachable, and cleared by the next scan that reached its netns.
+	sweepQueued, sweepDone, sweepUnreachable int
+	blind                                    bool
+	// warned holds the sandboxes whose unreachable netns was logged at
+	// warn: one line per sandbox, not one per scan.
+	warned map[string]bool
 }
+
+// maxWarned bounds the warned set (sandbox ids come from the runtime, one
+// per pod ever started); past it the set starts over.
+const maxWarned = 4096
 
 func newAgentMetrics(log *logrus.Logger) *agentMetrics {
 	m := &agentMetrics{
@@ -138,7 +154,7 @@ func newAgentMetrics(log *logrus.Logger) *agentMetrics {
 		reg: prometheus.NewRegistry(),
 		scans: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iptables_alerter_agent_scans_total",
-			Help: "Scans by source (sweep, poststart, stop) and outcome (recorded, same, limited, clean, gone, dropped, failed).",
+			Help: "Scans by source (sweep, poststart, stop) and outcome (recorded, same, limited, clean, gone, dropped, failed, unreachable).",
 		}, []string{"source", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "iptables_alerter_agent_scan_duration_seconds",
@@ -152,7 +168,7 @@ func newAgentMetrics(log *logrus.Logger) *agentMetrics {
 		}, []string{"event"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iptables_alerter_agent_errors_total",
-			Help: "Errors by kind: scan (netns not readable, finding not written), incomplete (a finding recorded truncated), allowlist, vendors, connection.",
+			Help: "Errors by kind: scan (netns not readable, finding not written), unreachable (a running pod's netns path not in the agent's view), incomplete (a finding recorded truncated), allowlist, vendors, connection.",
 		}, []string{"kind"}),
 		lastSync: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "iptables_alerter_agent_last_sync_timestamp_seconds",
@@ -162,8 +178,13 @@ func newAgentMetrics(log *logrus.Logger) *agentMetrics {
 			Name: "iptables_alerter_agent_connected",
 			Help: "1 while connected to the runtime's NRI socket.",
 		}),
+		degraded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "iptables_alerter_agent_degraded",
+			Help: "1 when every scan of the last sweep found its pod's netns unreachable (netns directory not mounted into the agent?), until a scan reaches one.",
+		}),
+		warned: map[string]bool{},
 	}
-	m.reg.MustRegister(m.scans, m.duration, m.handler, m.errors, m.lastSync, m.connected)
+	m.reg.MustRegister(m.scans, m.duration, m.handler, m.errors, m.lastSync, m.connected, m.degraded)
 	m.lastTry.Store(time.Now().UnixNano())
 	return m
 }
@@ -179,7 +200,53 @@ func (m *agentMetrics) Handled(event string, d time.Duration) {
 	m.handler.WithLabelValues(event).Observe(d.Seconds())
 }
 
+// degradedReason is why /healthz says degraded, or "".
+func (m *agentMetrics) degradedReason() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.blind {
+		return ""
+	}
+	return fmt.Sprintf("every pod netns of the last sweep (%d) was unreachable: is the host's /run/netns mounted at /var/run/netns?", m.sweepQueued)
+}
+
+// tally counts a scan into the sweep's tally and the degraded state, and
+// tells whether an unreachable one is the first of its sandbox.
+func (m *agentMetrics) tally(s agent.Scan) (firstWarn bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	unreachable := s.Outcome == agent.Unreachable
+	if s.Meta.Source == agent.SourceSweep {
+		m.sweepDone++
+		if unreachable {
+			m.sweepUnreachable++
+		}
+		if m.sweepQueued > 0 && m.sweepDone == m.sweepQueued && m.sweepUnreachable == m.sweepQueued {
+			m.blind = true
+		}
+	}
+	if !unreachable && s.Outcome != agent.Dropped {
+		m.blind = false
+	}
+	if m.blind {
+		m.degraded.Set(1)
+	} else {
+		m.degraded.Set(0)
+	}
+	if !unreachable || m.warned[s.Meta.SandboxID] {
+		return false
+	}
+	if len(m.warned) >= maxWarned {
+		clear(m.warned)
+	}
+	m.warned[s.Meta.SandboxID] = true
+	return true
+}
+
 func (m *agentMetrics) Synced(pods, queued int) {
+	m.mu.Lock()
+	m.sweepQueued, m.sweepDone, m.sweepUnreachable = queued, 0, 0
+	m.mu.Unlock()
 	m.lastSync.SetToCurrentTime()
 	m.log.WithFields(logrus.Fields{"pods": pods, "sweep": queued}).Info("runtime synchronized, sweeping every pod netns")
 }
@@ -198,6 +265,7 @@ func (m *agentMetrics) Connection(up bool, err error) {
 
 func (m *agentMetrics) Scanned(s agent.Scan) {
 	m.scans.WithLabelValues(s.Meta.Source, string(s.Outcome)).Inc()
+	firstWarn := m.tally(s)
 	if s.Duration > 0 {
 		m.duration.WithLabelValues(s.Meta.Source).Observe(s.Duration.Seconds())
 	}
@@ -233,6 +301,13 @@ func (m *agentMetrics) Scanned(s agent.Scan) {
 	case agent.Failed:
 		m.errors.WithLabelValues("scan").Inc()
 		l.WithError(s.Err).Error("scan failed")
+	case agent.Unreachable:
+		m.errors.WithLabelValues("unreachable").Inc()
+		if firstWarn {
+			l.WithError(s.Err).Warn("pod netns unreachable though the runtime says the pod runs: not scanned (is the host's /run/netns mounted at /var/run/netns?); logged once per sandbox")
+		} else {
+			l.WithError(s.Err).Debug("scan: unreachable")
+		}
 	case agent.Dropped:
 		l.Warn("scan dropped: the queue is full (see --queue, --workers)")
 	case agent.Limited:

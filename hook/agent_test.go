@@ -4,8 +4,21 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/sirupsen/logrus"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/agent"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
 // TestAgentFlags: --help names the interface the DaemonSet and the systemd
@@ -24,5 +37,84 @@ func TestAgentFlags(t *testing.T) {
 	stderr.Reset()
 	if code := runAgent([]string{"--plugin-index", "x", "--health-addr", ""}, nil, &stderr); code != 2 {
 		t.Errorf("bad plugin index: exit %d, want 2 (%s)", code, stderr.String())
+	}
+}
+
+// TestAgentUnreachable: an agent that cannot see the pods' netns (the netns
+// directory not mounted into its container: paths under a directory that
+// does not exist) warns once per sandbox, counts each scan as an
+// unreachable error and, every scan of the sweep unreachable, says
+// degraded on /healthz (still 200) and in its gauge, until a scan reaches
+// a netns.
+func TestAgentUnreachable(t *testing.T) {
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	log := logrus.New()
+	log.SetOutput(&logs)
+	m := newAgentMetrics(log)
+	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "no-nri.sock"),
+		Log: findings.Log{Path: filepath.Join(dir, "findings.jsonl")}, Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	srv, err := serveHealth(addr, m.alive, time.Minute, m.degradedReason, metricsHandler(m.reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	pod := func(id, path string) *api.PodSandbox {
+		return &api.PodSandbox{Id: id, Name: id, Namespace: "ns", Linux: &api.LinuxPodSandbox{
+			Namespaces: []*api.LinuxNamespace{{Type: "network", Path: path}}}}
+	}
+	missing := filepath.Join(dir, "not-mounted", "netns", "cni-1")
+	// Two sweeps of the same two pods: one warning per sandbox.
+	for i := 0; i < 2; i++ {
+		if _, err := a.Synchronize(ctx, []*api.PodSandbox{pod("a", missing), pod("b", missing)}, nil); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("iptables_alerter_agent_errors_total{kind=\"unreachable\"} %d\n", 2*(i+1))
+		waitFor(t, want, func() bool { _, body := get("/metrics"); return strings.Contains(body, want) })
+	}
+	waitFor(t, "degraded", func() bool { return m.degradedReason() != "" })
+	if code, body := get("/healthz"); code != 200 || !strings.HasPrefix(body, "degraded: ") {
+		t.Fatalf("/healthz %d %q, want 200 degraded", code, body)
+	}
+	if n := strings.Count(logs.String(), "pod netns unreachable"); n != 2 {
+		t.Fatalf("%d warnings, want one per sandbox (2):\n%s", n, logs.String())
+	}
+	_, metrics := get("/metrics")
+	for _, want := range []string{"iptables_alerter_agent_degraded 1\n", `iptables_alerter_agent_scans_total{outcome="unreachable",source="sweep"} 4` + "\n"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
+		}
+	}
+	// A netns the agent can read (its own) ends the degraded state.
+	if _, err := a.Synchronize(ctx, []*api.PodSandbox{pod("c", "/proc/self/ns/net")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "not degraded", func() bool { return m.degradedReason() == "" })
+	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("/healthz %d %q, want 200 ok", code, body)
 	}
 }

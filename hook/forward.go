@@ -214,7 +214,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		// One finding may hold the loop for a backoff plus a pod GET and
 		// two creates, each up to the request timeout (client-go may also
 		// wait out a Retry-After); beyond that the loop is stuck.
-		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*cfg.maxBackoff+4*cfg.timeout+10*cfg.poll, st.handler())
+		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*cfg.maxBackoff+4*cfg.timeout+10*cfg.poll, nil, st.handler())
 		if err != nil {
 			return err
 		}

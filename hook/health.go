@@ -17,8 +17,13 @@ import (
 // within limit (alive gives when it last did: a follower's Alive, the
 // agent's last connection attempt), 503 after. Each command sets limit
 // from its longest legitimate wait (backoff, API timeouts), so an outage
-// alone is not "stuck". A non-nil metrics handler is served at /metrics.
-func serveHealth(addr string, alive func() time.Time, limit time.Duration, metrics http.Handler) (*http.Server, error) {
+// alone is not "stuck". A non-nil degraded gives why the command works but
+// cannot see what it should (the agent: no pod netns reachable); /healthz
+// then still answers 200, since a restart would not mend a missing mount
+// and the probes would only hide the log saying so, with "degraded: why"
+// as its body (the command's metrics and log say it too). A non-nil
+// metrics handler is served at /metrics.
+func serveHealth(addr string, alive func() time.Time, limit time.Duration, degraded func() string, metrics http.Handler) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on health address %q: %w", addr, err)
@@ -28,6 +33,12 @@ func serveHealth(addr string, alive func() time.Time, limit time.Duration, metri
 		if last := alive(); !last.IsZero() && time.Since(last) > limit {
 			http.Error(w, "main loop stalled since "+last.UTC().Format(time.RFC3339), http.StatusServiceUnavailable)
 			return
+		}
+		if degraded != nil {
+			if why := degraded(); why != "" {
+				_, _ = io.WriteString(w, "degraded: "+why+"\n")
+				return
+			}
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})

@@ -111,7 +111,7 @@ func textfileLoop(ctx context.Context, cfg textfileConfig, log *logrus.Logger) e
 	}
 	if cfg.healthAddr != "" {
 		// A healthy loop waits at most the longest backoff between rounds.
-		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*follow.DefaultMaxBackoff+10*cfg.poll, nil)
+		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*follow.DefaultMaxBackoff+10*cfg.poll, nil, nil)
 		if err != nil {
 			return err
 		}

@@ -83,12 +83,17 @@ const (
 	Same     Outcome = "same"     // the sandbox already has this finding
 	Limited  Outcome = "limited"  // the sandbox wrote its limit this hour
 	Clean    Outcome = "clean"    // complete, nothing left after the allowlist
-	Gone     Outcome = "gone"     // the netns was gone before it could be read
+	Gone     Outcome = "gone"     // at a stop, the netns was gone before it could be read
 	Dropped  Outcome = "dropped"  // the queue was full; not scanned
 	Failed   Outcome = "failed"   // the netns could not be opened or the finding not written
+	// Unreachable: the runtime says the pod runs (sweep, poststart) but its
+	// netns path is not there, or not a netns, in the agent's view: most
+	// likely the netns directory is not mounted into the agent's container.
+	// An error, never "clean" nor "gone".
+	Unreachable Outcome = "unreachable"
 )
 
-// Scan is the report of one scan. Err is set with Failed, and with
+// Scan is the report of one scan. Err is set with Failed and Unreachable, and with
 // Recorded when the memory or rotation needs attention; AllowErr and
 // VendorErr when the admin's allowlist or vendor table could not be loaded
 // (usage is then reported with the built-in ones).

@@ -210,3 +210,41 @@ func TestBadIndex(t *testing.T) {
 		t.Fatal("index x1 accepted")
 	}
 }
+
+// TestUnreachable: a running pod's netns path the agent cannot see (as when
+// the netns directory is not mounted into its container: here a path under
+// a directory that does not exist) is unreachable, with an error, at the
+// sweep and at PostStartContainer, never clean nor gone; the same path at a
+// stop is gone, benign. No finding is written either way.
+func TestUnreachable(t *testing.T) {
+	dir := t.TempDir()
+	rec := newRecorder()
+	a := startAgent(t, dir, rec)
+	missing := filepath.Join(dir, "not-mounted", "var", "run", "netns", "cni-1234")
+
+	if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{pod("a", missing), pod("b", missing)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	release(a, 2)
+	for _, s := range rec.wait(t, 2) {
+		if s.Outcome != Unreachable || s.Err == nil || s.Meta.Source != SourceSweep {
+			t.Fatalf("sweep of an unseen netns: %+v, want unreachable with an error", s)
+		}
+	}
+	ctr := &api.Container{Id: "c1", Name: "app"}
+	if err := a.PostStartContainer(context.Background(), pod("a", missing), ctr); err != nil {
+		t.Fatal(err)
+	}
+	if s := rec.wait(t, 1)[0]; s.Outcome != Unreachable || s.Err == nil || s.Meta.Source != SourcePostStart {
+		t.Fatalf("poststart of an unseen netns: %+v, want unreachable with an error", s)
+	}
+	if _, err := a.StopContainer(context.Background(), pod("a", missing), ctr); err != nil {
+		t.Fatal(err)
+	}
+	if s := rec.wait(t, 1)[0]; s.Outcome != Gone || s.Err != nil {
+		t.Fatalf("stop of a missing netns: %+v, want gone", s)
+	}
+	if recs := readRecords(t, filepath.Join(dir, "findings.jsonl")); len(recs) != 0 {
+		t.Fatalf("findings %+v, want none", recs)
+	}
+}

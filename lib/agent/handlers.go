@@ -65,7 +65,7 @@ func (a *Agent) handled(event string, start time.Time) {
 }
 
 // queueOpen opens the pod's namespace and queues a scan of it. A namespace
-// already gone is reported and not queued.
+// that cannot be opened is reported (see openFailed) and not queued.
 func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage string) {
 	m, ok := a.meta(p, c, source, stage)
 	if !ok {
@@ -77,10 +77,7 @@ func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage str
 	h, err := netns.Open(m.Netns)
 	if err != nil {
 		a.release(job{meta: m})
-		out := Failed
-		if isGone(err) {
-			out, err = Gone, nil
-		}
+		out, err := openFailed(source, err)
 		a.cfg.Observer.Scanned(Scan{Meta: m, Outcome: out, Err: err})
 		return
 	}

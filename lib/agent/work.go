@@ -49,11 +49,7 @@ func (a *Agent) scan(j job) Scan {
 	} else {
 		var err error
 		if h, err = netns.Open(j.meta.Netns); err != nil {
-			if isGone(err) {
-				s.Outcome = Gone
-				return s
-			}
-			s.Outcome, s.Err = Failed, err
+			s.Outcome, s.Err = openFailed(j.meta.Source, err)
 			return s
 		}
 	}
@@ -97,8 +93,19 @@ func (a *Agent) record(rec findings.Record) (Outcome, error) {
 	return Recorded, err
 }
 
-// isGone: the namespace went away before it could be opened (the pod
-// stopped); nothing is left to read.
-func isGone(err error) bool {
-	return errors.Is(err, netns.ErrNotExist) || errors.Is(err, netns.ErrNotNetns)
+// openFailed is the outcome of a netns that could not be opened. Missing
+// (or no longer a netns) at a stop event, the pod is going away and nothing
+// is left to read: gone, benign. Missing while the runtime says the pod runs
+// (sweep, poststart), the agent cannot see it, most likely because the
+// netns directory is not mounted into its container: unreachable, an error,
+// for an agent that sees no netns must not look like a node without usage.
+func openFailed(source string, err error) (Outcome, error) {
+	gone := errors.Is(err, netns.ErrNotExist) || errors.Is(err, netns.ErrNotNetns)
+	switch {
+	case !gone:
+		return Failed, err
+	case source == SourceStop:
+		return Gone, nil
+	}
+	return Unreachable, err
 }
