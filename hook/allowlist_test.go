@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
@@ -44,13 +45,13 @@ func TestDefaultAllowlist(t *testing.T) {
 			ovnkRules(ns, gen)
 			h := hookRun{}
 			runHookProc(t, pod{netns: ns.Path(), sandbox: "sb"}.state(t), &h)
-			if recs := readFindings(t, h.findings); len(recs) != 0 {
+			if recs := findingstest.Read(t, h.findings); len(recs) != 0 {
 				t.Fatalf("platform rules only: want no finding, got %+v", recs)
 			}
 
 			ns.Run("iptables-nft", "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "-j", "REDIRECT", "--to-ports", "15001")
 			runHookProc(t, pod{netns: ns.Path(), sandbox: "sb"}.state(t), &h)
-			recs := readFindings(t, h.findings)
+			recs := findingstest.Read(t, h.findings)
 			if len(recs) != 1 {
 				t.Fatalf("want 1 finding, got %d\n%s", len(recs), h.stderr)
 			}
@@ -103,7 +104,7 @@ func TestAllowlistFlags(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := hookRun{}
 			runHookProc(t, pod{netns: ns.Path(), sandbox: "sb"}.state(t), &h, tc.args...)
-			recs := readFindings(t, h.findings)
+			recs := findingstest.Read(t, h.findings)
 			if tc.rules == 0 {
 				if len(recs) != 0 {
 					t.Fatalf("want no finding, got %+v", recs)

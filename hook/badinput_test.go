@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 )
 
@@ -184,7 +185,7 @@ func TestHookConcurrentAppends(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	recs := readFindings(t, findingsPath)
+	recs := findingstest.Read(t, findingsPath)
 	ids := map[string]bool{}
 	for _, r := range recs {
 		ids[r.ContainerID] = true
@@ -205,7 +206,7 @@ func TestHookOneFindingPerSandbox(t *testing.T) {
 	for _, c := range []string{"init", "app", "sidecar"} {
 		runHookProc(t, pod{netns: ns.Path(), sandbox: "sb-1", container: c}.state(t), &h)
 	}
-	if recs := readFindings(t, h.findings); len(recs) != 1 || recs[0].ContainerID != "init" {
+	if recs := findingstest.Read(t, h.findings); len(recs) != 1 || recs[0].ContainerID != "init" {
 		t.Fatalf("3 containers, same usage: want 1 finding from the first, got %+v", recs)
 	}
 	// Counters change with traffic; the fingerprint must not.
@@ -213,7 +214,7 @@ func TestHookOneFindingPerSandbox(t *testing.T) {
 	runHookProc(t, pod{netns: ns.Path(), sandbox: "sb-1", container: "app"}.state(t), &h)
 	ns.Run("iptables-nft", "-A", "OUTPUT", "-p", "tcp", "-j", "ACCEPT")
 	runHookProc(t, pod{netns: ns.Path(), sandbox: "sb-1", container: "late"}.state(t), &h)
-	recs := readFindings(t, h.findings)
+	recs := findingstest.Read(t, h.findings)
 	if len(recs) != 2 || recs[1].ContainerID != "late" || recs[1].Fingerprint == recs[0].Fingerprint {
 		t.Fatalf("changed usage: want a second finding with a new fingerprint, got %+v", recs)
 	}
@@ -248,7 +249,7 @@ func TestHookDeadlineTruncates(t *testing.T) {
 	ns.Restore(b.String(), "iptables-nft-restore")
 	h := hookRun{}
 	runHookProc(t, pod{netns: ns.Path()}.state(t), &h, "--timeout", "20ms")
-	recs := readFindings(t, h.findings)
+	recs := findingstest.Read(t, h.findings)
 	if len(recs) != 1 || !recs[0].Truncated || !strings.Contains(recs[0].Error, "deadline") {
 		t.Fatalf("want one truncated finding with a deadline error, got %+v\n%s", recs, h.stderr)
 	}
@@ -268,16 +269,16 @@ func TestHookDeadlineBeforeAnything(t *testing.T) {
 	h := hookRun{}
 	p := pod{netns: ns.Path(), sandbox: "sb-slow"}
 	runHookProc(t, p.state(t), &h, "--timeout", "1ns")
-	recs := readFindings(t, h.findings)
+	recs := findingstest.Read(t, h.findings)
 	if len(recs) != 1 || !recs[0].Truncated || !strings.Contains(recs[0].Error, "deadline") {
 		t.Fatalf("deadline before anything was seen: want one truncated finding with the error, got %+v\n%s", recs, h.stderr)
 	}
 	runHookProc(t, p.state(t), &h, "--timeout", "1ns")
-	if recs := readFindings(t, h.findings); len(recs) != 1 {
+	if recs := findingstest.Read(t, h.findings); len(recs) != 1 {
 		t.Fatalf("the same incomplete view twice: want it recorded once, got %d findings", len(recs))
 	}
 	runHookProc(t, p.state(t), &h)
-	recs = readFindings(t, h.findings)
+	recs = findingstest.Read(t, h.findings)
 	if len(recs) != 2 || recs[1].Truncated || recs[1].Nft.Rules != 1 {
 		t.Fatalf("complete scan after an incomplete one: want a second, complete finding, got %+v\n%s", recs, h.stderr)
 	}
@@ -300,7 +301,7 @@ func TestHookBigAnnotation(t *testing.T) {
 	runHookProc(t, pod{netns: ns.Path(), sandbox: "sb-small"}.state(t), &small)
 	h := hookRun{}
 	runHookProc(t, st, &h)
-	recs := readFindings(t, h.findings)
+	recs := findingstest.Read(t, h.findings)
 	if len(recs) != 1 || recs[0].Nft.Rules != 1 || recs[0].Pod.Name != "web-1" || recs[0].SandboxID != "sb-big" {
 		t.Fatalf("state of %d bytes: want the finding with the pod's labels, got %+v\n%s", len(st), recs, h.stderr)
 	}

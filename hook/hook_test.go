@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,8 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
 // bin is the hook binary built once for the tests that run it as a runtime
@@ -117,27 +114,4 @@ func runHookProc(t *testing.T, stdin string, h *hookRun, extra ...string) {
 	if err != nil {
 		t.Fatalf("hook exited with %v (must always exit 0); stderr:\n%s", err, h.stderr)
 	}
-}
-
-func readFindings(t *testing.T, path string) []findings.Record {
-	t.Helper()
-	f, err := os.Open(path)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var recs []findings.Record
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		r, err := findings.Parse(sc.Bytes())
-		if err != nil {
-			t.Fatalf("findings line does not parse: %v: %q", err, sc.Text())
-		}
-		recs = append(recs, r)
-	}
-	return recs
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
@@ -31,7 +32,7 @@ func TestHookXTMutexHeldByNeighbour(t *testing.T) {
 	if took := time.Since(start); took > 1500*time.Millisecond {
 		t.Fatalf("hook took %v with --timeout 1s while a neighbour held the x_tables mutex\n%s", took, h.stderr)
 	}
-	recs := readFindings(t, h.findings)
+	recs := findingstest.Read(t, h.findings)
 	if len(recs) != 1 || !recs[0].Truncated || !strings.Contains(recs[0].Error, "legacy x_tables busy") || recs[0].Nft.Rules != 1 {
 		t.Fatalf("want one truncated finding with the nft rule and \"legacy x_tables busy\", got %+v\n%s", recs, h.stderr)
 	}
@@ -57,7 +58,7 @@ func TestHookTooManyChains(t *testing.T) {
 	ns.Run("iptables-nft", "-A", "MINE", "-j", "RETURN")
 	h := hookRun{}
 	runHookProc(t, pod{netns: ns.Path()}.state(t), &h, "--timeout", "1s")
-	recs := readFindings(t, h.findings)
+	recs := findingstest.Read(t, h.findings)
 	if len(recs) != 1 || !recs[0].Truncated || recs[0].Error == "" || recs[0].Nft.Rules != 1 {
 		t.Fatalf("want one truncated finding with the user chain's rule and the reason, got %+v\n%s", recs, h.stderr)
 	}
@@ -79,7 +80,7 @@ func TestHookUndumpableRule(t *testing.T) {
 	ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
 	h := hookRun{}
 	runHookProc(t, pod{netns: ns.Path()}.state(t), &h)
-	recs := readFindings(t, h.findings)
+	recs := findingstest.Read(t, h.findings)
 	if len(recs) != 1 || !recs[0].Truncated || !strings.Contains(recs[0].Error, "incomplete") {
 		t.Fatalf("want one truncated finding saying the dump was incomplete, got %+v\n%s", recs, h.stderr)
 	}
@@ -103,7 +104,7 @@ func TestHookTrafficKeepsFingerprint(t *testing.T) {
 		t.Fatalf("the traffic did not pass the rule:\n%s", out)
 	}
 	runHookProc(t, p.state(t), &h)
-	if recs := readFindings(t, h.findings); len(recs) != 1 {
+	if recs := findingstest.Read(t, h.findings); len(recs) != 1 {
 		t.Fatalf("traffic made %d findings for one pod, want 1 (fingerprints %v)", len(recs), fingerprints(recs))
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
@@ -116,7 +117,7 @@ func TestHookScenarios(t *testing.T) {
 			if after := ns.Ruleset(); after != before {
 				t.Fatalf("the hook changed the netns:\nbefore:\n%s\nafter:\n%s", before, after)
 			}
-			recs := readFindings(t, h.findings)
+			recs := findingstest.Read(t, h.findings)
 			if !tc.want {
 				if len(recs) != 0 {
 					t.Fatalf("want no finding, got %+v", recs)

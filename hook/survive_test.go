@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 )
 
@@ -65,7 +66,7 @@ func TestHookStderrClosed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("hook with a closed stderr: %v (%v), want exit 0", err, cmd.ProcessState)
 	}
-	if recs := readFindings(t, h.findings); len(recs) != 1 {
+	if recs := findingstest.Read(t, h.findings); len(recs) != 1 {
 		t.Fatalf("hook with a closed stderr: %d findings, want 1", len(recs))
 	}
 }
@@ -105,7 +106,7 @@ func TestHookLogFileFIFO(t *testing.T) {
 			if !strings.Contains(stderr.String(), "cannot open log file") {
 				t.Errorf("stderr does not say the log file was refused:\n%s", stderr.String())
 			}
-			if recs := readFindings(t, h.findings); len(recs) != 1 {
+			if recs := findingstest.Read(t, h.findings); len(recs) != 1 {
 				t.Fatalf("%d findings, want 1\n%s", len(recs), stderr.String())
 			}
 		})

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 )
 
@@ -40,7 +41,7 @@ func TestHookVendors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var h hookRun
 			runHookProc(t, pod{netns: ns.Path(), sandbox: "sb-" + tc.name}.state(t), &h, "--vendors", tc.file)
-			recs := readFindings(t, h.findings)
+			recs := findingstest.Read(t, h.findings)
 			if len(recs) != 1 {
 				t.Fatalf("want 1 finding, got %d; stderr:\n%s", len(recs), h.stderr)
 			}

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/child"
+	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
@@ -100,29 +100,6 @@ func startAgent(t *testing.T, dir string, rec *recorder) *Agent {
 	return a
 }
 
-func readRecords(t *testing.T, path string) []findings.Record {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []findings.Record
-	for _, line := range bytes.Split(data, []byte("\n")) {
-		if len(line) == 0 {
-			continue
-		}
-		rec, err := findings.Parse(line)
-		if err != nil {
-			t.Fatalf("bad line %q: %v", line, err)
-		}
-		out = append(out, rec)
-	}
-	return out
-}
-
 // TestHandlers: each NRI moment, on real network namespaces. The sweep
 // finds the pod with rules and neither the clean nor the host-network one;
 // PostStartContainer and StopContainer give one finding per distinct
@@ -185,7 +162,7 @@ func TestHandlers(t *testing.T) {
 		t.Fatalf("stop of a gone netns: %+v, want gone", s)
 	}
 
-	recs := readRecords(t, filepath.Join(dir, "findings.jsonl"))
+	recs := findingstest.Read(t, filepath.Join(dir, "findings.jsonl"))
 	if len(recs) != 2 || recs[0].Source != SourceSweep || recs[1].Source != SourceStop || recs[0].SandboxID != "a" || recs[1].Pod.Name != "pod-a" {
 		t.Fatalf("findings file: %+v, want the sweep's and the stop's for pod a", recs)
 	}

@@ -11,6 +11,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 )
 
@@ -51,7 +52,7 @@ func TestPodmanBrokenInstall(t *testing.T) {
 				if took > 5*time.Second {
 					t.Errorf("container start took %v with the hook binary missing", took)
 				}
-				if recs := readFindings(t, files.findings); len(recs) != 0 {
+				if recs := findingstest.Read(t, files.findings); len(recs) != 0 {
 					t.Errorf("%d findings without a binary", len(recs))
 				}
 			})
@@ -91,7 +92,7 @@ func TestPodmanBrokenInstall(t *testing.T) {
 						t.Errorf("no hook log line for container %s: the hook did not run\n%s", id, log)
 					}
 				}
-				if recs := readFindings(t, files.findings); len(recs) == 0 {
+				if recs := findingstest.Read(t, files.findings); len(recs) == 0 {
 					t.Errorf("no finding for a pod with a rule\n%s", log)
 				}
 			})

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
-	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	buildfs "github.com/iptables-alerter/iptables-alerter/tests/runtime/rootfs"
 )
 
@@ -73,33 +70,6 @@ func needRootfs(t *testing.T) {
 		msg += ": " + rootfsErr.Error()
 	}
 	nstest.Need(t, rootfsErr == nil, msg)
-}
-
-// readFindings parses every line of the findings file; a missing file is no
-// findings. Every line must parse: a partial line is a bug.
-func readFindings(t *testing.T, path string) []findings.Record {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatalf("read findings: %v", err)
-	}
-	var recs []findings.Record
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		rec, err := findings.Parse(sc.Bytes())
-		if err != nil {
-			t.Fatalf("findings line %q does not parse: %v", sc.Text(), err)
-		}
-		recs = append(recs, rec)
-	}
-	if len(data) > 0 && data[len(data)-1] != '\n' {
-		t.Fatalf("findings file ends with a partial line: %q", data)
-	}
-	return recs
 }
 
 // readLog returns the hook's log file, empty when the hook never wrote one.

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
@@ -209,7 +210,7 @@ func TestPodmanTwoContainers(t *testing.T) {
 			if !strings.Contains(log, appID) {
 				t.Errorf("hook log never mentions the app container %s: not injected at its poststart?\n%s", appID, log)
 			}
-			recs := readFindings(t, files.findings)
+			recs := findingstest.Read(t, files.findings)
 			if len(recs) != 1 {
 				t.Fatalf("got %d findings, want exactly 1: %+v\nhook log:\n%s", len(recs), recs, log)
 			}
@@ -243,14 +244,14 @@ func TestPodmanTwoContainers(t *testing.T) {
 					t.Errorf("hook log never mentions restarted container %s", id)
 				}
 			}
-			if recs := readFindings(t, files.findings); len(recs) != 1 {
+			if recs := findingstest.Read(t, files.findings); len(recs) != 1 {
 				t.Errorf("after restarts got %d findings, want still 1: %+v", len(recs), recs)
 			}
 
 			// New usage in the same sandbox is a new finding.
 			ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "DROP")
 			pm.run(ns.Path(), app.annotations(), nil, "true")
-			recs = readFindings(t, files.findings)
+			recs = findingstest.Read(t, files.findings)
 			if len(recs) != 2 {
 				t.Fatalf("after a new rule got %d findings, want 2: %+v", len(recs), recs)
 			}
@@ -356,7 +357,7 @@ func TestPodmanHookNeverBreaksContainer(t *testing.T) {
 					if !strings.Contains(out, "alive") {
 						t.Errorf("container printed %q, want alive", out)
 					}
-					tc.check(t, files, readFindings(t, files.findings), readLog(t, files.log))
+					tc.check(t, files, findingstest.Read(t, files.findings), readLog(t, files.log))
 				})
 			}
 		})

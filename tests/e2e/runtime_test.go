@@ -18,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	buildfs "github.com/iptables-alerter/iptables-alerter/tests/runtime/rootfs"
@@ -175,7 +176,7 @@ func TestOCIRuntime(t *testing.T) {
 							t.Errorf("hook log lacks %q; log:\n%s", want, log)
 						}
 					}
-					recs := readFindings(t, files.findings)
+					recs := findingstest.Read(t, files.findings)
 					if tc.wantNft == nil {
 						if len(recs) != 0 {
 							t.Fatalf("got %d findings, want none: %+v", len(recs), recs)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 )
 
@@ -39,7 +40,7 @@ func TestOCIRuntimeXTMutexHeld(t *testing.T) {
 			if !strings.Contains(out, "alive") {
 				t.Errorf("container printed %q, want it to have run", out)
 			}
-			recs := readFindings(t, files.findings)
+			recs := findingstest.Read(t, files.findings)
 			if len(recs) != 1 || !recs[0].Truncated || !strings.Contains(recs[0].Error, "legacy x_tables busy") || recs[0].Nft.Rules != 1 {
 				t.Fatalf("want one truncated finding with the nft rule and \"legacy x_tables busy\", got %+v\nhook log:\n%s", recs, readLog(t, files.log))
 			}

@@ -13,6 +13,7 @@ import (
 
 	rt "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/tests/runtime/critest"
 )
 
@@ -60,7 +61,7 @@ func TestBigNetnsDoesNotDelayRuntime(t *testing.T) {
 	if with > 2*without+time.Second {
 		t.Errorf("CRI calls took %v with the agent, %v without", with, without)
 	}
-	recs := forPod(records(t, f.findings), "big")
+	recs := forPod(findingstest.Read(t, f.findings), "big")
 	if len(recs) == 0 || recs[0].Nft.Rules == 0 {
 		t.Errorf("no finding for the 200k-rule pod: %+v", recs)
 	}
@@ -110,7 +111,7 @@ func TestHookAndAgentOneFinding(t *testing.T) {
 	id := c.Run(first, "app", "iptables-nft -A INPUT -p tcp --dport 7000 -j DROP && "+forever)
 	waitRule(t, c, first, "--dport 7000")
 	runHook(t, c, id, f)
-	if got := forPod(records(t, f.findings), "hook-first"); len(got) != 1 || got[0].Source != "hook" || got[0].SandboxID != first.ID {
+	if got := forPod(findingstest.Read(t, f.findings), "hook-first"); len(got) != 1 || got[0].Source != "hook" || got[0].SandboxID != first.ID {
 		t.Fatalf("hook finding: %+v", got)
 	}
 	a := startAgent(t, c.NRISocket, f)
@@ -125,7 +126,7 @@ func TestHookAndAgentOneFinding(t *testing.T) {
 	waitFindings(t, a, "agent-first", 1)
 	runHook(t, c, app, f)
 	for _, pod := range []string{"hook-first", "agent-first"} {
-		if got := forPod(records(t, f.findings), pod); len(got) != 1 {
+		if got := forPod(findingstest.Read(t, f.findings), pod); len(got) != 1 {
 			t.Errorf("pod %s: %d findings, want 1: %+v", pod, len(got), got)
 		}
 	}

@@ -181,30 +181,6 @@ func (a *agentProc) waitMetric(t *testing.T, want float64, name string, labels .
 	}
 }
 
-// records parses the findings file; every line must parse.
-func records(t *testing.T, path string) []findings.Record {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []findings.Record
-	for _, line := range bytes.Split(data, []byte("\n")) {
-		if len(line) == 0 {
-			continue
-		}
-		r, err := findings.Parse(line)
-		if err != nil {
-			t.Fatalf("findings line %q: %v", line, err)
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
 // forPod keeps the records of one pod.
 func forPod(recs []findings.Record, name string) []findings.Record {
 	var out []findings.Record

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/tests/runtime/critest"
 )
@@ -37,7 +38,7 @@ func TestContainerdMoments(t *testing.T) {
 
 	a := startAgent(t, c.NRISocket, f)
 	a.waitMetric(t, 1, "iptables_alerter_agent_scans_total", `source="sweep"`, `outcome="recorded"`)
-	if got := forPod(records(t, f.findings), "early"); len(got) != 1 || got[0].Source != "sweep" || got[0].Nft.Rules != 1 || got[0].SandboxID != early.ID {
+	if got := forPod(findingstest.Read(t, f.findings), "early"); len(got) != 1 || got[0].Source != "sweep" || got[0].Nft.Rules != 1 || got[0].SandboxID != early.ID {
 		t.Fatalf("sweep findings for the early pod: %+v", got)
 	}
 
@@ -68,34 +69,34 @@ func TestContainerdMoments(t *testing.T) {
 	host := c.RunPod("host", true)
 	c.Run(host, "app", forever)
 	a.waitMetric(t, 4, "iptables_alerter_agent_scans_total", `source="poststart"`)
-	if got := forPod(records(t, f.findings), "late"); len(got) != 0 {
+	if got := forPod(findingstest.Read(t, f.findings), "late"); len(got) != 0 {
 		t.Fatalf("the late pod has findings before its rules exist: %+v", got)
 	}
 	waitRule(t, c, late, "--dport 53")
 	c.StopContainer(lateID)
 	a.waitMetric(t, 1, "iptables_alerter_agent_scans_total", `source="stop"`, `outcome="recorded"`)
-	if got := forPod(records(t, f.findings), "late"); len(got) != 1 || got[0].Source != "stop" || got[0].Stage != "StopContainer" {
+	if got := forPod(findingstest.Read(t, f.findings), "late"); len(got) != 1 || got[0].Source != "stop" || got[0].Stage != "StopContainer" {
 		t.Fatalf("stop findings for the late pod: %+v", got)
 	}
 	for _, name := range []string{"clean", "host"} {
-		if got := forPod(records(t, f.findings), name); len(got) != 0 {
+		if got := forPod(findingstest.Read(t, f.findings), name); len(got) != 0 {
 			t.Errorf("%s pod has findings: %+v", name, got)
 		}
 	}
-	before := len(records(t, f.findings))
+	before := len(findingstest.Read(t, f.findings))
 
 	// The agent killed and restarted: its sweep finds the same usage.
 	a.stop(t, syscall.SIGKILL)
 	a = startAgent(t, c.NRISocket, f)
 	a.waitMetric(t, 4, "iptables_alerter_agent_scans_total", `source="sweep"`)
-	if n := len(records(t, f.findings)); n != before {
+	if n := len(findingstest.Read(t, f.findings)); n != before {
 		t.Fatalf("agent restart: %d findings, want %d (no duplicate); agent log:\n%s", n, before, a.log)
 	}
 
 	// containerd restarted: the agent reconnects, re-syncs, no duplicate.
 	c.Restart()
 	a.waitMetric(t, 8, "iptables_alerter_agent_scans_total", `source="sweep"`)
-	if n := len(records(t, f.findings)); n != before {
+	if n := len(findingstest.Read(t, f.findings)); n != before {
 		t.Fatalf("containerd restart: %d findings, want %d; agent log:\n%s", n, before, a.log)
 	}
 	if v, _ := a.metric(t, "iptables_alerter_agent_connected"); v != 1 {
@@ -111,14 +112,14 @@ func TestContainerdMoments(t *testing.T) {
 func waitFindings(t *testing.T, a *agentProc, pod string, n int) []findings.Record {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for len(forPod(records(t, a.files.findings), pod)) < n {
+	for len(forPod(findingstest.Read(t, a.files.findings), pod)) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("pod %s: findings %+v, want %d; agent log:\n%s", pod, forPod(records(t, a.files.findings), pod), n, a.log)
+			t.Fatalf("pod %s: findings %+v, want %d; agent log:\n%s", pod, forPod(findingstest.Read(t, a.files.findings), pod), n, a.log)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(500 * time.Millisecond)
-	got := forPod(records(t, a.files.findings), pod)
+	got := forPod(findingstest.Read(t, a.files.findings), pod)
 	if len(got) != n {
 		t.Fatalf("pod %s: %d findings, want %d: %+v", pod, len(got), n, got)
 	}
@@ -157,7 +158,7 @@ func TestCRIFallback(t *testing.T) {
 	a := startAgentArgs(t, f, "--cri-endpoint", c.Socket, "--interval", "500ms")
 	// Three sweeps of two pod netns each.
 	a.waitMetric(t, 6, "iptables_alerter_agent_scans_total", `source="sweep"`)
-	recs := records(t, f.findings)
+	recs := findingstest.Read(t, f.findings)
 	if len(recs) != 1 || recs[0].Pod.Name != "used" || recs[0].Stage != "CRI" || recs[0].Source != "sweep" || recs[0].SandboxID != used.ID {
 		t.Fatalf("findings %+v, want one sweep finding for the used pod", recs)
 	}

@@ -1,0 +1,44 @@
+// Package findingstest reads a findings file in tests, strictly: every line
+// must parse and the file must not end inside a line, because a torn or
+// unparsable line is exactly what the writers promise never to leave.
+package findingstest
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// Read returns the records of the findings file at path, none when it does
+// not exist.
+func Read(t testing.TB, path string) []findings.Record {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("read findings: %v", err)
+	}
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		t.Fatalf("findings file %s ends with a partial line: %q", path, data[bytes.LastIndexByte(data, '\n')+1:])
+	}
+	var recs []findings.Record
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	// Far above the record bound, so an oversized line fails in Parse, not here.
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		rec, err := findings.Parse(sc.Bytes())
+		if err != nil {
+			t.Fatalf("findings line %q does not parse: %v", sc.Text(), err)
+		}
+		recs = append(recs, rec)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("read findings %s: %v", path, err)
+	}
+	return recs
+}
