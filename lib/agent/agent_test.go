@@ -221,7 +221,7 @@ func TestUnreachable(t *testing.T) {
 	if s := rec.wait(t, 1)[0]; s.Outcome != Gone || s.Err != nil {
 		t.Fatalf("stop of a missing netns: %+v, want gone", s)
 	}
-	if recs := readRecords(t, filepath.Join(dir, "findings.jsonl")); len(recs) != 0 {
+	if recs := findingstest.Read(t, filepath.Join(dir, "findings.jsonl")); len(recs) != 0 {
 		t.Fatalf("findings %+v, want none", recs)
 	}
 }
