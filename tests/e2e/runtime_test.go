@@ -235,7 +235,13 @@ func writeBundleHook(t *testing.T, netns string, annotations map[string]string, 
 		Version: "1.0.2",
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
-			Args: []string{"sh", "-c", "echo alive"},
+			// The container outlives a quick poststart hook, as real ones
+			// do: crun 1.8 waits for the hook with SIGCHLD blocked and
+			// takes the first pending SIGCHLD's pid, so a container exiting
+			// at the hook's moment (both pending under load) hides the
+			// hook's exit and fails the run on the hook timeout ("timeout
+			// expired for `/bin/sh`", TestRuntimeBrokenInstall once).
+			Args: []string{"sh", "-c", "echo alive; sleep 0.5"},
 			Env:  []string{hookPATH},
 			Cwd:  "/",
 			Capabilities: &specs.LinuxCapabilities{
