@@ -41,10 +41,14 @@ var knownStages = map[string]bool{"prestart": true, "createRuntime": true, "crea
 // background job then never returns (dash, busybox), while its wait for a
 // foreground command does; timeout(1) unblocks SIGCHLD itself. Without
 // timeout(1) on the node, the hook is exec'd directly. Arguments added
-// after $0 reach the hook as "$@".
+// after $0 reach the hook as "$@". After a kill the shell waits a second
+// before its own exit: the killed processes, orphaned to crun (a
+// subreaper), die at that moment, and crun 1.8, which takes one pending
+// SIGCHLD's pid, would miss the shell's exit and fail the container on the
+// hook timeout.
 const guardCommand = `b=/usr/local/bin/iptables-alerter-hook; [ -x "$b" ] || exit 0; ` +
 	`command -v timeout >/dev/null || exec "$b" hook --stage poststart "$@"; ` +
-	`timeout -s KILL 5 "$b" hook --stage poststart "$@" >/dev/null 2>&1; exit 0`
+	`timeout -s KILL 5 "$b" hook --stage poststart "$@" >/dev/null 2>&1; [ $? -lt 128 ] || sleep 1; exit 0`
 
 func loadShipped(t *testing.T) hooksFile {
 	t.Helper()

@@ -104,7 +104,8 @@ func TestPodmanBrokenInstall(t *testing.T) {
 				// stdin nor exits.
 				replaceFile(t, filepath.Join(bindir, "iptables-alerter-hook"), "#!/bin/sh\nexec sleep 3600\n", 0o755)
 				took := start(t, pm, ns)
-				// The command gives up on the hook after 5 s; the runtime's own
+				// The command gives up on the hook after 5 s (and exits a second
+				// later, see guardCommand); the runtime's own
 				// timeout (10 s) would fail the container under runc.
 				t.Logf("container start with a hanging hook binary: %v", took)
 				if took > 9*time.Second {
