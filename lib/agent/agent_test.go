@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,13 +77,17 @@ func pod(id, path string) *api.PodSandbox {
 // startAgent runs an agent with its workers against a socket nobody
 // listens on: the connection loop retries in the background while the
 // test calls the handlers as the runtime would.
-func startAgent(t *testing.T, dir string, rec *recorder) *Agent {
+func startAgent(t *testing.T, dir string, rec *recorder, scanTimeout ...time.Duration) *Agent {
 	t.Helper()
-	a, err := New(Config{
+	cfg := Config{
 		Socket: filepath.Join(dir, "no-nri.sock"), Node: "node-1",
 		Log:  findings.Log{Path: filepath.Join(dir, "findings.jsonl")},
 		Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: rec,
-	})
+	}
+	if len(scanTimeout) > 0 {
+		cfg.ScanTimeout = scanTimeout[0]
+	}
+	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,5 +228,80 @@ func TestUnreachable(t *testing.T) {
 	}
 	if recs := findingstest.Read(t, filepath.Join(dir, "findings.jsonl")); len(recs) != 0 {
 		t.Fatalf("findings %+v, want none", recs)
+	}
+}
+
+// TestLegacyBusy: the agent reads legacy x_tables in-process. While a
+// neighbour holds the host-wide x_tables mutex, a scan is abandoned at its
+// deadline and, its thread stuck in the kernel, later scans skip the legacy
+// read at once: every finding is truncated with "legacy x_tables busy",
+// never clean, and the handlers stay fast. Once the mutex is free, scans
+// are complete again.
+func TestLegacyBusy(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
+	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	dir := t.TempDir()
+	rec := newRecorder()
+	const timeout = 500 * time.Millisecond
+	a := startAgent(t, dir, rec, timeout)
+	victim := nstest.New(t)
+	victim.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+
+	stop := nstest.HoldXTMutex(t, 300000, 64)
+	pods := []*api.PodSandbox{pod("a", victim.Path()), pod("b", victim.Path()), pod("c", victim.Path()), pod("d", victim.Path())}
+	if _, err := a.Synchronize(context.Background(), pods, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctr := &api.Container{Id: "c1", Name: "app"}
+	release(a, len(pods))
+	fast := 0
+	for _, s := range rec.wait(t, len(pods)) {
+		if s.Outcome != Recorded || !s.Record.Truncated || !strings.Contains(s.Record.Error, "legacy x_tables busy") || s.Record.Nft.Rules != 1 {
+			t.Fatalf("scan under the x_tables mutex: %+v (record %+v), want recorded, truncated, legacy x_tables busy, the nft rule", s, s.Record)
+		}
+		if s.Duration > timeout+time.Second {
+			t.Errorf("scan took %v with a %v deadline", s.Duration, timeout)
+		}
+		if s.Duration < timeout/2 {
+			fast++
+		}
+	}
+	// The first scan waits its deadline; with its thread stuck, later
+	// ones do not wait at all.
+	if fast == 0 {
+		t.Errorf("every scan waited for the stuck legacy read")
+	}
+	if err := a.PostStartContainer(context.Background(), pod("a", victim.Path()), ctr); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	for e, ds := range rec.handled {
+		for _, d := range ds {
+			if d > 10*time.Millisecond {
+				t.Errorf("%s took %v under the x_tables mutex, want well under 10 ms", e, d)
+			}
+		}
+	}
+	rec.mu.Unlock()
+	release(a, 1)
+	if s := rec.wait(t, 1)[0]; s.Record == nil || !s.Record.Truncated {
+		t.Fatalf("poststart scan under the x_tables mutex: %+v, want a truncated finding", s)
+	}
+
+	// The mutex free, the stuck read returns and a scan is complete.
+	stop()
+	for end := time.Now().Add(30 * time.Second); ; {
+		if err := a.PostStartContainer(context.Background(), pod("a", victim.Path()), ctr); err != nil {
+			t.Fatal(err)
+		}
+		release(a, 1)
+		s := rec.wait(t, 1)[0]
+		if s.Outcome == Recorded && !s.Record.Truncated && s.Record.Error == "" {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("still no complete scan 30 s after the mutex was freed: %+v (record %+v)", s, s.Record)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -55,7 +55,10 @@ func (a *Agent) scan(j job) Scan {
 	}
 	defer h.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ScanTimeout)
-	res := scan.RunFrom(ctx, h, j.meta.Pod.Namespace, a.cfg.Load)
+	// The agent is a daemon off the start path: its legacy look runs on a
+	// thread of its own, abandoned if a neighbour holds the x_tables mutex,
+	// instead of re-executing the full build for every scan.
+	res := scan.RunFrom(ctx, h, j.meta.Pod.Namespace, a.cfg.Load, true)
 	cancel()
 	s.AllowErr, s.VendorErr = res.AllowErr, res.VendorErr
 	d := scan.Decide(j.meta, res)

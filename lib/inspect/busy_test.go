@@ -62,3 +62,50 @@ func TestInspectLegacyBusyKeepsDeadline(t *testing.T) {
 		t.Fatalf("the nftables part was lost: OUTPUT = %+v", out)
 	}
 }
+
+// With LegacyInProcess, the legacy read blocked by a neighbour holding the
+// x_tables mutex is abandoned at the deadline on its thread; the next
+// inspection does not start another (which would block a second thread)
+// and says busy at once; once the mutex is free, inspections are complete.
+func TestInspectLegacyInProcessBusy(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
+	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	victim := nstest.New(t)
+	h, err := netns.Open(victim.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	inspectIn := func(budget time.Duration) (inspect.Snapshot, error, time.Duration) {
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		defer cancel()
+		start := time.Now()
+		s, err := inspect.Inspect(ctx, h, inspect.Options{LegacyInProcess: true})
+		return s, err, time.Since(start)
+	}
+	if s, err, _ := inspectIn(5 * time.Second); err != nil || s.Truncated {
+		t.Fatalf("without a neighbour: truncated=%v err=%v", s.Truncated, err)
+	}
+
+	stop := nstest.HoldXTMutex(t, 300000, 64)
+	const budget = 300 * time.Millisecond
+	s, err, took := inspectIn(budget)
+	if took > budget+200*time.Millisecond || !s.Truncated || !errors.Is(err, inspect.ErrLegacyBusy) {
+		t.Fatalf("took %v (deadline %v), truncated=%v err=%v, want truncated and %v by the deadline", took, budget, s.Truncated, err, inspect.ErrLegacyBusy)
+	}
+	s, err, took = inspectIn(budget)
+	if took > budget/2 || !s.Truncated || !errors.Is(err, inspect.ErrLegacyBusy) {
+		t.Fatalf("second look took %v, truncated=%v err=%v, want busy at once", took, s.Truncated, err)
+	}
+	stop()
+	for end := time.Now().Add(30 * time.Second); ; {
+		s, err, _ := inspectIn(5 * time.Second)
+		if err == nil && !s.Truncated {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("30 s after the mutex was freed: truncated=%v err=%v", s.Truncated, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -35,6 +35,18 @@ type Options struct {
 	// MaxChains bounds the chains tracked; beyond it the snapshot is
 	// truncated.
 	MaxChains int
+	// LegacyInProcess reads legacy x_tables on a locked thread of this
+	// process instead of in a probe process (internal/child), abandoning
+	// the read at the deadline when another process holds the host-wide
+	// x_tables mutex. The thread then stays blocked in the kernel, unkillable,
+	// until the mutex is free, and a process cannot exit before it: only for
+	// long-running daemons (the agent), never for the hook. At most one such
+	// read runs at a time in the process, and while an abandoned one has not
+	// returned, inspections skip the legacy read and are truncated with
+	// ErrLegacyBusy, so stuck threads never pile up. It saves the probe
+	// process's start (the full build's package initialisation), most of a
+	// scan's CPU.
+	LegacyInProcess bool
 }
 
 const (
@@ -72,7 +84,7 @@ func Inspect(ctx context.Context, h *netns.Handle, opt Options) (Snapshot, error
 	var errs []error
 	// The legacy probe runs while nftables is read: its process start
 	// costs wall time only where it is not hidden behind the dumps.
-	legacy := startLegacy(h, deadline)
+	legacy := startLegacy(h, deadline, opt.LegacyInProcess)
 	if err := readNft(ctx, h, deadline, opt, &s); err != nil {
 		errs = append(errs, err)
 	}

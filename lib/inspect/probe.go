@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/child"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
@@ -57,16 +60,19 @@ func runProbe(nsf *os.File, fams []string) int {
 // legacyProbe is a legacy look under way.
 type legacyProbe struct {
 	proc *child.Proc
-	path string
+	// thread is an in-process look under way (Options.LegacyInProcess).
+	thread *threadLook
+	path   string
 	// tables and err hold the answer of an in-process look.
 	tables []LegacyTable
 	err    error
 }
 
 // startLegacy starts the legacy look: nothing when no x_tables module is
-// loaded (no table can exist and no lock is taken), a probe process when
-// the binary is wired for it, else the look in-process, now.
-func startLegacy(h *netns.Handle, deadline time.Time) *legacyProbe {
+// loaded (no table can exist and no lock is taken); with inProcess a look
+// on a thread of this process abandoned at the deadline; a probe process
+// when the binary is wired for it; else the look in-process, now.
+func startLegacy(h *netns.Handle, deadline time.Time, inProcess bool) *legacyProbe {
 	var fams []legacyFamily
 	var names []string
 	for _, lf := range legacyFamilies {
@@ -79,6 +85,10 @@ func startLegacy(h *netns.Handle, deadline time.Time) *legacyProbe {
 		return nil
 	}
 	p := &legacyProbe{path: h.Path}
+	if inProcess {
+		p.thread, p.err = startThreadLook(h, fams, deadline)
+		return p
+	}
 	if !child.Wired() {
 		p.err = readLegacy(h, fams, func(t LegacyTable) { p.tables = append(p.tables, t) })
 		return p
@@ -95,6 +105,9 @@ func startLegacy(h *netns.Handle, deadline time.Time) *legacyProbe {
 // was given, never past it: a probe still blocked then is abandoned (killed
 // when the kernel lets it go) and s says it is truncated.
 func (p *legacyProbe) wait(s *Snapshot) error {
+	if p.thread != nil {
+		return p.thread.wait(s, p.path)
+	}
 	if p.proc == nil {
 		s.Legacy = append(s.Legacy, p.tables...)
 		return p.err
@@ -130,4 +143,101 @@ func (p *legacyProbe) wait(s *Snapshot) error {
 		err = errors.New("probe ended without an answer")
 	}
 	return fmt.Errorf("read legacy tables in netns %q: %w", p.path, err)
+}
+
+// The in-process looks of this process (Options.LegacyInProcess). The
+// x_tables mutex is host-wide, so one look at a time is all that can make
+// progress anyway; xtStuck is set while an abandoned look has not returned.
+var (
+	xtSem   = make(chan struct{}, 1)
+	xtMu    sync.Mutex
+	xtStuck bool
+)
+
+// threadLook is one in-process look: its goroutine sets tables and err,
+// then closes done. running and finished are guarded by xtMu.
+type threadLook struct {
+	deadline          time.Time
+	done              chan struct{}
+	tables            []LegacyTable
+	err               error
+	running, finished bool
+	abandoned         bool
+}
+
+// startThreadLook starts the look on its own goroutine, with its own
+// duplicate of the namespace fd (the caller closes h when it gives up).
+// While an earlier look is stuck, it starts nothing and says busy.
+func startThreadLook(h *netns.Handle, fams []legacyFamily, deadline time.Time) (*threadLook, error) {
+	xtMu.Lock()
+	stuck := xtStuck
+	xtMu.Unlock()
+	if stuck {
+		return nil, fmt.Errorf("read legacy tables in netns %q: %w: an earlier read is still blocked", h.Path, ErrLegacyBusy)
+	}
+	fd, err := unix.FcntlInt(uintptr(h.Fd()), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read legacy tables in netns %q: duplicate netns fd: %w", h.Path, err)
+	}
+	own, err := netns.FromFile(os.NewFile(uintptr(fd), h.Path), h.Path)
+	if err != nil {
+		return nil, fmt.Errorf("read legacy tables in netns %q: %w", h.Path, err)
+	}
+	l := &threadLook{deadline: deadline, done: make(chan struct{})}
+	go l.run(own, fams)
+	return l, nil
+}
+
+// run waits for the process's slot until the deadline, then reads.
+func (l *threadLook) run(h *netns.Handle, fams []legacyFamily) {
+	defer close(l.done)
+	defer h.Close()
+	t := time.NewTimer(time.Until(l.deadline))
+	defer t.Stop()
+	select {
+	case xtSem <- struct{}{}:
+	case <-t.C:
+		l.err = ErrLegacyBusy
+		return
+	}
+	defer func() { <-xtSem }()
+	xtMu.Lock()
+	if l.abandoned || xtStuck {
+		xtMu.Unlock()
+		l.err = ErrLegacyBusy
+		return
+	}
+	l.running = true
+	xtMu.Unlock()
+	l.err = readLegacy(h, fams, func(t LegacyTable) { l.tables = append(l.tables, t) })
+	xtMu.Lock()
+	l.finished = true
+	// Only one look runs at a time: if one was stuck, it was this one.
+	xtStuck = false
+	xtMu.Unlock()
+}
+
+// wait takes the look's answer until the deadline the look was given;
+// past it the look is abandoned, and marks the process's looks stuck if it
+// was in the kernel.
+func (l *threadLook) wait(s *Snapshot, path string) error {
+	t := time.NewTimer(time.Until(l.deadline))
+	defer t.Stop()
+	select {
+	case <-l.done:
+		s.Legacy = append(s.Legacy, l.tables...)
+		if l.err != nil {
+			return fmt.Errorf("read legacy tables in netns %q: %w", path, l.err)
+		}
+		return nil
+	case <-t.C:
+	}
+	xtMu.Lock()
+	l.abandoned = true
+	if l.running && !l.finished {
+		xtStuck = true
+	}
+	xtMu.Unlock()
+	s.Truncated = true
+	return fmt.Errorf("read legacy tables in netns %q: %w: %w", path, ErrLegacyBusy, ErrDeadline)
 }

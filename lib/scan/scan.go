@@ -52,18 +52,19 @@ func Read(ctx context.Context, path string) (Result, error) {
 		return Result{}, err
 	}
 	defer h.Close()
-	return ReadFrom(ctx, h), nil
+	return ReadFrom(ctx, h, false), nil
 }
 
 // ReadFrom is Read on a namespace already open: the NRI agent opens it
 // while the runtime waits (an open fd keeps the namespace alive after the
-// runtime unmounts it) and reads it later.
-func ReadFrom(ctx context.Context, h *netns.Handle) Result {
+// runtime unmounts it) and reads it later. legacyInProcess is
+// inspect.Options.LegacyInProcess: for long-running daemons only.
+func ReadFrom(ctx context.Context, h *netns.Handle, legacyInProcess bool) Result {
 	var res Result
 	if id, err := h.ID(); err == nil {
 		res.NetnsID = id
 	}
-	snap, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable})
+	snap, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable, LegacyInProcess: legacyInProcess})
 	res.Err = err
 	res.Usage = classify.Classify(snap)
 	// Only rules with -m set need a name, and asking costs a process.
@@ -92,15 +93,15 @@ func Run(ctx context.Context, path, namespace string, load Loaders) (Result, err
 		return Result{}, err
 	}
 	defer h.Close()
-	return RunFrom(ctx, h, namespace, load), nil
+	return RunFrom(ctx, h, namespace, load, false), nil
 }
 
-// RunFrom is Run on a namespace already open.
+// RunFrom is Run on a namespace already open, legacyInProcess as ReadFrom.
 //
 // The tables are loaded only when there is usage: most pods have none, and
 // compiling the allowlist's expressions is a fifth of the work.
-func RunFrom(ctx context.Context, h *netns.Handle, namespace string, load Loaders) Result {
-	res := ReadFrom(ctx, h)
+func RunFrom(ctx context.Context, h *netns.Handle, namespace string, load Loaders, legacyInProcess bool) Result {
+	res := ReadFrom(ctx, h, legacyInProcess)
 	if res.Usage.Empty() {
 		return res
 	}

@@ -72,6 +72,9 @@ func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events,
 	if err := b.sweep(); err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
+	if idlePods <= 0 {
+		return nil
+	}
 	if err := b.idleAndEvents(min(idlePods, len(b.netns)), idle, events, bigRules); err != nil {
 		return fmt.Errorf("idle and events: %w", err)
 	}

@@ -30,7 +30,7 @@ func main() {
 	comments := flag.Int("comment-rules", 1100, "rules of the comment-heavy case (each with 100 -m comment); 0 skips it")
 	agentBin := flag.String("agent-bin", "", "full build with the agent command; empty skips the agent's benchmarks")
 	pods := flag.Int("pods", 250, "agent: pod netns of the sweep (a third clean, a third 10 rules, a third 1000 rules)")
-	idlePods := flag.Int("idle-pods", 100, "agent: pods of the idle and handler-latency runs")
+	idlePods := flag.Int("idle-pods", 100, "agent: pods of the idle and handler-latency runs; 0 skips those runs (the sweep alone)")
 	idle := flag.Duration("idle", 60*time.Second, "agent: idle window measured")
 	events := flag.Int("events", 2000, "agent: NRI events of the handler-latency run")
 	bigRules := flag.Int("big-rules", 200000, "agent: rules in the netns scanned during the handler-latency run")
