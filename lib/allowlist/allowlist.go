@@ -7,9 +7,12 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"regexp/syntax"
 	"sort"
+	"strings"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
@@ -42,6 +45,11 @@ type File struct {
 type compiled struct {
 	Entry
 	re *regexp.Regexp
+	// starts are the strings one of which every text the entry matches
+	// starts with ("" when unknown): "-A OUTPUT -p tcp" for a rule, "-A
+	// FORWARD " and "-A OUTPUT " for "-A (FORWARD|OUTPUT) -p ...". A rule
+	// whose text's head fits none of them is not rendered for this entry.
+	starts []string
 }
 
 // List is a validated, compiled allowlist.
@@ -68,13 +76,17 @@ func New(entries []Entry, source string) (*List, error) {
 		if (e.Rule == "") == (e.RuleRegexp == "") {
 			return nil, fmt.Errorf("allowlist %q entry %q: needs exactly one of rule and rule_regexp", source, e.Name)
 		}
-		c := compiled{Entry: e}
+		c := compiled{Entry: e, starts: []string{e.Rule}}
 		if e.RuleRegexp != "" {
 			re, err := regexp.Compile(`^(?:` + e.RuleRegexp + `)$`)
 			if err != nil {
 				return nil, fmt.Errorf("allowlist %q entry %q: compile rule_regexp: %w", source, e.Name, err)
 			}
 			c.re = re
+			c.starts = []string{""}
+			if t, err := syntax.Parse(e.RuleRegexp, syntax.Perl); err == nil {
+				c.starts, _ = literalStarts(t.Simplify())
+			}
 		}
 		for _, ns := range e.Namespaces {
 			if _, err := path.Match(ns, ""); err != nil {
@@ -116,8 +128,9 @@ func Join(lists ...*List) *List {
 // costly part.
 func (l *List) Match(namespace string, r inspect.Rule, text func() string) string {
 	rendered, done := "", false
+	head := textHead(r)
 	for _, e := range l.entries {
-		if !e.scoped(namespace, r) {
+		if !e.scoped(namespace, r) || !e.fits(head) {
 			continue
 		}
 		if !done {
@@ -137,6 +150,87 @@ func (e compiled) scoped(namespace string, r inspect.Rule) bool {
 		return false
 	}
 	return len(e.Namespaces) == 0 || anyGlob(e.Namespaces, namespace)
+}
+
+// textHead is how the canonical text of r starts, without rendering it:
+// "-A CHAIN", then the end or a space. A chain name render quotes gives "",
+// which fits every entry. Getting it wrong could only leave a rule
+// unmatched, reported rather than hidden.
+func textHead(r inspect.Rule) string {
+	if safetext.Name(r.Chain, len(r.Chain)) != r.Chain {
+		return ""
+	}
+	return "-A " + r.Chain
+}
+
+// fits tells whether a text starting with head (then the end, or a space)
+// may be one the entry matches.
+func (e compiled) fits(head string) bool {
+	if head == "" {
+		return true
+	}
+	for _, p := range e.starts {
+		if strings.HasPrefix(head, p) {
+			return true
+		}
+		if strings.HasPrefix(p, head) && (len(p) == len(head) || p[len(head)] == ' ') {
+			return true
+		}
+	}
+	return false
+}
+
+// maxStarts bounds literalStarts' set: an entry with more alternatives is
+// simply rendered for every rule in its scope.
+const maxStarts = 64
+
+// literalStarts is a set of strings one of which every match of re starts
+// with, and whether re matches exactly those strings. It knows literals,
+// groups, alternations and sequences of them; anything else starts with
+// "", which fits every rule.
+func literalStarts(re *syntax.Regexp) ([]string, bool) {
+	switch re.Op {
+	case syntax.OpLiteral:
+		if re.Flags&syntax.FoldCase != 0 {
+			return []string{""}, false
+		}
+		return []string{string(re.Rune)}, true
+	case syntax.OpEmptyMatch, syntax.OpBeginText:
+		return []string{""}, true
+	case syntax.OpCapture:
+		return literalStarts(re.Sub[0])
+	case syntax.OpAlternate:
+		var out []string
+		exact := true
+		for _, sub := range re.Sub {
+			s, e := literalStarts(sub)
+			out, exact = append(out, s...), exact && e
+		}
+		if len(out) > maxStarts {
+			return []string{""}, false
+		}
+		return out, exact
+	case syntax.OpConcat:
+		out := []string{""}
+		for _, sub := range re.Sub {
+			s, exact := literalStarts(sub)
+			if len(out)*len(s) > maxStarts {
+				return out, false
+			}
+			var next []string
+			for _, a := range out {
+				for _, b := range s {
+					next = append(next, a+b)
+				}
+			}
+			out = next
+			if !exact {
+				return out, false
+			}
+		}
+		return out, true
+	}
+	return []string{""}, false
 }
 
 func anyGlob(patterns []string, s string) bool {

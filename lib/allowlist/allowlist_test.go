@@ -72,8 +72,56 @@ func TestMatchRendersOnlyInScope(t *testing.T) {
 	}
 }
 
+// A rule is not rendered for an entry whose text cannot start as the
+// rule's does ("-A CHAIN"): the built-in entries name FORWARD and OUTPUT
+// in their regexp, so a pod's INPUT rules cost no rendering.
+func TestMatchRendersOnlyFittingChain(t *testing.T) {
+	rule := func(chain string) inspect.Rule { return inspect.Rule{Family: inspect.IP, Table: "filter", Chain: chain} }
+	for _, tc := range []struct {
+		chain  string
+		render bool
+	}{{"INPUT", false}, {"OUTPUT", true}, {"FORWARD", true}, {"OUTPUT2", false}, {"FORWARD-X", false}, {"odd chain", true}} {
+		calls := 0
+		Default().Match("ns", rule(tc.chain), func() string { calls++; return "-A " + tc.chain + " -j DROP" })
+		if (calls > 0) != tc.render {
+			t.Errorf("chain %q: rendered %d times, want rendering %v", tc.chain, calls, tc.render)
+		}
+	}
+}
+
+// fits never turns away a text its entry matches: each text here matches
+// its entry, and the rule's head must fit.
+func TestFitsKeepsMatches(t *testing.T) {
+	for _, tc := range []struct{ re, chain, text string }{
+		{"-A (FORWARD|OUTPUT) -p tcp --dport (22623|22624) --syn -j REJECT", "OUTPUT", "-A OUTPUT -p tcp --dport 22624 --syn -j REJECT"},
+		{"-A OUT.*", "OUTPUT", "-A OUTPUT -j DROP"},
+		{"-A OUTPUT", "OUTPUT", "-A OUTPUT"},
+		{"-A INPUT -j DROP|-A OUTPUT -j ACCEPT", "OUTPUT", "-A OUTPUT -j ACCEPT"},
+		{"(?i)-a output -j drop", "OUTPUT", "-A OUTPUT -j DROP"},
+		{".*", "X", "-A X -j DROP"},
+		{"-A (IN|OUT)(PUT|BOUND) -j DROP", "OUTBOUND", "-A OUTBOUND -j DROP"},
+		{`-A [\w-]+ -j DROP`, "KUBE-X", "-A KUBE-X -j DROP"},
+	} {
+		l, err := New([]Entry{{Name: "e", RuleRegexp: tc.re}}, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := inspect.Rule{Family: inspect.IP, Table: "filter", Chain: tc.chain}
+		if !l.entries[0].re.MatchString(tc.text) {
+			t.Fatalf("bad case: %q does not match %q", tc.text, tc.re)
+		}
+		if got := l.Match("ns", r, func() string { return tc.text }); got != "e" {
+			t.Errorf("%q on chain %s: not matched (starts %q)", tc.re, tc.chain, l.entries[0].starts)
+		}
+	}
+	l, _ := New([]Entry{{Name: "exact", Rule: "-A OUTPUT -j DROP"}}, "test")
+	if l.Match("ns", inspect.Rule{Chain: "OUTPUT"}, func() string { return "-A OUTPUT -j DROP" }) != "exact" {
+		t.Error("exact rule not matched")
+	}
+}
+
 func TestApply(t *testing.T) {
-	l, _ := Parse([]byte(`{"entries": [{"name": "drop-ok", "rule": "DROP"}]}`), "test")
+	l, _ := Parse([]byte(`{"entries": [{"name": "drop-ok", "rule_regexp": "-A [A-Z]+ -j DROP"}]}`), "test")
 	r := func(chain, text string) inspect.Rule {
 		return inspect.Rule{Family: inspect.IP, Table: "filter", Chain: chain, Exprs: []inspect.Expr{{Name: text}}}
 	}
@@ -81,7 +129,7 @@ func TestApply(t *testing.T) {
 		Chains: []classify.Chain{{Family: inspect.IP, Table: "filter", Name: "OUTPUT", Rules: 2}, {Family: inspect.IP, Table: "filter", Name: "INPUT", Rules: 1}},
 		Rules:  []inspect.Rule{r("OUTPUT", "DROP"), r("OUTPUT", "ACCEPT"), r("INPUT", "DROP")},
 	}
-	got, res := l.Apply(u, "ns", func(r inspect.Rule) string { return r.Exprs[0].Name })
+	got, res := l.Apply(u, "ns", func(r inspect.Rule) string { return "-A " + r.Chain + " -j " + r.Exprs[0].Name })
 	if d := cmp.Diff(Result{Count: 2, Entries: []string{"drop-ok"}}, res); d != "" {
 		t.Errorf("result (-want +got):\n%s", d)
 	}
