@@ -118,7 +118,9 @@ type Agent struct {
 	// queued will see the latest rules when it runs.
 	mu      sync.Mutex
 	pending map[string]bool
-	workers sync.WaitGroup
+	// memorySwept is when the per-sandbox memory was last swept.
+	memorySwept time.Time
+	workers     sync.WaitGroup
 	// feeding is closed to end the sweep feed in progress: a new sweep
 	// (reconnect) replaces it, and stopping ends it.
 	feeding chan struct{}

@@ -305,3 +305,49 @@ func TestLegacyBusy(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestMemorySweptOncePerInterval: the per-sandbox memory's sweep (dropping
+// entries whose netns is gone) runs with the first recorded finding, not
+// again for the next one within memorySweepEvery: it reads every entry, and
+// after each finding of a registration sweep it was quadratic in the pods.
+func TestMemorySweptOncePerInterval(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	dir := t.TempDir()
+	rec := newRecorder()
+	a := startAgent(t, dir, rec)
+	used := nstest.New(t)
+	used.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	ctx := context.Background()
+	// stale records an entry for a sandbox whose netns is gone, and tells
+	// whether one was there already.
+	stale := func() bool {
+		t.Helper()
+		out, err := a.cfg.Seen.Record(ctx, "stopped", filepath.Join(dir, "gone-netns"), "fp", func() error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out == findings.Same
+	}
+	stale()
+	if _, err := a.Synchronize(ctx, []*api.PodSandbox{pod("a", used.Path())}, nil); err != nil {
+		t.Fatal(err)
+	}
+	release(a, 1)
+	if s := rec.wait(t, 1)[0]; s.Outcome != Recorded {
+		t.Fatalf("sweep scan: %+v, want recorded", s)
+	}
+	if stale() {
+		t.Fatal("the first recorded finding did not sweep the memory")
+	}
+	used.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "81", "-j", "DROP")
+	if err := a.PostStartContainer(ctx, pod("a", used.Path()), &api.Container{Id: "c1", Name: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	release(a, 1)
+	if s := rec.wait(t, 1)[0]; s.Outcome != Recorded {
+		t.Fatalf("poststart scan: %+v, want recorded", s)
+	}
+	if !stale() {
+		t.Fatal("the memory was swept again within memorySweepEvery")
+	}
+}

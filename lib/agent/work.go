@@ -13,6 +13,13 @@ import (
 // writeTimeout bounds appending one finding (the lock, a rotation).
 const writeTimeout = 10 * time.Second
 
+// memorySweepEvery spaces the per-sandbox memory's sweeps. The hook sweeps
+// after each finding it records, being one process per container; the
+// agent would then read every entry for every finding, quadratic in a
+// registration sweep's pods. An entry of a stopped sandbox costs a small
+// file until the next sweep.
+const memorySweepEvery = 10 * time.Minute
+
 // work scans queued jobs until ctx ends; the events' scans go before the
 // sweep's.
 func (a *Agent) work(ctx context.Context) {
@@ -90,10 +97,24 @@ func (a *Agent) record(rec findings.Record) (Outcome, error) {
 	case findings.Failed:
 		return Failed, err
 	}
-	if serr := a.cfg.Seen.Sweep(); serr != nil {
-		err = errors.Join(err, serr)
+	if a.memorySweepDue() {
+		if serr := a.cfg.Seen.Sweep(); serr != nil {
+			err = errors.Join(err, serr)
+		}
 	}
 	return Recorded, err
+}
+
+// memorySweepDue tells whether the memory was last swept memorySweepEvery
+// ago or more (or never), and if so counts this as the sweep.
+func (a *Agent) memorySweepDue() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.memorySwept.IsZero() && time.Since(a.memorySwept) < memorySweepEvery {
+		return false
+	}
+	a.memorySwept = time.Now()
+	return true
 }
 
 // openFailed is the outcome of a netns that could not be opened. Missing
