@@ -76,7 +76,9 @@ func TestMatchRendersOnlyInScope(t *testing.T) {
 // rule's does ("-A CHAIN"): the built-in entries name FORWARD and OUTPUT
 // in their regexp, so a pod's INPUT rules cost no rendering.
 func TestMatchRendersOnlyFittingChain(t *testing.T) {
-	rule := func(chain string) inspect.Rule { return inspect.Rule{Family: inspect.IP, Table: "filter", Chain: chain} }
+	rule := func(chain string) inspect.Rule {
+		return inspect.Rule{Family: inspect.IP, Table: "filter", Chain: chain}
+	}
 	for _, tc := range []struct {
 		chain  string
 		render bool
