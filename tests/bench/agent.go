@@ -143,7 +143,7 @@ func (b *agentBench) sweep() error {
 	fmt.Printf("  %-34s %10s %10s\n", "agent (Synchronize to last scan)", wall.Round(time.Millisecond), cpu.Round(time.Millisecond))
 	fmt.Printf("  %-34s %10s %10s\n", "nsenter + iptables-save x2", osWall.Round(time.Millisecond), osCPU.Round(time.Millisecond))
 	fmt.Printf("  %-34s %9.3fx %9.3fx   (target <= 0.05x)\n", "ratio", float64(wall)/float64(osWall), float64(cpu)/float64(osCPU))
-	fmt.Printf("  agent CPU from its start: %s its own, %s its legacy-probe children (one per scan: the agent binary re-executed); peak RSS %d KiB\n",
+	fmt.Printf("  agent CPU from its start: %s its own, %s its child processes (none since the agent reads legacy x_tables in-process); peak RSS %d KiB\n",
 		self.Round(time.Millisecond), children.Round(time.Millisecond), rss)
 	return nil
 }
