@@ -1,9 +1,7 @@
 package main
 
 import (
-	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -44,16 +42,7 @@ func TestHookXTMutexHeldByNeighbour(t *testing.T) {
 func TestHookTooManyChains(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "nft")
 	ns := nstest.New(t)
-	var b strings.Builder
-	b.WriteString("add table ip aaa\n")
-	for i := 0; i < 300000; i++ {
-		fmt.Fprintf(&b, "add chain ip aaa c%d\n", i)
-	}
-	f := filepath.Join(t.TempDir(), "chains.nft")
-	if err := os.WriteFile(f, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ns.Run("nft", "-f", f)
+	ns.EmptyChains(300000)
 	ns.Run("iptables-nft", "-N", "MINE")
 	ns.Run("iptables-nft", "-A", "MINE", "-j", "RETURN")
 	h := hookRun{}
@@ -70,13 +59,7 @@ func TestHookTooManyChains(t *testing.T) {
 func TestHookUndumpableRule(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft")
 	ns := nstest.New(t)
-	args := []string{"iptables-nft", "-A", "INPUT"}
-	for i := 0; i < 120; i++ {
-		args = append(args, "-m", "comment", "--comment", fmt.Sprintf("%s%03d", strings.Repeat("x", 240), i))
-	}
-	if out, err := ns.Exec(append(args, "-j", "ACCEPT")...); err != nil {
-		t.Fatalf("iptables-nft -A INPUT with 120 comments: %v: %.200s", err, out)
-	}
+	ns.UndumpableRule()
 	ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
 	h := hookRun{}
 	runHookProc(t, pod{netns: ns.Path()}.state(t), &h)

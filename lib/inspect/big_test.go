@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,16 +13,6 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 )
-
-// nftFile loads a generated nft script (too big for an argument).
-func nftFile(t *testing.T, ns *nstest.NS, script string) {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "ruleset.nft")
-	if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ns.Run("nft", "-f", f)
-}
 
 // inspectWithin inspects with the hook's options and a budget, and fails
 // when the inspection overran it by more than a small margin.
@@ -56,7 +44,7 @@ func TestInspectHugeNativeRulesetStillCountsIPTables(t *testing.T) {
 	for i := 0; i < 200000; i++ {
 		fmt.Fprintf(&b, "add rule ip aaa c ip saddr 10.%d.%d.%d accept\n", i>>16&255, i>>8&255, i&255)
 	}
-	nftFile(t, ns, b.String())
+	ns.Restore(b.String(), "nft", "-f", "-")
 	ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
 	s, err := inspectWithin(t, ns, 200*time.Millisecond)
 	if c := chainOf(s, inspect.IP, "filter", "OUTPUT"); c == nil || c.Rules != 1 {
@@ -72,12 +60,7 @@ func TestInspectHugeNativeRulesetStillCountsIPTables(t *testing.T) {
 func TestInspectTooManyChainsCountsWhatItSaw(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "nft")
 	ns := nstest.New(t)
-	var b strings.Builder
-	b.WriteString("add table ip aaa\n")
-	for i := 0; i < 300000; i++ {
-		fmt.Fprintf(&b, "add chain ip aaa c%d\n", i)
-	}
-	nftFile(t, ns, b.String())
+	ns.EmptyChains(300000)
 	ns.Run("iptables-nft", "-N", "MINE")
 	ns.Run("iptables-nft", "-A", "MINE", "-j", "RETURN")
 	s, err := inspectWithin(t, ns, time.Second)

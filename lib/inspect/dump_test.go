@@ -70,15 +70,7 @@ func TestInspectBigChainHidesNothing(t *testing.T) {
 func TestInspectUndumpableRuleIsTruncated(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft")
 	ns := nstest.New(t)
-	args := []string{"iptables-nft", "-A", "INPUT"}
-	// 120 comments of 256 bytes: about 35 KiB, within the 128 expressions
-	// a rule may hold.
-	for i := 0; i < 120; i++ {
-		args = append(args, "-m", "comment", "--comment", fmt.Sprintf("%s%03d", strings.Repeat("x", 240), i))
-	}
-	if out, err := ns.Exec(append(args, "-j", "ACCEPT")...); err != nil {
-		t.Fatalf("iptables-nft -A INPUT with 120 comments: %v: %.200s", err, out)
-	}
+	ns.UndumpableRule()
 	ns.Run("iptables-nft", "-A", "INPUT", "-j", "DROP")
 	ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
 	h, err := netns.Open(ns.Path())

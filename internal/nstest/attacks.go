@@ -1,0 +1,34 @@
+package nstest
+
+import (
+	"fmt"
+	"strings"
+)
+
+// EmptyChains adds n empty native chains in a table "ip aaa", listed before
+// any iptables table: a pod's way to make its chain list too long to read
+// within a hook's deadline.
+func (ns *NS) EmptyChains(n int) {
+	ns.t.Helper()
+	var b strings.Builder
+	b.WriteString("add table ip aaa\n")
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "add chain ip aaa c%d\n", i)
+	}
+	ns.Restore(b.String(), "nft", "-f", "-")
+}
+
+// UndumpableRule appends to filter INPUT an iptables-nft rule of 120
+// comments of 243 bytes, about 35 KiB (within the 128 expressions a rule may
+// hold): over the kernel's 32 KiB dump message, so every dump of the netns,
+// nft's and iptables-nft-save's too, ends at it.
+func (ns *NS) UndumpableRule() {
+	ns.t.Helper()
+	args := []string{"iptables-nft", "-A", "INPUT"}
+	for i := 0; i < 120; i++ {
+		args = append(args, "-m", "comment", "--comment", fmt.Sprintf("%s%03d", strings.Repeat("x", 240), i))
+	}
+	if out, err := ns.Exec(append(args, "-j", "ACCEPT")...); err != nil {
+		ns.t.Fatalf("iptables-nft -A INPUT with 120 comments: %v: %.200s", err, out)
+	}
+}
