@@ -111,7 +111,11 @@ func buildReport(ctx context.Context, files, eventsFiles []string, kubeconfig, e
 		items []report.Item
 		sk    report.Skipped
 	)
-	for _, p := range report.FindingsFiles(files) {
+	paths, err := report.FindingsFiles(files)
+	if err != nil {
+		return report.Report{}, err
+	}
+	for _, p := range paths {
 		its, err := report.ReadFindings(p, &sk)
 		if err != nil {
 			return report.Report{}, err

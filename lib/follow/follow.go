@@ -251,11 +251,11 @@ func (x *file) holds(c Checkpoint) (bool, error) {
 	return err == nil && sum != "" && sum == c.FirstLine && x.size >= c.Offset, err
 }
 
-// generations lists PATH.N ... PATH.1, PATH: the rotated files, oldest
+// Generations lists PATH.N ... PATH.1, PATH: the rotated files, oldest
 // first, then the current one. The hook keeps DefaultGenerations of them;
 // whatever is there is read, so a longer history left by an earlier
 // setting is finished too.
-func generations(path string) ([]string, error) {
+func Generations(path string) ([]string, error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -294,7 +294,7 @@ func generations(path string) ([]string, error) {
 // the file opened under them: the order is the order of one moment.
 func openAll(path string) ([]*file, error) {
 	for try := 0; try < maxOpenTries; try++ {
-		names, err := generations(path)
+		names, err := Generations(path)
 		if err != nil {
 			return nil, err
 		}
@@ -339,7 +339,7 @@ const maxOpenTries = 50
 // unmoved reports whether the generations are still the names listed, each
 // naming the file opened under it (or, as before, nothing).
 func unmoved(path string, names []string, byName map[string][2]uint64) (bool, error) {
-	again, err := generations(path)
+	again, err := Generations(path)
 	if err != nil || !slices.Equal(again, names) {
 		return false, err
 	}

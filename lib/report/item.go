@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/follow"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 )
 
@@ -117,32 +117,29 @@ func itemOf(rec findings.Record, source string) Item {
 	}
 }
 
-// FindingsFiles expands each path to itself and its rotated generations
-// PATH.1, PATH.2, ... that exist (oldest first), without repeats.
-func FindingsFiles(paths []string) []string {
+// FindingsFiles expands each path to its rotated generations PATH.N ...
+// PATH.1 (oldest first) and itself, without repeats: the files the
+// forwarder reads, found the way it finds them (lib/follow).
+func FindingsFiles(paths []string) ([]string, error) {
 	seen := map[string]bool{}
 	var out []string
-	add := func(p string) {
-		if !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
 	for _, p := range paths {
-		var gens []string
-		for i := 1; i <= 64; i++ {
-			g := p + "." + strconv.Itoa(i)
-			if _, err := os.Stat(g); err != nil {
-				break
+		gens, err := follow.Generations(p)
+		if err != nil {
+			return nil, err
+		}
+		if len(gens) == 0 {
+			// No directory: keep the path, so reading it says what is wrong.
+			gens = []string{p}
+		}
+		for _, g := range gens {
+			if !seen[g] {
+				seen[g] = true
+				out = append(out, g)
 			}
-			gens = append(gens, g)
 		}
-		for i := len(gens) - 1; i >= 0; i-- {
-			add(gens[i])
-		}
-		add(p)
 	}
-	return out
+	return out, nil
 }
 
 // event is the part of an Event the report reads, in either API's field

@@ -172,7 +172,10 @@ func TestReadFindingsGenerations(t *testing.T) {
 	f.Write(line)
 	f.Close()
 
-	files := FindingsFiles([]string{l.Path, l.Path})
+	files, err := FindingsFiles([]string{l.Path, l.Path})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(files) < 2 || files[len(files)-1] != l.Path || files[0] != l.Path+"."+string(rune('0'+len(files)-1)) {
 		t.Fatalf("files %v: want the generations oldest first, the file last, once each", files)
 	}
