@@ -1,7 +1,6 @@
 package classify
 
 import (
-	"math/bits"
 	"sort"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -76,7 +75,7 @@ func Classify(s inspect.Snapshot) Usage {
 		}
 	}
 	for _, l := range s.Legacy {
-		untouched := uint32(bits.OnesCount32(l.Hooks)) + 1
+		untouched := l.Untouched()
 		if l.Entries > untouched {
 			u.Legacy = append(u.Legacy, Legacy{Family: l.Family, Table: l.Name, Rules: int(l.Entries - untouched), Chains: l.Chains})
 		}

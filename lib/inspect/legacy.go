@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/bits"
 	"os"
 	"unsafe"
 
@@ -82,7 +81,7 @@ func readLegacy(h *netns.Handle, fams []legacyFamily, emit func(LegacyTable)) er
 					errs = append(errs, err)
 					continue
 				}
-				if lf.targetOffset > 0 && t.Entries > uint32(bits.OnesCount32(t.Hooks))+1 && size <= maxLegacyEntriesBytes {
+				if lf.targetOffset > 0 && t.Entries > t.Untouched() && size <= maxLegacyEntriesBytes {
 					// The names only help name a vendor: a table that
 					// changed since GET_INFO (EAGAIN) simply has none.
 					t.Chains, _ = userChains(lf, name, size)

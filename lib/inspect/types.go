@@ -1,6 +1,9 @@
 package inspect
 
-import "fmt"
+import (
+	"fmt"
+	"math/bits"
+)
 
 // Family is an nftables address family in nft's own spelling.
 type Family string
@@ -105,4 +108,11 @@ type LegacyTable struct {
 	// *_SO_GET_ENTRIES when the table is at most maxLegacyEntriesBytes);
 	// they name vendors, nothing counts on them.
 	Chains []string
+}
+
+// Untouched is the entry count of a table nobody wrote to: one policy
+// entry per hook it serves, plus the error entry that ends the table.
+// Entries beyond it are rules and user chains.
+func (t LegacyTable) Untouched() uint32 {
+	return uint32(bits.OnesCount32(t.Hooks)) + 1
 }
