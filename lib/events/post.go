@@ -28,7 +28,7 @@ const (
 	Controller = "iptables-alerter.io/forward"
 	// MirrorAnnotation on a mirror pod holds the static pod's UID as the
 	// kubelet labels its containers (the config hash).
-	MirrorAnnotation = "kubernetes.io/config.mirror"
+	MirrorAnnotation = owner.MirrorAnnotation
 	// NodeEventNamespace holds Events about Nodes, as the kubelet's.
 	NodeEventNamespace = metav1.NamespaceDefault
 

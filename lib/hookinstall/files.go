@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -179,20 +180,8 @@ func same(dfd int, name string, data []byte, mode uint32) bool {
 		return false
 	}
 	buf := make([]byte, len(data)+1)
-	n, _ := fullRead(fl, buf)
+	n, _ := io.ReadFull(fl, buf)
 	return n == len(data) && bytes.Equal(buf[:n], data)
-}
-
-func fullRead(f *os.File, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := f.Read(buf[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 // removeFile unlinks dir/name and syncs dir, so the removal is durable

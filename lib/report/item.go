@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
@@ -168,12 +169,9 @@ func ReadEvents(r io.Reader, source string, sk *Skipped) ([]Item, error) {
 		Kind  string            `json:"kind"`
 		Items []json.RawMessage `json:"items"`
 	}
-	data, err := io.ReadAll(io.LimitReader(r, maxEventsFile+1))
+	data, err := fileio.ReadLimited(r, maxEventsFile)
 	if err != nil {
 		return nil, fmt.Errorf("read events %q: %w", source, err)
-	}
-	if len(data) > maxEventsFile {
-		return nil, fmt.Errorf("read events %q: over %d bytes", source, maxEventsFile)
 	}
 	if err := json.Unmarshal(data, &list); err != nil {
 		return nil, fmt.Errorf("decode events %q: %w", source, err)
