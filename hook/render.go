@@ -72,11 +72,10 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	}
 	u, err := res.Usage, res.Err
 	out := os.Stdout
-	var texts []vendor.RuleText
-	var chains []string
+	texts := make([]string, 0, len(u.Rules))
 	for _, r := range u.Rules {
 		text := res.Text(r)
-		texts = append(texts, vendor.RuleText{Chain: r.Chain, Text: text})
+		texts = append(texts, text)
 		fmt.Fprintf(out, "%s %s %s", r.Family, safetext.Name(r.Table, scan.MaxName), text)
 		if *impact {
 			fmt.Fprintf(out, "    # impact: %s", classify.Level(r))
@@ -88,7 +87,6 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	}
 	counted := 0
 	for _, c := range u.Chains {
-		chains = append(chains, c.Name)
 		counted += c.Rules
 		if c.User && c.Rules == 0 {
 			fmt.Fprintf(out, "# %s %s: empty user chain %s\n", c.Family, safetext.Name(c.Table, scan.MaxName), safetext.Name(c.Name, scan.MaxName))
@@ -110,12 +108,11 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 			fmt.Fprintf(out, ", user chains %s", strings.Join(names, " "))
 		}
 		fmt.Fprintln(out)
-		chains = append(chains, l.Chains...)
 	}
 	if sum := classify.Summarize(u); sum.Worst != "" {
 		fmt.Fprintf(out, "# impact: legacy=%d xt=%d native=%d worst=%s\n", sum.Impact.Legacy, sum.Impact.Xt, sum.Impact.Native, sum.Worst)
 	}
-	for _, v := range table.Match(chains, texts) {
+	for _, v := range scan.Vendors(table, u, u.Rules, texts) {
 		fmt.Fprintf(out, "# vendor %s: %s %s\n", v.Name, v.Hint, v.Doc)
 	}
 	if res.Complete() {
