@@ -316,15 +316,25 @@ func (d *dumper) addChain(fam byte, b []byte) {
 		s.Chains[i], d.use[i] = ch, use
 		return
 	}
+	d.newChain(k, ch, use)
+}
+
+// newChain tracks a chain not seen yet, keeping index, use and refs in step
+// with s.Chains (check() walks them together). Past MaxChains it marks the
+// snapshot truncated and returns false.
+func (d *dumper) newChain(k chainKey, ch Chain, use uint32) (int, bool) {
+	s := d.s
 	if len(s.Chains) >= d.opt.MaxChains {
 		s.Truncated, d.tooMany = true, true
-		return
+		return 0, false
 	}
-	d.index[k] = len(s.Chains)
+	i := len(s.Chains)
+	d.index[k] = i
 	s.Chains = append(s.Chains, ch)
 	d.use = append(d.use, use)
 	d.refs = append(d.refs, d.pending[k])
 	delete(d.pending, k)
+	return i, true
 }
 
 // NFTA_CHAIN_FLAGS and its NFT_CHAIN_BINDING bit (linux 5.9), which
@@ -408,16 +418,9 @@ func (d *dumper) addRule(fam byte, b []byte) {
 	i, ok := index[k]
 	if !ok {
 		// A chain added after the chain listing: count its rules all the same.
-		if len(s.Chains) >= opt.MaxChains {
-			s.Truncated, d.tooMany = true, true
+		if i, ok = d.newChain(k, Chain{Family: r.Family, Table: r.Table, Name: r.Chain, Policy: 1}, 0); !ok {
 			return
 		}
-		i = len(s.Chains)
-		index[k] = i
-		s.Chains = append(s.Chains, Chain{Family: r.Family, Table: r.Table, Name: r.Chain, Policy: 1})
-		d.use = append(d.use, 0)
-		d.refs = append(d.refs, d.pending[k])
-		delete(d.pending, k)
 	}
 	ch := &s.Chains[i]
 	ch.Rules++
