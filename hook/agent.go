@@ -17,9 +17,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/agent"
+	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
-	"github.com/iptables-alerter/iptables-alerter/lib/vendor"
 )
 
 var agentCommand = command{name: "agent", summary: "NRI plugin: scan every pod at registration, after each container start and as it stops", run: runAgent}
@@ -63,7 +63,7 @@ func runAgent(args []string, _ io.Reader, stderr io.Writer) int {
 	fs.IntVar(&cfg.generations, "generations", findings.DefaultGenerations, "rotated files kept, <file>.1 (newest) to <file>.N")
 	fs.StringVar(&cfg.agent.Seen.Dir, "state-dir", findings.DefaultStateDir, "per-sandbox memory, shared with the hook: one finding per pod and usage")
 	cfg.allow.register(fs)
-	fs.StringVar(&cfg.vendors, "vendors", vendor.DefaultPath, "admin's vendor table JSON, merged with the built-in one (a missing file adds nothing)")
+	fs.StringVar(&cfg.vendors, "vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one (a missing file adds nothing)")
 	fs.StringVar(&cfg.agent.Node, "node", hostname, "node name to record")
 	fs.IntVar(&cfg.agent.Workers, "workers", agent.DefaultWorkers, "scans run at once")
 	fs.IntVar(&cfg.agent.Queue, "queue", agent.DefaultQueue, "scans the runtime's events may queue; past it an event's scan is dropped (counted), never waited for")
@@ -76,7 +76,7 @@ func runAgent(args []string, _ io.Reader, stderr io.Writer) int {
 		return code
 	}
 	cfg.agent.Log.MaxBytes, cfg.agent.Log.Generations = cfg.maxBytes, cfg.generations
-	cfg.agent.Load = scan.Loaders{Allow: cfg.allow.load, Vendors: func() (*vendor.Table, error) { return vendor.Load(cfg.vendors) }}
+	cfg.agent.Load = scan.Loaders{Allow: cfg.allow.load, Vendors: func() (*catalog.Table, error) { return catalog.Load(cfg.vendors) }}
 	log := cfg.log.logger(stderr)
 	if _, err := cfg.allow.load(); err != nil {
 		// Not fatal: the hook reports with the built-in entries too.

@@ -15,11 +15,11 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/ocistate"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
-	"github.com/iptables-alerter/iptables-alerter/lib/vendor"
 )
 
 var hookCommand = command{name: "hook", summary: "OCI hook: inspect the container's pod netns and record iptables usage", run: runHook}
@@ -65,7 +65,7 @@ func runHook(args []string, stdin io.Reader, stderr io.Writer) (code int) {
 	fs.IntVar(&cfg.generations, "generations", findings.DefaultGenerations, "rotated files kept, <file>.1 (newest) to <file>.N")
 	fs.StringVar(&cfg.stateDir, "state-dir", findings.DefaultStateDir, "directory for the per-sandbox memory that keeps one finding per pod")
 	cfg.allow.register(fs)
-	fs.StringVar(&cfg.vendors, "vendors", vendor.DefaultPath, "admin's vendor table JSON, merged with the built-in one (a missing file adds nothing; see README)")
+	fs.StringVar(&cfg.vendors, "vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one (a missing file adds nothing; see README)")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Second, "internal deadline; past it the finding is recorded with truncated: true")
 	fs.StringVar(&cfg.stage, "stage", "", "hook stage to record (default: from the state's status)")
 	fs.StringVar(&cfg.node, "node", hostname, "node name to record")
@@ -142,7 +142,7 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 	inspectCtx, cancelInspect := context.WithDeadline(ctx, start.Add(cfg.timeout*4/5))
 	res, err := scan.Run(inspectCtx, c.Netns, c.PodNamespace, scan.Loaders{
 		Allow:   cfg.allow.load,
-		Vendors: func() (*vendor.Table, error) { return vendor.Load(cfg.vendors) },
+		Vendors: func() (*catalog.Table, error) { return catalog.Load(cfg.vendors) },
 	})
 	cancelInspect()
 	if err != nil {

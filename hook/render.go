@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
-	"github.com/iptables-alerter/iptables-alerter/lib/vendor"
 )
 
 var renderCommand = command{name: "render", summary: "print the canonical iptables rules of a netns, marking allowlisted ones", run: runRender}
@@ -39,7 +39,7 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 	namespace := fs.String("namespace", "", "pod namespace, for allowlist entries scoped to namespaces")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up reading the netns after this long")
 	impact := fs.Bool("impact", false, "end each rule line with its RHEL 10 impact level")
-	vendors := fs.String("vendors", vendor.DefaultPath, "admin's vendor table JSON, merged with the built-in one")
+	vendors := fs.String("vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one")
 	var allow allowFlags
 	allow.register(fs)
 	if code, ok := parseFlags(fs, args); !ok {
@@ -55,7 +55,7 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "render: %v\n", err)
 		return 1
 	}
-	table, err := vendor.Load(*vendors)
+	table, err := catalog.Load(*vendors)
 	if err != nil {
 		fmt.Fprintf(stderr, "render: %v\n", err)
 		return 1

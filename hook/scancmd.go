@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
-	"github.com/iptables-alerter/iptables-alerter/lib/vendor"
 )
 
 var scanCommand = command{name: "scan", summary: "one-shot: print the finding a netns (or every pinned one) would give", run: runScan}
@@ -37,7 +37,7 @@ func runScan(args []string, _ io.Reader, stderr io.Writer) int {
 	format := fs.String("format", "text", "text or json (one finding a line, the findings file's record)")
 	namespace := fs.String("namespace", "", "pod namespace, for allowlist entries scoped to namespaces")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up reading one netns after this long")
-	vendors := fs.String("vendors", vendor.DefaultPath, "admin's vendor table JSON, merged with the built-in one")
+	vendors := fs.String("vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one")
 	var allow allowFlags
 	allow.register(fs)
 	if code, ok := parseFlags(fs, args); !ok {
@@ -66,7 +66,7 @@ func runScan(args []string, _ io.Reader, stderr io.Writer) int {
 	for _, p := range paths {
 		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 		res, err := scan.Run(ctx, p, *namespace, scan.Loaders{Allow: allow.load,
-			Vendors: func() (*vendor.Table, error) { return vendor.Load(*vendors) }})
+			Vendors: func() (*catalog.Table, error) { return catalog.Load(*vendors) }})
 		cancel()
 		if err != nil {
 			fmt.Fprintf(stderr, "scan: %v\n", err)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
@@ -16,6 +17,16 @@ import (
 // it has methods for. Each one only reads the event, opens a file at
 // most, and queues; none returns an error, which the runtime would
 // only log (and a failing StopContainer must not fail the kubelet).
+
+// The stub subscribes by the methods it finds: a renamed or re-typed
+// handler would silently drop its event. These assignments make that a
+// compile error instead.
+var (
+	_ stub.SynchronizeInterface        = (*Agent)(nil)
+	_ stub.PostStartContainerInterface = (*Agent)(nil)
+	_ stub.StopContainerInterface      = (*Agent)(nil)
+	_ stub.StopPodInterface            = (*Agent)(nil)
+)
 
 // Synchronize queues a sweep of every pod with a network namespace. The
 // sweep is fed to the workers one pod at a time after the reply, behind

@@ -5,10 +5,10 @@ import (
 	"encoding/hex"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
-	"github.com/iptables-alerter/iptables-alerter/lib/vendor"
 )
 
 // Meta is what the entry point knows about the scan: who triggered it and
@@ -84,7 +84,7 @@ func Build(m Meta, res Result) findings.Record {
 // Vendors matches the usage against the vendor table: the names of every
 // chain still holding usage (kept in detail or not, legacy user chains
 // included) and the rendered rules.
-func Vendors(t *vendor.Table, u classify.Usage, rules []inspect.Rule, texts []string) []findings.Vendor {
+func Vendors(t *catalog.Table, u classify.Usage, rules []inspect.Rule, texts []string) []findings.Vendor {
 	if t == nil {
 		return nil
 	}
@@ -97,9 +97,9 @@ func Vendors(t *vendor.Table, u classify.Usage, rules []inspect.Rule, texts []st
 	for _, l := range u.Legacy {
 		chains = append(chains, l.Chains...)
 	}
-	rt := make([]vendor.RuleText, len(rules))
+	rt := make([]catalog.RuleText, len(rules))
 	for i, r := range rules {
-		rt[i] = vendor.RuleText{Chain: r.Chain, Text: texts[i]}
+		rt[i] = catalog.RuleText{Chain: r.Chain, Text: texts[i]}
 	}
 	return t.Match(chains, rt)
 }

@@ -5,12 +5,12 @@ import (
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
+	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/ipset"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/render"
-	"github.com/iptables-alerter/iptables-alerter/lib/vendor"
 )
 
 // Result is one pass of the data flow over a netns: inspect, classify and,
@@ -31,7 +31,7 @@ type Result struct {
 	Names render.Names
 	// Vendors is the vendor table Build matches the usage against; nil
 	// names no vendor.
-	Vendors *vendor.Table
+	Vendors *catalog.Table
 	// VendorErr is the admin vendor file's load error; the built-in table
 	// is used then.
 	VendorErr error
@@ -82,7 +82,7 @@ func ReadFrom(ctx context.Context, h *netns.Handle, legacyInProcess bool) Result
 // Loaders give the admin's tables Run applies.
 type Loaders struct {
 	Allow   func() (*allowlist.List, error)
-	Vendors func() (*vendor.Table, error)
+	Vendors func() (*catalog.Table, error)
 }
 
 // Run is Read followed by the allowlist of the pod's namespace, and the

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
-	"github.com/iptables-alerter/iptables-alerter/lib/vendor"
 )
 
 // Rulesets in the shape each vendor documents (its chain names, marks,
@@ -195,7 +195,7 @@ COMMIT
 func vendorsOf(t *testing.T, ns *nstest.NS) []findings.Vendor {
 	t.Helper()
 	res := readNS(t, ns)
-	res.Vendors = vendor.Builtin()
+	res.Vendors = catalog.Builtin()
 	return Build(Meta{}, res).Vendors
 }
 
@@ -278,7 +278,7 @@ func TestVendorsBeyondRenderedRules(t *testing.T) {
 			t.Fatalf("kuma rule %s among the first %d rules: the test does not test", r.Chain, maxExampleCandidates)
 		}
 	}
-	res.Vendors = vendor.Builtin()
+	res.Vendors = catalog.Builtin()
 	if got := vendorNames(Build(Meta{}, res).Vendors); !slices.Equal(got, []string{"kuma"}) {
 		t.Fatalf("vendors %v, want kuma", got)
 	}

@@ -1,4 +1,4 @@
-// Package vendor recognises known rule frameworks (service meshes, agents,
+// Package catalog recognises known rule frameworks (service meshes, agents,
 // nested container runtimes and clusters) in a pod's iptables usage and
 // gives, for each, what to change so it stops needing iptables.
 //
@@ -10,4 +10,4 @@
 // target, owner uid, mark, destination, port and NAT destination. The
 // matching has no side effects and is bounded by the table's size, which
 // Load caps.
-package vendor
+package catalog

@@ -1,4 +1,4 @@
-package vendor
+package catalog
 
 import (
 	"os"
