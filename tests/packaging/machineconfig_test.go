@@ -119,7 +119,7 @@ func translate(t *testing.T, src []byte) machineConfig {
 func TestMachineConfig(t *testing.T) {
 	dir := filepath.Join(repo(t), "packaging/openshift/machineconfig")
 	sources, _ := filepath.Glob(filepath.Join(dir, "*.bu"))
-	if len(sources) != 2 {
+	if len(sources) < 2 {
 		t.Fatalf("Butane sources: %v", sources)
 	}
 	for _, bu := range sources {
@@ -150,34 +150,77 @@ func TestMachineConfig(t *testing.T) {
 		if err := yaml.UnmarshalStrict(committed, &mc); err != nil {
 			t.Fatalf("parse %s: %v", gen, err)
 		}
-		if mc.Kind != "MachineConfig" || mc.Metadata.Labels["machineconfiguration.openshift.io/role"] != "worker" {
-			t.Errorf("%s: kind %q labels %v", gen, mc.Kind, mc.Metadata.Labels)
+		// One source per pool: the pool is in the name (50-worker-...).
+		role := mc.Metadata.Labels["machineconfiguration.openshift.io/role"]
+		if mc.Kind != "MachineConfig" || role == "" || !strings.Contains(mc.Metadata.Name, "-"+role+"-") {
+			t.Errorf("%s: kind %q name %q labels %v", gen, mc.Kind, mc.Metadata.Name, mc.Metadata.Labels)
 		}
-		for _, f := range mc.Spec.Config.Storage.Files {
-			data, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(f.Contents.Source, "data:;base64,"))
-			if err != nil {
-				t.Fatalf("decode %s: %v", f.Path, err)
-			}
-			want := map[string]string{
-				"/etc/containers/oci/hooks.d/iptables-alerter.json":    "hooks.d/iptables-alerter.json",
-				"/etc/systemd/system/iptables-alerter-install.service": "packaging/openshift/machineconfig/iptables-alerter-install.service",
-			}[f.Path]
+		for path, data := range mcFiles(t, mc) {
+			want := fromRepo[path]
 			switch {
 			case want != "":
 				repoBytes, _ := os.ReadFile(filepath.Join(repo(t), want))
 				if !bytes.Equal(data, repoBytes) {
-					t.Errorf("%s in %s differs from the repository's %s", f.Path, filepath.Base(gen), want)
+					t.Errorf("%s in %s differs from the repository's %s", path, filepath.Base(gen), want)
 				}
-			case f.Path == "/etc/crio/crio.conf.d/99-nri.conf":
+			case path == "/etc/crio/crio.conf.d/99-nri.conf":
 				if string(data) != "[crio.nri]\nenable_nri = true\n" {
 					t.Errorf("NRI drop-in: %q", data)
 				}
 			default:
-				t.Errorf("unexpected file %s in %s", f.Path, filepath.Base(gen))
+				t.Errorf("unexpected file %s in %s", path, filepath.Base(gen))
 			}
+		}
+		for _, f := range mc.Spec.Config.Storage.Files {
 			if f.Mode != 0o644 {
 				t.Errorf("%s: mode %o", f.Path, f.Mode)
 			}
 		}
 	}
 }
+
+// fromRepo maps each node path a MachineConfig writes to the repository
+// file it holds.
+var fromRepo = map[string]string{
+	"/etc/containers/oci/hooks.d/iptables-alerter.json":    "hooks.d/iptables-alerter.json",
+	"/etc/systemd/system/iptables-alerter-install.service": "packaging/openshift/machineconfig/iptables-alerter-install.service",
+	installEnv: "packaging/openshift/machineconfig/iptables-alerter-install.env",
+}
+
+// installEnv is where the MachineConfig puts the image reference the
+// install unit reads: the one place it is set.
+const installEnv = "/etc/iptables-alerter/install.env"
+
+// mcFiles decodes the files of a MachineConfig: node path -> content.
+func mcFiles(t *testing.T, mc machineConfig) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	for _, f := range mc.Spec.Config.Storage.Files {
+		data, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(f.Contents.Source, "data:;base64,"))
+		if err != nil {
+			t.Fatalf("decode %s: %v", f.Path, err)
+		}
+		files[f.Path] = data
+	}
+	return files
+}
+
+// committedMachineConfigs reads every generated MachineConfig: file name -> config.
+func committedMachineConfigs(t *testing.T) map[string]machineConfig {
+	t.Helper()
+	gens, _ := filepath.Glob(filepath.Join(repo(t), "packaging/openshift/machineconfig/*.yaml"))
+	mcs := map[string]machineConfig{}
+	for _, gen := range gens {
+		data, err := os.ReadFile(gen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mc machineConfig
+		if err := yaml.UnmarshalStrict(data, &mc); err != nil {
+			t.Fatalf("parse %s: %v", gen, err)
+		}
+		mcs[filepath.Base(gen)] = mc
+	}
+	return mcs
+}
+
