@@ -223,4 +223,3 @@ func committedMachineConfigs(t *testing.T) map[string]machineConfig {
 	}
 	return mcs
 }
-
