@@ -3,6 +3,7 @@ module github.com/iptables-alerter/iptables-alerter
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/containerd/nri v0.11.0
 	github.com/google/go-cmp v0.7.0
 	github.com/google/nftables v0.3.0

@@ -10,11 +10,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"syscall"
-	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/hookinstall"
 )
@@ -33,10 +31,12 @@ node's "/" is seen (a host mount in a container). Re-running with the same
 files changes nothing.
 
 Before writing, it reads the node's CRI-O configuration (` + "`crio config`" + ` when
---root is / and crio is on PATH, else hooks_dir in ROOT/etc/crio/crio.conf
-and crio.conf.d/*) and refuses a --hooks-dir that CRI-O does not read,
-naming the ones it does. With --runtime auto, a node without any CRI-O
-configuration (containerd) gets neither binary nor JSON.
+--root is / and crio is on PATH, else ROOT/etc/crio/crio.conf and
+everything under crio.conf.d, as CRI-O reads them) and refuses a
+--hooks-dir that CRI-O does not read, naming the ones it does. A crio
+binary or socket without any configuration file is CRI-O on its built-in
+default (/usr/share/containers/oci/hooks.d only). With --runtime auto, a
+node without CRI-O (containerd) gets neither binary nor JSON.
 
 With --wait it then stays until SIGTERM or SIGINT and uninstalls (JSON
 first), so a DaemonSet pod being deleted takes the hook off its node.
@@ -88,14 +88,14 @@ func runInstallHook(args []string, _ io.Reader, stderr io.Writer) int {
 	}
 	say := func(format string, a ...any) { fmt.Fprintf(stderr, "install-hook: "+format+"\n", a...) }
 
-	crio, err := nodeCRIO(h.root)
+	crio, err := hookinstall.NodeCRIO(context.Background(), h.root)
 	if err != nil {
 		say("%v", err)
 		return 1
 	}
 	install := runtime == "crio" || (runtime == "auto" && crio.Found)
 	if !install && !checkOnly {
-		say("no CRI-O configuration under %s: nothing installed (containerd and other runtimes without hooks.d are covered by the NRI agent)", filepath.Join(h.root, "etc/crio"))
+		say("no CRI-O under %s (no configuration file, crio binary or socket): nothing installed (containerd and other runtimes without hooks.d are covered by the NRI agent)", h.root)
 		return waitThen(wait, func() int { return 0 })
 	}
 	// Without any configuration file a CRI-O forced by --runtime crio
@@ -109,7 +109,7 @@ func runInstallHook(args []string, _ io.Reader, stderr io.Writer) int {
 		}
 		say("CRI-O reads %s (%s)", h.hooksDir, crio.Source)
 	default:
-		say("no CRI-O configuration under %s: hooks directory not checked", filepath.Join(h.root, "etc/crio"))
+		say("no CRI-O under %s (no configuration file, crio binary or socket): hooks directory not checked", h.root)
 	}
 	if checkOnly {
 		return 0
@@ -142,32 +142,6 @@ func runInstallHook(args []string, _ io.Reader, stderr io.Writer) int {
 	}
 	say("installed %s, then %s", filepath.Join(h.binDir, f.BinaryName), filepath.Join(h.hooksDir, f.JSONName))
 	return waitThen(wait, func() int { return uninstall(h, stderr) })
-}
-
-// nodeCRIO reads the node's CRI-O configuration: `crio config` (the
-// effective one, defaults and drop-ins merged) when we run on the node
-// itself, else its files.
-func nodeCRIO(root string) (hookinstall.CRIO, error) {
-	if filepath.Clean(root) == "/" {
-		if crioBin, err := exec.LookPath("crio"); err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			out, err := exec.CommandContext(ctx, crioBin, "config").Output()
-			if err != nil {
-				return hookinstall.CRIO{}, fmt.Errorf("run %q config: %w", crioBin, err)
-			}
-			c := hookinstall.CRIO{Found: true, HooksDirs: hookinstall.CRIODefaultHooksDirs, Source: "`crio config`"}
-			dirs, ok, err := hookinstall.ParseHooksDir(string(out))
-			if err != nil {
-				return c, fmt.Errorf("parse `crio config`: %w", err)
-			}
-			if ok {
-				c.HooksDirs = dirs
-			}
-			return c, nil
-		}
-	}
-	return hookinstall.ReadCRIOConfig(root)
 }
 
 // waitThen, with wait set, blocks until SIGTERM or SIGINT and returns

@@ -1,15 +1,21 @@
 package hookinstall
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"sort"
 	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"golang.org/x/sys/unix"
 )
 
 // CRIODefaultHooksDirs is what CRI-O reads when no configuration sets
@@ -17,9 +23,22 @@ import (
 // adds /etc/containers/oci/hooks.d and /run/containers/oci/hooks.d.
 var CRIODefaultHooksDirs = []string{"/usr/share/containers/oci/hooks.d"}
 
+// Where CRI-O reads its configuration: its --config and --config-dir
+// defaults.
+const (
+	crioConf    = "/etc/crio/crio.conf"
+	crioConfDir = "/etc/crio/crio.conf.d"
+)
+
+// crioMarks are node paths that mean CRI-O is on the node even without
+// any configuration file (it then runs on its built-in defaults): its
+// binary where packages and the release bundle put it, and its socket.
+var crioMarks = []string{"/usr/bin/crio", "/usr/local/bin/crio", "/usr/sbin/crio", "/run/crio/crio.sock", "/var/run/crio/crio.sock"}
+
 // CRIO is what a node's CRI-O configuration says about hooks.
 type CRIO struct {
-	// Found: a CRI-O configuration file exists on the node.
+	// Found: CRI-O is on the node: a configuration file, or (without
+	// one) its binary or its socket.
 	Found bool
 	// HooksDirs are the directories CRI-O reads hooks from.
 	HooksDirs []string
@@ -27,102 +46,200 @@ type CRIO struct {
 	Source string
 }
 
-// ReadCRIOConfig reads root/etc/crio/crio.conf and then every file of
-// root/etc/crio/crio.conf.d in name order, as CRI-O does: a later
-// hooks_dir replaces an earlier one.
-func ReadCRIOConfig(root string) (CRIO, error) {
-	c := CRIO{HooksDirs: CRIODefaultHooksDirs, Source: "CRI-O's built-in default"}
-	files := []string{filepath.Join(root, "etc/crio/crio.conf")}
-	dropins := filepath.Join(root, "etc/crio/crio.conf.d")
-	ents, err := os.ReadDir(dropins)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return c, fmt.Errorf("read directory %q: %w", dropins, err)
-	}
-	var names []string
-	for _, e := range ents {
-		if e.Type().IsRegular() || e.Type()&fs.ModeSymlink != 0 {
-			names = append(names, e.Name())
+// crioTOML is the part of CRI-O's configuration read here, under CRI-O's
+// own names and decoded by CRI-O's own TOML library, so every form CRI-O
+// accepts (dotted and quoted keys, inline tables, escapes, a key matched
+// case-insensitively) means the same here. A pointer: absent keeps what
+// an earlier file set, as CRI-O decoding each file over the last.
+type crioTOML struct {
+	Crio struct {
+		Runtime struct {
+			HooksDir *[]string `toml:"hooks_dir"`
+		} `toml:"runtime"`
+	} `toml:"crio"`
+}
+
+// NodeCRIO reads the configuration of the CRI-O on the node seen at root.
+// On the node itself (root "/") with crio on PATH, it asks `crio config`
+// (the effective configuration: defaults, files, environment); elsewhere
+// it reads the files, as ReadCRIOConfig.
+func NodeCRIO(ctx context.Context, root string) (CRIO, error) {
+	if filepath.Clean(root) == "/" {
+		if bin, err := exec.LookPath("crio"); err == nil {
+			return crioConfig(ctx, bin)
 		}
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		files = append(files, filepath.Join(dropins, n))
+	return ReadCRIOConfig(root)
+}
+
+// crioConfig runs `crio config`, which prints the effective configuration
+// as TOML on stdout (and logs on stderr).
+func crioConfig(ctx context.Context, bin string) (CRIO, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "config").Output()
+	if err != nil {
+		// Its last log line says why (an invalid configuration).
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && len(bytes.TrimSpace(ee.Stderr)) > 0 {
+			lines := bytes.Split(bytes.TrimSpace(ee.Stderr), []byte("\n"))
+			err = fmt.Errorf("%w: %s", err, lines[len(lines)-1])
+		}
+		return CRIO{}, fmt.Errorf("run %q config: %w", bin, err)
+	}
+	c := CRIO{Found: true, HooksDirs: slices.Clone(CRIODefaultHooksDirs), Source: "CRI-O's built-in default (`crio config`)"}
+	if err := c.apply(out, "`crio config`"); err != nil {
+		return c, fmt.Errorf("parse `crio config`: %w", err)
+	}
+	return c, nil
+}
+
+// ReadCRIOConfig reads the CRI-O configuration of the node seen at root as
+// CRI-O reads it: /etc/crio/crio.conf, then every file under
+// /etc/crio/crio.conf.d in CRI-O's order (see crioFiles), each decoded over
+// the last: a later hooks_dir replaces an earlier one. Without any file,
+// CRI-O's binary or socket on the node still makes it Found, on its
+// built-in default. Paths resolve inside root, as on the node.
+func ReadCRIOConfig(root string) (CRIO, error) {
+	c := CRIO{HooksDirs: slices.Clone(CRIODefaultHooksDirs), Source: "CRI-O's built-in default"}
+	files, err := crioFiles(root)
+	if err != nil {
+		return c, err
 	}
 	for _, p := range files {
-		data, err := os.ReadFile(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
+		data, err := readInRoot(root, p)
 		if err != nil {
 			return c, fmt.Errorf("read CRI-O configuration %q: %w", p, err)
 		}
 		c.Found = true
-		dirs, ok, err := ParseHooksDir(string(data))
-		if err != nil {
+		if err := c.apply(data, "hooks_dir in "+p); err != nil {
 			return c, fmt.Errorf("parse CRI-O configuration %q: %w", p, err)
 		}
-		if ok {
-			c.HooksDirs, c.Source = dirs, "hooks_dir in "+strings.TrimPrefix(p, strings.TrimSuffix(root, "/"))
+	}
+	for _, m := range crioMarks {
+		if c.Found {
+			break
+		}
+		if fd, err := openInRoot(root, m, unix.O_PATH); err == nil {
+			unix.Close(fd)
+			c.Found, c.Source = true, "CRI-O's built-in default: "+m+" and no configuration file"
 		}
 	}
 	return c, nil
 }
 
-var (
-	tableRe  = regexp.MustCompile(`^\s*\[\s*([A-Za-z0-9_.\-"]+)\s*\]\s*$`)
-	hooksRe  = regexp.MustCompile(`^\s*hooks_dir\s*=\s*(.*)$`)
-	quotedRe = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"|'([^']*)'`)
-)
-
-// ParseHooksDir finds hooks_dir in the [crio.runtime] table of a CRI-O
-// TOML configuration (a crio.conf file or what `crio config` prints). ok
-// is false when it is not set there.
-func ParseHooksDir(text string) (dirs []string, ok bool, err error) {
-	table := ""
-	lines := strings.Split(text, "\n")
-	for i := 0; i < len(lines); i++ {
-		line := stripComment(lines[i])
-		if m := tableRe.FindStringSubmatch(line); m != nil {
-			table = strings.ReplaceAll(m[1], `"`, "")
-			continue
-		}
-		m := hooksRe.FindStringSubmatch(line)
-		if m == nil || table != "crio.runtime" {
-			continue
-		}
-		val := m[1]
-		// An array may span lines until its closing bracket.
-		for !strings.Contains(val, "]") && i+1 < len(lines) {
-			i++
-			val += " " + stripComment(lines[i])
-		}
-		val = strings.TrimSpace(val)
-		if !strings.HasPrefix(val, "[") || !strings.HasSuffix(val, "]") {
-			return nil, false, fmt.Errorf("parse hooks_dir %q: not an array of strings", val)
-		}
-		dirs = []string{}
-		for _, q := range quotedRe.FindAllStringSubmatch(val, -1) {
-			dirs = append(dirs, filepath.Clean(q[1]+q[2]))
-		}
-		ok = true
+// apply decodes one TOML configuration over c.
+func (c *CRIO) apply(data []byte, source string) error {
+	var t crioTOML
+	if _, err := toml.Decode(string(data), &t); err != nil {
+		return err
 	}
-	return dirs, ok, nil
+	if t.Crio.Runtime.HooksDir == nil {
+		return nil
+	}
+	c.HooksDirs = []string{}
+	for _, d := range *t.Crio.Runtime.HooksDir {
+		c.HooksDirs = append(c.HooksDirs, filepath.Clean(d))
+	}
+	c.Source = source
+	return nil
 }
 
-// stripComment cuts a "#" comment that is not inside a string.
-func stripComment(line string) string {
-	var quote rune
-	for i, r := range line {
-		switch {
-		case quote != 0 && r == quote:
-			quote = 0
-		case quote == 0 && (r == '"' || r == '\''):
-			quote = r
-		case quote == 0 && r == '#':
-			return line[:i]
-		}
+// crioFiles lists the node paths of the configuration files CRI-O reads,
+// in its order. crio.conf when it exists; then crio.conf.d, skipped when
+// it does not exist (os.Stat), else walked as filepath.Walk walks it:
+// names in byte order, a subdirectory's files where its name sorts, every
+// name (hidden files and backups too), a symlink read as a file. Walk
+// does not follow a symlinked crio.conf.d either: CRI-O then fails to
+// read it as a file, and so does ReadCRIOConfig.
+func crioFiles(root string) ([]string, error) {
+	var files []string
+	switch fd, err := openInRoot(root, crioConf, unix.O_PATH); {
+	case err == nil:
+		unix.Close(fd)
+		files = append(files, crioConf)
+	case !errors.Is(err, unix.ENOENT):
+		return nil, fmt.Errorf("look up CRI-O configuration %q: %w", crioConf, err)
 	}
-	return line
+	switch fd, err := openInRoot(root, crioConfDir, unix.O_PATH); {
+	case errors.Is(err, unix.ENOENT):
+		return files, nil
+	case err != nil:
+		return nil, fmt.Errorf("look up CRI-O configuration %q: %w", crioConfDir, err)
+	default:
+		unix.Close(fd)
+	}
+	var walk func(dir string) error
+	walk = func(dir string) error {
+		fd, err := openInRoot(root, dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			files = append(files, dir)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read CRI-O configuration directory %q: %w", dir, err)
+		}
+		d := os.NewFile(uintptr(fd), dir)
+		defer d.Close()
+		names, err := d.Readdirnames(-1)
+		if err != nil {
+			return fmt.Errorf("read CRI-O configuration directory %q: %w", dir, err)
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return fmt.Errorf("stat CRI-O configuration %q: %w", path.Join(dir, n), err)
+			}
+			if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				files = append(files, path.Join(dir, n))
+				continue
+			}
+			if err := walk(path.Join(dir, n)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return files, walk(crioConfDir)
+}
+
+// openInRoot opens a node path inside root (openat2 RESOLVE_IN_ROOT):
+// symlinks resolve as on the node and never lead out of root.
+func openInRoot(root, nodePath string, flags uint64) (int, error) {
+	rfd, err := unix.Open(root, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(rfd)
+	rel := strings.TrimPrefix(path.Clean(nodePath), "/")
+	if rel == "" {
+		rel = "."
+	}
+	fd, err := unix.Openat2(rfd, rel, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return -1, &os.PathError{Op: "openat2", Path: nodePath, Err: err}
+	}
+	return fd, nil
+}
+
+// readInRoot reads a regular file at a node path inside root.
+func readInRoot(root, nodePath string) ([]byte, error) {
+	// O_NONBLOCK: a FIFO planted there must not hang the installer.
+	fd, err := openInRoot(root, nodePath, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), nodePath)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%v)", st.Mode().Type())
+	}
+	return io.ReadAll(f)
 }
 
 // ErrNotRead is returned (wrapped) when CRI-O does not read a hooks directory.

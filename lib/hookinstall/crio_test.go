@@ -1,14 +1,18 @@
 package hookinstall
 
 import (
+	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
-// tree writes files (path -> content) under a fresh root.
+// tree writes files (path -> content) under a fresh root. A path ending
+// in "/" is an empty directory; a content starting with "-> " makes a
+// symlink to the rest.
 func tree(t *testing.T, files map[string]string) string {
 	t.Helper()
 	root := t.TempDir()
@@ -17,7 +21,19 @@ func tree(t *testing.T, files map[string]string) string {
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+		if strings.HasSuffix(p, "/") {
+			if err := os.MkdirAll(full, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		var err error
+		if target, ok := strings.CutPrefix(c, "-> "); ok {
+			err = os.Symlink(target, full)
+		} else {
+			err = os.WriteFile(full, []byte(c), 0o644)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -51,6 +67,8 @@ hooks_dir = [
 ]
 `
 
+const builtin = "/usr/share/containers/oci/hooks.d"
+
 func TestReadCRIOConfig(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -59,16 +77,67 @@ func TestReadCRIOConfig(t *testing.T) {
 		dirs  string
 		from  string
 	}{
-		{"no CRI-O (containerd node)", map[string]string{"etc/containerd/config.toml": "version = 2\n"}, false, "/usr/share/containers/oci/hooks.d", "built-in"},
-		{"upstream crio.conf, hooks_dir commented", map[string]string{"etc/crio/crio.conf": upstreamConf}, true, "/usr/share/containers/oci/hooks.d", "built-in"},
+		{"no CRI-O (containerd node, empty /etc/crio from the DaemonSet's DirectoryOrCreate)",
+			map[string]string{"etc/containerd/config.toml": "version = 2\n", "etc/crio/crio.conf.d/.keep/": ""}, false, builtin, "built-in"},
+		{"upstream crio.conf, hooks_dir commented", map[string]string{"etc/crio/crio.conf": upstreamConf}, true, builtin, "built-in"},
 		{"OpenShift drop-in", map[string]string{"etc/crio/crio.conf": upstreamConf, "etc/crio/crio.conf.d/00-default": openshiftDropin}, true,
-			"/etc/containers/oci/hooks.d /run/containers/oci/hooks.d /usr/share/containers/oci/hooks.d", "/etc/crio/crio.conf.d/00-default"},
-		{"later drop-in wins", map[string]string{
+			"/etc/containers/oci/hooks.d /run/containers/oci/hooks.d " + builtin, "/etc/crio/crio.conf.d/00-default"},
+
+		// The five forms regular expressions misread.
+		{"dotted key under [crio]", map[string]string{"etc/crio/crio.conf": "[crio]\nruntime.hooks_dir = [\"/dotted\"]\n"}, true, "/dotted", "crio.conf"},
+		{"dotted key at the top", map[string]string{"etc/crio/crio.conf": "crio.runtime.hooks_dir = [\"/top\"]\n[crio.image]\n"}, true, "/top", "crio.conf"},
+		{"quoted keys", map[string]string{"etc/crio/crio.conf": "['crio'.\"runtime\"]\n\"hooks_dir\" = [\"/q\"]\n"}, true, "/q", "crio.conf"},
+		{"inline table", map[string]string{"etc/crio/crio.conf": "[crio]\nruntime = { hooks_dir = [\"/inline\"], default_runtime = \"crun\" }\n"}, true, "/inline", "crio.conf"},
+		{"] inside a string", map[string]string{"etc/crio/crio.conf": "[crio.runtime]\nhooks_dir = [ \"/odd]name\",\n  \"/second\",\n]\n"}, true, "/odd]name /second", "crio.conf"},
+		{"escapes", map[string]string{"etc/crio/crio.conf": "[crio.runtime]\nhooks_dir = [\"/usr/share/containers/oci/hooks\\u002ed\", \"/tab\\there\", '/lit\\n']\n"}, true,
+			builtin + " /tab\there /lit\\n", "crio.conf"},
+		{"hooks_dir in another table", map[string]string{"etc/crio/crio.conf": "[crio.runtime.runtimes.crun]\nhooks_dir = [\"/not/this\"]\n[crio.image]\nhooks_dir = [\"/nor/this\"]\n"},
+			true, builtin, "built-in"},
+		{"key case folded as CRI-O's decoder does", map[string]string{"etc/crio/crio.conf": "[crio.runtime]\nHooks_Dir = [\"/folded\"]\n"}, true, "/folded", "crio.conf"},
+
+		// crio.conf.d as CRI-O walks it.
+		{"later drop-in wins, absent key keeps the earlier", map[string]string{
 			"etc/crio/crio.conf.d/10-crio.conf": "[crio.runtime]\nhooks_dir = [\"/a\"]\n",
 			"etc/crio/crio.conf.d/20-site.conf": "[crio.runtime]\nhooks_dir = ['/b', \"/c/\"]\n",
 			"etc/crio/crio.conf.d/30-other":     "[crio.runtime.runtimes.crun]\nruntime_path = \"/usr/bin/crun\"\n",
 		}, true, "/b /c", "/etc/crio/crio.conf.d/20-site.conf"},
-		{"quoted table name", map[string]string{"etc/crio/crio.conf": "[\"crio\".\"runtime\"]\nhooks_dir = [\"/q\"]\n"}, true, "/q", "crio.conf"},
+		{"drop-ins over crio.conf", map[string]string{
+			"etc/crio/crio.conf":            "[crio.runtime]\nhooks_dir = [\"/main\"]\n",
+			"etc/crio/crio.conf.d/00-first": "[crio.runtime]\nhooks_dir = [\"/dropin\"]\n",
+		}, true, "/dropin", "00-first"},
+		{"subdirectory walked", map[string]string{
+			"etc/crio/crio.conf.d/10-a":  "[crio.runtime]\nhooks_dir = [\"/a\"]\n",
+			"etc/crio/crio.conf.d/20/zz": "[crio.runtime]\nhooks_dir = [\"/sub\"]\n",
+		}, true, "/sub", "/etc/crio/crio.conf.d/20/zz"},
+		{"subdirectory walked in place", map[string]string{
+			"etc/crio/crio.conf.d/10/zz": "[crio.runtime]\nhooks_dir = [\"/sub\"]\n",
+			"etc/crio/crio.conf.d/2":     "[crio.runtime]\nhooks_dir = [\"/two\"]\n",
+		}, true, "/two", "/etc/crio/crio.conf.d/2"},
+		{"any name", map[string]string{
+			"etc/crio/crio.conf.d/.hidden":  "[crio.runtime]\nhooks_dir = [\"/hidden\"]\n",
+			"etc/crio/crio.conf.d/05.conf~": "[crio.runtime]\nhooks_dir = [\"/backup\"]\n",
+		}, true, "/backup", "05.conf~"},
+		{"hidden file", map[string]string{"etc/crio/crio.conf.d/.hidden": "[crio.runtime]\nhooks_dir = [\"/hidden\"]\n"}, true, "/hidden", ".hidden"},
+		{"byte order, not numeric", map[string]string{
+			"etc/crio/crio.conf.d/9-late":   "[crio.runtime]\nhooks_dir = [\"/nine\"]\n",
+			"etc/crio/crio.conf.d/10-early": "[crio.runtime]\nhooks_dir = [\"/ten\"]\n",
+		}, true, "/nine", "9-late"},
+		{"byte order, upper case first", map[string]string{
+			"etc/crio/crio.conf.d/a-lower": "[crio.runtime]\nhooks_dir = [\"/lower\"]\n",
+			"etc/crio/crio.conf.d/Z-upper": "[crio.runtime]\nhooks_dir = [\"/upper\"]\n",
+		}, true, "/lower", "a-lower"},
+		{"empty array empties", map[string]string{
+			"etc/crio/crio.conf.d/10": "[crio.runtime]\nhooks_dir = [\"/a\"]\n",
+			"etc/crio/crio.conf.d/20": "[crio.runtime]\nhooks_dir = []\n",
+		}, true, "", "20"},
+		{"symlinked drop-in read the way the node sees it", map[string]string{
+			"etc/crio/crio.conf.d/50-link": "-> /usr/lib/crio/50-shipped",
+			"usr/lib/crio/50-shipped":      "[crio.runtime]\nhooks_dir = [\"/linked\"]\n",
+		}, true, "/linked", "50-link"},
+
+		// CRI-O on its built-in default: no configuration, but there.
+		{"crio binary, no configuration", map[string]string{"usr/bin/crio": "binary"}, true, builtin, "built-in"},
+		{"crio in /usr/local/bin, no configuration", map[string]string{"usr/local/bin/crio": "binary", "etc/crio/crio.conf.d/.keep/": ""}, true, builtin, "/usr/local/bin/crio"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := ReadCRIOConfig(tree(t, tc.files))
@@ -82,26 +151,94 @@ func TestReadCRIOConfig(t *testing.T) {
 	}
 }
 
-func TestCheckSaysWhatToUse(t *testing.T) {
-	c, err := ReadCRIOConfig(tree(t, map[string]string{"etc/crio/crio.conf": upstreamConf}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = c.Check("/etc/containers/oci/hooks.d")
-	if !errors.Is(err, ErrNotRead) || !strings.Contains(err.Error(), "/usr/share/containers/oci/hooks.d") {
-		t.Errorf("check of /etc on upstream CRI-O: %v", err)
-	}
-	if err := c.Check("/usr/share/containers/oci/hooks.d/"); err != nil {
-		t.Errorf("check of the default: %v", err)
+// A configuration CRI-O refuses to start with is an error, not "no
+// hooks_dir": the installer must not guess.
+func TestReadCRIOConfigBroken(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+	}{
+		{"a string instead of an array", map[string]string{"etc/crio/crio.conf": "[crio.runtime]\nhooks_dir = \"/not/an/array\"\n"}},
+		{"not TOML", map[string]string{"etc/crio/crio.conf.d/10": "[crio.runtime\nhooks_dir = [\"/a\"]\n"}},
+		{"a key twice", map[string]string{"etc/crio/crio.conf.d/10": "[crio.runtime]\nhooks_dir = [\"/a\"]\nhooks_dir = [\"/b\"]\n"}},
+		// filepath.Walk does not follow it: CRI-O reads it as a file and fails.
+		{"crio.conf.d a symlink to a directory", map[string]string{"etc/crio/crio.conf.d": "-> /usr/lib/crio", "usr/lib/crio/10": "\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if c, err := ReadCRIOConfig(tree(t, tc.files)); err == nil {
+				t.Errorf("no error: %+v", c)
+			}
+		})
 	}
 }
 
-func TestParseHooksDirBroken(t *testing.T) {
-	if _, _, err := ParseHooksDir("[crio.runtime]\nhooks_dir = \"/not/an/array\"\n"); err == nil {
-		t.Errorf("a string instead of an array: no error")
+// CRI-O's socket without any configuration file or binary in the places
+// looked at (a CRI-O run from elsewhere): still CRI-O, on its default.
+// /var/run is a symlink to /run, resolved inside the root.
+func TestReadCRIOConfigSocket(t *testing.T) {
+	root := tree(t, map[string]string{"var/run": "-> /run"})
+	if err := os.MkdirAll(filepath.Join(root, "run/crio"), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	dirs, ok, err := ParseHooksDir("[crio.runtime]\nhooks_dir = []\n")
-	if err != nil || !ok || len(dirs) != 0 {
-		t.Errorf("empty array: %v %v %v", dirs, ok, err)
+	l, err := net.Listen("unix", filepath.Join(root, "run/crio/crio.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := ReadCRIOConfig(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Found || strings.Join(c.HooksDirs, " ") != builtin || !strings.Contains(c.Source, "crio.sock") {
+		t.Errorf("CRI-O socket, no configuration: %+v", c)
+	}
+	err = c.Check("/etc/containers/oci/hooks.d")
+	if !errors.Is(err, ErrNotRead) || !strings.Contains(err.Error(), "it reads only "+builtin) {
+		t.Errorf("check of /etc on CRI-O's defaults: %v", err)
+	}
+}
+
+// On the node itself (root "/"), `crio config` says what CRI-O reads: its
+// output is TOML, read the same way. A fake crio on PATH stands in.
+func TestNodeCRIOCrioConfig(t *testing.T) {
+	bin := t.TempDir()
+	script := "#!/bin/sh\n[ \"$1\" = config ] || exit 3\necho 'level=info msg=\"Starting CRI-O\"' >&2\ncat <<'EOF'\n" +
+		"[crio.runtime]\n  hooks_dir = [\n    \"/etc/containers/oci/hooks.d\", \"/odd]name\",\n  ]\n[crio.image]\n  pause_image = \"x\"\nEOF\n"
+	if err := os.WriteFile(filepath.Join(bin, "crio"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":/usr/bin:/bin")
+	c, err := NodeCRIO(context.Background(), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Found || strings.Join(c.HooksDirs, " ") != "/etc/containers/oci/hooks.d /odd]name" || !strings.Contains(c.Source, "crio config") {
+		t.Errorf("crio config: %+v", c)
+	}
+
+	if err := os.WriteFile(filepath.Join(bin, "crio"), []byte("#!/bin/sh\necho 'bad config' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := NodeCRIO(context.Background(), "/"); err == nil || !strings.Contains(err.Error(), "bad config") {
+		t.Errorf("failing crio config: %+v, %v (want an error with its stderr)", c, err)
+	}
+}
+
+func TestCheckSaysWhatToUse(t *testing.T) {
+	for _, files := range []map[string]string{
+		{"etc/crio/crio.conf": upstreamConf},
+		{"usr/bin/crio": "binary"},
+	} {
+		c, err := ReadCRIOConfig(tree(t, files))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.Check("/etc/containers/oci/hooks.d")
+		if !errors.Is(err, ErrNotRead) || !strings.Contains(err.Error(), "it reads only "+builtin) {
+			t.Errorf("check of /etc on upstream CRI-O (%v): %v", files, err)
+		}
+		if err := c.Check(builtin + "/"); err != nil {
+			t.Errorf("check of the default: %v", err)
+		}
 	}
 }

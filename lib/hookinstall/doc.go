@@ -17,5 +17,8 @@
 //   - every path is resolved inside the root (openat2 RESOLVE_IN_ROOT): a
 //     symlink on the node (RHCOS's /usr/local -> /var/usrlocal) is followed
 //     the way the node sees it and can never lead out of the root;
-//   - re-running with the same bytes changes nothing on disk.
+//   - re-running with the same bytes changes nothing on disk;
+//   - CRI-O's configuration is read as CRI-O reads it (its TOML library,
+//     crio.conf then crio.conf.d walked in its order): a configuration
+//     CRI-O would refuse is an error, never "hooks_dir not set".
 package hookinstall
