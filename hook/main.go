@@ -43,7 +43,7 @@ func usage(w io.Writer, cmds []command) {
 
 func main() {
 	// A child probe that lib/inspect or lib/ipset started runs here and exits.
-	child.Main()
+	child.Main(probes...)
 	os.Exit(dispatch(commands(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

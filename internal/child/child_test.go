@@ -10,26 +10,30 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 )
 
-func init() {
-	Register("echo", func(ns *os.File, args []string) int {
-		// fd 3 must be a namespace: the child reads it.
-		if _, err := netns.FromFile(ns, "fd 3"); err != nil {
-			fmt.Println("! " + err.Error())
-			return 0
-		}
-		for _, a := range args {
-			fmt.Println(a)
-		}
+// echo answers its arguments, one a line, after checking fd 3.
+var echo = NewProbe("echo", func(ns *os.File, args []string) int {
+	// fd 3 must be a namespace: the child reads it.
+	if _, err := netns.FromFile(ns, "fd 3"); err != nil {
+		fmt.Println("! " + err.Error())
 		return 0
-	})
-	Register("block", func(*os.File, []string) int {
-		fmt.Println("started")
-		select {} // stands for a kernel call that never returns
-	})
-}
+	}
+	for _, a := range args {
+		fmt.Println(a)
+	}
+	return 0
+})
+
+// block stands for a kernel call that never returns.
+var block = NewProbe("block", func(*os.File, []string) int {
+	fmt.Println("started")
+	select {}
+})
+
+// unlisted is a probe this binary's TestMain leaves out.
+var unlisted = NewProbe("unlisted", func(*os.File, []string) int { return 0 })
 
 func TestMain(m *testing.M) {
-	Main()
+	Main(echo, block)
 	os.Exit(m.Run())
 }
 
@@ -47,7 +51,7 @@ func TestAnswered(t *testing.T) {
 	if !Wired() {
 		t.Fatal("Main did not wire the binary")
 	}
-	p, err := Start("echo", open(t), time.Now().Add(5*time.Second), []string{"a", "b c"})
+	p, err := Start(echo, open(t), time.Now().Add(5*time.Second), []string{"a", "b c"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +72,7 @@ func TestAnswered(t *testing.T) {
 // deadline, not later, and End does not wait for it.
 func TestAbandoned(t *testing.T) {
 	deadline := time.Now().Add(300 * time.Millisecond)
-	p, err := Start("block", open(t), deadline, nil)
+	p, err := Start(block, open(t), deadline, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,5 +93,30 @@ func TestAbandoned(t *testing.T) {
 	}
 	if fmt.Sprint(got) != "[started]" {
 		t.Errorf("lines before the deadline = %q", got)
+	}
+}
+
+// TestUnlisted: a probe main did not list, or a made-up one, is refused
+// before any process starts, with an error the caller can tell.
+func TestUnlisted(t *testing.T) {
+	h := open(t)
+	for _, p := range []*Probe{unlisted, NewProbe("echo", nil), nil} {
+		proc, err := Start(p, h, time.Now().Add(time.Second), nil)
+		if !errors.Is(err, ErrUnlisted) {
+			t.Errorf("Start(%v) = %v, want ErrUnlisted", p, err)
+		}
+		if proc != nil {
+			proc.End(false)
+		}
+	}
+}
+
+// TestClash: of two probes sharing a name, neither starts, since the child
+// could not tell which one to run.
+func TestClash(t *testing.T) {
+	Main(echo, block, NewProbe("block", nil))
+	defer Main(echo, block)
+	if _, err := Start(block, open(t), time.Now().Add(time.Second), nil); !errors.Is(err, ErrUnlisted) {
+		t.Errorf("Start(block) with a clash = %v, want ErrUnlisted", err)
 	}
 }

@@ -15,11 +15,13 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/ipset"
 )
 
 // TestMain lets the scans re-execute this test binary as their probes.
 func TestMain(m *testing.M) {
-	child.Main()
+	child.Main(inspect.LegacyProbe, ipset.Probe)
 	os.Exit(m.Run())
 }
 

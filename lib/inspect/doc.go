@@ -12,10 +12,10 @@
 //
 // Inspect returns by its deadline whatever the kernel does: reading legacy
 // tables takes the host-wide x_tables mutex, which a neighbour can hold for
-// seconds, so that read runs in a probe process (this binary re-executed;
-// internal/child) that Inspect abandons at the deadline, or, for a
-// long-running daemon (Options.LegacyInProcess), on a thread of its own it
-// abandons, at most one outstanding.
+// seconds, so that read runs in a probe process (LegacyProbe: this binary
+// re-executed, internal/child) that Inspect abandons at the deadline, or,
+// for a long-running daemon (Options.LegacyInProcess), on a thread of its
+// own it abandons, at most one outstanding.
 //
 // Invariant: it never creates a table, chain or rule in the namespace. It
 // sends only dump requests, and queries legacy tables only when the

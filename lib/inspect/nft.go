@@ -602,13 +602,50 @@ func quote(s string) string {
 }
 
 // knownExprs interns expression names so a million rules do not allocate a
-// million copies of "counter".
-var knownExprs = map[string]string{}
-
-func init() {
-	for _, n := range []string{"bitwise", "byteorder", "cmp", "counter", "ct", "dup", "dynset", "exthdr", "fib", "flow_offload", "fwd", "hash", "immediate", "last", "limit", "log", "lookup", "masq", "match", "meta", "nat", "notrack", "numgen", "objref", "osf", "payload", "queue", "quota", "range", "redir", "reject", "rt", "secmark", "socket", "synproxy", "target", "tproxy", "tunnel", "xfrm", "connlimit", "inner"} {
-		knownExprs[n] = n
-	}
+// million copies of "counter": each name maps to itself (the kernel's
+// nft_expr_type names).
+var knownExprs = map[string]string{
+	"bitwise":      "bitwise",
+	"byteorder":    "byteorder",
+	"cmp":          "cmp",
+	"counter":      "counter",
+	"ct":           "ct",
+	"dup":          "dup",
+	"dynset":       "dynset",
+	"exthdr":       "exthdr",
+	"fib":          "fib",
+	"flow_offload": "flow_offload",
+	"fwd":          "fwd",
+	"hash":         "hash",
+	"immediate":    "immediate",
+	"last":         "last",
+	"limit":        "limit",
+	"log":          "log",
+	"lookup":       "lookup",
+	"masq":         "masq",
+	"match":        "match",
+	"meta":         "meta",
+	"nat":          "nat",
+	"notrack":      "notrack",
+	"numgen":       "numgen",
+	"objref":       "objref",
+	"osf":          "osf",
+	"payload":      "payload",
+	"queue":        "queue",
+	"quota":        "quota",
+	"range":        "range",
+	"redir":        "redir",
+	"reject":       "reject",
+	"rt":           "rt",
+	"secmark":      "secmark",
+	"socket":       "socket",
+	"synproxy":     "synproxy",
+	"target":       "target",
+	"tproxy":       "tproxy",
+	"tunnel":       "tunnel",
+	"xfrm":         "xfrm",
+	"connlimit":    "connlimit",
+	"inner":        "inner",
 }
 
 func exprName(b []byte) string {

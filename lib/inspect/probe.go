@@ -20,10 +20,10 @@ import (
 // over a huge legacy table can hold it for seconds).
 var ErrLegacyBusy = errors.New("legacy x_tables busy")
 
-// probeKind names the legacy probe among internal/child's kinds.
-const probeKind = "legacy-probe"
-
-func init() { child.Register(probeKind, runProbe) }
+// LegacyProbe reads the legacy tables in a child process, so a read blocked
+// on the x_tables mutex is abandoned at the deadline. A main that lets
+// Inspect run lists it in child.Main.
+var LegacyProbe = child.NewProbe("legacy-probe", runProbe)
 
 // probeLine is one line the probe writes: a table, an error, or the end.
 type probeLine struct {
@@ -57,8 +57,8 @@ func runProbe(nsf *os.File, fams []string) int {
 	return 0
 }
 
-// legacyProbe is a legacy look under way.
-type legacyProbe struct {
+// legacyLook is a legacy look under way.
+type legacyLook struct {
 	proc *child.Proc
 	// thread is an in-process look under way (Options.LegacyInProcess).
 	thread *threadLook
@@ -72,7 +72,7 @@ type legacyProbe struct {
 // loaded (no table can exist and no lock is taken); with inProcess a look
 // on a thread of this process abandoned at the deadline; a probe process
 // when the binary is wired for it; else the look in-process, now.
-func startLegacy(h *netns.Handle, deadline time.Time, inProcess bool) *legacyProbe {
+func startLegacy(h *netns.Handle, deadline time.Time, inProcess bool) *legacyLook {
 	var fams []legacyFamily
 	var names []string
 	for _, lf := range legacyFamilies {
@@ -84,7 +84,7 @@ func startLegacy(h *netns.Handle, deadline time.Time, inProcess bool) *legacyPro
 	if len(fams) == 0 {
 		return nil
 	}
-	p := &legacyProbe{path: h.Path}
+	p := &legacyLook{path: h.Path}
 	if inProcess {
 		p.thread, p.err = startThreadLook(h, fams, deadline)
 		return p
@@ -93,7 +93,7 @@ func startLegacy(h *netns.Handle, deadline time.Time, inProcess bool) *legacyPro
 		p.err = readLegacy(h, fams, func(t LegacyTable) { p.tables = append(p.tables, t) })
 		return p
 	}
-	proc, err := child.Start(probeKind, h, deadline, names)
+	proc, err := child.Start(LegacyProbe, h, deadline, names)
 	if err != nil {
 		p.err = fmt.Errorf("start legacy probe for netns %q: %w", h.Path, err)
 	}
@@ -104,7 +104,7 @@ func startLegacy(h *netns.Handle, deadline time.Time, inProcess bool) *legacyPro
 // wait collects the probe's answer into s until the deadline startLegacy
 // was given, never past it: a probe still blocked then is abandoned (killed
 // when the kernel lets it go) and s says it is truncated.
-func (p *legacyProbe) wait(s *Snapshot) error {
+func (p *legacyLook) wait(s *Snapshot) error {
 	if p.thread != nil {
 		return p.thread.wait(s, p.path)
 	}

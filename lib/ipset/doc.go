@@ -8,6 +8,6 @@
 // or lists a set. The question takes ipset's host-wide netlink mutex, which
 // another pod can hold for long (flushing a huge set in a loop), and a
 // thread waiting for it cannot be killed; so the question runs in a child
-// process that the caller abandons at its deadline, and the answer is then
-// partial with ErrBusy.
+// process (Probe) that the caller abandons at its deadline, and the answer
+// is then partial with ErrBusy.
 package ipset

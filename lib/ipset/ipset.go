@@ -67,10 +67,10 @@ func lookup(ids []uint16, emit func(uint16, string)) error {
 	return nil
 }
 
-// probeKind names the ipset probe among internal/child's kinds.
-const probeKind = "ipset-probe"
-
-func init() { child.Register(probeKind, probe) }
+// Probe reads set names in a child process, so a read blocked on ipset's
+// mutex is abandoned at the deadline. A main that lets Names run lists it
+// in child.Main.
+var Probe = child.NewProbe("ipset-probe", probe)
 
 // probe is the child: "index name" lines on stdout, "." when done.
 func probe(nsf *os.File, args []string) int {
@@ -115,7 +115,7 @@ func Names(h *netns.Handle, ids []uint16, deadline time.Time) (map[uint16]string
 	for _, id := range ids {
 		args = append(args, strconv.Itoa(int(id)))
 	}
-	proc, err := child.Start(probeKind, h, deadline, args)
+	proc, err := child.Start(Probe, h, deadline, args)
 	if err != nil {
 		return names, fmt.Errorf("start ipset probe: %w", err)
 	}

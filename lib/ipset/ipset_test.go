@@ -13,7 +13,7 @@ import (
 
 // TestMain lets Names re-execute this test binary as its probe.
 func TestMain(m *testing.M) {
-	child.Main()
+	child.Main(Probe)
 	os.Exit(m.Run())
 }
 

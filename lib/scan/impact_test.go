@@ -14,13 +14,15 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/ipset"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // TestMain lets Read re-execute this test binary as its probes.
 func TestMain(m *testing.M) {
-	child.Main()
+	child.Main(inspect.LegacyProbe, ipset.Probe)
 	os.Exit(m.Run())
 }
 
