@@ -12,10 +12,13 @@ BIN      := bin/iptables-alerter
 # version): the runtime execs it at every container start, and Go runs every
 # linked package's init first, client-go's and client_golang's included.
 HOOKBIN  := bin/iptables-alerter-hook
-# Big test tools (kube-apiserver) are built once into this cache, outside the repo.
+# Big test tools (kube-apiserver, kubectl, ...) are built once into this
+# cache, outside the repo. Its kubectl comes first on PATH, so the tests run
+# the pinned one (Debian 12 has none); Go's default place comes last.
 export IPTA_CACHE ?= /var/cache/iptables-alerter
+export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all build deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig
+.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig
 
 all: build
 
@@ -23,8 +26,14 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN) ./hook
 	CGO_ENABLED=0 $(GO) build -tags hookonly -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(HOOKBIN) ./hook
 
+# What each target runs against: make test everything; the demo and the
+# benchmark only what they use (see tests/install-deps.sh).
 deps:
-	tests/install-deps.sh
+	tests/install-deps.sh all
+demo-deps:
+	tests/install-deps.sh demo
+bench-deps:
+	tests/install-deps.sh bench
 
 # Everything: installs its own packages and tools first.
 test: deps lint
@@ -39,11 +48,13 @@ test-unit:
 test-integration: deps
 	CI=true $(GO) test -count=1 -timeout 40m ./...
 
-bench: deps build
+bench: bench-deps build
 	$(GO) run ./tests/bench -bin $(HOOKBIN) -agent-bin $(BIN)
 	$(GO) test -run XXX -bench . -benchtime 20x ./lib/...
 
-demo: deps build
+# make demo DEMO_KEEP=1 keeps the demo's findings, metrics and logs in the
+# directory it names at the end (a command-line variable reaches the script).
+demo: demo-deps build
 	tests/demo.sh $(BIN) $(HOOKBIN)
 
 # Refuse a hooks directory the node's CRI-O does not read, which would be a

@@ -5,7 +5,7 @@
 # runtime runs it at poststart (state JSON on stdin, bundle with config.json);
 # then the finding, the metrics, the Kubernetes Event it leads to, and the
 # RHEL 10 readiness report grouped by owning workload (a bare Pod and a
-# Deployment's Pod).
+# Deployment's Pod). DEMO_KEEP=1 keeps its work directory.
 set -euo pipefail
 BIN=$(realpath "${1:-bin/iptables-alerter}")
 HOOKBIN=$(realpath "${2:-bin/iptables-alerter-hook}")
@@ -32,7 +32,11 @@ cleanup() {
   ip netns del "$DIRTY" 2>/dev/null || true
   ip netns del "$CLEAN" 2>/dev/null || true
   ip netns del "${SHOPNS:-none}" 2>/dev/null || true
-  [ -n "${DEMO_KEEP:-}" ] || rm -rf "$WORK"
+  if [ -n "${DEMO_KEEP:-}" ]; then
+    echo "demo: output kept in $WORK: log/findings.jsonl, textfile/iptables_alerter.prom, forward.log, kube/ (API server logs, kubeconfig)" >&2
+  else
+    rm -rf "$WORK"
+  fi
 }
 trap cleanup EXIT
 FINDINGS=$WORK/log/findings.jsonl

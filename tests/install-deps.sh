@@ -1,18 +1,38 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the tests and the demo run against: the real
-# iptables clients, nft, OCI runtimes, podman, node_exporter, promtool, etcd,
-# logrotate, xmllint (JUnit schema check of `report`).
-# Idempotent: apt runs only when a package is missing.
+# Installs what the tests, the demo or the benchmark run against: Debian
+# packages from apt, and the Kubernetes and containerd binaries Debian 12
+# does not package, built from the Go module proxy into a cache outside the
+# repo (${IPTA_CACHE:-/var/cache/iptables-alerter}).
+#
+# Usage: install-deps.sh [all|demo|bench]
+#   all    (default, make test) everything below
+#   demo   (make demo) the iptables clients, etcd, kube-apiserver, python3
+#   bench  (make bench) the iptables clients only
+# Idempotent: apt runs only when a package is missing, and each build only
+# when its binary is not cached at the wanted version.
 set -euo pipefail
-pkgs=(
-  iptables arptables ebtables ipset nfacct nftables iproute2 util-linux mount curl openssl
-  crun runc podman conmon busybox-static libc-bin
-  prometheus-node-exporter prometheus
-  etcd-server logrotate
-  rpm kubectl
-  libxml2-utils
-  containernetworking-plugins
-)
+what=${1:-all}
+here=$(dirname "$0")
+case $what in
+all)
+  pkgs=(
+    iptables arptables ebtables ipset nfacct nftables iproute2 util-linux mount curl openssl
+    crun runc podman conmon busybox-static libc-bin
+    prometheus-node-exporter prometheus
+    etcd-server logrotate
+    rpm
+    libxml2-utils
+    containernetworking-plugins
+  ) ;;
+# tests/demo.sh: the iptables clients write the rules, etcd and kube-apiserver
+# stand in for the cluster, curl and python3 talk to it, openssl makes its
+# keys, node-exporter (optional) serves the metrics.
+demo) pkgs=(iptables iproute2 curl openssl python3 etcd-server prometheus-node-exporter) ;;
+# tests/bench: iptables-nft-restore fills the netns, nsenter and the save
+# tools are what the hook is measured against.
+bench) pkgs=(iptables iproute2 util-linux) ;;
+*) echo "install-deps: unknown set $what (all, demo or bench)" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -30,13 +50,16 @@ fi
 # their own on free loopback ports and do not need it.
 if command -v systemctl >/dev/null 2>&1; then systemctl disable --now etcd >/dev/null 2>&1 || true; fi
 
-# kube-apiserver for the Event forwarder tests: built from the Go module proxy
-# once and cached outside the repo (${IPTA_CACHE:-/var/cache/iptables-alerter}).
-"$(dirname "$0")/kube/build-kube.sh"
+[ "$what" != bench ] || exit 0
+# kube-apiserver for the demo and the Event forwarder tests.
+"$here/kube/build-kube.sh"
+[ "$what" = all ] || exit 0
 
-# kubelet and containerd 2.x (with its runc shim and ctr) for the NRI agent's
-# end-to-end tests, built the same way and cached beside it.
-"$(dirname "$0")/kube/build-kube.sh" kubelet
-"$(dirname "$0")/kube/build-kube.sh" kube-controller-manager
-"$(dirname "$0")/kube/build-kube.sh" kube-scheduler
-"$(dirname "$0")/runtime/build-containerd.sh"
+# kubectl for the packaging and cluster tests (Debian 12 has no package; the
+# Makefile puts the cache's bin directory first on PATH). kubelet,
+# kube-controller-manager, kube-scheduler and containerd 2.x (with its runc
+# shim and ctr) for the NRI agent's end-to-end tests.
+for c in kubectl kubelet kube-controller-manager kube-scheduler; do
+  "$here/kube/build-kube.sh" "$c"
+done
+"$here/runtime/build-containerd.sh"

@@ -1,7 +1,9 @@
 #!/bin/sh
-# Builds a Kubernetes component (kube-apiserver by default, or kubelet) from
-# the Go module proxy into a cache outside the repo (kube-controller-manager
-# and kube-scheduler run the DaemonSet pods of tests/cluster).
+# Builds a Kubernetes component (kube-apiserver by default, kubelet,
+# kube-controller-manager, kube-scheduler or kubectl) from the Go module proxy
+# into a cache outside the repo. kube-controller-manager and kube-scheduler
+# run the DaemonSet pods of tests/cluster; kubectl is for the tests that apply
+# the kustomize trees (Debian 12 does not package it).
 #
 # k8s.io/kubernetes cannot be required directly: its go.mod replaces every
 # k8s.io/* staging module with ./staging/..., which does not exist in the
@@ -15,7 +17,7 @@ set -eu
 KUBE_VERSION=${KUBE_VERSION:-v1.35.4}
 CACHE=${IPTA_CACHE:-/var/cache/iptables-alerter}/kube
 COMPONENT=${1:-kube-apiserver}
-case $COMPONENT in kube-apiserver|kubelet|kube-controller-manager|kube-scheduler) ;; *) echo "build-kube: unknown component $COMPONENT" >&2; exit 2;; esac
+case $COMPONENT in kube-apiserver|kubelet|kube-controller-manager|kube-scheduler|kubectl) ;; *) echo "build-kube: unknown component $COMPONENT" >&2; exit 2;; esac
 BIN=$CACHE/bin/$COMPONENT
 STAMP=$CACHE/bin/$COMPONENT.version
 
@@ -50,6 +52,9 @@ GOVER=$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$KGOMOD")
 	for m in $STAGING; do echo "	$m => $m $STAGING_VERSION"; done
 	echo ")"
 } >go.mod
+# The imports only keep go mod tidy from dropping what the commands need:
+# each cmd/X is a main package, which cannot be imported; its code lives in
+# cmd/X/app, and kubectl's in the staging module k8s.io/kubectl.
 cat >main.go <<'GO'
 package kubebuild
 
@@ -58,6 +63,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubelet/app"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	_ "k8s.io/kubectl/pkg/cmd"
 )
 GO
 

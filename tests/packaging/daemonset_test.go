@@ -23,7 +23,7 @@ import (
 func renderedDaemonSet(t *testing.T, dir string) *appsv1.DaemonSet {
 	t.Helper()
 	_, err := exec.LookPath("kubectl")
-	nstest.Need(t, err == nil, "needs kubectl (apt-get install kubectl)")
+	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/kube/build-kube.sh kubectl builds it into $IPTA_CACHE/kube/bin, which make puts first on PATH)")
 	out, err := exec.Command("kubectl", "kustomize", filepath.Join(repo(t), dir)).Output()
 	if err != nil {
 		t.Fatalf("kubectl kustomize %s: %v", dir, err)

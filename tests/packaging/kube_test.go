@@ -86,7 +86,7 @@ func contains(path string, want, got any) []string {
 // against a real kube-apiserver; every object read back holds what we set.
 func TestKustomizeServerSideApply(t *testing.T) {
 	_, err := exec.LookPath("kubectl")
-	nstest.Need(t, err == nil, "needs kubectl (apt-get install kubectl)")
+	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/kube/build-kube.sh kubectl builds it into $IPTA_CACHE/kube/bin, which make puts first on PATH)")
 	c := kubetest.Start(t)
 	kc := c.Kubeconfig("admin", c.AdminToken)
 	dir := t.TempDir()
