@@ -218,6 +218,9 @@ func record(cfg hookConfig, l *logrus.Entry, rec findings.Record, key string, st
 	writeCtx, cancelWrite := context.WithDeadline(context.Background(), start.Add(cfg.timeout+500*time.Millisecond))
 	defer cancelWrite()
 	store := scan.Store{Log: findings.Log{Path: cfg.findings, MaxBytes: cfg.maxBytes, Generations: cfg.generations}, Seen: findings.Seen{Dir: cfg.stateDir}}
+	// The memory's sweep after a recorded finding runs under writing too:
+	// a bounded read of small files under /run, well within the second
+	// the watchdog waits for it.
 	writing.Lock()
 	out, err := store.Record(writeCtx, key, rec)
 	writing.Unlock()
