@@ -8,8 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -93,7 +91,7 @@ func runAgent(args []string, _ io.Reader, stderr io.Writer) int {
 	if cfg.healthAddr != "" {
 		// Disconnected, the agent retries at least every 30 s; connected, it
 		// is alive as long as the connection is.
-		srv, err := serveHealth(cfg.healthAddr, m.alive, 2*time.Minute, m.degradedReason, metricsHandler(m.reg))
+		srv, err := serveHealth(cfg.healthAddr, m.health.Alive, 2*time.Minute, m.health.Degraded, metricsHandler(m.reg))
 		if err != nil {
 			log.WithError(err).Error("agent not started")
 			return 2
@@ -117,41 +115,25 @@ func runAgent(args []string, _ io.Reader, stderr io.Writer) int {
 	return 0
 }
 
-// agentMetrics turns the agent's reports into metrics and log lines.
+// agentMetrics turns the agent's reports into metrics and log lines; its
+// health keeps what /healthz and the gauges say.
 type agentMetrics struct {
-	log       *logrus.Logger
-	reg       *prometheus.Registry
-	scans     *prometheus.CounterVec
-	duration  *prometheus.HistogramVec
-	handler   *prometheus.HistogramVec
-	errors    *prometheus.CounterVec
-	lastSync  prometheus.Gauge
-	connected prometheus.Gauge
-	degraded  prometheus.Gauge
-	// up is 1 while connected; lastTry the last time the connection was
-	// lost (the loop retries from there), for /healthz.
-	up      atomic.Bool
-	lastTry atomic.Int64
-	// mu guards the sweep's tally and the sandboxes already warned about.
-	mu sync.Mutex
-	// sweepQueued, sweepDone and sweepUnreachable tally the last sweep's
-	// scans; blind is set when every scan of a finished sweep was
-	// unreachable, and cleared by the next scan that reached its netns.
-	sweepQueued, sweepDone, sweepUnreachable int
-	blind                                    bool
-	// warned holds the sandboxes whose unreachable netns was logged at
-	// warn: one line per sandbox, not one per scan.
-	warned map[string]bool
+	log      *logrus.Logger
+	health   *agent.Health
+	reg      *prometheus.Registry
+	scans    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	handler  *prometheus.HistogramVec
+	errors   *prometheus.CounterVec
+	lastSync prometheus.Gauge
 }
 
-// maxWarned bounds the warned set (sandbox ids come from the runtime, one
-// per pod ever started); past it the set starts over.
-const maxWarned = 4096
-
 func newAgentMetrics(log *logrus.Logger) *agentMetrics {
+	h := agent.NewHealth()
 	m := &agentMetrics{
-		log: log,
-		reg: prometheus.NewRegistry(),
+		log:    log,
+		health: h,
+		reg:    prometheus.NewRegistry(),
 		scans: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iptables_alerter_agent_scans_total",
 			Help: "Scans by source (sweep, poststart, stop) and outcome (recorded, same, limited, clean, gone, dropped, failed, unreachable).",
@@ -174,98 +156,51 @@ func newAgentMetrics(log *logrus.Logger) *agentMetrics {
 			Name: "iptables_alerter_agent_last_sync_timestamp_seconds",
 			Help: "When the runtime last synchronized (registration, reconnect), Unix time.",
 		}),
-		connected: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "iptables_alerter_agent_connected",
-			Help: "1 while connected to the runtime's NRI socket.",
-		}),
-		degraded: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "iptables_alerter_agent_degraded",
-			Help: "1 when every scan of the last sweep found its pod's netns unreachable (netns directory not mounted into the agent?), until a scan reaches one.",
-		}),
-		warned: map[string]bool{},
 	}
-	m.reg.MustRegister(m.scans, m.duration, m.handler, m.errors, m.lastSync, m.connected, m.degraded)
-	m.lastTry.Store(time.Now().UnixNano())
+	// Read from the health at each scrape: set from concurrent scans,
+	// they could end out of order.
+	connected := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "iptables_alerter_agent_connected",
+		Help: "1 while connected to the runtime's NRI socket.",
+	}, func() float64 { return one(h.Connected()) })
+	degraded := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "iptables_alerter_agent_degraded",
+		Help: "1 when every scan of the last sweep found its pod's netns unreachable (netns directory not mounted into the agent?), until a scan reaches one.",
+	}, func() float64 { return one(h.Degraded() != "") })
+	m.reg.MustRegister(m.scans, m.duration, m.handler, m.errors, m.lastSync, connected, degraded)
 	return m
 }
 
-func (m *agentMetrics) alive() time.Time {
-	if m.up.Load() {
-		return time.Now()
+// one is a gauge's value for b.
+func one(b bool) float64 {
+	if b {
+		return 1
 	}
-	return time.Unix(0, m.lastTry.Load())
+	return 0
 }
 
 func (m *agentMetrics) Handled(event string, d time.Duration) {
 	m.handler.WithLabelValues(event).Observe(d.Seconds())
 }
 
-// degradedReason is why /healthz says degraded, or "".
-func (m *agentMetrics) degradedReason() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.blind {
-		return ""
-	}
-	return fmt.Sprintf("every pod netns of the last sweep (%d) was unreachable: is the host's /run/netns mounted at /var/run/netns?", m.sweepQueued)
-}
-
-// tally counts a scan into the sweep's tally and the degraded state, and
-// tells whether an unreachable one is the first of its sandbox.
-func (m *agentMetrics) tally(s agent.Scan) (firstWarn bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	unreachable := s.Outcome == agent.Unreachable
-	if s.Meta.Source == agent.SourceSweep {
-		m.sweepDone++
-		if unreachable {
-			m.sweepUnreachable++
-		}
-		if m.sweepQueued > 0 && m.sweepDone == m.sweepQueued && m.sweepUnreachable == m.sweepQueued {
-			m.blind = true
-		}
-	}
-	if !unreachable && s.Outcome != agent.Dropped {
-		m.blind = false
-	}
-	if m.blind {
-		m.degraded.Set(1)
-	} else {
-		m.degraded.Set(0)
-	}
-	if !unreachable || m.warned[s.Meta.SandboxID] {
-		return false
-	}
-	if len(m.warned) >= maxWarned {
-		clear(m.warned)
-	}
-	m.warned[s.Meta.SandboxID] = true
-	return true
-}
-
 func (m *agentMetrics) Synced(pods, queued int) {
-	m.mu.Lock()
-	m.sweepQueued, m.sweepDone, m.sweepUnreachable = queued, 0, 0
-	m.mu.Unlock()
+	m.health.Synced(queued)
 	m.lastSync.SetToCurrentTime()
 	m.log.WithFields(logrus.Fields{"pods": pods, "sweep": queued}).Info("runtime synchronized, sweeping every pod netns")
 }
 
 func (m *agentMetrics) Connection(up bool, err error) {
-	m.up.Store(up)
+	m.health.Connection(up)
 	if up {
-		m.connected.Set(1)
 		return
 	}
-	m.connected.Set(0)
-	m.lastTry.Store(time.Now().UnixNano())
 	m.errors.WithLabelValues("connection").Inc()
 	m.log.WithError(err).Warn("not connected to the runtime's NRI socket, retrying")
 }
 
 func (m *agentMetrics) Scanned(s agent.Scan) {
-	m.scans.WithLabelValues(s.Meta.Source, string(s.Outcome)).Inc()
-	firstWarn := m.tally(s)
+	m.scans.WithLabelValues(s.Meta.Source, s.Label()).Inc()
+	warn := m.health.Scanned(s)
 	if s.Duration > 0 {
 		m.duration.WithLabelValues(s.Meta.Source).Observe(s.Duration.Seconds())
 	}
@@ -280,38 +215,27 @@ func (m *agentMetrics) Scanned(s agent.Scan) {
 		m.errors.WithLabelValues("vendors").Inc()
 		l.WithError(s.VendorErr).Error("cannot load the vendor table, naming vendors from the built-in one")
 	}
-	if r := s.Record; r != nil {
-		l = l.WithFields(logrus.Fields{"fingerprint": r.Fingerprint, "nft_rules": r.Nft.Rules, "legacy_rules": r.Legacy.Rules, "truncated": r.Truncated})
-		if r.Error != "" {
-			l = l.WithField("error", r.Error)
-		}
-	}
 	switch s.Outcome {
-	case agent.Recorded:
+	case agent.Found:
 		if s.Err != nil {
 			m.errors.WithLabelValues("scan").Inc()
-			l.WithError(s.Err).Error("finding recorded, but the findings directory or the per-sandbox memory needs attention")
 		}
-		if s.Record.Truncated {
+		if s.Stored == findings.Recorded && s.Record.Truncated {
 			m.errors.WithLabelValues("incomplete").Inc()
-			l.Warn("iptables usage recorded, incomplete: the counts are a lower bound")
-		} else {
-			l.Info("iptables usage recorded")
 		}
+		logRecord(l, *s.Record, s.Stored, s.Err)
 	case agent.Failed:
 		m.errors.WithLabelValues("scan").Inc()
 		l.WithError(s.Err).Error("scan failed")
 	case agent.Unreachable:
 		m.errors.WithLabelValues("unreachable").Inc()
-		if firstWarn {
+		if warn {
 			l.WithError(s.Err).Warn("pod netns unreachable though the runtime says the pod runs: not scanned (is the host's /run/netns mounted at /var/run/netns?); logged once per sandbox")
 		} else {
 			l.WithError(s.Err).Debug("scan: unreachable")
 		}
 	case agent.Dropped:
 		l.Warn("scan dropped: the queue is full (see --queue, --workers)")
-	case agent.Limited:
-		l.Warn("finding dropped: this sandbox wrote its limit of findings this hour")
 	default:
 		l.Debug(fmt.Sprintf("scan: %s", s.Outcome))
 	}

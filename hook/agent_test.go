@@ -63,7 +63,7 @@ func TestAgentUnreachable(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	srv, err := serveHealth(addr, m.alive, time.Minute, m.degradedReason, metricsHandler(m.reg))
+	srv, err := serveHealth(addr, m.health.Alive, time.Minute, m.health.Degraded, metricsHandler(m.reg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestAgentUnreachable(t *testing.T) {
 		want := fmt.Sprintf("iptables_alerter_agent_errors_total{kind=\"unreachable\"} %d\n", 2*(i+1))
 		waitFor(t, want, func() bool { _, body := get("/metrics"); return strings.Contains(body, want) })
 	}
-	waitFor(t, "degraded", func() bool { return m.degradedReason() != "" })
+	waitFor(t, "degraded", func() bool { return m.health.Degraded() != "" })
 	if code, body := get("/healthz"); code != 200 || !strings.HasPrefix(body, "degraded: ") {
 		t.Fatalf("/healthz %d %q, want 200 degraded", code, body)
 	}
@@ -113,7 +113,7 @@ func TestAgentUnreachable(t *testing.T) {
 	if _, err := a.Synchronize(ctx, []*api.PodSandbox{pod("c", "/proc/self/ns/net")}, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "not degraded", func() bool { return m.degradedReason() == "" })
+	waitFor(t, "not degraded", func() bool { return m.health.Degraded() == "" })
 	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
 		t.Fatalf("/healthz %d %q, want 200 ok", code, body)
 	}

@@ -213,41 +213,16 @@ func sandboxKey(c ocistate.Container, res scan.Result) string {
 // record appends rec unless the sandbox's memory already holds its
 // fingerprint, and logs the outcome.
 func record(cfg hookConfig, l *logrus.Entry, rec findings.Record, key string, start time.Time, writing *sync.Mutex) {
-	if rec.Error != "" {
-		l = l.WithField("error", rec.Error)
-	}
 	// Writing gets half a second past the deadline (the watchdog waits a
 	// second), so a slow inspection still leaves its truncated finding.
 	writeCtx, cancelWrite := context.WithDeadline(context.Background(), start.Add(cfg.timeout+500*time.Millisecond))
 	defer cancelWrite()
+	store := scan.Store{Log: findings.Log{Path: cfg.findings, MaxBytes: cfg.maxBytes, Generations: cfg.generations}, Seen: findings.Seen{Dir: cfg.stateDir}}
+	// The memory's sweep after a recorded finding runs under writing too:
+	// a bounded read of small files under /run, well within the second
+	// the watchdog waits for it.
 	writing.Lock()
-	seen := findings.Seen{Dir: cfg.stateDir}
-	out, err := seen.Record(writeCtx, key, rec.Netns, rec.Fingerprint, func() error {
-		return findings.Log{Path: cfg.findings, MaxBytes: cfg.maxBytes, Generations: cfg.generations}.Append(writeCtx, rec)
-	})
+	out, err := store.Record(writeCtx, key, rec)
 	writing.Unlock()
-	l = l.WithFields(logrus.Fields{"fingerprint": rec.Fingerprint, "nft_rules": rec.Nft.Rules, "legacy_rules": rec.Legacy.Rules, "truncated": rec.Truncated})
-	switch out {
-	case findings.Failed:
-		l.WithError(err).Error("cannot record the finding")
-		return
-	case findings.Same:
-		l.Debug("same usage already recorded for this sandbox")
-		return
-	case findings.Limited:
-		l.Warn("finding dropped: this sandbox wrote its limit of findings this hour")
-		return
-	}
-	if err != nil {
-		// Recorded anyway; rotation or the per-sandbox memory is broken.
-		l.WithError(err).Error("finding recorded, but the findings directory or the per-sandbox memory needs attention")
-	}
-	if rec.Truncated {
-		l.Warn("iptables usage recorded, incomplete: the counts are a lower bound")
-	} else {
-		l.Info("iptables usage recorded")
-	}
-	if err := seen.Sweep(); err != nil {
-		l.WithError(err).Warn("cannot clean up state of stopped sandboxes")
-	}
+	logRecord(l, rec, out, err)
 }

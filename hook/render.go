@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
-	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
@@ -70,55 +67,16 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 		}
 		return 1
 	}
-	u, err := res.Usage, res.Err
-	out := os.Stdout
-	texts := make([]string, 0, len(u.Rules))
-	for _, r := range u.Rules {
-		text := res.Text(r)
-		texts = append(texts, text)
-		fmt.Fprintf(out, "%s %s %s", r.Family, safetext.Name(r.Table, scan.MaxName), text)
-		if *impact {
-			fmt.Fprintf(out, "    # impact: %s", classify.Level(r))
-		}
-		if name := list.Match(*namespace, r, func() string { return text }); name != "" {
-			fmt.Fprintf(out, "    # allowlisted: %s", name)
-		}
-		fmt.Fprintln(out)
-	}
-	counted := 0
-	for _, c := range u.Chains {
-		counted += c.Rules
-		if c.User && c.Rules == 0 {
-			fmt.Fprintf(out, "# %s %s: empty user chain %s\n", c.Family, safetext.Name(c.Table, scan.MaxName), safetext.Name(c.Name, scan.MaxName))
-		}
-		if c.Drop {
-			fmt.Fprintf(out, "# %s %s: chain %s has policy DROP\n", c.Family, safetext.Name(c.Table, scan.MaxName), safetext.Name(c.Name, scan.MaxName))
-		}
-	}
-	if counted > len(u.Rules) {
-		fmt.Fprintf(out, "# %d more rules counted but not rendered (bound of %d)\n", counted-len(u.Rules), len(u.Rules))
-	}
-	for _, l := range u.Legacy {
-		fmt.Fprintf(out, "# legacy %s %s: %d entries beyond the untouched table", l.Family, l.Table, l.Rules)
-		if len(l.Chains) > 0 {
-			names := make([]string, len(l.Chains))
-			for i, c := range l.Chains {
-				names[i] = safetext.Name(c, scan.MaxName)
-			}
-			fmt.Fprintf(out, ", user chains %s", strings.Join(names, " "))
-		}
-		fmt.Fprintln(out)
-	}
-	if sum := classify.Summarize(u); sum.Worst != "" {
-		fmt.Fprintf(out, "# impact: legacy=%d xt=%d native=%d worst=%s\n", sum.Impact.Legacy, sum.Impact.Xt, sum.Impact.Native, sum.Worst)
-	}
-	for _, v := range scan.Vendors(table, u, u.Rules, texts) {
-		fmt.Fprintf(out, "# vendor %s: %s %s\n", v.Name, v.Hint, v.Doc)
+	if err := scan.Dump(os.Stdout, res, scan.DumpOptions{Allow: list, Namespace: *namespace, Impact: *impact, Vendors: table}); err != nil {
+		// A listing cut short must not pass for the netns's whole.
+		fmt.Fprintf(stderr, "render: %v\n", err)
+		return 1
 	}
 	if res.Complete() {
 		return 0
 	}
 	// What was printed is a lower bound: never let it pass for the whole.
+	err = res.Err
 	if err == nil {
 		err = errors.New("a size bound cut the dump short")
 	}

@@ -75,17 +75,16 @@ type Observer interface {
 	Connection(up bool, err error)
 }
 
-// Outcome of one scan.
+// Outcome of one scan, as far as the agent's side goes: Found hands the
+// record to the record step, whose findings.Outcome Scan.Stored holds.
 type Outcome string
 
 const (
-	Recorded Outcome = "recorded" // a finding was appended
-	Same     Outcome = "same"     // the sandbox already has this finding
-	Limited  Outcome = "limited"  // the sandbox wrote its limit this hour
-	Clean    Outcome = "clean"    // complete, nothing left after the allowlist
-	Gone     Outcome = "gone"     // at a stop, the netns was gone before it could be read
-	Dropped  Outcome = "dropped"  // the queue was full; not scanned
-	Failed   Outcome = "failed"   // the netns could not be opened or the finding not written
+	Found   Outcome = "found"   // usage (or an incomplete inspection): recorded through scan.Store
+	Clean   Outcome = "clean"   // complete, nothing left after the allowlist
+	Gone    Outcome = "gone"    // at a stop, the netns was gone before it could be read
+	Dropped Outcome = "dropped" // the queue was full; not scanned
+	Failed  Outcome = "failed"  // the netns could not be opened
 	// Unreachable: the runtime says the pod runs (sweep, poststart) but its
 	// netns path is not there, or not a netns, in the agent's view: most
 	// likely the netns directory is not mounted into the agent's container.
@@ -93,13 +92,15 @@ const (
 	Unreachable Outcome = "unreachable"
 )
 
-// Scan is the report of one scan. Err is set with Failed and Unreachable, and with
-// Recorded when the memory or rotation needs attention; AllowErr and
-// VendorErr when the admin's allowlist or vendor table could not be loaded
-// (usage is then reported with the built-in ones).
+// Scan is the report of one scan. Record and Stored are set with Found. Err
+// is set with Failed and Unreachable, and with Found when the record step
+// failed or, the finding recorded, the memory or rotation needs attention;
+// AllowErr and VendorErr when the admin's allowlist or vendor table could
+// not be loaded (usage is then reported with the built-in ones).
 type Scan struct {
 	Meta      scan.Meta
 	Outcome   Outcome
+	Stored    findings.Outcome
 	Duration  time.Duration
 	Record    *findings.Record
 	Err       error
@@ -107,9 +108,21 @@ type Scan struct {
 	VendorErr error
 }
 
+// Label names how the scan ended in one word, the record step's outcome
+// when it got that far: recorded, same, limited, clean, gone, dropped,
+// failed, unreachable.
+func (s Scan) Label() string {
+	if s.Outcome == Found {
+		return string(s.Stored)
+	}
+	return string(s.Outcome)
+}
+
 // Agent is the NRI plugin. New makes one; Run connects it.
 type Agent struct {
 	cfg Config
+	// store records findings: cfg.Log through cfg.Seen.
+	store *scan.Store
 	// events holds scans the runtime's events asked for; sweep the
 	// registration sweep's, fed one at a time so events go first.
 	events chan job
@@ -118,9 +131,7 @@ type Agent struct {
 	// queued will see the latest rules when it runs.
 	mu      sync.Mutex
 	pending map[string]bool
-	// memorySwept is when the per-sandbox memory was last swept.
-	memorySwept time.Time
-	workers     sync.WaitGroup
+	workers sync.WaitGroup
 	// feeding is closed to end the sweep feed in progress: a new sweep
 	// (reconnect) replaces it, and stopping ends it.
 	feeding chan struct{}
@@ -171,7 +182,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Load.Allow == nil {
 		cfg.Load.Allow = func() (*allowlist.List, error) { return allowlist.Join(), nil }
 	}
-	a := &Agent{cfg: cfg, events: make(chan job, cfg.Queue), sweep: make(chan job), pending: map[string]bool{}}
+	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, events: make(chan job, cfg.Queue), sweep: make(chan job), pending: map[string]bool{}}
 	// The stub checks the name and index; a bad one will not get better
 	// by reconnecting.
 	if _, err := a.newStub(); err != nil {

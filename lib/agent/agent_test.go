@@ -127,14 +127,14 @@ func TestHandlers(t *testing.T) {
 	}
 	release(a, 2)
 	got := rec.wait(t, 2)
-	outcomes := map[string]Outcome{}
+	outcomes := map[string]string{}
 	for _, s := range got {
-		outcomes[s.Meta.SandboxID] = s.Outcome
+		outcomes[s.Meta.SandboxID] = s.Label()
 		if s.Meta.Source != SourceSweep {
 			t.Errorf("sweep scan has source %q", s.Meta.Source)
 		}
 	}
-	if outcomes["a"] != Recorded || outcomes["b"] != Clean {
+	if outcomes["a"] != string(findings.Recorded) || outcomes["b"] != string(Clean) {
 		t.Fatalf("sweep outcomes %v, want a recorded and b clean", outcomes)
 	}
 
@@ -144,7 +144,7 @@ func TestHandlers(t *testing.T) {
 		t.Fatal(err)
 	}
 	release(a, 1)
-	if s := rec.wait(t, 1)[0]; s.Outcome != Same || s.Meta.Source != SourcePostStart {
+	if s := rec.wait(t, 1)[0]; s.Stored != findings.Same || s.Meta.Source != SourcePostStart {
 		t.Fatalf("poststart with unchanged rules: %+v, want same", s)
 	}
 
@@ -157,7 +157,7 @@ func TestHandlers(t *testing.T) {
 	used.Delete()
 	release(a, 1)
 	s := rec.wait(t, 1)[0]
-	if s.Outcome != Recorded || s.Meta.Source != SourceStop || s.Record.Nft.Rules != 2 || s.Record.Image != "example/app:1" {
+	if s.Stored != findings.Recorded || s.Meta.Source != SourceStop || s.Record.Nft.Rules != 2 || s.Record.Image != "example/app:1" {
 		t.Fatalf("stop scan: %+v (record %+v), want recorded with 2 rules", s, s.Record)
 	}
 
@@ -258,7 +258,7 @@ func TestLegacyBusy(t *testing.T) {
 	release(a, len(pods))
 	fast := 0
 	for _, s := range rec.wait(t, len(pods)) {
-		if s.Outcome != Recorded || !s.Record.Truncated || !strings.Contains(s.Record.Error, "legacy x_tables busy") || s.Record.Nft.Rules != 1 {
+		if s.Stored != findings.Recorded || !s.Record.Truncated || !strings.Contains(s.Record.Error, "legacy x_tables busy") || s.Record.Nft.Rules != 1 {
 			t.Fatalf("scan under the x_tables mutex: %+v (record %+v), want recorded, truncated, legacy x_tables busy, the nft rule", s, s.Record)
 		}
 		if s.Duration > timeout+time.Second {
@@ -298,7 +298,7 @@ func TestLegacyBusy(t *testing.T) {
 		}
 		release(a, 1)
 		s := rec.wait(t, 1)[0]
-		if s.Outcome == Recorded && !s.Record.Truncated && s.Record.Error == "" {
+		if s.Stored == findings.Recorded && !s.Record.Truncated && s.Record.Error == "" {
 			break
 		}
 		if time.Now().After(end) {
@@ -335,7 +335,7 @@ func TestMemorySweptOncePerInterval(t *testing.T) {
 		t.Fatal(err)
 	}
 	release(a, 1)
-	if s := rec.wait(t, 1)[0]; s.Outcome != Recorded {
+	if s := rec.wait(t, 1)[0]; s.Stored != findings.Recorded {
 		t.Fatalf("sweep scan: %+v, want recorded", s)
 	}
 	if stale() {
@@ -346,7 +346,7 @@ func TestMemorySweptOncePerInterval(t *testing.T) {
 		t.Fatal(err)
 	}
 	release(a, 1)
-	if s := rec.wait(t, 1)[0]; s.Outcome != Recorded {
+	if s := rec.wait(t, 1)[0]; s.Stored != findings.Recorded {
 		t.Fatalf("poststart scan: %+v, want recorded", s)
 	}
 	if !stale() {

@@ -2,7 +2,8 @@
 // when a pod's network namespace is worth a look (every existing pod at
 // registration, each container after it started, each container and
 // sandbox as it stops) and scans it with lib/scan, recording through the
-// same findings file and per-sandbox memory as the hook.
+// record step the hook takes (scan.Store): the same findings file and
+// per-sandbox memory.
 //
 // It takes NRI events (through github.com/containerd/nri pkg/stub) and
 // gives findings records plus, for the caller's metrics and logs, one

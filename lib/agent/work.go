@@ -13,11 +13,8 @@ import (
 // writeTimeout bounds appending one finding (the lock, a rotation).
 const writeTimeout = 10 * time.Second
 
-// memorySweepEvery spaces the per-sandbox memory's sweeps. The hook sweeps
-// after each finding it records, being one process per container; the
-// agent would then read every entry for every finding, quadratic in a
-// registration sweep's pods. An entry of a stopped sandbox costs a small
-// file until the next sweep.
+// memorySweepEvery spaces the per-sandbox memory's sweeps (see
+// scan.Store.SweepEvery).
 const memorySweepEvery = 10 * time.Minute
 
 // work scans queued jobs until ctx ends; the events' scans go before the
@@ -74,47 +71,18 @@ func (a *Agent) scan(j job) Scan {
 		s.Duration = time.Since(start)
 		return s
 	}
-	s.Record = d.Record
-	s.Outcome, s.Err = a.record(*d.Record)
+	s.Outcome, s.Record = Found, d.Record
+	s.Stored, s.Err = a.record(*d.Record)
 	s.Duration = time.Since(start)
 	return s
 }
 
-// record appends rec unless the sandbox's memory already holds it, exactly
-// as the hook does: one memory for both, so a pod seen by both gets one
-// finding per distinct usage.
-func (a *Agent) record(rec findings.Record) (Outcome, error) {
+// record goes through the record step the hook takes too: one memory for
+// both, so a pod seen by both gets one finding per distinct usage.
+func (a *Agent) record(rec findings.Record) (findings.Outcome, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	out, err := a.cfg.Seen.Record(ctx, rec.SandboxID, rec.Netns, rec.Fingerprint, func() error {
-		return a.cfg.Log.Append(ctx, rec)
-	})
-	switch out {
-	case findings.Same:
-		return Same, nil
-	case findings.Limited:
-		return Limited, nil
-	case findings.Failed:
-		return Failed, err
-	}
-	if a.memorySweepDue() {
-		if serr := a.cfg.Seen.Sweep(); serr != nil {
-			err = errors.Join(err, serr)
-		}
-	}
-	return Recorded, err
-}
-
-// memorySweepDue tells whether the memory was last swept memorySweepEvery
-// ago or more (or never), and if so counts this as the sweep.
-func (a *Agent) memorySweepDue() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if !a.memorySwept.IsZero() && time.Since(a.memorySwept) < memorySweepEvery {
-		return false
-	}
-	a.memorySwept = time.Now()
-	return true
+	return a.store.Record(ctx, rec.SandboxID, rec)
 }
 
 // openFailed is the outcome of a netns that could not be opened. Missing

@@ -286,8 +286,8 @@ func TestSeenLimitsEachSandbox(t *testing.T) {
 		return out
 	}
 	for i := 0; i < 3; i++ {
-		if out := rec("hostile", strconv.Itoa(i)); out != Written {
-			t.Fatalf("finding %d: outcome %v, want Written", i, out)
+		if out := rec("hostile", strconv.Itoa(i)); out != Recorded {
+			t.Fatalf("finding %d: outcome %v, want Recorded", i, out)
 		}
 	}
 	if out := rec("hostile", "2"); out != Same {
@@ -296,12 +296,12 @@ func TestSeenLimitsEachSandbox(t *testing.T) {
 	if out := rec("hostile", "3"); out != Limited {
 		t.Errorf("fourth finding in the hour: outcome %v, want Limited", out)
 	}
-	if out := rec("other", "x"); out != Written {
-		t.Errorf("another sandbox: outcome %v, want Written", out)
+	if out := rec("other", "x"); out != Recorded {
+		t.Errorf("another sandbox: outcome %v, want Recorded", out)
 	}
 	now = now.Add(time.Hour)
-	if out := rec("hostile", "3"); out != Written {
-		t.Errorf("after the interval: outcome %v, want Written", out)
+	if out := rec("hostile", "3"); out != Recorded {
+		t.Errorf("after the interval: outcome %v, want Recorded", out)
 	}
 	if written["hostile"] != 4 || written["other"] != 1 {
 		t.Errorf("writes %v", written)
@@ -323,8 +323,8 @@ func TestSeenWithPlantedSymlink(t *testing.T) {
 	s := Seen{Dir: dir}
 	calls := 0
 	out, err := s.Record(context.Background(), "sb", "", "f", func() error { calls++; return nil })
-	if out != Written || calls != 1 || !errors.Is(err, ErrNoMemory) {
-		t.Errorf("Record = %v, %v after %d writes; want Written, ErrNoMemory, 1", out, err, calls)
+	if out != Recorded || calls != 1 || !errors.Is(err, ErrNoMemory) {
+		t.Errorf("Record = %v, %v after %d writes; want Recorded, ErrNoMemory, 1", out, err, calls)
 	}
 	if names, _ := os.ReadDir(elsewhere); len(names) != 0 {
 		t.Errorf("memory written through the symlink: %v", names)

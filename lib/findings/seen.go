@@ -56,19 +56,21 @@ type seenEntry struct {
 	Count int       `json:"count"`
 }
 
-// Outcome says what Seen.Record did.
-type Outcome int
+// Outcome says what the record step did with a finding: Seen.Record, and
+// scan's Store.Record around it, which the hook and the agent call. The
+// values are spelled as the agent's scans_total metric labels them.
+type Outcome string
 
 const (
-	// Written: write was called and succeeded.
-	Written Outcome = iota
+	// Recorded: write was called and succeeded.
+	Recorded Outcome = "recorded"
 	// Same: the sandbox's last finding has this fingerprint.
-	Same
+	Same Outcome = "same"
 	// Limited: the sandbox wrote Limit findings this interval; this one is
 	// dropped, and the next one after the interval is written.
-	Limited
+	Limited Outcome = "limited"
 	// Failed: write failed.
-	Failed
+	Failed Outcome = "failed"
 )
 
 // ErrNoMemory marks a finding written without the per-sandbox memory (a
@@ -81,8 +83,8 @@ var ErrNoMemory = errors.New("per-sandbox memory not usable")
 // write succeeds. The entry stays locked throughout, so two containers of
 // one pod starting together give one finding. When the memory cannot be
 // used, write is called anyway and the error, wrapping ErrNoMemory, comes
-// back with Written. A write error wrapping ErrNotRotated counts as
-// written.
+// back with Recorded. A write error wrapping ErrNotRotated counts as
+// recorded.
 func (s Seen) Record(ctx context.Context, key, netns, fingerprint string, write func() error) (Outcome, error) {
 	d, f, err := s.open(key)
 	if err != nil {
@@ -90,7 +92,7 @@ func (s Seen) Record(ctx context.Context, key, netns, fingerprint string, write 
 		if werr != nil && !errors.Is(werr, ErrNotRotated) {
 			return Failed, werr
 		}
-		return Written, errors.Join(fmt.Errorf("%w: %w", ErrNoMemory, err), werr)
+		return Recorded, errors.Join(fmt.Errorf("%w: %w", ErrNoMemory, err), werr)
 	}
 	defer d.Close()
 	defer f.Close()
@@ -122,12 +124,12 @@ func (s Seen) Record(ctx context.Context, key, netns, fingerprint string, write 
 	}
 	data, _ := json.Marshal(seenEntry{Key: key, Netns: netns, Fingerprint: fingerprint, Since: old.Since, Count: old.Count + 1})
 	if err := f.Truncate(0); err != nil {
-		return Written, errors.Join(werr, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err))
+		return Recorded, errors.Join(werr, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err))
 	}
 	if _, err := f.WriteAt(data, 0); err != nil {
-		return Written, errors.Join(werr, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err))
+		return Recorded, errors.Join(werr, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err))
 	}
-	return Written, werr
+	return Recorded, werr
 }
 
 func (s Seen) now() time.Time {

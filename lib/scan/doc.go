@@ -4,11 +4,11 @@
 // entry point only decides when to scan and with what metadata.
 //
 // It takes a netns path and the metadata of the container that triggered
-// the scan; it gives a Result and, through Decide, the record to append (or
-// none). Invariant: an inspection that could not see everything is never
+// the scan; it gives a Result, through Decide the record to append (or
+// none), and through Store.Record what the record step did with it. Invariant: an inspection that could not see everything is never
 // reported as clean. Decide always records it, marked truncated with the
 // error, and gives it a fingerprint of its own so that the per-sandbox
-// memory never takes it for, and then skips, a later complete scan. Only
-// Read and Run have side effects (they read the netns); Decide and Build are
-// pure.
+// memory never takes it for, and then skips, a later complete scan. Read and
+// Run read the netns, Store.Record writes the findings file and the
+// per-sandbox memory; Decide and Build are pure.
 package scan

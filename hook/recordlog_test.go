@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// TestHookRecordLog: each outcome of the record step gives the line the
+// hook and the agent both log (the end-to-end tests look for some), with
+// the record's fields.
+func TestHookRecordLog(t *testing.T) {
+	full := findings.Record{Fingerprint: "fp1", Nft: findings.Nft{Rules: 3}}
+	cut := findings.Record{Fingerprint: "fp2", Truncated: true, Error: "legacy x_tables busy"}
+	tests := []struct {
+		name string
+		rec  findings.Record
+		out  findings.Outcome
+		err  error
+		// want are the lines' "level msg" in order.
+		want []string
+	}{
+		{name: "recorded", rec: full, out: findings.Recorded, want: []string{"info iptables usage recorded"}},
+		{name: "recorded incomplete", rec: cut, out: findings.Recorded, want: []string{"warning iptables usage recorded, incomplete: the counts are a lower bound"}},
+		{name: "recorded, memory broken", rec: full, out: findings.Recorded, err: findings.ErrNoMemory, want: []string{
+			"error finding recorded, but the findings directory or the per-sandbox memory needs attention", "info iptables usage recorded"}},
+		{name: "same", rec: full, out: findings.Same, want: []string{"debug same usage already recorded for this sandbox"}},
+		{name: "limited", rec: full, out: findings.Limited, want: []string{"warning finding dropped: this sandbox wrote its limit of findings this hour"}},
+		{name: "failed", rec: full, out: findings.Failed, err: errors.New("disk full"), want: []string{"error cannot record the finding"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			log := logrus.New()
+			log.SetOutput(&buf)
+			log.SetLevel(logrus.DebugLevel)
+			log.SetFormatter(&logrus.JSONFormatter{})
+			logRecord(log.WithField("sandbox_id", "sb"), tt.rec, tt.out, tt.err)
+			lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+			if len(lines) != len(tt.want) {
+				t.Fatalf("%d lines, want %d:\n%s", len(lines), len(tt.want), buf.String())
+			}
+			for i, line := range lines {
+				for _, want := range []string{`"level":"` + strings.SplitN(tt.want[i], " ", 2)[0] + `"`,
+					`"msg":"` + strings.SplitN(tt.want[i], " ", 2)[1] + `"`,
+					`"sandbox_id":"sb"`, `"fingerprint":"` + tt.rec.Fingerprint + `"`, `"truncated":`, `"nft_rules":`, `"legacy_rules":`} {
+					if !strings.Contains(line, want) {
+						t.Errorf("line %d lacks %s: %s", i, want, line)
+					}
+				}
+				if tt.rec.Error != "" && !strings.Contains(line, `"error":"`+tt.rec.Error+`"`) {
+					t.Errorf("line %d lacks the record's error: %s", i, line)
+				}
+			}
+		})
+	}
+}
