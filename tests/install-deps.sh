@@ -12,6 +12,7 @@ pkgs=(
   rpm kubectl
   libxml2-utils
   containernetworking-plugins
+  jq gcc libc6-dev make pkg-config libsqlite3-dev zstd
 )
 missing=()
 for p in "${pkgs[@]}"; do
@@ -40,3 +41,4 @@ if command -v systemctl >/dev/null 2>&1; then systemctl disable --now etcd >/dev
 "$(dirname "$0")/kube/build-kube.sh" kube-controller-manager
 "$(dirname "$0")/kube/build-kube.sh" kube-scheduler
 "$(dirname "$0")/runtime/build-containerd.sh"
+"$(dirname "$0")/runtime/build-crio.sh"
