@@ -109,7 +109,7 @@ func TestHookAndAgentOneFinding(t *testing.T) {
 	// The hook first, then the agent's sweep.
 	first := c.RunPod("hook-first", false)
 	id := c.Run(first, "app", "iptables-nft -A INPUT -p tcp --dport 7000 -j DROP && "+forever)
-	waitRule(t, c, first, "--dport 7000")
+	waitRule(t, c.CRI, first, "--dport 7000")
 	runHook(t, c, id, f)
 	if got := forPod(findingstest.Read(t, f.findings), "hook-first"); len(got) != 1 || got[0].Source != "hook" || got[0].SandboxID != first.ID {
 		t.Fatalf("hook finding: %+v", got)
