@@ -15,14 +15,20 @@ import (
 // BinDir is where tests/runtime/build-containerd.sh puts containerd, its
 // shim and ctr (IPTA_CACHE moves it, IPTA_CONTAINERD_BIN overrides it).
 func BinDir() string {
-	if d := os.Getenv("IPTA_CONTAINERD_BIN"); d != "" {
+	return cacheBin("IPTA_CONTAINERD_BIN", "containerd")
+}
+
+// cacheBin is the bin dir a tests/runtime/build-*.sh script fills in the
+// tools cache, or the directory the override variable names.
+func cacheBin(override, name string) string {
+	if d := os.Getenv(override); d != "" {
 		return d
 	}
 	cache := os.Getenv("IPTA_CACHE")
 	if cache == "" {
 		cache = "/var/cache/iptables-alerter"
 	}
-	return filepath.Join(cache, "containerd", "bin")
+	return filepath.Join(cache, name, "bin")
 }
 
 // Containerd is one running containerd. Pod netns pins go where containerd

@@ -21,14 +21,7 @@ import (
 // CRIOBinDir is where tests/runtime/build-crio.sh puts crio, pinns and the
 // runc CRI-O runs (IPTA_CACHE moves it, IPTA_CRIO_BIN overrides it).
 func CRIOBinDir() string {
-	if d := os.Getenv("IPTA_CRIO_BIN"); d != "" {
-		return d
-	}
-	cache := os.Getenv("IPTA_CACHE")
-	if cache == "" {
-		cache = "/var/cache/iptables-alerter"
-	}
-	return filepath.Join(cache, "crio", "bin")
+	return cacheBin("IPTA_CRIO_BIN", "crio")
 }
 
 // conmon is CRI-O's container monitor, Debian's.

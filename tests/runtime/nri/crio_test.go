@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -205,38 +204,12 @@ func replaceFile(t *testing.T, path, content string) {
 	}
 }
 
-// TestCRIOHookAndAgent: the hook and the agent on one CRI-O, sharing the
-// findings file and the per-sandbox memory, give one finding per usage:
-// a pod the hook found before the agent started is the same usage to the
-// agent's sweep; an istio-init style pod started under both gets one.
+// TestCRIOHookAndAgent: hookAndAgent with the hook CRI-O runs from the
+// shipped hooks.d JSON.
 func TestCRIOHookAndAgent(t *testing.T) {
 	f := newFiles(t)
 	_, hooksDir := installHook(t, f)
-	c := critest.StartCRIO(t, hooksDir)
-	early := c.RunPod("early", false)
-	c.Run(early, "app", "iptables-nft -A INPUT -p tcp --dport 7000 -j DROP && "+forever)
-	waitRule(t, c.CRI, early, "--dport 7000")
-	// The rule may come after the app's hook ran: a second container in the
-	// pod runs the hook again.
-	c.Run(early, "side", forever)
-	if got := forPod(findingstest.Read(t, f.findings), "early"); len(got) != 1 || got[0].Source != "hook" {
-		t.Fatalf("hook finding for the early pod: %+v", got)
-	}
-	a := startAgent(t, c.NRISocket, f)
-	a.waitMetric(t, 1, "iptables_alerter_agent_scans_total", `source="sweep"`, `outcome="same"`)
-
-	mesh := c.RunPod("mesh", false)
-	initID := c.Run(mesh, "istio-init", initRules)
-	c.WaitExited(initID)
-	c.Run(mesh, "app", forever)
-	a.waitMetric(t, 1, "iptables_alerter_agent_scans_total", `source="poststart"`)
-	waitFindings(t, a, "mesh", 1)
-	if got := forPod(findingstest.Read(t, f.findings), "early"); len(got) != 1 {
-		t.Errorf("early pod: %d findings, want 1: %+v", len(got), got)
-	}
-	if code := a.stop(t, syscall.SIGTERM); code != 0 {
-		t.Errorf("agent exit code on SIGTERM %d, want 0", code)
-	}
+	hookAndAgent(t, critest.StartCRIO(t, hooksDir).CRI, f, nil)
 }
 
 // TestCRIOHostNetwork: host-network pods share the node's netns, whose
