@@ -23,6 +23,7 @@ all)
     rpm
     libxml2-utils
     containernetworking-plugins
+    jq gcc libc6-dev make pkg-config libsqlite3-dev zstd
   ) ;;
 # tests/demo.sh: the iptables clients write the rules, etcd and kube-apiserver
 # stand in for the cluster, curl and python3 talk to it, openssl makes its
@@ -58,8 +59,10 @@ if command -v systemctl >/dev/null 2>&1; then systemctl disable --now etcd >/dev
 # kubectl for the packaging and cluster tests (Debian 12 has no package; the
 # Makefile puts the cache's bin directory first on PATH). kubelet,
 # kube-controller-manager, kube-scheduler and containerd 2.x (with its runc
-# shim and ctr) for the NRI agent's end-to-end tests.
+# shim and ctr) for the NRI agent's end-to-end tests; CRI-O (with pinns and
+# runc 1.4.2) from the source archive in ../shared/cri-o.
 for c in kubectl kubelet kube-controller-manager kube-scheduler; do
   "$here/kube/build-kube.sh" "$c"
 done
 "$here/runtime/build-containerd.sh"
+"$here/runtime/build-crio.sh"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -24,9 +25,9 @@ type Pod struct {
 const callTimeout = 60 * time.Second
 
 // RunPod runs a pod sandbox with the labels and annotations the kubelet
-// gives it, in namespace "ipta-test"; hostNetwork puts it in containerd's
+// gives it, in namespace "ipta-test"; hostNetwork puts it in the runtime's
 // (the test's) netns instead of a netns of its own.
-func (c *Containerd) RunPod(name string, hostNetwork bool) *Pod {
+func (c *CRI) RunPod(name string, hostNetwork bool) *Pod {
 	c.t.Helper()
 	uid := fmt.Sprintf("%08x-0000-4000-8000-%012x", time.Now().UnixNano()&0xffffffff, time.Now().UnixNano()&0xffffffffffff)
 	mode, hostname := rt.NamespaceMode_POD, name
@@ -56,7 +57,7 @@ func (c *Containerd) RunPod(name string, hostNetwork bool) *Pod {
 	defer cancel()
 	r, err := c.Runtime.RunPodSandbox(ctx, &rt.RunPodSandboxRequest{Config: cfg, RuntimeHandler: ""})
 	if err != nil {
-		c.t.Fatalf("RunPodSandbox %s: %v; containerd log: %s", name, err, c.Log())
+		c.t.Fatalf("RunPodSandbox %s: %v; %s log: %s", name, err, c.name, c.Log())
 	}
 	return &Pod{ID: r.PodSandboxId, Name: name, UID: uid, Config: cfg}
 }
@@ -64,13 +65,15 @@ func (c *Containerd) RunPod(name string, hostNetwork bool) *Pod {
 // CreateContainer creates a container in the pod with the kubelet's labels
 // and annotations, CAP_NET_ADMIN (what a pod writing iptables rules has),
 // running sh -c script. It returns the container id.
-func (c *Containerd) CreateContainer(p *Pod, name, script string) string {
+func (c *CRI) CreateContainer(p *Pod, name, script string) string {
 	c.t.Helper()
 	cfg := &rt.ContainerConfig{
 		Metadata: &rt.ContainerMetadata{Name: name},
-		Image:    &rt.ImageSpec{Image: ImageRef},
-		Command:  []string{"/bin/sh", "-c", script},
-		LogPath:  name + "/0.log",
+		// The kubelet passes the image the pod spec names, besides the
+		// resolved one; CRI-O verifies signatures against it.
+		Image:   &rt.ImageSpec{Image: ImageRef, UserSpecifiedImage: ImageRef},
+		Command: []string{"/bin/sh", "-c", script},
+		LogPath: name + "/0.log",
 		Labels: map[string]string{
 			"io.kubernetes.container.name": name, "io.kubernetes.pod.name": p.Name,
 			"io.kubernetes.pod.namespace": "ipta-test", "io.kubernetes.pod.uid": p.UID,
@@ -89,27 +92,31 @@ func (c *Containerd) CreateContainer(p *Pod, name, script string) string {
 			},
 		},
 	}
+	// The kubelet makes the container's log directory; conmon does not.
+	if err := os.MkdirAll(filepath.Join(p.Config.LogDirectory, name), 0o755); err != nil {
+		c.t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	r, err := c.Runtime.CreateContainer(ctx, &rt.CreateContainerRequest{PodSandboxId: p.ID, Config: cfg, SandboxConfig: p.Config})
 	if err != nil {
-		c.t.Fatalf("CreateContainer %s/%s: %v; containerd log: %s", p.Name, name, err, c.Log())
+		c.t.Fatalf("CreateContainer %s/%s: %v; %s log: %s", p.Name, name, err, c.name, c.Log())
 	}
 	return r.ContainerId
 }
 
 // StartContainer starts a created container.
-func (c *Containerd) StartContainer(id string) {
+func (c *CRI) StartContainer(id string) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	if _, err := c.Runtime.StartContainer(ctx, &rt.StartContainerRequest{ContainerId: id}); err != nil {
-		c.t.Fatalf("StartContainer %s: %v; containerd log: %s", id, err, c.Log())
+		c.t.Fatalf("StartContainer %s: %v; %s log: %s", id, err, c.name, c.Log())
 	}
 }
 
 // Run creates and starts a container, as the kubelet does for each one.
-func (c *Containerd) Run(p *Pod, name, script string) string {
+func (c *CRI) Run(p *Pod, name, script string) string {
 	c.t.Helper()
 	id := c.CreateContainer(p, name, script)
 	c.StartContainer(id)
@@ -118,7 +125,7 @@ func (c *Containerd) Run(p *Pod, name, script string) string {
 
 // WaitExited waits until the container exited (an init container) and
 // returns its exit code.
-func (c *Containerd) WaitExited(id string) int32 {
+func (c *CRI) WaitExited(id string) int32 {
 	c.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -139,7 +146,7 @@ func (c *Containerd) WaitExited(id string) int32 {
 }
 
 // StopContainer stops a container with the kubelet's grace period.
-func (c *Containerd) StopContainer(id string) {
+func (c *CRI) StopContainer(id string) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
@@ -148,8 +155,8 @@ func (c *Containerd) StopContainer(id string) {
 	}
 }
 
-// StopPod stops the pod sandbox (containerd tears the netns down).
-func (c *Containerd) StopPod(p *Pod) {
+// StopPod stops the pod sandbox (the runtime tears the netns down).
+func (c *CRI) StopPod(p *Pod) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
@@ -160,7 +167,7 @@ func (c *Containerd) StopPod(p *Pod) {
 
 // NetnsPath is the pod's pinned netns, from the verbose sandbox status (the
 // CRI fallback reads it the same way).
-func (c *Containerd) NetnsPath(p *Pod) string {
+func (c *CRI) NetnsPath(p *Pod) string {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()

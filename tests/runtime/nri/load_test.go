@@ -105,32 +105,49 @@ func cycle(t *testing.T, c *critest.Containerd, p *critest.Pod, tag string) time
 func TestHookAndAgentOneFinding(t *testing.T) {
 	c := critest.Start(t)
 	f := newFiles(t)
+	hookAndAgent(t, c.CRI, f, func(id string) { runHook(t, c, id, f) })
+}
 
-	// The hook first, then the agent's sweep.
+// hookAndAgent runs the hook and the agent on one runtime, sharing the
+// findings file and the per-sandbox memory: a pod the hook found before
+// the agent started is the same usage to the agent's sweep; an istio-init
+// style pod started under both gets one finding. hook runs the hook for a
+// container the runtime started, where the runtime does not run it itself.
+func hookAndAgent(t *testing.T, c *critest.CRI, f agentFiles, hook func(id string)) {
+	// The hook first, then the agent's sweep. A hook that runs before the
+	// app's command (runc runs poststart at create) sees its rule at the
+	// next container's start.
 	first := c.RunPod("hook-first", false)
-	id := c.Run(first, "app", "iptables-nft -A INPUT -p tcp --dport 7000 -j DROP && "+forever)
+	c.Run(first, "app", "iptables-nft -A INPUT -p tcp --dport 7000 -j DROP && "+forever)
 	waitRule(t, c, first, "--dport 7000")
-	runHook(t, c, id, f)
+	side := c.Run(first, "side", forever)
+	if hook != nil {
+		hook(side)
+	}
 	if got := forPod(findingstest.Read(t, f.findings), "hook-first"); len(got) != 1 || got[0].Source != "hook" || got[0].SandboxID != first.ID {
 		t.Fatalf("hook finding: %+v", got)
 	}
 	a := startAgent(t, c.NRISocket, f)
 	a.waitMetric(t, 1, "iptables_alerter_agent_scans_total", `source="sweep"`, `outcome="same"`)
 
-	// The agent first (init container, then the app's poststart), then the
-	// hook at the app's start.
-	second := c.RunPod("agent-first", false)
+	// An init container, then the app: the agent at the init container's
+	// stop or the app's poststart, the hook at the app's start.
+	second := c.RunPod("mesh", false)
 	initID := c.Run(second, "init", initRules)
 	c.WaitExited(initID)
 	app := c.Run(second, "app", forever)
-	waitFindings(t, a, "agent-first", 1)
-	runHook(t, c, app, f)
-	for _, pod := range []string{"hook-first", "agent-first"} {
+	waitFindings(t, a, "mesh", 1)
+	if hook != nil {
+		hook(app)
+	}
+	for _, pod := range []string{"hook-first", "mesh"} {
 		if got := forPod(findingstest.Read(t, f.findings), pod); len(got) != 1 {
 			t.Errorf("pod %s: %d findings, want 1: %+v", pod, len(got), got)
 		}
 	}
-	a.stop(t, syscall.SIGTERM)
+	if code := a.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("agent exit code on SIGTERM %d, want 0", code)
+	}
 }
 
 // runHook runs the hook binary as a runtime runs a poststart hook: the

@@ -1,8 +1,7 @@
-// Package nri tests the NRI agent against a real containerd 2.x with NRI on
-// (tests/runtime/critest), pods driven through the CRI as the kubelet
-// drives them. When a crio binary is present (on PATH or IPTA_CRIO), the
-// same scenarios would run against CRI-O; it cannot be built here from the
-// module proxy, so without one those are skipped even under CI=true.
+// Package nri tests the NRI agent against real runtimes with NRI on,
+// containerd 2.x and CRI-O (tests/runtime/critest), pods driven through the
+// CRI as the kubelet drives them; on CRI-O also the hook, installed with the
+// shipped hooks.d JSON into the hooks_dir CRI-O reads.
 package nri
 
 import (

@@ -21,14 +21,18 @@ const (
 	forever   = "trap 'exit 0' TERM; while :; do sleep 1; done"
 )
 
-// TestContainerdMoments: each NRI moment on a real containerd, pods run
-// through the CRI as the kubelet runs them. A pod from before the agent is
-// found by the sweep; an init container's rules at PostStartContainer of
-// the next container; rules an app adds after its start at StopContainer;
-// a clean pod and a host-network pod give nothing; killing and restarting
-// the agent, and restarting containerd, give no duplicate.
+// TestContainerdMoments: each NRI moment on a real containerd.
 func TestContainerdMoments(t *testing.T) {
-	c := critest.Start(t)
+	moments(t, critest.Start(t).CRI)
+}
+
+// moments runs each NRI moment on a real runtime, pods run through the CRI
+// as the kubelet runs them. A pod from before the agent is found by the
+// sweep; an init container's rules at PostStartContainer of the next
+// container; rules an app adds after its start at StopContainer; a clean
+// pod and a host-network pod give nothing; killing and restarting the
+// agent, and restarting the runtime, give no duplicate.
+func moments(t *testing.T, c *critest.CRI) {
 	f := newFiles(t)
 
 	// Before the agent: a pod with rules already running.
@@ -42,8 +46,8 @@ func TestContainerdMoments(t *testing.T) {
 		t.Fatalf("sweep findings for the early pod: %+v", got)
 	}
 
-	// Init container, then the app. containerd sends StopContainer as the
-	// init container exits on its own, before the app's PostStartContainer:
+	// Init container, then the app. The runtime may send StopContainer as
+	// the init container exits on its own, before the app's PostStartContainer:
 	// whichever comes first finds the rules, once.
 	mesh := c.RunPod("mesh", false)
 	initID := c.Run(mesh, "istio-init", initRules)
@@ -93,14 +97,14 @@ func TestContainerdMoments(t *testing.T) {
 		t.Fatalf("agent restart: %d findings, want %d (no duplicate); agent log:\n%s", n, before, a.log)
 	}
 
-	// containerd restarted: the agent reconnects, re-syncs, no duplicate.
+	// The runtime restarted: the agent reconnects, re-syncs, no duplicate.
 	c.Restart()
 	a.waitMetric(t, 8, "iptables_alerter_agent_scans_total", `source="sweep"`)
 	if n := len(findingstest.Read(t, f.findings)); n != before {
-		t.Fatalf("containerd restart: %d findings, want %d; agent log:\n%s", n, before, a.log)
+		t.Fatalf("runtime restart: %d findings, want %d; agent log:\n%s", n, before, a.log)
 	}
 	if v, _ := a.metric(t, "iptables_alerter_agent_connected"); v != 1 {
-		t.Errorf("agent not connected after the containerd restart")
+		t.Errorf("agent not connected after the runtime restart")
 	}
 	if code := a.stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("agent exit code on SIGTERM %d, want 0", code)
@@ -128,7 +132,7 @@ func waitFindings(t *testing.T, a *agentProc, pod string, n int) []findings.Reco
 
 // waitRule waits until the pod's app wrote its rule: a container's start
 // returns before its process got far.
-func waitRule(t *testing.T, c *critest.Containerd, p *critest.Pod, rule string) {
+func waitRule(t *testing.T, c *critest.CRI, p *critest.Pod, rule string) {
 	t.Helper()
 	path := c.NetnsPath(p)
 	for i := 0; i < 100; i++ {
@@ -149,7 +153,7 @@ func TestCRIFallback(t *testing.T) {
 	f := newFiles(t)
 	used := c.RunPod("used", false)
 	c.Run(used, "app", "iptables-nft -A INPUT -p tcp --dport 8443 -j DROP && "+forever)
-	waitRule(t, c, used, "--dport 8443")
+	waitRule(t, c.CRI, used, "--dport 8443")
 	clean := c.RunPod("clean", false)
 	c.Run(clean, "app", forever)
 	host := c.RunPod("host", true)
