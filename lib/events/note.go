@@ -70,7 +70,7 @@ func exampleLines(exs []findings.Example, room int) string {
 	ordered := findings.BreakingFirst(exs)
 	all := ""
 	for _, ex := range ordered {
-		all += "\n" + exampleLine(ex)
+		all += "\n" + ExampleLine(ex)
 	}
 	if len(all) <= room {
 		return all
@@ -80,7 +80,7 @@ func exampleLines(exs []findings.Example, room int) string {
 	var b strings.Builder
 	left := 0
 	for _, ex := range ordered {
-		l := "\n" + exampleLine(ex)
+		l := "\n" + ExampleLine(ex)
 		if b.Len()+len(l) > room {
 			left++
 			continue
@@ -142,7 +142,9 @@ func tableList(tables []string) string {
 	return " in " + strings.Join(esc, ", ")
 }
 
-func exampleLine(ex findings.Example) string {
+// ExampleLine shows an example rule escaped for a person, after its family,
+// table and level: "[ip nat, xt] -A OUTPUT ...".
+func ExampleLine(ex findings.Example) string {
 	where := strings.TrimSpace(safetext.Display(ex.Family) + " " + safetext.Display(ex.Table))
 	// The rule's RHEL 10 level, when the hook classified it (Encode keeps
 	// only the three level names).

@@ -138,7 +138,7 @@ func noCutRule(t *testing.T, note string, exs []findings.Example) {
 	}
 	whole := map[string]bool{}
 	for _, ex := range exs {
-		whole[exampleLine(ex)] = true
+		whole[ExampleLine(ex)] = true
 	}
 	for _, l := range strings.Split(after, "\n") {
 		if !whole[l] && !strings.Contains(l, "more example rules left out") {
