@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -73,20 +74,14 @@ func writeText(w io.Writer, r Report) error {
 	return err
 }
 
-// textRow is a group's row; Display escapes tabs and newlines, so a cell
-// cannot add a column or a row.
+// textRow is a group's row: the Markdown table's cells in the text
+// header's order, the hint and rule left for the lines below. Display
+// escapes tabs and newlines, so a cell cannot add a column or a row.
 func textRow(g Group) []string {
-	pods := strings.Join(g.Pods, ",")
-	if len(g.Pods) > 1 {
-		pods = fmt.Sprintf("%d: %s", len(g.Pods), pods)
-	}
-	worst := g.Worst
-	if worst == "" {
-		worst = "unclassified"
-	}
-	row := []string{status(g), g.Namespace, g.Owner.String(), worst, pods, strings.Join(g.Nodes, ","), g.VendorNames()}
-	for i := range row {
-		row[i] = safetext.Display(safetext.Cut(row[i], textDetail))
+	c := columns(g, func(s string) string { return safetext.Display(safetext.Cut(s, textDetail)) })
+	row := make([]string, len(textHeader))
+	for i, name := range textHeader {
+		row[i] = c[slices.Index(header, name)]
 	}
 	return row
 }
