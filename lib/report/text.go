@@ -50,16 +50,7 @@ func writeText(w io.Writer, r Report) error {
 	for i, row := range rows {
 		b.WriteString(formatRow(row, widths) + "\n")
 		if i > 0 {
-			for _, c := range []int{textPods, textNodes} {
-				if utf8.RuneCountInString(row[c]) > widths[c] {
-					label := strings.ToLower(textHeader[c]) + ":"
-					label += strings.Repeat(" ", len("expected: ")-len(label))
-					// Two lines of a long list tell enough; the JSON holds all.
-					text := safetext.Cut(row[c], 2*(TextWidth-len(textIndent+label)))
-					b.WriteString(strings.Join(wrap(textIndent+label, textIndent+strings.Repeat(" ", len(label)), text, TextWidth), "\n") + "\n")
-				}
-			}
-			for _, l := range textDetails(r.Groups[i-1]) {
+			for _, l := range textDetails(r.Groups[i-1], row, widths) {
 				b.WriteString(l + "\n")
 			}
 		}
@@ -86,13 +77,22 @@ func textRow(g Group) []string {
 	return row
 }
 
-// textDetails are the indented lines under a group's row.
-func textDetails(g Group) []string {
+// textDetails are the indented lines under a group's row: first the lists
+// the row had to cut, whole (up to two lines), then the long values.
+func textDetails(g Group, row []string, widths []int) []string {
 	var out []string
-	detail := func(label, text string) {
-		out = append(out, wrap(textIndent+label, textIndent+strings.Repeat(" ", len(label)),
-			safetext.Display(safetext.Cut(text, textDetail)), TextWidth)...)
+	lines := func(label, text string) {
+		out = append(out, wrap(textIndent+label, textIndent+strings.Repeat(" ", len(label)), text, TextWidth)...)
 	}
+	for _, c := range []int{textPods, textNodes} {
+		if utf8.RuneCountInString(row[c]) > widths[c] {
+			label := strings.ToLower(textHeader[c]) + ":"
+			label += strings.Repeat(" ", len("expected: ")-len(label))
+			// Two lines of a long list tell enough; the JSON holds all.
+			lines(label, safetext.Cut(row[c], 2*(TextWidth-len(textIndent+label))))
+		}
+	}
+	detail := func(label, text string) { lines(label, safetext.Display(safetext.Cut(text, textDetail))) }
 	if g.Impact != (findings.Impact{}) {
 		s := fmt.Sprintf("%d legacy, %d xt, %d native", g.Impact.Legacy, g.Impact.Xt, g.Impact.Native)
 		if g.Findings > 1 {
@@ -108,7 +108,7 @@ func textDetails(g Group) []string {
 	}
 	for _, ex := range g.Examples {
 		// ExampleLine escapes the rule itself.
-		out = append(out, wrap(textIndent+"rule:     ", textIndent+"          ", events.ExampleLine(ex), TextWidth)...)
+		lines("rule:     ", events.ExampleLine(ex))
 	}
 	return out
 }
