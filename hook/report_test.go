@@ -235,6 +235,19 @@ func TestReportOwnersAndCI(t *testing.T) {
 			}
 		}
 	}
+	// The text format fits a terminal: every line within report.TextWidth,
+	// the mesh's hint and an xt (breaking) rule first under its row.
+	text, _ := runReportCmd(t, "--kubeconfig", reportKC)
+	for _, l := range strings.Split(text, "\n") {
+		if n := len([]rune(l)); n > report.TextWidth {
+			t.Errorf("text report line of %d columns: %q", n, l)
+		}
+	}
+	if _, web, ok := strings.Cut(text, "Deployment/web"); !ok || !strings.Contains(web, "\n    hint:     Istio") ||
+		!strings.Contains(web, "\n    rule:     [ip nat, xt] ") || strings.Index(web, "rule:     [ip nat, xt]") > strings.Index(web, "rule:") {
+		t.Errorf("text report: no Deployment/web row with its hint and an xt rule first:\n%s", text)
+	}
+
 	// Without a cluster a finding's owner is its pod, never a guess.
 	out, _ := runReportCmd(t, "--format", "json", file("node-a"), file("node-b"))
 	got, _ := groupsOf(t, out)

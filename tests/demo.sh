@@ -5,7 +5,13 @@
 # runtime runs it at poststart (state JSON on stdin, bundle with config.json);
 # then the finding, the metrics, the Kubernetes Event it leads to, and the
 # RHEL 10 readiness report grouped by owning workload (a bare Pod and a
-# Deployment's Pod). DEMO_KEEP=1 keeps its work directory.
+# Deployment's Pod).
+#
+# Usage: tests/demo.sh [BIN] [HOOKBIN]   as root (make demo builds them first)
+# Env:   DEMO_JSON=1  also print the findings file's raw JSON lines
+#        DEMO_KEEP=1  keep the work directory (findings, logs, kubeconfig) and
+#                     say where it is
+# Every line the demo prints itself fits 120 columns; the raw JSON does not.
 set -euo pipefail
 BIN=$(realpath "${1:-bin/iptables-alerter}")
 HOOKBIN=$(realpath "${2:-bin/iptables-alerter-hook}")
@@ -33,7 +39,7 @@ cleanup() {
   ip netns del "$CLEAN" 2>/dev/null || true
   ip netns del "${SHOPNS:-none}" 2>/dev/null || true
   if [ -n "${DEMO_KEEP:-}" ]; then
-    echo "demo: output kept in $WORK: log/findings.jsonl, textfile/iptables_alerter.prom, forward.log, kube/ (API server logs, kubeconfig)" >&2
+    echo "demo: kept $WORK (findings in log/, logs, kubeconfig; the API server is stopped)"
   else
     rm -rf "$WORK"
   fi
@@ -42,6 +48,16 @@ trap cleanup EXIT
 FINDINGS=$WORK/log/findings.jsonl
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# wrapped indents stdin's lines by 4 and wraps them at 120 columns, their
+# continuations indented by 8: log lines and Event notes stay readable.
+wrapped() {
+  python3 -c '
+import sys, textwrap
+for l in sys.stdin.read().splitlines():
+    print(textwrap.fill(l, 120, initial_indent="    ", subsequent_indent="        ",
+                        break_on_hyphens=False) if l.strip() else "")
+'
+}
 
 APISERVER=${IPTA_CACHE:-/var/cache/iptables-alerter}/kube/bin/kube-apiserver
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -50,7 +66,7 @@ api() { curl -sfk -H "Authorization: Bearer $TOKEN" -H 'Content-Type: applicatio
 
 # A real etcd and kube-apiserver on loopback stand in for the cluster, so
 # the Pods exist with the UIDs the kubelet would label their containers with.
-say "A throwaway Kubernetes API server (etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}'), kube-apiserver from $APISERVER)"
+say "A throwaway Kubernetes API server: etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}'), kube-apiserver $("$APISERVER" --version 2>/dev/null | awk '{print $2}')"
 mkdir -p "$WORK/kube"
 openssl genrsa -out "$WORK/kube/sa.key" 2048 2>/dev/null
 openssl rsa -in "$WORK/kube/sa.key" -pubout -out "$WORK/kube/sa.pub" 2>/dev/null
@@ -72,6 +88,7 @@ API=https://127.0.0.1:$AP
 for _ in $(seq 600); do api "$API/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
 api "$API/readyz" >/dev/null || { echo "demo: kube-apiserver did not get ready:" >&2; tail -20 "$WORK/kube/kube-apiserver.log" >&2; exit 1; }
 echo "kube-apiserver ready at $API"
+echo "    ($APISERVER)"
 cat > "$WORK/kube/kubeconfig" <<KCFG
 apiVersion: v1
 kind: Config
@@ -89,7 +106,8 @@ mkpod() {
 }
 MESH_UID=$(mkpod mesh-app)
 PLAIN_UID=$(mkpod plain-app)
-echo "Pods demo/mesh-app ($MESH_UID) and demo/plain-app ($PLAIN_UID) created"
+echo "Pod demo/mesh-app          uid $MESH_UID"
+echo "Pod demo/plain-app         uid $PLAIN_UID"
 # A Deployment, its ReplicaSet and Pod, linked by ownerReferences as the
 # controllers would link them (no controller manager runs here).
 uidof() { python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["uid"])'; }
@@ -100,10 +118,12 @@ RS_UID=$(api -X POST "$API/apis/apps/v1/namespaces/demo/replicasets" \
   -d "{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\",\"metadata\":{\"name\":\"shop-5d8f7\",\"labels\":{\"app\":\"shop\"},\"ownerReferences\":[{\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\",\"name\":\"shop\",\"uid\":\"$DEP_UID\",\"controller\":true}]},\"spec\":{$TMPL}}" | uidof)
 SHOP_UID=$(api -X POST "$API/api/v1/namespaces/demo/pods" \
   -d "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"shop-5d8f7-x2k4q\",\"labels\":{\"app\":\"shop\"},\"ownerReferences\":[{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\",\"name\":\"shop-5d8f7\",\"uid\":\"$RS_UID\",\"controller\":true}]},\"spec\":{\"nodeName\":\"demo-node\",\"containers\":[{\"name\":\"app\",\"image\":\"quay.io/example/shop:2.3\"}]}}" | uidof)
-echo "Deployment demo/shop, ReplicaSet demo/shop-5d8f7 and its Pod demo/shop-5d8f7-x2k4q ($SHOP_UID) created"
+echo "Pod demo/shop-5d8f7-x2k4q  uid $SHOP_UID"
+echo "    of ReplicaSet demo/shop-5d8f7, of Deployment demo/shop"
 
 SHOPNS=iptalert-demo-shop-$$
-say "Pod network namespaces: $DIRTY (mesh-app's rules), $SHOPNS (shop's rules) and $CLEAN (none)"
+say "Pod network namespaces: mesh-app's and shop's with iptables rules, plain-app's without"
+echo "ip netns: $DIRTY (mesh-app), $SHOPNS (shop), $CLEAN (plain-app)"
 ip netns add "$DIRTY"
 ip netns add "$CLEAN"
 ip netns add "$SHOPNS"
@@ -114,7 +134,9 @@ ip netns exec "$SHOPNS" iptables-nft -A INPUT -p tcp --dport 8080 -j ACCEPT
 ip netns exec "$SHOPNS" iptables-nft -A INPUT -p tcp --dport 9000:9100 -j DROP
 ip netns exec "$SHOPNS" iptables-nft -t nat -A POSTROUTING -o eth0 -j MASQUERADE
 echo "iptables-nft-save in $DIRTY:"
-ip netns exec "$DIRTY" iptables-nft-save | grep -v '^#' | sed 's/^/    /'
+ip netns exec "$DIRTY" iptables-nft-save 2>/dev/null | grep -v '^#' | sed 's/^/    /'
+echo "iptables-legacy-save in $DIRTY:"
+ip netns exec "$DIRTY" iptables-legacy-save | grep -v '^#' | sed 's/^/    /'
 echo "iptables-nft-save in $SHOPNS:"
 ip netns exec "$SHOPNS" iptables-nft-save | grep -v '^#' | sed 's/^/    /'
 
@@ -132,8 +154,11 @@ JSON
   "io.kubernetes.cri-o.UserRequestedImage":"quay.io/example/$pod:1.0"}}
 JSON
   echo "\$ iptables-alerter-hook hook --stage poststart < $pod.state.json"
-  "$HOOKBIN" hook --stage poststart --node demo-node --findings "$FINDINGS" --state-dir "$WORK/run" < "$WORK/$pod.state.json"
-  echo "    exit status $?"
+  local rc=0
+  "$HOOKBIN" hook --stage poststart --node demo-node --findings "$FINDINGS" --state-dir "$WORK/run" \
+    < "$WORK/$pod.state.json" 2> "$WORK/hook-$pod.log" || rc=$?
+  wrapped < "$WORK/hook-$pod.log"
+  echo "    exit status $rc"
 }
 
 say "The hook, as the runtime runs it at poststart"
@@ -141,16 +166,23 @@ run_hook "$DIRTY" mesh-app "$MESH_UID"
 run_hook "$CLEAN" plain-app "$PLAIN_UID"
 run_hook "$SHOPNS" shop-5d8f7-x2k4q "$SHOP_UID"
 
-say "Findings file $FINDINGS (one JSON object a line)"
+say "The findings, as iptables-alerter report FINDINGS-FILE shows them"
 if [ ! -s "$FINDINGS" ]; then echo "demo: no finding was recorded" >&2; exit 1; fi
-python3 -m json.tool < "$FINDINGS" 2>/dev/null || cat "$FINDINGS"
 n=$(wc -l < "$FINDINGS")
-echo "$n finding(s): the clean pod has none."
+echo "$n findings in $FINDINGS, one JSON object a line; the clean pod has none."
 [ "$n" -eq 2 ] || { echo "demo: expected exactly two findings" >&2; exit 1; }
+echo "\$ iptables-alerter report findings.jsonl"
+"$BIN" report "$FINDINGS"
+if [ -n "${DEMO_JSON:-}" ]; then
+  echo "The raw lines (DEMO_JSON=1):"
+  cat "$FINDINGS"
+fi
 
 say "Metrics: iptables-alerter textfile --once (node-exporter's textfile collector reads the .prom)"
 mkdir -p "$WORK/textfile"
-"$BIN" textfile --once --findings "$FINDINGS" --state-dir "$WORK/textfile-state" --textfile-dir "$WORK/textfile"
+"$BIN" textfile --once --findings "$FINDINGS" --state-dir "$WORK/textfile-state" --textfile-dir "$WORK/textfile" \
+  2> "$WORK/textfile.log"
+wrapped < "$WORK/textfile.log"
 grep -v '^# HELP' "$WORK/textfile/iptables_alerter.prom" | sed 's/^/    /'
 if command -v prometheus-node-exporter >/dev/null; then
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -183,15 +215,15 @@ if not items:
     sys.exit("demo: no Event was posted")
 for e in items:
     o = e["involvedObject"]
-    print("    %s/%s %s %s (uid %s)" % (o["kind"], o["name"], e["type"], e["reason"], o["uid"]))
-    print("    from %s on %s" % (e.get("reportingComponent", ""), e.get("reportingInstance", "")))
-    print("    " + e["message"].replace("\n", "\n    "))
-'
+    print("%s/%s %s %s (uid %s)" % (o["kind"], o["name"], e["type"], e["reason"], o["uid"]))
+    print("from %s on %s" % (e.get("reportingComponent", ""), e.get("reportingInstance", "")))
+    print(e["message"])
+' | wrapped
 plain=$(api "$API/api/v1/namespaces/demo/events?fieldSelector=involvedObject.name=plain-app" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["items"]))')
 echo "Events on demo/plain-app: $plain"
 
 say "RHEL 10 readiness: iptables-alerter report (from the cluster's Events)"
-"$BIN" report --kubeconfig "$WORK/kube/kubeconfig" | sed 's/^/    /'
+"$BIN" report --kubeconfig "$WORK/kube/kubeconfig"
 say "The same as Markdown, with an expectations file, as a CI step would run it"
 cat > "$WORK/expected.yaml" <<'YAML'
 expected:
@@ -201,7 +233,10 @@ expected:
 YAML
 sed 's/^/    /' "$WORK/expected.yaml"
 echo "\$ iptables-alerter report --format markdown --expectations expected.yaml --fail-on unexpected"
-set +e
-"$BIN" report --kubeconfig "$WORK/kube/kubeconfig" --format markdown --expectations "$WORK/expected.yaml" --fail-on unexpected
-echo "    exit status $? (1: a workload is not expected)"
-set -e
+rc=0
+"$BIN" report --kubeconfig "$WORK/kube/kubeconfig" --format markdown --expectations "$WORK/expected.yaml" \
+  --fail-on unexpected > "$WORK/report.md" || rc=$?
+# A Markdown table keeps whole cells, for a CI page; a terminal gets its
+# lines cut at 120 columns.
+awk '{ if (length($0) > 120) print substr($0, 1, 117) "..."; else print }' "$WORK/report.md"
+echo "    exit status $rc (1: a workload is not expected); lines over 120 columns cut here"

@@ -20,9 +20,6 @@ const deprecation = "This pod created iptables rules in its network namespace. "
 
 const examplesHeading = "Example iptables rules seen in this pod:"
 
-// minExample is the shortest cut rule worth showing.
-const minExample = 24
-
 // maxVendorLine bounds one vendor's line, so two vendors' hints and some
 // examples still fit.
 const maxVendorLine = 300
@@ -52,11 +49,7 @@ func Note(rec findings.Record, o owner.Owner) string {
 	b.WriteString("\n")
 	b.WriteString(counts(rec))
 
-	var lines []string
-	for _, ex := range rec.Examples {
-		lines = append(lines, exampleLine(ex))
-	}
-	if len(lines) == 0 {
+	if len(rec.Examples) == 0 {
 		return safetext.Cut(b.String(), NoteLimit)
 	}
 	b.WriteString("\n")
@@ -65,30 +58,43 @@ func Note(rec findings.Record, o owner.Owner) string {
 	if len(head) >= NoteLimit {
 		return safetext.Cut(head, NoteLimit)
 	}
+	// Cut only matters when the heading leaves no room for the count line.
+	return safetext.Cut(head+exampleLines(rec.Examples, NoteLimit-len(head)), NoteLimit)
+}
 
-	// Whole lines first, so the admin sees complete rules; the first line
-	// that does not fit is cut and the rest are counted.
-	out := head
-	for i, l := range lines {
-		rest := len(lines) - i - 1
-		tail := ""
-		if rest > 0 {
-			tail = fmt.Sprintf("\n(%d more)", rest)
-		}
-		if len(out)+1+len(l)+len(tail) <= NoteLimit {
-			out += "\n" + l
+// exampleLines are the example rules, breaking ones first, each on its own
+// line after a newline, in at most room bytes. A rule is shown whole or not
+// at all (a cut rule reads as a different rule); the rules left out are
+// counted on a last line.
+func exampleLines(exs []findings.Example, room int) string {
+	ordered := findings.BreakingFirst(exs)
+	all := ""
+	for _, ex := range ordered {
+		all += "\n" + ExampleLine(ex)
+	}
+	if len(all) <= room {
+		return all
+	}
+	// Some are left out: keep room for the longest count line there can be.
+	room -= len(leftOut(len(ordered)))
+	var b strings.Builder
+	left := 0
+	for _, ex := range ordered {
+		l := "\n" + ExampleLine(ex)
+		if b.Len()+len(l) > room {
+			left++
 			continue
 		}
-		// The tail was reserved when the previous line went in, so
-		// "(rest+1 more)" always fits where a cut rule would be useless.
-		if room := NoteLimit - len(out) - 1 - len(tail); room >= minExample {
-			out += "\n" + safetext.Cut(l, room) + tail
-		} else {
-			out += fmt.Sprintf("\n(%d more)", rest+1)
-		}
-		break
+		b.WriteString(l)
 	}
-	return safetext.Cut(out, NoteLimit)
+	if left > 0 {
+		b.WriteString(leftOut(left))
+	}
+	return b.String()
+}
+
+func leftOut(n int) string {
+	return fmt.Sprintf("\n(%d more example rules left out: an Event note holds %d bytes)", n, NoteLimit)
 }
 
 // counts states what the hook found; the record's numbers are its own, so
@@ -136,7 +142,9 @@ func tableList(tables []string) string {
 	return " in " + strings.Join(esc, ", ")
 }
 
-func exampleLine(ex findings.Example) string {
+// ExampleLine shows an example rule escaped for a person, after its family,
+// table and level: "[ip nat, xt] -A OUTPUT ...".
+func ExampleLine(ex findings.Example) string {
 	where := strings.TrimSpace(safetext.Display(ex.Family) + " " + safetext.Display(ex.Table))
 	// The rule's RHEL 10 level, when the hook classified it (Encode keeps
 	// only the three level names).

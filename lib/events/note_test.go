@@ -1,6 +1,7 @@
 package events
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,8 +101,8 @@ func TestNoteLimit(t *testing.T) {
 		rec      findings.Record
 		contains []string
 	}{
-		{name: "many examples", rec: many, contains: []string{examplesHeading, "more)"}},
-		{name: "one huge multibyte rule", rec: huge, contains: []string{deprecation}},
+		{name: "many examples", rec: many, contains: []string{examplesHeading, "more example rules left out"}},
+		{name: "one huge multibyte rule", rec: huge, contains: []string{deprecation, "(1 more example rules left out"}},
 		{name: "many tables", rec: tables, contains: []string{deprecation, safetext.Ellipsis}},
 		{name: "no examples", rec: func() findings.Record { r := sampleRecord(); r.Examples = nil; return r }(), contains: []string{"iptables-nft: 12 rules"}},
 	}
@@ -122,6 +123,63 @@ func TestNoteLimit(t *testing.T) {
 					t.Errorf("note lacks %q:\n%s", c, got)
 				}
 			}
+			noCutRule(t, got, tc.rec.Examples)
 		})
+	}
+}
+
+// noCutRule fails when a line after the examples heading is neither a whole
+// example rule nor the count of those left out.
+func noCutRule(t *testing.T, note string, exs []findings.Example) {
+	t.Helper()
+	_, after, ok := strings.Cut(note, examplesHeading+"\n")
+	if !ok {
+		return
+	}
+	whole := map[string]bool{}
+	for _, ex := range exs {
+		whole[ExampleLine(ex)] = true
+	}
+	for _, l := range strings.Split(after, "\n") {
+		if !whole[l] && !strings.Contains(l, "more example rules left out") {
+			t.Errorf("note line is not a whole rule: %q", l)
+		}
+	}
+}
+
+// Breaking rules come first, whatever order the record holds them in, and
+// when they do not all fit the harmless ones are left out first; no rule
+// is ever cut.
+func TestNoteBreakingFirst(t *testing.T) {
+	rec := sampleRecord()
+	rec.Impact, rec.Worst = findings.Impact{Legacy: 1, Xt: 2, Native: 3}, findings.ImpactLegacy
+	long := strings.Repeat("-m comment --comment padding ", 6)
+	rec.Examples = []findings.Example{
+		{Family: "ip", Table: "nat", Impact: findings.ImpactNative, Rule: "-A PREROUTING -p tcp -j ISTIO_INBOUND " + long},
+		{Family: "ip", Table: "nat", Impact: findings.ImpactNative, Rule: "-A OUTPUT -p tcp -j ISTIO_OUTPUT " + long},
+		{Family: "ip", Table: "nat", Rule: "-A OUTPUT -j UNCLASSIFIED " + long},
+		{Family: "ip", Table: "nat", Impact: findings.ImpactXt, Rule: "-A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN " + long},
+		{Family: "ip", Table: "nat", Impact: findings.ImpactXt, Rule: "-A ISTIO_OUTPUT -m owner ! --uid-owner 1337 -j RETURN " + long},
+	}
+	got := Note(rec, owner.Owner{})
+	if len(got) > NoteLimit {
+		t.Fatalf("note is %d bytes, limit %d", len(got), NoteLimit)
+	}
+	noCutRule(t, got, rec.Examples)
+	_, after, _ := strings.Cut(got, examplesHeading+"\n")
+	lines := strings.Split(after, "\n")
+	var levels []string
+	for _, l := range lines {
+		for _, lv := range []string{"xt", "native", "unclassified"} {
+			if strings.HasPrefix(l, "[ip nat, "+lv+"]") || lv == "unclassified" && strings.HasPrefix(l, "[ip nat] ") {
+				levels = append(levels, lv)
+			}
+		}
+	}
+	if len(levels) < 2 || levels[0] != "xt" || levels[1] != "xt" {
+		t.Errorf("breaking rules are not first: %v\n%s", levels, got)
+	}
+	if n := len(levels); n == len(rec.Examples) || !strings.Contains(lines[len(lines)-1], fmt.Sprintf("(%d more example rules left out", len(rec.Examples)-n)) {
+		t.Errorf("%d rules shown, the count of the others is missing or wrong:\n%s", n, got)
 	}
 }

@@ -69,6 +69,15 @@ func ImpactRank(level string) int {
 // Breaks reports whether a level stops loading on a default RHEL 10 node.
 func Breaks(level string) bool { return level == ImpactLegacy || level == ImpactXt }
 
+// BreakingFirst returns a copy of exs ordered by impact, worst first (legacy,
+// xt, native, then not classified), keeping their order within a level: what
+// a person reads first is what breaks. It picks nothing (PickExamples does).
+func BreakingFirst(exs []Example) []Example {
+	out := slices.Clone(exs)
+	sort.SliceStable(out, func(i, j int) bool { return ImpactRank(out[i].Impact) < ImpactRank(out[j].Impact) })
+	return out
+}
+
 // ImpactWords says a level in plain words, as a sentence without its
 // full stop, for notes and reports.
 func ImpactWords(level string) string {

@@ -85,3 +85,14 @@ func TestLevelsUnclassified(t *testing.T) {
 		t.Error("unclassified nft usage has a level")
 	}
 }
+
+func TestBreakingFirst(t *testing.T) {
+	in := []Example{{Rule: "n1", Impact: ImpactNative}, {Rule: "u"}, {Rule: "x1", Impact: ImpactXt}, {Rule: "n2", Impact: ImpactNative}, {Rule: "x2", Impact: ImpactXt}}
+	var got []string
+	for _, ex := range BreakingFirst(in) {
+		got = append(got, ex.Rule)
+	}
+	if strings.Join(got, ",") != "x1,x2,n1,n2,u" || in[0].Rule != "n1" {
+		t.Errorf("order %v (the input must stay as it was: %v)", got, in)
+	}
+}

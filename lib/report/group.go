@@ -1,6 +1,7 @@
 package report
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -22,6 +23,11 @@ type Group struct {
 	// ExampleImpact is its level, "" when not known.
 	Example       string `json:"example"`
 	ExampleImpact string `json:"example_impact"`
+	// Examples are up to MaxExamples distinct example rules of the group's
+	// findings, breaking ones first.
+	Examples []findings.Example `json:"examples"`
+	// Impact counts rules per level, summed over the group's findings.
+	Impact findings.Impact `json:"impact"`
 	// Findings counts the items folded in.
 	Findings int `json:"findings"`
 	// Expected is true when an expectation matched every finding; Reasons
@@ -72,11 +78,15 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 			i = len(gs)
 			idx[k] = i
 			gs = append(gs, Group{Namespace: it.Namespace, Owner: it.Owner, Worst: it.Worst, Expected: true,
-				Pods: []string{}, Nodes: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}})
+				Pods: []string{}, Nodes: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}})
 			ss = append(ss, sets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
 		}
 		g, s := &gs[i], &ss[i]
 		g.Findings++
+		g.Impact.Legacy += it.Impact.Legacy
+		g.Impact.Xt += it.Impact.Xt
+		g.Impact.Native += it.Impact.Native
+		g.Examples = mergeExamples(g.Examples, it.Examples)
 		add(&g.Pods, s.pods, it.Pod)
 		add(&g.Nodes, s.nodes, it.Node)
 		for _, v := range it.Vendors {
@@ -136,6 +146,24 @@ func exampleAt(exs []findings.Example, level string) (findings.Example, bool) {
 		return findings.Example{}, false
 	}
 	return exs[best], true
+}
+
+// MaxExamples bounds a group's example rules: a few show the shape, the
+// findings hold the rest.
+const MaxExamples = 3
+
+// mergeExamples adds the rules of exs not yet in have and keeps the
+// MaxExamples worst, earlier findings' first within a level.
+func mergeExamples(have, exs []findings.Example) []findings.Example {
+	for _, ex := range exs {
+		if !slices.ContainsFunc(have, func(h findings.Example) bool {
+			return h.Family == ex.Family && h.Table == ex.Table && h.Rule == ex.Rule
+		}) {
+			have = append(have, ex)
+		}
+	}
+	have = findings.BreakingFirst(have)
+	return have[:min(len(have), MaxExamples)]
 }
 
 func add(list *[]string, seen map[string]bool, s string) {

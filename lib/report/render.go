@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -44,12 +43,6 @@ func Write(w io.Writer, r Report, format string) error {
 	return fmt.Errorf("write report: unknown format %q", format)
 }
 
-// Column widths of the text table; Markdown and JSON keep whole values.
-const (
-	textCell    = 48
-	textExample = 72
-)
-
 func status(g Group) string {
 	switch {
 	case g.Expected:
@@ -60,9 +53,10 @@ func status(g Group) string {
 	return "unexpected"
 }
 
-// columns are one row's cells, escaped with esc and cut by cut.
-func columns(g Group, esc func(string) string, cut func(string, int) string) []string {
-	pods := cut(strings.Join(g.Pods, ","), textCell)
+// columns are one row's cells of the Markdown table and the JUnit detail,
+// whole and escaped with esc.
+func columns(g Group, esc func(string) string) []string {
+	pods := strings.Join(g.Pods, ",")
 	if len(g.Pods) > 1 {
 		pods = fmt.Sprintf("%d: %s", len(g.Pods), pods)
 	}
@@ -80,33 +74,18 @@ func columns(g Group, esc func(string) string, cut func(string, int) string) []s
 	}
 	return []string{
 		status(g),
-		esc(cut(g.Namespace, textCell)),
-		esc(cut(g.Owner.String(), textCell)),
+		esc(g.Namespace),
+		esc(g.Owner.String()),
 		esc(pods),
-		esc(cut(strings.Join(g.Nodes, ","), textCell)),
+		esc(strings.Join(g.Nodes, ",")),
 		worst,
-		esc(cut(g.VendorNames(), textCell)),
-		esc(cut(hint, textExample)),
-		esc(cut(example, textExample)),
+		esc(g.VendorNames()),
+		esc(hint),
+		esc(example),
 	}
 }
 
 var header = []string{"STATUS", "NAMESPACE", "OWNER", "PODS", "NODES", "WORST", "VENDOR", "HINT", "EXAMPLE RULE"}
-
-func writeText(w io.Writer, r Report) error {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
-	for _, g := range r.Groups {
-		// Display escapes tabs and newlines, so a cell cannot add a column
-		// or a row.
-		fmt.Fprintln(tw, strings.Join(columns(g, safetext.Display, safetext.Cut), "\t"))
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("write report: %w", err)
-	}
-	_, err := io.WriteString(w, "\n"+summary(r)+"\n")
-	return err
-}
 
 // mdEscape keeps a cell one cell of plain text: no pipes, no HTML, no code
 // spans or emphasis from the pod's strings.
@@ -130,9 +109,8 @@ func writeMarkdown(w io.Writer, r Report) error {
 	var b strings.Builder
 	b.WriteString("| " + strings.Join(header, " | ") + " |\n")
 	b.WriteString(strings.Repeat("|---", len(header)) + "|\n")
-	whole := func(s string, _ int) string { return s }
 	for _, g := range r.Groups {
-		b.WriteString("| " + strings.Join(columns(g, mdEscape, whole), " | ") + " |\n")
+		b.WriteString("| " + strings.Join(columns(g, mdEscape), " | ") + " |\n")
 	}
 	for i, l := range strings.Split(summary(r), "\n") {
 		if i == 0 {
@@ -218,7 +196,7 @@ func writeJUnit(w io.Writer, r Report) error {
 		// hold; Display keeps the text readable as well.
 		c := junitCase{Name: safetext.Display(g.Owner.String()), Classname: safetext.Display(g.Namespace), Time: "0"}
 		var detail strings.Builder
-		for i, v := range columns(g, safetext.Display, func(s string, _ int) string { return s }) {
+		for i, v := range columns(g, safetext.Display) {
 			fmt.Fprintf(&detail, "%s: %s\n", strings.ToLower(header[i]), v)
 		}
 		msg := fmt.Sprintf("%s uses iptables: %s", safetext.Display(g.Owner.String()), findings.ImpactWords(g.Worst))

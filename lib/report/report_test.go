@@ -109,6 +109,7 @@ func TestGroupAndJudge(t *testing.T) {
 		item("ops", "Pod", "debug", "debug", "", nil),
 	}
 	items[1].Node = "node-b"
+	items[0].Impact, items[1].Impact = findings.Impact{Native: 2}, findings.Impact{Xt: 2, Native: 3}
 	items[1].Examples[0].Impact, items[1].Examples[1].Impact = findings.ImpactNative, findings.ImpactXt
 	exps := []Expectation{{Owner: "Deployment/web", Reason: "mesh"}}
 	gs := GroupItems(items, exps)
@@ -120,6 +121,13 @@ func TestGroupAndJudge(t *testing.T) {
 		strings.Join(web.Pods, ",") != "web-1,web-2" || strings.Join(web.Nodes, ",") != "node-a,node-b" ||
 		web.VendorNames() != "istio,linkerd" || !web.Expected || web.Findings != 2 {
 		t.Errorf("web group %+v", web)
+	}
+	var rules []string
+	for _, ex := range web.Examples {
+		rules = append(rules, ex.Rule)
+	}
+	if strings.Join(rules, ",") != "-A xt,-A native2,-A native" || web.Impact != (findings.Impact{Xt: 2, Native: 5}) {
+		t.Errorf("web examples %v (want breaking first, unclassified last), impact %+v (want summed)", rules, web.Impact)
 	}
 	if gs[1].Owner.Name != "db" || gs[2].Owner.Name != "debug" || gs[2].Worst != "" {
 		t.Errorf("order: worst first, unclassified last: %v, %v", gs[1].Owner, gs[2].Owner)
@@ -245,8 +253,19 @@ func TestWritersEscape(t *testing.T) {
 		out := b.String()
 		switch f {
 		case "text":
-			if strings.Count(out, "\n") != 1+1+1+1+len(findings.ImpactLevels) || strings.Contains(out, "FAKE | ROW |\n") {
-				t.Errorf("text rows forged:\n%s", out)
+			// One header, one row; the rest is indented detail, the blank
+			// line and the summary, whose lines start with a level or a count.
+			rows := 0
+			for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+				if l != "" && l[0] != ' ' && !strings.HasPrefix(l, "1 workloads") && !strings.Contains(l, ": ") {
+					rows++
+				}
+				if len([]rune(l)) > TextWidth || strings.HasPrefix(strings.TrimSpace(l), "| FAKE") || strings.ContainsAny(l, "\t") {
+					t.Errorf("text line forged or too wide: %q", l)
+				}
+			}
+			if rows != 2 {
+				t.Errorf("text rows forged (%d header and rows):\n%s", rows, out)
 			}
 		case "markdown":
 			row := strings.Split(out, "\n")[2]
@@ -262,6 +281,70 @@ func TestWritersEscape(t *testing.T) {
 			if strings.Contains(out, "<x>") || !strings.Contains(out, "<failure") {
 				t.Errorf("junit:\n%s", out)
 			}
+		}
+	}
+}
+
+// The text table fits TextWidth columns however long the names are: the
+// widest columns give way, the counts, hint and example rules (breaking
+// first) go on their own lines, wrapped, never cut.
+func TestTextGolden(t *testing.T) {
+	mesh := item("istio-system-with-a-very-long-namespace-name", "Deployment", "productpage-v1-with-a-long-name", "productpage-v1-7d9f-abcde",
+		findings.ImpactXt, []string{"istio"}, "-A PREROUTING -p tcp -j ISTIO_INBOUND", "-A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN")
+	mesh.Vendors[0].Hint = "Istio 1.27+: install with --set values.global.nativeNftables=true; the sidecar's redirection is then native nftables (sidecar support since 1.27.0, ambient since 1.28.0)."
+	mesh.Vendors[0].Doc = "https://istio.io/latest/news/releases/1.27.x/announcing-1.27/change-notes/"
+	mesh.Examples[0].Impact, mesh.Examples[1].Impact = findings.ImpactNative, findings.ImpactXt
+	mesh.Impact = findings.Impact{Xt: 5, Native: 10}
+	mesh2 := mesh
+	mesh2.Pod, mesh2.Node = "productpage-v1-7d9f-fghij", "worker-node-b.example.com"
+	mesh.Node = "worker-node-a.example.com"
+	db := item("shop", "StatefulSet", "db", "db-0", findings.ImpactLegacy, nil, "-A INPUT -p tcp -m tcp --dport 5432 -j ACCEPT")
+	db.Impact = findings.Impact{Legacy: 2}
+	db.Examples[0].Impact = findings.ImpactXt
+	old := Item{Namespace: "shop", Owner: owner.Owner{Kind: "Pod", Name: "old-1"}, Pod: "old-1", Node: "node-a"}
+	exps := []Expectation{{Owner: "StatefulSet/db", Reason: "db firewall, rewritten in Q3"}}
+	gs := GroupItems([]Item{mesh, mesh2, db, old}, exps)
+	r := Report{Groups: gs, FailOn: FailUnexpected, Failing: Judge(gs, FailUnexpected), Skipped: Skipped{Malformed: 1}}
+	var b bytes.Buffer
+	if err := Write(&b, r, "text"); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	golden := filepath.Join("testdata", "report.txt")
+	if os.Getenv("UPDATE_GOLDEN") == "1" {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("read golden (UPDATE_GOLDEN=1 writes it): %v", err)
+	}
+	if d := cmp.Diff(string(want), got); d != "" {
+		t.Errorf("text report (-want +got):\n%s", d)
+	}
+	for _, l := range strings.Split(got, "\n") {
+		if n := len([]rune(l)); n > TextWidth {
+			t.Errorf("line of %d columns: %q", n, l)
+		}
+	}
+}
+
+func TestWrap(t *testing.T) {
+	for _, tc := range []struct {
+		name, text string
+		want       []string
+	}{
+		{"fits", "a b c", []string{"> a b c"}},
+		{"breaks at spaces", "aaaa bbbb cccc", []string{"> aaaa", "  bbbb", "  cccc"}},
+		{"splits a long word", "abcdefghijklmn", []string{"> abcdefgh", "  ijklmn"}},
+		{"empty", "", []string{">"}},
+	} {
+		if d := cmp.Diff(tc.want, wrap("> ", "  ", tc.text, 10)); d != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, d)
 		}
 	}
 }

@@ -13,6 +13,7 @@
 # Usage: build-kube.sh [COMPONENT]   prints the binary path on stdout
 # Env:   KUBE_VERSION (default v1.35.4), IPTA_CACHE (default /var/cache/iptables-alerter)
 set -eu
+. "$(dirname "$0")/progress.sh"
 
 KUBE_VERSION=${KUBE_VERSION:-v1.35.4}
 CACHE=${IPTA_CACHE:-/var/cache/iptables-alerter}/kube
@@ -31,6 +32,7 @@ STAGING_VERSION=v0.${KUBE_VERSION#v1.}
 MOD=$CACHE/mod
 mkdir -p "$MOD" "$CACHE/bin"
 cd "$MOD"
+echo "fetching k8s.io/kubernetes $KUBE_VERSION and the modules it needs (a first run downloads several hundred MB)" >&2
 
 # The staging list is read from kubernetes' own go.mod so that a version bump
 # needs no edit here.
@@ -69,7 +71,10 @@ GO
 
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 go mod tidy >&2
-go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION" \
+# Later components reuse most of the first one's Go build cache.
+EST="about 10 minutes on 2 cores"
+ls "$CACHE"/bin/*.version >/dev/null 2>&1 && EST="a few minutes on 2 cores with a warm Go build cache"
+progress "$COMPONENT $KUBE_VERSION" "$BIN" "$EST" go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION" \
 	-o "$BIN.tmp" "k8s.io/kubernetes/cmd/$COMPONENT"
 mv "$BIN.tmp" "$BIN"
 echo "$KUBE_VERSION" >"$STAMP"

@@ -7,6 +7,7 @@
 # Usage: build-containerd.sh          prints the bin directory on stdout
 # Env:   CONTAINERD_VERSION (default v2.2.9), IPTA_CACHE (default /var/cache/iptables-alerter)
 set -eu
+. "$(dirname "$0")/../kube/progress.sh"
 
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.2.9}
 BIN=${IPTA_CACHE:-/var/cache/iptables-alerter}/containerd/bin
@@ -22,7 +23,7 @@ command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
 mkdir -p "$BIN"
 export CGO_ENABLED=0 GOBIN="$BIN" GOFLAGS=-mod=mod
 for cmd in containerd containerd-shim-runc-v2 ctr; do
-	go install -trimpath -tags "no_btrfs no_devmapper no_zfs" \
+	progress "$cmd $CONTAINERD_VERSION" "$BIN" "a few minutes on 2 cores" go install -trimpath -tags "no_btrfs no_devmapper no_zfs" \
 		-ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
 		"github.com/containerd/containerd/v2/cmd/$cmd@$CONTAINERD_VERSION" >&2
 done

@@ -1,0 +1,211 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// The text format is for a terminal: every line fits TextWidth columns
+// (counted in runes). A row names the workload; the long values (counts,
+// reasons, hint, example rules) follow on their own indented lines,
+// wrapped, so nothing is cut to fit a column.
+const (
+	TextWidth = 120
+	// textDetail bounds one detail before wrapping: a hostile Event's
+	// hint must not fill the screen.
+	textDetail = 1024
+	// textMinCell is the narrowest a shrunk column gets.
+	textMinCell = 10
+	textGap     = "  "
+	textIndent  = "    "
+)
+
+var textHeader = []string{"STATUS", "NAMESPACE", "OWNER", "WORST", "PODS", "NODES", "VENDOR"}
+
+// textGiveWay orders the columns that give way when a row is too wide:
+// pods and nodes first (a cut list is repeated whole under the row), then
+// the names; 0 never (short words of ours).
+var textGiveWay = []int{0, 2, 2, 0, 1, 1, 2}
+
+// Column indexes of the lists repeated under a row when cut.
+const (
+	textPods  = 4
+	textNodes = 5
+)
+
+func writeText(w io.Writer, r Report) error {
+	rows := [][]string{textHeader}
+	for _, g := range r.Groups {
+		rows = append(rows, textRow(g))
+	}
+	widths := fitColumns(rows, TextWidth)
+	var b strings.Builder
+	for i, row := range rows {
+		b.WriteString(formatRow(row, widths) + "\n")
+		if i > 0 {
+			for _, l := range textDetails(r.Groups[i-1], row, widths) {
+				b.WriteString(l + "\n")
+			}
+		}
+	}
+	b.WriteString("\n")
+	for _, l := range strings.Split(summary(r), "\n") {
+		for _, wl := range wrap("", textIndent, l, TextWidth) {
+			b.WriteString(wl + "\n")
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// textRow is a group's row: the Markdown table's cells in the text
+// header's order, the hint and rule left for the lines below. Display
+// escapes tabs and newlines, so a cell cannot add a column or a row.
+func textRow(g Group) []string {
+	c := columns(g, func(s string) string { return safetext.Display(safetext.Cut(s, textDetail)) })
+	row := make([]string, len(textHeader))
+	for i, name := range textHeader {
+		row[i] = c[slices.Index(header, name)]
+	}
+	return row
+}
+
+// textDetails are the indented lines under a group's row: first the lists
+// the row had to cut, whole (up to two lines), then the long values.
+func textDetails(g Group, row []string, widths []int) []string {
+	var out []string
+	lines := func(label, text string) {
+		out = append(out, wrap(textIndent+label, textIndent+strings.Repeat(" ", len(label)), text, TextWidth)...)
+	}
+	for _, c := range []int{textPods, textNodes} {
+		if utf8.RuneCountInString(row[c]) > widths[c] {
+			label := strings.ToLower(textHeader[c]) + ":"
+			label += strings.Repeat(" ", len("expected: ")-len(label))
+			// Two lines of a long list tell enough; the JSON holds all.
+			lines(label, safetext.Cut(row[c], 2*(TextWidth-len(textIndent+label))))
+		}
+	}
+	detail := func(label, text string) { lines(label, safetext.Display(safetext.Cut(text, textDetail))) }
+	if g.Impact != (findings.Impact{}) {
+		s := fmt.Sprintf("%d legacy, %d xt, %d native", g.Impact.Legacy, g.Impact.Xt, g.Impact.Native)
+		if g.Findings > 1 {
+			s += fmt.Sprintf(" (in %d findings)", g.Findings)
+		}
+		detail("rules:    ", s)
+	}
+	if g.Expected && len(g.Reasons) > 0 {
+		detail("expected: ", strings.Join(g.Reasons, "; "))
+	}
+	if hint, doc := g.Hint(); hint != "" || doc != "" {
+		detail("hint:     ", strings.TrimSpace(hint+" "+doc))
+	}
+	for _, ex := range g.Examples {
+		// ExampleLine escapes the rule itself.
+		lines("rule:     ", events.ExampleLine(ex))
+	}
+	return out
+}
+
+// fitColumns gives each column the width of its widest cell, then takes
+// from the widest column that gives way first, one rune at a time, until a
+// row fits width (or every such column is down to textMinCell).
+func fitColumns(rows [][]string, width int) []int {
+	widths := make([]int, len(textHeader))
+	for _, row := range rows {
+		for i, c := range row {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	total := func() int {
+		n := len(textGap) * (len(widths) - 1)
+		for _, w := range widths {
+			n += w
+		}
+		return n
+	}
+	for rank := 1; rank <= 2; rank++ {
+		for total() > width {
+			widest := -1
+			for i, w := range widths {
+				if textGiveWay[i] == rank && w > textMinCell && (widest < 0 || w > widths[widest]) {
+					widest = i
+				}
+			}
+			if widest < 0 {
+				break
+			}
+			widths[widest]--
+		}
+	}
+	return widths
+}
+
+// formatRow pads each cell to its width, cutting it with safetext.Ellipsis
+// when longer; the last cell is not padded.
+func formatRow(row []string, widths []int) string {
+	var b strings.Builder
+	for i, c := range row {
+		if i > 0 {
+			b.WriteString(textGap)
+		}
+		c = cutRunes(c, widths[i])
+		b.WriteString(c)
+		if i < len(row)-1 {
+			b.WriteString(strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)))
+		}
+	}
+	return b.String()
+}
+
+// cutRunes cuts s to at most n runes, ending in safetext.Ellipsis when cut.
+func cutRunes(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	keep := max(n-len(safetext.Ellipsis), 0)
+	return string(r[:keep]) + safetext.Ellipsis[:min(n, len(safetext.Ellipsis))]
+}
+
+// wrap breaks text at spaces into lines of at most width runes, the first
+// starting with first, the others with rest; a word longer than a line is
+// split.
+func wrap(first, rest, text string, width int) []string {
+	var lines []string
+	line, prefix := first, first
+	room := func() int { return width - utf8.RuneCountInString(line) }
+	for _, word := range strings.Fields(text) {
+		sep := " "
+		if line == prefix {
+			sep = ""
+		}
+		if utf8.RuneCountInString(sep+word) <= room() {
+			line += sep + word
+			continue
+		}
+		if line != prefix {
+			lines = append(lines, line)
+			line, prefix = rest, rest
+		}
+		for r := []rune(word); len(r) > 0; {
+			n := min(len(r), max(room(), 1))
+			line += string(r[:n])
+			r = r[n:]
+			if len(r) > 0 {
+				lines = append(lines, line)
+				line, prefix = rest, rest
+			}
+		}
+	}
+	if line != prefix || len(lines) == 0 {
+		lines = append(lines, strings.TrimRight(line, " "))
+	}
+	return lines
+}

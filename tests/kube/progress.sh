@@ -1,0 +1,51 @@
+# Sourced by the tool build scripts (POSIX sh): says on stderr what is being
+# built before a long `go build` and keeps saying it is still building, so a
+# first `make deps` or `make demo` does not sit silent for ten minutes.
+#
+# progress NAME DEST ESTIMATE CMD [ARG...]
+#   prints "building NAME into DEST (ESTIMATE)", runs CMD with a heartbeat
+#   every PROGRESS_EVERY seconds (default 30) and returns CMD's status. The
+#   heartbeat ends with CMD, also when CMD fails or the script is
+#   interrupted: no loop is left behind.
+
+progress() {
+	_p_name=$1 _p_dest=$2 _p_est=$3
+	shift 3
+	echo "building $_p_name into $_p_dest ($_p_est)" >&2
+	_p_start=$(date +%s)
+	_p_parent=$$
+	(
+		# The sleep is waited for, so TERM ends it with the loop.
+		trap 'kill "$_p_sleep" 2>/dev/null; wait "$_p_sleep" 2>/dev/null; exit 0' TERM
+		while :; do
+			sleep "${PROGRESS_EVERY:-30}" &
+			_p_sleep=$!
+			wait "$_p_sleep"
+			# Stop on our own should the script die without its trap.
+			kill -0 "$_p_parent" 2>/dev/null || exit 0
+			_p_s=$(($(date +%s) - _p_start))
+			printf 'still building %s (%dm%02ds)\n' "$_p_name" $((_p_s / 60)) $((_p_s % 60)) >&2
+		done
+	) &
+	_p_beat=$!
+	trap '_progress_stop; exit 130' INT
+	trap '_progress_stop; exit 143' TERM
+	trap '_progress_stop' EXIT
+	_p_status=0
+	"$@" || _p_status=$?
+	_progress_stop
+	trap - INT TERM EXIT
+	_p_s=$(($(date +%s) - _p_start))
+	if [ "$_p_status" -eq 0 ]; then
+		printf 'built %s in %dm%02ds\n' "$_p_name" $((_p_s / 60)) $((_p_s % 60)) >&2
+	else
+		printf 'building %s failed after %dm%02ds (exit status %d)\n' "$_p_name" $((_p_s / 60)) $((_p_s % 60)) "$_p_status" >&2
+	fi
+	return "$_p_status"
+}
+
+# _progress_stop ends the heartbeat and reaps it.
+_progress_stop() {
+	kill "$_p_beat" 2>/dev/null || true
+	wait "$_p_beat" 2>/dev/null || true
+}
