@@ -223,18 +223,22 @@ func (a *Agent) withWorkers(loop func() error) error {
 	return loop()
 }
 
-// feed hands a sweep's jobs to the workers one at a time, until done or
-// replaced by the next sweep.
+// feed hands a sweep's jobs to the workers one at a time, in the
+// background, until done or replaced by the next sweep. It replaces the
+// feed in progress before it returns: replaced from inside the goroutine,
+// a sweep's feed started late could end the next sweep's instead.
 func (a *Agent) feed(jobs []job) {
 	done := make(chan struct{})
 	a.endFeed(done)
-	for _, j := range jobs {
-		select {
-		case a.sweep <- j:
-		case <-done:
-			return
+	go func() {
+		for _, j := range jobs {
+			select {
+			case a.sweep <- j:
+			case <-done:
+				return
+			}
 		}
-	}
+	}()
 }
 
 // endFeed ends the sweep feed in progress and makes next the current one.

@@ -42,7 +42,7 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 	}
 	a.cfg.Observer.Connection(true, nil)
 	a.cfg.Observer.Synced(len(pods), len(jobs))
-	go a.feed(jobs)
+	a.feed(jobs)
 	return nil, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 
@@ -30,21 +31,6 @@ func running(id string) *api.Container {
 	return &api.Container{Id: "ctr-" + id, PodSandboxId: id, Name: "app", State: api.ContainerState_CONTAINER_RUNNING}
 }
 
-// fakeProc is a host /proc whose pid 1's network namespace is the one at
-// nsPath, as the host's /proc mounted into the agent's container shows
-// the node's.
-func fakeProc(t *testing.T, nsPath string) string {
-	t.Helper()
-	proc := filepath.Join(t.TempDir(), "proc")
-	if err := os.MkdirAll(filepath.Join(proc, "1", "ns"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(nsPath, filepath.Join(proc, "1", "ns", "net")); err != nil {
-		t.Fatal(err)
-	}
-	return proc
-}
-
 // pendingScans is how many scans are queued and not yet started: a job
 // taken by a worker held before its scan still counts.
 func pendingScans(a *Agent) int {
@@ -66,7 +52,7 @@ func TestNodeNetns(t *testing.T) {
 	node.Run("iptables-nft", "-t", "nat", "-A", "PREROUTING", "-j", "KUBE-SERVICES")
 	used.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
 	rec := &syncRecorder{recorder: newRecorder()}
-	a := startAgentWith(t, dir, rec, func(cfg *Config) { cfg.HostProc = fakeProc(t, node.Path()) })
+	a := startAgentWith(t, dir, rec, func(cfg *Config) { cfg.HostProc = nstest.HostProc(t, node.Path()) })
 	ctx := context.Background()
 	host := pod("kube-proxy", node.Path())
 	ctrs := []*api.Container{running("kube-proxy"), running("a")}
@@ -129,7 +115,7 @@ func TestNodeNetnsUnreadable(t *testing.T) {
 		proc string
 	}{
 		{"not mounted", filepath.Join(dir, "no-proc")},
-		{"not a namespace", fakeProc(t, plain)},
+		{"not a namespace", nstest.HostProc(t, plain)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -162,5 +148,31 @@ func TestStoppedSandbox(t *testing.T) {
 	release(a, 1)
 	if s := rec.wait(t, 1)[0]; s.Meta.SandboxID != "web" || s.Outcome != Unreachable {
 		t.Fatalf("scan %+v, want the running pod unreachable", s)
+	}
+}
+
+// TestSweepReplaced: a Synchronize right after another (the runtime
+// reconnecting) has its own sweep fed, whatever order the two feeds'
+// goroutines run in: the earlier feed never ends the later one.
+func TestSweepReplaced(t *testing.T) {
+	dir := t.TempDir()
+	rec := newRecorder()
+	a := startAgent(t, dir, rec)
+	gone := filepath.Join(dir, "netns", "cni-gone")
+	for i := 0; i < 20; i++ {
+		if _, err := a.Synchronize(context.Background(), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{pod("web", gone)}, []*api.Container{running("web")}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case a.hold <- struct{}{}:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: the second sweep's scan never started", i)
+		}
+		if s := rec.wait(t, 1)[0]; s.Meta.SandboxID != "web" {
+			t.Fatalf("scan %+v, want pod web", s)
+		}
 	}
 }
