@@ -31,6 +31,20 @@ func running(id string) *api.Container {
 	return &api.Container{Id: "ctr-" + id, PodSandboxId: id, Name: "app", State: api.ContainerState_CONTAINER_RUNNING}
 }
 
+// sweepOne runs the first Synchronize of a, which must queue exactly one of
+// pods, and returns that pod's scan.
+func sweepOne(t *testing.T, a *Agent, rec *syncRecorder, pods []*api.PodSandbox, ctrs []*api.Container) Scan {
+	t.Helper()
+	if _, err := a.Synchronize(context.Background(), pods, ctrs); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.queued) != 1 || rec.queued[0] != 1 {
+		t.Fatalf("sweep queued %v, want one pod", rec.queued)
+	}
+	release(a, 1)
+	return rec.wait(t, 1)[0]
+}
+
 // pendingScans is how many scans are queued and not yet started: a job
 // taken by a worker held before its scan still counts.
 func pendingScans(a *Agent) int {
@@ -66,14 +80,7 @@ func TestNodeNetns(t *testing.T) {
 	defer h.Close()
 	other := pod("node-exporter", fmt.Sprintf("/proc/self/fd/%d", h.Fd()))
 	ctrs = append(ctrs, running("node-exporter"))
-	if _, err := a.Synchronize(ctx, []*api.PodSandbox{host, other, pod("a", used.Path())}, ctrs); err != nil {
-		t.Fatal(err)
-	}
-	if len(rec.queued) != 1 || rec.queued[0] != 1 {
-		t.Fatalf("sweep queued %v, want only the pod with a namespace of its own", rec.queued)
-	}
-	release(a, 1)
-	if s := rec.wait(t, 1)[0]; s.Meta.SandboxID != "a" || s.Outcome != Recorded {
+	if s := sweepOne(t, a, rec, []*api.PodSandbox{host, other, pod("a", used.Path())}, ctrs); s.Meta.SandboxID != "a" || s.Outcome != Recorded {
 		t.Fatalf("sweep scan %+v, want pod a recorded", s)
 	}
 
@@ -137,16 +144,7 @@ func TestStoppedSandbox(t *testing.T) {
 	a := startAgentWith(t, dir, rec, func(*Config) {})
 	gone := filepath.Join(dir, "netns", "cni-gone")
 	done := &api.Container{Id: "ctr-job", PodSandboxId: "job", Name: "job", State: api.ContainerState_CONTAINER_STOPPED}
-
-	// One Synchronize: the feed of one replaces the previous one's.
-	if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{pod("job", gone), pod("web", gone)}, []*api.Container{done, running("web")}); err != nil {
-		t.Fatal(err)
-	}
-	if len(rec.queued) != 1 || rec.queued[0] != 1 {
-		t.Fatalf("sweep queued %v, want the running pod only", rec.queued)
-	}
-	release(a, 1)
-	if s := rec.wait(t, 1)[0]; s.Meta.SandboxID != "web" || s.Outcome != Unreachable {
+	if s := sweepOne(t, a, rec, []*api.PodSandbox{pod("job", gone), pod("web", gone)}, []*api.Container{done, running("web")}); s.Meta.SandboxID != "web" || s.Outcome != Unreachable {
 		t.Fatalf("scan %+v, want the running pod unreachable", s)
 	}
 }
