@@ -63,6 +63,7 @@ func runAgent(args []string, _ io.Reader, stderr io.Writer) int {
 	cfg.allow.register(fs)
 	fs.StringVar(&cfg.vendors, "vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one (a missing file adds nothing)")
 	fs.StringVar(&cfg.agent.Node, "node", hostname, "node name to record")
+	fs.StringVar(&cfg.agent.HostProc, "host-proc", "/proc", "the host's /proc (in a container: mounted read-only, with CAP_SYS_PTRACE): its 1/ns/net, the node's netns, tells host-network pods apart; unreadable, the agent does not start (empty: no check)")
 	fs.IntVar(&cfg.agent.Workers, "workers", agent.DefaultWorkers, "scans run at once")
 	fs.IntVar(&cfg.agent.Queue, "queue", agent.DefaultQueue, "scans the runtime's events may queue; past it an event's scan is dropped (counted), never waited for")
 	fs.DurationVar(&cfg.agent.ScanTimeout, "scan-timeout", agent.DefaultScanTimeout, "deadline of one scan; past it the finding is recorded with truncated: true")

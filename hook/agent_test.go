@@ -29,7 +29,7 @@ func TestAgentFlags(t *testing.T) {
 	if code := runAgent([]string{"--help"}, nil, &stderr); code != 0 {
 		t.Fatalf("--help: exit %d", code)
 	}
-	for _, f := range []string{"-nri-socket", "-findings", "-state-dir", "-allowlist", "-health-addr", "-node", "-plugin-index"} {
+	for _, f := range []string{"-nri-socket", "-findings", "-state-dir", "-allowlist", "-health-addr", "-node", "-plugin-index", "-host-proc"} {
 		if !strings.Contains(stderr.String(), f) {
 			t.Errorf("--help does not list %s", f)
 		}
@@ -88,9 +88,21 @@ func TestAgentUnreachable(t *testing.T) {
 			Namespaces: []*api.LinuxNamespace{{Type: "network", Path: path}}}}
 	}
 	missing := filepath.Join(dir, "not-mounted", "netns", "cni-1")
-	// Two sweeps of the same two pods: one warning per sandbox.
+	// A stopped sandbox (a completed Job's, NotReady: its netns gone, no
+	// container running) is no error: not swept, nothing to degrade on.
+	if _, err := a.Synchronize(ctx, []*api.PodSandbox{pod("job", missing)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "pods=1 sweep=0") {
+		t.Fatalf("a stopped sandbox was swept:\n%s", logs.String())
+	}
+	running := []*api.Container{
+		{Id: "ca", PodSandboxId: "a", State: api.ContainerState_CONTAINER_RUNNING},
+		{Id: "cb", PodSandboxId: "b", State: api.ContainerState_CONTAINER_RUNNING},
+	}
+	// Two sweeps of the same two running pods: one warning per sandbox.
 	for i := 0; i < 2; i++ {
-		if _, err := a.Synchronize(ctx, []*api.PodSandbox{pod("a", missing), pod("b", missing)}, nil); err != nil {
+		if _, err := a.Synchronize(ctx, []*api.PodSandbox{pod("a", missing), pod("b", missing)}, running); err != nil {
 			t.Fatal(err)
 		}
 		want := fmt.Sprintf("iptables_alerter_agent_errors_total{kind=\"unreachable\"} %d\n", 2*(i+1))

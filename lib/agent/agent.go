@@ -59,6 +59,12 @@ type Config struct {
 	Observer    Observer
 	// NRILogger receives the stub's own log lines; nil discards them.
 	NRILogger nrilog.Logger
+	// HostProc is the host's /proc, where New finds the node's network
+	// namespace (HostProc/1/ns/net) to tell host-network pods apart; New
+	// fails with ErrConfig when it cannot open it. Empty: no check, and a
+	// runtime that reports the node's namespace for a host-network pod
+	// (CRI-O) has the node's rules reported as the pod's.
+	HostProc string
 }
 
 // Observer hears about the agent's work, for metrics and logs. Calls come
@@ -69,7 +75,8 @@ type Observer interface {
 	// Scanned: one scan ended.
 	Scanned(Scan)
 	// Synced: the runtime's Synchronize listed pods, of which queued had a
-	// network namespace to sweep.
+	// network namespace of their own to sweep (not the node's, not a
+	// stopped sandbox's).
 	Synced(pods, queued int)
 	// Connection: connected (true) or lost (false, with why).
 	Connection(up bool, err error)
@@ -138,6 +145,9 @@ type Agent struct {
 	// hold, when set (tests), makes each worker wait for a token before
 	// a scan, to order scans against the runtime's teardown.
 	hold chan struct{}
+	// nodeNetns is the node's network namespace's identity (see
+	// nodeNetnsID), empty with Config.HostProc empty.
+	nodeNetns string
 }
 
 // job is one queued scan. h is the namespace opened in the handler, or nil
@@ -149,8 +159,8 @@ type job struct {
 
 func (j job) pendingKey() string { return j.meta.Source + "\x00" + j.meta.SandboxID }
 
-// New checks cfg and fills its defaults. A bad plugin name or index is an
-// ErrConfig.
+// New checks cfg and fills its defaults. A bad plugin name or index, or a
+// HostProc without the node's network namespace, is an ErrConfig.
 func New(cfg Config) (*Agent, error) {
 	if cfg.Socket == "" {
 		cfg.Socket = DefaultSocket
@@ -183,6 +193,15 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Load.Allow = func() (*allowlist.List, error) { return allowlist.Join(), nil }
 	}
 	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, events: make(chan job, cfg.Queue), sweep: make(chan job), pending: map[string]bool{}}
+	if cfg.HostProc != "" {
+		// An agent that cannot tell the node's namespace from a pod's
+		// reports the node's rules on every host-network pod: refuse.
+		id, err := nodeNetnsID(cfg.HostProc)
+		if err != nil {
+			return nil, err
+		}
+		a.nodeNetns = id
+	}
 	// The stub checks the name and index; a bad one will not get better
 	// by reconnecting.
 	if _, err := a.newStub(); err != nil {
@@ -215,18 +234,22 @@ func (a *Agent) withWorkers(loop func() error) error {
 	return loop()
 }
 
-// feed hands a sweep's jobs to the workers one at a time, until done or
-// replaced by the next sweep.
+// feed hands a sweep's jobs to the workers one at a time, in the
+// background, until done or replaced by the next sweep. It replaces the
+// feed in progress before it returns: replaced from inside the goroutine,
+// a sweep's feed started late could end the next sweep's instead.
 func (a *Agent) feed(jobs []job) {
 	done := make(chan struct{})
 	a.endFeed(done)
-	for _, j := range jobs {
-		select {
-		case a.sweep <- j:
-		case <-done:
-			return
+	go func() {
+		for _, j := range jobs {
+			select {
+			case a.sweep <- j:
+			case <-done:
+				return
+			}
 		}
-	}
+	}()
 }
 
 // endFeed ends the sweep feed in progress and makes next the current one.

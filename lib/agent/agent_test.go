@@ -81,14 +81,22 @@ func pod(id, path string) *api.PodSandbox {
 // test calls the handlers as the runtime would.
 func startAgent(t *testing.T, dir string, rec *recorder, scanTimeout ...time.Duration) *Agent {
 	t.Helper()
+	return startAgentWith(t, dir, rec, func(cfg *Config) {
+		if len(scanTimeout) > 0 {
+			cfg.ScanTimeout = scanTimeout[0]
+		}
+	})
+}
+
+// startAgentWith is startAgent with the test's changes to the config.
+func startAgentWith(t *testing.T, dir string, obs Observer, change func(*Config)) *Agent {
+	t.Helper()
 	cfg := Config{
 		Socket: filepath.Join(dir, "no-nri.sock"), Node: "node-1",
 		Log:  findings.Log{Path: filepath.Join(dir, "findings.jsonl")},
-		Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: rec,
+		Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: obs,
 	}
-	if len(scanTimeout) > 0 {
-		cfg.ScanTimeout = scanTimeout[0]
-	}
+	change(&cfg)
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +214,10 @@ func TestUnreachable(t *testing.T) {
 	a := startAgent(t, dir, rec)
 	missing := filepath.Join(dir, "not-mounted", "var", "run", "netns", "cni-1234")
 
-	if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{pod("a", missing), pod("b", missing)}, nil); err != nil {
+	// Running pods: a container of each runs (a stopped sandbox's netns
+	// gone is no error, see TestStoppedSandbox).
+	ctrs := []*api.Container{running("a"), running("b")}
+	if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{pod("a", missing), pod("b", missing)}, ctrs); err != nil {
 		t.Fatal(err)
 	}
 	release(a, 2)

@@ -28,20 +28,21 @@ var (
 	_ stub.StopPodInterface            = (*Agent)(nil)
 )
 
-// Synchronize queues a sweep of every pod with a network namespace. The
-// sweep is fed to the workers one pod at a time after the reply, behind
-// the events' scans.
-func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
+// Synchronize queues a sweep of every running pod with a network namespace
+// of its own (see sweepable). The sweep is fed to the workers one pod at a
+// time after the reply, behind the events' scans.
+func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	defer a.handled("Synchronize", time.Now())
+	running := runningSandboxes(ctrs)
 	var jobs []job
 	for _, p := range pods {
-		if m, ok := a.meta(p, nil, SourceSweep, "Synchronize"); ok {
+		if m, ok := a.meta(p, nil, SourceSweep, "Synchronize"); ok && a.sweepable(m.Netns, running[p.GetId()]) {
 			jobs = append(jobs, job{meta: m})
 		}
 	}
 	a.cfg.Observer.Connection(true, nil)
 	a.cfg.Observer.Synced(len(pods), len(jobs))
-	go a.feed(jobs)
+	a.feed(jobs)
 	return nil, nil
 }
 
@@ -76,7 +77,9 @@ func (a *Agent) handled(event string, start time.Time) {
 }
 
 // queueOpen opens the pod's namespace and queues a scan of it. A namespace
-// that cannot be opened is reported (see openFailed) and not queued.
+// that cannot be opened is reported (see openFailed) and not queued; the
+// node's own (a host-network pod's) is neither scanned nor reported, as a
+// pod without a namespace entry is not.
 func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage string) {
 	m, ok := a.meta(p, c, source, stage)
 	if !ok {
@@ -90,6 +93,11 @@ func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage str
 		a.release(job{meta: m})
 		out, err := openFailed(source, err)
 		a.cfg.Observer.Scanned(Scan{Meta: m, Outcome: out, Err: err})
+		return
+	}
+	if a.isNode(h) {
+		h.Close()
+		a.release(job{meta: m})
 		return
 	}
 	j := job{meta: m, h: h}
@@ -121,7 +129,9 @@ func (a *Agent) release(j job) {
 }
 
 // meta is what the event tells of the pod and container; ok is false for
-// a pod without a network namespace of its own (host network).
+// a pod without a namespace entry (containerd's host-network pods). A
+// namespace entry may still be the node's (CRI-O's host-network pods):
+// the callers check what the path opens to (isNode).
 func (a *Agent) meta(p *api.PodSandbox, c *api.Container, source, stage string) (scan.Meta, bool) {
 	path := netnsPath(p)
 	if path == "" {
@@ -144,7 +154,7 @@ func (a *Agent) meta(p *api.PodSandbox, c *api.Container, source, stage string) 
 }
 
 // netnsPath is the pod's network namespace path from pod.Linux.Namespaces;
-// empty for host network (no entry) or a runtime that gives none.
+// empty for a runtime that gives none (containerd's host network).
 func netnsPath(p *api.PodSandbox) string {
 	for _, ns := range p.GetLinux().GetNamespaces() {
 		if ns.GetType() == "network" {

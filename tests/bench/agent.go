@@ -301,7 +301,10 @@ func (b *agentBench) startAgent(pods []*api.PodSandbox) (*agentRun, error) {
 	}
 	defer logf.Close()
 	r.cmd = exec.Command(b.bin, "agent", "--nri-socket", sock, "--findings", filepath.Join(dir, "findings.jsonl"),
-		"--state-dir", filepath.Join(dir, "state"), "--allowlist", "", "--health-addr", fmt.Sprintf("127.0.0.1:%d", port))
+		"--state-dir", filepath.Join(dir, "state"), "--allowlist", "", "--health-addr", fmt.Sprintf("127.0.0.1:%d", port),
+		// Every pod here has a namespace of its own: no host-network pod
+		// to tell apart, and pid 1's namespace may be closed to a sandbox.
+		"--host-proc", "")
 	r.cmd.Stdout, r.cmd.Stderr = logf, logf
 	if err := r.cmd.Start(); err != nil {
 		ad.Stop()

@@ -109,7 +109,8 @@ type nodeDirs struct {
 
 // overlay writes a test-only kustomize overlay over packaging/kubernetes:
 // the image made here, every hostPath but /run/netns (mounted read-only)
-// moved to a temp dir, the NRI socket dir the test's containerd's, and
+// moved to a temp dir (the host's /proc a stand-in whose pid 1's netns is
+// the node's: a sandboxed test host may close the real pid 1's), the NRI socket dir the test's containerd's, and
 // the forwarder given a kubeconfig to the test's API server. The pod runs
 // in the node's network namespace (hostNetwork): without kube-proxy the
 // service IP of the API server leads nowhere, and its address is the
@@ -121,10 +122,15 @@ func (n *node) overlay(t *testing.T) (dir string, d nodeDirs) {
 	d = nodeDirs{root: root, bin: root + "/usr/local/bin", hooks: root + "/usr/share/containers/oci/hooks.d",
 		crio: root + "/etc/crio", findings: root + "/var/log/iptables-alerter", state: root + "/run/iptables-alerter",
 		allowlist: root + "/etc/iptables-alerter", fwdState: root + "/var/lib/iptables-alerter/forward", kube: root + "/etc/ipta-kube"}
-	for _, p := range []string{d.bin, d.hooks, d.crio, d.findings, d.state, d.allowlist, d.fwdState, d.kube} {
+	for _, p := range []string{d.bin, d.hooks, d.crio, d.findings, d.state, d.allowlist, d.fwdState, d.kube, root + "/proc/1/ns"} {
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Resolved in the agent's container, where the host's /run/netns is
+	// mounted at /var/run/netns.
+	if err := os.Symlink("/var/run/netns/"+filepath.Base(n.netns), root+"/proc/1/ns/net"); err != nil {
+		t.Fatal(err)
 	}
 	// A CRI-O configuration that reads the hooks dir, so the installer
 	// installs (on a node without one it installs nothing).
@@ -179,7 +185,8 @@ patches:
               - {name: state, hostPath: {path: %q, type: Directory}}
               - {name: allowlist, hostPath: {path: %q, type: Directory}}
               - {name: forward-state, hostPath: {path: %q, type: Directory}}
-`, base, name, tag, d.kube, d.bin, d.hooks, d.crio, n.ctrd.Dir, d.findings, d.state, d.allowlist, d.fwdState)
+              - {name: host-proc, hostPath: {path: %q, type: Directory}}
+`, base, name, tag, d.kube, d.bin, d.hooks, d.crio, n.ctrd.Dir, d.findings, d.state, d.allowlist, d.fwdState, root+"/proc")
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -134,7 +134,7 @@ func TestKubeletEndToEnd(t *testing.T) {
 	findingsFile := filepath.Join(work, "findings.jsonl")
 	agent := n.run(t, "agent", bin, "agent", "--nri-socket", n.ctrd.NRISocket, "--findings", findingsFile,
 		"--state-dir", filepath.Join(work, "state"), "--allowlist", "", "--health-addr", "",
-		"--node", nodeName, "--log-level", "debug")
+		"--node", nodeName, "--log-level", "debug", "--host-proc", nstest.HostProc(t, n.netns))
 	forward := n.run(t, "forward", bin, "forward", "--kubeconfig", n.kube.Kubeconfig("forward", n.kube.AdminToken),
 		"--findings", findingsFile, "--state-dir", filepath.Join(work, "fwd"), "--node-name", nodeName,
 		"--health-addr", "", "--log-level", "debug")

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/tests/runtime/critest"
 )
@@ -102,7 +103,9 @@ func startAgentArgs(t *testing.T, f agentFiles, args ...string) *agentProc {
 	t.Helper()
 	a := &agentProc{addr: freeAddr(t), log: &bytes.Buffer{}, files: f, done: make(chan error, 1)}
 	a.cmd = exec.Command(bin, append([]string{"agent", "--findings", f.findings, "--state-dir", f.state,
-		"--allowlist", "", "--health-addr", a.addr, "--node", "test-node", "--log-level", "debug"}, args...)...)
+		"--allowlist", "", "--health-addr", a.addr, "--node", "test-node", "--log-level", "debug",
+		// The node is the namespace the agent runs in, not pid 1's.
+		"--host-proc", nstest.HostProc(t, "/proc/self/ns/net")}, args...)...)
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
