@@ -14,6 +14,7 @@ import (
 	rt "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/tests/runtime/critest"
 )
 
@@ -216,9 +217,9 @@ func TestCRIOHookAndAgent(t *testing.T) {
 // rules are the node's: the hook, the agent's sweep, PostStartContainer
 // and StopContainer never flag them, though the node's netns has rules.
 func TestCRIOHostNetwork(t *testing.T) {
-	// Fails before lib/agent's fix: the sweep and PostStartContainer flag
-	// both host-network pods with the node's rule (the hook does not).
-	t.Skip("awaiting lib/agent host-network fix")
+	// Failed before lib/agent told the node's netns by device and inode:
+	// the sweep and PostStartContainer flagged both host-network pods with
+	// the node's rule (the hook did not).
 	f := newFiles(t)
 	_, hooksDir := installHook(t, f)
 	c := critest.StartCRIO(t, hooksDir)
@@ -230,7 +231,9 @@ func TestCRIOHostNetwork(t *testing.T) {
 	usedID := c.Run(used, "app", "iptables-nft -A INPUT -p tcp --dport 7001 -j DROP && "+forever)
 	waitRule(t, c.CRI, used, "--dport 7001")
 
-	a := startAgent(t, c.NRISocket, f)
+	// CRI-O runs in the test's netns: that is the node the host-network
+	// pods share (the later --host-proc wins).
+	a := startAgentArgs(t, f, "--nri-socket", c.NRISocket, "--host-proc", nstest.HostProc(t, "/run/netns/"+c.Netns))
 	a.waitMetric(t, 1, "iptables_alerter_agent_scans_total", `source="sweep"`)
 	after := c.RunPod("host-after", true)
 	afterID := c.Run(after, "app", forever)
@@ -250,9 +253,8 @@ func TestCRIOHostNetwork(t *testing.T) {
 // gone, the pod object still there) is neither an unreachable netns nor a
 // reason for /healthz to say degraded, at the sweep or later.
 func TestCRIONotReadySandbox(t *testing.T) {
-	// Fails before lib/agent's fix: the sweep counts the stopped pod's
-	// removed netns as an unreachable scan.
-	t.Skip("awaiting lib/agent host-network fix")
+	// Failed before lib/agent told a stopped sandbox from an unreachable
+	// one: the sweep counted the stopped pod's removed netns.
 	f := newFiles(t)
 	c := critest.StartCRIO(t, "")
 	stopped := c.RunPod("stopped", false)
