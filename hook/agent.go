@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	"github.com/spf13/pflag"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/agent"
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
@@ -22,11 +22,10 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
-var agentCommand = command{name: "agent", summary: "NRI plugin: scan every pod at registration, after each container start and as it stops", run: runAgent}
+var agentCommand = command{use: "agent", summary: "NRI plugin: scan every pod at registration, after each container start and as it stops",
+	long: agentLong, newConfig: func() config { return new(agentConfig) }}
 
-const agentSynopsis = `agent [FLAGS]
-
-Connects to the container runtime's NRI socket (CRI-O 1.30+ and
+const agentLong = `Connects to the container runtime's NRI socket (CRI-O 1.30+ and
 containerd 2.0+ have NRI on by default) and scans pod network namespaces:
 every existing pod when it registers (source "sweep"), each container
 after it started ("poststart") and each container and pod sandbox as it
@@ -51,10 +50,7 @@ type agentConfig struct {
 	log         logFlags
 }
 
-func runAgent(args []string, _ io.Reader, stderr io.Writer) int {
-	var cfg agentConfig
-	hostname, _ := os.Hostname()
-	fs := newFlagSet("agent", agentSynopsis, stderr)
+func (cfg *agentConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&cfg.agent.Socket, "nri-socket", agent.DefaultSocket, "the runtime's NRI socket")
 	fs.StringVar(&cfg.agent.PluginName, "plugin-name", agent.DefaultPluginName, "NRI plugin name")
 	fs.StringVar(&cfg.agent.PluginIndex, "plugin-index", agent.DefaultPluginIndex, "NRI plugin index, two digits (the NN of NN-name)")
@@ -64,7 +60,7 @@ func runAgent(args []string, _ io.Reader, stderr io.Writer) int {
 	fs.StringVar(&cfg.agent.Seen.Dir, "state-dir", findings.DefaultStateDir, "per-sandbox memory, shared with the hook: one finding per pod and usage")
 	cfg.allow.register(fs)
 	fs.StringVar(&cfg.vendors, "vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one (a missing file adds nothing)")
-	fs.StringVar(&cfg.agent.Node, "node", hostname, "node name to record")
+	fs.StringVar(&cfg.agent.Node, "node", "", "node name to record (default: this host's name)")
 	fs.IntVar(&cfg.agent.Workers, "workers", agent.DefaultWorkers, "scans run at once")
 	fs.IntVar(&cfg.agent.Queue, "queue", agent.DefaultQueue, "scans the runtime's events may queue; past it an event's scan is dropped (counted), never waited for")
 	fs.DurationVar(&cfg.agent.ScanTimeout, "scan-timeout", agent.DefaultScanTimeout, "deadline of one scan; past it the finding is recorded with truncated: true")
@@ -72,12 +68,15 @@ func runAgent(args []string, _ io.Reader, stderr io.Writer) int {
 	fs.DurationVar(&cfg.interval, "interval", 15*time.Minute, "with --cri-endpoint: time between sweeps")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "127.0.0.1:9757", "serve /healthz and /metrics here (empty: off)")
 	cfg.log.register(fs)
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+}
+
+func (cfg *agentConfig) run(_ []string, s stdio) int {
+	if cfg.agent.Node == "" {
+		cfg.agent.Node, _ = os.Hostname()
 	}
 	cfg.agent.Log.MaxBytes, cfg.agent.Log.Generations = cfg.maxBytes, cfg.generations
 	cfg.agent.Load = scan.Loaders{Allow: cfg.allow.load, Vendors: func() (*catalog.Table, error) { return catalog.Load(cfg.vendors) }}
-	log := cfg.log.logger(stderr)
+	log := cfg.log.logger(s.err)
 	if _, err := cfg.allow.load(); err != nil {
 		// Not fatal: the hook reports with the built-in entries too.
 		log.WithError(err).Error("cannot load the allowlist, reporting without it until it is fixed")

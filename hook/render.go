@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
@@ -15,11 +16,10 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
-var renderCommand = command{name: "render", summary: "print the canonical iptables rules of a netns, marking allowlisted ones", run: runRender}
+var renderCommand = command{use: "render --netns PATH", summary: "print the canonical iptables rules of a netns, marking allowlisted ones",
+	long: renderLong, newConfig: func() config { return new(renderConfig) }}
 
-const renderSynopsis = `render --netns PATH [FLAGS]
-
-Prints every iptables rule in the network namespace at PATH (for example
+const renderLong = `Prints every iptables rule in the network namespace at PATH (for example
 /run/netns/NAME or /proc/PID/ns/net) in canonical text, one a line, as
 "family table TEXT", followed by "    # impact: LEVEL" with --impact (the
 rule's RHEL 10 impact: xt needs the nft_compat and xt_* modules of
@@ -33,36 +33,41 @@ Exits 1 when the netns cannot be read, or not all of it (without root, past
 --timeout, or past a size bound: what was printed is then only part of it),
 0 otherwise.`
 
-func runRender(args []string, _ io.Reader, stderr io.Writer) int {
-	fs := newFlagSet("render", renderSynopsis, stderr)
-	path := fs.String("netns", "", "network namespace file to read (required)")
-	namespace := fs.String("namespace", "", "pod namespace, for allowlist entries scoped to namespaces")
-	timeout := fs.Duration("timeout", 10*time.Second, "give up reading the netns after this long")
-	impact := fs.Bool("impact", false, "end each rule line with its RHEL 10 impact level")
-	vendors := fs.String("vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one")
-	var allow allowFlags
-	allow.register(fs)
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	if *path == "" {
-		fmt.Fprintln(stderr, "render: --netns is required")
-		fs.Usage()
+type renderConfig struct {
+	path, namespace, vendors string
+	timeout                  time.Duration
+	impact                   bool
+	allow                    allowFlags
+}
+
+func (c *renderConfig) register(fs *pflag.FlagSet) {
+	fs.StringVar(&c.path, "netns", "", "network namespace file to read (required)")
+	fs.StringVar(&c.namespace, "namespace", "", "pod namespace, for allowlist entries scoped to namespaces")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up reading the netns after this long")
+	fs.BoolVar(&c.impact, "impact", false, "end each rule line with its RHEL 10 impact level")
+	fs.StringVar(&c.vendors, "vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one")
+	c.allow.register(fs)
+}
+
+func (c *renderConfig) run(_ []string, s stdio) int {
+	stderr := s.err
+	if c.path == "" {
+		fmt.Fprintln(stderr, "render: --netns is required (see 'iptables-alerter render --help')")
 		return 2
 	}
-	list, err := allow.load()
+	list, err := c.allow.load()
 	if err != nil {
 		fmt.Fprintf(stderr, "render: %v\n", err)
 		return 1
 	}
-	table, err := catalog.Load(*vendors)
+	table, err := catalog.Load(c.vendors)
 	if err != nil {
 		fmt.Fprintf(stderr, "render: %v\n", err)
 		return 1
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	res, err := scan.Read(ctx, *path)
+	res, err := scan.Read(ctx, c.path)
 	if err != nil {
 		fmt.Fprintf(stderr, "render: %v\n", err)
 		if os.Geteuid() != 0 {
@@ -71,16 +76,16 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 		return 1
 	}
 	u, err := res.Usage, res.Err
-	out := os.Stdout
+	out := s.out
 	texts := make([]string, 0, len(u.Rules))
 	for _, r := range u.Rules {
 		text := res.Text(r)
 		texts = append(texts, text)
 		fmt.Fprintf(out, "%s %s %s", r.Family, safetext.Name(r.Table, scan.MaxName), text)
-		if *impact {
+		if c.impact {
 			fmt.Fprintf(out, "    # impact: %s", classify.Level(r))
 		}
-		if name := list.Match(*namespace, r, func() string { return text }); name != "" {
+		if name := list.Match(c.namespace, r, func() string { return text }); name != "" {
 			fmt.Fprintf(out, "    # allowlisted: %s", name)
 		}
 		fmt.Fprintln(out)
