@@ -15,7 +15,7 @@ HOOKBIN  := bin/iptables-alerter-hook
 # Big test tools (kube-apiserver) are built once into this cache, outside the repo.
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 
-.PHONY: all build deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig
+.PHONY: all build deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs
 
 all: build
 
@@ -89,6 +89,12 @@ uninstall:
 # a change to hooks.d/iptables-alerter.json or the units it carries).
 machineconfig:
 	$(GO) test -count=1 -run TestMachineConfig ./tests/packaging -update
+
+# Regenerate the man pages (docs/man/) and the README's CLI reference from
+# the flag definitions (after a change to a command's flags or help);
+# TestReference fails while they are stale.
+docs:
+	$(GO) test -count=1 -run TestReference ./hook -update-docs
 
 # The RPM (packaging/rpm/iptables-alerter.spec) from a tarball of HEAD;
 # the spec builds and runs make install DESTDIR=%{buildroot}.

@@ -48,8 +48,8 @@ type hookConfig struct {
 func (cfg *hookConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&cfg.findings, "findings", findings.DefaultPath, "findings file to append to (its directory is created 0750, the file 0640)")
 	fs.Int64Var(&cfg.maxBytes, "max-bytes", findings.DefaultMaxBytes, "rotate the findings file to FILE.1 beyond this size")
-	fs.IntVar(&cfg.generations, "generations", findings.DefaultGenerations, "rotated files kept, FILE.1 (newest) to FILE.N")
-	fs.StringVar(&cfg.stateDir, "state-dir", findings.DefaultStateDir, "directory for the per-sandbox memory that keeps one finding per pod")
+	fs.IntVar(&cfg.generations, "generations", findings.DefaultGenerations, "rotated files kept, FILE.1 (newest) to FILE.N: at most N+1 times --max-bytes on disk")
+	fs.StringVar(&cfg.stateDir, "state-dir", findings.DefaultStateDir, "per-sandbox memory: the last fingerprint recorded and the findings written this hour, one finding per pod and usage")
 	cfg.allow.register(fs)
 	fs.StringVar(&cfg.vendors, "vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one (a missing file adds nothing; see README)")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Second, "internal deadline; past it the finding is recorded with truncated: true")

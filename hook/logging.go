@@ -22,7 +22,7 @@ type logFlags struct {
 func (l *logFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
-	fs.StringVar(&l.file, "log-file", "", "also append logs to this file")
+	fs.StringVar(&l.file, "log-file", "", "also append logs to this regular file (runtimes drop a successful hook's stderr); a FIFO, device or symlink there is refused with a warning")
 }
 
 // logger builds the logger; a bad --log-file is reported on stderr but never
