@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/spf13/pflag"
 )
 
 // prog names the program in help and errors: both builds are one program
@@ -34,6 +36,13 @@ func dispatch(cmds []command, args []string, stdin io.Reader, stdout, stderr io.
 	code, path, err := execute(cmds, args, stdio{stdin, stdout, stderr})
 	if err == nil {
 		return code
+	}
+	var unknown *pflag.NotExistError
+	if errors.As(err, &unknown) && len(unknown.GetSpecifiedShortnames()) > 1 {
+		// Go's flag package, which the commands used before, took -flag
+		// too; pflag reads it as a run of one-letter flags.
+		long, _, _ := strings.Cut(unknown.GetSpecifiedShortnames(), "=")
+		err = fmt.Errorf("%w; long flags take two dashes: --%s", err, long)
 	}
 	fmt.Fprintf(stderr, "%s: %v (see '%s --help')\n", path, err, path)
 	if neverFails {

@@ -58,7 +58,7 @@ func TestDispatch(t *testing.T) {
 		{name: "command help on stdout", args: []string{"alpha", "--help"}, stdout: "--format string"},
 		{name: "unknown command", args: []string{"nope"}, code: 2, stderr: `unknown command "nope"`},
 		{name: "unknown flag", args: []string{"alpha", "--nope"}, code: 2, stderr: "unknown flag: --nope"},
-		{name: "single-dash long flag", args: []string{"alpha", "-format", "json"}, code: 2, stderr: "iptables-alerter alpha: "},
+		{name: "single-dash long flag", args: []string{"alpha", "-format", "json"}, code: 2, stderr: "long flags take two dashes: --format"},
 		{name: "bad enum names value and allowed", args: []string{"alpha", "--format", "xml"}, code: 2,
 			stderr: `iptables-alerter alpha: invalid argument "xml" for "--format" flag: want text, json (see 'iptables-alerter alpha --help')` + "\n"},
 		{name: "argument where none is taken", args: []string{"probe", "x"}, code: 2, stderr: `unknown command "x"`},
