@@ -18,7 +18,7 @@ HOOKBIN  := bin/iptables-alerter-hook
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig
+.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs
 
 all: build
 
@@ -100,6 +100,12 @@ uninstall:
 # a change to hooks.d/iptables-alerter.json or the units it carries).
 machineconfig:
 	$(GO) test -count=1 -run TestMachineConfig ./tests/packaging -update
+
+# Regenerate the man pages (docs/man/) and the README's CLI reference from
+# the flag definitions (after a change to a command's flags or help);
+# TestReference fails while they are stale.
+docs:
+	$(GO) test -count=1 -run TestReference ./hook -update-docs
 
 # The RPM (packaging/rpm/iptables-alerter.spec) from a tarball of HEAD;
 # the spec builds and runs make install DESTDIR=%{buildroot}.

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	"github.com/spf13/pflag"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/agent"
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
@@ -20,11 +20,10 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
-var agentCommand = command{name: "agent", summary: "NRI plugin: scan every pod at registration, after each container start and as it stops", run: runAgent}
+var agentCommand = command{use: "agent", summary: "NRI plugin: scan every pod at registration, after each container start and as it stops",
+	long: agentLong, newConfig: func() config { return new(agentConfig) }}
 
-const agentSynopsis = `agent [FLAGS]
-
-Connects to the container runtime's NRI socket (CRI-O 1.30+ and
+const agentLong = `Connects to the container runtime's NRI socket (CRI-O 1.30+ and
 containerd 2.0+ have NRI on by default) and scans pod network namespaces:
 every existing pod when it registers (source "sweep"), each container
 after it started ("poststart") and each container and pod sandbox as it
@@ -49,20 +48,17 @@ type agentConfig struct {
 	log         logFlags
 }
 
-func runAgent(args []string, _ io.Reader, stderr io.Writer) int {
-	var cfg agentConfig
-	hostname, _ := os.Hostname()
-	fs := newFlagSet("agent", agentSynopsis, stderr)
+func (cfg *agentConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&cfg.agent.Socket, "nri-socket", agent.DefaultSocket, "the runtime's NRI socket")
 	fs.StringVar(&cfg.agent.PluginName, "plugin-name", agent.DefaultPluginName, "NRI plugin name")
 	fs.StringVar(&cfg.agent.PluginIndex, "plugin-index", agent.DefaultPluginIndex, "NRI plugin index, two digits (the NN of NN-name)")
 	fs.StringVar(&cfg.agent.Log.Path, "findings", findings.DefaultPath, "findings file to append to (the hook's)")
-	fs.Int64Var(&cfg.maxBytes, "max-bytes", findings.DefaultMaxBytes, "rotate the findings file to <file>.1 beyond this size")
-	fs.IntVar(&cfg.generations, "generations", findings.DefaultGenerations, "rotated files kept, <file>.1 (newest) to <file>.N")
+	fs.Int64Var(&cfg.maxBytes, "max-bytes", findings.DefaultMaxBytes, "rotate the findings file to FILE.1 beyond this size")
+	fs.IntVar(&cfg.generations, "generations", findings.DefaultGenerations, "rotated files kept, FILE.1 (newest) to FILE.N")
 	fs.StringVar(&cfg.agent.Seen.Dir, "state-dir", findings.DefaultStateDir, "per-sandbox memory, shared with the hook: one finding per pod and usage")
 	cfg.allow.register(fs)
 	fs.StringVar(&cfg.vendors, "vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one (a missing file adds nothing)")
-	fs.StringVar(&cfg.agent.Node, "node", hostname, "node name to record")
+	fs.StringVar(&cfg.agent.Node, "node", "", "node name to record (default: this host's name)")
 	fs.StringVar(&cfg.agent.HostProc, "host-proc", "/proc", "the host's /proc (in a container: mounted read-only, with CAP_SYS_PTRACE): its 1/ns/net, the node's netns, tells host-network pods apart; unreadable, the agent does not start (empty: no check)")
 	fs.IntVar(&cfg.agent.Workers, "workers", agent.DefaultWorkers, "scans run at once")
 	fs.IntVar(&cfg.agent.Queue, "queue", agent.DefaultQueue, "scans the runtime's events may queue; past it an event's scan is dropped (counted), never waited for")
@@ -71,12 +67,15 @@ func runAgent(args []string, _ io.Reader, stderr io.Writer) int {
 	fs.DurationVar(&cfg.interval, "interval", 15*time.Minute, "with --cri-endpoint: time between sweeps")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "127.0.0.1:9757", "serve /healthz and /metrics here (empty: off)")
 	cfg.log.register(fs)
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+}
+
+func (cfg *agentConfig) run(_ []string, s stdio) int {
+	if cfg.agent.Node == "" {
+		cfg.agent.Node, _ = os.Hostname()
 	}
 	cfg.agent.Log.MaxBytes, cfg.agent.Log.Generations = cfg.maxBytes, cfg.generations
 	cfg.agent.Load = scan.Loaders{Allow: cfg.allow.load, Vendors: func() (*catalog.Table, error) { return catalog.Load(cfg.vendors) }}
-	log := cfg.log.logger(stderr)
+	log := cfg.log.logger(s.err)
 	if _, err := cfg.allow.load(); err != nil {
 		// Not fatal: the hook reports with the built-in entries too.
 		log.WithError(err).Error("cannot load the allowlist, reporting without it until it is fixed")

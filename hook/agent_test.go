@@ -25,18 +25,17 @@ import (
 // unit use, and a bad plugin index is a configuration error (exit 2), not
 // something to retry.
 func TestAgentFlags(t *testing.T) {
-	var stderr bytes.Buffer
-	if code := runAgent([]string{"--help"}, nil, &stderr); code != 0 {
+	code, out, _ := runCmd(t, "agent", "--help")
+	if code != 0 {
 		t.Fatalf("--help: exit %d", code)
 	}
-	for _, f := range []string{"-nri-socket", "-findings", "-state-dir", "-allowlist", "-health-addr", "-node", "-plugin-index", "-host-proc"} {
-		if !strings.Contains(stderr.String(), f) {
+	for _, f := range []string{"--nri-socket", "--findings", "--state-dir", "--allowlist", "--health-addr", "--node", "--plugin-index", "--host-proc"} {
+		if !strings.Contains(out, f) {
 			t.Errorf("--help does not list %s", f)
 		}
 	}
-	stderr.Reset()
-	if code := runAgent([]string{"--plugin-index", "x", "--health-addr", ""}, nil, &stderr); code != 2 {
-		t.Errorf("bad plugin index: exit %d, want 2 (%s)", code, stderr.String())
+	if code, _, errs := runCmd(t, "agent", "--plugin-index", "x", "--health-addr", ""); code != 2 {
+		t.Errorf("bad plugin index: exit %d, want 2 (%s)", code, errs)
 	}
 }
 

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"flag"
+	"github.com/spf13/pflag"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
 )
@@ -12,7 +12,7 @@ type allowFlags struct {
 	noDefault bool
 }
 
-func (a *allowFlags) register(fs *flag.FlagSet) {
+func (a *allowFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&a.path, "allowlist", allowlist.DefaultPath, "allowlist JSON file (a missing file is an empty list; see README)")
 	fs.BoolVar(&a.noDefault, "no-default-allowlist", false, "do not apply the built-in entries (ovn-kubernetes/openshift-sdn in-pod rules)")
 }

@@ -128,11 +128,10 @@ func TestRenderCommand(t *testing.T) {
 	ns := nstest.New(t)
 	ovnkRules(ns, []string{"--tcp-flags", "FIN,SYN,RST,ACK", "SYN"})
 	ns.Run("iptables-nft", "-N", "EMPTY")
-	out, err := exec.Command(bin, "render", "--netns", ns.Path()).CombinedOutput()
-	if err != nil {
-		t.Fatalf("render: %v\n%s", err, out)
+	code, text, errs := runCmd(t, "render", "--netns", ns.Path())
+	if code != 0 {
+		t.Fatalf("render: exit %d\n%s", code, errs)
 	}
-	text := string(out)
 	for _, want := range []string{
 		"ip filter -A OUTPUT -p tcp --dport 22623 --syn -j REJECT    # allowlisted: ovn-kubernetes-block-mcs-ipv4\n",
 		"ip6 filter -A FORWARD -p tcp --dport 22624 --syn -j REJECT    # allowlisted: ovn-kubernetes-block-mcs-ipv6\n",
@@ -152,29 +151,29 @@ func TestRenderCommand(t *testing.T) {
 		t.Errorf("render output does not end with %q:\n%s", want, text)
 	}
 	ns.Run("iptables-nft", "-A", "EMPTY", "-p", "tcp", "--dport", "80", "-j", "DROP")
-	out, err = exec.Command(bin, "render", "--impact", "--netns", ns.Path()).CombinedOutput()
-	if err != nil {
-		t.Fatalf("render --impact: %v\n%s", err, out)
+	code, out, errs := runCmd(t, "render", "--impact", "--netns", ns.Path())
+	if code != 0 {
+		t.Fatalf("render --impact: exit %d\n%s", code, errs)
 	}
 	for _, want := range []string{
 		"ip filter -A OUTPUT -p tcp --dport 22623 --syn -j REJECT    # impact: xt    # allowlisted: ovn-kubernetes-block-mcs-ipv4\n",
 		"ip filter -A EMPTY -p tcp --dport 80 -j DROP    # impact: native\n",
 		"# impact: legacy=0 xt=12 native=1 worst=xt\n",
 	} {
-		if !strings.Contains(string(out), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("render --impact output lacks %q:\n%s", want, out)
 		}
 	}
-	if out, err := exec.Command(bin, "render", "--netns", "/run/netns/iptalert-none").CombinedOutput(); err == nil || !strings.Contains(string(out), "does not exist") {
-		t.Errorf("render of a missing netns: err=%v out=%s", err, out)
+	if code, _, errs := runCmd(t, "render", "--netns", "/run/netns/iptalert-none"); code != 1 || !strings.Contains(errs, "does not exist") {
+		t.Errorf("render of a missing netns: exit %d, stderr %s", code, errs)
 	}
-	// Without root nothing of the netns can be read: exit 1 and say why,
+	// Without root (a process of its own, under another uid) nothing of the netns can be read: exit 1 and say why,
 	// never an empty listing that looks like a clean netns.
 	cmd := exec.Command(bin, "render", "--netns", ns.Path())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(stderr.String(), "needs root") || stdout.Len() != 0 {
 		t.Errorf("render without root: err=%v, want exit 1 with \"needs root\"; stdout %q, stderr %q", err, stdout.String(), stderr.String())

@@ -2,8 +2,7 @@
 
 package main
 
-// commands of the full build: the hook side and the consumers. The order is
-// the usage's.
+// commands of the full build: the hook side and the consumers.
 func commands() []command {
 	return []command{agentCommand, forwardCommand, hookCommand, installHookCommand, renderCommand, reportCommand, scanCommand, textfileCommand, uninstallHookCommand, versionCommand}
 }

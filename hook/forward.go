@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -29,11 +29,10 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
 )
 
-var forwardCommand = command{name: "forward", summary: "post a Kubernetes Event on the pod for each new finding", run: runForward}
+var forwardCommand = command{use: "forward", summary: "post a Kubernetes Event on the pod for each new finding",
+	long: forwardLong, newConfig: func() config { return new(forwardConfig) }}
 
-const forwardSynopsis = `forward [FLAGS]
-
-Follows the findings file and, for each new finding, creates an
+const forwardLong = `Follows the findings file and, for each new finding, creates an
 events.k8s.io/v1 Event (type Warning, reason IPTablesUsageObserved) on the
 live pod, and with --node-event a summary Event on the Node.
 
@@ -59,9 +58,7 @@ type forwardConfig struct {
 	log                                                  logFlags
 }
 
-func runForward(args []string, _ io.Reader, stderr io.Writer) int {
-	var cfg forwardConfig
-	fs := newFlagSet("forward", forwardSynopsis, stderr)
+func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&cfg.findings, "findings", findings.DefaultPath, "findings file to read, and its rotated copy PATH.1")
 	fs.StringVar(&cfg.stateDir, "state-dir", defaultForwardStateDir, "directory for the checkpoint")
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster service account)")
@@ -72,14 +69,14 @@ func runForward(args []string, _ io.Reader, stderr io.Writer) int {
 	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
 	fs.DurationVar(&cfg.timeout, "request-timeout", 30*time.Second, "timeout of one API request")
 	cfg.log.register(fs)
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	if fs.NArg() > 0 || cfg.poll <= 0 || cfg.maxBackoff <= 0 || cfg.timeout <= 0 {
-		fs.Usage()
+}
+
+func (cfg *forwardConfig) run(_ []string, s stdio) int {
+	if cfg.poll <= 0 || cfg.maxBackoff <= 0 || cfg.timeout <= 0 {
+		fmt.Fprintln(s.err, "iptables-alerter forward: --poll, --max-backoff and --request-timeout must be positive")
 		return 2
 	}
-	log := cfg.log.logger(stderr)
+	log := cfg.log.logger(s.err)
 	if cfg.nodeName == "" {
 		h, err := os.Hostname()
 		if err != nil || h == "" {
@@ -90,7 +87,7 @@ func runForward(args []string, _ io.Reader, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := forwardLoop(ctx, cfg, log); err != nil {
+	if err := forwardLoop(ctx, *cfg, log); err != nil {
 		log.WithError(err).WithFields(logrus.Fields{"findings": cfg.findings, "state_dir": cfg.stateDir}).Error("event forwarder stopped")
 		return 1
 	}

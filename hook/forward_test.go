@@ -55,10 +55,10 @@ func TestForwardFlags(t *testing.T) {
 		wantCode int
 		wantErr  string
 	}{
-		{name: "help", args: []string{"--help"}, wantCode: 0, wantErr: "Usage: iptables-alerter forward"},
-		{name: "unknown flag", args: []string{"--nope"}, wantCode: 2},
-		{name: "extra argument", args: []string{"x"}, wantCode: 2},
-		{name: "zero poll", args: []string{"--poll", "0s"}, wantCode: 2},
+		{name: "help", args: []string{"--help"}, wantCode: 0, wantErr: "iptables-alerter forward [flags]"},
+		{name: "unknown flag", args: []string{"--nope"}, wantCode: 2, wantErr: "unknown flag: --nope"},
+		{name: "extra argument", args: []string{"x"}, wantCode: 2, wantErr: `unknown command "x"`},
+		{name: "zero poll", args: []string{"--poll", "0s"}, wantCode: 2, wantErr: "must be positive"},
 		{name: "no credentials", args: []string{"--state-dir", "STATE"}, env: []string{"KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT="}, wantCode: 1, wantErr: "--kubeconfig not given and not running in a pod"},
 		{name: "missing kubeconfig", args: []string{"--state-dir", "STATE", "--kubeconfig", "/nonexistent/kubeconfig"}, wantCode: 1, wantErr: "/nonexistent/kubeconfig"},
 	}
@@ -68,13 +68,16 @@ func TestForwardFlags(t *testing.T) {
 			for _, a := range tc.args {
 				args = append(args, strings.ReplaceAll(a, "STATE", t.TempDir()))
 			}
-			cmd := exec.Command(bin, args...)
-			cmd.Env = append(os.Environ(), tc.env...)
-			out, _ := cmd.CombinedOutput()
-			if code := cmd.ProcessState.ExitCode(); code != tc.wantCode {
+			for _, e := range tc.env {
+				k, v, _ := strings.Cut(e, "=")
+				t.Setenv(k, v)
+			}
+			code, stdout, stderr := runCmd(t, args...)
+			out := stdout + stderr
+			if code != tc.wantCode {
 				t.Errorf("exit %d, want %d; output:\n%s", code, tc.wantCode, out)
 			}
-			if !strings.Contains(string(out), tc.wantErr) {
+			if !strings.Contains(out, tc.wantErr) {
 				t.Errorf("output lacks %q:\n%s", tc.wantErr, out)
 			}
 		})

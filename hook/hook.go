@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"github.com/spf13/pflag"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -22,11 +23,10 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
-var hookCommand = command{name: "hook", summary: "OCI hook: inspect the container's pod netns and record iptables usage", run: runHook}
+var hookCommand = command{use: "hook [flags] < STATE", summary: "OCI hook: inspect the container's pod netns and record iptables usage",
+	long: hookLong, args: true, neverFails: true, newConfig: func() config { return new(hookConfig) }}
 
-const hookSynopsis = `hook [FLAGS] < STATE
-
-Runs as an OCI hook (poststart): reads the container state JSON on stdin and
+const hookLong = `Runs as an OCI hook (poststart): reads the container state JSON on stdin and
 the bundle's config.json, inspects the pod's network namespace read-only,
 and appends one JSON line to the findings file when iptables usage is found.
 It always exits 0: a failing poststart hook would kill the container.`
@@ -45,7 +45,24 @@ type hookConfig struct {
 	log           logFlags
 }
 
-func runHook(args []string, stdin io.Reader, stderr io.Writer) (code int) {
+func (cfg *hookConfig) register(fs *pflag.FlagSet) {
+	fs.StringVar(&cfg.findings, "findings", findings.DefaultPath, "findings file to append to (its directory is created 0750, the file 0640)")
+	fs.Int64Var(&cfg.maxBytes, "max-bytes", findings.DefaultMaxBytes, "rotate the findings file to FILE.1 beyond this size")
+	fs.IntVar(&cfg.generations, "generations", findings.DefaultGenerations, "rotated files kept, FILE.1 (newest) to FILE.N: at most N+1 times --max-bytes on disk")
+	fs.StringVar(&cfg.stateDir, "state-dir", findings.DefaultStateDir, "per-sandbox memory: the last fingerprint recorded and the findings written this hour, one finding per pod and usage")
+	cfg.allow.register(fs)
+	fs.StringVar(&cfg.vendors, "vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one (a missing file adds nothing; see README)")
+	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Second, "internal deadline; past it the finding is recorded with truncated: true")
+	fs.StringVar(&cfg.stage, "stage", "", "hook stage to record (default: from the state's status)")
+	fs.StringVar(&cfg.node, "node", "", "node name to record (default: this host's name)")
+	fs.BoolVar(&cfg.allContainers, "all-containers", false, "also inspect containers without kubelet labels")
+	cfg.log.register(fs)
+}
+
+// run inspects and records; a bad flag never gets here, it exits 0 with
+// one line in dispatch.
+func (cfg *hookConfig) run(_ []string, s stdio) (code int) {
+	stdin, stderr := s.in, s.err
 	// Nothing may make the hook exit non-zero: a failing poststart hook
 	// kills the container. With SIGPIPE ignored, a stderr nobody reads
 	// gives write errors instead of killing the process.
@@ -57,24 +74,8 @@ func runHook(args []string, stdin io.Reader, stderr io.Writer) (code int) {
 			code = 0
 		}
 	}()
-	var cfg hookConfig
-	hostname, _ := os.Hostname()
-	fs := newFlagSet("hook", hookSynopsis, stderr)
-	fs.StringVar(&cfg.findings, "findings", findings.DefaultPath, "findings file to append to")
-	fs.Int64Var(&cfg.maxBytes, "max-bytes", findings.DefaultMaxBytes, "rotate the findings file to <file>.1 beyond this size")
-	fs.IntVar(&cfg.generations, "generations", findings.DefaultGenerations, "rotated files kept, <file>.1 (newest) to <file>.N")
-	fs.StringVar(&cfg.stateDir, "state-dir", findings.DefaultStateDir, "directory for the per-sandbox memory that keeps one finding per pod")
-	cfg.allow.register(fs)
-	fs.StringVar(&cfg.vendors, "vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one (a missing file adds nothing; see README)")
-	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Second, "internal deadline; past it the finding is recorded with truncated: true")
-	fs.StringVar(&cfg.stage, "stage", "", "hook stage to record (default: from the state's status)")
-	fs.StringVar(&cfg.node, "node", hostname, "node name to record")
-	fs.BoolVar(&cfg.allContainers, "all-containers", false, "also inspect containers without kubelet labels")
-	cfg.log.register(fs)
-	if err := fs.Parse(args); err != nil {
-		// Even a bad flag must not fail the container: the FlagSet has said
-		// what is wrong on stderr; exit 0.
-		return 0
+	if cfg.node == "" {
+		cfg.node, _ = os.Hostname()
 	}
 	if cfg.timeout <= 0 {
 		cfg.timeout = 2 * time.Second
@@ -88,7 +89,7 @@ func runHook(args []string, stdin io.Reader, stderr io.Writer) (code int) {
 	// included.
 	defer watchdog(log, cfg.timeout, &writing).Stop()
 	cfg.log.addFile(log, stderr)
-	hookOnce(cfg, stdin, log, start, &writing)
+	hookOnce(*cfg, stdin, log, start, &writing)
 	return 0
 }
 

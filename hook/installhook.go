@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,17 +13,20 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/spf13/pflag"
+
+	hooksd "github.com/iptables-alerter/iptables-alerter/hooks.d"
 	"github.com/iptables-alerter/iptables-alerter/lib/hookinstall"
 )
 
 var (
-	installHookCommand   = command{name: "install-hook", summary: "put the hook binary, then its hooks.d JSON, onto a node", run: runInstallHook}
-	uninstallHookCommand = command{name: "uninstall-hook", summary: "remove the hooks.d JSON, then the hook binary, from a node", run: runUninstallHook}
+	installHookCommand = command{use: "install-hook", summary: "put the hook binary, then its hooks.d JSON, onto a node",
+		long: installHookLong, newConfig: func() config { return new(installConfig) }}
+	uninstallHookCommand = command{use: "uninstall-hook", summary: "remove the hooks.d JSON, then the hook binary, from a node",
+		long: uninstallHookLong, newConfig: func() config { return new(hookFlags) }}
 )
 
-const installHookSynopsis = `install-hook [FLAGS]
-
-Copies the hook binary into --bin-dir (atomically: a temporary name in the
+const installHookLong = `Copies the hook binary into --bin-dir (atomically: a temporary name in the
 same directory, then a rename), then the hooks.d JSON, its path rewritten
 for --bin-dir, into --hooks-dir. Paths are the node's; --root is where the
 node's "/" is seen (a host mount in a container). Re-running with the same
@@ -44,9 +46,7 @@ first), so a DaemonSet pod being deleted takes the hook off its node.
 Exit status: 0 installed (or skipped), 1 on an error or a hooks directory
 CRI-O does not read, 2 on bad flags.`
 
-const uninstallHookSynopsis = `uninstall-hook [FLAGS]
-
-Removes the hooks.d JSON, syncs its directory, then removes the hook
+const uninstallHookLong = `Removes the hooks.d JSON, syncs its directory, then removes the hook
 binary: a JSON whose binary is gone would break container creation.
 Files already gone are fine. Exit status: 0 done, 1 on an error.`
 
@@ -55,7 +55,7 @@ type hookFlags struct {
 	root, binDir, hooksDir string
 }
 
-func (h *hookFlags) register(fs *flag.FlagSet) {
+func (h *hookFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&h.root, "root", "/", "where the node's root filesystem is seen")
 	fs.StringVar(&h.binDir, "bin-dir", "/usr/local/bin", "node directory for the hook binary")
 	fs.StringVar(&h.hooksDir, "hooks-dir", "/etc/containers/oci/hooks.d", "node directory for the hooks.d JSON: one CRI-O reads")
@@ -66,82 +66,83 @@ func (h hookFlags) files() hookinstall.Files {
 		BinaryName: "iptables-alerter-hook", JSONName: "iptables-alerter.json"}
 }
 
-func runInstallHook(args []string, _ io.Reader, stderr io.Writer) int {
-	var h hookFlags
-	var binary, jsonPath, runtime string
-	var noCheck, checkOnly, wait, noJSON bool
-	fs := newFlagSet("install-hook", installHookSynopsis, stderr)
-	h.register(fs)
-	fs.StringVar(&binary, "binary", "", "hook binary to copy (default: iptables-alerter-hook next to this program)")
-	fs.StringVar(&jsonPath, "json", "/usr/share/iptables-alerter/iptables-alerter.json", "hooks.d JSON to install (it names /usr/local/bin/, rewritten for --bin-dir)")
-	fs.StringVar(&runtime, "runtime", "auto", "auto (CRI-O when its configuration is found, else nothing), crio, or none (only check flags)")
-	fs.BoolVar(&noCheck, "no-check", false, "install even into a hooks directory CRI-O does not read")
-	fs.BoolVar(&checkOnly, "check-only", false, "only check that CRI-O reads --hooks-dir; write nothing")
-	fs.BoolVar(&noJSON, "no-json", false, "install only the binary: the JSON comes from elsewhere (a MachineConfig)")
-	fs.BoolVar(&wait, "wait", false, "after installing, wait for SIGTERM or SIGINT, then uninstall")
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	if runtime != "auto" && runtime != "crio" && runtime != "none" {
-		fmt.Fprintf(stderr, "install-hook: --runtime %q: want auto, crio or none\n", runtime)
-		return 2
-	}
-	say := func(format string, a ...any) { fmt.Fprintf(stderr, "install-hook: "+format+"\n", a...) }
+type installConfig struct {
+	h                         hookFlags
+	binary, jsonPath, runtime string
+	noCheck, checkOnly, wait  bool
+	noJSON                    bool
+}
 
-	crio, err := hookinstall.NodeCRIO(context.Background(), h.root)
+func (c *installConfig) register(fs *pflag.FlagSet) {
+	c.h.register(fs)
+	fs.StringVar(&c.binary, "binary", "", "hook binary to copy (default: iptables-alerter-hook next to this program)")
+	fs.StringVar(&c.jsonPath, "json", "", "hooks.d JSON to install, naming /usr/local/bin/, rewritten for --bin-dir (default: the one built in, hooks.d/iptables-alerter.json of this version)")
+	fs.Var(newEnum(&c.runtime, "auto", "auto", "crio", "none"), "runtime", "auto (CRI-O when its configuration is found, else nothing), crio, or none (only check flags)")
+	fs.BoolVar(&c.noCheck, "no-check", false, "install even into a hooks directory CRI-O does not read")
+	fs.BoolVar(&c.checkOnly, "check-only", false, "only check that CRI-O reads --hooks-dir; write nothing")
+	fs.BoolVar(&c.noJSON, "no-json", false, "install only the binary: the JSON comes from elsewhere (a MachineConfig)")
+	fs.BoolVar(&c.wait, "wait", false, "after installing, wait for SIGTERM or SIGINT, then uninstall")
+}
+
+func (c *installConfig) run(_ []string, s stdio) int {
+	say := func(format string, a ...any) { fmt.Fprintf(s.err, "install-hook: "+format+"\n", a...) }
+
+	crio, err := hookinstall.NodeCRIO(context.Background(), c.h.root)
 	if err != nil {
 		say("%v", err)
 		return 1
 	}
-	install := runtime == "crio" || (runtime == "auto" && crio.Found)
-	if !install && !checkOnly {
-		say("no CRI-O under %s (no configuration file, crio binary or socket): nothing installed (containerd and other runtimes without hooks.d are covered by the NRI agent)", h.root)
-		return waitThen(wait, func() int { return 0 })
+	install := c.runtime == "crio" || (c.runtime == "auto" && crio.Found)
+	if !install && !c.checkOnly {
+		say("no CRI-O under %s (no configuration file, crio binary or socket): nothing installed (containerd and other runtimes without hooks.d are covered by the NRI agent)", c.h.root)
+		return waitThen(c.wait, func() int { return 0 })
 	}
 	// Without any configuration file a CRI-O forced by --runtime crio
 	// runs on its built-in default.
 	switch {
-	case noCheck:
-	case crio.Found || runtime == "crio":
-		if err := crio.Check(h.hooksDir); err != nil {
+	case c.noCheck:
+	case crio.Found || c.runtime == "crio":
+		if err := crio.Check(c.h.hooksDir); err != nil {
 			say("%v", err)
 			return 1
 		}
-		say("CRI-O reads %s (%s)", h.hooksDir, crio.Source)
+		say("CRI-O reads %s (%s)", c.h.hooksDir, crio.Source)
 	default:
-		say("no CRI-O under %s (no configuration file, crio binary or socket): hooks directory not checked", h.root)
+		say("no CRI-O under %s (no configuration file, crio binary or socket): hooks directory not checked", c.h.root)
 	}
-	if checkOnly {
+	if c.checkOnly {
 		return 0
 	}
 
-	f := h.files()
-	if binary == "" {
+	f := c.h.files()
+	if c.binary == "" {
 		exe, err := os.Executable()
 		if err != nil {
 			say("find this program: %v", err)
 			return 1
 		}
-		binary = filepath.Join(filepath.Dir(exe), "iptables-alerter-hook")
+		c.binary = filepath.Join(filepath.Dir(exe), "iptables-alerter-hook")
 	}
-	if f.Binary, err = os.ReadFile(binary); err != nil {
+	if f.Binary, err = os.ReadFile(c.binary); err != nil {
 		say("read hook binary: %v", err)
 		return 1
 	}
-	json, err := os.ReadFile(jsonPath)
-	if err != nil && !noJSON {
-		say("read hooks.d JSON: %v", err)
-		return 1
-	}
-	if !noJSON {
-		f.JSON = hookinstall.BinaryPath(json, h.binDir)
+	if !c.noJSON {
+		json := hooksd.JSON
+		if c.jsonPath != "" {
+			if json, err = os.ReadFile(c.jsonPath); err != nil {
+				say("read hooks.d JSON: %v", err)
+				return 1
+			}
+		}
+		f.JSON = hookinstall.BinaryPath(json, c.h.binDir)
 	}
 	if err := hookinstall.Install(f); err != nil {
 		say("%v", err)
 		return 1
 	}
-	say("installed %s, then %s", filepath.Join(h.binDir, f.BinaryName), filepath.Join(h.hooksDir, f.JSONName))
-	return waitThen(wait, func() int { return uninstall(h, stderr) })
+	say("installed %s, then %s", filepath.Join(c.h.binDir, f.BinaryName), filepath.Join(c.h.hooksDir, f.JSONName))
+	return waitThen(c.wait, func() int { return uninstall(c.h, s.err) })
 }
 
 // waitThen, with wait set, blocks until SIGTERM or SIGINT and returns
@@ -156,14 +157,8 @@ func waitThen(wait bool, then func() int) int {
 	return then()
 }
 
-func runUninstallHook(args []string, _ io.Reader, stderr io.Writer) int {
-	var h hookFlags
-	fs := newFlagSet("uninstall-hook", uninstallHookSynopsis, stderr)
-	h.register(fs)
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	return uninstall(h, stderr)
+func (h *hookFlags) run(_ []string, s stdio) int {
+	return uninstall(*h, s.err)
 }
 
 func uninstall(h hookFlags, stderr io.Writer) int {

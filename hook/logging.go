@@ -1,28 +1,28 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"syscall"
 
 	"github.com/sirupsen/logrus"
+	"github.com/spf13/pflag"
 )
 
-// logFlags are the logging flags every subcommand shares.
+// logFlags are the logging flags every long-running subcommand shares.
+// Plain strings, not enums: a bad value is a warning, never a reason for
+// the hook to stop.
 type logFlags struct {
 	level  string
 	format string
 	file   string
 }
 
-func (l *logFlags) register(fs *flag.FlagSet) {
+func (l *logFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
-	fs.StringVar(&l.file, "log-file", "", "also append logs to this file")
+	fs.StringVar(&l.file, "log-file", "", "also append logs to this regular file (runtimes drop a successful hook's stderr); a FIFO, device or symlink there is refused with a warning")
 }
 
 // logger builds the logger; a bad --log-file is reported on stderr but never
@@ -90,34 +90,4 @@ func (ws everyWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), first
-}
-
-// parseFlags parses args; when it fails it gives the exit status: 0 for
-// --help (the usage was asked for), 2 for a bad flag. The FlagSet has already
-// printed what is wrong.
-func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
-	err := fs.Parse(args)
-	switch {
-	case err == nil:
-		return 0, true
-	case errors.Is(err, flag.ErrHelp):
-		return 0, false
-	default:
-		return 2, false
-	}
-}
-
-// newFlagSet gives a FlagSet whose --help prints a heading and the defaults.
-func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		if strings.HasPrefix(synopsis, name+" ") {
-			fmt.Fprintf(fs.Output(), "Usage: iptables-alerter %s\n\nFlags:\n", synopsis)
-		} else {
-			fmt.Fprintf(fs.Output(), "Usage: iptables-alerter %s [FLAGS]\n\n%s\n\nFlags:\n", name, synopsis)
-		}
-		fs.PrintDefaults()
-	}
-	return fs
 }

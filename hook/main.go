@@ -1,8 +1,8 @@
 // Command iptables-alerter finds pods that use iptables and reports them.
 //
 // main only wires subcommands: the table of commands is in commands_*.go
-// (one per build), each command in its own file of this package and the
-// work itself in lib/.
+// (one per build), each command in its own file of this package, the
+// command line in cli.go and the work itself in lib/.
 package main
 
 import (
@@ -10,62 +10,61 @@ import (
 	"io"
 	"os"
 
+	"github.com/spf13/pflag"
+
 	"github.com/iptables-alerter/iptables-alerter/internal/child"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
+// stdio is what a command reads and writes: the process's own in main,
+// buffers in tests, so commands run in-process.
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
+}
+
+// config is a command's flags and what runs once they are parsed.
+type config interface {
+	// register defines the flags on fs, storing into the config.
+	register(fs *pflag.FlagSet)
+	// run does the command and gives its exit status.
+	run(args []string, s stdio) int
+}
+
 // command is one subcommand. A hidden one (internal plumbing, such as a
 // child process the hook starts) is left out of the usage.
 type command struct {
-	name    string
+	// use is the synopsis after "iptables-alerter ", the name first.
+	use     string
 	summary string
+	long    string
 	hidden  bool
-	run     func(args []string, stdin io.Reader, stderr io.Writer) int
+	// args: the command takes arguments besides its flags (files); else
+	// an argument is a usage error.
+	args bool
+	// neverFails: the exit status is 0 whatever happens, a bad flag
+	// included (a failing poststart hook kills the container).
+	neverFails bool
+	// newConfig gives a zero config, its defaults set by register.
+	newConfig func() config
 }
 
 // versionCommand is in every build.
-var versionCommand = command{name: "version", summary: "print the version", run: func([]string, io.Reader, io.Writer) int {
-	fmt.Println(version)
-	return 0
-}}
+var versionCommand = command{use: "version", summary: "print the version", newConfig: func() config { return versionConfig{} }}
 
-func usage(w io.Writer, cmds []command) {
-	fmt.Fprintf(w, "Usage: iptables-alerter COMMAND [FLAGS]\n\nFinds pods that create iptables rules in their network namespace.\n\nCommands:\n")
-	for _, c := range cmds {
-		if !c.hidden {
-			fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
-		}
-	}
-	fmt.Fprintf(w, "\nRun 'iptables-alerter COMMAND --help' for the flags of a command.\n")
+type versionConfig struct{}
+
+func (versionConfig) register(*pflag.FlagSet) {}
+
+func (versionConfig) run(_ []string, s stdio) int {
+	fmt.Fprintln(s.out, version)
+	return 0
 }
 
 func main() {
 	// A child probe that lib/inspect or lib/ipset started runs here and exits.
 	child.Main(probes...)
 	os.Exit(dispatch(commands(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
-}
-
-// dispatch runs the command args[0] names.
-func dispatch(cmds []command, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		usage(stderr, cmds)
-		return 2
-	}
-	switch args[0] {
-	case "-h", "--help", "help":
-		usage(stdout, cmds)
-		return 0
-	case "--version":
-		args[0] = "version"
-	}
-	for _, c := range cmds {
-		if c.name == args[0] {
-			return c.run(args[1:], stdin, stderr)
-		}
-	}
-	fmt.Fprintf(stderr, "iptables-alerter: unknown command %q\n\n", args[0])
-	usage(stderr, cmds)
-	return 2
 }

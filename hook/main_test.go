@@ -1,22 +1,48 @@
 package main
 
 import (
-	"io"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
+// runCmd runs a command line in-process, as main does, with an empty
+// stdin.
+func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb strings.Builder
+	code = dispatch(commands(), args, strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// fakeConfig records what it ran with.
+type fakeConfig struct {
+	format string
+	ran    *[]string
+}
+
+func (f *fakeConfig) register(fs *pflag.FlagSet) {
+	fs.Var(newEnum(&f.format, "text", "text", "json"), "format", "output format")
+}
+
+func (f *fakeConfig) run(args []string, s stdio) int {
+	*f.ran = append(*f.ran, f.format+":"+strings.Join(args, ","))
+	s.out.Write([]byte("ran\n"))
+	return 3
+}
+
 // TestDispatch: the command table alone decides what runs and what the
-// usage lists; hidden commands run but are not listed.
+// help lists; help goes to stdout; a usage error is one line naming what
+// is wrong, exit 2, except for a command that never fails.
 func TestDispatch(t *testing.T) {
 	var ran []string
-	cmd := func(name string, hidden bool) command {
-		return command{name: name, summary: "does " + name, hidden: hidden, run: func(args []string, _ io.Reader, _ io.Writer) int {
-			ran = append(ran, name+":"+strings.Join(args, ","))
-			return 3
-		}}
+	cmd := func(use string, hidden, args, neverFails bool) command {
+		return command{use: use, summary: "does " + use, hidden: hidden, args: args, neverFails: neverFails,
+			newConfig: func() config { return &fakeConfig{ran: &ran} }}
 	}
-	cmds := []command{cmd("alpha", false), cmd("probe", true)}
+	cmds := []command{cmd("alpha [FILE...]", false, true, false), cmd("probe", true, false, false), cmd("quiet", false, false, true)}
 	tests := []struct {
 		name   string
 		args   []string
@@ -25,11 +51,18 @@ func TestDispatch(t *testing.T) {
 		stdout string
 		stderr string
 	}{
-		{name: "runs with its args", args: []string{"alpha", "-x", "y"}, code: 3, ran: "alpha:-x,y"},
-		{name: "hidden runs too", args: []string{"probe"}, code: 3, ran: "probe:"},
-		{name: "help lists visible only", args: []string{"--help"}, code: 0, stdout: "does alpha"},
-		{name: "unknown", args: []string{"nope"}, code: 2, stderr: `unknown command "nope"`},
-		{name: "none", args: nil, code: 2, stderr: "Usage:"},
+		{name: "runs with its args", args: []string{"alpha", "x", "--format", "json", "y"}, code: 3, ran: "json:x,y", stdout: "ran"},
+		{name: "hidden runs too", args: []string{"probe"}, code: 3, ran: "text:", stdout: "ran"},
+		{name: "help lists visible only", args: []string{"--help"}, stdout: "does alpha"},
+		{name: "no command is help", args: nil, stdout: "does alpha"},
+		{name: "command help on stdout", args: []string{"alpha", "--help"}, stdout: "--format string"},
+		{name: "unknown command", args: []string{"nope"}, code: 2, stderr: `unknown command "nope"`},
+		{name: "unknown flag", args: []string{"alpha", "--nope"}, code: 2, stderr: "unknown flag: --nope"},
+		{name: "single-dash long flag", args: []string{"alpha", "-format", "json"}, code: 2, stderr: "long flags take two dashes: --format"},
+		{name: "bad enum names value and allowed", args: []string{"alpha", "--format", "xml"}, code: 2,
+			stderr: `iptables-alerter alpha: invalid argument "xml" for "--format" flag: want text, json (see 'iptables-alerter alpha --help')` + "\n"},
+		{name: "argument where none is taken", args: []string{"probe", "x"}, code: 2, stderr: `unknown command "x"`},
+		{name: "never fails on a bad flag", args: []string{"quiet", "--nope"}, code: 0, stderr: "unknown flag: --nope"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,25 +75,74 @@ func TestDispatch(t *testing.T) {
 			if !strings.Contains(out.String(), tc.stdout) || !strings.Contains(errb.String(), tc.stderr) {
 				t.Errorf("stdout %q stderr %q, want them to hold %q and %q", out.String(), errb.String(), tc.stdout, tc.stderr)
 			}
-			if strings.Contains(out.String()+errb.String(), "probe") {
+			if tc.code == 2 && (strings.Count(errb.String(), "\n") != 1 || out.Len() != 0) {
+				t.Errorf("usage error: want one line on stderr and nothing on stdout, got %q and %q", errb.String(), out.String())
+			}
+			if !slices.Contains(tc.args, "probe") && strings.Contains(out.String()+errb.String(), "probe") {
 				t.Errorf("hidden command listed: %q", out.String()+errb.String())
 			}
 		})
 	}
 }
 
-// TestCommandTable: each build has its commands, named once.
+// TestCommandTable: each build has its commands, named once, each flag
+// spelt --long (what every caller in packaging/ and tests/ passes).
 func TestCommandTable(t *testing.T) {
 	seen := map[string]bool{}
 	for _, c := range commands() {
-		if seen[c.name] || c.run == nil || (!c.hidden && c.summary == "") {
-			t.Errorf("command %q duplicated or incomplete", c.name)
+		if seen[c.name()] || c.newConfig == nil || (!c.hidden && c.summary == "") {
+			t.Errorf("command %q duplicated or incomplete", c.name())
 		}
-		seen[c.name] = true
+		seen[c.name()] = true
+		fs := pflag.NewFlagSet(c.name(), pflag.ContinueOnError)
+		c.newConfig().register(fs)
+		fs.VisitAll(func(f *pflag.Flag) {
+			if f.Shorthand != "" || len(f.Name) < 2 {
+				t.Errorf("%s --%s: want long flags only", c.name(), f.Name)
+			}
+		})
 	}
-	for _, want := range []string{"hook", "render", "version"} {
+	for _, want := range []string{"hook", "render", "scan", "version"} {
 		if !seen[want] {
 			t.Errorf("command %q missing from this build", want)
+		}
+	}
+}
+
+// TestVersion: version and --version print the version on stdout;
+// version --help prints help.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		if code, out, errs := runCmd(t, args...); code != 0 || out != version+"\n" || errs != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errs)
+		}
+	}
+	if code, out, _ := runCmd(t, "version", "--help"); code != 0 || !strings.Contains(out, "Usage:") || !strings.Contains(out, "print the version") {
+		t.Errorf("version --help: exit %d, stdout %q", code, out)
+	}
+}
+
+// TestHelp: help goes to stdout for every command and lists its flags
+// with two dashes.
+func TestHelp(t *testing.T) {
+	for _, c := range commands() {
+		code, out, errs := runCmd(t, c.name(), "--help")
+		if code != 0 || errs != "" || !strings.Contains(out, "Usage:") || !strings.Contains(out, "iptables-alerter "+c.name()) {
+			t.Errorf("%s --help: exit %d, stdout %q, stderr %q", c.name(), code, out, errs)
+		}
+		if slices.Contains([]string{"hook", "render", "scan"}, c.name()) && !strings.Contains(out, "      --allowlist string") {
+			t.Errorf("%s --help lacks --allowlist:\n%s", c.name(), out)
+		}
+	}
+}
+
+// TestHookBadFlag: a bad flag to the hook is one line and exit 0: a
+// failing poststart hook kills the container.
+func TestHookBadFlag(t *testing.T) {
+	for _, args := range [][]string{{"hook", "--nope"}, {"hook", "--timeout", "soon"}, {"hook", "-findings", "x"}} {
+		code, out, errs := runCmd(t, args...)
+		if code != 0 || out != "" || strings.Count(errs, "\n") != 1 || !strings.HasPrefix(errs, "iptables-alerter hook: ") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 0 and one line", args, code, out, errs)
 		}
 	}
 }

@@ -4,19 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
-var renderCommand = command{name: "render", summary: "print the canonical iptables rules of a netns, marking allowlisted ones", run: runRender}
+var renderCommand = command{use: "render --netns PATH", summary: "print the canonical iptables rules of a netns, marking allowlisted ones",
+	long: renderLong, newConfig: func() config { return new(renderConfig) }}
 
-const renderSynopsis = `render --netns PATH [FLAGS]
-
-Prints every iptables rule in the network namespace at PATH (for example
+const renderLong = `Prints every iptables rule in the network namespace at PATH (for example
 /run/netns/NAME or /proc/PID/ns/net) in canonical text, one a line, as
 "family table TEXT", followed by "    # impact: LEVEL" with --impact (the
 rule's RHEL 10 impact: xt needs the nft_compat and xt_* modules of
@@ -30,36 +30,41 @@ Exits 1 when the netns cannot be read, or not all of it (without root, past
 --timeout, or past a size bound: what was printed is then only part of it),
 0 otherwise.`
 
-func runRender(args []string, _ io.Reader, stderr io.Writer) int {
-	fs := newFlagSet("render", renderSynopsis, stderr)
-	path := fs.String("netns", "", "network namespace file to read (required)")
-	namespace := fs.String("namespace", "", "pod namespace, for allowlist entries scoped to namespaces")
-	timeout := fs.Duration("timeout", 10*time.Second, "give up reading the netns after this long")
-	impact := fs.Bool("impact", false, "end each rule line with its RHEL 10 impact level")
-	vendors := fs.String("vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one")
-	var allow allowFlags
-	allow.register(fs)
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	if *path == "" {
-		fmt.Fprintln(stderr, "render: --netns is required")
-		fs.Usage()
+type renderConfig struct {
+	path, namespace, vendors string
+	timeout                  time.Duration
+	impact                   bool
+	allow                    allowFlags
+}
+
+func (c *renderConfig) register(fs *pflag.FlagSet) {
+	fs.StringVar(&c.path, "netns", "", "network namespace file to read (required)")
+	fs.StringVar(&c.namespace, "namespace", "", "pod namespace, for allowlist entries scoped to namespaces")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up reading the netns after this long")
+	fs.BoolVar(&c.impact, "impact", false, "end each rule line with its RHEL 10 impact level")
+	fs.StringVar(&c.vendors, "vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one")
+	c.allow.register(fs)
+}
+
+func (c *renderConfig) run(_ []string, s stdio) int {
+	stderr := s.err
+	if c.path == "" {
+		fmt.Fprintln(stderr, "render: --netns is required (see 'iptables-alerter render --help')")
 		return 2
 	}
-	list, err := allow.load()
+	list, err := c.allow.load()
 	if err != nil {
 		fmt.Fprintf(stderr, "render: %v\n", err)
 		return 1
 	}
-	table, err := catalog.Load(*vendors)
+	table, err := catalog.Load(c.vendors)
 	if err != nil {
 		fmt.Fprintf(stderr, "render: %v\n", err)
 		return 1
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	res, err := scan.Read(ctx, *path)
+	res, err := scan.Read(ctx, c.path)
 	if err != nil {
 		fmt.Fprintf(stderr, "render: %v\n", err)
 		if os.Geteuid() != 0 {
@@ -67,7 +72,7 @@ func runRender(args []string, _ io.Reader, stderr io.Writer) int {
 		}
 		return 1
 	}
-	if err := scan.Dump(os.Stdout, res, scan.DumpOptions{Allow: list, Namespace: *namespace, Impact: *impact, Vendors: table}); err != nil {
+	if err := scan.Dump(s.out, res, scan.DumpOptions{Allow: list, Namespace: c.namespace, Impact: c.impact, Vendors: table}); err != nil {
 		// A listing cut short must not pass for the netns's whole.
 		fmt.Fprintf(stderr, "render: %v\n", err)
 		return 1

@@ -5,34 +5,34 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/report"
 )
 
-var reportCommand = command{name: "report", summary: "RHEL 10 readiness: findings grouped by owning workload, for people and CI", run: runReport}
+var reportCommand = command{use: "report [FINDINGS-FILE...]", summary: "RHEL 10 readiness: findings grouped by owning workload, for people and CI",
+	long: reportLong, args: true, newConfig: func() config { return new(reportConfig) }}
 
-const reportSynopsis = `report [FLAGS] [FINDINGS-FILE...]
-
-Groups iptables usage by owning workload (namespace, Deployment,
+const reportLong = `Groups iptables usage by owning workload (namespace, Deployment,
 StatefulSet, DaemonSet, CronJob, Job, bare or static Pod) with its pods,
 nodes, worst RHEL 10 impact, recognised vendor, fix hint and an example
 rule, and marks what the expectations file expects.
 
 Inputs, any mix:
-  FINDINGS-FILE...   findings files gathered from nodes; each one's rotated
-                     generations FILE.1, FILE.2... are read too
-  --events FILE      a saved 'kubectl get events -A -o json' (repeatable)
-  (none of these)    the live cluster's Events (--kubeconfig, else the
-                     in-cluster service account)
+
+- FINDINGS-FILE...: findings files gathered from nodes; each one's rotated
+  generations FILE.1, FILE.2... are read too;
+- --events FILE: a saved 'kubectl get events -A -o json' (repeatable);
+- none of these: the live cluster's Events (--kubeconfig, else the
+  in-cluster service account).
+
 With findings files and --kubeconfig, owners come from the live cluster;
 without, a finding's owner is its Pod (pod names do not tell owners).
 
@@ -45,51 +45,37 @@ only warns), 1 when a workload fails (unexpected: any usage the
 expectations do not name; breaks: unexpected legacy, xt or unclassified
 usage), 2 on bad flags or an input that cannot be read.`
 
-// stringList is a repeatable flag.
-type stringList []string
+type reportConfig struct {
+	events                               []string
+	kubeconfig, expectations, format, fo string
+	timeout                              time.Duration
+}
 
-func (l *stringList) String() string     { return strings.Join(*l, ",") }
-func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+func (c *reportConfig) register(fs *pflag.FlagSet) {
+	fs.StringArrayVar(&c.events, "events", nil, "`FILE` holding a saved 'kubectl get events -A -o json' (repeatable)")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig: read the cluster's Events, or resolve owners of findings files")
+	fs.StringVar(&c.expectations, "expectations", "", "YAML file of expected usage (namespace glob, owner, vendor, rule, ruleRegexp, reason)")
+	fs.Var(newEnum(&c.format, "text", report.Formats...), "format", "output format: "+strings.Join(report.Formats, ", "))
+	fs.Var(newEnum(&c.fo, report.FailNever, report.FailModes...), "fail-on", "exit 1 when: never (warn only), unexpected (any usage not expected), breaks (unexpected usage that breaks on RHEL 10)")
+	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "time limit of the API requests")
+}
 
-func runReport(args []string, _ io.Reader, stderr io.Writer) int {
-	var (
-		eventsFiles                          stringList
-		kubeconfig, expectations, format, fo string
-		timeout                              time.Duration
-	)
-	fs := newFlagSet("report", reportSynopsis, stderr)
-	fs.Var(&eventsFiles, "events", "`FILE` holding a saved 'kubectl get events -A -o json' (repeatable)")
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig: read the cluster's Events, or resolve owners of findings files")
-	fs.StringVar(&expectations, "expectations", "", "YAML file of expected usage (namespace glob, owner, vendor, rule, ruleRegexp, reason)")
-	fs.StringVar(&format, "format", "text", "output format: "+strings.Join(report.Formats, ", "))
-	fs.StringVar(&fo, "fail-on", report.FailNever, "exit 1 when: never (warn only), unexpected (any usage not expected), breaks (unexpected usage that breaks on RHEL 10)")
-	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "time limit of the API requests")
-	// Flags may follow the files too (report FILE... --format junit), the
-	// way people type it: parse, take one file, parse the rest.
-	var files []string
-	for {
-		if code, ok := parseFlags(fs, args); !ok {
-			return code
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files, args = append(files, fs.Arg(0)), fs.Args()[1:]
-	}
-	if !slices.Contains(report.Formats, format) || !slices.Contains(report.FailModes, fo) || timeout <= 0 {
-		fs.Usage()
+func (c *reportConfig) run(files []string, s stdio) int {
+	stderr := s.err
+	if c.timeout <= 0 {
+		fmt.Fprintf(stderr, "iptables-alerter report: --timeout %s: want a positive duration\n", c.timeout)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	r, err := buildReport(ctx, files, eventsFiles, kubeconfig, expectations, fo)
+	r, err := buildReport(ctx, files, c.events, c.kubeconfig, c.expectations, c.fo)
 	if err != nil {
 		fmt.Fprintf(stderr, "iptables-alerter report: %v\n", err)
 		return 2
 	}
-	if err := report.Write(os.Stdout, r, format); err != nil {
+	if err := report.Write(s.out, r, c.format); err != nil {
 		fmt.Fprintf(stderr, "iptables-alerter report: %v\n", err)
 		return 2
 	}

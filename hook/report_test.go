@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -87,17 +86,14 @@ const junitXSD = `<?xml version="1.0" encoding="UTF-8"?>
 </xs:schema>
 `
 
-// runReportCmd runs the real binary's report command.
+// runReportCmd runs the report command in-process.
 func runReportCmd(t *testing.T, args ...string) (stdout string, code int) {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"report"}, args...)...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	_ = cmd.Run()
-	if errb.Len() > 0 {
-		t.Logf("report %v stderr: %s", args, errb.String())
+	code, stdout, stderr := runCmd(t, append([]string{"report"}, args...)...)
+	if stderr != "" {
+		t.Logf("report %v stderr: %s", args, stderr)
 	}
-	return out.String(), cmd.ProcessState.ExitCode()
+	return stdout, code
 }
 
 // groupsOf decodes a JSON report to "Kind/name pods=.. nodes=.." lines,
@@ -348,18 +344,24 @@ func TestReportFlags(t *testing.T) {
 		code int
 		out  string
 	}{
-		{[]string{"--help"}, 0, "Usage: iptables-alerter report"},
-		{[]string{"--format", "csv"}, 2, "Usage: iptables-alerter report"},
-		{[]string{"--timeout", "0s"}, 2, "Usage: iptables-alerter report"},
-		{[]string{"--nope"}, 2, "flag provided but not defined"},
+		{[]string{"--help"}, 0, "iptables-alerter report [FINDINGS-FILE...] [flags]"},
+		// A bad value is one line naming it and the allowed ones.
+		{[]string{"--format", "csv"}, 2, `iptables-alerter report: invalid argument "csv" for "--format" flag: want text, markdown, json, junit (see 'iptables-alerter report --help')` + "\n"},
+		{[]string{"--fail-on", "sometimes"}, 2, `invalid argument "sometimes" for "--fail-on" flag: want never, unexpected, breaks`},
+		{[]string{"--timeout", "0s"}, 2, "--timeout 0s: want a positive duration"},
+		{[]string{"--nope"}, 2, "unknown flag: --nope"},
+		{[]string{"-format", "json"}, 2, "unknown shorthand flag"},
 		// No inputs, no kubeconfig, not in a pod: an error, never a pass.
 		{[]string{}, 2, "--kubeconfig not given"},
 	} {
-		cmd := exec.Command(bin, append([]string{"report"}, tc.args...)...)
-		cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT=")
-		out, _ := cmd.CombinedOutput()
-		if code := cmd.ProcessState.ExitCode(); code != tc.code || !strings.Contains(string(out), tc.out) {
+		t.Setenv("KUBERNETES_SERVICE_HOST", "")
+		t.Setenv("KUBERNETES_SERVICE_PORT", "")
+		code, stdout, stderr := runCmd(t, append([]string{"report"}, tc.args...)...)
+		if out := stdout + stderr; code != tc.code || !strings.Contains(out, tc.out) {
 			t.Errorf("report %v: exit %d, want %d; output lacks %q?\n%s", tc.args, code, tc.code, tc.out, out)
+		}
+		if code == 2 && strings.Count(stderr, "\n") != 1 {
+			t.Errorf("report %v: want one line on stderr, got %q", tc.args, stderr)
 		}
 	}
 }

@@ -11,17 +11,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
-var scanCommand = command{name: "scan", summary: "one-shot: print the finding a netns (or every pinned one) would give", run: runScan}
+var scanCommand = command{use: "scan --netns PATH | --all", summary: "one-shot: print the finding a netns (or every pinned one) would give",
+	long: scanLong, newConfig: func() config { return new(scanConfig) }}
 
-const scanSynopsis = `scan --netns PATH | --all [FLAGS]
-
-Scans the network namespace at PATH (or, with --all, every namespace
+const scanLong = `Scans the network namespace at PATH (or, with --all, every namespace
 pinned in --netns-dir, where CRI-O, containerd and "ip netns" pin them)
 exactly as the hook and the agent do, and prints the finding each would
 record, as JSON lines or text. Nothing is written. Exits 1 when any
@@ -29,44 +30,49 @@ namespace shows iptables usage or could not be read completely (unknown
 is not clean); otherwise 2 on a bad flag or a namespace that could not be
 opened, 0 when every one is clean.`
 
-func runScan(args []string, _ io.Reader, stderr io.Writer) int {
-	fs := newFlagSet("scan", scanSynopsis, stderr)
-	path := fs.String("netns", "", "network namespace file to scan")
-	all := fs.Bool("all", false, "scan every namespace in --netns-dir")
-	dir := fs.String("netns-dir", "/var/run/netns", "where --all looks for pinned namespaces")
-	format := fs.String("format", "text", "text or json (one finding a line, the findings file's record)")
-	namespace := fs.String("namespace", "", "pod namespace, for allowlist entries scoped to namespaces")
-	timeout := fs.Duration("timeout", 10*time.Second, "give up reading one netns after this long")
-	vendors := fs.String("vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one")
-	var allow allowFlags
-	allow.register(fs)
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	if (*path == "") == !*all || (*format != "text" && *format != "json") {
-		fmt.Fprintln(stderr, "scan: give exactly one of --netns and --all, and --format text or json")
-		fs.Usage()
+type scanConfig struct {
+	path, dir, format, namespace, vendors string
+	all                                   bool
+	timeout                               time.Duration
+	allow                                 allowFlags
+}
+
+func (c *scanConfig) register(fs *pflag.FlagSet) {
+	fs.StringVar(&c.path, "netns", "", "network namespace file to scan")
+	fs.BoolVar(&c.all, "all", false, "scan every namespace in --netns-dir")
+	fs.StringVar(&c.dir, "netns-dir", "/var/run/netns", "where --all looks for pinned namespaces")
+	fs.Var(newEnum(&c.format, "text", "text", "json"), "format", "text or json (one finding a line, the findings file's record)")
+	fs.StringVar(&c.namespace, "namespace", "", "pod namespace, for allowlist entries scoped to namespaces")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up reading one netns after this long")
+	fs.StringVar(&c.vendors, "vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one")
+	c.allow.register(fs)
+}
+
+func (c *scanConfig) run(_ []string, s stdio) int {
+	stderr := s.err
+	if (c.path == "") == !c.all {
+		fmt.Fprintln(stderr, "scan: give exactly one of --netns and --all (see 'iptables-alerter scan --help')")
 		return 2
 	}
-	paths := []string{*path}
-	if *all {
-		entries, err := os.ReadDir(*dir)
+	paths := []string{c.path}
+	if c.all {
+		entries, err := os.ReadDir(c.dir)
 		if err != nil {
 			fmt.Fprintf(stderr, "scan: %v\n", err)
 			return 2
 		}
 		paths = paths[:0]
 		for _, e := range entries {
-			paths = append(paths, filepath.Join(*dir, e.Name()))
+			paths = append(paths, filepath.Join(c.dir, e.Name()))
 		}
 		sort.Strings(paths)
 	}
 	hostname, _ := os.Hostname()
 	code, found := 0, false
 	for _, p := range paths {
-		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-		res, err := scan.Run(ctx, p, *namespace, scan.Loaders{Allow: allow.load,
-			Vendors: func() (*catalog.Table, error) { return catalog.Load(*vendors) }})
+		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+		res, err := scan.Run(ctx, p, c.namespace, scan.Loaders{Allow: c.allow.load,
+			Vendors: func() (*catalog.Table, error) { return catalog.Load(c.vendors) }})
 		cancel()
 		if err != nil {
 			fmt.Fprintf(stderr, "scan: %v\n", err)
@@ -85,15 +91,15 @@ func runScan(args []string, _ io.Reader, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "scan: vendors: %v (using the built-in table)\n", res.VendorErr)
 		}
 		d := scan.Decide(scan.Meta{Node: hostname, Source: "scan", Netns: p, SandboxID: "netns:" + res.NetnsID,
-			Pod: findings.Pod{Namespace: *namespace}}, res)
+			Pod: findings.Pod{Namespace: c.namespace}}, res)
 		if d.Record == nil {
-			if *format == "text" {
-				fmt.Printf("%s: %s (%d allowlisted)\n", safetext.Display(p), d.Why, res.Allowed.Count)
+			if c.format == "text" {
+				fmt.Fprintf(s.out, "%s: %s (%d allowlisted)\n", safetext.Display(p), d.Why, res.Allowed.Count)
 			}
 			continue
 		}
 		found = true
-		printFinding(os.Stdout, *format, *d.Record)
+		printFinding(s.out, c.format, *d.Record)
 	}
 	// Usage beats an unreadable namespace: it is the answer asked for.
 	if found {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,22 +10,10 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
-// scanOut runs the scan command with stdout in a file, as an admin's
-// terminal would get it.
+// scanOut runs the scan command in-process.
 func scanOut(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	f, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	saved := os.Stdout
-	os.Stdout = f
-	var stderr bytes.Buffer
-	code := runScan(args, nil, &stderr)
-	os.Stdout = saved
-	out, _ := os.ReadFile(f.Name())
-	return code, string(out), stderr.String()
+	return runCmd(t, append([]string{"scan"}, args...)...)
 }
 
 // TestScanCommand: the one-shot scan prints the finding the hook would

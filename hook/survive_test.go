@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +27,7 @@ func (panicReader) Read([]byte) (int, error) { panic("boom in the hook path") }
 func TestHookPanicExitsZero(t *testing.T) {
 	nstest.NeedRoot(t) // the hook reads the state only as root
 	var stderr strings.Builder
-	code := runHook([]string{"--findings", filepath.Join(t.TempDir(), "f.jsonl"), "--state-dir", t.TempDir()}, panicReader{}, &stderr)
+	code := dispatch(commands(), []string{"hook", "--findings", filepath.Join(t.TempDir(), "f.jsonl"), "--state-dir", t.TempDir()}, panicReader{}, io.Discard, &stderr)
 	out := stderr.String()
 	if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(out, "internal error") || !strings.Contains(out, "boom in the hook path") {
 		t.Fatalf("panic: exit %d, stderr %q; want exit 0 and one line saying what happened", code, out)
@@ -68,6 +69,23 @@ func TestHookStderrClosed(t *testing.T) {
 	}
 	if recs := findingstest.Read(t, h.findings); len(recs) != 1 {
 		t.Fatalf("hook with a closed stderr: %d findings, want 1", len(recs))
+	}
+}
+
+// TestHookBadFlagStderrClosed: a bad flag's line to a stderr nobody reads
+// must not kill the hook with SIGPIPE either: exit 0.
+func TestHookBadFlagStderrClosed(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	cmd := exec.Command(bin, "hook", "--no-such-flag")
+	cmd.Stderr, cmd.Stdout = w, w
+	err = cmd.Run()
+	w.Close()
+	if err != nil {
+		t.Fatalf("hook with a bad flag and a closed stderr: %v, want exit 0", err)
 	}
 }
 

@@ -7,23 +7,23 @@ package main
 
 import (
 	"context"
-	"io"
+	"fmt"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"github.com/spf13/pflag"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
 	"github.com/iptables-alerter/iptables-alerter/lib/textfile"
 )
 
-var textfileCommand = command{name: "textfile", summary: "write node-exporter textfile metrics from the findings file", run: runTextfile}
+var textfileCommand = command{use: "textfile", summary: "write node-exporter textfile metrics from the findings file",
+	long: textfileLong, newConfig: func() config { return new(textfileConfig) }}
 
-const textfileSynopsis = `textfile [FLAGS]
-
-Follows the findings file and keeps iptables_alerter.prom in the
+const textfileLong = `Follows the findings file and keeps iptables_alerter.prom in the
 node-exporter textfile directory up to date: per-pod iptables rule counts
 for pods still on this node, the number of flagged pods, and counters of
 findings and malformed lines. State and checkpoint live in --state-dir, so
@@ -42,9 +42,7 @@ type textfileConfig struct {
 	log                             logFlags
 }
 
-func runTextfile(args []string, _ io.Reader, stderr io.Writer) int {
-	var cfg textfileConfig
-	fs := newFlagSet("textfile", textfileSynopsis, stderr)
+func (cfg *textfileConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&cfg.findings, "findings", findings.DefaultPath, "findings file to read, and its rotated copy PATH.1")
 	fs.StringVar(&cfg.stateDir, "state-dir", textfile.DefaultStateDir, "directory for the pod state and the checkpoint")
 	fs.StringVar(&cfg.textfileDir, "textfile-dir", textfile.DefaultTextfileDir, "node-exporter --collector.textfile.directory")
@@ -54,21 +52,17 @@ func runTextfile(args []string, _ io.Reader, stderr io.Writer) int {
 	fs.DurationVar(&cfg.prune, "prune-interval", 30*time.Second, "how often to drop pods whose netns is gone")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz on this address, e.g. 127.0.0.1:9755 (empty: off)")
 	cfg.log.register(fs)
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return 2
-	}
+}
+
+func (cfg *textfileConfig) run(_ []string, s stdio) int {
 	if cfg.poll <= 0 || cfg.prune <= 0 || cfg.forgetAfter < 0 {
-		fs.Usage()
+		fmt.Fprintln(s.err, "iptables-alerter textfile: --poll and --prune-interval must be positive, --forget-after not negative")
 		return 2
 	}
-	log := cfg.log.logger(stderr)
+	log := cfg.log.logger(s.err)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := textfileLoop(ctx, cfg, log); err != nil {
+	if err := textfileLoop(ctx, *cfg, log); err != nil {
 		log.WithError(err).WithFields(logrus.Fields{"findings": cfg.findings, "state_dir": cfg.stateDir, "textfile_dir": cfg.textfileDir}).Error("textfile collector stopped")
 		return 1
 	}

@@ -48,10 +48,10 @@ func TestTextfileFlags(t *testing.T) {
 		wantCode int
 		wantOut  string
 	}{
-		{"help", []string{"--help"}, 0, "Usage: iptables-alerter textfile"},
-		{"unknown flag", []string{"--nope"}, 2, "flag provided but not defined"},
-		{"stray argument", []string{"extra"}, 2, "Usage:"},
-		{"zero poll", []string{"--poll", "0s"}, 2, "Usage:"},
+		{"help", []string{"--help"}, 0, "iptables-alerter textfile [flags]"},
+		{"unknown flag", []string{"--nope"}, 2, "unknown flag: --nope"},
+		{"stray argument", []string{"extra"}, 2, `unknown command "extra"`},
+		{"zero poll", []string{"--poll", "0s"}, 2, "--poll and --prune-interval must be positive"},
 		{"missing textfile dir", []string{"--once", "--state-dir", "STATE", "--textfile-dir", "/nonexistent/dir"}, 1, `check textfile directory \"/nonexistent/dir\"`},
 	}
 	for _, tc := range tests {
@@ -62,12 +62,12 @@ func TestTextfileFlags(t *testing.T) {
 					tc.args[i] = state
 				}
 			}
-			var stderr bytes.Buffer
-			if code := runTextfile(tc.args, nil, &stderr); code != tc.wantCode {
-				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.wantCode, stderr.String())
+			code, stdout, stderr := runCmd(t, append([]string{"textfile"}, tc.args...)...)
+			if code != tc.wantCode {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.wantCode, stderr)
 			}
-			if !strings.Contains(stderr.String(), tc.wantOut) {
-				t.Errorf("stderr lacks %q:\n%s", tc.wantOut, stderr.String())
+			if !strings.Contains(stdout+stderr, tc.wantOut) {
+				t.Errorf("output lacks %q:\n%s%s", tc.wantOut, stdout, stderr)
 			}
 		})
 	}
@@ -195,19 +195,18 @@ func TestTextfileDamagedState(t *testing.T) {
 	fp, state, text := textfileDirs(t)
 	appendFinding(t, fp, "team-a", "web-1", "u1", 3)
 	args := []string{"--once", "--findings", fp, "--state-dir", state, "--textfile-dir", text, "--log-format", "json"}
-	var stderr bytes.Buffer
-	if code := runTextfile(args, nil, &stderr); code != 0 {
-		t.Fatalf("first run: exit %d:\n%s", code, stderr.String())
+	if code, _, stderr := runCmd(t, append([]string{"textfile"}, args...)...); code != 0 {
+		t.Fatalf("first run: exit %d:\n%s", code, stderr)
 	}
 	if err := os.WriteFile(filepath.Join(state, "state.json"), []byte(`{"version":1,"po`), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	stderr.Reset()
-	if code := runTextfile(args, nil, &stderr); code != 0 {
-		t.Fatalf("run on a damaged state: exit %d, want 0:\n%s", code, stderr.String())
+	code, _, stderr := runCmd(t, append([]string{"textfile"}, args...)...)
+	if code != 0 {
+		t.Fatalf("run on a damaged state: exit %d, want 0:\n%s", code, stderr)
 	}
-	if !strings.Contains(stderr.String(), "saved state is damaged") {
-		t.Errorf("no log line about the damaged state:\n%s", stderr.String())
+	if !strings.Contains(stderr, "saved state is damaged") {
+		t.Errorf("no log line about the damaged state:\n%s", stderr)
 	}
 	prom, err := os.ReadFile(filepath.Join(text, "iptables_alerter.prom"))
 	if err != nil || !strings.Contains(string(prom), `pod_name="web-1"`) || !strings.Contains(string(prom), "iptables_alerter_findings_total 1\n") {

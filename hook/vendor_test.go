@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -60,12 +59,12 @@ func TestHookVendors(t *testing.T) {
 			}
 		})
 	}
-	out, err := exec.Command(bin, "render", "--vendors", admin, "--netns", ns.Path()).CombinedOutput()
-	if err != nil {
-		t.Fatalf("render: %v\n%s", err, out)
+	code, out, errs := runCmd(t, "render", "--vendors", admin, "--netns", ns.Path())
+	if code != 0 {
+		t.Fatalf("render: exit %d\n%s", code, errs)
 	}
 	for _, want := range []string{"\n# vendor istio: Istio 1.27+", "\n# vendor acme: ACME 7+: set firewall=nftables https://acme.example/nft\n"} {
-		if !strings.Contains(string(out), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("render output lacks %q:\n%s", want, out)
 		}
 	}

@@ -34,6 +34,7 @@ func main() {
 	idle := flag.Duration("idle", 60*time.Second, "agent: idle window measured")
 	events := flag.Int("events", 2000, "agent: NRI events of the handler-latency run")
 	bigRules := flag.Int("big-rules", 200000, "agent: rules in the netns scanned during the handler-latency run")
+	startRuns := flag.Int("start-runs", 500, "runs of 'BIN version', the start cost every hook run pays before any work; 0 skips it")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: must run as root (it creates network namespaces)")
@@ -42,6 +43,11 @@ func main() {
 	abs, err := filepath.Abs(*bin)
 	if err != nil {
 		fail(err)
+	}
+	if *startRuns > 0 {
+		if err := benchStart(abs, *startRuns); err != nil {
+			fail(err)
+		}
 	}
 	fmt.Printf("%-12s %12s %12s %7s %12s\n", "rules", "hook", "nft-save x2", "ratio", "hook maxrss")
 	for _, s := range strings.Split(*sizes, ",") {
@@ -172,6 +178,25 @@ func benchRuleset(bin, name string, setup func(ns string) error, runs int) error
 	}
 	h, a := median(hook), median(admin)
 	fmt.Printf("%-12s %12s %12s %6.2fx %9d KiB\n", name, h.Round(10*time.Microsecond), a.Round(10*time.Microsecond), float64(h)/float64(a), maxRSS)
+	return nil
+}
+
+// benchStart runs 'bin version' runs times: the process start, package
+// init and command dispatch every hook run pays before it reads anything.
+func benchStart(bin string, runs int) error {
+	var ds []time.Duration
+	for i := 0; i < runs; i++ {
+		d, err := timed(exec.Command(bin, "version"))
+		if err != nil {
+			return fmt.Errorf("version: %w", err)
+		}
+		ds = append(ds, d)
+	}
+	// No peak RSS here: a child's counts the bench's own pages from
+	// before its exec, which dwarf a process this short.
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	fmt.Printf("start ('%s version', %d runs): median %s, p10 %s, p90 %s\n\n", filepath.Base(bin), runs,
+		median(ds).Round(time.Microsecond), ds[len(ds)/10].Round(time.Microsecond), ds[len(ds)*9/10].Round(time.Microsecond))
 	return nil
 }
 
