@@ -56,7 +56,7 @@ func (a *Agent) RunCRI(ctx context.Context, endpoint string, interval time.Durat
 				a.cfg.Observer.Connection(true, nil)
 				a.cfg.Observer.Synced(pods, len(jobs))
 				// Each sweep replaces the last one's remainder.
-				go a.feed(jobs)
+				a.queue.sweep(jobs)
 			}
 			select {
 			case <-ctx.Done():

@@ -28,9 +28,8 @@ var (
 	_ stub.StopPodInterface            = (*Agent)(nil)
 )
 
-// Synchronize queues a sweep of every pod with a network namespace. The
-// sweep is fed to the workers one pod at a time after the reply, behind
-// the events' scans.
+// Synchronize queues a sweep of every pod with a network namespace, in
+// the same line as the events' scans (see queue).
 func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
 	defer a.handled("Synchronize", time.Now())
 	var jobs []job
@@ -41,7 +40,7 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, _ []*api.
 	}
 	a.cfg.Observer.Connection(true, nil)
 	a.cfg.Observer.Synced(len(pods), len(jobs))
-	go a.feed(jobs)
+	a.queue.sweep(jobs)
 	return nil, nil
 }
 
@@ -82,42 +81,21 @@ func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage str
 	if !ok {
 		return
 	}
-	if !a.claim(job{meta: m}) {
+	// A scan of the sandbox waits with its netns open already: it
+	// covers this event too, and will see the latest rules.
+	if a.queue.join(m) {
 		return
 	}
 	h, err := netns.Open(m.Netns)
 	if err != nil {
-		a.release(job{meta: m})
 		out, err := openFailed(source, err)
 		a.cfg.Observer.Scanned(Scan{Meta: m, Outcome: out, Err: err})
 		return
 	}
-	j := job{meta: m, h: h}
-	select {
-	case a.events <- j:
-	default:
-		a.release(j)
+	if !a.queue.add(job{meta: m, h: h}) {
 		h.Close()
 		a.cfg.Observer.Scanned(Scan{Meta: m, Outcome: Dropped})
 	}
-}
-
-// claim marks a scan of the sandbox by source as pending; false when one is
-// already queued, which then covers this event too.
-func (a *Agent) claim(j job) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.pending[j.pendingKey()] {
-		return false
-	}
-	a.pending[j.pendingKey()] = true
-	return true
-}
-
-func (a *Agent) release(j job) {
-	a.mu.Lock()
-	delete(a.pending, j.pendingKey())
-	a.mu.Unlock()
 }
 
 // meta is what the event tells of the pod and container; ok is false for
