@@ -66,7 +66,7 @@ type Config struct {
 	// StopScanTimeout is a stop's deadline when no other scan waits and
 	// another worker is free; never below ScanTimeout.
 	StopScanTimeout time.Duration
-	Observer    Observer
+	Observer        Observer
 	// NRILogger receives the stub's own log lines; nil discards them.
 	NRILogger nrilog.Logger
 }
