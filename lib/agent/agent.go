@@ -79,7 +79,8 @@ type Observer interface {
 	// Scanned: one scan ended.
 	Scanned(Scan)
 	// Synced: the runtime's Synchronize listed pods, of which queued had a
-	// network namespace to sweep.
+	// network namespace to sweep and no event's scan waiting (which covers
+	// the sweep's). Called before any of the sweep's scans ends.
 	Synced(pods, queued int)
 	// Connection: connected (true) or lost (false, with why).
 	Connection(up bool, err error)

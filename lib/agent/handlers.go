@@ -39,8 +39,7 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, _ []*api.
 		}
 	}
 	a.cfg.Observer.Connection(true, nil)
-	a.cfg.Observer.Synced(len(pods), len(jobs))
-	a.queue.sweep(jobs)
+	a.queue.sweep(jobs, func(queued int) { a.cfg.Observer.Synced(len(pods), queued) })
 	return nil, nil
 }
 

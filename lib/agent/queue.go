@@ -101,11 +101,15 @@ func (q *queue) add(j job) bool {
 }
 
 // sweep queues a sweep's jobs behind those waiting, in place of what is
-// left of the previous sweep (which listed the pods of an older moment).
-func (q *queue) sweep(jobs []job) {
+// left of the previous sweep (which listed the pods of an older moment). A
+// sandbox with an event's job waiting needs no sweep job: that scan, not
+// run yet, will see the latest rules. synced hears how many sweep jobs
+// were queued, before any can be taken.
+func (q *queue) sweep(jobs []job, synced func(queued int)) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
+		synced(0)
 		return
 	}
 	kept := q.order[:0]
@@ -123,9 +127,15 @@ func (q *queue) sweep(jobs []job) {
 			q.drop(id, s)
 		}
 	}
+	queued := 0
 	for _, j := range jobs {
+		if s := q.slots[j.meta.SandboxID]; s != nil && isEvent(s.next) {
+			continue
+		}
 		q.put(j)
+		queued++
 	}
+	synced(queued)
 }
 
 // put queues j, folded into the sandbox's waiting job if there is one.
