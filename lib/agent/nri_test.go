@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -61,17 +60,6 @@ func (r *timed) count(id string) int {
 	return n
 }
 
-// bigRules is n iptables-nft rules in the filter table.
-func bigRules(n int) string {
-	var b strings.Builder
-	b.WriteString("*filter\n")
-	for i := 0; i < n; i++ {
-		fmt.Fprintf(&b, "-A INPUT -s 10.%d.%d.%d/32 -p tcp --dport %d -j ACCEPT\n", i>>16&255, i>>8&255, i&255, 1024+i%50000)
-	}
-	b.WriteString("COMMIT\n")
-	return b.String()
-}
-
 // TestSlowPodsNRI (issue 18 item 1) on the real parts: the runtime side is
 // nri/pkg/adaptation in this process, the agent connects over its socket,
 // and the pods are network namespaces, two of them holding 30,000
@@ -90,7 +78,7 @@ func TestSlowPodsNRI(t *testing.T) {
 	var slow []*api.PodSandbox
 	for i := range 2 {
 		ns := nstest.New(t)
-		ns.Restore(bigRules(rules), "iptables-nft-restore")
+		ns.ManyRules(rules)
 		slow = append(slow, pod(fmt.Sprintf("slow-%d", i), ns.Path()))
 	}
 	pods := append([]*api.PodSandbox(nil), slow...)
