@@ -32,3 +32,16 @@ func (ns *NS) UndumpableRule() {
 		ns.t.Fatalf("iptables-nft -A INPUT with 120 comments: %v: %.200s", err, out)
 	}
 }
+
+// ManyRules appends n iptables-nft rules to filter INPUT: a pod's way to
+// make every scan of it run to its deadline (about 15,000 rules a second).
+func (ns *NS) ManyRules(n int) {
+	ns.t.Helper()
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "-A INPUT -s 10.%d.%d.%d/32 -p tcp --dport %d -j ACCEPT\n", i>>16&255, i>>8&255, i&255, 1024+i%50000)
+	}
+	b.WriteString("COMMIT\n")
+	ns.Restore(b.String(), "iptables-nft-restore", "--noflush")
+}

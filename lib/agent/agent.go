@@ -31,7 +31,14 @@ const (
 	DefaultPluginIndex = "50"
 	DefaultWorkers     = 2
 	DefaultQueue       = 1024
-	DefaultScanTimeout = 30 * time.Second
+	// DefaultScanTimeout is the hook's deadline: at about 15,000 rules a
+	// second, a pod with more than about 30,000 rules is always truncated
+	// (its counts lower bounds), and no pod holds a worker longer than
+	// the others' scans can wait.
+	DefaultScanTimeout = 2 * time.Second
+	// DefaultStopScanTimeout is the stop's deadline when it may take
+	// longer (see queue.take): the last look at a container's rules.
+	DefaultStopScanTimeout = 30 * time.Second
 	// Reconnect backoff: the runtime restarting takes seconds; a node
 	// without NRI should not see a connect attempt more often than this.
 	minBackoff = 500 * time.Millisecond
@@ -56,7 +63,10 @@ type Config struct {
 	Workers     int
 	Queue       int
 	ScanTimeout time.Duration
-	Observer    Observer
+	// StopScanTimeout is a stop's deadline when no other scan waits and
+	// another worker is free; never below ScanTimeout.
+	StopScanTimeout time.Duration
+	Observer        Observer
 	// NRILogger receives the stub's own log lines; nil discards them.
 	NRILogger nrilog.Logger
 	// HostProc is the host's /proc, where New finds the node's network
@@ -76,7 +86,8 @@ type Observer interface {
 	Scanned(Scan)
 	// Synced: the runtime's Synchronize listed pods, of which queued had a
 	// network namespace of their own to sweep (not the node's, not a
-	// stopped sandbox's).
+	// stopped sandbox's) and no event's scan waiting (which covers the
+	// sweep's). Called before any of the sweep's scans ends.
 	Synced(pods, queued int)
 	// Connection: connected (true) or lost (false, with why).
 	Connection(up bool, err error)
@@ -130,18 +141,9 @@ type Agent struct {
 	cfg Config
 	// store records findings: cfg.Log through cfg.Seen.
 	store *scan.Store
-	// events holds scans the runtime's events asked for; sweep the
-	// registration sweep's, fed one at a time so events go first.
-	events chan job
-	sweep  chan job
-	// pending coalesces queued scans of one sandbox and source: the one
-	// queued will see the latest rules when it runs.
-	mu      sync.Mutex
-	pending map[string]bool
+	// queue holds the scans to run, the events' and the sweeps'.
+	queue   *queue
 	workers sync.WaitGroup
-	// feeding is closed to end the sweep feed in progress: a new sweep
-	// (reconnect) replaces it, and stopping ends it.
-	feeding chan struct{}
 	// hold, when set (tests), makes each worker wait for a token before
 	// a scan, to order scans against the runtime's teardown.
 	hold chan struct{}
@@ -156,8 +158,6 @@ type job struct {
 	meta scan.Meta
 	h    *netns.Handle
 }
-
-func (j job) pendingKey() string { return j.meta.Source + "\x00" + j.meta.SandboxID }
 
 // New checks cfg and fills its defaults. A bad plugin name or index, or a
 // HostProc without the node's network namespace, is an ErrConfig.
@@ -183,6 +183,10 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.ScanTimeout <= 0 {
 		cfg.ScanTimeout = DefaultScanTimeout
 	}
+	if cfg.StopScanTimeout <= 0 {
+		cfg.StopScanTimeout = DefaultStopScanTimeout
+	}
+	cfg.StopScanTimeout = max(cfg.StopScanTimeout, cfg.ScanTimeout)
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
@@ -192,7 +196,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Load.Allow == nil {
 		cfg.Load.Allow = func() (*allowlist.List, error) { return allowlist.Join(), nil }
 	}
-	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, events: make(chan job, cfg.Queue), sweep: make(chan job), pending: map[string]bool{}}
+	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue)}
 	if cfg.HostProc != "" {
 		// An agent that cannot tell the node's namespace from a pod's
 		// reports the node's rules on every host-network pod: refuse.
@@ -221,45 +225,15 @@ func (a *Agent) Run(ctx context.Context) error {
 // withWorkers runs loop with the workers started, and stops them (letting
 // the scans in flight finish) when it returns.
 func (a *Agent) withWorkers(loop func() error) error {
-	wctx, stopWorkers := context.WithCancel(context.Background())
 	for i := 0; i < a.cfg.Workers; i++ {
 		a.workers.Add(1)
-		go a.work(wctx)
+		go a.work()
 	}
 	defer func() {
-		a.endFeed(nil)
-		stopWorkers()
+		a.queue.close()
 		a.workers.Wait()
 	}()
 	return loop()
-}
-
-// feed hands a sweep's jobs to the workers one at a time, in the
-// background, until done or replaced by the next sweep. It replaces the
-// feed in progress before it returns: replaced from inside the goroutine,
-// a sweep's feed started late could end the next sweep's instead.
-func (a *Agent) feed(jobs []job) {
-	done := make(chan struct{})
-	a.endFeed(done)
-	go func() {
-		for _, j := range jobs {
-			select {
-			case a.sweep <- j:
-			case <-done:
-				return
-			}
-		}
-	}()
-}
-
-// endFeed ends the sweep feed in progress and makes next the current one.
-func (a *Agent) endFeed(next chan struct{}) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.feeding != nil {
-		close(a.feeding)
-	}
-	a.feeding = next
 }
 
 func (a *Agent) nriLoop(ctx context.Context) error {

@@ -54,9 +54,8 @@ func (a *Agent) RunCRI(ctx context.Context, endpoint string, interval time.Durat
 				a.cfg.Observer.Connection(false, err)
 			} else {
 				a.cfg.Observer.Connection(true, nil)
-				a.cfg.Observer.Synced(pods, len(jobs))
 				// Each sweep replaces the last one's remainder.
-				a.feed(jobs)
+				a.queue.sweep(jobs, func(queued int) { a.cfg.Observer.Synced(pods, queued) })
 			}
 			select {
 			case <-ctx.Done():

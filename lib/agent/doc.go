@@ -13,4 +13,12 @@
 // only opens the netns file (an open fd keeps the namespace alive after
 // the runtime unmounts it), queues the work and returns. A full queue
 // drops the scan (counted) rather than wait.
+//
+// The queue (queue.go) is fair: one scan per sandbox waiting or running,
+// first in first out across sandboxes with the sweep's in the same line,
+// and a scan's deadline the hook's (2 s), so a pod whose huge ruleset
+// takes every scan to its deadline, crash-looping, cannot hold the workers
+// from the others. Only a stop's scan, the last look, may run longer
+// (StopScanTimeout), and only while nothing else waits and another worker
+// is free.
 package agent

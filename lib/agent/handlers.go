@@ -29,8 +29,8 @@ var (
 )
 
 // Synchronize queues a sweep of every running pod with a network namespace
-// of its own (see sweepable). The sweep is fed to the workers one pod at a
-// time after the reply, behind the events' scans.
+// of its own (see sweepable), in the same line as the events' scans (see
+// queue).
 func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	defer a.handled("Synchronize", time.Now())
 	running := runningSandboxes(ctrs)
@@ -41,8 +41,7 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 		}
 	}
 	a.cfg.Observer.Connection(true, nil)
-	a.cfg.Observer.Synced(len(pods), len(jobs))
-	a.feed(jobs)
+	a.queue.sweep(jobs, func(queued int) { a.cfg.Observer.Synced(len(pods), queued) })
 	return nil, nil
 }
 
@@ -85,47 +84,25 @@ func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage str
 	if !ok {
 		return
 	}
-	if !a.claim(job{meta: m}) {
+	// A scan of the sandbox waits with its netns open already: it
+	// covers this event too, and will see the latest rules.
+	if a.queue.join(m) {
 		return
 	}
 	h, err := netns.Open(m.Netns)
 	if err != nil {
-		a.release(job{meta: m})
 		out, err := openFailed(source, err)
 		a.cfg.Observer.Scanned(Scan{Meta: m, Outcome: out, Err: err})
 		return
 	}
 	if a.isNode(h) {
 		h.Close()
-		a.release(job{meta: m})
 		return
 	}
-	j := job{meta: m, h: h}
-	select {
-	case a.events <- j:
-	default:
-		a.release(j)
+	if !a.queue.add(job{meta: m, h: h}) {
 		h.Close()
 		a.cfg.Observer.Scanned(Scan{Meta: m, Outcome: Dropped})
 	}
-}
-
-// claim marks a scan of the sandbox by source as pending; false when one is
-// already queued, which then covers this event too.
-func (a *Agent) claim(j job) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.pending[j.pendingKey()] {
-		return false
-	}
-	a.pending[j.pendingKey()] = true
-	return true
-}
-
-func (a *Agent) release(j job) {
-	a.mu.Lock()
-	delete(a.pending, j.pendingKey())
-	a.mu.Unlock()
 }
 
 // meta is what the event tells of the pod and container; ok is false for

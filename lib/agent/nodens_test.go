@@ -46,12 +46,12 @@ func sweepOne(t *testing.T, a *Agent, rec *syncRecorder, pods []*api.PodSandbox,
 	return rec.wait(t, 1)[0]
 }
 
-// pendingScans is how many scans are queued and not yet started: a job
-// taken by a worker held before its scan still counts.
+// pendingScans is how many sandboxes have a scan waiting or running: a
+// job taken by a worker held before its scan still counts.
 func pendingScans(a *Agent) int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.pending)
+	a.queue.mu.Lock()
+	defer a.queue.mu.Unlock()
+	return len(a.queue.slots)
 }
 
 // TestNodeNetns: a host-network pod on CRI-O reports the node's network

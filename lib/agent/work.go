@@ -17,40 +17,32 @@ const writeTimeout = 10 * time.Second
 // scan.Store.SweepEvery).
 const memorySweepEvery = 10 * time.Minute
 
-// work scans queued jobs until ctx ends; the events' scans go before the
-// sweep's.
-func (a *Agent) work(ctx context.Context) {
+// work scans queued jobs, oldest first, until the queue closes.
+func (a *Agent) work() {
 	defer a.workers.Done()
 	for {
-		var j job
-		select {
-		case j = <-a.events:
-		default:
-			select {
-			case j = <-a.events:
-			case j = <-a.sweep:
-			case <-ctx.Done():
-				return
-			}
+		j, long, ok := a.queue.take(a.cfg.Workers)
+		if !ok {
+			return
 		}
 		if a.hold != nil {
 			<-a.hold
 		}
-		a.cfg.Observer.Scanned(a.scan(j))
+		a.cfg.Observer.Scanned(a.scan(j, long))
+		// After Scanned: an observer sees a sandbox's scans end in order.
+		a.queue.done(j)
 	}
 }
 
 // scan runs one job: read the namespace, decide, record through the
-// per-sandbox memory.
-func (a *Agent) scan(j job) Scan {
+// per-sandbox memory. Its deadline is ScanTimeout, StopScanTimeout when
+// long; past it the finding is truncated, its counts lower bounds.
+func (a *Agent) scan(j job, long bool) Scan {
 	start := time.Now()
 	s := Scan{Meta: j.meta}
 	defer func() { s.Duration = time.Since(start) }()
 	h := j.h
-	if h != nil {
-		// From now on a new event for this sandbox needs a scan of its own.
-		a.release(j)
-	} else {
+	if h == nil {
 		var err error
 		if h, err = netns.Open(j.meta.Netns); err != nil {
 			s.Outcome, s.Err = openFailed(j.meta.Source, err)
@@ -58,7 +50,11 @@ func (a *Agent) scan(j job) Scan {
 		}
 	}
 	defer h.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ScanTimeout)
+	timeout := a.cfg.ScanTimeout
+	if long {
+		timeout = a.cfg.StopScanTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	// The agent is a daemon off the start path: its legacy look runs on a
 	// thread of its own, abandoned if a neighbour holds the x_tables mutex,
 	// instead of re-executing the full build for every scan.

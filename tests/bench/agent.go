@@ -78,6 +78,11 @@ func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events,
 	if err := b.idleAndEvents(min(idlePods, len(b.netns)), idle, events, bigRules); err != nil {
 		return fmt.Errorf("idle and events: %w", err)
 	}
+	if len(b.netns) > crashSweep+1 {
+		if err := b.crashLoop(b.netns[len(b.netns)-1], bigRules); err != nil {
+			return fmt.Errorf("crash loop: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -238,6 +243,85 @@ func (b *agentBench) idleAndEvents(idlePods int, idle time.Duration, events, big
 	return nil
 }
 
+// crashSweep is the pods swept in the crash-loop run.
+const crashSweep = 20
+
+// crashLoop times the registration sweep of crashSweep pods while two pods
+// on the big netns crash-loop, a StopContainer and a PostStartContainer of
+// each every 10 ms from the moment the runtime synchronized, then an
+// ordinary pod's event amid them (issue 18 item 1: before the fair queue,
+// no pod of the sweep was scanned).
+func (b *agentBench) crashLoop(big string, bigRules int) error {
+	pods := b.pods(crashSweep)
+	slow := []*api.PodSandbox{pod(crashSweep, big), pod(crashSweep+1, big)}
+	// The two are not in Synchronize's list: their events' scans would
+	// cover their sweep's, and the sweep's count would not tell.
+	r, err := b.startAgent(pods)
+	if err != nil {
+		return err
+	}
+	defer r.stop()
+	select {
+	case r.synced = <-r.syncCh:
+	case <-time.After(5 * time.Minute):
+		return fmt.Errorf("agent did not register with the NRI runtime")
+	}
+	ctx := context.Background()
+	stop, looped := make(chan struct{}), make(chan error, 1)
+	go func() {
+		looped <- func() error {
+			for i := 0; ; i++ {
+				for _, p := range slow {
+					c := &api.Container{Id: fmt.Sprintf("crash%d", i), PodSandboxId: p.Id, Name: "app", State: api.ContainerState_CONTAINER_RUNNING}
+					if _, err := r.ad.StopContainer(ctx, &nri.StopContainerRequest{Pod: p, Container: c}); err != nil {
+						return err
+					}
+					if err := r.ad.PostStartContainer(ctx, &nri.StateChangeEvent{Pod: p, Container: c}); err != nil {
+						return err
+					}
+				}
+				select {
+				case <-stop:
+					return nil
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}()
+	}()
+	defer func() {
+		close(stop)
+		<-looped
+	}()
+	if err := r.waitSwept(len(pods), 5*time.Minute); err != nil {
+		return err
+	}
+	// An ordinary pod with a new rule: its PostStartContainer's scan
+	// writes a finding.
+	p := pods[1]
+	if err := exec.Command("ip", "netns", "exec", b.netns[1], "iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "9", "-j", "DROP").Run(); err != nil {
+		return fmt.Errorf("add a rule: %w", err)
+	}
+	sent := time.Now()
+	c := &api.Container{Id: "ordinary", PodSandboxId: p.Id, Name: "app", State: api.ContainerState_CONTAINER_RUNNING}
+	if err := r.ad.PostStartContainer(ctx, &nri.StateChangeEvent{Pod: p, Container: c}); err != nil {
+		return err
+	}
+	var event time.Duration
+	for deadline := time.Now().Add(5 * time.Minute); event == 0; time.Sleep(10 * time.Millisecond) {
+		if data, _ := os.ReadFile(r.findings); strings.Contains(string(data), `"container_id":"ordinary"`) {
+			event = time.Since(sent)
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("the ordinary pod's event was not scanned")
+		}
+	}
+	outcomes, _ := r.outcomes()
+	fmt.Printf("\nagent with two pods on the %d-rule netns crash-looping (StopContainer + PostStartContainer every 10 ms each; load average %s):\n", bigRules, loadavg())
+	fmt.Printf("  sweep of %d pods, Synchronize to last scan:          %s (goal <= 10s)\n", len(pods), r.swept.Sub(r.synced).Round(time.Millisecond))
+	fmt.Printf("  an ordinary pod's PostStartContainer to its finding:  %s (goal <= 2s)\n", event.Round(time.Millisecond))
+	fmt.Printf("  scans: %s\n", outcomes)
+	return nil
+}
+
 // pods is the first n namespaces as NRI pod sandboxes.
 func (b *agentBench) pods(n int) []*api.PodSandbox {
 	var ps []*api.PodSandbox
@@ -254,12 +338,13 @@ func pod(i int, ns string) *api.PodSandbox {
 
 // agentRun is one agent process connected to an in-process NRI runtime.
 type agentRun struct {
-	cmd     *exec.Cmd
-	ad      *nri.Adaptation
-	metrics string
-	synced  time.Time
-	swept   time.Time
-	syncCh  chan time.Time
+	cmd      *exec.Cmd
+	findings string
+	ad       *nri.Adaptation
+	metrics  string
+	synced   time.Time
+	swept    time.Time
+	syncCh   chan time.Time
 }
 
 func (b *agentBench) startAgent(pods []*api.PodSandbox) (*agentRun, error) {
@@ -300,7 +385,8 @@ func (b *agentBench) startAgent(pods []*api.PodSandbox) (*agentRun, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	r.cmd = exec.Command(b.bin, "agent", "--nri-socket", sock, "--findings", filepath.Join(dir, "findings.jsonl"),
+	r.findings = filepath.Join(dir, "findings.jsonl")
+	r.cmd = exec.Command(b.bin, "agent", "--nri-socket", sock, "--findings", r.findings,
 		"--state-dir", filepath.Join(dir, "state"), "--allowlist", "", "--health-addr", fmt.Sprintf("127.0.0.1:%d", port),
 		// Every pod here has a namespace of its own: no host-network pod
 		// to tell apart, and pid 1's namespace may be closed to a sandbox.
@@ -343,6 +429,11 @@ func (r *agentRun) waitSweep(n int, limit time.Duration) error {
 	case <-time.After(limit):
 		return fmt.Errorf("agent did not register with the NRI runtime in %s", limit)
 	}
+	return r.waitSwept(n, limit)
+}
+
+// waitSwept waits until the agent's /metrics count n sweep scans.
+func (r *agentRun) waitSwept(n int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		m, err := r.scrape()

@@ -1,0 +1,90 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+)
+
+// TestFairness (issue 18 item 1): two pods whose containers crash-loop, a
+// StopContainer and a PostStartContainer of each before every scan, do not
+// starve the others. Scans are let through one at a time (the hold seam),
+// so the order is the queue's alone: the 20 pods of the registration sweep
+// are all scanned before either crash-looping pod is scanned a third time
+// (its first scan, and at most one more queued behind the sweep), and an
+// ordinary pod's event is scanned before either crash-looping pod is
+// scanned twice after it. Real network namespaces, opened by the handlers.
+func TestFairness(t *testing.T) {
+	nstest.NeedRoot(t)
+	dir := t.TempDir()
+	rec := newRecorder()
+	a := startAgent(t, dir, rec)
+	ctx := context.Background()
+	other := nstest.New(t)
+	slow := []*api.PodSandbox{pod("slow-a", nstest.New(t).Path()), pod("slow-b", nstest.New(t).Path())}
+	restarts := 0
+	crash := func() {
+		restarts++
+		for _, p := range slow {
+			c := &api.Container{Id: fmt.Sprintf("%s-c%d", p.Id, restarts), Name: "app"}
+			if _, err := a.StopContainer(ctx, p, c); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.PostStartContainer(ctx, p, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// next lets one scan through, after one more restart of each slow pod.
+	next := func() Scan {
+		crash()
+		release(a, 1)
+		return rec.wait(t, 1)[0]
+	}
+
+	crash()
+	var pods []*api.PodSandbox
+	for i := range 20 {
+		pods = append(pods, pod(fmt.Sprintf("swept-%02d", i), other.Path()))
+	}
+	if _, err := a.Synchronize(ctx, pods, nil); err != nil {
+		t.Fatal(err)
+	}
+	swept := map[string]bool{}
+	slowScans := map[string]int{}
+	for n := 0; len(swept) < len(pods); n++ {
+		if n == 3*len(pods) {
+			t.Fatalf("%d scans after Synchronize: %d of %d pods swept, the crash-looping ones scanned %v times", n, len(swept), len(pods), slowScans)
+		}
+		s := next()
+		if s.Meta.Source == SourceSweep {
+			if swept[s.Meta.SandboxID] {
+				t.Fatalf("pod %s swept twice", s.Meta.SandboxID)
+			}
+			swept[s.Meta.SandboxID] = true
+			continue
+		}
+		if slowScans[s.Meta.SandboxID]++; slowScans[s.Meta.SandboxID] > 2 {
+			t.Fatalf("crash-looping %s scanned a third time with %d of %d pods swept", s.Meta.SandboxID, len(swept), len(pods))
+		}
+	}
+
+	// An ordinary pod's event, among the crash-looping pods' ones.
+	if err := a.PostStartContainer(ctx, pod("ordinary", other.Path()), &api.Container{Id: "o1", Name: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]int{}
+	for {
+		s := next()
+		if s.Meta.SandboxID == "ordinary" {
+			break
+		}
+		if before[s.Meta.SandboxID]++; before[s.Meta.SandboxID] > 1 {
+			t.Fatalf("crash-looping %s scanned twice before the ordinary pod's event (scans since: %v)", s.Meta.SandboxID, before)
+		}
+	}
+}

@@ -1,0 +1,248 @@
+package agent
+
+import (
+	"sync"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+)
+
+// queue is the agent's one queue of scans, fed by the runtime's events and
+// the sweeps, and fair to every sandbox: a crash-looping pod whose scans
+// take the whole deadline must not starve the others (issue 18).
+//
+//   - One scan per sandbox waits or runs at a time. A new event for a
+//     sandbox with a scan waiting replaces that scan's job (the scan, not
+//     run yet, will see the latest rules); for a sandbox being scanned it
+//     waits as its next scan, queued when the running one ends. So a
+//     sandbox is never scanned twice at once, and its events never queue
+//     more than one scan.
+//   - First in, first out across sandboxes, the sweep's jobs in the same
+//     line as the events': a sandbox scanned again goes behind everything
+//     queued meanwhile, and every queued scan runs after at most one scan
+//     of each sandbox queued before it.
+//   - Events' jobs are bounded (max); past it an event's scan is dropped,
+//     never waited for. A sweep's jobs are bounded by the pods listed.
+type queue struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	// order holds the sandboxes whose next job waits for a worker, oldest
+	// first; slots has every sandbox with a job waiting or running.
+	order  []string
+	slots  map[string]*slot
+	events int // waiting jobs from events, bounded by max
+	max    int
+	// long counts the running scans given the stop's longer deadline.
+	long   int
+	closed bool
+}
+
+// slot is one sandbox's place: the job waiting, if any, and whether a scan
+// of it runs.
+type slot struct {
+	next    *job
+	running bool
+	long    bool
+}
+
+func newQueue(max int) *queue {
+	q := &queue{slots: map[string]*slot{}, max: max}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+// merged folds the newer job j into the waiting one. A stop stays a stop:
+// it is the last look at the container, and it may have the longer
+// deadline; otherwise the newer job's meta wins. One handle is enough,
+// the sandbox having one netns for its whole life: the older is closed.
+func merged(old, j job) job {
+	if old.meta.Source == SourceStop && j.meta.Source != SourceStop {
+		j.meta = old.meta
+	}
+	switch {
+	case j.h == nil:
+		j.h = old.h
+	case old.h != nil:
+		old.h.Close()
+	}
+	return j
+}
+
+func isEvent(j *job) bool { return j != nil && j.meta.Source != SourceSweep }
+
+// join folds meta into the sandbox's waiting job when that job holds an open
+// netns already, so the handler need not open another; false when there is
+// none such (nothing waits, or only a sweep's job, which opens at its scan).
+func (q *queue) join(m scan.Meta) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	s := q.slots[m.SandboxID]
+	if q.closed || s == nil || s.next == nil || s.next.h == nil {
+		return false
+	}
+	j := merged(*s.next, job{meta: m})
+	q.set(s, &j)
+	return true
+}
+
+// add queues an event's job; false when it was dropped (the queue is full,
+// or the agent stopping), its handle then left to the caller to close.
+func (q *queue) add(j job) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return false
+	}
+	s := q.slots[j.meta.SandboxID]
+	if (s == nil || s.next == nil) && q.events >= q.max {
+		return false
+	}
+	q.put(j)
+	return true
+}
+
+// sweep queues a sweep's jobs behind those waiting, in place of what is
+// left of the previous sweep (which listed the pods of an older moment). A
+// sandbox with an event's job waiting needs no sweep job: that scan, not
+// run yet, will see the latest rules. synced hears how many sweep jobs
+// were queued, before any can be taken.
+func (q *queue) sweep(jobs []job, synced func(queued int)) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		synced(0)
+		return
+	}
+	kept := q.order[:0]
+	for _, id := range q.order {
+		if s := q.slots[id]; s.next.meta.Source == SourceSweep {
+			q.drop(id, s)
+			continue
+		}
+		kept = append(kept, id)
+	}
+	q.order = kept
+	for id, s := range q.slots {
+		// The old sweep's next scan of a sandbox being scanned.
+		if s.running && s.next != nil && s.next.meta.Source == SourceSweep {
+			q.drop(id, s)
+		}
+	}
+	queued := 0
+	for _, j := range jobs {
+		if s := q.slots[j.meta.SandboxID]; s != nil && isEvent(s.next) {
+			continue
+		}
+		q.put(j)
+		queued++
+	}
+	synced(queued)
+}
+
+// put queues j, folded into the sandbox's waiting job if there is one.
+func (q *queue) put(j job) {
+	s := q.slots[j.meta.SandboxID]
+	if s == nil {
+		s = &slot{}
+		q.slots[j.meta.SandboxID] = s
+	}
+	if s.next != nil {
+		j = merged(*s.next, j)
+		q.set(s, &j)
+		return
+	}
+	q.set(s, &j)
+	if !s.running {
+		q.order = append(q.order, j.meta.SandboxID)
+		q.cond.Signal()
+	}
+}
+
+// set makes j (nil: none) the sandbox's waiting job, keeping the events'
+// count.
+func (q *queue) set(s *slot, j *job) {
+	if isEvent(s.next) {
+		q.events--
+	}
+	s.next = j
+	if isEvent(s.next) {
+		q.events++
+	}
+}
+
+// drop forgets the sandbox's waiting job, and the sandbox unless a scan of
+// it runs.
+func (q *queue) drop(id string, s *slot) {
+	if s.next.h != nil {
+		s.next.h.Close()
+	}
+	q.set(s, nil)
+	if !s.running {
+		delete(q.slots, id)
+	}
+}
+
+// take waits for the oldest waiting job and marks its sandbox running;
+// false once the queue is closed. long is whether the scan may take the
+// stop's longer deadline: a stop, with no other job waiting, and a worker
+// other than this one left for whatever comes meanwhile (at most
+// workers-1 such scans run at once).
+func (q *queue) take(workers int) (j job, long, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.order) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if q.closed {
+		return job{}, false, false
+	}
+	id := q.order[0]
+	q.order = q.order[1:]
+	s := q.slots[id]
+	j = *s.next
+	q.set(s, nil)
+	s.running = true
+	s.long = j.meta.Source == SourceStop && len(q.order) == 0 && q.long < workers-1
+	if s.long {
+		q.long++
+	}
+	return j, s.long, true
+}
+
+// done ends the sandbox's running scan, queuing its next job (events that
+// came during the scan) at the back of the line.
+func (q *queue) done(j job) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	id := j.meta.SandboxID
+	s := q.slots[id]
+	if s.long {
+		q.long--
+	}
+	s.running, s.long = false, false
+	if s.next == nil {
+		delete(q.slots, id)
+		return
+	}
+	if q.closed {
+		return
+	}
+	q.order = append(q.order, id)
+	q.cond.Signal()
+}
+
+// close wakes the workers to stop and closes the waiting jobs' handles:
+// their scans will not run.
+func (q *queue) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	for _, s := range q.slots {
+		if s.next != nil && s.next.h != nil {
+			s.next.h.Close()
+		}
+		s.next = nil
+	}
+	q.order = nil
+	q.events = 0
+	q.cond.Broadcast()
+}

@@ -1,0 +1,172 @@
+package agent
+
+import (
+	"errors"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+)
+
+func qjob(t *testing.T, id, source string, open bool) job {
+	t.Helper()
+	j := job{meta: scan.Meta{SandboxID: id, Source: source, Netns: "/proc/self/ns/net"}}
+	if open {
+		h, err := netns.Open(j.meta.Netns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.h = h
+	}
+	return j
+}
+
+// closed tells whether h was closed (by the queue).
+func closed(h *netns.Handle) bool { return errors.Is(h.Close(), os.ErrClosed) }
+
+// TestQueueOneScanPerSandbox: a sandbox being scanned is not taken again
+// before its scan is done, however many events come; they leave one job,
+// queued behind the sandboxes that waited meanwhile. Two sandboxes' events
+// never share a job.
+func TestQueueOneScanPerSandbox(t *testing.T) {
+	q := newQueue(10)
+	q.add(qjob(t, "slow", SourcePostStart, true))
+	j, _, _ := q.take(2)
+	if j.meta.SandboxID != "slow" {
+		t.Fatalf("took %q", j.meta.SandboxID)
+	}
+	for range 5 {
+		q.add(qjob(t, "slow", SourceStop, true))
+		q.add(qjob(t, "slow", SourcePostStart, true))
+	}
+	q.add(qjob(t, "other", SourcePostStart, true))
+	if !slices.Equal(q.order, []string{"other"}) || q.events != 2 {
+		t.Fatalf("while slow runs: order %v, %d event jobs; want only other waiting, slow's one next job counted", q.order, q.events)
+	}
+	next, _, _ := q.take(2)
+	if next.meta.SandboxID != "other" {
+		t.Fatalf("took %q while slow runs, want other", next.meta.SandboxID)
+	}
+	q.add(qjob(t, "third", SourcePostStart, true))
+	q.done(j)
+	if !slices.Equal(q.order, []string{"third", "slow"}) {
+		t.Fatalf("after slow's scan: order %v, want slow behind third", q.order)
+	}
+	q.done(next)
+	q.take(2)
+	j, _, _ = q.take(2)
+	if j.meta.SandboxID != "slow" || j.meta.Source != SourceStop {
+		t.Fatalf("slow's next job %+v, want one stop", j.meta)
+	}
+	q.close()
+	if _, _, ok := q.take(2); ok {
+		t.Fatal("take after close")
+	}
+}
+
+// TestQueueMerge: the newer event's job replaces the waiting one, except
+// that a stop stays a stop; one netns handle is kept, the other closed.
+// join folds an event into a waiting job holding a handle.
+func TestQueueMerge(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		old, new   string
+		wantSource string
+	}{
+		{"poststart then stop", SourcePostStart, SourceStop, SourceStop},
+		{"stop then poststart", SourceStop, SourcePostStart, SourceStop},
+		{"stop then stop", SourceStop, SourceStop, SourceStop},
+		{"sweep then poststart", SourceSweep, SourcePostStart, SourcePostStart},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := newQueue(10)
+			old, nw := qjob(t, "a", tc.old, tc.old != SourceSweep), qjob(t, "a", tc.new, true)
+			nw.meta.ContainerID = "new"
+			q.add(old)
+			q.add(nw)
+			j, _, _ := q.take(2)
+			if j.meta.Source != tc.wantSource || (tc.wantSource == tc.new && j.meta.ContainerID != "new") {
+				t.Errorf("job %+v, want source %s", j.meta, tc.wantSource)
+			}
+			if j.h != nw.h {
+				t.Errorf("the newer handle was not kept")
+			}
+			if old.h != nil && !closed(old.h) {
+				t.Errorf("the replaced handle was left open")
+			}
+			if q.events != 0 || len(q.order) != 0 {
+				t.Errorf("%d event jobs, order %v after taking the only one", q.events, q.order)
+			}
+			closed(j.h)
+		})
+	}
+
+	q := newQueue(10)
+	q.sweep([]job{qjob(t, "a", SourceSweep, false)}, func(int) {})
+	if q.join(scan.Meta{SandboxID: "a", Source: SourceStop}) {
+		t.Fatal("joined a sweep's job, which has no netns open for a stop")
+	}
+	q.add(qjob(t, "a", SourcePostStart, true))
+	if !q.join(scan.Meta{SandboxID: "a", Source: SourceStop, ContainerID: "c2"}) {
+		t.Fatal("a stop did not join the waiting poststart")
+	}
+	if j, _, _ := q.take(2); j.meta.Source != SourceStop || j.meta.ContainerID != "c2" || j.h == nil {
+		t.Fatalf("job %+v, want the stop with the poststart's handle", j.meta)
+	}
+}
+
+// TestQueueSweep: a sweep queues behind the waiting events, replaces what
+// is left of the previous sweep, and does not count against the events'
+// bound, which drops events past it.
+func TestQueueSweep(t *testing.T) {
+	q := newQueue(2)
+	q.add(qjob(t, "e1", SourcePostStart, true))
+	var queued []int
+	synced := func(n int) { queued = append(queued, n) }
+	q.sweep([]job{qjob(t, "s1", SourceSweep, false), qjob(t, "s2", SourceSweep, false), qjob(t, "e1", SourceSweep, false)}, synced)
+	q.sweep([]job{qjob(t, "s3", SourceSweep, false), qjob(t, "s1", SourceSweep, false)}, synced)
+	if !slices.Equal(q.order, []string{"e1", "s3", "s1"}) || q.slots["s2"] != nil || q.slots["e1"].next.meta.Source != SourcePostStart {
+		t.Fatalf("order %v, want e1's event then the second sweep", q.order)
+	}
+	if !slices.Equal(queued, []int{2, 2}) {
+		t.Fatalf("sweeps queued %v, want 2 and 2 (e1's event covers its sweep)", queued)
+	}
+	if !q.add(qjob(t, "e2", SourceStop, true)) {
+		t.Fatal("second event dropped with the bound at 2")
+	}
+	e3 := qjob(t, "e3", SourceStop, true)
+	if q.add(e3) {
+		t.Fatal("third event queued past the bound")
+	}
+	closed(e3.h)
+	if !q.add(qjob(t, "e2", SourcePostStart, true)) {
+		t.Fatal("an event joining a waiting job was dropped")
+	}
+}
+
+// TestQueueLongStop: a stop gets the longer deadline only when no other job
+// waits and another worker is left for what comes meanwhile.
+func TestQueueLongStop(t *testing.T) {
+	q := newQueue(10)
+	q.add(qjob(t, "a", SourceStop, true))
+	q.add(qjob(t, "b", SourceStop, true))
+	if _, long, _ := q.take(2); long {
+		t.Error("long deadline with another job waiting")
+	}
+	b, long, _ := q.take(2)
+	if !long {
+		t.Error("no long deadline for the last stop, another worker free")
+	}
+	q.add(qjob(t, "c", SourceStop, true))
+	if _, long, _ := q.take(2); long {
+		t.Error("a second long scan with two workers")
+	}
+	q.done(b)
+	q.add(qjob(t, "d", SourceStop, true))
+	if _, long, _ := q.take(1); long {
+		t.Error("long deadline with a single worker")
+	}
+	q.close()
+}
