@@ -247,6 +247,7 @@ func (h *forwarder) handle(ctx context.Context, line []byte) error {
 		"pod_uid":       rec.Pod.UID,
 		"container_id":  rec.ContainerID,
 		"fingerprint":   rec.Fingerprint,
+		"state":         string(rec.State),
 	}
 	res, err := h.poster.Post(ctx, rec)
 	if err != nil {
@@ -282,7 +283,7 @@ func (h *forwarder) handle(ctx context.Context, line []byte) error {
 		entry.Warn("pod gone, finding skipped")
 	case events.NoPod:
 		h.stats.noPod.Add(1)
-		entry.Info("finding without pod usage, skipped")
+		entry.Info("finding without a pod or with its usage gone, skipped")
 	case events.Rejected:
 		// Set aside for good: retrying would hold every later finding.
 		entry.WithField("rejected_total", h.stats.rejected.Add(1)).Error("event rejected by the API server, finding skipped")

@@ -21,11 +21,24 @@ import (
 func HoldXTMutex(t testing.TB, rules, threads int) (stop func()) {
 	t.Helper()
 	// No other test process's namespace while the mutex is held (see xtLock).
-	var once sync.Once
 	unlock := xtExclusive()
+	return holdXTMutex(t, unlock, New(t), rules, threads)
+}
+
+// HoldXTMutexIn is HoldXTMutex with the big table and the looping socket
+// in ns: the pod of issue 18 item 3, whose own legacy rules keep the mutex
+// busy, so that no look at them can finish. The table replaces ns's filter.
+func HoldXTMutexIn(t testing.TB, ns *NS, rules, threads int) (stop func()) {
+	t.Helper()
+	unlock := xtExclusive()
+	return holdXTMutex(t, unlock, ns, rules, threads)
+}
+
+func holdXTMutex(t testing.TB, unlock func(), ns *NS, rules, threads int) (stop func()) {
+	t.Helper()
+	var once sync.Once
 	release := func() { once.Do(unlock) }
 	t.Cleanup(release)
-	ns := New(t)
 	var b strings.Builder
 	b.WriteString("*filter\n")
 	for i := 0; i < rules; i++ {

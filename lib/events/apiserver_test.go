@@ -159,3 +159,28 @@ func TestTerminatingNamespaceRejected(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestUnknownRealAPIServer: the Event of a record whose inspection could
+// not finish passes the API's validation, regards the live pod and is
+// found by its own reason.
+func TestUnknownRealAPIServer(t *testing.T) {
+	c := kubetest.Start(t)
+	cs := c.Client()
+	ctx := kubetest.Ctx(t)
+	kubetest.Namespace(t, cs, "shop")
+	live := kubetest.Pod(t, cs, "shop", "hider", nil, "")
+	rec := record(findings.Pod{Namespace: "shop", Name: "hider", UID: string(live.UID)}, "unknown-fp")
+	rec.Nft, rec.Examples, rec.Truncated, rec.State = findings.Nft{Tables: []string{}}, nil, true, findings.StateUnknown
+	rec.Error = "inspect legacy tables: legacy x_tables busy"
+	res, err := events.New(cs, "node-a", true).Post(ctx, rec)
+	if err != nil || res.Outcome != events.Created || res.Node != "" {
+		t.Fatalf("Post = %+v, %v; want created, no node Event", res, err)
+	}
+	evs, err := kubetest.Events(ctx, cs, "shop", "Pod", "hider", live.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 || evs[0].Reason != events.UnknownReason || evs[0].Type != corev1.EventTypeWarning || evs[0].Message != events.UnknownNote(rec, res.Owner) {
+		t.Fatalf("events on the pod: %+v, want one %s Warning with the unknown note", evs, events.UnknownReason)
+	}
+}

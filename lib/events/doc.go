@@ -1,8 +1,11 @@
 // Package events turns findings into Kubernetes Events.
 //
-// It takes a findings.Record and a Kubernetes client and gives one
-// events.k8s.io/v1 Event on the live Pod (reason IPTablesUsageObserved, type
-// Warning), plus optionally a summary Event on the Node.
+// It takes a findings.Record and a Kubernetes client and gives, by the
+// record's state: present, one events.k8s.io/v1 Event on the live Pod
+// (reason IPTablesUsageObserved, type Warning), plus optionally a summary
+// Event on the Node; unknown, one Event on the live Pod (reason
+// IPTablesUsageUnknown, type Warning) saying the inspection could not
+// finish and why; gone, none.
 //
 // Invariants:
 //   - An Event's name is derived from the finding alone (fingerprint,

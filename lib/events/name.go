@@ -17,8 +17,14 @@ const maxName = 253
 
 // PodEventName is the name of the Event for a record: the same finding in
 // the same sandbox of the same pod always gets the same name, so replaying
-// the findings file cannot double an Event.
+// the findings file cannot double an Event. A state other than present is
+// part of the name, so a usage Event is never answered AlreadyExists by
+// the unknown one of the same fingerprint; a present one's name is what it
+// was before states, so a replay after an upgrade doubles nothing.
 func PodEventName(rec findings.Record) string {
+	if st := rec.KnownState(); st != findings.StatePresent {
+		return eventName(rec.Pod.Name, rec.Fingerprint, rec.SandboxID, rec.Pod.UID, string(st))
+	}
 	return eventName(rec.Pod.Name, rec.Fingerprint, rec.SandboxID, rec.Pod.UID)
 }
 

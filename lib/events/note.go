@@ -20,6 +20,24 @@ const deprecation = "This pod created iptables rules in its network namespace. "
 
 const examplesHeading = "Example iptables rules seen in this pod:"
 
+// unknownHead opens the note of an unknown record: what happened and what
+// it means, in plain words.
+const unknownHead = "The check of this pod's network namespace for iptables rules could not finish, so whether the pod uses iptables is unknown. " +
+	"Unknown is not clean: a pod can hide rules this way, for example by keeping the kernel's x_tables lock busy."
+
+// unknownTail says what to do about it.
+const unknownTail = "It is checked again with the next scan of the pod; to look now, run `iptables-alerter scan` on the node."
+
+// plainWhy puts an inspection error in plain words, by the text of the
+// error class it wraps (lib/inspect's; the forwarder does not link the
+// inspection, and a test keeps the two in step). The first match wins.
+var plainWhy = []struct{ class, words string }{
+	{"legacy x_tables busy", "the kernel's x_tables lock, which every pod on the node shares, stayed busy, so the legacy iptables tables could not be read"},
+	{"inspection deadline reached", "the check ran out of time"},
+	{"too many chains", "the namespace holds more chains than the check reads"},
+	{"nftables dump incomplete", "the kernel could not list every rule (one is too big to list)"},
+}
+
 // maxVendorLine bounds one vendor's line, so two vendors' hints and some
 // examples still fit.
 const maxVendorLine = 300
@@ -60,6 +78,40 @@ func Note(rec findings.Record, o owner.Owner) string {
 	}
 	// Cut only matters when the heading leaves no room for the count line.
 	return safetext.Cut(head+exampleLines(rec.Examples, NoteLimit-len(head)), NoteLimit)
+}
+
+// UnknownNote renders the note of a record whose state is unknown: that
+// the inspection could not finish, why (the record's error, escaped), the
+// owning workload (zero Owner: not known), the container and what to do.
+func UnknownNote(rec findings.Record, o owner.Owner) string {
+	var b strings.Builder
+	b.WriteString(unknownHead + "\n")
+	why := ""
+	for _, p := range plainWhy {
+		if strings.Contains(rec.Error, p.class) {
+			why = p.words
+			break
+		}
+	}
+	switch {
+	case why == "" && rec.Error == "":
+		// Truncated alone: Encode or the inspection hit a size bound.
+		why = "a size bound was reached"
+	case why == "":
+		why = "the check failed"
+	}
+	if rec.Error != "" {
+		why += " (" + safetext.Display(rec.Error) + ")"
+	}
+	b.WriteString("Why: " + why + ".")
+	if o.Kind != "" {
+		b.WriteString(" Owner: " + safetext.Display(o.Kind) + " " + safetext.Display(rec.Pod.Namespace) + "/" + safetext.Display(o.Name) + ".")
+	}
+	if rec.Container != "" {
+		b.WriteString(" Container: " + safetext.Display(rec.Container) + ".")
+	}
+	b.WriteString("\n" + unknownTail)
+	return safetext.Cut(b.String(), NoteLimit)
 }
 
 // exampleLines are the example rules, breaking ones first, each on its own

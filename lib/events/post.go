@@ -24,6 +24,10 @@ const (
 	// existing searches and alerts on them keep working.
 	Reason = "IPTablesUsageObserved"
 	Action = "IPTablesUsageObserved"
+	// UnknownReason is the reason of the Event for a record whose state is
+	// unknown: the inspection could not finish and saw no usage. It is not
+	// Reason, so searches for usage do not count it, and alerts can.
+	UnknownReason = "IPTablesUsageUnknown"
 	// Controller names us as the reporter; it must be a qualified name.
 	Controller = "iptables-alerter.io/forward"
 	// MirrorAnnotation on a mirror pod holds the static pod's UID as the
@@ -53,8 +57,8 @@ const (
 	Duplicate Outcome = "duplicate"
 	// PodGone: no pod with that name, or it is another pod now.
 	PodGone Outcome = "pod_gone"
-	// NoPod: the record names no pod, or no usage, so there is nothing to
-	// tell anyone about.
+	// NoPod: the record names no pod, or its state is gone (the usage is
+	// no longer there), so there is nothing to tell anyone about.
 	NoPod Outcome = "no_pod"
 	// Rejected: the API refused the Event for good (see Retryable).
 	Rejected Outcome = "rejected"
@@ -95,12 +99,16 @@ func New(client kubernetes.Interface, node string, nodeEvent bool) *Poster {
 	return &Poster{client: client, owners: owner.New(client), node: node, nodeEvent: nodeEvent, now: time.Now}
 }
 
-// Post delivers the Events for rec. A non-nil error is always retryable:
+// Post delivers the Events for rec, by its state: present, the usage
+// Event (Reason); unknown, an Event saying the inspection could not finish
+// (UnknownReason), without the node summary, which says the pod created
+// rules; gone, none (NoPod): the Events already posted stay, as Events do,
+// and expire with the API's event TTL. A non-nil error is always retryable:
 // the caller keeps rec and calls Post again with it later. Everything
 // final, including a rejection, comes back as a Result with a nil error.
 func (p *Poster) Post(ctx context.Context, rec findings.Record) (Result, error) {
 	res, err := p.postPod(ctx, rec)
-	if err != nil || !p.nodeEvent || res.Outcome == NoPod {
+	if err != nil || !p.nodeEvent || res.Outcome == NoPod || rec.State == findings.StateUnknown {
 		return res, err
 	}
 	// The node summary is posted even when the pod is gone: the node did
@@ -117,8 +125,13 @@ func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, erro
 	if rec.Pod.Namespace == "" || rec.Pod.Name == "" || rec.Pod.UID == "" {
 		return Result{Outcome: NoPod, Why: errors.New("record names no pod")}, nil
 	}
-	if !rec.HasUsage() {
-		return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil
+	switch rec.KnownState() {
+	case findings.StateGone:
+		return Result{Outcome: NoPod, Why: errors.New("usage gone: no Event for it, the earlier ones stay")}, nil
+	case findings.StatePresent:
+		if !rec.HasUsage() {
+			return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil
+		}
 	}
 	// client-go refuses such names before sending anything, with an error
 	// that looks like a lost connection: it would be retried forever and
@@ -184,6 +197,9 @@ func (p *Poster) podEvent(rec findings.Record, pod *corev1.Pod, name string, o o
 		UID:        pod.UID,
 	}
 	ev.Note = Note(rec, o)
+	if rec.KnownState() == findings.StateUnknown {
+		ev.Reason, ev.Note = UnknownReason, UnknownNote(rec, o)
+	}
 	return ev
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -36,8 +37,13 @@ func TestPostFake(t *testing.T) {
 	rec.Time = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	noPod := rec
 	noPod.Pod = findings.Pod{}
+	// A line without usage and without a state is read as unknown.
 	noUsage := rec
-	noUsage.Nft = findings.Nft{}
+	noUsage.Nft, noUsage.Truncated, noUsage.Error = findings.Nft{}, true, "legacy x_tables busy"
+	gone := rec
+	gone.Nft, gone.Examples, gone.State = findings.Nft{}, nil, findings.StateGone
+	presentNoCounts := noUsage
+	presentNoCounts.State = findings.StatePresent
 	events := schema.GroupResource{Group: "events.k8s.io", Resource: "events"}
 	fail := func(verb, resource string, err error) func(*fake.Clientset) {
 		return func(cs *fake.Clientset) {
@@ -62,7 +68,9 @@ func TestPostFake(t *testing.T) {
 		{name: "mirror of another config", pod: livePod("mirror-uid", map[string]string{MirrorAnnotation: "other-hash"}), rec: rec, want: PodGone},
 		{name: "pod gone", rec: rec, want: PodGone},
 		{name: "record without pod", pod: livePod(rec.Pod.UID, nil), rec: noPod, want: NoPod},
-		{name: "record without usage", pod: livePod(rec.Pod.UID, nil), rec: noUsage, want: NoPod},
+		{name: "record without usage: unknown", pod: livePod(rec.Pod.UID, nil), rec: noUsage, want: Created, wantUID: types.UID(rec.Pod.UID), wantEvents: 1},
+		{name: "usage gone", pod: livePod(rec.Pod.UID, nil), rec: gone, want: NoPod},
+		{name: "present without counts", pod: livePod(rec.Pod.UID, nil), rec: presentNoCounts, want: NoPod},
 		{name: "api unavailable on create", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewServiceUnavailable("down")), wantRetry: true},
 		{name: "throttled on get", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("get", "pods", apierrors.NewTooManyRequests("slow", 1)), wantRetry: true},
 		{name: "rbac missing", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewForbidden(events, "x", errors.New("rbac"))), wantRetry: true},
@@ -165,5 +173,73 @@ func TestPodEventFields(t *testing.T) {
 	res, err = p.Post(context.Background(), rec2)
 	if err != nil || res.Outcome != Created || res.Node != Duplicate {
 		t.Errorf("second Post = %+v, %v; want pod created, node duplicate", res, err)
+	}
+}
+
+// TestUnknownEvent: a record whose inspection could not finish gets its
+// own Warning, reason UnknownReason, saying so and why in plain words,
+// under a name of its own (the usage Event that may follow is another);
+// the node summary, which says the pod created rules, is not posted.
+func TestUnknownEvent(t *testing.T) {
+	rec := sampleRecord()
+	rec.Nft, rec.Examples, rec.Truncated = findings.Nft{}, nil, true
+	rec.Error = "inspect legacy: legacy x_tables busy: probe did not answer"
+	rec.State = findings.StateUnknown
+	cs := fake.NewClientset(livePod(rec.Pod.UID, nil))
+	p := New(cs, "node-a", true)
+	res, err := p.Post(context.Background(), rec)
+	if err != nil || res.Outcome != Created || res.Node != "" {
+		t.Fatalf("Post = %+v, %v; want created, no node Event", res, err)
+	}
+	got, err := cs.EventsV1().Events("shop").Get(context.Background(), PodEventName(rec), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Reason != UnknownReason || got.Type != corev1.EventTypeWarning || got.Regarding.Name != "cart-7d9f" {
+		t.Errorf("event: reason %q type %q regarding %+v", got.Reason, got.Type, got.Regarding)
+	}
+	for _, want := range []string{"could not finish", "x_tables lock", "(inspect legacy: legacy x_tables busy: probe did not answer)", "Container: istio-init", "iptables-alerter scan"} {
+		if !strings.Contains(got.Note, want) {
+			t.Errorf("note lacks %q:\n%s", want, got.Note)
+		}
+	}
+	if s := got.Annotations[SummaryAnnotation]; !strings.Contains(s, `"state":"unknown"`) || !strings.Contains(s, "legacy x_tables busy") {
+		t.Errorf("summary annotation %s, want the state and the error", s)
+	}
+	if again, err := p.Post(context.Background(), rec); err != nil || again.Outcome != Duplicate {
+		t.Errorf("replay = %+v, %v; want duplicate", again, err)
+	}
+	present := sampleRecord()
+	present.SandboxID = rec.SandboxID
+	if PodEventName(present) == PodEventName(rec) {
+		t.Errorf("the unknown and the usage Event share the name %s", PodEventName(rec))
+	}
+	if l, _ := cs.EventsV1().Events(NodeEventNamespace).List(context.Background(), metav1.ListOptions{}); len(l.Items) != 0 {
+		t.Errorf("node Events for an unknown record: %d", len(l.Items))
+	}
+}
+
+// TestPlainWhy: the plain words follow lib/inspect's error classes by
+// their text; a renamed class must fail here, not lose its words.
+func TestPlainWhy(t *testing.T) {
+	for _, err := range []error{inspect.ErrLegacyBusy, inspect.ErrDeadline, inspect.ErrTooMany, inspect.ErrIncomplete} {
+		n := 0
+		for _, p := range plainWhy {
+			if strings.Contains(err.Error(), p.class) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%q matches %d plain-word classes, want 1", err, n)
+		}
+	}
+	for _, tc := range []struct{ err, want string }{
+		{"", "Why: a size bound was reached."},
+		{"list chains: EPERM", "Why: the check failed (list chains: EPERM)."},
+		{"list rules: inspection deadline reached", "Why: the check ran out of time (list rules: inspection deadline reached)."},
+	} {
+		if got := UnknownNote(findings.Record{Error: tc.err, Truncated: true}, owner.Owner{}); !strings.Contains(got, tc.want) {
+			t.Errorf("error %q: note\n%s\nlacks %q", tc.err, got, tc.want)
+		}
 	}
 }

@@ -16,7 +16,12 @@ type Summary struct {
 	Node  string      `json:"node"`
 	Owner owner.Owner `json:"owner"`
 	// Pod is the record's pod; the Event's regarding names the live one.
-	Pod      findings.Pod       `json:"pod"`
+	Pod findings.Pod `json:"pod"`
+	// State is the record's; Error says why when it is unknown. Summaries
+	// of forwarders before the field have neither: their Events are all
+	// of usage (Reason).
+	State    findings.State     `json:"state"`
+	Error    string             `json:"error"`
 	Impact   findings.Impact    `json:"impact"`
 	Worst    string             `json:"worst"`
 	Vendors  []findings.Vendor  `json:"vendors"`
@@ -28,7 +33,7 @@ func SummaryOf(rec findings.Record, node string, o owner.Owner) Summary {
 	if rec.Node != "" {
 		node = rec.Node
 	}
-	return Summary{Node: node, Owner: o, Pod: rec.Pod, Impact: rec.Levels(), Worst: rec.WorstLevel(),
+	return Summary{Node: node, Owner: o, Pod: rec.Pod, State: rec.KnownState(), Error: rec.Error, Impact: rec.Levels(), Worst: rec.WorstLevel(),
 		Vendors: rec.Vendors, Examples: rec.Examples}
 }
 

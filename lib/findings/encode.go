@@ -31,10 +31,12 @@ const (
 // Strings and lists over their bounds are cut; when the line is still too
 // long, examples, then allowlist entries, then table names, then vendors are
 // dropped from the end, and last every string is cut short; Truncated is then
-// set. A Worst or an example's Impact that is not one of ImpactLevels
+// set. An empty or unknown State becomes KnownState's. A Worst or an
+// example's Impact that is not one of ImpactLevels
 // becomes "".
 func Encode(rec Record) ([]byte, error) {
 	rec.Schema = Schema
+	rec.State = rec.KnownState()
 	for _, p := range rec.stringFields() {
 		*p = safetext.Cut(*p, maxField)
 	}

@@ -7,7 +7,9 @@ import (
 
 // Parse decodes one line of the findings file. It rejects other schemas and
 // records without the ids consumers key on, so a malformed line is one error
-// the consumer can count and skip.
+// the consumer can count and skip. A line without a state (written before
+// the field existed) or with a state this reader does not know gets
+// KnownState's, so consumers can switch on State alone.
 func Parse(line []byte) (Record, error) {
 	var r Record
 	if err := json.Unmarshal(line, &r); err != nil {
@@ -19,5 +21,6 @@ func Parse(line []byte) (Record, error) {
 	if r.Fingerprint == "" {
 		return Record{}, fmt.Errorf("decode finding: no fingerprint")
 	}
+	r.State = r.KnownState()
 	return r, nil
 }

@@ -3,6 +3,10 @@ package findings
 import "time"
 
 // Schema names the record layout; consumers refuse records of another schema.
+// Within a schema fields are only ever added: a reader ignores the fields it
+// does not know (encoding/json does), and a newer reader gives those an older
+// writer left out their old meaning (KnownState). A new schema would make
+// every older consumer skip every line.
 const Schema = "iptables-alerter/v1"
 
 // Record is one line of the findings file. Every field is always present in
@@ -19,8 +23,11 @@ type Record struct {
 	Container   string    `json:"container"`
 	Image       string    `json:"image"`
 	Netns       string    `json:"netns"`
-	Nft         Nft       `json:"nft"`
-	Legacy      Legacy    `json:"legacy"`
+	// State says what the record tells of the pod's usage: present, gone
+	// or unknown (see State). Consumers act on it, never on the counts.
+	State  State  `json:"state"`
+	Nft    Nft    `json:"nft"`
+	Legacy Legacy `json:"legacy"`
 	// Allowlisted counts the rules subtracted by the allowlist.
 	Allowlisted      int       `json:"allowlisted"`
 	AllowlistEntries []string  `json:"allowlist_entries"`
@@ -39,6 +46,41 @@ type Record struct {
 	// the counts are a lower bound.
 	Truncated bool   `json:"truncated"`
 	Error     string `json:"error"`
+}
+
+// State is what a record says of its pod's iptables usage.
+type State string
+
+const (
+	// StatePresent: usage was seen (counts, examples); with Truncated
+	// they are a lower bound.
+	StatePresent State = "present"
+	// StateGone: usage recorded earlier is no longer there; consumers
+	// clear the pod's result and metrics. The record holds no usage.
+	StateGone State = "gone"
+	// StateUnknown: the inspection could not finish and saw no usage, so
+	// whether the pod uses iptables is not known (Error says why,
+	// Truncated is set). Consumers show it as an error, never as clean.
+	StateUnknown State = "unknown"
+)
+
+// States lists the values in the order the README gives them.
+var States = []State{StatePresent, StateGone, StateUnknown}
+
+// KnownState is the record's State when it is one of States; otherwise,
+// for a line written before the field existed (or a value this reader does
+// not know), what such a line meant: a record with usage is present, one
+// without was only ever written for an inspection that could not finish,
+// so unknown. Never gone: only a writer that knows the field says gone.
+func (r Record) KnownState() State {
+	switch r.State {
+	case StatePresent, StateGone, StateUnknown:
+		return r.State
+	}
+	if r.HasUsage() {
+		return StatePresent
+	}
+	return StateUnknown
 }
 
 // Pod identifies the pod as the kubelet labelled its containers.

@@ -51,6 +51,9 @@ type seenEntry struct {
 	Key         string `json:"key"`
 	Netns       string `json:"netns"`
 	Fingerprint string `json:"fingerprint"`
+	// State is the last recorded finding's; "" in entries written before
+	// it was kept, which only ever held findings with usage.
+	State State `json:"state"`
 	// Since starts the current interval; Count findings were written in it.
 	Since time.Time `json:"since"`
 	Count int       `json:"count"`
@@ -78,14 +81,28 @@ const (
 // better than a lost one.
 var ErrNoMemory = errors.New("per-sandbox memory not usable")
 
-// Record calls write unless the sandbox's last recorded fingerprint is the
-// same or the sandbox is over its limit, and remembers the fingerprint when
-// write succeeds. The entry stays locked throughout, so two containers of
-// one pod starting together give one finding. When the memory cannot be
+// Record is RecordFinding for a finding with usage (StatePresent) known by
+// its netns and fingerprint alone.
+func (s Seen) Record(ctx context.Context, key, netns, fingerprint string, write func() error) (Outcome, error) {
+	return s.RecordFinding(ctx, key, Record{Netns: netns, Fingerprint: fingerprint, State: StatePresent}, write)
+}
+
+// RecordFinding calls write unless the sandbox's last recorded finding has
+// the same fingerprint and state or the sandbox is over its limit, and
+// remembers both when write succeeds. The state is compared too: an
+// unknown or gone record never passes for, and then skips, the finding that
+// follows it. One crossing of the limit is allowed: a present finding after
+// an unknown one is written even then, so a pod that makes its inspections
+// fail until the limit is reached cannot leave "unknown" as the last word on
+// usage that is there; it is bounded, the unknown ones being limited.
+//
+// The entry stays locked throughout, so two containers of one pod starting
+// together give one finding. When the memory cannot be
 // used, write is called anyway and the error, wrapping ErrNoMemory, comes
 // back with Recorded. A write error wrapping ErrNotRotated counts as
 // recorded.
-func (s Seen) Record(ctx context.Context, key, netns, fingerprint string, write func() error) (Outcome, error) {
+func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, write func() error) (Outcome, error) {
+	state := rec.KnownState()
 	d, f, err := s.open(key)
 	if err != nil {
 		werr := write()
@@ -104,7 +121,10 @@ func (s Seen) Record(ctx context.Context, key, netns, fingerprint string, write 
 		// A damaged entry is forgotten: at worst one finding is repeated.
 		_ = json.Unmarshal(data, &old)
 	}
-	if old.Fingerprint == fingerprint {
+	if old.State == "" {
+		old.State = StatePresent
+	}
+	if old.Fingerprint == rec.Fingerprint && old.State == state {
 		return Same, nil
 	}
 	now := s.now()
@@ -115,14 +135,14 @@ func (s Seen) Record(ctx context.Context, key, netns, fingerprint string, write 
 	if now.Sub(old.Since) >= interval || now.Before(old.Since) {
 		old.Since, old.Count = now, 0
 	}
-	if old.Count >= limit {
+	if old.Count >= limit && (state != StatePresent || old.State != StateUnknown) {
 		return Limited, nil
 	}
 	werr := write()
 	if werr != nil && !errors.Is(werr, ErrNotRotated) {
 		return Failed, werr
 	}
-	data, _ := json.Marshal(seenEntry{Key: key, Netns: netns, Fingerprint: fingerprint, Since: old.Since, Count: old.Count + 1})
+	data, _ := json.Marshal(seenEntry{Key: key, Netns: rec.Netns, Fingerprint: rec.Fingerprint, State: state, Since: old.Since, Count: old.Count + 1})
 	if err := f.Truncate(0); err != nil {
 		return Recorded, errors.Join(werr, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err))
 	}

@@ -4,8 +4,11 @@
 // marks what an expectations file says is expected, and renders a table,
 // Markdown, JSON or JUnit XML with a verdict for CI.
 //
-// Data flows one way: inputs give Items (one per finding), Group folds
-// Items into Groups (one per namespace and owner), Verdict judges Groups by
+// Data flows one way: inputs give Items (one per finding, with its state),
+// Settle keeps what they still say of each pod (gone takes the pod's earlier
+// usage away; usage seen beats an unknown look), Group folds Items into
+// Groups (one per namespace, owner and state: a workload's pods whose
+// inspection could not finish are a row of their own, status error), Verdict judges Groups by
 // the --fail-on mode, and the writers render them. Everything read is
 // treated as hostile text: lines and Events are bounded, and every writer
 // escapes what it prints for its format.

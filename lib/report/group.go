@@ -3,6 +3,7 @@ package report
 import (
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
@@ -36,6 +37,11 @@ type Group struct {
 	Reasons  []string `json:"reasons"`
 	// Fails is the verdict under the --fail-on mode.
 	Fails bool `json:"fails"`
+	// State is present for usage, unknown for pods of the workload whose
+	// inspection could not finish without any usage known: their own
+	// group (status error), never expected, Error the first one's why.
+	State findings.State `json:"state"`
+	Error string         `json:"error"`
 }
 
 // VendorNames names the group's vendors, "unknown" for none.
@@ -63,21 +69,26 @@ func (g Group) Hint() (hint, doc string) {
 	return "", ""
 }
 
-// GroupItems folds items by namespace and owner, judging each against the
-// expectations. Groups come worst first, then by namespace and owner.
+// GroupItems folds items by namespace, owner and state, judging each
+// against the expectations, after Settle. Groups come worst first, then by
+// namespace and owner; unknown groups last.
 func GroupItems(items []Item, exps []Expectation) []Group {
-	type key struct{ ns, kind, name string }
+	items = Settle(items)
+	type key struct {
+		ns, kind, name string
+		state          findings.State
+	}
 	idx := map[key]int{}
 	var gs []Group
 	type sets struct{ pods, nodes, reasons, vendors map[string]bool }
 	var ss []sets
 	for _, it := range items {
-		k := key{it.Namespace, it.Owner.Kind, it.Owner.Name}
+		k := key{it.Namespace, it.Owner.Kind, it.Owner.Name, it.State}
 		i, ok := idx[k]
 		if !ok {
 			i = len(gs)
 			idx[k] = i
-			gs = append(gs, Group{Namespace: it.Namespace, Owner: it.Owner, Worst: it.Worst, Expected: true,
+			gs = append(gs, Group{Namespace: it.Namespace, Owner: it.Owner, Worst: it.Worst, Expected: true, State: it.State,
 				Pods: []string{}, Nodes: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}})
 			ss = append(ss, sets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
 		}
@@ -104,7 +115,11 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 				g.Example, g.ExampleImpact = "", ""
 			}
 		}
-		if r := Expect(exps, it); r != "" {
+		if g.Error == "" {
+			g.Error = it.Error
+		}
+		// An expectation names usage: an unknown look matches none.
+		if r := Expect(exps, it); r != "" && it.State != findings.StateUnknown {
 			add(&g.Reasons, s.reasons, r)
 		} else {
 			g.Expected = false
@@ -118,6 +133,9 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 		sort.Strings(gs[i].Nodes)
 	}
 	sort.SliceStable(gs, func(a, b int) bool {
+		if ua, ub := gs[a].State == findings.StateUnknown, gs[b].State == findings.StateUnknown; ua != ub {
+			return ub
+		}
 		ra, rb := findings.ImpactRank(gs[a].Worst), findings.ImpactRank(gs[b].Worst)
 		if ra != rb {
 			return ra < rb
@@ -128,6 +146,44 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 		return gs[a].Owner.String() < gs[b].Owner.String()
 	})
 	return gs
+}
+
+// Settle keeps what the items still say of each pod (by namespace and UID,
+// or name when the UID is not known): a gone item takes away the pod's
+// items up to its time, and itself; an unknown item is dropped when the
+// pod has a present one, which says more. Order is kept.
+func Settle(items []Item) []Item {
+	type podKey struct{ ns, id string }
+	keyOf := func(it Item) podKey {
+		if it.PodUID != "" {
+			return podKey{it.Namespace, it.PodUID}
+		}
+		return podKey{it.Namespace, "name:" + it.Pod}
+	}
+	gone := map[podKey]time.Time{}
+	for _, it := range items {
+		if k := keyOf(it); it.State == findings.StateGone && !it.Time.Before(gone[k]) {
+			gone[k] = it.Time
+		}
+	}
+	var kept []Item
+	present := map[podKey]bool{}
+	for _, it := range items {
+		k := keyOf(it)
+		if t, ok := gone[k]; it.State == findings.StateGone || ok && !it.Time.After(t) {
+			continue
+		}
+		present[k] = present[k] || it.State == findings.StatePresent
+		kept = append(kept, it)
+	}
+	out := kept[:0]
+	for _, it := range kept {
+		if it.State == findings.StateUnknown && present[keyOf(it)] {
+			continue
+		}
+		out = append(out, it)
+	}
+	return out
 }
 
 // exampleAt picks the first example at level, else the first at the
@@ -185,7 +241,8 @@ var FailModes = []string{FailNever, FailUnexpected, FailBreaks}
 
 // Judge sets each group's Fails by mode and reports whether any fails.
 // Under FailBreaks an unclassified group fails too: an impact not known is
-// not known to be safe.
+// not known to be safe; so does an unknown group, under either mode (it is
+// never expected).
 func Judge(gs []Group, mode string) bool {
 	any := false
 	for i := range gs {
@@ -194,7 +251,7 @@ func Judge(gs []Group, mode string) bool {
 		case FailUnexpected:
 			g.Fails = !g.Expected
 		case FailBreaks:
-			g.Fails = !g.Expected && (findings.Breaks(g.Worst) || g.Worst == "")
+			g.Fails = !g.Expected && (findings.Breaks(g.Worst) || g.Worst == "" || g.State == findings.StateUnknown)
 		default:
 			g.Fails = false
 		}

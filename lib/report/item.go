@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,6 +39,13 @@ type Item struct {
 	Examples []findings.Example `json:"examples"`
 	// Source names where the item came from: a file or "events".
 	Source string `json:"source"`
+	// State is the finding's (findings.State): present items are usage,
+	// unknown ones an inspection that could not finish (Error says why),
+	// gone ones clear the pod's earlier items (GroupItems). Time orders
+	// them; zero for an Event.
+	State findings.State `json:"state"`
+	Error string         `json:"error"`
+	Time  time.Time      `json:"time"`
 }
 
 // maxLine bounds a findings line read back; the hook writes at most
@@ -48,11 +56,10 @@ const maxLine = 16 * findings.MaxRecordBytes
 type Skipped struct {
 	// Malformed lines or Events (not JSON, another schema, over the bound).
 	Malformed int `json:"malformed"`
-	// NoUsage counts records without usage (an inspection error only).
-	NoUsage int `json:"no_usage"`
 }
 
-// ReadFindings reads a findings file: one Item per record with usage.
+// ReadFindings reads a findings file: one Item per record, whatever its
+// state (a record without usage, before states, is read as unknown).
 func ReadFindings(path string, sk *Skipped) ([]Item, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -68,8 +75,6 @@ func ReadFindings(path string, sk *Skipped) ([]Item, error) {
 			switch {
 			case perr != nil:
 				sk.Malformed++
-			case !rec.HasUsage():
-				sk.NoUsage++
 			default:
 				items = append(items, itemOf(rec, path))
 			}
@@ -114,7 +119,7 @@ func itemOf(rec findings.Record, source string) Item {
 		Namespace: rec.Pod.Namespace, Pod: rec.Pod.Name, PodUID: rec.Pod.UID, Node: rec.Node,
 		Owner:  owner.Bare(rec.Pod.Name),
 		Impact: rec.Levels(), Worst: rec.WorstLevel(), Vendors: rec.Vendors, Examples: rec.Examples,
-		Source: source,
+		Source: source, State: rec.KnownState(), Error: rec.Error, Time: rec.Time,
 	}
 }
 
@@ -193,10 +198,26 @@ func ReadEvents(r io.Reader, source string, sk *Skipped) ([]Item, error) {
 	return items, nil
 }
 
-// ClusterEvents lists the live cluster's Events of ours, page by page.
+// reasons are the reasons of our pod Events, and the state each stands for.
+var reasons = map[string]findings.State{events.Reason: findings.StatePresent, events.UnknownReason: findings.StateUnknown}
+
+// ClusterEvents lists the live cluster's Events of ours, page by page, one
+// reason after the other (a field selector holds no "or").
 func ClusterEvents(ctx context.Context, client kubernetes.Interface, sk *Skipped) ([]Item, error) {
 	var items []Item
-	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("reason", events.Reason).String(), Limit: 500}
+	for _, reason := range []string{events.Reason, events.UnknownReason} {
+		its, err := clusterEvents(ctx, client, reason, sk)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, its...)
+	}
+	return items, nil
+}
+
+func clusterEvents(ctx context.Context, client kubernetes.Interface, reason string, sk *Skipped) ([]Item, error) {
+	var items []Item
+	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("reason", reason).String(), Limit: 500}
 	for {
 		l, err := client.CoreV1().Events(metav1.NamespaceAll).List(ctx, opts)
 		if err != nil {
@@ -230,14 +251,15 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 	if obj.Kind == "" {
 		obj = ev.InvolvedObject
 	}
-	if ev.Reason != events.Reason || controller != events.Controller || obj.Kind != "Pod" {
+	state, ours := reasons[ev.Reason]
+	if !ours || controller != events.Controller || obj.Kind != "Pod" {
 		return Item{}, false
 	}
 	ns := obj.Namespace
 	if ns == "" {
 		ns = ev.Metadata.Namespace
 	}
-	it := Item{Namespace: ns, Pod: obj.Name, PodUID: string(obj.UID), Node: ev.ReportingInstance, Owner: owner.Bare(obj.Name), Source: source}
+	it := Item{Namespace: ns, Pod: obj.Name, PodUID: string(obj.UID), Node: ev.ReportingInstance, Owner: owner.Bare(obj.Name), Source: source, State: state}
 	raw, ok := ev.Metadata.Annotations[events.SummaryAnnotation]
 	if !ok {
 		// An Event of an older forwarder: the pod is known, nothing more.
@@ -255,6 +277,10 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 		it.Node = s.Node
 	}
 	it.Impact, it.Worst, it.Vendors, it.Examples = s.Impact, s.Worst, s.Vendors, s.Examples
+	// The reason says the state; the summary only adds why.
+	if state == findings.StateUnknown {
+		it.Error = s.Error
+	}
 	return it, true
 }
 

@@ -45,6 +45,8 @@ func Write(w io.Writer, r Report, format string) error {
 
 func status(g Group) string {
 	switch {
+	case g.State == findings.StateUnknown:
+		return "error"
 	case g.Expected:
 		return "expected"
 	case g.Fails:
@@ -71,6 +73,9 @@ func columns(g Group, esc func(string) string) []string {
 	example := g.Example
 	if g.ExampleImpact != "" && g.ExampleImpact != g.Worst {
 		example = "(" + g.ExampleImpact + ") " + example
+	}
+	if g.State == findings.StateUnknown {
+		worst, example = "unknown", unknownWords(g)
 	}
 	return []string{
 		status(g),
@@ -123,15 +128,30 @@ func writeMarkdown(w io.Writer, r Report) error {
 	return err
 }
 
+// unknownWords say what an unknown group is, with the first error.
+func unknownWords(g Group) string {
+	s := "the inspection could not finish: whether it uses iptables is unknown"
+	if g.Error != "" {
+		s += " (" + g.Error + ")"
+	}
+	return s
+}
+
 // summary is the closing paragraph: counts per level, the verdict, the
 // levels' meaning and what was skipped.
 func summary(r Report) string {
 	per := map[string]int{}
-	unexpected, failing := 0, 0
+	using, unknown, unexpected, failing := 0, 0, 0, 0
 	for _, g := range r.Groups {
-		per[g.Worst]++
-		if !g.Expected {
+		switch {
+		case g.State == findings.StateUnknown:
+			unknown++
+		case !g.Expected:
 			unexpected++
+			fallthrough
+		default:
+			using++
+			per[g.Worst]++
 		}
 		if g.Fails {
 			failing++
@@ -139,7 +159,8 @@ func summary(r Report) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d workloads using iptables: %d legacy, %d xt, %d native, %d unclassified; %d unexpected",
-		len(r.Groups), per[findings.ImpactLegacy], per[findings.ImpactXt], per[findings.ImpactNative], per[""], unexpected)
+		using, per[findings.ImpactLegacy], per[findings.ImpactXt], per[findings.ImpactNative], per[""], unexpected)
+	// Failing counts unknown groups too: the exit status does.
 	if r.FailOn != FailNever && r.FailOn != "" {
 		fmt.Fprintf(&b, ", %d failing --fail-on %s", failing, r.FailOn)
 	}
@@ -147,8 +168,11 @@ func summary(r Report) string {
 	for _, l := range findings.ImpactLevels {
 		fmt.Fprintf(&b, "\n%s: %s.", l, findings.ImpactWords(l))
 	}
-	if r.Skipped.Malformed > 0 || r.Skipped.NoUsage > 0 {
-		fmt.Fprintf(&b, "\nSkipped: %d malformed lines or events, %d findings without usage (inspection errors only).", r.Skipped.Malformed, r.Skipped.NoUsage)
+	if unknown > 0 {
+		fmt.Fprintf(&b, "\n%d workloads with pods whose inspection could not finish (status error): whether they use iptables is unknown.", unknown)
+	}
+	if r.Skipped.Malformed > 0 {
+		fmt.Fprintf(&b, "\nSkipped: %d malformed lines or events.", r.Skipped.Malformed)
 	}
 	return b.String()
 }
@@ -160,6 +184,7 @@ type junitSuites struct {
 	Name     string       `xml:"name,attr"`
 	Tests    int          `xml:"tests,attr"`
 	Failures int          `xml:"failures,attr"`
+	Errors   int          `xml:"errors,attr"`
 	Skipped  int          `xml:"skipped,attr"`
 	Suites   []junitSuite `xml:"testsuite"`
 }
@@ -180,6 +205,7 @@ type junitCase struct {
 	Time      string        `xml:"time,attr"`
 	Skipped   *junitMessage `xml:"skipped"`
 	Failure   *junitMessage `xml:"failure"`
+	Error     *junitMessage `xml:"error"`
 	SystemOut string        `xml:"system-out,omitempty"`
 }
 
@@ -200,7 +226,14 @@ func writeJUnit(w io.Writer, r Report) error {
 			fmt.Fprintf(&detail, "%s: %s\n", strings.ToLower(header[i]), v)
 		}
 		msg := fmt.Sprintf("%s uses iptables: %s", safetext.Display(g.Owner.String()), findings.ImpactWords(g.Worst))
+		if g.State == findings.StateUnknown {
+			msg = safetext.Display(g.Owner.String() + ": " + unknownWords(g))
+		}
 		switch {
+		case g.State == findings.StateUnknown && g.Fails:
+			// An error, not a failure: the test could not run.
+			c.Error = &junitMessage{Message: msg, Type: "InspectionIncomplete", Text: detail.String()}
+			s.Errors++
 		case g.Expected:
 			c.SystemOut = "expected: " + safetext.Display(strings.Join(g.Reasons, "; ")) + "\n" + detail.String()
 		case g.Fails:
@@ -213,7 +246,7 @@ func writeJUnit(w io.Writer, r Report) error {
 		s.Cases = append(s.Cases, c)
 	}
 	s.Tests = len(s.Cases)
-	out := junitSuites{Name: "iptables-alerter report", Tests: s.Tests, Failures: s.Failures, Skipped: s.Skipped, Suites: []junitSuite{s}}
+	out := junitSuites{Name: "iptables-alerter report", Tests: s.Tests, Failures: s.Failures, Errors: s.Errors, Skipped: s.Skipped, Suites: []junitSuite{s}}
 	if _, err := io.WriteString(w, xml.Header); err != nil {
 		return err
 	}

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -44,6 +46,8 @@ func TestLoadExpectationsRefusesMistakes(t *testing.T) {
 		t.Fatalf("valid file: %v, %d entries", err, len(exps))
 	}
 }
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func item(ns, kind, name, pod, worst string, vendors []string, rules ...string) Item {
 	it := Item{Namespace: ns, Owner: owner.Owner{Kind: kind, Name: name}, Pod: pod, Node: "node-a", Worst: worst}
@@ -198,7 +202,8 @@ func TestReadFindingsGenerations(t *testing.T) {
 			pods = append(pods, it.Pod)
 		}
 	}
-	if strings.Join(pods, ",") != "pa,pb,pc,pd,pe,pf,last" || sk.Malformed != 2 || sk.NoUsage != 1 {
+	// The error-only line (no state: written before states) is unknown.
+	if strings.Join(pods, ",") != "pa,pb,pc,pd,pe,pf,last,err" || sk.Malformed != 2 {
 		t.Errorf("pods %v, skipped %+v", pods, sk)
 	}
 }
@@ -302,8 +307,10 @@ func TestTextGolden(t *testing.T) {
 	db.Impact = findings.Impact{Legacy: 2}
 	db.Examples[0].Impact = findings.ImpactXt
 	old := Item{Namespace: "shop", Owner: owner.Owner{Kind: "Pod", Name: "old-1"}, Pod: "old-1", Node: "node-a"}
+	hider := Item{Namespace: "shop", Owner: owner.Owner{Kind: "Pod", Name: "hider"}, Pod: "hider", Node: "node-a",
+		State: findings.StateUnknown, Error: "inspect legacy tables: legacy x_tables busy"}
 	exps := []Expectation{{Owner: "StatefulSet/db", Reason: "db firewall, rewritten in Q3"}}
-	gs := GroupItems([]Item{mesh, mesh2, db, old}, exps)
+	gs := GroupItems([]Item{mesh, mesh2, db, old, hider}, exps)
 	r := Report{Groups: gs, FailOn: FailUnexpected, Failing: Judge(gs, FailUnexpected), Skipped: Skipped{Malformed: 1}}
 	var b bytes.Buffer
 	if err := Write(&b, r, "text"); err != nil {
@@ -346,5 +353,96 @@ func TestWrap(t *testing.T) {
 		if d := cmp.Diff(tc.want, wrap("> ", "  ", tc.text, 10)); d != "" {
 			t.Errorf("%s (-want +got):\n%s", tc.name, d)
 		}
+	}
+}
+
+// TestStates: an unknown pod is a named row of its own, status error, never
+// expected, failing under either mode; a gone record takes the pod's
+// earlier usage away; usage seen says more than an unknown look.
+func TestStates(t *testing.T) {
+	at := func(it Item, st findings.State, min int, uid string) Item {
+		it.State, it.Time, it.PodUID = st, t0.Add(time.Duration(min)*time.Minute), uid
+		return it
+	}
+	web := item("shop", "Deployment", "web", "web-1", findings.ImpactXt, nil, "-A OUTPUT -j DROP")
+	hider := item("shop", "Deployment", "web", "web-2", "", nil)
+	hider.Error = "legacy x_tables busy"
+	db := item("shop", "StatefulSet", "db", "db-0", findings.ImpactLegacy, nil, "-A INPUT -j DROP")
+	batch := item("ops", "Job", "batch", "batch-1", "", nil)
+	items := []Item{
+		at(web, findings.StatePresent, 0, "u1"),
+		at(hider, findings.StateUnknown, 0, "u2"),
+		at(db, findings.StatePresent, 0, "u3"),
+		at(Item{Namespace: "shop", Pod: "db-0"}, findings.StateGone, 1, "u3"),
+		// Unknown, then usage seen: the usage.
+		at(batch, findings.StateUnknown, 0, "u4"),
+		at(item("ops", "Job", "batch", "batch-1", findings.ImpactNative, nil, "-A X"), findings.StatePresent, 1, "u4"),
+	}
+	exps := []Expectation{{Namespace: "shop", Reason: "all of shop"}}
+	gs := GroupItems(items, exps)
+	var got []string
+	for _, g := range gs {
+		got = append(got, fmt.Sprintf("%s %s %s %s", status(g), g.Owner, strings.Join(g.Pods, ","), g.State))
+	}
+	want := []string{"expected Deployment/web web-1 present", "unexpected Job/batch batch-1 present", "error Deployment/web web-2 unknown"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("groups (-want +got):\n%s", d)
+	}
+	if gs[2].Error != "legacy x_tables busy" {
+		t.Errorf("unknown group error %q", gs[2].Error)
+	}
+	for mode, want := range map[string][]bool{
+		FailNever:      {false, false, false},
+		FailUnexpected: {false, true, true},
+		FailBreaks:     {false, false, true},
+	} {
+		Judge(gs, mode)
+		var got []bool
+		for _, g := range gs {
+			got = append(got, g.Fails)
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("%s: fails (-want +got):\n%s", mode, d)
+		}
+	}
+	// A gone record before new usage leaves the new usage.
+	again := at(db, findings.StatePresent, 2, "u3")
+	if gs := GroupItems(append(items, again), nil); len(gs) != 4 {
+		t.Errorf("usage after gone: %d groups, want 4 (db back)", len(gs))
+	}
+
+	r := Report{Groups: gs, FailOn: FailBreaks, Failing: Judge(gs, FailBreaks)}
+	for _, f := range Formats {
+		var b bytes.Buffer
+		if err := Write(&b, r, f); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		for _, want := range map[string][]string{
+			"text":     {"\nerror ", "web-2", "whether it uses iptables is unknown (legacy x_tables busy)", "1 workloads with pods whose inspection could not finish"},
+			"markdown": {"| error | shop | Deployment/web | web-2 |"},
+			"json":     {`"state": "unknown"`, `"error": "legacy x_tables busy"`},
+			"junit":    {`errors="1"`, `<error message="Deployment/web: the inspection could not finish`, `type="InspectionIncomplete"`},
+		}[f] {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s output lacks %q:\n%s", f, want, out)
+			}
+		}
+	}
+}
+
+// A pod Event of reason UnknownReason is an unknown item, with its why.
+func TestReadEventsUnknown(t *testing.T) {
+	sum := events.Summary{Node: "node-b", Pod: findings.Pod{Namespace: "shop", Name: "hider", UID: "u9"}, State: findings.StateUnknown, Error: "legacy x_tables busy"}
+	doc := map[string]any{"kind": "EventList", "items": []any{
+		map[string]any{"metadata": map[string]any{"namespace": "shop", "annotations": map[string]string{events.SummaryAnnotation: sum.JSON()}},
+			"reason": events.UnknownReason, "reportingComponent": events.Controller, "reportingInstance": "node-b",
+			"involvedObject": map[string]any{"kind": "Pod", "namespace": "shop", "name": "hider", "uid": "u9"}},
+	}}
+	b, _ := json.Marshal(doc)
+	var sk Skipped
+	its, err := ReadEvents(bytes.NewReader(b), "saved", &sk)
+	if err != nil || len(its) != 1 || its[0].State != findings.StateUnknown || its[0].Error != "legacy x_tables busy" || its[0].Pod != "hider" {
+		t.Fatalf("items %+v, %v", its, err)
 	}
 }

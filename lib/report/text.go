@@ -100,6 +100,9 @@ func textDetails(g Group, row []string, widths []int) []string {
 		}
 		detail("rules:    ", s)
 	}
+	if g.State == findings.StateUnknown {
+		detail("error:    ", unknownWords(g))
+	}
 	if g.Expected && len(g.Reasons) > 0 {
 		detail("expected: ", strings.Join(g.Reasons, "; "))
 	}

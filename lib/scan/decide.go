@@ -14,9 +14,9 @@ type Decision struct {
 }
 
 // Decide turns a scan into what to record. Usage left after the allowlist
-// is recorded; so is an incomplete inspection that saw none, with what was
-// counted, truncated and its error: unknown is not clean. Only a complete
-// scan with nothing left is silent.
+// is recorded, state present; so is an incomplete inspection that saw none,
+// state unknown, truncated and with its error: unknown is not clean. Only a
+// complete scan with nothing left is silent.
 func Decide(m Meta, res Result) Decision {
 	if res.Usage.Empty() && res.Complete() {
 		return Decision{Why: "no iptables usage"}

@@ -30,19 +30,20 @@ func TestDecide(t *testing.T) {
 		truncated bool
 		err       string
 		rules     int
+		state     findings.State
 	}{
 		{name: "complete and clean", res: Result{}, record: false},
 		{name: "complete, everything allowlisted", res: Result{Usage: classify.Usage{}, Allowed: allowlist.Result{Count: 3}}, record: false},
-		{name: "complete with usage", res: Result{Usage: usage(2)}, record: true, rules: 2},
-		{name: "usage and a broken allowlist", res: Result{Usage: usage(2), AllowErr: errors.New("bad file")}, record: true, rules: 2},
+		{name: "complete with usage", res: Result{Usage: usage(2)}, record: true, rules: 2, state: findings.StatePresent},
+		{name: "usage and a broken allowlist", res: Result{Usage: usage(2), AllowErr: errors.New("bad file")}, record: true, rules: 2, state: findings.StatePresent},
 		{name: "deadline, nothing seen yet", res: Result{Usage: classify.Usage{Truncated: true}, Err: deadline},
-			record: true, truncated: true, err: deadline.Error()},
+			record: true, truncated: true, err: deadline.Error(), state: findings.StateUnknown},
 		{name: "error without truncated flag, nothing seen", res: Result{Err: errors.New("list chains: EPERM")},
-			record: true, truncated: true, err: "list chains: EPERM"},
+			record: true, truncated: true, err: "list chains: EPERM", state: findings.StateUnknown},
 		{name: "size bound cut the dump, nothing seen", res: Result{Usage: classify.Usage{Truncated: true}},
-			record: true, truncated: true},
+			record: true, truncated: true, state: findings.StateUnknown},
 		{name: "deadline after some usage", res: Result{Usage: func() classify.Usage { u := usage(7); u.Truncated = true; return u }(), Err: deadline},
-			record: true, truncated: true, err: deadline.Error(), rules: 7},
+			record: true, truncated: true, err: deadline.Error(), rules: 7, state: findings.StatePresent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,8 +58,8 @@ func TestDecide(t *testing.T) {
 				return
 			}
 			r := d.Record
-			if r.Truncated != tc.truncated || r.Error != tc.err || r.Nft.Rules != tc.rules {
-				t.Errorf("got truncated=%v error=%q rules=%d, want %v %q %d", r.Truncated, r.Error, r.Nft.Rules, tc.truncated, tc.err, tc.rules)
+			if r.Truncated != tc.truncated || r.Error != tc.err || r.Nft.Rules != tc.rules || r.State != tc.state {
+				t.Errorf("got truncated=%v error=%q rules=%d state=%q, want %v %q %d %q", r.Truncated, r.Error, r.Nft.Rules, r.State, tc.truncated, tc.err, tc.rules, tc.state)
 			}
 			if r.Pod != testMeta.Pod || r.Node != "node-1" || r.Source != "hook" || r.Stage != "poststart" || r.SandboxID != "sb1" ||
 				r.ContainerID != "c1" || r.Container != "app" || r.Image != "img" || r.Netns != "/run/netns/x" || len(r.Fingerprint) != 32 {

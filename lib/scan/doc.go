@@ -7,7 +7,8 @@
 // the scan; it gives a Result, through Decide the record to append (or
 // none), and through Store.Record what the record step did with it. Invariant: an inspection that could not see everything is never
 // reported as clean. Decide always records it, marked truncated with the
-// error, and gives it a fingerprint of its own so that the per-sandbox
+// error, state unknown when it saw no usage (present when it saw some), and
+// gives it a fingerprint of its own so that the per-sandbox
 // memory never takes it for, and then skips, a later complete scan. Read and
 // Run read the netns, Store.Record writes the findings file and the
 // per-sandbox memory; Decide and Build are pure.

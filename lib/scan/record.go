@@ -33,7 +33,8 @@ const MaxName = 64
 // the examples from: rendering costs, and the first rules tell enough.
 const maxExampleCandidates = 64
 
-// Build makes the record of a scan. An incomplete scan's fingerprint is
+// Build makes the record of a scan, State present when it holds usage and
+// unknown otherwise. An incomplete scan's fingerprint is
 // derived from, and differs from, that of the same rules seen completely:
 // the per-sandbox memory compares fingerprints, and must not skip the
 // complete finding that a later scan gives.
@@ -73,6 +74,10 @@ func Build(m Meta, res Result) findings.Record {
 	for i, r := range rules {
 		texts[i] = res.Text(r)
 	}
+	// Usage seen is present, even when the look stopped early (the counts
+	// are then a lower bound); none seen is unknown, as Decide records
+	// only an incomplete look without usage.
+	rec.State = rec.KnownState()
 	rec.Examples = Examples(rules, texts)
 	rec.Vendors = Vendors(res.Vendors, res.Usage, rules, texts)
 	if res.Err != nil {

@@ -30,13 +30,13 @@ type Store struct {
 }
 
 // Record appends rec, keyed by its sandbox, unless the memory already
-// holds its fingerprint or the sandbox wrote its limit; after a recorded
+// holds its fingerprint and state or the sandbox wrote its limit; after a recorded
 // finding it sweeps the memory of stopped sandboxes when due. The error
 // comes with findings.Failed (nothing written) and with findings.Recorded:
 // the line is in the file, but rotation (errors.Is findings.ErrNotRotated),
 // the memory (findings.ErrNoMemory) or its sweep needs attention.
 func (s *Store) Record(ctx context.Context, key string, rec findings.Record) (findings.Outcome, error) {
-	out, err := s.Seen.Record(ctx, key, rec.Netns, rec.Fingerprint, func() error {
+	out, err := s.Seen.RecordFinding(ctx, key, rec, func() error {
 		return s.Log.Append(ctx, rec)
 	})
 	// Only after the line is written: a sweep never delays a finding.

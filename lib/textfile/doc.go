@@ -1,6 +1,10 @@
 // Package textfile turns findings into a node-exporter textfile: the current
 // iptables usage of each pod still on the node, plus counters.
 //
+// The latest finding's state decides a pod's series: present, its rule
+// counts; unknown (the inspection could not finish, no usage seen),
+// iptables_alerter_pod_usage_unknown 1 and no rule series; gone, none.
+//
 // Takes: findings lines (as a follow.Handler); the Collector is the
 // follower's checkpoint store (follow.Store). Gives: FileName in the
 // textfile directory, rewritten atomically (temp file, rename) after each

@@ -28,6 +28,9 @@ var (
 	impactVendorDesc = prometheus.NewDesc("iptables_alerter_flagged_pods_by_impact",
 		"Flagged pods on this node by the worst RHEL 10 impact of their latest finding and by recognised vendor (unknown: none; other: an admin-added vendor); a pod naming two vendors counts under both, a pod whose impact is not classified is left out.",
 		[]string{"impact", "vendor"}, nil)
+	unknownDesc = prometheus.NewDesc("iptables_alerter_pod_usage_unknown",
+		"1 for a pod still on this node whose latest finding has state unknown: the inspection could not finish and saw no iptables usage, so whether the pod uses iptables is not known (it has no rule series).",
+		[]string{"pod_namespace", "pod_name"}, nil)
 	flaggedDesc = prometheus.NewDesc("iptables_alerter_flagged_pods",
 		"Pods on this node whose latest finding shows iptables usage.", nil, nil)
 	findingsDesc = prometheus.NewDesc("iptables_alerter_findings_total",
@@ -46,7 +49,7 @@ type snapshot struct {
 }
 
 func (s snapshot) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{podRulesDesc, podImpactDesc, impactVendorDesc, flaggedDesc, findingsDesc, malformedDesc, lastDesc} {
+	for _, d := range []*prometheus.Desc{podRulesDesc, podImpactDesc, impactVendorDesc, unknownDesc, flaggedDesc, findingsDesc, malformedDesc, lastDesc} {
 		ch <- d
 	}
 }
@@ -56,6 +59,11 @@ func (s snapshot) Collect(ch chan<- prometheus.Metric) {
 	type iv struct{ impact, vendor string }
 	byImpact := map[iv]int{}
 	for _, p := range s.pods {
+		// Unknown is not zero rules: no rule series, the pod's own gauge.
+		if p.State == findings.StateUnknown {
+			ch <- prometheus.MustNewConstMetric(unknownDesc, prometheus.GaugeValue, 1, p.Namespace, p.Name)
+			continue
+		}
 		ch <- prometheus.MustNewConstMetric(podRulesDesc, prometheus.GaugeValue, float64(p.NftRules), p.Namespace, p.Name, "nft")
 		ch <- prometheus.MustNewConstMetric(podRulesDesc, prometheus.GaugeValue, float64(p.LegacyRules), p.Namespace, p.Name, "legacy")
 		for _, l := range findings.ImpactLevels {

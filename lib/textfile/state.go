@@ -22,14 +22,19 @@ const maxState = 64 << 20
 
 // Pod is what the latest finding said about one pod.
 type Pod struct {
-	Namespace   string    `json:"namespace"`
-	Name        string    `json:"name"`
-	UID         string    `json:"uid"`
-	Netns       string    `json:"netns"`
-	NftRules    int       `json:"nft_rules"`
-	LegacyRules int       `json:"legacy_rules"`
-	Flagged     bool      `json:"flagged"`
-	Time        time.Time `json:"time"`
+	Namespace   string `json:"namespace"`
+	Name        string `json:"name"`
+	UID         string `json:"uid"`
+	Netns       string `json:"netns"`
+	NftRules    int    `json:"nft_rules"`
+	LegacyRules int    `json:"legacy_rules"`
+	Flagged     bool   `json:"flagged"`
+	// State is the latest finding's: present is exported with its rules,
+	// unknown as pod_usage_unknown, gone not at all (kept so an older line
+	// read after it cannot bring the usage back). "" in state files from
+	// before the field: Flagged tells present from unknown.
+	State findings.State `json:"state"`
+	Time  time.Time      `json:"time"`
 	// Impact and Worst are the finding's RHEL 10 levels; Vendors its
 	// vendor label values (findings.VendorLabels), bounded.
 	Impact  findings.Impact `json:"impact"`
@@ -72,6 +77,17 @@ func loadState(path string) (State, error) {
 	if s.Pods == nil {
 		s.Pods = map[string]Pod{}
 	}
+	for uid, p := range s.Pods {
+		if p.State == "" {
+			// Before states, a pod without usage was kept for its
+			// inspection error: unknown.
+			p.State = findings.StateUnknown
+			if p.Flagged {
+				p.State = findings.StatePresent
+			}
+			s.Pods[uid] = p
+		}
+	}
 	return s, nil
 }
 
@@ -86,18 +102,20 @@ func saveState(path string, s State) error {
 	return nil
 }
 
-// podOf condenses a record. Flagged means the finding shows usage; a record
-// that only carries an inspection error is kept (the pod is known) but not
+// podOf condenses a record. Flagged means the finding's state is present;
+// a record of state unknown or gone is kept (the pod is known) but not
 // flagged.
 func podOf(r findings.Record) Pod {
+	st := r.KnownState()
 	return Pod{
+		State:       st,
 		Namespace:   r.Pod.Namespace,
 		Name:        r.Pod.Name,
 		UID:         r.Pod.UID,
 		Netns:       r.Netns,
 		NftRules:    r.Nft.Rules,
 		LegacyRules: r.Legacy.Rules,
-		Flagged:     r.HasUsage(),
+		Flagged:     st == findings.StatePresent,
 		Time:        r.Time,
 		Impact:      r.Levels(),
 		Worst:       r.WorstLevel(),

@@ -187,7 +187,7 @@ func (c *Collector) Refresh() (dropped int, err error) {
 	return dropped, c.write()
 }
 
-// Pods returns the pods currently exported, ordered by namespace and name.
+// Pods returns the pods currently exported (present or unknown), ordered by namespace and name.
 func (c *Collector) Pods() []Pod {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -215,10 +215,13 @@ func (c *Collector) prune() int {
 
 // exported picks one pod per namespace/name, the newest, so the textfile
 // never holds two series with the same labels (node-exporter would refuse
-// the whole file).
+// the whole file). A pod whose usage is gone has no series.
 func (c *Collector) exported() []Pod {
 	byName := map[[2]string]Pod{}
 	for _, p := range c.state.Pods {
+		if p.State == findings.StateGone {
+			continue
+		}
 		k := [2]string{p.Namespace, p.Name}
 		if old, ok := byName[k]; !ok || p.Time.After(old.Time) || (p.Time.Equal(old.Time) && p.UID > old.UID) {
 			byName[k] = p

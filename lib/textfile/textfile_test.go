@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -241,7 +242,9 @@ func TestTextfileGolden(t *testing.T) {
 	web.Vendors = []findings.Vendor{{Name: "istio"}, {Name: "linkerd"}}
 	db := rec("team-b", "db-0", "u2", e.netns("b"), 1, 2, t0.Add(1500*time.Millisecond))
 	db.Vendors = []findings.Vendor{{Name: "acme-mesh\n"}}
-	e.append(web, db, rec("team-a", "clean", "u3", e.netns("c"), 0, 0, t0))
+	hider := rec("team-a", "hider", "u3", e.netns("c"), 0, 0, t0)
+	hider.Truncated, hider.Error = true, "inspect legacy tables: legacy x_tables busy"
+	e.append(web, db, hider)
 	e.appendRaw("garbage\n")
 	e.once(t0.Add(time.Minute))
 	golden(t, "two-flagged.prom", e.prom())
@@ -372,7 +375,8 @@ func TestOpenErrors(t *testing.T) {
 func TestStateRoundTrip(t *testing.T) {
 	p := filepath.Join(t.TempDir(), stateFile)
 	s := newState()
-	s.Pods["u1"] = Pod{Namespace: "a", Name: "b", UID: "u1", NftRules: 2, Flagged: true, Time: t0}
+	s.Pods["u1"] = Pod{Namespace: "a", Name: "b", UID: "u1", NftRules: 2, Flagged: true, State: findings.StatePresent, Time: t0}
+	s.Pods["u2"] = Pod{Namespace: "a", Name: "c", UID: "u2", State: findings.StateUnknown, Time: t0}
 	s.Findings, s.Malformed, s.LastFinding = 7, 2, t0
 	s.Checkpoint = follow.Checkpoint{Inode: 5, Offset: 9}
 	if err := saveState(p, s); err != nil {
@@ -433,5 +437,62 @@ func TestLogrotateCopytruncate(t *testing.T) {
 	}
 	if n := len(c.Pods()); n != 155 {
 		t.Errorf("%d pods, want 155", n)
+	}
+}
+
+// TestStates: what each state of a pod's latest finding exports. Unknown
+// is its own gauge, not zero rules; gone clears the pod's series, and an
+// older line read after the gone one does not bring them back.
+func TestStates(t *testing.T) {
+	e := newEnv(t)
+	ns := e.netns("a")
+	web := rec("team-a", "web-1", "u1", ns, 3, 0, t0)
+	hider := rec("team-a", "hider", "u2", e.netns("b"), 0, 0, t0)
+	hider.Truncated, hider.Error, hider.State = true, "legacy x_tables busy", findings.StateUnknown
+	gone := rec("team-a", "web-1", "u1", ns, 0, 0, t0.Add(time.Minute))
+	gone.State = findings.StateGone
+	e.append(web, hider, gone, web)
+	c := e.once(t0.Add(2 * time.Minute))
+	prom := e.prom()
+	for _, want := range []string{
+		`iptables_alerter_pod_usage_unknown{pod_name="hider",pod_namespace="team-a"} 1`,
+		"iptables_alerter_flagged_pods 0",
+	} {
+		if !strings.Contains(prom, want+"\n") {
+			t.Errorf("textfile lacks %s:\n%s", want, prom)
+		}
+	}
+	for _, not := range []string{`pod_name="web-1"`, `iptables_alerter_pod_iptables_rules{pod_name="hider"`} {
+		if strings.Contains(prom, not) {
+			t.Errorf("textfile holds %s:\n%s", not, prom)
+		}
+	}
+	if got := c.Pods(); len(got) != 1 || got[0].Name != "hider" || got[0].State != findings.StateUnknown {
+		t.Errorf("pods %+v, want only hider, unknown", got)
+	}
+	// Usage back after the unknown record: the pod's rules, no unknown.
+	back := rec("team-a", "hider", "u2", e.netns("b"), 0, 4, t0.Add(3*time.Minute))
+	e.append(back)
+	e.once(t0.Add(4 * time.Minute))
+	prom = e.prom()
+	if strings.Contains(prom, "iptables_alerter_pod_usage_unknown{") || !strings.Contains(prom, `iptables_alerter_pod_iptables_rules{backend="legacy",pod_name="hider",pod_namespace="team-a"} 4`) {
+		t.Errorf("after usage was seen:\n%s", prom)
+	}
+}
+
+// A state file written before states: a flagged pod is present, another
+// one was kept for its inspection error and is unknown.
+func TestStateFileBeforeStates(t *testing.T) {
+	p := filepath.Join(t.TempDir(), stateFile)
+	old := `{"version":1,"pods":{"u1":{"namespace":"a","name":"b","uid":"u1","nft_rules":2,"flagged":true},"u2":{"namespace":"a","name":"c","uid":"u2","flagged":false}}}`
+	if err := os.WriteFile(p, []byte(old), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s, err := loadState(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Pods["u1"].State != findings.StatePresent || s.Pods["u2"].State != findings.StateUnknown {
+		t.Errorf("states %q %q, want present, unknown", s.Pods["u1"].State, s.Pods["u2"].State)
 	}
 }

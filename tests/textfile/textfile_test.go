@@ -246,6 +246,8 @@ func TestNodeExporterScrapesTextfile(t *testing.T) {
 			appendFinding(t, d.findings, "team-a", "web-1", "uid-live", live.Path(), 3, 0)
 			appendFinding(t, d.findings, "team-b", "batch-7", "uid-leaving", leaving.Path(), 1, 2)
 			appendFinding(t, d.findings, "team-c", "gone-1", "uid-gone", "/run/netns/iptalert-tf-never-existed", 5, 0)
+			// No usage, no state: an inspection that could not finish.
+			appendFinding(t, d.findings, "team-d", "hider", "uid-hider", live.Path(), 0, 0)
 			appendRaw(t, d.findings, "this is not a finding\n")
 			run.once(t, d)
 			url := startNodeExporter(t, d.text)
@@ -269,8 +271,9 @@ func TestNodeExporterScrapesTextfile(t *testing.T) {
 				"iptables_alerter_pod_rules_by_impact{impact=xt,pod_name=batch-7,pod_namespace=team-b}":     0,
 				"iptables_alerter_pod_rules_by_impact{impact=native,pod_name=batch-7,pod_namespace=team-b}": 0,
 				"iptables_alerter_flagged_pods_by_impact{impact=legacy,vendor=unknown}":                     1,
+				"iptables_alerter_pod_usage_unknown{pod_name=hider,pod_namespace=team-d}":                   1,
 				"iptables_alerter_flagged_pods{}":          2,
-				"iptables_alerter_findings_total{}":        3,
+				"iptables_alerter_findings_total{}":        4,
 				"iptables_alerter_malformed_lines_total{}": 1,
 				"node_textfile_scrape_error{}":             0,
 			}
@@ -298,8 +301,9 @@ func TestNodeExporterScrapesTextfile(t *testing.T) {
 				"iptables_alerter_pod_rules_by_impact{impact=legacy,pod_name=web-1,pod_namespace=team-a}": 0,
 				"iptables_alerter_pod_rules_by_impact{impact=xt,pod_name=web-1,pod_namespace=team-a}":     0,
 				"iptables_alerter_pod_rules_by_impact{impact=native,pod_name=web-1,pod_namespace=team-a}": 0,
+				"iptables_alerter_pod_usage_unknown{pod_name=hider,pod_namespace=team-d}":                 1,
 				"iptables_alerter_flagged_pods{}":          1,
-				"iptables_alerter_findings_total{}":        4,
+				"iptables_alerter_findings_total{}":        5,
 				"iptables_alerter_malformed_lines_total{}": 1,
 				"node_textfile_scrape_error{}":             0,
 			}

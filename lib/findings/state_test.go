@@ -1,0 +1,121 @@
+package findings
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+)
+
+// TestKnownState: what a record says of its pod's usage, for lines of
+// this writer and of writers before the field existed.
+func TestKnownState(t *testing.T) {
+	tests := []struct {
+		name string
+		rec  Record
+		want State
+	}{
+		{name: "present", rec: Record{State: StatePresent, Nft: Nft{Rules: 1}}, want: StatePresent},
+		{name: "gone, no usage", rec: Record{State: StateGone}, want: StateGone},
+		{name: "unknown", rec: Record{State: StateUnknown, Truncated: true, Error: "legacy x_tables busy"}, want: StateUnknown},
+		{name: "older line with usage", rec: Record{Nft: Nft{Rules: 2}, Truncated: true}, want: StatePresent},
+		{name: "older line, error only", rec: Record{Truncated: true, Error: "deadline"}, want: StateUnknown},
+		// Never written by an older writer (a clean look is not recorded);
+		// still not clean.
+		{name: "older line, nothing at all", rec: Record{}, want: StateUnknown},
+		{name: "a newer writer's value, usage", rec: Record{State: "partial", Legacy: Legacy{Rules: 1}}, want: StatePresent},
+		{name: "a newer writer's value, no usage", rec: Record{State: "partial"}, want: StateUnknown},
+	}
+	for _, tt := range tests {
+		if got := tt.rec.KnownState(); got != tt.want {
+			t.Errorf("%s: KnownState = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestStateOnTheLine: every line written carries a state, and a newer
+// reader reads an older line (no "state") with the meaning it had.
+func TestStateOnTheLine(t *testing.T) {
+	line, err := Encode(Record{Fingerprint: "f", Truncated: true, Error: "legacy x_tables busy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(line, []byte(`"state":"unknown"`)) {
+		t.Errorf("no state on an error-only line: %s", line)
+	}
+	older := `{"schema":"iptables-alerter/v1","time":"2026-03-01T12:00:00Z","pod":{"namespace":"a","name":"b","uid":"u"},` +
+		`"nft":{"tables":[],"chains":0,"rules":0},"legacy":{"tables":[],"rules":0},"fingerprint":"f","truncated":true,"error":"legacy x_tables busy"}`
+	r, err := Parse([]byte(older))
+	if err != nil || r.State != StateUnknown {
+		t.Errorf("older error-only line: state %q, %v; want unknown", r.State, err)
+	}
+	older = `{"schema":"iptables-alerter/v1","nft":{"tables":["ip filter"],"chains":1,"rules":1},"fingerprint":"f"}`
+	if r, err := Parse([]byte(older)); err != nil || r.State != StatePresent {
+		t.Errorf("older line with usage: state %q, %v; want present", r.State, err)
+	}
+	if r, err := Parse([]byte(`{"schema":"iptables-alerter/v1","state":"gone","fingerprint":"f"}`)); err != nil || r.State != StateGone {
+		t.Errorf("gone line: state %q, %v; want gone", r.State, err)
+	}
+}
+
+// TestSeenState: the per-sandbox memory compares the state with the
+// fingerprint, so an unknown record never hides the present one after it,
+// not even when a pod ran its sandbox into the limit with failed looks.
+func TestSeenState(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	s := Seen{Dir: t.TempDir(), Limit: 2, Interval: time.Hour, Now: func() time.Time { return now }}
+	written := 0
+	rec := func(fp string, st State) Outcome {
+		t.Helper()
+		out, err := s.RecordFinding(context.Background(), "sb", Record{Fingerprint: fp, State: st}, func() error { written++; return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	steps := []struct {
+		name string
+		fp   string
+		st   State
+		want Outcome
+	}{
+		{name: "inspection could not finish", fp: "u", st: StateUnknown, want: Recorded},
+		{name: "again", fp: "u", st: StateUnknown, want: Same},
+		{name: "usage, same fingerprint (a writer that does not mark it)", fp: "u", st: StatePresent, want: Recorded},
+		{name: "unknown again: the limit", fp: "u2", st: StateUnknown, want: Limited},
+		{name: "gone over the limit", fp: "g", st: StateGone, want: Limited},
+	}
+	for _, st := range steps {
+		if got := rec(st.fp, st.st); got != st.want {
+			t.Errorf("%s: %v, want %v", st.name, got, st.want)
+		}
+	}
+	// Over the limit, usage after an unknown record is still written, once.
+	now = now.Add(time.Hour)
+	for i, st := range []struct {
+		fp   string
+		st   State
+		want Outcome
+	}{
+		{"u", StateUnknown, Recorded}, {"p1", StatePresent, Recorded}, {"u", StateUnknown, Limited},
+		{"p2", StatePresent, Limited}, {"p1", StatePresent, Same},
+	} {
+		if got := rec(st.fp, st.st); got != st.want {
+			t.Errorf("hour 2, step %d (%s %s): %v, want %v", i, st.st, st.fp, got, st.want)
+		}
+	}
+	s.Limit = 1
+	now = now.Add(time.Hour)
+	if got := rec("u", StateUnknown); got != Recorded {
+		t.Fatalf("hour 3 unknown: %v", got)
+	}
+	if got := rec("p1", StatePresent); got != Recorded {
+		t.Errorf("present after unknown over the limit: %v, want Recorded", got)
+	}
+	if got := rec("u", StateUnknown); got != Limited {
+		t.Errorf("unknown after that: %v, want Limited", got)
+	}
+	if written != 6 {
+		t.Errorf("%d writes, want 6", written)
+	}
+}
