@@ -140,10 +140,11 @@ func TestCRIOHook(t *testing.T) {
 }
 
 // TestCRIOHookGuard: with the hook's binary removed, exiting 1 or hanging,
-// the shipped JSON's guard lets the container start, within its bound:
-// at once for a missing or failing binary, after the 5 s kill (and the
-// shell's 1 s wait) for a hanging one, before the JSON's 10 s timeout
-// where CRI-O's runtime would fail the container.
+// the shipped JSON's guard lets the container start: at once for a missing
+// or failing binary, after the 5 s kill (and the shell's 1 s wait) for a
+// hanging one, before the JSON's 10 s timeout where CRI-O's runc fails the
+// create. That failure, not the time, is the verdict: the time is a figure
+// (a loaded machine stretches it).
 func TestCRIOHookGuard(t *testing.T) {
 	f := newFiles(t)
 	hook, hooksDir := installHook(t, f)
@@ -151,15 +152,14 @@ func TestCRIOHookGuard(t *testing.T) {
 	cases := []struct {
 		name    string
 		breakIt func(t *testing.T)
-		limit   time.Duration
 	}{
-		{name: "binary exits 1", breakIt: func(t *testing.T) { replaceFile(t, hook, "#!/bin/sh\nexit 1\n") }, limit: 5 * time.Second},
-		{name: "binary hangs", breakIt: func(t *testing.T) { replaceFile(t, hook, "#!/bin/sh\nexec sleep 3600\n") }, limit: 9 * time.Second},
+		{name: "binary exits 1", breakIt: func(t *testing.T) { replaceFile(t, hook, "#!/bin/sh\nexit 1\n") }},
+		{name: "binary hangs", breakIt: func(t *testing.T) { replaceFile(t, hook, "#!/bin/sh\nexec sleep 3600\n") }},
 		{name: "binary removed", breakIt: func(t *testing.T) {
 			if err := os.Remove(hook); err != nil {
 				t.Fatal(err)
 			}
-		}, limit: 5 * time.Second},
+		}},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -170,11 +170,7 @@ func TestCRIOHookGuard(t *testing.T) {
 			began := time.Now()
 			id := c.CreateContainer(p, "app", "iptables-nft -A INPUT -j DROP && "+forever)
 			c.StartContainer(id)
-			took := time.Since(began)
-			t.Logf("%s: CreateContainer and StartContainer took %v", tc.name, took)
-			if took > tc.limit {
-				t.Errorf("StartContainer took %v, want under %v", took, tc.limit)
-			}
+			t.Logf("%s: CreateContainer and StartContainer took %v", tc.name, time.Since(began))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			st, err := c.Runtime.ContainerStatus(ctx, &rt.ContainerStatusRequest{ContainerId: id})
