@@ -178,6 +178,16 @@ func (c *CRI) StopPod(p *Pod) {
 	}
 }
 
+// RemovePod removes a stopped pod sandbox and its containers.
+func (c *CRI) RemovePod(p *Pod) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if _, err := c.Runtime.RemovePodSandbox(ctx, &rt.RemovePodSandboxRequest{PodSandboxId: p.ID}); err != nil {
+		c.t.Fatalf("RemovePodSandbox %s: %v", p.Name, err)
+	}
+}
+
 // NetnsPath is the pod's pinned netns, from the verbose sandbox status (the
 // CRI fallback reads it the same way).
 func (c *CRI) NetnsPath(p *Pod) string {
