@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -26,7 +25,7 @@ var (
 // BenchmarkCRIOHook measures what the hook adds to a container's start on a
 // real CRI-O (tests/runtime/critest): CreateContainer plus StartContainer,
 // what the kubelet waits for, with the shipped hooks.d JSON installed by
-// `make install-files` into CRI-O's hooks_dir.
+// `make install-files` into CRI-O's hooks_dir (critest.InstallHook).
 //
 // One CRI-O, one hooks_dir, read once: the pairs differ only in the
 // annotation the JSON's `when` matches, io.kubernetes.container.hash, which
@@ -40,18 +39,13 @@ var (
 //	make build && go test -run XXX -bench CRIOHook -benchtime 1x ./tests/bench
 func BenchmarkCRIOHook(b *testing.B) {
 	dir := b.TempDir()
-	bindir, hooksDir := filepath.Join(dir, "bin"), filepath.Join(dir, "hooks.d")
 	full, err1 := filepath.Abs(*crioBin)
 	hook, err2 := filepath.Abs(*crioHookBin)
 	if err1 != nil || err2 != nil {
 		b.Fatal(err1, err2)
 	}
-	if out, err := exec.Command("make", "-s", "-C", "../..", "install-files", "BIN="+full, "HOOKBIN="+hook,
-		"DESTDIR=", "BINDIR="+bindir, "HOOKSDIR="+hooksDir).CombinedOutput(); err != nil {
-		b.Fatalf("make install-files (run make build first): %v\n%s", err, out)
-	}
 	// The hook's files go to the bench's dir, never the host's.
-	appendHookArgs(b, filepath.Join(hooksDir, "iptables-alerter.json"), "--findings", filepath.Join(dir, "findings.jsonl"),
+	_, hooksDir := critest.InstallHook(b, full, hook, "--findings", filepath.Join(dir, "findings.jsonl"),
 		"--state-dir", filepath.Join(dir, "state"), "--allowlist", "", "--node", "bench-node",
 		"--log-level", "debug", "--log-file", filepath.Join(dir, "hook.log"))
 	c := critest.StartCRIO(b, hooksDir)
@@ -107,33 +101,6 @@ func BenchmarkCRIOHook(b *testing.B) {
 	fmt.Printf("  ratio of p50s %.2fx; added per pair p10 %s .. p90 %s\n",
 		float64(quantile(with, 0.5))/float64(quantile(without, 0.5)),
 		quantile(diff, 0.1).Round(100*time.Microsecond), quantile(diff, 0.9).Round(100*time.Microsecond))
-}
-
-// appendHookArgs adds args to the installed hooks.d JSON's hook, after the
-// guard command's $0: they reach the hook as "$@".
-func appendHookArgs(b *testing.B, path string, args ...string) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var doc map[string]json.RawMessage
-	var h specs.Hook
-	if err := json.Unmarshal(data, &doc); err != nil {
-		b.Fatalf("decode %s: %v", path, err)
-	}
-	if err := json.Unmarshal(doc["hook"], &h); err != nil {
-		b.Fatalf("decode %s hook: %v", path, err)
-	}
-	h.Args = append(h.Args, args...)
-	if doc["hook"], err = json.Marshal(h); err != nil {
-		b.Fatal(err)
-	}
-	if data, err = json.Marshal(doc); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		b.Fatal(err)
-	}
 }
 
 // hasPoststart tells whether CRI-O put a poststart hook into the spec.

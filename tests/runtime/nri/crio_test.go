@@ -23,45 +23,11 @@ func TestCRIOMoments(t *testing.T) {
 }
 
 // installHook installs the agent, the hook and the shipped hooks.d JSON
-// into a new BINDIR and HOOKSDIR with the Makefile's install-files (what
-// `make install` runs after its build and its check of CRI-O's config),
-// then points the installed command at the test's files: arguments after
-// the shell's $0 reach the hook as "$@". It returns the installed hook
-// binary and the hooks dir.
+// (critest.InstallHook), the installed command pointed at the test's files.
 func installHook(t *testing.T, f agentFiles) (hook, hooksDir string) {
 	t.Helper()
-	dir := t.TempDir()
-	bindir, hooksDir := filepath.Join(dir, "bin"), filepath.Join(dir, "hooks.d")
-	cmd := exec.Command("make", "-s", "-C", "../../..", "install-files", "BIN="+bin, "HOOKBIN="+hookBin,
-		"DESTDIR=", "BINDIR="+bindir, "HOOKSDIR="+hooksDir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make install-files: %v\n%s", err, out)
-	}
-	path := filepath.Join(hooksDir, "iptables-alerter.json")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]json.RawMessage
-	var h specs.Hook
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatalf("decode %s: %v", path, err)
-	}
-	if err := json.Unmarshal(doc["hook"], &h); err != nil {
-		t.Fatalf("decode %s hook: %v", path, err)
-	}
-	h.Args = append(h.Args, "--findings", f.findings, "--state-dir", f.state, "--allowlist", "", "--node", "test-node",
-		"--log-level", "debug", "--log-file", filepath.Join(dir, "hook.log"))
-	if doc["hook"], err = json.Marshal(h); err != nil {
-		t.Fatal(err)
-	}
-	if data, err = json.Marshal(doc); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(bindir, "iptables-alerter-hook"), hooksDir
+	return critest.InstallHook(t, bin, hookBin, "--findings", f.findings, "--state-dir", f.state, "--allowlist", "",
+		"--node", "test-node", "--log-level", "debug", "--log-file", filepath.Join(t.TempDir(), "hook.log"))
 }
 
 // injected tells whether CRI-O put the installed hook into the container's
