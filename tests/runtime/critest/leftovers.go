@@ -42,7 +42,8 @@ func Leftovers(marks ...string) []Proc {
 		}
 		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
 		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(f) < 2 {
+		// A zombie is dead already, its parent's (or init's) to reap.
+		if len(f) < 2 || f[0] == "Z" {
 			continue
 		}
 		ppid, _ := strconv.Atoi(f[1])
