@@ -67,7 +67,13 @@ func Start(t testing.TB) *Containerd {
 	nstest.KeepXTMutexFree(t) // its pods' legacy looks, as New's namespaces
 	c := &Containerd{newCRI(t, "containerd", func(c *CRI) {
 		c.removePods()
+		// containerd's stop leaves its shims running, as on a node.
 		c.stop()
+		// runc's root holds one directory per containerd namespace.
+		roots, _ := filepath.Glob(filepath.Join(c.Dir, "runc", "*"))
+		if p, err := runc(); err == nil {
+			c.endLeftovers(p, roots...)
+		}
 	})}
 	if err := c.writeConfig(); err != nil {
 		t.Fatal(err)

@@ -1,17 +1,13 @@
 package critest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	rt "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -213,47 +209,12 @@ func exitStderr(err error) []byte {
 }
 
 // cleanupCRIO removes the pods through the CRI, stops CRI-O, then ends
-// what a failed test may have left: containers in its runc root, conmon
-// monitors (their command lines name the dir), and CRI-O's pin
-// directories if it created them outside its namespaces_dir.
+// what is left (endLeftovers): containers in its runc root, conmon monitors
+// and their children.
 func cleanupCRIO(c *CRI) {
 	c.removePods()
 	c.stop()
-	runc := filepath.Join(CRIOBinDir(), "runc")
-	root := filepath.Join(c.Dir, "runc")
-	if out, err := exec.Command(runc, "--root", root, "list", "-q").Output(); err == nil {
-		for _, id := range strings.Fields(string(out)) {
-			c.t.Logf("cleanup: container %s left in runc", id)
-			if out, err := exec.Command(runc, "--root", root, "delete", "--force", id).CombinedOutput(); err != nil {
-				c.t.Errorf("runc delete %s: %v: %s", id, err, out)
-			}
-		}
-	}
-	for _, pid := range pidsNaming(c.Dir) {
-		c.t.Logf("cleanup: process %d left", pid)
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(pidsNaming(c.Dir)) > 0 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// pidsNaming lists the processes whose command line names dir.
-func pidsNaming(dir string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if bytes.Contains(cmdline, []byte(dir+"/")) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	c.endLeftovers(filepath.Join(CRIOBinDir(), "runc"), filepath.Join(c.Dir, "runc"))
 }
 
 // ContainerSpec is the OCI spec CRI-O wrote for a container (or a pod's

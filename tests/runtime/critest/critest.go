@@ -198,24 +198,40 @@ func (c *CRI) Restart() {
 }
 
 // removePods stops and removes every pod, so the runtime removes their
-// netns pins and their shims or monitors exit.
+// netns pins and their shims or monitors exit. A removal refused while a
+// container is still starting (a call of a client that went away, still
+// running in the runtime) is tried again until the bound.
 func (c *CRI) removePods() {
 	if c.cmd == nil || c.Runtime == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	l, err := c.Runtime.ListPodSandbox(ctx, &rt.ListPodSandboxRequest{})
-	if err != nil {
-		c.t.Logf("list pods at cleanup: %v", err)
-		return
-	}
-	for _, p := range l.Items {
-		if _, err := c.Runtime.StopPodSandbox(ctx, &rt.StopPodSandboxRequest{PodSandboxId: p.Id}); err != nil {
-			c.t.Logf("stop pod %s at cleanup: %v", p.Id, err)
+	for {
+		l, err := c.Runtime.ListPodSandbox(ctx, &rt.ListPodSandboxRequest{})
+		if err != nil {
+			c.t.Logf("list pods at cleanup: %v", err)
+			return
 		}
-		if _, err := c.Runtime.RemovePodSandbox(ctx, &rt.RemovePodSandboxRequest{PodSandboxId: p.Id}); err != nil {
-			c.t.Logf("remove pod %s at cleanup: %v", p.Id, err)
+		var failed []error
+		for _, p := range l.Items {
+			if _, err := c.Runtime.StopPodSandbox(ctx, &rt.StopPodSandboxRequest{PodSandboxId: p.Id}); err != nil {
+				failed = append(failed, fmt.Errorf("stop pod %s: %w", p.Id, err))
+				continue
+			}
+			if _, err := c.Runtime.RemovePodSandbox(ctx, &rt.RemovePodSandboxRequest{PodSandboxId: p.Id}); err != nil {
+				failed = append(failed, fmt.Errorf("remove pod %s: %w", p.Id, err))
+			}
+		}
+		if len(failed) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			// Not a verdict: the runtime's cleanup ends what is left.
+			c.t.Logf("pods left at cleanup: %v", failed)
+			return
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }

@@ -67,7 +67,13 @@ func (c *CRI) RunPod(name string, hostNetwork bool) *Pod {
 // running sh -c script. It returns the container id.
 func (c *CRI) CreateContainer(p *Pod, name, script string) string {
 	c.t.Helper()
-	cfg := &rt.ContainerConfig{
+	return c.CreateContainerConfig(p, ContainerConfig(p, name, script))
+}
+
+// ContainerConfig is what CreateContainer asks for, for a caller that
+// changes it before CreateContainerConfig.
+func ContainerConfig(p *Pod, name, script string) *rt.ContainerConfig {
+	return &rt.ContainerConfig{
 		Metadata: &rt.ContainerMetadata{Name: name},
 		// The kubelet passes the image the pod spec names, besides the
 		// resolved one; CRI-O verifies signatures against it.
@@ -92,6 +98,13 @@ func (c *CRI) CreateContainer(p *Pod, name, script string) string {
 			},
 		},
 	}
+}
+
+// CreateContainerConfig creates a container in the pod as cfg says and
+// returns its id.
+func (c *CRI) CreateContainerConfig(p *Pod, cfg *rt.ContainerConfig) string {
+	c.t.Helper()
+	name := cfg.Metadata.Name
 	// The kubelet makes the container's log directory; conmon does not.
 	if err := os.MkdirAll(filepath.Join(p.Config.LogDirectory, name), 0o755); err != nil {
 		c.t.Fatal(err)
@@ -162,6 +175,16 @@ func (c *CRI) StopPod(p *Pod) {
 	defer cancel()
 	if _, err := c.Runtime.StopPodSandbox(ctx, &rt.StopPodSandboxRequest{PodSandboxId: p.ID}); err != nil {
 		c.t.Fatalf("StopPodSandbox %s: %v", p.Name, err)
+	}
+}
+
+// RemovePod removes a stopped pod sandbox and its containers.
+func (c *CRI) RemovePod(p *Pod) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if _, err := c.Runtime.RemovePodSandbox(ctx, &rt.RemovePodSandboxRequest{PodSandboxId: p.ID}); err != nil {
+		c.t.Fatalf("RemovePodSandbox %s: %v", p.Name, err)
 	}
 }
 

@@ -1,0 +1,117 @@
+package critest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Proc is a process a test left behind.
+type Proc struct {
+	PID     int
+	Cmdline string
+}
+
+func (p Proc) String() string { return fmt.Sprintf("%d: %s", p.PID, p.Cmdline) }
+
+// Leftovers lists the processes whose command line names one of marks (a
+// runtime, a containerd shim's -address, conmon's paths, a kubelet's root)
+// and all their descendants, which name nothing of the test: the `runc
+// init` of a container a shim created but never started, the containers'
+// own processes. Shims and conmon are subreapers, so a container's
+// processes stay under them until they die.
+func Leftovers(marks ...string) []Proc {
+	ents, _ := os.ReadDir("/proc")
+	children := map[int][]int{}
+	cmdlines := map[int]string{}
+	var roots []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		// A zombie is dead already, its parent's (or init's) to reap.
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		children[ppid] = append(children[ppid], pid)
+		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		cmd := strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+		cmdlines[pid] = cmd
+		for _, m := range marks {
+			if m != "" && strings.Contains(cmd, m) {
+				roots = append(roots, pid)
+				break
+			}
+		}
+	}
+	seen := map[int]bool{}
+	var out []Proc
+	var walk func(int)
+	walk = func(pid int) {
+		if seen[pid] {
+			return
+		}
+		seen[pid] = true
+		out = append(out, Proc{pid, cmdlines[pid]})
+		for _, c := range children[pid] {
+			walk(c)
+		}
+	}
+	for _, pid := range roots {
+		walk(pid)
+	}
+	return out
+}
+
+// endLeftovers is the last resort of a runtime's cleanup, after its pods
+// were removed through the CRI and it was stopped: what a failed test, or
+// a runtime stopped in the middle of a call (a task created in a shim that
+// the runtime never heard back about), left. First the containers in
+// runc's state roots, so runc removes their cgroups too; then every
+// process naming the runtime's dir, with its descendants, gathered before
+// any is killed (a killed shim's children go to init, out of reach). Each
+// is logged: the test's own check then finds nothing.
+func (c *CRI) endLeftovers(runc string, roots ...string) {
+	for _, root := range roots {
+		out, err := exec.Command(runc, "--root", root, "list", "-q").Output()
+		if err != nil {
+			continue
+		}
+		for _, id := range strings.Fields(string(out)) {
+			c.t.Logf("cleanup: container %s left in %s", id, root)
+			if out, err := exec.Command(runc, "--root", root, "delete", "--force", id).CombinedOutput(); err != nil {
+				c.t.Errorf("runc delete %s: %v: %s", id, err, out)
+			}
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := Leftovers(c.Dir + "/")
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Errorf("processes of %s still running after SIGKILL: %v", c.name, left)
+			return
+		}
+		for _, p := range left {
+			c.t.Logf("cleanup: process %v left", p)
+			_ = syscall.Kill(p.PID, syscall.SIGKILL)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
