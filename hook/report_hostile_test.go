@@ -8,7 +8,6 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -81,18 +80,8 @@ func TestReportHostileEvent(t *testing.T) {
 		}
 	}
 
-	// What a CI job saves: kubectl get events -A -o json (core/v1).
 	dir := t.TempDir()
-	evs, err := cs.CoreV1().Events("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs.Kind, evs.APIVersion = "List", "v1"
-	saved := filepath.Join(dir, "events.json")
-	b, _ := json.Marshal(evs)
-	if err := os.WriteFile(saved, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	saved := saveEvents(t, cs, dir)
 
 	// A findings file as the hook writes it, the pod's strings hostile.
 	file := filepath.Join(dir, "findings.jsonl")
