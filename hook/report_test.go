@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -182,17 +183,7 @@ func TestReportOwnersAndCI(t *testing.T) {
 		t.Errorf("db-0 events %+v", evs)
 	}
 
-	// What a CI job saves: kubectl get events -A -o json (core/v1).
-	evs, err := e.cs.CoreV1().Events("").List(kubetest.Ctx(t), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs.Kind, evs.APIVersion = "List", "v1"
-	saved := filepath.Join(dir, "events.json")
-	b, _ := json.Marshal(evs)
-	if err := os.WriteFile(saved, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	saved := saveEvents(t, e.cs, dir)
 
 	var wantLines []string
 	for o, ps := range want {
@@ -326,6 +317,23 @@ func TestReportOwnersAndCI(t *testing.T) {
 			t.Errorf("report %v: exit %d, want 2", args, code)
 		}
 	}
+}
+
+// saveEvents writes what a CI job saves, kubectl get events -A -o json
+// (core/v1), to dir and returns its path.
+func saveEvents(t *testing.T, cs kubernetes.Interface, dir string) string {
+	t.Helper()
+	evs, err := cs.CoreV1().Events("").List(kubetest.Ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs.Kind, evs.APIVersion = "List", "v1"
+	saved := filepath.Join(dir, "events.json")
+	b, _ := json.Marshal(evs)
+	if err := os.WriteFile(saved, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return saved
 }
 
 func compactStrings(s []string) []string {

@@ -55,3 +55,25 @@ func TestScanCommand(t *testing.T) {
 		t.Errorf("--all: exit %d, %q", code, out)
 	}
 }
+
+// TestScanTextStates: the text output of scan says what a person must act
+// on first. A namespace whose look could not finish (here its deadline
+// passed before anything was read) is usage unknown, with the reason,
+// never "0 nft rules"; the example rules come breaking first (an xt match
+// before a native rule written earlier).
+func TestScanTextStates(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	mixed := nstest.New(t)
+	mixed.Run("iptables-nft", "-A", "OUTPUT", "-p", "tcp", "--dport", "25", "-j", "DROP")
+	mixed.Run("iptables-nft", "-A", "OUTPUT", "-m", "owner", "--uid-owner", "1337", "-j", "ACCEPT")
+	code, out, errs := scanOut(t, "--netns", mixed.Path(), "--allowlist", "")
+	xt, native := strings.Index(out, "--uid-owner 1337"), strings.Index(out, "--dport 25")
+	if code != 1 || xt < 0 || native < 0 || xt > native || !strings.Contains(out, "impact: xt") {
+		t.Errorf("scan text: exit %d, want the xt rule before the native one:\n%s%s", code, out, errs)
+	}
+
+	code, out, errs = scanOut(t, "--netns", mixed.Path(), "--allowlist", "", "--timeout", "1ns")
+	if code != 1 || !strings.Contains(out, ": iptables usage unknown: ") || !strings.Contains(out, "deadline") || strings.Contains(out, "0 nft rules") {
+		t.Errorf("scan text of a netns not read: exit %d, want usage unknown with the reason:\n%s%s", code, out, errs)
+	}
+}

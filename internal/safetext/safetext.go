@@ -11,12 +11,15 @@
 //   - Display: the text as a person reads it (Unicode kept), with every
 //     byte that could forge a line or reorder what is read escaped.
 //   - Cut: valid UTF-8 of at most limit bytes, the cut marked with "...".
+//   - JSON: JSON text with the runes Display escapes that encoding/json
+//     leaves raw escaped too, so the same values reach a terminal inert.
 //
 // Invariant: none of them panics on any input, and the output of Quote and
 // Name is printable ASCII.
 package safetext
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -93,8 +96,7 @@ func Display(s string) string {
 			fmt.Fprintf(&b, `\x%02x`, s[i])
 		case r < 0x80 && (r < 0x20 || r == 0x7f):
 			fmt.Fprintf(&b, `\x%02x`, r)
-		case unicode.IsControl(r), unicode.Is(unicode.Bidi_Control, r),
-			unicode.In(r, unicode.Zl, unicode.Zp), r == '\ufeff':
+		case hides(r):
 			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
 			b.WriteString(s[i : i+size])
@@ -102,6 +104,33 @@ func Display(s string) string {
 		i += size
 	}
 	return b.String()
+}
+
+// hides reports whether a rune at or above U+0080 can change what a
+// person reads beyond itself: a C1 control (a terminal may take U+009B for
+// CSI), a bidi control, a line or paragraph separator, a byte order mark.
+// All are in the Basic Multilingual Plane, so \uXXXX writes each.
+func hides(r rune) bool {
+	return r >= 0x80 && (unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) ||
+		unicode.In(r, unicode.Zl, unicode.Zp) || r == '\ufeff')
+}
+
+// JSON escapes, in JSON text that encoding/json wrote, each rune hides
+// names as \uXXXX; encoding/json escapes C0 controls itself but leaves
+// these raw. Such runes occur only inside strings there, so the text
+// decodes to the same values; a terminal that shows it gets no control.
+func JSON(text []byte) []byte {
+	var b bytes.Buffer
+	for i := 0; i < len(text); {
+		r, size := utf8.DecodeRune(text[i:])
+		if hides(r) {
+			fmt.Fprintf(&b, `\u%04x`, r)
+		} else {
+			b.Write(text[i : i+size])
+		}
+		i += size
+	}
+	return b.Bytes()
 }
 
 // Ellipsis marks a Cut; ASCII so that it never needs more room than counted.

@@ -1,6 +1,7 @@
 package safetext
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -129,5 +130,24 @@ func TestCut(t *testing.T) {
 				t.Errorf("Cut(%q, %d) = %q: invalid UTF-8 or too long", tc.in, tc.limit, got)
 			}
 		})
+	}
+}
+
+// JSON escapes what encoding/json leaves raw and a terminal would act on,
+// and the text still decodes to the same value.
+func TestJSON(t *testing.T) {
+	in := "a\u009b31m\u202ez\u2066\ufeff\u2028é\x1b<>&\U0001F600"
+	raw, err := json.Marshal(map[string]string{"k": in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := JSON(raw)
+	want := `{"k":"a\u009b31m\u202ez\u2066\ufeff\u2028é\u001b\u003c\u003e\u0026` + "\U0001F600" + `"}`
+	if string(got) != want {
+		t.Errorf("JSON(%s) = %s, want %s", raw, got, want)
+	}
+	var back map[string]string
+	if err := json.Unmarshal(got, &back); err != nil || back["k"] != in {
+		t.Errorf("decodes to %q, %v; want %q", back["k"], err, in)
 	}
 }

@@ -56,6 +56,9 @@ const maxLine = 16 * findings.MaxRecordBytes
 type Skipped struct {
 	// Malformed lines or Events (not JSON, another schema, over the bound).
 	Malformed int `json:"malformed"`
+	// Invalid values in the Items read (a level, a count, a name, an
+	// owner, a link) that were replaced or dropped: see valid.
+	Invalid int `json:"invalid"`
 }
 
 // ReadFindings reads a findings file: one Item per record, whatever its
@@ -76,7 +79,7 @@ func ReadFindings(path string, sk *Skipped) ([]Item, error) {
 			case perr != nil:
 				sk.Malformed++
 			default:
-				items = append(items, itemOf(rec, path))
+				items = append(items, valid(itemOf(rec, path), sk))
 			}
 		}
 		if errors.Is(err, io.EOF) {
@@ -192,7 +195,7 @@ func ReadEvents(r io.Reader, source string, sk *Skipped) ([]Item, error) {
 			continue
 		}
 		if it, ok := ev.item(source, sk); ok {
-			items = append(items, it)
+			items = append(items, valid(it, sk))
 		}
 	}
 	return items, nil
@@ -230,7 +233,7 @@ func clusterEvents(ctx context.Context, client kubernetes.Interface, reason stri
 			ev.Reason, ev.InvolvedObject = e.Reason, e.InvolvedObject
 			ev.ReportingController, ev.ReportingInstance = e.ReportingController, e.ReportingInstance
 			if it, ok := ev.item("events", sk); ok {
-				items = append(items, it)
+				items = append(items, valid(it, sk))
 			}
 		}
 		if l.Continue == "" {

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"bytes"
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
@@ -31,12 +32,19 @@ func Write(w io.Writer, r Report, format string) error {
 	case "markdown":
 		return writeMarkdown(w, r)
 	case "json":
-		enc := json.NewEncoder(w)
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
 		enc.SetIndent("", "  ")
 		if r.Groups == nil {
 			r.Groups = []Group{}
 		}
-		return enc.Encode(r)
+		if err := enc.Encode(r); err != nil {
+			return fmt.Errorf("write json: %w", err)
+		}
+		// The same values, readable on a terminal without a bidi or C1
+		// control taking effect.
+		_, err := w.Write(safetext.JSON(b.Bytes()))
+		return err
 	case "junit":
 		return writeJUnit(w, r)
 	}
@@ -77,13 +85,15 @@ func columns(g Group, esc func(string) string) []string {
 	if g.State == findings.StateUnknown {
 		worst, example = "unknown", unknownWords(g)
 	}
+	// Every cell escaped, ours too: a level is checked when read (valid),
+	// but a Group may be built by other means.
 	return []string{
-		status(g),
+		esc(status(g)),
 		esc(g.Namespace),
 		esc(g.Owner.String()),
 		esc(pods),
 		esc(strings.Join(g.Nodes, ",")),
-		worst,
+		esc(worst),
 		esc(g.VendorNames()),
 		esc(hint),
 		esc(example),
@@ -173,6 +183,9 @@ func summary(r Report) string {
 	}
 	if r.Skipped.Malformed > 0 {
 		fmt.Fprintf(&b, "\nSkipped: %d malformed lines or events.", r.Skipped.Malformed)
+	}
+	if r.Skipped.Invalid > 0 {
+		fmt.Fprintf(&b, "\nReplaced or dropped: %d values read that were not valid (a level, a count, a name, an owner or a link), as a forged Event or a damaged line holds.", r.Skipped.Invalid)
 	}
 	return b.String()
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -444,5 +445,81 @@ func TestReadEventsUnknown(t *testing.T) {
 	its, err := ReadEvents(bytes.NewReader(b), "saved", &sk)
 	if err != nil || len(its) != 1 || its[0].State != findings.StateUnknown || its[0].Error != "legacy x_tables busy" || its[0].Pod != "hider" {
 		t.Fatalf("items %+v, %v", its, err)
+	}
+}
+
+// Each value read is checked: a level, a count, a name, an owner, a link
+// outside what it may be is replaced or dropped and counted; free text and
+// lists are bounded; valid values pass unchanged and uncounted.
+func TestValid(t *testing.T) {
+	ok := Item{Namespace: "shop", Pod: "web-1", PodUID: "0b6c3c1e-5d0f-4b4e-9e43-0c5d2f0a9d11", Node: "Worker-A.example.com",
+		Owner: owner.Owner{Kind: "Deployment", Name: "web"}, Worst: findings.ImpactXt, Impact: findings.Impact{Xt: 2},
+		Vendors:  []findings.Vendor{{Name: "istio", Hint: "use native nftables", Doc: "https://istio.io/latest/"}},
+		Examples: []findings.Example{{Family: "ip", Table: "nat", Rule: "-A X", Impact: findings.ImpactNative}}}
+	long := strings.Repeat("A", 70<<10)
+	for _, tc := range []struct {
+		name    string
+		change  func(*Item)
+		want    func(*Item)
+		invalid int
+	}{
+		{"valid", func(*Item) {}, func(*Item) {}, 0},
+		{"bogus worst", func(it *Item) { it.Worst = "BOGUS\n|" }, func(it *Item) { it.Worst = "" }, 1},
+		{"bogus example level", func(it *Item) { it.Examples[0].Impact = "x" }, func(it *Item) { it.Examples[0].Impact = "" }, 1},
+		{"negative count", func(it *Item) { it.Impact.Legacy = -1 }, func(it *Item) { it.Impact.Legacy = 0 }, 1},
+		{"namespace", func(it *Item) { it.Namespace = "a|b" }, func(it *Item) { it.Namespace = `"a|b"` }, 1},
+		{"pod and its bare owner", func(it *Item) { it.Pod, it.Owner = "p\x1b", owner.Bare("p\x1b") },
+			func(it *Item) { it.Pod, it.Owner = `"p\x1b"`, owner.Bare(`"p\x1b"`) }, 1},
+		{"node", func(it *Item) { it.Node = "n\nx" }, func(it *Item) { it.Node = `"n\nx"` }, 1},
+		{"uid", func(it *Item) { it.PodUID = "u\x1b" }, func(it *Item) { it.PodUID = `"u\x1b"` }, 1},
+		{"owner kind", func(it *Item) { it.Owner.Kind = "Deploy\nment" }, func(it *Item) { it.Owner = owner.Bare("web-1") }, 1},
+		{"owner name", func(it *Item) { it.Owner.Name = "web|x" }, func(it *Item) { it.Owner = owner.Bare("web-1") }, 1},
+		{"javascript link", func(it *Item) { it.Vendors[0].Doc = "javascript:alert(1)//https://x" }, func(it *Item) { it.Vendors[0].Doc = "" }, 1},
+		{"link without host", func(it *Item) { it.Vendors[0].Doc = "https:/x" }, func(it *Item) { it.Vendors[0].Doc = "" }, 1},
+		{"link with a newline", func(it *Item) { it.Vendors[0].Doc = "https://x/\n| a |" }, func(it *Item) { it.Vendors[0].Doc = "" }, 1},
+		{"huge text", func(it *Item) { it.Vendors[0].Hint, it.Examples[0].Rule, it.Error = long, long, long },
+			func(it *Item) {
+				cut := long[:maxText-len("...")] + "..."
+				it.Vendors[0].Hint, it.Examples[0].Rule, it.Error = cut, cut, cut
+			}, 0},
+		{"too many examples", func(it *Item) {
+			for range findings.MaxExamples {
+				it.Examples = append(it.Examples, it.Examples[0])
+			}
+		}, func(it *Item) {
+			for range findings.MaxExamples - 1 {
+				it.Examples = append(it.Examples, it.Examples[0])
+			}
+		}, 1},
+	} {
+		in, want := ok, ok
+		in.Vendors, want.Vendors = slices.Clone(ok.Vendors), slices.Clone(ok.Vendors)
+		in.Examples, want.Examples = slices.Clone(ok.Examples), slices.Clone(ok.Examples)
+		tc.change(&in)
+		tc.want(&want)
+		var sk Skipped
+		got := valid(in, &sk)
+		if d := cmp.Diff(want, got); d != "" || sk.Invalid != tc.invalid {
+			t.Errorf("%s: invalid %d, want %d; item (-want +got):\n%.2000s", tc.name, sk.Invalid, tc.invalid, d)
+		}
+	}
+}
+
+// A findings line is checked as an Event is: a damaged or hand-made line's
+// level is refused, and the report says how many values were.
+func TestReadFindingsChecks(t *testing.T) {
+	line := `{"schema":"` + findings.Schema + `","fingerprint":"f","state":"present","pod":{"namespace":"shop","name":"web-1"},` +
+		`"nft":{"rules":1},"worst":"BOGUS\n| FAKE |","vendors":[{"name":"v","doc":"javascript:x"}]}` + "\n"
+	var sk Skipped
+	its, err := ReadFindings(writeFile(t, "f.jsonl", line), &sk)
+	if err != nil || len(its) != 1 || its[0].Worst != "" || its[0].Vendors[0].Doc != "" || sk.Invalid != 2 {
+		t.Fatalf("items %+v, skipped %+v, %v", its, sk, err)
+	}
+	var b bytes.Buffer
+	if err := Write(&b, Report{Groups: GroupItems(its, nil), Skipped: sk}, "markdown"); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); strings.Contains(out, "BOGUS") || !strings.Contains(out, "- Replaced or dropped: 2 values read that were not valid") {
+		t.Errorf("markdown:\n%s", out)
 	}
 }

@@ -1,0 +1,199 @@
+//go:build !hookonly
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+	"github.com/iptables-alerter/iptables-alerter/lib/report"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+)
+
+// hostile holds what a forged Event or a pod's strings may carry against
+// the report's reader: a Markdown row, terminal escapes (clear screen,
+// window title, C1 CSI), raw HTML, a code span, bidi and line separators.
+const hostile = "x\x1b[2J\x1b]0;pwned\x07|\n| FAKE | ROW | a | b | c | d | e | f | g |\r\n<img src=x onerror=alert(1)>`code`\u202e\u2028\u009b31m"
+
+// bogusLevel is a worst level no writer may print.
+const bogusLevel = "BOGUSLEVEL\n| FAKE | ROW |\x1b[31m"
+
+// TestReportHostileEvent is issue 18 item 5 on real parts: Events made
+// through a real kube-apiserver by anyone allowed to create Events, with a
+// summary annotation holding newlines, pipes, ESC sequences, HTML, a bogus
+// level, a javascript: link and a huge hint, read by `report` from the
+// cluster and from a saved events file, and a findings file written by the
+// real findings writer with the same strings in the pod's fields. Every
+// format stays its own shape: no Markdown row added, no control character
+// in the text, JUnit and JSON well-formed, the level refused, the link
+// dropped, the output bounded.
+func TestReportHostileEvent(t *testing.T) {
+	c := kubetest.Start(t)
+	cs := c.Client()
+	ctx := kubetest.Ctx(t)
+	kubetest.Namespace(t, cs, "shop")
+	kc := c.Kubeconfig("admin", c.AdminToken)
+
+	sum := events.Summary{
+		Node:   "node-a" + hostile,
+		Owner:  owner.Owner{Kind: "Deployment\n| FORGED |", Name: "web" + hostile},
+		Pod:    findings.Pod{Namespace: "shop", Name: "web-1", UID: "u1"},
+		State:  findings.StatePresent,
+		Impact: findings.Impact{Legacy: -5, Xt: 1},
+		Worst:  bogusLevel,
+		Vendors: []findings.Vendor{{Name: "istio" + hostile, Hint: hostile + strings.Repeat("A", 50<<10),
+			Doc: "javascript:alert(document.domain)//https://istio.io/"}},
+		Examples: []findings.Example{{Family: "ip" + hostile, Table: "nat", Chain: hostile, Rule: "-A OUTPUT " + hostile, Impact: bogusLevel}},
+	}
+	unknown := events.Summary{Node: "node-b", Pod: findings.Pod{Namespace: "shop", Name: "hider", UID: "u2"},
+		State: findings.StateUnknown, Error: "busy" + hostile, Worst: bogusLevel}
+	for i, ev := range []struct {
+		name, pod, uid, reason string
+		sum                    events.Summary
+	}{{"hostile-usage", "web-1", "u1", events.Reason, sum}, {"hostile-unknown", "hider", "u2", events.UnknownReason, unknown}} {
+		_, err := cs.EventsV1().Events("shop").Create(ctx, &eventsv1.Event{
+			ObjectMeta: metav1.ObjectMeta{Name: ev.name, Namespace: "shop",
+				Annotations: map[string]string{events.SummaryAnnotation: ev.sum.JSON()}},
+			EventTime: metav1.NewMicroTime(time.Now()), ReportingController: events.Controller, ReportingInstance: "node-a",
+			Action: events.Action, Reason: ev.reason, Type: corev1.EventTypeWarning, Note: "forged " + string(rune('0'+i)),
+			Regarding: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: "shop", Name: ev.pod, UID: types.UID(ev.uid)},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create event %s: %v", ev.name, err)
+		}
+	}
+
+	dir := t.TempDir()
+	saved := saveEvents(t, cs, dir)
+
+	// A findings file as the hook writes it, the pod's strings hostile.
+	file := filepath.Join(dir, "findings.jsonl")
+	rec := findings.Record{Time: findings.Now(), Node: "node-c" + hostile, Source: "hook", Stage: "poststart",
+		Pod: findings.Pod{Namespace: "shop" + hostile, Name: "db-0" + hostile, UID: "u3" + hostile}, State: findings.StatePresent,
+		Nft: findings.Nft{Rules: 1}, Impact: findings.Impact{Xt: 1}, Worst: findings.ImpactXt, Fingerprint: "f1", Error: hostile,
+		Examples: []findings.Example{{Family: "ip", Table: "filter", Chain: "INPUT", Rule: `-A INPUT -m comment --comment "` + hostile + `" -j DROP`, Impact: findings.ImpactXt}}}
+	if err := (findings.Log{Path: file}).Append(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+
+	for name, args := range map[string][]string{
+		"cluster events": {"--kubeconfig", kc},
+		"saved events":   {"--events", saved},
+		"findings file":  {file},
+	} {
+		for _, f := range report.Formats {
+			out, code := runReportCmd(t, append(args, "--format", f)...)
+			if code != 0 {
+				t.Errorf("%s %s: exit %d", name, f, code)
+			}
+			checkHostileReport(t, name+" "+f, f, out)
+		}
+	}
+}
+
+// checkHostileReport asserts that out, a report of hostile inputs in
+// format, kept its shape.
+func checkHostileReport(t *testing.T, name, format, out string) {
+	t.Helper()
+	if strings.Contains(out, "BOGUSLEVEL") {
+		t.Errorf("%s: prints the bogus level:\n%s", name, out)
+	}
+	if strings.Contains(out, "javascript:") {
+		t.Errorf("%s: keeps the javascript: link:\n%s", name, out)
+	}
+	// A 50 KiB hint is cut: no output grows with what a pod wrote.
+	if len(out) > 24<<10 {
+		t.Errorf("%s: %d bytes of output", name, len(out))
+	}
+	// No format hands a terminal a control character: JSON and JUnit are
+	// read with cat and less too.
+	for _, r := range out {
+		if r != '\n' && (unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.In(r, unicode.Zl, unicode.Zp)) || r == utf8.RuneError {
+			t.Errorf("%s: control character %U in the output:\n%q", name, r, out)
+			break
+		}
+	}
+	switch format {
+	case "text":
+		for _, l := range strings.Split(out, "\n") {
+			if n := utf8.RuneCountInString(l); n > report.TextWidth || strings.HasPrefix(l, "| FAKE") {
+				t.Errorf("%s: line forged or %d wide: %q", name, n, l)
+			}
+		}
+		if !strings.Contains(out, "not valid") {
+			t.Errorf("%s: the summary does not say values were not valid:\n%s", name, out)
+		}
+	case "markdown":
+		// Header, separator, one row a group: every table line has its
+		// cells' pipes and nothing else starts a row.
+		var rows int
+		for _, l := range strings.Split(out, "\n") {
+			if !strings.HasPrefix(l, "|") {
+				continue
+			}
+			rows++
+			if n := strings.Count(l, "|") - strings.Count(l, `\|`); n != 10 {
+				t.Errorf("%s: row of %d cells: %q", name, n-1, l)
+			}
+		}
+		if rows < 3 || strings.Count(out, "<") != strings.Count(out, `\<`) {
+			t.Errorf("%s: %d table lines or raw HTML:\n%s", name, rows, out)
+		}
+	case "json":
+		var r report.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%s: not JSON: %v\n%s", name, err, out)
+		}
+		for _, g := range r.Groups {
+			if findings.ImpactRank(g.Worst) == len(findings.ImpactLevels) && g.Worst != "" {
+				t.Errorf("%s: group %s worst %q", name, g.Owner, g.Worst)
+			}
+			for _, ex := range g.Examples {
+				if findings.ImpactRank(ex.Impact) == len(findings.ImpactLevels) && ex.Impact != "" {
+					t.Errorf("%s: example impact %q", name, ex.Impact)
+				}
+			}
+			if g.Impact.Legacy < 0 || g.Impact.Xt < 0 || g.Impact.Native < 0 {
+				t.Errorf("%s: negative counts %+v", name, g.Impact)
+			}
+		}
+		// Decoded apart: the count is new with the fix this test shows.
+		var sk struct {
+			Skipped struct {
+				Invalid int `json:"invalid"`
+			} `json:"skipped"`
+		}
+		if json.Unmarshal([]byte(out), &sk); sk.Skipped.Invalid == 0 {
+			t.Errorf("%s: no invalid values counted:\n%s", name, out)
+		}
+	case "junit":
+		d := xml.NewDecoder(strings.NewReader(out))
+		for {
+			_, err := d.Token()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Errorf("%s: JUnit not well-formed: %v\n%s", name, err, out)
+				break
+			}
+		}
+	}
+}
