@@ -31,9 +31,9 @@ type Group struct {
 	Impact findings.Impact `json:"impact"`
 	// Findings counts the items folded in.
 	Findings int `json:"findings"`
-	// Expected is true when the expectations cover every rule at the
-	// group's worst level, in each finding (expect); Reasons are the
-	// covering expectations' reasons.
+	// Expected is true when the expectations cover, in each finding,
+	// every rule that breaks, or every native one when nothing breaks
+	// (expect); Reasons are the covering expectations' reasons.
 	Expected bool     `json:"expected"`
 	Reasons  []string `json:"reasons"`
 	// Fails is the verdict under the --fail-on mode.
