@@ -54,7 +54,7 @@ type reportConfig struct {
 func (c *reportConfig) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&c.events, "events", nil, "`FILE` holding a saved 'kubectl get events -A -o json' (repeatable)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig: read the cluster's Events, or resolve owners of findings files")
-	fs.StringVar(&c.expectations, "expectations", "", "YAML file of expected usage (namespace glob, owner, vendor, rule, ruleRegexp, reason)")
+	fs.StringVar(&c.expectations, "expectations", "", "YAML file of expected usage (namespace glob, owner, vendor, level, rule, ruleRegexp, reason)")
 	fs.Var(newEnum(&c.format, "text", report.Formats...), "format", "output format: "+strings.Join(report.Formats, ", "))
 	fs.Var(newEnum(&c.fo, report.FailNever, report.FailModes...), "fail-on", "exit 1 when: never (warn only), unexpected (any usage not expected), breaks (unexpected usage that breaks on RHEL 10)")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "time limit of the API requests")

@@ -10,10 +10,15 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
-// Expectation says which usage is expected, and why. Every field given
-// must match (an empty field matches anything); at least one must be given.
+// Expectation says which usage is expected, and why. Namespace, Owner and
+// Vendor choose the findings (an empty field matches any); Level and the
+// rule fields narrow what of their usage it covers, which is everything
+// when none is given. At least one field must be given. A workload is
+// expected only when its usage at its worst level is covered (Cover,
+// GroupItems): a rule that is not covered keeps it failing.
 type Expectation struct {
 	// Namespace is a glob (path.Match syntax) on the pod's namespace.
 	Namespace string `json:"namespace,omitempty"`
@@ -23,8 +28,12 @@ type Expectation struct {
 	// Vendor is a recognised vendor's name ("istio"); "unknown" matches
 	// usage with no vendor.
 	Vendor string `json:"vendor,omitempty"`
+	// Level (legacy, xt or native) covers the usage at that level only.
+	Level string `json:"level,omitempty"`
 	// Rule is text that an example rule contains; RuleRegexp a regular
-	// expression (RE2) that an example rule matches.
+	// expression (RE2) that an example rule matches. Either covers only
+	// the example rules it matches, and a level only when the finding
+	// shows every rule of that level as an example (Cover).
 	Rule       string `json:"rule,omitempty"`
 	RuleRegexp string `json:"ruleRegexp,omitempty"`
 	// Reason is required: it is printed with what it silences.
@@ -61,8 +70,11 @@ func LoadExpectations(p string) ([]Expectation, error) {
 }
 
 func (e *Expectation) compile() error {
-	if e.Namespace == "" && e.Owner == "" && e.Vendor == "" && e.Rule == "" && e.RuleRegexp == "" {
-		return errors.New("names nothing to match (namespace, owner, vendor, rule or ruleRegexp)")
+	if e.Namespace == "" && e.Owner == "" && e.Vendor == "" && e.Level == "" && e.Rule == "" && e.RuleRegexp == "" {
+		return errors.New("names nothing to match (namespace, owner, vendor, level, rule or ruleRegexp)")
+	}
+	if e.Level != "" && findings.ImpactRank(e.Level) == len(findings.ImpactLevels) {
+		return fmt.Errorf("level %q: want one of %s", e.Level, strings.Join(findings.ImpactLevels, ", "))
 	}
 	if strings.TrimSpace(e.Reason) == "" {
 		return errors.New("no reason")
@@ -82,7 +94,8 @@ func (e *Expectation) compile() error {
 	return nil
 }
 
-// Match reports whether e expects it.
+// Match reports whether it is a finding of what e chooses: namespace,
+// owner and vendor. What of its usage e covers is Cover's.
 func (e *Expectation) Match(it Item) bool {
 	if e.Namespace != "" && !glob(e.Namespace, it.Namespace) {
 		return false
@@ -96,22 +109,76 @@ func (e *Expectation) Match(it Item) bool {
 			return false
 		}
 	}
-	if e.Vendor != "" && !hasVendor(it, e.Vendor) {
+	return e.Vendor == "" || hasVendor(it, e.Vendor)
+}
+
+// ruled reports whether e covers only the rules it matches.
+func (e *Expectation) ruled() bool { return e.Rule != "" || e.RuleRegexp != "" }
+
+func (e *Expectation) matchRule(rule string) bool {
+	if e.Rule != "" && !strings.Contains(rule, e.Rule) {
 		return false
 	}
-	if e.Rule != "" || e.re != nil {
+	if e.re != nil || e.RuleRegexp == "" {
+		return e.re == nil || e.re.MatchString(rule)
+	}
+	// Not loaded from a file: compiled here, a bad one matching nothing.
+	ok, err := regexp.MatchString(e.RuleRegexp, rule)
+	return err == nil && ok
+}
+
+// Cover reports whether exps together cover it's usage at level ("" for
+// usage not classified), with the reasons of the expectations that do, in
+// file order. An expectation matching it covers the level when it names
+// neither rule nor another level. Rule expectations cover it when the
+// finding shows every rule at the level as an example and each is matched
+// by one of them: a finding carries at most findings.MaxExamples examples,
+// picked for what they show, so a rule not shown may be anything, and
+// neither legacy rules (not decoded) nor unclassified ones are ever all
+// shown. An unknown look holds no usage to cover.
+func Cover(exps []Expectation, it Item, level string) ([]string, bool) {
+	if it.State == findings.StateUnknown {
+		return nil, false
+	}
+	var ruled []*Expectation
+	for i := range exps {
+		e := &exps[i]
+		if !e.Match(it) || e.Level != "" && e.Level != level {
+			continue
+		}
+		if !e.ruled() {
+			return []string{e.Reason}, true
+		}
+		ruled = append(ruled, e)
+	}
+	var shown []string
+	for _, ex := range it.Examples {
+		if ex.Impact == level {
+			shown = append(shown, ex.Rule)
+		}
+	}
+	if level == "" || len(ruled) == 0 || len(shown) == 0 || len(shown) != it.Impact.Count(level) {
+		return nil, false
+	}
+	used := make([]bool, len(ruled))
+	for _, rule := range shown {
 		hit := false
-		for _, ex := range it.Examples {
-			if (e.Rule == "" || strings.Contains(ex.Rule, e.Rule)) && (e.re == nil || e.re.MatchString(ex.Rule)) {
-				hit = true
-				break
+		for i, e := range ruled {
+			if e.matchRule(rule) {
+				hit, used[i] = true, true
 			}
 		}
 		if !hit {
-			return false
+			return nil, false
 		}
 	}
-	return true
+	var reasons []string
+	for i, e := range ruled {
+		if used[i] {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons, true
 }
 
 func glob(pattern, s string) bool {
@@ -129,15 +196,4 @@ func hasVendor(it Item, name string) bool {
 		}
 	}
 	return false
-}
-
-// Expect returns the reason of the first expectation matching it, "" for
-// none.
-func Expect(exps []Expectation, it Item) string {
-	for i := range exps {
-		if exps[i].Match(it) {
-			return exps[i].Reason
-		}
-	}
-	return ""
 }

@@ -31,8 +31,9 @@ type Group struct {
 	Impact findings.Impact `json:"impact"`
 	// Findings counts the items folded in.
 	Findings int `json:"findings"`
-	// Expected is true when an expectation matched every finding; Reasons
-	// are the matching expectations' reasons.
+	// Expected is true when the expectations cover, in each finding,
+	// every rule that breaks, or every native one when nothing breaks
+	// (expect); Reasons are the covering expectations' reasons.
 	Expected bool     `json:"expected"`
 	Reasons  []string `json:"reasons"`
 	// Fails is the verdict under the --fail-on mode.
@@ -82,6 +83,7 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 	var gs []Group
 	type sets struct{ pods, nodes, reasons, vendors map[string]bool }
 	var ss []sets
+	var members [][]Item
 	for _, it := range items {
 		k := key{it.Namespace, it.Owner.Kind, it.Owner.Name, it.State}
 		i, ok := idx[k]
@@ -91,6 +93,7 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 			gs = append(gs, Group{Namespace: it.Namespace, Owner: it.Owner, Worst: it.Worst, Expected: true, State: it.State,
 				Pods: []string{}, Nodes: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}})
 			ss = append(ss, sets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
+			members = append(members, nil)
 		}
 		g, s := &gs[i], &ss[i]
 		g.Findings++
@@ -118,14 +121,10 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 		if g.Error == "" {
 			g.Error = it.Error
 		}
-		// An expectation names usage: an unknown look matches none.
-		if r := Expect(exps, it); r != "" && it.State != findings.StateUnknown {
-			add(&g.Reasons, s.reasons, r)
-		} else {
-			g.Expected = false
-		}
+		members[i] = append(members[i], it)
 	}
 	for i := range gs {
+		expect(&gs[i], members[i], exps, ss[i].reasons)
 		if !gs[i].Expected {
 			gs[i].Reasons = []string{}
 		}
@@ -146,6 +145,43 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 		return gs[a].Owner.String() < gs[b].Owner.String()
 	})
 	return gs
+}
+
+// expect sets g.Expected: the expectations cover, in each finding, every
+// level that breaks on RHEL 10 (legacy, xt), or the native level when
+// nothing of g breaks; all of a finding not classified, whose rules may be
+// at any level; and never an unknown look, which holds no usage to cover.
+// So a workload is expected only when its usage at its worst level is,
+// and a breaking rule left out keeps it failing --fail-on breaks; native
+// usage beside a breaking one is not judged: it keeps loading.
+func expect(g *Group, members []Item, exps []Expectation, seen map[string]bool) {
+	for _, it := range members {
+		for _, level := range judged(it, g.Worst) {
+			reasons, ok := Cover(exps, it, level)
+			if !ok {
+				g.Expected = false
+				return
+			}
+			for _, r := range reasons {
+				add(&g.Reasons, seen, r)
+			}
+		}
+	}
+}
+
+// judged lists the levels of it that expect judges, in a group whose
+// worst level is worst.
+func judged(it Item, worst string) []string {
+	if it.State == findings.StateUnknown || it.Worst == "" {
+		return []string{it.Worst}
+	}
+	var levels []string
+	for _, l := range findings.ImpactLevels {
+		if (findings.Breaks(l) || worst == l) && (it.Worst == l || it.Impact.Count(l) > 0) {
+			levels = append(levels, l)
+		}
+	}
+	return levels
 }
 
 // Settle keeps what the items still say of each pod (by namespace and UID,

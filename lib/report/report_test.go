@@ -61,13 +61,13 @@ func item(ns, kind, name, pod, worst string, vendors []string, rules ...string) 
 	return it
 }
 
-// Each expectation field narrows: an expectation silences the items it
-// names and nothing else.
-func TestExpectationsSilenceExactlyWhatTheyName(t *testing.T) {
+// Namespace, owner and vendor choose findings: an expectation without
+// rule or level covers all of the findings it chooses and nothing else.
+func TestExpectationsChooseExactlyWhatTheyName(t *testing.T) {
 	items := []Item{
 		item("e2e-net", "Deployment", "probe", "probe-1", findings.ImpactXt, nil, "-A OUTPUT -j DROP"),
 		item("shop", "Deployment", "cart", "cart-1", findings.ImpactXt, []string{"istio"}, "-A OUTPUT -p tcp -j ISTIO_OUTPUT"),
-		item("shop", "StatefulSet", "db", "db-0", findings.ImpactLegacy, nil, "-A INPUT -p tcp --dport 5432 -j ACCEPT"),
+		item("shop", "StatefulSet", "db", "db-0", findings.ImpactLegacy, nil),
 		item("shop", "DaemonSet", "agent", "agent-x", findings.ImpactNative, nil, "-A INPUT -s 10.0.0.0/8 -j ACCEPT"),
 		item("ops", "CronJob", "backup", "backup-1", findings.ImpactNative, nil, "-A OUTPUT -j ACCEPT"),
 	}
@@ -78,14 +78,11 @@ func TestExpectationsSilenceExactlyWhatTheyName(t *testing.T) {
   namespace: shop
   reason: mesh migrates in Q3
 - owner: StatefulSet/d*
-  ruleRegexp: "--dport 5432 "
   reason: db firewall
 - owner: agent
-  rule: "-s 10.0.0.0/8"
   reason: node agent
-- owner: backup
-  rule: "no such rule"
-  reason: never matches
+- owner: Deployment/backup
+  reason: "never matches: a CronJob"
 `
 	exps, err := LoadExpectations(writeFile(t, "e.yaml", file))
 	if err != nil {
@@ -93,7 +90,8 @@ func TestExpectationsSilenceExactlyWhatTheyName(t *testing.T) {
 	}
 	var got []string
 	for _, it := range items {
-		got = append(got, it.Owner.Name+"="+Expect(exps, it))
+		reasons, _ := Cover(exps, it, it.Worst)
+		got = append(got, it.Owner.Name+"="+strings.Join(reasons, ";"))
 	}
 	want := []string{"probe=e2e suite", "cart=mesh migrates in Q3", "db=db firewall", "agent=node agent", "backup="}
 	if d := cmp.Diff(want, got); d != "" {
@@ -101,8 +99,131 @@ func TestExpectationsSilenceExactlyWhatTheyName(t *testing.T) {
 	}
 	// Vendor "unknown" names usage with no vendor only.
 	u := []Expectation{{Vendor: "unknown", Reason: "r"}}
-	if u[0].compile() != nil || Expect(u, items[1]) != "" || Expect(u, items[0]) != "r" {
+	if u[0].compile() != nil || u[0].Match(items[1]) || !u[0].Match(items[0]) {
 		t.Error("vendor unknown matched wrongly")
+	}
+	for _, bad := range []string{"expected:\n- level: breaking\n  reason: r\n", "expected:\n- level: XT\n  reason: r\n"} {
+		if _, err := LoadExpectations(writeFile(t, "e.yaml", bad)); err == nil {
+			t.Errorf("level not a level loaded: %q", bad)
+		}
+	}
+}
+
+// shop is the demo's workload: a masquerade (xt) and two port rules
+// (native), all three shown.
+func shop() Item {
+	it := Item{Namespace: "demo", Owner: owner.Owner{Kind: "Deployment", Name: "shop"}, Pod: "shop-1", Worst: findings.ImpactXt,
+		State: findings.StatePresent, Impact: findings.Impact{Xt: 1, Native: 2}}
+	for _, ex := range []findings.Example{
+		{Rule: "-A POSTROUTING -o eth0 -j MASQUERADE", Impact: findings.ImpactXt},
+		{Rule: "-A INPUT -p tcp --dport 8080 -j ACCEPT", Impact: findings.ImpactNative},
+		{Rule: "-A INPUT -p tcp --dport 9000:9100 -j DROP", Impact: findings.ImpactNative},
+	} {
+		ex.Family, ex.Table = "ip", "filter"
+		it.Examples = append(it.Examples, ex)
+	}
+	return it
+}
+
+// An expectation covers the usage it matches: rules cover a level only
+// when the finding shows all of that level's rules and every one is
+// matched; a level named covers all of it; an expectation naming
+// neither covers everything.
+func TestCover(t *testing.T) {
+	cut := shop()
+	cut.Impact.Xt = 3 // two xt rules not shown among the examples
+	legacy := shop()
+	legacy.Worst, legacy.Impact.Legacy = findings.ImpactLegacy, 2
+	unclassified := shop()
+	unclassified.Worst, unclassified.Impact = "", findings.Impact{}
+	for i := range unclassified.Examples {
+		unclassified.Examples[i].Impact = ""
+	}
+	unknown := shop()
+	unknown.State = findings.StateUnknown
+	port := Expectation{Owner: "Deployment/shop", Rule: "--dport 8080", Reason: "port"}
+	ports := Expectation{Owner: "shop", RuleRegexp: "--dport [0-9]+", Reason: "ports"}
+	masq := Expectation{Owner: "Deployment/shop", Rule: "-j MASQUERADE", Reason: "masq"}
+	xt := Expectation{Owner: "Deployment/shop", Level: findings.ImpactXt, Reason: "xt"}
+	native := Expectation{Namespace: "demo", Level: findings.ImpactNative, Reason: "native"}
+	all := Expectation{Owner: "Deployment/shop", Reason: "all"}
+	other := Expectation{Owner: "Deployment/web", Reason: "web"}
+	xtRule := Expectation{Owner: "Deployment/shop", Level: findings.ImpactXt, Rule: "-j MASQUERADE", Reason: "xt masq"}
+	nativeRule := Expectation{Owner: "Deployment/shop", Level: findings.ImpactNative, Rule: "-j MASQUERADE", Reason: "native masq"}
+	for _, tc := range []struct {
+		name  string
+		it    Item
+		level string
+		exps  []Expectation
+		want  []string // reasons; nil when not covered
+	}{
+		{"a rule matching one native rule leaves the xt one", shop(), findings.ImpactXt, []Expectation{port}, nil},
+		{"nor covers its own level, one rule of two", shop(), findings.ImpactNative, []Expectation{port}, nil},
+		{"a rule matching every rule of the level", shop(), findings.ImpactNative, []Expectation{ports}, []string{"ports"}},
+		{"two rules together", shop(), findings.ImpactNative, []Expectation{port, masq, {Owner: "shop", Rule: "9000:9100", Reason: "range"}}, []string{"port", "range"}},
+		{"the only xt rule, shown", shop(), findings.ImpactXt, []Expectation{port, masq}, []string{"masq"}},
+		{"examples cut: the rule cannot see the level", cut, findings.ImpactXt, []Expectation{masq}, nil},
+		{"examples cut: a level named covers it", cut, findings.ImpactXt, []Expectation{masq, xt}, []string{"xt"}},
+		{"a level named covers only that level", shop(), findings.ImpactNative, []Expectation{xt}, nil},
+		{"level and rule narrow together", shop(), findings.ImpactXt, []Expectation{xtRule}, []string{"xt masq"}},
+		{"a rule at another level than named", shop(), findings.ImpactXt, []Expectation{nativeRule}, nil},
+		{"no rule, no level: everything", shop(), findings.ImpactXt, []Expectation{port, all}, []string{"all"}},
+		{"another workload", shop(), findings.ImpactXt, []Expectation{other}, nil},
+		{"legacy rules are never shown", legacy, findings.ImpactLegacy, []Expectation{masq, ports}, nil},
+		{"legacy named", legacy, findings.ImpactLegacy, []Expectation{{Owner: "shop", Level: findings.ImpactLegacy, Reason: "legacy"}}, []string{"legacy"}},
+		{"unclassified: rules cannot see its levels", unclassified, "", []Expectation{masq, ports}, nil},
+		{"unclassified: no level names it", unclassified, "", []Expectation{xt, native}, nil},
+		{"unclassified: the whole workload", unclassified, "", []Expectation{all}, []string{"all"}},
+		{"an unknown look holds nothing to cover", unknown, findings.ImpactXt, []Expectation{all}, nil},
+	} {
+		got, ok := Cover(tc.exps, tc.it, tc.level)
+		if ok != (tc.want != nil) || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: covered %v %q, want %q", tc.name, ok, got, tc.want)
+		}
+	}
+}
+
+// A workload is expected when its breaking usage is covered, or its native
+// usage when nothing breaks; under --fail-on breaks an uncovered breaking
+// rule fails it whatever else is covered.
+func TestExpectedWorkload(t *testing.T) {
+	withLegacy := shop()
+	withLegacy.Worst, withLegacy.Impact.Legacy = findings.ImpactLegacy, 1
+	nativeOnly := shop()
+	nativeOnly.Pod, nativeOnly.Worst, nativeOnly.Impact.Xt, nativeOnly.Examples = "shop-2", findings.ImpactNative, 0, nativeOnly.Examples[1:]
+	unclassified := shop()
+	unclassified.Pod, unclassified.Worst, unclassified.Impact = "shop-3", "", findings.Impact{}
+	port := Expectation{Owner: "Deployment/shop", Rule: "--dport 8080", Reason: "port"}
+	masq := Expectation{Owner: "Deployment/shop", Rule: "-j MASQUERADE", Reason: "masq"}
+	ports := Expectation{Owner: "shop", RuleRegexp: "--dport [0-9]+", Reason: "ports"}
+	legacy := Expectation{Owner: "shop", Level: findings.ImpactLegacy, Reason: "legacy"}
+	all := Expectation{Namespace: "demo", Reason: "all"}
+	for _, tc := range []struct {
+		name        string
+		items       []Item
+		exps        []Expectation
+		expected    bool
+		failsBreaks bool
+	}{
+		// make demo's old example: it used to pass shop.
+		{"the port rule alone", []Item{shop()}, []Expectation{port}, false, true},
+		{"the masquerade: native beside it is not judged", []Item{shop()}, []Expectation{masq}, true, false},
+		{"legacy covered, the xt masquerade not", []Item{withLegacy}, []Expectation{legacy}, false, true},
+		{"legacy and the masquerade", []Item{withLegacy}, []Expectation{legacy, masq}, true, false},
+		{"a native-only pod beside a breaking one", []Item{shop(), nativeOnly}, []Expectation{masq}, true, false},
+		{"native only: its native usage", []Item{nativeOnly}, []Expectation{port}, false, false},
+		{"native only, all ports", []Item{nativeOnly}, []Expectation{ports}, true, false},
+		{"an unclassified pod needs all of it", []Item{shop(), unclassified}, []Expectation{masq}, false, true},
+		{"the whole workload", []Item{shop(), unclassified, withLegacy}, []Expectation{all}, true, false},
+	} {
+		gs := GroupItems(tc.items, tc.exps)
+		if len(gs) != 1 {
+			t.Fatalf("%s: %d groups", tc.name, len(gs))
+		}
+		Judge(gs, FailBreaks)
+		if gs[0].Expected != tc.expected || gs[0].Fails != tc.failsBreaks || tc.expected == (len(gs[0].Reasons) == 0) {
+			t.Errorf("%s: expected %v (%q), fails --fail-on breaks %v; want %v, %v", tc.name, gs[0].Expected, gs[0].Reasons, gs[0].Fails, tc.expected, tc.failsBreaks)
+		}
 	}
 }
 
