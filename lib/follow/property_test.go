@@ -52,6 +52,28 @@ type writer struct {
 	rotations  int
 	truncates  int
 	caughtUpTo func(seq int) bool // every seq below has been delivered
+	delivered  func() int         // how many seqs in a row have been delivered
+}
+
+// stallAfter is how long a reader may deliver nothing new, while there is
+// something to deliver, before the test fails naming what is missing.
+// Progress, not a deadline: on a loaded machine a reader may be slow, but
+// one that delivers nothing for a minute is stuck.
+const stallAfter = time.Minute
+
+// stall tells a reader that stopped delivering from a slow one.
+type stall struct {
+	last  int
+	since time.Time
+}
+
+// stuck is true once progress has not moved for stallAfter.
+func (s *stall) stuck(progress int) bool {
+	if s.since.IsZero() || progress != s.last {
+		s.last, s.since = progress, time.Now()
+		return false
+	}
+	return time.Since(s.since) > stallAfter
 }
 
 func (w *writer) write() {
@@ -77,10 +99,10 @@ func (w *writer) write() {
 }
 
 func (w *writer) waitFor(what string, ok func() bool) {
-	deadline := time.Now().Add(20 * time.Second)
+	var st stall
 	for !ok() {
-		if time.Now().After(deadline) {
-			w.t.Fatalf("writer: reader never caught up before %s (next seq %d)", what, w.next)
+		if st.stuck(w.delivered()) {
+			w.t.Fatalf("writer: reader delivered nothing new for %v before %s (next seq %d)", stallAfter, what, w.next)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -203,13 +225,20 @@ func (s *seen) upTo(seq int) bool {
 	return s.low >= seq
 }
 
+// count is how many seqs in a row, from 0, have been delivered.
+func (s *seen) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.low
+}
+
 func TestPropertyGracefulRestarts(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
 		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
 			dir := t.TempDir()
 			path, cpPath := filepath.Join(dir, "findings.jsonl"), filepath.Join(dir, "cp.json")
 			var s seen
-			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: s.upTo, gens: int(seed%2)*2 + 1, starts: []int{0}}
+			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: s.upTo, delivered: s.count, gens: int(seed%2)*2 + 1, starts: []int{0}}
 			done := make(chan struct{})
 			// quit stops the reader when the writer fails (t.Fatal) or the
 			// reader never delivers everything: the test fails, not hangs.
@@ -221,7 +250,7 @@ func TestPropertyGracefulRestarts(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(seed, 1))
-				var deadline <-chan time.Time
+				var st stall
 				for {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(30))*time.Millisecond)
 					f := New(path, FileStore(cpPath))
@@ -243,15 +272,13 @@ func TestPropertyGracefulRestarts(t *testing.T) {
 					select {
 					case <-quit:
 						return
-					case <-deadline:
-						t.Errorf("reader never delivered seqs %v; checkpoint %+v; files %v", s.missing(), f.Checkpoint(), listDir(dir))
-						return
 					case <-done:
 						if s.upTo(propLines) {
 							return
 						}
-						if deadline == nil {
-							deadline = time.After(20 * time.Second)
+						if st.stuck(s.count()) {
+							t.Errorf("reader delivered nothing new for %v, never seqs %v; checkpoint %+v; files %v", stallAfter, s.missing(), f.Checkpoint(), listDir(dir))
+							return
 						}
 					default:
 					}
@@ -301,6 +328,11 @@ func child() int {
 	if _, err := sink.WriteString("start\n"); err != nil {
 		return 1
 	}
+	// Tell the test this process runs (fd 3, see waitReady).
+	if ready := os.NewFile(3, "ready"); ready != nil {
+		_, _ = ready.Write([]byte{1})
+		ready.Close()
+	}
 	f := New(path, FileStore(cpPath))
 	f.Poll, f.Batch = time.Millisecond, propBatch
 	err = f.Run(context.Background(), func(_ context.Context, b []byte) error {
@@ -314,6 +346,13 @@ func child() int {
 	})
 	fmt.Fprintln(os.Stderr, err)
 	return 1
+}
+
+// waitReady waits until the child says it runs, or exits (EOF), or a
+// minute passed (a child that never gets there is killed then, as any).
+func waitReady(r *os.File) {
+	_ = r.SetReadDeadline(time.Now().Add(time.Minute))
+	_, _ = r.Read(make([]byte, 1))
 }
 
 // sinkReader parses the sink incrementally: runs of seqs, one per process.
@@ -371,7 +410,8 @@ func TestPropertyCrashRestarts(t *testing.T) {
 			var mu sync.Mutex // the sink reader is polled by both goroutines
 			sr := &sinkReader{t: t, path: sinkPath}
 			upTo := func(seq int) bool { mu.Lock(); defer mu.Unlock(); return sr.upTo(seq) }
-			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: upTo, gens: int(seed%2)*2 + 1, starts: []int{0}}
+			delivered := func() int { mu.Lock(); defer mu.Unlock(); sr.poll(); return sr.s.count() }
+			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: upTo, delivered: delivered, gens: int(seed%2)*2 + 1, starts: []int{0}}
 			done := make(chan struct{})
 			quit := make(chan struct{}) // as in TestPropertyGracefulRestarts
 			var wg sync.WaitGroup
@@ -381,15 +421,34 @@ func TestPropertyCrashRestarts(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(seed, 1))
-				var deadline <-chan time.Time
+				var st stall
 				for {
+					ready, readyW, err := os.Pipe()
+					if err != nil {
+						t.Errorf("pipe: %v", err)
+						return
+					}
 					cmd := exec.Command(os.Args[0], path, cpPath, sinkPath)
 					cmd.Env = append(os.Environ(), childEnvVar+"=1")
 					cmd.Stderr = os.Stderr
-					if err := cmd.Start(); err != nil {
+					cmd.ExtraFiles = []*os.File{readyW} // fd 3
+					err = cmd.Start()
+					readyW.Close()
+					if err != nil {
+						ready.Close()
 						t.Errorf("start reader: %v", err)
 						return
 					}
+					// Kill points are counted from the moment the child
+					// follows, not from its exec: on a loaded machine a
+					// -race binary takes longer than the whole window to
+					// start, and a reader always killed before it runs
+					// never delivers (what failed here at a load near 40).
+					// One kill in four still falls during the start.
+					if rng.IntN(4) != 0 {
+						waitReady(ready)
+					}
+					ready.Close()
 					time.Sleep(time.Duration(5+rng.IntN(60)) * time.Millisecond)
 					_ = cmd.Process.Kill()
 					_ = cmd.Wait()
@@ -397,17 +456,15 @@ func TestPropertyCrashRestarts(t *testing.T) {
 					select {
 					case <-quit:
 						return
-					case <-deadline:
-						mu.Lock()
-						t.Errorf("reader never delivered seqs %v; files %v", sr.s.missing(), listDir(dir))
-						mu.Unlock()
-						return
 					case <-done:
 						if upTo(propLines) {
 							return
 						}
-						if deadline == nil {
-							deadline = time.After(20 * time.Second)
+						if st.stuck(delivered()) {
+							mu.Lock()
+							t.Errorf("reader delivered nothing new for %v, never seqs %v; files %v", stallAfter, sr.s.missing(), listDir(dir))
+							mu.Unlock()
+							return
 						}
 					default:
 					}
