@@ -82,6 +82,7 @@ table { border-collapse: collapse; font-size: 13px; }
 th, td { border: 1px solid #bdbdbd; padding: 4px 6px; text-align: left; vertical-align: top; }
 th { background: #eeeeee; }
 td { overflow-wrap: anywhere; max-width: 28em; }
+td:first-child { white-space: nowrap; }
 tr[data-status="FAIL"] td:first-child { background: #ffcdd2; font-weight: bold; }
 tr[data-status="error"] td:first-child { background: #e1bee7; }
 tr[data-status="unexpected"] td:first-child { background: #ffe0b2; }
