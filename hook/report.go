@@ -3,7 +3,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/report"
 )
@@ -30,30 +33,40 @@ Inputs, any mix:
 - FINDINGS-FILE...: findings files gathered from nodes; each one's rotated
   generations FILE.1, FILE.2... are read too;
 - --events FILE: a saved 'kubectl get events -A -o json' (repeatable);
-- none of these: the live cluster's Events (--kubeconfig, else the
-  in-cluster service account).
+- none of these: the live cluster's Events.
 
-With findings files and --kubeconfig, owners come from the live cluster;
-without, a finding's owner is its Pod (pod names do not tell owners).
+Credentials the kubectl way: --kubeconfig, else $KUBECONFIG, else
+~/.kube/config, else (in a pod) the service account; --context picks a
+kubeconfig context. With findings files and --kubeconfig or --context,
+owners come from the cluster; without, a finding's owner is its Pod (pod
+names do not tell owners). --namespace (-n) keeps one namespace, from
+every input. The first line says which cluster, when, and from what.
+
+--format html writes one self-contained page (no script, nothing fetched)
+with the workloads charted by impact and by vendor, and the table.
 
 Impact levels: legacy (x_tables: breaks on RHEL 10), xt (iptables-nft with
 xt extensions: breaks unless kernel-modules-extra is installed), native
 (keeps loading; the iptables tooling is deprecated).
 
 Exit status: 0 when nothing fails under --fail-on (the default, never,
-only warns), 1 when a workload fails (unexpected: any usage the
-expectations do not name; breaks: unexpected legacy, xt or unclassified
-usage), 2 on bad flags or an input that cannot be read.`
+only warns), 1 when a workload fails (unexpected: any workload the
+expectations do not cover; breaks: a workload not covered whose worst
+level is legacy, xt or unclassified), 2 on bad flags or an input that
+cannot be read.`
 
 type reportConfig struct {
 	events                               []string
 	kubeconfig, expectations, format, fo string
+	kubeContext, namespace               string
 	timeout                              time.Duration
 }
 
 func (c *reportConfig) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&c.events, "events", nil, "`FILE` holding a saved 'kubectl get events -A -o json' (repeatable)")
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig: read the cluster's Events, or resolve owners of findings files")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else the in-cluster service account): read the cluster, or resolve owners of findings files")
+	fs.StringVar(&c.kubeContext, "context", "", "kubeconfig context to use (default: its current context)")
+	fs.StringVarP(&c.namespace, "namespace", "n", "", "report this namespace only (default: all), from every input")
 	fs.StringVar(&c.expectations, "expectations", "", "YAML file of expected usage (namespace glob, owner, vendor, level, rule, ruleRegexp, reason)")
 	fs.Var(newEnum(&c.format, "text", report.Formats...), "format", "output format: "+strings.Join(report.Formats, ", "))
 	fs.Var(newEnum(&c.fo, report.FailNever, report.FailModes...), "fail-on", "exit 1 when: never (warn only), unexpected (any usage not expected), breaks (unexpected usage that breaks on RHEL 10)")
@@ -66,11 +79,15 @@ func (c *reportConfig) run(files []string, s stdio) int {
 		fmt.Fprintf(stderr, "iptables-alerter report: --timeout %s: want a positive duration\n", c.timeout)
 		return 2
 	}
+	if err := report.CheckNamespace(c.namespace); err != nil {
+		fmt.Fprintf(stderr, "iptables-alerter report: --namespace: %v\n", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	r, err := buildReport(ctx, files, c.events, c.kubeconfig, c.expectations, c.fo)
+	r, err := c.build(ctx, files)
 	if err != nil {
 		fmt.Fprintf(stderr, "iptables-alerter report: %v\n", err)
 		return 2
@@ -85,11 +102,14 @@ func (c *reportConfig) run(files []string, s stdio) int {
 	return 0
 }
 
-func buildReport(ctx context.Context, files, eventsFiles []string, kubeconfig, expectations, failOn string) (report.Report, error) {
+// build reads the inputs in order (findings files, saved Events, the
+// cluster) and judges what they say. The cluster is read when no file is
+// given, and asked for owners when one is and credentials were named.
+func (c *reportConfig) build(ctx context.Context, files []string) (report.Report, error) {
 	var exps []report.Expectation
-	if expectations != "" {
+	if c.expectations != "" {
 		var err error
-		if exps, err = report.LoadExpectations(expectations); err != nil {
+		if exps, err = report.LoadExpectations(c.expectations); err != nil {
 			return report.Report{}, err
 		}
 	}
@@ -97,6 +117,7 @@ func buildReport(ctx context.Context, files, eventsFiles []string, kubeconfig, e
 		items []report.Item
 		sk    report.Skipped
 	)
+	origin := report.Origin{Namespace: c.namespace, Time: time.Now()}
 	paths, err := report.FindingsFiles(files)
 	if err != nil {
 		return report.Report{}, err
@@ -108,7 +129,10 @@ func buildReport(ctx context.Context, files, eventsFiles []string, kubeconfig, e
 		}
 		items = append(items, its...)
 	}
-	for _, p := range eventsFiles {
+	if len(paths) > 0 {
+		origin.From = append(origin.From, "files")
+	}
+	for _, p := range c.events {
 		f, err := os.Open(p)
 		if err != nil {
 			return report.Report{}, fmt.Errorf("open events: %w", err)
@@ -120,28 +144,69 @@ func buildReport(ctx context.Context, files, eventsFiles []string, kubeconfig, e
 		}
 		items = append(items, its...)
 	}
-	fromCluster := len(files) == 0 && len(eventsFiles) == 0
-	if fromCluster || kubeconfig != "" {
-		rc, err := restConfig(kubeconfig)
+	if len(c.events) > 0 {
+		origin.From = append(origin.From, "events-file")
+	}
+	items = report.InNamespace(items, c.namespace)
+	fromCluster := len(files) == 0 && len(c.events) == 0
+	// Named credentials resolve the owners of files; with none named, files
+	// alone are read, as before (a CI job's ~/.kube/config may be another
+	// cluster's).
+	if fromCluster || c.kubeconfig != "" || c.kubeContext != "" {
+		cl, err := c.cluster()
 		if err != nil {
 			return report.Report{}, err
 		}
-		rc.UserAgent = "iptables-alerter-report/" + version
-		client, err := kubernetes.NewForConfig(rc)
-		if err != nil {
-			return report.Report{}, fmt.Errorf("make kubernetes client: %w", err)
-		}
+		origin.Cluster, origin.Context = cl.Config.Host, cl.context
 		if fromCluster {
-			its, err := report.ClusterEvents(ctx, client, &sk)
+			its, from, err := report.ReadCluster(ctx, cl.Cluster, report.ClusterSources, &sk)
 			if err != nil {
 				return report.Report{}, err
 			}
-			items = append(items, its...)
-		} else if err := report.ResolveOwners(ctx, client, items); err != nil {
-			return report.Report{}, err
+			items = append(items, report.InNamespace(its, c.namespace)...)
+			origin.From = append(origin.From, from)
+		} else {
+			if err := report.ResolveOwners(ctx, cl.Client, items); err != nil {
+				return report.Report{}, err
+			}
+			origin.From = append(origin.From, "owners from the cluster")
 		}
 	}
-	r := report.Report{Groups: report.GroupItems(items, exps), Skipped: sk, FailOn: failOn}
-	r.Failing = report.Judge(r.Groups, failOn)
+	r := report.Report{Origin: origin, Groups: report.GroupItems(items, exps), Skipped: sk, FailOn: c.fo}
+	r.Failing = report.Judge(r.Groups, c.fo)
 	return r, nil
+}
+
+type reportCluster struct {
+	report.Cluster
+	// context is the kubeconfig context used, empty in a pod.
+	context string
+}
+
+// cluster finds credentials the kubectl way (client-go's default loading
+// rules): --kubeconfig, else $KUBECONFIG's files, else ~/.kube/config, and
+// in a pod without any of them the service account; --context picks a
+// context.
+func (c *reportConfig) cluster() (reportCluster, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = c.kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: c.kubeContext})
+	rc, err := cc.ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		return reportCluster{}, errors.New("find credentials: no --kubeconfig, $KUBECONFIG or ~/.kube/config, and not running in a pod (KUBERNETES_SERVICE_HOST/PORT unset)")
+	}
+	if err != nil {
+		return reportCluster{}, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	var name string
+	// In a pod the loader fell back to the service account: no context.
+	if raw, err := cc.RawConfig(); err == nil && len(raw.Contexts) > 0 {
+		name = cmp.Or(c.kubeContext, raw.CurrentContext)
+	}
+	rc.UserAgent = "iptables-alerter-report/" + version
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return reportCluster{}, fmt.Errorf("make kubernetes client: %w", err)
+	}
+	return reportCluster{Cluster: report.Cluster{Client: client, Config: rc, Namespace: c.namespace}, context: name}, nil
 }

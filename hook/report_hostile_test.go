@@ -19,6 +19,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -47,7 +48,6 @@ const bogusLevel = "BOGUSLEVEL\n| FAKE | ROW |\x1b[31m"
 func TestReportHostileEvent(t *testing.T) {
 	c := kubetest.Start(t)
 	cs := c.Client()
-	ctx := kubetest.Ctx(t)
 	kubetest.Namespace(t, cs, "shop")
 	kc := c.Kubeconfig("admin", c.AdminToken)
 
@@ -65,19 +65,10 @@ func TestReportHostileEvent(t *testing.T) {
 	unknown := events.Summary{Node: "node-b", Pod: findings.Pod{Namespace: "shop", Name: "hider", UID: "u2"},
 		State: findings.StateUnknown, Error: "busy" + hostile, Worst: bogusLevel}
 	for i, ev := range []struct {
-		name, pod, uid, reason string
-		sum                    events.Summary
-	}{{"hostile-usage", "web-1", "u1", events.Reason, sum}, {"hostile-unknown", "hider", "u2", events.UnknownReason, unknown}} {
-		_, err := cs.EventsV1().Events("shop").Create(ctx, &eventsv1.Event{
-			ObjectMeta: metav1.ObjectMeta{Name: ev.name, Namespace: "shop",
-				Annotations: map[string]string{events.SummaryAnnotation: ev.sum.JSON()}},
-			EventTime: metav1.NewMicroTime(time.Now()), ReportingController: events.Controller, ReportingInstance: "node-a",
-			Action: events.Action, Reason: ev.reason, Type: corev1.EventTypeWarning, Note: "forged " + string(rune('0'+i)),
-			Regarding: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: "shop", Name: ev.pod, UID: types.UID(ev.uid)},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("create event %s: %v", ev.name, err)
-		}
+		name, reason string
+		sum          events.Summary
+	}{{"hostile-usage", events.Reason, sum}, {"hostile-unknown", events.UnknownReason, unknown}} {
+		createPodEvent(t, cs, ev.name, ev.reason, "forged "+string(rune('0'+i)), ev.sum)
 	}
 
 	dir := t.TempDir()
@@ -105,6 +96,23 @@ func TestReportHostileEvent(t *testing.T) {
 			}
 			checkHostileReport(t, name+" "+f, f, out)
 		}
+	}
+}
+
+// createPodEvent creates an Event as our forwarder's, regarding the pod
+// sum names, through the API anyone allowed to create Events uses.
+func createPodEvent(t *testing.T, cs kubernetes.Interface, name, reason, note string, sum events.Summary) {
+	t.Helper()
+	p := sum.Pod
+	_, err := cs.EventsV1().Events(p.Namespace).Create(kubetest.Ctx(t), &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.Namespace,
+			Annotations: map[string]string{events.SummaryAnnotation: sum.JSON()}},
+		EventTime: metav1.NewMicroTime(time.Now()), ReportingController: events.Controller, ReportingInstance: "node-a",
+		Action: events.Action, Reason: reason, Type: corev1.EventTypeWarning, Note: note,
+		Regarding: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: types.UID(p.UID)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create event %s: %v", name, err)
 	}
 }
 
@@ -182,6 +190,11 @@ func checkHostileReport(t *testing.T, name, format, out string) {
 		}
 		if json.Unmarshal([]byte(out), &sk); sk.Skipped.Invalid == 0 {
 			t.Errorf("%s: no invalid values counted:\n%s", name, out)
+		}
+	case "html":
+		// html/template escaped every value: the only tags are ours.
+		if strings.Contains(out, "<img") || strings.Contains(out, "onerror=alert") && !strings.Contains(out, "&lt;img src=x onerror=alert") {
+			t.Errorf("%s: raw HTML from the input:\n%s", name, out)
 		}
 	case "junit":
 		d := xml.NewDecoder(strings.NewReader(out))

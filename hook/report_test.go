@@ -28,8 +28,8 @@ import (
 )
 
 // junitXSD is the JUnit XML shape CI systems read (Jenkins' and Ant's):
-// testsuites, testsuite, testcase with at most one of skipped, error or
-// failure, each with message and type, and system-out.
+// testsuites, testsuite with properties, testcase with at most one of
+// skipped, error or failure, each with message and type, and system-out.
 const junitXSD = `<?xml version="1.0" encoding="UTF-8"?>
 <xs:schema xmlns:xs="http://www.w3.org/2001/XMLSchema" elementFormDefault="qualified">
   <xs:complexType name="result">
@@ -56,6 +56,18 @@ const junitXSD = `<?xml version="1.0" encoding="UTF-8"?>
   <xs:element name="testsuite">
     <xs:complexType>
       <xs:sequence>
+        <xs:element name="properties" minOccurs="0">
+          <xs:complexType>
+            <xs:sequence>
+              <xs:element name="property" minOccurs="0" maxOccurs="unbounded">
+                <xs:complexType>
+                  <xs:attribute name="name" type="xs:string" use="required"/>
+                  <xs:attribute name="value" type="xs:string" use="required"/>
+                </xs:complexType>
+              </xs:element>
+            </xs:sequence>
+          </xs:complexType>
+        </xs:element>
         <xs:element name="testcase" minOccurs="0" maxOccurs="unbounded">
           <xs:complexType>
             <xs:sequence>
@@ -358,16 +370,20 @@ func TestReportFlags(t *testing.T) {
 	}{
 		{[]string{"--help"}, 0, "iptables-alerter report [FINDINGS-FILE...] [flags]"},
 		// A bad value is one line naming it and the allowed ones.
-		{[]string{"--format", "csv"}, 2, `iptables-alerter report: invalid argument "csv" for "--format" flag: want text, markdown, json, junit (see 'iptables-alerter report --help')` + "\n"},
+		{[]string{"--format", "csv"}, 2, `iptables-alerter report: invalid argument "csv" for "--format" flag: want text, markdown, json, junit, html (see 'iptables-alerter report --help')` + "\n"},
+		{[]string{"-n", "Not_A_Namespace"}, 2, `--namespace: check namespace "Not_A_Namespace"`},
 		{[]string{"--fail-on", "sometimes"}, 2, `invalid argument "sometimes" for "--fail-on" flag: want never, unexpected, breaks`},
 		{[]string{"--timeout", "0s"}, 2, "--timeout 0s: want a positive duration"},
 		{[]string{"--nope"}, 2, "unknown flag: --nope"},
 		{[]string{"-format", "json"}, 2, "unknown shorthand flag"},
 		// No inputs, no kubeconfig, not in a pod: an error, never a pass.
-		{[]string{}, 2, "--kubeconfig not given"},
+		{[]string{}, 2, "no --kubeconfig, $KUBECONFIG or ~/.kube/config, and not running in a pod"},
+		{[]string{"--kubeconfig", "/nonexistent/kubeconfig"}, 2, "load kubeconfig"},
 	} {
 		t.Setenv("KUBERNETES_SERVICE_HOST", "")
 		t.Setenv("KUBERNETES_SERVICE_PORT", "")
+		// Set, it is the only place looked in (not ~/.kube/config).
+		t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
 		code, stdout, stderr := runCmd(t, append([]string{"report"}, tc.args...)...)
 		if out := stdout + stderr; code != tc.code || !strings.Contains(out, tc.out) {
 			t.Errorf("report %v: exit %d, want %d; output lacks %q?\n%s", tc.args, code, tc.code, tc.out, out)

@@ -22,6 +22,7 @@ all)
     etcd-server logrotate
     rpm
     libxml2-utils
+    chromium
     containernetworking-plugins
     jq gcc libc6-dev make pkg-config libsqlite3-dev zstd
   ) ;;

@@ -204,12 +204,13 @@ func ReadEvents(r io.Reader, source string, sk *Skipped) ([]Item, error) {
 // reasons are the reasons of our pod Events, and the state each stands for.
 var reasons = map[string]findings.State{events.Reason: findings.StatePresent, events.UnknownReason: findings.StateUnknown}
 
-// ClusterEvents lists the live cluster's Events of ours, page by page, one
-// reason after the other (a field selector holds no "or").
-func ClusterEvents(ctx context.Context, client kubernetes.Interface, sk *Skipped) ([]Item, error) {
+// ClusterEvents lists the live cluster's Events of ours in namespace (all
+// when empty), page by page, one reason after the other (a field selector
+// holds no "or").
+func ClusterEvents(ctx context.Context, client kubernetes.Interface, namespace string, sk *Skipped) ([]Item, error) {
 	var items []Item
 	for _, reason := range []string{events.Reason, events.UnknownReason} {
-		its, err := clusterEvents(ctx, client, reason, sk)
+		its, err := clusterEvents(ctx, client, namespace, reason, sk)
 		if err != nil {
 			return nil, err
 		}
@@ -218,11 +219,11 @@ func ClusterEvents(ctx context.Context, client kubernetes.Interface, sk *Skipped
 	return items, nil
 }
 
-func clusterEvents(ctx context.Context, client kubernetes.Interface, reason string, sk *Skipped) ([]Item, error) {
+func clusterEvents(ctx context.Context, client kubernetes.Interface, namespace, reason string, sk *Skipped) ([]Item, error) {
 	var items []Item
 	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("reason", reason).String(), Limit: 500}
 	for {
-		l, err := client.CoreV1().Events(metav1.NamespaceAll).List(ctx, opts)
+		l, err := client.CoreV1().Events(namespace).List(ctx, opts)
 		if err != nil {
 			return nil, fmt.Errorf("list events: %w", err)
 		}

@@ -7,16 +7,19 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
 // Formats lists the output formats.
-var Formats = []string{"text", "markdown", "json", "junit"}
+var Formats = []string{"text", "markdown", "json", "junit", "html"}
 
 // Report is what the writers render.
 type Report struct {
+	// Origin is the header: which cluster, when, from what.
+	Origin  Origin  `json:"origin,omitzero"`
 	Groups  []Group `json:"groups"`
 	Skipped Skipped `json:"skipped"`
 	FailOn  string  `json:"fail_on"`
@@ -47,6 +50,8 @@ func Write(w io.Writer, r Report, format string) error {
 		return err
 	case "junit":
 		return writeJUnit(w, r)
+	case "html":
+		return writeHTML(w, r)
 	}
 	return fmt.Errorf("write report: unknown format %q", format)
 }
@@ -122,6 +127,9 @@ func mdEscape(s string) string {
 
 func writeMarkdown(w io.Writer, r Report) error {
 	var b strings.Builder
+	if !r.Origin.Time.IsZero() {
+		b.WriteString(mdEscape(r.Origin.Line()) + "\n\n")
+	}
 	b.WriteString("| " + strings.Join(header, " | ") + " |\n")
 	b.WriteString(strings.Repeat("|---", len(header)) + "|\n")
 	for _, g := range r.Groups {
@@ -203,13 +211,24 @@ type junitSuites struct {
 }
 
 type junitSuite struct {
-	Name     string      `xml:"name,attr"`
-	Tests    int         `xml:"tests,attr"`
-	Failures int         `xml:"failures,attr"`
-	Errors   int         `xml:"errors,attr"`
-	Skipped  int         `xml:"skipped,attr"`
-	Time     string      `xml:"time,attr"`
-	Cases    []junitCase `xml:"testcase"`
+	Name     string `xml:"name,attr"`
+	Tests    int    `xml:"tests,attr"`
+	Failures int    `xml:"failures,attr"`
+	Errors   int    `xml:"errors,attr"`
+	Skipped  int    `xml:"skipped,attr"`
+	Time     string `xml:"time,attr"`
+	// Properties say which cluster, when and from what (Origin).
+	Properties *junitProperties `xml:"properties"`
+	Cases      []junitCase      `xml:"testcase"`
+}
+
+type junitProperties struct {
+	Property []junitProperty `xml:"property"`
+}
+
+type junitProperty struct {
+	Name  string `xml:"name,attr"`
+	Value string `xml:"value,attr"`
 }
 
 type junitCase struct {
@@ -230,6 +249,16 @@ type junitMessage struct {
 
 func writeJUnit(w io.Writer, r Report) error {
 	s := junitSuite{Name: "iptables-alerter RHEL 10 readiness", Time: "0"}
+	if o := r.Origin; !o.Time.IsZero() {
+		s.Properties = &junitProperties{Property: []junitProperty{
+			{"report", o.Line()},
+			{"cluster", safetext.Display(o.Cluster)},
+			{"context", safetext.Display(o.Context)},
+			{"namespace", safetext.Display(o.Namespace)},
+			{"from", strings.Join(o.From, ",")},
+			{"time", o.Time.UTC().Format(time.RFC3339)},
+		}}
+	}
 	for _, g := range r.Groups {
 		// encoding/xml escapes markup and replaces characters XML cannot
 		// hold; Display keeps the text readable as well.

@@ -408,6 +408,10 @@ func TestWritersEscape(t *testing.T) {
 			if strings.Contains(out, "<x>") || !strings.Contains(out, "<failure") {
 				t.Errorf("junit:\n%s", out)
 			}
+		case "html":
+			if strings.Contains(out, "<x>") || strings.Count(out, "<tr class=\"workload\"") != 1 {
+				t.Errorf("html cells forged:\n%s", out)
+			}
 		}
 	}
 }

@@ -47,6 +47,12 @@ func writeText(w io.Writer, r Report) error {
 	}
 	widths := fitColumns(rows, TextWidth)
 	var b strings.Builder
+	if !r.Origin.Time.IsZero() {
+		for _, l := range wrap("", textIndent, r.Origin.Line(), TextWidth) {
+			b.WriteString(l + "\n")
+		}
+		b.WriteString("\n")
+	}
 	for i, row := range rows {
 		b.WriteString(formatRow(row, widths) + "\n")
 		if i > 0 {

@@ -1,0 +1,69 @@
+package report
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+)
+
+// The cluster's sources are tried in order: one that the cluster does not
+// hold gives way, any other error stops the report.
+func TestReadClusterFallsBack(t *testing.T) {
+	none := ClusterSource{Name: "reports", Read: func(context.Context, Cluster, *Skipped) ([]Item, error) {
+		return nil, fmt.Errorf("list reports: %w", ErrNoSource)
+	}}
+	broken := ClusterSource{Name: "reports", Read: func(context.Context, Cluster, *Skipped) ([]Item, error) {
+		return nil, errors.New("list reports: forbidden")
+	}}
+	evs := ClusterSource{Name: "events", Read: func(_ context.Context, c Cluster, _ *Skipped) ([]Item, error) {
+		return []Item{{Namespace: c.Namespace}}, nil
+	}}
+	var sk Skipped
+	items, from, err := ReadCluster(context.Background(), Cluster{Namespace: "shop"}, []ClusterSource{none, evs}, &sk)
+	if err != nil || from != "events" || len(items) != 1 || items[0].Namespace != "shop" {
+		t.Errorf("fallback: %v, %q, %v", items, from, err)
+	}
+	if _, _, err := ReadCluster(context.Background(), Cluster{}, []ClusterSource{broken, evs}, &sk); err == nil {
+		t.Error("an error of a source the cluster holds was passed over")
+	}
+	if _, _, err := ReadCluster(context.Background(), Cluster{}, []ClusterSource{none}, &sk); err == nil {
+		t.Error("no source held, no error")
+	}
+}
+
+func TestNamespaceFilter(t *testing.T) {
+	items := []Item{{Namespace: "shop"}, {Namespace: "ops"}, {Namespace: `"shop\n"`}}
+	if got := InNamespace(items, "shop"); len(got) != 1 || got[0].Namespace != "shop" {
+		t.Errorf("InNamespace shop: %v", got)
+	}
+	if got := InNamespace(items, ""); len(got) != 3 {
+		t.Errorf("InNamespace all: %v", got)
+	}
+	for ns, ok := range map[string]bool{"": true, "shop": true, "Shop": false, "a/b": false, "shop\n": false} {
+		if err := CheckNamespace(ns); (err == nil) != ok {
+			t.Errorf("CheckNamespace(%q): %v", ns, err)
+		}
+	}
+}
+
+func TestOriginLine(t *testing.T) {
+	for _, tc := range []struct {
+		o    Origin
+		want string
+	}{
+		{Origin{Cluster: "https://api:6443", Context: "ci", Namespace: "shop", From: []string{"events"}, Time: t0},
+			"Report of cluster https://api:6443 (context ci), namespace shop, at 2026-03-01T12:00:00Z, from events."},
+		{Origin{Cluster: "https://10.96.0.1:443", From: []string{"events"}, Time: t0},
+			"Report of cluster https://10.96.0.1:443, at 2026-03-01T12:00:00Z, from events."},
+		{Origin{From: []string{"files", "events-file"}, Time: t0},
+			"Report at 2026-03-01T12:00:00Z, from files, events-file."},
+		// A context name is the kubeconfig's: shown, never obeyed.
+		{Origin{Cluster: "https://api", Context: "x\x1b[2J\u202e", From: []string{"events"}, Time: t0},
+			`Report of cluster https://api (context x\x1b[2J\u202e), at 2026-03-01T12:00:00Z, from events.`},
+	} {
+		if got := tc.o.Line(); got != tc.want {
+			t.Errorf("Line() = %q, want %q", got, tc.want)
+		}
+	}
+}
