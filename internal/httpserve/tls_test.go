@@ -1,16 +1,9 @@
 package httpserve
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,58 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// writeCert writes a self-signed certificate for 127.0.0.1 named cn, the
-// way the kubelet updates a mounted Secret: new files, then one rename.
-func writeCert(t *testing.T, dir, cn string) *x509.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		IsCA:         true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := filepath.Join(dir, ".."+cn)
-	if err := os.MkdirAll(next, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for name, b := range map[string]*pem.Block{"tls.crt": {Type: "CERTIFICATE", Bytes: der}, "tls.key": {Type: "EC PRIVATE KEY", Bytes: kder}} {
-		if err := os.WriteFile(filepath.Join(next, name), pem.EncodeToMemory(b), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// ..data -> ..cn, swapped atomically; tls.crt -> ..data/tls.crt.
-	tmp := filepath.Join(dir, "..data_tmp")
-	_ = os.Remove(tmp)
-	if err := os.Symlink(filepath.Base(next), tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"tls.crt", "tls.key"} {
-		_ = os.Symlink(filepath.Join("..data", name), filepath.Join(dir, name))
-	}
-	c, _ := x509.ParseCertificate(der)
-	return c
-}
+	"github.com/iptables-alerter/iptables-alerter/internal/certtest"
+)
 
 // served is the certificate the server at addr presents.
 func served(t *testing.T, addr string) *x509.Certificate {
@@ -90,7 +34,7 @@ func served(t *testing.T, addr string) *x509.Certificate {
 // the next connection on, without a restart.
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	first := writeCert(t, dir, "first")
+	first := certtest.Write(t, dir, "first")
 	certs, err := LoadCertFiles(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +73,7 @@ func TestTLS(t *testing.T) {
 	if got := served(t, srv.Addr); !got.Equal(first) {
 		t.Fatalf("serves %s, want first", got.Subject.CommonName)
 	}
-	second := writeCert(t, dir, "second")
+	second := certtest.Write(t, dir, "second")
 	if got := served(t, srv.Addr); !got.Equal(second) {
 		t.Fatalf("after rotation serves %s, want second", got.Subject.CommonName)
 	}
