@@ -87,7 +87,7 @@ func waitGet(t *testing.T, c *http.Client, url, token string) (int, string) {
 // rotated certificate is served without a restart.
 func TestSecureMetrics(t *testing.T) {
 	e := newFwdEnv(t)
-	for _, f := range []string{"../packaging/rbac/metrics.yaml", "../packaging/openshift/monitoring.yaml"} {
+	for _, f := range []string{"../packaging/rbac/metrics.yaml", "../packaging/openshift/monitoring.yaml", "../packaging/secure-metrics/review.yaml"} {
 		kubetest.Apply(t, e.cs, f)
 	}
 	ctx := kubetest.Ctx(t)

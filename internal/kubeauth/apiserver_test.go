@@ -14,13 +14,13 @@ import (
 )
 
 // TestRealAPIServer: the shipped RBAC against a real kube-apiserver. The
-// guard asks with the forwarder's ServiceAccount, bound as the OpenShift
-// overlay binds it; the platform Prometheus' ServiceAccount may read, a
+// guard asks with the forwarder's ServiceAccount, bound as the secure-metrics
+// component binds it; the platform Prometheus' ServiceAccount may read, a
 // ServiceAccount without the binding may not, a forged token is nobody.
 func TestRealAPIServer(t *testing.T) {
 	c := kubetest.Start(t)
 	admin := c.Client()
-	for _, f := range []string{"../../packaging/rbac/forward.yaml", "../../packaging/rbac/metrics.yaml", "../../packaging/openshift/monitoring.yaml"} {
+	for _, f := range []string{"../../packaging/rbac/forward.yaml", "../../packaging/rbac/metrics.yaml", "../../packaging/openshift/monitoring.yaml", "../../packaging/secure-metrics/review.yaml"} {
 		kubetest.Apply(t, admin, f)
 	}
 	ctx := kubetest.Ctx(t)
