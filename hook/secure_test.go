@@ -25,7 +25,7 @@ import (
 // startAgent runs the real agent against an NRI socket nobody serves (it
 // keeps retrying, and serves its pages meanwhile) and ends it with the
 // test.
-func startAgent(t *testing.T, args ...string) {
+func startAgent(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
 	dir := t.TempDir()
 	cmd := exec.Command(bin, append([]string{"agent", "--nri-socket", filepath.Join(dir, "nri.sock"),
@@ -54,6 +54,7 @@ func startAgent(t *testing.T, args ...string) {
 			t.Logf("agent logs:\n%s", b)
 		}
 	})
+	return cmd
 }
 
 // waitGet GETs url with c until it answers (the server is up), and gives
