@@ -39,6 +39,7 @@ instead: no container start or stop is seen then.`
 type agentConfig struct {
 	agent       agent.Config
 	healthAddr  string
+	metricsAddr string
 	maxBytes    int64
 	generations int
 	allow       allowFlags
@@ -66,6 +67,7 @@ func (cfg *agentConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&cfg.criEndpoint, "cri-endpoint", "", "where NRI is off: sweep through this CRI socket (e.g. /run/containerd/containerd.sock, /var/run/crio/crio.sock) every --interval instead of using NRI")
 	fs.DurationVar(&cfg.interval, "interval", 15*time.Minute, "with --cri-endpoint: time between sweeps")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "127.0.0.1:9757", "serve /healthz and /metrics here (empty: off)")
+	fs.StringVar(&cfg.metricsAddr, "metrics-addr", "", "serve /metrics here instead, e.g. 127.0.0.1:9758 for the forwarder's --agent-metrics, which serves it behind TLS (empty: on --health-addr)")
 	cfg.log.register(fs)
 }
 
@@ -88,10 +90,20 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 		log.WithError(err).Error("agent not started")
 		return 2
 	}
+	metrics := metricsHandler(m.reg)
+	if cfg.metricsAddr != "" {
+		srv, err := serveMetrics(cfg.metricsAddr, metrics)
+		if err != nil {
+			log.WithError(err).Error("agent not started")
+			return 2
+		}
+		defer srv.Close()
+		metrics = nil
+	}
 	if cfg.healthAddr != "" {
 		// Disconnected, the agent retries at least every 30 s; connected, it
 		// is alive as long as the connection is.
-		srv, err := serveHealth(cfg.healthAddr, m.health.Alive, 2*time.Minute, m.health.Degraded, metricsHandler(m.reg))
+		srv, err := serveHealth(cfg.healthAddr, m.health.Alive, 2*time.Minute, m.health.Degraded, metrics)
 		if err != nil {
 			log.WithError(err).Error("agent not started")
 			return 2

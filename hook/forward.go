@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/httpserve"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
@@ -44,6 +46,14 @@ refusing our credentials, the same finding is retried with backoff and
 later findings wait behind it. A finding whose pod is gone is logged,
 counted and skipped.
 
+With --secure-metrics-addr it serves its metrics, and with
+--agent-metrics the agent's (fetched from the agent on localhost), over
+TLS only: each request needs a bearer token that the API server
+authenticates (TokenReview) and whose user it allows to GET the path
+(SubjectAccessReview; RBAC: nonResourceURLs /metrics, /metrics/agent).
+Verdicts are cached for a minute. The certificate files are read again
+when they change (OpenShift's service-ca rotates them).
+
 Credentials: --kubeconfig, else the in-cluster service account.
 Exit status: 0 after a clean shutdown (SIGTERM, SIGINT), 1 on an error
 (no credentials, unreadable checkpoint), 2 on bad flags.`
@@ -55,7 +65,41 @@ type forwardConfig struct {
 	findings, stateDir, kubeconfig, nodeName, healthAddr string
 	nodeEvent                                            bool
 	poll, maxBackoff, timeout                            time.Duration
+	secure                                               secureFlags
 	log                                                  logFlags
+}
+
+// secureFlags serve metrics behind TLS and the API server's authentication
+// and authorisation.
+type secureFlags struct {
+	addr, certFile, keyFile, agentMetrics string
+}
+
+func (f *secureFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.addr, "secure-metrics-addr", "", "serve /metrics over TLS here, e.g. :9443, each request's bearer token authenticated (TokenReview) and its user authorised to GET the path (SubjectAccessReview) by the API server; /metrics is then not served on --health-addr (empty: off)")
+	fs.StringVar(&f.certFile, "tls-cert-file", "", "with --secure-metrics-addr: the serving certificate (PEM), read again when it changes")
+	fs.StringVar(&f.keyFile, "tls-private-key-file", "", "with --secure-metrics-addr: the certificate's private key (PEM), read again when it changes")
+	fs.StringVar(&f.agentMetrics, "agent-metrics", "", "with --secure-metrics-addr: the agent's plain /metrics on localhost (its --metrics-addr), e.g. http://127.0.0.1:9758/metrics, served at /metrics/agent")
+}
+
+// check says what is missing or set alone.
+func (f *secureFlags) check() error {
+	if f.addr == "" {
+		if f.certFile != "" || f.keyFile != "" || f.agentMetrics != "" {
+			return errors.New("--tls-cert-file, --tls-private-key-file and --agent-metrics need --secure-metrics-addr")
+		}
+		return nil
+	}
+	if f.certFile == "" || f.keyFile == "" {
+		return errors.New("--secure-metrics-addr needs --tls-cert-file and --tls-private-key-file")
+	}
+	if f.agentMetrics != "" {
+		u, err := url.Parse(f.agentMetrics)
+		if err != nil || u.Scheme != "http" || u.Host == "" {
+			return fmt.Errorf("--agent-metrics %q: want an http:// URL", f.agentMetrics)
+		}
+	}
+	return nil
 }
 
 func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
@@ -64,16 +108,21 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster service account)")
 	fs.StringVar(&cfg.nodeName, "node-name", "", "this node's name, the Events' reportingInstance (default: the hostname)")
 	fs.BoolVar(&cfg.nodeEvent, "node-event", false, "also post one summary Event per usage fingerprint on the Node")
-	fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz on this address, e.g. 127.0.0.1:9756 (empty: off)")
+	fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz, and /metrics without --secure-metrics-addr, on this address, e.g. 127.0.0.1:9756 (empty: off)")
 	fs.DurationVar(&cfg.poll, "poll", follow.DefaultPoll, "how often to look for new lines")
 	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
 	fs.DurationVar(&cfg.timeout, "request-timeout", 30*time.Second, "timeout of one API request")
+	cfg.secure.register(fs)
 	cfg.log.register(fs)
 }
 
 func (cfg *forwardConfig) run(_ []string, s stdio) int {
 	if cfg.poll <= 0 || cfg.maxBackoff <= 0 || cfg.timeout <= 0 {
 		fmt.Fprintln(s.err, "iptables-alerter forward: --poll, --max-backoff and --request-timeout must be positive")
+		return 2
+	}
+	if err := cfg.secure.check(); err != nil {
+		fmt.Fprintln(s.err, "iptables-alerter forward: "+err.Error())
 		return 2
 	}
 	log := cfg.log.logger(s.err)
@@ -207,11 +256,25 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		log.WithError(err).WithField("retry_in", wait.String()).Warn("event not delivered, will retry the same finding")
 	}
 	h := &forwarder{poster: events.New(client, cfg.nodeName, cfg.nodeEvent), log: log, stats: st}
+	metrics := st.handler()
+	if cfg.secure.addr != "" {
+		routes := map[string]http.Handler{"/metrics": metrics}
+		if cfg.secure.agentMetrics != "" {
+			routes["/metrics/agent"] = httpserve.Upstream(cfg.secure.agentMetrics)
+		}
+		srv, err := serveSecure(cfg.secure.addr, cfg.secure.certFile, cfg.secure.keyFile, client, routes)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		// Behind TLS only: the plain port is the kubelet's probe.
+		metrics = nil
+	}
 	if cfg.healthAddr != "" {
 		// One finding may hold the loop for a backoff plus a pod GET and
 		// two creates, each up to the request timeout (client-go may also
 		// wait out a Retry-After); beyond that the loop is stuck.
-		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*cfg.maxBackoff+4*cfg.timeout+10*cfg.poll, nil, st.handler())
+		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*cfg.maxBackoff+4*cfg.timeout+10*cfg.poll, nil, metrics)
 		if err != nil {
 			return err
 		}

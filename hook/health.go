@@ -3,12 +3,15 @@
 package main
 
 import (
+	"crypto/tls"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/httpserve"
+	"github.com/iptables-alerter/iptables-alerter/internal/kubeauth"
 )
 
 // serveHealth serves /healthz (and metrics at /metrics when non-nil) on
@@ -20,3 +23,23 @@ func serveHealth(addr string, alive func() time.Time, limit time.Duration, degra
 }
 
 func metricsHandler(reg *prometheus.Registry) http.Handler { return httpserve.Metrics(reg) }
+
+// serveMetrics serves only /metrics on addr.
+func serveMetrics(addr string, metrics http.Handler) (*http.Server, error) {
+	return httpserve.Start(httpserve.Options{Addr: addr, Metrics: metrics})
+}
+
+// serveSecure serves routes over TLS on addr, each request let through
+// only when the API server (asked through cs) authenticates its bearer
+// token and authorises its user to GET the path.
+func serveSecure(addr, certFile, keyFile string, cs kubernetes.Interface, routes map[string]http.Handler) (*http.Server, error) {
+	certs, err := httpserve.LoadCertFiles(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	for path, h := range routes {
+		mux.Handle(path, h)
+	}
+	return httpserve.Start(httpserve.Options{Addr: addr, TLS: &tls.Config{GetCertificate: certs.GetCertificate}, Handler: kubeauth.New(cs).Wrap(mux)})
+}

@@ -11,6 +11,7 @@
 package httpserve
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -38,7 +39,7 @@ const (
 type Options struct {
 	Addr string
 	// Alive gives when the main loop last went round; /healthz answers
-	// 503 once that is longer ago than StallAfter.
+	// 503 once that is longer ago than StallAfter. Nil: no /healthz.
 	Alive      func() time.Time
 	StallAfter time.Duration
 	// Degraded, when set and non-empty, is why the daemon works but cannot
@@ -47,6 +48,11 @@ type Options struct {
 	Degraded func() string
 	// Metrics, when set, is served at /metrics.
 	Metrics http.Handler
+	// Handler, when set, serves every path the above do not.
+	Handler http.Handler
+	// TLS, when set, is the server's TLS configuration: HTTPS only, and
+	// HTTP/1.1 only (see Start).
+	TLS *tls.Config
 	// MaxConns caps the connections served at once (0: DefaultMaxConns).
 	MaxConns int
 	// IdleTimeout overrides the keep-alive bound (tests).
@@ -59,7 +65,7 @@ type Options struct {
 func Start(o Options) (*http.Server, error) {
 	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen on health address %q: %w", o.Addr, err)
+		return nil, fmt.Errorf("listen on %q: %w", o.Addr, err)
 	}
 	if o.MaxConns <= 0 {
 		o.MaxConns = DefaultMaxConns
@@ -69,21 +75,14 @@ func Start(o Options) (*http.Server, error) {
 		idle = o.IdleTimeout
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if last := o.Alive(); !last.IsZero() && time.Since(last) > o.StallAfter {
-			http.Error(w, "main loop stalled since "+last.UTC().Format(time.RFC3339), http.StatusServiceUnavailable)
-			return
-		}
-		if o.Degraded != nil {
-			if why := o.Degraded(); why != "" {
-				_, _ = io.WriteString(w, "degraded: "+why+"\n")
-				return
-			}
-		}
-		_, _ = io.WriteString(w, "ok\n")
-	})
+	if o.Alive != nil {
+		mux.HandleFunc("/healthz", health(o))
+	}
 	if o.Metrics != nil {
 		mux.Handle("/metrics", o.Metrics)
+	}
+	if o.Handler != nil {
+		mux.Handle("/", o.Handler)
 	}
 	srv := &http.Server{
 		Addr:              ln.Addr().String(),
@@ -96,8 +95,41 @@ func Start(o Options) (*http.Server, error) {
 	}
 	// LimitListener's Accept waits for a connection to close before it
 	// takes the next from the backlog.
-	go func() { _ = srv.Serve(netutil.LimitListener(ln, o.MaxConns)) }()
+	limited := netutil.LimitListener(ln, o.MaxConns)
+	if o.TLS == nil {
+		go func() { _ = srv.Serve(limited) }()
+		return srv, nil
+	}
+	// HTTP/1.1 only: HTTP/2 multiplexes streams on one connection, which
+	// the connection cap does not bound (and its rapid-reset attack costs
+	// the server work per stream); a scrape needs one request at a time.
+	// The TLS handshake is bounded by the read and write timeouts above.
+	cfg := o.TLS.Clone()
+	cfg.NextProtos = []string{"http/1.1"}
+	if cfg.MinVersion == 0 {
+		cfg.MinVersion = tls.VersionTLS12
+	}
+	srv.TLSConfig = cfg
+	srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	go func() { _ = srv.Serve(tls.NewListener(limited, cfg)) }()
 	return srv, nil
+}
+
+// health answers /healthz from o.Alive and o.Degraded.
+func health(o Options) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if last := o.Alive(); !last.IsZero() && time.Since(last) > o.StallAfter {
+			http.Error(w, "main loop stalled since "+last.UTC().Format(time.RFC3339), http.StatusServiceUnavailable)
+			return
+		}
+		if o.Degraded != nil {
+			if why := o.Degraded(); why != "" {
+				_, _ = io.WriteString(w, "degraded: "+why+"\n")
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	}
 }
 
 // Metrics serves g in the Prometheus text format. By hand: promhttp would

@@ -22,23 +22,54 @@ import (
 // kustomize renders it.
 func renderedDaemonSet(t *testing.T, dir string) *appsv1.DaemonSet {
 	t.Helper()
+	var ds appsv1.DaemonSet
+	rendered(t, dir, "DaemonSet", "iptables-alerter", &ds)
+	return &ds
+}
+
+// rendered decodes the object of kind and name in a kustomization (a
+// directory under the repo, or an absolute path), as kubectl kustomize
+// renders it, into obj; a field obj does not have is an error.
+func rendered(t *testing.T, dir, kind, name string, obj any) {
+	t.Helper()
+	render(t, dir, kind, name, obj, func(b []byte, o any) error { return yaml.UnmarshalStrict(b, o) })
+}
+
+// renderedLoose is rendered for an obj that holds only some fields (a
+// custom resource's).
+func renderedLoose(t *testing.T, dir, kind, name string, obj any) {
+	t.Helper()
+	render(t, dir, kind, name, obj, func(b []byte, o any) error { return yaml.Unmarshal(b, o) })
+}
+
+func render(t *testing.T, dir, kind, name string, obj any, decode func([]byte, any) error) {
+	t.Helper()
 	_, err := exec.LookPath("kubectl")
 	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/kube/build-kube.sh kubectl builds it into $IPTA_CACHE/kube/bin, which make puts first on PATH)")
-	out, err := exec.Command("kubectl", "kustomize", filepath.Join(repo(t), dir)).Output()
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(repo(t), dir)
+	}
+	out, err := exec.Command("kubectl", "kustomize", dir).Output()
 	if err != nil {
 		t.Fatalf("kubectl kustomize %s: %v", dir, err)
 	}
 	for _, doc := range strings.Split(string(out), "\n---\n") {
-		if strings.Contains(doc, "\nkind: DaemonSet\n") || strings.HasPrefix(doc, "kind: DaemonSet\n") {
-			var ds appsv1.DaemonSet
-			if err := yaml.UnmarshalStrict([]byte(doc), &ds); err != nil {
-				t.Fatalf("parse DaemonSet: %v", err)
-			}
-			return &ds
+		var head struct {
+			Kind     string
+			Metadata struct{ Name string }
 		}
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatalf("parse rendered object: %v", err)
+		}
+		if head.Kind != kind || head.Metadata.Name != name {
+			continue
+		}
+		if err := decode([]byte(doc), obj); err != nil {
+			t.Fatalf("parse %s %s: %v", kind, name, err)
+		}
+		return
 	}
-	t.Fatalf("no DaemonSet in %s", dir)
-	return nil
+	t.Fatalf("no %s %s in %s", kind, name, dir)
 }
 
 // podmanArgs turns a container of the pod spec into `podman run` flags,
@@ -49,12 +80,14 @@ func podmanArgs(t *testing.T, spec corev1.PodSpec, c corev1.Container, root stri
 	t.Helper()
 	host := map[string]string{}
 	for _, v := range spec.Volumes {
-		if v.HostPath == nil {
-			t.Fatalf("volume %s is not a hostPath", v.Name)
+		if v.HostPath != nil {
+			host[v.Name] = v.HostPath.Path
 		}
-		host[v.Name] = v.HostPath.Path
 	}
 	for _, m := range c.VolumeMounts {
+		if _, ok := host[m.Name]; !ok {
+			t.Fatalf("container %s mounts %s, not a hostPath volume", c.Name, m.Name)
+		}
 		src := filepath.Join(root, host[m.Name])
 		if err := os.MkdirAll(src, 0o755); err != nil { // DirectoryOrCreate
 			t.Fatal(err)

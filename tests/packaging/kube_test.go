@@ -82,7 +82,8 @@ func contains(path string, want, got any) []string {
 	}
 }
 
-// Both kustomizations, as `kubectl apply --server-side -k` applies them,
+// Both kustomizations, and the base with the secure-metrics component, as
+// `kubectl apply --server-side -k` applies them,
 // against a real kube-apiserver; every object read back holds what we set.
 func TestKustomizeServerSideApply(t *testing.T) {
 	_, err := exec.LookPath("kubectl")
@@ -97,9 +98,13 @@ func TestKustomizeServerSideApply(t *testing.T) {
 	kubectl(t, kc, "apply", "--server-side", "-f", crd)
 	kubectl(t, kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com")
 
-	for _, k := range []string{"packaging/kubernetes", "packaging/openshift"} {
+	for _, k := range []string{"packaging/kubernetes", "packaging/openshift", "secure-metrics"} {
 		t.Run(filepath.Base(k), func(t *testing.T) {
 			path := filepath.Join(repo(t), k)
+			if k == "secure-metrics" {
+				// The base with the component, as an admin turns TLS on.
+				path = secureOverlay(t)
+			}
 			rendered := kubectl(t, kc, "kustomize", path)
 			kubectl(t, kc, "apply", "--server-side", "--field-manager=iptables-alerter-test", "-k", path)
 			file := filepath.Join(dir, filepath.Base(k)+".yaml")

@@ -1,0 +1,41 @@
+package httpserve
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// upstreamTimeout bounds one fetch from the upstream: less than the
+// server's write timeout, so a hung upstream gives a 502, not a cut reply.
+const upstreamTimeout = 20 * time.Second
+
+// Upstream serves the page at url (a plain-HTTP /metrics on localhost),
+// fetched anew for each request. An upstream that does not answer 200 is
+// a 502: the scrape fails, and Prometheus' up says so, rather than an
+// empty page that reads as "no metrics".
+func Upstream(url string) http.Handler {
+	client := &http.Client{Timeout: upstreamTimeout}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, url, nil)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("fetch upstream metrics: %v", err), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			http.Error(w, fmt.Sprintf("fetch upstream metrics: %s", resp.Status), http.StatusBadGateway)
+			return
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "" {
+			w.Header().Set("Content-Type", ct)
+		}
+		_, _ = io.Copy(w, resp.Body)
+	})
+}

@@ -1,0 +1,131 @@
+package kubeauth
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+// fake answers from tables and counts the calls.
+type fake struct {
+	users   map[string]User            // token -> user
+	allowed map[string]map[string]bool // user -> path -> allowed
+	down    bool
+	calls   int
+}
+
+func (f *fake) authenticate(_ context.Context, token string) (User, bool, error) {
+	f.calls++
+	if f.down {
+		return User{}, false, errors.New("connection refused")
+	}
+	u, ok := f.users[token]
+	return u, ok, nil
+}
+
+func (f *fake) authorize(_ context.Context, u User, verb, path string) (bool, error) {
+	f.calls++
+	if f.down {
+		return false, errors.New("connection refused")
+	}
+	return verb == "get" && f.allowed[u.Name][path], nil
+}
+
+func TestWrap(t *testing.T) {
+	f := &fake{
+		users:   map[string]User{"good": {Name: "prom"}, "other": {Name: "someone"}},
+		allowed: map[string]map[string]bool{"prom": {"/metrics": true}},
+	}
+	g := newGuard(f)
+	h := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("page")) }))
+	cases := []struct {
+		name, method, path, auth string
+		want                     int
+	}{
+		{name: "allowed", method: "GET", path: "/metrics", auth: "Bearer good", want: 200},
+		{name: "allowed, scheme in lower case", method: "GET", path: "/metrics", auth: "bearer good", want: 200},
+		{name: "other path", method: "GET", path: "/metrics/agent", auth: "Bearer good", want: 403},
+		{name: "not bound", method: "GET", path: "/metrics", auth: "Bearer other", want: 403},
+		{name: "unknown token", method: "GET", path: "/metrics", auth: "Bearer forged", want: 401},
+		{name: "no token", method: "GET", path: "/metrics", want: 401},
+		{name: "empty token", method: "GET", path: "/metrics", auth: "Bearer ", want: 401},
+		{name: "basic auth", method: "GET", path: "/metrics", auth: "Basic Z29vZDo=", want: 401},
+		{name: "post", method: "POST", path: "/metrics", auth: "Bearer good", want: 405},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(tc.method, tc.path, nil)
+			if tc.auth != "" {
+				r.Header.Set("Authorization", tc.auth)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != tc.want {
+				t.Fatalf("status %d, want %d (%s)", w.Code, tc.want, w.Body)
+			}
+			if tc.want == 200 && w.Body.String() != "page" {
+				t.Fatalf("body %q", w.Body)
+			}
+			if tc.want == 401 && w.Header().Get("WWW-Authenticate") == "" {
+				t.Fatal("401 without WWW-Authenticate")
+			}
+		})
+	}
+}
+
+// TestCache: a verdict is reused until it expires, an API error is not
+// cached (503, asked again next time), and a flood of tokens does not
+// grow the cache past its size.
+func TestCache(t *testing.T) {
+	f := &fake{users: map[string]User{"good": {Name: "prom"}}, allowed: map[string]map[string]bool{"prom": {"/metrics": true}}}
+	g := newGuard(f)
+	now := time.Unix(1e9, 0)
+	g.now = func() time.Time { return now }
+	ctx := context.Background()
+	check := func(token string, want int) {
+		t.Helper()
+		code, err := g.Check(ctx, token, "get", "/metrics")
+		if err != nil || code != want {
+			t.Fatalf("Check(%q) = %d, %v; want %d", token, code, err, want)
+		}
+	}
+	check("good", 200)
+	check("good", 200)
+	check("forged", 401)
+	check("forged", 401)
+	if f.calls != 3 { // good: token + access review; forged: token review
+		t.Fatalf("%d API calls, want 3 (the repeats from the cache)", f.calls)
+	}
+	now = now.Add(CacheTTL)
+	f.down = true
+	if _, err := g.Check(ctx, "good", "get", "/metrics"); err == nil {
+		t.Fatal("expired verdict served while the API server is down")
+	}
+	f.down = false
+	check("good", 200)
+
+	g.size = 10
+	for i := range 100 {
+		check(string(rune('A'+i)), 401)
+	}
+	if len(g.cache) > 10 {
+		t.Fatalf("cache holds %d verdicts, bound 10", len(g.cache))
+	}
+}
+
+// TestUnavailable: an API server that cannot be asked gives 503, never
+// the page.
+func TestUnavailable(t *testing.T) {
+	g := newGuard(&fake{down: true})
+	h := g.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("handler reached") }))
+	r := httptest.NewRequest("GET", "/metrics", nil)
+	r.Header.Set("Authorization", "Bearer good")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("status %d, want 503", w.Code)
+	}
+}

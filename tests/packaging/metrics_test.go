@@ -1,0 +1,218 @@
+package packaging
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+)
+
+// secureOverlay writes, outside the repo, the kustomization
+// packaging/secure-metrics tells a Kubernetes admin to write: the base
+// with the component.
+func secureOverlay(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	var rel []string
+	for _, p := range []string{"packaging/kubernetes", "packaging/secure-metrics"} {
+		r, err := filepath.Rel(dir, filepath.Join(repo(t), p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel = append(rel, r)
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [" + rel[0] + "]\ncomponents: [" + rel[1] + "]\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// argValue gives the value of --name=V in args, and whether it is there.
+func argValue(args []string, name string) (string, bool) {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func container(t *testing.T, spec corev1.PodSpec, name string) corev1.Container {
+	t.Helper()
+	i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == name })
+	if i < 0 {
+		t.Fatalf("no %s container", name)
+	}
+	return spec.Containers[i]
+}
+
+// TestMetricsReach: who may connect to which port, in each way the
+// manifests can be applied. The pods are not hostNetwork (a NetworkPolicy
+// would not apply); the policy admits exactly the port the Service names,
+// only from the monitoring namespaces; with metrics behind TLS the agent's
+// /metrics is on localhost only, reached by the forwarder, which serves it
+// over TLS with the Secret's certificate, and the ServiceMonitor scrapes
+// paths the reader ClusterRole grants; the ServiceAccount's token is
+// mounted into the forwarder alone.
+func TestMetricsReach(t *testing.T) {
+	cases := []struct {
+		name, dir string
+		secure    bool
+		from      []string
+		port      int32
+	}{
+		{name: "kubernetes", dir: "packaging/kubernetes", from: []string{"monitoring"}, port: 9757},
+		{name: "kubernetes with secure-metrics", secure: true, from: []string{"monitoring"}, port: 9443},
+		{name: "openshift", dir: "packaging/openshift", secure: true, from: []string{"openshift-monitoring", "openshift-user-workload-monitoring"}, port: 9443},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := tc.dir
+			if dir == "" {
+				dir = secureOverlay(t)
+			}
+			spec := renderedDaemonSet(t, dir).Spec.Template.Spec
+			if spec.HostNetwork {
+				t.Fatal("the DaemonSet is hostNetwork: the NetworkPolicy would not apply")
+			}
+
+			var np networkingv1.NetworkPolicy
+			rendered(t, dir, "NetworkPolicy", "iptables-alerter", &np)
+			if len(np.Spec.Ingress) != 1 {
+				t.Fatalf("%d ingress rules, want 1", len(np.Spec.Ingress))
+			}
+			rule := np.Spec.Ingress[0]
+			var from []string
+			for _, p := range rule.From {
+				if p.PodSelector != nil || p.IPBlock != nil || p.NamespaceSelector == nil || len(p.NamespaceSelector.MatchExpressions) > 0 ||
+					len(p.NamespaceSelector.MatchLabels) != 1 || p.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == "" {
+					t.Fatalf("ingress peer %+v: want a namespace selected by its name label only", p)
+				}
+				from = append(from, p.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"])
+			}
+			if !slices.Equal(from, tc.from) {
+				t.Errorf("ingress from namespaces %v, want %v", from, tc.from)
+			}
+			if len(rule.Ports) != 1 || rule.Ports[0].Port == nil || rule.Ports[0].Port.IntVal != tc.port {
+				t.Errorf("ingress ports %+v, want only %d", rule.Ports, tc.port)
+			}
+
+			// The Service's port is the admitted one.
+			var svc corev1.Service
+			rendered(t, dir, "Service", "iptables-alerter-metrics", &svc)
+			if len(svc.Spec.Ports) != 1 {
+				t.Fatalf("service ports %+v", svc.Spec.Ports)
+			}
+			target := svc.Spec.Ports[0].TargetPort.StrVal
+			var served int32
+			var server string
+			for _, c := range spec.Containers {
+				for _, p := range c.Ports {
+					if p.Name == target {
+						served, server = p.ContainerPort, c.Name
+					}
+				}
+			}
+			if served != tc.port {
+				t.Errorf("the Service targets port %q (%d), the policy admits %d", target, served, tc.port)
+			}
+
+			// The token: the forwarder's alone.
+			if a := spec.AutomountServiceAccountToken; a == nil || *a {
+				t.Error("automountServiceAccountToken is not false: every container would get the forwarder's token")
+			}
+			tokenVol := ""
+			for _, v := range spec.Volumes {
+				if v.Projected != nil && slices.ContainsFunc(v.Projected.Sources, func(s corev1.VolumeProjection) bool { return s.ServiceAccountToken != nil }) {
+					tokenVol = v.Name
+				}
+			}
+			for _, c := range append(spec.InitContainers, spec.Containers...) {
+				mounts := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+					return m.Name == tokenVol && m.MountPath == "/var/run/secrets/kubernetes.io/serviceaccount"
+				})
+				if mounts != (c.Name == "forward") {
+					t.Errorf("container %s mounts the token: %v", c.Name, mounts)
+				}
+			}
+
+			agent, fwd := container(t, spec, "agent"), container(t, spec, "forward")
+			// The kubelet probes the agent on the pod IP: --health-addr
+			// must not be localhost.
+			if h, _ := argValue(agent.Args, "health-addr"); h != ":9757" {
+				t.Errorf("agent --health-addr=%q, want :9757 (the kubelet's probe)", h)
+			}
+			var sm struct {
+				Spec struct {
+					Endpoints []struct {
+						Port, Path, Scheme string
+						TLSConfig          struct{ ServerName string } `json:"tlsConfig"`
+					}
+				}
+			}
+			renderedLoose(t, dir, "ServiceMonitor", "iptables-alerter", &sm)
+			metricsAddr, hasMetrics := argValue(agent.Args, "metrics-addr")
+			if !tc.secure {
+				if hasMetrics || server != "agent" {
+					t.Errorf("plain metrics: agent --metrics-addr=%q, Service to %s", metricsAddr, server)
+				}
+				if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" {
+					t.Errorf("ServiceMonitor endpoints %+v", sm.Spec.Endpoints)
+				}
+				return
+			}
+			host, _, err := net.SplitHostPort(metricsAddr)
+			if err != nil || host != "127.0.0.1" {
+				t.Errorf("agent --metrics-addr=%q, want localhost only", metricsAddr)
+			}
+			if v, _ := argValue(fwd.Args, "agent-metrics"); v != "http://"+metricsAddr+"/metrics" {
+				t.Errorf("forward --agent-metrics=%q, agent --metrics-addr=%q", v, metricsAddr)
+			}
+			if v, _ := argValue(fwd.Args, "secure-metrics-addr"); v != ":"+strconv.Itoa(int(tc.port)) || server != "forward" {
+				t.Errorf("forward --secure-metrics-addr=%q, Service to %s", v, server)
+			}
+			secrets := map[string]string{}
+			for _, v := range spec.Volumes {
+				if v.Secret != nil {
+					secrets[v.Name] = v.Secret.SecretName
+				}
+			}
+			for _, f := range []string{"tls-cert-file", "tls-private-key-file"} {
+				v, _ := argValue(fwd.Args, f)
+				i := slices.IndexFunc(fwd.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == filepath.Dir(v) })
+				if i < 0 || secrets[fwd.VolumeMounts[i].Name] != "iptables-alerter-metrics-tls" {
+					t.Errorf("forward --%s=%q is not in the mounted Secret iptables-alerter-metrics-tls", f, v)
+				}
+			}
+			if a, ok := svc.Annotations["service.beta.openshift.io/serving-cert-secret-name"]; (tc.name == "openshift") != ok || ok && a != "iptables-alerter-metrics-tls" {
+				t.Errorf("Service serving-cert annotation %q", a)
+			}
+			var reader rbacv1.ClusterRole
+			rendered(t, dir, "ClusterRole", "iptables-alerter-metrics-reader", &reader)
+			var paths []string
+			for _, e := range sm.Spec.Endpoints {
+				if e.Port != svc.Spec.Ports[0].Name || e.Scheme != "https" || e.TLSConfig.ServerName != svc.Name+"."+svc.Namespace+".svc" {
+					t.Errorf("ServiceMonitor endpoint %+v: want https to %s, server name %s.%s.svc", e, svc.Spec.Ports[0].Name, svc.Name, svc.Namespace)
+				}
+				paths = append(paths, e.Path)
+			}
+			slices.Sort(paths)
+			if len(reader.Rules) != 1 || !slices.Equal(reader.Rules[0].NonResourceURLs, paths) || !slices.Equal(reader.Rules[0].Verbs, []string{"get"}) {
+				t.Errorf("reader ClusterRole %+v, ServiceMonitor paths %v", reader.Rules, paths)
+			}
+			var review rbacv1.ClusterRoleBinding
+			rendered(t, dir, "ClusterRoleBinding", "iptables-alerter-forward-review", &review)
+			if len(review.Subjects) != 1 || review.Subjects[0].Name != spec.ServiceAccountName {
+				t.Errorf("review binding subjects %+v, want the pod's ServiceAccount %s", review.Subjects, spec.ServiceAccountName)
+			}
+		})
+	}
+}
