@@ -41,7 +41,7 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 		}
 	}
 	a.cfg.Observer.Connection(true, nil)
-	a.queue.sweep(jobs, func(queued int) { a.cfg.Observer.Synced(len(pods), queued) })
+	a.sweep(jobs, len(pods))
 	return nil, nil
 }
 
@@ -92,7 +92,7 @@ func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage str
 	h, err := netns.Open(m.Netns)
 	if err != nil {
 		out, err := openFailed(source, err)
-		a.cfg.Observer.Scanned(Scan{Meta: m, Outcome: out, Err: err})
+		a.scanned(Scan{Meta: m, Outcome: out, Err: err})
 		return
 	}
 	if a.isNode(h) {
@@ -101,7 +101,7 @@ func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage str
 	}
 	if !a.queue.add(job{meta: m, h: h}) {
 		h.Close()
-		a.cfg.Observer.Scanned(Scan{Meta: m, Outcome: Dropped})
+		a.scanned(Scan{Meta: m, Outcome: Dropped})
 	}
 }
 
@@ -121,6 +121,7 @@ func (a *Agent) meta(p *api.PodSandbox, c *api.Container, source, stage string) 
 		SandboxID: p.GetId(),
 		Pod:       findings.Pod{Namespace: p.GetNamespace(), Name: p.GetName(), UID: p.GetUid()},
 		Netns:     path,
+		Owner:     ownerOf(p.GetLabels(), p.GetName()),
 	}
 	if c != nil {
 		m.ContainerID = c.GetId()
