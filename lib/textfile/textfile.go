@@ -39,12 +39,13 @@ const (
 // called from several goroutines.
 type Collector struct {
 	// ForgetAfter drops a pod whose latest finding is older than this
-	// (0: never), for pods whose netns cannot be checked.
+	// (0: never), only when the netns check cannot decide: a pod whose
+	// netns is still there runs, however old its finding.
 	ForgetAfter time.Duration
 	// Now is the clock (tests set it).
 	Now func() time.Time
-	// NetnsGone reports whether a pinned netns no longer exists.
-	NetnsGone func(path string) bool
+	// Netns says whether a pod's pinned netns still exists.
+	Netns func(path string) NetnsState
 	// Malformed, if set, is told about each line counted as malformed.
 	Malformed func(err error)
 
@@ -84,25 +85,44 @@ func Open(stateDir, textfileDir string) (*Collector, error) {
 		damaged:     damaged,
 		ForgetAfter: DefaultForgetAfter,
 		Now:         time.Now,
-		NetnsGone:   netnsGone,
+		Netns:       netnsState,
 		stateDir:    stateDir,
 		promPath:    filepath.Join(textfileDir, FileName),
 		state:       s,
 	}, nil
 }
 
-// netnsGone is true only when the directory holding the pin is visible and
-// the pin is not in it: a container that does not mount /run/netns must not
-// conclude that every pod is gone.
-func netnsGone(path string) bool {
+// NetnsState is what the check of a pod's pinned netns found.
+type NetnsState int
+
+const (
+	// NetnsUnknown: no path, or its directory not visible (a container
+	// that does not mount /run/netns), or it could not be read.
+	NetnsUnknown NetnsState = iota
+	// NetnsHere: the pin is there; the pod runs.
+	NetnsHere
+	// NetnsGone: the directory is visible and the pin is not in it.
+	NetnsGone
+)
+
+// netnsState checks the pin. Gone only when the directory holding it is
+// visible: a container that does not mount /run/netns must not conclude
+// that every pod is gone.
+func netnsState(path string) NetnsState {
 	if path == "" {
-		return false
+		return NetnsUnknown
 	}
 	if _, err := os.Stat(filepath.Dir(path)); err != nil {
-		return false
+		return NetnsUnknown
 	}
 	_, err := os.Lstat(path)
-	return errors.Is(err, os.ErrNotExist)
+	switch {
+	case err == nil:
+		return NetnsHere
+	case errors.Is(err, os.ErrNotExist):
+		return NetnsGone
+	}
+	return NetnsUnknown
 }
 
 // Follower returns a follower of the findings file wired to c: c is its
@@ -205,7 +225,10 @@ func (c *Collector) prune() int {
 	now := c.Now()
 	n := 0
 	for uid, p := range c.state.Pods {
-		if c.NetnsGone(p.Netns) || (c.ForgetAfter > 0 && now.Sub(p.Time) > c.ForgetAfter) {
+		// The age only where the netns cannot tell: a running pod whose
+		// usage stayed the same has no newer finding.
+		st := c.Netns(p.Netns)
+		if st == NetnsGone || (st == NetnsUnknown && c.ForgetAfter > 0 && now.Sub(p.Time) > c.ForgetAfter) {
 			delete(c.state.Pods, uid)
 			n++
 		}
