@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"sort"
 	"sync"
 	"time"
 
@@ -95,26 +94,15 @@ func (u *Usage) Listed(running map[string]bool) {
 // Pods returns the pods with usage, one per namespace and name (the
 // newest finding's, so series labels never repeat), ordered by both.
 func (u *Usage) Pods() []PodUsage {
-	byName := map[[2]string]PodUsage{}
 	u.mu.Lock()
+	pods := make([]PodUsage, 0, len(u.pods))
 	for _, p := range u.pods {
-		k := [2]string{p.Namespace, p.Name}
-		if old, ok := byName[k]; !ok || p.Time.After(old.Time) || p.Time.Equal(old.Time) && p.SandboxID > old.SandboxID {
-			byName[k] = p
-		}
-	}
-	u.mu.Unlock()
-	pods := make([]PodUsage, 0, len(byName))
-	for _, p := range byName {
 		pods = append(pods, p)
 	}
-	sort.Slice(pods, func(i, j int) bool {
-		if pods[i].Namespace != pods[j].Namespace {
-			return pods[i].Namespace < pods[j].Namespace
-		}
-		return pods[i].Name < pods[j].Name
+	u.mu.Unlock()
+	return findings.NewestPerPod(pods, func(p PodUsage) findings.PodKey {
+		return findings.PodKey{Namespace: p.Namespace, Name: p.Name, Time: p.Time, ID: p.SandboxID}
 	})
-	return pods
 }
 
 // Left counts the findings of pods left out because max pods were

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
@@ -240,27 +239,15 @@ func (c *Collector) prune() int {
 // never holds two series with the same labels (node-exporter would refuse
 // the whole file). A pod whose usage is gone has no series.
 func (c *Collector) exported() []Pod {
-	byName := map[[2]string]Pod{}
+	var pods []Pod
 	for _, p := range c.state.Pods {
-		if p.State == findings.StateGone {
-			continue
-		}
-		k := [2]string{p.Namespace, p.Name}
-		if old, ok := byName[k]; !ok || p.Time.After(old.Time) || (p.Time.Equal(old.Time) && p.UID > old.UID) {
-			byName[k] = p
+		if p.State != findings.StateGone {
+			pods = append(pods, p)
 		}
 	}
-	pods := make([]Pod, 0, len(byName))
-	for _, p := range byName {
-		pods = append(pods, p)
-	}
-	sort.Slice(pods, func(i, j int) bool {
-		if pods[i].Namespace != pods[j].Namespace {
-			return pods[i].Namespace < pods[j].Namespace
-		}
-		return pods[i].Name < pods[j].Name
+	return findings.NewestPerPod(pods, func(p Pod) findings.PodKey {
+		return findings.PodKey{Namespace: p.Namespace, Name: p.Name, Time: p.Time, ID: p.UID}
 	})
-	return pods
 }
 
 func (c *Collector) write() error {

@@ -18,6 +18,7 @@ import (
 	nri "github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/nritest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 )
 
@@ -167,21 +168,11 @@ func TestAlertEndToEnd(t *testing.T) {
 		Linux:  &api.LinuxPodSandbox{Namespaces: []*api.LinuxNamespace{{Type: "network", Path: ns.Path()}}}}
 	ctr := &api.Container{Id: "ctr-e2e", PodSandboxId: pod.Id, Name: "app", State: api.ContainerState_CONTAINER_RUNNING}
 
-	for _, d := range []string{"plugins", "conf"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sock := filepath.Join(dir, "nri.sock")
-	ad, err := nri.New("test-runtime", "v0", func(ctx context.Context, cb nri.SyncCB) error {
+	ad, sock, err := nritest.Start(dir, func(ctx context.Context, cb nri.SyncCB) error {
 		_, err := cb(ctx, []*api.PodSandbox{pod}, []*api.Container{ctr})
 		return err
-	}, func(context.Context, []*nri.ContainerUpdate) ([]*nri.ContainerUpdate, error) { return nil, nil },
-		nri.WithSocketPath(sock), nri.WithPluginPath(filepath.Join(dir, "plugins")), nri.WithPluginConfigPath(filepath.Join(dir, "conf")))
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ad.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ad.Stop)
