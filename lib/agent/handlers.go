@@ -63,11 +63,15 @@ func (a *Agent) StopContainer(_ context.Context, p *api.PodSandbox, c *api.Conta
 	return nil, nil
 }
 
+// stageStopPod is the stage of the pod sandbox's stop: the pod's last
+// scan, after which its usage is no longer followed.
+const stageStopPod = "StopPodSandbox"
+
 // StopPodSandbox: containerd calls it before tearing the netns down (CRI-O
 // after: the open then finds it gone, which costs a failed open).
 func (a *Agent) StopPodSandbox(_ context.Context, p *api.PodSandbox) error {
 	defer a.handled("StopPodSandbox", time.Now())
-	a.queueOpen(p, nil, SourceStop, "StopPodSandbox")
+	a.queueOpen(p, nil, SourceStop, stageStopPod)
 	return nil
 }
 

@@ -59,7 +59,7 @@ func (u *Usage) Scanned(s Scan) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	switch {
-	case s.Meta.Stage == "StopPodSandbox" || s.Outcome == Gone:
+	case s.Meta.Stage == stageStopPod || s.Outcome == Gone:
 		// The pod stops, whatever its last look found.
 		delete(u.pods, id)
 	case s.Outcome == Clean:
