@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 
@@ -66,6 +67,7 @@ func (cfg *agentConfig) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&cfg.agent.ScanTimeout, "scan-timeout", agent.DefaultScanTimeout, "deadline of one scan; past it the finding is recorded with truncated: true")
 	fs.StringVar(&cfg.criEndpoint, "cri-endpoint", "", "where NRI is off: sweep through this CRI socket (e.g. /run/containerd/containerd.sock, /var/run/crio/crio.sock) every --interval instead of using NRI")
 	fs.DurationVar(&cfg.interval, "interval", 15*time.Minute, "with --cri-endpoint: time between sweeps")
+	fs.IntVar(&cfg.agent.MaxUsage, "max-pod-series", agent.DefaultMaxUsage, "pods with usage given metrics series at most; past it a pod is left out (counted in iptables_alerter_agent_pod_series_left_out_total)")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "127.0.0.1:9757", "serve /healthz and /metrics here (empty: off)")
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", "", "serve /metrics here instead, e.g. 127.0.0.1:9758 for the forwarder's --agent-metrics, which serves it behind TLS (empty: on --health-addr)")
 	cfg.log.register(fs)
@@ -90,6 +92,7 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 		log.WithError(err).Error("agent not started")
 		return 2
 	}
+	m.reg.MustRegister(usageCollector{a.Usage()})
 	metrics := metricsHandler(m.reg)
 	if cfg.metricsAddr != "" {
 		srv, err := serveMetrics(cfg.metricsAddr, metrics)
@@ -179,8 +182,41 @@ func newAgentMetrics(log *logrus.Logger) *agentMetrics {
 		Name: "iptables_alerter_agent_degraded",
 		Help: "1 when every scan of the last sweep found its pod's netns unreachable (netns directory not mounted into the agent?), until a scan reaches one.",
 	}, func() float64 { return one(h.Degraded() != "") })
-	m.reg.MustRegister(m.scans, m.duration, m.handler, m.errors, m.lastSync, connected, degraded)
+	m.reg.MustRegister(m.scans, m.duration, m.handler, m.errors, m.lastSync, connected, degraded,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewBuildInfoCollector())
 	return m
+}
+
+var (
+	podRulesDesc = prometheus.NewDesc("iptables_alerter_agent_pod_rules",
+		"Rules the agent's latest scan found in a running pod's network namespace, by RHEL 10 impact (legacy: breaks; xt: breaks unless kernel-modules-extra is installed; native: keeps loading) and recognised vendor (unknown: none; other: an admin-added one; a pod naming two has a series for each); only levels with rules, only pods with usage, each until it stops or its usage is gone. owner is the workload its labels name (Deployment/x, StatefulSet/x, Job/x), empty when they do not say.",
+		[]string{"pod_namespace", "pod_name", "owner", "impact", "vendor"}, nil)
+	leftOutDesc = prometheus.NewDesc("iptables_alerter_agent_pod_series_left_out_total",
+		"Findings with usage of pods left out of iptables_alerter_agent_pod_rules because --max-pod-series pods had series already.",
+		nil, nil)
+)
+
+// usageCollector serves the running pods' usage, read at each scrape.
+type usageCollector struct{ u *agent.Usage }
+
+func (c usageCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- podRulesDesc
+	ch <- leftOutDesc
+}
+
+func (c usageCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.u.Pods() {
+		for _, l := range findings.ImpactLevels {
+			n := p.Impact.Count(l)
+			if n == 0 {
+				continue
+			}
+			for _, v := range p.Vendors {
+				ch <- prometheus.MustNewConstMetric(podRulesDesc, prometheus.GaugeValue, float64(n), p.Namespace, p.Name, p.Owner, l, v)
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(leftOutDesc, prometheus.CounterValue, float64(c.u.Left()))
 }
 
 // one is a gauge's value for b.

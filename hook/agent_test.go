@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/agent"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
@@ -128,4 +130,50 @@ func TestAgentUnreachable(t *testing.T) {
 	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
 		t.Fatalf("/healthz %d %q, want 200 ok", code, body)
 	}
+}
+
+// TestAgentPodSeries: a running pod whose netns holds xt rules gets its
+// per-pod series on /metrics, with its owner from the controller's label,
+// next to the Go, process and build-info collectors; the series leaves
+// when the pod's sandbox stops.
+func TestAgentPodSeries(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	ns := nstest.New(t)
+	ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "-m", "multiport", "--dports", "80,443", "-j", "DROP")
+	dir := t.TempDir()
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	m := newAgentMetrics(log)
+	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "no-nri.sock"),
+		Log: findings.Log{Path: filepath.Join(dir, "findings.jsonl")}, Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.reg.MustRegister(usageCollector{a.Usage()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	metrics := func() string {
+		rec := httptest.NewRecorder()
+		metricsHandler(m.reg).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	p := &api.PodSandbox{Id: "sb1", Name: "web-7d4b9c8f5-x2k9q", Namespace: "shop", Labels: map[string]string{"pod-template-hash": "7d4b9c8f5"},
+		Linux: &api.LinuxPodSandbox{Namespaces: []*api.LinuxNamespace{{Type: "network", Path: ns.Path()}}}}
+	if _, err := a.Synchronize(ctx, []*api.PodSandbox{p}, []*api.Container{{Id: "c1", PodSandboxId: "sb1", State: api.ContainerState_CONTAINER_RUNNING}}); err != nil {
+		t.Fatal(err)
+	}
+	want := `iptables_alerter_agent_pod_rules{impact="xt",owner="Deployment/web",pod_name="web-7d4b9c8f5-x2k9q",pod_namespace="shop",vendor="unknown"} 1` + "\n"
+	waitFor(t, "the pod's series", func() bool { return strings.Contains(metrics(), want) })
+	body := metrics()
+	for _, w := range []string{"go_goroutines ", "process_cpu_seconds_total ", "go_build_info{", "iptables_alerter_agent_pod_series_left_out_total 0\n"} {
+		if !strings.Contains(body, w) {
+			t.Errorf("/metrics lacks %q", w)
+		}
+	}
+	if err := a.StopPodSandbox(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the series gone", func() bool { return !strings.Contains(metrics(), "iptables_alerter_agent_pod_rules{") })
 }

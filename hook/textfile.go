@@ -47,7 +47,7 @@ func (cfg *textfileConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&cfg.stateDir, "state-dir", textfile.DefaultStateDir, "directory for the pod state and the checkpoint")
 	fs.StringVar(&cfg.textfileDir, "textfile-dir", textfile.DefaultTextfileDir, "node-exporter --collector.textfile.directory")
 	fs.BoolVar(&cfg.once, "once", false, "handle what is there, write the textfile and exit")
-	fs.DurationVar(&cfg.forgetAfter, "forget-after", textfile.DefaultForgetAfter, "drop a pod this long after its latest finding (0: only when its netns is gone)")
+	fs.DurationVar(&cfg.forgetAfter, "forget-after", textfile.DefaultForgetAfter, "drop a pod this long after its latest finding when whether its netns still exists cannot be told (no netns path, its directory not visible); 0: never. A pod whose netns is gone is dropped at once, one whose netns is there is kept")
 	fs.DurationVar(&cfg.poll, "poll", follow.DefaultPoll, "how often to look for new lines")
 	fs.DurationVar(&cfg.prune, "prune-interval", 30*time.Second, "how often to drop pods whose netns is gone")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz on this address, e.g. 127.0.0.1:9755 (empty: off)")

@@ -75,6 +75,8 @@ type Config struct {
 	// runtime that reports the node's namespace for a host-network pod
 	// (CRI-O) has the node's rules reported as the pod's.
 	HostProc string
+	// MaxUsage bounds the pods Agent.Usage follows (DefaultMaxUsage for 0).
+	MaxUsage int
 }
 
 // Observer hears about the agent's work, for metrics and logs. Calls come
@@ -147,6 +149,8 @@ type Agent struct {
 	// hold, when set (tests), makes each worker wait for a token before
 	// a scan, to order scans against the runtime's teardown.
 	hold chan struct{}
+	// usage follows the running pods' usage, from the scans and sweeps.
+	usage *Usage
 	// nodeNetns is the node's network namespace's identity (see
 	// nodeNetnsID), empty with Config.HostProc empty.
 	nodeNetns string
@@ -196,7 +200,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Load.Allow == nil {
 		cfg.Load.Allow = func() (*allowlist.List, error) { return allowlist.Join(), nil }
 	}
-	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue)}
+	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage)}
 	if cfg.HostProc != "" {
 		// An agent that cannot tell the node's namespace from a pod's
 		// reports the node's rules on every host-network pod: refuse.
@@ -212,6 +216,28 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// Usage is the running pods' iptables usage as the agent's scans found
+// it, for the caller's metrics.
+func (a *Agent) Usage() *Usage { return a.usage }
+
+// scanned reports one ended scan: to the usage first, so that an
+// observer hearing of it finds the usage updated.
+func (a *Agent) scanned(s Scan) {
+	a.usage.Scanned(s)
+	a.cfg.Observer.Scanned(s)
+}
+
+// sweep queues a sweep's jobs, the pods the runtime lists as running:
+// the usage of any other pod is dropped.
+func (a *Agent) sweep(jobs []job, pods int) {
+	listed := make(map[string]bool, len(jobs))
+	for _, j := range jobs {
+		listed[j.meta.SandboxID] = true
+	}
+	a.usage.Listed(listed)
+	a.queue.sweep(jobs, func(queued int) { a.cfg.Observer.Synced(pods, queued) })
 }
 
 // Run starts the workers, then connects to the runtime and stays connected

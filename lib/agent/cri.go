@@ -55,7 +55,7 @@ func (a *Agent) RunCRI(ctx context.Context, endpoint string, interval time.Durat
 			} else {
 				a.cfg.Observer.Connection(true, nil)
 				// Each sweep replaces the last one's remainder.
-				a.queue.sweep(jobs, func(queued int) { a.cfg.Observer.Synced(pods, queued) })
+				a.sweep(jobs, pods)
 			}
 			select {
 			case <-ctx.Done():
@@ -84,7 +84,8 @@ func (a *Agent) listCRI(ctx context.Context, c rt.RuntimeServiceClient) ([]job, 
 		}
 		md := p.GetMetadata()
 		jobs = append(jobs, job{meta: scan.Meta{Node: a.cfg.Node, Source: SourceSweep, Stage: StageCRI, SandboxID: p.Id,
-			Pod: findings.Pod{Namespace: md.GetNamespace(), Name: md.GetName(), UID: md.GetUid()}, Netns: path}})
+			Pod: findings.Pod{Namespace: md.GetNamespace(), Name: md.GetName(), UID: md.GetUid()}, Netns: path,
+			Owner: ownerOf(p.GetLabels(), md.GetName())}})
 	}
 	return jobs, len(l.Items), nil
 }

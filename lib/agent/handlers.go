@@ -41,7 +41,7 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 		}
 	}
 	a.cfg.Observer.Connection(true, nil)
-	a.queue.sweep(jobs, func(queued int) { a.cfg.Observer.Synced(len(pods), queued) })
+	a.sweep(jobs, len(pods))
 	return nil, nil
 }
 
@@ -63,11 +63,15 @@ func (a *Agent) StopContainer(_ context.Context, p *api.PodSandbox, c *api.Conta
 	return nil, nil
 }
 
+// stageStopPod is the stage of the pod sandbox's stop: the pod's last
+// scan, after which its usage is no longer followed.
+const stageStopPod = "StopPodSandbox"
+
 // StopPodSandbox: containerd calls it before tearing the netns down (CRI-O
 // after: the open then finds it gone, which costs a failed open).
 func (a *Agent) StopPodSandbox(_ context.Context, p *api.PodSandbox) error {
 	defer a.handled("StopPodSandbox", time.Now())
-	a.queueOpen(p, nil, SourceStop, "StopPodSandbox")
+	a.queueOpen(p, nil, SourceStop, stageStopPod)
 	return nil
 }
 
@@ -92,7 +96,7 @@ func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage str
 	h, err := netns.Open(m.Netns)
 	if err != nil {
 		out, err := openFailed(source, err)
-		a.cfg.Observer.Scanned(Scan{Meta: m, Outcome: out, Err: err})
+		a.scanned(Scan{Meta: m, Outcome: out, Err: err})
 		return
 	}
 	if a.isNode(h) {
@@ -101,7 +105,7 @@ func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage str
 	}
 	if !a.queue.add(job{meta: m, h: h}) {
 		h.Close()
-		a.cfg.Observer.Scanned(Scan{Meta: m, Outcome: Dropped})
+		a.scanned(Scan{Meta: m, Outcome: Dropped})
 	}
 }
 
@@ -121,6 +125,7 @@ func (a *Agent) meta(p *api.PodSandbox, c *api.Container, source, stage string) 
 		SandboxID: p.GetId(),
 		Pod:       findings.Pod{Namespace: p.GetNamespace(), Name: p.GetName(), UID: p.GetUid()},
 		Netns:     path,
+		Owner:     ownerOf(p.GetLabels(), p.GetName()),
 	}
 	if c != nil {
 		m.ContainerID = c.GetId()

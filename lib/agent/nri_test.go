@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	nrilog "github.com/containerd/nri/pkg/log"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/nritest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
@@ -92,23 +92,13 @@ func TestSlowPodsNRI(t *testing.T) {
 		pods, ids[p.Id] = append(pods, p), true
 	}
 
-	for _, d := range []string{"plugins", "conf"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	synced := make(chan struct{}, 1)
-	sock := filepath.Join(dir, "nri.sock")
-	ad, err := nri.New("test-runtime", "v0", func(ctx context.Context, cb nri.SyncCB) error {
+	ad, sock, err := nritest.Start(dir, func(ctx context.Context, cb nri.SyncCB) error {
 		_, err := cb(ctx, pods, nil)
 		synced <- struct{}{}
 		return err
-	}, func(context.Context, []*nri.ContainerUpdate) ([]*nri.ContainerUpdate, error) { return nil, nil },
-		nri.WithSocketPath(sock), nri.WithPluginPath(filepath.Join(dir, "plugins")), nri.WithPluginConfigPath(filepath.Join(dir, "conf")))
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ad.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer ad.Stop()

@@ -28,7 +28,7 @@ func (a *Agent) work() {
 		if a.hold != nil {
 			<-a.hold
 		}
-		a.cfg.Observer.Scanned(a.scan(j, long))
+		a.scanned(a.scan(j, long))
 		// After Scanned: an observer sees a sandbox's scans end in order.
 		a.queue.done(j)
 	}

@@ -23,6 +23,10 @@ type Meta struct {
 	Container   string
 	Image       string
 	Netns       string
+	// Owner is the workload the agent read from the pod's labels (see
+	// lib/agent), for its metrics only: not recorded, consumers with API
+	// access resolve the owner themselves.
+	Owner string
 }
 
 // MaxName caps table and chain names (attacker-chosen) in examples and in

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
@@ -39,12 +38,13 @@ const (
 // called from several goroutines.
 type Collector struct {
 	// ForgetAfter drops a pod whose latest finding is older than this
-	// (0: never), for pods whose netns cannot be checked.
+	// (0: never), only when the netns check cannot decide: a pod whose
+	// netns is still there runs, however old its finding.
 	ForgetAfter time.Duration
 	// Now is the clock (tests set it).
 	Now func() time.Time
-	// NetnsGone reports whether a pinned netns no longer exists.
-	NetnsGone func(path string) bool
+	// Netns says whether a pod's pinned netns still exists.
+	Netns func(path string) NetnsState
 	// Malformed, if set, is told about each line counted as malformed.
 	Malformed func(err error)
 
@@ -84,25 +84,44 @@ func Open(stateDir, textfileDir string) (*Collector, error) {
 		damaged:     damaged,
 		ForgetAfter: DefaultForgetAfter,
 		Now:         time.Now,
-		NetnsGone:   netnsGone,
+		Netns:       netnsState,
 		stateDir:    stateDir,
 		promPath:    filepath.Join(textfileDir, FileName),
 		state:       s,
 	}, nil
 }
 
-// netnsGone is true only when the directory holding the pin is visible and
-// the pin is not in it: a container that does not mount /run/netns must not
-// conclude that every pod is gone.
-func netnsGone(path string) bool {
+// NetnsState is what the check of a pod's pinned netns found.
+type NetnsState int
+
+const (
+	// NetnsUnknown: no path, or its directory not visible (a container
+	// that does not mount /run/netns), or it could not be read.
+	NetnsUnknown NetnsState = iota
+	// NetnsHere: the pin is there; the pod runs.
+	NetnsHere
+	// NetnsGone: the directory is visible and the pin is not in it.
+	NetnsGone
+)
+
+// netnsState checks the pin. Gone only when the directory holding it is
+// visible: a container that does not mount /run/netns must not conclude
+// that every pod is gone.
+func netnsState(path string) NetnsState {
 	if path == "" {
-		return false
+		return NetnsUnknown
 	}
 	if _, err := os.Stat(filepath.Dir(path)); err != nil {
-		return false
+		return NetnsUnknown
 	}
 	_, err := os.Lstat(path)
-	return errors.Is(err, os.ErrNotExist)
+	switch {
+	case err == nil:
+		return NetnsHere
+	case errors.Is(err, os.ErrNotExist):
+		return NetnsGone
+	}
+	return NetnsUnknown
 }
 
 // Follower returns a follower of the findings file wired to c: c is its
@@ -205,7 +224,10 @@ func (c *Collector) prune() int {
 	now := c.Now()
 	n := 0
 	for uid, p := range c.state.Pods {
-		if c.NetnsGone(p.Netns) || (c.ForgetAfter > 0 && now.Sub(p.Time) > c.ForgetAfter) {
+		// The age only where the netns cannot tell: a running pod whose
+		// usage stayed the same has no newer finding.
+		st := c.Netns(p.Netns)
+		if st == NetnsGone || (st == NetnsUnknown && c.ForgetAfter > 0 && now.Sub(p.Time) > c.ForgetAfter) {
 			delete(c.state.Pods, uid)
 			n++
 		}
@@ -217,27 +239,15 @@ func (c *Collector) prune() int {
 // never holds two series with the same labels (node-exporter would refuse
 // the whole file). A pod whose usage is gone has no series.
 func (c *Collector) exported() []Pod {
-	byName := map[[2]string]Pod{}
+	var pods []Pod
 	for _, p := range c.state.Pods {
-		if p.State == findings.StateGone {
-			continue
-		}
-		k := [2]string{p.Namespace, p.Name}
-		if old, ok := byName[k]; !ok || p.Time.After(old.Time) || (p.Time.Equal(old.Time) && p.UID > old.UID) {
-			byName[k] = p
+		if p.State != findings.StateGone {
+			pods = append(pods, p)
 		}
 	}
-	pods := make([]Pod, 0, len(byName))
-	for _, p := range byName {
-		pods = append(pods, p)
-	}
-	sort.Slice(pods, func(i, j int) bool {
-		if pods[i].Namespace != pods[j].Namespace {
-			return pods[i].Namespace < pods[j].Namespace
-		}
-		return pods[i].Name < pods[j].Name
+	return findings.NewestPerPod(pods, func(p Pod) findings.PodKey {
+		return findings.PodKey{Namespace: p.Namespace, Name: p.Name, Time: p.Time, ID: p.UID}
 	})
-	return pods
 }
 
 func (c *Collector) write() error {

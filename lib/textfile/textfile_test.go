@@ -188,6 +188,24 @@ func TestCollector(t *testing.T) {
 			wantFindings: 2,
 		},
 		{
+			name: "forget-after keeps an old pod whose netns is still there",
+			feed: func(e *env) time.Time {
+				e.append(rec("team-a", "quiet", "u1", e.netns("a"), 3, 0, t0))
+				return t0.Add(25 * time.Hour)
+			},
+			wantPods:     []string{"team-a/quiet=3,0"},
+			wantFindings: 1,
+		},
+		{
+			name: "forget-after drops an old pod whose netns cannot be checked",
+			feed: func(e *env) time.Time {
+				e.append(rec("team-a", "old", "u1", "/nonexistent-dir/netns/x", 3, 0, t0))
+				return t0.Add(25 * time.Hour)
+			},
+			wantPods:     []string{},
+			wantFindings: 1,
+		},
+		{
 			name: "recreated pod with the same name gives one series, the newest",
 			feed: func(e *env) time.Time {
 				e.append(rec("team-a", "web-0", "old-uid", e.netns("a"), 9, 0, t0), rec("team-a", "web-0", "new-uid", e.netns("b"), 2, 0, t0.Add(time.Second)))

@@ -26,6 +26,8 @@ import (
 	nri "github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 	nrilog "github.com/containerd/nri/pkg/log"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nritest"
 )
 
 // agentBench holds the namespaces shared by the agent's benchmarks.
@@ -350,27 +352,20 @@ type agentRun struct {
 func (b *agentBench) startAgent(pods []*api.PodSandbox) (*agentRun, error) {
 	b.runNum++
 	dir := filepath.Join(b.tmp, fmt.Sprint(b.runNum))
-	for _, d := range []string{"plugins", "conf", "state"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			return nil, err
-		}
+	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
+		return nil, err
 	}
 	r := &agentRun{syncCh: make(chan time.Time, 1)}
-	sock := filepath.Join(dir, "nri.sock")
-	ad, err := nri.New("bench-runtime", "v0", func(ctx context.Context, cb nri.SyncCB) error {
+	ad, sock, err := nritest.Start(dir, func(ctx context.Context, cb nri.SyncCB) error {
 		select {
 		case r.syncCh <- time.Now():
 		default:
 		}
 		_, err := cb(ctx, pods, nil)
 		return err
-	}, func(context.Context, []*nri.ContainerUpdate) ([]*nri.ContainerUpdate, error) { return nil, nil },
-		nri.WithSocketPath(sock), nri.WithPluginPath(filepath.Join(dir, "plugins")), nri.WithPluginConfigPath(filepath.Join(dir, "conf")))
+	})
 	if err != nil {
-		return nil, fmt.Errorf("nri runtime: %w", err)
-	}
-	if err := ad.Start(); err != nil {
-		return nil, fmt.Errorf("start nri runtime: %w", err)
+		return nil, err
 	}
 	r.ad = ad
 	port, err := freePort()

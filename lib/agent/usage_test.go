@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+)
+
+// TestUsage: a pod enters the usage with a finding of state present and
+// leaves when a complete scan finds nothing, when it stops, or when a
+// sweep's list no longer holds it; what does not say (unknown, failed,
+// unreachable, dropped) keeps the last usage seen.
+func TestUsage(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	meta := func(id, stage string) scan.Meta {
+		return scan.Meta{SandboxID: id, Stage: stage, Owner: "Deployment/web", Pod: findings.Pod{Namespace: "ns", Name: "pod-" + id}}
+	}
+	found := func(id string, state findings.State, xt int) Scan {
+		r := &findings.Record{State: state, Pod: meta(id, "").Pod, Impact: findings.Impact{Xt: xt}, Time: t0,
+			Vendors: []findings.Vendor{{Name: "istio"}}}
+		return Scan{Meta: meta(id, "PostStartContainer"), Outcome: Found, Record: r}
+	}
+	with := func(s Scan, stage string) Scan { s.Meta.Stage = stage; return s }
+	other := func(id string, o Outcome) Scan { return Scan{Meta: meta(id, "PostStartContainer"), Outcome: o} }
+	want := func(id string, xt int) PodUsage {
+		return PodUsage{SandboxID: id, Namespace: "ns", Name: "pod-" + id, Owner: "Deployment/web",
+			Impact: findings.Impact{Xt: xt}, Vendors: []string{"istio"}, Time: t0}
+	}
+	tests := []struct {
+		name  string
+		scans []Scan
+		// listed, when set, is a sweep's list after the scans.
+		listed map[string]bool
+		want   []PodUsage
+		left   uint64
+	}{
+		{name: "present enters", scans: []Scan{found("a", findings.StatePresent, 3)}, want: []PodUsage{want("a", 3)}},
+		{name: "the latest present wins", scans: []Scan{found("a", findings.StatePresent, 3), found("a", findings.StatePresent, 5)}, want: []PodUsage{want("a", 5)}},
+		{name: "clean leaves", scans: []Scan{found("a", findings.StatePresent, 3), other("a", Clean)}},
+		{name: "state gone leaves", scans: []Scan{found("a", findings.StatePresent, 3), found("a", findings.StateGone, 0)}},
+		{name: "netns gone at a stop leaves", scans: []Scan{found("a", findings.StatePresent, 3), with(other("a", Gone), "StopContainer")}},
+		{name: "the sandbox's stop leaves, usage or not", scans: []Scan{found("a", findings.StatePresent, 3), with(found("a", findings.StatePresent, 3), "StopPodSandbox")}},
+		{name: "a container's stop with usage stays", scans: []Scan{with(found("a", findings.StatePresent, 3), "StopContainer")}, want: []PodUsage{want("a", 3)}},
+		{name: "unknown keeps the last usage", scans: []Scan{found("a", findings.StatePresent, 3), found("a", findings.StateUnknown, 0)}, want: []PodUsage{want("a", 3)}},
+		{name: "unknown alone does not enter", scans: []Scan{found("a", findings.StateUnknown, 0)}},
+		{name: "failed, unreachable, dropped keep it", scans: []Scan{found("a", findings.StatePresent, 3), other("a", Failed), other("a", Unreachable), other("a", Dropped)}, want: []PodUsage{want("a", 3)}},
+		{name: "a sweep drops what it does not list", scans: []Scan{found("a", findings.StatePresent, 3), found("b", findings.StatePresent, 1)},
+			listed: map[string]bool{"b": true}, want: []PodUsage{want("b", 1)}},
+		{name: "past the bound, left out and counted", scans: []Scan{found("a", findings.StatePresent, 3), found("b", findings.StatePresent, 1), found("c", findings.StatePresent, 1), found("a", findings.StatePresent, 4)},
+			want: []PodUsage{want("a", 4), want("b", 1)}, left: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := NewUsage(2)
+			for _, s := range tt.scans {
+				u.Scanned(s)
+			}
+			if tt.listed != nil {
+				u.Listed(tt.listed)
+			}
+			if diff := cmp.Diff(tt.want, u.Pods(), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("pods (-want +got):\n%s", diff)
+			}
+			if got := u.Left(); got != tt.left {
+				t.Errorf("left = %d, want %d", got, tt.left)
+			}
+		})
+	}
+}
+
+// TestUsageOneSeriesPerPodName: two sandboxes of one pod name (the pod
+// recreated before the old sandbox's stop) give one pod, the newer.
+func TestUsageOneSeriesPerPodName(t *testing.T) {
+	u := NewUsage(0)
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	for i, id := range []string{"new", "old"} {
+		u.Scanned(Scan{Meta: scan.Meta{SandboxID: id}, Outcome: Found, Record: &findings.Record{State: findings.StatePresent,
+			Pod: findings.Pod{Namespace: "ns", Name: "web-0"}, Impact: findings.Impact{Legacy: 1}, Time: t0.Add(-time.Duration(i) * time.Minute)}})
+	}
+	pods := u.Pods()
+	if len(pods) != 1 || pods[0].SandboxID != "new" {
+		t.Fatalf("pods = %+v, want the new sandbox's only", pods)
+	}
+}
+
+// TestOwnerOf: the owner is named only where a controller's label proves
+// it.
+func TestOwnerOf(t *testing.T) {
+	tests := []struct {
+		name   string
+		labels map[string]string
+		pod    string
+		want   string
+	}{
+		{name: "deployment", labels: map[string]string{labelTemplate: "7d4b9c8f5"}, pod: "web-api-7d4b9c8f5-x2k9q", want: "Deployment/web-api"},
+		{name: "hash not in the name", labels: map[string]string{labelTemplate: "7d4b9c8f5"}, pod: "web-api-x2k9q"},
+		{name: "statefulset", labels: map[string]string{labelStatefulPod: "db-12"}, pod: "db-12", want: "StatefulSet/db"},
+		{name: "statefulset label of another pod", labels: map[string]string{labelStatefulPod: "db-1"}, pod: "db-12"},
+		{name: "job", labels: map[string]string{labelJobName: "backup-29001", labelJobNameOld: "backup-29001"}, pod: "backup-29001-abcde", want: "Job/backup-29001"},
+		{name: "job, old label only", labels: map[string]string{labelJobNameOld: "migrate"}, pod: "migrate-abcde", want: "Job/migrate"},
+		{name: "daemonset or bare pod", labels: map[string]string{"controller-revision-hash": "5f8d"}, pod: "agent-7xq2p"},
+		{name: "no labels", pod: "web"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ownerOf(tt.labels, tt.pod); got != tt.want {
+				t.Errorf("ownerOf(%v, %q) = %q, want %q", tt.labels, tt.pod, got, tt.want)
+			}
+		})
+	}
+}

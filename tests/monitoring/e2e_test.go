@@ -1,0 +1,251 @@
+package monitoringtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	nri "github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nritest"
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+)
+
+// wait bounds every wait of the end-to-end test: a liveness bound on a
+// shared machine, not a speed goal (scrapes and evaluations run each
+// second).
+const wait = 2 * time.Minute
+
+// lockedBuffer collects a process's output for the failure log.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// start runs a process until the test ends: killed and waited for then,
+// whatever the verdict, its output logged on failure.
+func start(t *testing.T, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s output:\n%s", filepath.Base(name), out.String())
+		}
+	})
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// eventually polls ok until it holds, failing the test after wait.
+func eventually(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for end := time.Now().Add(wait); !ok(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("after %v: %s", wait, what)
+		}
+	}
+}
+
+// api asks the Prometheus server at addr; ok is false while it does not
+// answer (starting).
+func promAPI(addr, path string, q url.Values, v any) bool {
+	resp, err := http.Get("http://" + addr + path + "?" + q.Encode())
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false
+	}
+	return json.NewDecoder(resp.Body).Decode(v) == nil
+}
+
+type alert struct {
+	Labels map[string]string `json:"labels"`
+	State  string            `json:"state"`
+}
+
+// breaking is the IPTablesBreakingOnRHEL10 alerts Prometheus holds now.
+func breaking(t *testing.T, addr string) []alert {
+	var r struct {
+		Status string `json:"status"`
+		Data   struct {
+			Alerts []alert `json:"alerts"`
+		} `json:"data"`
+	}
+	if !promAPI(addr, "/api/v1/alerts", nil, &r) || r.Status != "success" {
+		t.Fatalf("GET /api/v1/alerts: %+v", r)
+	}
+	var out []alert
+	for _, a := range r.Data.Alerts {
+		if a.Labels["alertname"] == "IPTablesBreakingOnRHEL10" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+type result struct {
+	Status    string `json:"status"`
+	Error     string `json:"error"`
+	ErrorType string `json:"errorType"`
+	Data      struct {
+		ResultType string            `json:"resultType"`
+		Result     []json.RawMessage `json:"result"`
+	} `json:"data"`
+}
+
+func query(t *testing.T, addr, expr string) result {
+	t.Helper()
+	var r result
+	if !promAPI(addr, "/api/v1/query", url.Values{"query": {expr}}, &r) && r.Status == "" {
+		t.Fatalf("query %q: no answer", expr)
+	}
+	return r
+}
+
+// TestAlertEndToEnd (issue 16 item 2's done-when): a real Prometheus
+// (Debian's prometheus, on loopback, scraping and evaluating each second,
+// the shipped rules loaded) scrapes a real agent, which the runtime side
+// of NRI in this process tells of a running pod whose network namespace
+// holds an xt rule. The breaking-usage alert fires for that pod, with its
+// namespace, name, owner and impact, and every query of the dashboard
+// runs, the usage ones with results; when the pod's sandbox stops, its
+// series leaves the agent's /metrics and the alert resolves.
+func TestAlertEndToEnd(t *testing.T) {
+	needTool(t, prometheus)
+	nstest.NeedRoot(t, "iptables-nft")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "iptables-alerter")
+	build := exec.Command("go", "build", "-o", bin, "../../hook")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+
+	ns := nstest.New(t)
+	ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "-m", "multiport", "--dports", "80,443", "-j", "DROP")
+	pod := &api.PodSandbox{Id: "sandbox-e2e", Name: "web-7d4b9c8f5-x2k9q", Namespace: "shop", Uid: "uid-e2e",
+		Labels: map[string]string{"pod-template-hash": "7d4b9c8f5"},
+		Linux:  &api.LinuxPodSandbox{Namespaces: []*api.LinuxNamespace{{Type: "network", Path: ns.Path()}}}}
+	ctr := &api.Container{Id: "ctr-e2e", PodSandboxId: pod.Id, Name: "app", State: api.ContainerState_CONTAINER_RUNNING}
+
+	ad, sock, err := nritest.Start(dir, func(ctx context.Context, cb nri.SyncCB) error {
+		_, err := cb(ctx, []*api.PodSandbox{pod}, []*api.Container{ctr})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ad.Stop)
+
+	agentAddr := freeAddr(t)
+	// --host-proc "": the test's pods are not host-network ones.
+	start(t, bin, "agent", "--nri-socket", sock, "--node", "node-e2e", "--health-addr", agentAddr, "--host-proc", "",
+		"--findings", filepath.Join(dir, "findings.jsonl"), "--state-dir", filepath.Join(dir, "seen"),
+		"--allowlist", filepath.Join(dir, "no-allowlist.json"), "--vendors", filepath.Join(dir, "no-vendors.json"))
+
+	promAddr := freeAddr(t)
+	ruleFile(t, dir)
+	config := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
+rule_files: [rules.yaml]
+scrape_configs:
+  - job_name: %s
+    static_configs: [{targets: [%q]}]
+`, job, agentAddr)
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start(t, prometheus, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
+		"--web.listen-address="+promAddr)
+
+	eventually(t, "Prometheus not ready", func() bool {
+		resp, err := http.Get("http://" + promAddr + "/-/ready")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	var fired alert
+	eventually(t, "IPTablesBreakingOnRHEL10 not firing for the pod", func() bool {
+		for _, a := range breaking(t, promAddr) {
+			if a.Labels["pod_name"] == pod.Name && a.State == "firing" {
+				fired = a
+				return true
+			}
+		}
+		return false
+	})
+	for k, v := range map[string]string{"pod_namespace": "shop", "owner": "Deployment/web", "impact": "xt", "severity": "warning"} {
+		if fired.Labels[k] != v {
+			t.Errorf("alert label %s = %q, want %q (%v)", k, fired.Labels[k], v, fired.Labels)
+		}
+	}
+
+	// Every dashboard query runs on the real server; those on the usage
+	// series see the pod (the others may rightly be empty: no error yet).
+	for _, e := range loadDashboard(t) {
+		var r result
+		eventually(t, fmt.Sprintf("dashboard query %q: no result", e), func() bool {
+			r = query(t, promAddr, e)
+			return r.Status != "success" || len(r.Data.Result) > 0 || !strings.Contains(e, "iptables_alerter_agent_pod_rules")
+		})
+		if r.Status != "success" {
+			t.Errorf("dashboard query %q: %s %s: %s", e, r.Status, r.ErrorType, r.Error)
+		}
+	}
+
+	if err := ad.StopPodSandbox(context.Background(), &nri.StateChangeEvent{Pod: pod}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod's series still scraped after its sandbox stopped", func() bool {
+		return len(query(t, promAddr, `iptables_alerter_agent_pod_rules{pod_name="`+pod.Name+`"}`).Data.Result) == 0
+	})
+	eventually(t, "IPTablesBreakingOnRHEL10 still active after the pod stopped", func() bool {
+		for _, a := range breaking(t, promAddr) {
+			if a.Labels["pod_name"] == pod.Name {
+				return false
+			}
+		}
+		return true
+	})
+}
