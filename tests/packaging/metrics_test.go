@@ -67,11 +67,13 @@ func TestMetricsReach(t *testing.T) {
 		name, dir string
 		secure    bool
 		from      []string
-		port      int32
+		ports     []int32
 	}{
-		{name: "kubernetes", dir: "packaging/kubernetes", from: []string{"monitoring"}, port: 9757},
-		{name: "kubernetes with secure-metrics", secure: true, from: []string{"monitoring"}, port: 9443},
-		{name: "openshift", dir: "packaging/openshift", secure: true, from: []string{"openshift-monitoring", "openshift-user-workload-monitoring"}, port: 9443},
+		// Plain: the agent's 9757 and the forwarder's 9756, each serving
+		// its own /metrics.
+		{name: "kubernetes", dir: "packaging/kubernetes", from: []string{"monitoring"}, ports: []int32{9757, 9756}},
+		{name: "kubernetes with secure-metrics", secure: true, from: []string{"monitoring"}, ports: []int32{9443}},
+		{name: "openshift", dir: "packaging/openshift", secure: true, from: []string{"openshift-monitoring", "openshift-user-workload-monitoring"}, ports: []int32{9443}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,29 +103,38 @@ func TestMetricsReach(t *testing.T) {
 			if !slices.Equal(from, tc.from) {
 				t.Errorf("ingress from namespaces %v, want %v", from, tc.from)
 			}
-			if len(rule.Ports) != 1 || rule.Ports[0].Port == nil || rule.Ports[0].Port.IntVal != tc.port {
-				t.Errorf("ingress ports %+v, want only %d", rule.Ports, tc.port)
+			var admitted []int32
+			for _, p := range rule.Ports {
+				if p.Port == nil {
+					t.Fatalf("ingress port %+v: want a number", p)
+				}
+				admitted = append(admitted, p.Port.IntVal)
+			}
+			if !slices.Equal(admitted, tc.ports) {
+				t.Errorf("ingress ports %v, want only %v", admitted, tc.ports)
 			}
 
 			// The Service's port is the admitted one.
 			var svc corev1.Service
 			rendered(t, dir, "Service", "iptables-alerter-metrics", &svc)
-			if len(svc.Spec.Ports) != 1 {
-				t.Fatalf("service ports %+v", svc.Spec.Ports)
-			}
-			target := svc.Spec.Ports[0].TargetPort.StrVal
-			var served int32
-			var server string
-			for _, c := range spec.Containers {
-				for _, p := range c.Ports {
-					if p.Name == target {
-						served, server = p.ContainerPort, c.Name
+			// servers maps each Service port's name to the container
+			// serving it; every one is admitted, and nothing else.
+			servers := map[string]string{}
+			var served []int32
+			for _, sp := range svc.Spec.Ports {
+				for _, c := range spec.Containers {
+					for _, p := range c.Ports {
+						if p.Name == sp.TargetPort.StrVal {
+							servers[sp.Name] = c.Name
+							served = append(served, p.ContainerPort)
+						}
 					}
 				}
 			}
-			if served != tc.port {
-				t.Errorf("the Service targets port %q (%d), the policy admits %d", target, served, tc.port)
+			if !slices.Equal(served, tc.ports) {
+				t.Errorf("the Service targets ports %v, the policy admits %v", served, tc.ports)
 			}
+			server := servers[svc.Spec.Ports[0].Name]
 
 			// The token: the forwarder's alone.
 			if a := spec.AutomountServiceAccountToken; a == nil || *a {
@@ -161,10 +172,10 @@ func TestMetricsReach(t *testing.T) {
 			renderedLoose(t, dir, "ServiceMonitor", "iptables-alerter", &sm)
 			metricsAddr, hasMetrics := argValue(agent.Args, "metrics-addr")
 			if !tc.secure {
-				if hasMetrics || server != "agent" {
-					t.Errorf("plain metrics: agent --metrics-addr=%q, Service to %s", metricsAddr, server)
+				if hasMetrics || servers["metrics"] != "agent" || servers["forward-metrics"] != "forward" {
+					t.Errorf("plain metrics: agent --metrics-addr=%q, Service ports to %v", metricsAddr, servers)
 				}
-				if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" {
+				if len(sm.Spec.Endpoints) != 2 || sm.Spec.Endpoints[0].Port != "metrics" || sm.Spec.Endpoints[1].Port != "forward-metrics" {
 					t.Errorf("ServiceMonitor endpoints %+v", sm.Spec.Endpoints)
 				}
 				return
@@ -176,7 +187,7 @@ func TestMetricsReach(t *testing.T) {
 			if v, _ := argValue(fwd.Args, "agent-metrics"); v != "http://"+metricsAddr+"/metrics" {
 				t.Errorf("forward --agent-metrics=%q, agent --metrics-addr=%q", v, metricsAddr)
 			}
-			if v, _ := argValue(fwd.Args, "secure-metrics-addr"); v != ":"+strconv.Itoa(int(tc.port)) || server != "forward" {
+			if v, _ := argValue(fwd.Args, "secure-metrics-addr"); v != ":"+strconv.Itoa(int(tc.ports[0])) || server != "forward" {
 				t.Errorf("forward --secure-metrics-addr=%q, Service to %s", v, server)
 			}
 			secrets := map[string]string{}
