@@ -27,6 +27,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
+	"github.com/iptables-alerter/iptables-alerter/lib/reports"
 )
 
 var forwardCommand = command{use: "forward", summary: "post a Kubernetes Event on the pod for each new finding",
@@ -53,8 +54,8 @@ const defaultForwardStateDir = "/var/lib/iptables-alerter/forward"
 
 type forwardConfig struct {
 	findings, stateDir, kubeconfig, nodeName, healthAddr string
-	nodeEvent                                            bool
-	poll, maxBackoff, timeout                            time.Duration
+	nodeEvent, reports                                   bool
+	poll, maxBackoff, timeout, reportsGrace              time.Duration
 	log                                                  logFlags
 }
 
@@ -64,6 +65,8 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster service account)")
 	fs.StringVar(&cfg.nodeName, "node-name", "", "this node's name, the Events' reportingInstance (default: the hostname)")
 	fs.BoolVar(&cfg.nodeEvent, "node-event", false, "also post one summary Event per usage fingerprint on the Node")
+	fs.BoolVar(&cfg.reports, "reports", true, "also keep OpenReports Reports (openreports.io/v1alpha1) per workload and node; Events only while the CRD is missing")
+	fs.DurationVar(&cfg.reportsGrace, "reports-grace", reports.DefaultGrace, "how long a Report keeps the result of a pod that is gone")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz on this address, e.g. 127.0.0.1:9756 (empty: off)")
 	fs.DurationVar(&cfg.poll, "poll", follow.DefaultPoll, "how often to look for new lines")
 	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
@@ -72,8 +75,8 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 }
 
 func (cfg *forwardConfig) run(_ []string, s stdio) int {
-	if cfg.poll <= 0 || cfg.maxBackoff <= 0 || cfg.timeout <= 0 {
-		fmt.Fprintln(s.err, "iptables-alerter forward: --poll, --max-backoff and --request-timeout must be positive")
+	if cfg.poll <= 0 || cfg.maxBackoff <= 0 || cfg.timeout <= 0 || cfg.reportsGrace <= 0 {
+		fmt.Fprintln(s.err, "iptables-alerter forward: --poll, --max-backoff, --request-timeout and --reports-grace must be positive")
 		return 2
 	}
 	log := cfg.log.logger(s.err)
@@ -153,8 +156,9 @@ func (s *forwardStats) fields() logrus.Fields {
 
 // handler serves the counters to Prometheus: a finding set aside (rejected)
 // must be visible without reading logs.
-func (s *forwardStats) handler() http.Handler {
+func (s *forwardStats) handler(rep *reporter) http.Handler {
 	reg := prometheus.NewRegistry()
+	rep.register(reg)
 	for outcome, n := range map[string]*atomic.Int64{
 		string(events.Created): &s.created, string(events.Duplicate): &s.duplicate, string(events.PodGone): &s.podGone,
 		string(events.NoPod): &s.noPod, string(events.Rejected): &s.rejected, "malformed": &s.malformed,
@@ -207,11 +211,19 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		log.WithError(err).WithField("retry_in", wait.String()).Warn("event not delivered, will retry the same finding")
 	}
 	h := &forwarder{poster: events.New(client, cfg.nodeName, cfg.nodeEvent), log: log, stats: st}
+	if cfg.reports {
+		if h.reports, err = newReporter(rc, client, cfg.nodeName, cfg.reportsGrace, log); err != nil {
+			return fmt.Errorf("make reports client: %w", err)
+		}
+		h.reports.check(ctx)
+		go h.reports.sweep(ctx)
+	}
 	if cfg.healthAddr != "" {
 		// One finding may hold the loop for a backoff plus a pod GET and
 		// two creates, each up to the request timeout (client-go may also
-		// wait out a Retry-After); beyond that the loop is stuck.
-		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*cfg.maxBackoff+4*cfg.timeout+10*cfg.poll, nil, st.handler())
+		// wait out a Retry-After), and the Report's pod GET, get and
+		// update; beyond that the loop is stuck.
+		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*cfg.maxBackoff+8*cfg.timeout+10*cfg.poll, nil, st.handler(h.reports))
 		if err != nil {
 			return err
 		}
@@ -225,9 +237,12 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 	return nil
 }
 
-// forwarder is the follower's handler: one line, one Post.
+// forwarder is the follower's handler: one line, one Post, one Report
+// write.
 type forwarder struct {
 	poster *events.Poster
+	// reports is nil with --reports=false.
+	reports *reporter
 	log    *logrus.Logger
 	stats  *forwardStats
 }
@@ -288,5 +303,7 @@ func (h *forwarder) handle(ctx context.Context, line []byte) error {
 		// Set aside for good: retrying would hold every later finding.
 		entry.WithField("rejected_total", h.stats.rejected.Add(1)).Error("event rejected by the API server, finding skipped")
 	}
-	return nil
+	// After the Events: a Report error retries the line, whose Events
+	// are then answered AlreadyExists.
+	return h.reports.write(ctx, rec, fields)
 }

@@ -2,8 +2,8 @@ package reports_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -53,6 +53,7 @@ func record(pod *corev1.Pod, state findings.State, legacy, xt, native int) findi
 	}
 	if state == findings.StatePresent {
 		rec.Impact = findings.Impact{Legacy: legacy, Xt: xt, Native: native}
+		rec.Worst = rec.Impact.Worst()
 		rec.Nft = findings.Nft{Tables: []string{"ip nat"}, Rules: xt + native}
 		rec.Legacy = findings.Legacy{Rules: legacy}
 		rec.Examples = []findings.Example{{Family: "ip", Table: "nat", Chain: "OUTPUT", Rule: "-A OUTPUT -p tcp -j REDIRECT --to-ports 15001", Impact: "xt"}}
@@ -137,7 +138,7 @@ func TestWriteRealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = get(t, rc, "shop", res.Name)
-	if len(r.Results) != 1 || r.Results[0].Result != "warn" || r.Results[0].Properties[reports.PropFirstSeen] != first {
+	if len(r.Results) != 1 || r.Results[0].Result != "warn" || r.Results[0].Rule != findings.ImpactNative || r.Results[0].Properties[reports.PropFirstSeen] != first {
 		t.Fatalf("after native: %+v", r.Results)
 	}
 
