@@ -45,6 +45,14 @@ refusing our credentials, the same finding is retried with backoff and
 later findings wait behind it. A finding whose pod is gone is logged,
 counted and skipped.
 
+With --reports (the default) it also keeps an OpenReports Report
+(openreports.io/v1alpha1) per workload and node in the pod's namespace:
+one result per pod (legacy and xt: fail, native: warn, an inspection
+that could not finish: error), removed when the usage is gone or, for a
+pod that no longer exists, --reports-grace after it was last seen. The
+Reports are owned by the workload and go with it. Without the Report CRD
+it posts Events only, says so once and looks again every 10 minutes.
+
 Credentials: --kubeconfig, else the in-cluster service account.
 Exit status: 0 after a clean shutdown (SIGTERM, SIGINT), 1 on an error
 (no credentials, unreadable checkpoint), 2 on bad flags.`
@@ -243,8 +251,8 @@ type forwarder struct {
 	poster *events.Poster
 	// reports is nil with --reports=false.
 	reports *reporter
-	log    *logrus.Logger
-	stats  *forwardStats
+	log     *logrus.Logger
+	stats   *forwardStats
 }
 
 // handle returns an error only for what may succeed later; the follower
