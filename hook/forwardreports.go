@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/reports"
 )
@@ -129,7 +130,7 @@ func (r *reporter) write(ctx context.Context, rec findings.Record, fields logrus
 	if res.Cut > 0 {
 		entry.WithField("results_cut", res.Cut).Warn("report full: results cut, counted in the report")
 	}
-	if res.Outcome == reports.Rejected {
+	if res.Outcome == events.Rejected {
 		entry.WithError(res.Why).Error("report rejected by the API server, finding's report skipped")
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/reports"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
@@ -162,7 +163,7 @@ func TestWriteRealAPIServer(t *testing.T) {
 	// A pod that is gone: nothing written.
 	stale := record(web.Pod, findings.StatePresent, 1, 0, 0)
 	stale.Pod.UID = "old"
-	if g, err := w.Write(ctx, stale); err != nil || g.Outcome != reports.PodGone {
+	if g, err := w.Write(ctx, stale); err != nil || g.Outcome != events.PodGone {
 		t.Fatalf("Write stale = %+v, %v", g, err)
 	}
 }

@@ -39,32 +39,25 @@ const (
 	conflictTries = 8
 )
 
-// Outcome says what became of a record.
-type Outcome string
-
+// Outcomes besides events' PodGone, NoPod and Rejected, which mean the
+// same here.
 const (
 	// Written: the pod's result is in its Report.
-	Written Outcome = "written"
+	Written events.Outcome = "written"
 	// Removed: the pod's result was taken out (state gone), or there was
 	// none.
-	Removed Outcome = "removed"
-	// PodGone: no pod with that name, or it is another pod now.
-	PodGone Outcome = "pod_gone"
-	// NoPod: the record names no pod or holds no usage.
-	NoPod Outcome = "no_pod"
-	// Rejected: the API refused the Report for good.
-	Rejected Outcome = "rejected"
+	Removed events.Outcome = "removed"
 )
 
 // Result reports one record's write.
 type Result struct {
-	Outcome Outcome
+	Outcome events.Outcome
 	// Namespace and Name of the Report, empty when none was written.
 	Namespace, Name string
 	Owner           owner.Owner
 	// Cut counts results this write left out of the Report.
 	Cut int
-	// Why explains PodGone, NoPod and Rejected.
+	// Why explains events.PodGone, NoPod and Rejected.
 	Why error
 }
 
@@ -133,34 +126,22 @@ func Selector(node string) string {
 // Write puts rec into its Report, by its state (see the package doc).
 func (w *Writer) Write(ctx context.Context, rec findings.Record) (Result, error) {
 	if rec.Pod.Namespace == "" || rec.Pod.Name == "" || rec.Pod.UID == "" {
-		return Result{Outcome: NoPod, Why: errors.New("record names no pod")}, nil
+		return Result{Outcome: events.NoPod, Why: errors.New("record names no pod")}, nil
 	}
-	for what, name := range map[string]string{"namespace": rec.Pod.Namespace, "pod name": rec.Pod.Name} {
-		if msgs := path.IsValidPathSegmentName(name); len(msgs) > 0 {
-			return Result{Outcome: Rejected, Why: fmt.Errorf("invalid %s %q: %s", what, name, strings.Join(msgs, ", "))}, nil
-		}
+	if msgs := path.IsValidPathSegmentName(rec.Pod.Namespace); len(msgs) > 0 {
+		return Result{Outcome: events.Rejected, Why: fmt.Errorf("invalid namespace %q: %s", rec.Pod.Namespace, strings.Join(msgs, ", "))}, nil
 	}
 	switch rec.KnownState() {
 	case findings.StateGone:
 		return w.remove(ctx, rec.Pod.Namespace, rec.Pod.UID)
 	case findings.StatePresent:
 		if !rec.HasUsage() {
-			return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil
+			return Result{Outcome: events.NoPod, Why: errors.New("record holds no iptables usage")}, nil
 		}
 	}
-	pod, err := w.kube.CoreV1().Pods(rec.Pod.Namespace).Get(ctx, rec.Pod.Name, metav1.GetOptions{})
-	if err != nil {
-		err = fmt.Errorf("get pod %q: %w", rec.Pod.Namespace+"/"+rec.Pod.Name, err)
-		switch {
-		case apierrors.IsNotFound(err):
-			return Result{Outcome: PodGone, Why: err}, nil
-		case events.Retryable(err):
-			return Result{}, err
-		}
-		return Result{Outcome: Rejected, Why: err}, nil
-	}
-	if string(pod.UID) != rec.Pod.UID && pod.Annotations[owner.MirrorAnnotation] != rec.Pod.UID {
-		return Result{Outcome: PodGone, Why: fmt.Errorf("pod %q has uid %q, the finding is about uid %q", pod.Namespace+"/"+pod.Name, pod.UID, rec.Pod.UID)}, nil
+	pod, live, err := events.LivePod(ctx, w.kube, rec.Pod)
+	if pod == nil {
+		return Result{Outcome: live.Outcome, Why: live.Why}, err
 	}
 	o, ref := w.owners.Reference(ctx, pod)
 	res := Result{Namespace: pod.Namespace, Name: Name(o, w.node), Owner: o}
@@ -194,7 +175,7 @@ func (w *Writer) finish(res Result, err error) (Result, error) {
 	case events.Retryable(err) || apierrors.IsConflict(err):
 		return Result{}, err
 	}
-	res.Outcome, res.Why = Rejected, err
+	res.Outcome, res.Why = events.Rejected, err
 	return res, nil
 }
 
