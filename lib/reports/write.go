@@ -133,7 +133,8 @@ func (w *Writer) Write(ctx context.Context, rec findings.Record) (Result, error)
 	}
 	switch rec.KnownState() {
 	case findings.StateGone:
-		return w.remove(ctx, rec.Pod.Namespace, rec.Pod.UID)
+		// Matched as stored: the property is escaped and cut.
+		return w.remove(ctx, rec.Pod.Namespace, prop(rec.Pod.UID))
 	case findings.StatePresent:
 		if !rec.HasUsage() {
 			return Result{Outcome: events.NoPod, Why: errors.New("record holds no iptables usage")}, nil
@@ -152,7 +153,7 @@ func (w *Writer) Write(ctx context.Context, rec findings.Record) (Result, error)
 		r.Scope = &corev1.ObjectReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: pod.Namespace, Name: ref.Name, UID: ref.UID}
 		var first time.Time
 		r.Results = slices.DeleteFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool {
-			mine := x.Properties[PropPodUID] == rec.Pod.UID
+			mine := x.Properties[PropPodUID] == prop(rec.Pod.UID)
 			if mine {
 				first = firstSeen(x)
 			}
