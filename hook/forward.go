@@ -51,7 +51,7 @@ one result per pod (legacy and xt: fail, native: warn, an inspection
 that could not finish: error), removed when the usage is gone or, for a
 pod that no longer exists, --reports-grace after it was last seen. The
 Reports are owned by the workload and go with it. Without the Report CRD
-it posts Events only, says so once and looks again every 10 minutes.
+it posts Events only, says so once and looks again every minute.
 
 Credentials: --kubeconfig, else the in-cluster service account.
 Exit status: 0 after a clean shutdown (SIGTERM, SIGINT), 1 on an error

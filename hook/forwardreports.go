@@ -19,8 +19,12 @@ import (
 )
 
 // reportsSweep is how often the forwarder prunes its Reports of pods gone
-// for longer than the grace, and, while the CRD is missing, looks again.
-const reportsSweep = 10 * time.Minute
+// for longer than the grace; reportsLook how often, while the CRD is
+// missing or discovery failed, it looks again (one discovery GET).
+const (
+	reportsSweep = 10 * time.Minute
+	reportsLook  = time.Minute
+)
 
 // reporter writes the forwarder's OpenReports Reports beside the Events;
 // with the CRD missing it stays off and the forwarder posts Events only.
@@ -84,18 +88,22 @@ func (r *reporter) check(ctx context.Context) {
 		r.log.Info("writing OpenReports Reports (openreports.io/v1alpha1) beside the Events")
 	case !ok && !r.warned:
 		r.warned = true
-		r.log.Warn("the API serves no OpenReports Reports (openreports.io/v1alpha1 CRD missing; kubectl apply -k packaging/crds): posting Events only, looking again every " + reportsSweep.String())
+		r.log.Warn("the API serves no OpenReports Reports (openreports.io/v1alpha1 CRD missing; kubectl apply -k packaging/crds): posting Events only, looking again every " + reportsLook.String())
 	}
 }
 
 // sweep checks for the CRD while it is missing and prunes while it is
 // there, until ctx ends.
 func (r *reporter) sweep(ctx context.Context) {
-	t := time.NewTicker(reportsSweep)
-	defer t.Stop()
 	for {
+		wait := reportsSweep
+		if !r.enabled.Load() {
+			wait = reportsLook
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 		}

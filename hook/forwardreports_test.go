@@ -132,7 +132,7 @@ func TestForwardNoCRD(t *testing.T) {
 	addr := fwdFreeAddr(t)
 	f := e.start(t, "--health-addr", addr)
 	e.waitDelivered(t, 30*time.Second, []*corev1.Pod{pod}, 1)
-	const msg = "the API serves no OpenReports Reports (openreports.io/v1alpha1 CRD missing; kubectl apply -k packaging/crds): posting Events only, looking again every 10m0s"
+	const msg = "the API serves no OpenReports Reports (openreports.io/v1alpha1 CRD missing; kubectl apply -k packaging/crds): posting Events only, looking again every 1m0s"
 	if n := len(f.entries(msg)); n != 1 {
 		t.Errorf("%d CRD-missing log lines, want 1:\n%s", n, f.text())
 	}
