@@ -18,7 +18,7 @@ HOOKBIN  := bin/iptables-alerter-hook
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs
+.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs crds
 
 all: build
 
@@ -107,6 +107,12 @@ machineconfig:
 # TestReference fails while they are stale.
 docs:
 	$(GO) test -count=1 -run TestReference ./hook -update-docs
+
+# Copy the OpenReports Report CRD from the module go.mod names into
+# packaging/crds (lib/reports' TestShippedCRD fails when they differ).
+crds:
+	cp "$$($(GO) list -m -f '{{.Dir}}' github.com/openreports/reports-api)/config/crd/openreports.io_reports.yaml" packaging/crds/
+	chmod 644 packaging/crds/openreports.io_reports.yaml
 
 # The RPM (packaging/rpm/iptables-alerter.spec) from a tarball of HEAD;
 # the spec builds and runs make install DESTDIR=%{buildroot}.

@@ -29,6 +29,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
+	"github.com/iptables-alerter/iptables-alerter/lib/reports"
 )
 
 var forwardCommand = command{use: "forward", summary: "post a Kubernetes Event on the pod for each new finding",
@@ -54,6 +55,14 @@ authenticates (TokenReview) and whose user it allows to GET the path
 Verdicts are cached for a minute. The certificate files are read again
 when they change (OpenShift's service-ca rotates them).
 
+With --reports (the default) it also keeps an OpenReports Report
+(openreports.io/v1alpha1) per workload and node in the pod's namespace:
+one result per pod (legacy and xt: fail, native: warn, an inspection
+that could not finish: error), removed when the usage is gone or, for a
+pod that no longer exists, --reports-grace after it was last seen. The
+Reports are owned by the workload and go with it. Without the Report CRD
+it posts Events only, says so once and looks again every minute.
+
 Credentials: --kubeconfig, else the in-cluster service account.
 Exit status: 0 after a clean shutdown (SIGTERM, SIGINT), 1 on an error
 (no credentials, unreadable checkpoint), 2 on bad flags.`
@@ -63,8 +72,8 @@ const defaultForwardStateDir = "/var/lib/iptables-alerter/forward"
 
 type forwardConfig struct {
 	findings, stateDir, kubeconfig, nodeName, healthAddr string
-	nodeEvent                                            bool
-	poll, maxBackoff, timeout                            time.Duration
+	nodeEvent, reports                                   bool
+	poll, maxBackoff, timeout, reportsGrace              time.Duration
 	secure                                               secureFlags
 	log                                                  logFlags
 }
@@ -108,6 +117,8 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster service account)")
 	fs.StringVar(&cfg.nodeName, "node-name", "", "this node's name, the Events' reportingInstance (default: the hostname)")
 	fs.BoolVar(&cfg.nodeEvent, "node-event", false, "also post one summary Event per usage fingerprint on the Node")
+	fs.BoolVar(&cfg.reports, "reports", true, "also keep OpenReports Reports (openreports.io/v1alpha1) per workload and node; Events only while the CRD is missing")
+	fs.DurationVar(&cfg.reportsGrace, "reports-grace", reports.DefaultGrace, "how long a Report keeps the result of a pod that is gone")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz, and /metrics without --secure-metrics-addr, on this address, e.g. 127.0.0.1:9756 (empty: off)")
 	fs.DurationVar(&cfg.poll, "poll", follow.DefaultPoll, "how often to look for new lines")
 	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
@@ -117,8 +128,8 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 }
 
 func (cfg *forwardConfig) run(_ []string, s stdio) int {
-	if cfg.poll <= 0 || cfg.maxBackoff <= 0 || cfg.timeout <= 0 {
-		fmt.Fprintln(s.err, "iptables-alerter forward: --poll, --max-backoff and --request-timeout must be positive")
+	if cfg.poll <= 0 || cfg.maxBackoff <= 0 || cfg.timeout <= 0 || cfg.reportsGrace <= 0 {
+		fmt.Fprintln(s.err, "iptables-alerter forward: --poll, --max-backoff, --request-timeout and --reports-grace must be positive")
 		return 2
 	}
 	if err := cfg.secure.check(); err != nil {
@@ -202,8 +213,9 @@ func (s *forwardStats) fields() logrus.Fields {
 
 // handler serves the counters to Prometheus: a finding set aside (rejected)
 // must be visible without reading logs.
-func (s *forwardStats) handler() http.Handler {
+func (s *forwardStats) handler(rep *reporter) http.Handler {
 	reg := prometheus.NewRegistry()
+	rep.register(reg)
 	for outcome, n := range map[string]*atomic.Int64{
 		string(events.Created): &s.created, string(events.Duplicate): &s.duplicate, string(events.PodGone): &s.podGone,
 		string(events.NoPod): &s.noPod, string(events.Rejected): &s.rejected, "malformed": &s.malformed,
@@ -256,7 +268,14 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		log.WithError(err).WithField("retry_in", wait.String()).Warn("event not delivered, will retry the same finding")
 	}
 	h := &forwarder{poster: events.New(client, cfg.nodeName, cfg.nodeEvent), log: log, stats: st}
-	metrics := st.handler()
+	if cfg.reports {
+		if h.reports, err = newReporter(rc, client, cfg.nodeName, cfg.reportsGrace, log); err != nil {
+			return fmt.Errorf("make reports client: %w", err)
+		}
+		h.reports.check(ctx)
+		go h.reports.sweep(ctx)
+	}
+	metrics := st.handler(h.reports)
 	if cfg.secure.addr != "" {
 		routes := map[string]http.Handler{"/metrics": metrics}
 		if cfg.secure.agentMetrics != "" {
@@ -273,8 +292,9 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 	if cfg.healthAddr != "" {
 		// One finding may hold the loop for a backoff plus a pod GET and
 		// two creates, each up to the request timeout (client-go may also
-		// wait out a Retry-After); beyond that the loop is stuck.
-		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*cfg.maxBackoff+4*cfg.timeout+10*cfg.poll, nil, metrics)
+		// wait out a Retry-After), and the Report's pod GET, get and
+		// update; beyond that the loop is stuck.
+		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*cfg.maxBackoff+8*cfg.timeout+10*cfg.poll, nil, metrics)
 		if err != nil {
 			return err
 		}
@@ -288,11 +308,14 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 	return nil
 }
 
-// forwarder is the follower's handler: one line, one Post.
+// forwarder is the follower's handler: one line, one Post, one Report
+// write.
 type forwarder struct {
 	poster *events.Poster
-	log    *logrus.Logger
-	stats  *forwardStats
+	// reports is nil with --reports=false.
+	reports *reporter
+	log     *logrus.Logger
+	stats   *forwardStats
 }
 
 // handle returns an error only for what may succeed later; the follower
@@ -351,5 +374,7 @@ func (h *forwarder) handle(ctx context.Context, line []byte) error {
 		// Set aside for good: retrying would hold every later finding.
 		entry.WithField("rejected_total", h.stats.rejected.Add(1)).Error("event rejected by the API server, finding skipped")
 	}
-	return nil
+	// After the Events: a Report error retries the line, whose Events
+	// are then answered AlreadyExists.
+	return h.reports.write(ctx, rec, fields)
 }

@@ -79,3 +79,7 @@ func dnsLabelish(s string, limit int) string {
 	}
 	return out
 }
+
+// ObjectName is a valid object name made from readable (cut and cleaned)
+// and a hash of parts, for other objects derived from findings (reports).
+func ObjectName(readable string, parts ...string) string { return eventName(readable, parts...) }

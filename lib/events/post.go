@@ -133,34 +133,11 @@ func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, erro
 			return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil
 		}
 	}
-	// client-go refuses such names before sending anything, with an error
-	// that looks like a lost connection: it would be retried forever and
-	// hold every later finding back. No pod can have them.
-	for what, name := range map[string]string{"namespace": rec.Pod.Namespace, "pod name": rec.Pod.Name} {
-		if msgs := path.IsValidPathSegmentName(name); len(msgs) > 0 {
-			return Result{Outcome: Rejected, Why: fmt.Errorf("invalid %s %q: %s", what, name, strings.Join(msgs, ", "))}, nil
-		}
+	pod, res, err := LivePod(ctx, p.client, rec.Pod)
+	if pod == nil {
+		return res, err
 	}
-	pod, err := p.client.CoreV1().Pods(rec.Pod.Namespace).Get(ctx, rec.Pod.Name, metav1.GetOptions{})
-	if err != nil {
-		err = fmt.Errorf("get pod %q: %w", rec.Pod.Namespace+"/"+rec.Pod.Name, err)
-		switch {
-		case apierrors.IsNotFound(err):
-			return Result{Outcome: PodGone, Why: err}, nil
-		case Retryable(err):
-			return Result{}, err
-		default:
-			return Result{Outcome: Rejected, Why: err}, nil
-		}
-	}
-	res := Result{Namespace: pod.Namespace, Name: PodEventName(rec), PodUID: pod.UID}
-	switch {
-	case string(pod.UID) == rec.Pod.UID:
-	case pod.Annotations[MirrorAnnotation] == rec.Pod.UID:
-		res.Mirror = true
-	default:
-		return Result{Outcome: PodGone, Why: fmt.Errorf("pod %q has uid %q, the finding is about uid %q", pod.Namespace+"/"+pod.Name, pod.UID, rec.Pod.UID)}, nil
-	}
+	res.Name = PodEventName(rec)
 	res.Owner = p.owners.Resolve(ctx, pod)
 	res.Outcome, err = p.create(ctx, p.podEvent(rec, pod, res.Name, res.Owner))
 	if res.Outcome == "" {
@@ -168,6 +145,42 @@ func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, erro
 	}
 	res.Why = err
 	return res, nil
+}
+
+// LivePod gets the pod as the API serves it now, if it is the pod the
+// record names: its UID is the record's or, for a static pod, the value of
+// the mirror pod's MirrorAnnotation (Result.Mirror). Without a pod, the
+// Result says why (PodGone, Rejected) or the error is retryable.
+func LivePod(ctx context.Context, client kubernetes.Interface, want findings.Pod) (*corev1.Pod, Result, error) {
+	// client-go refuses such names before sending anything, with an error
+	// that looks like a lost connection: it would be retried forever and
+	// hold every later finding back. No pod can have them.
+	for what, name := range map[string]string{"namespace": want.Namespace, "pod name": want.Name} {
+		if msgs := path.IsValidPathSegmentName(name); len(msgs) > 0 {
+			return nil, Result{Outcome: Rejected, Why: fmt.Errorf("invalid %s %q: %s", what, name, strings.Join(msgs, ", "))}, nil
+		}
+	}
+	pod, err := client.CoreV1().Pods(want.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
+	if err != nil {
+		err = fmt.Errorf("get pod %q: %w", want.Namespace+"/"+want.Name, err)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, Result{Outcome: PodGone, Why: err}, nil
+		case Retryable(err):
+			return nil, Result{}, err
+		default:
+			return nil, Result{Outcome: Rejected, Why: err}, nil
+		}
+	}
+	res := Result{Namespace: pod.Namespace, PodUID: pod.UID}
+	switch {
+	case string(pod.UID) == want.UID:
+	case pod.Annotations[MirrorAnnotation] == want.UID:
+		res.Mirror = true
+	default:
+		return nil, Result{Outcome: PodGone, Why: fmt.Errorf("pod %q has uid %q, the finding is about uid %q", pod.Namespace+"/"+pod.Name, pod.UID, want.UID)}, nil
+	}
+	return pod, res, nil
 }
 
 // create posts ev; AlreadyExists means an earlier attempt got through. An

@@ -63,27 +63,39 @@ func New(client kubernetes.Interface) *Resolver {
 
 // Resolve names the owner of pod.
 func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) Owner {
+	o, _ := r.Reference(ctx, pod)
+	return o
+}
+
+// Reference names the owner of pod and gives a reference to that object
+// (its API version and UID), for objects that must be garbage-collected
+// with the workload: a bare or static pod refers to the pod itself. The
+// reference never sets controller or blockOwnerDeletion (OpenShift's
+// admission refuses the latter without finalizer rights on the owner).
+func (r *Resolver) Reference(ctx context.Context, pod *corev1.Pod) (Owner, metav1.OwnerReference) {
+	self := metav1.OwnerReference{APIVersion: "v1", Kind: KindPod, Name: pod.Name, UID: pod.UID}
 	ref := metav1.GetControllerOf(pod)
 	if ref == nil {
 		if _, ok := pod.Annotations[MirrorAnnotation]; ok {
-			return Owner{Kind: KindStaticPod, Name: pod.Name}
+			return Owner{Kind: KindStaticPod, Name: pod.Name}, self
 		}
-		return Bare(pod.Name)
+		return Bare(pod.Name), self
 	}
 	// The kubelet makes a mirror pod's controller its Node.
 	if ref.Kind == "Node" {
-		return Owner{Kind: KindStaticPod, Name: pod.Name}
+		return Owner{Kind: KindStaticPod, Name: pod.Name}, self
 	}
-	o := Owner{Kind: ref.Kind, Name: ref.Name}
+	top := *ref
 	switch {
 	case ref.Kind == "ReplicaSet" && isGroup(ref.APIVersion, "apps"),
 		ref.Kind == "Job" && isGroup(ref.APIVersion, "batch"),
 		ref.Kind == "ReplicationController" && isGroup(ref.APIVersion, ""):
 		if p := r.parent(ctx, key{pod.Namespace, ref.Kind, ref.Name, string(ref.UID)}); p != nil {
-			return Owner{Kind: p.Kind, Name: p.Name}
+			top = *p
 		}
 	}
-	return o
+	top.Controller, top.BlockOwnerDeletion = nil, nil
+	return Owner{Kind: top.Kind, Name: top.Name}, top
 }
 
 // isGroup checks the API group: a CRD may reuse a kind name.

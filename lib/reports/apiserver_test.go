@@ -1,0 +1,271 @@
+package reports_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/reports"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+)
+
+// crdPath is the shipped copy of the module's CRD.
+var crdPath = filepath.Join("..", "..", "packaging", "crds", "openreports.io_reports.yaml")
+
+// TestShippedCRD checks packaging/crds holds the module's CRD unchanged
+// (`make crds` copies it).
+func TestShippedCRD(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/openreports/reports-api").Output()
+	if err != nil {
+		t.Skipf("go list the module: %v", err)
+	}
+	want, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "openreports.io_reports.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(crdPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the module's CRD: run make crds", crdPath)
+	}
+}
+
+func record(pod *corev1.Pod, state findings.State, legacy, xt, native int) findings.Record {
+	rec := findings.Record{
+		Schema: findings.Schema, Time: findings.Now(), ContainerID: "c-" + pod.Name, Container: "app",
+		Pod:   findings.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)},
+		State: state, Fingerprint: "fp-" + pod.Name,
+	}
+	if state == findings.StatePresent {
+		rec.Impact = findings.Impact{Legacy: legacy, Xt: xt, Native: native}
+		rec.Worst = rec.Impact.Worst()
+		rec.Nft = findings.Nft{Tables: []string{"ip nat"}, Rules: xt + native}
+		rec.Legacy = findings.Legacy{Rules: legacy}
+		rec.Examples = []findings.Example{{Family: "ip", Table: "nat", Chain: "OUTPUT", Rule: "-A OUTPUT -p tcp -j REDIRECT --to-ports 15001", Impact: "xt"}}
+		rec.Vendors = []findings.Vendor{{Name: "istio", Hint: "use the Istio CNI node agent"}}
+	} else {
+		rec.Error = "inspect: deadline exceeded"
+		rec.Truncated = true
+	}
+	return rec
+}
+
+// start gives an API server with the Report CRD, its clients and a
+// namespace holding a Deployment's pods.
+func start(t *testing.T) (*kubetest.Cluster, *versioned.Clientset, map[string]kubetest.Owned) {
+	c := kubetest.Start(t)
+	c.CRD(t, crdPath, openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
+	rc, err := versioned.NewForConfig(c.Config(c.AdminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Namespace(t, c.Client(), "shop")
+	return c, rc, kubetest.Workloads(t, c.Client(), "shop")
+}
+
+func get(t *testing.T, rc versioned.Interface, namespace, name string) *openreportsv1alpha1.Report {
+	t.Helper()
+	r, err := rc.OpenreportsV1alpha1().Reports(namespace).Get(kubetest.Ctx(t), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get report: %v", err)
+	}
+	return r
+}
+
+// TestWriteRealAPIServer writes through a real kube-apiserver with the
+// module's CRD, so the API's schema (enums, required fields) judges the
+// Reports.
+func TestWriteRealAPIServer(t *testing.T) {
+	c, rc, pods := start(t)
+	ctx := kubetest.Ctx(t)
+	web, db := pods["web-7c9-aaaaa"], pods["db-0"]
+	if web.Pod == nil || db.Pod == nil {
+		t.Fatalf("workload pods missing: %v", pods)
+	}
+	if ok, err := reports.Available(ctx, rc); !ok || err != nil {
+		t.Fatalf("Available = %v, %v", ok, err)
+	}
+	w := reports.New(c.Client(), rc, "node-a")
+	res, err := w.Write(ctx, record(web.Pod, findings.StatePresent, 2, 1, 0))
+	if err != nil || res.Outcome != reports.Written {
+		t.Fatalf("Write = %+v, %v", res, err)
+	}
+	if res.Owner.Kind != "Deployment" || res.Owner.Name != "web" {
+		t.Errorf("owner %v, want Deployment/web", res.Owner)
+	}
+	r := get(t, rc, "shop", res.Name)
+	if len(r.Results) != 1 || r.Results[0].Result != "fail" || r.Results[0].Severity != "high" || r.Results[0].Rule != findings.ImpactLegacy {
+		t.Fatalf("results %+v", r.Results)
+	}
+	x := r.Results[0]
+	if !strings.HasPrefix(x.Description, findings.ImpactWords(findings.ImpactLegacy)) {
+		t.Errorf("message does not lead with the impact: %q", x.Description)
+	}
+	for _, k := range []string{reports.PropOwner, reports.PropVendor, reports.PropHint, reports.PropPods, reports.PropNodes, reports.PropFirstSeen, reports.PropLastSeen, reports.PropExample + "1"} {
+		if x.Properties[k] == "" {
+			t.Errorf("property %q missing: %v", k, x.Properties)
+		}
+	}
+	if len(x.Subjects) != 1 || x.Subjects[0].UID != web.Pod.UID {
+		t.Errorf("subjects %+v", x.Subjects)
+	}
+	if r.Summary.Fail != 1 || r.Labels[reports.ManagedByLabel] != reports.ManagedBy {
+		t.Errorf("summary %+v labels %v", r.Summary, r.Labels)
+	}
+	if len(r.OwnerReferences) != 1 || r.OwnerReferences[0].Kind != "Deployment" || r.OwnerReferences[0].BlockOwnerDeletion != nil || r.OwnerReferences[0].UID == "" {
+		t.Errorf("owner references %+v", r.OwnerReferences)
+	}
+
+	// Seen again with native rules only: the one result is replaced, its
+	// first sighting kept.
+	first := x.Properties[reports.PropFirstSeen]
+	if _, err := w.Write(ctx, record(web.Pod, findings.StatePresent, 0, 0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	r = get(t, rc, "shop", res.Name)
+	if len(r.Results) != 1 || r.Results[0].Result != "warn" || r.Results[0].Rule != findings.ImpactNative || r.Results[0].Properties[reports.PropFirstSeen] != first {
+		t.Fatalf("after native: %+v", r.Results)
+	}
+
+	// An inspection that could not finish is an error result.
+	dres, err := w.Write(ctx, record(db.Pod, findings.StateUnknown, 0, 0, 0))
+	if err != nil || dres.Outcome != reports.Written {
+		t.Fatalf("Write unknown = %+v, %v", dres, err)
+	}
+	if d := get(t, rc, "shop", dres.Name); len(d.Results) != 1 || d.Results[0].Result != "error" || d.Summary.Error != 1 {
+		t.Fatalf("unknown: %+v", d.Results)
+	}
+
+	// Gone: the result is removed and the empty Report deleted.
+	if g, err := w.Write(ctx, record(web.Pod, findings.StateGone, 0, 0, 0)); err != nil || g.Outcome != reports.Removed {
+		t.Fatalf("Write gone = %+v, %v", g, err)
+	}
+	if _, err := rc.OpenreportsV1alpha1().Reports("shop").Get(ctx, res.Name, metav1.GetOptions{}); err == nil {
+		t.Errorf("report %s still there after its only pod's usage went", res.Name)
+	}
+
+	// A pod that is gone: nothing written.
+	stale := record(web.Pod, findings.StatePresent, 1, 0, 0)
+	stale.Pod.UID = "old"
+	if g, err := w.Write(ctx, stale); err != nil || g.Outcome != events.PodGone {
+		t.Fatalf("Write stale = %+v, %v", g, err)
+	}
+}
+
+// TestTwoNodesOneWorkload runs two writers (two nodes' forwarders), each
+// from two goroutines, on the pods of one workload at once: every result
+// must be there.
+func TestTwoNodesOneWorkload(t *testing.T) {
+	c, rc, owned := start(t)
+	ctx := kubetest.Ctx(t)
+	cs := c.Client()
+	rs := owned["web-7c9-aaaaa"].Pod.OwnerReferences[0]
+	const perNode = 12
+	var pods []*corev1.Pod
+	for i := range 2 * perNode {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-7c9-%02d", i), Namespace: "shop", OwnerReferences: []metav1.OwnerReference{rs}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}
+		got, err := cs.CoreV1().Pods("shop").Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, got)
+	}
+	nodes := []string{"node-a", "node-b"}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(pods))
+	for n, node := range nodes {
+		w := reports.New(cs, rc, node)
+		for g := range 2 {
+			wg.Go(func() {
+				for i := n*perNode + g; i < (n+1)*perNode; i += 2 {
+					if res, err := w.Write(ctx, record(pods[i], findings.StatePresent, 0, 1, 0)); err != nil || res.Outcome != reports.Written {
+						errs <- fmt.Errorf("%s: %+v, %v", pods[i].Name, res, err)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	list, err := rc.OpenreportsV1alpha1().Reports("shop").List(ctx, metav1.ListOptions{LabelSelector: reports.Selector("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, r := range list.Items {
+		for _, x := range r.Results {
+			seen[x.Subjects[0].Name] = r.Labels[reports.NodeLabel]
+		}
+	}
+	for i, p := range pods {
+		if want := nodes[i/perNode]; seen[p.Name] != want {
+			t.Errorf("pod %s: result in node %q's report, want %q", p.Name, seen[p.Name], want)
+		}
+	}
+	if len(list.Items) != 2 {
+		t.Errorf("%d reports, want one per node", len(list.Items))
+	}
+}
+
+// TestBoundedReport writes more results than a Report keeps: the object
+// stays small, the cut is counted and the summary says so.
+func TestBoundedReport(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 150 pods")
+	}
+	c, rc, owned := start(t)
+	ctx := kubetest.Ctx(t)
+	cs := c.Client()
+	rs := owned["web-7c9-aaaaa"].Pod.OwnerReferences[0]
+	w := reports.New(cs, rc, "node-a")
+	var name string
+	const n = reports.MaxResults + 50
+	for i := range n {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-7c9-%03d", i), Namespace: "shop", OwnerReferences: []metav1.OwnerReference{rs}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}
+		got, err := cs.CoreV1().Pods("shop").Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := record(got, findings.StatePresent, 0, 0, 1)
+		for range 50 {
+			rec.Examples = append(rec.Examples, findings.Example{Family: "ip", Table: "nat", Rule: strings.Repeat("-A OUTPUT -m comment --comment x ", 30)})
+		}
+		res, err := w.Write(context.Background(), rec)
+		if err != nil || res.Outcome != reports.Written {
+			t.Fatalf("Write %d = %+v, %v", i, res, err)
+		}
+		name = res.Name
+	}
+	r := get(t, rc, "shop", name)
+	if len(r.Results) != reports.MaxResults || r.Summary.Skip != 1 || r.Summary.Warn != reports.MaxResults-1 {
+		t.Errorf("%d results, summary %+v", len(r.Results), r.Summary)
+	}
+	if got, want := r.Annotations[reports.CutAnnotation], fmt.Sprint(n-(reports.MaxResults-1)); got != want {
+		t.Errorf("cut annotation %q, want %q", got, want)
+	}
+	b, _ := json.Marshal(r)
+	if len(b) > 700<<10 {
+		t.Errorf("report is %d bytes", len(b))
+	}
+}

@@ -1,0 +1,170 @@
+package reports_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/reports"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+)
+
+// TestPrune drops the result of a pod that is gone once the grace passed
+// and keeps the live pod's.
+func TestPrune(t *testing.T) {
+	c, rc, owned := start(t)
+	ctx := kubetest.Ctx(t)
+	cs := c.Client()
+	w := reports.New(cs, rc, "node-a")
+	a, b := owned["web-7c9-aaaaa"].Pod, owned["web-7c9-bbbbb"].Pod
+	var name string
+	for _, p := range []string{a.Name, b.Name} {
+		res, err := w.Write(ctx, record(owned[p].Pod, findings.StatePresent, 0, 1, 0))
+		if err != nil || res.Outcome != reports.Written {
+			t.Fatalf("Write = %+v, %v", res, err)
+		}
+		name = res.Name
+	}
+	// No kubelet runs to finish a graceful delete.
+	if err := cs.CoreV1().Pods("shop").Delete(ctx, a.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	// Within the grace nothing goes.
+	if n, err := w.Prune(ctx); n != 0 || err != nil {
+		t.Fatalf("Prune within grace = %d, %v", n, err)
+	}
+	w.Grace = time.Nanosecond
+	if n, err := w.Prune(ctx); n != 1 || err != nil {
+		t.Fatalf("Prune = %d, %v; want 1", n, err)
+	}
+	r := get(t, rc, "shop", name)
+	if len(r.Results) != 1 || r.Results[0].Subjects[0].Name != b.Name {
+		t.Errorf("after prune: %+v", r.Results)
+	}
+}
+
+// startKCM runs kube-controller-manager with only the named controllers
+// against c until the test ends.
+func startKCM(t *testing.T, c *kubetest.Cluster, controllers string) (logPath string) {
+	t.Helper()
+	kcm := filepath.Join(filepath.Dir(kubetest.APIServerPath()), "kube-controller-manager")
+	_, err := os.Stat(kcm)
+	nstest.Need(t, err == nil, "needs "+kcm+" (tests/kube/build-kube.sh kube-controller-manager)")
+	kc := c.Kubeconfig("kcm", c.AdminToken)
+	cmd := exec.Command(kcm, "--kubeconfig="+kc, "--authentication-kubeconfig="+kc, "--authorization-kubeconfig="+kc,
+		"--controllers="+controllers, "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0")
+	log, err := os.Create(filepath.Join(t.TempDir(), "kcm.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		log.Close()
+	})
+	return log.Name()
+}
+
+// TestGarbageCollected deletes the Deployment: kube-controller-manager's
+// garbage collector must delete its Report through the owner reference.
+func TestGarbageCollected(t *testing.T) {
+	c, rc, owned := start(t)
+	ctx := kubetest.Ctx(t)
+	cs := c.Client()
+	logPath := startKCM(t, c, "garbagecollector")
+	w := reports.New(cs, rc, "node-a")
+	res, err := w.Write(ctx, record(owned["web-7c9-aaaaa"].Pod, findings.StatePresent, 1, 0, 0))
+	if err != nil || res.Outcome != reports.Written {
+		t.Fatalf("Write = %+v, %v", res, err)
+	}
+	if err := cs.AppsV1().Deployments("shop").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		_, err := rc.OpenreportsV1alpha1().Reports("shop").Get(ctx, res.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("report %s not garbage-collected after 3 minutes (%v); kube-controller-manager log:\n%s", res.Name, err, b)
+		}
+	}
+}
+
+// TestViewRole: packaging/rbac's read-only role, aggregated into the
+// built-in view role by kube-controller-manager, lets a namespace's
+// viewer read its Reports and not change them, nor read another's.
+func TestViewRole(t *testing.T) {
+	c, rc, owned := start(t)
+	ctx := kubetest.Ctx(t)
+	cs := c.Client()
+	kubetest.Apply(t, cs, filepath.Join("..", "..", "packaging", "rbac", "reports-view.yaml"))
+	startKCM(t, c, "clusterrole-aggregation")
+	kubetest.Namespace(t, cs, "other")
+	w := reports.New(cs, rc, "node-a")
+	res, err := w.Write(ctx, record(owned["db-0"].Pod, findings.StatePresent, 1, 0, 0))
+	if err != nil || res.Outcome != reports.Written {
+		t.Fatalf("Write = %+v, %v", res, err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "dev"}}
+	if _, err := cs.CoreV1().ServiceAccounts("shop").Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "dev-view"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "view"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "shop", Name: "dev"}}}
+	if _, err := cs.RbacV1().RoleBindings("shop").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := versioned.NewForConfig(c.Config(kubetest.Token(t, cs, "shop", "dev")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The aggregation controller adds the rules soon after it starts.
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		_, err := dev.OpenreportsV1alpha1().Reports("shop").List(ctx, metav1.ListOptions{})
+		if err == nil {
+			break
+		}
+		if !apierrors.IsForbidden(err) || time.Now().After(deadline) {
+			t.Fatalf("viewer lists reports: %v", err)
+		}
+	}
+	r, err := dev.OpenreportsV1alpha1().Reports("shop").Get(ctx, res.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("viewer gets the report: %v", err)
+	}
+	r.Results = nil
+	if _, err := dev.OpenreportsV1alpha1().Reports("shop").Update(ctx, r, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("viewer update: %v, want forbidden", err)
+	}
+	if err := dev.OpenreportsV1alpha1().Reports("shop").Delete(ctx, res.Name, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("viewer delete: %v, want forbidden", err)
+	}
+	if _, err := dev.OpenreportsV1alpha1().Reports("other").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("viewer lists another namespace: %v, want forbidden", err)
+	}
+}

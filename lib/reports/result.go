@@ -1,0 +1,188 @@
+package reports
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+)
+
+// Names in the Report objects.
+const (
+	// Source names us as the engine behind a Report and its results.
+	Source = "iptables-alerter"
+	// Policy is the policy of every usage result; the rule is the level.
+	Policy = "iptables-usage"
+	// Category groups our results for readers of several engines' reports.
+	Category = "RHEL 10 readiness"
+	// ManagedByLabel marks our Reports for readers and for our own lists.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedBy      = "iptables-alerter"
+	// NodeLabel names the node whose forwarder owns the Report.
+	NodeLabel = "iptables-alerter.io/node"
+	// CutAnnotation counts the results left out since the Report was made.
+	CutAnnotation = "iptables-alerter.io/results-cut"
+	// CutRule is the rule of the skip result that says results were cut.
+	CutRule = "results-cut"
+	// RuleUnknown and RuleUnclassified are the rules besides the levels.
+	RuleUnknown      = "unknown"
+	RuleUnclassified = "unclassified"
+)
+
+// Property keys of a result.
+const (
+	PropPodUID      = "podUID"
+	PropOwner       = "owner"
+	PropPods        = "pods"
+	PropNodes       = "nodes"
+	PropContainer   = "container"
+	PropVendor      = "vendor"
+	PropHint        = "hint"
+	PropFirstSeen   = "firstSeen"
+	PropLastSeen    = "lastSeen"
+	PropFingerprint = "fingerprint"
+	PropRules       = "rules"
+	PropError       = "error"
+	PropTruncated   = "truncated"
+	PropExample     = "example" // example1 .. exampleN
+)
+
+// Bounds of one result.
+const (
+	// MaxProperty bounds each property value in bytes.
+	MaxProperty = 256
+	// MaxExamples is how many example rules a result carries.
+	MaxExamples = 3
+)
+
+// Verdict is how a record maps onto the API's result and severity enums.
+type Verdict struct {
+	Rule     string
+	Result   openreportsv1alpha1.Result
+	Severity openreportsv1alpha1.ResultSeverity
+}
+
+// Verdicts lists the mapping in the order the README gives it: legacy
+// rules break on RHEL 10 (no ip_tables modules), xt rules break unless
+// kernel-modules-extra is installed, native rules keep loading; an
+// inspection that could not finish is an error, never clean.
+var Verdicts = []Verdict{
+	{Rule: findings.ImpactLegacy, Result: "fail", Severity: "high"},
+	{Rule: findings.ImpactXt, Result: "fail", Severity: "medium"},
+	{Rule: findings.ImpactNative, Result: "warn", Severity: "low"},
+	{Rule: RuleUnclassified, Result: "warn", Severity: "medium"},
+	{Rule: RuleUnknown, Result: "error", Severity: "medium"},
+}
+
+// VerdictOf maps a record whose state is present or unknown.
+func VerdictOf(rec findings.Record) Verdict {
+	rule := RuleUnknown
+	if rec.KnownState() == findings.StatePresent {
+		rule = rec.WorstLevel()
+		if rule == "" {
+			rule = RuleUnclassified
+		}
+	}
+	for _, v := range Verdicts {
+		if v.Rule == rule {
+			return v
+		}
+	}
+	return Verdicts[len(Verdicts)-1]
+}
+
+// prop makes text from the record safe and bounded for a property.
+func prop(s string) string { return safetext.Cut(safetext.Display(s), MaxProperty) }
+
+// resultOf is the pod's result; first is the first sighting kept from an
+// earlier result (zero: this one).
+func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, node string, first time.Time) openreportsv1alpha1.ReportResult {
+	v := VerdictOf(rec)
+	when := rec.Time
+	if when.IsZero() {
+		when = time.Now()
+	}
+	when = when.UTC()
+	if first.IsZero() || first.After(when) {
+		first = when
+	}
+	if rec.Node != "" {
+		node = rec.Node
+	}
+	msg := events.Note(rec, o)
+	if v.Result == "error" {
+		msg = events.UnknownNote(rec, o)
+	}
+	p := map[string]string{
+		PropPodUID:      prop(rec.Pod.UID),
+		PropOwner:       prop(o.String()),
+		PropPods:        prop(pod.Name),
+		PropNodes:       prop(node),
+		PropFirstSeen:   first.Format(time.RFC3339),
+		PropLastSeen:    when.Format(time.RFC3339),
+		PropFingerprint: prop(rec.Fingerprint),
+	}
+	if rec.Container != "" {
+		p[PropContainer] = prop(rec.Container)
+	}
+	if rec.HasUsage() {
+		l := rec.Levels()
+		p[PropRules] = "legacy=" + strconv.Itoa(l.Legacy) + " xt=" + strconv.Itoa(l.Xt) + " native=" + strconv.Itoa(l.Native) +
+			" total=" + strconv.Itoa(rec.Nft.Rules+rec.Legacy.Rules)
+	}
+	if len(rec.Vendors) > 0 {
+		names := make([]string, 0, len(rec.Vendors))
+		for _, vd := range rec.Vendors {
+			names = append(names, vd.Name)
+		}
+		p[PropVendor] = prop(strings.Join(names, ","))
+		if rec.Vendors[0].Hint != "" {
+			p[PropHint] = prop(rec.Vendors[0].Hint)
+		}
+	}
+	if rec.Error != "" {
+		p[PropError] = prop(rec.Error)
+	}
+	if rec.Truncated {
+		p[PropTruncated] = "true"
+	}
+	for i, ex := range findings.BreakingFirst(rec.Examples) {
+		if i == MaxExamples {
+			break
+		}
+		p[PropExample+strconv.Itoa(i+1)] = prop(events.ExampleLine(ex))
+	}
+	return openreportsv1alpha1.ReportResult{
+		Source:      Source,
+		Policy:      Policy,
+		Rule:        v.Rule,
+		Category:    Category,
+		Severity:    v.Severity,
+		Result:      v.Result,
+		Scored:      true,
+		Timestamp:   metav1.Timestamp{Seconds: when.Unix(), Nanos: int32(when.Nanosecond())},
+		Subjects:    []corev1.ObjectReference{{APIVersion: "v1", Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}},
+		Description: msg,
+		Properties:  p,
+	}
+}
+
+// Seen is the result's last sighting, zero when unreadable.
+func Seen(r openreportsv1alpha1.ReportResult) time.Time {
+	t, _ := time.Parse(time.RFC3339, r.Properties[PropLastSeen])
+	return t
+}
+
+// firstSeen is the result's first sighting, zero when unreadable.
+func firstSeen(r openreportsv1alpha1.ReportResult) time.Time {
+	t, _ := time.Parse(time.RFC3339, r.Properties[PropFirstSeen])
+	return t
+}

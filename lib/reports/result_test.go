@@ -1,0 +1,106 @@
+package reports
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+)
+
+func TestVerdictOf(t *testing.T) {
+	cases := []struct {
+		name string
+		rec  findings.Record
+		want Verdict
+	}{
+		{name: "legacy", rec: findings.Record{State: findings.StatePresent, Legacy: findings.Legacy{Rules: 1}}, want: Verdict{"legacy", "fail", "high"}},
+		{name: "xt", rec: findings.Record{State: findings.StatePresent, Worst: "xt", Nft: findings.Nft{Rules: 1}}, want: Verdict{"xt", "fail", "medium"}},
+		{name: "native", rec: findings.Record{State: findings.StatePresent, Worst: "native", Nft: findings.Nft{Rules: 1}}, want: Verdict{"native", "warn", "low"}},
+		{name: "unclassified", rec: findings.Record{State: findings.StatePresent, Nft: findings.Nft{Rules: 1}}, want: Verdict{"unclassified", "warn", "medium"}},
+		{name: "unknown", rec: findings.Record{State: findings.StateUnknown, Error: "x"}, want: Verdict{"unknown", "error", "medium"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := VerdictOf(tc.rec); got != tc.want {
+				t.Errorf("VerdictOf = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A hostile pod controls names, rules and vendor hints: its result must
+// stay bounded and its text escaped.
+func TestResultBounded(t *testing.T) {
+	evil := strings.Repeat("\x1b[2J\u202e\xff", 10000)
+	rec := findings.Record{State: findings.StatePresent, Worst: "xt", Nft: findings.Nft{Rules: 9}, Container: evil, Error: evil,
+		Pod: findings.Pod{Namespace: "shop", Name: "cart", UID: evil}, Fingerprint: evil}
+	for range 20 {
+		rec.Examples = append(rec.Examples, findings.Example{Family: "ip", Table: "nat", Rule: evil})
+		rec.Vendors = append(rec.Vendors, findings.Vendor{Name: evil, Hint: evil})
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart", UID: "u"}}
+	x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: evil}, "node-a", time.Time{})
+	b, _ := json.Marshal(x)
+	if len(b) > 6<<10 {
+		t.Errorf("result is %d bytes", len(b))
+	}
+	for k, v := range x.Properties {
+		if len(v) > MaxProperty || strings.ContainsAny(v, "\x1b\u202e") {
+			t.Errorf("property %s: %d bytes, %q", k, len(v), v[:min(len(v), 40)])
+		}
+	}
+	if strings.ContainsAny(x.Description, "\x1b\u202e") {
+		t.Errorf("message holds control characters")
+	}
+}
+
+func TestBound(t *testing.T) {
+	r := &openreportsv1alpha1.Report{}
+	for i := range MaxResults + 10 {
+		level := "native"
+		if i%10 == 0 {
+			level = "legacy"
+		}
+		v := VerdictOf(findings.Record{State: findings.StatePresent, Worst: level, Nft: findings.Nft{Rules: 1}})
+		r.Results = append(r.Results, openreportsv1alpha1.ReportResult{Rule: v.Rule, Result: v.Result,
+			Subjects: []corev1.ObjectReference{{Name: fmt.Sprintf("p%03d", i)}}, Properties: map[string]string{PropPodUID: fmt.Sprint(i)}})
+	}
+	if cut := bound(r); cut != 11 {
+		t.Errorf("cut %d, want 11", cut)
+	}
+	if r.Summary.Fail != (MaxResults+10)/10 || r.Summary.Skip != 1 || len(r.Results) != MaxResults || r.Annotations[CutAnnotation] != "11" {
+		t.Errorf("summary %+v, %d results, annotation %q", r.Summary, len(r.Results), r.Annotations[CutAnnotation])
+	}
+	// Another result later: the cut note stays and the total grows.
+	r.Results = append(r.Results, openreportsv1alpha1.ReportResult{Rule: "native", Result: "warn", Properties: map[string]string{PropPodUID: "new"}})
+	if cut := bound(r); cut != 1 || r.Annotations[CutAnnotation] != "12" || len(r.Results) != MaxResults {
+		t.Errorf("second bound: cut %d, annotation %q, %d results", cut, r.Annotations[CutAnnotation], len(r.Results))
+	}
+}
+
+func TestName(t *testing.T) {
+	long := strings.Repeat("a", 250)
+	for _, tc := range []struct{ kind, name, node string }{
+		{"Deployment", "web", "node-a"}, {"StatefulSet", long, long}, {"MyKind", "x.y", "n"},
+	} {
+		n := Name(owner.Owner{Kind: tc.kind, Name: tc.name}, tc.node)
+		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+			t.Errorf("Name(%s, %s, %s) = %q: %v", tc.kind, tc.name[:3], tc.node[:1], n, msgs)
+		}
+	}
+	if Name(owner.Owner{Kind: "Deployment", Name: "a-b"}, "c") == Name(owner.Owner{Kind: "Deployment", Name: "a"}, "b-c") {
+		t.Error("names collide")
+	}
+	if v := NodeLabelValue(long); len(validation.IsValidLabelValue(v)) > 0 {
+		t.Errorf("node label %q invalid", v)
+	}
+}

@@ -1,0 +1,379 @@
+package reports
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/validation/path"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+)
+
+const (
+	// MaxResults bounds the results of one Report, the cut note included:
+	// each result is at most about 5 KiB, so a Report stays under 600 KiB.
+	MaxResults = 100
+	// DefaultGrace is how long the result of a pod that is gone stays: a
+	// day, so a CronJob's or a rolled-out Deployment's results outlive
+	// the pods and the Events' one-hour TTL until someone looked.
+	DefaultGrace = 24 * time.Hour
+	// conflictTries bounds the read-modify-write retries of one write.
+	conflictTries = 8
+)
+
+// Outcomes besides events' PodGone, NoPod and Rejected, which mean the
+// same here.
+const (
+	// Written: the pod's result is in its Report.
+	Written events.Outcome = "written"
+	// Removed: the pod's result was taken out (state gone), or there was
+	// none.
+	Removed events.Outcome = "removed"
+)
+
+// Result reports one record's write.
+type Result struct {
+	Outcome events.Outcome
+	// Namespace and Name of the Report, empty when none was written.
+	Namespace, Name string
+	Owner           owner.Owner
+	// Cut counts results this write left out of the Report.
+	Cut int
+	// Why explains events.PodGone, NoPod and Rejected.
+	Why error
+}
+
+// Writer writes one node's Reports.
+type Writer struct {
+	kube    kubernetes.Interface
+	reports versioned.Interface
+	owners  *owner.Resolver
+	node    string
+	// Grace is how long a gone pod's result stays (Prune).
+	Grace time.Duration
+	now   func() time.Time
+	// mu serialises this writer's read-modify-writes: Write and Prune run
+	// in different goroutines.
+	mu sync.Mutex
+}
+
+// New gives a Writer for node.
+func New(kube kubernetes.Interface, reports versioned.Interface, node string) *Writer {
+	return &Writer{kube: kube, reports: reports, owners: owner.New(kube), node: node, Grace: DefaultGrace, now: time.Now}
+}
+
+// Available reports whether the API server serves Reports; false with a
+// nil error when the CRD is not installed.
+func Available(ctx context.Context, reports versioned.Interface) (bool, error) {
+	gv := openreportsv1alpha1.SchemeGroupVersion.String()
+	list, err := reports.Discovery().ServerResourcesForGroupVersion(gv)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discover %q: %w", gv, err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == "reports" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Name is the Report of a workload on a node.
+func Name(o owner.Owner, node string) string {
+	return events.ObjectName("iptables-"+o.Kind+"-"+o.Name+"-"+node, "report", o.Kind, o.Name, node)
+}
+
+// NodeLabelValue is the NodeLabel value of node: the name, or a hash
+// when the name is no valid label value (over 63 bytes).
+func NodeLabelValue(node string) string {
+	if len(validation.IsValidLabelValue(node)) == 0 {
+		return node
+	}
+	h := sha256.Sum256([]byte(node))
+	return "sha256-" + hex.EncodeToString(h[:])[:32]
+}
+
+// Selector selects the Reports of node; empty node selects all of ours.
+func Selector(node string) string {
+	set := labels.Set{ManagedByLabel: ManagedBy}
+	if node != "" {
+		set[NodeLabel] = NodeLabelValue(node)
+	}
+	return set.String()
+}
+
+// Write puts rec into its Report, by its state (see the package doc).
+func (w *Writer) Write(ctx context.Context, rec findings.Record) (Result, error) {
+	if rec.Pod.Namespace == "" || rec.Pod.Name == "" || rec.Pod.UID == "" {
+		return Result{Outcome: events.NoPod, Why: errors.New("record names no pod")}, nil
+	}
+	if msgs := path.IsValidPathSegmentName(rec.Pod.Namespace); len(msgs) > 0 {
+		return Result{Outcome: events.Rejected, Why: fmt.Errorf("invalid namespace %q: %s", rec.Pod.Namespace, strings.Join(msgs, ", "))}, nil
+	}
+	switch rec.KnownState() {
+	case findings.StateGone:
+		// Matched as stored: the property is escaped and cut.
+		return w.remove(ctx, rec.Pod.Namespace, prop(rec.Pod.UID))
+	case findings.StatePresent:
+		if !rec.HasUsage() {
+			return Result{Outcome: events.NoPod, Why: errors.New("record holds no iptables usage")}, nil
+		}
+	}
+	pod, live, err := events.LivePod(ctx, w.kube, rec.Pod)
+	if pod == nil {
+		return Result{Outcome: live.Outcome, Why: live.Why}, err
+	}
+	o, ref := w.owners.Reference(ctx, pod)
+	res := Result{Namespace: pod.Namespace, Name: Name(o, w.node), Owner: o}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	err = w.update(ctx, pod.Namespace, res.Name, func(r *openreportsv1alpha1.Report) {
+		r.OwnerReferences = []metav1.OwnerReference{ref}
+		r.Scope = &corev1.ObjectReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: pod.Namespace, Name: ref.Name, UID: ref.UID}
+		var first time.Time
+		r.Results = slices.DeleteFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool {
+			mine := x.Properties[PropPodUID] == prop(rec.Pod.UID)
+			if mine {
+				first = firstSeen(x)
+			}
+			return mine
+		})
+		r.Results = append(r.Results, resultOf(rec, pod, o, w.node, first))
+		res.Cut = bound(r)
+	})
+	return w.finish(res, err)
+}
+
+// finish turns an update error into an outcome.
+func (w *Writer) finish(res Result, err error) (Result, error) {
+	switch {
+	case err == nil:
+		if res.Outcome == "" {
+			res.Outcome = Written
+		}
+		return res, nil
+	case events.Retryable(err) || apierrors.IsConflict(err):
+		return Result{}, err
+	}
+	res.Outcome, res.Why = events.Rejected, err
+	return res, nil
+}
+
+// remove takes the pod's results out of this node's Reports in namespace.
+func (w *Writer) remove(ctx context.Context, namespace, podUID string) (Result, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	list, err := w.reports.OpenreportsV1alpha1().Reports(namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector(w.node)})
+	if err != nil {
+		return w.finish(Result{}, fmt.Errorf("list reports in %q: %w", namespace, err))
+	}
+	res := Result{Outcome: Removed, Namespace: namespace}
+	for _, r := range list.Items {
+		if !slices.ContainsFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool { return x.Properties[PropPodUID] == podUID }) {
+			continue
+		}
+		res.Name = r.Name
+		err := w.update(ctx, namespace, r.Name, func(r *openreportsv1alpha1.Report) {
+			r.Results = slices.DeleteFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool { return x.Properties[PropPodUID] == podUID })
+			bound(r)
+		})
+		if err != nil {
+			return w.finish(res, err)
+		}
+	}
+	return res, nil
+}
+
+// Prune removes, from this node's Reports, the results of pods that are
+// gone (or are another pod now) and were last seen longer than Grace ago.
+// It returns how many results it removed.
+func (w *Writer) Prune(ctx context.Context) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	list, err := w.reports.OpenreportsV1alpha1().Reports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: Selector(w.node)})
+	if err != nil {
+		return 0, fmt.Errorf("list reports: %w", err)
+	}
+	removed := 0
+	for _, r := range list.Items {
+		stale := map[string]bool{}
+		for _, x := range r.Results {
+			if x.Rule == CutRule || len(x.Subjects) == 0 || w.now().Sub(Seen(x)) < w.Grace {
+				continue
+			}
+			gone, err := w.podGone(ctx, x)
+			if err != nil {
+				return removed, err
+			}
+			if gone {
+				stale[x.Properties[PropPodUID]] = true
+			}
+		}
+		if len(stale) == 0 {
+			continue
+		}
+		err := w.update(ctx, r.Namespace, r.Name, func(r *openreportsv1alpha1.Report) {
+			r.Results = slices.DeleteFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool {
+				return x.Rule != CutRule && stale[x.Properties[PropPodUID]]
+			})
+			bound(r)
+		})
+		if err != nil {
+			return removed, err
+		}
+		removed += len(stale)
+	}
+	return removed, nil
+}
+
+// podGone reports whether the result's pod no longer exists as that pod.
+func (w *Writer) podGone(ctx context.Context, x openreportsv1alpha1.ReportResult) (bool, error) {
+	s := x.Subjects[0]
+	pod, err := w.kube.CoreV1().Pods(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("get pod %q: %w", s.Namespace+"/"+s.Name, err)
+	}
+	return pod.UID != s.UID, nil
+}
+
+// update reads the Report (a new one when missing), applies change and
+// writes it back under the resourceVersion it read, again on a conflict.
+// A Report left without results is deleted.
+func (w *Writer) update(ctx context.Context, namespace, name string, change func(*openreportsv1alpha1.Report)) error {
+	api := w.reports.OpenreportsV1alpha1().Reports(namespace)
+	var err error
+	for range conflictTries {
+		var r *openreportsv1alpha1.Report
+		r, err = api.Get(ctx, name, metav1.GetOptions{})
+		create := apierrors.IsNotFound(err)
+		switch {
+		case create:
+			r = &openreportsv1alpha1.Report{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+		case err != nil:
+			return fmt.Errorf("get report %q: %w", namespace+"/"+name, err)
+		}
+		if r.Labels == nil {
+			r.Labels = map[string]string{}
+		}
+		r.Labels[ManagedByLabel] = ManagedBy
+		r.Labels[NodeLabel] = NodeLabelValue(w.node)
+		r.Source = Source
+		change(r)
+		switch {
+		case len(r.Results) == 0 && create:
+			return nil
+		case len(r.Results) == 0:
+			err = api.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &r.ResourceVersion}})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+		case create:
+			_, err = api.Create(ctx, r, metav1.CreateOptions{FieldManager: Source})
+		default:
+			_, err = api.Update(ctx, r, metav1.UpdateOptions{FieldManager: Source})
+		}
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("write report %q: %w", namespace+"/"+name, err)
+		}
+	}
+	return fmt.Errorf("write report %q: still conflicting after %d tries: %w", namespace+"/"+name, conflictTries, err)
+}
+
+// bound keeps at most MaxResults results, the worst and newest first,
+// counts what it cut in CutAnnotation and in one skip result, sorts them
+// by pod for a stable object and sets the summary. It returns how many
+// results this call cut.
+func bound(r *openreportsv1alpha1.Report) int {
+	total, _ := strconv.Atoi(r.Annotations[CutAnnotation])
+	r.Results = slices.DeleteFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool { return x.Rule == CutRule })
+	cut := 0
+	if len(r.Results) > MaxResults-1 && (total > 0 || len(r.Results) > MaxResults) {
+		slices.SortStableFunc(r.Results, func(a, b openreportsv1alpha1.ReportResult) int {
+			if d := rank(a) - rank(b); d != 0 {
+				return d
+			}
+			return Seen(b).Compare(Seen(a))
+		})
+		cut = len(r.Results) - (MaxResults - 1)
+		r.Results = r.Results[:MaxResults-1]
+	}
+	total += cut
+	slices.SortFunc(r.Results, func(a, b openreportsv1alpha1.ReportResult) int {
+		return strings.Compare(subject(a), subject(b))
+	})
+	if total > 0 {
+		if r.Annotations == nil {
+			r.Annotations = map[string]string{}
+		}
+		r.Annotations[CutAnnotation] = strconv.Itoa(total)
+		r.Results = append(r.Results, openreportsv1alpha1.ReportResult{
+			Source: Source, Policy: Policy, Rule: CutRule, Category: Category, Result: "skip", Severity: "info",
+			Description: fmt.Sprintf("%d results were left out of this Report since it was made: it keeps at most %d, the worst and newest. Run `iptables-alerter report` or read the pods' Events for the rest.", total, MaxResults-1),
+			Properties:  map[string]string{"cut": strconv.Itoa(total)},
+		})
+	}
+	r.Summary = openreportsv1alpha1.ReportSummary{}
+	for _, x := range r.Results {
+		switch x.Result {
+		case "pass":
+			r.Summary.Pass++
+		case "fail":
+			r.Summary.Fail++
+		case "warn":
+			r.Summary.Warn++
+		case "error":
+			r.Summary.Error++
+		case "skip":
+			r.Summary.Skip++
+		}
+	}
+	if n := len(r.Results); n == 1 && r.Results[0].Rule == CutRule {
+		// Only the cut note left: nothing to report any more.
+		r.Results = nil
+	}
+	return cut
+}
+
+// rank orders results worst first by the Verdicts table.
+func rank(x openreportsv1alpha1.ReportResult) int {
+	for i, v := range Verdicts {
+		if v.Rule == x.Rule {
+			return i
+		}
+	}
+	return len(Verdicts)
+}
+
+func subject(x openreportsv1alpha1.ReportResult) string {
+	if len(x.Subjects) == 0 {
+		return ""
+	}
+	return x.Subjects[0].Name + "/" + string(x.Subjects[0].UID)
+}
