@@ -49,7 +49,6 @@ func TestEbtablesUserChainPolicy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ns := nstest.New(t)
-			defer ns.Delete()
 			for _, c := range tt.cmds {
 				ns.Run(append([]string{"ebtables-nft"}, c...)...)
 			}

@@ -15,7 +15,6 @@ import (
 func TestExamplesEveryLevel(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft-restore")
 	ns := nstest.New(t)
-	defer ns.Delete()
 	const native = 2 * maxExampleCandidates
 	var b strings.Builder
 	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
