@@ -86,14 +86,7 @@ func TestExamplesLeftOut(t *testing.T) {
 	// Rules of 512 bytes, six in JSON each: the line holds only some.
 	long := "-A C -m comment --comment " + strings.Repeat("<", 600)
 	rec.Examples = []Example{ex(ImpactXt, long), ex(ImpactNative, long), ex(ImpactNative, long), ex(ImpactNative, long), ex(ImpactNative, long)}
-	line, err := Encode(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := Parse(line[:len(line)-1])
-	if err != nil {
-		t.Fatal(err)
-	}
+	back, _ := roundTrip(t, rec)
 	if len(back.Examples) == len(rec.Examples) {
 		t.Fatalf("all %d examples fit: the test does not test", len(back.Examples))
 	}
@@ -103,4 +96,18 @@ func TestExamplesLeftOut(t *testing.T) {
 	if len(back.Examples) == 0 || back.Examples[0].Impact != ImpactXt {
 		t.Errorf("the xt example was dropped: %+v", back.Examples)
 	}
+}
+
+// roundTrip encodes a record and parses its line back.
+func roundTrip(t *testing.T, rec Record) (Record, []byte) {
+	t.Helper()
+	line, err := Encode(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(line[:len(line)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return back, line
 }
