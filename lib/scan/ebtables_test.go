@@ -62,9 +62,18 @@ func TestEbtablesUserChainPolicy(t *testing.T) {
 					listed++
 				}
 			}
-			rec := Build(Meta{}, readNS(t, ns))
+			res := readNS(t, ns)
+			rec := Build(Meta{}, res)
 			if rec.Nft.Rules != listed {
 				t.Errorf("finding counts %d rules, ebtables-nft-save lists %d:\n%s", rec.Nft.Rules, listed, save)
+			}
+			// The dump shows a DROP policy as the chain's.
+			var dump strings.Builder
+			if err := Dump(&dump, res, DumpOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(dump.String(), "chain foo has policy DROP"); got != strings.Contains(save, ":foo DROP") {
+				t.Errorf("dump shows foo's DROP policy: %v, the save: %v\n%s", got, !got, dump.String())
 			}
 			// A policy rule shown as an example reads "-A foo -j DROP",
 			// a line the save does not have.
