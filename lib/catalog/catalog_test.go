@@ -69,6 +69,8 @@ func TestMatch(t *testing.T) {
 		}},
 		{name: "docker exact and prefixed", chains: []string{"DOCKER-ISOLATION-STAGE-1"}, want: []string{"docker"}},
 		{name: "DOCKERX is not docker", chains: []string{"DOCKERX"}},
+		{name: "chaos mesh network chaos", chains: []string{"CHAOS-INPUT", "CHAOS-OUTPUT", "INPUT"}, want: []string{"chaos-mesh"}},
+		{name: "CHAOS-INPUTX is not chaos mesh", chains: []string{"CHAOS-INPUTX"}},
 		{name: "two vendors in table order", chains: []string{"PROXY_INIT_OUTPUT", "DOCKER", "KUBE-SERVICES"}, want: []string{"linkerd", "docker", "kube-proxy"}},
 		{name: "capped", chains: []string{"ISTIO_INBOUND", "PROXY_INIT_OUTPUT", "CONSUL_DNS_REDIRECT", "KUMA_MESH_INBOUND", "OSM_PROXY_INBOUND", "DOCKER"}, want: []string{"istio", "linkerd", "consul", "kuma"}},
 	}

@@ -15,7 +15,8 @@ type Chain struct {
 	// User is set for a user-defined chain in a shaped table: its mere
 	// existence is usage.
 	User bool
-	// Drop is set for a shaped base chain whose policy is drop.
+	// Drop is set for a shaped base chain whose policy is drop, and for an
+	// ebtables-nft user chain whose policy (-P DROP) is.
 	Drop bool
 	// Rules counts the chain's rules that are usage, XT those of them
 	// holding an xt match or target (impact level xt; the rest are native).
@@ -59,7 +60,10 @@ func Classify(s inspect.Snapshot) Usage {
 		ch := Chain{Family: c.Family, Table: c.Table, Name: c.Name, Sum: c.Sum}
 		if isShaped {
 			ch.User = !c.Base
-			ch.Drop = c.Base && c.Policy == 0
+			// An ebtables-nft user chain's policy is a rule inspect
+			// set apart (PolicyRule): shown as the chain's, like a
+			// base chain's.
+			ch.Drop = (c.Base || c.PolicyRule) && c.Policy == 0
 			ch.Rules = c.Rules
 		} else {
 			ch.Rules = c.XTRules

@@ -31,7 +31,8 @@ const (
 // Strings and lists over their bounds are cut; when the line is still too
 // long, examples, then allowlist entries, then table names, then vendors are
 // dropped from the end, and last every string is cut short; Truncated is then
-// set. An empty or unknown State becomes KnownState's. A Worst or an
+// set. ExamplesLeftOut is counted for the examples written. An empty or
+// unknown State becomes KnownState's. A Worst or an
 // example's Impact that is not one of ImpactLevels
 // becomes "".
 func Encode(rec Record) ([]byte, error) {
@@ -69,6 +70,7 @@ func Encode(rec Record) ([]byte, error) {
 		*p = l
 	}
 	for {
+		rec.ExamplesLeftOut = rec.LeftOut()
 		b, err := json.Marshal(rec)
 		if err != nil {
 			return nil, fmt.Errorf("encode finding: %w", err)

@@ -39,13 +39,40 @@ func rank(rule string) int {
 	return 2
 }
 
-// PickExamples keeps the MaxExamples most telling examples, stable within a
-// rank so the kernel's rule order decides ties.
+// PickExamples keeps at most MaxExamples examples so that every level
+// present is shown: first the most telling rule of each level, worst level
+// first, then the most telling of the others, again worst first. Record
+// encoding drops examples from the end, so those of a level already shown
+// go first. Within a rank the kernel's rule order decides.
 func PickExamples(all []Example) []Example {
 	ex := append([]Example(nil), all...)
 	sort.SliceStable(ex, func(i, j int) bool { return rank(ex[i].Rule) < rank(ex[j].Rule) })
-	if len(ex) > MaxExamples {
-		ex = ex[:MaxExamples]
+	var first, rest []Example
+	shown := map[string]bool{}
+	for _, e := range ex {
+		if shown[e.Impact] {
+			rest = append(rest, e)
+			continue
+		}
+		shown[e.Impact] = true
+		first = append(first, e)
 	}
-	return ex
+	first = BreakingFirst(first)
+	rest = BreakingFirst(rest[:min(len(rest), max(0, MaxExamples-len(first)))])
+	out := append(first, rest...)
+	return out[:min(len(out), MaxExamples)]
+}
+
+// LeftOut counts per level the rules of Impact that Examples do not show.
+// Legacy rules are never shown: they are counted per table, not decoded.
+func (r Record) LeftOut() Impact {
+	shown := map[string]int{}
+	for _, e := range r.Examples {
+		shown[e.Impact]++
+	}
+	return Impact{
+		Legacy: max(0, r.Impact.Legacy-shown[ImpactLegacy]),
+		Xt:     max(0, r.Impact.Xt-shown[ImpactXt]),
+		Native: max(0, r.Impact.Native-shown[ImpactNative]),
+	}
 }

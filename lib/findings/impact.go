@@ -115,6 +115,7 @@ var VendorNames = []string{
 	"kube-proxy",          // KUBE-* chains in a pod netns
 	"calico",              // cali-*
 	"cilium",              // CILIUM_*
+	"chaos-mesh",          // chaos-daemon's NetworkChaos: CHAOS-INPUT, CHAOS-OUTPUT
 }
 
 // VendorLabels gives the metrics label values of a record's vendors:

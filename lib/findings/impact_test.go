@@ -39,14 +39,7 @@ func TestEncodeKeepsVendors(t *testing.T) {
 	for i := 0; i < MaxExamples; i++ {
 		rec.Examples = append(rec.Examples, Example{Family: "ip", Table: "nat", Chain: "C", Rule: long})
 	}
-	line, err := Encode(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := Parse(line[:len(line)-1])
-	if err != nil {
-		t.Fatal(err)
-	}
+	back, line := roundTrip(t, rec)
 	if len(back.Vendors) != MaxVendors {
 		t.Fatalf("%d vendors kept, want %d: %s", len(back.Vendors), MaxVendors, line)
 	}

@@ -32,6 +32,9 @@ type Record struct {
 	Allowlisted      int       `json:"allowlisted"`
 	AllowlistEntries []string  `json:"allowlist_entries"`
 	Examples         []Example `json:"examples"`
+	// ExamplesLeftOut counts per impact level the rules Examples does not
+	// show (LeftOut); Encode keeps it true to the examples it writes.
+	ExamplesLeftOut Impact `json:"examples_left_out"`
 	// Impact counts the rules per RHEL 10 impact level, Worst is the worst
 	// level counted ("" for none); see impact.go.
 	Impact Impact `json:"impact"`

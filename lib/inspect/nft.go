@@ -313,6 +313,9 @@ func (d *dumper) addChain(fam byte, b []byte) {
 	if i, ok := d.index[k]; ok {
 		// Known from its rules (read first): keep the counts.
 		ch.Rules, ch.XTRules, ch.Sum = s.Chains[i].Rules, s.Chains[i].XTRules, s.Chains[i].Sum
+		if s.Chains[i].PolicyRule && !ch.Base {
+			ch.PolicyRule, ch.Policy = true, s.Chains[i].Policy
+		}
 		s.Chains[i], d.use[i] = ch, use
 		return
 	}
@@ -374,7 +377,7 @@ func trimNUL(b []byte) []byte {
 func (d *dumper) addRule(fam byte, b []byte) {
 	opt, s, index := d.opt, d.s, d.index
 	r := Rule{Exprs: d.scratch[:0]}
-	var exprs []byte
+	var exprs, udata []byte
 	r.Family = FamilyOf(fam)
 	eachAttr(b, func(typ uint16, data []byte) {
 		switch typ {
@@ -390,6 +393,8 @@ func (d *dumper) addRule(fam byte, b []byte) {
 			}
 		case unix.NFTA_RULE_EXPRESSIONS:
 			exprs = data
+		case unix.NFTA_RULE_USERDATA:
+			udata = data
 		}
 	})
 	if d.skip[tableKey{r.Family, r.Table}] != d.first {
@@ -423,11 +428,23 @@ func (d *dumper) addRule(fam byte, b []byte) {
 		}
 	}
 	ch := &s.Chains[i]
+	// The dump gives a chain's rules in order: a policy rule followed by
+	// another rule was not the chain's policy after all, and counts.
+	if ch.PolicyRule {
+		ch.Rules++
+		ch.PolicyRule, ch.Policy = false, 1
+	}
+	ch.Sum = ch.Sum*uint64(fnvPrime) ^ r.Sum
+	if verdict, ok := ebtPolicy(r, udata); ok {
+		// Not kept in detail either: it is no rule to show, and one that
+		// turns out not to be the last is only "counter accept" or "drop".
+		ch.PolicyRule, ch.Policy = true, verdict
+		return
+	}
 	ch.Rules++
 	if xt {
 		ch.XTRules++
 	}
-	ch.Sum = ch.Sum*uint64(fnvPrime) ^ r.Sum
 
 	if opt.Detail != nil && len(s.Rules) < opt.MaxDetail && d.keptBytes+len(exprs) <= opt.MaxDetailBytes && opt.Detail(r.Family, r.Table, xt) {
 		d.keptBytes += len(exprs)
@@ -439,6 +456,55 @@ func (d *dumper) addRule(fam byte, b []byte) {
 		r.Exprs = kept
 		s.Rules = append(s.Rules, r)
 	}
+}
+
+// udataEbtPolicy is UDATA_TYPE_EBTABLES_POLICY, the userdata TLV (type
+// byte, length byte, value) ebtables-nft puts on the rule that stands for a
+// user chain's policy.
+const udataEbtPolicy = 1
+
+// NF_ACCEPT and NF_DROP, the verdict codes x/sys/unix does not name.
+const (
+	nfDrop   = 0
+	nfAccept = 1
+)
+
+// ebtPolicy reports whether r is ebtables-nft's policy rule of a user chain
+// and returns its verdict: a bridge rule of exactly "counter" and an
+// accept or drop verdict, marked in its userdata. Anything else is a rule.
+func ebtPolicy(r Rule, udata []byte) (uint32, bool) {
+	if r.Family != Bridge || len(r.Exprs) != 2 || r.Exprs[0].Name != "counter" || r.Exprs[1].Name != "immediate" {
+		return 0, false
+	}
+	marked := false
+	for b := udata; len(b) >= 2 && int(b[1])+2 <= len(b); b = b[int(b[1])+2:] {
+		if b[0] == udataEbtPolicy {
+			marked = true
+		}
+	}
+	if !marked {
+		return 0, false
+	}
+	verdict, ok := uint32(0), false
+	eachAttr(r.Exprs[1].Data, func(typ uint16, v []byte) {
+		if typ != unix.NFTA_IMMEDIATE_DATA {
+			return
+		}
+		eachAttr(v, func(typ uint16, vd []byte) {
+			if typ != unix.NFTA_DATA_VERDICT {
+				return
+			}
+			eachAttr(vd, func(typ uint16, a []byte) {
+				if typ == unix.NFTA_VERDICT_CODE && len(a) == 4 {
+					verdict, ok = be32(a), true
+				}
+			})
+		})
+	})
+	if !ok || (verdict != nfAccept && verdict != nfDrop) {
+		return 0, false
+	}
+	return verdict, true
 }
 
 // exprOf splits one NFTA_LIST_ELEM of an expression list.
@@ -509,13 +575,22 @@ func (d *dumper) check(n *nlSession) error {
 		}
 	}
 	for i, ch := range d.s.Chains {
-		if seen := uint32(ch.Rules) + d.refs[i]; d.use[i] > seen {
+		if seen := ch.seen() + d.refs[i]; d.use[i] > seen {
 			d.s.Truncated = true
 			return fmt.Errorf("dump nftables rules in netns %q: %w: chain %s %s %s has %d rules and references, the dump gave %d",
 				n.path, ErrIncomplete, ch.Family, quote(ch.Table), quote(ch.Name), d.use[i], seen)
 		}
 	}
 	return nil
+}
+
+// seen is the number of rules the dump gave for the chain, its policy rule
+// included: the kernel's use count holds that one too.
+func (c Chain) seen() uint32 {
+	if c.PolicyRule {
+		return uint32(c.Rules) + 1
+	}
+	return uint32(c.Rules)
 }
 
 type tableKey struct {
@@ -528,7 +603,7 @@ type tableKey struct {
 func (d *dumper) shortTables() map[tableKey]bool {
 	short := map[tableKey]bool{}
 	for i, ch := range d.s.Chains {
-		if d.use[i] > uint32(ch.Rules)+d.refs[i] {
+		if d.use[i] > ch.seen()+d.refs[i] {
 			short[tableKey{ch.Family, ch.Table}] = true
 		}
 	}

@@ -66,7 +66,12 @@ type Chain struct {
 	Hook     uint32 // NF_INET_* (or NF_ARP_*) hook number
 	Priority int32
 	// Policy is the base chain's verdict: 1 accept, 0 drop (NF_ACCEPT/NF_DROP).
+	// For a user chain with PolicyRule, the verdict of that rule.
 	Policy uint32
+	// PolicyRule is set when the chain's last rule is the one ebtables-nft
+	// writes for a user chain's policy (-N foo -P DROP): ebtables-nft-save
+	// shows it as the chain's policy, so it is not counted in Rules.
+	PolicyRule bool
 
 	// Rules counts the chain's rules, XTRules those holding an xt match or
 	// target, and Sum hashes the rules' Sums in order: together they stand

@@ -37,6 +37,31 @@ const MaxName = 64
 // the examples from: rendering costs, and the first rules tell enough.
 const maxExampleCandidates = 64
 
+// candidates are the rules rendered for the examples and vendors: the first
+// maxExampleCandidates, and the first later rule of each level they lack,
+// so that one xt rule behind many native ones is still shown.
+func candidates(all []inspect.Rule) []inspect.Rule {
+	if len(all) <= maxExampleCandidates {
+		return all
+	}
+	// A full slice expression: appending copies, never writes into all.
+	out := all[:maxExampleCandidates:maxExampleCandidates]
+	have := map[string]bool{}
+	for _, r := range out {
+		have[classify.Level(r)] = true
+	}
+	for _, r := range all[maxExampleCandidates:] {
+		if have[findings.ImpactXt] && have[findings.ImpactNative] {
+			break
+		}
+		if l := classify.Level(r); !have[l] {
+			have[l] = true
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // Build makes the record of a scan, State present when it holds usage and
 // unknown otherwise. An incomplete scan's fingerprint is
 // derived from, and differs from, that of the same rules seen completely:
@@ -70,10 +95,7 @@ func Build(m Meta, res Result) findings.Record {
 	}
 	// Rendering costs: each candidate rule is rendered once, for the
 	// examples and the vendor table both.
-	rules := res.Usage.Rules
-	if len(rules) > maxExampleCandidates {
-		rules = rules[:maxExampleCandidates]
-	}
+	rules := candidates(res.Usage.Rules)
 	texts := make([]string, len(rules))
 	for i, r := range rules {
 		texts[i] = res.Text(r)
@@ -83,6 +105,7 @@ func Build(m Meta, res Result) findings.Record {
 	// only an incomplete look without usage.
 	rec.State = rec.KnownState()
 	rec.Examples = Examples(rules, texts)
+	rec.ExamplesLeftOut = rec.LeftOut()
 	rec.Vendors = Vendors(res.Vendors, res.Usage, rules, texts)
 	if res.Err != nil {
 		rec.Error = res.Err.Error()

@@ -50,6 +50,20 @@ COMMIT
 -A ISTIO_OUTPUT -p tcp -m mark --mark 0x111/0xfff -j ACCEPT
 COMMIT
 `,
+	// Chaos Mesh's chaos-daemon (pkg/chaosdaemon/iptables_server.go):
+	// CHAOS-INPUT/CHAOS-OUTPUT jumped to from INPUT/OUTPUT, one chain per
+	// experiment behind them (the controller names it; this name is made
+	// up, and its ipset match left out).
+	"chaos-mesh": `*filter
+:CHAOS-INPUT - [0:0]
+:CHAOS-OUTPUT - [0:0]
+:EXPERIMENT_OUT - [0:0]
+-A INPUT -j CHAOS-INPUT
+-A OUTPUT -j CHAOS-OUTPUT
+-A CHAOS-OUTPUT -j EXPERIMENT_OUT
+-A EXPERIMENT_OUT -p tcp -j DROP
+COMMIT
+`,
 	// Linkerd proxy-init in iptablesMode nft.
 	"linkerd": `*nat
 :PROXY_INIT_REDIRECT - [0:0]
@@ -243,6 +257,15 @@ func TestVendors(t *testing.T) {
 		got := vendorsOf(t, ns)
 		if !slices.Equal(vendorNames(got), []string{"istio", "linkerd"}) {
 			t.Fatalf("vendors %v, want istio and linkerd", vendorNames(got))
+		}
+	})
+	// Chaos Mesh's image forces iptables-legacy.
+	t.Run("chaos-mesh legacy", func(t *testing.T) {
+		nstest.NeedRoot(t, "iptables-legacy-restore")
+		ns := nstest.New(t)
+		ns.Restore(vendorRules["chaos-mesh"], "iptables-legacy-restore", "--noflush")
+		if got := vendorsOf(t, ns); !slices.Equal(vendorNames(got), []string{"chaos-mesh"}) {
+			t.Fatalf("vendors %v, want chaos-mesh", vendorNames(got))
 		}
 	})
 	t.Run("two vendors", func(t *testing.T) {
