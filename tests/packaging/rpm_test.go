@@ -24,6 +24,7 @@ var rpmFiles = []string{
 	"/usr/lib/systemd/system/iptables-alerter-textfile-once.timer",
 	"/usr/lib/systemd/system/iptables-alerter-textfile.service",
 	"/usr/share/containers/oci/hooks.d/iptables-alerter.json",
+	"/usr/share/licenses/iptables-alerter/LICENSE",
 }
 
 func run(t *testing.T, name string, args ...string) string {
@@ -47,6 +48,9 @@ func TestRPM(t *testing.T) {
 	}
 	if got := strings.Fields(run(t, "rpm", "-qlp", pkgs[0])); strings.Join(got, "\n") != strings.Join(rpmFiles, "\n") {
 		t.Errorf("rpm -qlp:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(rpmFiles, "\n"))
+	}
+	if got := run(t, "rpm", "-qp", "--qf", "%{LICENSE}", pkgs[0]); got != "Apache-2.0" {
+		t.Errorf("rpm License: %q, want Apache-2.0", got)
 	}
 
 	root := filepath.Join(dir, "root")
