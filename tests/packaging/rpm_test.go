@@ -24,6 +24,7 @@ var rpmFiles = []string{
 	"/usr/lib/systemd/system/iptables-alerter-textfile-once.timer",
 	"/usr/lib/systemd/system/iptables-alerter-textfile.service",
 	"/usr/share/containers/oci/hooks.d/iptables-alerter.json",
+	"/usr/share/licenses/iptables-alerter",
 	"/usr/share/licenses/iptables-alerter/LICENSE",
 }
 
@@ -73,6 +74,9 @@ func TestRPM(t *testing.T) {
 		st, err := os.Stat(filepath.Join(root, f))
 		if err != nil {
 			t.Errorf("installed file: %v", err)
+			continue
+		}
+		if st.IsDir() {
 			continue
 		}
 		want := os.FileMode(0o644)
