@@ -68,7 +68,7 @@ func TestImage(t *testing.T) {
 
 	t.Run("version", func(t *testing.T) {
 		out, err := p.run(image, nil, "version")
-		if err != nil || strings.TrimSpace(out) != "v9.9.9-test" {
+		if err != nil || !strings.HasPrefix(out, "version: v9.9.9-test\ncommit: ") || !strings.HasSuffix(out, "\nbuild: full\n") {
 			t.Errorf("iptables-alerter version: %q, %v", out, err)
 		}
 		b, err := p.cmd(context.Background(), "image", "inspect", image, "--format",
