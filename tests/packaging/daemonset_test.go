@@ -27,6 +27,14 @@ func renderedDaemonSet(t *testing.T, dir string) *appsv1.DaemonSet {
 	return &ds
 }
 
+// eachDaemonSet runs f, as a subtest, on the pod spec of the DaemonSet
+// of each kustomization that deploys it.
+func eachDaemonSet(t *testing.T, f func(t *testing.T, spec corev1.PodSpec)) {
+	for _, k := range []string{"packaging/kubernetes", "packaging/openshift"} {
+		t.Run(filepath.Base(k), func(t *testing.T) { f(t, renderedDaemonSet(t, k).Spec.Template.Spec) })
+	}
+}
+
 // rendered decodes the object of kind and name in a kustomization (a
 // directory under the repo, or an absolute path), as kubectl kustomize
 // renders it, into obj; a field obj does not have is an error.
