@@ -13,7 +13,7 @@ import (
 func TestLeastPrivilege(t *testing.T) {
 	eachDaemonSet(t, func(t *testing.T, spec corev1.PodSpec) {
 		if a := spec.AutomountServiceAccountToken; a == nil || *a {
-			t.Errorf("automountServiceAccountToken %v, want false", a)
+			t.Errorf("automountServiceAccountToken unset or true, want false")
 		}
 		if sc := spec.SecurityContext; sc != nil && sc.SeccompProfile != nil && sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 			t.Errorf("pod seccompProfile %+v", sc.SeccompProfile)
