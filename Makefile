@@ -6,6 +6,14 @@ SYSCONFDIR ?= /etc
 UNITDIR  ?= $(PREFIX)/lib/systemd/system
 DESTDIR  ?=
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The commit and its time (UTC, as Go's vcs.time) for `version` and the
+# build_info metric. Go stamps them itself (vcs.revision, vcs.time), but not
+# in a linked git worktree (golang/go#58218) nor with -buildvcs=false, so
+# they go in with -X too; empty (a tarball), the binary falls back to Go's.
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
+COMMIT_DATE ?= $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
+LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.commitDate=$(COMMIT_DATE) \
+	-X main.modified=$(if $(findstring -dirty,$(VERSION)),true,false)
 GO       ?= go
 BIN      := bin/iptables-alerter
 # The same main package built with only the hook-side commands (hook, render,
@@ -23,8 +31,8 @@ export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 all: build
 
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN) ./hook
-	CGO_ENABLED=0 $(GO) build -tags hookonly -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(HOOKBIN) ./hook
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./hook
+	CGO_ENABLED=0 $(GO) build -tags hookonly -trimpath -ldflags "$(LDFLAGS)" -o $(HOOKBIN) ./hook
 
 # What each target runs against: make test everything; the demo and the
 # benchmark only what they use (see tests/install-deps.sh).
@@ -121,7 +129,8 @@ RPMDIR ?= $(CURDIR)/bin/rpmbuild
 rpm:
 	rm -rf $(RPMDIR) && mkdir -p $(RPMDIR)/SOURCES
 	git archive --format=tar.gz --prefix=iptables-alerter-$(RPM_VERSION)/ -o $(RPMDIR)/SOURCES/iptables-alerter-$(RPM_VERSION).tar.gz HEAD
-	rpmbuild -bb --define "_topdir $(RPMDIR)" --define "version $(RPM_VERSION)" --define "gitversion $(VERSION)" packaging/rpm/iptables-alerter.spec
+	rpmbuild -bb --define "_topdir $(RPMDIR)" --define "version $(RPM_VERSION)" --define "gitversion $(VERSION)" \
+		--define "gitcommit $(COMMIT)" --define "gitdate $(COMMIT_DATE)" packaging/rpm/iptables-alerter.spec
 
 # The image: the static binaries on an empty base (packaging/Containerfile),
 # built offline from a staged context holding only what it copies.

@@ -183,7 +183,7 @@ func newAgentMetrics(log *logrus.Logger) *agentMetrics {
 		Help: "1 when every scan of the last sweep found its pod's netns unreachable (netns directory not mounted into the agent?), until a scan reaches one.",
 	}, func() float64 { return one(h.Degraded() != "") })
 	m.reg.MustRegister(m.scans, m.duration, m.handler, m.errors, m.lastSync, connected, degraded,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewBuildInfoCollector())
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewBuildInfoCollector(), buildInfoGauge())
 	return m
 }
 

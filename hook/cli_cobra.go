@@ -33,7 +33,7 @@ func newRoot(cmds []command, s stdio) (*cobra.Command, *int) {
 		Use:     prog,
 		Short:   rootSummary,
 		Long:    rootLong,
-		Version: version,
+		Version: about().Version,
 		// dispatch prints the one line; cobra would add the whole usage.
 		SilenceErrors:     true,
 		SilenceUsage:      true,

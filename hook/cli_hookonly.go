@@ -24,6 +24,11 @@ func execute(cmds []command, args []string, s stdio) (int, string, error) {
 	name, rest := args[0], args[1:]
 	switch name {
 	case "--version":
+		// The version alone, as cobra's --version in the full build.
+		if len(rest) == 0 {
+			fmt.Fprintln(s.out, about().Version)
+			return 0, prog, nil
+		}
 		name = "version"
 	case "help":
 		name, rest = args[1], []string{"--help"}

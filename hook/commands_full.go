@@ -3,6 +3,9 @@
 package main
 
 // commands of the full build: the hook side and the consumers.
+// buildName is what version and the build_info metric call this build.
+const buildName = "full"
+
 func commands() []command {
 	return []command{agentCommand, forwardCommand, hookCommand, installHookCommand, renderCommand, reportCommand, scanCommand, textfileCommand, uninstallHookCommand, versionCommand}
 }

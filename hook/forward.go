@@ -226,7 +226,7 @@ func (s *forwardStats) handler(rep *reporter) http.Handler {
 			ConstLabels: prometheus.Labels{"outcome": outcome},
 		}, func() float64 { return float64(n.Load()) }))
 	}
-	reg.MustRegister(s.byImpact)
+	reg.MustRegister(s.byImpact, buildInfoGauge())
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "iptables_alerter_forward_retries_total",
 		Help: "Attempts that failed and will be retried (API server down, throttling, 401, 403).",
@@ -239,7 +239,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 	if err != nil {
 		return err
 	}
-	rc.UserAgent = "iptables-alerter-forward/" + version
+	rc.UserAgent = "iptables-alerter-forward/" + about().Version
 	rc.Timeout = cfg.timeout
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {

@@ -22,6 +22,20 @@ func serveHealth(addr string, alive func() time.Time, limit time.Duration, degra
 	return httpserve.Start(httpserve.Options{Addr: addr, Alive: alive, StallAfter: limit, Degraded: degraded, Metrics: metrics})
 }
 
+// buildInfoGauge is iptables_alerter_build_info, 1 with the binary's
+// version in labels: go_build_info names the Go module's version, which a
+// make build (-X main.version from git describe) does not set.
+func buildInfoGauge() prometheus.Collector {
+	a := about()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "iptables_alerter_build_info",
+		Help:        "Always 1; the labels say which iptables-alerter runs (version, commit, go_version, build).",
+		ConstLabels: prometheus.Labels{"version": a.Version, "commit": a.Commit, "go_version": a.GoVersion, "build": a.Build},
+	})
+	g.Set(1)
+	return g
+}
+
 func metricsHandler(reg *prometheus.Registry) http.Handler { return httpserve.Metrics(reg) }
 
 // serveMetrics serves only /metrics on addr.

@@ -6,7 +6,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"os"
 
@@ -14,9 +13,6 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/child"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 // stdio is what a command reads and writes: the process's own in main,
 // buffers in tests, so commands run in-process.
@@ -49,18 +45,6 @@ type command struct {
 	neverFails bool
 	// newConfig gives a zero config, its defaults set by register.
 	newConfig func() config
-}
-
-// versionCommand is in every build.
-var versionCommand = command{use: "version", summary: "print the version", newConfig: func() config { return versionConfig{} }}
-
-type versionConfig struct{}
-
-func (versionConfig) register(*pflag.FlagSet) {}
-
-func (versionConfig) run(_ []string, s stdio) int {
-	fmt.Fprintln(s.out, version)
-	return 0
 }
 
 func main() {

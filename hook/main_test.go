@@ -110,19 +110,6 @@ func TestCommandTable(t *testing.T) {
 	}
 }
 
-// TestVersion: version and --version print the version on stdout;
-// version --help prints help.
-func TestVersion(t *testing.T) {
-	for _, args := range [][]string{{"version"}, {"--version"}} {
-		if code, out, errs := runCmd(t, args...); code != 0 || out != version+"\n" || errs != "" {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errs)
-		}
-	}
-	if code, out, _ := runCmd(t, "version", "--help"); code != 0 || !strings.Contains(out, "Usage:") || !strings.Contains(out, "print the version") {
-		t.Errorf("version --help: exit %d, stdout %q", code, out)
-	}
-}
-
 // TestHelp: help goes to stdout for every command and lists its flags
 // with two dashes.
 func TestHelp(t *testing.T) {

@@ -203,7 +203,7 @@ func (c *reportConfig) cluster() (reportCluster, error) {
 	if raw, err := cc.RawConfig(); err == nil && len(raw.Contexts) > 0 {
 		name = cmp.Or(c.kubeContext, raw.CurrentContext)
 	}
-	rc.UserAgent = "iptables-alerter-report/" + version
+	rc.UserAgent = "iptables-alerter-report/" + about().Version
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return reportCluster{}, fmt.Errorf("make kubernetes client: %w", err)

@@ -16,45 +16,42 @@ import (
 // capability opening pid 1's netns takes (CAP_SYS_PTRACE); the systemd
 // unit sees /proc directly and sets nothing that hides it.
 func TestAgentSeesNode(t *testing.T) {
-	for _, k := range []string{"packaging/kubernetes", "packaging/openshift"} {
-		t.Run(filepath.Base(k), func(t *testing.T) {
-			spec := renderedDaemonSet(t, k).Spec.Template.Spec
-			i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "agent" })
-			if i < 0 {
-				t.Fatal("no agent container")
+	eachDaemonSet(t, func(t *testing.T, spec corev1.PodSpec) {
+		i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "agent" })
+		if i < 0 {
+			t.Fatal("no agent container")
+		}
+		agent := spec.Containers[i]
+		var hostProc string
+		for _, a := range agent.Args {
+			if v, ok := strings.CutPrefix(a, "--host-proc="); ok {
+				hostProc = v
 			}
-			agent := spec.Containers[i]
-			var hostProc string
-			for _, a := range agent.Args {
-				if v, ok := strings.CutPrefix(a, "--host-proc="); ok {
-					hostProc = v
-				}
+		}
+		if hostProc == "" {
+			t.Fatalf("agent args %q: no --host-proc", agent.Args)
+		}
+		host := map[string]string{}
+		for _, v := range spec.Volumes {
+			if v.HostPath != nil {
+				host[v.Name] = v.HostPath.Path
 			}
-			if hostProc == "" {
-				t.Fatalf("agent args %q: no --host-proc", agent.Args)
+		}
+		j := slices.IndexFunc(agent.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == hostProc })
+		if j < 0 || host[agent.VolumeMounts[j].Name] != "/proc" || !agent.VolumeMounts[j].ReadOnly {
+			t.Errorf("--host-proc=%s is not the host's /proc mounted read-only: %+v", hostProc, agent.VolumeMounts)
+		}
+		var caps []string
+		if sc := agent.SecurityContext; sc != nil && sc.Capabilities != nil {
+			for _, c := range sc.Capabilities.Add {
+				caps = append(caps, string(c))
 			}
-			host := map[string]string{}
-			for _, v := range spec.Volumes {
-				if v.HostPath != nil {
-					host[v.Name] = v.HostPath.Path
-				}
-			}
-			j := slices.IndexFunc(agent.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == hostProc })
-			if j < 0 || host[agent.VolumeMounts[j].Name] != "/proc" || !agent.VolumeMounts[j].ReadOnly {
-				t.Errorf("--host-proc=%s is not the host's /proc mounted read-only: %+v", hostProc, agent.VolumeMounts)
-			}
-			var caps []string
-			if sc := agent.SecurityContext; sc != nil && sc.Capabilities != nil {
-				for _, c := range sc.Capabilities.Add {
-					caps = append(caps, string(c))
-				}
-			}
-			slices.Sort(caps)
-			if want := []string{"NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE"}; !slices.Equal(caps, want) {
-				t.Errorf("agent capabilities %v, want %v", caps, want)
-			}
-		})
-	}
+		}
+		slices.Sort(caps)
+		if want := []string{"NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE"}; !slices.Equal(caps, want) {
+			t.Errorf("agent capabilities %v, want %v", caps, want)
+		}
+	})
 	t.Run("systemd", func(t *testing.T) {
 		unit, err := os.ReadFile(filepath.Join(repo(t), "packaging/systemd/iptables-alerter-agent.service"))
 		if err != nil {

@@ -27,6 +27,14 @@ func renderedDaemonSet(t *testing.T, dir string) *appsv1.DaemonSet {
 	return &ds
 }
 
+// eachDaemonSet runs f, as a subtest, on the pod spec of the DaemonSet
+// of each kustomization that deploys it.
+func eachDaemonSet(t *testing.T, f func(t *testing.T, spec corev1.PodSpec)) {
+	for _, k := range []string{"packaging/kubernetes", "packaging/openshift"} {
+		t.Run(filepath.Base(k), func(t *testing.T) { f(t, renderedDaemonSet(t, k).Spec.Template.Spec) })
+	}
+}
+
 // rendered decodes the object of kind and name in a kustomization (a
 // directory under the repo, or an absolute path), as kubectl kustomize
 // renders it, into obj; a field obj does not have is an error.
@@ -74,7 +82,7 @@ func render(t *testing.T, dir, kind, name string, obj any, decode func([]byte, a
 
 // podmanArgs turns a container of the pod spec into `podman run` flags,
 // with every hostPath volume under root (the scratch node): the
-// container's args, env, user, capabilities and read-only root as the
+// container's args, env, user, capabilities, seccomp profile and read-only root as the
 // kubelet would give them.
 func podmanArgs(t *testing.T, spec corev1.PodSpec, c corev1.Container, root string) (flags, args []string) {
 	t.Helper()
@@ -118,6 +126,13 @@ func podmanArgs(t *testing.T, spec corev1.PodSpec, c corev1.Container, root stri
 	}
 	if sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
 		flags = append(flags, "--read-only")
+	}
+	// RuntimeDefault on CRI-O is containers-common's profile, the one
+	// podman uses; unset, the kubelet runs the container unconfined.
+	if sc.SeccompProfile != nil && sc.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault {
+		flags = append(flags, "--security-opt", "seccomp=/usr/share/containers/seccomp.json")
+	} else {
+		flags = append(flags, "--security-opt", "seccomp=unconfined")
 	}
 	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
 		flags = append(flags, "--security-opt", "no-new-privileges")

@@ -68,12 +68,12 @@ func TestImage(t *testing.T) {
 
 	t.Run("version", func(t *testing.T) {
 		out, err := p.run(image, nil, "version")
-		if err != nil || strings.TrimSpace(out) != "v9.9.9-test" {
+		if err != nil || !strings.HasPrefix(out, "version: v9.9.9-test\ncommit: ") || !strings.HasSuffix(out, "\nbuild: full\n") {
 			t.Errorf("iptables-alerter version: %q, %v", out, err)
 		}
 		b, err := p.cmd(context.Background(), "image", "inspect", image, "--format",
-			`{{.Config.User}} {{index .Labels "org.opencontainers.image.version"}} {{index .Labels "org.opencontainers.image.source"}}`).CombinedOutput()
-		if got := strings.TrimSpace(string(b)); err != nil || got != "65534:65534 v9.9.9-test https://github.com/iptables-alerter/iptables-alerter" {
+			`{{.Config.User}} {{index .Labels "org.opencontainers.image.version"}} {{index .Labels "org.opencontainers.image.source"}} {{index .Labels "org.opencontainers.image.licenses"}}`).CombinedOutput()
+		if got := strings.TrimSpace(string(b)); err != nil || got != "65534:65534 v9.9.9-test https://github.com/iptables-alerter/iptables-alerter Apache-2.0" {
 			t.Errorf("image user and labels: %q, %v", got, err)
 		}
 	})

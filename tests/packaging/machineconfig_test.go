@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -122,6 +123,9 @@ func TestMachineConfig(t *testing.T) {
 	if len(sources) < 2 {
 		t.Fatalf("Butane sources: %v", sources)
 	}
+	// The same configuration for another pool: its files, by name with
+	// the pool left out (50-worker-x and 50-master-x are both 50--x).
+	pools := map[string]map[string][]byte{}
 	for _, bu := range sources {
 		src, err := os.ReadFile(bu)
 		if err != nil {
@@ -155,7 +159,13 @@ func TestMachineConfig(t *testing.T) {
 		if mc.Kind != "MachineConfig" || role == "" || !strings.Contains(mc.Metadata.Name, "-"+role+"-") {
 			t.Errorf("%s: kind %q name %q labels %v", gen, mc.Kind, mc.Metadata.Name, mc.Metadata.Labels)
 		}
-		for path, data := range mcFiles(t, mc) {
+		files := mcFiles(t, mc)
+		same := strings.Replace(mc.Metadata.Name, "-"+role+"-", "--", 1)
+		if other, ok := pools[same]; ok && !maps.EqualFunc(files, other, bytes.Equal) {
+			t.Errorf("%s: not the same files as the other pools' %s", gen, same)
+		}
+		pools[same] = files
+		for path, data := range files {
 			want := fromRepo[path]
 			switch {
 			case want != "":

@@ -24,6 +24,8 @@ var rpmFiles = []string{
 	"/usr/lib/systemd/system/iptables-alerter-textfile-once.timer",
 	"/usr/lib/systemd/system/iptables-alerter-textfile.service",
 	"/usr/share/containers/oci/hooks.d/iptables-alerter.json",
+	"/usr/share/licenses/iptables-alerter",
+	"/usr/share/licenses/iptables-alerter/LICENSE",
 }
 
 func run(t *testing.T, name string, args ...string) string {
@@ -48,6 +50,9 @@ func TestRPM(t *testing.T) {
 	if got := strings.Fields(run(t, "rpm", "-qlp", pkgs[0])); strings.Join(got, "\n") != strings.Join(rpmFiles, "\n") {
 		t.Errorf("rpm -qlp:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(rpmFiles, "\n"))
 	}
+	if got := run(t, "rpm", "-qp", "--qf", "%{LICENSE}", pkgs[0]); got != "Apache-2.0" {
+		t.Errorf("rpm License: %q, want Apache-2.0", got)
+	}
 
 	root := filepath.Join(dir, "root")
 	run(t, "rpm", "--root", root, "--dbpath", "/var/lib/rpm", "--initdb")
@@ -69,6 +74,9 @@ func TestRPM(t *testing.T) {
 		st, err := os.Stat(filepath.Join(root, f))
 		if err != nil {
 			t.Errorf("installed file: %v", err)
+			continue
+		}
+		if st.IsDir() {
 			continue
 		}
 		want := os.FileMode(0o644)

@@ -1,0 +1,35 @@
+//go:build !hookonly
+
+package main
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+)
+
+// TestBuildInfoMetric: the agent's and the forwarder's /metrics carry
+// iptables_alerter_build_info with what version prints.
+func TestBuildInfoMetric(t *testing.T) {
+	a := about()
+	want := `iptables_alerter_build_info{build="full",commit="` + a.Commit + `",go_version="` + a.GoVersion + `",version="` + a.Version + `"} 1` + "\n"
+	agentLog := logrus.New()
+	for name, body := range map[string]func() string{
+		"agent": func() string {
+			rec := httptest.NewRecorder()
+			metricsHandler(newAgentMetrics(agentLog).reg).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			return rec.Body.String()
+		},
+		"forward": func() string {
+			rec := httptest.NewRecorder()
+			newForwardStats().handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			return rec.Body.String()
+		},
+	} {
+		if b := body(); !strings.Contains(b, want) {
+			t.Errorf("%s /metrics lacks %q:\n%s", name, want, b)
+		}
+	}
+}
