@@ -24,7 +24,7 @@ func TestBuildInfoMetric(t *testing.T) {
 		},
 		"forward": func() string {
 			rec := httptest.NewRecorder()
-			newForwardStats().handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			newForwardStats().handler(nil).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 			return rec.Body.String()
 		},
 	} {
