@@ -13,7 +13,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -35,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
@@ -278,7 +278,7 @@ func TestForwardEndToEnd(t *testing.T) {
 	// Phase 1: a running forwarder picks up findings, including a second
 	// container of the same pod with the same rules (one Event), and a
 	// static pod through its mirror.
-	f := e.start(t, "--node-event", "--health-addr", fwdFreeAddr(t))
+	f := e.start(t, "--node-event", "--health-addr", nstest.FreeAddr(t))
 	e.append(t, recs[:10]...)
 	e.append(t, fwdRecord(pods[0], string(pods[0].UID), "fp-00", "sidecar"))
 	e.append(t, fwdRecord(mirror, "cfg-hash-1", "fp-static", "etcd"))
@@ -296,7 +296,7 @@ func TestForwardEndToEnd(t *testing.T) {
 	e.append(t, recs[20:30]...)
 	fwdWaitAny(t, e, pods[20:30])
 	f.stop(t, syscall.SIGKILL)
-	f = e.start(t, "--node-event", "--health-addr", fwdFreeAddr(t))
+	f = e.start(t, "--node-event", "--health-addr", nstest.FreeAddr(t))
 	e.waitDelivered(t, 60*time.Second, pods[:30], 1)
 
 	// Phase 4: the API server goes away; findings keep coming, among them
@@ -389,16 +389,6 @@ func waitForLong(t *testing.T, what string, limit time.Duration, ok func() bool)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func fwdFreeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // fwdHealthy asserts /healthz says ok: an API outage is not a reason for
@@ -644,7 +634,7 @@ func TestForwardSetsAsideRefusedFindings(t *testing.T) {
 		e.append(t, fwdRecord(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name}}, "u-bad", "fp-bad", "app"))
 	}
 	e.append(t, fwdRecord(a, string(a.UID), "fp-a", "app"))
-	addr := fwdFreeAddr(t)
+	addr := nstest.FreeAddr(t)
 	f := e.start(t, "--health-addr", addr)
 	e.waitDelivered(t, 20*time.Second, []*corev1.Pod{a}, 1)
 	fwdHealthy(t, f)

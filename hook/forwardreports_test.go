@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/reports"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
@@ -97,7 +98,7 @@ func TestForwardReports(t *testing.T) {
 	e.append(t, unknown)
 	want[db.Name] = [2]string{"error", "node-a"}
 
-	addr := fwdFreeAddr(t)
+	addr := nstest.FreeAddr(t)
 	fa := e.start(t, "--health-addr", addr)
 	fb := b.start(t, "--node-name", "node-b")
 	waitForLong(t, "every result", 60*time.Second, func() bool { return len(fwdResults(t, rc, "shop")) == len(want) })
@@ -129,7 +130,7 @@ func TestForwardNoCRD(t *testing.T) {
 	kubetest.Namespace(t, e.cs, "shop")
 	pod := kubetest.Pod(t, e.cs, "shop", "cart", nil, "")
 	e.append(t, fwdRecord(pod, string(pod.UID), "fp-cart", "app"))
-	addr := fwdFreeAddr(t)
+	addr := nstest.FreeAddr(t)
 	f := e.start(t, "--health-addr", addr)
 	e.waitDelivered(t, 30*time.Second, []*corev1.Pod{pod}, 1)
 	const msg = "the API serves no OpenReports Reports (openreports.io/v1alpha1 CRD missing; kubectl apply -k packaging/crds): posting Events only, looking again every 1m0s"

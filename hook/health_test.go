@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 )
 
 // rssKB is a process' resident set, from /proc/PID/status.
@@ -46,7 +48,7 @@ func TestIdleConnectionsMemory(t *testing.T) {
 		t.Skip("skipping with -short: opens 5,000 connections")
 	}
 	const conns = 5000
-	addr := fwdFreeAddr(t)
+	addr := nstest.FreeAddr(t)
 	agent := startAgent(t, "--health-addr", addr)
 	plain := &http.Client{Timeout: 30 * time.Second}
 	if code, _ := waitGet(t, plain, "http://"+addr+"/healthz", ""); code != 200 {

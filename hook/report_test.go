@@ -168,7 +168,7 @@ func TestReportOwnersAndCI(t *testing.T) {
 		want[o.Kind+"/"+o.Owner] = append(want[o.Kind+"/"+o.Owner], name)
 	}
 
-	addr := fwdFreeAddr(t)
+	addr := nstest.FreeAddr(t)
 	fa := e.start(t, "--findings", file("node-a"), "--state-dir", filepath.Join(dir, "fwd-a"), "--node-name", "node-a", "--health-addr", addr)
 	fb := e.start(t, "--findings", file("node-b"), "--state-dir", filepath.Join(dir, "fwd-b"), "--node-name", "node-b")
 	e.waitDelivered(t, 60*time.Second, all, 1)

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/certtest"
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
 
@@ -101,11 +102,11 @@ func TestSecureMetrics(t *testing.T) {
 	prom := kubetest.Token(t, e.cs, "openshift-monitoring", "prometheus-k8s")
 	curious := kubetest.Token(t, e.cs, "elsewhere", "curious")
 
-	agentMetrics, agentHealth := fwdFreeAddr(t), fwdFreeAddr(t)
+	agentMetrics, agentHealth := nstest.FreeAddr(t), nstest.FreeAddr(t)
 	startAgent(t, "--health-addr", agentHealth, "--metrics-addr", agentMetrics)
 	certs := t.TempDir()
 	first := certtest.Write(t, certs, "first")
-	secure, health := fwdFreeAddr(t), fwdFreeAddr(t)
+	secure, health := nstest.FreeAddr(t), nstest.FreeAddr(t)
 	e.start(t, "--health-addr", health, "--secure-metrics-addr", secure,
 		"--tls-cert-file", filepath.Join(certs, "tls.crt"), "--tls-private-key-file", filepath.Join(certs, "tls.key"),
 		"--agent-metrics", "http://"+agentMetrics+"/metrics")

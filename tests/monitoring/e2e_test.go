@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -62,16 +61,6 @@ func start(t *testing.T, name string, args ...string) {
 			t.Logf("%s output:\n%s", filepath.Base(name), out.String())
 		}
 	})
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // eventually polls ok until it holds, failing the test after wait.
@@ -177,13 +166,13 @@ func TestAlertEndToEnd(t *testing.T) {
 	}
 	t.Cleanup(ad.Stop)
 
-	agentAddr := freeAddr(t)
+	agentAddr := nstest.FreeAddr(t)
 	// --host-proc "": the test's pods are not host-network ones.
 	start(t, bin, "agent", "--nri-socket", sock, "--node", "node-e2e", "--health-addr", agentAddr, "--host-proc", "",
 		"--findings", filepath.Join(dir, "findings.jsonl"), "--state-dir", filepath.Join(dir, "seen"),
 		"--allowlist", filepath.Join(dir, "no-allowlist.json"), "--vendors", filepath.Join(dir, "no-vendors.json"))
 
-	promAddr := freeAddr(t)
+	promAddr := nstest.FreeAddr(t)
 	ruleFile(t, dir)
 	config := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
 rule_files: [rules.yaml]

@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -83,15 +82,6 @@ func newFiles(t *testing.T) agentFiles {
 	return agentFiles{findings: filepath.Join(d, "findings.jsonl"), state: filepath.Join(d, "state")}
 }
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // startAgent runs the agent binary on the runtime's NRI socket.
 func startAgent(t *testing.T, socket string, f agentFiles) *agentProc {
 	t.Helper()
@@ -101,7 +91,7 @@ func startAgent(t *testing.T, socket string, f agentFiles) *agentProc {
 // startAgentArgs runs the agent binary with the test's files and args.
 func startAgentArgs(t *testing.T, f agentFiles, args ...string) *agentProc {
 	t.Helper()
-	a := &agentProc{addr: freeAddr(t), log: &bytes.Buffer{}, files: f, done: make(chan error, 1)}
+	a := &agentProc{addr: nstest.FreeAddr(t), log: &bytes.Buffer{}, files: f, done: make(chan error, 1)}
 	a.cmd = exec.Command(bin, append([]string{"agent", "--findings", f.findings, "--state-dir", f.state,
 		"--allowlist", "", "--health-addr", a.addr, "--node", "test-node", "--log-level", "debug",
 		// The node is the namespace the agent runs in, not pid 1's.
