@@ -23,7 +23,9 @@ const maxCut = 1 << 20
 // ClusterReports lists the cluster's Reports of ours (lib/reports) in
 // namespace (all when empty), page by page, and gives an Item per result
 // of ours. It returns ErrNoSource when the API does not serve Reports (no
-// CRD) or holds none of ours, so the Events are read instead.
+// CRD: discovery, or a list's 404) or holds none of ours, so the Events
+// are read instead; a list refused is an error, never a quiet fallback to
+// Events an hour old.
 //
 // Anyone allowed to create Reports in a namespace can write one with our
 // labels: the namespace is the Report's (never a result's subject's), only
@@ -32,6 +34,16 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error)
 	rc, err := versioned.NewForConfig(c.Config)
 	if err != nil {
 		return nil, fmt.Errorf("make reports client: %w", err)
+	}
+	// Discovery first: every authenticated user may ask it, where a
+	// namespace's Role that lists Events only gets 403 for a resource not
+	// served, and such a reader still gets the Events.
+	served, err := reports.Available(ctx, rc)
+	if err != nil {
+		return nil, fmt.Errorf("list reports: %w", err)
+	}
+	if !served {
+		return nil, fmt.Errorf("list reports: not served: %w", ErrNoSource)
 	}
 	var (
 		items []Item
@@ -42,6 +54,9 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error)
 		l, err := rc.OpenreportsV1alpha1().Reports(c.Namespace).List(ctx, opts)
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("list reports: %w", ErrNoSource)
+		}
+		if apierrors.IsForbidden(err) {
+			return nil, fmt.Errorf("list reports (packaging/rbac/report.yaml allows it): %w", err)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list reports: %w", err)
