@@ -36,7 +36,10 @@ func TestReportFromReports(t *testing.T) {
 	kubetest.Namespace(t, cs, "shop")
 	owned := kubetest.Workloads(t, cs, "shop")
 	ctx := kubetest.Ctx(t)
-	kc := c.Kubeconfig("admin", c.AdminToken)
+	// Read with report's own RBAC: it must allow listing Reports.
+	kubetest.Namespace(t, cs, fwdNS)
+	kubetest.Apply(t, cs, "../packaging/rbac/report.yaml")
+	kc := c.Kubeconfig("report", kubetest.Token(t, cs, fwdNS, "iptables-alerter-report"))
 
 	write := func(pod, node string, state findings.State, im findings.Impact) {
 		t.Helper()
