@@ -33,14 +33,18 @@ Inputs, any mix:
 - FINDINGS-FILE...: findings files gathered from nodes; each one's rotated
   generations FILE.1, FILE.2... are read too;
 - --events FILE: a saved 'kubectl get events -A -o json' (repeatable);
-- none of these: the live cluster's Events.
+- none of these: the live cluster's OpenReports Reports of ours
+  (reports.openreports.io, labelled managed-by iptables-alerter; they last
+  while the workload does), else, when it serves no Report CRD or holds
+  none of ours, its Events (kept an hour by default).
 
 Credentials the kubectl way: --kubeconfig, else $KUBECONFIG, else
 ~/.kube/config, else (in a pod) the service account; --context picks a
 kubeconfig context. With findings files and --kubeconfig or --context,
 owners come from the cluster; without, a finding's owner is its Pod (pod
 names do not tell owners). --namespace (-n) keeps one namespace, from
-every input. The first line says which cluster, when, and from what.
+every input. The first line says which cluster, when, and from what
+(reports or events).
 
 --format html writes one self-contained page (no script, nothing fetched)
 with the workloads charted by impact and by vendor, and the table.

@@ -1,9 +1,9 @@
 // Package report is the cluster-wide view of RHEL 10 readiness: it reads
-// findings from any mix of findings files, a live cluster's Events and a
-// saved `kubectl get events -A -o json`, groups them by owning workload,
-// marks what an expectations file says is expected, and renders a table,
-// Markdown, JSON, JUnit XML or a self-contained HTML page with a verdict
-// for CI. A cluster is read through ClusterSources (source.go), the first
+// findings from any mix of findings files, a live cluster's Reports (else
+// its Events) and a saved `kubectl get events -A -o json`, groups them by
+// owning workload, marks what an expectations file says is expected, and
+// renders a table, Markdown, JSON, JUnit XML or a self-contained HTML page
+// with a verdict for CI. A cluster is read through ClusterSources (source.go), the first
 // it holds; Origin is the header naming cluster, time and inputs.
 //
 // Data flows one way: inputs give Items (one per finding, with its state),

@@ -37,7 +37,8 @@ type Item struct {
 	Worst    string             `json:"worst"`
 	Vendors  []findings.Vendor  `json:"vendors"`
 	Examples []findings.Example `json:"examples"`
-	// Source names where the item came from: a file or "events".
+	// Source names where the item came from: a file, "events" or
+	// "reports".
 	Source string `json:"source"`
 	// State is the finding's (findings.State): present items are usage,
 	// unknown ones an inspection that could not finish (Error says why),
@@ -59,6 +60,9 @@ type Skipped struct {
 	// Invalid values in the Items read (a level, a count, a name, an
 	// owner, a link) that were replaced or dropped: see valid.
 	Invalid int `json:"invalid"`
+	// Cut counts results the Reports read had no room for (their
+	// results-cut notes): the pods' Events or findings files hold them.
+	Cut int `json:"cut"`
 }
 
 // ReadFindings reads a findings file: one Item per record, whatever its

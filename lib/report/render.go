@@ -195,6 +195,9 @@ func summary(r Report) string {
 	if r.Skipped.Invalid > 0 {
 		fmt.Fprintf(&b, "\nReplaced or dropped: %d values read that were not valid (a level, a count, a name, an owner or a link), as a forged Event or a damaged line holds.", r.Skipped.Invalid)
 	}
+	if r.Skipped.Cut > 0 {
+		fmt.Fprintf(&b, "\nLeft out: %d results the Reports had no room for; the pods' Events or the findings files hold them.", r.Skipped.Cut)
+	}
 	return b.String()
 }
 

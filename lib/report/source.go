@@ -25,7 +25,7 @@ type Origin struct {
 	// Namespace is the --namespace filter; empty for all.
 	Namespace string `json:"namespace,omitempty"`
 	// From names the inputs in the order read: "files", "events-file",
-	// "events" (the cluster's), later "reports".
+	// "reports" or "events" (the cluster's).
 	From []string  `json:"from"`
 	Time time.Time `json:"time"`
 }
@@ -76,16 +76,12 @@ type ClusterSource struct {
 // of it.
 var ErrNoSource = errors.New("source not in the cluster")
 
-// ClusterSources are read in order, the first the cluster holds wins.
-//
-// TODO(reports): when the Report writer lands, put {"reports", ...} first:
+// ClusterSources are read in order, the first the cluster holds wins:
 // Reports stay until deleted, where the API server keeps Events an hour by
-// default, so Events are the fallback for a cluster without Reports. Its
-// Read must keep only our Reports (our labels, and the writer's identity
-// where the API tells it), pass every value through valid, return
-// ErrNoSource when the resource is not served or holds none of ours, and
-// list in c.Namespace only.
+// default, so Events are the fallback for a cluster without Reports (no
+// CRD, or none of ours).
 var ClusterSources = []ClusterSource{
+	{Name: "reports", Read: ClusterReports},
 	{Name: "events", Read: func(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error) {
 		return ClusterEvents(ctx, c.Client, c.Namespace, sk)
 	}},

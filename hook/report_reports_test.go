@@ -1,0 +1,135 @@
+//go:build !hookonly
+
+package main
+
+import (
+	"strings"
+	"testing"
+
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/report"
+	"github.com/iptables-alerter/iptables-alerter/lib/reports"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+)
+
+// TestReportFromReports is issue 16 item 3 on a real kube-apiserver with
+// the Report CRD: Reports written by the real writer for two workloads on
+// two nodes are what `report` reads first (the header says so), with each
+// workload's pods, nodes, worst level, vendor and hint; an unknown record
+// is a row of status error. Reports anyone allowed to create them wrote
+// count only with our labels, and then every value is checked and
+// escaped: the bogus level refused, the rows kept their shape. A cluster
+// without the CRD falls back to Events (TestReportCredentials).
+func TestReportFromReports(t *testing.T) {
+	c := kubetest.Start(t)
+	cs := c.Client()
+	c.CRD(t, crdFile, openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
+	rc, err := versioned.NewForConfig(c.Config(c.AdminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Namespace(t, cs, "shop")
+	owned := kubetest.Workloads(t, cs, "shop")
+	ctx := kubetest.Ctx(t)
+	// Read with report's own RBAC: it must allow listing Reports.
+	kubetest.Namespace(t, cs, fwdNS)
+	kubetest.Apply(t, cs, "../packaging/rbac/report.yaml")
+	kc := c.Kubeconfig("report", kubetest.Token(t, cs, fwdNS, "iptables-alerter-report"))
+
+	write := func(pod, node string, state findings.State, im findings.Impact) {
+		t.Helper()
+		p := owned[pod].Pod
+		rec := fwdRecord(p, string(p.UID), "fp-"+pod, "app")
+		rec.Node, rec.State = node, state
+		if state == findings.StatePresent {
+			rec.Impact, rec.Worst = im, im.Worst()
+			rec.Vendors = []findings.Vendor{{Name: "istio", Hint: "use the Istio CNI node agent"}}
+		} else {
+			rec.Nft, rec.Examples, rec.Error = findings.Nft{}, nil, "inspect: deadline exceeded"
+		}
+		res, err := reports.New(cs, rc, node).Write(ctx, rec)
+		if err != nil || res.Outcome != reports.Written {
+			t.Fatalf("write %s: %+v, %v", pod, res, err)
+		}
+	}
+	write("web-7c9-aaaaa", "node-a", findings.StatePresent, findings.Impact{Legacy: 1, Xt: 2})
+	write("web-7c9-bbbbb", "node-b", findings.StatePresent, findings.Impact{Native: 3})
+	write("db-0", "node-a", findings.StatePresent, findings.Impact{Xt: 4})
+	write("once-eeeee", "node-b", findings.StateUnknown, findings.Impact{})
+
+	// Written directly, as anyone allowed to create Reports in shop can.
+	forged := func(name string, labels map[string]string, x openreportsv1alpha1.ReportResult) {
+		t.Helper()
+		x.Source, x.Policy, x.Result, x.Severity = reports.Source, reports.Policy, "fail", "high"
+		_, err := rc.OpenreportsV1alpha1().Reports("shop").Create(ctx, &openreportsv1alpha1.Report{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Results: []openreportsv1alpha1.ReportResult{x}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create report %s: %v", name, err)
+		}
+	}
+	forged("not-ours", map[string]string{"app": "x"}, openreportsv1alpha1.ReportResult{Rule: findings.ImpactLegacy,
+		Subjects: []corev1.ObjectReference{{Kind: "Pod", Namespace: "shop", Name: "stranger"}}, Properties: map[string]string{reports.PropOwner: "Deployment/stranger"}})
+	forged("hostile", map[string]string{reports.ManagedByLabel: reports.ManagedBy, reports.NodeLabel: "node-c"}, openreportsv1alpha1.ReportResult{
+		Rule: bogusLevel,
+		// The subject's namespace is not the Report's: the Report's counts.
+		Subjects: []corev1.ObjectReference{{Kind: "Pod", Namespace: "kube-system", Name: "web-1" + hostile, UID: "u1"}},
+		Properties: map[string]string{
+			reports.PropOwner: "Deployment\n| FORGED |/web" + hostile, reports.PropNodes: "node-c" + hostile,
+			reports.PropVendor: "istio" + hostile, reports.PropHint: hostile + strings.Repeat("A", 50<<10),
+			reports.PropRules:         "legacy=-5 xt=1",
+			reports.PropExample + "1": "[ip" + hostile + " nat, " + bogusLevel + "] -A OUTPUT " + hostile,
+		}})
+
+	out, code := runReportCmd(t, "--kubeconfig", kc, "--format", "json")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	_, r := groupsOf(t, out)
+	if strings.Join(r.Origin.From, ",") != "reports" {
+		t.Errorf("from %v, want reports", r.Origin.From)
+	}
+	got := map[string]report.Group{}
+	for _, g := range r.Groups {
+		if g.Namespace != "shop" {
+			t.Errorf("group %s in namespace %q, want shop", g.Owner, g.Namespace)
+		}
+		got[g.Owner.String()] = g
+	}
+	web, db, once := got["Deployment/web"], got["StatefulSet/db"], got["Job/once"]
+	if strings.Join(web.Pods, ",") != "web-7c9-aaaaa,web-7c9-bbbbb" || strings.Join(web.Nodes, ",") != "node-a,node-b" || web.Worst != findings.ImpactLegacy ||
+		len(web.Vendors) != 1 || web.Vendors[0].Name != "istio" || web.Vendors[0].Hint != "use the Istio CNI node agent" {
+		t.Errorf("web: %+v", web)
+	}
+	if strings.Join(db.Pods, ",") != "db-0" || strings.Join(db.Nodes, ",") != "node-a" || db.Worst != findings.ImpactXt || len(db.Examples) == 0 || db.Examples[0].Table != "nat" {
+		t.Errorf("db: %+v", db)
+	}
+	if once.State != findings.StateUnknown {
+		t.Errorf("once: %+v", once)
+	}
+	if _, ok := got["Deployment/stranger"]; ok {
+		t.Error("a Report without our label was read")
+	}
+	if len(r.Groups) != 4 {
+		t.Errorf("%d groups, want web, db, once and the hostile one: %v", len(r.Groups), got)
+	}
+	for _, f := range report.Formats {
+		out, code := runReportCmd(t, "--kubeconfig", kc, "--format", f)
+		if code != 0 {
+			t.Errorf("%s: exit %d", f, code)
+		}
+		checkHostileReport(t, "reports "+f, f, out)
+	}
+
+	// -n lists one namespace: ops holds no Report of ours, so its Events
+	// (none) answer.
+	kubetest.Namespace(t, cs, "ops")
+	out, code = runReportCmd(t, "--kubeconfig", kc, "-n", "ops", "--format", "json")
+	if _, r := groupsOf(t, out); code != 0 || len(r.Groups) != 0 || strings.Join(r.Origin.From, ",") != "events" {
+		t.Errorf("-n ops: exit %d, from %v, %d groups", code, r.Origin.From, len(r.Groups))
+	}
+}

@@ -1,0 +1,176 @@
+package report
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+	"github.com/iptables-alerter/iptables-alerter/lib/reports"
+)
+
+// maxCut bounds the count one cut note adds: a Report keeps results of
+// pods of one workload, never more than a cluster's pods.
+const maxCut = 1 << 20
+
+// ClusterReports lists the cluster's Reports of ours (lib/reports) in
+// namespace (all when empty), page by page, and gives an Item per result
+// of ours. It returns ErrNoSource when the API does not serve Reports (no
+// CRD: discovery, or a list's 404) or holds none of ours, so the Events
+// are read instead; a list refused is an error, never a quiet fallback to
+// Events an hour old.
+//
+// Anyone allowed to create Reports in a namespace can write one with our
+// labels: the namespace is the Report's (never a result's subject's), only
+// results whose source is ours count, and every value goes through valid.
+func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error) {
+	rc, err := versioned.NewForConfig(c.Config)
+	if err != nil {
+		return nil, fmt.Errorf("make reports client: %w", err)
+	}
+	// Discovery first: every authenticated user may ask it, where a
+	// namespace's Role that lists Events only gets 403 for a resource not
+	// served, and such a reader still gets the Events.
+	served, err := reports.Available(ctx, rc)
+	if err != nil {
+		return nil, fmt.Errorf("list reports: %w", err)
+	}
+	if !served {
+		return nil, fmt.Errorf("list reports: not served: %w", ErrNoSource)
+	}
+	var (
+		items []Item
+		found bool
+	)
+	opts := metav1.ListOptions{LabelSelector: reports.Selector(""), Limit: 500}
+	for {
+		l, err := rc.OpenreportsV1alpha1().Reports(c.Namespace).List(ctx, opts)
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("list reports: %w", ErrNoSource)
+		}
+		if apierrors.IsForbidden(err) {
+			return nil, fmt.Errorf("list reports (packaging/rbac/report.yaml allows it): %w", err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list reports: %w", err)
+		}
+		for i := range l.Items {
+			found = true
+			r := &l.Items[i]
+			for _, x := range r.Results {
+				if it, ok := resultItem(r.Namespace, x, sk); ok {
+					items = append(items, valid(it, sk))
+				}
+			}
+		}
+		if l.Continue == "" {
+			break
+		}
+		opts.Continue = l.Continue
+	}
+	if !found {
+		return nil, fmt.Errorf("list reports: none of ours: %w", ErrNoSource)
+	}
+	return items, nil
+}
+
+// resultItem reads one result of a Report in namespace; false for a result
+// that is not ours or not about a pod (the cut note is counted in sk).
+func resultItem(namespace string, x openreportsv1alpha1.ReportResult, sk *Skipped) (Item, bool) {
+	if x.Source != reports.Source {
+		return Item{}, false
+	}
+	if x.Rule == reports.CutRule {
+		n, err := strconv.Atoi(x.Properties["cut"])
+		if err != nil || n <= 0 || n > maxCut {
+			n = 1
+		}
+		sk.Cut += n
+		return Item{}, false
+	}
+	if len(x.Subjects) == 0 || x.Subjects[0].Kind != "Pod" {
+		sk.Malformed++
+		return Item{}, false
+	}
+	p := x.Properties
+	pod := x.Subjects[0]
+	it := Item{Namespace: namespace, Pod: pod.Name, PodUID: string(pod.UID), Node: p[reports.PropNodes],
+		Owner: owner.Bare(pod.Name), Source: "reports", State: findings.StatePresent, Time: reports.Seen(x)}
+	if it.PodUID == "" {
+		it.PodUID = p[reports.PropPodUID]
+	}
+	if kind, name, ok := strings.Cut(p[reports.PropOwner], "/"); ok {
+		it.Owner = owner.Owner{Kind: kind, Name: name}
+	}
+	switch x.Rule {
+	case reports.RuleUnknown:
+		it.State, it.Error = findings.StateUnknown, p[reports.PropError]
+	case reports.RuleUnclassified:
+	default:
+		// Not a level: valid refuses it and counts it.
+		it.Worst = x.Rule
+	}
+	if x.Result == "error" {
+		it.State, it.Worst, it.Error = findings.StateUnknown, "", p[reports.PropError]
+	}
+	it.Impact = impactOf(p[reports.PropRules])
+	if names := p[reports.PropVendor]; names != "" {
+		for i, n := range strings.Split(names, ",") {
+			v := findings.Vendor{Name: n}
+			if i == 0 {
+				v.Hint = p[reports.PropHint]
+			}
+			it.Vendors = append(it.Vendors, v)
+		}
+	}
+	for i := 1; i <= reports.MaxExamples; i++ {
+		if line, ok := p[reports.PropExample+strconv.Itoa(i)]; ok {
+			it.Examples = append(it.Examples, exampleOf(line))
+		}
+	}
+	return it, true
+}
+
+// impactOf reads the rules property, "legacy=N xt=N native=N total=N";
+// anything else counts nothing.
+func impactOf(s string) findings.Impact {
+	var im findings.Impact
+	for _, f := range strings.Fields(s) {
+		k, v, _ := strings.Cut(f, "=")
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case findings.ImpactLegacy:
+			im.Legacy = n
+		case findings.ImpactXt:
+			im.Xt = n
+		case findings.ImpactNative:
+			im.Native = n
+		}
+	}
+	return im
+}
+
+// exampleOf reads back an example property, events.ExampleLine's
+// "[FAMILY TABLE, LEVEL] RULE" (the bracket optional).
+func exampleOf(line string) findings.Example {
+	where, rule, ok := strings.Cut(strings.TrimPrefix(line, "["), "] ")
+	if !strings.HasPrefix(line, "[") || !ok {
+		return findings.Example{Rule: line}
+	}
+	ex := findings.Example{Rule: rule}
+	if i := strings.LastIndex(where, ", "); i >= 0 {
+		where, ex.Impact = where[:i], where[i+2:]
+	}
+	ex.Family, ex.Table, _ = strings.Cut(where, " ")
+	return ex
+}

@@ -1,0 +1,60 @@
+package report
+
+import (
+	"strings"
+	"testing"
+
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/reports"
+)
+
+// A result reads back into the Item the writer made it from; another
+// engine's result is not ours, and the cut note counts in the summary.
+func TestResultItem(t *testing.T) {
+	pod := []corev1.ObjectReference{{Kind: "Pod", Namespace: "elsewhere", Name: "web-1", UID: "u1"}}
+	x := openreportsv1alpha1.ReportResult{Source: reports.Source, Rule: findings.ImpactXt, Result: "fail", Subjects: pod,
+		Properties: map[string]string{
+			reports.PropOwner: "Deployment/web", reports.PropNodes: "node-a", reports.PropRules: "legacy=0 xt=2 native=1 total=3",
+			reports.PropVendor: "istio,linkerd", reports.PropHint: "use the CNI", reports.PropLastSeen: "2026-03-01T12:00:00Z",
+			reports.PropExample + "1": "[ip nat, xt] -A OUTPUT -j REDIRECT", reports.PropExample + "2": "-A INPUT -j ACCEPT",
+		}}
+	var sk Skipped
+	it, ok := resultItem("shop", x, &sk)
+	want := findings.Example{Family: "ip", Table: "nat", Impact: findings.ImpactXt, Rule: "-A OUTPUT -j REDIRECT"}
+	if !ok || it.Namespace != "shop" || it.Pod != "web-1" || it.PodUID != "u1" || it.Owner.String() != "Deployment/web" || it.Node != "node-a" ||
+		it.Worst != findings.ImpactXt || it.Impact != (findings.Impact{Xt: 2, Native: 1}) || it.State != findings.StatePresent ||
+		len(it.Vendors) != 2 || it.Vendors[0].Hint != "use the CNI" || it.Vendors[1].Hint != "" || it.Time.IsZero() ||
+		len(it.Examples) != 2 || it.Examples[0] != want || it.Examples[1].Rule != "-A INPUT -j ACCEPT" {
+		t.Errorf("item %+v", it)
+	}
+
+	x.Rule, x.Result, x.Properties = reports.RuleUnknown, "error", map[string]string{reports.PropError: "inspect: busy"}
+	if it, ok := resultItem("shop", x, &sk); !ok || it.State != findings.StateUnknown || it.Error != "inspect: busy" || it.Worst != "" {
+		t.Errorf("error result: %+v", it)
+	}
+	x.Rule, x.Result = reports.RuleUnclassified, "warn"
+	if it, _ := resultItem("shop", x, &sk); it.Worst != "" || it.State != findings.StatePresent {
+		t.Errorf("unclassified result: %+v", it)
+	}
+	x.Rule, x.Result = "BOGUS", "fail"
+	if it, _ := resultItem("shop", x, &sk); valid(it, &sk).Worst != "" || sk.Invalid != 1 {
+		t.Errorf("bogus level: %+v, %+v", it, sk)
+	}
+	if _, ok := resultItem("shop", openreportsv1alpha1.ReportResult{Source: "kyverno", Rule: findings.ImpactLegacy, Subjects: pod}, &sk); ok {
+		t.Error("another engine's result read")
+	}
+	for cut, want := range map[string]int{"7": 7, "-3": 1, "x": 1} {
+		sk = Skipped{}
+		if _, ok := resultItem("shop", openreportsv1alpha1.ReportResult{Source: reports.Source, Rule: reports.CutRule, Result: "skip",
+			Properties: map[string]string{"cut": cut}}, &sk); ok || sk.Cut != want {
+			t.Errorf("cut %q: %v, %+v", cut, ok, sk)
+		}
+	}
+	r := Report{Skipped: Skipped{Cut: 7}}
+	if s := summary(r); !strings.Contains(s, "Left out: 7 results") {
+		t.Errorf("summary lacks the cut results:\n%s", s)
+	}
+}
