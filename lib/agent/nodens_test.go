@@ -46,12 +46,14 @@ func sweepOne(t *testing.T, a *Agent, rec *syncRecorder, pods []*api.PodSandbox,
 	return rec.wait(t, 1)[0]
 }
 
-// pendingScans is how many sandboxes have a scan waiting or running: a
-// job taken by a worker held before its scan still counts.
-func pendingScans(a *Agent) int {
+// queued tells whether the sandbox id has a scan waiting or running: a
+// job taken by a worker held before its scan still counts. (By id: another
+// pod's finished scan may leave the queue only just after it reported.)
+func queued(a *Agent, id string) bool {
 	a.queue.mu.Lock()
 	defer a.queue.mu.Unlock()
-	return len(a.queue.slots)
+	_, ok := a.queue.slots[id]
+	return ok
 }
 
 // TestNodeNetns: a host-network pod on CRI-O reports the node's network
@@ -95,8 +97,8 @@ func TestNodeNetns(t *testing.T) {
 	if err := a.StopPodSandbox(ctx, host); err != nil {
 		t.Fatal(err)
 	}
-	if n := pendingScans(a); n != 0 {
-		t.Fatalf("%d scans queued for the host-network pod, want none", n)
+	if queued(a, host.GetId()) {
+		t.Fatal("a scan is queued for the host-network pod, want none")
 	}
 	select {
 	case s := <-rec.ch:
