@@ -39,8 +39,11 @@ func repoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// controlPlane starts kube-controller-manager (the DaemonSet and garbage
-// collector controllers) and kube-scheduler in the node's netns.
+// controlPlane starts kube-controller-manager (the DaemonSet, garbage
+// collector and root CA publisher controllers: the last writes the
+// kube-root-ca.crt ConfigMap every namespace has on a real cluster, which
+// the forwarder's projected token volume mounts) and kube-scheduler in
+// the node's netns.
 func (n *node) controlPlane(t *testing.T) {
 	t.Helper()
 	dir := filepath.Dir(kubetest.APIServerPath())
@@ -51,7 +54,8 @@ func (n *node) controlPlane(t *testing.T) {
 	}
 	kc := n.kube.Kubeconfig("control-plane", n.kube.AdminToken)
 	n.run(t, "kube-controller-manager", kcm, "--kubeconfig="+kc, "--authentication-kubeconfig="+kc,
-		"--authorization-kubeconfig="+kc, "--controllers=daemonset,garbagecollector", "--leader-elect=false",
+		"--authorization-kubeconfig="+kc, "--controllers=daemonset,garbagecollector,root-ca-certificate-publisher-controller",
+		"--root-ca-file="+n.kube.CAFile, "--leader-elect=false",
 		"--bind-address=127.0.0.1", "--secure-port=0")
 	n.run(t, "kube-scheduler", sched, "--kubeconfig="+kc, "--authentication-kubeconfig="+kc,
 		"--authorization-kubeconfig="+kc, "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0")
