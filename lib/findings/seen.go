@@ -59,7 +59,7 @@ type seenEntry struct {
 	Count int       `json:"count"`
 }
 
-// Outcome says what the record step did with a finding: Seen.Record, and
+// Outcome says what the record step did with a finding: Seen.RecordFinding, and
 // scan's Store.Record around it, which the hook and the agent call. The
 // values are spelled as the agent's scans_total metric labels them.
 type Outcome string
@@ -80,12 +80,6 @@ const (
 // symlink planted at the directory, a full /run): a repeated finding is
 // better than a lost one.
 var ErrNoMemory = errors.New("per-sandbox memory not usable")
-
-// Record is RecordFinding for a finding with usage (StatePresent) known by
-// its netns and fingerprint alone.
-func (s Seen) Record(ctx context.Context, key, netns, fingerprint string, write func() error) (Outcome, error) {
-	return s.RecordFinding(ctx, key, Record{Netns: netns, Fingerprint: fingerprint, State: StatePresent}, write)
-}
 
 // RecordFinding calls write unless the sandbox's last recorded finding has
 // the same fingerprint and state or the sandbox is over its limit, and

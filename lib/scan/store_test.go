@@ -74,7 +74,7 @@ func TestStoreSweep(t *testing.T) {
 			// whether the memory still had it.
 			stopped := func() bool {
 				t.Helper()
-				out, err := s.Seen.Record(ctx, "stopped", filepath.Join(dir, "gone-netns"), "fp", func() error { return nil })
+				out, err := s.Seen.RecordFinding(ctx, "stopped", findings.Record{Netns: filepath.Join(dir, "gone-netns"), Fingerprint: "fp", State: findings.StatePresent}, func() error { return nil })
 				if err != nil {
 					t.Fatal(err)
 				}
