@@ -86,6 +86,9 @@ func TestEncodeBoundsHostileRecord(t *testing.T) {
 	rec := Record{Node: evil, Source: evil, Stage: evil, ContainerID: evil, SandboxID: evil,
 		Pod: Pod{Namespace: evil, Name: evil, UID: evil}, Container: evil, Image: evil, Netns: evil, Error: evil,
 		Fingerprint: "0123456789abcdef0123456789abcdef"}
+	writer := &Writer{PID: 4242, Comm: evil, ParentComm: evil, ContainerID: evil, Container: evil,
+		Pod: Pod{Namespace: evil, Name: evil, UID: evil}, Unit: evil}
+	rec.Writer = writer
 	for i := 0; i < 10000; i++ {
 		rec.Nft.Tables = append(rec.Nft.Tables, "inet "+evil[:1000])
 		rec.Legacy.Tables = append(rec.Legacy.Tables, evil[:1000])
@@ -108,6 +111,9 @@ func TestEncodeBoundsHostileRecord(t *testing.T) {
 	}
 	if !back.Truncated || back.Nft.Rules != 621000 || back.Fingerprint != rec.Fingerprint || back.Worst != "" {
 		t.Errorf("cut record: truncated %v, rules %d, fingerprint %q", back.Truncated, back.Nft.Rules, back.Fingerprint)
+	}
+	if back.Writer == nil || back.Writer.PID != 4242 || writer.Comm != evil {
+		t.Errorf("writer: kept %+v; caller's comm changed %v", back.Writer, writer.Comm != evil)
 	}
 	// An ordinary record is not touched.
 	plain := Record{Pod: Pod{Namespace: "shop", Name: "cart-7d9f", UID: "7d1c0a52-0d3e-4c6b-9a51-2d0c3f1e5a11"}, Fingerprint: "f",

@@ -38,6 +38,11 @@ const (
 func Encode(rec Record) ([]byte, error) {
 	rec.Schema = Schema
 	rec.State = rec.KnownState()
+	if rec.Writer != nil {
+		// A copy: cutting its strings must not change the caller's.
+		w := *rec.Writer
+		rec.Writer = &w
+	}
 	for _, p := range rec.stringFields() {
 		*p = safetext.Cut(*p, maxField)
 	}
@@ -114,6 +119,11 @@ func (r *Record) shrink(lists []*[]string) bool {
 // stringFields are the record's free-form strings. The fingerprint is
 // left out: a cut one would be another fingerprint.
 func (r *Record) stringFields() []*string {
-	return []*string{&r.Node, &r.Source, &r.Stage, &r.ContainerID, &r.SandboxID,
+	f := []*string{&r.Node, &r.Source, &r.Stage, &r.ContainerID, &r.SandboxID,
 		&r.Pod.Namespace, &r.Pod.Name, &r.Pod.UID, &r.Container, &r.Image, &r.Netns, &r.Error}
+	if w := r.Writer; w != nil {
+		f = append(f, &w.Comm, &w.ParentComm, &w.ContainerID, &w.Container,
+			&w.Pod.Namespace, &w.Pod.Name, &w.Pod.UID, &w.Unit)
+	}
+	return f
 }

@@ -49,6 +49,35 @@ type Record struct {
 	// the counts are a lower bound.
 	Truncated bool   `json:"truncated"`
 	Error     string `json:"error"`
+	// Writer names the process whose committed change made the agent's
+	// watch scan; null when the record comes from a start, stop or sweep
+	// scan, or the watch could not tell.
+	Writer *Writer `json:"writer"`
+}
+
+// Writer is the process that committed an nftables generation, as the
+// kernel announced it (pid and command) and the host's /proc described it
+// when the announcement arrived. The command names are the pod's choice:
+// bounded and escaped like every other string.
+type Writer struct {
+	// PID is in the host's pid namespace, whatever the writer's own.
+	PID  int    `json:"pid"`
+	Comm string `json:"comm"`
+	// PPID and ParentComm are the writer's parent; 0 and "" when the
+	// writer was gone.
+	PPID       int    `json:"ppid"`
+	ParentComm string `json:"parent_comm"`
+	// ContainerID, Container and Pod place the writer: the container its
+	// cgroup names, and that container's pod; empty when the cgroup names
+	// no container the runtime knows (a host process).
+	ContainerID string `json:"container_id"`
+	Container   string `json:"container"`
+	Pod         Pod    `json:"pod"`
+	// Unit is the systemd unit of a host process, from its cgroup.
+	Unit string `json:"unit"`
+	// Gone is true when the process had exited before /proc could be
+	// read: only PID and Comm (the kernel's) are known.
+	Gone bool `json:"gone"`
 }
 
 // State is what a record says of its pod's iptables usage.
