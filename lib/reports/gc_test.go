@@ -2,9 +2,7 @@ package reports_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/reports"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
@@ -54,46 +51,13 @@ func TestPrune(t *testing.T) {
 	}
 }
 
-// startKCM runs kube-controller-manager with only the named controllers
-// against c until the test ends.
-func startKCM(t *testing.T, c *kubetest.Cluster, controllers string) (logPath string) {
-	t.Helper()
-	kcm := filepath.Join(filepath.Dir(kubetest.APIServerPath()), "kube-controller-manager")
-	_, err := os.Stat(kcm)
-	nstest.Need(t, err == nil, "needs "+kcm+" (tests/kube/build-kube.sh kube-controller-manager)")
-	kc := c.Kubeconfig("kcm", c.AdminToken)
-	cmd := exec.Command(kcm, "--kubeconfig="+kc, "--authentication-kubeconfig="+kc, "--authorization-kubeconfig="+kc,
-		"--controllers="+controllers, "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0")
-	log, err := os.Create(filepath.Join(t.TempDir(), "kcm.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		log.Close()
-	})
-	return log.Name()
-}
-
 // TestGarbageCollected deletes the Deployment: kube-controller-manager's
 // garbage collector must delete its Report through the owner reference.
 func TestGarbageCollected(t *testing.T) {
 	c, rc, owned := start(t)
 	ctx := kubetest.Ctx(t)
 	cs := c.Client()
-	logPath := startKCM(t, c, "garbagecollector")
+	logPath := c.ControllerManager(t, "garbagecollector")
 	w := reports.New(cs, rc, "node-a")
 	res, err := w.Write(ctx, record(owned["web-7c9-aaaaa"].Pod, findings.StatePresent, 1, 0, 0))
 	if err != nil || res.Outcome != reports.Written {
@@ -122,7 +86,7 @@ func TestViewRole(t *testing.T) {
 	ctx := kubetest.Ctx(t)
 	cs := c.Client()
 	kubetest.Apply(t, cs, filepath.Join("..", "..", "packaging", "rbac", "reports-view.yaml"))
-	startKCM(t, c, "clusterrole-aggregation")
+	c.ControllerManager(t, "clusterrole-aggregation")
 	kubetest.Namespace(t, cs, "other")
 	w := reports.New(cs, rc, "node-a")
 	res, err := w.Write(ctx, record(owned["db-0"].Pod, findings.StatePresent, 1, 0, 0))

@@ -95,6 +95,19 @@ func Start(t testing.TB) *Cluster {
 // not touch the host's firewall; 127.0.0.1 is then that namespace's.
 func StartIn(t testing.TB, netns string) *Cluster {
 	t.Helper()
+	return start(t, netns, nil)
+}
+
+// StartArgs is Start with more kube-apiserver flags after the defaults:
+// a flag given again wins, e.g. --event-ttl=30s for Events that expire
+// while the test runs.
+func StartArgs(t testing.TB, apiArgs ...string) *Cluster {
+	t.Helper()
+	return start(t, "", apiArgs)
+}
+
+func start(t testing.TB, netns string, extra []string) *Cluster {
+	t.Helper()
 	Need(t)
 	dir := t.TempDir()
 	c := &Cluster{t: t, Dir: dir, AdminToken: randHex(16), netns: netns}
@@ -144,6 +157,7 @@ func StartIn(t testing.TB, netns string) *Cluster {
 		"--event-ttl=1h",
 		"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
 	}
+	c.apiArgs = append(c.apiArgs, extra...)
 	c.StartAPIServer()
 	return c
 }
