@@ -63,6 +63,7 @@ func Note(rec findings.Record, o owner.Owner) string {
 		}
 		b.WriteString(safetext.Cut(l, maxVendorLine) + "\n")
 	}
+	b.WriteString(writerSentence(rec.Writer, "\n"))
 	b.WriteString(deprecation)
 	b.WriteString("\n")
 	b.WriteString(counts(rec))
@@ -110,8 +111,22 @@ func UnknownNote(rec findings.Record, o owner.Owner) string {
 	if rec.Container != "" {
 		b.WriteString(" Container: " + safetext.Display(rec.Container) + ".")
 	}
+	b.WriteString(writerSentence(rec.Writer, ""))
 	b.WriteString("\n" + unknownTail)
 	return safetext.Cut(b.String(), NoteLimit)
+}
+
+// writerSentence names the process whose change the agent's watch
+// looked after, one bounded sentence (WriterLine), then end; "" for none.
+func writerSentence(w *findings.Writer, end string) string {
+	if w == nil {
+		return ""
+	}
+	s := "Last change by " + WriterLine(w) + "."
+	if end == "" {
+		return " " + s
+	}
+	return s + end
 }
 
 // exampleLines are the example rules, breaking ones first, each on its own

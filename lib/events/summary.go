@@ -26,6 +26,9 @@ type Summary struct {
 	Worst    string             `json:"worst"`
 	Vendors  []findings.Vendor  `json:"vendors"`
 	Examples []findings.Example `json:"examples"`
+	// Writer is the record's: the process whose change the agent's watch
+	// looked after; null when none.
+	Writer *findings.Writer `json:"writer"`
 }
 
 // SummaryOf condenses rec as posted by node, the pod owned by o.
@@ -34,7 +37,7 @@ func SummaryOf(rec findings.Record, node string, o owner.Owner) Summary {
 		node = rec.Node
 	}
 	return Summary{Node: node, Owner: o, Pod: rec.Pod, State: rec.KnownState(), Error: rec.Error, Impact: rec.Levels(), Worst: rec.WorstLevel(),
-		Vendors: rec.Vendors, Examples: rec.Examples}
+		Vendors: rec.Vendors, Examples: rec.Examples, Writer: rec.Writer}
 }
 
 // JSON encodes the summary; it cannot fail on these types.
