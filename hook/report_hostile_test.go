@@ -61,6 +61,8 @@ func TestReportHostileEvent(t *testing.T) {
 		Vendors: []findings.Vendor{{Name: "istio" + hostile, Hint: hostile + strings.Repeat("A", 50<<10),
 			Doc: "javascript:alert(document.domain)//https://istio.io/"}},
 		Examples: []findings.Example{{Family: "ip" + hostile, Table: "nat", Chain: hostile, Rule: "-A OUTPUT " + hostile, Impact: bogusLevel}},
+		Writer: &findings.Writer{PID: 1, Comm: hostile, PPID: 2, ParentComm: hostile, Container: strings.Repeat(hostile, 50),
+			Pod: findings.Pod{Namespace: hostile, Name: hostile}},
 	}
 	unknown := events.Summary{Node: "node-b", Pod: findings.Pod{Namespace: "shop", Name: "hider", UID: "u2"},
 		State: findings.StateUnknown, Error: "busy" + hostile, Worst: bogusLevel}
@@ -79,7 +81,8 @@ func TestReportHostileEvent(t *testing.T) {
 	rec := findings.Record{Time: findings.Now(), Node: "node-c" + hostile, Source: "hook", Stage: "poststart",
 		Pod: findings.Pod{Namespace: "shop" + hostile, Name: "db-0" + hostile, UID: "u3" + hostile}, State: findings.StatePresent,
 		Nft: findings.Nft{Rules: 1}, Impact: findings.Impact{Xt: 1}, Worst: findings.ImpactXt, Fingerprint: "f1", Error: hostile,
-		Examples: []findings.Example{{Family: "ip", Table: "filter", Chain: "INPUT", Rule: `-A INPUT -m comment --comment "` + hostile + `" -j DROP`, Impact: findings.ImpactXt}}}
+		Examples: []findings.Example{{Family: "ip", Table: "filter", Chain: "INPUT", Rule: `-A INPUT -m comment --comment "` + hostile + `" -j DROP`, Impact: findings.ImpactXt}},
+		Writer:   &findings.Writer{PID: 3, Comm: hostile, Unit: hostile, Gone: true}}
 	if err := (findings.Log{Path: file}).Append(context.Background(), rec); err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +151,9 @@ func checkHostileReport(t *testing.T, name, format, out string) {
 		if !strings.Contains(out, "not valid") {
 			t.Errorf("%s: the summary does not say values were not valid:\n%s", name, out)
 		}
+		if !strings.Contains(out, "\n    writer:   ") {
+			t.Errorf("%s: no writer line:\n%s", name, out)
+		}
 	case "markdown":
 		// Header, separator, one row a group: every table line has its
 		// cells' pipes and nothing else starts a row.
@@ -157,7 +163,7 @@ func checkHostileReport(t *testing.T, name, format, out string) {
 				continue
 			}
 			rows++
-			if n := strings.Count(l, "|") - strings.Count(l, `\|`); n != 10 {
+			if n := strings.Count(l, "|") - strings.Count(l, `\|`); n != 11 {
 				t.Errorf("%s: row of %d cells: %q", name, n-1, l)
 			}
 		}
@@ -181,6 +187,19 @@ func checkHostileReport(t *testing.T, name, format, out string) {
 			if g.Impact.Legacy < 0 || g.Impact.Xt < 0 || g.Impact.Native < 0 {
 				t.Errorf("%s: negative counts %+v", name, g.Impact)
 			}
+		}
+		// Every input names a hostile writer: shown, bounded.
+		writers := 0
+		for _, g := range r.Groups {
+			for _, w := range g.Writers {
+				writers++
+				if len(w) > 512 {
+					t.Errorf("%s: group %s writer of %d bytes", name, g.Owner, len(w))
+				}
+			}
+		}
+		if writers == 0 {
+			t.Errorf("%s: no writer shown:\n%s", name, out)
 		}
 		// Decoded apart: the count is new with the fix this test shows.
 		var sk struct {

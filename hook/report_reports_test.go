@@ -82,6 +82,7 @@ func TestReportFromReports(t *testing.T) {
 			reports.PropOwner: "Deployment\n| FORGED |/web" + hostile, reports.PropNodes: "node-c" + hostile,
 			reports.PropVendor: "istio" + hostile, reports.PropHint: hostile + strings.Repeat("A", 50<<10),
 			reports.PropRules:         "legacy=-5 xt=1",
+			reports.PropWriter:        "sh (pid 1)" + hostile + strings.Repeat("W", 50<<10),
 			reports.PropExample + "1": "[ip" + hostile + " nat, " + bogusLevel + "] -A OUTPUT " + hostile,
 		}})
 

@@ -43,6 +43,9 @@ type Group struct {
 	// group (status error), never expected, Error the first one's why.
 	State findings.State `json:"state"`
 	Error string         `json:"error"`
+	// Writers name, for up to MaxWriters distinct ones, the process whose
+	// change the agent's watch looked after (events.WriterLine).
+	Writers []string `json:"writers"`
 }
 
 // VendorNames names the group's vendors, "unknown" for none.
@@ -81,7 +84,7 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 	}
 	idx := map[key]int{}
 	var gs []Group
-	type sets struct{ pods, nodes, reasons, vendors map[string]bool }
+	type sets struct{ pods, nodes, reasons, vendors, writers map[string]bool }
 	var ss []sets
 	var members [][]Item
 	for _, it := range items {
@@ -91,8 +94,8 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 			i = len(gs)
 			idx[k] = i
 			gs = append(gs, Group{Namespace: it.Namespace, Owner: it.Owner, Worst: it.Worst, Expected: true, State: it.State,
-				Pods: []string{}, Nodes: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}})
-			ss = append(ss, sets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
+				Pods: []string{}, Nodes: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}})
+			ss = append(ss, sets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
 			members = append(members, nil)
 		}
 		g, s := &gs[i], &ss[i]
@@ -103,6 +106,9 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 		g.Examples = mergeExamples(g.Examples, it.Examples)
 		add(&g.Pods, s.pods, it.Pod)
 		add(&g.Nodes, s.nodes, it.Node)
+		if len(g.Writers) < MaxWriters {
+			add(&g.Writers, s.writers, it.Writer)
+		}
 		for _, v := range it.Vendors {
 			if !s.vendors[v.Name] {
 				s.vendors[v.Name] = true
@@ -239,6 +245,10 @@ func exampleAt(exs []findings.Example, level string) (findings.Example, bool) {
 	}
 	return exs[best], true
 }
+
+// MaxWriters bounds a group's writers: the first few say who changes the
+// workload's rules, the findings hold the rest.
+const MaxWriters = 3
 
 // MaxExamples bounds a group's example rules: a few show the shape, the
 // findings hold the rest.

@@ -47,6 +47,9 @@ type Item struct {
 	State findings.State `json:"state"`
 	Error string         `json:"error"`
 	Time  time.Time      `json:"time"`
+	// Writer names the process whose change the agent's watch looked
+	// after (events.WriterLine), "" when the finding names none.
+	Writer string `json:"writer"`
 }
 
 // maxLine bounds a findings line read back; the hook writes at most
@@ -126,7 +129,7 @@ func itemOf(rec findings.Record, source string) Item {
 		Namespace: rec.Pod.Namespace, Pod: rec.Pod.Name, PodUID: rec.Pod.UID, Node: rec.Node,
 		Owner:  owner.Bare(rec.Pod.Name),
 		Impact: rec.Levels(), Worst: rec.WorstLevel(), Vendors: rec.Vendors, Examples: rec.Examples,
-		Source: source, State: rec.KnownState(), Error: rec.Error, Time: rec.Time,
+		Source: source, State: rec.KnownState(), Error: rec.Error, Time: rec.Time, Writer: events.WriterLine(rec.Writer),
 	}
 }
 
@@ -285,6 +288,7 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 		it.Node = s.Node
 	}
 	it.Impact, it.Worst, it.Vendors, it.Examples = s.Impact, s.Worst, s.Vendors, s.Examples
+	it.Writer = events.WriterLine(s.Writer)
 	// The reason says the state; the summary only adds why.
 	if state == findings.StateUnknown {
 		it.Error = s.Error

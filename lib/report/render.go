@@ -102,10 +102,11 @@ func columns(g Group, esc func(string) string) []string {
 		esc(g.VendorNames()),
 		esc(hint),
 		esc(example),
+		esc(strings.Join(g.Writers, "; ")),
 	}
 }
 
-var header = []string{"STATUS", "NAMESPACE", "OWNER", "PODS", "NODES", "WORST", "VENDOR", "HINT", "EXAMPLE RULE"}
+var header = []string{"STATUS", "NAMESPACE", "OWNER", "PODS", "NODES", "WORST", "VENDOR", "HINT", "EXAMPLE RULE", "WRITER"}
 
 // mdEscape keeps a cell one cell of plain text: no pipes, no HTML, no code
 // spans or emphasis from the pod's strings.

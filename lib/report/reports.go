@@ -121,6 +121,7 @@ func resultItem(namespace string, x openreportsv1alpha1.ReportResult, sk *Skippe
 		it.State, it.Worst, it.Error = findings.StateUnknown, "", p[reports.PropError]
 	}
 	it.Impact = impactOf(p[reports.PropRules])
+	it.Writer = p[reports.PropWriter]
 	if names := p[reports.PropVendor]; names != "" {
 		for i, n := range strings.Split(names, ",") {
 			v := findings.Vendor{Name: n}

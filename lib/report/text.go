@@ -119,6 +119,9 @@ func textDetails(g Group, row []string, widths []int) []string {
 		// ExampleLine escapes the rule itself.
 		lines("rule:     ", events.ExampleLine(ex))
 	}
+	for _, w := range g.Writers {
+		detail("writer:   ", w)
+	}
 	return out
 }
 

@@ -65,6 +65,7 @@ func valid(it Item, sk *Skipped) Item {
 		}
 	}
 	it.Error = safetext.Cut(it.Error, maxText)
+	it.Writer = safetext.Cut(it.Writer, maxText)
 
 	if bad(len(it.Vendors) <= findings.MaxVendors) {
 		it.Vendors = it.Vendors[:findings.MaxVendors]

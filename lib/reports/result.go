@@ -53,6 +53,9 @@ const (
 	PropError       = "error"
 	PropTruncated   = "truncated"
 	PropExample     = "example" // example1 .. exampleN
+	// PropWriter names the process whose change the agent's watch looked
+	// after (events.WriterLine); absent when the record has none.
+	PropWriter = "writer"
 )
 
 // Bounds of one result.
@@ -153,6 +156,9 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, node string, 
 	}
 	if rec.Truncated {
 		p[PropTruncated] = "true"
+	}
+	if rec.Writer != nil {
+		p[PropWriter] = prop(events.WriterLine(rec.Writer))
 	}
 	for i, ex := range findings.BreakingFirst(rec.Examples) {
 		if i == MaxExamples {

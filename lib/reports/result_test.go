@@ -42,7 +42,8 @@ func TestVerdictOf(t *testing.T) {
 func TestResultBounded(t *testing.T) {
 	evil := strings.Repeat("\x1b[2J\u202e\xff", 10000)
 	rec := findings.Record{State: findings.StatePresent, Worst: "xt", Nft: findings.Nft{Rules: 9}, Container: evil, Error: evil,
-		Pod: findings.Pod{Namespace: "shop", Name: "cart", UID: evil}, Fingerprint: evil}
+		Pod: findings.Pod{Namespace: "shop", Name: "cart", UID: evil}, Fingerprint: evil,
+		Writer: &findings.Writer{PID: 1, Comm: evil, PPID: 2, ParentComm: evil, Container: evil, Pod: findings.Pod{Namespace: evil, Name: evil}}}
 	for range 20 {
 		rec.Examples = append(rec.Examples, findings.Example{Family: "ip", Table: "nat", Rule: evil})
 		rec.Vendors = append(rec.Vendors, findings.Vendor{Name: evil, Hint: evil})
@@ -60,6 +61,26 @@ func TestResultBounded(t *testing.T) {
 	}
 	if strings.ContainsAny(x.Description, "\x1b\u202e") {
 		t.Errorf("message holds control characters")
+	}
+	if w := x.Properties[PropWriter]; !strings.HasPrefix(w, `\x1b[2J\u202e\xff`) || !strings.Contains(w, "...") {
+		t.Errorf("writer property %q: not the escaped, cut writer", w)
+	}
+}
+
+// The writer's property says who made the change, as the note does; a
+// record without one has none.
+func TestResultWriter(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart", UID: "u"}}
+	rec := findings.Record{State: findings.StatePresent, Worst: "xt", Impact: findings.Impact{Xt: 1}, Nft: findings.Nft{Rules: 1},
+		Pod: findings.Pod{Namespace: "shop", Name: "cart", UID: "u"}}
+	if x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: "cart"}, "node-a", time.Time{}); x.Properties[PropWriter] != "" {
+		t.Errorf("no writer: property %q", x.Properties[PropWriter])
+	}
+	rec.Writer = &findings.Writer{PID: 4242, Comm: "iptables-nft-re", Container: "istio-init", Pod: rec.Pod}
+	x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: "cart"}, "node-a", time.Time{})
+	want := "iptables-nft-re (pid 4242) in container istio-init of pod shop/cart"
+	if x.Properties[PropWriter] != want || !strings.Contains(x.Description, "Last change by "+want+".") {
+		t.Errorf("writer property %q, message %q; want %q in both", x.Properties[PropWriter], x.Description, want)
 	}
 }
 
