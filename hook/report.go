@@ -38,6 +38,12 @@ Inputs, any mix:
   while the workload does), else, when it serves no Report CRD or holds
   none of ours, its Events (kept an hour by default).
 
+--source picks one input instead: reports or events (the cluster's only),
+files (only the files and --events given). With the Report CRD served but
+listing Reports forbidden, the default stops (exit 2) naming the missing
+permission rather than fall back to Events that hold only the last hour:
+grant it, or ask for the Events with --source events.
+
 Credentials the kubectl way: --kubeconfig, else $KUBECONFIG, else
 ~/.kube/config, else (in a pod) the service account; --context picks a
 kubeconfig context. With findings files and --kubeconfig or --context,
@@ -62,7 +68,7 @@ cannot be read.`
 type reportConfig struct {
 	events                               []string
 	kubeconfig, expectations, format, fo string
-	kubeContext, namespace               string
+	kubeContext, namespace, source       string
 	timeout                              time.Duration
 }
 
@@ -71,6 +77,7 @@ func (c *reportConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else the in-cluster service account): read the cluster, or resolve owners of findings files")
 	fs.StringVar(&c.kubeContext, "context", "", "kubeconfig context to use (default: its current context)")
 	fs.StringVarP(&c.namespace, "namespace", "n", "", "report this namespace only (default: all), from every input")
+	fs.Var(newEnum(&c.source, report.SourceAuto, report.Sources...), "source", "what to read: auto (files and --events given, else the cluster's Reports, else its Events), reports or events (the cluster's only), files (only those given)")
 	fs.StringVar(&c.expectations, "expectations", "", "YAML file of expected usage (namespace glob, owner, vendor, level, rule, ruleRegexp, reason)")
 	fs.Var(newEnum(&c.format, "text", report.Formats...), "format", "output format: "+strings.Join(report.Formats, ", "))
 	fs.Var(newEnum(&c.fo, report.FailNever, report.FailModes...), "fail-on", "exit 1 when: never (warn only), unexpected (any usage not expected), breaks (unexpected usage that breaks on RHEL 10)")
@@ -91,7 +98,17 @@ func (c *reportConfig) run(files []string, s stdio) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
+	if err := c.checkSource(files); err != nil {
+		fmt.Fprintf(stderr, "iptables-alerter report: --source %s: %v\n", c.source, err)
+		return 2
+	}
 	r, err := c.build(ctx, files)
+	if fe, ok := report.IsForbidden(err, report.ResourceReports); ok && c.source == report.SourceAuto {
+		// Never "clean" from Events that hold only the last hour: the
+		// fallback is the reader's explicit choice.
+		fmt.Fprintf(stderr, "iptables-alerter report: %v\nThe cluster serves Reports but these credentials may not %s them: grant that, or run with --source events to read only the Events (the API server keeps them --event-ttl, 1h by default, so older findings are left out).\n", fe, fe.Verb)
+		return 2
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "iptables-alerter report: %v\n", err)
 		return 2
@@ -152,7 +169,7 @@ func (c *reportConfig) build(ctx context.Context, files []string) (report.Report
 		origin.From = append(origin.From, "events-file")
 	}
 	items = report.InNamespace(items, c.namespace)
-	fromCluster := len(files) == 0 && len(c.events) == 0
+	fromCluster := len(files) == 0 && len(c.events) == 0 && c.source != report.SourceFiles
 	// Named credentials resolve the owners of files; with none named, files
 	// alone are read, as before (a CI job's ~/.kube/config may be another
 	// cluster's).
@@ -163,7 +180,7 @@ func (c *reportConfig) build(ctx context.Context, files []string) (report.Report
 		}
 		origin.Cluster, origin.Context = cl.Config.Host, cl.context
 		if fromCluster {
-			its, from, err := report.ReadCluster(ctx, cl.Cluster, report.ClusterSources, &sk)
+			its, from, err := report.ReadCluster(ctx, cl.Cluster, report.SourcesOf(c.source), &sk)
 			if err != nil {
 				return report.Report{}, err
 			}
@@ -179,6 +196,22 @@ func (c *reportConfig) build(ctx context.Context, files []string) (report.Report
 	r := report.Report{Origin: origin, Groups: report.GroupItems(items, exps), Skipped: sk, FailOn: c.fo}
 	r.Failing = report.Judge(r.Groups, c.fo)
 	return r, nil
+}
+
+// checkSource refuses inputs the --source value does not read.
+func (c *reportConfig) checkSource(files []string) error {
+	given := len(files) > 0 || len(c.events) > 0
+	switch c.source {
+	case report.SourceReports, report.SourceEvents:
+		if given {
+			return errors.New("reads the cluster only: drop the findings files and --events, or use --source files")
+		}
+	case report.SourceFiles:
+		if !given {
+			return errors.New("name findings files or --events FILE")
+		}
+	}
+	return nil
 }
 
 type reportCluster struct {

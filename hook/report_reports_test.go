@@ -3,15 +3,19 @@
 package main
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	"github.com/iptables-alerter/iptables-alerter/lib/report"
 	"github.com/iptables-alerter/iptables-alerter/lib/reports"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
@@ -132,5 +136,110 @@ func TestReportFromReports(t *testing.T) {
 	out, code = runReportCmd(t, "--kubeconfig", kc, "-n", "ops", "--format", "json")
 	if _, r := groupsOf(t, out); code != 0 || len(r.Groups) != 0 || strings.Join(r.Origin.From, ",") != "events" {
 		t.Errorf("-n ops: exit %d, from %v, %d groups", code, r.Origin.From, len(r.Groups))
+	}
+}
+
+// TestReportSourceForbidden is issue 16's decision on a real kube-apiserver
+// serving the Report CRD, for a reader RBAC lets list Events but not
+// Reports: report stops (exit 2) naming the permission missing (verb,
+// resource, all namespaces or the one asked) and --source events, never
+// a report from the Events alone; --source events is that reader's
+// explicit way to them; --source reports reads the Reports only; each
+// --source refuses the inputs it does not read.
+func TestReportSourceForbidden(t *testing.T) {
+	c := kubetest.Start(t)
+	cs := c.Client()
+	c.CRD(t, crdFile, openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
+	rc, err := versioned.NewForConfig(c.Config(c.AdminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := kubetest.Ctx(t)
+	kubetest.Namespace(t, cs, "shop")
+	owned := kubetest.Workloads(t, cs, "shop")
+	// A Report for web, an Event for db: which workload is listed says
+	// which source was read.
+	web := owned["web-7c9-aaaaa"].Pod
+	rec := fwdRecord(web, string(web.UID), "fp-web", "app")
+	rec.Impact, rec.Worst = findings.Impact{Xt: 1}, findings.ImpactXt
+	if res, err := reports.New(cs, rc, "node-a").Write(ctx, rec); err != nil || res.Outcome != reports.Written {
+		t.Fatalf("write report: %+v, %v", res, err)
+	}
+	db := owned["db-0"].Pod
+	createPodEvent(t, cs, "usage-db", events.Reason, "usage", events.Summary{Node: "node-a", Owner: owner.Owner{Kind: "StatefulSet", Name: "db"},
+		Pod: findings.Pod{Namespace: "shop", Name: db.Name, UID: string(db.UID)}, State: findings.StatePresent, Impact: findings.Impact{Legacy: 1}, Worst: findings.ImpactLegacy})
+
+	// The reader may list Events in every namespace, and nothing else.
+	if _, err := cs.CoreV1().ServiceAccounts("shop").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "reader"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "events-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "events-reader"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "events-reader"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "reader", Namespace: "shop"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reader := c.Kubeconfig("reader", kubetest.Token(t, cs, "shop", "reader"))
+	admin := c.Kubeconfig("admin", c.AdminToken)
+	file := filepath.Join(t.TempDir(), "findings.jsonl")
+	if err := (findings.Log{Path: file}).Append(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		// stderr holds each of these, and lacks not.
+		stderr []string
+		not    string
+		// from and groups of the JSON report, when code is 0.
+		from, groups string
+	}{
+		{name: "auto, Reports forbidden", args: []string{"--kubeconfig", reader}, code: 2,
+			stderr: []string{`need "list" on "reports.openreports.io" in all namespaces`, "packaging/rbac/report.yaml", "--source events", `cannot list resource "reports"`}},
+		{name: "auto, -n, Reports forbidden", args: []string{"--kubeconfig", reader, "-n", "shop"}, code: 2,
+			stderr: []string{`need "list" on "reports.openreports.io" in namespace "shop"`, "--source events"}},
+		{name: "--source events", args: []string{"--kubeconfig", reader, "--source", "events"}, from: "events", groups: "StatefulSet/db"},
+		{name: "--source reports, forbidden", args: []string{"--kubeconfig", reader, "--source", "reports"}, code: 2,
+			stderr: []string{`need "list" on "reports.openreports.io" in all namespaces`}, not: "--source events"},
+		{name: "--source reports", args: []string{"--kubeconfig", admin, "--source", "reports"}, from: "reports", groups: "Deployment/web"},
+		{name: "auto, allowed", args: []string{"--kubeconfig", admin}, from: "reports", groups: "Deployment/web"},
+		{name: "--source files", args: []string{"--source", "files", file}, from: "files", groups: "Pod/" + web.Name},
+		{name: "--source files, none given", args: []string{"--kubeconfig", admin, "--source", "files"}, code: 2, stderr: []string{"--source files: name findings files"}},
+		{name: "--source events, a file given", args: []string{"--source", "events", file}, code: 2, stderr: []string{"--source events: reads the cluster only"}},
+		{name: "--source bogus", args: []string{"--source", "bogus"}, code: 2, stderr: []string{"auto, reports, events, files"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, stderr := runCmd(t, append([]string{"report", "--format", "json"}, tc.args...)...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d\n%s%s", code, tc.code, out, stderr)
+			}
+			for _, s := range tc.stderr {
+				if !strings.Contains(stderr, s) {
+					t.Errorf("stderr lacks %q:\n%s", s, stderr)
+				}
+			}
+			if tc.not != "" && strings.Contains(stderr, tc.not) {
+				t.Errorf("stderr holds %q:\n%s", tc.not, stderr)
+			}
+			if code != 0 {
+				if out != "" {
+					t.Errorf("a report printed despite exit %d:\n%s", code, out)
+				}
+				return
+			}
+			_, r := groupsOf(t, out)
+			var gs []string
+			for _, g := range r.Groups {
+				gs = append(gs, g.Owner.String())
+			}
+			if strings.Join(r.Origin.From, ",") != tc.from || strings.Join(gs, ",") != tc.groups {
+				t.Errorf("from %v, groups %v; want %s, %s", r.Origin.From, gs, tc.from, tc.groups)
+			}
+		})
 	}
 }

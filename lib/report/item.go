@@ -231,6 +231,9 @@ func clusterEvents(ctx context.Context, client kubernetes.Interface, namespace, 
 	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("reason", reason).String(), Limit: 500}
 	for {
 		l, err := client.CoreV1().Events(namespace).List(ctx, opts)
+		if apierrors.IsForbidden(err) {
+			return nil, &ForbiddenError{Verb: "list", Resource: ResourceEvents, Namespace: namespace, Err: err}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("list events: %w", err)
 		}

@@ -24,8 +24,8 @@ const maxCut = 1 << 20
 // namespace (all when empty), page by page, and gives an Item per result
 // of ours. It returns ErrNoSource when the API does not serve Reports (no
 // CRD: discovery, or a list's 404) or holds none of ours, so the Events
-// are read instead; a list refused is an error, never a quiet fallback to
-// Events an hour old.
+// are read instead; a list refused is a ForbiddenError, never a quiet
+// fallback to Events an hour old (SourceEvents reads them on request).
 //
 // Anyone allowed to create Reports in a namespace can write one with our
 // labels: the namespace is the Report's (never a result's subject's), only
@@ -56,7 +56,7 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error)
 			return nil, fmt.Errorf("list reports: %w", ErrNoSource)
 		}
 		if apierrors.IsForbidden(err) {
-			return nil, fmt.Errorf("list reports (packaging/rbac/report.yaml allows it): %w", err)
+			return nil, &ForbiddenError{Verb: "list", Resource: ResourceReports, Namespace: c.Namespace, Err: err}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list reports: %w", err)
@@ -76,7 +76,7 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error)
 		opts.Continue = l.Continue
 	}
 	if !found {
-		return nil, fmt.Errorf("list reports: none of ours: %w", ErrNoSource)
+		return nil, fmt.Errorf("list reports: %w", errNoneOfOurs)
 	}
 	return items, nil
 }

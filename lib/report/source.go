@@ -76,6 +76,84 @@ type ClusterSource struct {
 // of it.
 var ErrNoSource = errors.New("source not in the cluster")
 
+// errNoneOfOurs is ErrNoSource for a cluster that serves Reports but holds
+// none of ours: under SourceReports that is a report of nothing, not an
+// error.
+var errNoneOfOurs = fmt.Errorf("none of ours: %w", ErrNoSource)
+
+// ForbiddenError is a list of ours the API server refused for lack of
+// permission: it names what to grant. A report never passes over it to
+// another source, since it would then say less than the cluster holds.
+type ForbiddenError struct {
+	// Verb and Resource ("reports.openreports.io", "events") are what
+	// RBAC must allow; Namespace is "" for all namespaces.
+	Verb, Resource, Namespace string
+	Err                       error
+}
+
+func (e *ForbiddenError) Error() string {
+	where := "in all namespaces (a ClusterRole bound by a ClusterRoleBinding)"
+	if e.Namespace != "" {
+		where = fmt.Sprintf("in namespace %q (a Role there is enough)", e.Namespace)
+	}
+	return fmt.Sprintf("%s %s: forbidden: the credentials need %q on %q %s, as packaging/rbac/report.yaml grants: %v",
+		e.Verb, e.Resource, e.Verb, e.Resource, where, e.Err)
+}
+
+func (e *ForbiddenError) Unwrap() error { return e.Err }
+
+// IsForbidden reports whether err is, or wraps, a ForbiddenError about
+// resource ("" for any), and gives it.
+func IsForbidden(err error, resource string) (*ForbiddenError, bool) {
+	var fe *ForbiddenError
+	if errors.As(err, &fe) && (resource == "" || fe.Resource == resource) {
+		return fe, true
+	}
+	return nil, false
+}
+
+// Resources named by ForbiddenError.
+const (
+	ResourceReports = "reports.openreports.io"
+	ResourceEvents  = "events"
+)
+
+// Sources --source selects from.
+const (
+	// SourceAuto reads the findings files and saved Events given, else the
+	// cluster's Reports, else its Events (ClusterSources).
+	SourceAuto = "auto"
+	// SourceReports and SourceEvents read only that source of the
+	// cluster; SourceFiles only the files given.
+	SourceReports = "reports"
+	SourceEvents  = "events"
+	SourceFiles   = "files"
+)
+
+// Sources lists the --source values, for help and validation.
+var Sources = []string{SourceAuto, SourceReports, SourceEvents, SourceFiles}
+
+// SourcesOf gives the cluster sources a --source value reads, in order:
+// ClusterSources for auto, one of them for reports or events (Reports
+// served but none of ours is then a report of nothing), none for files.
+func SourcesOf(source string) []ClusterSource {
+	switch source {
+	case SourceReports:
+		return []ClusterSource{{Name: SourceReports, Read: func(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error) {
+			items, err := ClusterReports(ctx, c, sk)
+			if errors.Is(err, errNoneOfOurs) {
+				return nil, nil
+			}
+			return items, err
+		}}}
+	case SourceEvents:
+		return ClusterSources[1:]
+	case SourceFiles:
+		return nil
+	}
+	return ClusterSources
+}
+
 // ClusterSources are read in order, the first the cluster holds wins:
 // Reports stay until deleted, where the API server keeps Events an hour by
 // default, so Events are the fallback for a cluster without Reports (no
@@ -89,14 +167,16 @@ var ClusterSources = []ClusterSource{
 
 // ReadCluster reads the first of sources the cluster holds and says which.
 func ReadCluster(ctx context.Context, c Cluster, sources []ClusterSource, sk *Skipped) ([]Item, string, error) {
+	last := errors.New("no source to read")
 	for _, s := range sources {
 		items, err := s.Read(ctx, c, sk)
 		if errors.Is(err, ErrNoSource) {
+			last = err
 			continue
 		}
 		return items, s.Name, err
 	}
-	return nil, "", errors.New("read cluster: none of its sources holds findings")
+	return nil, "", fmt.Errorf("read cluster: none of its sources holds findings: %w", last)
 }
 
 // CheckNamespace refuses a --namespace value that is not a namespace name.

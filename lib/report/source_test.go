@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -29,6 +30,36 @@ func TestReadClusterFallsBack(t *testing.T) {
 	}
 	if _, _, err := ReadCluster(context.Background(), Cluster{}, []ClusterSource{none}, &sk); err == nil {
 		t.Error("no source held, no error")
+	}
+}
+
+// Each --source value reads its sources in order; a refused list names
+// the verb, the resource and where, and is found through wrapping.
+func TestSourcesOf(t *testing.T) {
+	for src, want := range map[string]string{SourceAuto: "reports,events", SourceReports: "reports", SourceEvents: "events", SourceFiles: ""} {
+		var names []string
+		for _, s := range SourcesOf(src) {
+			names = append(names, s.Name)
+		}
+		if got := strings.Join(names, ","); got != want {
+			t.Errorf("SourcesOf(%q) = %q, want %q", src, got, want)
+		}
+	}
+	api := errors.New(`reports.openreports.io is forbidden: User "x" cannot list resource "reports"`)
+	for _, tc := range []struct {
+		ns, want string
+	}{
+		{"", `list reports.openreports.io: forbidden: the credentials need "list" on "reports.openreports.io" in all namespaces (a ClusterRole bound by a ClusterRoleBinding), as packaging/rbac/report.yaml grants: ` + api.Error()},
+		{"shop", `list reports.openreports.io: forbidden: the credentials need "list" on "reports.openreports.io" in namespace "shop" (a Role there is enough), as packaging/rbac/report.yaml grants: ` + api.Error()},
+	} {
+		err := fmt.Errorf("read cluster: %w", &ForbiddenError{Verb: "list", Resource: ResourceReports, Namespace: tc.ns, Err: api})
+		fe, ok := IsForbidden(err, ResourceReports)
+		if !ok || fe.Error() != tc.want || !errors.Is(err, api) {
+			t.Errorf("namespace %q: %v, %v; want %q", tc.ns, ok, fe, tc.want)
+		}
+		if _, ok := IsForbidden(err, ResourceEvents); ok {
+			t.Errorf("a refused Reports list taken for refused Events")
+		}
 	}
 }
 
