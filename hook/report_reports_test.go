@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -20,6 +21,22 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/reports"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
+
+// reportsCluster starts an API server serving the Report CRD the module
+// ships, with kubetest.Workloads in namespace shop, and an admin Reports
+// client.
+func reportsCluster(t *testing.T) (*kubetest.Cluster, kubernetes.Interface, versioned.Interface, map[string]kubetest.Owned) {
+	t.Helper()
+	c := kubetest.Start(t)
+	cs := c.Client()
+	c.CRD(t, crdFile, openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
+	rc, err := versioned.NewForConfig(c.Config(c.AdminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Namespace(t, cs, "shop")
+	return c, cs, rc, kubetest.Workloads(t, cs, "shop")
+}
 
 // TestReportFromReports is issue 16 item 3 on a real kube-apiserver with
 // the Report CRD: Reports written by the real writer for two workloads on
@@ -30,15 +47,7 @@ import (
 // escaped: the bogus level refused, the rows kept their shape. A cluster
 // without the CRD falls back to Events (TestReportCredentials).
 func TestReportFromReports(t *testing.T) {
-	c := kubetest.Start(t)
-	cs := c.Client()
-	c.CRD(t, crdFile, openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
-	rc, err := versioned.NewForConfig(c.Config(c.AdminToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubetest.Namespace(t, cs, "shop")
-	owned := kubetest.Workloads(t, cs, "shop")
+	c, cs, rc, owned := reportsCluster(t)
 	ctx := kubetest.Ctx(t)
 	// Read with report's own RBAC: it must allow listing Reports.
 	kubetest.Namespace(t, cs, fwdNS)
@@ -147,16 +156,8 @@ func TestReportFromReports(t *testing.T) {
 // explicit way to them; --source reports reads the Reports only; each
 // --source refuses the inputs it does not read.
 func TestReportSourceForbidden(t *testing.T) {
-	c := kubetest.Start(t)
-	cs := c.Client()
-	c.CRD(t, crdFile, openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
-	rc, err := versioned.NewForConfig(c.Config(c.AdminToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cs, rc, owned := reportsCluster(t)
 	ctx := kubetest.Ctx(t)
-	kubetest.Namespace(t, cs, "shop")
-	owned := kubetest.Workloads(t, cs, "shop")
 	// A Report for web, an Event for db: which workload is listed says
 	// which source was read.
 	web := owned["web-7c9-aaaaa"].Pod

@@ -76,8 +76,15 @@ func (p *proc) String() string {
 
 func (n *node) run(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startProc(t, name, exec.Command("nsenter", append([]string{"--net=" + n.netns, "--"}, args...)...))
+}
+
+// startProc starts cmd and ends it when the test ends: SIGTERM, SIGKILL
+// if it lingers, waited for whatever the verdict; its output is logged on
+// failure.
+func startProc(t *testing.T, name string, cmd *exec.Cmd) *proc {
+	t.Helper()
 	p := &proc{name: name}
-	cmd := exec.Command("nsenter", append([]string{"--net=" + n.netns, "--"}, args...)...)
 	cmd.Stdout, cmd.Stderr = p, p
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)

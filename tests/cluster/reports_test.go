@@ -8,8 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -59,53 +57,6 @@ const linkerdNAT = `*nat
 -A PROXY_INIT_OUTPUT -p tcp -j REDIRECT --to-ports 4140
 COMMIT
 `
-
-// bgProc is a process of the test, ended when the test ends.
-type bgProc struct {
-	mu  sync.Mutex
-	out strings.Builder
-}
-
-func (p *bgProc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *bgProc) String() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
-
-// startBg runs bin with args until the test ends: SIGTERM then, SIGKILL
-// if it lingers, waited for whatever the verdict; its output is logged on
-// failure.
-func startBg(t *testing.T, name, bin string, args ...string) *bgProc {
-	t.Helper()
-	p := &bgProc{}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = p, p
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("%s did not stop on SIGTERM", name)
-		}
-		if t.Failed() {
-			t.Logf("%s output:\n%s", name, p)
-		}
-	})
-	return p
-}
 
 // runHookAt runs the hook binary the way CRI-O runs a poststart hook: a
 // separate process given the container's OCI state on stdin, its bundle's
@@ -249,9 +200,9 @@ func TestReportsOutliveEvents(t *testing.T) {
 	}
 	t.Cleanup(ad.Stop)
 	// --host-proc "": the test's pods are not host-network ones.
-	agent := startBg(t, "agent", bin, append([]string{"agent", "--nri-socket", sock, "--health-addr", "", "--host-proc", ""}, common...)...)
-	fwd := startBg(t, "forward", bin, "forward", "--kubeconfig", c.Kubeconfig("forward", kubetest.Token(t, cs, "iptables-alerter", "iptables-alerter-forward")),
-		"--findings", file, "--state-dir", filepath.Join(work, "fwd"), "--node-name", "node-a", "--health-addr", "")
+	agent := startProc(t, "agent", exec.Command(bin, append([]string{"agent", "--nri-socket", sock, "--health-addr", "", "--host-proc", ""}, common...)...))
+	fwd := startProc(t, "forward", exec.Command(bin, "forward", "--kubeconfig", c.Kubeconfig("forward", kubetest.Token(t, cs, "iptables-alerter", "iptables-alerter-forward")),
+		"--findings", file, "--state-dir", filepath.Join(work, "fwd"), "--node-name", "node-a", "--health-addr", ""))
 
 	// Both pods' Events were posted (the watch saw them) and both
 	// workloads' Reports written.
