@@ -4,7 +4,9 @@
 // owning workload, marks what an expectations file says is expected, and
 // renders a table, Markdown, JSON, JUnit XML or a self-contained HTML page
 // with a verdict for CI. A cluster is read through ClusterSources (source.go), the first
-// it holds; Origin is the header naming cluster, time and inputs.
+// it holds, or the one SourcesOf picks; a list refused is a ForbiddenError
+// naming the permission, never a fallback; Origin is the header naming
+// cluster, time and inputs.
 //
 // Data flows one way: inputs give Items (one per finding, with its state),
 // Settle keeps what they still say of each pod (gone takes the pod's earlier
