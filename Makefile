@@ -4,6 +4,7 @@ BINDIR   ?= $(PREFIX)/bin
 HOOKSDIR ?= /etc/containers/oci/hooks.d
 SYSCONFDIR ?= /etc
 UNITDIR  ?= $(PREFIX)/lib/systemd/system
+MANDIR   ?= $(PREFIX)/share/man
 DESTDIR  ?=
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # The commit and its time (UTC, as Go's vcs.time) for `version` and the
@@ -77,6 +78,8 @@ install: build
 		sed 's|/usr/local/bin/|$(BINDIR)/|' $$u > $(DESTDIR)$(UNITDIR)/$${u##*/} && chmod 0644 $(DESTDIR)$(UNITDIR)/$${u##*/} || exit 1; \
 	done
 	[ -e $(DESTDIR)$(SYSCONFDIR)/iptables-alerter/allowlist.json ] || install -D -m 0644 packaging/allowlist.json $(DESTDIR)$(SYSCONFDIR)/iptables-alerter/allowlist.json
+	install -d -m 0755 $(DESTDIR)$(MANDIR)/man8
+	install -m 0644 docs/man/*.8 $(DESTDIR)$(MANDIR)/man8/
 	$(MAKE) --no-print-directory install-files
 
 # install-files installs what build made. The binaries first, then the
@@ -104,6 +107,7 @@ uninstall:
 	rm -f $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
 	rm -f $(DESTDIR)$(BINDIR)/iptables-alerter $(DESTDIR)$(BINDIR)/iptables-alerter-hook
 	rm -f $(addprefix $(DESTDIR)$(UNITDIR)/,$(notdir $(wildcard packaging/systemd/*.service packaging/systemd/*.timer)))
+	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man8/,$(notdir $(wildcard docs/man/*.8)))
 
 # Regenerate the OpenShift MachineConfig YAML from its Butane sources (after
 # a change to hooks.d/iptables-alerter.json or the units it carries).
@@ -124,12 +128,14 @@ crds:
 
 # The RPM (packaging/rpm/iptables-alerter.spec) from a tarball of HEAD;
 # the spec builds and runs make install DESTDIR=%{buildroot}.
+# RPMBUILDFLAGS=--nodeps where rpm knows no installed packages (Debian).
 RPM_VERSION ?= $(shell v=$$(git describe --tags --abbrev=0 2>/dev/null | sed 's/^v//'); echo $${v:-0.0.0})
 RPMDIR ?= $(CURDIR)/bin/rpmbuild
+RPMBUILDFLAGS ?=
 rpm:
 	rm -rf $(RPMDIR) && mkdir -p $(RPMDIR)/SOURCES
 	git archive --format=tar.gz --prefix=iptables-alerter-$(RPM_VERSION)/ -o $(RPMDIR)/SOURCES/iptables-alerter-$(RPM_VERSION).tar.gz HEAD
-	rpmbuild -bb --define "_topdir $(RPMDIR)" --define "version $(RPM_VERSION)" --define "gitversion $(VERSION)" \
+	rpmbuild -bb $(RPMBUILDFLAGS) --define "_topdir $(RPMDIR)" --define "version $(RPM_VERSION)" --define "gitversion $(VERSION)" \
 		--define "gitcommit $(COMMIT)" --define "gitdate $(COMMIT_DATE)" packaging/rpm/iptables-alerter.spec
 
 # The image: the static binaries on an empty base (packaging/Containerfile),
