@@ -27,7 +27,7 @@ HOOKBIN  := bin/iptables-alerter-hook
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs crds
+.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs crds set-release pin-image
 
 all: build
 
@@ -138,18 +138,45 @@ rpm:
 	rpmbuild -bb $(RPMBUILDFLAGS) --define "_topdir $(RPMDIR)" --define "version $(RPM_VERSION)" --define "gitversion $(VERSION)" \
 		--define "gitcommit $(COMMIT)" --define "gitdate $(COMMIT_DATE)" packaging/rpm/iptables-alerter.spec
 
-# The image: the static binaries on an empty base (packaging/Containerfile),
-# built offline from a staged context holding only what it copies.
+# The image: a manifest list of one image per platform, each the static
+# binaries of `make build` cross-compiled for it on an empty base
+# (packaging/Containerfile), built offline from a staged context holding
+# only what it copies. FROM scratch with only COPY runs nothing in the
+# image, so building for another architecture needs no emulation. Each
+# build is --no-cache: a cached layer of the same files built for another
+# platform must not stand in. The per-platform images are tagged
+# $(IMAGE)-ARCH; push the list with
+#   podman manifest push --all $(IMAGE) docker://REGISTRY/iptables-alerter:$(VERSION)
 IMAGE ?= localhost/iptables-alerter:$(VERSION)
 IMAGE_CONTEXT ?= bin/image
+PLATFORMS ?= linux/amd64 linux/arm64
 PODMAN ?= podman
-image: build
-	rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)
-	cp $(BIN) $(HOOKBIN) hooks.d/iptables-alerter.json $(IMAGE_CONTEXT)/
-	$(PODMAN) build --pull=never -f packaging/Containerfile -t $(IMAGE) \
-		--build-arg VERSION=$(VERSION) \
-		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
-		--build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) $(IMAGE_CONTEXT)
+image:
+	rm -rf $(IMAGE_CONTEXT)
+	$(PODMAN) manifest rm $(IMAGE) >/dev/null 2>&1 || $(PODMAN) rmi $(IMAGE) >/dev/null 2>&1 || true
+	$(PODMAN) manifest create $(IMAGE)
+	for p in $(PLATFORMS); do \
+		arch=$${p#*/} && ctx=$(IMAGE_CONTEXT)/$$arch && mkdir -p $$ctx && \
+		GOOS=$${p%%/*} GOARCH=$$arch $(MAKE) --no-print-directory build BIN=$$ctx/iptables-alerter HOOKBIN=$$ctx/iptables-alerter-hook && \
+		cp hooks.d/iptables-alerter.json $$ctx/ && \
+		$(PODMAN) build --pull=never --no-cache --platform $$p -f packaging/Containerfile -t $(IMAGE)-$$arch \
+			--build-arg VERSION=$(VERSION) --build-arg REVISION=$(or $(COMMIT),unknown) \
+			--build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) $$ctx && \
+		$(PODMAN) manifest add $(IMAGE) containers-storage:$(IMAGE)-$$arch || exit 1; \
+	done
+
+# A release: set-release before tagging, so the tagged kustomize base
+# pulls the tag's image; pin-image after `podman manifest push --all
+# --digestfile`, so the MachineConfig's boot-time pull names that image
+# by digest (a commit after the tag: the image's labels name the tagged
+# commit). docs/install-openshift.md#releases.
+set-release:
+	@case '$(RELEASE)' in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo 'RELEASE=vX.Y.Z'; exit 1;; esac
+	sed -i 's|^    newTag: .*|    newTag: $(RELEASE)|' packaging/kubernetes/kustomization.yaml
+pin-image:
+	@case '$(IMAGE_REF)' in *@sha256:*) ;; *) echo 'IMAGE_REF=REGISTRY/PATH@sha256:DIGEST'; exit 1;; esac
+	sed -i 's|^IPTABLES_ALERTER_IMAGE=.*|IPTABLES_ALERTER_IMAGE=$(IMAGE_REF)|' packaging/openshift/machineconfig/iptables-alerter-install.env
+	$(MAKE) --no-print-directory machineconfig
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
