@@ -16,16 +16,21 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
 
-// serviceMonitorCRD is the least of Prometheus Operator's CRD that accepts
-// a ServiceMonitor: the test installs it from here, no network needed.
-const serviceMonitorCRD = `apiVersion: apiextensions.k8s.io/v1
+// stubCRD is the least CRD that makes the API server store a kind it
+// does not know, every field kept as it is: the test installs it from
+// here, no network needed. kind's plural is its lower case with "s"
+// unless it already ends in one.
+func stubCRD(group, kind, scope string) string {
+	singular := strings.ToLower(kind)
+	plural := strings.TrimSuffix(singular, "s") + "s"
+	return `apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
-  name: servicemonitors.monitoring.coreos.com
+  name: ` + plural + "." + group + `
 spec:
-  group: monitoring.coreos.com
-  scope: Namespaced
-  names: {plural: servicemonitors, singular: servicemonitor, kind: ServiceMonitor, listKind: ServiceMonitorList}
+  group: ` + group + `
+  scope: ` + scope + `
+  names: {plural: ` + plural + `, singular: ` + strings.TrimSuffix(singular, "s") + `, kind: ` + kind + `, listKind: ` + kind + `List}
   versions:
     - name: v1
       served: true
@@ -35,27 +40,15 @@ spec:
           type: object
           x-kubernetes-preserve-unknown-fields: true
 `
+}
 
-// sccCRD stands in for OpenShift's SecurityContextConstraints, a built-in
-// kind there and unknown to a plain kube-apiserver: cluster-scoped, its
-// fields at the top level, kept as they are.
-const sccCRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: securitycontextconstraints.security.openshift.io
-spec:
-  group: security.openshift.io
-  scope: Cluster
-  names: {plural: securitycontextconstraints, singular: securitycontextconstraint, kind: SecurityContextConstraints, listKind: SecurityContextConstraintsList}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema:
-          type: object
-          x-kubernetes-preserve-unknown-fields: true
-`
+// The ServiceMonitor of Prometheus Operator, and OpenShift's
+// SecurityContextConstraints (built in there; cluster-scoped, its fields
+// at the top level).
+var (
+	serviceMonitorCRD = stubCRD("monitoring.coreos.com", "ServiceMonitor", "Namespaced")
+	sccCRD            = stubCRD("security.openshift.io", "SecurityContextConstraints", "Cluster")
+)
 
 // kubectl runs the real kubectl against the test's API server.
 func kubectl(t *testing.T, kubeconfig string, args ...string) []byte {
