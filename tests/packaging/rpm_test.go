@@ -202,3 +202,25 @@ func TestRPM(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRPMGoVersion: the spec asks for the Go go.mod names, so a build
+// system never has to fetch a newer toolchain (it is offline).
+func TestRPMGoVersion(t *testing.T) {
+	mod, err := os.ReadFile(filepath.Join(repo(t), "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := os.ReadFile(filepath.Join(repo(t), "packaging/rpm/iptables-alerter.spec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var goLine string
+	for _, l := range strings.Split(string(mod), "\n") {
+		if v, ok := strings.CutPrefix(l, "go "); ok {
+			goLine = strings.TrimSpace(v)
+		}
+	}
+	if want := "BuildRequires:  golang >= " + goLine + "\n"; goLine == "" || !bytes.Contains(spec, []byte(want)) {
+		t.Errorf("the spec has no %q (go.mod: go %s)", strings.TrimSpace(want), goLine)
+	}
+}
