@@ -16,16 +16,21 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
 
-// serviceMonitorCRD is the least of Prometheus Operator's CRD that accepts
-// a ServiceMonitor: the test installs it from here, no network needed.
-const serviceMonitorCRD = `apiVersion: apiextensions.k8s.io/v1
+// stubCRD is the least CRD that makes the API server store a kind it
+// does not know, every field kept as it is: the test installs it from
+// here, no network needed. kind's plural is its lower case with "s"
+// unless it already ends in one.
+func stubCRD(group, kind, scope string) string {
+	singular := strings.ToLower(kind)
+	plural := strings.TrimSuffix(singular, "s") + "s"
+	return `apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
-  name: servicemonitors.monitoring.coreos.com
+  name: ` + plural + "." + group + `
 spec:
-  group: monitoring.coreos.com
-  scope: Namespaced
-  names: {plural: servicemonitors, singular: servicemonitor, kind: ServiceMonitor, listKind: ServiceMonitorList}
+  group: ` + group + `
+  scope: ` + scope + `
+  names: {plural: ` + plural + `, singular: ` + strings.TrimSuffix(singular, "s") + `, kind: ` + kind + `, listKind: ` + kind + `List}
   versions:
     - name: v1
       served: true
@@ -35,6 +40,15 @@ spec:
           type: object
           x-kubernetes-preserve-unknown-fields: true
 `
+}
+
+// The ServiceMonitor of Prometheus Operator, and OpenShift's
+// SecurityContextConstraints (built in there; cluster-scoped, its fields
+// at the top level).
+var (
+	serviceMonitorCRD = stubCRD("monitoring.coreos.com", "ServiceMonitor", "Namespaced")
+	sccCRD            = stubCRD("security.openshift.io", "SecurityContextConstraints", "Cluster")
+)
 
 // kubectl runs the real kubectl against the test's API server.
 func kubectl(t *testing.T, kubeconfig string, args ...string) []byte {
@@ -65,6 +79,9 @@ func contains(path string, want, got any) []string {
 		}
 		return diffs
 	case []any:
+		if len(w) == 0 && got == nil {
+			return nil // an empty list is stored as none (omitempty)
+		}
 		g, ok := got.([]any)
 		if !ok || len(g) != len(w) {
 			return []string{fmt.Sprintf("%s: %d items set, server has %v", path, len(w), got)}
@@ -82,7 +99,8 @@ func contains(path string, want, got any) []string {
 	}
 }
 
-// Both kustomizations, and the base with the secure-metrics component, as
+// Every kustomization (the OpenShift ones with OpenShift's SCC kind from
+// a stand-in CRD), and the base with the secure-metrics component, as
 // `kubectl apply --server-side -k` applies them,
 // against a real kube-apiserver; every object read back holds what we set.
 func TestKustomizeServerSideApply(t *testing.T) {
@@ -91,14 +109,15 @@ func TestKustomizeServerSideApply(t *testing.T) {
 	c := kubetest.Start(t)
 	kc := c.Kubeconfig("admin", c.AdminToken)
 	dir := t.TempDir()
-	crd := filepath.Join(dir, "servicemonitor-crd.yaml")
-	if err := os.WriteFile(crd, []byte(serviceMonitorCRD), 0o644); err != nil {
+	crd := filepath.Join(dir, "crds.yaml")
+	if err := os.WriteFile(crd, []byte(serviceMonitorCRD+"---\n"+sccCRD), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	kubectl(t, kc, "apply", "--server-side", "-f", crd)
-	kubectl(t, kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com")
+	kubectl(t, kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com",
+		"crd/securitycontextconstraints.security.openshift.io")
 
-	for _, k := range []string{"packaging/kubernetes", "packaging/openshift", "secure-metrics"} {
+	for _, k := range []string{"packaging/kubernetes", "packaging/openshift", "packaging/openshift-no-sidecar", "secure-metrics"} {
 		t.Run(filepath.Base(k), func(t *testing.T) {
 			path := filepath.Join(repo(t), k)
 			if k == "secure-metrics" {
@@ -131,9 +150,13 @@ func TestKustomizeServerSideApply(t *testing.T) {
 					t.Errorf("%s", d)
 				}
 			}
-			for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "DaemonSet", "Service", "ServiceMonitor", "NetworkPolicy"} {
-				if !kinds[k] {
-					t.Errorf("no %s in %s", k, k)
+			want := []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "DaemonSet", "Service", "ServiceMonitor", "NetworkPolicy"}
+			if strings.Contains(k, "openshift") {
+				want = append(want, "SecurityContextConstraints")
+			}
+			for _, w := range want {
+				if !kinds[w] {
+					t.Errorf("no %s in %s", w, k)
 				}
 			}
 		})
