@@ -1,0 +1,537 @@
+package packaging
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+)
+
+// chartKubeVersion is the Kubernetes version the chart is rendered for
+// offline: helm template assumes 1.20 otherwise, below the chart's
+// kubeVersion (sidecar containers need 1.29). The test API server's.
+const chartKubeVersion = "1.35.4"
+
+// helmLabels are the labels the chart adds to what the kustomize tree sets:
+// the comparison drops them from both. The chart puts Helm's recommended
+// set on every object, the kustomize tree its name label on some; the
+// selectors and the pod template's name label are compared.
+var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/name"}
+
+func chartDir(t testing.TB) string {
+	return filepath.Join(repo(t), "packaging", "helm", "iptables-alerter")
+}
+
+// helm runs the pinned helm (tests/kube/build-helm.sh) with its
+// configuration, cache and data in a temp dir, never the user's.
+func helm(t *testing.T, args ...string) ([]byte, error) {
+	t.Helper()
+	_, err := exec.LookPath("helm")
+	nstest.Need(t, err == nil, "needs helm on PATH (tests/kube/build-helm.sh builds it into $IPTA_CACHE/kube/bin, which make puts first on PATH)")
+	home := t.TempDir()
+	cmd := exec.Command("helm", args...)
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home+"/config", "HELM_CACHE_HOME="+home+"/cache", "HELM_DATA_HOME="+home+"/data")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out, nil
+}
+
+// helmTemplate is `helm template` of the chart in namespace iptables-alerter
+// with the --set values given.
+func helmTemplate(t *testing.T, set ...string) []byte {
+	t.Helper()
+	out, err := helmTemplateErr(t, set...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func helmTemplateErr(t *testing.T, set ...string) ([]byte, error) {
+	t.Helper()
+	args := []string{"template", "iptables-alerter", chartDir(t), "--namespace", "iptables-alerter", "--kube-version", chartKubeVersion}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	return helm(t, args...)
+}
+
+// kustomize is `kubectl kustomize` of a directory (no API server needed).
+func kustomize(t *testing.T, dir string) []byte {
+	t.Helper()
+	_, err := exec.LookPath("kubectl")
+	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/kube/build-kube.sh kubectl)")
+	out, err := exec.Command("kubectl", "kustomize", dir).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v", dir, err)
+	}
+	return out
+}
+
+// objectKey is kind/namespace/name, the namespace empty for cluster objects.
+func objectKey(o map[string]any) string {
+	meta, _ := o["metadata"].(map[string]any)
+	ns, _ := meta["namespace"].(string)
+	return fmt.Sprintf("%v/%s/%v", o["kind"], ns, meta["name"])
+}
+
+// objects parses a multi-document YAML stream, keyed kind/namespace/name.
+func objects(t *testing.T, data []byte) map[string]map[string]any {
+	t.Helper()
+	objs := map[string]map[string]any{}
+	for _, doc := range bytes.Split(append([]byte("\n"), data...), []byte("\n---")) {
+		var o map[string]any
+		if err := yaml.Unmarshal(doc, &o); err != nil {
+			t.Fatalf("parse rendered object: %v\n%s", err, doc)
+		}
+		if o == nil {
+			continue
+		}
+		key := objectKey(o)
+		if _, dup := objs[key]; dup {
+			t.Fatalf("%s rendered twice", key)
+		}
+		objs[key] = o
+	}
+	return objs
+}
+
+// fileObject is one object of a file in the repo, in namespace ns when
+// given (as the chart places it).
+func fileObject(t *testing.T, rel, ns string) (string, map[string]any) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repo(t), rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, data)
+	if len(objs) != 1 {
+		t.Fatalf("%s: %d objects, want 1", rel, len(objs))
+	}
+	for _, o := range objs {
+		if ns != "" {
+			o["metadata"].(map[string]any)["namespace"] = ns
+		}
+		return objectKey(o), o
+	}
+	panic("unreachable")
+}
+
+// normalise drops what the chart adds by design (Helm's labels, the CRD's
+// keep policy) and the image's tag and digest (the base names a tag its
+// kustomization sets; the chart's is appVersion): the rest must be equal.
+func normalise(o map[string]any) {
+	dropLabels := func(meta map[string]any, drop []string) {
+		labels, _ := meta["labels"].(map[string]any)
+		for _, l := range drop {
+			delete(labels, l)
+		}
+		if labels != nil && len(labels) == 0 {
+			delete(meta, "labels")
+		}
+	}
+	meta := o["metadata"].(map[string]any)
+	dropLabels(meta, helmLabels)
+	if ann, ok := meta["annotations"].(map[string]any); ok && o["kind"] == "CustomResourceDefinition" {
+		delete(ann, "helm.sh/resource-policy")
+	}
+	if o["kind"] != "DaemonSet" {
+		return
+	}
+	tmpl := o["spec"].(map[string]any)["template"].(map[string]any)
+	dropLabels(tmpl["metadata"].(map[string]any), []string{"app.kubernetes.io/instance"})
+	spec := tmpl["spec"].(map[string]any)
+	for _, list := range []string{"initContainers", "containers"} {
+		cs, _ := spec[list].([]any)
+		for _, c := range cs {
+			c := c.(map[string]any)
+			c["image"] = imageRepository(c["image"].(string))
+		}
+	}
+}
+
+// imageRepository is an image reference without its tag and digest.
+func imageRepository(ref string) string {
+	ref, _, _ = strings.Cut(ref, "@")
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		ref = ref[:i]
+	}
+	return ref
+}
+
+// The chart with defaults renders the kustomize base's objects, plus the
+// PrometheusRule of packaging/monitoring and the Report CRD of
+// packaging/crds; with openshift.enabled the OpenShift overlay's; with
+// metrics.secure.enabled the base with the secure-metrics component. Each
+// object compared whole, after dropping Helm's own labels.
+func TestHelmMatchesKustomize(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// kustomize is the directory under the repo, or "secure-metrics".
+		kustomize string
+		set       []string
+	}{
+		{name: "kubernetes", kustomize: "packaging/kubernetes", set: []string{"namespace.create=true"}},
+		{name: "openshift", kustomize: "packaging/openshift", set: []string{"namespace.create=true", "openshift.enabled=true"}},
+		{name: "secure-metrics", kustomize: "secure-metrics", set: []string{"namespace.create=true", "metrics.secure.enabled=true"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(repo(t), tc.kustomize)
+			if tc.kustomize == "secure-metrics" {
+				dir = secureOverlay(t)
+			}
+			want := objects(t, kustomize(t, dir))
+			k, rule := fileObject(t, "packaging/monitoring/prometheusrule.yaml", "iptables-alerter")
+			want[k] = rule
+			k, crd := fileObject(t, "packaging/crds/openreports.io_reports.yaml", "")
+			want[k] = crd
+			baseLinuxSelector(t, want)
+			got := objects(t, helmTemplate(t, tc.set...))
+			for _, o := range want {
+				normalise(o)
+			}
+			for _, o := range got {
+				normalise(o)
+			}
+			if diff := cmp.Diff(keys(want), keys(got)); diff != "" {
+				t.Errorf("objects (-kustomize +chart):\n%s", diff)
+			}
+			for k, w := range want {
+				if g, ok := got[k]; ok {
+					if diff := cmp.Diff(w, g); diff != "" {
+						t.Errorf("%s (-kustomize +chart):\n%s", k, diff)
+					}
+				}
+			}
+		})
+	}
+}
+
+// baseLinuxSelector: the chart's DaemonSet selects Linux nodes (the image
+// is linux only). Until the base does too, the comparison adds it there and
+// says so; once packaging/kubernetes/daemonset.yaml has it, this is a no-op
+// and can go.
+func baseLinuxSelector(t *testing.T, objs map[string]map[string]any) {
+	t.Helper()
+	ds := objs["DaemonSet/iptables-alerter/iptables-alerter"]
+	spec := ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	if _, ok := spec["nodeSelector"]; !ok {
+		t.Logf("packaging/kubernetes/daemonset.yaml has no nodeSelector kubernetes.io/os: linux; compared as if it had")
+		spec["nodeSelector"] = map[string]any{"kubernetes.io/os": "linux"}
+	}
+}
+
+func keys(m map[string]map[string]any) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// The chart's copies of the CRD and the alerts (a chart cannot read outside
+// its directory) are the files packaging ships, byte for byte.
+func TestHelmFilesInSync(t *testing.T) {
+	for src, dst := range map[string]string{
+		"packaging/crds/openreports.io_reports.yaml": "openreports.io_reports.yaml",
+		"packaging/monitoring/prometheusrule.yaml":   "prometheusrule.yaml",
+	} {
+		want, err := os.ReadFile(filepath.Join(repo(t), src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(chartDir(t), "files", dst))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(want, got) {
+			t.Errorf("packaging/helm/iptables-alerter/files/%s differs from %s: run make chart-files", dst, src)
+		}
+	}
+}
+
+// helm lint --strict passes in each mode.
+func TestHelmLint(t *testing.T) {
+	for _, set := range [][]string{nil, {"openshift.enabled=true"}, {"metrics.secure.enabled=true", "namespace.create=true"}} {
+		args := []string{"lint", "--strict", "--kube-version", chartKubeVersion, chartDir(t)}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		out, err := helm(t, args...)
+		if err != nil {
+			t.Errorf("%v\n%s", err, out)
+		}
+	}
+}
+
+func daemonSetPod(t *testing.T, objs map[string]map[string]any) corev1.PodSpec {
+	t.Helper()
+	obj, ok := objs["DaemonSet/iptables-alerter/iptables-alerter"]
+	if !ok {
+		t.Fatalf("no DaemonSet rendered")
+	}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := json.Unmarshal(b, &ds); err != nil {
+		t.Fatal(err)
+	}
+	return ds.Spec.Template.Spec
+}
+
+func names(cs []corev1.Container) string {
+	var n []string
+	for _, c := range cs {
+		n = append(n, c.Name)
+	}
+	return strings.Join(n, ",")
+}
+
+// Each values toggle renders a consistent subset: the containers asked
+// for, the volumes they mount and no other, the RBAC, ports and scrape
+// endpoints of the parts that run.
+func TestHelmValues(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		set         []string
+		init, conts string
+		// present and absent are object keys.
+		present, absent []string
+		// svcPorts are the Service's port names ("" when there is none).
+		svcPorts string
+		check    func(t *testing.T, p corev1.PodSpec, objs map[string]map[string]any)
+	}{
+		{
+			name: "defaults", init: "hook", conts: "agent,forward", svcPorts: "metrics,forward-metrics",
+			present: []string{"ClusterRoleBinding//iptables-alerter-forward", "PrometheusRule/iptables-alerter/iptables-alerter", "CustomResourceDefinition//reports.openreports.io", "ServiceMonitor/iptables-alerter/iptables-alerter"},
+			absent:  []string{"Namespace//iptables-alerter", "ClusterRoleBinding//iptables-alerter-forward-review", "ClusterRoleBinding//iptables-alerter-metrics-reader"},
+			check: func(t *testing.T, p corev1.PodSpec, _ map[string]map[string]any) {
+				if got := p.NodeSelector["kubernetes.io/os"]; got != "linux" {
+					t.Errorf("nodeSelector kubernetes.io/os = %q, want linux", got)
+				}
+				for _, c := range append(p.InitContainers, p.Containers...) {
+					if strings.HasSuffix(c.Image, ":latest") || !strings.Contains(c.Image, ":") {
+						t.Errorf("%s: image %q is not by version tag", c.Name, c.Image)
+					}
+				}
+			},
+		},
+		{
+			name: "agent only", set: []string{"forward.enabled=false", "hook.enabled=false"}, conts: "agent", svcPorts: "metrics",
+			absent: []string{"ClusterRole//iptables-alerter-forward", "ClusterRoleBinding//iptables-alerter-forward"},
+			check: func(t *testing.T, _ corev1.PodSpec, objs map[string]map[string]any) {
+				np := objs["NetworkPolicy/iptables-alerter/iptables-alerter"]["spec"].(map[string]any)
+				if _, ok := np["egress"]; ok {
+					t.Errorf("NetworkPolicy admits egress without the forwarder: %v", np["egress"])
+				}
+			},
+		},
+		{name: "no forward", set: []string{"forward.enabled=false"}, init: "hook", conts: "agent", svcPorts: "metrics"},
+		{name: "forward only", set: []string{"agent.enabled=false", "hook.enabled=false"}, conts: "forward", svcPorts: "forward-metrics"},
+		{name: "no hook", set: []string{"hook.enabled=false"}, conts: "agent,forward", svcPorts: "metrics,forward-metrics"},
+		{
+			name: "no monitoring", set: []string{"metrics.serviceMonitor.enabled=false", "metrics.prometheusRule.enabled=false", "networkPolicy.enabled=false", "reports.installCRD=false", "priorityClass.create=false"},
+			init: "hook", conts: "agent,forward", svcPorts: "metrics,forward-metrics",
+			absent: []string{"ServiceMonitor/iptables-alerter/iptables-alerter", "PrometheusRule/iptables-alerter/iptables-alerter", "NetworkPolicy/iptables-alerter/iptables-alerter", "CustomResourceDefinition//reports.openreports.io", "PriorityClass//iptables-alerter"},
+		},
+		{
+			name: "secure without agent", set: []string{"metrics.secure.enabled=true", "agent.enabled=false", "metrics.secure.readers[0].name=prometheus", "metrics.secure.readers[0].namespace=monitoring"},
+			init: "hook", conts: "forward", svcPorts: "https-metrics",
+			present: []string{"ClusterRoleBinding//iptables-alerter-forward-review", "ClusterRoleBinding//iptables-alerter-metrics-reader"},
+			check: func(t *testing.T, p corev1.PodSpec, objs map[string]map[string]any) {
+				if _, ok := argValue(p.Containers[0].Args, "agent-metrics"); ok {
+					t.Errorf("forwarder proxies the agent's metrics with no agent: %v", p.Containers[0].Args)
+				}
+				eps := objs["ServiceMonitor/iptables-alerter/iptables-alerter"]["spec"].(map[string]any)["endpoints"].([]any)
+				if len(eps) != 1 || eps[0].(map[string]any)["path"] != "/metrics" {
+					t.Errorf("ServiceMonitor endpoints %v, want the forwarder's /metrics only", eps)
+				}
+			},
+		},
+		{
+			name: "placement and image", set: []string{"image.tag=1.2.3", "image.digest=sha256:" + strings.Repeat("ab", 32), "nodeSelector.pool=infra", "tolerations[0].key=dedicated", "tolerations[0].operator=Exists", "agent.resources.limits.memory=256Mi", "hook.hooksDir=/etc/containers/oci/hooks.d"},
+			init: "hook", conts: "agent,forward", svcPorts: "metrics,forward-metrics",
+			check: func(t *testing.T, p corev1.PodSpec, _ map[string]map[string]any) {
+				want := "ghcr.io/iptables-alerter/iptables-alerter:1.2.3@sha256:" + strings.Repeat("ab", 32)
+				if p.Containers[0].Image != want {
+					t.Errorf("image %q, want %q", p.Containers[0].Image, want)
+				}
+				if p.NodeSelector["pool"] != "infra" || p.NodeSelector["kubernetes.io/os"] != "linux" {
+					t.Errorf("nodeSelector %v", p.NodeSelector)
+				}
+				if len(p.Tolerations) != 1 || p.Tolerations[0].Key != "dedicated" {
+					t.Errorf("tolerations %v", p.Tolerations)
+				}
+				if got := p.Containers[0].Resources.Limits.Memory().String(); got != "256Mi" {
+					t.Errorf("agent memory limit %v", got)
+				}
+				if v, _ := argValue(p.InitContainers[0].Args, "hooks-dir"); v != "$(HOOKS_DIR)" {
+					t.Errorf("hook args %v", p.InitContainers[0].Args)
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := objects(t, helmTemplate(t, tc.set...))
+			p := daemonSetPod(t, objs)
+			if got := names(p.InitContainers); got != tc.init {
+				t.Errorf("init containers %q, want %q", got, tc.init)
+			}
+			if got := names(p.Containers); got != tc.conts {
+				t.Errorf("containers %q, want %q", got, tc.conts)
+			}
+			// Every mount has its volume, and every volume is mounted.
+			mounted := map[string]bool{}
+			for _, c := range append(p.InitContainers, p.Containers...) {
+				for _, m := range c.VolumeMounts {
+					mounted[m.Name] = true
+				}
+			}
+			for _, v := range p.Volumes {
+				if !mounted[v.Name] {
+					t.Errorf("volume %s is mounted by no container", v.Name)
+				}
+				delete(mounted, v.Name)
+			}
+			for m := range mounted {
+				t.Errorf("mount %s has no volume", m)
+			}
+			var ports []string
+			if svc, ok := objs["Service/iptables-alerter/iptables-alerter-metrics"]; ok {
+				for _, p := range svc["spec"].(map[string]any)["ports"].([]any) {
+					ports = append(ports, p.(map[string]any)["name"].(string))
+				}
+			}
+			if got := strings.Join(ports, ","); got != tc.svcPorts {
+				t.Errorf("Service ports %q, want %q", got, tc.svcPorts)
+			}
+			for _, k := range tc.present {
+				if _, ok := objs[k]; !ok {
+					t.Errorf("no %s", k)
+				}
+			}
+			for _, k := range tc.absent {
+				if _, ok := objs[k]; ok {
+					t.Errorf("%s rendered", k)
+				}
+			}
+			if tc.check != nil {
+				tc.check(t, p, objs)
+			}
+		})
+	}
+}
+
+// Values the chart refuses, each with an error that names the value.
+func TestHelmRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"image.tag=latest"}, "image.tag: latest is refused"},
+		{[]string{"agent.enabled=false", "forward.enabled=false"}, "enable at least one"},
+		{[]string{"forward.enabled=false", "metrics.secure.enabled=true"}, "need forward.enabled"},
+		{[]string{"forward.enabled=false", "openshift.enabled=true"}, "need forward.enabled"},
+	} {
+		_, err := helmTemplateErr(t, tc.set...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--set %v: error %v, want one saying %q", tc.set, err, tc.want)
+		}
+	}
+}
+
+// promRuleCRD is the least of Prometheus Operator's PrometheusRule CRD,
+// as serviceMonitorCRD is of its ServiceMonitor's.
+const promRuleCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: prometheusrules.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {plural: prometheusrules, singular: prometheusrule, kind: PrometheusRule, listKind: PrometheusRuleList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+`
+
+// The chart's output, server-side applied to a real kube-apiserver with
+// Prometheus Operator's CRDs installed first: the default render, then the
+// OpenShift one over it, as an upgrade would; every object read back holds
+// what the chart set.
+func TestHelmServerSideApply(t *testing.T) {
+	_, err := exec.LookPath("kubectl")
+	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/kube/build-kube.sh kubectl)")
+	// Rendered first: a missing helm skips before the API server starts.
+	renders := map[string][]byte{
+		"default":   helmTemplate(t, "namespace.create=true"),
+		"openshift": helmTemplate(t, "namespace.create=true", "openshift.enabled=true"),
+	}
+	c := kubetest.Start(t)
+	kc := c.Kubeconfig("admin", c.AdminToken)
+	dir := t.TempDir()
+	crds := filepath.Join(dir, "crds.yaml")
+	if err := os.WriteFile(crds, []byte(serviceMonitorCRD+"---\n"+promRuleCRD), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, kc, "apply", "--server-side", "-f", crds)
+	kubectl(t, kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+
+	// In order: the OpenShift render is applied over the default one.
+	for _, name := range []string{"default", "openshift"} {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(dir, name+".yaml")
+			if err := os.WriteFile(file, renders[name], 0o644); err != nil {
+				t.Fatal(err)
+			}
+			kubectl(t, kc, "apply", "--server-side", "--field-manager=helm-test", "-f", file)
+			var list struct{ Items []map[string]any }
+			if err := json.Unmarshal(kubectl(t, kc, "get", "-f", file, "-o", "json"), &list); err != nil {
+				t.Fatalf("decode objects read back: %v", err)
+			}
+			var docs []map[string]any
+			for _, doc := range bytes.Split(append([]byte("\n"), renders[name]...), []byte("\n---")) {
+				var o map[string]any
+				if err := yaml.Unmarshal(doc, &o); err != nil {
+					t.Fatal(err)
+				}
+				if o != nil {
+					docs = append(docs, o)
+				}
+			}
+			if len(list.Items) != len(docs) {
+				t.Fatalf("read back %d objects of %d rendered", len(list.Items), len(docs))
+			}
+			for i, want := range docs {
+				for _, d := range contains(want["kind"].(string), want, list.Items[i]) {
+					t.Errorf("%s", d)
+				}
+			}
+		})
+	}
+}
