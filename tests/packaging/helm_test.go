@@ -41,9 +41,8 @@ func helm(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
 	_, err := exec.LookPath("helm")
 	nstest.Need(t, err == nil, "needs helm on PATH (tests/kube/build-helm.sh builds it into $IPTA_CACHE/kube/bin, which make puts first on PATH)")
-	home := t.TempDir()
 	cmd := exec.Command("helm", args...)
-	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home+"/config", "HELM_CACHE_HOME="+home+"/cache", "HELM_DATA_HOME="+home+"/data")
+	cmd.Env = helmEnv(t)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -51,6 +50,13 @@ func helm(t *testing.T, args ...string) ([]byte, error) {
 		return out, fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
 	}
 	return out, nil
+}
+
+// helmEnv is the environment with helm's configuration, cache and data
+// directories in a temp dir.
+func helmEnv(t *testing.T) []string {
+	home := t.TempDir()
+	return append(os.Environ(), "HELM_CONFIG_HOME="+home+"/config", "HELM_CACHE_HOME="+home+"/cache", "HELM_DATA_HOME="+home+"/data")
 }
 
 // helmTemplate is `helm template` of the chart in namespace iptables-alerter
@@ -533,5 +539,49 @@ func TestHelmServerSideApply(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// make chart packages the chart with the project's version: appVersion
+// (the image tag) as make image tags the image, the chart version semver
+// made from it; the package keeps the license annotation.
+func TestHelmPackage(t *testing.T) {
+	if _, err := helm(t, "version"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ version, chart string }{
+		{"v1.2.3", "1.2.3"},
+		{"v1.2.3-4-gabcdef0-dirty", "1.2.3-4-gabcdef0-dirty"},
+		{"abcdef0", "0.0.0-gabcdef0"},
+	} {
+		dest := t.TempDir()
+		cmd := exec.Command("make", "-s", "-C", repo(t), "chart", "VERSION="+tc.version, "CHART_DEST="+dest)
+		cmd.Env = helmEnv(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("make chart VERSION=%s: %v\n%s", tc.version, err, out)
+		}
+		pkg := filepath.Join(dest, "iptables-alerter-"+tc.chart+".tgz")
+		out, err := helm(t, "show", "chart", pkg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta struct {
+			Version     string            `json:"version"`
+			AppVersion  string            `json:"appVersion"`
+			Annotations map[string]string `json:"annotations"`
+		}
+		if err := yaml.Unmarshal(out, &meta); err != nil {
+			t.Fatal(err)
+		}
+		if meta.Version != tc.chart || meta.AppVersion != tc.version || meta.Annotations["licenses"] != "Apache-2.0" {
+			t.Errorf("VERSION=%s: chart %+v, want version %s, appVersion %s, licenses Apache-2.0", tc.version, meta, tc.chart, tc.version)
+		}
+		out, err = helm(t, "template", "x", pkg, "--kube-version", chartKubeVersion, "--show-only", "templates/daemonset.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "image: ghcr.io/iptables-alerter/iptables-alerter:" + tc.version + "\n"; !strings.Contains(string(out), want) {
+			t.Errorf("VERSION=%s: the package's DaemonSet has no %q", tc.version, strings.TrimSpace(want))
+		}
 	}
 }
