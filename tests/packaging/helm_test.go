@@ -585,3 +585,75 @@ func TestHelmPackage(t *testing.T) {
 		}
 	}
 }
+
+// What docs/install-helm.md says to run, with the real helm against a real
+// kube-apiserver: install into a labelled namespace, upgrade to the agent
+// alone (helm deletes what no longer renders), uninstall (everything goes
+// but the Report CRD, which is kept).
+func TestHelmInstall(t *testing.T) {
+	_, err := exec.LookPath("kubectl")
+	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/kube/build-kube.sh kubectl)")
+	if _, err := helm(t, "version"); err != nil {
+		t.Fatal(err)
+	}
+	c := kubetest.Start(t)
+	kc := c.Kubeconfig("admin", c.AdminToken)
+	crds := filepath.Join(t.TempDir(), "crds.yaml")
+	if err := os.WriteFile(crds, []byte(serviceMonitorCRD+"---\n"+promRuleCRD), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, kc, "apply", "--server-side", "-f", crds)
+	kubectl(t, kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+
+	kubectl(t, kc, "create", "namespace", "iptables-alerter")
+	kubectl(t, kc, "label", "namespace", "iptables-alerter",
+		"pod-security.kubernetes.io/enforce=privileged", "pod-security.kubernetes.io/audit=privileged", "pod-security.kubernetes.io/warn=privileged")
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := helm(t, append(args, "--kubeconfig", kc, "--namespace", "iptables-alerter")...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	exists := func(args ...string) bool {
+		t.Helper()
+		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kc, "get", "--ignore-not-found", "-o", "name"}, args...)...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("kubectl get %v: %v", args, err)
+		}
+		return len(bytes.TrimSpace(out)) > 0
+	}
+
+	run("install", "iptables-alerter", chartDir(t))
+	for _, o := range [][]string{
+		{"-n", "iptables-alerter", "daemonset/iptables-alerter"},
+		{"-n", "iptables-alerter", "servicemonitor/iptables-alerter"},
+		{"-n", "iptables-alerter", "prometheusrule/iptables-alerter"},
+		{"clusterrolebinding/iptables-alerter-forward"},
+		{"crd/reports.openreports.io"},
+	} {
+		if !exists(o...) {
+			t.Errorf("after install: no %v", o)
+		}
+	}
+
+	run("upgrade", "iptables-alerter", chartDir(t), "--reuse-values", "--set", "forward.enabled=false")
+	var ds appsv1.DaemonSet
+	if err := json.Unmarshal(kubectl(t, kc, "-n", "iptables-alerter", "get", "daemonset/iptables-alerter", "-o", "json"), &ds); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(ds.Spec.Template.Spec.Containers); got != "agent" {
+		t.Errorf("after upgrade with forward.enabled=false: containers %q, want agent", got)
+	}
+	if exists("clusterrolebinding/iptables-alerter-forward") {
+		t.Errorf("after upgrade with forward.enabled=false: the forwarder's ClusterRoleBinding is still there")
+	}
+
+	run("uninstall", "iptables-alerter")
+	if exists("-n", "iptables-alerter", "daemonset/iptables-alerter") || exists("clusterrole/iptables-alerter-reports-view") {
+		t.Errorf("after uninstall: the DaemonSet or a ClusterRole is still there")
+	}
+	if !exists("crd/reports.openreports.io") {
+		t.Errorf("after uninstall: the Report CRD is gone (it holds every Report; the chart keeps it)")
+	}
+}
