@@ -448,7 +448,8 @@ func TestHelmValues(t *testing.T) {
 	}
 }
 
-// Values the chart refuses, each with an error that names the value.
+// Values the chart refuses, each with an error that names the value: a
+// misspelt or mistyped value is an error, never silently ignored.
 func TestHelmRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		set  []string
@@ -458,6 +459,10 @@ func TestHelmRefuses(t *testing.T) {
 		{[]string{"agent.enabled=false", "forward.enabled=false"}, "enable at least one"},
 		{[]string{"forward.enabled=false", "metrics.secure.enabled=true"}, "need forward.enabled"},
 		{[]string{"forward.enabled=false", "openshift.enabled=true"}, "need forward.enabled"},
+		// values.schema.json: a misspelt key, a wrong type, a digest that is not one.
+		{[]string{"openshfit.enabled=true"}, "additional properties 'openshfit' not allowed"},
+		{[]string{"agent.enabled=yes"}, "/agent/enabled"},
+		{[]string{"image.digest=latest"}, "/image/digest"},
 	} {
 		_, err := helmTemplateErr(t, tc.set...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

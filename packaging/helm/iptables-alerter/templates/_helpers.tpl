@@ -1,6 +1,10 @@
-{{/* The name every object starts with: one release per cluster. */}}
+{{/*
+The name every object starts with, fixed: one release per cluster (the
+DaemonSet's host paths are per node), and the alerts select the job
+iptables-alerter-metrics, the Service's name.
+*/}}
 {{- define "ipta.name" -}}
-{{- default "iptables-alerter" .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+iptables-alerter
 {{- end -}}
 
 {{/*
