@@ -662,3 +662,51 @@ func TestHelmInstall(t *testing.T) {
 		t.Errorf("after uninstall: the Report CRD is gone (it holds every Report; the chart keeps it)")
 	}
 }
+
+// docs/install-helm.md's table has a row for every value of values.yaml,
+// and no row for a value that is not there.
+func TestHelmValuesDocumented(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		t.Fatal(err)
+	}
+	// Maps whose keys are the user's, documented as one row.
+	freeForm := map[string]bool{"nodeSelector": true, "affinity": true, "resources": true}
+	want := map[string]bool{}
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			if sub, ok := v.(map[string]any); ok && !freeForm[k] {
+				walk(prefix+k+".", sub)
+				continue
+			}
+			want[prefix+k] = true
+		}
+	}
+	walk("", values)
+	doc, err := os.ReadFile(filepath.Join(repo(t), "docs", "install-helm.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if rest, ok := strings.CutPrefix(line, "| `"); ok {
+			key, _, _ := strings.Cut(rest, "`")
+			got[key] = true
+		}
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("docs/install-helm.md has no row for %s", k)
+		}
+	}
+	for k := range got {
+		if !want[k] {
+			t.Errorf("docs/install-helm.md has a row for %s, which values.yaml does not have", k)
+		}
+	}
+}
