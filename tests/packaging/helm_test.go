@@ -613,11 +613,13 @@ func TestHelmInstall(t *testing.T) {
 	kubectl(t, kc, "create", "namespace", "iptables-alerter")
 	kubectl(t, kc, "label", "namespace", "iptables-alerter",
 		"pod-security.kubernetes.io/enforce=privileged", "pod-security.kubernetes.io/audit=privileged", "pod-security.kubernetes.io/warn=privileged")
-	run := func(args ...string) {
+	run := func(args ...string) string {
 		t.Helper()
-		if out, err := helm(t, append(args, "--kubeconfig", kc, "--namespace", "iptables-alerter")...); err != nil {
+		out, err := helm(t, append(args, "--kubeconfig", kc, "--namespace", "iptables-alerter")...)
+		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
+		return string(out)
 	}
 	exists := func(args ...string) bool {
 		t.Helper()
@@ -629,7 +631,11 @@ func TestHelmInstall(t *testing.T) {
 		return len(bytes.TrimSpace(out)) > 0
 	}
 
-	run("install", "iptables-alerter", chartDir(t))
+	out := run("install", "iptables-alerter", chartDir(t))
+	// The notes say how to verify, as docs/install-helm.md does.
+	if want := "kubectl -n iptables-alerter rollout status ds/iptables-alerter"; !strings.Contains(out, want) {
+		t.Errorf("helm install printed no %q:\n%s", want, out)
+	}
 	for _, o := range [][]string{
 		{"-n", "iptables-alerter", "daemonset/iptables-alerter"},
 		{"-n", "iptables-alerter", "servicemonitor/iptables-alerter"},
