@@ -471,25 +471,21 @@ func TestHelmRefuses(t *testing.T) {
 	}
 }
 
-// promRuleCRD is the least of Prometheus Operator's PrometheusRule CRD,
-// as serviceMonitorCRD is of its ServiceMonitor's.
-const promRuleCRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: prometheusrules.monitoring.coreos.com
-spec:
-  group: monitoring.coreos.com
-  scope: Namespaced
-  names: {plural: prometheusrules, singular: prometheusrule, kind: PrometheusRule, listKind: PrometheusRuleList}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema:
-          type: object
-          x-kubernetes-preserve-unknown-fields: true
-`
+// promRuleCRD accepts the chart's PrometheusRule, as serviceMonitorCRD its
+// ServiceMonitor.
+var promRuleCRD = minimalCRD("monitoring.coreos.com", "Namespaced", "PrometheusRule", "prometheusrules")
+
+// operatorCRDs installs the CRDs of the chart's Prometheus Operator objects
+// and waits until they are served.
+func operatorCRDs(t *testing.T, kc string) {
+	t.Helper()
+	crds := filepath.Join(t.TempDir(), "crds.yaml")
+	if err := os.WriteFile(crds, []byte(serviceMonitorCRD+"---\n"+promRuleCRD), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, kc, "apply", "--server-side", "-f", crds)
+	kubectl(t, kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+}
 
 // The chart's output, server-side applied to a real kube-apiserver with
 // Prometheus Operator's CRDs installed first: the default render, then the
@@ -505,13 +501,8 @@ func TestHelmServerSideApply(t *testing.T) {
 	}
 	c := kubetest.Start(t)
 	kc := c.Kubeconfig("admin", c.AdminToken)
+	operatorCRDs(t, kc)
 	dir := t.TempDir()
-	crds := filepath.Join(dir, "crds.yaml")
-	if err := os.WriteFile(crds, []byte(serviceMonitorCRD+"---\n"+promRuleCRD), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	kubectl(t, kc, "apply", "--server-side", "-f", crds)
-	kubectl(t, kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
 
 	// In order: the OpenShift render is applied over the default one.
 	for _, name := range []string{"default", "openshift"} {
@@ -603,12 +594,7 @@ func TestHelmInstall(t *testing.T) {
 	}
 	c := kubetest.Start(t)
 	kc := c.Kubeconfig("admin", c.AdminToken)
-	crds := filepath.Join(t.TempDir(), "crds.yaml")
-	if err := os.WriteFile(crds, []byte(serviceMonitorCRD+"---\n"+promRuleCRD), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	kubectl(t, kc, "apply", "--server-side", "-f", crds)
-	kubectl(t, kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+	operatorCRDs(t, kc)
 
 	kubectl(t, kc, "create", "namespace", "iptables-alerter")
 	kubectl(t, kc, "label", "namespace", "iptables-alerter",

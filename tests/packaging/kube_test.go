@@ -18,14 +18,20 @@ import (
 
 // serviceMonitorCRD is the least of Prometheus Operator's CRD that accepts
 // a ServiceMonitor: the test installs it from here, no network needed.
-const serviceMonitorCRD = `apiVersion: apiextensions.k8s.io/v1
+var serviceMonitorCRD = minimalCRD("monitoring.coreos.com", "Namespaced", "ServiceMonitor", "servicemonitors")
+
+// minimalCRD is a CustomResourceDefinition that serves kind at v1 in group
+// and accepts any object: enough for a server-side apply of our objects of
+// a kind whose operator the test API server does not run.
+func minimalCRD(group, scope, kind, plural string) string {
+	return fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
-  name: servicemonitors.monitoring.coreos.com
+  name: %[4]s.%[1]s
 spec:
-  group: monitoring.coreos.com
-  scope: Namespaced
-  names: {plural: servicemonitors, singular: servicemonitor, kind: ServiceMonitor, listKind: ServiceMonitorList}
+  group: %[1]s
+  scope: %[2]s
+  names: {plural: %[4]s, singular: %[5]s, kind: %[3]s, listKind: %[3]sList}
   versions:
     - name: v1
       served: true
@@ -34,7 +40,8 @@ spec:
         openAPIV3Schema:
           type: object
           x-kubernetes-preserve-unknown-fields: true
-`
+`, group, scope, kind, plural, strings.ToLower(kind))
+}
 
 // kubectl runs the real kubectl against the test's API server.
 func kubectl(t *testing.T, kubeconfig string, args ...string) []byte {
