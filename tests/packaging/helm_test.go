@@ -702,3 +702,40 @@ func TestHelmValuesDocumented(t *testing.T) {
 		}
 	}
 }
+
+// The chart in the tree is the release the tree is: its version is the
+// semver of its appVersion, and appVersion is the image tag the kustomize
+// base pins, once the base pins one.
+func TestHelmChartVersion(t *testing.T) {
+	var chart struct {
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	data, err := os.ReadFile(filepath.Join(chartDir(t), "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, &chart); err != nil {
+		t.Fatal(err)
+	}
+	if chart.AppVersion != "v"+chart.Version {
+		t.Errorf("Chart.yaml: appVersion %q, version %q: want appVersion v<version>", chart.AppVersion, chart.Version)
+	}
+	var k struct {
+		Images []struct {
+			Name, NewTag string
+		} `json:"images"`
+	}
+	data, err = os.ReadFile(filepath.Join(repo(t), "packaging", "kubernetes", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, &k); err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range k.Images {
+		if img.Name == "iptables-alerter" && img.NewTag != "latest" && img.NewTag != chart.AppVersion {
+			t.Errorf("packaging/kubernetes pins the image tag %s, the chart's appVersion is %s", img.NewTag, chart.AppVersion)
+		}
+	}
+}
