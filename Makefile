@@ -4,6 +4,7 @@ BINDIR   ?= $(PREFIX)/bin
 HOOKSDIR ?= /etc/containers/oci/hooks.d
 SYSCONFDIR ?= /etc
 UNITDIR  ?= $(PREFIX)/lib/systemd/system
+MANDIR   ?= $(PREFIX)/share/man
 DESTDIR  ?=
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # The commit and its time (UTC, as Go's vcs.time) for `version` and the
@@ -26,7 +27,7 @@ HOOKBIN  := bin/iptables-alerter-hook
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs crds chart chart-files
+.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs crds chart chart-files set-release pin-image
 
 all: build
 
@@ -77,6 +78,8 @@ install: build
 		sed 's|/usr/local/bin/|$(BINDIR)/|' $$u > $(DESTDIR)$(UNITDIR)/$${u##*/} && chmod 0644 $(DESTDIR)$(UNITDIR)/$${u##*/} || exit 1; \
 	done
 	[ -e $(DESTDIR)$(SYSCONFDIR)/iptables-alerter/allowlist.json ] || install -D -m 0644 packaging/allowlist.json $(DESTDIR)$(SYSCONFDIR)/iptables-alerter/allowlist.json
+	install -d -m 0755 $(DESTDIR)$(MANDIR)/man8
+	install -m 0644 docs/man/*.8 $(DESTDIR)$(MANDIR)/man8/
 	$(MAKE) --no-print-directory install-files
 
 # install-files installs what build made. The binaries first, then the
@@ -104,6 +107,7 @@ uninstall:
 	rm -f $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
 	rm -f $(DESTDIR)$(BINDIR)/iptables-alerter $(DESTDIR)$(BINDIR)/iptables-alerter-hook
 	rm -f $(addprefix $(DESTDIR)$(UNITDIR)/,$(notdir $(wildcard packaging/systemd/*.service packaging/systemd/*.timer)))
+	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man8/,$(notdir $(wildcard docs/man/*.8)))
 
 # Regenerate the OpenShift MachineConfig YAML from its Butane sources (after
 # a change to hooks.d/iptables-alerter.json or the units it carries).
@@ -143,26 +147,56 @@ chart:
 
 # The RPM (packaging/rpm/iptables-alerter.spec) from a tarball of HEAD;
 # the spec builds and runs make install DESTDIR=%{buildroot}.
+# RPMBUILDFLAGS=--nodeps where rpm knows no installed packages (Debian).
 RPM_VERSION ?= $(shell v=$$(git describe --tags --abbrev=0 2>/dev/null | sed 's/^v//'); echo $${v:-0.0.0})
 RPMDIR ?= $(CURDIR)/bin/rpmbuild
+RPMBUILDFLAGS ?=
 rpm:
 	rm -rf $(RPMDIR) && mkdir -p $(RPMDIR)/SOURCES
 	git archive --format=tar.gz --prefix=iptables-alerter-$(RPM_VERSION)/ -o $(RPMDIR)/SOURCES/iptables-alerter-$(RPM_VERSION).tar.gz HEAD
-	rpmbuild -bb --define "_topdir $(RPMDIR)" --define "version $(RPM_VERSION)" --define "gitversion $(VERSION)" \
+	rpmbuild -bb $(RPMBUILDFLAGS) --define "_topdir $(RPMDIR)" --define "version $(RPM_VERSION)" --define "gitversion $(VERSION)" \
 		--define "gitcommit $(COMMIT)" --define "gitdate $(COMMIT_DATE)" packaging/rpm/iptables-alerter.spec
 
-# The image: the static binaries on an empty base (packaging/Containerfile),
-# built offline from a staged context holding only what it copies.
+# The image: a manifest list of one image per platform, each the static
+# binaries of `make build` cross-compiled for it on an empty base
+# (packaging/Containerfile), built offline from a staged context holding
+# only what it copies. FROM scratch with only COPY runs nothing in the
+# image, so building for another architecture needs no emulation. Each
+# build is --no-cache: a cached layer of the same files built for another
+# platform must not stand in. The per-platform images are tagged
+# $(IMAGE)-ARCH; push the list with
+#   podman manifest push --all $(IMAGE) docker://REGISTRY/iptables-alerter:$(VERSION)
 IMAGE ?= localhost/iptables-alerter:$(VERSION)
 IMAGE_CONTEXT ?= bin/image
+PLATFORMS ?= linux/amd64 linux/arm64
 PODMAN ?= podman
-image: build
-	rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)
-	cp $(BIN) $(HOOKBIN) hooks.d/iptables-alerter.json $(IMAGE_CONTEXT)/
-	$(PODMAN) build --pull=never -f packaging/Containerfile -t $(IMAGE) \
-		--build-arg VERSION=$(VERSION) \
-		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
-		--build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) $(IMAGE_CONTEXT)
+image:
+	rm -rf $(IMAGE_CONTEXT)
+	$(PODMAN) manifest rm $(IMAGE) >/dev/null 2>&1 || $(PODMAN) rmi $(IMAGE) >/dev/null 2>&1 || true
+	$(PODMAN) manifest create $(IMAGE)
+	for p in $(PLATFORMS); do \
+		arch=$${p#*/} && ctx=$(IMAGE_CONTEXT)/$$arch && mkdir -p $$ctx && \
+		GOOS=$${p%%/*} GOARCH=$$arch $(MAKE) --no-print-directory build BIN=$$ctx/iptables-alerter HOOKBIN=$$ctx/iptables-alerter-hook && \
+		cp hooks.d/iptables-alerter.json $$ctx/ && \
+		$(PODMAN) build --pull=never --no-cache --platform $$p -f packaging/Containerfile -t $(IMAGE)-$$arch \
+			--build-arg VERSION=$(VERSION) --build-arg REVISION=$(or $(COMMIT),unknown) \
+			--build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) $$ctx && \
+		$(PODMAN) manifest add $(IMAGE) containers-storage:$(IMAGE)-$$arch || exit 1; \
+	done
+
+# A release: set-release before tagging, so the tagged kustomize base
+# pulls the tag's image; pin-image after `podman manifest push --all
+# --digestfile`, so the MachineConfig's boot-time pull names that image
+# by digest (a commit after the tag: the image's labels name the tagged
+# commit). docs/install-openshift.md#releases.
+set-release:
+	@case '$(RELEASE)' in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo 'RELEASE=vX.Y.Z'; exit 1;; esac
+	sed -i 's|^    newTag: .*|    newTag: $(RELEASE)|' packaging/kubernetes/kustomization.yaml
+	sed -i 's|^version: .*|version: $(patsubst v%,%,$(RELEASE))|; s|^appVersion: .*|appVersion: "$(RELEASE)"|' $(CHART)/Chart.yaml
+pin-image:
+	@case '$(IMAGE_REF)' in *@sha256:*) ;; *) echo 'IMAGE_REF=REGISTRY/PATH@sha256:DIGEST'; exit 1;; esac
+	sed -i 's|^IPTABLES_ALERTER_IMAGE=.*|IPTABLES_ALERTER_IMAGE=$(IMAGE_REF)|' packaging/openshift/machineconfig/iptables-alerter-install.env
+	$(MAKE) --no-print-directory machineconfig
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi

@@ -20,7 +20,7 @@ all)
     crun runc podman conmon busybox-static libc-bin
     prometheus-node-exporter prometheus
     etcd-server logrotate
-    rpm
+    rpm rpmlint man-db
     libxml2-utils
     chromium
     containernetworking-plugins

@@ -1,8 +1,6 @@
 package packaging
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +12,8 @@ import (
 // node's netns, pid 1's under the host's /proc. Both DaemonSets mount the
 // host's /proc read-only where --host-proc points and give the one
 // capability opening pid 1's netns takes (CAP_SYS_PTRACE); the systemd
-// unit sees /proc directly and sets nothing that hides it.
+// unit sees /proc directly, sets nothing that hides it and keeps
+// CAP_SYS_PTRACE in its bounding set.
 func TestAgentSeesNode(t *testing.T) {
 	eachDaemonSet(t, func(t *testing.T, spec corev1.PodSpec) {
 		i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "agent" })
@@ -53,19 +52,17 @@ func TestAgentSeesNode(t *testing.T) {
 		}
 	})
 	t.Run("systemd", func(t *testing.T) {
-		unit, err := os.ReadFile(filepath.Join(repo(t), "packaging/systemd/iptables-alerter-agent.service"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(string(unit), "--host-proc /proc") {
+		u := shippedUnit(t, "iptables-alerter-agent.service")
+		if !strings.Contains(u.last("Service", "ExecStart"), "--host-proc /proc") {
 			t.Errorf("the unit does not run the agent with --host-proc /proc")
 		}
-		for _, line := range strings.Split(string(unit), "\n") {
-			for _, hides := range []string{"PrivateNetwork=", "ProtectProc=", "ProcSubset=", "CapabilityBoundingSet=", "PrivatePIDs="} {
-				if strings.HasPrefix(strings.TrimSpace(line), hides) {
-					t.Errorf("the unit sets %q: it hides the node's netns or the host's processes from the agent", line)
-				}
+		for _, hides := range []string{"PrivateNetwork", "ProtectProc", "ProcSubset", "PrivatePIDs", "PrivateUsers"} {
+			if v, ok := u["Service"][hides]; ok {
+				t.Errorf("the unit sets %s=%v: it hides the node's netns or the host's processes from the agent", hides, v)
 			}
+		}
+		if !slices.Contains(u.list("Service", "CapabilityBoundingSet"), "CAP_SYS_PTRACE") {
+			t.Errorf("CapabilityBoundingSet=%v: without CAP_SYS_PTRACE pid 1's netns stays closed", u.list("Service", "CapabilityBoundingSet"))
 		}
 	})
 }

@@ -1,10 +1,16 @@
 package packaging
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
+	"debug/elf"
+	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,10 +77,54 @@ func TestImage(t *testing.T) {
 		if err != nil || !strings.HasPrefix(out, "version: v9.9.9-test\ncommit: ") || !strings.HasSuffix(out, "\nbuild: full\n") {
 			t.Errorf("iptables-alerter version: %q, %v", out, err)
 		}
-		b, err := p.cmd(context.Background(), "image", "inspect", image, "--format",
-			`{{.Config.User}} {{index .Labels "org.opencontainers.image.version"}} {{index .Labels "org.opencontainers.image.source"}} {{index .Labels "org.opencontainers.image.licenses"}}`).CombinedOutput()
-		if got := strings.TrimSpace(string(b)); err != nil || got != "65534:65534 v9.9.9-test https://github.com/iptables-alerter/iptables-alerter Apache-2.0" {
-			t.Errorf("image user and labels: %q, %v", got, err)
+	})
+
+	// The manifest list holds one image per platform, each with the OCI
+	// labels, user 65534, and binaries built for its architecture.
+	t.Run("platforms", func(t *testing.T) {
+		out, err := p.cmd(context.Background(), "manifest", "inspect", image).Output()
+		if err != nil {
+			t.Fatalf("podman manifest inspect: %v", err)
+		}
+		var list struct {
+			Manifests []struct {
+				Digest   string
+				Platform struct{ OS, Architecture string }
+			}
+		}
+		if err := json.Unmarshal(out, &list); err != nil {
+			t.Fatalf("decode manifest list: %v\n%s", err, out)
+		}
+		machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+		var platforms []string
+		for _, m := range list.Manifests {
+			platforms = append(platforms, m.Platform.OS+"/"+m.Platform.Architecture)
+			ref := strings.Split(image, ":")[0] + "@" + m.Digest
+			b, err := p.cmd(context.Background(), "image", "inspect", ref, "--format",
+				`{{.Os}}/{{.Architecture}} {{.Config.User}} {{index .Labels "org.opencontainers.image.version"}} {{index .Labels "org.opencontainers.image.source"}} {{index .Labels "org.opencontainers.image.licenses"}}`).CombinedOutput()
+			want := platforms[len(platforms)-1] + " 65534:65534 v9.9.9-test https://github.com/iptables-alerter/iptables-alerter Apache-2.0"
+			if got := strings.TrimSpace(string(b)); err != nil || got != want {
+				t.Errorf("%s: platform, user and labels %q (%v), want %q", m.Platform.Architecture, got, err, want)
+			}
+			// Created, never run: the binaries of another architecture are
+			// only read.
+			name := "platform-" + m.Platform.Architecture
+			if b, err := p.cmd(context.Background(), "create", "--pull=never", "--name", name, ref).CombinedOutput(); err != nil {
+				t.Fatalf("podman create %s: %v\n%s", ref, err, b)
+			}
+			for _, bin := range []string{"/usr/bin/iptables-alerter", "/usr/bin/iptables-alerter-hook"} {
+				tarball, err := p.cmd(context.Background(), "cp", name+":"+bin, "-").Output()
+				if err != nil {
+					t.Fatalf("podman cp %s: %v", bin, err)
+				}
+				got, err := elfMachine(tarball)
+				if err != nil || got != machines[m.Platform.Architecture] {
+					t.Errorf("%s %s: ELF machine %v (%v), want %v", m.Platform.Architecture, bin, got, err, machines[m.Platform.Architecture])
+				}
+			}
+		}
+		if want := []string{"linux/amd64", "linux/arm64"}; !slices.Equal(platforms, want) {
+			t.Errorf("manifest list platforms %v, want %v", platforms, want)
 		}
 	})
 
@@ -155,4 +205,22 @@ func TestImage(t *testing.T) {
 		}
 		gone(t, filepath.Join(bin, name), filepath.Join(hooks, js))
 	})
+}
+
+// elfMachine is the e_machine of the one file in a tar stream (podman cp
+// to stdout).
+func elfMachine(tarball []byte) (elf.Machine, error) {
+	tr := tar.NewReader(bytes.NewReader(tarball))
+	if _, err := tr.Next(); err != nil {
+		return 0, fmt.Errorf("read tar header: %w", err)
+	}
+	data, err := io.ReadAll(tr)
+	if err != nil {
+		return 0, fmt.Errorf("read tar entry: %w", err)
+	}
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		return 0, fmt.Errorf("parse ELF: %w", err)
+	}
+	return f.Machine, nil
 }

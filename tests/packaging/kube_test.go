@@ -43,6 +43,27 @@ spec:
 `, group, scope, kind, plural, strings.ToLower(kind))
 }
 
+// sccCRD stands in for OpenShift's SecurityContextConstraints, a built-in
+// kind there and unknown to a plain kube-apiserver: cluster-scoped, its
+// fields at the top level, kept as they are.
+const sccCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: securitycontextconstraints.security.openshift.io
+spec:
+  group: security.openshift.io
+  scope: Cluster
+  names: {plural: securitycontextconstraints, singular: securitycontextconstraint, kind: SecurityContextConstraints, listKind: SecurityContextConstraintsList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+`
+
 // kubectl runs the real kubectl against the test's API server.
 func kubectl(t *testing.T, kubeconfig string, args ...string) []byte {
 	t.Helper()
@@ -72,6 +93,9 @@ func contains(path string, want, got any) []string {
 		}
 		return diffs
 	case []any:
+		if len(w) == 0 && got == nil {
+			return nil // an empty list is stored as none (omitempty)
+		}
 		g, ok := got.([]any)
 		if !ok || len(g) != len(w) {
 			return []string{fmt.Sprintf("%s: %d items set, server has %v", path, len(w), got)}
@@ -89,7 +113,8 @@ func contains(path string, want, got any) []string {
 	}
 }
 
-// Both kustomizations, and the base with the secure-metrics component, as
+// Every kustomization (the OpenShift ones with OpenShift's SCC kind from
+// a stand-in CRD), and the base with the secure-metrics component, as
 // `kubectl apply --server-side -k` applies them,
 // against a real kube-apiserver; every object read back holds what we set.
 func TestKustomizeServerSideApply(t *testing.T) {
@@ -98,14 +123,15 @@ func TestKustomizeServerSideApply(t *testing.T) {
 	c := kubetest.Start(t)
 	kc := c.Kubeconfig("admin", c.AdminToken)
 	dir := t.TempDir()
-	crd := filepath.Join(dir, "servicemonitor-crd.yaml")
-	if err := os.WriteFile(crd, []byte(serviceMonitorCRD), 0o644); err != nil {
+	crd := filepath.Join(dir, "crds.yaml")
+	if err := os.WriteFile(crd, []byte(serviceMonitorCRD+"---\n"+sccCRD), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	kubectl(t, kc, "apply", "--server-side", "-f", crd)
-	kubectl(t, kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com")
+	kubectl(t, kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com",
+		"crd/securitycontextconstraints.security.openshift.io")
 
-	for _, k := range []string{"packaging/kubernetes", "packaging/openshift", "secure-metrics"} {
+	for _, k := range []string{"packaging/kubernetes", "packaging/openshift", "packaging/openshift-no-sidecar", "secure-metrics"} {
 		t.Run(filepath.Base(k), func(t *testing.T) {
 			path := filepath.Join(repo(t), k)
 			if k == "secure-metrics" {
@@ -138,9 +164,13 @@ func TestKustomizeServerSideApply(t *testing.T) {
 					t.Errorf("%s", d)
 				}
 			}
-			for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "DaemonSet", "Service", "ServiceMonitor", "NetworkPolicy"} {
-				if !kinds[k] {
-					t.Errorf("no %s in %s", k, k)
+			want := []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "DaemonSet", "Service", "ServiceMonitor", "NetworkPolicy"}
+			if strings.Contains(k, "openshift") {
+				want = append(want, "SecurityContextConstraints")
+			}
+			for _, w := range want {
+				if !kinds[w] {
+					t.Errorf("no %s in %s", w, k)
 				}
 			}
 		})

@@ -74,14 +74,13 @@ func (p *podman) run(image string, extra []string, args ...string) (string, erro
 	return string(out), err
 }
 
-// makeImage runs `make image` into this podman's store, binaries and
-// context in temp dirs, and gives the image's name.
+// makeImage runs `make image` into this podman's store, the per-platform
+// build contexts in a temp dir, and gives the manifest list's name.
 func (p *podman) makeImage() string {
 	p.t.Helper()
 	tmp := p.t.TempDir()
 	image := "localhost/iptables-alerter:packaging-test"
-	cmd := exec.Command("make", "-C", repo(p.t), "image", "IMAGE="+image, "VERSION=v9.9.9-test",
-		"BIN="+tmp+"/iptables-alerter", "HOOKBIN="+tmp+"/iptables-alerter-hook", "IMAGE_CONTEXT="+tmp+"/context",
+	cmd := exec.Command("make", "-C", repo(p.t), "image", "IMAGE="+image, "VERSION=v9.9.9-test", "IMAGE_CONTEXT="+tmp+"/context",
 		"PODMAN=podman "+strings.Join(p.global, " "))
 	cmd.Env = p.env
 	if out, err := cmd.CombinedOutput(); err != nil {
