@@ -142,7 +142,8 @@ func fileObject(t *testing.T, rel, ns string) (string, map[string]any) {
 
 // normalise drops what the chart adds by design (Helm's labels, the CRD's
 // keep policy) and the image's tag and digest (the base names a tag its
-// kustomization sets; the chart's is appVersion): the rest must be equal.
+// kustomization sets; the chart's is appVersion), and puts the pod's set-like
+// lists in one order: the rest must be equal.
 func normalise(o map[string]any) {
 	dropLabels := func(meta map[string]any, drop []string) {
 		labels, _ := meta["labels"].(map[string]any)
@@ -166,11 +167,29 @@ func normalise(o map[string]any) {
 	spec := tmpl["spec"].(map[string]any)
 	for _, list := range []string{"initContainers", "containers"} {
 		cs, _ := spec[list].([]any)
+		if len(cs) == 0 {
+			delete(spec, list) // an overlay's empty list is none
+		}
 		for _, c := range cs {
 			c := c.(map[string]any)
 			c["image"] = imageRepository(c["image"].(string))
+			sortBy(c, "ports", "name")
+			sortBy(c, "volumeMounts", "mountPath")
+			sortBy(c, "env", "name")
 		}
 	}
+	sortBy(spec, "volumes", "name")
+}
+
+// sortBy orders the list obj[list] by each item's field key: lists that
+// are sets keyed by that field in Kubernetes' own merge (ports, mounts,
+// env, volumes), whose order kustomize's strategic merge changes and the
+// kubelet ignores. Container and argument lists keep their order.
+func sortBy(obj map[string]any, list, key string) {
+	items, _ := obj[list].([]any)
+	sort.SliceStable(items, func(i, j int) bool {
+		return fmt.Sprint(items[i].(map[string]any)[key]) < fmt.Sprint(items[j].(map[string]any)[key])
+	})
 }
 
 // imageRepository is an image reference without its tag and digest.
