@@ -215,6 +215,8 @@ func TestHelmMatchesKustomize(t *testing.T) {
 	}{
 		{name: "kubernetes", kustomize: "packaging/kubernetes", set: []string{"namespace.create=true"}},
 		{name: "openshift", kustomize: "packaging/openshift", set: []string{"namespace.create=true", "openshift.enabled=true"}},
+		// The MachineConfig route: the hook from boot, no installer sidecar.
+		{name: "openshift-no-sidecar", kustomize: "packaging/openshift-no-sidecar", set: []string{"namespace.create=true", "openshift.enabled=true", "hook.enabled=false"}},
 		{name: "secure-metrics", kustomize: "secure-metrics", set: []string{"namespace.create=true", "metrics.secure.enabled=true"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -227,7 +229,6 @@ func TestHelmMatchesKustomize(t *testing.T) {
 			want[k] = rule
 			k, crd := fileObject(t, "packaging/crds/openreports.io_reports.yaml", "")
 			want[k] = crd
-			baseLinuxSelector(t, want)
 			got := objects(t, helmTemplate(t, tc.set...))
 			for _, o := range want {
 				normalise(o)
@@ -246,20 +247,6 @@ func TestHelmMatchesKustomize(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// baseLinuxSelector: the chart's DaemonSet selects Linux nodes (the image
-// is linux only). Until the base does too, the comparison adds it there and
-// says so; once packaging/kubernetes/daemonset.yaml has it, this is a no-op
-// and can go.
-func baseLinuxSelector(t *testing.T, objs map[string]map[string]any) {
-	t.Helper()
-	ds := objs["DaemonSet/iptables-alerter/iptables-alerter"]
-	spec := ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-	if _, ok := spec["nodeSelector"]; !ok {
-		t.Logf("packaging/kubernetes/daemonset.yaml has no nodeSelector kubernetes.io/os: linux; compared as if it had")
-		spec["nodeSelector"] = map[string]any{"kubernetes.io/os": "linux"}
 	}
 }
 
@@ -495,15 +482,16 @@ func TestHelmRefuses(t *testing.T) {
 var promRuleCRD = minimalCRD("monitoring.coreos.com", "Namespaced", "PrometheusRule", "prometheusrules")
 
 // operatorCRDs installs the CRDs of the chart's Prometheus Operator objects
-// and waits until they are served.
+// and OpenShift's SCC, and waits until they are served.
 func operatorCRDs(t *testing.T, kc string) {
 	t.Helper()
 	crds := filepath.Join(t.TempDir(), "crds.yaml")
-	if err := os.WriteFile(crds, []byte(serviceMonitorCRD+"---\n"+promRuleCRD), 0o644); err != nil {
+	if err := os.WriteFile(crds, []byte(serviceMonitorCRD+"---\n"+promRuleCRD+"---\n"+sccCRD), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	kubectl(t, kc, "apply", "--server-side", "-f", crds)
-	kubectl(t, kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+	kubectl(t, kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com",
+		"crd/prometheusrules.monitoring.coreos.com", "crd/securitycontextconstraints.security.openshift.io")
 }
 
 // The chart's output, server-side applied to a real kube-apiserver with

@@ -46,23 +46,7 @@ spec:
 // sccCRD stands in for OpenShift's SecurityContextConstraints, a built-in
 // kind there and unknown to a plain kube-apiserver: cluster-scoped, its
 // fields at the top level, kept as they are.
-const sccCRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: securitycontextconstraints.security.openshift.io
-spec:
-  group: security.openshift.io
-  scope: Cluster
-  names: {plural: securitycontextconstraints, singular: securitycontextconstraint, kind: SecurityContextConstraints, listKind: SecurityContextConstraintsList}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema:
-          type: object
-          x-kubernetes-preserve-unknown-fields: true
-`
+var sccCRD = minimalCRD("security.openshift.io", "Cluster", "SecurityContextConstraints", "securitycontextconstraints")
 
 // kubectl runs the real kubectl against the test's API server.
 func kubectl(t *testing.T, kubeconfig string, args ...string) []byte {
