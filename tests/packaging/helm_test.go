@@ -397,8 +397,20 @@ func TestHelmValues(t *testing.T) {
 				if got := p.Containers[0].Resources.Limits.Memory().String(); got != "256Mi" {
 					t.Errorf("agent memory limit %v", got)
 				}
-				if v, _ := argValue(p.InitContainers[0].Args, "hooks-dir"); v != "$(HOOKS_DIR)" {
-					t.Errorf("hook args %v", p.InitContainers[0].Args)
+				// The installer's directory, its mount and the host path agree.
+				hook := p.InitContainers[0]
+				if len(hook.Env) != 1 || hook.Env[0].Value != "/etc/containers/oci/hooks.d" {
+					t.Errorf("hook env %v, want HOOKS_DIR=/etc/containers/oci/hooks.d", hook.Env)
+				}
+				for _, m := range hook.VolumeMounts {
+					if m.Name == "hooks-dir" && m.MountPath != "/host/etc/containers/oci/hooks.d" {
+						t.Errorf("hooks-dir mounted at %s", m.MountPath)
+					}
+				}
+				for _, v := range p.Volumes {
+					if v.Name == "hooks-dir" && v.HostPath.Path != "/etc/containers/oci/hooks.d" {
+						t.Errorf("hooks-dir volume is the host's %s", v.HostPath.Path)
+					}
 				}
 			},
 		},
@@ -474,6 +486,16 @@ func TestHelmRefuses(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("--set %v: error %v, want one saying %q", tc.set, err, tc.want)
 		}
+	}
+}
+
+// The chart refuses a cluster older than 1.29: there an init container's
+// restartPolicy is dropped, and the installer, which waits for SIGTERM,
+// would hold every pod in Init for ever.
+func TestHelmNeedsSidecars(t *testing.T) {
+	_, err := helm(t, "template", "x", chartDir(t), "--kube-version", "1.28.9")
+	if err == nil || !strings.Contains(err.Error(), "chart requires kubeVersion: >=1.29.0-0") {
+		t.Errorf("helm template --kube-version 1.28.9: error %v, want the chart's kubeVersion", err)
 	}
 }
 
