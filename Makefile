@@ -27,7 +27,7 @@ HOOKBIN  := bin/iptables-alerter-hook
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs crds set-release pin-image
+.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs crds chart chart-files set-release pin-image
 
 all: build
 
@@ -125,6 +125,25 @@ docs:
 crds:
 	cp "$$($(GO) list -m -f '{{.Dir}}' github.com/openreports/reports-api)/config/crd/openreports.io_reports.yaml" packaging/crds/
 	chmod 644 packaging/crds/openreports.io_reports.yaml
+	$(MAKE) --no-print-directory chart-files
+
+# The Helm chart (packaging/helm/iptables-alerter) carries copies of the
+# Report CRD and the alerts, as a chart reads nothing outside its directory;
+# tests/packaging's TestHelmFilesInSync fails when they differ.
+CHART := packaging/helm/iptables-alerter
+chart-files:
+	cp packaging/crds/openreports.io_reports.yaml packaging/monitoring/prometheusrule.yaml $(CHART)/files/
+
+# The chart's package in bin/, its appVersion (the default image tag) the
+# version `make image` tags the image with, its version the same made
+# semver: v1.2.3 -> 1.2.3, v1.2.3-4-gabc -> 1.2.3-4-gabc, and a commit with
+# no tag before it (abc1234) -> 0.0.0-gabc1234. helm: tests/kube/build-helm.sh.
+CHART_VERSION ?= $(shell echo '$(VERSION)' | sed -E 's/^v//; /^[0-9]+\.[0-9]+\.[0-9]+/!s/^/0.0.0-g/')
+HELM ?= helm
+CHART_DEST ?= bin
+chart:
+	$(HELM) lint --strict --kube-version 1.29.0 $(CHART)
+	$(HELM) package $(CHART) --destination $(CHART_DEST) --version $(CHART_VERSION) --app-version $(VERSION)
 
 # The RPM (packaging/rpm/iptables-alerter.spec) from a tarball of HEAD;
 # the spec builds and runs make install DESTDIR=%{buildroot}.
@@ -173,6 +192,7 @@ image:
 set-release:
 	@case '$(RELEASE)' in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo 'RELEASE=vX.Y.Z'; exit 1;; esac
 	sed -i 's|^    newTag: .*|    newTag: $(RELEASE)|' packaging/kubernetes/kustomization.yaml
+	sed -i 's|^version: .*|version: $(patsubst v%,%,$(RELEASE))|; s|^appVersion: .*|appVersion: "$(RELEASE)"|' $(CHART)/Chart.yaml
 pin-image:
 	@case '$(IMAGE_REF)' in *@sha256:*) ;; *) echo 'IMAGE_REF=REGISTRY/PATH@sha256:DIGEST'; exit 1;; esac
 	sed -i 's|^IPTABLES_ALERTER_IMAGE=.*|IPTABLES_ALERTER_IMAGE=$(IMAGE_REF)|' packaging/openshift/machineconfig/iptables-alerter-install.env

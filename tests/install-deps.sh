@@ -65,5 +65,8 @@ if command -v systemctl >/dev/null 2>&1; then systemctl disable --now etcd >/dev
 for c in kubectl kubelet kube-controller-manager kube-scheduler; do
   "$here/kube/build-kube.sh" "$c"
 done
+# helm v3 for the chart's tests (lint, template, package, and its output
+# applied to the test API server), built into the same bin directory.
+"$here/kube/build-helm.sh"
 "$here/runtime/build-containerd.sh"
 "$here/runtime/build-crio.sh"

@@ -16,21 +16,22 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
 
-// stubCRD is the least CRD that makes the API server store a kind it
-// does not know, every field kept as it is: the test installs it from
-// here, no network needed. kind's plural is its lower case with "s"
-// unless it already ends in one.
-func stubCRD(group, kind, scope string) string {
-	singular := strings.ToLower(kind)
-	plural := strings.TrimSuffix(singular, "s") + "s"
-	return `apiVersion: apiextensions.k8s.io/v1
+// serviceMonitorCRD is the least of Prometheus Operator's CRD that accepts
+// a ServiceMonitor: the test installs it from here, no network needed.
+var serviceMonitorCRD = minimalCRD("monitoring.coreos.com", "Namespaced", "ServiceMonitor", "servicemonitors")
+
+// minimalCRD is a CustomResourceDefinition that serves kind at v1 in group
+// and accepts any object: enough for a server-side apply of our objects of
+// a kind whose operator the test API server does not run.
+func minimalCRD(group, scope, kind, plural string) string {
+	return fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
-  name: ` + plural + "." + group + `
+  name: %[4]s.%[1]s
 spec:
-  group: ` + group + `
-  scope: ` + scope + `
-  names: {plural: ` + plural + `, singular: ` + strings.TrimSuffix(singular, "s") + `, kind: ` + kind + `, listKind: ` + kind + `List}
+  group: %[1]s
+  scope: %[2]s
+  names: {plural: %[4]s, singular: %[5]s, kind: %[3]s, listKind: %[3]sList}
   versions:
     - name: v1
       served: true
@@ -39,16 +40,13 @@ spec:
         openAPIV3Schema:
           type: object
           x-kubernetes-preserve-unknown-fields: true
-`
+`, group, scope, kind, plural, strings.ToLower(kind))
 }
 
-// The ServiceMonitor of Prometheus Operator, and OpenShift's
-// SecurityContextConstraints (built in there; cluster-scoped, its fields
-// at the top level).
-var (
-	serviceMonitorCRD = stubCRD("monitoring.coreos.com", "ServiceMonitor", "Namespaced")
-	sccCRD            = stubCRD("security.openshift.io", "SecurityContextConstraints", "Cluster")
-)
+// sccCRD stands in for OpenShift's SecurityContextConstraints, a built-in
+// kind there and unknown to a plain kube-apiserver: cluster-scoped, its
+// fields at the top level, kept as they are.
+var sccCRD = minimalCRD("security.openshift.io", "Cluster", "SecurityContextConstraints", "securitycontextconstraints")
 
 // kubectl runs the real kubectl against the test's API server.
 func kubectl(t *testing.T, kubeconfig string, args ...string) []byte {

@@ -1,0 +1,71 @@
+{{/*
+The name every object starts with, fixed: one release per cluster (the
+DaemonSet's host paths are per node), and the alerts select the job
+iptables-alerter-metrics, the Service's name.
+*/}}
+{{- define "ipta.name" -}}
+iptables-alerter
+{{- end -}}
+
+{{/*
+The pod selector, as in the kustomize base. A DaemonSet's selector cannot
+change, so it holds nothing that varies between releases or versions.
+*/}}
+{{- define "ipta.selector" -}}
+app.kubernetes.io/name: iptables-alerter
+{{- end -}}
+
+{{- define "ipta.labels" -}}
+{{ include "ipta.selector" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{/* The image by tag, never latest, and by digest when one is given. */}}
+{{- define "ipta.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if eq $tag "latest" -}}
+{{- fail "image.tag: latest is refused; set the version to run (every node must run the same build)" -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the forwarder serves the metrics over TLS. */}}
+{{- define "ipta.secure" -}}
+{{- if or .Values.metrics.secure.enabled .Values.openshift.enabled -}}
+{{- if not .Values.forward.enabled -}}
+{{- fail "metrics.secure (and openshift) need forward.enabled: the forwarder serves the metrics over TLS" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "ipta.hooksDir" -}}
+{{- if .Values.hook.hooksDir -}}
+{{- .Values.hook.hooksDir -}}
+{{- else if .Values.openshift.enabled -}}
+/etc/containers/oci/hooks.d
+{{- else -}}
+/usr/share/containers/oci/hooks.d
+{{- end -}}
+{{- end -}}
+
+{{- define "ipta.priorityClass" -}}
+{{- default (include "ipta.name" .) .Values.priorityClass.name -}}
+{{- end -}}
+
+{{/* The name the serving certificate is for: the Service's DNS name. */}}
+{{- define "ipta.serverName" -}}
+{{- printf "%s-metrics.%s.svc" (include "ipta.name" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* Whether any container serves metrics the Service can name. */}}
+{{- define "ipta.metrics" -}}
+{{- if or .Values.agent.enabled .Values.forward.enabled -}}true{{- end -}}
+{{- end -}}

@@ -1,0 +1,770 @@
+package packaging
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+)
+
+// chartKubeVersion is the Kubernetes version the chart is rendered for
+// offline: helm template assumes 1.20 otherwise, below the chart's
+// kubeVersion (sidecar containers need 1.29). The test API server's.
+const chartKubeVersion = "1.35.4"
+
+// helmLabels are the labels the chart adds to what the kustomize tree sets:
+// the comparison drops them from both. The chart puts Helm's recommended
+// set on every object, the kustomize tree its name label on some; the
+// selectors and the pod template's name label are compared.
+var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/name"}
+
+func chartDir(t testing.TB) string {
+	return filepath.Join(repo(t), "packaging", "helm", "iptables-alerter")
+}
+
+// helm runs the pinned helm (tests/kube/build-helm.sh) with its
+// configuration, cache and data in a temp dir, never the user's.
+func helm(t *testing.T, args ...string) ([]byte, error) {
+	t.Helper()
+	_, err := exec.LookPath("helm")
+	nstest.Need(t, err == nil, "needs helm on PATH (tests/kube/build-helm.sh builds it into $IPTA_CACHE/kube/bin, which make puts first on PATH)")
+	cmd := exec.Command("helm", args...)
+	cmd.Env = helmEnv(t)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out, nil
+}
+
+// helmEnv is the environment with helm's configuration, cache and data
+// directories in a temp dir.
+func helmEnv(t *testing.T) []string {
+	home := t.TempDir()
+	return append(os.Environ(), "HELM_CONFIG_HOME="+home+"/config", "HELM_CACHE_HOME="+home+"/cache", "HELM_DATA_HOME="+home+"/data")
+}
+
+// helmTemplate is `helm template` of the chart in namespace iptables-alerter
+// with the --set values given.
+func helmTemplate(t *testing.T, set ...string) []byte {
+	t.Helper()
+	out, err := helmTemplateErr(t, set...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func helmTemplateErr(t *testing.T, set ...string) ([]byte, error) {
+	t.Helper()
+	args := []string{"template", "iptables-alerter", chartDir(t), "--namespace", "iptables-alerter", "--kube-version", chartKubeVersion}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	return helm(t, args...)
+}
+
+// kustomize is `kubectl kustomize` of a directory (no API server needed).
+func kustomize(t *testing.T, dir string) []byte {
+	t.Helper()
+	_, err := exec.LookPath("kubectl")
+	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/kube/build-kube.sh kubectl)")
+	out, err := exec.Command("kubectl", "kustomize", dir).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v", dir, err)
+	}
+	return out
+}
+
+// objectKey is kind/namespace/name, the namespace empty for cluster objects.
+func objectKey(o map[string]any) string {
+	meta, _ := o["metadata"].(map[string]any)
+	ns, _ := meta["namespace"].(string)
+	return fmt.Sprintf("%v/%s/%v", o["kind"], ns, meta["name"])
+}
+
+// objects parses a multi-document YAML stream, keyed kind/namespace/name.
+func objects(t *testing.T, data []byte) map[string]map[string]any {
+	t.Helper()
+	objs := map[string]map[string]any{}
+	for _, doc := range bytes.Split(append([]byte("\n"), data...), []byte("\n---")) {
+		var o map[string]any
+		if err := yaml.Unmarshal(doc, &o); err != nil {
+			t.Fatalf("parse rendered object: %v\n%s", err, doc)
+		}
+		if o == nil {
+			continue
+		}
+		key := objectKey(o)
+		if _, dup := objs[key]; dup {
+			t.Fatalf("%s rendered twice", key)
+		}
+		objs[key] = o
+	}
+	return objs
+}
+
+// fileObject is one object of a file in the repo, in namespace ns when
+// given (as the chart places it).
+func fileObject(t *testing.T, rel, ns string) (string, map[string]any) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repo(t), rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, data)
+	if len(objs) != 1 {
+		t.Fatalf("%s: %d objects, want 1", rel, len(objs))
+	}
+	for _, o := range objs {
+		if ns != "" {
+			o["metadata"].(map[string]any)["namespace"] = ns
+		}
+		return objectKey(o), o
+	}
+	panic("unreachable")
+}
+
+// normalise drops what the chart adds by design (Helm's labels, the CRD's
+// keep policy) and the image's tag and digest (the base names a tag its
+// kustomization sets; the chart's is appVersion), and puts the pod's set-like
+// lists in one order: the rest must be equal.
+func normalise(o map[string]any) {
+	dropLabels := func(meta map[string]any, drop []string) {
+		labels, _ := meta["labels"].(map[string]any)
+		for _, l := range drop {
+			delete(labels, l)
+		}
+		if labels != nil && len(labels) == 0 {
+			delete(meta, "labels")
+		}
+	}
+	meta := o["metadata"].(map[string]any)
+	dropLabels(meta, helmLabels)
+	if ann, ok := meta["annotations"].(map[string]any); ok && o["kind"] == "CustomResourceDefinition" {
+		delete(ann, "helm.sh/resource-policy")
+	}
+	if o["kind"] != "DaemonSet" {
+		return
+	}
+	tmpl := o["spec"].(map[string]any)["template"].(map[string]any)
+	dropLabels(tmpl["metadata"].(map[string]any), []string{"app.kubernetes.io/instance"})
+	spec := tmpl["spec"].(map[string]any)
+	for _, list := range []string{"initContainers", "containers"} {
+		cs, _ := spec[list].([]any)
+		if len(cs) == 0 {
+			delete(spec, list) // an overlay's empty list is none
+		}
+		for _, c := range cs {
+			c := c.(map[string]any)
+			c["image"] = imageRepository(c["image"].(string))
+			sortBy(c, "ports", "name")
+			sortBy(c, "volumeMounts", "mountPath")
+			sortBy(c, "env", "name")
+		}
+	}
+	sortBy(spec, "volumes", "name")
+}
+
+// sortBy orders the list obj[list] by each item's field key: lists that
+// are sets keyed by that field in Kubernetes' own merge (ports, mounts,
+// env, volumes), whose order kustomize's strategic merge changes and the
+// kubelet ignores. Container and argument lists keep their order.
+func sortBy(obj map[string]any, list, key string) {
+	items, _ := obj[list].([]any)
+	sort.SliceStable(items, func(i, j int) bool {
+		return fmt.Sprint(items[i].(map[string]any)[key]) < fmt.Sprint(items[j].(map[string]any)[key])
+	})
+}
+
+// imageRepository is an image reference without its tag and digest.
+func imageRepository(ref string) string {
+	ref, _, _ = strings.Cut(ref, "@")
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		ref = ref[:i]
+	}
+	return ref
+}
+
+// The chart with defaults renders the kustomize base's objects, plus the
+// PrometheusRule of packaging/monitoring and the Report CRD of
+// packaging/crds; with openshift.enabled the OpenShift overlay's; with
+// metrics.secure.enabled the base with the secure-metrics component. Each
+// object compared whole, after dropping Helm's own labels.
+func TestHelmMatchesKustomize(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// kustomize is the directory under the repo, or "secure-metrics".
+		kustomize string
+		set       []string
+	}{
+		{name: "kubernetes", kustomize: "packaging/kubernetes", set: []string{"namespace.create=true"}},
+		{name: "openshift", kustomize: "packaging/openshift", set: []string{"namespace.create=true", "openshift.enabled=true"}},
+		// The MachineConfig route: the hook from boot, no installer sidecar.
+		{name: "openshift-no-sidecar", kustomize: "packaging/openshift-no-sidecar", set: []string{"namespace.create=true", "openshift.enabled=true", "hook.enabled=false"}},
+		{name: "secure-metrics", kustomize: "secure-metrics", set: []string{"namespace.create=true", "metrics.secure.enabled=true"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(repo(t), tc.kustomize)
+			if tc.kustomize == "secure-metrics" {
+				dir = secureOverlay(t)
+			}
+			want := objects(t, kustomize(t, dir))
+			k, rule := fileObject(t, "packaging/monitoring/prometheusrule.yaml", "iptables-alerter")
+			want[k] = rule
+			k, crd := fileObject(t, "packaging/crds/openreports.io_reports.yaml", "")
+			want[k] = crd
+			got := objects(t, helmTemplate(t, tc.set...))
+			for _, o := range want {
+				normalise(o)
+			}
+			for _, o := range got {
+				normalise(o)
+			}
+			if diff := cmp.Diff(keys(want), keys(got)); diff != "" {
+				t.Errorf("objects (-kustomize +chart):\n%s", diff)
+			}
+			for k, w := range want {
+				if g, ok := got[k]; ok {
+					if diff := cmp.Diff(w, g); diff != "" {
+						t.Errorf("%s (-kustomize +chart):\n%s", k, diff)
+					}
+				}
+			}
+		})
+	}
+}
+
+func keys(m map[string]map[string]any) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// The chart's copies of the CRD and the alerts (a chart cannot read outside
+// its directory) are the files packaging ships, byte for byte.
+func TestHelmFilesInSync(t *testing.T) {
+	for src, dst := range map[string]string{
+		"packaging/crds/openreports.io_reports.yaml": "openreports.io_reports.yaml",
+		"packaging/monitoring/prometheusrule.yaml":   "prometheusrule.yaml",
+	} {
+		want, err := os.ReadFile(filepath.Join(repo(t), src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(chartDir(t), "files", dst))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(want, got) {
+			t.Errorf("packaging/helm/iptables-alerter/files/%s differs from %s: run make chart-files", dst, src)
+		}
+	}
+}
+
+// helm lint --strict passes in each mode.
+func TestHelmLint(t *testing.T) {
+	for _, set := range [][]string{nil, {"openshift.enabled=true"}, {"metrics.secure.enabled=true", "namespace.create=true"}} {
+		args := []string{"lint", "--strict", "--kube-version", chartKubeVersion, chartDir(t)}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		out, err := helm(t, args...)
+		if err != nil {
+			t.Errorf("%v\n%s", err, out)
+		}
+	}
+}
+
+func daemonSetPod(t *testing.T, objs map[string]map[string]any) corev1.PodSpec {
+	t.Helper()
+	obj, ok := objs["DaemonSet/iptables-alerter/iptables-alerter"]
+	if !ok {
+		t.Fatalf("no DaemonSet rendered")
+	}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := json.Unmarshal(b, &ds); err != nil {
+		t.Fatal(err)
+	}
+	return ds.Spec.Template.Spec
+}
+
+func names(cs []corev1.Container) string {
+	var n []string
+	for _, c := range cs {
+		n = append(n, c.Name)
+	}
+	return strings.Join(n, ",")
+}
+
+// Each values toggle renders a consistent subset: the containers asked
+// for, the volumes they mount and no other, the RBAC, ports and scrape
+// endpoints of the parts that run.
+func TestHelmValues(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		set         []string
+		init, conts string
+		// present and absent are object keys.
+		present, absent []string
+		// svcPorts are the Service's port names ("" when there is none).
+		svcPorts string
+		check    func(t *testing.T, p corev1.PodSpec, objs map[string]map[string]any)
+	}{
+		{
+			name: "defaults", init: "hook", conts: "agent,forward", svcPorts: "metrics,forward-metrics",
+			present: []string{"ClusterRoleBinding//iptables-alerter-forward", "PrometheusRule/iptables-alerter/iptables-alerter", "CustomResourceDefinition//reports.openreports.io", "ServiceMonitor/iptables-alerter/iptables-alerter"},
+			absent:  []string{"Namespace//iptables-alerter", "ClusterRoleBinding//iptables-alerter-forward-review", "ClusterRoleBinding//iptables-alerter-metrics-reader"},
+			check: func(t *testing.T, p corev1.PodSpec, _ map[string]map[string]any) {
+				if got := p.NodeSelector["kubernetes.io/os"]; got != "linux" {
+					t.Errorf("nodeSelector kubernetes.io/os = %q, want linux", got)
+				}
+				for _, c := range append(p.InitContainers, p.Containers...) {
+					if strings.HasSuffix(c.Image, ":latest") || !strings.Contains(c.Image, ":") {
+						t.Errorf("%s: image %q is not by version tag", c.Name, c.Image)
+					}
+				}
+			},
+		},
+		{
+			name: "agent only", set: []string{"forward.enabled=false", "hook.enabled=false"}, conts: "agent", svcPorts: "metrics",
+			absent: []string{"ClusterRole//iptables-alerter-forward", "ClusterRoleBinding//iptables-alerter-forward"},
+			check: func(t *testing.T, _ corev1.PodSpec, objs map[string]map[string]any) {
+				np := objs["NetworkPolicy/iptables-alerter/iptables-alerter"]["spec"].(map[string]any)
+				if _, ok := np["egress"]; ok {
+					t.Errorf("NetworkPolicy admits egress without the forwarder: %v", np["egress"])
+				}
+			},
+		},
+		{name: "no forward", set: []string{"forward.enabled=false"}, init: "hook", conts: "agent", svcPorts: "metrics"},
+		{name: "forward only", set: []string{"agent.enabled=false", "hook.enabled=false"}, conts: "forward", svcPorts: "forward-metrics"},
+		{name: "no hook", set: []string{"hook.enabled=false"}, conts: "agent,forward", svcPorts: "metrics,forward-metrics"},
+		{
+			name: "no monitoring", set: []string{"metrics.serviceMonitor.enabled=false", "metrics.prometheusRule.enabled=false", "networkPolicy.enabled=false", "reports.installCRD=false", "priorityClass.create=false"},
+			init: "hook", conts: "agent,forward", svcPorts: "metrics,forward-metrics",
+			absent: []string{"ServiceMonitor/iptables-alerter/iptables-alerter", "PrometheusRule/iptables-alerter/iptables-alerter", "NetworkPolicy/iptables-alerter/iptables-alerter", "CustomResourceDefinition//reports.openreports.io", "PriorityClass//iptables-alerter"},
+		},
+		{
+			name: "secure without agent", set: []string{"metrics.secure.enabled=true", "agent.enabled=false", "metrics.secure.readers[0].name=prometheus", "metrics.secure.readers[0].namespace=monitoring"},
+			init: "hook", conts: "forward", svcPorts: "https-metrics",
+			present: []string{"ClusterRoleBinding//iptables-alerter-forward-review", "ClusterRoleBinding//iptables-alerter-metrics-reader"},
+			check: func(t *testing.T, p corev1.PodSpec, objs map[string]map[string]any) {
+				if _, ok := argValue(p.Containers[0].Args, "agent-metrics"); ok {
+					t.Errorf("forwarder proxies the agent's metrics with no agent: %v", p.Containers[0].Args)
+				}
+				eps := objs["ServiceMonitor/iptables-alerter/iptables-alerter"]["spec"].(map[string]any)["endpoints"].([]any)
+				if len(eps) != 1 || eps[0].(map[string]any)["path"] != "/metrics" {
+					t.Errorf("ServiceMonitor endpoints %v, want the forwarder's /metrics only", eps)
+				}
+			},
+		},
+		{
+			name: "placement and image", set: []string{"image.tag=1.2.3", "image.digest=sha256:" + strings.Repeat("ab", 32), "nodeSelector.pool=infra", "tolerations[0].key=dedicated", "tolerations[0].operator=Exists", "agent.resources.limits.memory=256Mi", "hook.hooksDir=/etc/containers/oci/hooks.d"},
+			init: "hook", conts: "agent,forward", svcPorts: "metrics,forward-metrics",
+			check: func(t *testing.T, p corev1.PodSpec, _ map[string]map[string]any) {
+				want := "ghcr.io/iptables-alerter/iptables-alerter:1.2.3@sha256:" + strings.Repeat("ab", 32)
+				if p.Containers[0].Image != want {
+					t.Errorf("image %q, want %q", p.Containers[0].Image, want)
+				}
+				if p.NodeSelector["pool"] != "infra" || p.NodeSelector["kubernetes.io/os"] != "linux" {
+					t.Errorf("nodeSelector %v", p.NodeSelector)
+				}
+				if len(p.Tolerations) != 1 || p.Tolerations[0].Key != "dedicated" {
+					t.Errorf("tolerations %v", p.Tolerations)
+				}
+				if got := p.Containers[0].Resources.Limits.Memory().String(); got != "256Mi" {
+					t.Errorf("agent memory limit %v", got)
+				}
+				// The installer's directory, its mount and the host path agree.
+				hook := p.InitContainers[0]
+				if len(hook.Env) != 1 || hook.Env[0].Value != "/etc/containers/oci/hooks.d" {
+					t.Errorf("hook env %v, want HOOKS_DIR=/etc/containers/oci/hooks.d", hook.Env)
+				}
+				for _, m := range hook.VolumeMounts {
+					if m.Name == "hooks-dir" && m.MountPath != "/host/etc/containers/oci/hooks.d" {
+						t.Errorf("hooks-dir mounted at %s", m.MountPath)
+					}
+				}
+				for _, v := range p.Volumes {
+					if v.Name == "hooks-dir" && v.HostPath.Path != "/etc/containers/oci/hooks.d" {
+						t.Errorf("hooks-dir volume is the host's %s", v.HostPath.Path)
+					}
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := objects(t, helmTemplate(t, tc.set...))
+			p := daemonSetPod(t, objs)
+			if got := names(p.InitContainers); got != tc.init {
+				t.Errorf("init containers %q, want %q", got, tc.init)
+			}
+			if got := names(p.Containers); got != tc.conts {
+				t.Errorf("containers %q, want %q", got, tc.conts)
+			}
+			// Every mount has its volume, and every volume is mounted.
+			mounted := map[string]bool{}
+			for _, c := range append(p.InitContainers, p.Containers...) {
+				for _, m := range c.VolumeMounts {
+					mounted[m.Name] = true
+				}
+			}
+			for _, v := range p.Volumes {
+				if !mounted[v.Name] {
+					t.Errorf("volume %s is mounted by no container", v.Name)
+				}
+				delete(mounted, v.Name)
+			}
+			for m := range mounted {
+				t.Errorf("mount %s has no volume", m)
+			}
+			var ports []string
+			if svc, ok := objs["Service/iptables-alerter/iptables-alerter-metrics"]; ok {
+				for _, p := range svc["spec"].(map[string]any)["ports"].([]any) {
+					ports = append(ports, p.(map[string]any)["name"].(string))
+				}
+			}
+			if got := strings.Join(ports, ","); got != tc.svcPorts {
+				t.Errorf("Service ports %q, want %q", got, tc.svcPorts)
+			}
+			for _, k := range tc.present {
+				if _, ok := objs[k]; !ok {
+					t.Errorf("no %s", k)
+				}
+			}
+			for _, k := range tc.absent {
+				if _, ok := objs[k]; ok {
+					t.Errorf("%s rendered", k)
+				}
+			}
+			if tc.check != nil {
+				tc.check(t, p, objs)
+			}
+		})
+	}
+}
+
+// Values the chart refuses, each with an error that names the value: a
+// misspelt or mistyped value is an error, never silently ignored.
+func TestHelmRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"image.tag=latest"}, "image.tag: latest is refused"},
+		{[]string{"agent.enabled=false", "forward.enabled=false"}, "enable at least one"},
+		{[]string{"forward.enabled=false", "metrics.secure.enabled=true"}, "need forward.enabled"},
+		{[]string{"forward.enabled=false", "openshift.enabled=true"}, "need forward.enabled"},
+		// values.schema.json: a misspelt key, a wrong type, a digest that is not one.
+		{[]string{"openshfit.enabled=true"}, "additional properties 'openshfit' not allowed"},
+		{[]string{"agent.enabled=yes"}, "/agent/enabled"},
+		{[]string{"image.digest=latest"}, "/image/digest"},
+	} {
+		_, err := helmTemplateErr(t, tc.set...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--set %v: error %v, want one saying %q", tc.set, err, tc.want)
+		}
+	}
+}
+
+// The chart refuses a cluster older than 1.29: there an init container's
+// restartPolicy is dropped, and the installer, which waits for SIGTERM,
+// would hold every pod in Init for ever.
+func TestHelmNeedsSidecars(t *testing.T) {
+	_, err := helm(t, "template", "x", chartDir(t), "--kube-version", "1.28.9")
+	if err == nil || !strings.Contains(err.Error(), "chart requires kubeVersion: >=1.29.0-0") {
+		t.Errorf("helm template --kube-version 1.28.9: error %v, want the chart's kubeVersion", err)
+	}
+}
+
+// promRuleCRD accepts the chart's PrometheusRule, as serviceMonitorCRD its
+// ServiceMonitor.
+var promRuleCRD = minimalCRD("monitoring.coreos.com", "Namespaced", "PrometheusRule", "prometheusrules")
+
+// operatorCRDs installs the CRDs of the chart's Prometheus Operator objects
+// and OpenShift's SCC, and waits until they are served.
+func operatorCRDs(t *testing.T, kc string) {
+	t.Helper()
+	crds := filepath.Join(t.TempDir(), "crds.yaml")
+	if err := os.WriteFile(crds, []byte(serviceMonitorCRD+"---\n"+promRuleCRD+"---\n"+sccCRD), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, kc, "apply", "--server-side", "-f", crds)
+	kubectl(t, kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com",
+		"crd/prometheusrules.monitoring.coreos.com", "crd/securitycontextconstraints.security.openshift.io")
+}
+
+// The chart's output, server-side applied to a real kube-apiserver with
+// Prometheus Operator's CRDs installed first: the default render, then the
+// OpenShift one over it, as an upgrade would; every object read back holds
+// what the chart set.
+func TestHelmServerSideApply(t *testing.T) {
+	_, err := exec.LookPath("kubectl")
+	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/kube/build-kube.sh kubectl)")
+	// Rendered first: a missing helm skips before the API server starts.
+	renders := map[string][]byte{
+		"default":   helmTemplate(t, "namespace.create=true"),
+		"openshift": helmTemplate(t, "namespace.create=true", "openshift.enabled=true"),
+	}
+	c := kubetest.Start(t)
+	kc := c.Kubeconfig("admin", c.AdminToken)
+	operatorCRDs(t, kc)
+	dir := t.TempDir()
+
+	// In order: the OpenShift render is applied over the default one.
+	for _, name := range []string{"default", "openshift"} {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(dir, name+".yaml")
+			if err := os.WriteFile(file, renders[name], 0o644); err != nil {
+				t.Fatal(err)
+			}
+			kubectl(t, kc, "apply", "--server-side", "--field-manager=helm-test", "-f", file)
+			var list struct{ Items []map[string]any }
+			if err := json.Unmarshal(kubectl(t, kc, "get", "-f", file, "-o", "json"), &list); err != nil {
+				t.Fatalf("decode objects read back: %v", err)
+			}
+			var docs []map[string]any
+			for _, doc := range bytes.Split(append([]byte("\n"), renders[name]...), []byte("\n---")) {
+				var o map[string]any
+				if err := yaml.Unmarshal(doc, &o); err != nil {
+					t.Fatal(err)
+				}
+				if o != nil {
+					docs = append(docs, o)
+				}
+			}
+			if len(list.Items) != len(docs) {
+				t.Fatalf("read back %d objects of %d rendered", len(list.Items), len(docs))
+			}
+			for i, want := range docs {
+				for _, d := range contains(want["kind"].(string), want, list.Items[i]) {
+					t.Errorf("%s", d)
+				}
+			}
+		})
+	}
+}
+
+// make chart packages the chart with the project's version: appVersion
+// (the image tag) as make image tags the image, the chart version semver
+// made from it; the package keeps the license annotation.
+func TestHelmPackage(t *testing.T) {
+	if _, err := helm(t, "version"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ version, chart string }{
+		{"v1.2.3", "1.2.3"},
+		{"v1.2.3-4-gabcdef0-dirty", "1.2.3-4-gabcdef0-dirty"},
+		{"abcdef0", "0.0.0-gabcdef0"},
+	} {
+		dest := t.TempDir()
+		cmd := exec.Command("make", "-s", "-C", repo(t), "chart", "VERSION="+tc.version, "CHART_DEST="+dest)
+		cmd.Env = helmEnv(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("make chart VERSION=%s: %v\n%s", tc.version, err, out)
+		}
+		pkg := filepath.Join(dest, "iptables-alerter-"+tc.chart+".tgz")
+		out, err := helm(t, "show", "chart", pkg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta struct {
+			Version     string            `json:"version"`
+			AppVersion  string            `json:"appVersion"`
+			Annotations map[string]string `json:"annotations"`
+		}
+		if err := yaml.Unmarshal(out, &meta); err != nil {
+			t.Fatal(err)
+		}
+		if meta.Version != tc.chart || meta.AppVersion != tc.version || meta.Annotations["licenses"] != "Apache-2.0" {
+			t.Errorf("VERSION=%s: chart %+v, want version %s, appVersion %s, licenses Apache-2.0", tc.version, meta, tc.chart, tc.version)
+		}
+		out, err = helm(t, "template", "x", pkg, "--kube-version", chartKubeVersion, "--show-only", "templates/daemonset.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "image: ghcr.io/iptables-alerter/iptables-alerter:" + tc.version + "\n"; !strings.Contains(string(out), want) {
+			t.Errorf("VERSION=%s: the package's DaemonSet has no %q", tc.version, strings.TrimSpace(want))
+		}
+	}
+}
+
+// What docs/install-helm.md says to run, with the real helm against a real
+// kube-apiserver: install into a labelled namespace, upgrade to the agent
+// alone (helm deletes what no longer renders), uninstall (everything goes
+// but the Report CRD, which is kept).
+func TestHelmInstall(t *testing.T) {
+	_, err := exec.LookPath("kubectl")
+	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/kube/build-kube.sh kubectl)")
+	if _, err := helm(t, "version"); err != nil {
+		t.Fatal(err)
+	}
+	c := kubetest.Start(t)
+	kc := c.Kubeconfig("admin", c.AdminToken)
+	operatorCRDs(t, kc)
+
+	kubectl(t, kc, "create", "namespace", "iptables-alerter")
+	kubectl(t, kc, "label", "namespace", "iptables-alerter",
+		"pod-security.kubernetes.io/enforce=privileged", "pod-security.kubernetes.io/audit=privileged", "pod-security.kubernetes.io/warn=privileged")
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := helm(t, append(args, "--kubeconfig", kc, "--namespace", "iptables-alerter")...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return string(out)
+	}
+	exists := func(args ...string) bool {
+		t.Helper()
+		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kc, "get", "--ignore-not-found", "-o", "name"}, args...)...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("kubectl get %v: %v", args, err)
+		}
+		return len(bytes.TrimSpace(out)) > 0
+	}
+
+	out := run("install", "iptables-alerter", chartDir(t))
+	// The notes say how to verify, as docs/install-helm.md does.
+	if want := "kubectl -n iptables-alerter rollout status ds/iptables-alerter"; !strings.Contains(out, want) {
+		t.Errorf("helm install printed no %q:\n%s", want, out)
+	}
+	for _, o := range [][]string{
+		{"-n", "iptables-alerter", "daemonset/iptables-alerter"},
+		{"-n", "iptables-alerter", "servicemonitor/iptables-alerter"},
+		{"-n", "iptables-alerter", "prometheusrule/iptables-alerter"},
+		{"clusterrolebinding/iptables-alerter-forward"},
+		{"crd/reports.openreports.io"},
+	} {
+		if !exists(o...) {
+			t.Errorf("after install: no %v", o)
+		}
+	}
+
+	run("upgrade", "iptables-alerter", chartDir(t), "--reuse-values", "--set", "forward.enabled=false")
+	var ds appsv1.DaemonSet
+	if err := json.Unmarshal(kubectl(t, kc, "-n", "iptables-alerter", "get", "daemonset/iptables-alerter", "-o", "json"), &ds); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(ds.Spec.Template.Spec.Containers); got != "agent" {
+		t.Errorf("after upgrade with forward.enabled=false: containers %q, want agent", got)
+	}
+	if exists("clusterrolebinding/iptables-alerter-forward") {
+		t.Errorf("after upgrade with forward.enabled=false: the forwarder's ClusterRoleBinding is still there")
+	}
+
+	run("uninstall", "iptables-alerter")
+	if exists("-n", "iptables-alerter", "daemonset/iptables-alerter") || exists("clusterrole/iptables-alerter-reports-view") {
+		t.Errorf("after uninstall: the DaemonSet or a ClusterRole is still there")
+	}
+	if !exists("crd/reports.openreports.io") {
+		t.Errorf("after uninstall: the Report CRD is gone (it holds every Report; the chart keeps it)")
+	}
+}
+
+// docs/install-helm.md's table has a row for every value of values.yaml,
+// and no row for a value that is not there.
+func TestHelmValuesDocumented(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		t.Fatal(err)
+	}
+	// Maps whose keys are the user's, documented as one row.
+	freeForm := map[string]bool{"nodeSelector": true, "affinity": true, "resources": true}
+	want := map[string]bool{}
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			if sub, ok := v.(map[string]any); ok && !freeForm[k] {
+				walk(prefix+k+".", sub)
+				continue
+			}
+			want[prefix+k] = true
+		}
+	}
+	walk("", values)
+	doc, err := os.ReadFile(filepath.Join(repo(t), "docs", "install-helm.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if rest, ok := strings.CutPrefix(line, "| `"); ok {
+			key, _, _ := strings.Cut(rest, "`")
+			got[key] = true
+		}
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("docs/install-helm.md has no row for %s", k)
+		}
+	}
+	for k := range got {
+		if !want[k] {
+			t.Errorf("docs/install-helm.md has a row for %s, which values.yaml does not have", k)
+		}
+	}
+}
+
+// The chart in the tree is the release the tree is: its version is the
+// semver of its appVersion, and appVersion is the image tag the kustomize
+// base pins, once the base pins one.
+func TestHelmChartVersion(t *testing.T) {
+	var chart struct {
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	data, err := os.ReadFile(filepath.Join(chartDir(t), "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, &chart); err != nil {
+		t.Fatal(err)
+	}
+	if chart.AppVersion != "v"+chart.Version {
+		t.Errorf("Chart.yaml: appVersion %q, version %q: want appVersion v<version>", chart.AppVersion, chart.Version)
+	}
+	var k struct {
+		Images []struct {
+			Name, NewTag string
+		} `json:"images"`
+	}
+	data, err = os.ReadFile(filepath.Join(repo(t), "packaging", "kubernetes", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, &k); err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range k.Images {
+		if img.Name == "iptables-alerter" && img.NewTag != "latest" && img.NewTag != chart.AppVersion {
+			t.Errorf("packaging/kubernetes pins the image tag %s, the chart's appVersion is %s", img.NewTag, chart.AppVersion)
+		}
+	}
+}
