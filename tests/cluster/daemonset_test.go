@@ -77,14 +77,16 @@ func (n *node) importMadeImage(t *testing.T) {
 	}
 	global := "podman --root " + dir + "/root --runroot " + dir + "/runroot --tmpdir " + dir + "/tmp --storage-driver vfs --events-backend none"
 	env := append(os.Environ(), "CONTAINERS_CONF="+dir+"/containers.conf")
+	// This node's platform only: make image names each platform's image
+	// IMAGE-ARCH, and that one image is what is saved and imported.
 	mk := exec.Command("make", "-C", repoRoot(), "image", "IMAGE="+testImage, "VERSION=v0.0.0-cluster-test",
-		"BIN="+dir+"/iptables-alerter", "HOOKBIN="+dir+"/iptables-alerter-hook", "IMAGE_CONTEXT="+dir+"/context", "PODMAN="+global)
+		"PLATFORMS=linux/"+runtime.GOARCH, "IMAGE_CONTEXT="+dir+"/context", "PODMAN="+global)
 	mk.Env = env
 	if out, err := mk.CombinedOutput(); err != nil {
 		t.Fatalf("make image: %v\n%s", err, out)
 	}
 	archive := filepath.Join(dir, "image.tar")
-	save := exec.Command("sh", "-c", global+` save --format oci-archive -o "$1" "$2"`, "sh", archive, testImage)
+	save := exec.Command("sh", "-c", global+` save --format oci-archive -o "$1" "$2"`, "sh", archive, testImage+"-"+runtime.GOARCH)
 	save.Env = env
 	if out, err := save.CombinedOutput(); err != nil {
 		t.Fatalf("podman save: %v\n%s", err, out)
