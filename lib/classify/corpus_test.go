@@ -40,16 +40,22 @@ type saved struct {
 	// "tcp dport { 22, 80 } accept" is listed as "-p tcp -j ACCEPT"). By
 	// the criterion they are native, so they are taken from the -A lines.
 	lookups map[string]int
+	// refused names the tables whose base chains the save tools call
+	// incompatible: they list the user chains' rules but not the table as
+	// iptables', and it is native by the criterion.
+	refused map[string]bool
 }
 
 func save(t *testing.T, ns *nstest.NS) saved {
 	t.Helper()
-	s := saved{tables: map[string]findings.TableCount{}, failed: map[inspect.Family]bool{}, lookups: map[string]int{}}
+	s := saved{tables: map[string]findings.TableCount{}, failed: map[inspect.Family]bool{}, lookups: map[string]int{}, refused: map[string]bool{}}
+	perChain := map[string]int{}
+	lookups := map[string]int{}
 	var js struct {
 		Nftables []struct {
 			Rule *struct {
-				Family, Table string
-				Expr          []json.RawMessage
+				Family, Table, Chain string
+				Expr                 []json.RawMessage
 			}
 		}
 	}
@@ -62,7 +68,7 @@ func save(t *testing.T, ns *nstest.NS) saved {
 		}
 		for _, e := range o.Rule.Expr {
 			if m := string(e); strings.Contains(m, `"right": {"set"`) || strings.Contains(m, `"right": "@`) {
-				s.lookups[o.Rule.Family+" "+o.Rule.Table]++
+				lookups[o.Rule.Family+" "+o.Rule.Table+" "+o.Rule.Chain]++
 				break
 			}
 		}
@@ -76,6 +82,9 @@ func save(t *testing.T, ns *nstest.NS) saved {
 		table := ""
 		for _, line := range strings.Split(string(out), "\n") {
 			switch {
+			case strings.HasPrefix(line, "# Table `") && strings.Contains(line, "incompatible base-chains"):
+				name, _, _ := strings.Cut(strings.TrimPrefix(line, "# Table `"), "'")
+				s.refused[string(st.fam)+" "+name] = true
 			case strings.HasPrefix(line, "*"):
 				table = string(st.fam) + " " + strings.TrimSpace(line[1:])
 				s.tables[table] = findings.TableCount{Table: table}
@@ -87,8 +96,14 @@ func save(t *testing.T, ns *nstest.NS) saved {
 				c := s.tables[table]
 				c.Rules++
 				s.tables[table] = c
+				perChain[table+" "+strings.Fields(line)[1]]++
 			}
 		}
+	}
+	// Only the lines the save tools print can be misread ones.
+	for k, n := range lookups {
+		f := strings.Fields(k)
+		s.lookups[f[0]+" "+f[1]] += min(n, perChain[k])
 	}
 	return s
 }
@@ -141,6 +156,9 @@ func compare(t *testing.T, sum classify.Summary, sv saved) {
 		want := sv.tables[k]
 		want.Table = k
 		want.Rules -= sv.lookups[k]
+		if sv.refused[k] {
+			want = findings.TableCount{}
+		}
 		if d := cmp.Diff(want, ours[k]); d != "" {
 			t.Errorf("%s (-save +ours):\n%s", k, d)
 		}

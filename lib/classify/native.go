@@ -25,14 +25,16 @@ var compatible = map[string]bool{
 
 // writtenMeta are the meta keys iptables-nft loads and the save tools read
 // back as options: -i/-o (names, or indexes), -p of ip6 (l4proto), -m mark
-// and -m pkttype; ebtables adds --logical-in/--logical-out. Any other key
+// and -m pkttype; ebtables adds --logical-in/--logical-out, and the
+// protocol check in front of an --among-src/-dst list with IPs. Any other key
 // (skuid, protocol, ...) comes from native nft: the save tools fail on it
 // ("unknown ipv4 meta key") or drop it.
 var writtenMeta = map[inspect.Family]map[uint32]bool{
-	inspect.IP:     inetMeta,
-	inspect.IP6:    inetMeta,
-	inspect.ARP:    {unix.NFT_META_IIFNAME: true, unix.NFT_META_OIFNAME: true, unix.NFT_META_IIF: true, unix.NFT_META_OIF: true},
-	inspect.Bridge: {unix.NFT_META_IIFNAME: true, unix.NFT_META_OIFNAME: true, unix.NFT_META_BRI_IIFNAME: true, unix.NFT_META_BRI_OIFNAME: true, unix.NFT_META_MARK: true},
+	inspect.IP:  inetMeta,
+	inspect.IP6: inetMeta,
+	inspect.ARP: {unix.NFT_META_IIFNAME: true, unix.NFT_META_OIFNAME: true, unix.NFT_META_IIF: true, unix.NFT_META_OIF: true},
+	inspect.Bridge: {unix.NFT_META_IIFNAME: true, unix.NFT_META_OIFNAME: true, unix.NFT_META_BRI_IIFNAME: true, unix.NFT_META_BRI_OIFNAME: true,
+		unix.NFT_META_MARK: true, unix.NFT_META_PROTOCOL: true},
 }
 
 var inetMeta = map[uint32]bool{

@@ -90,7 +90,7 @@ func TestClassifyNative(t *testing.T) {
 				func() inspect.Chain { c := filterIn; c.NativeRules = 2; return c }(),
 			}},
 			chains: []Chain{{Family: inspect.IP, Table: "filter", Name: "INPUT", Rules: 1}},
-			tables: map[string]int{"ip filter": 1},
+			tables: map[string]int{"ip filter": 3},
 		},
 		{
 			name: "a chain of native rules only is native, its name and policy too",
@@ -100,7 +100,7 @@ func TestClassifyNative(t *testing.T) {
 				{Family: inspect.IP, Table: "filter", Name: "EMPTY"},
 			}},
 			chains: []Chain{{Family: inspect.IP, Table: "filter", Name: "EMPTY", User: true}},
-			tables: map[string]int{"ip filter": 3},
+			tables: map[string]int{"ip filter": 5},
 		},
 		{
 			name: "xt rules of a refused table still count",
