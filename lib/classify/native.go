@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
-	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -118,29 +117,18 @@ func hasAttr(data []byte, typ uint16) bool {
 		return typ == unix.NFTA_LOG_GROUP
 	}
 	found := false
-	walk(data, func(t uint16, _ *netlink.AttributeDecoder) {
+	inspect.Attrs(data, func(t uint16, _ []byte) {
 		found = found || t == typ
 	})
 	return found
 }
 
+// attrU32 reads a big-endian u32 attribute, as nftables sends them.
 func attrU32(data []byte, typ uint16) (v uint32, ok bool) {
-	walk(data, func(t uint16, ad *netlink.AttributeDecoder) {
-		if t == typ && !ok {
-			v, ok = ad.Uint32(), true
+	inspect.Attrs(data, func(t uint16, b []byte) {
+		if t == typ && !ok && len(b) == 4 {
+			v, ok = binary.BigEndian.Uint32(b), true
 		}
 	})
 	return v, ok
-}
-
-// walk calls fn for each top-level attribute; malformed data ends it.
-func walk(data []byte, fn func(typ uint16, ad *netlink.AttributeDecoder)) {
-	ad, err := netlink.NewAttributeDecoder(data)
-	if err != nil {
-		return
-	}
-	ad.ByteOrder = binary.BigEndian
-	for ad.Next() {
-		fn(ad.Type(), ad)
-	}
 }

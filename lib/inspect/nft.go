@@ -746,6 +746,10 @@ func exprName(b []byte) string {
 // nlaTypeMask strips the nested and byte-order flags from an attribute type.
 const nlaTypeMask = 0x3fff
 
+// Attrs walks the netlink attributes of an expression's data (Expr.Data)
+// as inspect does, without allocating; malformed data ends the walk.
+func Attrs(b []byte, fn func(typ uint16, data []byte)) { eachAttr(b, fn) }
+
 // eachAttr walks netlink attributes (4-byte header, 4-byte aligned).
 func eachAttr(b []byte, fn func(typ uint16, data []byte)) {
 	for len(b) >= 4 {
