@@ -68,62 +68,6 @@ func TestNative(t *testing.T) {
 	}
 }
 
-func TestClassifyNative(t *testing.T) {
-	filterIn := base(inspect.IP, "filter", "INPUT", "filter", localIn, 0, 3)
-	tests := []struct {
-		name   string
-		snap   inspect.Snapshot
-		chains []Chain
-		tables map[string]int
-	}{
-		{
-			name: "a rule the save tools refuse makes the table native",
-			snap: inspect.Snapshot{Chains: []inspect.Chain{
-				func() inspect.Chain { c := filterIn; c.Foreign, c.NativeRules = true, 1; return c }(),
-				{Family: inspect.IP, Table: "filter", Name: "MINE", Rules: 1},
-			}},
-			tables: map[string]int{},
-		},
-		{
-			name: "native rules are left out of a mixed chain",
-			snap: inspect.Snapshot{Chains: []inspect.Chain{
-				func() inspect.Chain { c := filterIn; c.NativeRules = 2; return c }(),
-			}},
-			chains: []Chain{{Family: inspect.IP, Table: "filter", Name: "INPUT", Rules: 1}},
-			tables: map[string]int{"ip filter": 3},
-		},
-		{
-			name: "a chain of native rules only is native, its name and policy too",
-			snap: inspect.Snapshot{Chains: []inspect.Chain{
-				func() inspect.Chain { c := filterIn; c.NativeRules, c.Policy = 3, 0; return c }(),
-				{Family: inspect.IP, Table: "filter", Name: "ports", Rules: 2, NativeRules: 2},
-				{Family: inspect.IP, Table: "filter", Name: "EMPTY"},
-			}},
-			chains: []Chain{{Family: inspect.IP, Table: "filter", Name: "EMPTY", User: true}},
-			tables: map[string]int{"ip filter": 5},
-		},
-		{
-			name: "xt rules of a refused table still count",
-			snap: inspect.Snapshot{Chains: []inspect.Chain{
-				func() inspect.Chain { c := filterIn; c.Foreign, c.NativeRules, c.XTRules = true, 1, 1; return c }(),
-			}},
-			chains: []Chain{{Family: inspect.IP, Table: "filter", Name: "INPUT", Rules: 1, XT: 1}},
-			tables: map[string]int{},
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			u := Classify(tc.snap)
-			if d := cmp.Diff(tc.chains, u.Chains); d != "" {
-				t.Errorf("chains (-want +got):\n%s", d)
-			}
-			if d := cmp.Diff(tc.tables, u.Tables); d != "" {
-				t.Errorf("tables (-want +got):\n%s", d)
-			}
-		})
-	}
-}
-
 func TestClassifyLeavesNativeRulesOut(t *testing.T) {
 	snap := inspect.Snapshot{
 		Chains: []inspect.Chain{{Family: inspect.IP, Table: "filter", Name: "INPUT", Base: true, Type: "filter", Hook: localIn, Policy: 1, Rules: 2, NativeRules: 1}},
