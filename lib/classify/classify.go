@@ -47,6 +47,11 @@ type Usage struct {
 	// order; the allowlist and the examples work on these.
 	Rules  []inspect.Rule
 	Legacy []Legacy
+	// Tables counts the chains of every shaped table (the save tools list
+	// it), by "family name", as the save tools' ":" lines do: every
+	// built-in chain of the table (listed even before iptables-nft creates
+	// it), plus every user chain.
+	Tables map[string]int
 	// Truncated carries the snapshot's flag: counts are a lower bound.
 	Truncated bool
 }
@@ -54,17 +59,28 @@ type Usage struct {
 // Classify finds the iptables usage in a snapshot.
 func Classify(s inspect.Snapshot) Usage {
 	shaped := shapedTables(s.Chains)
-	u := Usage{Truncated: s.Truncated}
+	u := Usage{Truncated: s.Truncated, Tables: map[string]int{}}
 	for _, c := range s.Chains {
 		isShaped := shaped[tableKey{c.Family, c.Table}]
 		ch := Chain{Family: c.Family, Table: c.Table, Name: c.Name, Sum: c.Sum}
 		if isShaped {
-			ch.User = !c.Base
+			k := string(c.Family) + " " + c.Table
+			if _, ok := u.Tables[k]; !ok {
+				u.Tables[k] = len(templates[tableKey{c.Family, c.Table}])
+			}
+			if !c.Base {
+				u.Tables[k]++
+			}
+			// A chain holding rules, none of which an iptables client
+			// could have written, is native whatever its name: neither
+			// its existence nor its policy is usage.
+			native := c.Rules > 0 && c.NativeRules == c.Rules
+			ch.User = !c.Base && !native
 			// An ebtables-nft user chain's policy is a rule inspect
 			// set apart (PolicyRule): shown as the chain's, like a
 			// base chain's.
-			ch.Drop = (c.Base || c.PolicyRule) && c.Policy == 0
-			ch.Rules = c.Rules
+			ch.Drop = (c.Base || c.PolicyRule) && c.Policy == 0 && !native
+			ch.Rules = c.Rules - c.NativeRules
 		} else {
 			ch.Rules = c.XTRules
 		}
@@ -74,7 +90,7 @@ func Classify(s inspect.Snapshot) Usage {
 		}
 	}
 	for _, r := range s.Rules {
-		if shaped[tableKey{r.Family, r.Table}] || hasXT(r) {
+		if shaped[tableKey{r.Family, r.Table}] && !r.Native || hasXT(r) {
 			u.Rules = append(u.Rules, r)
 		}
 	}
@@ -88,8 +104,9 @@ func Classify(s inspect.Snapshot) Usage {
 	return u
 }
 
-// shapedTables finds the tables whose family and name iptables uses and
-// whose base chains all follow the template.
+// shapedTables finds the tables whose family and name iptables uses, whose
+// base chains all follow the template and none of whose rules makes the
+// save tools refuse the table (inspect.Chain.Foreign).
 func shapedTables(chains []inspect.Chain) map[tableKey]bool {
 	shaped := map[tableKey]bool{}
 	for _, c := range chains {
@@ -100,6 +117,9 @@ func shapedTables(chains []inspect.Chain) map[tableKey]bool {
 		}
 		if _, seen := shaped[k]; !seen {
 			shaped[k] = true
+		}
+		if c.Foreign {
+			shaped[k] = false
 		}
 		if !c.Base {
 			continue

@@ -13,11 +13,14 @@ func base(fam inspect.Family, table, name, typ string, hook uint32, prio int32, 
 }
 
 func TestClassify(t *testing.T) {
+	filterIn := base(inspect.IP, "filter", "INPUT", "filter", localIn, 0, 3)
 	tests := []struct {
 		name   string
 		snap   inspect.Snapshot
 		chains []Chain
 		legacy []Legacy
+		// tables, when set, is the Usage's chain count per shaped table.
+		tables map[string]int
 	}{
 		{
 			name:   "iptables-nft filter rule",
@@ -65,6 +68,40 @@ func TestClassify(t *testing.T) {
 			chains: []Chain{{Family: inspect.INet, Table: "app", Name: "c", Rules: 2, XT: 2}},
 		},
 		{
+			name: "a rule the save tools refuse makes the table native",
+			snap: inspect.Snapshot{Chains: []inspect.Chain{
+				func() inspect.Chain { c := filterIn; c.Foreign, c.NativeRules = true, 1; return c }(),
+				{Family: inspect.IP, Table: "filter", Name: "MINE", Rules: 1},
+			}},
+			tables: map[string]int{},
+		},
+		{
+			name: "native rules are left out of a mixed chain",
+			snap: inspect.Snapshot{Chains: []inspect.Chain{
+				func() inspect.Chain { c := filterIn; c.NativeRules = 2; return c }(),
+			}},
+			chains: []Chain{{Family: inspect.IP, Table: "filter", Name: "INPUT", Rules: 1}},
+			tables: map[string]int{"ip filter": 3},
+		},
+		{
+			name: "a chain of native rules only is native, its name and policy too",
+			snap: inspect.Snapshot{Chains: []inspect.Chain{
+				func() inspect.Chain { c := filterIn; c.NativeRules, c.Policy = 3, 0; return c }(),
+				{Family: inspect.IP, Table: "filter", Name: "ports", Rules: 2, NativeRules: 2},
+				{Family: inspect.IP, Table: "filter", Name: "EMPTY"},
+			}},
+			chains: []Chain{{Family: inspect.IP, Table: "filter", Name: "EMPTY", User: true}},
+			tables: map[string]int{"ip filter": 5},
+		},
+		{
+			name: "xt rules of a refused table still count",
+			snap: inspect.Snapshot{Chains: []inspect.Chain{
+				func() inspect.Chain { c := filterIn; c.Foreign, c.NativeRules, c.XTRules = true, 1, 1; return c }(),
+			}},
+			chains: []Chain{{Family: inspect.IP, Table: "filter", Name: "INPUT", Rules: 1, XT: 1}},
+			tables: map[string]int{},
+		},
+		{
 			name: "legacy tables beyond their untouched entries",
 			snap: inspect.Snapshot{Legacy: []inspect.LegacyTable{
 				{Family: inspect.IP, Name: "filter", Hooks: 0b1110, Entries: 4},
@@ -81,6 +118,9 @@ func TestClassify(t *testing.T) {
 			}
 			if d := cmp.Diff(tc.legacy, u.Legacy); d != "" {
 				t.Errorf("legacy (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.tables, u.Tables); tc.tables != nil && d != "" {
+				t.Errorf("tables (-want +got):\n%s", d)
 			}
 			if u.Empty() != (len(tc.chains) == 0 && len(tc.legacy) == 0) {
 				t.Errorf("Empty() = %v", u.Empty())

@@ -22,7 +22,10 @@ const maxName = 64
 type Summary struct {
 	// NftTables lists the tables holding usage, as "family name", sorted,
 	// at most maxTables, names capped.
-	NftTables    []string
+	NftTables []string
+	// NftPerTable counts chains and rules per table of NftTables, in the
+	// same order (findings.Nft.PerTable).
+	NftPerTable  []findings.TableCount
 	NftChains    int
 	NftRules     int
 	LegacyTables []string
@@ -41,8 +44,9 @@ type Summary struct {
 
 // Summarize counts usage and fingerprints it.
 func Summarize(u Usage) Summary {
-	s := Summary{NftTables: []string{}, LegacyTables: []string{}}
+	s := Summary{NftTables: []string{}, LegacyTables: []string{}, NftPerTable: []findings.TableCount{}}
 	seen := map[string]bool{}
+	per := map[string]*findings.TableCount{}
 	h := sha256.New()
 	for _, c := range u.Chains {
 		if !c.Used() {
@@ -55,7 +59,21 @@ func Summarize(u Usage) Summary {
 		// Deduplicate on the full name; cap only what is shown.
 		if t := string(c.Family) + " " + c.Table; !seen[t] {
 			seen[t] = true
-			s.NftTables = append(s.NftTables, string(c.Family)+" "+safetext.Cut(c.Table, maxName))
+			name := string(c.Family) + " " + safetext.Cut(c.Table, maxName)
+			s.NftTables = append(s.NftTables, name)
+			// A shaped table's chains are all listed by the save
+			// tool; another table holding xt rules is refused by it,
+			// and its chains are those holding usage.
+			chains, shaped := u.Tables[t]
+			per[t] = &findings.TableCount{Table: name, Chains: chains}
+			if !shaped {
+				per[t].Chains = 0
+			}
+		}
+		pt := per[string(c.Family)+" "+c.Table]
+		pt.Rules += c.Rules
+		if _, shaped := u.Tables[string(c.Family)+" "+c.Table]; !shaped {
+			pt.Chains++
 		}
 		// Length-prefixed fields: hostile names cannot collide by shifting
 		// bytes from one field into the next.
@@ -76,6 +94,11 @@ func Summarize(u Usage) Summary {
 	if len(s.NftTables) > maxTables {
 		s.NftTables, s.Truncated = s.NftTables[:maxTables], true
 	}
+	for _, pt := range per {
+		s.NftPerTable = append(s.NftPerTable, *pt)
+	}
+	sort.Slice(s.NftPerTable, func(i, j int) bool { return s.NftPerTable[i].Table < s.NftPerTable[j].Table })
+	s.NftPerTable = s.NftPerTable[:min(len(s.NftPerTable), maxTables)]
 	s.Fingerprint = hex.EncodeToString(h.Sum(nil)[:16])
 	return s
 }

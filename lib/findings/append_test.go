@@ -91,6 +91,7 @@ func TestEncodeBoundsHostileRecord(t *testing.T) {
 	rec.Writer = writer
 	for i := 0; i < 10000; i++ {
 		rec.Nft.Tables = append(rec.Nft.Tables, "inet "+evil[:1000])
+		rec.Nft.PerTable = append(rec.Nft.PerTable, TableCount{Table: "inet " + evil[:1000], Chains: 3, Rules: 62})
 		rec.Legacy.Tables = append(rec.Legacy.Tables, evil[:1000])
 		rec.AllowlistEntries = append(rec.AllowlistEntries, evil[:1000])
 		rec.Examples = append(rec.Examples, Example{Family: evil, Table: evil, Chain: evil, Rule: evil})
@@ -111,6 +112,9 @@ func TestEncodeBoundsHostileRecord(t *testing.T) {
 	}
 	if !back.Truncated || back.Nft.Rules != 621000 || back.Fingerprint != rec.Fingerprint || back.Worst != "" {
 		t.Errorf("cut record: truncated %v, rules %d, fingerprint %q", back.Truncated, back.Nft.Rules, back.Fingerprint)
+	}
+	if len(back.Nft.PerTable) > maxList {
+		t.Errorf("per_table kept %d entries, bound %d", len(back.Nft.PerTable), maxList)
 	}
 	if back.Writer == nil || back.Writer.PID != 4242 || writer.Comm != evil {
 		t.Errorf("writer: kept %+v; caller's comm changed %v", back.Writer, writer.Comm != evil)

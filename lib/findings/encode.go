@@ -65,6 +65,11 @@ func Encode(rec Record) ([]byte, error) {
 		v := &rec.Vendors[i]
 		v.Name, v.Hint, v.Doc = safetext.Cut(v.Name, maxVendorName), safetext.Cut(v.Hint, maxHint), safetext.Cut(v.Doc, maxField)
 	}
+	rec.Nft.PerTable = append(make([]TableCount, 0, min(len(rec.Nft.PerTable), maxList)), rec.Nft.PerTable[:min(len(rec.Nft.PerTable), maxList)]...)
+	for i := range rec.Nft.PerTable {
+		t := &rec.Nft.PerTable[i]
+		t.Table = safetext.Cut(t.Table, maxField)
+	}
 	lists := []*[]string{&rec.AllowlistEntries, &rec.Nft.Tables, &rec.Legacy.Tables}
 	for _, p := range lists {
 		// Lists are always present as arrays, never null.
@@ -95,6 +100,10 @@ func Encode(rec Record) ([]byte, error) {
 func (r *Record) shrink(lists []*[]string) bool {
 	if n := len(r.Examples); n > 0 {
 		r.Examples = r.Examples[:n-1]
+		return true
+	}
+	if n := len(r.Nft.PerTable); n > 0 {
+		r.Nft.PerTable = r.Nft.PerTable[:n-1]
 		return true
 	}
 	for _, p := range lists {

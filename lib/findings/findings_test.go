@@ -16,7 +16,7 @@ func TestEncodeOneLine(t *testing.T) {
 	if bytes.Count(line, []byte("\n")) != 1 || line[len(line)-1] != '\n' {
 		t.Fatalf("not one line: %q", line)
 	}
-	for _, want := range []string{`"tables":[]`, `"allowlist_entries":[]`, `"examples":[]`, `"vendors":[]`, `"worst":""`, `"impact":{"legacy":0,"xt":0,"native":0}`, `"schema":"iptables-alerter/v1"`, `"writer":null`} {
+	for _, want := range []string{`"tables":[]`, `"per_table":[]`, `"allowlist_entries":[]`, `"examples":[]`, `"vendors":[]`, `"worst":""`, `"impact":{"legacy":0,"xt":0,"native":0}`, `"schema":"iptables-alerter/v1"`, `"writer":null`} {
 		if !bytes.Contains(line, []byte(want)) {
 			t.Errorf("line lacks %s: %s", want, line)
 		}

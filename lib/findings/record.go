@@ -126,8 +126,22 @@ type Pod struct {
 type Nft struct {
 	// Tables lists the iptables-shaped tables holding usage, as "family name".
 	Tables []string `json:"tables"`
-	Chains int      `json:"chains"`
-	Rules  int      `json:"rules"`
+	// Chains counts the chains holding usage, Rules the usage rules left
+	// after the allowlist: the rules the *-nft-save tools list as -A lines.
+	Chains int `json:"chains"`
+	Rules  int `json:"rules"`
+	// PerTable counts, per table of Tables, the table's chains (the save
+	// tool's ":" lines: base and user chains) and its usage rules; at most
+	// maxList entries, in the order of Tables.
+	PerTable []TableCount `json:"per_table"`
+}
+
+// TableCount is one table's counts in Nft.PerTable.
+type TableCount struct {
+	// Table is "family name", as in Nft.Tables.
+	Table  string `json:"table"`
+	Chains int    `json:"chains"`
+	Rules  int    `json:"rules"`
 }
 
 // Legacy counts usage found in the kernel's legacy x_tables.

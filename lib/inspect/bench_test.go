@@ -13,7 +13,9 @@ import (
 )
 
 // BenchmarkInspect measures one inspection of a netns holding n
-// iptables-nft rules, with classify's detail predicate as the hook uses it.
+// iptables-nft rules, with classify's predicates as the hook uses them;
+// judge=false leaves out classify.Native, to show what judging every rule
+// costs.
 func BenchmarkInspect(b *testing.B) {
 	for _, n := range []int{0, 10, 10000} {
 		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
@@ -33,16 +35,23 @@ func BenchmarkInspect(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer h.Close()
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				s, err := inspect.Inspect(context.Background(), h, inspect.Options{Detail: classify.Candidate})
-				if err != nil {
-					b.Fatal(err)
+			for _, judge := range []bool{true, false} {
+				opt := inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable, Native: classify.Native}
+				if !judge {
+					opt.Native = nil
 				}
-				if got := classify.Classify(s); n > 0 && got.Chains[0].Rules != n {
-					b.Fatalf("counted %d rules, want %d", got.Chains[0].Rules, n)
-				}
+				b.Run(fmt.Sprintf("judge=%v", judge), func(b *testing.B) {
+					b.ReportAllocs()
+					for i := 0; i < b.N; i++ {
+						s, err := inspect.Inspect(context.Background(), h, opt)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if got := classify.Classify(s); n > 0 && got.Chains[0].Rules != n {
+							b.Fatalf("counted %d rules, want %d", got.Chains[0].Rules, n)
+						}
+					}
+				})
 			}
 		})
 	}

@@ -25,6 +25,12 @@ type Options struct {
 	// an iptables client makes), so a pod's huge native ruleset cannot use
 	// up the deadline before them.
 	First func(fam Family, table string) bool
+	// Native judges each rule of the tables First names: rule is set when
+	// no iptables client could have written it, table when the rule makes
+	// the *-nft-save tools refuse its whole table (classify.Native). The
+	// rule's data is only there while it is read, so it is judged then;
+	// nil judges none.
+	Native func(fam Family, exprs []Expr) (rule, table bool)
 	// MaxDetail bounds the kept rules (memory): a pod may hold millions.
 	MaxDetail int
 	// MaxDetailBytes bounds the expression data kept, all rules together:

@@ -313,6 +313,7 @@ func (d *dumper) addChain(fam byte, b []byte) {
 	if i, ok := d.index[k]; ok {
 		// Known from its rules (read first): keep the counts.
 		ch.Rules, ch.XTRules, ch.Sum = s.Chains[i].Rules, s.Chains[i].XTRules, s.Chains[i].Sum
+		ch.NativeRules, ch.Foreign = s.Chains[i].NativeRules, s.Chains[i].Foreign
 		if s.Chains[i].PolicyRule && !ch.Base {
 			ch.PolicyRule, ch.Policy = true, s.Chains[i].Policy
 		}
@@ -444,6 +445,14 @@ func (d *dumper) addRule(fam byte, b []byte) {
 	ch.Rules++
 	if xt {
 		ch.XTRules++
+	}
+	if opt.Native != nil && opt.First != nil && opt.First(r.Family, r.Table) {
+		rule, table := opt.Native(r.Family, r.Exprs)
+		r.Native = rule && !xt
+		if r.Native {
+			ch.NativeRules++
+		}
+		ch.Foreign = ch.Foreign || table
 	}
 
 	if opt.Detail != nil && len(s.Rules) < opt.MaxDetail && d.keptBytes+len(exprs) <= opt.MaxDetailBytes && opt.Detail(r.Family, r.Table, xt) {
@@ -736,6 +745,10 @@ func exprName(b []byte) string {
 
 // nlaTypeMask strips the nested and byte-order flags from an attribute type.
 const nlaTypeMask = 0x3fff
+
+// Attrs walks the netlink attributes of an expression's data (Expr.Data)
+// as inspect does, without allocating; malformed data ends the walk.
+func Attrs(b []byte, fn func(typ uint16, data []byte)) { eachAttr(b, fn) }
 
 // eachAttr walks netlink attributes (4-byte header, 4-byte aligned).
 func eachAttr(b []byte, fn func(typ uint16, data []byte)) {

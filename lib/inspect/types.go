@@ -79,6 +79,12 @@ type Chain struct {
 	Rules   int
 	XTRules int
 	Sum     uint64
+	// NativeRules counts the chain's rules without an xt match or target
+	// that Options.Native said no iptables client could have written;
+	// Foreign is set when one of its rules makes the save tools refuse
+	// the table. Both count within Rules.
+	NativeRules int
+	Foreign     bool
 }
 
 // Expr is one expression of a rule as the kernel sent it: its name
@@ -96,6 +102,9 @@ type Rule struct {
 	Chain  string
 	Handle uint64
 	Exprs  []Expr
+	// Native is set when Options.Native said no iptables client could
+	// have written this rule and it holds no xt match or target.
+	Native bool
 	// Sum is a hash of the rule's meaning (expression names and data, with
 	// counter values left out) so that usage can be fingerprinted even for
 	// rules whose data was not kept.

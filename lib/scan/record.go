@@ -84,7 +84,7 @@ func Build(m Meta, res Result) findings.Record {
 		Container:        m.Container,
 		Image:            m.Image,
 		Netns:            m.Netns,
-		Nft:              findings.Nft{Tables: sum.NftTables, Chains: sum.NftChains, Rules: sum.NftRules},
+		Nft:              findings.Nft{Tables: sum.NftTables, PerTable: sum.NftPerTable, Chains: sum.NftChains, Rules: sum.NftRules},
 		Legacy:           findings.Legacy{Tables: sum.LegacyTables, Rules: sum.LegacyRules},
 		Allowlisted:      res.Allowed.Count,
 		AllowlistEntries: res.Allowed.Entries,

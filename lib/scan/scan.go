@@ -64,7 +64,7 @@ func ReadFrom(ctx context.Context, h *netns.Handle, legacyInProcess bool) Result
 	if id, err := h.ID(); err == nil {
 		res.NetnsID = id
 	}
-	snap, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable, LegacyInProcess: legacyInProcess})
+	snap, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable, Native: classify.Native, LegacyInProcess: legacyInProcess})
 	res.Err = err
 	res.Usage = classify.Classify(snap)
 	// Only rules with -m set need a name, and asking costs a process.
