@@ -6,7 +6,8 @@
 #
 # Usage: install-deps.sh [all|demo|bench]
 #   all    (default, make test) everything below
-#   demo   (make demo) the iptables clients, etcd, kube-apiserver, python3
+#   demo   (make demo) the iptables clients, etcd, kube-apiserver, kubectl,
+#          python3
 #   bench  (make bench) the iptables clients only
 # Idempotent: apt runs only when a package is missing, and each build only
 # when its binary is not cached at the wanted version.
@@ -53,16 +54,18 @@ fi
 if command -v systemctl >/dev/null 2>&1; then systemctl disable --now etcd >/dev/null 2>&1 || true; fi
 
 [ "$what" != bench ] || exit 0
-# kube-apiserver for the demo and the Event forwarder tests.
+# kube-apiserver for the demo and the Event forwarder tests; kubectl for
+# the demo (it applies the Report CRD and lists the Reports) and the
+# packaging and cluster tests (Debian 12 has no package; the Makefile puts
+# the cache's bin directory first on PATH).
 "$here/kube/build-kube.sh"
+"$here/kube/build-kube.sh" kubectl
 [ "$what" = all ] || exit 0
 
-# kubectl for the packaging and cluster tests (Debian 12 has no package; the
-# Makefile puts the cache's bin directory first on PATH). kubelet,
-# kube-controller-manager, kube-scheduler and containerd 2.x (with its runc
-# shim and ctr) for the NRI agent's end-to-end tests; CRI-O (with pinns and
-# runc 1.4.2) from the source archive in ../shared/cri-o.
-for c in kubectl kubelet kube-controller-manager kube-scheduler; do
+# kubelet, kube-controller-manager, kube-scheduler and containerd 2.x (with
+# its runc shim and ctr) for the NRI agent's end-to-end tests; CRI-O (with
+# pinns and runc 1.4.2) from the source archive in ../shared/cri-o.
+for c in kubelet kube-controller-manager kube-scheduler; do
   "$here/kube/build-kube.sh" "$c"
 done
 "$here/runtime/build-containerd.sh"
