@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -71,10 +72,21 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error)
 			found = true
 			r := &l.Items[i]
 			same := map[string]string{}
+			var prev Item
 			for _, x := range r.Results {
 				share(x.Properties, same)
 				if it, ok := resultItem(r.Namespace, x, sk); ok {
-					items = append(items, valid(it, sk))
+					it = valid(it, sk)
+					// Equal lists shared too: nothing changes an
+					// Item's lists once read.
+					if slices.Equal(it.Examples, prev.Examples) {
+						it.Examples = prev.Examples
+					}
+					if slices.Equal(it.Vendors, prev.Vendors) {
+						it.Vendors = prev.Vendors
+					}
+					items = append(items, it)
+					prev = it
 				}
 			}
 		}
