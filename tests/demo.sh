@@ -3,9 +3,9 @@
 # real iptables rules (an Istio-style nat ruleset by iptables-nft, a legacy
 # rule by iptables-legacy) and one clean; the hook runs on each exactly as a
 # runtime runs it at poststart (state JSON on stdin, bundle with config.json);
-# then the finding, the metrics, the Kubernetes Event it leads to, and the
-# RHEL 10 readiness report grouped by owning workload (a bare Pod and a
-# Deployment's Pod).
+# then the finding, the metrics, the Kubernetes Event and the OpenReports
+# Report it leads to, and the RHEL 10 readiness report grouped by owning
+# workload (a bare Pod and a Deployment's Pod), read from the Reports.
 #
 # Usage: tests/demo.sh [BIN] [HOOKBIN]   as root (make demo builds them first)
 # Env:   DEMO_JSON=1  also print the findings file's raw JSON lines
@@ -60,6 +60,7 @@ for l in sys.stdin.read().splitlines():
 }
 
 APISERVER=${IPTA_CACHE:-/var/cache/iptables-alerter}/kube/bin/kube-apiserver
+KUBECTL=${IPTA_CACHE:-/var/cache/iptables-alerter}/kube/bin/kubectl
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 api() { curl -sfk -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' "$@"; }
@@ -97,6 +98,12 @@ users: [{name: admin, user: {token: "$TOKEN"}}]
 contexts: [{name: demo, context: {cluster: demo, user: admin}}]
 current-context: demo
 KCFG
+# The Report CRD, as an admin applies it on a cluster that lacks it; the
+# forwarder writes Reports only while the API serves them.
+echo "\$ kubectl apply -k packaging/crds"
+"$KUBECTL" --kubeconfig "$WORK/kube/kubeconfig" apply -k "$ROOT/packaging/crds" | sed 's/^/    /'
+"$KUBECTL" --kubeconfig "$WORK/kube/kubeconfig" wait --for condition=Established --timeout 60s \
+  crd/reports.openreports.io >/dev/null
 api -X POST "$API/api/v1/namespaces" -d '{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"demo"}}' >/dev/null
 # mkpod NAME prints the UID the API server gave the Pod.
 mkpod() {
@@ -195,19 +202,26 @@ if command -v prometheus-node-exporter >/dev/null; then
   kill "$NE_PID" 2>/dev/null || true
 fi
 
-say "Event: iptables-alerter forward posts it on the Pod"
+say "Event and Report: iptables-alerter forward posts the Event on the Pod and keeps the workload's Report"
 "$BIN" forward --findings "$FINDINGS" --state-dir "$WORK/forward-state" --kubeconfig "$WORK/kube/kubeconfig" \
   --node-name demo-node --poll 100ms > "$WORK/forward.log" 2>&1 &
 FWD=$!
 PIDS+=($FWD)
+REPORTS=$API/apis/openreports.io/v1alpha1/namespaces/demo/reports
 events=""
+# The forwarder writes a finding's Report after its Events: wait for both
+# workloads' Reports too.
+nreports() { api "$REPORTS" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["items"]))'; }
 for _ in $(seq 100); do
   shop=$(api "$API/api/v1/namespaces/demo/events?fieldSelector=involvedObject.name=shop-5d8f7-x2k4q" || true)
   events=$(api "$API/api/v1/namespaces/demo/events?fieldSelector=involvedObject.name=mesh-app,involvedObject.uid=$MESH_UID" || true)
-  printf '%s' "$events" | grep -q IPTablesUsageObserved && printf '%s' "$shop" | grep -q IPTablesUsageObserved && break
+  printf '%s' "$events" | grep -q IPTablesUsageObserved && printf '%s' "$shop" | grep -q IPTablesUsageObserved &&
+    [ "$(nreports || echo 0)" -ge 2 ] && break
   sleep 0.2
 done
 kill -TERM "$FWD" 2>/dev/null || true
+echo "forward's log says:"
+grep -E 'OpenReports' "$WORK/forward.log" | sed 's/^time="[^"]*" //' | wrapped
 printf '%s' "$events" | python3 -c '
 import json, sys
 items = json.load(sys.stdin)["items"]
@@ -222,8 +236,31 @@ for e in items:
 plain=$(api "$API/api/v1/namespaces/demo/events?fieldSelector=involvedObject.name=plain-app" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["items"]))')
 echo "Events on demo/plain-app: $plain"
 
-say "RHEL 10 readiness: iptables-alerter report (from the cluster's Events)"
-"$BIN" report --kubeconfig "$WORK/kube/kubeconfig"
+say "Reports: one per workload and node, owned by the workload; they stay when the Events expire (1 h)"
+[ "$(nreports)" -eq 2 ] || { echo "demo: expected a Report for each of the two workloads" >&2; exit 1; }
+echo "\$ kubectl get reports -A"
+"$KUBECTL" --kubeconfig "$WORK/kube/kubeconfig" get reports -A | sed 's/^/    /'
+echo "Their results, one per pod (kubectl get reports -n demo -o yaml shows every field):"
+api "$REPORTS" | python3 -c '
+import json, sys
+for r in json.load(sys.stdin)["items"]:
+    s = r["scope"]
+    print("%s: scope %s/%s, owner %s/%s" % (r["metadata"]["name"], s["kind"], s["name"],
+          r["metadata"]["ownerReferences"][0]["kind"], r["metadata"]["ownerReferences"][0]["name"]))
+    for x in r.get("results", []):
+        p = x.get("properties", {})
+        pod = x["resources"][0]
+        print("  %s %s/%s: %s, severity %s, rule %s; rules %s" % (pod["kind"], pod["namespace"], pod["name"],
+              x["result"], x["severity"], x["rule"], p.get("rules", "")))
+        for k in sorted(k for k in p if k.startswith("example")):
+            print("    " + p[k])
+' | wrapped
+
+say "RHEL 10 readiness: iptables-alerter report (from the cluster's Reports)"
+"$BIN" report --kubeconfig "$WORK/kube/kubeconfig" | tee "$WORK/report.txt"
+# The header line names the source read; Events are only the fallback.
+head -1 "$WORK/report.txt" | grep -q 'from reports\.$' ||
+  { echo "demo: the report was not read from the Reports" >&2; exit 1; }
 say "The same as Markdown, with an expectations file, as a CI step would run it"
 # An expectation covers the rules it matches, not the whole workload: shop
 # is expected because its only breaking rule, the masquerade, is named and

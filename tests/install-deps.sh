@@ -6,8 +6,9 @@
 #
 # Usage: install-deps.sh [all|demo|bench]
 #   all    (default, make test) everything below
-#   demo   (make demo) the iptables clients, etcd, kube-apiserver, python3
-#   bench  (make bench) the iptables clients only
+#   demo   (make demo) the iptables clients, etcd, kube-apiserver, kubectl,
+#          python3
+#   bench  (make bench) the iptables clients, etcd, kube-apiserver, GNU time
 # Idempotent: apt runs only when a package is missing, and each build only
 # when its binary is not cached at the wanted version.
 set -euo pipefail
@@ -31,8 +32,9 @@ all)
 # keys, node-exporter (optional) serves the metrics.
 demo) pkgs=(iptables iproute2 curl openssl python3 etcd-server prometheus-node-exporter) ;;
 # tests/bench: iptables-nft-restore fills the netns, nsenter and the save
-# tools are what the hook is measured against.
-bench) pkgs=(iptables iproute2 util-linux) ;;
+# tools are what the hook is measured against; etcd and kube-apiserver
+# take the forwarder's Reports, GNU time measures the report's peak RSS.
+bench) pkgs=(iptables iproute2 util-linux etcd-server time) ;;
 *) echo "install-deps: unknown set $what (all, demo or bench)" >&2; exit 2 ;;
 esac
 missing=()
@@ -52,17 +54,19 @@ fi
 # their own on free loopback ports and do not need it.
 if command -v systemctl >/dev/null 2>&1; then systemctl disable --now etcd >/dev/null 2>&1 || true; fi
 
-[ "$what" != bench ] || exit 0
-# kube-apiserver for the demo and the Event forwarder tests.
+# kube-apiserver for the demo, the bench and the Event forwarder tests;
+# kubectl for the demo (it applies the Report CRD and lists the Reports)
+# and the packaging and cluster tests (Debian 12 has no package; the
+# Makefile puts the cache's bin directory first on PATH).
 "$here/kube/build-kube.sh"
+[ "$what" != bench ] || exit 0
+"$here/kube/build-kube.sh" kubectl
 [ "$what" = all ] || exit 0
 
-# kubectl for the packaging and cluster tests (Debian 12 has no package; the
-# Makefile puts the cache's bin directory first on PATH). kubelet,
-# kube-controller-manager, kube-scheduler and containerd 2.x (with its runc
-# shim and ctr) for the NRI agent's end-to-end tests; CRI-O (with pinns and
-# runc 1.4.2) from the source archive in ../shared/cri-o.
-for c in kubectl kubelet kube-controller-manager kube-scheduler; do
+# kubelet, kube-controller-manager, kube-scheduler and containerd 2.x (with
+# its runc shim and ctr) for the NRI agent's end-to-end tests; CRI-O (with
+# pinns and runc 1.4.2) from the source archive in ../shared/cri-o.
+for c in kubelet kube-controller-manager kube-scheduler; do
   "$here/kube/build-kube.sh" "$c"
 done
 # helm v3 for the chart's tests (lint, template, package, and its output
