@@ -55,11 +55,15 @@ func (a *Agent) scan(j job, long bool) Scan {
 		timeout = a.cfg.StopScanTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	// Before the look: a change after this read changes the State, so a
+	// re-sweep never skips what this scan did not see.
+	st, stOK := stateOf(ctx, h)
 	// The agent is a daemon off the start path: its legacy look runs on a
 	// thread of its own, abandoned if a neighbour holds the x_tables mutex,
 	// instead of re-executing the full build for every scan.
 	res := scan.RunFrom(ctx, h, j.meta.Pod.Namespace, a.cfg.Load, true)
 	cancel()
+	defer func() { a.noteScan(s, st, stOK, res.Complete()) }()
 	s.AllowErr, s.VendorErr = res.AllowErr, res.VendorErr
 	d := scan.Decide(j.meta, res)
 	if d.Record == nil {
