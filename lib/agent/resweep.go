@@ -196,6 +196,7 @@ func (a *Agent) resweep(ctx context.Context) {
 	var jobs []job
 	for _, m := range a.known.all() {
 		if ctx.Err() != nil {
+			closeAll(jobs)
 			return
 		}
 		j, keep, gone := a.changed(ctx, job{meta: m})
