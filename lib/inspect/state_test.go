@@ -34,6 +34,14 @@ func readState(t *testing.T, ns *nstest.NS) inspect.State {
 	return st
 }
 
+// stateStep is one thing done to a netns, and whether it changes the
+// part of the State the test watches.
+type stateStep struct {
+	name    string
+	run     func()
+	changes bool
+}
+
 func needXTLoaded(t *testing.T) {
 	t.Helper()
 	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
@@ -46,11 +54,7 @@ func TestStateGeneration(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "nft")
 	ns, other := nstest.New(t), nstest.New(t)
 	st := readState(t, ns)
-	steps := []struct {
-		name    string
-		run     func()
-		changes bool
-	}{
+	steps := []stateStep{
 		{"nothing", func() {}, false},
 		{"iptables-nft -A", func() { ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "ACCEPT") }, true},
 		{"iptables-nft -L", func() { ns.Run("iptables-nft", "-L", "-n") }, false},
@@ -83,11 +87,7 @@ func TestStateLegacy(t *testing.T) {
 	ns := nstest.New(t)
 	ns.Run("ip", "link", "set", "lo", "up")
 	st := readState(t, ns)
-	steps := []struct {
-		name    string
-		run     func()
-		changes bool
-	}{
+	steps := []stateStep{
 		{"nothing", func() {}, false},
 		{"iptables-legacy -A", func() { ns.Run("iptables-legacy", "-A", "OUTPUT", "-s", "10.0.0.1", "-j", "ACCEPT") }, true},
 		{"iptables-legacy -L", func() { ns.Run("iptables-legacy", "-L", "-n", "-v") }, false},
