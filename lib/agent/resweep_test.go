@@ -176,3 +176,51 @@ func TestResweepCRI(t *testing.T) {
 		t.Fatalf("CRI sweep after a change scanned %v, want the changed pod", ids)
 	}
 }
+
+// TestResweepBusy: a pod holding the host-wide x_tables mutex cannot stall
+// the re-sweep. Proven by order, not time: the re-sweep returns while the
+// pod still holds the mutex. The other pods' State cannot be read then, so
+// they are scanned, not skipped; the holder's table, too big to
+// fingerprint, is never skipped; once the mutex is free the others are
+// skipped again.
+func TestResweepBusy(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
+	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	dir := t.TempDir()
+	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
+	a := startAgentWith(t, dir, rec, func(cfg *Config) { cfg.ScanTimeout = 500 * time.Millisecond })
+	x, y, holder := nstest.New(t), nstest.New(t), nstest.New(t)
+	x.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	ctx := context.Background()
+	if _, err := a.Synchronize(ctx, []*api.PodSandbox{pod("x", x.Path()), pod("y", y.Path())}, nil); err != nil {
+		t.Fatal(err)
+	}
+	scannedIDs(t, a, rec, 2)
+
+	stop := nstest.HoldXTMutexIn(t, holder, 300000, 64)
+	if err := a.PostStartContainer(ctx, pod("holder", holder.Path()), &api.Container{Id: "c1", Name: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	scannedIDs(t, a, rec, 1)
+	if r := resweepOnce(t, a, rec); r.Known != 3 || r.Skipped != 0 || r.Queued != 3 {
+		t.Fatalf("re-sweep while the holder holds the mutex: %+v, want all 3 queued", r)
+	}
+	_, scans := scannedIDs(t, a, rec, 3)
+	for _, s := range scans {
+		if s.Record == nil || !s.Record.Truncated {
+			t.Errorf("scan of %s while the mutex is held: %+v, want a truncated finding", s.Meta.SandboxID, s)
+		}
+	}
+	stop()
+	for end := time.Now().Add(60 * time.Second); ; {
+		r := resweepOnce(t, a, rec)
+		scannedIDs(t, a, rec, r.Queued)
+		if r.Skipped == 2 && r.Queued == 1 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("60 s after the mutex was freed: %+v, want x and y skipped, the holder queued", r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
