@@ -35,7 +35,13 @@ exits non-zero only on a configuration error; SIGTERM stops it.
 
 Where NRI is off, --cri-endpoint sweeps every pod netns through the
 runtime's CRI socket every --interval (source "sweep", stage "CRI")
-instead: no container start or stop is seen then.`
+instead: no container start or stop is seen then.
+
+Legacy x_tables have no change notification: every --resweep-interval the
+agent looks at each pod netns it knows again (stage "Resweep") and scans
+only those whose nftables generation or legacy tables changed since their
+last complete scan, or whose last scan could not finish; CRI sweeps skip
+unchanged pods the same way.`
 
 type agentConfig struct {
 	agent       agent.Config
@@ -67,6 +73,7 @@ func (cfg *agentConfig) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&cfg.agent.ScanTimeout, "scan-timeout", agent.DefaultScanTimeout, "deadline of one scan; past it the finding is recorded with truncated: true")
 	fs.StringVar(&cfg.criEndpoint, "cri-endpoint", "", "where NRI is off: sweep through this CRI socket (e.g. /run/containerd/containerd.sock, /var/run/crio/crio.sock) every --interval instead of using NRI")
 	fs.DurationVar(&cfg.interval, "interval", 15*time.Minute, "with --cri-endpoint: time between sweeps")
+	fs.DurationVar(&cfg.agent.ResweepInterval, "resweep-interval", agent.DefaultResweepInterval, "time between re-sweeps: every known pod netns is looked at again and scanned only if its nftables generation or legacy x_tables changed since its last complete scan, or that scan could not finish (legacy x_tables tell nobody of a change); 0: off")
 	fs.IntVar(&cfg.agent.MaxUsage, "max-pod-series", agent.DefaultMaxUsage, "pods with usage given metrics series at most; past it a pod is left out (counted in iptables_alerter_agent_pod_series_left_out_total)")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "127.0.0.1:9757", "serve /healthz and /metrics here (empty: off)")
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", "", "serve /metrics here instead, e.g. 127.0.0.1:9758 for the forwarder's --agent-metrics, which serves it behind TLS (empty: on --health-addr)")
@@ -141,7 +148,11 @@ type agentMetrics struct {
 	handler  *prometheus.HistogramVec
 	errors   *prometheus.CounterVec
 	lastSync prometheus.Gauge
+	resweep  *prometheus.CounterVec
 }
+
+// The re-sweep's counts are heard, or the build fails.
+var _ agent.ResweepObserver = (*agentMetrics)(nil)
 
 func newAgentMetrics(log *logrus.Logger) *agentMetrics {
 	h := agent.NewHealth()
@@ -171,6 +182,10 @@ func newAgentMetrics(log *logrus.Logger) *agentMetrics {
 			Name: "iptables_alerter_agent_last_sync_timestamp_seconds",
 			Help: "When the runtime last synchronized (registration, reconnect), Unix time.",
 		}),
+		resweep: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iptables_alerter_agent_resweep_netns_total",
+			Help: "Pod netns looked at by re-sweeps (stage Resweep) and CRI sweeps (stage CRI), by result: skipped (nftables generation and legacy tables unchanged since the last complete scan), queued (changed, last scan incomplete, or state unreadable: scanned), gone (netns no longer there: forgotten).",
+		}, []string{"stage", "result"}),
 	}
 	// Read from the health at each scrape: set from concurrent scans,
 	// they could end out of order.
@@ -182,7 +197,7 @@ func newAgentMetrics(log *logrus.Logger) *agentMetrics {
 		Name: "iptables_alerter_agent_degraded",
 		Help: "1 when every scan of the last sweep found its pod's netns unreachable (netns directory not mounted into the agent?), until a scan reaches one.",
 	}, func() float64 { return one(h.Degraded() != "") })
-	m.reg.MustRegister(m.scans, m.duration, m.handler, m.errors, m.lastSync, connected, degraded,
+	m.reg.MustRegister(m.scans, m.duration, m.handler, m.errors, m.lastSync, m.resweep, connected, degraded,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewBuildInfoCollector(), buildInfoGauge())
 	return m
 }
@@ -235,6 +250,14 @@ func (m *agentMetrics) Synced(pods, queued int) {
 	m.health.Synced(queued)
 	m.lastSync.SetToCurrentTime()
 	m.log.WithFields(logrus.Fields{"pods": pods, "sweep": queued}).Info("runtime synchronized, sweeping every pod netns")
+}
+
+func (m *agentMetrics) Resweeped(r agent.Resweep) {
+	m.resweep.WithLabelValues(r.Stage, "skipped").Add(float64(r.Skipped))
+	m.resweep.WithLabelValues(r.Stage, "queued").Add(float64(r.Queued))
+	m.resweep.WithLabelValues(r.Stage, "gone").Add(float64(r.Gone))
+	m.log.WithFields(logrus.Fields{"stage": r.Stage, "known": r.Known, "skipped": r.Skipped, "queued": r.Queued,
+		"gone": r.Gone, "duration": r.Duration.String()}).Debug("re-sweep: scanning the pod netns that changed")
 }
 
 func (m *agentMetrics) Connection(up bool, err error) {

@@ -77,6 +77,10 @@ type Config struct {
 	HostProc string
 	// MaxUsage bounds the pods Agent.Usage follows (DefaultMaxUsage for 0).
 	MaxUsage int
+	// ResweepInterval is the time between re-sweeps (resweep.go); unlike
+	// the others, 0 is no re-sweep (the command's flag defaults to
+	// DefaultResweepInterval).
+	ResweepInterval time.Duration
 }
 
 // Observer hears about the agent's work, for metrics and logs. Calls come
@@ -154,6 +158,9 @@ type Agent struct {
 	// nodeNetns is the node's network namespace's identity (see
 	// nodeNetnsID), empty with Config.HostProc empty.
 	nodeNetns string
+	// known holds the running sandboxes and the State of their last
+	// complete scan, for the re-sweep.
+	known *sandboxes
 }
 
 // job is one queued scan. h is the namespace opened in the handler, or nil
@@ -200,7 +207,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Load.Allow == nil {
 		cfg.Load.Allow = func() (*allowlist.List, error) { return allowlist.Join(), nil }
 	}
-	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage)}
+	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage), known: newSandboxes()}
 	if cfg.HostProc != "" {
 		// An agent that cannot tell the node's namespace from a pod's
 		// reports the node's rules on every host-network pod: refuse.
@@ -225,6 +232,10 @@ func (a *Agent) Usage() *Usage { return a.usage }
 // scanned reports one ended scan: to the usage first, so that an
 // observer hearing of it finds the usage updated.
 func (a *Agent) scanned(s Scan) {
+	if s.Meta.Stage == stageStopPod || s.Outcome == Gone {
+		// The pod stops: nothing left to re-sweep.
+		a.known.forget(s.Meta.SandboxID)
+	}
 	a.usage.Scanned(s)
 	a.cfg.Observer.Scanned(s)
 }
@@ -233,10 +244,13 @@ func (a *Agent) scanned(s Scan) {
 // the usage of any other pod is dropped.
 func (a *Agent) sweep(jobs []job, pods int) {
 	listed := make(map[string]bool, len(jobs))
-	for _, j := range jobs {
+	metas := make([]scan.Meta, len(jobs))
+	for i, j := range jobs {
 		listed[j.meta.SandboxID] = true
+		metas[i] = j.meta
 	}
 	a.usage.Listed(listed)
+	a.known.list(metas)
 	a.queue.sweep(jobs, func(queued int) { a.cfg.Observer.Synced(pods, queued) })
 }
 
@@ -245,7 +259,9 @@ func (a *Agent) sweep(jobs []job, pods int) {
 // (restart, upgrade, NRI not enabled yet). It returns nil when ctx ends,
 // after the scans in flight have finished, and an ErrConfig error only.
 func (a *Agent) Run(ctx context.Context) error {
-	return a.withWorkers(func() error { return a.nriLoop(ctx) })
+	return a.withWorkers(func() error {
+		return a.withResweep(ctx, func() error { return a.nriLoop(ctx) })
+	})
 }
 
 // withWorkers runs loop with the workers started, and stops them (letting

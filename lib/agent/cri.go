@@ -17,7 +17,8 @@ import (
 
 // The CRI fallback, for runtimes with NRI off (CRI-O before 1.30 by
 // default, containerd 1.7): every interval, list the pod sandboxes through
-// the runtime's CRI socket and sweep each pod netns, in-process. It sees
+// the runtime's CRI socket and sweep each pod netns, in-process, skipping
+// those unchanged since their last complete scan (see resweep.go). It sees
 // only what a sweep sees: no moment of a container's start or stop.
 
 // StageCRI is the stage of the fallback's findings (source "sweep").
@@ -47,23 +48,27 @@ func (a *Agent) RunCRI(ctx context.Context, endpoint string, interval time.Durat
 	}
 	defer conn.Close()
 	client := rt.NewRuntimeServiceClient(conn)
-	return a.withWorkers(func() error {
-		for {
-			jobs, pods, err := a.listCRI(ctx, client)
-			if err != nil {
-				a.cfg.Observer.Connection(false, err)
-			} else {
-				a.cfg.Observer.Connection(true, nil)
-				// Each sweep replaces the last one's remainder.
-				a.sweep(jobs, pods)
-			}
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(interval):
-			}
+	return a.withWorkers(func() error { return a.withResweep(ctx, func() error { return a.pollCRI(ctx, client, interval) }) })
+}
+
+// pollCRI lists the pods every interval and sweeps those that changed.
+func (a *Agent) pollCRI(ctx context.Context, client rt.RuntimeServiceClient, interval time.Duration) error {
+	for {
+		jobs, pods, err := a.listCRI(ctx, client)
+		if err != nil {
+			a.cfg.Observer.Connection(false, err)
+		} else {
+			a.cfg.Observer.Connection(true, nil)
+			// Each sweep replaces the last one's remainder; a pod
+			// unchanged since its last complete scan is skipped.
+			a.sweepChanged(ctx, jobs, pods)
 		}
-	})
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+	}
 }
 
 // listCRI lists the ready sandboxes and reads each one's netns path.

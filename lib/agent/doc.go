@@ -14,6 +14,12 @@
 // the runtime unmounts it), queues the work and returns. A full queue
 // drops the scan (counted) rather than wait.
 //
+// Legacy x_tables tell nobody of a change, so every ResweepInterval the
+// agent looks at each sandbox it knows again (resweep.go) and queues a scan
+// only of those whose nftables generation or legacy fingerprint changed
+// since their last complete scan, or whose last scan did not complete; the
+// CRI fallback's sweeps skip the same way.
+//
 // The queue (queue.go) is fair: one scan per sandbox waiting or running,
 // first in first out across sandboxes with the sweep's in the same line,
 // and a scan's deadline the hook's (2 s), so a pod whose huge ruleset

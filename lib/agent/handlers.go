@@ -103,6 +103,9 @@ func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage str
 		h.Close()
 		return
 	}
+	if source != SourceStop {
+		a.known.add(m)
+	}
 	if !a.queue.add(job{meta: m, h: h}) {
 		h.Close()
 		a.scanned(Scan{Meta: m, Outcome: Dropped})

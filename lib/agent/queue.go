@@ -138,6 +138,23 @@ func (q *queue) sweep(jobs []job, synced func(queued int)) {
 	synced(queued)
 }
 
+// more queues a re-sweep's jobs behind those waiting, leaving the sweep's
+// in place: a sandbox with any job waiting needs none, that scan, not run
+// yet, will see the latest rules. A job not queued has its handle closed.
+func (q *queue) more(jobs []job) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, j := range jobs {
+		if s := q.slots[j.meta.SandboxID]; q.closed || (s != nil && s.next != nil) {
+			if j.h != nil {
+				j.h.Close()
+			}
+			continue
+		}
+		q.put(j)
+	}
+}
+
 // put queues j, folded into the sandbox's waiting job if there is one.
 func (q *queue) put(j job) {
 	s := q.slots[j.meta.SandboxID]

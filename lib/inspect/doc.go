@@ -17,6 +17,10 @@
 // for a long-running daemon (Options.LegacyInProcess), on a thread of its
 // own it abandons, at most one outstanding.
 //
+// ReadState gives, for a fraction of that cost, what tells whether the
+// rules may have changed since: the namespace's nftables generation and a
+// hash of its legacy tables (read the bounded in-process way).
+//
 // Invariant: it never creates a table, chain or rule in the namespace. It
 // sends only dump requests, and queries legacy tables only when the
 // namespace already lists them, because *_SO_GET_INFO on any other name

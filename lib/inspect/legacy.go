@@ -34,14 +34,21 @@ type legacyFamily struct {
 	// targetOffset is where an entry's u16 target_offset is (next_offset
 	// follows), 0 where chain names are not read (arp).
 	targetOffset int
+	// nextOffset and countersOffset are where every entry's u16
+	// next_offset and struct xt_counters are, for the state's hash.
+	nextOffset, countersOffset int
 }
 
 var legacyFamilies = []legacyFamily{
-	// struct ipt_entry: struct ipt_ip (84 bytes), nfcache, target_offset.
-	{IP, "ip_tables_names", unix.AF_INET, unix.SOL_IP, iptSoGetInfo, 5, 88},
-	// struct ip6t_entry: struct ip6t_ip6 (136 bytes), nfcache, target_offset.
-	{IP6, "ip6_tables_names", unix.AF_INET6, unix.SOL_IPV6, ip6tSoGetInfo, 5, 140},
-	{ARP, "arp_tables_names", unix.AF_INET, unix.SOL_IP, arptSoGetInfo, 3, 0},
+	// struct ipt_entry: struct ipt_ip (84 bytes), nfcache, target_offset,
+	// next_offset, comefrom, counters (at 96, u64 aligned).
+	{IP, "ip_tables_names", unix.AF_INET, unix.SOL_IP, iptSoGetInfo, 5, 88, 90, 96},
+	// struct ip6t_entry: struct ip6t_ip6 (136 bytes), nfcache, target_offset,
+	// next_offset, comefrom, counters (at 152).
+	{IP6, "ip6_tables_names", unix.AF_INET6, unix.SOL_IPV6, ip6tSoGetInfo, 5, 140, 142, 152},
+	// struct arpt_entry: struct arpt_arp (164 bytes), target_offset,
+	// next_offset, comefrom, counters (at 176).
+	{ARP, "arp_tables_names", unix.AF_INET, unix.SOL_IP, arptSoGetInfo, 3, 0, 166, 176},
 }
 
 // Bounds of the chain-name read: the copy of the table is made under the

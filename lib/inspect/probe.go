@@ -86,7 +86,9 @@ func startLegacy(h *netns.Handle, deadline time.Time, inProcess bool) *legacyLoo
 	}
 	p := &legacyLook{path: h.Path}
 	if inProcess {
-		p.thread, p.err = startThreadLook(h, fams, deadline)
+		p.thread, p.err = startThreadLook(h, deadline, func(own *netns.Handle) error {
+			return readLegacy(own, fams, func(t LegacyTable) { p.tables = append(p.tables, t) })
+		})
 		return p
 	}
 	if !child.Wired() {
@@ -106,7 +108,16 @@ func startLegacy(h *netns.Handle, deadline time.Time, inProcess bool) *legacyLoo
 // when the kernel lets it go) and s says it is truncated.
 func (p *legacyLook) wait(s *Snapshot) error {
 	if p.thread != nil {
-		return p.thread.wait(s, p.path)
+		err := p.thread.wait(p.path)
+		if err != nil {
+			s.Truncated = true
+		}
+		// What the look read before it failed; nothing once abandoned
+		// (its goroutine may still write p.tables then).
+		if !errors.Is(err, ErrDeadline) {
+			s.Legacy = append(s.Legacy, p.tables...)
+		}
+		return err
 	}
 	if p.proc == nil {
 		s.Legacy = append(s.Legacy, p.tables...)
@@ -154,21 +165,23 @@ var (
 	xtStuck bool
 )
 
-// threadLook is one in-process look: its goroutine sets tables and err,
+// threadLook is one in-process look: its goroutine runs read, sets err,
 // then closes done. running and finished are guarded by xtMu.
 type threadLook struct {
 	deadline          time.Time
 	done              chan struct{}
-	tables            []LegacyTable
+	read              func(*netns.Handle) error
 	err               error
 	running, finished bool
 	abandoned         bool
 }
 
-// startThreadLook starts the look on its own goroutine, with its own
+// startThreadLook starts the look, read, on its own goroutine, with its own
 // duplicate of the namespace fd (the caller closes h when it gives up).
-// While an earlier look is stuck, it starts nothing and says busy.
-func startThreadLook(h *netns.Handle, fams []legacyFamily, deadline time.Time) (*threadLook, error) {
+// What read writes is the caller's to read once wait returned without
+// ErrDeadline, never before. While an earlier look is stuck, it starts
+// nothing and says busy.
+func startThreadLook(h *netns.Handle, deadline time.Time, read func(*netns.Handle) error) (*threadLook, error) {
 	xtMu.Lock()
 	stuck := xtStuck
 	xtMu.Unlock()
@@ -183,13 +196,13 @@ func startThreadLook(h *netns.Handle, fams []legacyFamily, deadline time.Time) (
 	if err != nil {
 		return nil, fmt.Errorf("read legacy tables in netns %q: %w", h.Path, err)
 	}
-	l := &threadLook{deadline: deadline, done: make(chan struct{})}
-	go l.run(own, fams)
+	l := &threadLook{deadline: deadline, done: make(chan struct{}), read: read}
+	go l.run(own)
 	return l, nil
 }
 
 // run waits for the process's slot until the deadline, then reads.
-func (l *threadLook) run(h *netns.Handle, fams []legacyFamily) {
+func (l *threadLook) run(h *netns.Handle) {
 	defer close(l.done)
 	defer h.Close()
 	t := time.NewTimer(time.Until(l.deadline))
@@ -209,7 +222,7 @@ func (l *threadLook) run(h *netns.Handle, fams []legacyFamily) {
 	}
 	l.running = true
 	xtMu.Unlock()
-	l.err = readLegacy(h, fams, func(t LegacyTable) { l.tables = append(l.tables, t) })
+	l.err = l.read(h)
 	xtMu.Lock()
 	l.finished = true
 	// Only one look runs at a time: if one was stuck, it was this one.
@@ -220,12 +233,11 @@ func (l *threadLook) run(h *netns.Handle, fams []legacyFamily) {
 // wait takes the look's answer until the deadline the look was given;
 // past it the look is abandoned, and marks the process's looks stuck if it
 // was in the kernel.
-func (l *threadLook) wait(s *Snapshot, path string) error {
+func (l *threadLook) wait(path string) error {
 	t := time.NewTimer(time.Until(l.deadline))
 	defer t.Stop()
 	select {
 	case <-l.done:
-		s.Legacy = append(s.Legacy, l.tables...)
 		if l.err != nil {
 			return fmt.Errorf("read legacy tables in netns %q: %w", path, l.err)
 		}
@@ -238,6 +250,5 @@ func (l *threadLook) wait(s *Snapshot, path string) error {
 		xtStuck = true
 	}
 	xtMu.Unlock()
-	s.Truncated = true
 	return fmt.Errorf("read legacy tables in netns %q: %w: %w", path, ErrLegacyBusy, ErrDeadline)
 }

@@ -46,7 +46,7 @@ var podKinds = []struct {
 	rules int
 }{{"clean", 0}, {"10 rules", 10}, {"1000 rules", 1000}}
 
-func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events, bigRules int) error {
+func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events, bigRules int, resweep time.Duration) error {
 	nrilog.Set(quietNRI{})
 	tmp, err := os.MkdirTemp("", "iptalert-bench-agent")
 	if err != nil {
@@ -74,15 +74,20 @@ func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events,
 	if err := b.sweep(); err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
-	if idlePods <= 0 {
-		return nil
+	if idlePods > 0 {
+		if err := b.idleAndEvents(min(idlePods, len(b.netns)), idle, events, bigRules); err != nil {
+			return fmt.Errorf("idle and events: %w", err)
+		}
+		if len(b.netns) > crashSweep+1 {
+			if err := b.crashLoop(b.netns[len(b.netns)-1], bigRules); err != nil {
+				return fmt.Errorf("crash loop: %w", err)
+			}
+		}
 	}
-	if err := b.idleAndEvents(min(idlePods, len(b.netns)), idle, events, bigRules); err != nil {
-		return fmt.Errorf("idle and events: %w", err)
-	}
-	if len(b.netns) > crashSweep+1 {
-		if err := b.crashLoop(b.netns[len(b.netns)-1], bigRules); err != nil {
-			return fmt.Errorf("crash loop: %w", err)
+	// Last: it gives a third of the pods legacy rules.
+	if resweep > 0 {
+		if err := b.resweep(resweep); err != nil {
+			return fmt.Errorf("re-sweep: %w", err)
 		}
 	}
 	return nil
@@ -349,7 +354,7 @@ type agentRun struct {
 	syncCh   chan time.Time
 }
 
-func (b *agentBench) startAgent(pods []*api.PodSandbox) (*agentRun, error) {
+func (b *agentBench) startAgent(pods []*api.PodSandbox, args ...string) (*agentRun, error) {
 	b.runNum++
 	dir := filepath.Join(b.tmp, fmt.Sprint(b.runNum))
 	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
@@ -386,6 +391,7 @@ func (b *agentBench) startAgent(pods []*api.PodSandbox) (*agentRun, error) {
 		// Every pod here has a namespace of its own: no host-network pod
 		// to tell apart, and pid 1's namespace may be closed to a sandbox.
 		"--host-proc", "")
+	r.cmd.Args = append(r.cmd.Args, args...)
 	r.cmd.Stdout, r.cmd.Stderr = logf, logf
 	if err := r.cmd.Start(); err != nil {
 		ad.Stop()

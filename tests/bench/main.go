@@ -1,8 +1,8 @@
 // Command bench compares the hook with what an admin (or OpenShift's own
 // alerter) runs per pod, on the same network namespace in one run (and,
 // with -agent-bin, the agent's sweep with OpenShift's per-netns
-// nsenter + iptables-save, its idle cost and its NRI handler latency: see
-// agent.go):
+// nsenter + iptables-save, its idle cost, its NRI handler latency and its
+// re-sweep of unchanged pods: see agent.go, resweep.go):
 //
 //	ip netns exec NS iptables-nft-save; ip netns exec NS ip6tables-nft-save
 //
@@ -34,6 +34,7 @@ func main() {
 	idle := flag.Duration("idle", 60*time.Second, "agent: idle window measured")
 	events := flag.Int("events", 2000, "agent: NRI events of the handler-latency run")
 	bigRules := flag.Int("big-rules", 200000, "agent: rules in the netns scanned during the handler-latency run")
+	resweep := flag.Duration("resweep-window", 10*time.Second, "agent: window over which the re-sweeps of the -pods unchanged netns are measured; 0 skips it")
 	startRuns := flag.Int("start-runs", 500, "runs of 'BIN version', the start cost every hook run pays before any work; 0 skips it")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -67,7 +68,7 @@ func main() {
 		if err != nil {
 			fail(err)
 		}
-		if err := runAgentBenches(abs, *pods, *idlePods, *idle, *events, *bigRules); err != nil {
+		if err := runAgentBenches(abs, *pods, *idlePods, *idle, *events, *bigRules, *resweep); err != nil {
 			fail(err)
 		}
 	}

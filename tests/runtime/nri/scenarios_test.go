@@ -146,8 +146,9 @@ func waitRule(t *testing.T, c *critest.CRI, p *critest.Pod, rule string) {
 }
 
 // TestCRIFallback: with NRI off, --cri-endpoint sweeps through the CRI
-// every --interval: the pod with rules is found once (later sweeps give
-// nothing new), clean and host-network pods give nothing.
+// every --interval: the pod with rules is found once, clean and
+// host-network pods give nothing, and later sweeps skip both pods, their
+// rules unchanged since their complete scans.
 func TestCRIFallback(t *testing.T) {
 	c := critest.Start(t)
 	f := newFiles(t)
@@ -160,14 +161,14 @@ func TestCRIFallback(t *testing.T) {
 	c.Run(host, "app", forever)
 
 	a := startAgentArgs(t, f, "--cri-endpoint", c.Socket, "--interval", "500ms")
-	// Three sweeps of two pod netns each.
-	a.waitMetric(t, 6, "iptables_alerter_agent_scans_total", `source="sweep"`)
+	// A sweep scanning the two pod netns, then two skipping both.
+	a.waitMetric(t, 4, "iptables_alerter_agent_resweep_netns_total", `stage="CRI"`, `result="skipped"`)
 	recs := findingstest.Read(t, f.findings)
 	if len(recs) != 1 || recs[0].Pod.Name != "used" || recs[0].Stage != "CRI" || recs[0].Source != "sweep" || recs[0].SandboxID != used.ID {
 		t.Fatalf("findings %+v, want one sweep finding for the used pod", recs)
 	}
-	if v, _ := a.metric(t, "iptables_alerter_agent_scans_total", `outcome="same"`); v < 2 {
-		t.Errorf("later sweeps: %v scans found the same usage, want >= 2", v)
+	if v, _ := a.metric(t, "iptables_alerter_agent_scans_total", `source="sweep"`); v != 2 {
+		t.Errorf("%v sweep scans, want 2: later sweeps skip unchanged pods", v)
 	}
 	if code := a.stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("agent exit code on SIGTERM %d, want 0", code)

@@ -1,0 +1,304 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+)
+
+// The re-sweep. Legacy x_tables tell nobody of a change (nftables has no
+// per-netns notification the agent follows either, outside the runtime's
+// events), so a pod that writes legacy rules after its containers started
+// is seen only by a later look. Every ResweepInterval the agent looks at
+// each sandbox it knows again, but scans only those whose rules may have
+// changed since their last complete scan: the namespace's nftables
+// generation and legacy fingerprint (inspect.State) read before that scan
+// differ from now, or its last scan did not complete (a finding of state
+// unknown, a netns it could not read). Reading a State is a netlink round
+// trip plus, with legacy tables listed, one copy of each (no process, no
+// parse), so a re-sweep of hundreds of unchanged pods costs next to nothing.
+// The scans it wants go through the one fair queue, as a sweep's do.
+
+// DefaultResweepInterval is the time between re-sweeps: legacy rules a pod
+// writes after its start are found within it. Ten minutes costs a node of
+// 250 unchanged pods about 55 ms of CPU per re-sweep (make bench), 0.3 s an
+// hour; it is under the 15 minutes the CRI fallback sweeps at, and short
+// against how long a pod that sets up rules at runtime keeps them.
+const DefaultResweepInterval = 10 * time.Minute
+
+// StageResweep is the stage of a re-sweep's scans (source "sweep").
+const StageResweep = "Resweep"
+
+// maxKnown bounds the sandboxes remembered: sandbox ids come from the
+// runtime, one per pod ever started, and a stop may be missed while
+// disconnected. Past it a new sandbox is not remembered (its scans still
+// run; the re-sweep does not look at it) until a sweep lists the pods anew.
+const maxKnown = 4096
+
+// ResweepObserver hears about each re-sweep and each CRI sweep: an
+// Observer that implements it is told what was skipped. (An optional
+// interface, so Observers that do not count re-sweeps need not change.)
+type ResweepObserver interface {
+	Resweeped(Resweep)
+}
+
+// Resweep is the report of one re-sweep (Stage StageResweep) or CRI sweep
+// (StageCRI): of Known sandboxes, Skipped were unchanged since their last
+// complete scan, Queued were not (or their state could not be read), Gone
+// had no netns left and were forgotten.
+type Resweep struct {
+	Stage                        string
+	Known, Skipped, Queued, Gone int
+	Duration                     time.Duration
+}
+
+// sandbox is what the agent remembers of a running sandbox: what to queue
+// for it, and the State read just before its last complete scan.
+type sandbox struct {
+	meta  scan.Meta
+	state inspect.State
+	// complete is set when state is that of a complete scan; never for a
+	// scan that was truncated, unknown, or whose State could not be read.
+	complete bool
+}
+
+// sandboxes is the set of known sandboxes; its methods may be called
+// concurrently.
+type sandboxes struct {
+	mu sync.Mutex
+	m  map[string]*sandbox
+}
+
+func newSandboxes() *sandboxes { return &sandboxes{m: map[string]*sandbox{}} }
+
+// podMeta is m as a re-sweep's scan of the whole pod records it: no
+// container, source sweep.
+func podMeta(m scan.Meta, stage string) scan.Meta {
+	m.Source, m.Stage = SourceSweep, stage
+	m.ContainerID, m.Container, m.Image = "", "", ""
+	return m
+}
+
+// list makes the listed sandboxes the known ones: a sweep lists every pod
+// that runs. What is remembered of those listed before stays.
+func (k *sandboxes) list(metas []scan.Meta) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	m := make(map[string]*sandbox, len(metas))
+	for _, meta := range metas {
+		if len(m) >= maxKnown {
+			break
+		}
+		s := k.m[meta.SandboxID]
+		if s == nil {
+			s = &sandbox{}
+		}
+		s.meta = podMeta(meta, StageResweep)
+		m[meta.SandboxID] = s
+	}
+	k.m = m
+}
+
+// add remembers a sandbox an event named (a pod started since the sweep).
+func (k *sandboxes) add(meta scan.Meta) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if s := k.m[meta.SandboxID]; s != nil {
+		s.meta = podMeta(meta, StageResweep)
+		return
+	}
+	if len(k.m) < maxKnown {
+		k.m[meta.SandboxID] = &sandbox{meta: podMeta(meta, StageResweep)}
+	}
+}
+
+func (k *sandboxes) forget(id string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.m, id)
+}
+
+// scanned notes the State read before a scan of the sandbox, and whether
+// that scan completed: only then may a later look skip it.
+func (k *sandboxes) scanned(id string, st inspect.State, complete bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if s := k.m[id]; s != nil {
+		s.state, s.complete = st, complete
+	}
+}
+
+// unchanged tells whether the sandbox's last scan completed from State st.
+func (k *sandboxes) unchanged(id string, st inspect.State) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s := k.m[id]
+	return s != nil && s.complete && s.state == st
+}
+
+// all is the known sandboxes' metas.
+func (k *sandboxes) all() []scan.Meta {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	metas := make([]scan.Meta, 0, len(k.m))
+	for _, s := range k.m {
+		metas = append(metas, s.meta)
+	}
+	return metas
+}
+
+// stateOf reads the State of the job's namespace before its scan, by the
+// scan's deadline; ok is false when it could not be read.
+func stateOf(ctx context.Context, h *netns.Handle) (inspect.State, bool) {
+	st, err := inspect.ReadState(ctx, h)
+	return st, err == nil
+}
+
+// withResweep runs loop with the re-sweep running beside it every
+// ResweepInterval (none for 0), and returns once both ended.
+func (a *Agent) withResweep(ctx context.Context, loop func() error) error {
+	if a.cfg.ResweepInterval <= 0 {
+		return loop()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(a.cfg.ResweepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				a.resweep(ctx)
+			}
+		}
+	}()
+	defer wg.Wait()
+	defer cancel()
+	return loop()
+}
+
+// resweep looks at every known sandbox once and queues a scan of those
+// that changed or whose last scan did not complete.
+func (a *Agent) resweep(ctx context.Context) {
+	start := time.Now()
+	r := Resweep{Stage: StageResweep}
+	var jobs []job
+	for _, m := range a.known.all() {
+		if ctx.Err() != nil {
+			closeAll(jobs)
+			return
+		}
+		j, keep, gone := a.changed(ctx, job{meta: m})
+		r.Known++
+		switch {
+		case gone:
+			a.known.forget(m.SandboxID)
+			r.Gone++
+		case keep:
+			jobs = append(jobs, j)
+		default:
+			r.Skipped++
+		}
+	}
+	r.Queued = len(jobs)
+	a.queue.more(jobs)
+	r.Duration = time.Since(start)
+	a.resweeped(r)
+}
+
+// changed reads the State of j's namespace and tells whether j is to be
+// queued: its rules may have changed since its last complete scan, or
+// there was none, or its State cannot be read. The job is given the open
+// handle. gone is set for a namespace that no longer exists: its pod
+// stopped unseen (while disconnected, say).
+func (a *Agent) changed(ctx context.Context, j job) (job, bool, bool) {
+	h, err := netns.Open(j.meta.Netns)
+	if errors.Is(err, netns.ErrNotExist) || errors.Is(err, netns.ErrNotNetns) {
+		return j, false, true
+	}
+	if err != nil {
+		// The scan opens it again and reports why it cannot.
+		return j, true, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.ScanTimeout)
+	st, ok := stateOf(ctx, h)
+	cancel()
+	if ok && a.known.unchanged(j.meta.SandboxID, st) {
+		h.Close()
+		return j, false, false
+	}
+	j.h = h
+	return j, true, false
+}
+
+// sweepChanged is sweep for the CRI fallback: every listed pod stays
+// known and followed, but only those changed since their last complete
+// scan are queued.
+func (a *Agent) sweepChanged(ctx context.Context, jobs []job, pods int) {
+	start := time.Now()
+	metas := make([]scan.Meta, len(jobs))
+	listed := make(map[string]bool, len(jobs))
+	for i, j := range jobs {
+		metas[i] = j.meta
+		listed[j.meta.SandboxID] = true
+	}
+	a.known.list(metas)
+	a.usage.Listed(listed)
+	r := Resweep{Stage: StageCRI, Known: len(jobs)}
+	var queued []job
+	for _, j := range jobs {
+		if ctx.Err() != nil {
+			closeAll(queued)
+			return
+		}
+		// A pod gone since the list is scanned, and reported gone or
+		// unreachable as a sweep's scan always was.
+		if j, keep, gone := a.changed(ctx, j); keep || gone {
+			queued = append(queued, j)
+		} else {
+			r.Skipped++
+		}
+	}
+	r.Queued = len(queued)
+	a.queue.sweep(queued, func(n int) { a.cfg.Observer.Synced(pods, n) })
+	r.Duration = time.Since(start)
+	a.resweeped(r)
+}
+
+func (a *Agent) resweeped(r Resweep) {
+	if o, ok := a.cfg.Observer.(ResweepObserver); ok {
+		o.Resweeped(r)
+	}
+}
+
+func closeAll(jobs []job) {
+	for _, j := range jobs {
+		if j.h != nil {
+			j.h.Close()
+		}
+	}
+}
+
+// noteScan remembers what a scan of the sandbox started from: the State
+// read before it (ok: read), kept as the one to compare with only when the
+// scan completed and its finding, if any, was stored.
+func (a *Agent) noteScan(s Scan, st inspect.State, ok, complete bool) {
+	switch s.Outcome {
+	case Clean:
+	case Found:
+		complete = complete && s.Stored != findings.Failed
+	default:
+		complete = false
+	}
+	a.known.scanned(s.Meta.SandboxID, st, ok && complete)
+}

@@ -1,0 +1,226 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+)
+
+// resweepRecorder is a recorder that hears the re-sweeps too.
+type resweepRecorder struct {
+	*recorder
+	sweeps chan Resweep
+}
+
+func (r resweepRecorder) Resweeped(s Resweep) { r.sweeps <- s }
+
+var _ ResweepObserver = resweepRecorder{}
+
+// resweepOnce runs one re-sweep and returns its report.
+func resweepOnce(t *testing.T, a *Agent, rec resweepRecorder) Resweep {
+	t.Helper()
+	a.resweep(context.Background())
+	select {
+	case r := <-rec.sweeps:
+		return r
+	case <-time.After(30 * time.Second):
+		t.Fatal("no re-sweep report")
+	}
+	return Resweep{}
+}
+
+// scannedIDs lets n scans run and returns their sandboxes, sorted.
+func scannedIDs(t *testing.T, a *Agent, rec resweepRecorder, n int) ([]string, []Scan) {
+	t.Helper()
+	release(a, n)
+	scans := rec.wait(t, n)
+	var ids []string
+	for _, s := range scans {
+		ids = append(ids, s.Meta.SandboxID)
+	}
+	slices.Sort(ids)
+	return ids, scans
+}
+
+// manyChains is an nft script making more chains than a scan tracks
+// (inspect's 8192): every scan of the netns ends truncated, its finding's
+// state unknown.
+func manyChains() string {
+	var b strings.Builder
+	b.WriteString("add table inet big\n")
+	for i := 0; i < 8300; i++ {
+		fmt.Fprintf(&b, "add chain inet big c%d\n", i)
+	}
+	return b.String()
+}
+
+// TestResweep: after the registration sweep, a re-sweep scans only the
+// pod whose last scan could not finish; after rules change, exactly the
+// pods whose nftables (iptables-nft, native nft) or legacy tables
+// (iptables-legacy -R, which keeps the table's size) changed, plus that
+// one; the others are skipped. A stopped sandbox is forgotten, and one
+// whose netns is gone is forgotten by the re-sweep.
+func TestResweep(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy", "nft")
+	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	dir := t.TempDir()
+	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
+	a := startAgentWith(t, dir, rec, func(*Config) {})
+	ns := map[string]*nstest.NS{}
+	for _, id := range []string{"clean", "legacy", "native", "nft", "same", "unknown"} {
+		ns[id] = nstest.New(t)
+	}
+	ns["same"].Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	ns["nft"].Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	ns["legacy"].Run("iptables-legacy", "-A", "OUTPUT", "-s", "10.0.0.1", "-j", "ACCEPT")
+	ns["unknown"].Restore(manyChains(), "nft", "-f", "-")
+	var pods []*api.PodSandbox
+	for id, n := range ns {
+		pods = append(pods, pod(id, n.Path()))
+	}
+	if _, err := a.Synchronize(context.Background(), pods, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, scans := scannedIDs(t, a, rec, len(pods))
+	for _, s := range scans {
+		if id := s.Meta.SandboxID; (id == "unknown") != (s.Record != nil && s.Record.Truncated) {
+			t.Fatalf("registration sweep: %s: %+v (record %+v), want only the unknown pod's truncated", id, s, s.Record)
+		}
+	}
+
+	// Nothing changed: only the pod whose last scan did not finish.
+	if r := resweepOnce(t, a, rec); r.Known != 6 || r.Skipped != 5 || r.Queued != 1 {
+		t.Fatalf("first re-sweep: %+v, want 6 known, 5 skipped, 1 queued", r)
+	}
+	ids, scans := scannedIDs(t, a, rec, 1)
+	if ids[0] != "unknown" || scans[0].Meta.Source != SourceSweep || scans[0].Meta.Stage != StageResweep {
+		t.Fatalf("first re-sweep scanned %+v, want the unknown pod, source sweep, stage %s", scans[0].Meta, StageResweep)
+	}
+
+	ns["nft"].Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "81", "-j", "DROP")
+	ns["native"].Run("nft", "add table inet mine")
+	ns["legacy"].Run("iptables-legacy", "-R", "OUTPUT", "1", "-s", "10.0.0.2", "-j", "ACCEPT")
+	if r := resweepOnce(t, a, rec); r.Skipped != 2 || r.Queued != 4 {
+		t.Fatalf("re-sweep after changes: %+v, want 2 skipped, 4 queued", r)
+	}
+	ids, scans = scannedIDs(t, a, rec, 4)
+	if want := []string{"legacy", "native", "nft", "unknown"}; !slices.Equal(ids, want) {
+		t.Fatalf("re-sweep after changes scanned %v, want %v", ids, want)
+	}
+	for _, s := range scans {
+		if s.Meta.SandboxID == "nft" && s.Stored != findings.Recorded {
+			t.Errorf("the nft pod's new rule: %+v, want recorded", s)
+		}
+	}
+
+	// A stopped sandbox is forgotten; a netns gone unseen too.
+	if err := a.StopPodSandbox(context.Background(), pod("clean", ns["clean"].Path())); err != nil {
+		t.Fatal(err)
+	}
+	scannedIDs(t, a, rec, 1)
+	ns["same"].Delete()
+	if r := resweepOnce(t, a, rec); r.Known != 5 || r.Gone != 1 || r.Skipped != 3 || r.Queued != 1 {
+		t.Fatalf("re-sweep after a stop and a netns gone: %+v, want 5 known, 1 gone, 3 skipped, 1 queued", r)
+	}
+	scannedIDs(t, a, rec, 1)
+	if r := resweepOnce(t, a, rec); r.Known != 4 {
+		t.Fatalf("re-sweep after the gone netns: %+v, want it forgotten", r)
+	}
+	scannedIDs(t, a, rec, 1)
+	checkHandlers(t, rec.recorder)
+}
+
+// TestResweepCRI: the CRI fallback's sweep skips what the re-sweep skips:
+// its first sweep scans every pod, the next only those changed.
+func TestResweepCRI(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	dir := t.TempDir()
+	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
+	a := startAgentWith(t, dir, rec, func(*Config) {})
+	used, clean := nstest.New(t), nstest.New(t)
+	used.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	jobs := func() []job {
+		var jobs []job
+		for id, n := range map[string]*nstest.NS{"used": used, "clean": clean} {
+			jobs = append(jobs, job{meta: scan.Meta{Node: "node-1", Source: SourceSweep, Stage: StageCRI, SandboxID: id, Netns: n.Path()}})
+		}
+		return jobs
+	}
+	sweep := func() Resweep {
+		t.Helper()
+		a.sweepChanged(context.Background(), jobs(), 2)
+		return <-rec.sweeps
+	}
+	if r := sweep(); r.Stage != StageCRI || r.Skipped != 0 || r.Queued != 2 {
+		t.Fatalf("first CRI sweep: %+v, want both queued", r)
+	}
+	scannedIDs(t, a, rec, 2)
+	if r := sweep(); r.Skipped != 2 || r.Queued != 0 {
+		t.Fatalf("second CRI sweep: %+v, want both skipped", r)
+	}
+	clean.Run("iptables-nft", "-A", "INPUT", "-j", "ACCEPT")
+	if r := sweep(); r.Skipped != 1 || r.Queued != 1 {
+		t.Fatalf("CRI sweep after a change: %+v, want 1 skipped, 1 queued", r)
+	}
+	if ids, _ := scannedIDs(t, a, rec, 1); ids[0] != "clean" {
+		t.Fatalf("CRI sweep after a change scanned %v, want the changed pod", ids)
+	}
+}
+
+// TestResweepBusy: a pod holding the host-wide x_tables mutex cannot stall
+// the re-sweep. Proven by order, not time: the re-sweep returns while the
+// pod still holds the mutex. The other pods' State cannot be read then, so
+// they are scanned, not skipped; the holder's table, too big to
+// fingerprint, is never skipped; once the mutex is free the others are
+// skipped again.
+func TestResweepBusy(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
+	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	dir := t.TempDir()
+	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
+	a := startAgentWith(t, dir, rec, func(cfg *Config) { cfg.ScanTimeout = 500 * time.Millisecond })
+	x, y, holder := nstest.New(t), nstest.New(t), nstest.New(t)
+	x.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	ctx := context.Background()
+	if _, err := a.Synchronize(ctx, []*api.PodSandbox{pod("x", x.Path()), pod("y", y.Path())}, nil); err != nil {
+		t.Fatal(err)
+	}
+	scannedIDs(t, a, rec, 2)
+
+	stop := nstest.HoldXTMutexIn(t, holder, 300000, 64)
+	if err := a.PostStartContainer(ctx, pod("holder", holder.Path()), &api.Container{Id: "c1", Name: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	scannedIDs(t, a, rec, 1)
+	if r := resweepOnce(t, a, rec); r.Known != 3 || r.Skipped != 0 || r.Queued != 3 {
+		t.Fatalf("re-sweep while the holder holds the mutex: %+v, want all 3 queued", r)
+	}
+	_, scans := scannedIDs(t, a, rec, 3)
+	for _, s := range scans {
+		if s.Record == nil || !s.Record.Truncated {
+			t.Errorf("scan of %s while the mutex is held: %+v, want a truncated finding", s.Meta.SandboxID, s)
+		}
+	}
+	stop()
+	for end := time.Now().Add(60 * time.Second); ; {
+		r := resweepOnce(t, a, rec)
+		scannedIDs(t, a, rec, r.Queued)
+		if r.Skipped == 2 && r.Queued == 1 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("60 s after the mutex was freed: %+v, want x and y skipped, the holder queued", r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
