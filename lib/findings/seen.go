@@ -85,7 +85,10 @@ var ErrNoMemory = errors.New("per-sandbox memory not usable")
 // the same fingerprint and state or the sandbox is over its limit, and
 // remembers both when write succeeds. The state is compared too: an
 // unknown or gone record never passes for, and then skips, the finding that
-// follows it. One crossing of the limit is allowed: a present finding after
+// follows it. A gone record is written only after a present or unknown one
+// (there is nothing to take back otherwise), and never limited: it is
+// the last word on the sandbox's usage, and bounded by the records before
+// it, each gone needing a present one first. One crossing of the limit is allowed: a present finding after
 // an unknown one is written even then, so a pod that makes its inspections
 // fail until the limit is reached cannot leave "unknown" as the last word on
 // usage that is there; it is bounded, the unknown ones being limited.
@@ -111,14 +114,15 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, write f
 		return Failed, err
 	}
 	var old seenEntry
+	had := false
 	if data, err := fileio.ReadLimited(f, maxEntry); err == nil && len(data) > 0 {
 		// A damaged entry is forgotten: at worst one finding is repeated.
-		_ = json.Unmarshal(data, &old)
+		had = json.Unmarshal(data, &old) == nil
 	}
 	if old.State == "" {
 		old.State = StatePresent
 	}
-	if old.Fingerprint == rec.Fingerprint && old.State == state {
+	if old.Fingerprint == rec.Fingerprint && old.State == state || state == StateGone && (!had || old.State == StateGone) {
 		return Same, nil
 	}
 	now := s.now()
@@ -129,7 +133,7 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, write f
 	if now.Sub(old.Since) >= interval || now.Before(old.Since) {
 		old.Since, old.Count = now, 0
 	}
-	if old.Count >= limit && (state != StatePresent || old.State != StateUnknown) {
+	if old.Count >= limit && state != StateGone && (state != StatePresent || old.State != StateUnknown) {
 		return Limited, nil
 	}
 	werr := write()
@@ -144,6 +148,29 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, write f
 		return Recorded, errors.Join(werr, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err))
 	}
 	return Recorded, werr
+}
+
+// Reopens is when the sandbox's current interval ends, after which a
+// finding RecordFinding limited would be written; zero when the sandbox has
+// no entry or it cannot be read (nothing was limited then). The agent's
+// watch scans again then, so the last change of a burst is recorded.
+func (s Seen) Reopens(key string) time.Time {
+	d, f, err := s.open(key)
+	if err != nil {
+		return time.Time{}
+	}
+	defer d.Close()
+	defer f.Close()
+	var e seenEntry
+	data, err := fileio.ReadLimited(f, maxEntry)
+	if err != nil || json.Unmarshal(data, &e) != nil {
+		return time.Time{}
+	}
+	interval := s.Interval
+	if s.Limit <= 0 {
+		interval = DefaultInterval
+	}
+	return e.Since.Add(interval)
 }
 
 func (s Seen) now() time.Time {
