@@ -77,6 +77,12 @@ type Config struct {
 	HostProc string
 	// MaxUsage bounds the pods Agent.Usage follows (DefaultMaxUsage for 0).
 	MaxUsage int
+	// Watch holds a monitor of nftables commits in every running pod's
+	// netns and scans on each burst of iptables-shaped changes (see
+	// watch.go); WatchDebounce is the burst's window (DefaultWatchDebounce
+	// for 0).
+	Watch         bool
+	WatchDebounce time.Duration
 }
 
 // Observer hears about the agent's work, for metrics and logs. Calls come
@@ -154,6 +160,8 @@ type Agent struct {
 	// nodeNetns is the node's network namespace's identity (see
 	// nodeNetnsID), empty with Config.HostProc empty.
 	nodeNetns string
+	// watches are the watched sandboxes (Config.Watch).
+	watches *watches
 }
 
 // job is one queued scan. h is the namespace opened in the handler, or nil
@@ -161,6 +169,8 @@ type Agent struct {
 type job struct {
 	meta scan.Meta
 	h    *netns.Handle
+	// writer is the process whose commit made the watch queue the scan.
+	writer *findings.Writer
 }
 
 // New checks cfg and fills its defaults. A bad plugin name or index, or a
@@ -191,6 +201,9 @@ func New(cfg Config) (*Agent, error) {
 		cfg.StopScanTimeout = DefaultStopScanTimeout
 	}
 	cfg.StopScanTimeout = max(cfg.StopScanTimeout, cfg.ScanTimeout)
+	if cfg.WatchDebounce <= 0 {
+		cfg.WatchDebounce = DefaultWatchDebounce
+	}
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
@@ -200,7 +213,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Load.Allow == nil {
 		cfg.Load.Allow = func() (*allowlist.List, error) { return allowlist.Join(), nil }
 	}
-	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage)}
+	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage), watches: newWatches()}
 	if cfg.HostProc != "" {
 		// An agent that cannot tell the node's namespace from a pod's
 		// reports the node's rules on every host-network pod: refuse.
@@ -256,6 +269,8 @@ func (a *Agent) withWorkers(loop func() error) error {
 		go a.work()
 	}
 	defer func() {
+		// The watches first: they queue scans.
+		a.stopWatches()
 		a.queue.close()
 		a.workers.Wait()
 	}()

@@ -122,7 +122,13 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, write f
 	if old.State == "" {
 		old.State = StatePresent
 	}
-	if old.Fingerprint == rec.Fingerprint && old.State == state || state == StateGone && (!had || old.State == StateGone) {
+	if state == StateGone && !had {
+		// Nothing to take back; the entry open made is not kept: the
+		// watch's clean scans must not leave one per sandbox.
+		_ = d.Remove(filepath.Base(f.Name()))
+		return Same, nil
+	}
+	if old.Fingerprint == rec.Fingerprint && old.State == state || state == StateGone && old.State == StateGone {
 		return Same, nil
 	}
 	now := s.now()
@@ -155,15 +161,14 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, write f
 // no entry or it cannot be read (nothing was limited then). The agent's
 // watch scans again then, so the last change of a burst is recorded.
 func (s Seen) Reopens(key string) time.Time {
-	d, f, err := s.open(key)
+	d, err := fileio.OpenDir(filepath.Join(s.Dir, "sandboxes"), 0o750)
 	if err != nil {
 		return time.Time{}
 	}
 	defer d.Close()
-	defer f.Close()
-	var e seenEntry
-	data, err := fileio.ReadLimited(f, maxEntry)
-	if err != nil || json.Unmarshal(data, &e) != nil {
+	// Read only, never created: a sandbox without entry limited nothing.
+	e, err := readEntry(d, entryName(key))
+	if err != nil {
 		return time.Time{}
 	}
 	interval := s.Interval
@@ -186,14 +191,19 @@ func (s Seen) open(key string) (*fileio.Dir, *os.File, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	sum := sha256.Sum256([]byte(key))
-	name := hex.EncodeToString(sum[:16]) + ".json"
+	name := entryName(key)
 	f, err := d.Open(name, unix.O_RDWR|unix.O_CREAT, 0o640)
 	if err != nil {
 		d.Close()
 		return nil, nil, fmt.Errorf("open sandbox state %q: %w", name, err)
 	}
 	return d, f, nil
+}
+
+// entryName is the sandbox's entry, a hash of its id.
+func entryName(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:16]) + ".json"
 }
 
 // Sweep removes entries whose network namespace is gone: the sandbox has

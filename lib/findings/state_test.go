@@ -3,6 +3,8 @@ package findings
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -127,6 +129,9 @@ func TestSeenState(t *testing.T) {
 	}
 	if got := rec2(t, s, "fresh", StateGone); got != Same {
 		t.Errorf("gone of a sandbox that recorded nothing: %v, want Same (nothing to take back)", got)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(s.Dir, "sandboxes")); len(ents) != 1 {
+		t.Errorf("%d entries after a gone of a sandbox without one, want 1 (sb's)", len(ents))
 	}
 }
 

@@ -38,9 +38,11 @@ func (p Proc) Writer(pid int, comm string) *findings.Writer {
 	if err != nil {
 		return w
 	}
-	// Read again after the cgroup: the same start time means the cgroup
-	// read was the writer's, not a process that took its pid meanwhile.
-	if again, err := readStat(dir); err != nil || again.start != st.start {
+	// Read again after the cgroup: another start time means a process
+	// took the pid meanwhile, and the cgroup read was its. Gone by then,
+	// the writer was read while it lived (a pid is not reused within
+	// microseconds).
+	if again, err := readStat(dir); err == nil && again.start != st.start {
 		return w
 	}
 	w.Gone = false
