@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -11,25 +13,22 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
 // startWatching runs an agent with the watch on and no hold: the watch's
-// scans run as they come. The host's /proc is the real one when pid 1's
-// netns can be opened (root on the host), so writers are described.
+// scans run as they come. Its host /proc is a stand-in (nstest.HostProc)
+// showing the processes the test means it to describe (nstest.ShowProc).
 func startWatching(t *testing.T, dir string, obs Observer, change func(*Config)) *Agent {
 	t.Helper()
-	hostProc := "/proc"
-	if _, err := os.Stat("/proc/1/ns/net"); err != nil {
-		hostProc = nstest.HostProc(t, "/proc/self/ns/net")
-	}
 	cfg := Config{
 		Socket: filepath.Join(dir, "no-nri.sock"), Node: "node-1",
 		Log:  findings.Log{Path: filepath.Join(dir, "findings.jsonl")},
 		Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: obs,
-		HostProc: hostProc, Watch: true,
+		HostProc: nstest.HostProc(t, "/proc/self/ns/net"), Watch: true,
 	}
 	change(&cfg)
 	a, err := New(cfg)
@@ -46,6 +45,31 @@ func startWatching(t *testing.T, dir string, obs Observer, change func(*Config))
 		}
 	})
 	return a
+}
+
+// restorer is an iptables-nft-restore in a namespace that commits each
+// table section the test writes to it, and stays alive meanwhile: a
+// writer the agent can describe. ip netns exec execs it: its pid is the
+// one started, its parent the test.
+func restorer(t *testing.T, a *Agent, ns *nstest.NS) io.Writer {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", ns.Name, "iptables-nft-restore", "--noflush")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("iptables-nft-restore: %v", err)
+		}
+	})
+	nstest.ShowProc(t, a.cfg.HostProc, cmd.Process.Pid)
+	nstest.ShowProc(t, a.cfg.HostProc, os.Getpid())
+	return in
 }
 
 // ready waits until the sandbox's monitor is open: a commit before it is
@@ -76,13 +100,16 @@ func watchScan(t *testing.T, rec *recorder) Scan {
 // writer; a native nft table is not usage and queues no scan; removing the
 // rules records gone; the pod's stop closes the monitor.
 func TestWatch(t *testing.T) {
-	nstest.NeedRoot(t, "iptables-nft", "nft")
+	nstest.NeedRoot(t, "iptables-nft-restore", "nft")
 	dir := t.TempDir()
 	rec := newRecorder()
 	a := startWatching(t, dir, rec, func(*Config) {})
 	ns := nstest.New(t)
 	p := pod("w1", ns.Path())
 	ctx := context.Background()
+	// Before the count: its pipe and process are the test's, not the
+	// agent's.
+	restore := restorer(t, a, ns)
 	fds := countFDs(t)
 	if err := a.RunPodSandbox(ctx, p); err != nil {
 		t.Fatal(err)
@@ -90,42 +117,36 @@ func TestWatch(t *testing.T) {
 	ready(t, a, p.Id)
 
 	// The native write comes first: the first watch scan must be
-	// iptables-nft's.
+	// iptables-nft-restore's.
 	ns.Run("nft", "add", "table", "inet", "mine")
 	ns.Run("nft", "add", "chain", "inet", "mine", "c", "{ type filter hook input priority 0; }")
-	ns.Run("iptables-nft", "-t", "nat", "-A", "POSTROUTING", "-j", "MASQUERADE")
+	fmt.Fprint(restore, "*nat\n-A POSTROUTING -j MASQUERADE\nCOMMIT\n")
 	s := watchScan(t, rec)
 	if s.Outcome != Found || s.Stored != findings.Recorded || s.Record.KnownState() != findings.StatePresent {
 		t.Fatalf("scan %s (%v), want a recorded present finding", s.Label(), s.Err)
 	}
-	w := s.Record.Writer
-	if w == nil || w.Comm != "iptables-nft" || w.PID <= 0 {
-		t.Fatalf("writer %+v, want iptables-nft and its pid", w)
+	me, _ := os.ReadFile("/proc/self/comm")
+	want := findings.Writer{PID: s.Record.Writer.PID, Comm: "iptables-nft-re", PPID: os.Getpid(), ParentComm: strings.TrimSpace(string(me))}
+	if diff := cmp.Diff(want, *s.Record.Writer); diff != "" || want.PID <= 0 {
+		t.Errorf("writer (-want +got):\n%s", diff)
 	}
-	t.Logf("writer %+v (gone when iptables-nft exited before /proc was read)", *w)
 	if s.Meta.Stage != stageCommit {
 		t.Errorf("stage %q, want %q", s.Meta.Stage, stageCommit)
 	}
 	line := lastLine(t, filepath.Join(dir, "findings.jsonl"))
-	if !strings.Contains(line, `"writer":{"pid":`) || !strings.Contains(line, `"comm":"iptables-nft"`) {
+	if !strings.Contains(line, `"writer":{"pid":`) || !strings.Contains(line, `"comm":"iptables-nft-re"`) {
 		t.Errorf("finding without its writer: %s", line)
 	}
 
-	ns.Run("iptables-nft", "-t", "nat", "-F")
-	ns.Run("iptables-nft", "-t", "nat", "-X")
-	// The nat table itself may remain (iptables-nft keeps it): gone when
-	// no usage is left, whatever scan first sees that.
-	for {
-		s = watchScan(t, rec)
-		if s.Outcome == Found && s.Record.KnownState() == findings.StateGone {
-			break
-		}
-		if s.Outcome != Found {
-			t.Fatalf("scan %s before gone (%v)", s.Label(), s.Err)
-		}
+	// The nat table itself remains (iptables-nft-restore keeps it), empty:
+	// no usage.
+	fmt.Fprint(restore, "*nat\n-D POSTROUTING -j MASQUERADE\nCOMMIT\n")
+	s = watchScan(t, rec)
+	if s.Outcome != Found || s.Record.KnownState() != findings.StateGone || s.Stored != findings.Recorded {
+		t.Fatalf("after the deletion: scan %s, record %+v, want a recorded gone", s.Label(), s.Record)
 	}
-	if s.Stored != findings.Recorded || s.Record.Writer == nil {
-		t.Errorf("gone: stored %s, writer %+v", s.Stored, s.Record.Writer)
+	if diff := cmp.Diff(want, *s.Record.Writer); diff != "" {
+		t.Errorf("gone's writer (-want +got):\n%s", diff)
 	}
 	if line := lastLine(t, filepath.Join(dir, "findings.jsonl")); !strings.Contains(line, `"state":"gone"`) {
 		t.Errorf("last line not gone: %s", line)
