@@ -17,6 +17,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/watch"
 )
 
 // startWatching runs an agent with the watch on and no hold: the watch's
@@ -320,4 +321,27 @@ func lastLine(t *testing.T, path string) string {
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return lines[len(lines)-1]
+}
+
+// TestWatchOverrun: a monitor's overrun (the kernel dropped announcements,
+// ENOBUFS: lib/watch's TestOverrun) queues a resync scan, never nothing.
+func TestWatchOverrun(t *testing.T) {
+	nstest.NeedRoot(t)
+	rec := newRecorder()
+	a := startWatching(t, t.TempDir(), rec, func(*Config) {})
+	ns := nstest.New(t)
+	p := pod("over", ns.Path())
+	if err := a.RunPodSandbox(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	ready(t, a, p.Id)
+	a.watches.mu.Lock()
+	w := a.watches.pods[p.Id]
+	a.watches.mu.Unlock()
+	a.noted(w, watch.Change{Gen: 3, Comm: "iptables-nft", Tables: []string{"ip nat"}}, stageCommit)
+	a.noted(w, watch.Change{Overrun: true}, stageOverrun)
+	s := watchScan(t, rec)
+	if s.Meta.Stage != stageOverrun || s.Outcome != Clean {
+		t.Errorf("scan stage %q outcome %s, want %q and clean (no rules)", s.Meta.Stage, s.Label(), stageOverrun)
+	}
 }
