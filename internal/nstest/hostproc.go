@@ -68,3 +68,13 @@ func Pids(t testing.TB, nsPath, comm string) []int {
 	}
 	return pids
 }
+
+// FDs counts the process's open fds, for tests proving a leak-free cycle.
+func FDs(t testing.TB) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}

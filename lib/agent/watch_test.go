@@ -25,12 +25,8 @@ import (
 // showing the processes the test means it to describe (nstest.ShowProc).
 func startWatching(t *testing.T, dir string, obs Observer, change func(*Config)) *Agent {
 	t.Helper()
-	cfg := Config{
-		Socket: filepath.Join(dir, "no-nri.sock"), Node: "node-1",
-		Log:  findings.Log{Path: filepath.Join(dir, "findings.jsonl")},
-		Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: obs,
-		HostProc: nstest.HostProc(t, "/proc/self/ns/net"), Watch: true,
-	}
+	cfg := testConfig(dir, obs)
+	cfg.HostProc, cfg.Watch = nstest.HostProc(t, "/proc/self/ns/net"), true
 	change(&cfg)
 	a, err := New(cfg)
 	if err != nil {
@@ -111,7 +107,7 @@ func TestWatch(t *testing.T) {
 	// Before the count: its pipe and process are the test's, not the
 	// agent's.
 	restore := restorer(t, a, ns)
-	fds := countFDs(t)
+	fds := nstest.FDs(t)
 	if err := a.RunPodSandbox(ctx, p); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +220,7 @@ func TestWatchNoLeak(t *testing.T) {
 		paths = append(paths, nstest.New(t).Path())
 	}
 	ctx := context.Background()
-	fds := countFDs(t)
+	fds := nstest.FDs(t)
 	for i := range 1000 {
 		p := pod(fmt.Sprintf("cycle-%d", i), paths[i%len(paths)])
 		if err := a.RunPodSandbox(ctx, p); err != nil {
@@ -260,7 +256,7 @@ func TestWatchNoLeak(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	per := (int64(after.HeapInuse+after.StackInuse) - int64(before.HeapInuse+before.StackInuse)) / 500
-	t.Logf("500 watched sandboxes: %d bytes of heap and stack each, %d fds", per, countFDs(t)-fds)
+	t.Logf("500 watched sandboxes: %d bytes of heap and stack each, %d fds", per, nstest.FDs(t)-fds)
 	// A goroutine's stack, the monitor and its socket's file: the read
 	// buffer is shared, so a watch is a few KiB.
 	if per > 32<<10 {
@@ -297,20 +293,11 @@ func waitFDs(t *testing.T, want int) {
 	t.Helper()
 	got := 0
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if got = countFDs(t); got <= want {
+		if got = nstest.FDs(t); got <= want {
 			return
 		}
 	}
 	t.Fatalf("%d fds, want %d: monitors leaked", got, want)
-}
-
-func countFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
 }
 
 func lastLine(t *testing.T, path string) string {

@@ -2,7 +2,6 @@ package watch
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -158,7 +157,7 @@ func TestNoLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	before := fds(t)
+	before := nstest.FDs(t)
 	for i := range 1000 {
 		m, err := Open(h.Fd(), Options{})
 		if err != nil {
@@ -171,16 +170,7 @@ func TestNoLeak(t *testing.T) {
 			t.Fatal("changes not closed after Close")
 		}
 	}
-	if after := fds(t); after > before {
+	if after := nstest.FDs(t); after > before {
 		t.Errorf("%d fds after 1,000 monitors, %d before", after, before)
 	}
-}
-
-func fds(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
 }
