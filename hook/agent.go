@@ -21,7 +21,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
-var agentCommand = command{use: "agent", summary: "NRI plugin: scan every pod at registration, after each container start and as it stops",
+var agentCommand = command{use: "agent", summary: "NRI plugin: scan every pod at registration, after each container start, on its iptables commits and as it stops",
 	long: agentLong, newConfig: func() config { return new(agentConfig) }}
 
 const agentLong = `Connects to the container runtime's NRI socket (CRI-O 1.30+ and
@@ -29,13 +29,17 @@ containerd 2.0+ have NRI on by default) and scans pod network namespaces:
 every existing pod when it registers (source "sweep"), each container
 after it started ("poststart") and each container and pod sandbox as it
 stops ("stop"), into the same findings file and per-sandbox memory as the
-hook. It never scans inside a runtime call: it opens the netns, replies,
-and scans in the background. It reconnects when the runtime restarts and
+hook. With --watch (the default) it also hears every nftables commit in
+each pod's netns from the sandbox's start to its stop, and scans within
+--watch-debounce of a commit to an iptables table ("watch"): the finding
+names the writing process (writer), and removing all usage records
+state "gone". It never scans inside a runtime call: it opens the netns,
+replies, and scans in the background. It reconnects when the runtime restarts and
 exits non-zero only on a configuration error; SIGTERM stops it.
 
 Where NRI is off, --cri-endpoint sweeps every pod netns through the
 runtime's CRI socket every --interval (source "sweep", stage "CRI")
-instead: no container start or stop is seen then.
+instead: no container start or stop is seen then, and nothing is watched.
 
 Legacy x_tables have no change notification: every --resweep-interval the
 agent looks at each pod netns it knows again (stage "Resweep") and scans
@@ -71,6 +75,8 @@ func (cfg *agentConfig) register(fs *pflag.FlagSet) {
 	fs.IntVar(&cfg.agent.Workers, "workers", agent.DefaultWorkers, "scans run at once")
 	fs.IntVar(&cfg.agent.Queue, "queue", agent.DefaultQueue, "scans the runtime's events may queue; past it an event's scan is dropped (counted), never waited for")
 	fs.DurationVar(&cfg.agent.ScanTimeout, "scan-timeout", agent.DefaultScanTimeout, "deadline of one scan; past it the finding is recorded with truncated: true")
+	fs.BoolVar(&cfg.agent.Watch, "watch", true, "hold a monitor of nftables commits in every pod's netns (NRI only): a commit to an iptables table is scanned within --watch-debounce and its finding names the writing process")
+	fs.DurationVar(&cfg.agent.WatchDebounce, "watch-debounce", agent.DefaultWatchDebounce, "with --watch: the window a burst of commits is gathered in, one scan per window however many commits")
 	fs.StringVar(&cfg.criEndpoint, "cri-endpoint", "", "where NRI is off: sweep through this CRI socket (e.g. /run/containerd/containerd.sock, /var/run/crio/crio.sock) every --interval instead of using NRI")
 	fs.DurationVar(&cfg.interval, "interval", 15*time.Minute, "with --cri-endpoint: time between sweeps")
 	fs.DurationVar(&cfg.agent.ResweepInterval, "resweep-interval", agent.DefaultResweepInterval, "time between re-sweeps: every known pod netns is looked at again and scanned only if its nftables generation or legacy x_tables changed since its last complete scan, or that scan could not finish (legacy x_tables tell nobody of a change); 0: off")
@@ -162,7 +168,7 @@ func newAgentMetrics(log *logrus.Logger) *agentMetrics {
 		reg:    prometheus.NewRegistry(),
 		scans: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iptables_alerter_agent_scans_total",
-			Help: "Scans by source (sweep, poststart, stop) and outcome (recorded, same, limited, clean, gone, dropped, failed, unreachable).",
+			Help: "Scans by source (sweep, poststart, stop, watch) and outcome (recorded, same, limited, clean, gone, dropped, failed, unreachable).",
 		}, []string{"source", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "iptables_alerter_agent_scan_duration_seconds",

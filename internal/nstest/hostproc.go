@@ -3,7 +3,11 @@ package nstest
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // HostProc is a stand-in for the host's /proc as the agent's --host-proc
@@ -21,4 +25,56 @@ func HostProc(t testing.TB, nsPath string) string {
 		t.Fatal(err)
 	}
 	return proc
+}
+
+// ShowProc makes pid's /proc entry appear in a HostProc stand-in, as a
+// link to the real one: a sandboxed test cannot give the agent the real
+// /proc (pid 1's namespace is not its to open), so it shows the agent the
+// processes it means it to describe, before they write.
+func ShowProc(t testing.TB, hostProc string, pid int) {
+	t.Helper()
+	link := filepath.Join(hostProc, strconv.Itoa(pid))
+	if err := os.Symlink(filepath.Join("/proc", strconv.Itoa(pid)), link); err != nil && !os.IsExist(err) {
+		t.Fatal(err)
+	}
+}
+
+// Pids lists the processes named comm (as /proc/PID/comm has it) whose
+// network namespace is the one at nsPath.
+func Pids(t testing.TB, nsPath, comm string) []int {
+	t.Helper()
+	var want unix.Stat_t
+	if err := unix.Stat(nsPath, &want); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		if err != nil || strings.TrimSpace(string(b)) != comm {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat(filepath.Join("/proc", e.Name(), "ns", "net"), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// FDs counts the process's open fds, for tests proving a leak-free cycle.
+func FDs(t testing.TB) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }

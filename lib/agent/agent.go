@@ -81,6 +81,12 @@ type Config struct {
 	// the others, 0 is no re-sweep (the command's flag defaults to
 	// DefaultResweepInterval).
 	ResweepInterval time.Duration
+	// Watch holds a monitor of nftables commits in every running pod's
+	// netns and scans on each burst of iptables-shaped changes (see
+	// watch.go); WatchDebounce is the burst's window (DefaultWatchDebounce
+	// for 0).
+	Watch         bool
+	WatchDebounce time.Duration
 }
 
 // Observer hears about the agent's work, for metrics and logs. Calls come
@@ -161,6 +167,8 @@ type Agent struct {
 	// known holds the running sandboxes and the State of their last
 	// complete scan, for the re-sweep.
 	known *sandboxes
+	// watches are the watched sandboxes (Config.Watch).
+	watches *watches
 }
 
 // job is one queued scan. h is the namespace opened in the handler, or nil
@@ -168,6 +176,8 @@ type Agent struct {
 type job struct {
 	meta scan.Meta
 	h    *netns.Handle
+	// writer is the process whose commit made the watch queue the scan.
+	writer *findings.Writer
 }
 
 // New checks cfg and fills its defaults. A bad plugin name or index, or a
@@ -198,6 +208,9 @@ func New(cfg Config) (*Agent, error) {
 		cfg.StopScanTimeout = DefaultStopScanTimeout
 	}
 	cfg.StopScanTimeout = max(cfg.StopScanTimeout, cfg.ScanTimeout)
+	if cfg.WatchDebounce <= 0 {
+		cfg.WatchDebounce = DefaultWatchDebounce
+	}
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
@@ -207,7 +220,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Load.Allow == nil {
 		cfg.Load.Allow = func() (*allowlist.List, error) { return allowlist.Join(), nil }
 	}
-	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage), known: newSandboxes()}
+	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage), known: newSandboxes(), watches: newWatches()}
 	if cfg.HostProc != "" {
 		// An agent that cannot tell the node's namespace from a pod's
 		// reports the node's rules on every host-network pod: refuse.
@@ -272,6 +285,8 @@ func (a *Agent) withWorkers(loop func() error) error {
 		go a.work()
 	}
 	defer func() {
+		// The watches first: they queue scans.
+		a.stopWatches()
 		a.queue.close()
 		a.workers.Wait()
 	}()

@@ -110,14 +110,19 @@ func startAgent(t *testing.T, dir string, rec *recorder, scanTimeout ...time.Dur
 	})
 }
 
-// startAgentWith is startAgent with the test's changes to the config.
-func startAgentWith(t *testing.T, dir string, obs Observer, change func(*Config)) *Agent {
-	t.Helper()
-	cfg := Config{
+// testConfig is the tests' agent: files under dir, no runtime listening.
+func testConfig(dir string, obs Observer) Config {
+	return Config{
 		Socket: filepath.Join(dir, "no-nri.sock"), Node: "node-1",
 		Log:  findings.Log{Path: filepath.Join(dir, "findings.jsonl")},
 		Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: obs,
 	}
+}
+
+// startAgentWith is startAgent with the test's changes to the config.
+func startAgentWith(t *testing.T, dir string, obs Observer, change func(*Config)) *Agent {
+	t.Helper()
+	cfg := testConfig(dir, obs)
 	change(&cfg)
 	a, err := New(cfg)
 	if err != nil {

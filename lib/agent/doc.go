@@ -27,4 +27,14 @@
 // from the others. Only a stop's scan, the last look, may run longer
 // (StopScanTimeout), and only while nothing else waits and another worker
 // is free.
+//
+// With Config.Watch (watch.go), each sandbox's netns also holds a
+// lib/watch monitor from RunPodSandbox (or the sweep, or a container's
+// start) until StopPodSandbox or RemovePodSandbox: a burst of commits to
+// iptables-shaped tables queues one scan per debounce window, in the same
+// fair queue, and the record names the committing process (Writer). A
+// watch scan that finds no usage after usage was recorded writes state
+// gone; a sandbox over its findings limit is scanned again when its
+// interval ends, so the last change of a burst is never lost. Monitors
+// are opened off the handlers, a few at a time.
 package agent

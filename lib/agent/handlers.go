@@ -42,6 +42,7 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 	}
 	a.cfg.Observer.Connection(true, nil)
 	a.sweep(jobs, len(pods))
+	a.watchSynced(pods, ctrs)
 	return nil, nil
 }
 
@@ -51,6 +52,9 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 func (a *Agent) PostStartContainer(_ context.Context, p *api.PodSandbox, c *api.Container) error {
 	defer a.handled("PostStartContainer", time.Now())
 	a.queueOpen(p, c, SourcePostStart, "PostStartContainer")
+	// Known already unless the agent started after the pod.
+	a.knowContainer(p, c)
+	a.watchPod(p)
 	return nil
 }
 
@@ -72,6 +76,9 @@ const stageStopPod = "StopPodSandbox"
 func (a *Agent) StopPodSandbox(_ context.Context, p *api.PodSandbox) error {
 	defer a.handled("StopPodSandbox", time.Now())
 	a.queueOpen(p, nil, SourceStop, stageStopPod)
+	// After the stop's scan holds the netns open: the watch's socket is
+	// no longer needed to, and must not keep the stopped pod's netns.
+	a.unwatch(p.GetId())
 	return nil
 }
 

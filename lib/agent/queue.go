@@ -52,11 +52,15 @@ func newQueue(max int) *queue {
 
 // merged folds the newer job j into the waiting one. A stop stays a stop:
 // it is the last look at the container, and it may have the longer
-// deadline; otherwise the newer job's meta wins. One handle is enough,
+// deadline; otherwise the newer job's meta wins, and its writer if it has one. One handle is enough,
 // the sandbox having one netns for its whole life: the older is closed.
 func merged(old, j job) job {
 	if old.meta.Source == SourceStop && j.meta.Source != SourceStop {
 		j.meta = old.meta
+	}
+	// The newest writer the watch saw, whichever job brought it.
+	if j.writer == nil {
+		j.writer = old.writer
 	}
 	switch {
 	case j.h == nil:

@@ -70,14 +70,28 @@ func (a *Agent) scan(j job, long bool) Scan {
 	defer func() { a.noteScan(s, st, stOK, res.Complete()) }()
 	s.AllowErr, s.VendorErr = res.AllowErr, res.VendorErr
 	d := scan.Decide(j.meta, res)
-	if d.Record == nil {
+	rec := d.Record
+	if rec == nil && j.meta.Source == SourceWatch {
+		rec = goneRecord(j.meta, res)
+	}
+	if rec == nil {
 		s.Outcome = Clean
 		s.Duration = time.Since(start)
 		return s
 	}
-	s.Outcome, s.Record = Found, d.Record
-	s.Stored, s.Err = a.record(*d.Record)
+	rec.Writer = j.writer
+	s.Stored, s.Err = a.record(*rec)
 	s.Duration = time.Since(start)
+	switch {
+	case rec.State == findings.StateGone && s.Stored == findings.Same:
+		// No usage recorded before, or its gone already: clean.
+		s.Outcome = Clean
+	case s.Stored == findings.Limited:
+		s.Outcome, s.Record = Found, rec
+		a.limited(j)
+	default:
+		s.Outcome, s.Record = Found, rec
+	}
 	return s
 }
 
@@ -100,7 +114,8 @@ func openFailed(source string, err error) (Outcome, error) {
 	switch {
 	case !gone:
 		return Failed, err
-	case source == SourceStop:
+	case source == SourceStop || source == SourceWatch:
+		// The watch's sandbox stopped between its commit and the scan.
 		return Gone, nil
 	}
 	return Unreachable, err

@@ -85,7 +85,10 @@ var ErrNoMemory = errors.New("per-sandbox memory not usable")
 // the same fingerprint and state or the sandbox is over its limit, and
 // remembers both when write succeeds. The state is compared too: an
 // unknown or gone record never passes for, and then skips, the finding that
-// follows it. One crossing of the limit is allowed: a present finding after
+// follows it. A gone record is written only after a present or unknown one
+// (there is nothing to take back otherwise), and never limited: it is
+// the last word on the sandbox's usage, and bounded by the records before
+// it, each gone needing a present one first. One crossing of the limit is allowed: a present finding after
 // an unknown one is written even then, so a pod that makes its inspections
 // fail until the limit is reached cannot leave "unknown" as the last word on
 // usage that is there; it is bounded, the unknown ones being limited.
@@ -111,14 +114,21 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, write f
 		return Failed, err
 	}
 	var old seenEntry
+	had := false
 	if data, err := fileio.ReadLimited(f, maxEntry); err == nil && len(data) > 0 {
 		// A damaged entry is forgotten: at worst one finding is repeated.
-		_ = json.Unmarshal(data, &old)
+		had = json.Unmarshal(data, &old) == nil
 	}
 	if old.State == "" {
 		old.State = StatePresent
 	}
-	if old.Fingerprint == rec.Fingerprint && old.State == state {
+	if state == StateGone && !had {
+		// Nothing to take back; the entry open made is not kept: the
+		// watch's clean scans must not leave one per sandbox.
+		_ = d.Remove(filepath.Base(f.Name()))
+		return Same, nil
+	}
+	if old.Fingerprint == rec.Fingerprint && old.State == state || state == StateGone && old.State == StateGone {
 		return Same, nil
 	}
 	now := s.now()
@@ -129,7 +139,7 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, write f
 	if now.Sub(old.Since) >= interval || now.Before(old.Since) {
 		old.Since, old.Count = now, 0
 	}
-	if old.Count >= limit && (state != StatePresent || old.State != StateUnknown) {
+	if old.Count >= limit && state != StateGone && (state != StatePresent || old.State != StateUnknown) {
 		return Limited, nil
 	}
 	werr := write()
@@ -146,6 +156,28 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, write f
 	return Recorded, werr
 }
 
+// Reopens is when the sandbox's current interval ends, after which a
+// finding RecordFinding limited would be written; zero when the sandbox has
+// no entry or it cannot be read (nothing was limited then). The agent's
+// watch scans again then, so the last change of a burst is recorded.
+func (s Seen) Reopens(key string) time.Time {
+	d, err := fileio.OpenDir(filepath.Join(s.Dir, "sandboxes"), 0o750)
+	if err != nil {
+		return time.Time{}
+	}
+	defer d.Close()
+	// Read only, never created: a sandbox without entry limited nothing.
+	e, err := readEntry(d, entryName(key))
+	if err != nil {
+		return time.Time{}
+	}
+	interval := s.Interval
+	if s.Limit <= 0 {
+		interval = DefaultInterval
+	}
+	return e.Since.Add(interval)
+}
+
 func (s Seen) now() time.Time {
 	if s.Now != nil {
 		return s.Now()
@@ -159,14 +191,19 @@ func (s Seen) open(key string) (*fileio.Dir, *os.File, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	sum := sha256.Sum256([]byte(key))
-	name := hex.EncodeToString(sum[:16]) + ".json"
+	name := entryName(key)
 	f, err := d.Open(name, unix.O_RDWR|unix.O_CREAT, 0o640)
 	if err != nil {
 		d.Close()
 		return nil, nil, fmt.Errorf("open sandbox state %q: %w", name, err)
 	}
 	return d, f, nil
+}
+
+// entryName is the sandbox's entry, a hash of its id.
+func entryName(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:16]) + ".json"
 }
 
 // Sweep removes entries whose network namespace is gone: the sandbox has

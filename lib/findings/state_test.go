@@ -3,6 +3,8 @@ package findings
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -83,7 +85,8 @@ func TestSeenState(t *testing.T) {
 		{name: "again", fp: "u", st: StateUnknown, want: Same},
 		{name: "usage, same fingerprint (a writer that does not mark it)", fp: "u", st: StatePresent, want: Recorded},
 		{name: "unknown again: the limit", fp: "u2", st: StateUnknown, want: Limited},
-		{name: "gone over the limit", fp: "g", st: StateGone, want: Limited},
+		{name: "gone over the limit: never limited", fp: "", st: StateGone, want: Recorded},
+		{name: "gone again", fp: "", st: StateGone, want: Same},
 	}
 	for _, st := range steps {
 		if got := rec(st.fp, st.st); got != st.want {
@@ -115,7 +118,28 @@ func TestSeenState(t *testing.T) {
 	if got := rec("u", StateUnknown); got != Limited {
 		t.Errorf("unknown after that: %v, want Limited", got)
 	}
-	if written != 6 {
-		t.Errorf("%d writes, want 6", written)
+	if written != 7 {
+		t.Errorf("%d writes, want 7", written)
 	}
+	if got, want := s.Reopens("sb"), now.Add(time.Hour); !got.Equal(want) {
+		t.Errorf("Reopens = %v, want %v", got, want)
+	}
+	if got := s.Reopens("other"); !got.IsZero() {
+		t.Errorf("Reopens of a sandbox without entry = %v, want zero", got)
+	}
+	if got := rec2(t, s, "fresh", StateGone); got != Same {
+		t.Errorf("gone of a sandbox that recorded nothing: %v, want Same (nothing to take back)", got)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(s.Dir, "sandboxes")); len(ents) != 1 {
+		t.Errorf("%d entries after a gone of a sandbox without one, want 1 (sb's)", len(ents))
+	}
+}
+
+func rec2(t *testing.T, s Seen, key string, st State) Outcome {
+	t.Helper()
+	out, err := s.RecordFinding(context.Background(), key, Record{State: st}, func() error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -74,6 +74,9 @@ func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events,
 	if err := b.sweep(); err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
+	if err := b.watch(min(100, len(b.netns))); err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
 	if idlePods > 0 {
 		if err := b.idleAndEvents(min(idlePods, len(b.netns)), idle, events, bigRules); err != nil {
 			return fmt.Errorf("idle and events: %w", err)
@@ -158,6 +161,75 @@ func (b *agentBench) sweep() error {
 	fmt.Printf("  agent CPU from its start: %s its own, %s its child processes (none since the agent reads legacy x_tables in-process); peak RSS %d KiB\n",
 		self.Round(time.Millisecond), children.Round(time.Millisecond), rss)
 	return nil
+}
+
+// watch measures the watch (issue 19) with every pod watched: the time
+// from a rule written (iptables-nft started) to its finding on disk, for
+// one write in each of n pods, and the agent's RSS after its sweep with
+// and without the watch.
+func (b *agentBench) watch(n int) error {
+	var rss [2]int64
+	for i, args := range [][]string{{"--watch=false"}, {"--watch"}} {
+		r, err := b.startAgent(b.pods(len(b.netns)), args...)
+		if err != nil {
+			return err
+		}
+		if err := r.waitSweep(len(b.netns), 5*time.Minute); err != nil {
+			r.stop()
+			return err
+		}
+		if i == 0 {
+			rss[0], _ = statusKB(r.cmd.Process.Pid, "VmRSS")
+			r.stop()
+			continue
+		}
+		var lat []time.Duration
+		for j := 0; j < n; j++ {
+			d, err := r.writeToFinding(b.netns[j], pod(j, b.netns[j]).Id, j)
+			if err != nil {
+				r.stop()
+				return err
+			}
+			lat = append(lat, d)
+		}
+		rss[1], _ = statusKB(r.cmd.Process.Pid, "VmRSS")
+		r.stop()
+		sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+		fmt.Printf("agent watch, %d pod netns watched: rule written (iptables-nft started) to finding on disk, %d writes: p50 %s, p99 %s, max %s (debounce 200ms)\n",
+			len(b.netns), n, lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)*99/100].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+	}
+	fmt.Printf("agent RSS after the sweep of %d pods: %d KiB without the watch, %d KiB with it\n", len(b.netns), rss[0], rss[1])
+	return nil
+}
+
+// writeToFinding writes a rule into ns and waits for the watch's finding
+// of sandbox id in the findings file.
+func (r *agentRun) writeToFinding(ns, id string, j int) (time.Duration, error) {
+	before, _ := os.Stat(r.findings)
+	var off int64
+	if before != nil {
+		off = before.Size()
+	}
+	start := time.Now()
+	if out, err := exec.Command("ip", "netns", "exec", ns, "iptables-nft", "-A", "INPUT", "-s", fmt.Sprintf("10.99.%d.%d", j/250, j%250+1), "-j", "DROP").CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("iptables-nft in %s: %v: %s", ns, err, out)
+	}
+	want := `"sandbox_id":"` + id + `"`
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		f, err := os.Open(r.findings)
+		if err != nil {
+			continue
+		}
+		_, _ = f.Seek(off, io.SeekStart)
+		data, _ := io.ReadAll(f)
+		f.Close()
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.Contains(l, `"source":"watch"`) && strings.Contains(l, want) {
+				return time.Since(start), nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no watch finding of %s within a minute", id)
 }
 
 // idleAndEvents runs the agent with idlePods pods: its sweep, an idle

@@ -95,7 +95,10 @@ func startAgentArgs(t *testing.T, f agentFiles, args ...string) *agentProc {
 	a.cmd = exec.Command(bin, append([]string{"agent", "--findings", f.findings, "--state-dir", f.state,
 		"--allowlist", "", "--health-addr", a.addr, "--node", "test-node", "--log-level", "debug",
 		// The node is the namespace the agent runs in, not pid 1's.
-		"--host-proc", nstest.HostProc(t, "/proc/self/ns/net")}, args...)...)
+		"--host-proc", nstest.HostProc(t, "/proc/self/ns/net"),
+		// The moments' tests see each moment's scan alone; the watch has
+		// its own (watch_test.go), which turns it back on.
+		"--watch=false"}, args...)...)
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)

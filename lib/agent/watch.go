@@ -1,0 +1,433 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+	"github.com/iptables-alerter/iptables-alerter/lib/watch"
+)
+
+// The watch (Config.Watch): from the moment the agent knows a pod sandbox
+// until it stops, a monitor in its netns hears every nftables commit
+// (lib/watch). A commit touching an iptables-shaped table queues a scan,
+// one per debounce window whatever the commit rate, through the one fair
+// queue; the record names the committing process (Record.Writer).
+
+// SourceWatch is the source of the watch's scans.
+const SourceWatch = "watch"
+
+// Stages of the watch's scans: what made it look.
+const (
+	stageCommit = "nftables commit"
+	// stageOverrun: the kernel dropped announcements; a full scan stands
+	// in for whatever they said.
+	stageOverrun = "overrun"
+	// stageReopen: the monitor's socket failed and was reopened; changes
+	// made meanwhile are not known.
+	stageReopen = "watch reopened"
+	// stageLimit: the sandbox wrote its limit of findings; the interval
+	// over, its newest usage is recorded.
+	stageLimit = "limit window"
+)
+
+// DefaultWatchDebounce gathers a burst of commits into one scan: a tool's
+// burst (iptables-nft-restore commits each table on its own, a script runs
+// iptables commands some milliseconds apart) ends well within it, and a
+// finding still lands within a second of the first commit. A pod
+// rewriting its rules without pause costs at most one scan per window.
+const DefaultWatchDebounce = 200 * time.Millisecond
+
+// maxOpening bounds the monitors being opened at once: each open switches
+// a locked thread into the pod's netns, and a Synchronize lists every pod.
+const maxOpening = 4
+
+// watches holds the watched sandboxes and the containers the runtime told
+// of, to name a writer's container.
+type watches struct {
+	mu   sync.Mutex
+	pods map[string]*watched
+	ctrs map[string]ctrInfo
+	// closed: the agent stopped; nothing more is watched.
+	closed  bool
+	opening chan struct{}
+	wg      sync.WaitGroup
+}
+
+type ctrInfo struct {
+	name    string
+	sandbox string
+	pod     findings.Pod
+}
+
+// watched is one sandbox's watch.
+type watched struct {
+	meta scan.Meta
+	done chan struct{}
+	// ready is closed once the first monitor is open (or could not be).
+	ready chan struct{}
+
+	mu sync.Mutex
+	// writer and stage are for the next scan: the newest writer seen, and
+	// why it looks (an overrun or reopen wins over a commit).
+	writer *findings.Writer
+	stage  string
+	armed  bool
+	// retry is the scan at the end of a limited interval (see limited).
+	retry *time.Timer
+}
+
+func newWatches() *watches {
+	return &watches{pods: map[string]*watched{}, ctrs: map[string]ctrInfo{}, opening: make(chan struct{}, maxOpening)}
+}
+
+// The watch's NRI events, besides Synchronize and the container events
+// the scans use.
+var (
+	_ stub.RunPodInterface          = (*Agent)(nil)
+	_ stub.RemovePodInterface       = (*Agent)(nil)
+	_ stub.StartContainerInterface  = (*Agent)(nil)
+	_ stub.RemoveContainerInterface = (*Agent)(nil)
+)
+
+// RunPodSandbox: the sandbox and its netns exist, no container runs yet:
+// the watch starts before any of them can write.
+func (a *Agent) RunPodSandbox(_ context.Context, p *api.PodSandbox) error {
+	defer a.handled("RunPodSandbox", time.Now())
+	a.watchPod(p)
+	return nil
+}
+
+// RemovePodSandbox: the sandbox is gone; its watch, if StopPodSandbox did
+// not end it, ends.
+func (a *Agent) RemovePodSandbox(_ context.Context, p *api.PodSandbox) error {
+	defer a.handled("RemovePodSandbox", time.Now())
+	a.unwatch(p.GetId())
+	return nil
+}
+
+// StartContainer: sent before the container's process starts, so a
+// writer in it is named from its first commit.
+func (a *Agent) StartContainer(_ context.Context, p *api.PodSandbox, c *api.Container) error {
+	defer a.handled("StartContainer", time.Now())
+	a.knowContainer(p, c)
+	a.watchPod(p)
+	return nil
+}
+
+// RemoveContainer: the container's id is no longer needed to name writers.
+func (a *Agent) RemoveContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) error {
+	defer a.handled("RemoveContainer", time.Now())
+	if a.cfg.Watch {
+		a.watches.mu.Lock()
+		delete(a.watches.ctrs, c.GetId())
+		a.watches.mu.Unlock()
+	}
+	return nil
+}
+
+// knowContainer remembers c's name and pod, for the writers it holds.
+func (a *Agent) knowContainer(p *api.PodSandbox, c *api.Container) {
+	if !a.cfg.Watch || c == nil {
+		return
+	}
+	a.watches.mu.Lock()
+	defer a.watches.mu.Unlock()
+	if a.watches.closed {
+		return
+	}
+	a.watches.ctrs[c.GetId()] = ctrInfo{name: c.GetName(), sandbox: p.GetId(),
+		pod: findings.Pod{Namespace: p.GetNamespace(), Name: p.GetName(), UID: p.GetUid()}}
+}
+
+// watchSynced follows Synchronize's list: every pod listed is watched (a
+// sandbox whose netns is gone stops its own watch), every other one is no
+// longer, and the containers listed are known.
+func (a *Agent) watchSynced(pods []*api.PodSandbox, ctrs []*api.Container) {
+	if !a.cfg.Watch {
+		return
+	}
+	byID := map[string]*api.PodSandbox{}
+	for _, p := range pods {
+		byID[p.GetId()] = p
+		a.watchPod(p)
+	}
+	for _, c := range ctrs {
+		if p := byID[c.GetPodSandboxId()]; p != nil {
+			a.knowContainer(p, c)
+		}
+	}
+	a.watches.mu.Lock()
+	var gone []string
+	for id := range a.watches.pods {
+		if byID[id] == nil {
+			gone = append(gone, id)
+		}
+	}
+	a.watches.mu.Unlock()
+	for _, id := range gone {
+		a.unwatch(id)
+	}
+}
+
+// watchPod starts watching p's netns unless it is watched already. The
+// monitor is opened off the handler (see follow): a handler only queues.
+func (a *Agent) watchPod(p *api.PodSandbox) {
+	if !a.cfg.Watch {
+		return
+	}
+	m, ok := a.meta(p, nil, SourceWatch, stageCommit)
+	if !ok {
+		return
+	}
+	ws := a.watches
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.closed || ws.pods[m.SandboxID] != nil {
+		return
+	}
+	w := &watched{meta: m, done: make(chan struct{}), ready: make(chan struct{})}
+	ws.pods[m.SandboxID] = w
+	ws.wg.Add(1)
+	go a.follow(w)
+}
+
+// unwatch ends the sandbox's watch, and forgets its containers. The
+// monitor's socket holds the netns: it is closed promptly (follow), so a
+// stopped pod's netns is not kept alive.
+func (a *Agent) unwatch(id string) {
+	if !a.cfg.Watch {
+		return
+	}
+	ws := a.watches
+	ws.mu.Lock()
+	w := ws.pods[id]
+	delete(ws.pods, id)
+	for cid, c := range ws.ctrs {
+		if c.sandbox == id {
+			delete(ws.ctrs, cid)
+		}
+	}
+	ws.mu.Unlock()
+	if w != nil {
+		w.stop()
+	}
+}
+
+func (w *watched) stop() {
+	close(w.done)
+	w.mu.Lock()
+	if w.retry != nil {
+		w.retry.Stop()
+	}
+	w.mu.Unlock()
+}
+
+// stopWatches ends every watch and waits for their monitors to close.
+func (a *Agent) stopWatches() {
+	ws := a.watches
+	ws.mu.Lock()
+	ws.closed = true
+	pods := ws.pods
+	ws.pods = map[string]*watched{}
+	ws.mu.Unlock()
+	for _, w := range pods {
+		w.stop()
+	}
+	ws.wg.Wait()
+}
+
+// stopped tells whether w's watch ended.
+func (w *watched) stopped() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// follow runs w's monitor until the watch ends. A monitor whose socket
+// failed is reopened and a scan queued (stageReopen): what changed
+// meanwhile is not known. A netns that cannot be opened ends the watch:
+// the sandbox has stopped (its scans report an unreachable one).
+func (a *Agent) follow(w *watched) {
+	defer a.watches.wg.Done()
+	defer a.dropWatch(w)
+	for first := true; ; first = false {
+		mon := a.openMonitor(w)
+		if first {
+			close(w.ready)
+		}
+		if mon == nil {
+			return
+		}
+		if !first {
+			a.noted(w, watch.Change{Overrun: true}, stageReopen)
+		}
+		for open := true; open; {
+			select {
+			case <-w.done:
+				mon.Close()
+				return
+			case ch, ok := <-mon.Changes():
+				if open = ok; ok {
+					stage := stageCommit
+					if ch.Overrun {
+						stage = stageOverrun
+					}
+					a.noted(w, ch, stage)
+				}
+			}
+		}
+		mon.Close()
+	}
+}
+
+// dropWatch forgets w if it is still the sandbox's watch (a watch that
+// ended on its own: the sandbox may be watched again later).
+func (a *Agent) dropWatch(w *watched) {
+	ws := a.watches
+	ws.mu.Lock()
+	if ws.pods[w.meta.SandboxID] == w {
+		delete(ws.pods, w.meta.SandboxID)
+	}
+	ws.mu.Unlock()
+}
+
+// openMonitor opens the monitor in w's netns; nil when the netns cannot be
+// opened, is the node's, or the watch ended meanwhile.
+func (a *Agent) openMonitor(w *watched) *watch.Monitor {
+	select {
+	case a.watches.opening <- struct{}{}:
+	case <-w.done:
+		return nil
+	}
+	defer func() { <-a.watches.opening }()
+	if w.stopped() {
+		return nil
+	}
+	h, err := netns.Open(w.meta.Netns)
+	if err != nil {
+		return nil
+	}
+	// The socket holds the netns once open: the handle is not kept.
+	defer h.Close()
+	if a.isNode(h) {
+		return nil
+	}
+	mon, err := watch.Open(h.Fd(), watch.Options{Writer: a.describe})
+	if err != nil {
+		return nil
+	}
+	return mon
+}
+
+// describe names a commit's process: from the host's /proc when the agent
+// has it (the pid is the host's), else only as the kernel named it.
+func (a *Agent) describe(pid int, comm string) *findings.Writer {
+	if a.cfg.HostProc == "" {
+		return &findings.Writer{PID: pid, Comm: comm}
+	}
+	wr := watch.Proc{Root: a.cfg.HostProc}.Writer(pid, comm)
+	if wr.ContainerID != "" {
+		a.watches.mu.Lock()
+		c, ok := a.watches.ctrs[wr.ContainerID]
+		a.watches.mu.Unlock()
+		if ok {
+			wr.Container, wr.Pod = c.name, c.pod
+		}
+	}
+	return wr
+}
+
+// noted takes one change: the newest writer is kept, and the first change
+// of a window arms the scan at its end. The window is not extended by
+// later changes, so a pod that never pauses still gets its scans.
+func (a *Agent) noted(w *watched, ch watch.Change, stage string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch.Writer != nil || ch.Overrun {
+		w.writer = ch.Writer
+	}
+	if w.stage == "" || stage != stageCommit {
+		w.stage = stage
+	}
+	if w.armed {
+		return
+	}
+	w.armed = true
+	time.AfterFunc(a.cfg.WatchDebounce, func() { a.fire(w) })
+}
+
+// fire queues the window's scan.
+func (a *Agent) fire(w *watched) {
+	w.mu.Lock()
+	writer, stage := w.writer, w.stage
+	w.writer, w.stage, w.armed = nil, "", false
+	w.mu.Unlock()
+	a.queueWatch(w, stage, writer)
+}
+
+// queueWatch queues a scan of w's sandbox. The scan opens the netns when
+// it starts: waiting in the queue holds no fd.
+func (a *Agent) queueWatch(w *watched, stage string, writer *findings.Writer) {
+	if w.stopped() {
+		return
+	}
+	m := w.meta
+	m.Stage = stage
+	if writer != nil && writer.ContainerID != "" && writer.Pod.UID == m.Pod.UID {
+		m.ContainerID, m.Container = writer.ContainerID, writer.Container
+	}
+	if !a.queue.add(job{meta: m, writer: writer}) {
+		a.scanned(Scan{Meta: m, Outcome: Dropped})
+	}
+}
+
+// limited: the sandbox's finding was not written, over its limit. The
+// newest usage must not be lost: the sandbox is scanned again when its
+// interval ends, once however many findings were limited meanwhile.
+func (a *Agent) limited(j job) {
+	if !a.cfg.Watch {
+		return
+	}
+	a.watches.mu.Lock()
+	w := a.watches.pods[j.meta.SandboxID]
+	a.watches.mu.Unlock()
+	if w == nil {
+		return
+	}
+	at := a.store.Seen.Reopens(j.meta.SandboxID)
+	if at.IsZero() {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.retry != nil || w.stopped() {
+		return
+	}
+	writer := j.writer
+	w.retry = time.AfterFunc(time.Until(at), func() {
+		w.mu.Lock()
+		w.retry = nil
+		w.mu.Unlock()
+		a.queueWatch(w, stageLimit, writer)
+	})
+}
+
+// goneRecord is the record of a watch's scan that found no usage: the
+// usage recorded before (if any: the memory writes a gone only after one)
+// was removed. The look must have been complete: an incomplete one is
+// recorded as unknown by Decide.
+func goneRecord(m scan.Meta, res scan.Result) *findings.Record {
+	rec := scan.Build(m, res)
+	rec.State = findings.StateGone
+	return &rec
+}

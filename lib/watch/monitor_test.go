@@ -1,0 +1,176 @@
+package watch
+
+import (
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
+)
+
+// open starts a monitor in ns, closed when the test ends.
+func open(t *testing.T, ns *nstest.NS, opt Options) *Monitor {
+	t.Helper()
+	h, err := netns.Open(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	m, err := Open(h.Fd(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// next is the next change; the deadline only bounds a broken test, the
+// change having been committed before next is called.
+func next(t *testing.T, m *Monitor) Change {
+	t.Helper()
+	select {
+	case ch, ok := <-m.Changes():
+		if !ok {
+			t.Fatal("monitor closed")
+		}
+		return ch
+	case <-time.After(time.Minute):
+		t.Fatal("no change within a minute")
+	}
+	return Change{}
+}
+
+func TestIptablesWrites(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "iptables-nft-restore", "nft")
+	ns := nstest.New(t)
+	m := open(t, ns, Options{})
+
+	// Native writes come first: the first change delivered must be
+	// iptables-nft's, or they were not filtered out.
+	ns.Run("nft", "add", "table", "inet", "mine")
+	ns.Run("nft", "add", "chain", "inet", "mine", "c")
+	ns.Run("nft", "add", "table", "ip", "mine")
+
+	ns.Run("iptables-nft", "-t", "nat", "-N", "MY")
+	ch := next(t, m)
+	if ch.Comm != "iptables-nft" || ch.PID <= 0 || ch.Overrun {
+		t.Errorf("iptables-nft -N: change %+v, want comm iptables-nft and its pid", ch)
+	}
+	if diff := cmp.Diff([]string{"ip nat"}, ch.Tables); diff != "" {
+		t.Errorf("tables (-want +got):\n%s", diff)
+	}
+	ns.Run("iptables-nft", "-t", "nat", "-A", "MY", "-j", "RETURN")
+	if ch2 := next(t, m); ch2.Gen <= ch.Gen || ch2.Comm != "iptables-nft" {
+		t.Errorf("iptables-nft -A: change %+v after gen %d", ch2, ch.Gen)
+	}
+
+	ns.Restore("*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -s fd00::1 -j DROP\nCOMMIT\n*mangle\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n", "ip6tables-nft-restore")
+	// One commit per table: iptables-nft-restore commits each table's
+	// section on its own.
+	for _, want := range []string{"ip6 filter", "ip6 mangle"} {
+		ch = next(t, m)
+		// The kernel keeps 15 bytes of the command name.
+		if ch.Comm != "ip6tables-nft-r" {
+			t.Errorf("restore: comm %q, want %q", ch.Comm, "ip6tables-nft-r")
+		}
+		if !slices.Contains(ch.Tables, want) {
+			t.Errorf("restore: tables %q, want %q", ch.Tables, want)
+		}
+	}
+
+	// Deleting is a change too: the scan it triggers finds the usage gone.
+	ns.Run("nft", "flush", "ruleset")
+	ch = next(t, m)
+	if ch.Comm != "nft" || len(ch.Tables) != 3 {
+		t.Errorf("flush: change %+v, want nft touching ip nat, ip6 filter and ip6 mangle", ch)
+	}
+	select {
+	case ch := <-m.Changes():
+		t.Errorf("unexpected change %+v", ch)
+	default:
+	}
+}
+
+// TestPID: the pid is the writer's in the host's pid namespace (ip netns
+// exec execs the command: its pid is the one started), and Writer is asked
+// about it.
+func TestPID(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	ns := nstest.New(t)
+	asked := make(chan int, 1)
+	m := open(t, ns, Options{Writer: func(pid int, comm string) *findings.Writer {
+		asked <- pid
+		return &findings.Writer{PID: pid, Comm: comm}
+	}})
+	cmd := exec.Command("ip", "netns", "exec", ns.Name, "iptables-nft", "-t", "raw", "-N", "X")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("iptables-nft: %v: %s", err, out)
+	}
+	ch := next(t, m)
+	if ch.PID != cmd.Process.Pid || <-asked != cmd.Process.Pid {
+		t.Errorf("pid %d, want %d", ch.PID, cmd.Process.Pid)
+	}
+	if ch.Writer == nil || ch.Writer.Comm != "iptables-nft" {
+		t.Errorf("writer %+v", ch.Writer)
+	}
+}
+
+func TestOverrun(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft-restore")
+	ns := nstest.New(t)
+	// The kernel's smallest buffer, and a reader that waits: two changes
+	// fill the queue and hold the reader, so the restore's announcements
+	// cannot fit.
+	m := open(t, ns, Options{ReadBuffer: 1, Queue: 1})
+	ns.Run("iptables-nft", "-N", "A")
+	ns.Run("iptables-nft", "-N", "B")
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n")
+	for i := range 20000 {
+		fmt.Fprintf(&b, "-A INPUT -s 10.%d.%d.%d -j DROP\n", i>>16, i>>8&255, i&255)
+	}
+	b.WriteString("COMMIT\n")
+	ns.Restore(b.String(), "iptables-nft-restore")
+	for {
+		ch := next(t, m)
+		if ch.Overrun {
+			break
+		}
+		t.Logf("change before the overrun: %+v", ch)
+	}
+}
+
+// TestNoLeak: 1,000 monitors opened and closed leave no fd, and so pin no
+// namespace.
+func TestNoLeak(t *testing.T) {
+	nstest.NeedRoot(t)
+	ns := nstest.New(t)
+	h, err := netns.Open(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	before := nstest.FDs(t)
+	for i := range 1000 {
+		m, err := Open(h.Fd(), Options{})
+		if err != nil {
+			t.Fatalf("open %d: %v", i, err)
+		}
+		if err := m.Close(); err != nil {
+			t.Fatalf("close %d: %v", i, err)
+		}
+		if _, ok := <-m.Changes(); ok {
+			t.Fatal("changes not closed after Close")
+		}
+	}
+	if after := nstest.FDs(t); after > before {
+		t.Errorf("%d fds after 1,000 monitors, %d before", after, before)
+	}
+}

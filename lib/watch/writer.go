@@ -1,0 +1,172 @@
+package watch
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// maxProcFile bounds what is read of one /proc file: a stat line is a few
+// hundred bytes, a cgroup file a few lines.
+const maxProcFile = 8 << 10
+
+// Proc describes writers from the host's /proc (the agent's --host-proc):
+// the pid a commit names is in the host's pid namespace.
+type Proc struct{ Root string }
+
+// Writer describes pid, which the kernel named comm: its parent, and the
+// container or unit its cgroup names (Writer.ContainerID, for the caller
+// to name, and Unit). A pid that is gone, or now another process (its
+// command no longer comm), gives Gone with only pid and comm.
+func (p Proc) Writer(pid int, comm string) *findings.Writer {
+	w := &findings.Writer{PID: pid, Comm: comm, Gone: true}
+	if pid <= 0 {
+		return w
+	}
+	dir := filepath.Join(p.Root, strconv.Itoa(pid))
+	st, err := readStat(dir)
+	if err != nil || st.comm != comm {
+		return w
+	}
+	cg, err := readProc(filepath.Join(dir, "cgroup"))
+	if err != nil {
+		return w
+	}
+	// Read again after the cgroup: another start time means a process
+	// took the pid meanwhile, and the cgroup read was its. Gone by then,
+	// the writer was read while it lived (a pid is not reused within
+	// microseconds).
+	if again, err := readStat(dir); err == nil && again.start != st.start {
+		return w
+	}
+	w.Gone = false
+	w.PPID = st.ppid
+	if st.ppid > 0 {
+		if pst, err := readStat(filepath.Join(p.Root, strconv.Itoa(st.ppid))); err == nil {
+			w.ParentComm = pst.comm
+		}
+	}
+	w.ContainerID, w.Unit = placeCgroup(string(cg))
+	return w
+}
+
+func readProc(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return fileio.ReadLimited(f, maxProcFile)
+}
+
+type stat struct {
+	comm  string
+	ppid  int
+	start string
+}
+
+var errStat = errors.New("malformed stat")
+
+// readStat reads dir/stat: "pid (comm) state ppid ... starttime(22) ...".
+// The command may hold spaces and parentheses: it ends at the last ')'.
+func readStat(dir string) (stat, error) {
+	b, err := readProc(filepath.Join(dir, "stat"))
+	if err != nil {
+		return stat{}, err
+	}
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return stat{}, errStat
+	}
+	rest := strings.Fields(string(b[end+1:]))
+	// rest[0] is field 3 (state): ppid is rest[1], starttime rest[19].
+	if len(rest) < 20 {
+		return stat{}, errStat
+	}
+	ppid, err := strconv.Atoi(rest[1])
+	if err != nil {
+		return stat{}, errStat
+	}
+	return stat{comm: string(b[open+1 : end]), ppid: ppid, start: rest[19]}, nil
+}
+
+// Container cgroup names by runtime and cgroup driver, as prefixes of the
+// scope holding the id: containerd and CRI-O with the systemd driver,
+// podman and docker; with the cgroupfs driver the element is the bare id.
+// crio-conmon-<id> is CRI-O's monitor, not the container: no prefix matches
+// it, and it is placed by its unit.
+var scopePrefixes = []string{"cri-containerd-", "crio-", "docker-", "libpod-"}
+
+// placeCgroup reads a /proc/PID/cgroup file: the container id its path
+// names (the innermost element that is one), else the innermost systemd
+// unit (service or scope). The unified (v2, "0::") line is preferred, then
+// v1's systemd one, then the first.
+func placeCgroup(file string) (containerID, unit string) {
+	path, rank := "", 0
+	for _, line := range strings.Split(file, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		r := 1
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			r = 3
+		case parts[1] == "name=systemd":
+			r = 2
+		}
+		if r > rank {
+			path, rank = parts[2], r
+		}
+	}
+	elems := strings.Split(path, "/")
+	for i := len(elems) - 1; i >= 0; i-- {
+		if id := containerOf(elems[i]); id != "" {
+			return id, ""
+		}
+	}
+	for i := len(elems) - 1; i >= 0; i-- {
+		if e := elems[i]; strings.HasSuffix(e, ".service") || strings.HasSuffix(e, ".scope") {
+			return "", e
+		}
+	}
+	return "", ""
+}
+
+// containerOf is the container id one cgroup path element names, "" when
+// none.
+func containerOf(e string) string {
+	if isID(e) {
+		return e
+	}
+	s, ok := strings.CutSuffix(e, ".scope")
+	if !ok {
+		return ""
+	}
+	for _, p := range scopePrefixes {
+		if id, ok := strings.CutPrefix(s, p); ok && isID(id) {
+			return id
+		}
+	}
+	return ""
+}
+
+// isID: 64 lower-case hex digits, as containerd, CRI-O, podman and docker
+// make container ids.
+func isID(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
