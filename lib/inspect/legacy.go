@@ -46,7 +46,9 @@ var legacyFamilies = []legacyFamily{
 // goes over the probe's pipe and is rendered. Every entry is counted
 // (LegacyTable.Entries) whatever these bounds keep.
 const (
-	maxLegacyEntriesBytes = 4 << 20
+	// MaxLegacyEntriesBytes is exported for the text that says a table
+	// was cut.
+	MaxLegacyEntriesBytes = 4 << 20
 	maxLegacyChains       = 64
 	maxLegacyRules        = 1024
 	maxLegacyRuleBytes    = 1 << 20
@@ -181,10 +183,10 @@ type legacyInfo struct {
 }
 
 // readEntries reads a listed table's entries, size bytes by GET_INFO, of
-// which at most maxLegacyEntriesBytes: the kernel copies a table only
+// which at most MaxLegacyEntriesBytes: the kernel copies a table only
 // whole, under the host-wide x_tables mutex, into a buffer of exactly its
 // size, so the buffer is that size of address space but only its first
-// maxLegacyEntriesBytes are memory; the rest is mapped PROT_NONE, the
+// MaxLegacyEntriesBytes are memory; the rest is mapped PROT_NONE, the
 // kernel's copy faults there (EFAULT) and stops, and what it copied
 // before is read. cut is set then. EAGAIN (the table changed since
 // GET_INFO) is the caller's to retry.
@@ -205,7 +207,7 @@ func readEntries(lf legacyFamily, name string, size uint32) (blob []byte, cut bo
 		return nil, false, err
 	}
 	defer unix.Munmap(buf)
-	usable := min(mapped, (hdr+maxLegacyEntriesBytes+page-1)&^(page-1))
+	usable := min(mapped, (hdr+MaxLegacyEntriesBytes+page-1)&^(page-1))
 	if err := unix.Mprotect(buf[:usable], unix.PROT_READ|unix.PROT_WRITE); err != nil {
 		return nil, false, err
 	}

@@ -104,7 +104,12 @@ func Build(m Meta, res Result) findings.Record {
 	// are then a lower bound); none seen is unknown, as Decide records
 	// only an incomplete look without usage.
 	rec.State = rec.KnownState()
-	rec.Examples = Examples(rules, texts)
+	legacy := res.Usage.LegacyRules[:min(len(res.Usage.LegacyRules), maxExampleCandidates)]
+	ltexts := make([]string, len(legacy))
+	for i, r := range legacy {
+		ltexts[i] = res.LegacyText(r)
+	}
+	rec.Examples = findings.PickExamples(append(examples(rules, texts), legacyExamples(legacy, ltexts)...))
 	rec.ExamplesLeftOut = rec.LeftOut()
 	rec.Vendors = Vendors(res.Vendors, res.Usage, rules, texts)
 	if res.Err != nil {
@@ -146,6 +151,26 @@ func incomplete(fp string) string {
 // Examples picks, from the remaining usage rules and their texts, those an
 // admin should see first.
 func Examples(rules []inspect.Rule, texts []string) []findings.Example {
+	return findings.PickExamples(examples(rules, texts))
+}
+
+// legacyExamples are the legacy rules as examples, at level legacy.
+func legacyExamples(rules []inspect.LegacyRule, texts []string) []findings.Example {
+	all := make([]findings.Example, 0, len(rules))
+	for i, r := range rules {
+		all = append(all, findings.Example{
+			Family: string(r.Family),
+			Table:  safetext.Name(r.Table, MaxName),
+			Chain:  safetext.Name(r.Chain, MaxName),
+			Rule:   texts[i],
+			Impact: findings.ImpactLegacy,
+		})
+	}
+	return all
+}
+
+// examples are the nftables usage rules as examples, at their levels.
+func examples(rules []inspect.Rule, texts []string) []findings.Example {
 	all := make([]findings.Example, 0, len(rules))
 	for i, r := range rules {
 		all = append(all, findings.Example{
@@ -156,5 +181,5 @@ func Examples(rules []inspect.Rule, texts []string) []findings.Example {
 			Impact: classify.Level(r),
 		})
 	}
-	return findings.PickExamples(all)
+	return all
 }
