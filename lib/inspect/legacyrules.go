@@ -111,12 +111,14 @@ func walkEntries(fam Family, table string, blob []byte, th tableHooks, rule func
 		ents = append(ents, entry{off, next, to})
 		off += next
 	}
-	complete := len(ents) > 0 && ents[len(ents)-1].off+ents[len(ents)-1].next == len(blob)
 	name := func(e entry) string { return cstring(blob[e.off+e.target+2 : e.off+e.target+2+29]) }
 	isError := func(e entry) bool {
 		return name(e) == "ERROR" && e.target+extHeader+30 <= e.next
 	}
 	errorName := func(e entry) string { return cstring(blob[e.off+e.target+extHeader : e.off+e.target+extHeader+30]) }
+	// A table ends with an ERROR entry named ERROR, and nothing after it.
+	last := len(ents) - 1
+	complete := last >= 0 && ents[last].off+ents[last].next == len(blob) && isError(ents[last]) && errorName(ents[last]) == "ERROR"
 	verdictOf := func(e entry) (int32, bool) {
 		if name(e) != "" || e.target+extHeader+4 > e.next {
 			return 0, false
