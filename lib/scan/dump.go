@@ -56,10 +56,13 @@ func Dump(w io.Writer, res Result, o DumpOptions) error {
 		}
 		fmt.Fprintln(out)
 	}
+	ltexts := make([]string, 0, len(u.LegacyRules))
 	for _, r := range u.LegacyRules {
+		text := res.LegacyText(r)
+		ltexts = append(ltexts, text)
 		// "legacy" first: the line names where the rule lives, so no
 		// reader takes it for an iptables-nft rule of the same table.
-		fmt.Fprintf(out, "legacy %s %s %s", r.Family, safetext.Name(r.Table, MaxName), res.LegacyText(r))
+		fmt.Fprintf(out, "legacy %s %s %s", r.Family, safetext.Name(r.Table, MaxName), text)
 		if o.Impact {
 			fmt.Fprintf(out, "    # impact: %s", findings.ImpactLegacy)
 		}
@@ -98,7 +101,7 @@ func Dump(w io.Writer, res Result, o DumpOptions) error {
 	if sum := classify.Summarize(u); sum.Worst != "" {
 		fmt.Fprintf(out, "# impact: legacy=%d xt=%d native=%d worst=%s\n", sum.Impact.Legacy, sum.Impact.Xt, sum.Impact.Native, sum.Worst)
 	}
-	for _, v := range Vendors(o.Vendors, u, u.Rules, texts) {
+	for _, v := range Vendors(o.Vendors, u, u.Rules, texts, ltexts) {
 		fmt.Fprintf(out, "# vendor %s: %s %s\n", v.Name, v.Hint, v.Doc)
 	}
 	if err := out.Flush(); err != nil {

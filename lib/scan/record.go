@@ -111,7 +111,7 @@ func Build(m Meta, res Result) findings.Record {
 	}
 	rec.Examples = findings.PickExamples(append(examples(rules, texts), legacyExamples(legacy, ltexts)...))
 	rec.ExamplesLeftOut = rec.LeftOut()
-	rec.Vendors = Vendors(res.Vendors, res.Usage, rules, texts)
+	rec.Vendors = Vendors(res.Vendors, res.Usage, rules, texts, ltexts)
 	if res.Err != nil {
 		rec.Error = res.Err.Error()
 	}
@@ -120,8 +120,9 @@ func Build(m Meta, res Result) findings.Record {
 
 // Vendors matches the usage against the vendor table: the names of every
 // chain still holding usage (kept in detail or not, legacy user chains
-// included) and the rendered rules.
-func Vendors(t *catalog.Table, u classify.Usage, rules []inspect.Rule, texts []string) []findings.Vendor {
+// included) and the rendered rules; ltexts are the texts of the first
+// legacy rules (u.LegacyRules).
+func Vendors(t *catalog.Table, u classify.Usage, rules []inspect.Rule, texts, ltexts []string) []findings.Vendor {
 	if t == nil {
 		return nil
 	}
@@ -137,6 +138,9 @@ func Vendors(t *catalog.Table, u classify.Usage, rules []inspect.Rule, texts []s
 	rt := make([]catalog.RuleText, len(rules))
 	for i, r := range rules {
 		rt[i] = catalog.RuleText{Chain: r.Chain, Text: texts[i]}
+	}
+	for i, text := range ltexts {
+		rt = append(rt, catalog.RuleText{Chain: u.LegacyRules[i].Chain, Text: text})
 	}
 	return t.Match(chains, rt)
 }
