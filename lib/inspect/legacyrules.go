@@ -96,7 +96,7 @@ func walkEntries(fam Family, table string, blob []byte, th tableHooks, rule func
 	byOff := map[int]int{}
 	for off := 0; off < len(blob); {
 		if off+lay.size > len(blob) {
-			return nil, false
+			break
 		}
 		to := int(binary.NativeEndian.Uint16(blob[off+lay.targetOffset:]))
 		next := int(binary.NativeEndian.Uint16(blob[off+lay.targetOffset+2:]))

@@ -120,16 +120,22 @@ func TestWalkEntries(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("walk (-want +got):\n%s", d)
 	}
-	// Cut anywhere, the walk keeps the whole entries before the cut and
-	// says it did not reach the end.
+	// Cut anywhere, the walk keeps the whole entries before the cut (so
+	// a longer blob never gives fewer rules) and says it did not reach
+	// the end.
+	prev := 0
 	for n := 0; n < len(bb.blob); n++ {
 		w := walkText(IP, bb.blob[:n], th)
 		if w.Complete {
 			t.Fatalf("cut at %d: complete", n)
 		}
-		if len(w.Rules) > len(want.Rules) {
-			t.Fatalf("cut at %d: %d rules", n, len(w.Rules))
+		if len(w.Rules) > len(want.Rules) || len(w.Rules) < prev {
+			t.Fatalf("cut at %d: %d rules, %d at a shorter cut", n, len(w.Rules), prev)
 		}
+		prev = len(w.Rules)
+	}
+	if prev < len(want.Rules)-1 {
+		t.Errorf("cut before the last entry: %d rules", prev)
 	}
 	// A rule callback saying stop ends the walk, incomplete.
 	n := 0
