@@ -76,18 +76,7 @@ func TestLegacyRender(t *testing.T) {
 	ns.Run("arptables-legacy", "-P", "FORWARD", "DROP")
 	res := readNS(t, ns)
 
-	saved := map[string][]string{}
-	for _, tool := range []string{"iptables-legacy-save", "ip6tables-legacy-save"} {
-		fam := map[string]string{"iptables-legacy-save": "ip", "ip6tables-legacy-save": "ip6"}[tool]
-		table := ""
-		for _, l := range strings.Split(ns.Run(tool), "\n") {
-			if n, ok := strings.CutPrefix(l, "*"); ok {
-				table = n
-			} else if strings.HasPrefix(l, "-A ") {
-				saved[fam+" "+table] = append(saved[fam+" "+table], l)
-			}
-		}
-	}
+	saved := legacySaved(ns)
 	var b strings.Builder
 	for _, r := range res.Usage.LegacyRules {
 		k := string(r.Family) + " " + r.Table

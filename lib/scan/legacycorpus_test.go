@@ -134,16 +134,10 @@ func TestLegacyCorpus(t *testing.T) {
 				t.Errorf("legacy render differs from the iptables-nft one (-nft +legacy):\n%s", d)
 			}
 			saved := map[string]int{}
-			for _, fam := range []string{"ip", "ip6"} {
-				tool := map[string]string{"ip": "iptables-legacy-save", "ip6": "ip6tables-legacy-save"}[fam]
-				table := ""
-				for _, l := range strings.Split(leg.Run(tool), "\n") {
-					if n, ok := strings.CutPrefix(l, "*"); ok {
-						table = n
-					} else if a, ok := strings.CutPrefix(l, "-A "); ok {
-						chain, _, _ := strings.Cut(a, " ")
-						saved[fmt.Sprintf("%s %s %s", fam, table, chain)]++
-					}
+			for k, rules := range legacySaved(leg) {
+				for _, l := range rules {
+					chain, _, _ := strings.Cut(strings.TrimPrefix(l, "-A "), " ")
+					saved[k+" "+chain]++
 				}
 			}
 			lines := map[string]int{}
@@ -181,6 +175,23 @@ func knownDifference(nft, legacy string) bool {
 	}
 	prefix, rest, _ := strings.Cut(legacy[i+len(nflog):], `"`)
 	return len(prefix) == 63 && strings.HasPrefix(nft[i+len(nflog):], prefix) && strings.HasSuffix(nft, `"`+rest)
+}
+
+// legacySaved is iptables-legacy-save's and ip6tables-legacy-save's -A
+// lines by "family table".
+func legacySaved(ns *nstest.NS) map[string][]string {
+	saved := map[string][]string{}
+	for fam, tool := range map[string]string{"ip": "iptables-legacy-save", "ip6": "ip6tables-legacy-save"} {
+		table := ""
+		for _, l := range strings.Split(ns.Run(tool), "\n") {
+			if n, ok := strings.CutPrefix(l, "*"); ok {
+				table = n
+			} else if strings.HasPrefix(l, "-A ") {
+				saved[fam+" "+table] = append(saved[fam+" "+table], l)
+			}
+		}
+	}
+	return saved
 }
 
 // execIn feeds body to argv inside ns.

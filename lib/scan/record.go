@@ -162,13 +162,7 @@ func Examples(rules []inspect.Rule, texts []string) []findings.Example {
 func legacyExamples(rules []inspect.LegacyRule, texts []string) []findings.Example {
 	all := make([]findings.Example, 0, len(rules))
 	for i, r := range rules {
-		all = append(all, findings.Example{
-			Family: string(r.Family),
-			Table:  safetext.Name(r.Table, MaxName),
-			Chain:  safetext.Name(r.Chain, MaxName),
-			Rule:   texts[i],
-			Impact: findings.ImpactLegacy,
-		})
+		all = append(all, example(r.Family, r.Table, r.Chain, texts[i], findings.ImpactLegacy))
 	}
 	return all
 }
@@ -177,13 +171,18 @@ func legacyExamples(rules []inspect.LegacyRule, texts []string) []findings.Examp
 func examples(rules []inspect.Rule, texts []string) []findings.Example {
 	all := make([]findings.Example, 0, len(rules))
 	for i, r := range rules {
-		all = append(all, findings.Example{
-			Family: string(r.Family),
-			Table:  safetext.Name(r.Table, MaxName),
-			Chain:  safetext.Name(r.Chain, MaxName),
-			Rule:   texts[i],
-			Impact: classify.Level(r),
-		})
+		all = append(all, example(r.Family, r.Table, r.Chain, texts[i], classify.Level(r)))
 	}
 	return all
+}
+
+// example is one rule as an example, its names bounded.
+func example(fam inspect.Family, table, chain, text, level string) findings.Example {
+	return findings.Example{
+		Family: string(fam),
+		Table:  safetext.Name(table, MaxName),
+		Chain:  safetext.Name(chain, MaxName),
+		Rule:   text,
+		Impact: level,
+	}
 }
