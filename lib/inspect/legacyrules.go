@@ -78,9 +78,9 @@ type tableHooks struct {
 
 // walkEntries reads the entries in blob (the first bytes of a table of
 // GET_INFO's hooks) and hands each rule to rule, in order, until rule
-// returns false. It returns the chains, and whether the walk reached the
-// table's end: a blob cut short (the read cap), or one that does not
-// follow the layout, ends the walk there.
+// returns false (the chains are still all read). It returns the chains,
+// and whether every rule was handed on: a blob cut short (the read cap),
+// or one that does not follow the layout, ends the walk there.
 func walkEntries(fam Family, table string, blob []byte, th tableHooks, rule func(LegacyRule) bool) ([]LegacyChain, bool) {
 	lay, ok := entryLayouts[fam]
 	if !ok {
@@ -147,6 +147,7 @@ func walkEntries(fam Family, table string, blob []byte, th tableHooks, rule func
 	}
 	var chains []LegacyChain
 	chain, user := "", false
+	handing := true
 	for i, e := range ents {
 		if h, ok := hookAt[e.off]; ok {
 			chain, user = lay.hooks[h], false
@@ -174,6 +175,9 @@ func walkEntries(fam Family, table string, blob []byte, th tableHooks, rule func
 		if user && std && v == -5 && (i+1 == len(ents) || isError(ents[i+1])) && unconditional(blob[e.off:e.off+e.next], lay) {
 			// The RETURN that ends every user chain is its policy,
 			// not a rule.
+			continue
+		}
+		if !handing {
 			continue
 		}
 		if chain == "" {
@@ -211,11 +215,11 @@ func walkEntries(fam Family, table string, blob []byte, th tableHooks, rule func
 				}
 			}
 		}
-		if !rule(r) {
-			return chains, false
+		if handing && !rule(r) {
+			handing = false
 		}
 	}
-	return chains, complete
+	return chains, complete && handing
 }
 
 // unconditional reports whether an entry matches every packet: its head

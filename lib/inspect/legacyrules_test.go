@@ -137,10 +137,12 @@ func TestWalkEntries(t *testing.T) {
 	if prev < len(want.Rules)-1 {
 		t.Errorf("cut before the last entry: %d rules", prev)
 	}
-	// A rule callback saying stop ends the walk, incomplete.
+	// A rule callback saying stop ends the rules, incomplete, but every
+	// chain is still named.
 	n := 0
-	if _, complete := walkEntries(IP, "filter", bb.blob, th, func(LegacyRule) bool { n++; return n < 2 }); complete || n != 2 {
-		t.Errorf("stopped walk: complete=%v after %d rules", complete, n)
+	chains, complete := walkEntries(IP, "filter", bb.blob, th, func(LegacyRule) bool { n++; return n < 2 })
+	if complete || n != 2 || !cmp.Equal(chains, want.Chains) {
+		t.Errorf("stopped walk: complete=%v after %d rules, chains %+v", complete, n, chains)
 	}
 }
 
