@@ -25,7 +25,9 @@ kernel-modules-extra, native keeps loading; see docs/rhel10.md) and by
 counts per impact level and the worst level close the output as a
 "# impact:" comment, then one "# vendor NAME: HINT DOC" comment per known
 framework the rules match (see --vendors). Copy a line's TEXT into an allowlist entry's "rule".
-Legacy x_tables usage is summarised at the end (it is counted, not decoded).
+Legacy x_tables rules follow, as "legacy family table TEXT" (impact legacy),
+decoded into the same canonical text; each legacy table is summarised at
+the end, with its DROP policies and whether every rule could be read.
 Exits 1 when the netns cannot be read, or not all of it (without root, past
 --timeout, or past a size bound: what was printed is then only part of it),
 0 otherwise.`

@@ -104,6 +104,10 @@ func Main(probes ...*Probe) {
 // in-process, where a blocked kernel call holds it.
 func Wired() bool { return wired }
 
+// MaxLine bounds one line of a child's answer: a legacy x_tables rule is
+// up to 64 KiB of kernel structs, sent as base64 in JSON.
+const MaxLine = 256 << 10
+
 // Proc is a child under way.
 type Proc struct {
 	cmd *exec.Cmd
@@ -146,6 +150,7 @@ func Start(p *Probe, h *netns.Handle, deadline time.Time, args []string) (*Proc,
 		return nil, err
 	}
 	proc := &Proc{cmd: cmd, r: r, Lines: bufio.NewScanner(r)}
+	proc.Lines.Buffer(nil, MaxLine)
 	if err := r.SetReadDeadline(deadline); err != nil {
 		proc.End(false)
 		return nil, err

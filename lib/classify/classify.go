@@ -38,6 +38,10 @@ type Legacy struct {
 	Rules  int
 	// Chains names the table's user chains where inspect read them.
 	Chains []string
+	// Policies lists its built-in chains whose policy is not ACCEPT.
+	Policies []inspect.LegacyChain
+	// Cut is set when Usage.LegacyRules lacks some of its rules.
+	Cut bool
 }
 
 // Usage is what classify found.
@@ -52,6 +56,9 @@ type Usage struct {
 	// built-in chain of the table (listed even before iptables-nft creates
 	// it), plus every user chain.
 	Tables map[string]int
+	// LegacyRules are the legacy tables' rules inspect read, in table and
+	// rule order; every one is usage, at level findings.ImpactLegacy.
+	LegacyRules []inspect.LegacyRule
 	// Truncated carries the snapshot's flag: counts are a lower bound.
 	Truncated bool
 }
@@ -97,9 +104,11 @@ func Classify(s inspect.Snapshot) Usage {
 	for _, l := range s.Legacy {
 		untouched := l.Untouched()
 		if l.Entries > untouched {
-			u.Legacy = append(u.Legacy, Legacy{Family: l.Family, Table: l.Name, Rules: int(l.Entries - untouched), Chains: l.Chains})
+			u.Legacy = append(u.Legacy, Legacy{Family: l.Family, Table: l.Name, Rules: int(l.Entries - untouched), Chains: l.Chains,
+				Policies: l.Policies, Cut: l.Cut})
 		}
 	}
+	u.LegacyRules = s.LegacyRules
 	sort.Slice(u.Chains, func(i, j int) bool { return chainLess(u.Chains[i], u.Chains[j]) })
 	return u
 }

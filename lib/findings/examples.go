@@ -64,7 +64,8 @@ func PickExamples(all []Example) []Example {
 }
 
 // LeftOut counts per level the rules of Impact that Examples do not show.
-// Legacy rules are never shown: they are counted per table, not decoded.
+// The legacy level counts x_tables entries (rules, and two per user chain),
+// so what it leaves out includes those.
 func (r Record) LeftOut() Impact {
 	shown := map[string]int{}
 	for _, e := range r.Examples {

@@ -31,31 +31,27 @@ type legacyFamily struct {
 	level  int
 	opt    int
 	hooks  int // number of hook slots in the getinfo struct
-	// targetOffset is where an entry's u16 target_offset is (next_offset
-	// follows), 0 where chain names are not read (arp).
-	targetOffset int
-	// nextOffset and countersOffset are where every entry's u16
-	// next_offset and struct xt_counters are, for the state's hash.
-	nextOffset, countersOffset int
 }
 
 var legacyFamilies = []legacyFamily{
-	// struct ipt_entry: struct ipt_ip (84 bytes), nfcache, target_offset,
-	// next_offset, comefrom, counters (at 96, u64 aligned).
-	{IP, "ip_tables_names", unix.AF_INET, unix.SOL_IP, iptSoGetInfo, 5, 88, 90, 96},
-	// struct ip6t_entry: struct ip6t_ip6 (136 bytes), nfcache, target_offset,
-	// next_offset, comefrom, counters (at 152).
-	{IP6, "ip6_tables_names", unix.AF_INET6, unix.SOL_IPV6, ip6tSoGetInfo, 5, 140, 142, 152},
-	// struct arpt_entry: struct arpt_arp (164 bytes), target_offset,
-	// next_offset, comefrom, counters (at 176).
-	{ARP, "arp_tables_names", unix.AF_INET, unix.SOL_IP, arptSoGetInfo, 3, 0, 166, 176},
+	{IP, "ip_tables_names", unix.AF_INET, unix.SOL_IP, iptSoGetInfo, 5},
+	{IP6, "ip6_tables_names", unix.AF_INET6, unix.SOL_IPV6, ip6tSoGetInfo, 5},
+	{ARP, "arp_tables_names", unix.AF_INET, unix.SOL_IP, arptSoGetInfo, 3},
 }
 
-// Bounds of the chain-name read: the copy of the table is made under the
-// host-wide x_tables mutex, and a hostile pod chooses its size.
+// Bounds of the entries read: the copy of the table is made under the
+// host-wide x_tables mutex, and a hostile pod chooses its size. The rules
+// handed on, all tables of a look together, are bounded like the nftables
+// rules kept in detail (defaultMaxDetail, defaultMaxDetailBytes): each
+// goes over the probe's pipe and is rendered. Every entry is counted
+// (LegacyTable.Entries) whatever these bounds keep.
 const (
-	maxLegacyEntriesBytes = 4 << 20
+	// MaxLegacyEntriesBytes is exported for the text that says a table
+	// was cut.
+	MaxLegacyEntriesBytes = 4 << 20
 	maxLegacyChains       = 64
+	maxLegacyRules        = 1024
+	maxLegacyRuleBytes    = 1 << 20
 )
 
 // loaded reports whether the family's x_tables module is loaded (or built
@@ -67,13 +63,35 @@ func (lf legacyFamily) loaded() bool {
 	return !errors.Is(err, os.ErrNotExist)
 }
 
+// legacySink takes a look's answer: a table's rules, in order, then the
+// table itself.
+type legacySink struct {
+	table func(LegacyTable)
+	rule  func(LegacyRule)
+}
+
 // readLegacy lists the legacy tables of the namespace and asks each for its
-// entry count, handing each table to emit as it is read. It needs the
+// entry count, reads the entries of those holding more than their
+// untouched ones, and hands each rule (up to maxLegacyRules and
+// maxLegacyRuleBytes) and each table to sink as they are read. It needs the
 // namespace's own view of /proc/net and sockets created inside it, hence
 // the locked thread of Do. It can block in the kernel for as long as
 // another process holds the x_tables mutex, uninterruptibly: run it where
 // nothing has to wait for it (the probe process).
-func readLegacy(h *netns.Handle, fams []legacyFamily, emit func(LegacyTable)) error {
+func readLegacy(h *netns.Handle, fams []legacyFamily, sink legacySink) error {
+	rules, bytes := 0, 0
+	rule := func(r LegacyRule) bool {
+		n := len(r.Head) + len(r.Target.Data) + len(r.Chain)
+		for _, m := range r.Matches {
+			n += len(m.Data)
+		}
+		if rules >= maxLegacyRules || bytes+n > maxLegacyRuleBytes {
+			return false
+		}
+		rules, bytes = rules+1, bytes+n
+		sink.rule(r)
+		return true
+	}
 	return h.Do(func() error {
 		var errs []error
 		for _, lf := range fams {
@@ -83,17 +101,15 @@ func readLegacy(h *netns.Handle, fams []legacyFamily, emit func(LegacyTable)) er
 				continue
 			}
 			for _, name := range names {
-				t, size, err := getInfo(lf, name)
+				t, info, err := getInfo(lf, name)
 				if err != nil {
 					errs = append(errs, err)
 					continue
 				}
-				if lf.targetOffset > 0 && t.Entries > t.Untouched() && size <= maxLegacyEntriesBytes {
-					// The names only help name a vendor: a table that
-					// changed since GET_INFO (EAGAIN) simply has none.
-					t.Chains, _ = userChains(lf, name, size)
+				if t.Entries > t.Untouched() {
+					walkTable(lf, &t, info, rule)
 				}
-				emit(t)
+				sink.table(t)
 			}
 		}
 		return errors.Join(errs...)
@@ -125,13 +141,13 @@ func tableNames(path string) ([]string, error) {
 	return names, nil
 }
 
-// getInfo asks the kernel for a listed table's info, and the size of its
-// entries. Only listed names are asked: GET_INFO on any other name loads
+// getInfo asks the kernel for a listed table's info, the size of its
+// entries and its built-in chains' offsets. Only listed names are asked: GET_INFO on any other name loads
 // and creates that table.
-func getInfo(lf legacyFamily, name string) (LegacyTable, uint32, error) {
+func getInfo(lf legacyFamily, name string) (LegacyTable, legacyInfo, error) {
 	fd, err := unix.Socket(lf.domain, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return LegacyTable{}, 0, fmt.Errorf("open socket for legacy %s table %q: %w", lf.fam, name, err)
+		return LegacyTable{}, legacyInfo{}, fmt.Errorf("open socket for legacy %s table %q: %w", lf.fam, name, err)
 	}
 	defer unix.Close(fd)
 	// struct {ip,ip6,arp}t_getinfo: name[32], valid_hooks, hook_entry[n],
@@ -142,72 +158,104 @@ func getInfo(lf legacyFamily, name string) (LegacyTable, uint32, error) {
 	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(lf.level), uintptr(lf.opt),
 		uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&l)), 0)
 	if errno != 0 {
-		return LegacyTable{}, 0, fmt.Errorf("get info of legacy %s table %q: %w", lf.fam, name, errno)
+		return LegacyTable{}, legacyInfo{}, fmt.Errorf("get info of legacy %s table %q: %w", lf.fam, name, errno)
 	}
-	u32 := func(off int) uint32 { return *(*uint32)(unsafe.Pointer(&buf[off])) }
+	u32 := func(off int) uint32 { return binary.NativeEndian.Uint32(buf[off:]) }
+	info := legacyInfo{size: u32(32 + 4 + 8*lf.hooks + 4)}
+	info.hooks.valid = u32(32)
+	for h := 0; h < lf.hooks; h++ {
+		info.hooks.entry = append(info.hooks.entry, u32(36+4*h))
+		info.hooks.underflow = append(info.hooks.underflow, u32(36+4*lf.hooks+4*h))
+	}
 	return LegacyTable{
 		Family:  lf.fam,
 		Name:    name,
-		Hooks:   u32(32),
+		Hooks:   info.hooks.valid,
 		Entries: u32(32 + 4 + 8*lf.hooks),
-	}, u32(32 + 4 + 8*lf.hooks + 4), nil
+	}, info, nil
 }
 
-// userChains reads a listed table's entries (size bytes, from GET_INFO) and
-// returns the names of its user-defined chains: each starts with an entry
-// whose target is ERROR holding the chain's name (the table's last entry
-// is an ERROR named "ERROR").
-func userChains(lf legacyFamily, name string, size uint32) ([]string, error) {
+// legacyInfo is what GET_INFO tells of a table besides LegacyTable: the
+// size of its entries and where its built-in chains are.
+type legacyInfo struct {
+	size  uint32
+	hooks tableHooks
+}
+
+// readEntries reads a listed table's entries, size bytes by GET_INFO, of
+// which at most MaxLegacyEntriesBytes: the kernel copies a table only
+// whole, under the host-wide x_tables mutex, into a buffer of exactly its
+// size, so the buffer is that size of address space but only its first
+// MaxLegacyEntriesBytes are memory; the rest is mapped PROT_NONE, the
+// kernel's copy faults there (EFAULT) and stops, and what it copied
+// before is read. cut is set then. EAGAIN (the table changed since
+// GET_INFO) is the caller's to retry.
+func readEntries(lf legacyFamily, name string, size uint32) (blob []byte, cut bool, err error) {
 	fd, err := unix.Socket(lf.domain, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer unix.Close(fd)
-	// struct {ip,ip6}t_get_entries: name[32], size u32, then the entries,
-	// aligned as their u64 counters are.
+	// struct {ip,ip6,arp}t_get_entries: name[32], size u32, then the
+	// entries, aligned as their u64 counters are.
 	hdr := (32 + 4 + int(unsafe.Alignof(uint64(0))) - 1) &^ (int(unsafe.Alignof(uint64(0))) - 1)
-	buf := make([]byte, hdr+int(size))
+	total := hdr + int(size)
+	page := unix.Getpagesize()
+	mapped := (total + page - 1) &^ (page - 1)
+	buf, err := unix.Mmap(-1, 0, mapped, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, false, err
+	}
+	defer unix.Munmap(buf)
+	usable := min(mapped, (hdr+MaxLegacyEntriesBytes+page-1)&^(page-1))
+	if err := unix.Mprotect(buf[:usable], unix.PROT_READ|unix.PROT_WRITE); err != nil {
+		return nil, false, err
+	}
 	copy(buf, name)
 	binary.NativeEndian.PutUint32(buf[32:], size)
-	l := uint32(len(buf))
+	l := uint32(total)
 	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(lf.level), uintptr(lf.opt+soGetEntries),
 		uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&l)), 0)
-	if errno != 0 {
-		return nil, errno
+	switch {
+	case errno == unix.EFAULT && usable < total:
+		cut = true
+	case errno != 0:
+		return nil, false, errno
 	}
-	return chainNames(buf[hdr:], lf.targetOffset), nil
+	return clone(buf[hdr:min(usable, total)]), cut, nil
 }
 
-// chainNames walks x_tables entries and collects the ERROR targets' names.
-// The kernel made the blob, but it is walked as untrusted all the same:
-// every offset is checked against the buffer.
-func chainNames(entries []byte, targetOffset int) []string {
-	const (
-		targetName = 2  // struct xt_entry_target: u16 target_size, name[29], revision
-		nameLen    = 29 // XT_EXTENSION_MAXNAMELEN
-		targetHdr  = 32
-		errorLen   = 30 // XT_FUNCTION_MAXNAMELEN, struct xt_error_target's errorname
-	)
-	u16 := func(off int) int { return int(binary.NativeEndian.Uint16(entries[off:])) }
-	var names []string
-	for off := 0; off+targetOffset+4 <= len(entries) && len(names) < maxLegacyChains; {
-		to, next := u16(off+targetOffset), u16(off+targetOffset+2)
-		t := off + to
-		if next == 0 || t+targetHdr+errorLen > len(entries) || off+next > len(entries) {
-			if next == 0 {
-				break
-			}
-			off += next
-			continue
-		}
-		if cstring(entries[t+targetName:t+targetName+nameLen]) == "ERROR" {
-			if n := cstring(entries[t+targetHdr : t+targetHdr+errorLen]); n != "ERROR" && n != "" {
-				names = append(names, n)
+// walkTable reads a table's entries and hands its rules to rule until rule
+// returns false; it fills t's user chains and says whether t was cut (not
+// every rule handed on). A table that keeps changing between GET_INFO and
+// GET_ENTRIES is cut.
+func walkTable(lf legacyFamily, t *LegacyTable, info legacyInfo, rule func(LegacyRule) bool) {
+	for try := 0; ; try++ {
+		blob, cut, err := readEntries(lf, t.Name, info.size)
+		if errors.Is(err, unix.EAGAIN) && try < 2 {
+			var again LegacyTable
+			if again, info, err = getInfo(lf, t.Name); err == nil {
+				*t = again
+				continue
 			}
 		}
-		off += next
+		if err != nil {
+			t.Cut = true
+			return
+		}
+		chains, complete := walkEntries(lf.fam, t.Name, blob, info.hooks, rule)
+		t.Cut = cut || !complete
+		t.Chains = nil
+		for _, c := range chains {
+			if !c.Builtin && len(t.Chains) < maxLegacyChains {
+				t.Chains = append(t.Chains, c.Name)
+			}
+			if c.Builtin && c.Policy != "ACCEPT" {
+				t.Policies = append(t.Policies, c)
+			}
+		}
+		return
 	}
-	return names
 }
 
 func cstring(b []byte) string {

@@ -25,8 +25,10 @@ var ErrLegacyBusy = errors.New("legacy x_tables busy")
 // Inspect run lists it in child.Main.
 var LegacyProbe = child.NewProbe("legacy-probe", runProbe)
 
-// probeLine is one line the probe writes: a table, an error, or the end.
+// probeLine is one line the probe writes: a rule, a table (after its
+// rules), an error, or the end.
 type probeLine struct {
+	Rule  *LegacyRule  `json:"rule,omitempty"`
 	Table *LegacyTable `json:"table,omitempty"`
 	Err   string       `json:"err,omitempty"`
 	Done  bool         `json:"done,omitempty"`
@@ -49,7 +51,10 @@ func runProbe(nsf *os.File, fams []string) int {
 			}
 		}
 	}
-	err = readLegacy(h, want, func(t LegacyTable) { out.Encode(probeLine{Table: &t}) })
+	err = readLegacy(h, want, legacySink{
+		table: func(t LegacyTable) { out.Encode(probeLine{Table: &t}) },
+		rule:  func(r LegacyRule) { out.Encode(probeLine{Rule: &r}) },
+	})
 	if err != nil {
 		out.Encode(probeLine{Err: err.Error()})
 	}
@@ -63,9 +68,27 @@ type legacyLook struct {
 	// thread is an in-process look under way (Options.LegacyInProcess).
 	thread *threadLook
 	path   string
-	// tables and err hold the answer of an in-process look.
+	// ans and err hold the answer of an in-process look.
+	ans legacyAnswer
+	err error
+}
+
+// legacyAnswer collects a look's answer.
+type legacyAnswer struct {
 	tables []LegacyTable
-	err    error
+	rules  []LegacyRule
+}
+
+func (a *legacyAnswer) sink() legacySink {
+	return legacySink{
+		table: func(t LegacyTable) { a.tables = append(a.tables, t) },
+		rule:  func(r LegacyRule) { a.rules = append(a.rules, r) },
+	}
+}
+
+func (a *legacyAnswer) into(s *Snapshot) {
+	s.Legacy = append(s.Legacy, a.tables...)
+	s.LegacyRules = append(s.LegacyRules, a.rules...)
 }
 
 // startLegacy starts the legacy look: nothing when no x_tables module is
@@ -87,12 +110,12 @@ func startLegacy(h *netns.Handle, deadline time.Time, inProcess bool) *legacyLoo
 	p := &legacyLook{path: h.Path}
 	if inProcess {
 		p.thread, p.err = startThreadLook(h, deadline, func(own *netns.Handle) error {
-			return readLegacy(own, fams, func(t LegacyTable) { p.tables = append(p.tables, t) })
+			return readLegacy(own, fams, p.ans.sink())
 		})
 		return p
 	}
 	if !child.Wired() {
-		p.err = readLegacy(h, fams, func(t LegacyTable) { p.tables = append(p.tables, t) })
+		p.err = readLegacy(h, fams, p.ans.sink())
 		return p
 	}
 	proc, err := child.Start(LegacyProbe, h, deadline, names)
@@ -113,14 +136,14 @@ func (p *legacyLook) wait(s *Snapshot) error {
 			s.Truncated = true
 		}
 		// What the look read before it failed; nothing once abandoned
-		// (its goroutine may still write p.tables then).
+		// (its goroutine may still write p.ans then).
 		if !errors.Is(err, ErrDeadline) {
-			s.Legacy = append(s.Legacy, p.tables...)
+			p.ans.into(s)
 		}
 		return err
 	}
 	if p.proc == nil {
-		s.Legacy = append(s.Legacy, p.tables...)
+		p.ans.into(s)
 		return p.err
 	}
 	answered := false
@@ -133,6 +156,12 @@ func (p *legacyLook) wait(s *Snapshot) error {
 			return fmt.Errorf("read legacy probe for netns %q: %w", p.path, err)
 		}
 		switch {
+		case l.Rule != nil:
+			// The probe bounds what it sends; a line beyond the bounds
+			// would be a probe gone wrong, kept out all the same.
+			if len(s.LegacyRules) < maxLegacyRules {
+				s.LegacyRules = append(s.LegacyRules, *l.Rule)
+			}
 		case l.Table != nil:
 			s.Legacy = append(s.Legacy, *l.Table)
 		case l.Err != "":

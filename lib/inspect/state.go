@@ -16,7 +16,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 )
 
-// ErrTooBig marks a legacy table whose entries exceed maxLegacyEntriesBytes:
+// ErrTooBig marks a legacy table whose entries exceed MaxLegacyEntriesBytes:
 // its state is not fingerprinted, so it never counts as unchanged.
 var ErrTooBig = errors.New("legacy table too big to fingerprint")
 
@@ -164,7 +164,7 @@ func sumTable(h hash.Hash, lf legacyFamily, name string) error {
 			return fmt.Errorf("get info of legacy %s table %q: %w", lf.fam, name, errno)
 		}
 		size := binary.NativeEndian.Uint32(info[len(info)-4:])
-		if size > maxLegacyEntriesBytes {
+		if size > MaxLegacyEntriesBytes {
 			return fmt.Errorf("legacy %s table %q of %d bytes: %w", lf.fam, name, size, ErrTooBig)
 		}
 		// struct {ip,ip6,arp}t_get_entries: name[32], size u32, then the
@@ -182,7 +182,7 @@ func sumTable(h hash.Hash, lf legacyFamily, name string) error {
 		if errno != 0 {
 			return fmt.Errorf("get entries of legacy %s table %q: %w", lf.fam, name, errno)
 		}
-		zeroCounters(buf[hdr:], lf)
+		zeroCounters(buf[hdr:], entryLayouts[lf.fam])
 		h.Write([]byte(string(lf.fam) + "\x00"))
 		h.Write(info)
 		h.Write(buf[hdr:])
@@ -194,11 +194,11 @@ func sumTable(h hash.Hash, lf legacyFamily, name string) error {
 // of a table traffic changes (a match's own state lies beyond the part the
 // kernel copies out, its usersize). Offsets come from the kernel's blob and
 // are checked against it.
-func zeroCounters(entries []byte, lf legacyFamily) {
+func zeroCounters(entries []byte, lay entryLayout) {
 	const counters = 16 // struct xt_counters: pcnt, bcnt
-	for off := 0; off+lf.countersOffset+counters <= len(entries); {
-		clear(entries[off+lf.countersOffset : off+lf.countersOffset+counters])
-		next := int(binary.NativeEndian.Uint16(entries[off+lf.nextOffset:]))
+	for off := 0; off+lay.counters+counters <= len(entries); {
+		clear(entries[off+lay.counters : off+lay.counters+counters])
+		next := int(binary.NativeEndian.Uint16(entries[off+lay.targetOffset+2:]))
 		if next == 0 {
 			return
 		}

@@ -43,6 +43,10 @@ type Snapshot struct {
 	// counted in its Chain whether kept or not.
 	Rules  []Rule
 	Legacy []LegacyTable
+	// LegacyRules holds the legacy tables' rules in table and rule order,
+	// as far as the bounds of the read let them be (LegacyTable.Cut says
+	// where they did not).
+	LegacyRules []LegacyRule
 	// Truncated is set when the look did not see everything (deadline, a
 	// size bound, a dump the kernel ended early, a failed or abandoned
 	// legacy probe; Inspect's error says which): what is here is then a
@@ -117,11 +121,17 @@ type LegacyTable struct {
 	Name    string
 	Entries uint32 // num_entries from *_SO_GET_INFO
 	Hooks   uint32 // valid_hooks bitmask
-	// Chains names the table's user-defined chains (ip and ip6 tables with
-	// entries beyond the untouched ones, at most maxLegacyChains, from
-	// *_SO_GET_ENTRIES when the table is at most maxLegacyEntriesBytes);
-	// they name vendors, nothing counts on them.
+	// Chains names the table's user-defined chains (tables with entries
+	// beyond the untouched ones, at most maxLegacyChains, from
+	// *_SO_GET_ENTRIES); they name vendors, nothing counts on them.
 	Chains []string
+	// Policies lists the built-in chains whose policy is not ACCEPT.
+	Policies []LegacyChain
+	// Cut is set when not every rule of the table is in
+	// Snapshot.LegacyRules: the table is over the read cap, its entries
+	// do not follow the layout, or the rule bound was reached. Its count
+	// (Entries) is complete all the same.
+	Cut bool
 }
 
 // Untouched is the entry count of a table nobody wrote to: one policy

@@ -128,3 +128,40 @@ func TestDecodersBounded(t *testing.T) {
 		}
 	}
 }
+
+var fuzzXTNames = []string{"tcp", "udp", "icmp", "icmp6", "multiport", "comment", "conntrack", "state", "mark",
+	"connmark", "owner", "addrtype", "set", "REDIRECT", "DNAT", "SNAT", "MASQUERADE", "TPROXY", "MARK", "CONNMARK",
+	"REJECT", "LOG", "mangle", "CLASSIFY", ""}
+
+// FuzzLegacyText: a legacy rule of any fixed match, matches and target
+// (names chosen among those decoded, revisions and data any) renders as
+// one printable line, never a panic.
+func FuzzLegacyText(f *testing.F) {
+	f.Add(make([]byte, 84), []byte{0, 0, 12, 1, 0}, "INPUT", "ACCEPT", false)
+	f.Add(make([]byte, 164), []byte{24, 1, 8, 0xff}, "OUTPUT", "?", true)
+	f.Fuzz(func(t *testing.T, head, exts []byte, chain, verdict string, jump bool) {
+		fams := []inspect.Family{inspect.IP, inspect.IP6, inspect.ARP}
+		r := inspect.LegacyRule{Family: fams[len(head)%3], Chain: chain, Head: head, Verdict: verdict, Goto: jump}
+		for len(exts) >= 3 {
+			sel, rev, n := int(exts[0]), exts[1], int(exts[2])
+			exts = exts[3:]
+			n = min(n, len(exts))
+			x := inspect.XTExt{Name: fuzzXTNames[sel%len(fuzzXTNames)], Rev: rev % 4, Data: exts[:n]}
+			exts = exts[n:]
+			if sel >= 128 {
+				r.Target = x
+			} else {
+				r.Matches = append(r.Matches, x)
+			}
+		}
+		got := LegacyText(r)
+		if !strings.HasPrefix(got, "-A ") {
+			t.Fatalf("text %q lacks the -A head", got)
+		}
+		for _, c := range []byte(got) {
+			if c < 0x20 || c > 0x7e {
+				t.Fatalf("text %q holds byte %#x", got, c)
+			}
+		}
+	})
+}

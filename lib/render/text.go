@@ -27,6 +27,11 @@ func (n Names) Text(r inspect.Rule) (out string) {
 	for _, e := range r.Exprs {
 		b.expr(e)
 	}
+	return b.text(head)
+}
+
+// text orders the parts and joins them after head.
+func (b *builder) text(head string) string {
 	sort.SliceStable(b.parts, func(i, j int) bool {
 		if b.parts[i].rank != b.parts[j].rank {
 			return b.parts[i].rank < b.parts[j].rank
@@ -69,14 +74,34 @@ func SetIndexes(rules []inspect.Rule) []uint16 {
 				continue
 			}
 			x, ok := parseXT(e.Data)
-			if !ok || x.name != "set" || x.rev < 1 || x.rev > 4 || len(x.info) < 2 {
-				continue
-			}
-			if id := u16(x.info, 0); !seen[id] {
+			if id, ok := setIndex(x, ok); ok && !seen[id] {
 				seen[id] = true
 				ids = append(ids, id)
 			}
 		}
 	}
 	return ids
+}
+
+// LegacySetIndexes is SetIndexes for legacy rules.
+func LegacySetIndexes(rules []inspect.LegacyRule) []uint16 {
+	seen := map[uint16]bool{}
+	var ids []uint16
+	for _, r := range rules {
+		for _, m := range r.Matches {
+			if id, ok := setIndex(xtInfo{name: m.Name, rev: uint32(m.Rev), info: m.Data}, true); ok && !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
+// setIndex is the ipset index an xt set match refers to.
+func setIndex(x xtInfo, ok bool) (uint16, bool) {
+	if !ok || x.name != "set" || x.rev < 1 || x.rev > 4 || len(x.info) < 2 {
+		return 0, false
+	}
+	return u16(x.info, 0), true
 }

@@ -134,8 +134,9 @@ func (e *Expectation) matchRule(rule string) bool {
 // finding shows every rule at the level as an example and each is matched
 // by one of them: a finding carries at most findings.MaxExamples examples,
 // picked for what they show, so a rule not shown may be anything, and
-// neither legacy rules (not decoded) nor unclassified ones are ever all
-// shown. An unknown look holds no usage to cover.
+// unclassified rules are never all shown. Legacy rules are shown decoded,
+// but their level counts two entries more per user chain (its head and
+// its closing RETURN), so rules cover it only in tables without one. An unknown look holds no usage to cover.
 func Cover(exps []Expectation, it Item, level string) ([]string, bool) {
 	if it.State == findings.StateUnknown {
 		return nil, false

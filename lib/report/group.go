@@ -19,9 +19,10 @@ type Group struct {
 	// classified.
 	Worst   string            `json:"worst"`
 	Vendors []findings.Vendor `json:"vendors"`
-	// Example is an example rule, at the worst level when one is (legacy
-	// rules are not decoded, so a legacy group shows its other rules);
-	// ExampleImpact is its level, "" when not known.
+	// Example is an example rule, at the worst level when one is shown
+	// (a finding written before legacy rules were decoded shows none at
+	// legacy: the group then shows its other rules); ExampleImpact is its
+	// level, "" when not known.
 	Example       string `json:"example"`
 	ExampleImpact string `json:"example_impact"`
 	// Examples are up to MaxExamples distinct example rules of the group's

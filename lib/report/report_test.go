@@ -134,6 +134,11 @@ func TestCover(t *testing.T) {
 	cut.Impact.Xt = 3 // two xt rules not shown among the examples
 	legacy := shop()
 	legacy.Worst, legacy.Impact.Legacy = findings.ImpactLegacy, 2
+	legacyShown := shop()
+	legacyShown.Worst, legacyShown.Impact.Legacy = findings.ImpactLegacy, 1
+	legacyShown.Examples = append([]findings.Example{{Family: "ip", Table: "filter", Chain: "OUTPUT",
+		Rule: "-A OUTPUT -d 169.254.169.254 -p tcp --dport 80 -j DROP", Impact: findings.ImpactLegacy}}, legacyShown.Examples...)
+	metadata := Expectation{Owner: "shop", Rule: "-d 169.254.169.254", Reason: "metadata"}
 	unclassified := shop()
 	unclassified.Worst, unclassified.Impact = "", findings.Impact{}
 	for i := range unclassified.Examples {
@@ -169,7 +174,8 @@ func TestCover(t *testing.T) {
 		{"a rule at another level than named", shop(), findings.ImpactXt, []Expectation{nativeRule}, nil},
 		{"no rule, no level: everything", shop(), findings.ImpactXt, []Expectation{port, all}, []string{"all"}},
 		{"another workload", shop(), findings.ImpactXt, []Expectation{other}, nil},
-		{"legacy rules are never shown", legacy, findings.ImpactLegacy, []Expectation{masq, ports}, nil},
+		{"legacy rules not shown", legacy, findings.ImpactLegacy, []Expectation{masq, ports}, nil},
+		{"the only legacy rule, shown decoded", legacyShown, findings.ImpactLegacy, []Expectation{masq, metadata}, []string{"metadata"}},
 		{"legacy named", legacy, findings.ImpactLegacy, []Expectation{{Owner: "shop", Level: findings.ImpactLegacy, Reason: "legacy"}}, []string{"legacy"}},
 		{"unclassified: rules cannot see its levels", unclassified, "", []Expectation{masq, ports}, nil},
 		{"unclassified: no level names it", unclassified, "", []Expectation{xt, native}, nil},

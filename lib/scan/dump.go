@@ -10,6 +10,8 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
 
 // DumpOptions say what Dump marks besides the rules.
@@ -26,9 +28,11 @@ type DumpOptions struct {
 
 // Dump writes what the render command prints of a netns read by Read:
 // every rule in canonical text, one a line, as "family table TEXT" with
-// its marks, then as "#" comments what the rule lines leave unsaid (empty
+// its marks (legacy x_tables rules after them as "legacy family table
+// TEXT"), then as "#" comments what the rule lines leave unsaid (empty
 // user chains, DROP policies, rules counted but not rendered, legacy
-// usage), the counts per impact level and the vendors. Whether the read
+// tables, their policies and whether every rule was read), the counts per
+// impact level and the vendors. Whether the read
 // was complete is the caller's to say: res.Complete. It gives the first
 // write error.
 func Dump(w io.Writer, res Result, o DumpOptions) error {
@@ -49,6 +53,18 @@ func Dump(w io.Writer, res Result, o DumpOptions) error {
 			if name := o.Allow.Match(o.Namespace, r, func() string { return text }); name != "" {
 				fmt.Fprintf(out, "    # allowlisted: %s", name)
 			}
+		}
+		fmt.Fprintln(out)
+	}
+	ltexts := make([]string, 0, len(u.LegacyRules))
+	for _, r := range u.LegacyRules {
+		text := res.LegacyText(r)
+		ltexts = append(ltexts, text)
+		// "legacy" first: the line names where the rule lives, so no
+		// reader takes it for an iptables-nft rule of the same table.
+		fmt.Fprintf(out, "legacy %s %s %s", r.Family, safetext.Name(r.Table, MaxName), text)
+		if o.Impact {
+			fmt.Fprintf(out, "    # impact: %s", findings.ImpactLegacy)
 		}
 		fmt.Fprintln(out)
 	}
@@ -74,12 +90,18 @@ func Dump(w io.Writer, res Result, o DumpOptions) error {
 			}
 			fmt.Fprintf(out, ", user chains %s", strings.Join(names, " "))
 		}
+		if l.Cut {
+			fmt.Fprintf(out, ", not every rule read (read cap of %d bytes, rule bound, or entries past the layout)", inspect.MaxLegacyEntriesBytes)
+		}
 		fmt.Fprintln(out)
+		for _, p := range l.Policies {
+			fmt.Fprintf(out, "# legacy %s %s: chain %s has policy %s\n", l.Family, l.Table, p.Name, p.Policy)
+		}
 	}
 	if sum := classify.Summarize(u); sum.Worst != "" {
 		fmt.Fprintf(out, "# impact: legacy=%d xt=%d native=%d worst=%s\n", sum.Impact.Legacy, sum.Impact.Xt, sum.Impact.Native, sum.Worst)
 	}
-	for _, v := range Vendors(o.Vendors, u, u.Rules, texts) {
+	for _, v := range Vendors(o.Vendors, u, u.Rules, texts, ltexts) {
 		fmt.Fprintf(out, "# vendor %s: %s %s\n", v.Name, v.Hint, v.Doc)
 	}
 	if err := out.Flush(); err != nil {

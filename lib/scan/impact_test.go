@@ -130,14 +130,26 @@ func TestImpactLevels(t *testing.T) {
 			if n := rec.Impact.Legacy + rec.Impact.Xt + rec.Impact.Native; n != rec.Nft.Rules+rec.Legacy.Rules {
 				t.Errorf("impact %+v counts %d rules, record %d nft + %d legacy", rec.Impact, n, rec.Nft.Rules, rec.Legacy.Rules)
 			}
+			legacy := map[string]bool{}
+			for _, r := range res.Usage.LegacyRules {
+				legacy[res.LegacyText(r)] = true
+			}
+			shown := false
 			for _, ex := range rec.Examples {
 				want := findings.ImpactNative
-				if strings.Contains(ex.Rule, "-m ") || strings.Contains(ex.Rule, "MASQUERADE") {
+				switch {
+				case ex.Family == "ip" && legacy[ex.Rule]:
+					want, shown = findings.ImpactLegacy, true
+				case strings.Contains(ex.Rule, "-m ") || strings.Contains(ex.Rule, "MASQUERADE"):
 					want = findings.ImpactXt
 				}
 				if ex.Impact != want {
 					t.Errorf("example %q has impact %q, want %q", ex.Rule, ex.Impact, want)
 				}
+			}
+			// The worst level is shown first, by a decoded legacy rule.
+			if tc.worst == findings.ImpactLegacy && (!shown || rec.Examples[0].Impact != findings.ImpactLegacy) {
+				t.Errorf("legacy rules not shown first: %+v", rec.Examples)
 			}
 		})
 	}

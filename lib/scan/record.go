@@ -104,9 +104,14 @@ func Build(m Meta, res Result) findings.Record {
 	// are then a lower bound); none seen is unknown, as Decide records
 	// only an incomplete look without usage.
 	rec.State = rec.KnownState()
-	rec.Examples = Examples(rules, texts)
+	legacy := res.Usage.LegacyRules[:min(len(res.Usage.LegacyRules), maxExampleCandidates)]
+	ltexts := make([]string, len(legacy))
+	for i, r := range legacy {
+		ltexts[i] = res.LegacyText(r)
+	}
+	rec.Examples = findings.PickExamples(append(examples(rules, texts), legacyExamples(legacy, ltexts)...))
 	rec.ExamplesLeftOut = rec.LeftOut()
-	rec.Vendors = Vendors(res.Vendors, res.Usage, rules, texts)
+	rec.Vendors = Vendors(res.Vendors, res.Usage, rules, texts, ltexts)
 	if res.Err != nil {
 		rec.Error = res.Err.Error()
 	}
@@ -115,8 +120,9 @@ func Build(m Meta, res Result) findings.Record {
 
 // Vendors matches the usage against the vendor table: the names of every
 // chain still holding usage (kept in detail or not, legacy user chains
-// included) and the rendered rules.
-func Vendors(t *catalog.Table, u classify.Usage, rules []inspect.Rule, texts []string) []findings.Vendor {
+// included) and the rendered rules; ltexts are the texts of the first
+// legacy rules (u.LegacyRules).
+func Vendors(t *catalog.Table, u classify.Usage, rules []inspect.Rule, texts, ltexts []string) []findings.Vendor {
 	if t == nil {
 		return nil
 	}
@@ -133,6 +139,9 @@ func Vendors(t *catalog.Table, u classify.Usage, rules []inspect.Rule, texts []s
 	for i, r := range rules {
 		rt[i] = catalog.RuleText{Chain: r.Chain, Text: texts[i]}
 	}
+	for i, text := range ltexts {
+		rt = append(rt, catalog.RuleText{Chain: u.LegacyRules[i].Chain, Text: text})
+	}
 	return t.Match(chains, rt)
 }
 
@@ -146,15 +155,34 @@ func incomplete(fp string) string {
 // Examples picks, from the remaining usage rules and their texts, those an
 // admin should see first.
 func Examples(rules []inspect.Rule, texts []string) []findings.Example {
+	return findings.PickExamples(examples(rules, texts))
+}
+
+// legacyExamples are the legacy rules as examples, at level legacy.
+func legacyExamples(rules []inspect.LegacyRule, texts []string) []findings.Example {
 	all := make([]findings.Example, 0, len(rules))
 	for i, r := range rules {
-		all = append(all, findings.Example{
-			Family: string(r.Family),
-			Table:  safetext.Name(r.Table, MaxName),
-			Chain:  safetext.Name(r.Chain, MaxName),
-			Rule:   texts[i],
-			Impact: classify.Level(r),
-		})
+		all = append(all, example(r.Family, r.Table, r.Chain, texts[i], findings.ImpactLegacy))
 	}
-	return findings.PickExamples(all)
+	return all
+}
+
+// examples are the nftables usage rules as examples, at their levels.
+func examples(rules []inspect.Rule, texts []string) []findings.Example {
+	all := make([]findings.Example, 0, len(rules))
+	for i, r := range rules {
+		all = append(all, example(r.Family, r.Table, r.Chain, texts[i], classify.Level(r)))
+	}
+	return all
+}
+
+// example is one rule as an example, its names bounded.
+func example(fam inspect.Family, table, chain, text, level string) findings.Example {
+	return findings.Example{
+		Family: string(fam),
+		Table:  safetext.Name(table, MaxName),
+		Chain:  safetext.Name(chain, MaxName),
+		Rule:   text,
+		Impact: level,
+	}
 }

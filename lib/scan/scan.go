@@ -2,6 +2,7 @@ package scan
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
@@ -40,6 +41,9 @@ type Result struct {
 // Text renders a rule of the result, naming its ipsets.
 func (r Result) Text(rule inspect.Rule) string { return r.Names.Text(rule) }
 
+// LegacyText renders a legacy rule with the names read.
+func (r Result) LegacyText(rule inspect.LegacyRule) string { return r.Names.LegacyText(rule) }
+
 // Complete tells whether the inspection saw everything.
 func (r Result) Complete() bool { return r.Err == nil && !r.Usage.Truncated }
 
@@ -68,7 +72,13 @@ func ReadFrom(ctx context.Context, h *netns.Handle, legacyInProcess bool) Result
 	res.Err = err
 	res.Usage = classify.Classify(snap)
 	// Only rules with -m set need a name, and asking costs a process.
-	if ids := render.SetIndexes(res.Usage.Rules); len(ids) > 0 {
+	ids := render.SetIndexes(res.Usage.Rules)
+	for _, id := range render.LegacySetIndexes(res.Usage.LegacyRules) {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) > 0 {
 		deadline, ok := ctx.Deadline()
 		if !ok {
 			deadline = time.Now().Add(time.Second)

@@ -259,6 +259,16 @@ func TestVendors(t *testing.T) {
 			t.Fatalf("vendors %v, want istio and linkerd", vendorNames(got))
 		}
 	})
+	// A vendor known by its rules, not its chains, is named from the
+	// decoded legacy rules too.
+	t.Run("rules legacy", func(t *testing.T) {
+		nstest.NeedRoot(t, "iptables-legacy-restore")
+		ns := nstest.New(t)
+		ns.Restore(vendorRules["azure-monitor-agent"], "iptables-legacy-restore", "--noflush")
+		if got := vendorsOf(t, ns); !slices.Equal(vendorNames(got), []string{"azure-monitor-agent"}) {
+			t.Fatalf("vendors %v, want azure-monitor-agent", vendorNames(got))
+		}
+	})
 	// Chaos Mesh's image forces iptables-legacy.
 	t.Run("chaos-mesh legacy", func(t *testing.T) {
 		nstest.NeedRoot(t, "iptables-legacy-restore")
