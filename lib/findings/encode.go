@@ -38,6 +38,10 @@ const (
 func Encode(rec Record) ([]byte, error) {
 	rec.Schema = Schema
 	rec.State = rec.KnownState()
+	if len(rec.Legacy.Examples) > 0 {
+		// A record from Parse's caller that kept the line's split.
+		rec.Examples = append(append([]Example(nil), rec.Legacy.Examples...), rec.Examples...)
+	}
 	if rec.Writer != nil {
 		// A copy: cutting its strings must not change the caller's.
 		w := *rec.Writer
@@ -81,7 +85,7 @@ func Encode(rec Record) ([]byte, error) {
 	}
 	for {
 		rec.ExamplesLeftOut = rec.LeftOut()
-		b, err := json.Marshal(rec)
+		b, err := json.Marshal(rec.onTheLine())
 		if err != nil {
 			return nil, fmt.Errorf("encode finding: %w", err)
 		}
@@ -93,6 +97,21 @@ func Encode(rec Record) ([]byte, error) {
 		}
 		rec.Truncated = true
 	}
+}
+
+// onTheLine is the record as the line holds it: its legacy examples in
+// Legacy.Examples, the others in Examples, both lists present.
+func (r Record) onTheLine() Record {
+	nft, legacy := make([]Example, 0, len(r.Examples)), make([]Example, 0, len(r.Examples))
+	for _, ex := range r.Examples {
+		if ex.Impact == ImpactLegacy {
+			legacy = append(legacy, ex)
+		} else {
+			nft = append(nft, ex)
+		}
+	}
+	r.Examples, r.Legacy.Examples = nft, legacy
+	return r
 }
 
 // shrink takes one step towards a smaller line; false when nothing is left

@@ -1,6 +1,8 @@
 package findings
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -110,4 +112,50 @@ func roundTrip(t *testing.T, rec Record) (Record, []byte) {
 		t.Fatal(err)
 	}
 	return back, line
+}
+
+// TestLegacyExamplesOnTheLine: a legacy example is written under legacy, so
+// the top-level list holds only rules an nftables save tool lists, and read
+// back into one list, worst first.
+func TestLegacyExamplesOnTheLine(t *testing.T) {
+	leg := Example{Family: "ip", Table: "filter", Chain: "OUTPUT", Rule: "-A OUTPUT -d 169.254.169.254/32 -j DROP", Impact: ImpactLegacy}
+	xt := Example{Family: "ip", Table: "nat", Chain: "POSTROUTING", Rule: "-A POSTROUTING -j MASQUERADE", Impact: ImpactXt}
+	rec := Record{Fingerprint: "f", Legacy: Legacy{Tables: []string{"ip filter"}, Rules: 1}, Nft: Nft{Tables: []string{"ip nat"}, Rules: 1},
+		Impact: Impact{Legacy: 1, Xt: 1}, Worst: ImpactLegacy, Examples: []Example{leg, xt}}
+	line, err := Encode(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Examples []Example `json:"examples"`
+		Legacy   struct {
+			Examples []Example `json:"examples"`
+		} `json:"legacy"`
+	}
+	if err := json.Unmarshal(line, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if len(raw.Examples) != 1 || raw.Examples[0] != xt || len(raw.Legacy.Examples) != 1 || raw.Legacy.Examples[0] != leg {
+		t.Fatalf("on the line: examples %+v, legacy.examples %+v", raw.Examples, raw.Legacy.Examples)
+	}
+	back, err := Parse(line[:len(line)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Examples) != 2 || back.Examples[0] != leg || back.Examples[1] != xt || back.Legacy.Examples != nil {
+		t.Fatalf("read back: %+v / %+v", back.Examples, back.Legacy.Examples)
+	}
+	if lo := back.LeftOut(); lo != (Impact{}) {
+		t.Errorf("left out %+v, want none", lo)
+	}
+	// Encoding what Parse gave writes the same line.
+	again, err := Encode(back)
+	if err != nil || string(again) != string(line) {
+		t.Errorf("re-encoded differs: %v\n%s\n%s", err, line, again)
+	}
+	// Without legacy examples the list is present and empty.
+	plain, _ := Encode(Record{Fingerprint: "f"})
+	if !bytes.Contains(plain, []byte(`"legacy":{"tables":[],"rules":0,"examples":[]}`)) {
+		t.Errorf("no legacy examples: %s", plain)
+	}
 }

@@ -22,5 +22,10 @@ func Parse(line []byte) (Record, error) {
 		return Record{}, fmt.Errorf("decode finding: no fingerprint")
 	}
 	r.State = r.KnownState()
+	if len(r.Legacy.Examples) > 0 {
+		// Worst first, as Encode was given them (see Legacy.Examples).
+		r.Examples = append(r.Legacy.Examples, r.Examples...)
+	}
+	r.Legacy.Examples = nil
 	return r, nil
 }

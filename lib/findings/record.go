@@ -148,6 +148,14 @@ type TableCount struct {
 type Legacy struct {
 	Tables []string `json:"tables"`
 	Rules  int      `json:"rules"`
+	// Examples holds, on the line only, the record's examples at level
+	// legacy: a legacy table and an iptables-nft table share family and
+	// name, so an example's place must say which holds the rule, and
+	// readers that know only nftables examples (older consumers, scripts
+	// comparing examples with the nft save tools) keep working. Encode
+	// moves them here from Record.Examples and Parse moves them back,
+	// worst first, so code sees one list; nil in memory.
+	Examples []Example `json:"examples"`
 }
 
 // Example is one rule shown to the admin, in canonical iptables-save text.
