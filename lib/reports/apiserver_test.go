@@ -58,7 +58,7 @@ func record(pod *corev1.Pod, state findings.State, legacy, xt, native int) findi
 		rec.Nft = findings.Nft{Tables: []string{"ip nat"}, Rules: xt + native}
 		rec.Legacy = findings.Legacy{Rules: legacy}
 		rec.Examples = []findings.Example{{Family: "ip", Table: "nat", Chain: "OUTPUT", Rule: "-A OUTPUT -p tcp -j REDIRECT --to-ports 15001", Impact: "xt"}}
-		rec.Vendors = []findings.Vendor{{Name: "istio", Hint: "use the Istio CNI node agent"}}
+		rec.Vendors = []findings.Vendor{{Name: "istio", Hint: "use the Istio CNI node agent", Doc: "https://istio.io/latest/docs/setup/additional-setup/cni/"}}
 	} else {
 		rec.Error = "inspect: deadline exceeded"
 		rec.Truncated = true
@@ -117,7 +117,7 @@ func TestWriteRealAPIServer(t *testing.T) {
 	if !strings.HasPrefix(x.Description, findings.ImpactWords(findings.ImpactLegacy)) {
 		t.Errorf("message does not lead with the impact: %q", x.Description)
 	}
-	for _, k := range []string{reports.PropOwner, reports.PropVendor, reports.PropHint, reports.PropPods, reports.PropNodes, reports.PropFirstSeen, reports.PropLastSeen, reports.PropExample + "1"} {
+	for _, k := range []string{reports.PropOwner, reports.PropVendor, reports.PropHint, reports.PropDoc, reports.PropPods, reports.PropNodes, reports.PropFirstSeen, reports.PropLastSeen, reports.PropExample + "1"} {
 		if x.Properties[k] == "" {
 			t.Errorf("property %q missing: %v", k, x.Properties)
 		}
