@@ -240,7 +240,10 @@ func TestReportsOutliveEvents(t *testing.T) {
 	// and db's Report says who. The commit waits for the watch's monitor
 	// (a commit before it is not the watch's to see).
 	poll(t, "the agent's monitor in db's netns", func() (bool, error) { return monitored(dbNS) })
-	pid := writeRule(t, dbNS, hostProc, "*filter\n-A INPUT -p tcp --dport 9999 -j ACCEPT\nCOMMIT\n")
+	restore, pid := dbNS.Restorer(hostProc)
+	if _, err := io.WriteString(restore, "*filter\n-A INPUT -p tcp --dport 9999 -j ACCEPT\nCOMMIT\n"); err != nil {
+		t.Fatal(err)
+	}
 	wantWriter := fmt.Sprintf("iptables-nft-re (pid %d, parent ", pid)
 	poll(t, "db's Report naming the writer "+wantWriter+"...", func() (bool, error) {
 		r, err := rc.OpenreportsV1alpha1().Reports("shop").Get(kubetest.Ctx(t), names["db"], metav1.GetOptions{})
@@ -333,35 +336,6 @@ func monitored(ns *nstest.NS) (bool, error) {
 		}
 	}
 	return false, fmt.Errorf("no nftables monitor in %s:\n%s", ns.Name, out)
-}
-
-// writeRule commits rules into ns with iptables-nft-restore, shown in the
-// agent's stand-in host /proc before it writes (with its parent, this
-// test), so the agent can describe it; it stays alive until the test
-// ends, as a writer the watch names must. It returns its pid: ip netns
-// exec execs it.
-func writeRule(t *testing.T, ns *nstest.NS, hostProc, rules string) int {
-	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", ns.Name, "iptables-nft-restore", "--noflush")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		in.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("iptables-nft-restore: %v", err)
-		}
-	})
-	nstest.ShowProc(t, hostProc, cmd.Process.Pid)
-	nstest.ShowProc(t, hostProc, os.Getpid())
-	if _, err := io.WriteString(in, rules); err != nil {
-		t.Fatal(err)
-	}
-	return cmd.Process.Pid
 }
 
 // poll calls ok until it returns true, failing the test with its last
