@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/httpserve"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
@@ -70,10 +71,21 @@ Exit status: 0 after a clean shutdown (SIGTERM, SIGINT), 1 on an error
 // defaultForwardStateDir holds the forwarder's checkpoint.
 const defaultForwardStateDir = "/var/lib/iptables-alerter/forward"
 
+// defaultQPS and defaultBurst are the forwarder's client-side rate limit
+// (see the flags' help); client-go's 5 and 10, a limiter each for the
+// Events and the Reports client, held one forwarder to about 2.5 findings
+// a second (tests/bench BenchmarkReports).
+const (
+	defaultQPS   = 20
+	defaultBurst = 40
+)
+
 type forwardConfig struct {
 	findings, stateDir, kubeconfig, nodeName, healthAddr string
 	nodeEvent, reports                                   bool
 	poll, maxBackoff, timeout, reportsGrace              time.Duration
+	qps                                                  float32
+	burst                                                int
 	secure                                               secureFlags
 	log                                                  logFlags
 }
@@ -123,13 +135,15 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&cfg.poll, "poll", follow.DefaultPoll, "how often to look for new lines")
 	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
 	fs.DurationVar(&cfg.timeout, "request-timeout", 30*time.Second, "timeout of one API request")
+	fs.Float32Var(&cfg.qps, "kube-api-qps", defaultQPS, "API requests a second this forwarder sends at most, sustained, Events and Reports together: a finding costs about 4 (its Event, the pod, the Report's get and write), so the default keeps up with about 5 findings a second (client-go's default, 5 for each of its two clients, held it to about 2.5), under the kubelet's own 50; the API server's Priority and Fairness still bounds all nodes' forwarders together")
+	fs.IntVar(&cfg.burst, "kube-api-burst", defaultBurst, "API requests sent at once above --kube-api-qps: the default lets about 10 findings (a node's burst of pod starts) through without waiting")
 	cfg.secure.register(fs)
 	cfg.log.register(fs)
 }
 
 func (cfg *forwardConfig) run(_ []string, s stdio) int {
-	if cfg.poll <= 0 || cfg.maxBackoff <= 0 || cfg.timeout <= 0 || cfg.reportsGrace <= 0 {
-		fmt.Fprintln(s.err, "iptables-alerter forward: --poll, --max-backoff, --request-timeout and --reports-grace must be positive")
+	if cfg.poll <= 0 || cfg.maxBackoff <= 0 || cfg.timeout <= 0 || cfg.reportsGrace <= 0 || cfg.qps <= 0 || cfg.burst <= 0 {
+		fmt.Fprintln(s.err, "iptables-alerter forward: --poll, --max-backoff, --request-timeout, --reports-grace, --kube-api-qps and --kube-api-burst must be positive")
 		return 2
 	}
 	if err := cfg.secure.check(); err != nil {
@@ -241,6 +255,13 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 	}
 	rc.UserAgent = "iptables-alerter-forward/" + about().Version
 	rc.Timeout = cfg.timeout
+	if cfg.qps > 0 && cfg.burst > 0 {
+		// One limiter for both clients made from rc (Events and
+		// Reports): the flags bound what this forwarder sends, not each
+		// client. Unset (in-process tests), client-go's defaults hold.
+		rc.QPS, rc.Burst = cfg.qps, cfg.burst
+		rc.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.qps, cfg.burst)
+	}
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("make kubernetes client: %w", err)
@@ -292,8 +313,9 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 	if cfg.healthAddr != "" {
 		// One finding may hold the loop for a backoff plus a pod GET and
 		// two creates, each up to the request timeout (client-go may also
-		// wait out a Retry-After), and the Report's pod GET, get and
-		// update; beyond that the loop is stuck.
+		// wait out a Retry-After), and the Report's get and update (and
+		// pod GET when the Post found no pod); beyond that the loop is
+		// stuck.
 		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*cfg.maxBackoff+8*cfg.timeout+10*cfg.poll, nil, metrics)
 		if err != nil {
 			return err
@@ -376,5 +398,5 @@ func (h *forwarder) handle(ctx context.Context, line []byte) error {
 	}
 	// After the Events: a Report error retries the line, whose Events
 	// are then answered AlreadyExists.
-	return h.reports.write(ctx, rec, fields)
+	return h.reports.write(ctx, rec, res, fields)
 }

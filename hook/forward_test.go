@@ -59,6 +59,8 @@ func TestForwardFlags(t *testing.T) {
 		{name: "unknown flag", args: []string{"--nope"}, wantCode: 2, wantErr: "unknown flag: --nope"},
 		{name: "extra argument", args: []string{"x"}, wantCode: 2, wantErr: `unknown command "x"`},
 		{name: "zero poll", args: []string{"--poll", "0s"}, wantCode: 2, wantErr: "must be positive"},
+		{name: "zero qps", args: []string{"--kube-api-qps", "0"}, wantCode: 2, wantErr: "--kube-api-qps and --kube-api-burst must be positive"},
+		{name: "negative burst", args: []string{"--kube-api-burst", "-1"}, wantCode: 2, wantErr: "--kube-api-qps and --kube-api-burst must be positive"},
 		{name: "no credentials", args: []string{"--state-dir", "STATE"}, env: []string{"KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT="}, wantCode: 1, wantErr: "--kubeconfig not given and not running in a pod"},
 		{name: "missing kubeconfig", args: []string{"--state-dir", "STATE", "--kubeconfig", "/nonexistent/kubeconfig"}, wantCode: 1, wantErr: "/nonexistent/kubeconfig"},
 	}

@@ -121,12 +121,13 @@ func (r *reporter) sweep(ctx context.Context) {
 	}
 }
 
-// write puts rec into its Report; an error means try the line again.
-func (r *reporter) write(ctx context.Context, rec findings.Record, fields logrus.Fields) error {
+// write puts rec into its Report, from the pod and owner its Event's post
+// read; an error means try the line again.
+func (r *reporter) write(ctx context.Context, rec findings.Record, posted events.Result, fields logrus.Fields) error {
 	if r == nil || !r.enabled.Load() {
 		return nil
 	}
-	res, err := r.w.Write(ctx, rec)
+	res, err := r.w.WriteAfter(ctx, rec, posted)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,9 @@
 package nstest
 
 import (
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -77,4 +79,31 @@ func FDs(t testing.TB) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+// Restorer starts iptables-nft-restore --noflush in ns, which commits each
+// table section written to it and stays alive meanwhile, until the test
+// ends: a writer an agent's watch can describe. It and its parent (this
+// test) are shown in hostProc before anything is written. ip netns exec
+// execs it, so pid is the one started.
+func (ns *NS) Restorer(hostProc string) (w io.Writer, pid int) {
+	t := ns.t
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", ns.Name, "iptables-nft-restore", "--noflush")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("iptables-nft-restore: %v", err)
+		}
+	})
+	ShowProc(t, hostProc, cmd.Process.Pid)
+	ShowProc(t, hostProc, os.Getpid())
+	return in, cmd.Process.Pid
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -45,28 +44,12 @@ func startWatching(t *testing.T, dir string, obs Observer, change func(*Config))
 }
 
 // restorer is an iptables-nft-restore in a namespace that commits each
-// table section the test writes to it, and stays alive meanwhile: a
-// writer the agent can describe. ip netns exec execs it: its pid is the
-// one started, its parent the test.
+// table section the test writes to it (nstest's Restorer), shown in the
+// agent's host /proc.
 func restorer(t *testing.T, a *Agent, ns *nstest.NS) io.Writer {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", ns.Name, "iptables-nft-restore", "--noflush")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		in.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("iptables-nft-restore: %v", err)
-		}
-	})
-	nstest.ShowProc(t, a.cfg.HostProc, cmd.Process.Pid)
-	nstest.ShowProc(t, a.cfg.HostProc, os.Getpid())
-	return in
+	w, _ := ns.Restorer(a.cfg.HostProc)
+	return w
 }
 
 // ready waits until the sandbox's monitor is open: a commit before it is

@@ -74,8 +74,14 @@ type Result struct {
 	PodUID types.UID
 	// Mirror is true when the record's pod is a static pod.
 	Mirror bool
-	// Owner is the pod's owning workload, zero when no pod was found.
-	Owner owner.Owner
+	// Owner is the pod's owning workload, zero when no pod was found;
+	// OwnerRef refers to its object (owner.Resolver.Reference).
+	Owner    owner.Owner
+	OwnerRef metav1.OwnerReference
+	// Pod is the live pod the Event regards, nil when none was found:
+	// lib/reports writes the pod's result from it and Owner, without
+	// reading them again.
+	Pod *corev1.Pod
 	// Node is the outcome of the node summary Event, empty when not asked;
 	// NodeWhy explains a Rejected one.
 	Node    Outcome
@@ -137,8 +143,8 @@ func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, erro
 	if pod == nil {
 		return res, err
 	}
-	res.Name = PodEventName(rec)
-	res.Owner = p.owners.Resolve(ctx, pod)
+	res.Name, res.Pod = PodEventName(rec), pod
+	res.Owner, res.OwnerRef = p.owners.Reference(ctx, pod)
 	res.Outcome, err = p.create(ctx, p.podEvent(rec, pod, res.Name, res.Owner))
 	if res.Outcome == "" {
 		return Result{}, err

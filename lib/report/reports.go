@@ -102,7 +102,7 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error)
 }
 
 // shared are the properties the pods of one workload mostly have alike.
-var shared = []string{reports.PropOwner, reports.PropNodes, reports.PropRules, reports.PropVendor, reports.PropHint,
+var shared = []string{reports.PropOwner, reports.PropNodes, reports.PropRules, reports.PropVendor, reports.PropHint, reports.PropDoc,
 	reports.PropExample + "1", reports.PropExample + "2", reports.PropExample + "3"}
 
 // share makes the shared properties of a Report's results that are equal
@@ -167,7 +167,8 @@ func resultItem(namespace string, x openreportsv1alpha1.ReportResult, sk *Skippe
 		for i, n := range strings.Split(names, ",") {
 			v := findings.Vendor{Name: n}
 			if i == 0 {
-				v.Hint = p[reports.PropHint]
+				// valid drops a doc that is not an http(s) link.
+				v.Hint, v.Doc = p[reports.PropHint], p[reports.PropDoc]
 			}
 			it.Vendors = append(it.Vendors, v)
 		}

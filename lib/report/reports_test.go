@@ -18,7 +18,7 @@ func TestResultItem(t *testing.T) {
 	x := openreportsv1alpha1.ReportResult{Source: reports.Source, Rule: findings.ImpactXt, Result: "fail", Subjects: pod,
 		Properties: map[string]string{
 			reports.PropOwner: "Deployment/web", reports.PropNodes: "node-a", reports.PropRules: "legacy=0 xt=2 native=1 total=3",
-			reports.PropVendor: "istio,linkerd", reports.PropHint: "use the CNI", reports.PropLastSeen: "2026-03-01T12:00:00Z",
+			reports.PropVendor: "istio,linkerd", reports.PropHint: "use the CNI", reports.PropDoc: "https://istio.io/latest/", reports.PropLastSeen: "2026-03-01T12:00:00Z",
 			reports.PropExample + "1": "[ip nat, xt] -A OUTPUT -j REDIRECT", reports.PropExample + "2": "-A INPUT -j ACCEPT",
 		}}
 	var sk Skipped
@@ -26,10 +26,18 @@ func TestResultItem(t *testing.T) {
 	want := findings.Example{Family: "ip", Table: "nat", Impact: findings.ImpactXt, Rule: "-A OUTPUT -j REDIRECT"}
 	if !ok || it.Namespace != "shop" || it.Pod != "web-1" || it.PodUID != "u1" || it.Owner.String() != "Deployment/web" || it.Node != "node-a" ||
 		it.Worst != findings.ImpactXt || it.Impact != (findings.Impact{Xt: 2, Native: 1}) || it.State != findings.StatePresent ||
-		len(it.Vendors) != 2 || it.Vendors[0].Hint != "use the CNI" || it.Vendors[1].Hint != "" || it.Time.IsZero() ||
+		len(it.Vendors) != 2 || it.Vendors[0].Hint != "use the CNI" || it.Vendors[0].Doc != "https://istio.io/latest/" || it.Vendors[1].Hint != "" || it.Vendors[1].Doc != "" || it.Time.IsZero() ||
 		len(it.Examples) != 2 || it.Examples[0] != want || it.Examples[1].Rule != "-A INPUT -j ACCEPT" {
 		t.Errorf("item %+v", it)
 	}
+
+	// A Report anyone may write: a doc that is no http(s) link is dropped
+	// and counted, never shown as the vendor's.
+	x.Properties[reports.PropDoc] = "javascript:alert(1)"
+	if it, _ := resultItem("shop", x, &sk); valid(it, &sk).Vendors[0].Doc != "" || sk.Invalid != 1 {
+		t.Errorf("forged doc kept: %+v, %+v", valid(it, &Skipped{}).Vendors, sk)
+	}
+	sk = Skipped{}
 
 	x.Rule, x.Result, x.Properties = reports.RuleUnknown, "error", map[string]string{reports.PropError: "inspect: busy"}
 	if it, ok := resultItem("shop", x, &sk); !ok || it.State != findings.StateUnknown || it.Error != "inspect: busy" || it.Worst != "" {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,10 +13,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -58,7 +61,7 @@ func record(pod *corev1.Pod, state findings.State, legacy, xt, native int) findi
 		rec.Nft = findings.Nft{Tables: []string{"ip nat"}, Rules: xt + native}
 		rec.Legacy = findings.Legacy{Rules: legacy}
 		rec.Examples = []findings.Example{{Family: "ip", Table: "nat", Chain: "OUTPUT", Rule: "-A OUTPUT -p tcp -j REDIRECT --to-ports 15001", Impact: "xt"}}
-		rec.Vendors = []findings.Vendor{{Name: "istio", Hint: "use the Istio CNI node agent"}}
+		rec.Vendors = []findings.Vendor{{Name: "istio", Hint: "use the Istio CNI node agent", Doc: "https://istio.io/latest/docs/setup/additional-setup/cni/"}}
 	} else {
 		rec.Error = "inspect: deadline exceeded"
 		rec.Truncated = true
@@ -117,7 +120,7 @@ func TestWriteRealAPIServer(t *testing.T) {
 	if !strings.HasPrefix(x.Description, findings.ImpactWords(findings.ImpactLegacy)) {
 		t.Errorf("message does not lead with the impact: %q", x.Description)
 	}
-	for _, k := range []string{reports.PropOwner, reports.PropVendor, reports.PropHint, reports.PropPods, reports.PropNodes, reports.PropFirstSeen, reports.PropLastSeen, reports.PropExample + "1"} {
+	for _, k := range []string{reports.PropOwner, reports.PropVendor, reports.PropHint, reports.PropDoc, reports.PropPods, reports.PropNodes, reports.PropFirstSeen, reports.PropLastSeen, reports.PropExample + "1"} {
 		if x.Properties[k] == "" {
 			t.Errorf("property %q missing: %v", k, x.Properties)
 		}
@@ -267,5 +270,72 @@ func TestBoundedReport(t *testing.T) {
 	b, _ := json.Marshal(r)
 	if len(b) > 700<<10 {
 		t.Errorf("report is %d bytes", len(b))
+	}
+}
+
+// calls counts the API requests of the clients it wraps, by verb and
+// resource.
+type calls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *calls) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTrip(func(r *http.Request) (*http.Response, error) {
+		// .../namespaces/NS/RESOURCE[/NAME]
+		parts := strings.Split(r.URL.Path, "/")
+		resource := r.URL.Path
+		for i, p := range parts {
+			if p == "namespaces" && i+2 < len(parts) {
+				resource = parts[i+2]
+			}
+		}
+		c.mu.Lock()
+		c.n[r.Method+" "+resource]++
+		c.mu.Unlock()
+		return rt.RoundTrip(r)
+	})
+}
+
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestWriteAfterPost (the forwarder's path): a finding's Report is written
+// from the pod and owner its Event's post read, so the finding costs the
+// Event's create, one pod GET, the owner's lookup and the Report's get and
+// write, no more; the Report is the same as Write's.
+func TestWriteAfterPost(t *testing.T) {
+	c, _, owned := start(t)
+	web := owned["web-7c9-aaaaa"].Pod
+	ctx := kubetest.Ctx(t)
+	counted := &calls{n: map[string]int{}}
+	cfg := c.Config(c.AdminToken)
+	cfg.WrapTransport = counted.wrap
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(web, findings.StatePresent, 0, 1, 0)
+	posted, err := events.New(cs, "node-a", false).Post(ctx, rec)
+	if err != nil || posted.Outcome != events.Created {
+		t.Fatalf("Post = %+v, %v", posted, err)
+	}
+	res, err := reports.New(cs, rc, "node-a").WriteAfter(ctx, rec, posted)
+	if err != nil || res.Outcome != reports.Written || res.Owner != posted.Owner {
+		t.Fatalf("WriteAfter = %+v, %v; want written, owner %v", res, err, posted.Owner)
+	}
+	want := map[string]int{"POST events": 1, "GET pods": 1, "GET replicasets": 1, "GET reports": 1, "POST reports": 1}
+	if diff := cmp.Diff(want, counted.n); diff != "" {
+		t.Errorf("API calls (-want +got):\n%s", diff)
+	}
+	r := get(t, rc, "shop", res.Name)
+	if len(r.OwnerReferences) != 1 || r.OwnerReferences[0].Kind != "Deployment" || r.OwnerReferences[0].Name != "web" ||
+		len(r.Results) != 1 || r.Results[0].Subjects[0].UID != web.UID {
+		t.Errorf("report owners %+v, results %+v", r.OwnerReferences, r.Results)
 	}
 }

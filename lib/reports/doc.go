@@ -29,5 +29,6 @@
 // (events.Retryable); the caller keeps the record and calls again.
 //
 // API calls made, which packaging/rbac must allow: pods get (and
-// lib/owner's gets), reports get, list, create, update, delete.
+// lib/owner's gets; WriteAfter takes both from the record's Event post
+// instead), reports get, list, create, update, delete.
 package reports

@@ -46,6 +46,7 @@ const (
 	PropContainer   = "container"
 	PropVendor      = "vendor"
 	PropHint        = "hint"
+	PropDoc         = "doc" // the first vendor's documentation link
 	PropFirstSeen   = "firstSeen"
 	PropLastSeen    = "lastSeen"
 	PropFingerprint = "fingerprint"
@@ -149,6 +150,10 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, node string, 
 		p[PropVendor] = prop(strings.Join(names, ","))
 		if rec.Vendors[0].Hint != "" {
 			p[PropHint] = prop(rec.Vendors[0].Hint)
+		}
+		// Whole or not at all: a link escaped or cut leads elsewhere.
+		if d := rec.Vendors[0].Doc; d != "" && prop(d) == d {
+			p[PropDoc] = d
 		}
 	}
 	if rec.Error != "" {

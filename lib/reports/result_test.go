@@ -46,7 +46,7 @@ func TestResultBounded(t *testing.T) {
 		Writer: &findings.Writer{PID: 1, Comm: evil, PPID: 2, ParentComm: evil, Container: evil, Pod: findings.Pod{Namespace: evil, Name: evil}}}
 	for range 20 {
 		rec.Examples = append(rec.Examples, findings.Example{Family: "ip", Table: "nat", Rule: evil})
-		rec.Vendors = append(rec.Vendors, findings.Vendor{Name: evil, Hint: evil})
+		rec.Vendors = append(rec.Vendors, findings.Vendor{Name: evil, Hint: evil, Doc: evil})
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart", UID: "u"}}
 	x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: evil}, "node-a", time.Time{})
@@ -81,6 +81,29 @@ func TestResultWriter(t *testing.T) {
 	want := "iptables-nft-re (pid 4242) in container istio-init of pod shop/cart"
 	if x.Properties[PropWriter] != want || !strings.Contains(x.Description, "Last change by "+want+".") {
 		t.Errorf("writer property %q, message %q; want %q in both", x.Properties[PropWriter], x.Description, want)
+	}
+}
+
+// The first vendor's doc link is a property whole, or none: a link
+// escaped or cut would lead elsewhere.
+func TestResultDoc(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart", UID: "u"}}
+	istio := "https://istio.io/latest/news/releases/1.27.x/announcing-1.27/change-notes/"
+	for _, tc := range []struct{ name, doc, want string }{
+		{"link", istio, istio},
+		{"none", "", ""},
+		{"too long", "https://example.com/" + strings.Repeat("a", MaxProperty), ""},
+		{"control characters", "https://example.com/\x1b[2J", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := findings.Record{State: findings.StatePresent, Worst: "xt", Impact: findings.Impact{Xt: 1}, Nft: findings.Nft{Rules: 1},
+				Pod:     findings.Pod{Namespace: "shop", Name: "cart", UID: "u"},
+				Vendors: []findings.Vendor{{Name: "istio", Hint: "use native nftables", Doc: tc.doc}, {Name: "other", Doc: "https://other.example/"}}}
+			x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: "cart"}, "node-a", time.Time{})
+			if got, ok := x.Properties[PropDoc]; got != tc.want || ok != (tc.want != "") {
+				t.Errorf("doc property %q (set %v), want %q", got, ok, tc.want)
+			}
+		})
 	}
 }
 

@@ -125,6 +125,13 @@ func Selector(node string) string {
 
 // Write puts rec into its Report, by its state (see the package doc).
 func (w *Writer) Write(ctx context.Context, rec findings.Record) (Result, error) {
+	return w.WriteAfter(ctx, rec, events.Result{})
+}
+
+// WriteAfter is Write after rec's Event was posted: the live pod and its
+// owner that the Post read (posted.Pod non-nil) are used as they are,
+// saving a pod GET and the owner's lookups for each finding.
+func (w *Writer) WriteAfter(ctx context.Context, rec findings.Record, posted events.Result) (Result, error) {
 	if rec.Pod.Namespace == "" || rec.Pod.Name == "" || rec.Pod.UID == "" {
 		return Result{Outcome: events.NoPod, Why: errors.New("record names no pod")}, nil
 	}
@@ -140,15 +147,20 @@ func (w *Writer) Write(ctx context.Context, rec findings.Record) (Result, error)
 			return Result{Outcome: events.NoPod, Why: errors.New("record holds no iptables usage")}, nil
 		}
 	}
-	pod, live, err := events.LivePod(ctx, w.kube, rec.Pod)
+	pod, o, ref := posted.Pod, posted.Owner, posted.OwnerRef
 	if pod == nil {
-		return Result{Outcome: live.Outcome, Why: live.Why}, err
+		var live events.Result
+		var err error
+		pod, live, err = events.LivePod(ctx, w.kube, rec.Pod)
+		if pod == nil {
+			return Result{Outcome: live.Outcome, Why: live.Why}, err
+		}
+		o, ref = w.owners.Reference(ctx, pod)
 	}
-	o, ref := w.owners.Reference(ctx, pod)
 	res := Result{Namespace: pod.Namespace, Name: Name(o, w.node), Owner: o}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	err = w.update(ctx, pod.Namespace, res.Name, func(r *openreportsv1alpha1.Report) {
+	err := w.update(ctx, pod.Namespace, res.Name, func(r *openreportsv1alpha1.Report) {
 		r.OwnerReferences = []metav1.OwnerReference{ref}
 		r.Scope = &corev1.ObjectReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: pod.Namespace, Name: ref.Name, UID: ref.UID}
 		var first time.Time

@@ -54,9 +54,8 @@ const reportsNamespaces = 10
 // Deployments (ReplicaSet and pods created in the API, linked as the
 // controllers would), spread over -reports-nodes nodes, each node's
 // findings followed by its own forwarder, the real binary, as on a
-// cluster. One forwarder could not do it in time: client-go throttles each
-// API group's client to 5 requests a second by default, about 2.5 findings
-// a second. The findings are copies of one real record, the hook's on a
+// cluster. One forwarder could not do it in time: its --kube-api-qps (20
+// by default) holds it to about 5 findings a second. The findings are copies of one real record, the hook's on a
 // netns holding Istio's nat rules and a legacy rule (the demo's), each
 // naming its own pod. Counted between the forwarders' start and their
 // last Report write: the API server's own requests (apiserver_request_total,

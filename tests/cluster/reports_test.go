@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -151,10 +153,12 @@ func watchPosted(t *testing.T, cs kubernetes.Interface) <-chan types.UID {
 // of a StatefulSet's pod by the runtime side of NRI in this process,
 // inspects it (Linkerd's rules by iptables-nft and an iptables-legacy
 // rule); the real forwarder, with the shipped RBAC, posts their Events and
-// writes their Reports. Once the API server has deleted every Event of
-// ours, `iptables-alerter report` with the shipped report RBAC still lists
-// both workloads from the Reports, each with its worst level, vendor and
-// hint; deleting the Deployment makes the garbage collector delete its
+// writes their Reports. A rule written into the StatefulSet's pod after
+// the agent started is heard by the agent's watch, and the writing
+// process named. Once the API server has deleted every Event of ours,
+// `iptables-alerter report` with the shipped report RBAC still lists both
+// workloads from the Reports, each with its worst level, vendor, hint and
+// doc link, and the StatefulSet with the rule's writer; deleting the Deployment makes the garbage collector delete its
 // Report, and the StatefulSet's stays.
 func TestReportsOutliveEvents(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft-restore", "iptables-legacy")
@@ -199,8 +203,10 @@ func TestReportsOutliveEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(ad.Stop)
-	// --host-proc "": the test's pods are not host-network ones.
-	agent := startProc(t, "agent", exec.Command(bin, append([]string{"agent", "--nri-socket", sock, "--health-addr", "", "--host-proc", ""}, common...)...))
+	// A stand-in host /proc: this sandbox may not open pid 1's netns. The
+	// agent's own netns is the "node's"; the writer is shown in it below.
+	hostProc := nstest.HostProc(t, "/proc/self/ns/net")
+	agent := startProc(t, "agent", exec.Command(bin, append([]string{"agent", "--nri-socket", sock, "--health-addr", "", "--host-proc", hostProc}, common...)...))
 	fwd := startProc(t, "forward", exec.Command(bin, "forward", "--kubeconfig", c.Kubeconfig("forward", kubetest.Token(t, cs, "iptables-alerter", "iptables-alerter-forward")),
 		"--findings", file, "--state-dir", filepath.Join(work, "fwd"), "--node-name", "node-a", "--health-addr", ""))
 
@@ -229,6 +235,29 @@ func TestReportsOutliveEvents(t *testing.T) {
 		})
 	}
 
+	// After the agent started, a process writes a rule into db's netns:
+	// the agent's watch hears the commit, its finding names the writer,
+	// and db's Report says who. The commit waits for the watch's monitor
+	// (a commit before it is not the watch's to see).
+	poll(t, "the agent's monitor in db's netns", func() (bool, error) { return monitored(dbNS) })
+	restore, pid := dbNS.Restorer(hostProc)
+	if _, err := io.WriteString(restore, "*filter\n-A INPUT -p tcp --dport 9999 -j ACCEPT\nCOMMIT\n"); err != nil {
+		t.Fatal(err)
+	}
+	wantWriter := fmt.Sprintf("iptables-nft-re (pid %d, parent ", pid)
+	poll(t, "db's Report naming the writer "+wantWriter+"...", func() (bool, error) {
+		r, err := rc.OpenreportsV1alpha1().Reports("shop").Get(kubetest.Ctx(t), names["db"], metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, x := range r.Results {
+			if strings.HasPrefix(x.Properties[reports.PropWriter], wantWriter) {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("results %+v\nfindings:\n%s\nagent:\n%s\nforward:\n%s", r.Results, tail(file, 3000), agent, fwd)
+	})
+
 	// The API server deletes the Events once their TTL passed.
 	poll(t, "Events of ours still listed", func() (bool, error) {
 		evs, err := ourEvents(kubetest.Ctx(t), cs)
@@ -251,15 +280,17 @@ func TestReportsOutliveEvents(t *testing.T) {
 	for _, g := range r.Groups {
 		got[g.Namespace+"/"+g.Owner.String()] = g
 	}
-	for key, w := range map[string]struct{ pod, worst, vendor, hint string }{
-		"shop/Deployment/web": {web.Name, findings.ImpactXt, "istio", "Istio 1.27+"},
-		"shop/StatefulSet/db": {db.Name, findings.ImpactLegacy, "linkerd", "Linkerd's proxy-init"},
+	for key, w := range map[string]struct{ pod, worst, vendor, hint, doc, writer string }{
+		"shop/Deployment/web": {web.Name, findings.ImpactXt, "istio", "Istio 1.27+", "https://istio.io/", ""},
+		"shop/StatefulSet/db": {db.Name, findings.ImpactLegacy, "linkerd", "Linkerd's proxy-init", "https://linkerd.io/", wantWriter},
 	} {
 		g, ok := got[key]
-		hint, _ := g.Hint()
+		hint, doc := g.Hint()
+		writers := strings.Join(g.Writers, "; ")
 		if !ok || strings.Join(g.Pods, ",") != w.pod || strings.Join(g.Nodes, ",") != "node-a" || g.Worst != w.worst ||
-			g.VendorNames() != w.vendor || !strings.HasPrefix(hint, w.hint) || g.State != findings.StatePresent {
-			t.Errorf("%s: %+v; want pod %s on node-a, worst %s, vendor %s, hint %q...", key, g, w.pod, w.worst, w.vendor, w.hint)
+			g.VendorNames() != w.vendor || !strings.HasPrefix(hint, w.hint) || !strings.HasPrefix(doc, w.doc) || g.State != findings.StatePresent ||
+			!strings.HasPrefix(writers, w.writer) || (w.writer == "") != (writers == "") {
+			t.Errorf("%s: %+v; want pod %s on node-a, worst %s, vendor %s, hint %q..., doc %q..., writer %q...", key, g, w.pod, w.worst, w.vendor, w.hint, w.doc, w.writer)
 		}
 	}
 	if len(r.Groups) != 2 {
@@ -284,6 +315,27 @@ func TestReportsOutliveEvents(t *testing.T) {
 	if _, err := rc.OpenreportsV1alpha1().Reports("shop").Get(kubetest.Ctx(t), names["db"], metav1.GetOptions{}); err != nil {
 		t.Errorf("the StatefulSet's Report: %v, want it kept", err)
 	}
+}
+
+// monitored tells whether a process holds an nftables monitor in ns: a
+// NETLINK_NETFILTER socket (protocol 12) that joined NFNLGRP_NFTABLES
+// (group 7: bit 6 of the groups column). /proc/net/netlink lists the
+// sockets of the reader's netns.
+func monitored(ns *nstest.NS) (bool, error) {
+	out, err := ns.Exec("cat", "/proc/net/netlink")
+	if err != nil {
+		return false, fmt.Errorf("read /proc/net/netlink in %s: %w: %s", ns.Name, err, out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 4 || f[1] != "12" {
+			continue
+		}
+		if g, err := strconv.ParseUint(f[3], 16, 32); err == nil && g&(1<<6) != 0 {
+			return true, nil
+		}
+	}
+	return false, fmt.Errorf("no nftables monitor in %s:\n%s", ns.Name, out)
 }
 
 // poll calls ok until it returns true, failing the test with its last
