@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,7 +50,8 @@ func TestAgentFlags(t *testing.T) {
 // a netns.
 func TestAgentUnreachable(t *testing.T) {
 	dir := t.TempDir()
-	var logs bytes.Buffer
+	// The agent's goroutines log while the test reads.
+	var logs lockedBuffer
 	log := logrus.New()
 	log.SetOutput(&logs)
 	m := newAgentMetrics(log)
@@ -176,4 +178,22 @@ func TestAgentPodSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the series gone", func() bool { return !strings.Contains(metrics(), "iptables_alerter_agent_pod_rules{") })
+}
+
+// lockedBuffer is a log sink the test may read while others write to it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

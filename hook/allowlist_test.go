@@ -57,7 +57,10 @@ func TestDefaultAllowlist(t *testing.T) {
 			}
 			r := recs[0]
 			want := findings.Record{
-				Nft:              findings.Nft{Tables: []string{"ip nat"}, Chains: 1, Rules: 1},
+				Nft: findings.Nft{Tables: []string{"ip nat"}, Chains: 1, Rules: 1,
+					// Per table, after the allowlist too; chains as the save
+					// tool lists them (nat's four built-in chains).
+					PerTable: []findings.TableCount{{Table: "ip nat", Chains: 4, Rules: 1}}},
 				Legacy:           findings.Legacy{Tables: []string{}},
 				Allowlisted:      12,
 				AllowlistEntries: []string{"ovn-kubernetes-block-mcs-ipv4", "ovn-kubernetes-block-mcs-ipv6", "ovn-kubernetes-block-metadata"},

@@ -132,10 +132,14 @@ func TestHookScenarios(t *testing.T) {
 				Nft    findings.Nft
 				Legacy findings.Legacy
 			}{normNft(tc.nft), normLegacy(tc.legacy)}
+			// Per-table counts are lib/classify's (checked there against the
+			// save tools); these cases check the totals.
+			nft := r.Nft
+			nft.PerTable = nil
 			got := struct {
 				Nft    findings.Nft
 				Legacy findings.Legacy
-			}{r.Nft, r.Legacy}
+			}{nft, r.Legacy}
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("counts (-want +got):\n%s", d)
 			}

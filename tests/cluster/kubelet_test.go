@@ -22,6 +22,9 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	critest.RemoveImage()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
 	os.Exit(code)
 }
 
@@ -50,7 +53,8 @@ func alerterBin(t *testing.T) string {
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(binPath)) })
+	// Removed by TestMain: the build is shared by every test of the
+	// binary, so no one test's cleanup may take it away.
 	return binPath
 }
 
