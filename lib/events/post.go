@@ -107,6 +107,9 @@ func New(client kubernetes.Interface, node string, nodeEvent bool) *Poster {
 // the caller keeps rec and calls Post again with it later. Everything
 // final, including a rejection, comes back as a Result with a nil error.
 func (p *Poster) Post(ctx context.Context, rec findings.Record) (Result, error) {
+	if rec.KnownSubject() == findings.SubjectNode {
+		return p.postNode(ctx, rec)
+	}
 	res, err := p.postPod(ctx, rec)
 	if err != nil || !p.nodeEvent || res.Outcome == NoPod || rec.State == findings.StateUnknown {
 		return res, err
