@@ -20,6 +20,10 @@ import (
 // Events use. The writer, a host-network pod's container or a systemd
 // unit, is named in the note.
 
+// SubjectAnnotation marks a node record's Event (value "node"), which the
+// report reads; the node summary Events, which repeat pods' ones, lack it.
+const SubjectAnnotation = "iptables-alerter.io/subject"
+
 // nodeWords turns a pod's note into the node's: the same facts, about the
 // node's namespace.
 var nodeWords = strings.NewReplacer(
@@ -50,6 +54,7 @@ func (p *Poster) postNode(ctx context.Context, rec findings.Record) (Result, err
 	ev := p.base(rec, name, NodeEventNamespace, owner.Owner{})
 	// As the node summary: the kubelet uses the node name as UID.
 	ev.Regarding = corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: p.node, UID: types.UID(p.node)}
+	ev.Annotations[SubjectAnnotation] = string(findings.SubjectNode)
 	ev.Note = Note(rec, owner.Owner{})
 	if rec.KnownState() == findings.StateUnknown {
 		ev.Reason, ev.Note = UnknownReason, UnknownNote(rec, owner.Owner{})
