@@ -97,12 +97,16 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 	if cfg.agent.Node == "" {
 		cfg.agent.Node, _ = os.Hostname()
 	}
+	log := cfg.log.logger(s.err)
 	if cfg.agent.HostNetns == hostNetnsNode {
+		if cfg.agent.HostProc == "" {
+			log.Error("agent not started: a bare --host-netns names the node's netns through --host-proc, which is empty")
+			return 2
+		}
 		cfg.agent.HostNetns = filepath.Join(cfg.agent.HostProc, "1", "ns", "net")
 	}
 	cfg.agent.Log.MaxBytes, cfg.agent.Log.Generations = cfg.maxBytes, cfg.generations
 	cfg.agent.Load = scan.Loaders{Allow: cfg.allow.load, Vendors: func() (*catalog.Table, error) { return catalog.Load(cfg.vendors) }}
-	log := cfg.log.logger(s.err)
 	if _, err := cfg.allow.load(); err != nil {
 		// Not fatal: the hook reports with the built-in entries too.
 		log.WithError(err).Error("cannot load the allowlist, reporting without it until it is fixed")
