@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,21 +25,8 @@ import (
 // touched.
 func placedRestorer(t *testing.T, a *Agent, ns *nstest.NS, cgroup string) io.Writer {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", ns.Name, "iptables-nft-restore", "--noflush")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		in.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("iptables-nft-restore: %v", err)
-		}
-	})
-	pid := strconv.Itoa(cmd.Process.Pid)
+	n, in := startRestore(t, ns)
+	pid := strconv.Itoa(n)
 	dir := filepath.Join(a.cfg.HostProc, pid)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -76,7 +62,7 @@ func TestNodeWatch(t *testing.T) {
 	dir := t.TempDir()
 	node := nstest.New(t)
 	// Before the agent: a Calico-like chain, and the kubelet's own.
-	node.Restore("*filter\n:cali-INPUT - [0:0]\n:KUBE-FIREWALL - [0:0]\n-A INPUT -j cali-INPUT\n-A INPUT -j KUBE-FIREWALL\n" +
+	node.Restore("*filter\n:cali-INPUT - [0:0]\n:KUBE-FIREWALL - [0:0]\n-A INPUT -j cali-INPUT\n-A INPUT -j KUBE-FIREWALL\n"+
 		"-A cali-INPUT -s 10.9.9.9/32 -j DROP\n-A KUBE-FIREWALL -d 127.0.0.0/8 -j DROP\nCOMMIT\n", "iptables-nft-restore")
 	rec := newRecorder()
 	a := startWatching(t, dir, rec, func(cfg *Config) {

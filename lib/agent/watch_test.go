@@ -50,6 +50,15 @@ func startWatching(t *testing.T, dir string, obs Observer, change func(*Config))
 // one started, its parent the test.
 func restorer(t *testing.T, a *Agent, ns *nstest.NS) io.Writer {
 	t.Helper()
+	pid, in := startRestore(t, ns)
+	nstest.ShowProc(t, a.cfg.HostProc, pid)
+	nstest.ShowProc(t, a.cfg.HostProc, os.Getpid())
+	return in
+}
+
+// startRestore starts the restorer, ended when the test ends.
+func startRestore(t *testing.T, ns *nstest.NS) (int, io.Writer) {
+	t.Helper()
 	cmd := exec.Command("ip", "netns", "exec", ns.Name, "iptables-nft-restore", "--noflush")
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -64,9 +73,7 @@ func restorer(t *testing.T, a *Agent, ns *nstest.NS) io.Writer {
 			t.Errorf("iptables-nft-restore: %v", err)
 		}
 	})
-	nstest.ShowProc(t, a.cfg.HostProc, cmd.Process.Pid)
-	nstest.ShowProc(t, a.cfg.HostProc, os.Getpid())
-	return in
+	return cmd.Process.Pid, in
 }
 
 // ready waits until the sandbox's monitor is open: a commit before it is

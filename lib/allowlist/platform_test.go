@@ -19,7 +19,9 @@ func TestPlatform(t *testing.T) {
 			t.Errorf("entry %q has no source", e.Name)
 		}
 	}
-	r := func(chain string) inspect.Rule { return inspect.Rule{Family: inspect.IP, Table: "filter", Chain: chain} }
+	r := func(chain string) inspect.Rule {
+		return inspect.Rule{Family: inspect.IP, Table: "filter", Chain: chain}
+	}
 	tests := []struct {
 		name string
 		rule inspect.Rule

@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"errors"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,13 +41,8 @@ func NodeUsageEventName(node string, rec findings.Record) string {
 
 // postNode is Post for a record of subject node.
 func (p *Poster) postNode(ctx context.Context, rec findings.Record) (Result, error) {
-	switch rec.KnownState() {
-	case findings.StateGone:
-		return Result{Outcome: NoPod, Why: errors.New("usage gone: no Event for it, the earlier ones stay")}, nil
-	case findings.StatePresent:
-		if !rec.HasUsage() {
-			return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil
-		}
+	if res, skip := noEvent(rec); skip {
+		return res, nil
 	}
 	name := NodeUsageEventName(p.node, rec)
 	ev := p.base(rec, name, NodeEventNamespace, owner.Owner{})

@@ -124,17 +124,26 @@ func (p *Poster) Post(ctx context.Context, rec findings.Record) (Result, error) 
 	return res, nil
 }
 
+// noEvent tells a record that gets no Event, and why: its usage gone (the
+// Events already posted stay), or none in a present record.
+func noEvent(rec findings.Record) (Result, bool) {
+	switch rec.KnownState() {
+	case findings.StateGone:
+		return Result{Outcome: NoPod, Why: errors.New("usage gone: no Event for it, the earlier ones stay")}, true
+	case findings.StatePresent:
+		if !rec.HasUsage() {
+			return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, true
+		}
+	}
+	return Result{}, false
+}
+
 func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, error) {
 	if rec.Pod.Namespace == "" || rec.Pod.Name == "" || rec.Pod.UID == "" {
 		return Result{Outcome: NoPod, Why: errors.New("record names no pod")}, nil
 	}
-	switch rec.KnownState() {
-	case findings.StateGone:
-		return Result{Outcome: NoPod, Why: errors.New("usage gone: no Event for it, the earlier ones stay")}, nil
-	case findings.StatePresent:
-		if !rec.HasUsage() {
-			return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil
-		}
+	if res, skip := noEvent(rec); skip {
+		return res, nil
 	}
 	pod, res, err := LivePod(ctx, p.client, rec.Pod)
 	if pod == nil {
