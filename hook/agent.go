@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -60,6 +61,10 @@ type agentConfig struct {
 	log         logFlags
 }
 
+// hostNetnsNode, the value of a bare --host-netns, names the node's own
+// netns (--host-proc's pid 1's); tests give a stand-in's path instead.
+const hostNetnsNode = "host"
+
 func (cfg *agentConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&cfg.agent.Socket, "nri-socket", agent.DefaultSocket, "the runtime's NRI socket")
 	fs.StringVar(&cfg.agent.PluginName, "plugin-name", agent.DefaultPluginName, "NRI plugin name")
@@ -77,6 +82,8 @@ func (cfg *agentConfig) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&cfg.agent.ScanTimeout, "scan-timeout", agent.DefaultScanTimeout, "deadline of one scan; past it the finding is recorded with truncated: true")
 	fs.BoolVar(&cfg.agent.Watch, "watch", true, "hold a monitor of nftables commits in every pod's netns (NRI only): a commit to an iptables table is scanned within --watch-debounce and its finding names the writing process")
 	fs.DurationVar(&cfg.agent.WatchDebounce, "watch-debounce", agent.DefaultWatchDebounce, "with --watch: the window a burst of commits is gathered in, one scan per window however many commits")
+	fs.StringVar(&cfg.agent.HostNetns, "host-netns", "", "node mode (NRI only, needs --watch): watch this netns as the node's, with the built-in platform allowlist; alone, --host-netns is --host-netns=host, HOST-PROC/1/ns/net, the node's (empty: off)")
+	fs.Lookup("host-netns").NoOptDefVal = hostNetnsNode
 	fs.StringVar(&cfg.criEndpoint, "cri-endpoint", "", "where NRI is off: sweep through this CRI socket (e.g. /run/containerd/containerd.sock, /var/run/crio/crio.sock) every --interval instead of using NRI")
 	fs.DurationVar(&cfg.interval, "interval", 15*time.Minute, "with --cri-endpoint: time between sweeps")
 	fs.DurationVar(&cfg.agent.ResweepInterval, "resweep-interval", agent.DefaultResweepInterval, "time between re-sweeps: every known pod netns is looked at again and scanned only if its nftables generation or legacy x_tables changed since its last complete scan, or that scan could not finish (legacy x_tables tell nobody of a change); 0: off")
@@ -90,9 +97,16 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 	if cfg.agent.Node == "" {
 		cfg.agent.Node, _ = os.Hostname()
 	}
+	log := cfg.log.logger(s.err)
+	if cfg.agent.HostNetns == hostNetnsNode {
+		if cfg.agent.HostProc == "" {
+			log.Error("agent not started: a bare --host-netns names the node's netns through --host-proc, which is empty")
+			return 2
+		}
+		cfg.agent.HostNetns = filepath.Join(cfg.agent.HostProc, "1", "ns", "net")
+	}
 	cfg.agent.Log.MaxBytes, cfg.agent.Log.Generations = cfg.maxBytes, cfg.generations
 	cfg.agent.Load = scan.Loaders{Allow: cfg.allow.load, Vendors: func() (*catalog.Table, error) { return catalog.Load(cfg.vendors) }}
-	log := cfg.log.logger(s.err)
 	if _, err := cfg.allow.load(); err != nil {
 		// Not fatal: the hook reports with the built-in entries too.
 		log.WithError(err).Error("cannot load the allowlist, reporting without it until it is fixed")

@@ -40,6 +40,16 @@ func TestAgentFlags(t *testing.T) {
 	if code, _, errs := runCmd(t, "agent", "--plugin-index", "x", "--health-addr", ""); code != 2 {
 		t.Errorf("bad plugin index: exit %d, want 2 (%s)", code, errs)
 	}
+	// Node mode: a bare --host-netns is --host-proc's pid 1's netns, and
+	// needs both --host-proc and the watch.
+	if code, _, errs := runCmd(t, "agent", "--host-netns", "--host-proc", "", "--health-addr", ""); code != 2 {
+		t.Errorf("bare --host-netns without --host-proc: exit %d, want 2 (%s)", code, errs)
+	}
+	proc := nstest.HostProc(t, "/proc/self/ns/net")
+	code, _, errs := runCmd(t, "agent", "--host-netns", "--host-proc", proc, "--watch=false", "--health-addr", "")
+	if want := filepath.Join(proc, "1", "ns", "net"); code != 2 || !strings.Contains(errs, want) || !strings.Contains(errs, "needs the watch") {
+		t.Errorf("bare --host-netns without the watch: exit %d, want 2 naming %s (%s)", code, want, errs)
+	}
 }
 
 // TestAgentUnreachable: an agent that cannot see the pods' netns (the netns

@@ -87,6 +87,11 @@ type Config struct {
 	// for 0).
 	Watch         bool
 	WatchDebounce time.Duration
+	// HostNetns, when set, is node mode (node.go): the watch also holds a
+	// monitor in this network namespace, taken as the node's, with the
+	// platform allowlist. It needs Watch; with HostProc set it must be
+	// the namespace of HostProc's pid 1. Empty: off.
+	HostNetns string
 }
 
 // Observer hears about the agent's work, for metrics and logs. Calls come
@@ -230,6 +235,14 @@ func New(cfg Config) (*Agent, error) {
 		}
 		a.nodeNetns = id
 	}
+	if cfg.HostNetns != "" {
+		if !cfg.Watch {
+			return nil, fmt.Errorf("%w: the node's watch (host netns %q) needs the watch on", ErrConfig, cfg.HostNetns)
+		}
+		if err := a.checkHostNetns(); err != nil {
+			return nil, err
+		}
+	}
 	// The stub checks the name and index; a bad one will not get better
 	// by reconnecting.
 	if _, err := a.newStub(); err != nil {
@@ -249,7 +262,10 @@ func (a *Agent) scanned(s Scan) {
 		// The pod stops: nothing left to re-sweep.
 		a.known.forget(s.Meta.SandboxID)
 	}
-	a.usage.Scanned(s)
+	if !isNodeJob(s.Meta) {
+		// Usage follows pods: the node's is in its findings.
+		a.usage.Scanned(s)
+	}
 	a.cfg.Observer.Scanned(s)
 }
 
@@ -273,6 +289,7 @@ func (a *Agent) sweep(jobs []job, pods int) {
 // after the scans in flight have finished, and an ErrConfig error only.
 func (a *Agent) Run(ctx context.Context) error {
 	return a.withWorkers(func() error {
+		a.watchNode()
 		return a.withResweep(ctx, func() error { return a.nriLoop(ctx) })
 	})
 }

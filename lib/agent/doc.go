@@ -37,4 +37,10 @@
 // gone; a sandbox over its findings limit is scanned again when its
 // interval ends, so the last change of a burst is never lost. Monitors
 // are opened off the handlers, a few at a time.
+//
+// With Config.HostNetns (node.go), node mode, one more watch holds the
+// node's own netns, with the built-in platform allowlist before the
+// admin's: usage there at the start is recorded once without writer, each
+// later change with the host-network pod's container or systemd unit that
+// wrote it; its records have subject node and no pod fields.
 package agent

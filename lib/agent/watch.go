@@ -55,7 +55,10 @@ type watches struct {
 	pods map[string]*watched
 	ctrs map[string]ctrInfo
 	// closed: the agent stopped; nothing more is watched.
-	closed  bool
+	closed bool
+	// node is the node's watch (node.go), apart from the pods': no
+	// runtime list ends it.
+	node    *watched
 	opening chan struct{}
 	wg      sync.WaitGroup
 }
@@ -69,6 +72,8 @@ type ctrInfo struct {
 // watched is one sandbox's watch.
 type watched struct {
 	meta scan.Meta
+	// node: the node's own netns (node.go).
+	node bool
 	done chan struct{}
 	// ready is closed once the first monitor is open (or could not be).
 	ready chan struct{}
@@ -236,6 +241,9 @@ func (a *Agent) stopWatches() {
 	ws.closed = true
 	pods := ws.pods
 	ws.pods = map[string]*watched{}
+	if ws.node != nil {
+		pods[nodeKey] = ws.node
+	}
 	ws.mu.Unlock()
 	for _, w := range pods {
 		w.stop()
@@ -267,6 +275,9 @@ func (a *Agent) follow(w *watched) {
 		}
 		if mon == nil {
 			return
+		}
+		if first && w.node {
+			a.queueWatch(w, stageNodeStart, nil)
 		}
 		if !first {
 			a.noted(w, watch.Change{Overrun: true}, stageReopen)
@@ -319,7 +330,7 @@ func (a *Agent) openMonitor(w *watched) *watch.Monitor {
 	}
 	// The socket holds the netns once open: the handle is not kept.
 	defer h.Close()
-	if a.isNode(h) {
+	if !w.node && a.isNode(h) {
 		return nil
 	}
 	mon, err := watch.Open(h.Fd(), watch.Options{Writer: a.describe})
@@ -383,7 +394,7 @@ func (a *Agent) queueWatch(w *watched, stage string, writer *findings.Writer) {
 	}
 	m := w.meta
 	m.Stage = stage
-	if writer != nil && writer.ContainerID != "" && writer.Pod.UID == m.Pod.UID {
+	if writer != nil && writer.ContainerID != "" && writer.Pod.UID == m.Pod.UID && !w.node {
 		m.ContainerID, m.Container = writer.ContainerID, writer.Container
 	}
 	if !a.queue.add(job{meta: m, writer: writer}) {
@@ -400,6 +411,9 @@ func (a *Agent) limited(j job) {
 	}
 	a.watches.mu.Lock()
 	w := a.watches.pods[j.meta.SandboxID]
+	if isNodeJob(j.meta) {
+		w = a.watches.node
+	}
 	a.watches.mu.Unlock()
 	if w == nil {
 		return

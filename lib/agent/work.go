@@ -65,7 +65,7 @@ func (a *Agent) scan(j job, long bool) Scan {
 	// The agent is a daemon off the start path: its legacy look runs on a
 	// thread of its own, abandoned if a neighbour holds the x_tables mutex,
 	// instead of re-executing the full build for every scan.
-	res := scan.RunFrom(ctx, h, j.meta.Pod.Namespace, a.cfg.Load, true)
+	res := scan.RunFrom(ctx, h, j.meta.Pod.Namespace, a.loaders(j.meta), true)
 	cancel()
 	defer func() { a.noteScan(s, st, stOK, res.Complete()) }()
 	s.AllowErr, s.VendorErr = res.AllowErr, res.VendorErr
@@ -80,7 +80,8 @@ func (a *Agent) scan(j job, long bool) Scan {
 		return s
 	}
 	rec.Writer = j.writer
-	s.Stored, s.Err = a.record(*rec)
+	nodeRecord(rec)
+	s.Stored, s.Err = a.record(j.meta.SandboxID, *rec)
 	s.Duration = time.Since(start)
 	switch {
 	case rec.State == findings.StateGone && s.Stored == findings.Same:
@@ -97,10 +98,10 @@ func (a *Agent) scan(j job, long bool) Scan {
 
 // record goes through the record step the hook takes too: one memory for
 // both, so a pod seen by both gets one finding per distinct usage.
-func (a *Agent) record(rec findings.Record) (findings.Outcome, error) {
+func (a *Agent) record(key string, rec findings.Record) (findings.Outcome, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	return a.store.Record(ctx, rec.SandboxID, rec)
+	return a.store.Record(ctx, key, rec)
 }
 
 // openFailed is the outcome of a netns that could not be opened. Missing

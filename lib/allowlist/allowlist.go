@@ -25,6 +25,9 @@ const maxFileBytes = 1 << 20
 type Entry struct {
 	Name   string `json:"name"`
 	Reason string `json:"reason"`
+	// Source says where the rules come from (a URL or file of the project
+	// that writes them); optional, for the reader.
+	Source string `json:"source,omitempty"`
 	Family string `json:"family,omitempty"`
 	Table  string `json:"table,omitempty"`
 	Chain  string `json:"chain,omitempty"`
@@ -244,7 +247,8 @@ func anyGlob(patterns []string, s string) bool {
 
 // Result says what Apply took away.
 type Result struct {
-	// Count is the number of rules subtracted.
+	// Count is the number of rules subtracted, and of empty user chains
+	// whose declaration an entry matched.
 	Count int
 	// Entries names the entries that matched, sorted, once each.
 	Entries []string
@@ -280,6 +284,44 @@ func (l *List) Apply(u classify.Usage, namespace string, text func(inspect.Rule)
 			out.Chains[i].Remove(r)
 		}
 	}
+	// A user chain is usage by its mere existence: one left without rules
+	// is taken away by an entry matching its declaration, "-N NAME" (as
+	// iptables -S prints it), so a platform's empty canary chains can be
+	// allowlisted too.
+	for i, c := range out.Chains {
+		if !c.User || c.Drop || c.Rules > 0 {
+			continue
+		}
+		name := l.matchChain(namespace, c)
+		if name == "" {
+			continue
+		}
+		out.Chains[i].User = false
+		res.Count++
+		if !seen[name] {
+			seen[name] = true
+			res.Entries = append(res.Entries, name)
+		}
+	}
 	sort.Strings(res.Entries)
 	return out, res
+}
+
+// matchChain is Match for a user chain's declaration, "-N NAME"; "" for a
+// name render would quote.
+func (l *List) matchChain(namespace string, c classify.Chain) string {
+	if safetext.Name(c.Name, len(c.Name)) != c.Name {
+		return ""
+	}
+	text := "-N " + c.Name
+	r := inspect.Rule{Family: c.Family, Table: c.Table, Chain: c.Name}
+	for _, e := range l.entries {
+		if !e.scoped(namespace, r) || !e.fits(text) {
+			continue
+		}
+		if (e.re != nil && e.re.MatchString(text)) || (e.re == nil && e.Rule == text) {
+			return e.Name
+		}
+	}
+	return ""
 }

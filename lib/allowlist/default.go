@@ -24,3 +24,20 @@ func Default() *List {
 	}
 	return l
 }
+
+// platformJSON holds the rules the node's own components write in the
+// node's network namespace (kube-proxy, the kubelet, the cluster network,
+// CNI plugins, container engines): applied there only, by the agent's
+// node mode, never to a pod.
+//
+//go:embed platform.json
+var platformJSON []byte
+
+// Platform is the built-in list for the node's network namespace.
+func Platform() *List {
+	l, err := Parse(platformJSON, "built-in platform")
+	if err != nil {
+		panic(fmt.Sprintf("built-in platform allowlist: %v", err))
+	}
+	return l
+}

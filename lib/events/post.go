@@ -113,6 +113,9 @@ func New(client kubernetes.Interface, node string, nodeEvent bool) *Poster {
 // the caller keeps rec and calls Post again with it later. Everything
 // final, including a rejection, comes back as a Result with a nil error.
 func (p *Poster) Post(ctx context.Context, rec findings.Record) (Result, error) {
+	if rec.KnownSubject() == findings.SubjectNode {
+		return p.postNode(ctx, rec)
+	}
 	res, err := p.postPod(ctx, rec)
 	if err != nil || !p.nodeEvent || res.Outcome == NoPod || rec.State == findings.StateUnknown {
 		return res, err
@@ -127,17 +130,26 @@ func (p *Poster) Post(ctx context.Context, rec findings.Record) (Result, error) 
 	return res, nil
 }
 
+// noEvent tells a record that gets no Event, and why: its usage gone (the
+// Events already posted stay), or none in a present record.
+func noEvent(rec findings.Record) (Result, bool) {
+	switch rec.KnownState() {
+	case findings.StateGone:
+		return Result{Outcome: NoPod, Why: errors.New("usage gone: no Event for it, the earlier ones stay")}, true
+	case findings.StatePresent:
+		if !rec.HasUsage() {
+			return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, true
+		}
+	}
+	return Result{}, false
+}
+
 func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, error) {
 	if rec.Pod.Namespace == "" || rec.Pod.Name == "" || rec.Pod.UID == "" {
 		return Result{Outcome: NoPod, Why: errors.New("record names no pod")}, nil
 	}
-	switch rec.KnownState() {
-	case findings.StateGone:
-		return Result{Outcome: NoPod, Why: errors.New("usage gone: no Event for it, the earlier ones stay")}, nil
-	case findings.StatePresent:
-		if !rec.HasUsage() {
-			return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil
-		}
+	if res, skip := noEvent(rec); skip {
+		return res, nil
 	}
 	pod, res, err := LivePod(ctx, p.client, rec.Pod)
 	if pod == nil {

@@ -9,7 +9,8 @@ import (
 // records without the ids consumers key on, so a malformed line is one error
 // the consumer can count and skip. A line without a state (written before
 // the field existed) or with a state this reader does not know gets
-// KnownState's, so consumers can switch on State alone.
+// KnownState's, so consumers can switch on State alone; likewise Subject
+// (KnownSubject).
 func Parse(line []byte) (Record, error) {
 	var r Record
 	if err := json.Unmarshal(line, &r); err != nil {
@@ -27,5 +28,8 @@ func Parse(line []byte) (Record, error) {
 		r.Examples = append(r.Legacy.Examples, r.Examples...)
 	}
 	r.Legacy.Examples = nil
+	// Older readers ignore the field: a node's record reads to them as a
+	// pod's with no name, never as another pod's.
+	r.Subject = r.KnownSubject()
 	return r, nil
 }

@@ -12,17 +12,21 @@ const Schema = "iptables-alerter/v1"
 // Record is one line of the findings file. Every field is always present in
 // the JSON (no omitempty) so that log shippers and jq filters see one shape.
 type Record struct {
-	Schema      string    `json:"schema"`
-	Time        time.Time `json:"time"`
-	Node        string    `json:"node"`
-	Source      string    `json:"source"`
-	Stage       string    `json:"stage"`
-	ContainerID string    `json:"container_id"`
-	SandboxID   string    `json:"sandbox_id"`
-	Pod         Pod       `json:"pod"`
-	Container   string    `json:"container"`
-	Image       string    `json:"image"`
-	Netns       string    `json:"netns"`
+	Schema string    `json:"schema"`
+	Time   time.Time `json:"time"`
+	Node   string    `json:"node"`
+	// Subject is what the record is about: a pod (Pod, SandboxID and the
+	// container fields name it) or the node's own network namespace (those
+	// fields empty, Node names it); see KnownSubject.
+	Subject     Subject `json:"subject"`
+	Source      string  `json:"source"`
+	Stage       string  `json:"stage"`
+	ContainerID string  `json:"container_id"`
+	SandboxID   string  `json:"sandbox_id"`
+	Pod         Pod     `json:"pod"`
+	Container   string  `json:"container"`
+	Image       string  `json:"image"`
+	Netns       string  `json:"netns"`
 	// State says what the record tells of the pod's usage: present, gone
 	// or unknown (see State). Consumers act on it, never on the counts.
 	State  State  `json:"state"`
@@ -113,6 +117,24 @@ func (r Record) KnownState() State {
 		return StatePresent
 	}
 	return StateUnknown
+}
+
+// Subject is what a record is about.
+type Subject string
+
+const (
+	SubjectPod  Subject = "pod"
+	SubjectNode Subject = "node"
+)
+
+// KnownSubject is the record's Subject, pod for a line written before the
+// field existed (every such line was a pod's) or a value this reader does
+// not know.
+func (r Record) KnownSubject() Subject {
+	if r.Subject == SubjectNode {
+		return SubjectNode
+	}
+	return SubjectPod
 }
 
 // Pod identifies the pod as the kubelet labelled its containers.

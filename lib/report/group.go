@@ -198,6 +198,9 @@ func judged(it Item, worst string) []string {
 func Settle(items []Item) []Item {
 	type podKey struct{ ns, id string }
 	keyOf := func(it Item) podKey {
+		if it.Owner.Kind == KindNode {
+			return podKey{"", "node:" + it.Node}
+		}
 		if it.PodUID != "" {
 			return podKey{it.Namespace, it.PodUID}
 		}

@@ -125,6 +125,13 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 }
 
 func itemOf(rec findings.Record, source string) Item {
+	if rec.KnownSubject() == findings.SubjectNode {
+		it := itemOf(findings.Record{}, source)
+		it.Node, it.Owner = rec.Node, nodeOwner(rec.Node)
+		it.Impact, it.Worst, it.Vendors, it.Examples = rec.Levels(), rec.WorstLevel(), rec.Vendors, rec.Examples
+		it.State, it.Error, it.Time, it.Writer = rec.KnownState(), rec.Error, rec.Time, events.WriterLine(rec.Writer)
+		return it
+	}
 	return Item{
 		Namespace: rec.Pod.Namespace, Pod: rec.Pod.Name, PodUID: rec.Pod.UID, Node: rec.Node,
 		Owner:  owner.Bare(rec.Pod.Name),
@@ -266,7 +273,8 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 		obj = ev.InvolvedObject
 	}
 	state, ours := reasons[ev.Reason]
-	if !ours || controller != events.Controller || obj.Kind != "Pod" {
+	node := isNodeEvent(obj, ev.Metadata.Annotations)
+	if !ours || controller != events.Controller || (obj.Kind != "Pod" && !node) {
 		return Item{}, false
 	}
 	ns := obj.Namespace
@@ -274,6 +282,9 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 		ns = ev.Metadata.Namespace
 	}
 	it := Item{Namespace: ns, Pod: obj.Name, PodUID: string(obj.UID), Node: ev.ReportingInstance, Owner: owner.Bare(obj.Name), Source: source, State: state}
+	if node {
+		it = Item{Node: obj.Name, Owner: nodeOwner(obj.Name), Source: source, State: state}
+	}
 	raw, ok := ev.Metadata.Annotations[events.SummaryAnnotation]
 	if !ok {
 		// An Event of an older forwarder: the pod is known, nothing more.
@@ -287,7 +298,8 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 	if s.Owner.Kind != "" && s.Owner.Name != "" {
 		it.Owner = s.Owner
 	}
-	if s.Node != "" {
+	// A node record's Event: the Node it regards is the node.
+	if s.Node != "" && !node {
 		it.Node = s.Node
 	}
 	it.Impact, it.Worst, it.Vendors, it.Examples = s.Impact, s.Worst, s.Vendors, s.Examples

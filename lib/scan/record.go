@@ -14,7 +14,9 @@ import (
 // Meta is what the entry point knows about the scan: who triggered it and
 // where. It goes into the record as given.
 type Meta struct {
-	Node        string
+	Node string
+	// Subject is the record's (findings.Subject): "" is a pod.
+	Subject     findings.Subject
 	Source      string // "hook"; the agent's "sweep", "poststart", "stop"; "scan"
 	Stage       string
 	ContainerID string
@@ -76,6 +78,7 @@ func Build(m Meta, res Result) findings.Record {
 	rec := findings.Record{
 		Time:             findings.Now(),
 		Node:             m.Node,
+		Subject:          m.Subject,
 		Source:           m.Source,
 		Stage:            m.Stage,
 		ContainerID:      m.ContainerID,
@@ -104,6 +107,7 @@ func Build(m Meta, res Result) findings.Record {
 	// are then a lower bound); none seen is unknown, as Decide records
 	// only an incomplete look without usage.
 	rec.State = rec.KnownState()
+	rec.Subject = rec.KnownSubject()
 	legacy := res.Usage.LegacyRules[:min(len(res.Usage.LegacyRules), maxExampleCandidates)]
 	ltexts := make([]string, len(legacy))
 	for i, r := range legacy {

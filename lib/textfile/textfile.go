@@ -149,7 +149,10 @@ func (c *Collector) Load() (follow.Checkpoint, error) {
 // counted as malformed and skipped, never retried.
 func (c *Collector) Handle(_ context.Context, line []byte) error {
 	r, err := findings.Parse(line)
-	if err == nil && r.Pod.UID == "" {
+	// A node's record (the agent's node mode) has no pod: it is counted,
+	// its usage is not a pod's series (the node's Event carries it).
+	node := r.KnownSubject() == findings.SubjectNode
+	if err == nil && r.Pod.UID == "" && !node {
 		err = fmt.Errorf("decode finding: no pod uid")
 	}
 	c.mu.Lock()
@@ -161,6 +164,9 @@ func (c *Collector) Handle(_ context.Context, line []byte) error {
 	c.state.Findings++
 	if r.Time.After(c.state.LastFinding) {
 		c.state.LastFinding = r.Time
+	}
+	if node {
+		return nil
 	}
 	// Replayed or out-of-order lines must not replace a newer finding.
 	if old, ok := c.state.Pods[r.Pod.UID]; !ok || !r.Time.Before(old.Time) {

@@ -227,6 +227,18 @@ func TestCollector(t *testing.T) {
 			wantMalformed: 3,
 		},
 		{
+			// Issue 19 item 2: the agent's node mode writes records with no pod.
+			name: "a node's record is counted, not a pod's series",
+			feed: func(e *env) time.Time {
+				n := rec("", "", "", "", 4, 0, t0)
+				n.Subject = findings.SubjectNode
+				e.append(n, rec("team-a", "web-1", "u1", "", 1, 0, t0))
+				return t0.Add(time.Minute)
+			},
+			wantPods:     []string{"team-a/web-1=1,0"},
+			wantFindings: 2,
+		},
+		{
 			name:     "no findings file yet",
 			feed:     func(e *env) time.Time { return t0 },
 			wantPods: []string{},

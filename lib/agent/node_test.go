@@ -1,0 +1,162 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// placedRestorer is an iptables-nft-restore in ns, as restorer, whose
+// entry in the agent's host /proc stand-in shows the cgroup given: the
+// process's own stat (so it is described as it runs), and a cgroup file
+// shaped like the runtime's or systemd's. The real cgroup tree is never
+// touched.
+func placedRestorer(t *testing.T, a *Agent, ns *nstest.NS, cgroup string) io.Writer {
+	t.Helper()
+	// Shown in a directory of its own first: its entry in the agent's
+	// stand-in is made here, with the cgroup given.
+	in, n := ns.Restorer(t.TempDir())
+	pid := strconv.Itoa(n)
+	dir := filepath.Join(a.cfg.HostProc, pid)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("/proc", pid, "stat"), filepath.Join(dir, "stat")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::"+cgroup+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nstest.ShowProc(t, a.cfg.HostProc, os.Getpid())
+	return in
+}
+
+// nodeScan waits for the next scan of the node's watch, skipping others.
+func nodeScan(t *testing.T, rec *recorder) Scan {
+	t.Helper()
+	for {
+		if s := rec.wait(t, 1)[0]; isNodeJob(s.Meta) {
+			return s
+		}
+	}
+}
+
+// TestNodeWatch (issue 19 item 2): node mode on a namespace standing in
+// for the node's (the host /proc stand-in's pid 1 is in it; the host's own
+// is never watched). Rules there at the start are recorded once, with
+// vendors and no writer; a kubelet-like unit's platform rules make no
+// finding; a host-network pod's container writing is named through its
+// cgroup; the records are the node's, without pod.
+func TestNodeWatch(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft-restore", "ip")
+	dir := t.TempDir()
+	node := nstest.New(t)
+	// Before the agent: a Calico-like chain, and the kubelet's own.
+	node.Restore("*filter\n:cali-INPUT - [0:0]\n:KUBE-FIREWALL - [0:0]\n-A INPUT -j cali-INPUT\n-A INPUT -j KUBE-FIREWALL\n"+
+		"-A cali-INPUT -s 10.9.9.9/32 -j DROP\n-A KUBE-FIREWALL -d 127.0.0.0/8 -j DROP\nCOMMIT\n", "iptables-nft-restore")
+	rec := newRecorder()
+	a := startWatching(t, dir, rec, func(cfg *Config) {
+		cfg.HostProc, cfg.HostNetns = nstest.HostProc(t, node.Path()), node.Path()
+		cfg.Load.Vendors = func() (*catalog.Table, error) { return catalog.Builtin(), nil }
+	})
+	log := filepath.Join(dir, "findings.jsonl")
+
+	s := nodeScan(t, rec)
+	if s.Meta.Stage != stageNodeStart || s.Stored != findings.Recorded {
+		t.Fatalf("first node scan: stage %q, %s (%v), want %q recorded", s.Meta.Stage, s.Label(), s.Err, stageNodeStart)
+	}
+	r := s.Record
+	if r.Writer != nil || r.Subject != findings.SubjectNode || r.Pod != (findings.Pod{}) || r.SandboxID != "" || r.Node != "node-1" {
+		t.Errorf("start record: writer %+v subject %q pod %+v sandbox %q node %q, want no writer, the node's", r.Writer, r.Subject, r.Pod, r.SandboxID, r.Node)
+	}
+	if r.Nft.Rules != 2 || len(r.Vendors) != 1 || r.Vendors[0].Name != "calico" || !strings.Contains(strings.Join(r.AllowlistEntries, ","), "platform-kubelet") {
+		t.Errorf("start record: %d rules, vendors %+v, allowlisted %v; want Calico's 2, the kubelet's allowlisted", r.Nft.Rules, r.Vendors, r.AllowlistEntries)
+	}
+	line := lastLine(t, log)
+	parsed, err := findings.Parse([]byte(line))
+	if err != nil || parsed.Subject != findings.SubjectNode || !strings.Contains(line, `"writer":null`) {
+		t.Errorf("start line %s: parsed subject %q, %v", line, parsed.Subject, err)
+	}
+	lines := len(strings.Split(strings.TrimSpace(readFile(t, log)), "\n"))
+
+	// A kubelet-like unit restores its platform chains: no finding.
+	kubelet := placedRestorer(t, a, node, "/system.slice/kubelet.service")
+	fmt.Fprint(kubelet, "*mangle\n:KUBE-KUBELET-CANARY - [0:0]\nCOMMIT\n*nat\n:KUBE-KUBELET-CANARY - [0:0]\nCOMMIT\n")
+	if s := nodeScan(t, rec); s.Outcome != Found || s.Stored != findings.Same {
+		t.Fatalf("after the kubelet's write: %s (%v), want same (nothing new)", s.Label(), s.Err)
+	}
+
+	// A host-network pod (containerd: no netns of its own) writes.
+	ctrID := strings.Repeat("ab", 32)
+	p := pod("hostnet", "")
+	c := &api.Container{Id: ctrID, PodSandboxId: p.Id, Name: "mesh-agent"}
+	if err := a.StartContainer(context.Background(), p, c); err != nil {
+		t.Fatal(err)
+	}
+	w := placedRestorer(t, a, node, "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"+p.Uid+".slice/cri-containerd-"+ctrID+".scope")
+	fmt.Fprint(w, "*nat\n-A POSTROUTING -s 10.8.0.0/16 -j MASQUERADE\nCOMMIT\n")
+	s = nodeScan(t, rec)
+	if s.Stored != findings.Recorded || s.Record.Writer == nil {
+		t.Fatalf("after the pod's write: %s (%v), writer %+v; want recorded with its writer", s.Label(), s.Err, s.Record)
+	}
+	got := *s.Record.Writer
+	want := findings.Writer{PID: got.PID, Comm: "iptables-nft-re", PPID: os.Getpid(), ParentComm: got.ParentComm,
+		ContainerID: ctrID, Container: "mesh-agent", Pod: findings.Pod{Namespace: "team-a", Name: "pod-hostnet", UID: "uid-hostnet"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("writer (-want +got):\n%s", diff)
+	}
+	if r := s.Record; r.ContainerID != "" || r.Container != "" || r.Pod != (findings.Pod{}) || r.Subject != findings.SubjectNode {
+		t.Errorf("the node's record names a pod: %+v", r)
+	}
+	if n := len(strings.Split(strings.TrimSpace(readFile(t, log)), "\n")); n != lines+1 {
+		t.Errorf("%d lines, want %d: the kubelet's write made one", n, lines+1)
+	}
+}
+
+// TestNodeWatchConfig: node mode needs the watch, and a namespace that is
+// the node's as the host /proc names it.
+func TestNodeWatchConfig(t *testing.T) {
+	nstest.NeedRoot(t)
+	dir := t.TempDir()
+	node, other := nstest.New(t), nstest.New(t)
+	tests := []struct {
+		name   string
+		change func(*Config)
+	}{
+		{"no watch", func(cfg *Config) { cfg.HostNetns = node.Path() }},
+		{"not a netns", func(cfg *Config) { cfg.Watch, cfg.HostNetns = true, dir }},
+		{"not the node's", func(cfg *Config) {
+			cfg.Watch, cfg.HostNetns, cfg.HostProc = true, other.Path(), nstest.HostProc(t, node.Path())
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(dir, nil)
+			tc.change(&cfg)
+			if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), ErrConfig.Error()) {
+				t.Errorf("New: %v, want a configuration error", err)
+			}
+		})
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,62 @@
+package events
+
+import (
+	"context"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+)
+
+// A record of subject node (the agent's node mode) is about the node's own
+// network namespace: no pod to put an Event on. Its Event regards the Node,
+// whatever --node-event says (that flag adds a summary to a pod's Event;
+// here the Node's is the only one), in the namespace the kubelet's node
+// Events use. The writer, a host-network pod's container or a systemd
+// unit, is named in the note.
+
+// SubjectAnnotation marks a node record's Event (value "node"), which the
+// report reads; the node summary Events, which repeat pods' ones, lack it.
+const SubjectAnnotation = "iptables-alerter.io/subject"
+
+// nodeWords turns a pod's note into the node's: the same facts, about the
+// node's namespace.
+var nodeWords = strings.NewReplacer(
+	"This pod created iptables rules in its network namespace.", "The node's own network namespace holds iptables rules beyond the platform's.",
+	"seen in this pod:", "seen on the node:",
+	"The check of this pod's network namespace", "The check of the node's network namespace",
+	"whether the pod uses iptables", "whether the node's namespace holds iptables rules",
+	"the next scan of the pod", "the node's next scan",
+)
+
+// NodeUsageEventName is the name of a node record's Event: one per node,
+// fingerprint and state, never a pod's or the node summary's.
+func NodeUsageEventName(node string, rec findings.Record) string {
+	return eventName(node, "node-netns", node, rec.Fingerprint, string(rec.KnownState()))
+}
+
+// postNode is Post for a record of subject node.
+func (p *Poster) postNode(ctx context.Context, rec findings.Record) (Result, error) {
+	if res, skip := noEvent(rec); skip {
+		return res, nil
+	}
+	name := NodeUsageEventName(p.node, rec)
+	ev := p.base(rec, name, NodeEventNamespace, owner.Owner{})
+	// As the node summary: the kubelet uses the node name as UID.
+	ev.Regarding = corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: p.node, UID: types.UID(p.node)}
+	ev.Annotations[SubjectAnnotation] = string(findings.SubjectNode)
+	ev.Note = Note(rec, owner.Owner{})
+	if rec.KnownState() == findings.StateUnknown {
+		ev.Reason, ev.Note = UnknownReason, UnknownNote(rec, owner.Owner{})
+	}
+	ev.Note = safetext.Cut(nodeWords.Replace(ev.Note), NoteLimit)
+	out, err := p.create(ctx, ev)
+	if out == "" {
+		return Result{}, err
+	}
+	return Result{Outcome: out, Namespace: ev.Namespace, Name: name, Why: err}, nil
+}
