@@ -224,3 +224,50 @@ func TestResweepBusy(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestResweepAfterStop: a re-sweep's scan queued while the sandbox's stop
+// is being scanned does not run after it (the stop's is the pod's last
+// scan). Proven by order: the stop's scan is taken and held, the
+// re-sweep queues its scan behind it, then another pod's event behind
+// that; after the stop, the next scan reported is the other pod's.
+func TestResweepAfterStop(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	dir := t.TempDir()
+	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
+	a := startAgentWith(t, dir, rec, func(*Config) {})
+	ns, other := nstest.New(t), nstest.New(t)
+	ctx := context.Background()
+	p := pod("stopping", ns.Path())
+	if _, err := a.Synchronize(ctx, []*api.PodSandbox{p}, nil); err != nil {
+		t.Fatal(err)
+	}
+	scannedIDs(t, a, rec, 1)
+
+	if err := a.StopPodSandbox(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	// A worker holds the stop's scan (taken, waiting for its token).
+	for running := false; !running; time.Sleep(time.Millisecond) {
+		a.queue.mu.Lock()
+		s := a.queue.slots[p.Id]
+		running = s != nil && s.running
+		a.queue.mu.Unlock()
+	}
+	ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	if r := resweepOnce(t, a, rec); r.Queued != 1 {
+		t.Fatalf("re-sweep during the stop's scan: %+v, want the changed pod queued", r)
+	}
+	o := pod("other", other.Path())
+	if err := a.PostStartContainer(ctx, o, &api.Container{Id: "c-other", Name: "app", PodSandboxId: o.Id}); err != nil {
+		t.Fatal(err)
+	}
+	if _, scans := scannedIDs(t, a, rec, 1); scans[0].Meta.Stage != stageStopPod {
+		t.Fatalf("first scan %+v, want the stop's", scans[0].Meta)
+	}
+	if _, scans := scannedIDs(t, a, rec, 1); scans[0].Meta.SandboxID != "other" {
+		t.Fatalf("after the stop: scan %+v, want the other pod's (the stopped pod's re-sweep scan skipped)", scans[0].Meta)
+	}
+	if r := resweepOnce(t, a, rec); r.Known != 1 || r.Skipped != 1 {
+		t.Fatalf("re-sweep after the stop: %+v, want only the other pod known, and skipped", r)
+	}
+}

@@ -105,10 +105,10 @@ func (a *Agent) RunPodSandbox(_ context.Context, p *api.PodSandbox) error {
 }
 
 // RemovePodSandbox: the sandbox is gone; its watch, if StopPodSandbox did
-// not end it, ends.
+// not end it, ends, and the re-sweep forgets it.
 func (a *Agent) RemovePodSandbox(_ context.Context, p *api.PodSandbox) error {
 	defer a.handled("RemovePodSandbox", time.Now())
-	a.unwatch(p.GetId())
+	a.stopped(p.GetId())
 	return nil
 }
 
@@ -196,6 +196,13 @@ func (a *Agent) watchPod(p *api.PodSandbox) {
 	ws.pods[m.SandboxID] = w
 	ws.wg.Add(1)
 	go a.follow(w)
+}
+
+// watching tells whether the sandbox is watched.
+func (a *Agent) watching(id string) bool {
+	a.watches.mu.Lock()
+	defer a.watches.mu.Unlock()
+	return a.watches.pods[id] != nil
 }
 
 // unwatch ends the sandbox's watch, and forgets its containers. The
