@@ -26,6 +26,13 @@ func (r resweepRecorder) Resweeped(s Resweep) { r.sweeps <- s }
 
 var _ ResweepObserver = resweepRecorder{}
 
+// startResweeping is startAgentWith with a recorder of the re-sweeps.
+func startResweeping(t *testing.T, change func(*Config)) (*Agent, resweepRecorder) {
+	t.Helper()
+	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
+	return startAgentWith(t, t.TempDir(), rec, change), rec
+}
+
 // resweepOnce runs one re-sweep and returns its report.
 func resweepOnce(t *testing.T, a *Agent, rec resweepRecorder) Resweep {
 	t.Helper()
@@ -73,9 +80,7 @@ func manyChains() string {
 func TestResweep(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy", "nft")
 	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
-	dir := t.TempDir()
-	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
-	a := startAgentWith(t, dir, rec, func(*Config) {})
+	a, rec := startResweeping(t, func(*Config) {})
 	ns := map[string]*nstest.NS{}
 	for _, id := range []string{"clean", "legacy", "native", "nft", "same", "unknown"} {
 		ns[id] = nstest.New(t)
@@ -144,9 +149,7 @@ func TestResweep(t *testing.T) {
 // its first sweep scans every pod, the next only those changed.
 func TestResweepCRI(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft")
-	dir := t.TempDir()
-	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
-	a := startAgentWith(t, dir, rec, func(*Config) {})
+	a, rec := startResweeping(t, func(*Config) {})
 	used, clean := nstest.New(t), nstest.New(t)
 	used.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
 	jobs := func() []job {
@@ -186,9 +189,7 @@ func TestResweepCRI(t *testing.T) {
 func TestResweepBusy(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
 	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
-	dir := t.TempDir()
-	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
-	a := startAgentWith(t, dir, rec, func(cfg *Config) { cfg.ScanTimeout = 500 * time.Millisecond })
+	a, rec := startResweeping(t, func(cfg *Config) { cfg.ScanTimeout = 500 * time.Millisecond })
 	x, y, holder := nstest.New(t), nstest.New(t), nstest.New(t)
 	x.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
 	ctx := context.Background()
@@ -232,9 +233,7 @@ func TestResweepBusy(t *testing.T) {
 // that; after the stop, the next scan reported is the other pod's.
 func TestResweepAfterStop(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft")
-	dir := t.TempDir()
-	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
-	a := startAgentWith(t, dir, rec, func(*Config) {})
+	a, rec := startResweeping(t, func(*Config) {})
 	ns, other := nstest.New(t), nstest.New(t)
 	ctx := context.Background()
 	p := pod("stopping", ns.Path())

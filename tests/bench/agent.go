@@ -224,19 +224,11 @@ func (b *agentBench) watchRun(r *agentRun, name string, debounce time.Duration, 
 			return err
 		}
 	}
-	// Let the sweep's garbage be collected before the window.
-	time.Sleep(2 * time.Second)
-	cpu0, err := cpuOf(pid, b.ticks)
+	cpu, window, err := idleCPU(pid, b.ticks, idle)
 	if err != nil {
 		return err
 	}
-	t0 := time.Now()
-	time.Sleep(idle)
-	cpu1, err := cpuOf(pid, b.ticks)
-	if err != nil {
-		return err
-	}
-	perHour := time.Duration(float64(cpu1-cpu0) * float64(time.Hour) / float64(time.Since(t0)))
+	perHour := time.Duration(float64(cpu) * float64(time.Hour) / float64(window))
 	rss, _ := statusKB(pid, "VmRSS")
 	if off {
 		*offCPU, *offRSS = perHour, rss
@@ -355,6 +347,23 @@ func (r *agentRun) burst(ns string, debounce, d time.Duration, ticks float64) er
 	return nil
 }
 
+// idleCPU is process pid's CPU over an idle window of about idle, and the
+// window, begun 2 s from now: the sweep's garbage collected first.
+func idleCPU(pid int, ticks float64, idle time.Duration) (cpu, window time.Duration, err error) {
+	time.Sleep(2 * time.Second)
+	cpu0, err := cpuOf(pid, ticks)
+	if err != nil {
+		return 0, 0, err
+	}
+	t0 := time.Now()
+	time.Sleep(idle)
+	cpu1, err := cpuOf(pid, ticks)
+	if err != nil {
+		return 0, 0, err
+	}
+	return cpu1 - cpu0, time.Since(t0), nil
+}
+
 // waitSockets waits until process pid holds at least n sockets.
 func waitSockets(pid, n int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
@@ -431,24 +440,15 @@ func (b *agentBench) idleAndEvents(idlePods int, idle time.Duration, events, big
 		return err
 	}
 	pid := r.cmd.Process.Pid
-	// Let the sweep's garbage be collected before the window.
-	time.Sleep(2 * time.Second)
-	cpu0, err := cpuOf(pid, b.ticks)
+	cpu, window, err := idleCPU(pid, b.ticks, idle)
 	if err != nil {
 		return err
 	}
-	t0 := time.Now()
-	time.Sleep(idle)
-	cpu1, err := cpuOf(pid, b.ticks)
-	if err != nil {
-		return err
-	}
-	window := time.Since(t0)
 	rss, _ := statusKB(pid, "VmRSS")
 	hwm, _ := statusKB(pid, "VmHWM")
-	perHour := time.Duration(float64(cpu1-cpu0) * float64(time.Hour) / float64(window))
+	perHour := time.Duration(float64(cpu) * float64(time.Hour) / float64(window))
 	fmt.Printf("agent idle, connected over NRI with %d pods swept: RSS %d KiB (peak %d KiB); CPU %s in %s idle = %s per hour\n",
-		idlePods, rss, hwm, (cpu1 - cpu0).Round(time.Microsecond), window.Round(time.Second), perHour.Round(time.Millisecond))
+		idlePods, rss, hwm, cpu.Round(time.Microsecond), window.Round(time.Second), perHour.Round(time.Millisecond))
 
 	// Events: PostStartContainer and StopContainer in turn, one every 2 ms,
 	// every 10th on the 200k-rule pod, whose scans then run in the
