@@ -172,7 +172,12 @@ type Agent struct {
 	// known holds the running sandboxes and the State of their last
 	// complete scan, for the re-sweep.
 	known *sandboxes
-	// watches are the watched sandboxes (Config.Watch).
+	// watches are the watched sandboxes (Config.Watch). Not one registry
+	// with known: a watch starts at RunPodSandbox, before any container
+	// (known starts at the first scan's event, its State then meaningful),
+	// covers the runtime's whole list (a stopped sandbox's watch ends on
+	// its own), holds a goroutine and a socket, and exists only with the
+	// watch on. Both forget a sandbox at the same moments (stopped).
 	watches *watches
 }
 
@@ -259,14 +264,37 @@ func (a *Agent) Usage() *Usage { return a.usage }
 // observer hearing of it finds the usage updated.
 func (a *Agent) scanned(s Scan) {
 	if s.Meta.Stage == stageStopPod || s.Outcome == Gone {
-		// The pod stops: nothing left to re-sweep.
-		a.known.forget(s.Meta.SandboxID)
+		a.stopped(s.Meta.SandboxID)
 	}
 	if !isNodeJob(s.Meta) {
 		// Usage follows pods: the node's is in its findings.
 		a.usage.Scanned(s)
 	}
 	a.cfg.Observer.Scanned(s)
+}
+
+// stopped forgets a sandbox that stopped (its stop scanned, its removal
+// heard, or its netns gone): nothing left to re-sweep nor to watch. The
+// watch's socket would otherwise keep the netns of a pod whose stop was
+// missed (while disconnected) alive until the next Synchronize.
+func (a *Agent) stopped(id string) {
+	a.known.forget(id)
+	a.unwatch(id)
+}
+
+// live tells whether j's scan is still wanted when a worker takes it. A
+// re-sweep's or the watch's scan queued just before the sandbox's stop
+// would run after the stop's scan, the pod's last: its finding would
+// follow the pod's end, and its usage stay in the metrics until the next
+// Synchronize. An event's scan (a stop's above all) always runs.
+func (a *Agent) live(j job) bool {
+	switch {
+	case j.meta.Source == SourceWatch:
+		return a.watching(j.meta.SandboxID)
+	case j.meta.Stage == StageResweep:
+		return a.known.has(j.meta.SandboxID)
+	}
+	return true
 }
 
 // sweep queues a sweep's jobs, the pods the runtime lists as running:

@@ -12,10 +12,9 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
-// The re-sweep. Legacy x_tables tell nobody of a change (nftables has no
-// per-netns notification the agent follows either, outside the runtime's
-// events), so a pod that writes legacy rules after its containers started
-// is seen only by a later look. Every ResweepInterval the agent looks at
+// The re-sweep. Legacy x_tables tell nobody of a change (nftables commits
+// are heard only with the watch on, see watch.go), so a pod that writes
+// legacy rules after its containers started is seen only by a later look. Every ResweepInterval the agent looks at
 // each sandbox it knows again, but scans only those whose rules may have
 // changed since their last complete scan: the namespace's nftables
 // generation and legacy fingerprint (inspect.State) read before that scan
@@ -23,7 +22,10 @@ import (
 // unknown, a netns it could not read). Reading a State is a netlink round
 // trip plus, with legacy tables listed, one copy of each (no process, no
 // parse), so a re-sweep of hundreds of unchanged pods costs next to nothing.
-// The scans it wants go through the one fair queue, as a sweep's do.
+// The scans it wants go through the one fair queue, as a sweep's do. Every
+// scan notes its State (noteScan), the watch's too: a pod the watch just
+// scanned is skipped, and one whose re-sweep scan waits has the watch's
+// folded into it (queue.put).
 
 // DefaultResweepInterval is the time between re-sweeps: legacy rules a pod
 // writes after its start are found within it. Ten minutes costs a node of
@@ -118,6 +120,13 @@ func (k *sandboxes) add(meta scan.Meta) {
 	}
 }
 
+// has tells whether the sandbox is known (not stopped, not forgotten).
+func (k *sandboxes) has(id string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.m[id] != nil
+}
+
 func (k *sandboxes) forget(id string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -202,7 +211,7 @@ func (a *Agent) resweep(ctx context.Context) {
 		r.Known++
 		switch {
 		case gone:
-			a.known.forget(m.SandboxID)
+			a.stopped(m.SandboxID)
 			r.Gone++
 		case keep:
 			jobs = append(jobs, j)

@@ -26,6 +26,13 @@ func (r resweepRecorder) Resweeped(s Resweep) { r.sweeps <- s }
 
 var _ ResweepObserver = resweepRecorder{}
 
+// startResweeping is startAgentWith with a recorder of the re-sweeps.
+func startResweeping(t *testing.T, change func(*Config)) (*Agent, resweepRecorder) {
+	t.Helper()
+	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
+	return startAgentWith(t, t.TempDir(), rec, change), rec
+}
+
 // resweepOnce runs one re-sweep and returns its report.
 func resweepOnce(t *testing.T, a *Agent, rec resweepRecorder) Resweep {
 	t.Helper()
@@ -73,9 +80,7 @@ func manyChains() string {
 func TestResweep(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy", "nft")
 	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
-	dir := t.TempDir()
-	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
-	a := startAgentWith(t, dir, rec, func(*Config) {})
+	a, rec := startResweeping(t, func(*Config) {})
 	ns := map[string]*nstest.NS{}
 	for _, id := range []string{"clean", "legacy", "native", "nft", "same", "unknown"} {
 		ns[id] = nstest.New(t)
@@ -144,9 +149,7 @@ func TestResweep(t *testing.T) {
 // its first sweep scans every pod, the next only those changed.
 func TestResweepCRI(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft")
-	dir := t.TempDir()
-	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
-	a := startAgentWith(t, dir, rec, func(*Config) {})
+	a, rec := startResweeping(t, func(*Config) {})
 	used, clean := nstest.New(t), nstest.New(t)
 	used.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
 	jobs := func() []job {
@@ -186,9 +189,7 @@ func TestResweepCRI(t *testing.T) {
 func TestResweepBusy(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
 	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
-	dir := t.TempDir()
-	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
-	a := startAgentWith(t, dir, rec, func(cfg *Config) { cfg.ScanTimeout = 500 * time.Millisecond })
+	a, rec := startResweeping(t, func(cfg *Config) { cfg.ScanTimeout = 500 * time.Millisecond })
 	x, y, holder := nstest.New(t), nstest.New(t), nstest.New(t)
 	x.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
 	ctx := context.Background()
@@ -222,5 +223,50 @@ func TestResweepBusy(t *testing.T) {
 			t.Fatalf("60 s after the mutex was freed: %+v, want x and y skipped, the holder queued", r)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestResweepAfterStop: a re-sweep's scan queued while the sandbox's stop
+// is being scanned does not run after it (the stop's is the pod's last
+// scan). Proven by order: the stop's scan is taken and held, the
+// re-sweep queues its scan behind it, then another pod's event behind
+// that; after the stop, the next scan reported is the other pod's.
+func TestResweepAfterStop(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	a, rec := startResweeping(t, func(*Config) {})
+	ns, other := nstest.New(t), nstest.New(t)
+	ctx := context.Background()
+	p := pod("stopping", ns.Path())
+	if _, err := a.Synchronize(ctx, []*api.PodSandbox{p}, nil); err != nil {
+		t.Fatal(err)
+	}
+	scannedIDs(t, a, rec, 1)
+
+	if err := a.StopPodSandbox(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	// A worker holds the stop's scan (taken, waiting for its token).
+	for running := false; !running; time.Sleep(time.Millisecond) {
+		a.queue.mu.Lock()
+		s := a.queue.slots[p.Id]
+		running = s != nil && s.running
+		a.queue.mu.Unlock()
+	}
+	ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	if r := resweepOnce(t, a, rec); r.Queued != 1 {
+		t.Fatalf("re-sweep during the stop's scan: %+v, want the changed pod queued", r)
+	}
+	o := pod("other", other.Path())
+	if err := a.PostStartContainer(ctx, o, &api.Container{Id: "c-other", Name: "app", PodSandboxId: o.Id}); err != nil {
+		t.Fatal(err)
+	}
+	if _, scans := scannedIDs(t, a, rec, 1); scans[0].Meta.Stage != stageStopPod {
+		t.Fatalf("first scan %+v, want the stop's", scans[0].Meta)
+	}
+	if _, scans := scannedIDs(t, a, rec, 1); scans[0].Meta.SandboxID != "other" {
+		t.Fatalf("after the stop: scan %+v, want the other pod's (the stopped pod's re-sweep scan skipped)", scans[0].Meta)
+	}
+	if r := resweepOnce(t, a, rec); r.Known != 1 || r.Skipped != 1 {
+		t.Fatalf("re-sweep after the stop: %+v, want only the other pod known, and skipped", r)
 	}
 }

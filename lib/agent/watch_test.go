@@ -316,3 +316,46 @@ func TestWatchOverrun(t *testing.T) {
 		t.Errorf("scan stage %q outcome %s, want %q and clean (no rules)", s.Meta.Stage, s.Label(), stageOverrun)
 	}
 }
+
+// TestWatchResweep: the watch's scan notes the sandbox's State, so the
+// next re-sweep skips what the watch just saw; a netns gone unseen is
+// forgotten by the re-sweep and its watch ends, releasing the netns the
+// monitor's socket held.
+func TestWatchResweep(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	dir := t.TempDir()
+	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
+	a := startWatching(t, dir, rec, func(*Config) {})
+	ns := nstest.New(t)
+	p := pod("wr", ns.Path())
+	ctx := context.Background()
+	fds := nstest.FDs(t)
+	if err := a.RunPodSandbox(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	ready(t, a, p.Id)
+	if err := a.PostStartContainer(ctx, p, &api.Container{Id: "c1", Name: "app", PodSandboxId: p.Id}); err != nil {
+		t.Fatal(err)
+	}
+	if s := rec.wait(t, 1)[0]; s.Meta.Source != SourcePostStart {
+		t.Fatalf("scan %+v, want the poststart's", s.Meta)
+	}
+
+	ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	if s := watchScan(t, rec.recorder); s.Stored != findings.Recorded {
+		t.Fatalf("watch scan %s, want recorded", s.Label())
+	}
+	if r := resweepOnce(t, a, rec); r.Known != 1 || r.Skipped != 1 {
+		t.Fatalf("re-sweep after the watch's scan: %+v, want the pod skipped", r)
+	}
+
+	ns.Delete()
+	if r := resweepOnce(t, a, rec); r.Gone != 1 {
+		t.Fatalf("re-sweep after the netns went: %+v, want it gone", r)
+	}
+	waitUnwatched(t, a)
+	waitFDs(t, fds)
+	if r := resweepOnce(t, a, rec); r.Known != 0 {
+		t.Fatalf("re-sweep after: %+v, want nothing known", r)
+	}
+}

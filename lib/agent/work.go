@@ -25,6 +25,14 @@ func (a *Agent) work() {
 		if !ok {
 			return
 		}
+		// Before the hold: a test's token is for a scan that runs.
+		if !a.live(j) {
+			if j.h != nil {
+				j.h.Close()
+			}
+			a.queue.done(j)
+			continue
+		}
 		if a.hold != nil {
 			<-a.hold
 		}

@@ -46,7 +46,17 @@ var podKinds = []struct {
 	rules int
 }{{"clean", 0}, {"10 rules", 10}, {"1000 rules", 1000}}
 
-func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events, bigRules int, resweep time.Duration) error {
+// agentSet is which agent benches run, and the watch's settings.
+type agentSet struct {
+	watchIdle time.Duration
+	debounces []time.Duration
+	// only names the benches to run; empty: all.
+	only map[string]bool
+}
+
+func (s agentSet) runs(name string) bool { return len(s.only) == 0 || s.only[name] }
+
+func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events, bigRules int, resweep time.Duration, set agentSet) error {
 	nrilog.Set(quietNRI{})
 	tmp, err := os.MkdirTemp("", "iptalert-bench-agent")
 	if err != nil {
@@ -71,13 +81,17 @@ func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events,
 	fmt.Printf("agent: %d pod netns created (%d clean, %d with 10 rules, %d with 1000 rules) in %s\n",
 		pods, count(b.kinds, "clean"), count(b.kinds, "10 rules"), count(b.kinds, "1000 rules"), time.Since(start).Round(time.Millisecond))
 
-	if err := b.sweep(); err != nil {
-		return fmt.Errorf("sweep: %w", err)
+	if set.runs("sweep") {
+		if err := b.sweep(); err != nil {
+			return fmt.Errorf("sweep: %w", err)
+		}
 	}
-	if err := b.watch(min(100, len(b.netns))); err != nil {
-		return fmt.Errorf("watch: %w", err)
+	if set.runs("watch") {
+		if err := b.watch(min(100, len(b.netns)), set.watchIdle, set.debounces); err != nil {
+			return fmt.Errorf("watch: %w", err)
+		}
 	}
-	if idlePods > 0 {
+	if idlePods > 0 && set.runs("idle") {
 		if err := b.idleAndEvents(min(idlePods, len(b.netns)), idle, events, bigRules); err != nil {
 			return fmt.Errorf("idle and events: %w", err)
 		}
@@ -88,7 +102,7 @@ func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events,
 		}
 	}
 	// Last: it gives a third of the pods legacy rules.
-	if resweep > 0 {
+	if resweep > 0 && set.runs("resweep") {
 		if err := b.resweep(resweep); err != nil {
 			return fmt.Errorf("re-sweep: %w", err)
 		}
@@ -163,43 +177,212 @@ func (b *agentBench) sweep() error {
 	return nil
 }
 
-// watch measures the watch (issue 19) with every pod watched: the time
-// from a rule written (iptables-nft started) to its finding on disk, for
-// one write in each of n pods, and the agent's RSS after its sweep with
-// and without the watch.
-func (b *agentBench) watch(n int) error {
-	var rss [2]int64
-	for i, args := range [][]string{{"--watch=false"}, {"--watch"}} {
-		r, err := b.startAgent(b.pods(len(b.netns)), args...)
+// watch measures the watch (issue 19) with every pod watched: the
+// agent's idle CPU and RSS with the watch off and on (the CPU of an idle
+// window of the agent process, its threads' run time from schedstat,
+// scaled to an hour); for each debounce, the time from a rule written
+// (iptables-nft started) to its finding on disk, one write in each of n
+// pods, and what a pod rewriting its rules without pause costs.
+func (b *agentBench) watch(n int, idle time.Duration, debounces []time.Duration) error {
+	type config struct {
+		name     string
+		args     []string
+		debounce time.Duration
+	}
+	configs := []config{{name: "watch off", args: []string{"--watch=false"}}}
+	for _, d := range debounces {
+		configs = append(configs, config{fmt.Sprintf("watch on, debounce %s", d), []string{"--watch", "--watch-debounce", d.String()}, d})
+	}
+	fmt.Printf("\nagent watch, %d pod netns (idle CPU: the agent's threads over a %s idle window after its sweep, scaled to an hour; load average %s):\n",
+		len(b.netns), idle, loadavg())
+	var offCPU time.Duration
+	var offRSS int64
+	for i, c := range configs {
+		r, err := b.startAgent(b.pods(len(b.netns)), c.args...)
 		if err != nil {
 			return err
 		}
-		if err := r.waitSweep(len(b.netns), 5*time.Minute); err != nil {
-			r.stop()
+		err = b.watchRun(r, c.name, c.debounce, i == 0, n, idle, &offCPU, &offRSS)
+		r.stop()
+		if err != nil {
 			return err
 		}
-		if i == 0 {
-			rss[0], _ = statusKB(r.cmd.Process.Pid, "VmRSS")
-			r.stop()
-			continue
-		}
-		var lat []time.Duration
-		for j := 0; j < n; j++ {
-			d, err := r.writeToFinding(b.netns[j], pod(j, b.netns[j]).Id, j)
-			if err != nil {
-				r.stop()
-				return err
-			}
-			lat = append(lat, d)
-		}
-		rss[1], _ = statusKB(r.cmd.Process.Pid, "VmRSS")
-		r.stop()
-		sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
-		fmt.Printf("agent watch, %d pod netns watched: rule written (iptables-nft started) to finding on disk, %d writes: p50 %s, p99 %s, max %s (debounce 200ms)\n",
-			len(b.netns), n, lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)*99/100].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
 	}
-	fmt.Printf("agent RSS after the sweep of %d pods: %d KiB without the watch, %d KiB with it\n", len(b.netns), rss[0], rss[1])
 	return nil
+}
+
+// watchRun measures one configuration of the watch bench on the running
+// agent r; off is the watch-off run, which sets offCPU and offRSS.
+func (b *agentBench) watchRun(r *agentRun, name string, debounce time.Duration, off bool, n int, idle time.Duration, offCPU *time.Duration, offRSS *int64) error {
+	if err := r.waitSweep(len(b.netns), 5*time.Minute); err != nil {
+		return err
+	}
+	pid := r.cmd.Process.Pid
+	if !off {
+		// Every monitor open: one netlink socket each.
+		if err := waitSockets(pid, len(b.netns), 5*time.Minute); err != nil {
+			return err
+		}
+	}
+	cpu, window, err := idleCPU(pid, b.ticks, idle)
+	if err != nil {
+		return err
+	}
+	perHour := time.Duration(float64(cpu) * float64(time.Hour) / float64(window))
+	rss, _ := statusKB(pid, "VmRSS")
+	if off {
+		*offCPU, *offRSS = perHour, rss
+		fmt.Printf("  %-28s idle CPU %8s per hour, RSS %6d KiB\n", name, perHour.Round(time.Millisecond), rss)
+		return nil
+	}
+	fmt.Printf("  %-28s idle CPU %8s per hour (%+s vs off; goal <= +50ms), RSS %6d KiB (%+d KiB vs off; goal <= +20 MB)\n",
+		name, perHour.Round(time.Millisecond), (perHour - *offCPU).Round(time.Millisecond), rss, rss-*offRSS)
+
+	var lat []time.Duration
+	for j := 0; j < n; j++ {
+		d, err := r.writeToFinding(b.netns[j], pod(j, b.netns[j]).Id, j)
+		if err != nil {
+			return err
+		}
+		lat = append(lat, d)
+	}
+	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	fmt.Printf("    rule written (iptables-nft started) to finding on disk, %d writes: p50 %s, p99 %s, max %s (goal p99 <= 100ms); less the debounce: p50 %s, p99 %s\n",
+		n, p50.Round(time.Millisecond), p99.Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond),
+		(p50 - debounce).Round(time.Millisecond), (p99 - debounce).Round(time.Millisecond))
+	// Pods n and n+1 are not written to above; with the pods' kinds in
+	// turn, one has 10 rules, the other 1000 (or none, with fewer pods).
+	burstNS, scriptNS := b.netns[n%len(b.netns)], b.netns[(n+1)%len(b.netns)]
+	if b.kinds[n%len(b.netns)] != "1000 rules" {
+		burstNS, scriptNS = scriptNS, burstNS
+	}
+	if err := r.script(scriptNS, debounce, 20); err != nil {
+		return err
+	}
+	return r.burst(burstNS, debounce, 3*time.Second, b.ticks)
+}
+
+// script runs k iptables-nft commands one after the other in ns, as a
+// pod's setup script does: each window that ends amid them scans (and
+// records) a partial ruleset, so a shorter debounce records more findings
+// for one setup.
+func (r *agentRun) script(ns string, debounce time.Duration, k int) error {
+	m0, err := r.scrape()
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	for i := 0; i < k; i++ {
+		fmt.Fprintf(&b, "iptables-nft -A OUTPUT -d 10.98.0.%d -j DROP || exit 1\n", i+1)
+	}
+	start := time.Now()
+	if out, err := exec.Command("ip", "netns", "exec", ns, "sh", "-c", b.String()).CombinedOutput(); err != nil {
+		return fmt.Errorf("script in %s: %v: %s", ns, err, out)
+	}
+	took := time.Since(start)
+	var scans, recorded float64
+	for last, stable := -1.0, 0; stable < 2; time.Sleep(debounce + 100*time.Millisecond) {
+		m, err := r.scrape()
+		if err != nil {
+			return err
+		}
+		scans = m.sum("iptables_alerter_agent_scans_total", `source="watch"`) - m0.sum("iptables_alerter_agent_scans_total", `source="watch"`)
+		recorded = m.sum("iptables_alerter_agent_scans_total", `source="watch"`, `outcome="recorded"`) - m0.sum("iptables_alerter_agent_scans_total", `source="watch"`, `outcome="recorded"`)
+		if scans == last {
+			stable++
+		} else {
+			last, stable = scans, 0
+		}
+	}
+	fmt.Printf("    a setup script of %d iptables-nft commands (%s): %.0f watch scans, %.0f findings recorded\n", k, took.Round(time.Millisecond), scans, recorded)
+	return nil
+}
+
+// burst has one pod (with 1000 rules, if any has) rewrite a rule without
+// pause for d: iptables-nft -A then -D in a loop, each a commit. The
+// watch's scans are bounded by one per debounce window (plus the last
+// window's); the agent's CPU over the burst and its scans' end is what
+// such a pod costs.
+func (r *agentRun) burst(ns string, debounce, d time.Duration, ticks float64) error {
+	m0, err := r.scrape()
+	if err != nil {
+		return err
+	}
+	pid := r.cmd.Process.Pid
+	cpu0, err := cpuOf(pid, ticks)
+	if err != nil {
+		return err
+	}
+	script := fmt.Sprintf("n=0; end=$(($(date +%%s%%N)+%d)); while [ $(date +%%s%%N) -lt $end ]; do iptables-nft -A INPUT -j ACCEPT && iptables-nft -D INPUT -j ACCEPT || exit 1; n=$((n+2)); done; echo $n", d.Nanoseconds())
+	start := time.Now()
+	out, err := exec.Command("ip", "netns", "exec", ns, "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("burst in %s: %v: %s", ns, err, out)
+	}
+	took := time.Since(start)
+	commits, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	// The last window's scan: counted once the count stops moving for
+	// two windows after the burst.
+	scans := 0.0
+	for last, stable := -1.0, 0; stable < 2; time.Sleep(debounce + 100*time.Millisecond) {
+		m, err := r.scrape()
+		if err != nil {
+			return err
+		}
+		scans = m.sum("iptables_alerter_agent_scans_total", `source="watch"`) - m0.sum("iptables_alerter_agent_scans_total", `source="watch"`)
+		if scans == last {
+			stable++
+		} else {
+			last, stable = scans, 0
+		}
+	}
+	cpu1, err := cpuOf(pid, ticks)
+	if err != nil {
+		return err
+	}
+	bound := int(took/debounce) + 1
+	fmt.Printf("    a pod of 1000 rules rewriting without pause for %s: %d commits, %.0f watch scans (bound: one per window, %d), agent CPU %s (%.0f%% of one CPU over the burst)\n",
+		took.Round(time.Millisecond), commits, scans, bound, (cpu1 - cpu0).Round(time.Millisecond), 100*float64(cpu1-cpu0)/float64(took))
+	return nil
+}
+
+// idleCPU is process pid's CPU over an idle window of about idle, and the
+// window, begun 2 s from now: the sweep's garbage collected first.
+func idleCPU(pid int, ticks float64, idle time.Duration) (cpu, window time.Duration, err error) {
+	time.Sleep(2 * time.Second)
+	cpu0, err := cpuOf(pid, ticks)
+	if err != nil {
+		return 0, 0, err
+	}
+	t0 := time.Now()
+	time.Sleep(idle)
+	cpu1, err := cpuOf(pid, ticks)
+	if err != nil {
+		return 0, 0, err
+	}
+	return cpu1 - cpu0, time.Since(t0), nil
+}
+
+// waitSockets waits until process pid holds at least n sockets.
+func waitSockets(pid, n int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+		got := 0
+		for _, fd := range fds {
+			if l, err := os.Readlink(fd); err == nil && strings.HasPrefix(l, "socket:") {
+				got++
+			}
+		}
+		if got >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d sockets open in the agent, want %d monitors", got, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // writeToFinding writes a rule into ns and waits for the watch's finding
@@ -257,24 +440,15 @@ func (b *agentBench) idleAndEvents(idlePods int, idle time.Duration, events, big
 		return err
 	}
 	pid := r.cmd.Process.Pid
-	// Let the sweep's garbage be collected before the window.
-	time.Sleep(2 * time.Second)
-	cpu0, err := cpuOf(pid, b.ticks)
+	cpu, window, err := idleCPU(pid, b.ticks, idle)
 	if err != nil {
 		return err
 	}
-	t0 := time.Now()
-	time.Sleep(idle)
-	cpu1, err := cpuOf(pid, b.ticks)
-	if err != nil {
-		return err
-	}
-	window := time.Since(t0)
 	rss, _ := statusKB(pid, "VmRSS")
 	hwm, _ := statusKB(pid, "VmHWM")
-	perHour := time.Duration(float64(cpu1-cpu0) * float64(time.Hour) / float64(window))
+	perHour := time.Duration(float64(cpu) * float64(time.Hour) / float64(window))
 	fmt.Printf("agent idle, connected over NRI with %d pods swept: RSS %d KiB (peak %d KiB); CPU %s in %s idle = %s per hour\n",
-		idlePods, rss, hwm, (cpu1 - cpu0).Round(time.Microsecond), window.Round(time.Second), perHour.Round(time.Millisecond))
+		idlePods, rss, hwm, cpu.Round(time.Microsecond), window.Round(time.Second), perHour.Round(time.Millisecond))
 
 	// Events: PostStartContainer and StopContainer in turn, one every 2 ms,
 	// every 10th on the 200k-rule pod, whose scans then run in the

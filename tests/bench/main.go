@@ -35,6 +35,9 @@ func main() {
 	events := flag.Int("events", 2000, "agent: NRI events of the handler-latency run")
 	bigRules := flag.Int("big-rules", 200000, "agent: rules in the netns scanned during the handler-latency run")
 	resweep := flag.Duration("resweep-window", 10*time.Second, "agent: window over which the re-sweeps of the -pods unchanged netns are measured; 0 skips it")
+	watchIdle := flag.Duration("watch-idle", 20*time.Second, "agent: idle window over which the watch's CPU (on vs off, -pods watched) is measured")
+	debounces := flag.String("watch-debounces", "200ms,50ms", "agent: --watch-debounce values whose write-to-finding latency and burst cost are measured")
+	only := flag.String("agent-benches", "", "agent: comma-separated benches to run of sweep, watch, idle (idle, events, crash loop), resweep; empty runs all")
 	startRuns := flag.Int("start-runs", 500, "runs of 'BIN version', the start cost every hook run pays before any work; 0 skips it")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -68,7 +71,21 @@ func main() {
 		if err != nil {
 			fail(err)
 		}
-		if err := runAgentBenches(abs, *pods, *idlePods, *idle, *events, *bigRules, *resweep); err != nil {
+		var ds []time.Duration
+		for _, s := range strings.Split(*debounces, ",") {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				fail(fmt.Errorf("-watch-debounces: %w", err))
+			}
+			ds = append(ds, d)
+		}
+		set := agentSet{watchIdle: *watchIdle, debounces: ds, only: map[string]bool{}}
+		for _, s := range strings.Split(*only, ",") {
+			if s != "" {
+				set.only[s] = true
+			}
+		}
+		if err := runAgentBenches(abs, *pods, *idlePods, *idle, *events, *bigRules, *resweep, set); err != nil {
 			fail(err)
 		}
 	}

@@ -110,4 +110,11 @@ func TestContainerdWatch(t *testing.T) {
 			t.Errorf("record %d: container %q (record's %q), %d rules, %s; want %s, %d, %s", i, r.Writer.Container, r.Container, r.Nft.Rules, r.State, w.container, w.rules, w.state)
 		}
 	}
+	// A scan the native table queued would record nothing (no usage, none
+	// before): it shows as a clean watch scan. Any watch scan after it ran
+	// after it (one queue, first in first out), so it is counted by now;
+	// the iptables writers' four scans each found usage or its end.
+	if v, _ := a.metric(t, "iptables_alerter_agent_scans_total", `source="watch"`, `outcome="clean"`); v != 0 {
+		t.Errorf("%v clean watch scans, want 0: the native nftables table queued a scan; agent log:\n%s", v, a.log)
+	}
 }
