@@ -289,6 +289,9 @@ func (a *Agent) stopped(id string) {
 // Synchronize. An event's scan (a stop's above all) always runs.
 func (a *Agent) live(j job) bool {
 	switch {
+	case isNodeJob(j.meta):
+		// The node's namespace has no sandbox and never stops.
+		return true
 	case j.meta.Source == SourceWatch:
 		return a.watching(j.meta.SandboxID)
 	case j.meta.Stage == StageResweep:
