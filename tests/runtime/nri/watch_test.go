@@ -1,10 +1,16 @@
 package nri
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	rt "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
@@ -13,14 +19,98 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/tests/runtime/critest"
 )
 
-// restoreThen is a container script: an iptables-nft-restore that stays
-// alive (its stdin open), fed a rule after `after` seconds and its
-// deletion `del` seconds later. A writer alive at its commit is one the
-// agent can place in its container; a short-lived iptables-nft may exit
-// before /proc is read (the finding then says gone, with pid and comm).
-func restoreThen(after, del, table, rule string) string {
-	return "{ sleep " + after + "; echo -e '*" + table + "\\n-A " + rule + "\\nCOMMIT'; sleep " + del +
-		"; echo -e '*" + table + "\\n-D " + rule + "\\nCOMMIT'; sleep 100000; } | iptables-nft-restore --noflush & " + forever
+// restorer is one container whose iptables-nft-restore stays alive, its
+// stdin fed by the test through a FIFO: it commits what the test writes,
+// when the test writes it, so no step depends on how fast the machine is.
+// A writer alive at its commit is one the agent can place in its container.
+type restorer struct {
+	name string
+	pid  int
+	in   *os.File
+}
+
+// runRestorer runs container name in p: cat of a FIFO the test made in a
+// bind-mounted directory, piped to iptables-nft-restore --noflush, both
+// children of the container's sh. It returns once the restore runs and
+// is shown, with its parent, in the stand-in hostProc: from then on the
+// agent can describe it, and it writes nothing until the test says.
+func runRestorer(t *testing.T, c *critest.CRI, p *critest.Pod, hostProc, name string) *restorer {
+	t.Helper()
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "in")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatalf("mkfifo %q: %v", fifo, err)
+	}
+	// Read-write: the open does not wait for cat (Linux), and the test
+	// stays a writer, so cat sees no end of input until the test closes it.
+	in, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closing it ends cat, then the restore (the pod's removal ends the rest).
+	t.Cleanup(func() { in.Close() })
+
+	before := nstest.Pids(t, c.NetnsPath(p), "iptables-nft-re")
+	cfg := critest.ContainerConfig(p, name, "cat /ctl/in | iptables-nft-restore --noflush & "+forever)
+	cfg.Mounts = []*rt.Mount{{ContainerPath: "/ctl", HostPath: dir}}
+	c.StartContainer(c.CreateContainerConfig(p, cfg))
+
+	r := &restorer{name: name, in: in}
+	for deadline := time.Now().Add(time.Minute); r.pid == 0; time.Sleep(50 * time.Millisecond) {
+		for _, pid := range nstest.Pids(t, c.NetnsPath(p), "iptables-nft-re") {
+			if !slices.Contains(before, pid) {
+				r.pid = pid
+			}
+		}
+		if r.pid == 0 && time.Now().After(deadline) {
+			t.Fatalf("no iptables-nft-restore of container %s in the pod's netns within a minute", name)
+		}
+	}
+	nstest.ShowProc(t, hostProc, r.pid)
+	w := (watch.Proc{Root: "/proc"}).Writer(r.pid, "iptables-nft-re")
+	if w.Gone {
+		t.Fatalf("the iptables-nft-restore of container %s (pid %d) ended before writing", name, r.pid)
+	}
+	nstest.ShowProc(t, hostProc, w.PPID)
+	return r
+}
+
+// commit has the restore commit one table's change ("-A rule" or "-D rule").
+func (r *restorer) commit(t *testing.T, table, change string) {
+	t.Helper()
+	if _, err := r.in.WriteString("*" + table + "\n" + change + "\nCOMMIT\n"); err != nil {
+		t.Fatalf("feed the restore of %s: %v", r.name, err)
+	}
+}
+
+// watchRecords are the pod's records the watch wrote.
+func watchRecords(t *testing.T, f agentFiles, pod string) []findings.Record {
+	t.Helper()
+	var got []findings.Record
+	for _, r := range forPod(findingstest.Read(t, f.findings), pod) {
+		if r.Source == "watch" {
+			got = append(got, r)
+		}
+	}
+	return got
+}
+
+// waitRecords waits until the pod has n watch records and returns them;
+// how long it took is logged, never judged.
+func waitRecords(t *testing.T, a *agentProc, pod string, n int) []findings.Record {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(2 * time.Minute)
+	for {
+		if got := watchRecords(t, a.files, pod); len(got) >= n {
+			t.Logf("watch record %d after %v", n, time.Since(start).Round(time.Millisecond))
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d watch records within 2 minutes, want %d: %+v; agent log:\n%s", len(watchRecords(t, a.files, pod)), n, watchRecords(t, a.files, pod), a.log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // TestContainerdWatch (issue 19): on a real containerd, a pod's rules
@@ -28,6 +118,7 @@ func restoreThen(after, del, table, rule string) string {
 // (source "watch"), each finding naming the writing binary and its
 // container; a native nftables table written into the pod's netns first
 // is not usage and records nothing; removing every rule records gone.
+// The test makes each write and waits for its finding before the next.
 func TestContainerdWatch(t *testing.T) {
 	c := critest.Start(t).CRI
 	f := newFiles(t)
@@ -44,46 +135,27 @@ func TestContainerdWatch(t *testing.T) {
 		t.Fatalf("nft in the pod's netns: %v: %s", err, out)
 	}
 	started := time.Now()
-	c.Run(p, "writer", restoreThen("10", "8", "nat", "OUTPUT -p tcp --dport 9100 -j REDIRECT --to-ports 15001"))
-	c.Run(p, "second", restoreThen("13", "8", "filter", "INPUT -p tcp --dport 9200 -j DROP"))
-
-	// Both restores, and their shells, shown to the agent before their
-	// first commit, 10 s after their start.
-	var pids []int
-	for deadline := time.Now().Add(8 * time.Second); len(pids) < 2; time.Sleep(50 * time.Millisecond) {
-		if pids = nstest.Pids(t, c.NetnsPath(p), "iptables-nft-re"); time.Now().After(deadline) {
-			t.Fatalf("%d iptables-nft-restore processes in the pod's netns, want 2", len(pids))
-		}
-	}
-	for _, pid := range pids {
-		nstest.ShowProc(t, hostProc, pid)
-		if w := (watch.Proc{Root: "/proc"}).Writer(pid, "iptables-nft-re"); !w.Gone {
-			nstest.ShowProc(t, hostProc, w.PPID)
-		}
-	}
-	if out, _ := exec.Command("nsenter", "--net="+c.NetnsPath(p), "iptables-nft-save").CombinedOutput(); strings.Contains(string(out), "9100") {
-		t.Fatalf("the writer wrote before the test showed it to the agent (%v after its start): too slow a machine for this test", time.Since(started))
+	writer := runRestorer(t, c, p, hostProc, "writer")
+	second := runRestorer(t, c, p, hostProc, "second")
+	if out, _ := exec.Command("nsenter", "--net="+c.NetnsPath(p), "iptables-nft-save").CombinedOutput(); strings.Contains(string(out), "9100") || strings.Contains(string(out), "9200") {
+		t.Fatalf("a rule before the test fed any restore:\n%s", out)
 	}
 
-	// writer adds at 10 s, second at 13 s, writer deletes at 18 s, second
-	// at 21 s: the last is gone.
-	var got []findings.Record
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		got = nil
-		for _, r := range forPod(findingstest.Read(t, f.findings), "watched") {
-			if r.Source == "watch" {
-				got = append(got, r)
-			}
-		}
-		if n := len(got); n > 0 && got[n-1].KnownState() == findings.StateGone {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no gone record within 2 minutes: %+v; agent log:\n%s", got, a.log)
-		}
-		time.Sleep(100 * time.Millisecond)
+	// writer adds, second adds, writer deletes, second deletes: the last
+	// is gone. Each step waits for the previous one's record.
+	redirect, drop := "OUTPUT -p tcp --dport 9100 -j REDIRECT --to-ports 15001", "INPUT -p tcp --dport 9200 -j DROP"
+	writer.commit(t, "nat", "-A "+redirect)
+	waitRecords(t, a, "watched", 1)
+	second.commit(t, "filter", "-A "+drop)
+	waitRecords(t, a, "watched", 2)
+	writer.commit(t, "nat", "-D "+redirect)
+	waitRecords(t, a, "watched", 3)
+	second.commit(t, "filter", "-D "+drop)
+	got := waitRecords(t, a, "watched", 4)
+	if n := len(got); got[n-1].KnownState() != findings.StateGone {
+		t.Fatalf("last watch record %s, want gone: %+v; agent log:\n%s", got[n-1].State, got, a.log)
 	}
+
 	for i, r := range got {
 		w := r.Writer
 		if w == nil {
@@ -99,15 +171,18 @@ func TestContainerdWatch(t *testing.T) {
 	// writer's, then second's, then the writer's deletion, then gone.
 	want := []struct {
 		container string
+		pid       int
 		rules     int
 		state     findings.State
-	}{{"writer", 1, findings.StatePresent}, {"second", 2, findings.StatePresent}, {"writer", 1, findings.StatePresent}, {"second", 0, findings.StateGone}}
+	}{{"writer", writer.pid, 1, findings.StatePresent}, {"second", second.pid, 2, findings.StatePresent},
+		{"writer", writer.pid, 1, findings.StatePresent}, {"second", second.pid, 0, findings.StateGone}}
 	if len(got) != len(want) {
 		t.Fatalf("%d watch records, want %d", len(got), len(want))
 	}
 	for i, w := range want {
-		if r := got[i]; r.Writer.Container != w.container || r.Nft.Rules != w.rules || r.KnownState() != w.state || r.Container != w.container {
-			t.Errorf("record %d: container %q (record's %q), %d rules, %s; want %s, %d, %s", i, r.Writer.Container, r.Container, r.Nft.Rules, r.State, w.container, w.rules, w.state)
+		if r := got[i]; r.Writer.Container != w.container || r.Writer.PID != w.pid || r.Nft.Rules != w.rules || r.KnownState() != w.state || r.Container != w.container {
+			t.Errorf("record %d: container %q (record's %q), pid %d, %d rules, %s; want %s, %d, %d, %s",
+				i, r.Writer.Container, r.Container, r.Writer.PID, r.Nft.Rules, r.State, w.container, w.pid, w.rules, w.state)
 		}
 	}
 	// A scan the native table queued would record nothing (no usage, none
