@@ -32,12 +32,13 @@ const (
 // long, examples, then allowlist entries, then table names, then vendors are
 // dropped from the end, and last every string is cut short; Truncated is then
 // set. ExamplesLeftOut is counted for the examples written. An empty or
-// unknown State becomes KnownState's. A Worst or an
+// unknown State becomes KnownState's, a Subject KnownSubject's. A Worst or an
 // example's Impact that is not one of ImpactLevels
 // becomes "".
 func Encode(rec Record) ([]byte, error) {
 	rec.Schema = Schema
 	rec.State = rec.KnownState()
+	rec.Subject = rec.KnownSubject()
 	if len(rec.Legacy.Examples) > 0 {
 		// A record from Parse's caller that kept the line's split.
 		rec.Examples = append(append([]Example(nil), rec.Legacy.Examples...), rec.Examples...)
