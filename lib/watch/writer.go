@@ -97,11 +97,13 @@ func readStat(dir string) (stat, error) {
 }
 
 // Container cgroup names by runtime and cgroup driver, as prefixes of the
-// scope holding the id: containerd and CRI-O with the systemd driver,
-// podman and docker; with the cgroupfs driver the element is the bare id.
+// element holding the id: the systemd driver's scope (containerd, CRI-O,
+// podman, docker); with the cgroupfs driver containerd's and docker's
+// element is the bare id, CRI-O's crio-<id> and podman's libpod-<id>
+// without ".scope" (seen: CRI-O 1.35, /crio/crio-<id>).
 // crio-conmon-<id> is CRI-O's monitor, not the container: no prefix matches
 // it, and it is placed by its unit.
-var scopePrefixes = []string{"cri-containerd-", "crio-", "docker-", "libpod-"}
+var idPrefixes = []string{"cri-containerd-", "crio-", "docker-", "libpod-"}
 
 // placeCgroup reads a /proc/PID/cgroup file: the container id its path
 // names (the innermost element that is one), else the innermost systemd
@@ -145,11 +147,8 @@ func containerOf(e string) string {
 	if isID(e) {
 		return e
 	}
-	s, ok := strings.CutSuffix(e, ".scope")
-	if !ok {
-		return ""
-	}
-	for _, p := range scopePrefixes {
+	s := strings.TrimSuffix(e, ".scope")
+	for _, p := range idPrefixes {
 		if id, ok := strings.CutPrefix(s, p); ok && isID(id) {
 			return id
 		}
