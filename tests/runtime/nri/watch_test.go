@@ -50,14 +50,19 @@ func runRestorer(t *testing.T, c *critest.CRI, p *critest.Pod, hostProc, name st
 	// Closing it ends cat, then the restore (the pod's removal ends the rest).
 	t.Cleanup(func() { in.Close() })
 
-	before := nstest.Pids(t, c.NetnsPath(p), "iptables-nft-re")
+	// A host-network pod has no netns of its own: it is the runtime's.
+	nsPath := c.NetnsPath(p)
+	if nsPath == "" {
+		nsPath = "/run/netns/" + c.Netns
+	}
+	before := nstest.Pids(t, nsPath, "iptables-nft-re")
 	cfg := critest.ContainerConfig(p, name, "cat /ctl/in | iptables-nft-restore --noflush & "+forever)
 	cfg.Mounts = []*rt.Mount{{ContainerPath: "/ctl", HostPath: dir}}
 	c.StartContainer(c.CreateContainerConfig(p, cfg))
 
 	r := &restorer{name: name, in: in}
 	for deadline := time.Now().Add(time.Minute); r.pid == 0; time.Sleep(50 * time.Millisecond) {
-		for _, pid := range nstest.Pids(t, c.NetnsPath(p), "iptables-nft-re") {
+		for _, pid := range nstest.Pids(t, nsPath, "iptables-nft-re") {
 			if !slices.Contains(before, pid) {
 				r.pid = pid
 			}
@@ -95,19 +100,25 @@ func watchRecords(t *testing.T, f agentFiles, pod string) []findings.Record {
 	return got
 }
 
-// waitRecords waits until the pod has n watch records and returns them;
-// how long it took is logged, never judged.
+// waitRecords waits until the pod has n watch records and returns them.
 func waitRecords(t *testing.T, a *agentProc, pod string, n int) []findings.Record {
+	t.Helper()
+	return waitN(t, a, n, func() []findings.Record { return watchRecords(t, a.files, pod) })
+}
+
+// waitN waits until records gives n records and returns them; how long it
+// took is logged, never judged.
+func waitN(t *testing.T, a *agentProc, n int, records func() []findings.Record) []findings.Record {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(2 * time.Minute)
 	for {
-		if got := watchRecords(t, a.files, pod); len(got) >= n {
+		if got := records(); len(got) >= n {
 			t.Logf("watch record %d after %v", n, time.Since(start).Round(time.Millisecond))
 			return got
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d watch records within 2 minutes, want %d: %+v; agent log:\n%s", len(watchRecords(t, a.files, pod)), n, watchRecords(t, a.files, pod), a.log)
+			t.Fatalf("%d watch records within 2 minutes, want %d: %+v; agent log:\n%s", len(records()), n, records(), a.log)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
