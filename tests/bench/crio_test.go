@@ -22,6 +22,14 @@ var (
 	crioHookBin = flag.String("crio-hookbin", "../../bin/iptables-alerter-hook", "CRI-O: hook build the hooks.d JSON runs")
 )
 
+// TestMain removes the test image BenchmarkCRIOHook's pods run, which
+// critest builds once per test binary outside any test's TempDir.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	critest.RemoveImage()
+	os.Exit(code)
+}
+
 // BenchmarkCRIOHook measures what the hook adds to a container's start on a
 // real CRI-O (tests/runtime/critest): CreateContainer plus StartContainer,
 // what the kubelet waits for, with the shipped hooks.d JSON installed by
