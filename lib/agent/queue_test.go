@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
@@ -101,6 +102,27 @@ func TestQueueMerge(t *testing.T) {
 			}
 			closed(j.h)
 		})
+	}
+
+	// The watch's job joining a container's event keeps the event (the
+	// container it names) and brings its writer, in either order.
+	for _, watchFirst := range []bool{false, true} {
+		q := newQueue(10)
+		ev, w := qjob(t, "a", SourcePostStart, true), qjob(t, "a", SourceWatch, true)
+		ev.meta.ContainerID = "c1"
+		w.writer = &findings.Writer{PID: 42, Comm: "iptables-nft"}
+		if watchFirst {
+			q.add(w)
+			q.add(ev)
+		} else {
+			q.add(ev)
+			q.add(w)
+		}
+		j, _, _ := q.take(2)
+		if j.meta.Source != SourcePostStart || j.meta.ContainerID != "c1" || j.writer == nil || j.writer.PID != 42 {
+			t.Errorf("watch first %v: job %+v, writer %+v; want the poststart of c1 with the watch's writer", watchFirst, j.meta, j.writer)
+		}
+		closed(j.h)
 	}
 
 	q := newQueue(10)
