@@ -463,6 +463,9 @@ func TestForwardInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitDelivered(t, 30*time.Second, []*corev1.Pod{pod}, 1)
+	// The Event exists before the forwarder has counted it: its handling
+	// goes on (owner, Report), and a cancel then would leave it uncounted.
+	waitForLong(t, "the Event counted", 30*time.Second, func() bool { return strings.Contains(logText(), `"msg":"event created"`) })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("forwardLoop: %v", err)
