@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -61,7 +59,7 @@ func TestAgentFlags(t *testing.T) {
 func TestAgentUnreachable(t *testing.T) {
 	dir := t.TempDir()
 	// The agent's goroutines log while the test reads.
-	var logs lockedBuffer
+	var logs nstest.Buffer
 	log := logrus.New()
 	log.SetOutput(&logs)
 	m := newAgentMetrics(log)
@@ -188,22 +186,4 @@ func TestAgentPodSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the series gone", func() bool { return !strings.Contains(metrics(), "iptables_alerter_agent_pod_rules{") })
-}
-
-// lockedBuffer is a log sink the test may read while others write to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -435,11 +435,10 @@ func TestForwardInProcess(t *testing.T) {
 	noPod.Pod = findings.Pod{}
 	e.append(t, noPod, fwdRecord(pod, string(pod.UID), "fp-late", "app"))
 
-	var logs bytes.Buffer
-	var mu sync.Mutex
+	var logs nstest.Buffer
 	log := logrus.New()
 	log.SetFormatter(&logrus.JSONFormatter{})
-	log.SetOutput(fwdLockedWriter{&mu, &logs})
+	log.SetOutput(&logs)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -448,7 +447,7 @@ func TestForwardInProcess(t *testing.T) {
 			poll: 20 * time.Millisecond, maxBackoff: 200 * time.Millisecond, timeout: 5 * time.Second,
 		}, log)
 	}()
-	logText := func() string { mu.Lock(); defer mu.Unlock(); return logs.String() }
+	logText := logs.String
 
 	waitForLong(t, "a 403 retry", 30*time.Second, func() bool { return strings.Contains(logText(), "forbidden") })
 	if n := len(e.podEvents(t, pod)); n != 0 {
@@ -486,17 +485,6 @@ func TestForwardInProcess(t *testing.T) {
 	if r, _ := final["retries_total"].(float64); r < 1 {
 		t.Errorf("retries_total = %v, want at least 1", final["retries_total"])
 	}
-}
-
-type fwdLockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l fwdLockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // TestForwardRotation: the hook rotates the findings file while the
