@@ -92,6 +92,10 @@ type Config struct {
 	// platform allowlist. It needs Watch; with HostProc set it must be
 	// the namespace of HostProc's pid 1. Empty: off.
 	HostNetns string
+	// Platforms names the network plugins whose entries of the platform
+	// list node mode applies besides kube-proxy's and the kubelet's
+	// (allowlist.Plugins lists them); an unknown name is ErrConfig.
+	Platforms []string
 }
 
 // Observer hears about the agent's work, for metrics and logs. Calls come
@@ -239,6 +243,10 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 		a.nodeNetns = id
+	}
+	// Checked with node mode off too: a typo must not wait for it.
+	if _, err := allowlist.Platform(cfg.Platforms...); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if cfg.HostNetns != "" {
 		if !cfg.Watch {

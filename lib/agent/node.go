@@ -64,7 +64,8 @@ func (a *Agent) watchNode() {
 func isNodeJob(m scan.Meta) bool { return m.Subject == findings.SubjectNode }
 
 // loaders are the tables a scan applies: for the node, the platform list
-// before the admin's.
+// (with the plugins of Config.Platforms) before the admin's, and every rule
+// read in detail, for the platform list to see kube-proxy's all.
 func (a *Agent) loaders(m scan.Meta) scan.Loaders {
 	if !isNodeJob(m) {
 		return a.cfg.Load
@@ -73,8 +74,11 @@ func (a *Agent) loaders(m scan.Meta) scan.Loaders {
 	admin := l.Allow
 	l.Allow = func() (*allowlist.List, error) {
 		list, err := admin()
-		return allowlist.Join(allowlist.Platform(), list), err
+		// Checked by New: an unknown name never gets here.
+		platform, _ := allowlist.Platform(a.cfg.Platforms...)
+		return allowlist.Join(platform, list), err
 	}
+	l.Detail = scan.NodeDetail
 	return l
 }
 

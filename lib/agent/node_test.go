@@ -63,9 +63,12 @@ func TestNodeWatch(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft-restore", "ip")
 	dir := t.TempDir()
 	node := nstest.New(t)
-	// Before the agent: a Calico-like chain, and the kubelet's own.
+	// Before the agent: a Calico-like chain, and the kubelet's own (its
+	// rule as kubelet_network_linux.go writes it: the platform list takes
+	// exact shapes only).
 	node.Restore("*filter\n:cali-INPUT - [0:0]\n:KUBE-FIREWALL - [0:0]\n-A INPUT -j cali-INPUT\n-A INPUT -j KUBE-FIREWALL\n"+
-		"-A cali-INPUT -s 10.9.9.9/32 -j DROP\n-A KUBE-FIREWALL -d 127.0.0.0/8 -j DROP\nCOMMIT\n", "iptables-nft-restore")
+		"-A cali-INPUT -s 10.9.9.9/32 -j DROP\n"+
+		`-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`+"\nCOMMIT\n", "iptables-nft-restore")
 	rec := newRecorder()
 	a := startWatching(t, dir, rec, func(cfg *Config) {
 		cfg.HostProc, cfg.HostNetns = nstest.HostProc(t, node.Path()), node.Path()
@@ -126,7 +129,7 @@ func TestNodeWatch(t *testing.T) {
 }
 
 // TestNodeWatchConfig: node mode needs the watch, and a namespace that is
-// the node's as the host /proc names it.
+// the node's as the host /proc names it; --platform known plugins.
 func TestNodeWatchConfig(t *testing.T) {
 	nstest.NeedRoot(t)
 	dir := t.TempDir()
@@ -140,6 +143,9 @@ func TestNodeWatchConfig(t *testing.T) {
 		{"not the node's", func(cfg *Config) {
 			cfg.Watch, cfg.HostNetns, cfg.HostProc = true, other.Path(), nstest.HostProc(t, node.Path())
 		}},
+		// Issue 25: a plugin the platform list does not know, even with
+		// node mode off (a typo must not wait for it).
+		{"unknown platform", func(cfg *Config) { cfg.Platforms = []string{"ovn-kubernetes", "ovnkubernetes"} }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -38,6 +38,10 @@ type Entry struct {
 	// Namespaces scopes the entry to pods in these namespaces (shell globs,
 	// e.g. "openshift-*"); empty means every namespace.
 	Namespaces []string `json:"namespaces,omitempty"`
+	// Platform names the network plugin or engine an entry of the built-in
+	// platform list belongs to: such an entry applies only when the agent's
+	// --platform names it (Platform). Empty: what every node runs.
+	Platform string `json:"platform,omitempty"`
 }
 
 // File is the allowlist file's layout.

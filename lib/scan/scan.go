@@ -64,11 +64,25 @@ func Read(ctx context.Context, path string) (Result, error) {
 // runtime unmounts it) and reads it later. legacyInProcess is
 // inspect.Options.LegacyInProcess: for long-running daemons only.
 func ReadFrom(ctx context.Context, h *netns.Handle, legacyInProcess bool) Result {
+	return readFrom(ctx, h, legacyInProcess, 0)
+}
+
+// NodeDetail is the rule bound (Loaders.Detail) of a scan of the node's
+// own namespace: the platform list matches rule text, so it must see every
+// rule of kube-proxy's iptables mode (about 5 a Service; 32768 is 6,000
+// Services). Its memory, up to about 32 MB, is spent only while such a
+// namespace is read; the rules past it count as usage, never hidden.
+const NodeDetail = 1 << 15
+
+// readFrom is ReadFrom keeping up to detail rules (and detail KiB of their
+// expressions) for the allowlist; 0 is inspect's default.
+func readFrom(ctx context.Context, h *netns.Handle, legacyInProcess bool, detail int) Result {
 	var res Result
 	if id, err := h.ID(); err == nil {
 		res.NetnsID = id
 	}
-	snap, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable, Native: classify.Native, LegacyInProcess: legacyInProcess})
+	snap, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable, Native: classify.Native, LegacyInProcess: legacyInProcess,
+		MaxDetail: detail, MaxDetailBytes: detail << 10})
 	res.Err = err
 	res.Usage = classify.Classify(snap)
 	// Only rules with -m set need a name, and asking costs a process.
@@ -93,6 +107,9 @@ func ReadFrom(ctx context.Context, h *netns.Handle, legacyInProcess bool) Result
 type Loaders struct {
 	Allow   func() (*allowlist.List, error)
 	Vendors func() (*catalog.Table, error)
+	// Detail bounds the rules read in detail, which alone the allowlist
+	// can match (0: inspect's default, 1024); NodeDetail for the node's.
+	Detail int
 }
 
 // Run is Read followed by the allowlist of the pod's namespace, and the
@@ -111,7 +128,7 @@ func Run(ctx context.Context, path, namespace string, load Loaders) (Result, err
 // The tables are loaded only when there is usage: most pods have none, and
 // compiling the allowlist's expressions is a fifth of the work.
 func RunFrom(ctx context.Context, h *netns.Handle, namespace string, load Loaders, legacyInProcess bool) Result {
-	res := ReadFrom(ctx, h, legacyInProcess)
+	res := readFrom(ctx, h, legacyInProcess, load.Detail)
 	if res.Usage.Empty() {
 		return res
 	}
