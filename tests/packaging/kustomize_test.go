@@ -170,8 +170,9 @@ func TestServiceMonitorNode(t *testing.T) {
 
 // TestSecureMetricsArgs: the secure-metrics component restates each
 // container's args (a merge replaces the list whole): they are the base's
-// with exactly the TLS flags added, so a flag added to the base is not
-// lost where metrics are behind TLS.
+// with exactly the TLS flags added (and, on OpenShift, its network plugin
+// for node mode), so a flag added to the base is not lost where metrics
+// are behind TLS.
 func TestSecureMetricsArgs(t *testing.T) {
 	base := renderedDaemonSet(t, "packaging/kubernetes").Spec.Template.Spec
 	for _, dir := range []string{"", "packaging/openshift"} {
@@ -179,8 +180,13 @@ func TestSecureMetricsArgs(t *testing.T) {
 			dir = secureOverlay(t)
 		}
 		spec := renderedDaemonSet(t, dir).Spec.Template.Spec
+		agent := []string{"--metrics-addr=127.0.0.1:9758"}
+		if dir == "packaging/openshift" {
+			// OpenShift's network plugin, for node mode (issue 25).
+			agent = append(agent, "--platform=ovn-kubernetes")
+		}
 		for name, added := range map[string][]string{
-			"agent": {"--metrics-addr=127.0.0.1:9758"},
+			"agent": agent,
 			"forward": {"--secure-metrics-addr=:9443", "--tls-cert-file=/etc/iptables-alerter/tls/tls.crt",
 				"--tls-private-key-file=/etc/iptables-alerter/tls/tls.key", "--agent-metrics=http://127.0.0.1:9758/metrics"},
 		} {
