@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/agent"
+	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
@@ -84,6 +86,7 @@ func (cfg *agentConfig) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&cfg.agent.WatchDebounce, "watch-debounce", agent.DefaultWatchDebounce, "with --watch: the window a burst of commits is gathered in, one scan per window however many commits")
 	fs.StringVar(&cfg.agent.HostNetns, "host-netns", "", "node mode (NRI only, needs --watch): watch this netns as the node's, with the built-in platform allowlist; alone, --host-netns is --host-netns=host, HOST-PROC/1/ns/net, the node's (empty: off)")
 	fs.Lookup("host-netns").NoOptDefVal = hostNetnsNode
+	fs.StringSliceVar(&cfg.agent.Platforms, "platform", nil, "node mode: the network plugins this node runs, comma-separated ("+strings.Join(allowlist.Plugins(), ", ")+"), whose entries of the platform allowlist apply besides kube-proxy's and the kubelet's; an unknown name stops the agent")
 	fs.StringVar(&cfg.criEndpoint, "cri-endpoint", "", "where NRI is off: sweep through this CRI socket (e.g. /run/containerd/containerd.sock, /var/run/crio/crio.sock) every --interval instead of using NRI")
 	fs.DurationVar(&cfg.interval, "interval", 15*time.Minute, "with --cri-endpoint: time between sweeps")
 	fs.DurationVar(&cfg.agent.ResweepInterval, "resweep-interval", agent.DefaultResweepInterval, "time between re-sweeps: every known pod netns is looked at again and scanned only if its nftables generation or legacy x_tables changed since its last complete scan, or that scan could not finish (legacy x_tables tell nobody of a change); 0: off")
