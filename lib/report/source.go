@@ -60,6 +60,19 @@ type Cluster struct {
 	Config *rest.Config
 	// Namespace limits the listing; empty for all namespaces.
 	Namespace string
+	// Context is the kubeconfig context used, empty in a pod (Origin).
+	Context string
+}
+
+// Connect makes the Cluster read with rc (a kubeconfig's, or in a pod the
+// service account's); kubeContext is the kubeconfig context it came from,
+// "" in a pod.
+func Connect(rc *rest.Config, kubeContext, namespace string) (Cluster, error) {
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return Cluster{}, fmt.Errorf("make kubernetes client: %w", err)
+	}
+	return Cluster{Client: client, Config: rc, Namespace: namespace, Context: kubeContext}, nil
 }
 
 // ClusterSource is one way to read the findings a cluster holds.
