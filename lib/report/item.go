@@ -254,6 +254,9 @@ func clusterEvents(ctx context.Context, client kubernetes.Interface, namespace, 
 		if err != nil {
 			return nil, fmt.Errorf("list events: %w", err)
 		}
+		if err := checkPage("events", len(l.Items), opts.Limit); err != nil {
+			return nil, err
+		}
 		for i := range l.Items {
 			e := &l.Items[i]
 			var ev event

@@ -68,6 +68,9 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error)
 		if err != nil {
 			return nil, fmt.Errorf("list reports: %w", err)
 		}
+		if err := checkPage("reports", len(l.Items), opts.Limit); err != nil {
+			return nil, err
+		}
 		for i := range l.Items {
 			found = true
 			r := &l.Items[i]

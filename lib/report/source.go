@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -66,8 +67,11 @@ type Cluster struct {
 
 // Connect makes the Cluster read with rc (a kubeconfig's, or in a pod the
 // service account's); kubeContext is the kubeconfig context it came from,
-// "" in a pod.
+// "" in a pod. Every client made from its Config refuses an answer over
+// MaxAnswer bytes.
 func Connect(rc *rest.Config, kubeContext, namespace string) (Cluster, error) {
+	rc = rest.CopyConfig(rc)
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return capAnswers(rt, MaxAnswer) })
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return Cluster{}, fmt.Errorf("make kubernetes client: %w", err)
