@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
+	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
@@ -133,7 +134,8 @@ func itemOf(rec findings.Record, source string) Item {
 	if rec.KnownSubject() == findings.SubjectNode {
 		it := itemOf(findings.Record{}, source)
 		it.Node, it.Owner = rec.Node, nodeOwner(rec.Node)
-		it.Impact, it.Worst, it.Vendors, it.Examples = rec.Levels(), rec.WorstLevel(), rec.Vendors, rec.Examples
+		// A record written before node hints carries the pod's wording.
+		it.Impact, it.Worst, it.Vendors, it.Examples = rec.Levels(), rec.WorstLevel(), catalog.NodeWords(rec.Vendors), rec.Examples
 		it.State, it.Error, it.Time, it.Writer = rec.KnownState(), rec.Error, rec.Time, events.WriterLine(rec.Writer)
 		it.Truncated = rec.Truncated
 		return it
@@ -317,6 +319,10 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 		it.Node = s.Node
 	}
 	it.Impact, it.Worst, it.Vendors, it.Examples = s.Impact, s.Worst, s.Vendors, s.Examples
+	if node {
+		// An older forwarder posted the pod's wording.
+		it.Vendors = catalog.NodeWords(it.Vendors)
+	}
 	it.Writer = events.WriterLine(s.Writer)
 	// The reason says the state; the summary only adds why.
 	if state == findings.StateUnknown {
