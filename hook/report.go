@@ -7,14 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/report"
@@ -98,11 +96,8 @@ func (c *reportConfig) run(files []string, s stdio) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	if err := c.checkSource(files); err != nil {
-		fmt.Fprintf(stderr, "iptables-alerter report: --source %s: %v\n", c.source, err)
-		return 2
-	}
-	r, err := c.build(ctx, files)
+	r, err := report.Read(ctx, report.Inputs{Files: files, Events: c.events, Source: c.source, Namespace: c.namespace,
+		Expectations: c.expectations, FailOn: c.fo, Connect: c.cluster, Owners: c.kubeconfig != "" || c.kubeContext != ""})
 	if fe, ok := report.IsForbidden(err, report.ResourceReports); ok && c.source == report.SourceAuto {
 		// Never "clean" from Events that hold only the last hour: the
 		// fallback is the reader's explicit choice.
@@ -123,117 +118,20 @@ func (c *reportConfig) run(files []string, s stdio) int {
 	return 0
 }
 
-// build reads the inputs in order (findings files, saved Events, the
-// cluster) and judges what they say. The cluster is read when no file is
-// given, and asked for owners when one is and credentials were named.
-func (c *reportConfig) build(ctx context.Context, files []string) (report.Report, error) {
-	var exps []report.Expectation
-	if c.expectations != "" {
-		var err error
-		if exps, err = report.LoadExpectations(c.expectations); err != nil {
-			return report.Report{}, err
-		}
-	}
-	var (
-		items []report.Item
-		sk    report.Skipped
-	)
-	origin := report.Origin{Namespace: c.namespace, Time: time.Now()}
-	paths, err := report.FindingsFiles(files)
-	if err != nil {
-		return report.Report{}, err
-	}
-	for _, p := range paths {
-		its, err := report.ReadFindings(p, &sk)
-		if err != nil {
-			return report.Report{}, err
-		}
-		items = append(items, its...)
-	}
-	if len(paths) > 0 {
-		origin.From = append(origin.From, "files")
-	}
-	for _, p := range c.events {
-		f, err := os.Open(p)
-		if err != nil {
-			return report.Report{}, fmt.Errorf("open events: %w", err)
-		}
-		its, err := report.ReadEvents(f, p, &sk)
-		f.Close()
-		if err != nil {
-			return report.Report{}, err
-		}
-		items = append(items, its...)
-	}
-	if len(c.events) > 0 {
-		origin.From = append(origin.From, "events-file")
-	}
-	items = report.InNamespace(items, c.namespace)
-	fromCluster := len(files) == 0 && len(c.events) == 0 && c.source != report.SourceFiles
-	// Named credentials resolve the owners of files; with none named, files
-	// alone are read, as before (a CI job's ~/.kube/config may be another
-	// cluster's).
-	if fromCluster || c.kubeconfig != "" || c.kubeContext != "" {
-		cl, err := c.cluster()
-		if err != nil {
-			return report.Report{}, err
-		}
-		origin.Cluster, origin.Context = cl.Config.Host, cl.context
-		if fromCluster {
-			its, from, err := report.ReadCluster(ctx, cl.Cluster, report.SourcesOf(c.source), &sk)
-			if err != nil {
-				return report.Report{}, err
-			}
-			items = append(items, report.InNamespace(its, c.namespace)...)
-			origin.From = append(origin.From, from)
-		} else {
-			if err := report.ResolveOwners(ctx, cl.Client, items); err != nil {
-				return report.Report{}, err
-			}
-			origin.From = append(origin.From, "owners from the cluster")
-		}
-	}
-	r := report.Report{Origin: origin, Groups: report.GroupItems(items, exps), Skipped: sk, FailOn: c.fo}
-	r.Failing = report.Judge(r.Groups, c.fo)
-	return r, nil
-}
-
-// checkSource refuses inputs the --source value does not read.
-func (c *reportConfig) checkSource(files []string) error {
-	given := len(files) > 0 || len(c.events) > 0
-	switch c.source {
-	case report.SourceReports, report.SourceEvents:
-		if given {
-			return errors.New("reads the cluster only: drop the findings files and --events, or use --source files")
-		}
-	case report.SourceFiles:
-		if !given {
-			return errors.New("name findings files or --events FILE")
-		}
-	}
-	return nil
-}
-
-type reportCluster struct {
-	report.Cluster
-	// context is the kubeconfig context used, empty in a pod.
-	context string
-}
-
 // cluster finds credentials the kubectl way (client-go's default loading
 // rules): --kubeconfig, else $KUBECONFIG's files, else ~/.kube/config, and
 // in a pod without any of them the service account; --context picks a
 // context.
-func (c *reportConfig) cluster() (reportCluster, error) {
+func (c *reportConfig) cluster() (report.Cluster, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = c.kubeconfig
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: c.kubeContext})
 	rc, err := cc.ClientConfig()
 	if clientcmd.IsEmptyConfig(err) {
-		return reportCluster{}, errors.New("find credentials: no --kubeconfig, $KUBECONFIG or ~/.kube/config, and not running in a pod (KUBERNETES_SERVICE_HOST/PORT unset)")
+		return report.Cluster{}, errors.New("find credentials: no --kubeconfig, $KUBECONFIG or ~/.kube/config, and not running in a pod (KUBERNETES_SERVICE_HOST/PORT unset)")
 	}
 	if err != nil {
-		return reportCluster{}, fmt.Errorf("load kubeconfig: %w", err)
+		return report.Cluster{}, fmt.Errorf("load kubeconfig: %w", err)
 	}
 	var name string
 	// In a pod the loader fell back to the service account: no context.
@@ -241,9 +139,5 @@ func (c *reportConfig) cluster() (reportCluster, error) {
 		name = cmp.Or(c.kubeContext, raw.CurrentContext)
 	}
 	rc.UserAgent = "iptables-alerter-report/" + about().Version
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return reportCluster{}, fmt.Errorf("make kubernetes client: %w", err)
-	}
-	return reportCluster{Cluster: report.Cluster{Client: client, Config: rc, Namespace: c.namespace}, context: name}, nil
+	return report.Connect(rc, name, c.namespace)
 }

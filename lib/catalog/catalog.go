@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -37,8 +38,13 @@ type Entry struct {
 	Name string `json:"name"`
 	// Title names the vendor for people.
 	Title string `json:"title"`
-	// Hint says what to change and from which release that works.
+	// Hint says what to change and from which release that works, for usage
+	// in a pod's network namespace.
 	Hint string `json:"hint"`
+	// NodeHint is the same for usage in a node's own namespace (the
+	// agent's node mode), where "a cluster inside the pod" would be wrong;
+	// empty: Hint is worded for both.
+	NodeHint string `json:"nodeHint"`
 	// Doc links the vendor's documentation of the change.
 	Doc string `json:"doc"`
 	// Chains are chain names, exact or ending in "*" for a prefix; any
@@ -182,6 +188,32 @@ func (t *Table) Match(chains []string, rules []RuleText) []findings.Vendor {
 	}
 	return out
 }
+
+// ForNode words vendors matched for a node's own namespace: a vendor whose
+// hint is its entry's pod hint gets the entry's node hint. The record step
+// words with the table in force; readers of records written before node
+// hints (Events, report) with the built-in one (NodeWords). Others are
+// kept: an admin's entry replaced since, or a hint from another table.
+func (t *Table) ForNode(vendors []findings.Vendor) []findings.Vendor {
+	if t == nil || len(vendors) == 0 {
+		return vendors
+	}
+	out := slices.Clone(vendors)
+	for i, v := range out {
+		j := slices.IndexFunc(t.entries, func(e Entry) bool { return e.Name == v.Name })
+		if j >= 0 && t.entries[j].NodeHint != "" && v.Hint == t.entries[j].Hint {
+			out[i].Hint = t.entries[j].NodeHint
+		}
+	}
+	return out
+}
+
+// builtin is the embedded table, parsed once for NodeWords.
+var builtin = sync.OnceValue(Builtin)
+
+// NodeWords is ForNode with the built-in table, for readers of node
+// findings: a record written before node hints carries the pod's.
+func NodeWords(vendors []findings.Vendor) []findings.Vendor { return builtin().ForNode(vendors) }
 
 func (e Entry) matchesChains(chains []string) bool {
 	for _, c := range chains {

@@ -158,5 +158,89 @@ func TestDocTable(t *testing.T) {
 		if !strings.Contains(string(doc), "| `"+e.Name+"` | "+e.Title+" |") || !strings.Contains(string(doc), e.Hint) {
 			t.Errorf("docs/vendors.md lacks the row of %q with its hint", e.Name)
 		}
+		if !strings.Contains(string(doc), "| `"+e.Name+"` | "+e.NodeHint+" |") {
+			t.Errorf("docs/vendors.md lacks the node hint of %q", e.Name)
+		}
+	}
+}
+
+// podWords are what a hint about a pod's namespace says and a node's must
+// not (issue 25: "kube-proxy chains in a pod mean a cluster inside the
+// pod" under Node/NAME).
+var podWords = []string{"in a pod", "inside the pod", "in the pod", "in its pod", "target pod", "the pod is", "in-pod"}
+
+// usageOf gives chains and rules that match e alone: its first chain
+// pattern, or a rule made from its first rule pattern.
+func usageOf(e Entry) ([]string, []RuleText) {
+	if len(e.Chains) > 0 {
+		return []string{strings.Replace(e.Chains[0], "*", "X", 1)}, nil
+	}
+	p := e.Rules[0]
+	chain := strings.Replace(p.Chain, "*", "X", 1)
+	if chain == "" {
+		chain = "OUTPUT"
+	}
+	text := "-A " + chain
+	for _, o := range [][2]string{{"-d", p.Dst}, {"--dport", p.Port}, {"-m owner --uid-owner", p.UID}, {"-m mark --mark", p.Mark}, {"-j", p.Target}, {"--to-destination", p.To}} {
+		if o[1] != "" {
+			text += " " + o[0] + " " + o[1]
+		}
+	}
+	return []string{chain}, []RuleText{{Chain: chain, Text: text}}
+}
+
+// TestNodeWording: every built-in entry has a node hint, about the node
+// and without the pod's wording; a node finding's vendors get it, from
+// the table in force (ForNode) or, for a record written before, from the
+// built-in one (NodeWords); a pod's keep the pod hint; an admin's entry
+// may word both, and one without a node hint keeps its hint.
+func TestNodeWording(t *testing.T) {
+	tb := Builtin()
+	for _, e := range tb.entries {
+		low := strings.ToLower(e.NodeHint)
+		if e.NodeHint == "" || e.NodeHint == e.Hint || len(e.NodeHint) > 320 || !strings.Contains(low, "node") {
+			t.Errorf("%s: node hint %q (%d bytes)", e.Name, e.NodeHint, len(e.NodeHint))
+		}
+		for _, w := range podWords {
+			if strings.Contains(low, w) {
+				t.Errorf("%s: node hint says %q: %s", e.Name, w, e.NodeHint)
+			}
+		}
+		chains, rules := usageOf(e)
+		pod := tb.Match(chains, rules)
+		if i := slices.Index(names(pod), e.Name); i < 0 || pod[i].Hint != e.Hint {
+			t.Errorf("%s: usage %v %v matched %+v", e.Name, chains, rules, pod)
+			continue
+		}
+		for how, node := range map[string][]findings.Vendor{"ForNode": tb.ForNode(pod), "NodeWords": NodeWords(pod)} {
+			i := slices.Index(names(node), e.Name)
+			if i < 0 || node[i].Hint != e.NodeHint || node[i].Doc != e.Doc {
+				t.Errorf("%s: %s gave %+v, want the node hint", e.Name, how, node)
+			}
+		}
+		if i := slices.Index(names(pod), e.Name); pod[i].Hint != e.Hint {
+			t.Errorf("%s: ForNode changed its argument: %+v", e.Name, pod)
+		}
+	}
+	// A hint no built-in entry wrote (an admin's since replaced, or cut)
+	// is kept; so is an unknown vendor's.
+	kept := []findings.Vendor{{Name: "kube-proxy", Hint: "our own words"}, {Name: "acme", Hint: "acme hint"}}
+	if got := NodeWords(kept); !slices.Equal(got, kept) {
+		t.Errorf("NodeWords(%+v) = %+v", kept, got)
+	}
+	var none *Table
+	if got := none.ForNode(kept); !slices.Equal(got, kept) {
+		t.Errorf("nil table: %+v", got)
+	}
+	admin, err := Load(write(t, `{"vendors": [
+		{"name": "acme", "hint": "acme in a pod", "nodeHint": "acme on the node", "chains": ["ACME_*"]},
+		{"name": "plain", "hint": "plain words", "chains": ["PLAIN"]}
+	]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := admin.ForNode(admin.Match([]string{"ACME_IN", "PLAIN"}, nil))
+	if len(got) != 2 || got[0].Hint != "acme on the node" || got[1].Hint != "plain words" {
+		t.Errorf("admin entries for a node: %+v", got)
 	}
 }

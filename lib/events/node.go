@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 )
@@ -45,6 +46,8 @@ func (p *Poster) postNode(ctx context.Context, rec findings.Record) (Result, err
 		return res, nil
 	}
 	name := NodeUsageEventName(p.node, rec)
+	// A record written before node hints carries the pod's wording.
+	rec.Vendors = catalog.NodeWords(rec.Vendors)
 	ev := p.base(rec, name, NodeEventNamespace, owner.Owner{})
 	// As the node summary: the kubelet uses the node name as UID.
 	ev.Regarding = corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: p.node, UID: types.UID(p.node)}

@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
@@ -30,6 +31,9 @@ func TestNodeSubjectRealAPIServer(t *testing.T) {
 	ctx := kubetest.Ctx(t)
 	p := events.New(cs, "worker-1", false)
 	rec := nodeRecord("nodefp")
+	// As recorded before node hints: the pod's wording (issue 25).
+	kubeProxy := catalog.Builtin().Match([]string{"KUBE-SERVICES"}, nil)
+	rec.Vendors = kubeProxy
 	res, err := p.Post(ctx, rec)
 	if err != nil || res.Outcome != events.Created || res.Namespace != events.NodeEventNamespace {
 		t.Fatalf("Post = %+v, %v; want created in %q", res, err, events.NodeEventNamespace)
@@ -55,7 +59,10 @@ func TestNodeSubjectRealAPIServer(t *testing.T) {
 			t.Errorf("note lacks %q: %s", want, msg)
 		}
 	}
-	if strings.Contains(msg, "this pod") {
+	if strings.Contains(msg, "this pod") || strings.Contains(msg, "in a pod") {
 		t.Errorf("node note speaks of a pod: %s", msg)
+	}
+	if node := catalog.NodeWords(kubeProxy); !strings.Contains(msg, node[0].Hint[:120]) {
+		t.Errorf("node note lacks the node hint %q: %s", node[0].Hint, msg)
 	}
 }

@@ -8,6 +8,12 @@
 // naming the permission, never a fallback; Origin is the header naming
 // cluster, time and inputs.
 //
+// Read owns the input order (findings files, saved Events, then the
+// cluster, which Inputs.Connect reaches only when needed) and gives the
+// judged Report; the command wires flags into Inputs and writes the Report
+// with Write, whose formats are a literal table (render.go), one file per
+// writer.
+//
 // Data flows one way: inputs give Items (one per finding, with its state),
 // Settle keeps what they still say of each pod (gone takes the pod's earlier
 // usage away; usage seen beats an unknown look), Group folds Items into

@@ -28,7 +28,9 @@ type Group struct {
 	// Examples are up to MaxExamples distinct example rules of the group's
 	// findings, breaking ones first.
 	Examples []findings.Example `json:"examples"`
-	// Impact counts rules per level, summed over the group's findings.
+	// Impact counts rules per level: each pod once, by its newest
+	// complete look (newer), summed over the group's pods. A pod is looked
+	// at again and again, and its findings repeat its rules.
 	Impact findings.Impact `json:"impact"`
 	// Findings counts the items folded in.
 	Findings int `json:"findings"`
@@ -88,6 +90,9 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 	type sets struct{ pods, nodes, reasons, vendors, writers map[string]bool }
 	var ss []sets
 	var members [][]Item
+	// looks holds, per group, the index in members of each pod's look
+	// that counts.
+	var looks []map[podKey]int
 	for _, it := range items {
 		k := key{it.Namespace, it.Owner.Kind, it.Owner.Name, it.State}
 		i, ok := idx[k]
@@ -98,12 +103,10 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 				Pods: []string{}, Nodes: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}})
 			ss = append(ss, sets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
 			members = append(members, nil)
+			looks = append(looks, map[podKey]int{})
 		}
 		g, s := &gs[i], &ss[i]
 		g.Findings++
-		g.Impact.Legacy += it.Impact.Legacy
-		g.Impact.Xt += it.Impact.Xt
-		g.Impact.Native += it.Impact.Native
 		g.Examples = mergeExamples(g.Examples, it.Examples)
 		add(&g.Pods, s.pods, it.Pod)
 		add(&g.Nodes, s.nodes, it.Node)
@@ -129,8 +132,17 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 			g.Error = it.Error
 		}
 		members[i] = append(members[i], it)
+		if j, ok := looks[i][podOf(it)]; !ok || newer(it, members[i][j]) {
+			looks[i][podOf(it)] = len(members[i]) - 1
+		}
 	}
 	for i := range gs {
+		for _, j := range looks[i] {
+			im := members[i][j].Impact
+			gs[i].Impact.Legacy += im.Legacy
+			gs[i].Impact.Xt += im.Xt
+			gs[i].Impact.Native += im.Native
+		}
 		expect(&gs[i], members[i], exps, ss[i].reasons)
 		if !gs[i].Expected {
 			gs[i].Reasons = []string{}
@@ -196,19 +208,9 @@ func judged(it Item, worst string) []string {
 // items up to its time, and itself; an unknown item is dropped when the
 // pod has a present one, which says more. Order is kept.
 func Settle(items []Item) []Item {
-	type podKey struct{ ns, id string }
-	keyOf := func(it Item) podKey {
-		if it.Owner.Kind == KindNode {
-			return podKey{"", "node:" + it.Node}
-		}
-		if it.PodUID != "" {
-			return podKey{it.Namespace, it.PodUID}
-		}
-		return podKey{it.Namespace, "name:" + it.Pod}
-	}
 	gone := map[podKey]time.Time{}
 	for _, it := range items {
-		if k := keyOf(it); it.State == findings.StateGone && !it.Time.Before(gone[k]) {
+		if k := podOf(it); it.State == findings.StateGone && !it.Time.Before(gone[k]) {
 			gone[k] = it.Time
 		}
 	}
@@ -217,7 +219,7 @@ func Settle(items []Item) []Item {
 	kept := make([]Item, 0, len(items))
 	present := map[podKey]bool{}
 	for _, it := range items {
-		k := keyOf(it)
+		k := podOf(it)
 		if t, ok := gone[k]; it.State == findings.StateGone || ok && !it.Time.After(t) {
 			continue
 		}
@@ -226,12 +228,38 @@ func Settle(items []Item) []Item {
 	}
 	out := kept[:0]
 	for _, it := range kept {
-		if it.State == findings.StateUnknown && present[keyOf(it)] {
+		if it.State == findings.StateUnknown && present[podOf(it)] {
 			continue
 		}
 		out = append(out, it)
 	}
 	return out
+}
+
+// podKey names the pod (or node) an item is about.
+type podKey struct{ ns, id string }
+
+// podOf is the item's pod: by namespace and UID, or name when the UID is
+// not known; a node finding's node.
+func podOf(it Item) podKey {
+	if it.Owner.Kind == KindNode {
+		return podKey{"", "node:" + it.Node}
+	}
+	if it.PodUID != "" {
+		return podKey{it.Namespace, it.PodUID}
+	}
+	return podKey{it.Namespace, "name:" + it.Pod}
+}
+
+// newer reports whether look a of a pod says more than look b of the same
+// pod: a complete look beats a cut one (Truncated: its counts are a lower
+// bound), then the later one wins, and at equal times (Events before
+// their times were read, files of one second) the one read last, a.
+func newer(a, b Item) bool {
+	if a.Truncated != b.Truncated {
+		return b.Truncated
+	}
+	return !a.Time.Before(b.Time)
 }
 
 // exampleAt picks the first example at level, else the first at the

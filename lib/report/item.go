@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
+	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
@@ -43,10 +44,15 @@ type Item struct {
 	// State is the finding's (findings.State): present items are usage,
 	// unknown ones an inspection that could not finish (Error says why),
 	// gone ones clear the pod's earlier items (GroupItems). Time orders
-	// them; zero for an Event.
+	// them: the record's (an Event's eventTime, which the forwarder sets
+	// to it; zero for an Event without one).
 	State findings.State `json:"state"`
 	Error string         `json:"error"`
 	Time  time.Time      `json:"time"`
+	// Truncated is true for a look that stopped early: its counts are a
+	// lower bound, and a complete look of the pod counts instead (newer).
+	// Events do not say it.
+	Truncated bool `json:"truncated"`
 	// Writer names the process whose change the agent's watch looked
 	// after (events.WriterLine), "" when the finding names none.
 	Writer string `json:"writer"`
@@ -128,8 +134,10 @@ func itemOf(rec findings.Record, source string) Item {
 	if rec.KnownSubject() == findings.SubjectNode {
 		it := itemOf(findings.Record{}, source)
 		it.Node, it.Owner = rec.Node, nodeOwner(rec.Node)
-		it.Impact, it.Worst, it.Vendors, it.Examples = rec.Levels(), rec.WorstLevel(), rec.Vendors, rec.Examples
+		// A record written before node hints carries the pod's wording.
+		it.Impact, it.Worst, it.Vendors, it.Examples = rec.Levels(), rec.WorstLevel(), catalog.NodeWords(rec.Vendors), rec.Examples
 		it.State, it.Error, it.Time, it.Writer = rec.KnownState(), rec.Error, rec.Time, events.WriterLine(rec.Writer)
+		it.Truncated = rec.Truncated
 		return it
 	}
 	return Item{
@@ -137,6 +145,7 @@ func itemOf(rec findings.Record, source string) Item {
 		Owner:  owner.Bare(rec.Pod.Name),
 		Impact: rec.Levels(), Worst: rec.WorstLevel(), Vendors: rec.Vendors, Examples: rec.Examples,
 		Source: source, State: rec.KnownState(), Error: rec.Error, Time: rec.Time, Writer: events.WriterLine(rec.Writer),
+		Truncated: rec.Truncated,
 	}
 }
 
@@ -173,7 +182,10 @@ type event struct {
 		Namespace   string            `json:"namespace"`
 		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
-	Reason              string                 `json:"reason"`
+	Reason string `json:"reason"`
+	// EventTime is the record's time (the forwarder's base); core/v1
+	// names it alike.
+	EventTime           metav1.MicroTime       `json:"eventTime"`
 	InvolvedObject      corev1.ObjectReference `json:"involvedObject"`
 	Regarding           corev1.ObjectReference `json:"regarding"`
 	ReportingComponent  string                 `json:"reportingComponent"`
@@ -244,11 +256,14 @@ func clusterEvents(ctx context.Context, client kubernetes.Interface, namespace, 
 		if err != nil {
 			return nil, fmt.Errorf("list events: %w", err)
 		}
+		if err := checkPage("events", len(l.Items), opts.Limit); err != nil {
+			return nil, err
+		}
 		for i := range l.Items {
 			e := &l.Items[i]
 			var ev event
 			ev.Metadata.Namespace, ev.Metadata.Annotations = e.Namespace, e.Annotations
-			ev.Reason, ev.InvolvedObject = e.Reason, e.InvolvedObject
+			ev.Reason, ev.InvolvedObject, ev.EventTime = e.Reason, e.InvolvedObject, e.EventTime
 			ev.ReportingController, ev.ReportingInstance = e.ReportingController, e.ReportingInstance
 			if it, ok := ev.item("events", sk); ok {
 				items = append(items, valid(it, sk))
@@ -281,9 +296,10 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 	if ns == "" {
 		ns = ev.Metadata.Namespace
 	}
-	it := Item{Namespace: ns, Pod: obj.Name, PodUID: string(obj.UID), Node: ev.ReportingInstance, Owner: owner.Bare(obj.Name), Source: source, State: state}
+	it := Item{Namespace: ns, Pod: obj.Name, PodUID: string(obj.UID), Node: ev.ReportingInstance, Owner: owner.Bare(obj.Name), Source: source, State: state,
+		Time: ev.EventTime.Time}
 	if node {
-		it = Item{Node: obj.Name, Owner: nodeOwner(obj.Name), Source: source, State: state}
+		it = Item{Node: obj.Name, Owner: nodeOwner(obj.Name), Source: source, State: state, Time: ev.EventTime.Time}
 	}
 	raw, ok := ev.Metadata.Annotations[events.SummaryAnnotation]
 	if !ok {
@@ -303,6 +319,10 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 		it.Node = s.Node
 	}
 	it.Impact, it.Worst, it.Vendors, it.Examples = s.Impact, s.Worst, s.Vendors, s.Examples
+	if node {
+		// An older forwarder posted the pod's wording.
+		it.Vendors = catalog.NodeWords(it.Vendors)
+	}
 	it.Writer = events.WriterLine(s.Writer)
 	// The reason says the state; the summary only adds why.
 	if state == findings.StateUnknown {

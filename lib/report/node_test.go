@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
@@ -28,6 +29,10 @@ func TestNodeFindings(t *testing.T) {
 		Nft: findings.Nft{Rules: 1}, Impact: findings.Impact{Xt: 1}, Worst: findings.ImpactXt}
 	gone := other
 	gone.State, gone.Time, gone.Nft, gone.Impact, gone.Worst = findings.StateGone, t0.Add(time.Second), findings.Nft{}, findings.Impact{}, ""
+	// As recorded before node hints: the pod's wording (issue 25), which
+	// the pod's finding keeps.
+	kubeProxy := catalog.Builtin().Match([]string{"KUBE-SERVICES"}, nil)
+	node.Vendors, pod.Vendors = kubeProxy, kubeProxy
 	var data []byte
 	for _, r := range []findings.Record{node, other, pod, gone} {
 		line, err := findings.Encode(r)
@@ -70,6 +75,17 @@ func TestNodeFindings(t *testing.T) {
 		if err := Write(&b, Report{Groups: gs}, format); err != nil || !strings.Contains(b.String(), "worker-3") || !strings.Contains(b.String(), "Node") {
 			t.Errorf("%s report without the Node owner (%v):\n%s", format, err, b.String())
 		}
+	}
+	var b bytes.Buffer
+	if err := Write(&b, Report{Groups: gs}, "text"); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(b.String(), "\n              ", " ")
+	if n, want := strings.Count(text, "in a pod"), 1; n != want {
+		t.Errorf("pod wording %d times, want %d (the pod's only):\n%s", n, want, text)
+	}
+	if n := strings.Count(text, catalog.NodeWords(kubeProxy)[0].Hint); n != 2 {
+		t.Errorf("node hint %d times, want 2 (worker-1, worker-3):\n%s", n, text)
 	}
 	var got []string
 	for _, g := range gs {

@@ -1,20 +1,36 @@
 package report
 
 import (
-	"bytes"
-	"encoding/json"
-	"encoding/xml"
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
-// Formats lists the output formats.
-var Formats = []string{"text", "markdown", "json", "junit", "html"}
+// writers are the output formats, in the order --help lists them, one
+// file each (text.go, markdown.go, json.go, junit.go, html.go).
+var writers = []struct {
+	name  string
+	write func(io.Writer, Report) error
+}{
+	{"text", writeText},
+	{"markdown", writeMarkdown},
+	{"json", writeJSON},
+	{"junit", writeJUnit},
+	{"html", writeHTML},
+}
+
+// Formats lists the output formats, for help and validation.
+var Formats = formatNames()
+
+func formatNames() []string {
+	names := make([]string, len(writers))
+	for i, w := range writers {
+		names[i] = w.name
+	}
+	return names
+}
 
 // Report is what the writers render.
 type Report struct {
@@ -29,29 +45,10 @@ type Report struct {
 
 // Write renders r in format.
 func Write(w io.Writer, r Report, format string) error {
-	switch format {
-	case "text":
-		return writeText(w, r)
-	case "markdown":
-		return writeMarkdown(w, r)
-	case "json":
-		var b bytes.Buffer
-		enc := json.NewEncoder(&b)
-		enc.SetIndent("", "  ")
-		if r.Groups == nil {
-			r.Groups = []Group{}
+	for _, wr := range writers {
+		if wr.name == format {
+			return wr.write(w, r)
 		}
-		if err := enc.Encode(r); err != nil {
-			return fmt.Errorf("write json: %w", err)
-		}
-		// The same values, readable on a terminal without a bidi or C1
-		// control taking effect.
-		_, err := w.Write(safetext.JSON(b.Bytes()))
-		return err
-	case "junit":
-		return writeJUnit(w, r)
-	case "html":
-		return writeHTML(w, r)
 	}
 	return fmt.Errorf("write report: unknown format %q", format)
 }
@@ -108,45 +105,6 @@ func columns(g Group, esc func(string) string) []string {
 
 var header = []string{"STATUS", "NAMESPACE", "OWNER", "PODS", "NODES", "WORST", "VENDOR", "HINT", "EXAMPLE RULE", "WRITER"}
 
-// mdEscape keeps a cell one cell of plain text: no pipes, no HTML, no code
-// spans or emphasis from the pod's strings.
-func mdEscape(s string) string {
-	s = safetext.Display(s)
-	var b strings.Builder
-	for _, c := range s {
-		switch c {
-		case '|', '\\', '`', '*', '_', '[', ']', '<', '>', '#', '~':
-			b.WriteByte('\\')
-		case '&':
-			b.WriteString("&amp;")
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
-
-func writeMarkdown(w io.Writer, r Report) error {
-	var b strings.Builder
-	if !r.Origin.Time.IsZero() {
-		b.WriteString(mdEscape(r.Origin.Line()) + "\n\n")
-	}
-	b.WriteString("| " + strings.Join(header, " | ") + " |\n")
-	b.WriteString(strings.Repeat("|---", len(header)) + "|\n")
-	for _, g := range r.Groups {
-		b.WriteString("| " + strings.Join(columns(g, mdEscape), " | ") + " |\n")
-	}
-	for i, l := range strings.Split(summary(r), "\n") {
-		if i == 0 {
-			b.WriteString("\n" + mdEscape(l) + "\n\n")
-			continue
-		}
-		b.WriteString("- " + mdEscape(l) + "\n")
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
 // unknownWords say what an unknown group is, with the first error.
 func unknownWords(g Group) string {
 	s := "the inspection could not finish: whether it uses iptables is unknown"
@@ -200,107 +158,4 @@ func summary(r Report) string {
 		fmt.Fprintf(&b, "\nLeft out: %d results the Reports had no room for; the pods' Events or the findings files hold them.", r.Skipped.Cut)
 	}
 	return b.String()
-}
-
-// JUnit XML, the shape CI systems read (Jenkins, GitLab, GitHub actions):
-// one testsuite, one testcase per workload.
-type junitSuites struct {
-	XMLName  xml.Name     `xml:"testsuites"`
-	Name     string       `xml:"name,attr"`
-	Tests    int          `xml:"tests,attr"`
-	Failures int          `xml:"failures,attr"`
-	Errors   int          `xml:"errors,attr"`
-	Skipped  int          `xml:"skipped,attr"`
-	Suites   []junitSuite `xml:"testsuite"`
-}
-
-type junitSuite struct {
-	Name     string `xml:"name,attr"`
-	Tests    int    `xml:"tests,attr"`
-	Failures int    `xml:"failures,attr"`
-	Errors   int    `xml:"errors,attr"`
-	Skipped  int    `xml:"skipped,attr"`
-	Time     string `xml:"time,attr"`
-	// Properties say which cluster, when and from what (Origin).
-	Properties *junitProperties `xml:"properties"`
-	Cases      []junitCase      `xml:"testcase"`
-}
-
-type junitProperties struct {
-	Property []junitProperty `xml:"property"`
-}
-
-type junitProperty struct {
-	Name  string `xml:"name,attr"`
-	Value string `xml:"value,attr"`
-}
-
-type junitCase struct {
-	Name      string        `xml:"name,attr"`
-	Classname string        `xml:"classname,attr"`
-	Time      string        `xml:"time,attr"`
-	Skipped   *junitMessage `xml:"skipped"`
-	Failure   *junitMessage `xml:"failure"`
-	Error     *junitMessage `xml:"error"`
-	SystemOut string        `xml:"system-out,omitempty"`
-}
-
-type junitMessage struct {
-	Message string `xml:"message,attr"`
-	Type    string `xml:"type,attr,omitempty"`
-	Text    string `xml:",chardata"`
-}
-
-func writeJUnit(w io.Writer, r Report) error {
-	s := junitSuite{Name: "iptables-alerter RHEL 10 readiness", Time: "0"}
-	if o := r.Origin; !o.Time.IsZero() {
-		s.Properties = &junitProperties{Property: []junitProperty{
-			{"report", o.Line()},
-			{"cluster", safetext.Display(o.Cluster)},
-			{"context", safetext.Display(o.Context)},
-			{"namespace", safetext.Display(o.Namespace)},
-			{"from", strings.Join(o.From, ",")},
-			{"time", o.Time.UTC().Format(time.RFC3339)},
-		}}
-	}
-	for _, g := range r.Groups {
-		// encoding/xml escapes markup and replaces characters XML cannot
-		// hold; Display keeps the text readable as well.
-		c := junitCase{Name: safetext.Display(g.Owner.String()), Classname: safetext.Display(g.Namespace), Time: "0"}
-		var detail strings.Builder
-		for i, v := range columns(g, safetext.Display) {
-			fmt.Fprintf(&detail, "%s: %s\n", strings.ToLower(header[i]), v)
-		}
-		msg := fmt.Sprintf("%s uses iptables: %s", safetext.Display(g.Owner.String()), findings.ImpactWords(g.Worst))
-		if g.State == findings.StateUnknown {
-			msg = safetext.Display(g.Owner.String() + ": " + unknownWords(g))
-		}
-		switch {
-		case g.State == findings.StateUnknown && g.Fails:
-			// An error, not a failure: the test could not run.
-			c.Error = &junitMessage{Message: msg, Type: "InspectionIncomplete", Text: detail.String()}
-			s.Errors++
-		case g.Expected:
-			c.SystemOut = "expected: " + safetext.Display(strings.Join(g.Reasons, "; ")) + "\n" + detail.String()
-		case g.Fails:
-			c.Failure = &junitMessage{Message: msg, Type: "UnexpectedIptablesUsage", Text: detail.String()}
-			s.Failures++
-		default:
-			c.Skipped = &junitMessage{Message: "warning (not failing under --fail-on " + r.FailOn + "): " + msg, Text: detail.String()}
-			s.Skipped++
-		}
-		s.Cases = append(s.Cases, c)
-	}
-	s.Tests = len(s.Cases)
-	out := junitSuites{Name: "iptables-alerter report", Tests: s.Tests, Failures: s.Failures, Errors: s.Errors, Skipped: s.Skipped, Suites: []junitSuite{s}}
-	if _, err := io.WriteString(w, xml.Header); err != nil {
-		return err
-	}
-	enc := xml.NewEncoder(w)
-	enc.Indent("", "  ")
-	if err := enc.Encode(out); err != nil {
-		return fmt.Errorf("write junit: %w", err)
-	}
-	_, err := io.WriteString(w, "\n")
-	return err
 }

@@ -68,6 +68,9 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error)
 		if err != nil {
 			return nil, fmt.Errorf("list reports: %w", err)
 		}
+		if err := checkPage("reports", len(l.Items), opts.Limit); err != nil {
+			return nil, err
+		}
 		for i := range l.Items {
 			found = true
 			r := &l.Items[i]
@@ -143,7 +146,8 @@ func resultItem(namespace string, x openreportsv1alpha1.ReportResult, sk *Skippe
 	p := x.Properties
 	pod := x.Subjects[0]
 	it := Item{Namespace: namespace, Pod: pod.Name, PodUID: string(pod.UID), Node: p[reports.PropNodes],
-		Owner: owner.Bare(pod.Name), Source: "reports", State: findings.StatePresent, Time: reports.Seen(x)}
+		Owner: owner.Bare(pod.Name), Source: "reports", State: findings.StatePresent, Time: reports.Seen(x),
+		Truncated: p[reports.PropTruncated] == "true"}
 	if it.PodUID == "" {
 		it.PodUID = p[reports.PropPodUID]
 	}

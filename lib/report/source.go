@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -60,6 +61,22 @@ type Cluster struct {
 	Config *rest.Config
 	// Namespace limits the listing; empty for all namespaces.
 	Namespace string
+	// Context is the kubeconfig context used, empty in a pod (Origin).
+	Context string
+}
+
+// Connect makes the Cluster read with rc (a kubeconfig's, or in a pod the
+// service account's); kubeContext is the kubeconfig context it came from,
+// "" in a pod. Every client made from its Config refuses an answer over
+// MaxAnswer bytes.
+func Connect(rc *rest.Config, kubeContext, namespace string) (Cluster, error) {
+	rc = rest.CopyConfig(rc)
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return capAnswers(rt, MaxAnswer) })
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return Cluster{}, fmt.Errorf("make kubernetes client: %w", err)
+	}
+	return Cluster{Client: client, Config: rc, Namespace: namespace, Context: kubeContext}, nil
 }
 
 // ClusterSource is one way to read the findings a cluster holds.

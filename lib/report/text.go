@@ -101,8 +101,9 @@ func textDetails(g Group, row []string, widths []int) []string {
 	detail := func(label, text string) { lines(label, safetext.Display(safetext.Cut(text, textDetail))) }
 	if g.Impact != (findings.Impact{}) {
 		s := fmt.Sprintf("%d legacy, %d xt, %d native", g.Impact.Legacy, g.Impact.Xt, g.Impact.Native)
-		if g.Findings > 1 {
-			s += fmt.Sprintf(" (in %d findings)", g.Findings)
+		// Each pod counted once (Group.Impact): the sum is over pods.
+		if len(g.Pods) > 1 {
+			s += fmt.Sprintf(" (in %d pods)", len(g.Pods))
 		}
 		detail("rules:    ", s)
 	}

@@ -116,6 +116,10 @@ func Build(m Meta, res Result) findings.Record {
 	rec.Examples = findings.PickExamples(append(examples(rules, texts), legacyExamples(legacy, ltexts)...))
 	rec.ExamplesLeftOut = rec.LeftOut()
 	rec.Vendors = Vendors(res.Vendors, res.Usage, rules, texts, ltexts)
+	if rec.Subject == findings.SubjectNode {
+		// "Chains in a pod" would be wrong under Node/NAME.
+		rec.Vendors = res.Vendors.ForNode(rec.Vendors)
+	}
 	if res.Err != nil {
 		rec.Error = res.Err.Error()
 	}

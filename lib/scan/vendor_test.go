@@ -208,9 +208,16 @@ COMMIT
 // vendorsOf scans the netns as the hook does, with the built-in table.
 func vendorsOf(t *testing.T, ns *nstest.NS) []findings.Vendor {
 	t.Helper()
+	return vendorsFor(t, ns, findings.SubjectPod)
+}
+
+// vendorsFor scans the netns as the scan of subject does (a pod's, or
+// the agent's node mode).
+func vendorsFor(t *testing.T, ns *nstest.NS, subject findings.Subject) []findings.Vendor {
+	t.Helper()
 	res := readNS(t, ns)
 	res.Vendors = catalog.Builtin()
-	return Build(Meta{}, res).Vendors
+	return Build(Meta{Subject: subject}, res).Vendors
 }
 
 func vendorNames(vs []findings.Vendor) []string {
@@ -244,6 +251,15 @@ func TestVendors(t *testing.T) {
 			}
 			if name != "generic" && got[0].Hint == "" {
 				t.Errorf("no hint for %s", name)
+			}
+			// The same rules in a node's own namespace: the node's wording
+			// (issue 25: "kube-proxy chains in a pod" under Node/NAME).
+			node := vendorsFor(t, ns, findings.SubjectNode)
+			if !slices.Equal(vendorNames(node), want) {
+				t.Fatalf("node vendors %v, want %v", vendorNames(node), want)
+			}
+			if name != "generic" && (node[0].Hint == got[0].Hint || !strings.Contains(node[0].Hint, "node")) {
+				t.Errorf("node hint of %s: %q, pod hint %q", name, node[0].Hint, got[0].Hint)
 			}
 		})
 	}
