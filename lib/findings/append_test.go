@@ -289,7 +289,7 @@ func TestSeenLimitsEachSandbox(t *testing.T) {
 	written := map[string]int{}
 	rec := func(key, fp string) Outcome {
 		t.Helper()
-		out, err := s.RecordFinding(context.Background(), key, Record{Fingerprint: fp, State: StatePresent}, func() error { written[key]++; return nil })
+		out, err := s.RecordFinding(context.Background(), key, Record{Fingerprint: fp, State: StatePresent}, Parts{}, func() error { written[key]++; return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -332,7 +332,7 @@ func TestSeenWithPlantedSymlink(t *testing.T) {
 	}
 	s := Seen{Dir: dir}
 	calls := 0
-	out, err := s.RecordFinding(context.Background(), "sb", Record{Fingerprint: "f", State: StatePresent}, func() error { calls++; return nil })
+	out, err := s.RecordFinding(context.Background(), "sb", Record{Fingerprint: "f", State: StatePresent}, Parts{}, func() error { calls++; return nil })
 	if out != Recorded || calls != 1 || !errors.Is(err, ErrNoMemory) {
 		t.Errorf("Record = %v, %v after %d writes; want Recorded, ErrNoMemory, 1", out, err, calls)
 	}
