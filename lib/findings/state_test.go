@@ -229,23 +229,19 @@ func TestSeenPartialLook(t *testing.T) {
 		{"partial look with new usage", "clean", "P5", StatePresent, Parts{"n5", ""}, Recorded},
 		{"and more", "clean", "P6", StatePresent, Parts{"n6", ""}, Recorded},
 		{"over the limit: unknown limited", "clean", "U6", StateUnknown, Parts{"", ""}, Limited},
+
+		// Over the limit, a complete clean look still resolves an unknown.
+		{"failed look", "failing", "U1", StateUnknown, Parts{}, Recorded},
+		{"failed look", "failing", "U2", StateUnknown, Parts{}, Recorded},
+		{"failed look", "failing", "U3", StateUnknown, Parts{}, Recorded},
+		{"failed look", "failing", "U4", StateUnknown, Parts{}, Recorded},
+		{"complete clean look over the limit", "failing", "G", StateGone, Parts{"n", "l"}, Recorded},
+		{"failed look over the limit", "failing", "U5", StateUnknown, Parts{}, Limited},
 	}
 	for _, st := range steps {
 		out, err := s.RecordFinding(context.Background(), st.key, Record{Fingerprint: st.fp, State: st.st}, st.parts, func() error { return nil })
 		if err != nil || out != st.want {
 			t.Errorf("%s %s: %v %v, want %v", st.key, st.name, out, err, st.want)
-		}
-	}
-	// Over the limit, a complete clean look still resolves an unknown.
-	s2 := Seen{Dir: t.TempDir(), Limit: 1, Interval: time.Hour}
-	for i, st := range []struct {
-		fp    string
-		st    State
-		parts Parts
-		want  Outcome
-	}{{"U", StateUnknown, Parts{}, Recorded}, {"G", StateGone, Parts{"n", "l"}, Recorded}, {"U", StateUnknown, Parts{}, Limited}} {
-		if out, _ := s2.RecordFinding(context.Background(), "x", Record{Fingerprint: st.fp, State: st.st}, st.parts, func() error { return nil }); out != st.want {
-			t.Errorf("limit 1, step %d (%s): %v, want %v", i, st.st, out, st.want)
 		}
 	}
 }
