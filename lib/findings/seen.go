@@ -117,6 +117,11 @@ var ErrNoMemory = errors.New("per-sandbox memory not usable")
 func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts Parts, write func() error) (Outcome, error) {
 	state := rec.KnownState()
 	d, f, err := s.open(key)
+	if err != nil && state == StateGone {
+		// Whether there is anything to take back is not known: a clean
+		// look must not write a gone line each time the memory fails.
+		return Same, nil
+	}
 	if err != nil {
 		werr := write()
 		if werr != nil && !errors.Is(werr, ErrNotRotated) {
