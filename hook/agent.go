@@ -172,6 +172,7 @@ type agentMetrics struct {
 	errors   *prometheus.CounterVec
 	lastSync prometheus.Gauge
 	resweep  *prometheus.CounterVec
+	records  recordLog
 }
 
 // The re-sweep's counts are heard, or the build fails.
@@ -207,7 +208,7 @@ func newAgentMetrics(log *logrus.Logger) *agentMetrics {
 		}),
 		resweep: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iptables_alerter_agent_resweep_netns_total",
-			Help: "Pod netns looked at by re-sweeps (stage Resweep) and CRI sweeps (stage CRI), by result: skipped (nftables generation and legacy tables unchanged since the last complete scan), queued (changed, last scan incomplete, or state unreadable: scanned), gone (netns no longer there: forgotten).",
+			Help: "Pod netns looked at by re-sweeps (stage Resweep) and CRI sweeps (stage CRI), by result: skipped (nftables generation and legacy tables unchanged since the last complete scan), queued (changed, last scan incomplete, or state unreadable: scanned), gone (netns no longer there: forgotten), busy (the host-wide x_tables mutex held: left for a re-sweep soon after, or the next CRI sweep).",
 		}, []string{"stage", "result"}),
 	}
 	// Read from the health at each scrape: set from concurrent scans,
@@ -279,8 +280,14 @@ func (m *agentMetrics) Resweeped(r agent.Resweep) {
 	m.resweep.WithLabelValues(r.Stage, "skipped").Add(float64(r.Skipped))
 	m.resweep.WithLabelValues(r.Stage, "queued").Add(float64(r.Queued))
 	m.resweep.WithLabelValues(r.Stage, "gone").Add(float64(r.Gone))
-	m.log.WithFields(logrus.Fields{"stage": r.Stage, "known": r.Known, "skipped": r.Skipped, "queued": r.Queued,
-		"gone": r.Gone, "duration": r.Duration.String()}).Debug("re-sweep: scanning the pod netns that changed")
+	m.resweep.WithLabelValues(r.Stage, "busy").Add(float64(r.Busy))
+	l := m.log.WithFields(logrus.Fields{"stage": r.Stage, "known": r.Known, "skipped": r.Skipped, "queued": r.Queued,
+		"gone": r.Gone, "busy": r.Busy, "duration": r.Duration.String()})
+	if r.Busy > 0 {
+		l.Info("re-sweep: the host-wide x_tables mutex is held (by a pod or host process reading or writing legacy tables); the pod netns behind it are looked at again sooner")
+		return
+	}
+	l.Debug("re-sweep: scanning the pod netns that changed")
 }
 
 func (m *agentMetrics) Connection(up bool, err error) {
@@ -317,7 +324,7 @@ func (m *agentMetrics) Scanned(s agent.Scan) {
 		if s.Stored == findings.Recorded && s.Record.Truncated {
 			m.errors.WithLabelValues("incomplete").Inc()
 		}
-		logRecord(l, *s.Record, s.Stored, s.Err)
+		m.records.log(l, s.Meta.SandboxID, *s.Record, s.Stored, s.Err)
 	case agent.Failed:
 		m.errors.WithLabelValues("scan").Inc()
 		l.WithError(s.Err).Error("scan failed")

@@ -161,12 +161,9 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 	if res.VendorErr != nil {
 		l.WithError(res.VendorErr).Error("cannot load the vendor table, naming vendors from the built-in one")
 	}
-	d := scan.Decide(meta(cfg, c), res)
-	if d.Record == nil {
-		l.WithField("allowlisted", res.Allowed.Count).Debug(d.Why)
-		return
-	}
-	record(cfg, l, *d.Record, sandboxKey(c, res), start, writing)
+	// A clean look goes to the record step too: its gone takes back a
+	// present or unknown record of the sandbox, and is dropped otherwise.
+	record(cfg, l.WithField("allowlisted", res.Allowed.Count), scan.Decide(meta(cfg, c), res), sandboxKey(c, res), start, writing)
 }
 
 // skip tells why a container is not scanned (empty: scan it), and at which
@@ -211,9 +208,9 @@ func sandboxKey(c ocistate.Container, res scan.Result) string {
 	return "netns:" + res.NetnsID
 }
 
-// record appends rec unless the sandbox's memory already holds its
-// fingerprint, and logs the outcome.
-func record(cfg hookConfig, l *logrus.Entry, rec findings.Record, key string, start time.Time, writing *sync.Mutex) {
+// record appends d's record unless the sandbox's memory already holds it,
+// and logs the outcome.
+func record(cfg hookConfig, l *logrus.Entry, d scan.Decision, key string, start time.Time, writing *sync.Mutex) {
 	// Writing gets half a second past the deadline (the watchdog waits a
 	// second), so a slow inspection still leaves its truncated finding.
 	writeCtx, cancelWrite := context.WithDeadline(context.Background(), start.Add(cfg.timeout+500*time.Millisecond))
@@ -223,7 +220,7 @@ func record(cfg hookConfig, l *logrus.Entry, rec findings.Record, key string, st
 	// a bounded read of small files under /run, well within the second
 	// the watchdog waits for it.
 	writing.Lock()
-	out, err := store.Record(writeCtx, key, rec)
+	out, err := store.Record(writeCtx, key, d)
 	writing.Unlock()
-	logRecord(l, rec, out, err)
+	new(recordLog).log(l, key, d.Record, out, err)
 }

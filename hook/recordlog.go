@@ -1,36 +1,101 @@
 package main
 
 import (
+	"sync"
+	"time"
+
 	"github.com/sirupsen/logrus"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
-// logRecord says what the record step did with rec, for the hook and the
-// agent alike; err is the one scan.Store.Record returned with out.
-func logRecord(l *logrus.Entry, rec findings.Record, out findings.Outcome, err error) {
+// maxWarned bounds the sandboxes recordLog remembers a warning for: one
+// entry per pod over its limit within the hour, far fewer than the pods a
+// node runs.
+const maxWarned = 4096
+
+// recordLog says what the record step did with each record, for the hook
+// and the agent alike. A sandbox over its limit is warned about once per
+// limit window (findings.DefaultInterval), then at debug: a churning pod
+// must not flood the node's journal with one warning per scan. The drops
+// themselves are counted by the agent's scans_total{outcome="limited"}.
+// The hook makes one per run (one record), the agent one for its life.
+type recordLog struct {
+	mu sync.Mutex
+	// warned holds when each sandbox was last warned about.
+	warned map[string]time.Time
+	// now is the clock (tests set it); nil is time.Now.
+	now func() time.Time
+}
+
+// firstDrop tells whether a drop of key's record is the first of its
+// window, and if so remembers it.
+func (g *recordLog) firstDrop(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	if g.now != nil {
+		now = g.now()
+	}
+	if at, ok := g.warned[key]; ok && now.Sub(at) < findings.DefaultInterval && !now.Before(at) {
+		return false
+	}
+	if g.warned == nil {
+		g.warned = map[string]time.Time{}
+	}
+	if len(g.warned) >= maxWarned {
+		for k, at := range g.warned {
+			if now.Sub(at) >= findings.DefaultInterval || now.Before(at) {
+				delete(g.warned, k)
+			}
+		}
+	}
+	// Full of sandboxes warned within the hour: say it, at the cost of
+	// repeating it, rather than hide a drop.
+	if len(g.warned) < maxWarned {
+		g.warned[key] = now
+	}
+	return true
+}
+
+// log says what the record step did with rec, the record of sandbox key;
+// err is the one scan.Store.Record returned with out.
+func (g *recordLog) log(l *logrus.Entry, key string, rec findings.Record, out findings.Outcome, err error) {
 	l = l.WithFields(logrus.Fields{"fingerprint": rec.Fingerprint, "nft_rules": rec.Nft.Rules, "legacy_rules": rec.Legacy.Rules, "truncated": rec.Truncated})
 	if rec.Error != "" {
 		l = l.WithField("error", rec.Error)
 	}
+	gone := rec.State == findings.StateGone
 	switch out {
 	case findings.Failed:
 		l.WithError(err).Error("cannot record the finding")
 		return
 	case findings.Same:
+		if gone {
+			// A clean look; nothing recorded before to take back.
+			l.Debug("no iptables usage")
+			return
+		}
 		l.Debug("same usage already recorded for this sandbox")
 		return
 	case findings.Limited:
-		l.Warn("finding dropped: this sandbox wrote its limit of findings this hour")
+		if g.firstDrop(key) {
+			l.Warn("finding dropped: this sandbox wrote its limit of findings this hour; its further drops this hour are logged at debug and counted in iptables_alerter_agent_scans_total{outcome=\"limited\"}")
+		} else {
+			l.Debug("finding dropped: this sandbox wrote its limit of findings this hour")
+		}
 		return
 	}
 	if err != nil {
 		// Recorded anyway; rotation or the per-sandbox memory is broken.
 		l.WithError(err).Error("finding recorded, but the findings directory or the per-sandbox memory needs attention")
 	}
-	if rec.Truncated {
+	switch {
+	case gone:
+		l.Info("iptables usage gone, recorded")
+	case rec.Truncated:
 		l.Warn("iptables usage recorded, incomplete: the counts are a lower bound")
-	} else {
+	default:
 		l.Info("iptables usage recorded")
 	}
 }

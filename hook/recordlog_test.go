@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -17,6 +19,7 @@ import (
 func TestHookRecordLog(t *testing.T) {
 	full := findings.Record{Fingerprint: "fp1", Nft: findings.Nft{Rules: 3}}
 	cut := findings.Record{Fingerprint: "fp2", Truncated: true, Error: "legacy x_tables busy"}
+	gone := findings.Record{Fingerprint: "fp3", State: findings.StateGone}
 	tests := []struct {
 		name string
 		rec  findings.Record
@@ -30,7 +33,9 @@ func TestHookRecordLog(t *testing.T) {
 		{name: "recorded, memory broken", rec: full, out: findings.Recorded, err: findings.ErrNoMemory, want: []string{
 			"error finding recorded, but the findings directory or the per-sandbox memory needs attention", "info iptables usage recorded"}},
 		{name: "same", rec: full, out: findings.Same, want: []string{"debug same usage already recorded for this sandbox"}},
-		{name: "limited", rec: full, out: findings.Limited, want: []string{"warning finding dropped: this sandbox wrote its limit of findings this hour"}},
+		{name: "limited", rec: full, out: findings.Limited, want: []string{`warning finding dropped: this sandbox wrote its limit of findings this hour; its further drops this hour are logged at debug and counted in iptables_alerter_agent_scans_total{outcome=\"limited\"}`}},
+		{name: "gone", rec: gone, out: findings.Recorded, want: []string{"info iptables usage gone, recorded"}},
+		{name: "clean", rec: gone, out: findings.Same, want: []string{"debug no iptables usage"}},
 		{name: "failed", rec: full, out: findings.Failed, err: errors.New("disk full"), want: []string{"error cannot record the finding"}},
 	}
 	for _, tt := range tests {
@@ -40,7 +45,7 @@ func TestHookRecordLog(t *testing.T) {
 			log.SetOutput(&buf)
 			log.SetLevel(logrus.DebugLevel)
 			log.SetFormatter(&logrus.JSONFormatter{})
-			logRecord(log.WithField("sandbox_id", "sb"), tt.rec, tt.out, tt.err)
+			new(recordLog).log(log.WithField("sandbox_id", "sb"), "sb", tt.rec, tt.out, tt.err)
 			lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 			if len(lines) != len(tt.want) {
 				t.Fatalf("%d lines, want %d:\n%s", len(lines), len(tt.want), buf.String())
@@ -58,5 +63,47 @@ func TestHookRecordLog(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHookRecordLogChurn: a pod over its limit is warned about once per
+// sandbox and limit window, then at debug; another sandbox, or the next
+// window, is warned about again.
+func TestHookRecordLogChurn(t *testing.T) {
+	var buf bytes.Buffer
+	log := logrus.New()
+	log.SetOutput(&buf)
+	log.SetLevel(logrus.DebugLevel)
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	g := &recordLog{now: func() time.Time { return now }}
+	rec := findings.Record{Fingerprint: "fp", Nft: findings.Nft{Rules: 1}}
+	warnings := func() int {
+		n := strings.Count(buf.String(), "level=warning")
+		buf.Reset()
+		return n
+	}
+	for i := 0; i < 1000; i++ {
+		g.log(log.WithField("sandbox_id", "churn"), "churn", rec, findings.Limited, nil)
+	}
+	if n := warnings(); n != 1 {
+		t.Errorf("1000 drops of one sandbox: %d warnings, want 1", n)
+	}
+	g.log(log.WithField("sandbox_id", "other"), "other", rec, findings.Limited, nil)
+	if n := warnings(); n != 1 {
+		t.Errorf("another sandbox's drop: %d warnings, want 1", n)
+	}
+	now = now.Add(findings.DefaultInterval)
+	g.log(log.WithField("sandbox_id", "churn"), "churn", rec, findings.Limited, nil)
+	if n := warnings(); n != 1 {
+		t.Errorf("the next window's first drop: %d warnings, want 1", n)
+	}
+	for i := 0; i < maxWarned+10; i++ {
+		g.log(log.WithField("sandbox_id", "many"), fmt.Sprint("many-", i), rec, findings.Limited, nil)
+	}
+	if len(g.warned) > maxWarned {
+		t.Errorf("%d sandboxes remembered, want at most %d", len(g.warned), maxWarned)
+	}
+	if n := warnings(); n != maxWarned+10 {
+		t.Errorf("%d first drops of distinct sandboxes: %d warnings, want each", maxWarned+10, n)
 	}
 }

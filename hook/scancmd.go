@@ -92,14 +92,14 @@ func (c *scanConfig) run(_ []string, s stdio) int {
 		}
 		d := scan.Decide(scan.Meta{Node: hostname, Source: "scan", Netns: p, SandboxID: "netns:" + res.NetnsID,
 			Pod: findings.Pod{Namespace: c.namespace}}, res)
-		if d.Record == nil {
+		if d.Clean() {
 			if c.format == "text" {
 				fmt.Fprintf(s.out, "%s: %s (%d allowlisted)\n", safetext.Display(p), d.Why, res.Allowed.Count)
 			}
 			continue
 		}
 		found = true
-		printFinding(s.out, c.format, *d.Record)
+		printFinding(s.out, c.format, d.Record)
 	}
 	// Usage beats an unreadable namespace: it is the answer asked for.
 	if found {

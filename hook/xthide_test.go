@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -106,4 +107,67 @@ func TestPodHidingBehindXTMutex(t *testing.T) {
 			t.Errorf("report from the cluster: groups %+v, want one unknown group naming web-1", rep.Groups)
 		}
 	})
+}
+
+// TestHookBusyMutexRecords: the hook's records while a neighbour holds the
+// x_tables mutex, on real netns. A pod with iptables-nft rules, recorded
+// whole, gets no new record from a look that could not read the legacy
+// tables (what it did read is as recorded); a clean pod's look that could
+// not finish is recorded unknown, and the next complete look writes the
+// gone that resolves it (before, nothing: the pod stayed unknown); after
+// that, nothing more.
+func TestHookBusyMutexRecords(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
+	_, err := os.Stat("/proc/self/net/ip_tables_names")
+	nstest.Need(t, err == nil, "needs the ip_tables module loaded")
+	used, clean := nstest.New(t), nstest.New(t)
+	used.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	h := hookRun{}
+	run := func(ns *nstest.NS, sandbox, container string) {
+		t.Helper()
+		runHookProc(t, pod{netns: ns.Path(), sandbox: sandbox, container: container}.state(t), &h, "--timeout", "1s")
+	}
+	states := func() map[string][]findings.State {
+		out := map[string][]findings.State{}
+		if _, err := os.Stat(h.findings); err != nil {
+			return out
+		}
+		for _, r := range findingstest.Read(t, h.findings) {
+			out[r.SandboxID] = append(out[r.SandboxID], r.KnownState())
+		}
+		return out
+	}
+	run(used, "sb-used", "c1")
+	run(clean, "sb-clean", "c1")
+
+	stop := nstest.HoldXTMutex(t, 300000, 64)
+	run(used, "sb-used", "c2")
+	run(clean, "sb-clean", "c2")
+	stop()
+	got := states()
+	if len(got["sb-used"]) != 1 {
+		t.Errorf("used pod: records %v, want its first only (%s)", got["sb-used"], h.stderr)
+	}
+	if c := got["sb-clean"]; len(c) > 1 {
+		t.Errorf("clean pod while the mutex is held: records %v, want at most its unknown", c)
+	}
+	for end := time.Now().Add(60 * time.Second); ; {
+		run(clean, "sb-clean", "c3")
+		if c := states()["sb-clean"]; len(c) == 0 || c[len(c)-1] != findings.StateUnknown {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("60 s after the mutex was freed the clean pod is still unknown: %v\n%s", states()["sb-clean"], h.stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	run(clean, "sb-clean", "c4")
+	run(used, "sb-used", "c4")
+	got = states()
+	if c := got["sb-clean"]; len(c) != 0 && !slices.Equal(c, []findings.State{findings.StateUnknown, findings.StateGone}) {
+		t.Errorf("clean pod: records %v, want none, or its unknown and the gone resolving it", c)
+	}
+	if len(got["sb-used"]) != 1 {
+		t.Errorf("used pod: records %v, want one", got["sb-used"])
+	}
 }

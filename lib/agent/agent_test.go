@@ -348,7 +348,7 @@ func TestMemorySweptOncePerInterval(t *testing.T) {
 	// whether one was there already.
 	stale := func() bool {
 		t.Helper()
-		out, err := a.cfg.Seen.RecordFinding(ctx, "stopped", findings.Record{Netns: filepath.Join(dir, "gone-netns"), Fingerprint: "fp", State: findings.StatePresent}, func() error { return nil })
+		out, err := a.cfg.Seen.RecordFinding(ctx, "stopped", findings.Record{Netns: filepath.Join(dir, "gone-netns"), Fingerprint: "fp", State: findings.StatePresent}, findings.Parts{}, func() error { return nil })
 		if err != nil {
 			t.Fatal(err)
 		}

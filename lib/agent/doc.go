@@ -33,8 +33,9 @@
 // start) until StopPodSandbox or RemovePodSandbox: a burst of commits to
 // iptables-shaped tables queues one scan per debounce window, in the same
 // fair queue, and the record names the committing process (Writer). A
-// watch scan that finds no usage after usage was recorded writes state
-// gone; a sandbox over its findings limit is scanned again when its
+// complete scan (the watch's, or any other) that finds no usage after
+// usage (or unknown) was recorded writes state gone (scan.Decide); a
+// sandbox over its findings limit is scanned again when its
 // interval ends, so the last change of a burst is never lost. Monitors
 // are opened off the handlers, a few at a time.
 //

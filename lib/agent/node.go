@@ -81,11 +81,3 @@ func (a *Agent) loaders(m scan.Meta) scan.Loaders {
 	l.Detail = scan.NodeDetail
 	return l
 }
-
-// nodeRecord clears what names a pod in a node record: the memory's key is
-// kept in the Meta, the record names the node only.
-func nodeRecord(rec *findings.Record) {
-	if rec.Subject == findings.SubjectNode {
-		rec.SandboxID, rec.ContainerID, rec.Container = "", "", ""
-	}
-}

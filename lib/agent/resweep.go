@@ -53,11 +53,12 @@ type ResweepObserver interface {
 // Resweep is the report of one re-sweep (Stage StageResweep) or CRI sweep
 // (StageCRI): of Known sandboxes, Skipped were unchanged since their last
 // complete scan, Queued were not (or their state could not be read), Gone
-// had no netns left and were forgotten.
+// had no netns left and were forgotten, Busy were left for the next look:
+// the host-wide x_tables mutex was held (see nextResweep).
 type Resweep struct {
-	Stage                        string
-	Known, Skipped, Queued, Gone int
-	Duration                     time.Duration
+	Stage                              string
+	Known, Skipped, Queued, Gone, Busy int
+	Duration                           time.Duration
 }
 
 // sandbox is what the agent remembers of a running sandbox: what to queue
@@ -68,6 +69,8 @@ type sandbox struct {
 	// complete is set when state is that of a complete scan; never for a
 	// scan that was truncated, unknown, or whose State could not be read.
 	complete bool
+	// looked is set once a scan of the sandbox ended, complete or not.
+	looked bool
 }
 
 // sandboxes is the set of known sandboxes; its methods may be called
@@ -139,8 +142,16 @@ func (k *sandboxes) scanned(id string, st inspect.State, complete bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if s := k.m[id]; s != nil {
-		s.state, s.complete = st, complete
+		s.state, s.complete, s.looked = st, complete, true
 	}
+}
+
+// looked tells whether a scan of the sandbox ended since it became known.
+func (k *sandboxes) looked(id string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s := k.m[id]
+	return s != nil && s.looked
 }
 
 // unchanged tells whether the sandbox's last scan completed from State st.
@@ -170,7 +181,8 @@ func stateOf(ctx context.Context, h *netns.Handle) (inspect.State, bool) {
 }
 
 // withResweep runs loop with the re-sweep running beside it every
-// ResweepInterval (none for 0), and returns once both ended.
+// ResweepInterval (none for 0), sooner after one that backed off, and
+// returns once both ended.
 func (a *Agent) withResweep(ctx context.Context, loop func() error) error {
 	if a.cfg.ResweepInterval <= 0 {
 		return loop()
@@ -180,14 +192,14 @@ func (a *Agent) withResweep(ctx context.Context, loop func() error) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(a.cfg.ResweepInterval)
+		t := time.NewTimer(a.cfg.ResweepInterval)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				a.resweep(ctx)
+				t.Reset(nextResweep(a.cfg.ResweepInterval, a.resweep(ctx).Busy > 0))
 			}
 		}
 	}()
@@ -196,25 +208,64 @@ func (a *Agent) withResweep(ctx context.Context, loop func() error) error {
 	return loop()
 }
 
+// nextResweep is the wait before the next re-sweep, after one that found
+// the x_tables mutex busy (or not): the pods it left are looked at again
+// after an eighth of the interval. A mutex that stays busy costs one
+// State read an eighth (it fails at once while an abandoned read is still
+// blocked, see inspect.ReadState), never a scan of every pod.
+func nextResweep(interval time.Duration, busy bool) time.Duration {
+	if !busy {
+		return interval
+	}
+	return max(interval/8, time.Second)
+}
+
+// verdict is what a look at a sandbox's State says to do with it.
+type verdict int
+
+const (
+	// skip: unchanged since its last complete scan.
+	skip verdict = iota
+	// rescan: changed, never scanned whole, or its State unreadable.
+	rescan
+	// vanished: its netns no longer exists; its pod stopped unseen
+	// (while disconnected, say).
+	vanished
+	// busy: its State could not be read because the host-wide x_tables
+	// mutex is held. A scan now would read no legacy table either: the
+	// look is left for later (nextResweep), and so are the sandboxes after
+	// it in the same re-sweep, whose reads would meet the same wall.
+	busy
+)
+
 // resweep looks at every known sandbox once and queues a scan of those
-// that changed or whose last scan did not complete.
-func (a *Agent) resweep(ctx context.Context) {
+// that changed or whose last scan did not complete; what it could not
+// look at for the x_tables mutex is in Resweep.Busy.
+func (a *Agent) resweep(ctx context.Context) Resweep {
 	start := time.Now()
 	r := Resweep{Stage: StageResweep}
 	var jobs []job
+	wall := false
 	for _, m := range a.known.all() {
 		if ctx.Err() != nil {
 			closeAll(jobs)
-			return
+			return r
 		}
-		j, keep, gone := a.changed(ctx, job{meta: m})
 		r.Known++
-		switch {
-		case gone:
+		if wall {
+			r.Busy++
+			continue
+		}
+		j, v := a.changed(ctx, job{meta: m})
+		switch v {
+		case vanished:
 			a.stopped(m.SandboxID)
 			r.Gone++
-		case keep:
+		case rescan:
 			jobs = append(jobs, j)
+		case busy:
+			r.Busy++
+			wall = true
 		default:
 			r.Skipped++
 		}
@@ -223,31 +274,35 @@ func (a *Agent) resweep(ctx context.Context) {
 	a.queue.more(jobs)
 	r.Duration = time.Since(start)
 	a.resweeped(r)
+	return r
 }
 
-// changed reads the State of j's namespace and tells whether j is to be
-// queued: its rules may have changed since its last complete scan, or
-// there was none, or its State cannot be read. The job is given the open
-// handle. gone is set for a namespace that no longer exists: its pod
-// stopped unseen (while disconnected, say).
-func (a *Agent) changed(ctx context.Context, j job) (job, bool, bool) {
+// changed reads the State of j's namespace and says what to do with j:
+// queue it when its rules may have changed since its last complete scan,
+// or there was none, or its State cannot be read for any reason but a busy
+// x_tables mutex. A job to queue is given the open handle.
+func (a *Agent) changed(ctx context.Context, j job) (job, verdict) {
 	h, err := netns.Open(j.meta.Netns)
 	if errors.Is(err, netns.ErrNotExist) || errors.Is(err, netns.ErrNotNetns) {
-		return j, false, true
+		return j, vanished
 	}
 	if err != nil {
 		// The scan opens it again and reports why it cannot.
-		return j, true, false
+		return j, rescan
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.ScanTimeout)
-	st, ok := stateOf(ctx, h)
+	st, err := inspect.ReadState(ctx, h)
 	cancel()
-	if ok && a.known.unchanged(j.meta.SandboxID, st) {
+	switch {
+	case err == nil && a.known.unchanged(j.meta.SandboxID, st):
 		h.Close()
-		return j, false, false
+		return j, skip
+	case errors.Is(err, inspect.ErrLegacyBusy):
+		h.Close()
+		return j, busy
 	}
 	j.h = h
-	return j, true, false
+	return j, rescan
 }
 
 // sweepChanged is sweep for the CRI fallback: every listed pod stays
@@ -271,10 +326,17 @@ func (a *Agent) sweepChanged(ctx context.Context, jobs []job, pods int) {
 			return
 		}
 		// A pod gone since the list is scanned, and reported gone or
-		// unreachable as a sweep's scan always was.
-		if j, keep, gone := a.changed(ctx, j); keep || gone {
+		// unreachable as a sweep's scan always was. One whose State the
+		// busy x_tables mutex hides is scanned only if never looked at:
+		// a pod nobody saw is looked at, even partly; the others wait
+		// for the next sweep.
+		j, v := a.changed(ctx, j)
+		switch {
+		case v == busy && a.known.looked(j.meta.SandboxID):
+			r.Busy++
+		case v != skip:
 			queued = append(queued, j)
-		} else {
+		default:
 			r.Skipped++
 		}
 	}

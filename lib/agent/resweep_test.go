@@ -11,6 +11,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
@@ -180,49 +181,101 @@ func TestResweepCRI(t *testing.T) {
 	}
 }
 
-// TestResweepBusy: a pod holding the host-wide x_tables mutex cannot stall
-// the re-sweep. Proven by order, not time: the re-sweep returns while the
-// pod still holds the mutex. The other pods' State cannot be read then, so
-// they are scanned, not skipped; the holder's table, too big to
-// fingerprint, is never skipped; once the mutex is free the others are
-// skipped again.
+// TestResweepBusy: a pod holding the host-wide x_tables mutex can neither
+// stall the re-sweep nor make it a record storm. Proven by order, not
+// time: the re-sweep returns while the pod still holds the mutex. With the
+// mutex held during one re-sweep of two: that re-sweep backs off (no State
+// readable, nothing queued, all left for later); container starts of the
+// other pods then give looks without their legacy part, which write
+// nothing where the part they read is as recorded (the pod with
+// iptables-nft rules, the pod with legacy rules); a clean pod's partial
+// look is unknown, and once the mutex is free the complete look writes
+// the gone that resolves it. Records are counted in the findings file.
 func TestResweepBusy(t *testing.T) {
-	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
+	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy", "iptables-legacy-restore")
 	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
 	a, rec := startResweeping(t, func(cfg *Config) { cfg.ScanTimeout = 500 * time.Millisecond })
-	x, y, holder := nstest.New(t), nstest.New(t), nstest.New(t)
+	x, y, l, holder := nstest.New(t), nstest.New(t), nstest.New(t), nstest.New(t)
 	x.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	l.Run("iptables-legacy", "-A", "OUTPUT", "-s", "10.0.0.1", "-j", "ACCEPT")
 	ctx := context.Background()
-	if _, err := a.Synchronize(ctx, []*api.PodSandbox{pod("x", x.Path()), pod("y", y.Path())}, nil); err != nil {
+	pods := map[string]*nstest.NS{"x": x, "y": y, "l": l}
+	if _, err := a.Synchronize(ctx, []*api.PodSandbox{pod("x", x.Path()), pod("y", y.Path()), pod("l", l.Path())}, nil); err != nil {
 		t.Fatal(err)
 	}
-	scannedIDs(t, a, rec, 2)
+	scannedIDs(t, a, rec, 3)
+	// records is the findings file's states by sandbox, in order.
+	records := func() map[string][]findings.State {
+		out := map[string][]findings.State{}
+		for _, r := range findingstest.Read(t, a.cfg.Log.Path) {
+			out[r.SandboxID] = append(out[r.SandboxID], r.KnownState())
+		}
+		return out
+	}
+	if got := records(); len(got["x"]) != 1 || len(got["l"]) != 1 || len(got["y"]) != 0 {
+		t.Fatalf("after the first sweep: records %v, want one for x and l, none for y", got)
+	}
 
 	stop := nstest.HoldXTMutexIn(t, holder, 300000, 64)
 	if err := a.PostStartContainer(ctx, pod("holder", holder.Path()), &api.Container{Id: "c1", Name: "app"}); err != nil {
 		t.Fatal(err)
 	}
-	scannedIDs(t, a, rec, 1)
-	if r := resweepOnce(t, a, rec); r.Known != 3 || r.Skipped != 0 || r.Queued != 3 {
-		t.Fatalf("re-sweep while the holder holds the mutex: %+v, want all 3 queued", r)
+	if _, scans := scannedIDs(t, a, rec, 1); scans[0].Record == nil || !scans[0].Record.Truncated {
+		t.Fatalf("holder's scan while it holds the mutex: %+v, want a truncated finding", scans[0])
+	}
+	if r := resweepOnce(t, a, rec); r.Known != 4 || r.Queued != 0 || r.Busy != 4 {
+		t.Fatalf("re-sweep while the holder holds the mutex: %+v, want all 4 left for later (busy), none queued", r)
+	}
+	for id, ns := range pods {
+		if err := a.PostStartContainer(ctx, pod(id, ns.Path()), &api.Container{Id: "c2-" + id, Name: "sidecar"}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	_, scans := scannedIDs(t, a, rec, 3)
 	for _, s := range scans {
-		if s.Record == nil || !s.Record.Truncated {
-			t.Errorf("scan of %s while the mutex is held: %+v, want a truncated finding", s.Meta.SandboxID, s)
+		if id := s.Meta.SandboxID; id != "y" && s.Stored != findings.Same {
+			t.Errorf("%s's scan while the mutex is held: %+v (record %+v), want same: the part it read is as recorded", id, s, s.Record)
 		}
 	}
 	stop()
 	for end := time.Now().Add(60 * time.Second); ; {
 		r := resweepOnce(t, a, rec)
 		scannedIDs(t, a, rec, r.Queued)
-		if r.Skipped == 2 && r.Queued == 1 {
+		if r.Skipped == 3 && r.Queued == 1 {
 			break
 		}
 		if time.Now().After(end) {
-			t.Fatalf("60 s after the mutex was freed: %+v, want x and y skipped, the holder queued", r)
+			t.Fatalf("60 s after the mutex was freed: %+v, want x, y and l skipped, the holder queued (too big to fingerprint)", r)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	got := records()
+	if len(got["x"]) != 1 || len(got["l"]) != 1 {
+		t.Errorf("records %v: want still one each for x and l (nothing of theirs changed)", got)
+	}
+	if n := len(got["y"]); n > 2 || n > 0 && got["y"][n-1] != findings.StateGone {
+		t.Errorf("clean pod's records %v: want none, or its unknown and the gone resolving it", got["y"])
+	}
+	// The holder's table is too big to read by the deadline: every look
+	// at it stops short, the same partial view each time.
+	if h := got["holder"]; len(h) != 1 {
+		t.Errorf("holder's records %v: want one, its first partial look's", h)
+	}
+}
+
+// TestNextResweep: after a re-sweep that found the x_tables mutex busy the
+// next comes after an eighth of the interval; after one that was not, the
+// interval.
+func TestNextResweep(t *testing.T) {
+	const iv = 10 * time.Minute
+	if w := nextResweep(iv, true); w != iv/8 {
+		t.Errorf("after a busy re-sweep: %v, want %v", w, iv/8)
+	}
+	if w := nextResweep(iv, false); w != iv {
+		t.Errorf("after a re-sweep that was not busy: %v, want %v", w, iv)
+	}
+	if w := nextResweep(time.Second, true); w != time.Second {
+		t.Errorf("a 1 s interval, busy: %v, want 1 s", w)
 	}
 }
 

@@ -447,13 +447,3 @@ func (a *Agent) limited(j job) {
 		a.queueWatch(w, stageLimit, writer)
 	})
 }
-
-// goneRecord is the record of a watch's scan that found no usage: the
-// usage recorded before (if any: the memory writes a gone only after one)
-// was removed. The look must have been complete: an incomplete one is
-// recorded as unknown by Decide.
-func goneRecord(m scan.Meta, res scan.Result) *findings.Record {
-	rec := scan.Build(m, res)
-	rec.State = findings.StateGone
-	return &rec
-}

@@ -78,21 +78,12 @@ func (a *Agent) scan(j job, long bool) Scan {
 	defer func() { a.noteScan(s, st, stOK, res.Complete()) }()
 	s.AllowErr, s.VendorErr = res.AllowErr, res.VendorErr
 	d := scan.Decide(j.meta, res)
-	rec := d.Record
-	if rec == nil && j.meta.Source == SourceWatch {
-		rec = goneRecord(j.meta, res)
-	}
-	if rec == nil {
-		s.Outcome = Clean
-		s.Duration = time.Since(start)
-		return s
-	}
-	rec.Writer = j.writer
-	nodeRecord(rec)
-	s.Stored, s.Err = a.record(j.meta.SandboxID, *rec)
+	d.Record.Writer = j.writer
+	s.Stored, s.Err = a.record(j.meta.SandboxID, d)
 	s.Duration = time.Since(start)
+	rec := &d.Record
 	switch {
-	case rec.State == findings.StateGone && s.Stored == findings.Same:
+	case d.Clean() && s.Stored == findings.Same:
 		// No usage recorded before, or its gone already: clean.
 		s.Outcome = Clean
 	case s.Stored == findings.Limited:
@@ -106,10 +97,10 @@ func (a *Agent) scan(j job, long bool) Scan {
 
 // record goes through the record step the hook takes too: one memory for
 // both, so a pod seen by both gets one finding per distinct usage.
-func (a *Agent) record(key string, rec findings.Record) (findings.Outcome, error) {
+func (a *Agent) record(key string, d scan.Decision) (findings.Outcome, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	return a.store.Record(ctx, key, rec)
+	return a.store.Record(ctx, key, d)
 }
 
 // openFailed is the outcome of a netns that could not be opened. Missing

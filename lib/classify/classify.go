@@ -42,6 +42,9 @@ type Legacy struct {
 	Policies []inspect.LegacyChain
 	// Cut is set when Usage.LegacyRules lacks some of its rules.
 	Cut bool
+	// Sum stands for the table's rules in fingerprints
+	// (inspect.LegacyTable.Sum).
+	Sum uint64
 }
 
 // Usage is what classify found.
@@ -60,13 +63,16 @@ type Usage struct {
 	// rule order; every one is usage, at level findings.ImpactLegacy.
 	LegacyRules []inspect.LegacyRule
 	// Truncated carries the snapshot's flag: counts are a lower bound.
-	Truncated bool
+	// NftPartial and LegacyPartial carry the snapshot's: which part was
+	// not read whole.
+	Truncated                 bool
+	NftPartial, LegacyPartial bool
 }
 
 // Classify finds the iptables usage in a snapshot.
 func Classify(s inspect.Snapshot) Usage {
 	shaped := shapedTables(s.Chains)
-	u := Usage{Truncated: s.Truncated, Tables: map[string]int{}}
+	u := Usage{Truncated: s.Truncated, NftPartial: s.NftPartial, LegacyPartial: s.LegacyPartial, Tables: map[string]int{}}
 	for _, c := range s.Chains {
 		isShaped := shaped[tableKey{c.Family, c.Table}]
 		ch := Chain{Family: c.Family, Table: c.Table, Name: c.Name, Sum: c.Sum}
@@ -105,7 +111,7 @@ func Classify(s inspect.Snapshot) Usage {
 		untouched := l.Untouched()
 		if l.Entries > untouched {
 			u.Legacy = append(u.Legacy, Legacy{Family: l.Family, Table: l.Name, Rules: int(l.Entries - untouched), Chains: l.Chains,
-				Policies: l.Policies, Cut: l.Cut})
+				Policies: l.Policies, Cut: l.Cut, Sum: l.Sum})
 		}
 	}
 	u.LegacyRules = s.LegacyRules

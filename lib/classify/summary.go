@@ -38,6 +38,10 @@ type Summary struct {
 	// Fingerprint is a hash of the usage: the same rules give the same
 	// value whatever their counters, handles or the time.
 	Fingerprint string
+	// NftFingerprint and LegacyFingerprint hash each part of the usage
+	// alone (Fingerprint hashes both), so that a look that read only one
+	// part whole can be compared with an earlier look on that part.
+	NftFingerprint, LegacyFingerprint string
 	// Truncated is set when the table lists had to be cut.
 	Truncated bool
 }
@@ -47,7 +51,7 @@ func Summarize(u Usage) Summary {
 	s := Summary{NftTables: []string{}, LegacyTables: []string{}, NftPerTable: []findings.TableCount{}}
 	seen := map[string]bool{}
 	per := map[string]*findings.TableCount{}
-	h := sha256.New()
+	h, hn, hl := sha256.New(), sha256.New(), sha256.New()
 	for _, c := range u.Chains {
 		if !c.Used() {
 			continue
@@ -77,12 +81,18 @@ func Summarize(u Usage) Summary {
 		}
 		// Length-prefixed fields: hostile names cannot collide by shifting
 		// bytes from one field into the next.
-		fmt.Fprintf(h, "nft %d:%s %d:%s %d:%s %t %t %d %x\n", len(c.Family), c.Family, len(c.Table), c.Table, len(c.Name), c.Name, c.User, c.Drop, c.Rules, c.Sum)
+		line := fmt.Sprintf("nft %d:%s %d:%s %d:%s %t %t %d %x\n", len(c.Family), c.Family, len(c.Table), c.Table, len(c.Name), c.Name, c.User, c.Drop, c.Rules, c.Sum)
+		h.Write([]byte(line))
+		hn.Write([]byte(line))
 	}
 	for _, l := range u.Legacy {
 		s.LegacyRules += l.Rules
 		s.LegacyTables = append(s.LegacyTables, string(l.Family)+" "+l.Table)
-		fmt.Fprintf(h, "legacy %s %s %d\n", l.Family, l.Table, l.Rules)
+		// The table's content, counters zeroed: an edit in place keeps
+		// the count and must still give a new fingerprint.
+		line := fmt.Sprintf("legacy %s %s %d %x\n", l.Family, l.Table, l.Rules, l.Sum)
+		h.Write([]byte(line))
+		hl.Write([]byte(line))
 	}
 	s.Impact.Legacy = s.LegacyRules
 	s.Worst = s.Impact.Worst()
@@ -100,5 +110,7 @@ func Summarize(u Usage) Summary {
 	sort.Slice(s.NftPerTable, func(i, j int) bool { return s.NftPerTable[i].Table < s.NftPerTable[j].Table })
 	s.NftPerTable = s.NftPerTable[:min(len(s.NftPerTable), maxTables)]
 	s.Fingerprint = hex.EncodeToString(h.Sum(nil)[:16])
+	s.NftFingerprint = hex.EncodeToString(hn.Sum(nil)[:16])
+	s.LegacyFingerprint = hex.EncodeToString(hl.Sum(nil)[:16])
 	return s
 }

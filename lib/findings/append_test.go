@@ -289,7 +289,7 @@ func TestSeenLimitsEachSandbox(t *testing.T) {
 	written := map[string]int{}
 	rec := func(key, fp string) Outcome {
 		t.Helper()
-		out, err := s.RecordFinding(context.Background(), key, Record{Fingerprint: fp, State: StatePresent}, func() error { written[key]++; return nil })
+		out, err := s.RecordFinding(context.Background(), key, Record{Fingerprint: fp, State: StatePresent}, Parts{}, func() error { written[key]++; return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,7 +320,7 @@ func TestSeenLimitsEachSandbox(t *testing.T) {
 
 // A symlink planted at the memory directory used to make every finding
 // fail: the memory must never be followed through it, and the finding is
-// written anyway.
+// written anyway; a gone is not (every clean look would write one).
 func TestSeenWithPlantedSymlink(t *testing.T) {
 	dir := t.TempDir()
 	elsewhere := filepath.Join(dir, "elsewhere")
@@ -332,12 +332,16 @@ func TestSeenWithPlantedSymlink(t *testing.T) {
 	}
 	s := Seen{Dir: dir}
 	calls := 0
-	out, err := s.RecordFinding(context.Background(), "sb", Record{Fingerprint: "f", State: StatePresent}, func() error { calls++; return nil })
+	out, err := s.RecordFinding(context.Background(), "sb", Record{Fingerprint: "f", State: StatePresent}, Parts{}, func() error { calls++; return nil })
 	if out != Recorded || calls != 1 || !errors.Is(err, ErrNoMemory) {
 		t.Errorf("Record = %v, %v after %d writes; want Recorded, ErrNoMemory, 1", out, err, calls)
 	}
 	if names, _ := os.ReadDir(elsewhere); len(names) != 0 {
 		t.Errorf("memory written through the symlink: %v", names)
+	}
+	// A clean look's gone: nothing known to take back, nothing written.
+	if out, _ := s.RecordFinding(context.Background(), "sb", Record{State: StateGone}, Parts{}, func() error { calls++; return nil }); out != Same || calls != 1 {
+		t.Errorf("gone without a memory: %v after %d writes, want Same and no write", out, calls-1)
 	}
 	if err := s.Sweep(); err == nil {
 		t.Error("Sweep went through the symlink")

@@ -54,6 +54,9 @@ type seenEntry struct {
 	// State is the last recorded finding's; "" in entries written before
 	// it was kept, which only ever held findings with usage.
 	State State `json:"state"`
+	// Parts are, per part of a look, what the sandbox's records last said
+	// of it (Parts.over); zero in entries of older writers.
+	Parts Parts `json:"parts"`
 	// Since starts the current interval; Count findings were written in it.
 	Since time.Time `json:"since"`
 	Count int       `json:"count"`
@@ -82,25 +85,43 @@ const (
 var ErrNoMemory = errors.New("per-sandbox memory not usable")
 
 // RecordFinding calls write unless the sandbox's last recorded finding has
-// the same fingerprint and state or the sandbox is over its limit, and
-// remembers both when write succeeds. The state is compared too: an
-// unknown or gone record never passes for, and then skips, the finding that
-// follows it. A gone record is written only after a present or unknown one
-// (there is nothing to take back otherwise), and never limited: it is
-// the last word on the sandbox's usage, and bounded by the records before
-// it, each gone needing a present one first. One crossing of the limit is allowed: a present finding after
-// an unknown one is written even then, so a pod that makes its inspections
-// fail until the limit is reached cannot leave "unknown" as the last word on
-// usage that is there; it is bounded, the unknown ones being limited.
+// the same fingerprint and state, the look behind rec agrees with what was
+// recorded, or the sandbox is over its limit, and remembers what it wrote
+// when write succeeds. The state is compared too: an unknown or gone
+// record never passes for, and then skips, the finding that follows it, so
+// a complete look after an unknown or truncated record writes the present
+// or gone that resolves it. A gone record is written only after a present
+// or unknown one (there is nothing to take back otherwise).
+//
+// parts are what the look behind rec read whole (Parts). A look cut short
+// (a neighbour holding the x_tables mutex leaves the legacy part unread)
+// that read at least one part whole, and saw on each such part what the
+// sandbox's records last said of it, is Same: nothing seen differs, and a
+// partial record would only replace the complete one before it (and spend
+// the limit). Otherwise it is compared by fingerprint, as any record.
+//
+// Over the limit a record is written only when the last one misstates the
+// usage the way consumers act on: present after unknown or gone (live rules
+// must not read as gone or unknown, however often a pod flushes and
+// re-adds them), gone after unknown. Anything else is Limited, gone after
+// present too: a pod's last word then stays its live rules, and the
+// agent's watch looks again when the interval ends. This bounds a sandbox
+// to Limit+2 records an interval: over the limit, each write moves the
+// last state towards present, and from present nothing passes.
 //
 // The entry stays locked throughout, so two containers of one pod starting
 // together give one finding. When the memory cannot be
 // used, write is called anyway and the error, wrapping ErrNoMemory, comes
 // back with Recorded. A write error wrapping ErrNotRotated counts as
 // recorded.
-func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, write func() error) (Outcome, error) {
+func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts Parts, write func() error) (Outcome, error) {
 	state := rec.KnownState()
 	d, f, err := s.open(key)
+	if err != nil && state == StateGone {
+		// Whether there is anything to take back is not known: a clean
+		// look must not write a gone line each time the memory fails.
+		return Same, nil
+	}
 	if err != nil {
 		werr := write()
 		if werr != nil && !errors.Is(werr, ErrNotRotated) {
@@ -129,6 +150,16 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, write f
 		return Same, nil
 	}
 	if old.Fingerprint == rec.Fingerprint && old.State == state || state == StateGone && old.State == StateGone {
+		if parts.Whole() && old.Parts != parts {
+			// An entry of an older writer, or one whose record was
+			// partial with a fingerprint that happens to match: learn
+			// the parts, so a later partial look can be compared.
+			old.Parts = parts
+			_ = save(f, old)
+		}
+		return Same, nil
+	}
+	if had && parts.agree(old.Parts) {
 		return Same, nil
 	}
 	now := s.now()
@@ -139,21 +170,69 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, write f
 	if now.Sub(old.Since) >= interval || now.Before(old.Since) {
 		old.Since, old.Count = now, 0
 	}
-	if old.Count >= limit && state != StateGone && (state != StatePresent || old.State != StateUnknown) {
+	if old.Count >= limit && !corrects(old.State, state) {
 		return Limited, nil
 	}
 	werr := write()
 	if werr != nil && !errors.Is(werr, ErrNotRotated) {
 		return Failed, werr
 	}
-	data, _ := json.Marshal(seenEntry{Key: key, Netns: rec.Netns, Fingerprint: rec.Fingerprint, State: state, Since: old.Since, Count: old.Count + 1})
-	if err := f.Truncate(0); err != nil {
-		return Recorded, errors.Join(werr, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err))
-	}
-	if _, err := f.WriteAt(data, 0); err != nil {
+	e := seenEntry{Key: key, Netns: rec.Netns, Fingerprint: rec.Fingerprint, State: state, Parts: parts.over(old.Parts), Since: old.Since, Count: old.Count + 1}
+	if err := save(f, e); err != nil {
 		return Recorded, errors.Join(werr, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err))
 	}
 	return Recorded, werr
+}
+
+// corrects tells whether a record of state now, after one of state last,
+// is written over the limit: when last misstates the usage consumers act
+// on (see RecordFinding).
+func corrects(last, now State) bool {
+	return now == StatePresent && (last == StateUnknown || last == StateGone) ||
+		now == StateGone && last == StateUnknown
+}
+
+// save writes e over the entry f.
+func save(f *os.File, e seenEntry) error {
+	data, _ := json.Marshal(e)
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	_, err := f.WriteAt(data, 0)
+	return err
+}
+
+// Parts are what a look read whole, part by part: the fingerprint of its
+// nftables usage and of its legacy x_tables usage, "" for a part it did not
+// read whole (a deadline, a size bound, the x_tables mutex held by a
+// neighbour). The per-sandbox memory keeps, for each part, what the
+// sandbox's records last said of it.
+type Parts struct {
+	Nft    string `json:"nft"`
+	Legacy string `json:"legacy"`
+}
+
+// Whole tells whether the look read every part whole.
+func (p Parts) Whole() bool { return p.Nft != "" && p.Legacy != "" }
+
+// agree tells whether a look that did not read everything saw what known
+// holds: at least one part read whole, and each equal to known's.
+func (p Parts) agree(known Parts) bool {
+	if p.Whole() || p.Nft == "" && p.Legacy == "" {
+		return false
+	}
+	return (p.Nft == "" || p.Nft == known.Nft) && (p.Legacy == "" || p.Legacy == known.Legacy)
+}
+
+// over is p with the parts it did not read whole taken from old.
+func (p Parts) over(old Parts) Parts {
+	if p.Nft == "" {
+		p.Nft = old.Nft
+	}
+	if p.Legacy == "" {
+		p.Legacy = old.Legacy
+	}
+	return p
 }
 
 // Reopens is when the sandbox's current interval ends, after which a

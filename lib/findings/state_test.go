@@ -69,7 +69,7 @@ func TestSeenState(t *testing.T) {
 	written := 0
 	rec := func(fp string, st State) Outcome {
 		t.Helper()
-		out, err := s.RecordFinding(context.Background(), "sb", Record{Fingerprint: fp, State: st}, func() error { written++; return nil })
+		out, err := s.RecordFinding(context.Background(), "sb", Record{Fingerprint: fp, State: st}, Parts{}, func() error { written++; return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,8 +85,9 @@ func TestSeenState(t *testing.T) {
 		{name: "again", fp: "u", st: StateUnknown, want: Same},
 		{name: "usage, same fingerprint (a writer that does not mark it)", fp: "u", st: StatePresent, want: Recorded},
 		{name: "unknown again: the limit", fp: "u2", st: StateUnknown, want: Limited},
-		{name: "gone over the limit: never limited", fp: "", st: StateGone, want: Recorded},
-		{name: "gone again", fp: "", st: StateGone, want: Same},
+		// The last word stays the live rules' (see TestSeenReapplied).
+		{name: "gone after present over the limit", fp: "", st: StateGone, want: Limited},
+		{name: "gone again", fp: "", st: StateGone, want: Limited},
 	}
 	for _, st := range steps {
 		if got := rec(st.fp, st.st); got != st.want {
@@ -118,8 +119,8 @@ func TestSeenState(t *testing.T) {
 	if got := rec("u", StateUnknown); got != Limited {
 		t.Errorf("unknown after that: %v, want Limited", got)
 	}
-	if written != 7 {
-		t.Errorf("%d writes, want 7", written)
+	if written != 6 {
+		t.Errorf("%d writes, want 6", written)
 	}
 	if got, want := s.Reopens("sb"), now.Add(time.Hour); !got.Equal(want) {
 		t.Errorf("Reopens = %v, want %v", got, want)
@@ -137,9 +138,110 @@ func TestSeenState(t *testing.T) {
 
 func rec2(t *testing.T, s Seen, key string, st State) Outcome {
 	t.Helper()
-	out, err := s.RecordFinding(context.Background(), key, Record{State: st}, func() error { return nil })
+	out, err := s.RecordFinding(context.Background(), key, Record{State: st}, Parts{}, func() error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestSeenReapplied: a pod that re-applies its rules flush-then-add (a gone
+// then the same present, again and again) never leaves gone as its last
+// word while its rules are live, however far over its limit it goes, and
+// its records stay bounded.
+func TestSeenReapplied(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	s := Seen{Dir: t.TempDir(), Now: func() time.Time { return now }}
+	var last State
+	written := 0
+	rec := func(fp string, st State) Outcome {
+		t.Helper()
+		out, err := s.RecordFinding(context.Background(), "sb", Record{Fingerprint: fp, State: st}, Parts{Nft: "n" + fp, Legacy: "l"},
+			func() error { written++; last = st; return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// An odd start (present, unknown, present) puts a gone at the limit
+	// itself in one of the two phases below.
+	for start := 0; start < 2; start++ {
+		now = now.Add(2 * time.Hour)
+		written = 0
+		rec("p", StatePresent)
+		if start == 1 {
+			rec("u", StateUnknown)
+			rec("p", StatePresent)
+		}
+		for i := 0; i < 3*DefaultLimit; i++ {
+			now = now.Add(time.Second)
+			rec("", StateGone)
+			rec("p", StatePresent)
+			if last != StatePresent {
+				t.Fatalf("start %d, re-apply %d (%d written): last word %q while the rules are live, want present", start, i, written, last)
+			}
+		}
+		if written > DefaultLimit+2 {
+			t.Errorf("start %d: %d records in the hour, want at most %d", start, written, DefaultLimit+2)
+		}
+	}
+	// Rules really removed over the limit: the gone waits for the
+	// interval's end (the agent's watch looks again then).
+	if out := rec("", StateGone); out != Limited {
+		t.Errorf("gone after present over the limit: %v, want limited", out)
+	}
+	now = now.Add(DefaultInterval)
+	if out := rec("", StateGone); out != Recorded || last != StateGone {
+		t.Errorf("gone in the next interval: %v (last %q), want recorded", out, last)
+	}
+}
+
+// TestSeenPartialLook: a look the x_tables mutex cut short (its legacy
+// part unread) is compared with what the records said on the part it did
+// read: the same visible usage is Same, whatever its fingerprint, so a busy
+// mutex makes no records; a complete look after a partial or unknown record
+// writes the record that resolves it; and a clean pod once seen whole does
+// not go back to unknown for a partial look.
+func TestSeenPartialLook(t *testing.T) {
+	s := Seen{Dir: t.TempDir(), Limit: 4, Interval: time.Hour}
+	steps := []struct {
+		name  string
+		key   string
+		fp    string
+		st    State
+		parts Parts
+		want  Outcome
+	}{
+		{"complete look", "istio", "F1", StatePresent, Parts{"n1", "l1"}, Recorded},
+		{"legacy unread, same nftables", "istio", "P1", StatePresent, Parts{"n1", ""}, Same},
+		{"legacy unread, same nftables, no usage visible", "istio", "U1", StateUnknown, Parts{"n1", ""}, Same},
+		{"again", "istio", "P1", StatePresent, Parts{"n1", ""}, Same},
+		{"legacy unread, nftables changed", "istio", "P2", StatePresent, Parts{"n2", ""}, Recorded},
+		{"that again", "istio", "P2", StatePresent, Parts{"n2", ""}, Same},
+		{"nftables unread, legacy as recorded", "istio", "P3", StatePresent, Parts{"", "l1"}, Same},
+		{"complete look resolves the partial record", "istio", "F2", StatePresent, Parts{"n2", "l1"}, Recorded},
+		{"nothing read whole: by fingerprint", "istio", "P4", StatePresent, Parts{}, Recorded},
+
+		{"clean pod, first look partial", "clean", "U0", StateUnknown, Parts{"n0", ""}, Recorded},
+		{"again", "clean", "U0", StateUnknown, Parts{"n0", ""}, Same},
+		{"complete clean look resolves the unknown", "clean", "G", StateGone, Parts{"n0", "l0"}, Recorded},
+		{"partial clean look after", "clean", "U0", StateUnknown, Parts{"n0", ""}, Same},
+		{"partial look with new usage", "clean", "P5", StatePresent, Parts{"n5", ""}, Recorded},
+		{"and more", "clean", "P6", StatePresent, Parts{"n6", ""}, Recorded},
+		{"over the limit: unknown limited", "clean", "U6", StateUnknown, Parts{"", ""}, Limited},
+
+		// Over the limit, a complete clean look still resolves an unknown.
+		{"failed look", "failing", "U1", StateUnknown, Parts{}, Recorded},
+		{"failed look", "failing", "U2", StateUnknown, Parts{}, Recorded},
+		{"failed look", "failing", "U3", StateUnknown, Parts{}, Recorded},
+		{"failed look", "failing", "U4", StateUnknown, Parts{}, Recorded},
+		{"complete clean look over the limit", "failing", "G", StateGone, Parts{"n", "l"}, Recorded},
+		{"failed look over the limit", "failing", "U5", StateUnknown, Parts{}, Limited},
+	}
+	for _, st := range steps {
+		out, err := s.RecordFinding(context.Background(), st.key, Record{Fingerprint: st.fp, State: st.st}, st.parts, func() error { return nil })
+		if err != nil || out != st.want {
+			t.Errorf("%s %s: %v %v, want %v", st.key, st.name, out, err, st.want)
+		}
+	}
 }

@@ -27,7 +27,7 @@ func TestHostilePodCannotRotateOthersAway(t *testing.T) {
 	ctx := context.Background()
 	record := func(sandbox string, rec findings.Record) {
 		t.Helper()
-		_, err := seen.RecordFinding(ctx, sandbox, findings.Record{Fingerprint: rec.Fingerprint, State: findings.StatePresent}, func() error { return log.Append(ctx, rec) })
+		_, err := seen.RecordFinding(ctx, sandbox, findings.Record{Fingerprint: rec.Fingerprint, State: findings.StatePresent}, findings.Parts{}, func() error { return log.Append(ctx, rec) })
 		if err != nil {
 			t.Fatal(err)
 		}

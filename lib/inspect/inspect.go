@@ -91,11 +91,15 @@ func Inspect(ctx context.Context, h *netns.Handle, opt Options) (Snapshot, error
 	// The legacy probe runs while nftables is read: its process start
 	// costs wall time only where it is not hidden behind the dumps.
 	legacy := startLegacy(h, deadline, opt.LegacyInProcess)
-	if err := readNft(ctx, h, deadline, opt, &s); err != nil {
-		errs = append(errs, err)
+	if err := readNft(ctx, h, deadline, opt, &s); err != nil || s.Truncated {
+		s.NftPartial = true
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if legacy != nil {
 		if err := legacy.wait(&s); err != nil {
+			s.LegacyPartial = true
 			errs = append(errs, err)
 		}
 	}

@@ -3,6 +3,7 @@ package inspect
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -245,6 +246,7 @@ func walkTable(lf legacyFamily, t *LegacyTable, info legacyInfo, rule func(Legac
 		}
 		chains, complete := walkEntries(lf.fam, t.Name, blob, info.hooks, rule)
 		t.Cut = cut || !complete
+		t.Sum = contentSum(blob, lf.fam)
 		t.Chains = nil
 		for _, c := range chains {
 			if !c.Builtin && len(t.Chains) < maxLegacyChains {
@@ -256,6 +258,14 @@ func walkTable(lf legacyFamily, t *LegacyTable, info legacyInfo, rule func(Legac
 		}
 		return
 	}
+}
+
+// contentSum is LegacyTable.Sum of a table's entries; it zeroes their
+// counters in blob.
+func contentSum(blob []byte, fam Family) uint64 {
+	zeroCounters(blob, entryLayouts[fam])
+	sum := sha256.Sum256(blob)
+	return binary.NativeEndian.Uint64(sum[:8])
 }
 
 func cstring(b []byte) string {

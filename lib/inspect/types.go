@@ -52,6 +52,12 @@ type Snapshot struct {
 	// legacy probe; Inspect's error says which): what is here is then a
 	// lower bound, never a claim of "clean".
 	Truncated bool
+	// NftPartial and LegacyPartial say which part of the look did not see
+	// everything: its nftables read, its legacy x_tables read (a busy
+	// x_tables mutex cuts only the latter). Either sets Truncated; a part
+	// not marked was read whole, and what it holds can be compared with
+	// an earlier look's.
+	NftPartial, LegacyPartial bool
 }
 
 // Table is an nftables table.
@@ -132,6 +138,13 @@ type LegacyTable struct {
 	// do not follow the layout, or the rule bound was reached. Its count
 	// (Entries) is complete all the same.
 	Cut bool
+	// Sum hashes the table's entries as read (its first
+	// MaxLegacyEntriesBytes) with every entry's counters zeroed: it stands
+	// for the rules' content in fingerprints, as Chain.Sum does for
+	// nftables, so an edit in place (iptables -R) changes it and traffic
+	// never does. 0 for a table whose entries were not read (no rules
+	// beyond its untouched ones, or a failed read).
+	Sum uint64
 }
 
 // Untouched is the entry count of a table nobody wrote to: one policy

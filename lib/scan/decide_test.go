@@ -32,8 +32,8 @@ func TestDecide(t *testing.T) {
 		rules     int
 		state     findings.State
 	}{
-		{name: "complete and clean", res: Result{}, record: false},
-		{name: "complete, everything allowlisted", res: Result{Usage: classify.Usage{}, Allowed: allowlist.Result{Count: 3}}, record: false},
+		{name: "complete and clean", res: Result{}, record: false, state: findings.StateGone},
+		{name: "complete, everything allowlisted", res: Result{Usage: classify.Usage{}, Allowed: allowlist.Result{Count: 3}}, record: false, state: findings.StateGone},
 		{name: "complete with usage", res: Result{Usage: usage(2)}, record: true, rules: 2, state: findings.StatePresent},
 		{name: "usage and a broken allowlist", res: Result{Usage: usage(2), AllowErr: errors.New("bad file")}, record: true, rules: 2, state: findings.StatePresent},
 		{name: "deadline, nothing seen yet", res: Result{Usage: classify.Usage{Truncated: true}, Err: deadline},
@@ -48,14 +48,11 @@ func TestDecide(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := Decide(testMeta, tc.res)
-			if (d.Record != nil) != tc.record {
-				t.Fatalf("record = %v, want %v (why %q)", d.Record != nil, tc.record, d.Why)
+			if d.Clean() == tc.record {
+				t.Fatalf("clean = %v, want %v (why %q)", d.Clean(), !tc.record, d.Why)
 			}
-			if d.Record == nil {
-				if d.Why == "" {
-					t.Error("nothing recorded and no reason given")
-				}
-				return
+			if d.Clean() && d.Why == "" {
+				t.Error("a clean look and no reason given")
 			}
 			r := d.Record
 			if r.Truncated != tc.truncated || r.Error != tc.err || r.Nft.Rules != tc.rules || r.State != tc.state {
@@ -96,5 +93,55 @@ func TestDecideFingerprints(t *testing.T) {
 	empty := fp(Result{Usage: classify.Usage{Truncated: true}, Err: deadline})
 	if empty == partial || empty == complete {
 		t.Errorf("an incomplete empty view shares a fingerprint with another view: %s", empty)
+	}
+}
+
+// TestDecideParts: the parts a look read whole are fingerprinted alone, so
+// the record step can compare a look the x_tables mutex cut short with the
+// complete one before it; a look that does not say which part it missed
+// read none whole.
+func TestDecideParts(t *testing.T) {
+	withLegacy := func(u classify.Usage) classify.Usage {
+		u.Legacy = []classify.Legacy{{Family: inspect.IP, Table: "nat", Rules: 2, Sum: 7}}
+		return u
+	}
+	whole := Decide(testMeta, Result{Usage: withLegacy(usage(3))}).Parts
+	if !whole.Whole() {
+		t.Fatalf("complete look: parts %+v, want both", whole)
+	}
+	busy := usage(3)
+	busy.Truncated, busy.LegacyPartial = true, true
+	d := Decide(testMeta, Result{Usage: busy, Err: fmt.Errorf("read legacy tables: %w", inspect.ErrLegacyBusy)})
+	if d.Parts.Nft != whole.Nft || d.Parts.Legacy != "" || d.Record.State != findings.StatePresent || !d.Record.Truncated {
+		t.Errorf("legacy unread: parts %+v, record %s truncated %v; want the complete look's nft part %s, no legacy part, present, truncated",
+			d.Parts, d.Record.State, d.Record.Truncated, whole.Nft)
+	}
+	if d.Record.Fingerprint == Decide(testMeta, Result{Usage: withLegacy(usage(3))}).Record.Fingerprint {
+		t.Error("a partial look has the complete look's fingerprint")
+	}
+	other := Decide(testMeta, Result{Usage: withLegacy(usage(4))}).Parts
+	if other.Nft == whole.Nft || other.Legacy != whole.Legacy {
+		t.Errorf("one more nft rule: parts %+v, want the nft part alone to differ from %+v", other, whole)
+	}
+	edited := usage(3)
+	edited.Legacy = []classify.Legacy{{Family: inspect.IP, Table: "nat", Rules: 2, Sum: 8}}
+	if p := Decide(testMeta, Result{Usage: edited}).Parts; p.Legacy == whole.Legacy || p.Nft != whole.Nft {
+		t.Errorf("a legacy rule edited in place (same count, other content): parts %+v, want the legacy part alone to differ from %+v", p, whole)
+	}
+	if p := Decide(testMeta, Result{Usage: usage(3), Err: errors.New("list chains: EPERM")}).Parts; p != (findings.Parts{}) {
+		t.Errorf("an error that names no part: parts %+v, want none", p)
+	}
+}
+
+// TestDecideNode: a node's record, whatever it holds, names no pod's
+// sandbox or container: the Meta's sandbox id is the memory's key.
+func TestDecideNode(t *testing.T) {
+	m := testMeta
+	m.Subject, m.SandboxID, m.Pod = findings.SubjectNode, "node", findings.Pod{}
+	for _, res := range []Result{{Usage: usage(1)}, {}, {Err: deadline}} {
+		r := Decide(m, res).Record
+		if r.Subject != findings.SubjectNode || r.SandboxID != "" || r.ContainerID != "" || r.Container != "" || r.Node != "node-1" {
+			t.Errorf("node record (%s): %+v, want subject node, no sandbox or container", r.State, r)
+		}
 	}
 }

@@ -1,7 +1,10 @@
 package scan
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -107,5 +110,55 @@ func TestLegacyRender(t *testing.T) {
 	}
 	if e := rec.Examples[0]; e.Family != "ip" || e.Table != "filter" || e.Chain != "INPUT" || !strings.HasPrefix(e.Rule, "-A INPUT ") {
 		t.Errorf("first example %+v, want an ip filter INPUT rule", e)
+	}
+}
+
+// TestLegacyFingerprintContent: a legacy rule's content is part of the
+// usage fingerprint, its counters are not. On real iptables-legacy in a
+// test netns: traffic through the rule keeps the fingerprint; an edit in
+// place with the same rule count (iptables-legacy -R) changes it, and the
+// record step writes a new record.
+func TestLegacyFingerprintContent(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy", "iptables-legacy-save", "ip", "bash")
+	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	ns := nstest.New(t)
+	ns.Run("ip", "link", "set", "lo", "up")
+	ns.Run("iptables-legacy", "-A", "OUTPUT", "-o", "lo", "-p", "udp", "-j", "ACCEPT")
+	m := testMeta
+	// The memory's sweep forgets entries whose netns is gone.
+	m.Netns = ns.Path()
+	look := func() Decision {
+		t.Helper()
+		d := Decide(m, readNS(t, ns))
+		if d.Record.Legacy.Rules != 1 || !d.Parts.Whole() {
+			t.Fatalf("legacy rules %d, parts %+v; want 1 rule, a whole look", d.Record.Legacy.Rules, d.Parts)
+		}
+		return d
+	}
+	first := look()
+
+	before := ns.Run("iptables-legacy-save", "-c")
+	ns.Run("bash", "-c", "for i in 1 2 3; do echo x > /dev/udp/127.0.0.1/9; done")
+	if after := ns.Run("iptables-legacy-save", "-c"); after == before {
+		t.Fatalf("the traffic did not move the rule's counters:\n%s", after)
+	}
+	if again := look(); again.Record.Fingerprint != first.Record.Fingerprint || again.Parts != first.Parts {
+		t.Errorf("traffic changed the fingerprint: %s %+v, then %s %+v", first.Record.Fingerprint, first.Parts, again.Record.Fingerprint, again.Parts)
+	}
+
+	ns.Run("iptables-legacy", "-R", "OUTPUT", "1", "-o", "lo", "-p", "tcp", "-j", "ACCEPT")
+	edited := look()
+	if edited.Record.Fingerprint == first.Record.Fingerprint || edited.Parts.Legacy == first.Parts.Legacy || edited.Parts.Nft != first.Parts.Nft {
+		t.Errorf("iptables-legacy -R with the same count: fingerprint %s (parts %+v), was %s (%+v); want a new one, its legacy part alone changed",
+			edited.Record.Fingerprint, edited.Parts, first.Record.Fingerprint, first.Parts)
+	}
+	s := Store{Log: findings.Log{Path: filepath.Join(t.TempDir(), "findings.jsonl")}, Seen: findings.Seen{Dir: t.TempDir()}}
+	for i, st := range []struct {
+		d    Decision
+		want findings.Outcome
+	}{{first, findings.Recorded}, {edited, findings.Recorded}, {look(), findings.Same}} {
+		if out, err := s.Record(context.Background(), "sb", st.d); out != st.want || err != nil {
+			t.Errorf("record %d: %v %v, want %v", i, out, err, st.want)
+		}
 	}
 }

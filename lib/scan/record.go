@@ -65,11 +65,19 @@ func candidates(all []inspect.Rule) []inspect.Rule {
 }
 
 // Build makes the record of a scan, State present when it holds usage and
-// unknown otherwise. An incomplete scan's fingerprint is
+// unknown otherwise (Decide says gone for a complete look without usage).
+// An incomplete scan's fingerprint is
 // derived from, and differs from, that of the same rules seen completely:
 // the per-sandbox memory compares fingerprints, and must not skip the
-// complete finding that a later scan gives.
+// complete finding that a later scan gives. A node's record (Subject node)
+// names the node only: the Meta's sandbox id is the memory's key.
 func Build(m Meta, res Result) findings.Record {
+	rec, _ := build(m, res)
+	return rec
+}
+
+// build is Build, and the summary the record was made from.
+func build(m Meta, res Result) (findings.Record, classify.Summary) {
 	sum := classify.Summarize(res.Usage)
 	fp := sum.Fingerprint
 	if !res.Complete() {
@@ -108,6 +116,9 @@ func Build(m Meta, res Result) findings.Record {
 	// only an incomplete look without usage.
 	rec.State = rec.KnownState()
 	rec.Subject = rec.KnownSubject()
+	if rec.Subject == findings.SubjectNode {
+		rec.SandboxID, rec.ContainerID, rec.Container = "", "", ""
+	}
 	legacy := res.Usage.LegacyRules[:min(len(res.Usage.LegacyRules), maxExampleCandidates)]
 	ltexts := make([]string, len(legacy))
 	for i, r := range legacy {
@@ -123,7 +134,7 @@ func Build(m Meta, res Result) findings.Record {
 	if res.Err != nil {
 		rec.Error = res.Err.Error()
 	}
-	return rec
+	return rec, sum
 }
 
 // Vendors matches the usage against the vendor table: the names of every

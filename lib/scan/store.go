@@ -29,15 +29,17 @@ type Store struct {
 	swept time.Time
 }
 
-// Record appends rec, keyed by its sandbox, unless the memory already
-// holds its fingerprint and state or the sandbox wrote its limit; after a recorded
+// Record appends d's record, keyed by its sandbox, unless the memory
+// already holds it (findings.Seen.RecordFinding: its fingerprint and state,
+// or a partial look that agrees with it) or the sandbox wrote its limit;
+// after a recorded
 // finding it sweeps the memory of stopped sandboxes when due. The error
 // comes with findings.Failed (nothing written) and with findings.Recorded:
 // the line is in the file, but rotation (errors.Is findings.ErrNotRotated),
 // the memory (findings.ErrNoMemory) or its sweep needs attention.
-func (s *Store) Record(ctx context.Context, key string, rec findings.Record) (findings.Outcome, error) {
-	out, err := s.Seen.RecordFinding(ctx, key, rec, func() error {
-		return s.Log.Append(ctx, rec)
+func (s *Store) Record(ctx context.Context, key string, d Decision) (findings.Outcome, error) {
+	out, err := s.Seen.RecordFinding(ctx, key, d.Record, d.Parts, func() error {
+		return s.Log.Append(ctx, d.Record)
 	})
 	// Only after the line is written: a sweep never delays a finding.
 	if out != findings.Recorded || !s.sweepDue() {

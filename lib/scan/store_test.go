@@ -29,7 +29,7 @@ func TestStoreRecord(t *testing.T) {
 		{name: "another sandbox", key: "b", fingerprint: "3", want: findings.Recorded},
 	}
 	for _, st := range steps {
-		out, err := s.Record(context.Background(), st.key, findings.Record{SandboxID: st.key, Fingerprint: st.fingerprint})
+		out, err := s.Record(context.Background(), st.key, Decision{Record: findings.Record{SandboxID: st.key, Fingerprint: st.fingerprint}})
 		if out != st.want || err != nil {
 			t.Errorf("%s: %v, %v; want %v, nil", st.name, out, err, st.want)
 		}
@@ -48,7 +48,7 @@ func TestStoreRecordFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &Store{Log: findings.Log{Path: filepath.Join(file, "findings.jsonl")}, Seen: findings.Seen{Dir: filepath.Join(dir, "state")}}
-	out, err := s.Record(context.Background(), "a", findings.Record{Fingerprint: "1"})
+	out, err := s.Record(context.Background(), "a", Decision{Record: findings.Record{Fingerprint: "1"}})
 	if out != findings.Failed || err == nil {
 		t.Errorf("findings dir under a regular file: %v, %v; want failed with an error", out, err)
 	}
@@ -74,7 +74,7 @@ func TestStoreSweep(t *testing.T) {
 			// whether the memory still had it.
 			stopped := func() bool {
 				t.Helper()
-				out, err := s.Seen.RecordFinding(ctx, "stopped", findings.Record{Netns: filepath.Join(dir, "gone-netns"), Fingerprint: "fp", State: findings.StatePresent}, func() error { return nil })
+				out, err := s.Seen.RecordFinding(ctx, "stopped", findings.Record{Netns: filepath.Join(dir, "gone-netns"), Fingerprint: "fp", State: findings.StatePresent}, findings.Parts{}, func() error { return nil })
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -82,7 +82,7 @@ func TestStoreSweep(t *testing.T) {
 			}
 			record := func(fp string) {
 				t.Helper()
-				if out, err := s.Record(ctx, "running", findings.Record{Netns: dir, Fingerprint: fp}); out != findings.Recorded || err != nil {
+				if out, err := s.Record(ctx, "running", Decision{Record: findings.Record{Netns: dir, Fingerprint: fp}}); out != findings.Recorded || err != nil {
 					t.Fatalf("record %s: %v, %v", fp, out, err)
 				}
 			}
@@ -116,7 +116,7 @@ func TestStoreSweepError(t *testing.T) {
 	if err := os.Symlink(filepath.Join(dir, "elsewhere"), filepath.Join(state, "sandboxes")); err != nil {
 		t.Fatal(err)
 	}
-	out, err := s.Record(context.Background(), "a", findings.Record{Fingerprint: "1"})
+	out, err := s.Record(context.Background(), "a", Decision{Record: findings.Record{Fingerprint: "1"}})
 	if out != findings.Recorded || !errors.Is(err, findings.ErrNoMemory) {
 		t.Errorf("Record with a planted symlink: %v, %v; want recorded, ErrNoMemory", out, err)
 	}
