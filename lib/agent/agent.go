@@ -94,7 +94,8 @@ type Config struct {
 	HostNetns string
 }
 
-// Observer hears about the agent's work, for metrics and logs. Calls come
+// Observer hears about the agent's work, for the caller's logs (the agent
+// keeps its health and metrics itself, before the Observer hears). Calls come
 // from handlers and workers concurrently and must not block.
 type Observer interface {
 	// Handled: one NRI event took d to answer.
