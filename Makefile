@@ -45,8 +45,11 @@ bench-deps:
 	tests/install-deps.sh bench
 
 # Everything: installs its own packages and tools first.
+# The hookonly build's tests (its dispatcher, the hook run as hooks.d runs
+# it) run again with -tags hookonly; the full build's are tagged !hookonly.
 test: deps lint
 	$(GO) test -race -count=1 -timeout 40m ./...
+	$(GO) test -race -count=1 -timeout 20m -tags hookonly ./hook
 
 # Only what needs neither root nor real tools.
 test-unit:
@@ -56,6 +59,7 @@ test-unit:
 # test); CI=true turns a missing tool or root into a failure, not a skip.
 test-integration: deps
 	CI=true $(GO) test -count=1 -timeout 40m ./...
+	CI=true $(GO) test -count=1 -timeout 20m -tags hookonly ./hook
 
 bench: bench-deps build
 	$(GO) run ./tests/bench -bin $(HOOKBIN) -agent-bin $(BIN)
@@ -115,11 +119,12 @@ uninstall:
 machineconfig:
 	$(GO) test -count=1 -run TestMachineConfig ./tests/packaging -update
 
-# Regenerate the man pages (docs/man/) and the README's CLI reference from
-# the flag definitions (after a change to a command's flags or help);
-# TestReference fails while they are stale.
+# Regenerate the man pages (docs/man/), docs/cli.md and the README's CLI
+# reference from the flag definitions, and docs/metrics.md from the metric
+# registries (after a change to a command's flags or help, or to a
+# metric); TestReference fails while they are stale.
 docs:
-	$(GO) test -count=1 -run TestReference ./hook -update-docs
+	$(GO) test -count=1 -timeout 30m -run TestReference ./hook -update-docs
 
 # Copy the OpenReports Report CRD from the module go.mod names into
 # packaging/crds (lib/reports' TestShippedCRD fails when they differ).

@@ -19,9 +19,6 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/agent"
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
-	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
-	"github.com/iptables-alerter/iptables-alerter/lib/findings"
-	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
 var agentCommand = command{use: "agent", summary: "NRI plugin: scan every pod at registration, after each container start, on its iptables commits and as it stops",
@@ -54,10 +51,9 @@ type agentConfig struct {
 	agent       agent.Config
 	healthAddr  string
 	metricsAddr string
-	maxBytes    int64
-	generations int
+	record      recordFlags
 	allow       allowFlags
-	vendors     string
+	vendors     vendorFlags
 	criEndpoint string
 	interval    time.Duration
 	log         logFlags
@@ -71,12 +67,9 @@ func (cfg *agentConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&cfg.agent.Socket, "nri-socket", agent.DefaultSocket, "the runtime's NRI socket")
 	fs.StringVar(&cfg.agent.PluginName, "plugin-name", agent.DefaultPluginName, "NRI plugin name")
 	fs.StringVar(&cfg.agent.PluginIndex, "plugin-index", agent.DefaultPluginIndex, "NRI plugin index, two digits (the NN of NN-name)")
-	fs.StringVar(&cfg.agent.Log.Path, "findings", findings.DefaultPath, "findings file to append to (the hook's)")
-	fs.Int64Var(&cfg.maxBytes, "max-bytes", findings.DefaultMaxBytes, "rotate the findings file to FILE.1 beyond this size")
-	fs.IntVar(&cfg.generations, "generations", findings.DefaultGenerations, "rotated files kept, FILE.1 (newest) to FILE.N")
-	fs.StringVar(&cfg.agent.Seen.Dir, "state-dir", findings.DefaultStateDir, "per-sandbox memory, shared with the hook: one finding per pod and usage")
+	cfg.record.register(fs)
 	cfg.allow.register(fs)
-	fs.StringVar(&cfg.vendors, "vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one (a missing file adds nothing)")
+	cfg.vendors.register(fs)
 	fs.StringVar(&cfg.agent.Node, "node", "", "node name to record (default: this host's name)")
 	fs.StringVar(&cfg.agent.HostProc, "host-proc", "/proc", "the host's /proc (in a container: mounted read-only, with CAP_SYS_PTRACE): its 1/ns/net, the node's netns, tells host-network pods apart; unreadable, the agent does not start (empty: no check)")
 	fs.IntVar(&cfg.agent.Workers, "workers", agent.DefaultWorkers, "scans run at once")
@@ -108,22 +101,20 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 		}
 		cfg.agent.HostNetns = filepath.Join(cfg.agent.HostProc, "1", "ns", "net")
 	}
-	cfg.agent.Log.MaxBytes, cfg.agent.Log.Generations = cfg.maxBytes, cfg.generations
-	cfg.agent.Load = scan.Loaders{Allow: cfg.allow.load, Vendors: func() (*catalog.Table, error) { return catalog.Load(cfg.vendors) }}
+	cfg.agent.Log, cfg.agent.Seen = cfg.record.log, cfg.record.seen
+	cfg.agent.Load = loaders(&cfg.allow, &cfg.vendors)
 	if _, err := cfg.allow.load(); err != nil {
 		// Not fatal: the hook reports with the built-in entries too.
 		log.WithError(err).Error("cannot load the allowlist, reporting without it until it is fixed")
 	}
-	m := newAgentMetrics(log)
-	cfg.agent.Observer = m
+	cfg.agent.Observer = agentLog{log: log, records: new(recordLog)}
 	cfg.agent.NRILogger = nriLogger{log.WithField("component", "nri")}
 	a, err := agent.New(cfg.agent)
 	if err != nil {
 		log.WithError(err).Error("agent not started")
 		return 2
 	}
-	m.reg.MustRegister(usageCollector{a.Usage()})
-	metrics := metricsHandler(m.reg)
+	metrics := metricsHandler(agentRegistry(a))
 	if cfg.metricsAddr != "" {
 		srv, err := serveMetrics(cfg.metricsAddr, metrics)
 		if err != nil {
@@ -136,7 +127,7 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 	if cfg.healthAddr != "" {
 		// Disconnected, the agent retries at least every 30 s; connected, it
 		// is alive as long as the connection is.
-		srv, err := serveHealth(cfg.healthAddr, m.health.Alive, 2*time.Minute, m.health.Degraded, metrics)
+		srv, err := serveHealth(cfg.healthAddr, a.Health().Alive, 2*time.Minute, a.Health().Degraded, metrics)
 		if err != nil {
 			log.WithError(err).Error("agent not started")
 			return 2
@@ -160,127 +151,33 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 	return 0
 }
 
-// agentMetrics turns the agent's reports into metrics and log lines; its
-// health keeps what /healthz and the gauges say.
-type agentMetrics struct {
-	log      *logrus.Logger
-	health   *agent.Health
-	reg      *prometheus.Registry
-	scans    *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-	handler  *prometheus.HistogramVec
-	errors   *prometheus.CounterVec
-	lastSync prometheus.Gauge
-	resweep  *prometheus.CounterVec
-	records  recordLog
+// agentRegistry is what the agent's /metrics serves: the agent's own
+// series, the Go and process collectors and the build info.
+func agentRegistry(a *agent.Agent) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(a.Collectors()...)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewBuildInfoCollector(), buildInfoGauge())
+	return reg
+}
+
+// agentLog turns the agent's reports into log lines; the agent keeps its
+// metrics and health itself.
+type agentLog struct {
+	log *logrus.Logger
+	// records warns once per sandbox and limit window of the drops.
+	records *recordLog
 }
 
 // The re-sweep's counts are heard, or the build fails.
-var _ agent.ResweepObserver = (*agentMetrics)(nil)
+var _ agent.ResweepObserver = agentLog{}
 
-func newAgentMetrics(log *logrus.Logger) *agentMetrics {
-	h := agent.NewHealth()
-	m := &agentMetrics{
-		log:    log,
-		health: h,
-		reg:    prometheus.NewRegistry(),
-		scans: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "iptables_alerter_agent_scans_total",
-			Help: "Scans by source (sweep, poststart, stop, watch) and outcome (recorded, same, limited, clean, gone, dropped, failed, unreachable).",
-		}, []string{"source", "outcome"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "iptables_alerter_agent_scan_duration_seconds",
-			Help:    "Time to scan one pod netns and record, by source.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"source"}),
-		handler: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "iptables_alerter_agent_handler_duration_seconds",
-			Help:    "Time the agent took to answer an NRI call, by event (the runtime waits for it under a lock).",
-			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .05, .1},
-		}, []string{"event"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "iptables_alerter_agent_errors_total",
-			Help: "Errors by kind: scan (netns not readable, finding not written), unreachable (a running pod's netns path not in the agent's view), incomplete (a finding recorded truncated), allowlist, vendors, connection.",
-		}, []string{"kind"}),
-		lastSync: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "iptables_alerter_agent_last_sync_timestamp_seconds",
-			Help: "When the runtime last synchronized (registration, reconnect), Unix time.",
-		}),
-		resweep: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "iptables_alerter_agent_resweep_netns_total",
-			Help: "Pod netns looked at by re-sweeps (stage Resweep) and CRI sweeps (stage CRI), by result: skipped (nftables generation and legacy tables unchanged since the last complete scan), queued (changed, last scan incomplete, or state unreadable: scanned), gone (netns no longer there: forgotten), busy (the host-wide x_tables mutex held: left for a re-sweep soon after, or the next CRI sweep).",
-		}, []string{"stage", "result"}),
-	}
-	// Read from the health at each scrape: set from concurrent scans,
-	// they could end out of order.
-	connected := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "iptables_alerter_agent_connected",
-		Help: "1 while connected to the runtime's NRI socket.",
-	}, func() float64 { return one(h.Connected()) })
-	degraded := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "iptables_alerter_agent_degraded",
-		Help: "1 when every scan of the last sweep found its pod's netns unreachable (netns directory not mounted into the agent?), until a scan reaches one.",
-	}, func() float64 { return one(h.Degraded() != "") })
-	m.reg.MustRegister(m.scans, m.duration, m.handler, m.errors, m.lastSync, m.resweep, connected, degraded,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewBuildInfoCollector(), buildInfoGauge())
-	return m
-}
+func (agentLog) Handled(string, time.Duration) {}
 
-var (
-	podRulesDesc = prometheus.NewDesc("iptables_alerter_agent_pod_rules",
-		"Rules the agent's latest scan found in a running pod's network namespace, by RHEL 10 impact (legacy: breaks; xt: breaks unless kernel-modules-extra is installed; native: keeps loading) and recognised vendor (unknown: none; other: an admin-added one; a pod naming two has a series for each); only levels with rules, only pods with usage, each until it stops or its usage is gone. owner is the workload its labels name (Deployment/x, StatefulSet/x, Job/x), empty when they do not say.",
-		[]string{"pod_namespace", "pod_name", "owner", "impact", "vendor"}, nil)
-	leftOutDesc = prometheus.NewDesc("iptables_alerter_agent_pod_series_left_out_total",
-		"Findings with usage of pods left out of iptables_alerter_agent_pod_rules because --max-pod-series pods had series already.",
-		nil, nil)
-)
-
-// usageCollector serves the running pods' usage, read at each scrape.
-type usageCollector struct{ u *agent.Usage }
-
-func (c usageCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- podRulesDesc
-	ch <- leftOutDesc
-}
-
-func (c usageCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, p := range c.u.Pods() {
-		for _, l := range findings.ImpactLevels {
-			n := p.Impact.Count(l)
-			if n == 0 {
-				continue
-			}
-			for _, v := range p.Vendors {
-				ch <- prometheus.MustNewConstMetric(podRulesDesc, prometheus.GaugeValue, float64(n), p.Namespace, p.Name, p.Owner, l, v)
-			}
-		}
-	}
-	ch <- prometheus.MustNewConstMetric(leftOutDesc, prometheus.CounterValue, float64(c.u.Left()))
-}
-
-// one is a gauge's value for b.
-func one(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-func (m *agentMetrics) Handled(event string, d time.Duration) {
-	m.handler.WithLabelValues(event).Observe(d.Seconds())
-}
-
-func (m *agentMetrics) Synced(pods, queued int) {
-	m.health.Synced(queued)
-	m.lastSync.SetToCurrentTime()
+func (m agentLog) Synced(pods, queued int) {
 	m.log.WithFields(logrus.Fields{"pods": pods, "sweep": queued}).Info("runtime synchronized, sweeping every pod netns")
 }
 
-func (m *agentMetrics) Resweeped(r agent.Resweep) {
-	m.resweep.WithLabelValues(r.Stage, "skipped").Add(float64(r.Skipped))
-	m.resweep.WithLabelValues(r.Stage, "queued").Add(float64(r.Queued))
-	m.resweep.WithLabelValues(r.Stage, "gone").Add(float64(r.Gone))
-	m.resweep.WithLabelValues(r.Stage, "busy").Add(float64(r.Busy))
+func (m agentLog) Resweeped(r agent.Resweep) {
 	l := m.log.WithFields(logrus.Fields{"stage": r.Stage, "known": r.Known, "skipped": r.Skipped, "queued": r.Queued,
 		"gone": r.Gone, "busy": r.Busy, "duration": r.Duration.String()})
 	if r.Busy > 0 {
@@ -290,47 +187,29 @@ func (m *agentMetrics) Resweeped(r agent.Resweep) {
 	l.Debug("re-sweep: scanning the pod netns that changed")
 }
 
-func (m *agentMetrics) Connection(up bool, err error) {
-	m.health.Connection(up)
-	if up {
-		return
+func (m agentLog) Connection(up bool, err error) {
+	if !up {
+		m.log.WithError(err).Warn("not connected to the runtime's NRI socket, retrying")
 	}
-	m.errors.WithLabelValues("connection").Inc()
-	m.log.WithError(err).Warn("not connected to the runtime's NRI socket, retrying")
 }
 
-func (m *agentMetrics) Scanned(s agent.Scan) {
-	m.scans.WithLabelValues(s.Meta.Source, s.Label()).Inc()
-	warn := m.health.Scanned(s)
-	if s.Duration > 0 {
-		m.duration.WithLabelValues(s.Meta.Source).Observe(s.Duration.Seconds())
-	}
+func (m agentLog) Scanned(s agent.Scan) {
 	l := m.log.WithFields(logrus.Fields{"source": s.Meta.Source, "stage": s.Meta.Stage, "sandbox_id": s.Meta.SandboxID,
 		"pod_namespace": s.Meta.Pod.Namespace, "pod_name": s.Meta.Pod.Name, "container": s.Meta.Container,
 		"netns": s.Meta.Netns, "duration": s.Duration.String()})
 	if s.AllowErr != nil {
-		m.errors.WithLabelValues("allowlist").Inc()
 		l.WithError(s.AllowErr).Error("cannot load the allowlist, reporting without it")
 	}
 	if s.VendorErr != nil {
-		m.errors.WithLabelValues("vendors").Inc()
 		l.WithError(s.VendorErr).Error("cannot load the vendor table, naming vendors from the built-in one")
 	}
 	switch s.Outcome {
 	case agent.Found:
-		if s.Err != nil {
-			m.errors.WithLabelValues("scan").Inc()
-		}
-		if s.Stored == findings.Recorded && s.Record.Truncated {
-			m.errors.WithLabelValues("incomplete").Inc()
-		}
 		m.records.log(l, s.Meta.SandboxID, *s.Record, s.Stored, s.Err)
 	case agent.Failed:
-		m.errors.WithLabelValues("scan").Inc()
 		l.WithError(s.Err).Error("scan failed")
 	case agent.Unreachable:
-		m.errors.WithLabelValues("unreachable").Inc()
-		if warn {
+		if s.FirstUnreachable {
 			l.WithError(s.Err).Warn("pod netns unreachable though the runtime says the pod runs: not scanned (is the host's /run/netns mounted at /var/run/netns?); logged once per sandbox")
 		} else {
 			l.WithError(s.Err).Debug("scan: unreachable")

@@ -62,9 +62,8 @@ func TestAgentUnreachable(t *testing.T) {
 	var logs nstest.Buffer
 	log := logrus.New()
 	log.SetOutput(&logs)
-	m := newAgentMetrics(log)
 	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "no-nri.sock"),
-		Log: findings.Log{Path: filepath.Join(dir, "findings.jsonl")}, Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: m})
+		Log: findings.Log{Path: filepath.Join(dir, "findings.jsonl")}, Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: agentLog{log: log, records: new(recordLog)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +73,7 @@ func TestAgentUnreachable(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	srv, err := serveHealth(addr, m.health.Alive, time.Minute, m.health.Degraded, metricsHandler(m.reg))
+	srv, err := serveHealth(addr, a.Health().Alive, time.Minute, a.Health().Degraded, metricsHandler(agentRegistry(a)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +118,7 @@ func TestAgentUnreachable(t *testing.T) {
 		want := fmt.Sprintf("iptables_alerter_agent_errors_total{kind=\"unreachable\"} %d\n", 2*(i+1))
 		waitFor(t, want, func() bool { _, body := get("/metrics"); return strings.Contains(body, want) })
 	}
-	waitFor(t, "degraded", func() bool { return m.health.Degraded() != "" })
+	waitFor(t, "degraded", func() bool { return a.Health().Degraded() != "" })
 	if code, body := get("/healthz"); code != 200 || !strings.HasPrefix(body, "degraded: ") {
 		t.Fatalf("/healthz %d %q, want 200 degraded", code, body)
 	}
@@ -136,7 +135,7 @@ func TestAgentUnreachable(t *testing.T) {
 	if _, err := a.Synchronize(ctx, []*api.PodSandbox{pod("c", "/proc/self/ns/net")}, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "not degraded", func() bool { return m.health.Degraded() == "" })
+	waitFor(t, "not degraded", func() bool { return a.Health().Degraded() == "" })
 	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
 		t.Fatalf("/healthz %d %q, want 200 ok", code, body)
 	}
@@ -153,20 +152,19 @@ func TestAgentPodSeries(t *testing.T) {
 	dir := t.TempDir()
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	m := newAgentMetrics(log)
 	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "no-nri.sock"),
-		Log: findings.Log{Path: filepath.Join(dir, "findings.jsonl")}, Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: m})
+		Log: findings.Log{Path: filepath.Join(dir, "findings.jsonl")}, Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: agentLog{log: log, records: new(recordLog)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.reg.MustRegister(usageCollector{a.Usage()})
+	reg := agentRegistry(a)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	metrics := func() string {
 		rec := httptest.NewRecorder()
-		metricsHandler(m.reg).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		metricsHandler(reg).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 		return rec.Body.String()
 	}
 	p := &api.PodSandbox{Id: "sb1", Name: "web-7d4b9c8f5-x2k9q", Namespace: "shop", Labels: map[string]string{"pod-template-hash": "7d4b9c8f5"},

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sirupsen/logrus"
+	"github.com/iptables-alerter/iptables-alerter/lib/agent"
 )
 
 // TestBuildInfoMetric: the agent's and the forwarder's /metrics carry
@@ -15,11 +15,14 @@ import (
 func TestBuildInfoMetric(t *testing.T) {
 	a := about()
 	want := `iptables_alerter_build_info{build="full",commit="` + a.Commit + `",go_version="` + a.GoVersion + `",version="` + a.Version + `"} 1` + "\n"
-	agentLog := logrus.New()
+	ag, err := agent.New(agent.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, body := range map[string]func() string{
 		"agent": func() string {
 			rec := httptest.NewRecorder()
-			metricsHandler(newAgentMetrics(agentLog).reg).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			metricsHandler(agentRegistry(ag)).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 			return rec.Body.String()
 		},
 		"forward": func() string {

@@ -9,10 +9,12 @@ import (
 
 const (
 	rootSummary = "find pods that create iptables rules in their network namespace"
-	rootLong    = `Finds pods that create iptables rules in their network namespace: the rules
-break or need kernel-modules-extra on RHEL 10, where iptables is removed.
+	rootLong    = `Finds pods that create iptables rules in their network namespace: on RHEL 10
+legacy x_tables rules break (no ip_tables modules), rules with an xt match or
+target need kernel-modules-extra, and native iptables-nft rules keep loading.
 The hook and the agent record each pod's usage in a findings file; the
-consumers turn it into metrics, Kubernetes Events and a readiness report.`
+consumers turn it into metrics, Kubernetes Events, OpenReports Reports and a
+readiness report.`
 )
 
 // execute runs args through the cobra tree of cmds: help on stdout,

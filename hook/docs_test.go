@@ -8,14 +8,21 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 	"github.com/spf13/pflag"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/agent"
 )
 
 // updateDocs makes TestReference write the pages and the README section
@@ -25,6 +32,7 @@ var updateDocs = flag.Bool("update-docs", false, "rewrite docs/man/ and the READ
 const (
 	manDir      = "../docs/man"
 	cliPath     = "../docs/cli.md"
+	metricsPath = "../docs/metrics.md"
 	readmePath  = "../README.md"
 	beginMarker = "<!-- BEGIN GENERATED CLI REFERENCE -->\n"
 	endMarker   = "<!-- END GENERATED CLI REFERENCE -->\n"
@@ -143,8 +151,85 @@ func readmeSection(t *testing.T, readme string) (before, section, after string) 
 	return readme[:i+len(beginMarker)], readme[i+len(beginMarker) : j], readme[j:]
 }
 
-// TestReference: docs/man/ and the README's reference are what the flag
-// definitions give; make docs (-update-docs) rewrites them.
+// daemonRegistry is one daemon's /metrics, built by the function the
+// daemon builds it with.
+type daemonRegistry struct {
+	name, where string
+	reg         *prometheus.Registry
+}
+
+// metricRegistries are the registries the reference lists. The forwarder's
+// and textfile's join when their registries are built by a function of
+// their own (their metrics are hand-written in their docs/ pages until then).
+func metricRegistries(t *testing.T) []daemonRegistry {
+	a, err := agent.New(agent.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []daemonRegistry{
+		{"agent", "`/metrics` on `--health-addr` (9757) or `--metrics-addr`", agentRegistry(a)},
+	}
+}
+
+// descRE reads a prometheus.Desc's String(): its fields have no getters.
+var descRE = regexp.MustCompile(`^Desc\{fqName: ("(?:[^"\\]|\\.)*"), help: ("(?:[^"\\]|\\.)*"), unit: "(?:[^"\\]|\\.)*", constLabels: \{(.*)\}, variableLabels: \{(.*)\}\}$`)
+
+// metricsReference is docs/metrics.md: every iptables_alerter_ series each
+// registry can serve, with its labels and help (go_* and process_* are
+// client_golang's own).
+func metricsReference(t *testing.T) string {
+	var b strings.Builder
+	b.WriteString("# Metrics reference\n\n")
+	b.WriteString("Generated from the Prometheus registries by `make docs`: do not edit. Each daemon also\n")
+	b.WriteString("serves client_golang's `go_*` and `process_*` series.\n")
+	for _, d := range metricRegistries(t) {
+		type metric struct {
+			help   string
+			labels []string
+		}
+		metrics := map[string]*metric{}
+		ch := make(chan *prometheus.Desc)
+		go func() { d.reg.Describe(ch); close(ch) }()
+		for desc := range ch {
+			m := descRE.FindStringSubmatch(desc.String())
+			if m == nil {
+				t.Fatalf("cannot read %s", desc)
+			}
+			name, _ := strconv.Unquote(m[1])
+			help, _ := strconv.Unquote(m[2])
+			if !strings.HasPrefix(name, "iptables_alerter_") {
+				continue
+			}
+			var labels []string
+			for _, l := range append(strings.Split(m[3], ","), strings.Split(m[4], ",")...) {
+				if l, _, _ = strings.Cut(l, "="); l != "" {
+					labels = append(labels, l)
+				}
+			}
+			if metrics[name] == nil {
+				metrics[name] = &metric{help: help}
+			}
+			metrics[name].labels = append(metrics[name].labels, labels...)
+		}
+		names := make([]string, 0, len(metrics))
+		for n := range metrics {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		fmt.Fprintf(&b, "\n## %s\n\n%s.\n\n| metric | labels | meaning |\n|---|---|---|\n", d.name, d.where)
+		for _, n := range names {
+			m := metrics[n]
+			sort.Strings(m.labels)
+			m.labels = slices.Compact(m.labels)
+			fmt.Fprintf(&b, "| `%s` | %s | %s |\n", n, strings.Join(m.labels, ", "), strings.ReplaceAll(m.help, "|", "\\|"))
+		}
+	}
+	return b.String()
+}
+
+// TestReference: docs/man/, docs/cli.md, docs/metrics.md and the README's
+// reference are what the flag definitions and the metric registries give;
+// make docs (-update-docs) rewrites them.
 func TestReference(t *testing.T) {
 	pages := manPages(t)
 	readme, err := os.ReadFile(readmePath)
@@ -152,9 +237,12 @@ func TestReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, section, after := readmeSection(t, string(readme))
-	ref, cli := readmeReference(), markdownReference()
+	ref, cli, metrics := readmeReference(), markdownReference(), metricsReference(t)
 	if *updateDocs {
 		if err := os.WriteFile(cliPath, []byte(cli), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(metricsPath, []byte(metrics), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.RemoveAll(manDir); err != nil {
@@ -178,6 +266,9 @@ func TestReference(t *testing.T) {
 	}
 	if tracked, err := os.ReadFile(cliPath); err != nil || string(tracked) != cli {
 		t.Errorf("docs/cli.md is stale, run make docs (%v)", err)
+	}
+	if tracked, err := os.ReadFile(metricsPath); err != nil || string(tracked) != metrics {
+		t.Errorf("docs/metrics.md is stale, run make docs (%v)", err)
 	}
 	if diff := cmp.Diff(ref, section); diff != "" {
 		t.Errorf("the README's CLI reference is stale, run make docs (-generated +tracked):\n%s", diff)

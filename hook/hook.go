@@ -16,7 +16,6 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 
-	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/ocistate"
@@ -32,12 +31,9 @@ and appends one JSON line to the findings file when iptables usage is found.
 It always exits 0: a failing poststart hook would kill the container.`
 
 type hookConfig struct {
-	findings      string
-	maxBytes      int64
-	generations   int
-	stateDir      string
+	record        recordFlags
 	allow         allowFlags
-	vendors       string
+	vendors       vendorFlags
 	timeout       time.Duration
 	stage         string
 	node          string
@@ -46,12 +42,9 @@ type hookConfig struct {
 }
 
 func (cfg *hookConfig) register(fs *pflag.FlagSet) {
-	fs.StringVar(&cfg.findings, "findings", findings.DefaultPath, "findings file to append to (its directory is created 0750, the file 0640)")
-	fs.Int64Var(&cfg.maxBytes, "max-bytes", findings.DefaultMaxBytes, "rotate the findings file to FILE.1 beyond this size")
-	fs.IntVar(&cfg.generations, "generations", findings.DefaultGenerations, "rotated files kept, FILE.1 (newest) to FILE.N: at most N+1 times --max-bytes on disk")
-	fs.StringVar(&cfg.stateDir, "state-dir", findings.DefaultStateDir, "per-sandbox memory: the last fingerprint recorded and the findings written this hour, one finding per pod and usage")
+	cfg.record.register(fs)
 	cfg.allow.register(fs)
-	fs.StringVar(&cfg.vendors, "vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one (a missing file adds nothing; see README)")
+	cfg.vendors.register(fs)
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Second, "internal deadline; past it the finding is recorded with truncated: true")
 	fs.StringVar(&cfg.stage, "stage", "", "hook stage to record (default: from the state's status)")
 	fs.StringVar(&cfg.node, "node", "", "node name to record (default: this host's name)")
@@ -141,10 +134,7 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 
 	// Leave a fifth of the budget for writing the finding.
 	inspectCtx, cancelInspect := context.WithDeadline(ctx, start.Add(cfg.timeout*4/5))
-	res, err := scan.Run(inspectCtx, c.Netns, c.PodNamespace, scan.Loaders{
-		Allow:   cfg.allow.load,
-		Vendors: func() (*catalog.Table, error) { return catalog.Load(cfg.vendors) },
-	})
+	res, err := scan.Run(inspectCtx, c.Netns, c.PodNamespace, loaders(&cfg.allow, &cfg.vendors))
 	cancelInspect()
 	if err != nil {
 		if errors.Is(err, netns.ErrNotExist) {
@@ -215,7 +205,7 @@ func record(cfg hookConfig, l *logrus.Entry, d scan.Decision, key string, start 
 	// second), so a slow inspection still leaves its truncated finding.
 	writeCtx, cancelWrite := context.WithDeadline(context.Background(), start.Add(cfg.timeout+500*time.Millisecond))
 	defer cancelWrite()
-	store := scan.Store{Log: findings.Log{Path: cfg.findings, MaxBytes: cfg.maxBytes, Generations: cfg.generations}, Seen: findings.Seen{Dir: cfg.stateDir}}
+	store := scan.Store{Log: cfg.record.log, Seen: cfg.record.seen}
 	// The memory's sweep after a recorded finding runs under writing too:
 	// a bounded read of small files under /run, well within the second
 	// the watchdog waits for it.

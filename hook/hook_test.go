@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/testbin"
 )
 
 // bin is the hook binary built once for the tests that run it as a runtime
@@ -27,10 +30,21 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = filepath.Join(dir, "iptables-alerter")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build hook: %v\n%s", err, out)
+	// make docs runs no test that needs the binary.
+	flag.Parse()
+	if f := flag.Lookup("update-docs"); f != nil && f.Value.String() == "true" {
+		code := m.Run()
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}
+	// The build the tests run in: go test -tags hookonly runs the
+	// hookonly binary, the one hooks.d runs.
+	tags := ""
+	if buildName == "hookonly" {
+		tags = "hookonly"
+	}
+	if err := testbin.Build(bin, tags); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()

@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
@@ -33,10 +32,11 @@ Exits 1 when the netns cannot be read, or not all of it (without root, past
 0 otherwise.`
 
 type renderConfig struct {
-	path, namespace, vendors string
-	timeout                  time.Duration
-	impact                   bool
-	allow                    allowFlags
+	path, namespace string
+	timeout         time.Duration
+	impact          bool
+	allow           allowFlags
+	vendors         vendorFlags
 }
 
 func (c *renderConfig) register(fs *pflag.FlagSet) {
@@ -44,8 +44,8 @@ func (c *renderConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.namespace, "namespace", "", "pod namespace, for allowlist entries scoped to namespaces")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up reading the netns after this long")
 	fs.BoolVar(&c.impact, "impact", false, "end each rule line with its RHEL 10 impact level")
-	fs.StringVar(&c.vendors, "vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one")
 	c.allow.register(fs)
+	c.vendors.register(fs)
 }
 
 func (c *renderConfig) run(_ []string, s stdio) int {
@@ -59,7 +59,7 @@ func (c *renderConfig) run(_ []string, s stdio) int {
 		fmt.Fprintf(stderr, "render: %v\n", err)
 		return 1
 	}
-	table, err := catalog.Load(c.vendors)
+	table, err := c.vendors.load()
 	if err != nil {
 		fmt.Fprintf(stderr, "render: %v\n", err)
 		return 1

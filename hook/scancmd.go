@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
-	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
@@ -31,10 +30,11 @@ is not clean); otherwise 2 on a bad flag or a namespace that could not be
 opened, 0 when every one is clean.`
 
 type scanConfig struct {
-	path, dir, format, namespace, vendors string
-	all                                   bool
-	timeout                               time.Duration
-	allow                                 allowFlags
+	path, dir, format, namespace string
+	all                          bool
+	timeout                      time.Duration
+	allow                        allowFlags
+	vendors                      vendorFlags
 }
 
 func (c *scanConfig) register(fs *pflag.FlagSet) {
@@ -44,8 +44,8 @@ func (c *scanConfig) register(fs *pflag.FlagSet) {
 	fs.Var(newEnum(&c.format, "text", "text", "json"), "format", "text or json (one finding a line, the findings file's record)")
 	fs.StringVar(&c.namespace, "namespace", "", "pod namespace, for allowlist entries scoped to namespaces")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up reading one netns after this long")
-	fs.StringVar(&c.vendors, "vendors", catalog.DefaultPath, "admin's vendor table JSON, merged with the built-in one")
 	c.allow.register(fs)
+	c.vendors.register(fs)
 }
 
 func (c *scanConfig) run(_ []string, s stdio) int {
@@ -71,8 +71,7 @@ func (c *scanConfig) run(_ []string, s stdio) int {
 	code, found := 0, false
 	for _, p := range paths {
 		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-		res, err := scan.Run(ctx, p, c.namespace, scan.Loaders{Allow: c.allow.load,
-			Vendors: func() (*catalog.Table, error) { return catalog.Load(c.vendors) }})
+		res, err := scan.Run(ctx, p, c.namespace, loaders(&c.allow, &c.vendors))
 		cancel()
 		if err != nil {
 			fmt.Fprintf(stderr, "scan: %v\n", err)

@@ -5,7 +5,8 @@
 # runtime runs it at poststart (state JSON on stdin, bundle with config.json);
 # then the finding, the metrics, the Kubernetes Event and the OpenReports
 # Report it leads to, and the RHEL 10 readiness report grouped by owning
-# workload (a bare Pod and a Deployment's Pod), read from the Reports.
+# workload (a bare Pod and a Deployment's Pod), read from the Reports; last,
+# the agent's watch catching a rule written after it started, with its writer.
 #
 # Usage: tests/demo.sh [BIN] [HOOKBIN]   as root (make demo builds them first)
 # Env:   DEMO_JSON=1  also print the findings file's raw JSON lines
@@ -38,6 +39,7 @@ cleanup() {
   ip netns del "$DIRTY" 2>/dev/null || true
   ip netns del "$CLEAN" 2>/dev/null || true
   ip netns del "${SHOPNS:-none}" 2>/dev/null || true
+  ip netns del "${WATCHNS:-none}" 2>/dev/null || true
   if [ -n "${DEMO_KEEP:-}" ]; then
     echo "demo: kept $WORK (findings in log/, logs, kubeconfig; the API server is stopped)"
   else
@@ -281,3 +283,36 @@ rc=0
 # lines cut at 120 columns.
 awk '{ if (length($0) > 120) print substr($0, 1, 117) "..."; else print }' "$WORK/report.md"
 echo "    exit status $rc (1: mesh-app's breaking rules are not expected); lines over 120 columns cut here"
+
+say "The agent's watch: a rule written after the agent started, caught with the process that wrote it"
+# Node mode on a throwaway netns standing in for the node's: it needs no
+# runtime. With the runtime's NRI socket the same watch holds every pod's
+# netns from its sandbox's start to its stop.
+WATCHNS=iptalert-demo-watch-$$
+ip netns add "$WATCHNS"
+mkdir -p "$WORK/watch"
+echo "\$ iptables-alerter agent --host-netns=/run/netns/$WATCHNS --host-proc= ..."
+"$BIN" agent --nri-socket "$WORK/watch/no-nri.sock" --host-netns="/run/netns/$WATCHNS" --host-proc="" \
+  --node demo-node --findings "$WORK/watch/findings.jsonl" --state-dir "$WORK/watch/run" --health-addr "" \
+  > "$WORK/watch/agent.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do grep -q 'agent starting' "$WORK/watch/agent.log" && break; sleep 0.1; done
+# The watch's netlink listener opens off the start: give it a moment.
+sleep 1
+echo "\$ ip netns exec $WATCHNS iptables-nft -t nat -A POSTROUTING -o eth0 -j MASQUERADE"
+ip netns exec "$WATCHNS" iptables-nft -t nat -A POSTROUTING -o eth0 -j MASQUERADE
+for _ in $(seq 100); do grep -q '"source":"watch"' "$WORK/watch/findings.jsonl" 2>/dev/null && break; sleep 0.1; done
+grep -q '"source":"watch"' "$WORK/watch/findings.jsonl" 2>/dev/null ||
+  { echo "demo: the watch recorded no finding:" >&2; tail -20 "$WORK/watch/agent.log" >&2; exit 1; }
+grep '"source":"watch"' "$WORK/watch/findings.jsonl" | tail -1 | python3 -c '
+import json, sys
+r = json.loads(sys.stdin.read())
+w = r.get("writer") or {}
+print("finding: source %s, subject %s, node %s, worst %s, %d rule(s)" % (r["source"], r["subject"], r["node"],
+      r["worst"], r["nft"]["rules"]))
+print("writer:  pid %s, command %s%s%s" % (w.get("pid"), w.get("comm"),
+      ", parent %s (%s)" % (w.get("ppid"), w.get("parent_comm")) if w.get("ppid") else "",
+      ", exited before it could be read" if w.get("gone") else ""))
+for e in r.get("examples", []):
+    print("rule:    [%s %s] %s" % (e["family"], e["table"], e["rule"]))
+' | wrapped

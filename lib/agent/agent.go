@@ -98,7 +98,8 @@ type Config struct {
 	Platforms []string
 }
 
-// Observer hears about the agent's work, for metrics and logs. Calls come
+// Observer hears about the agent's work, for the caller's logs (the agent
+// keeps its health and metrics itself, before the Observer hears). Calls come
 // from handlers and workers concurrently and must not block.
 type Observer interface {
 	// Handled: one NRI event took d to answer.
@@ -145,6 +146,9 @@ type Scan struct {
 	Err       error
 	AllowErr  error
 	VendorErr error
+	// FirstUnreachable is set on the first Unreachable scan of its
+	// sandbox: the one worth a warning, not each scan's.
+	FirstUnreachable bool
 }
 
 // Label names how the scan ended in one word, the record step's outcome
@@ -170,6 +174,10 @@ type Agent struct {
 	hold chan struct{}
 	// usage follows the running pods' usage, from the scans and sweeps.
 	usage *Usage
+	// health and metrics are what the agent says of itself, for the
+	// caller's /healthz and /metrics; fed before the Observer hears.
+	health  *Health
+	metrics *metrics
 	// nodeNetns is the node's network namespace's identity (see
 	// nodeNetnsID), empty with Config.HostProc empty.
 	nodeNetns string
@@ -234,7 +242,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Load.Allow == nil {
 		cfg.Load.Allow = func() (*allowlist.List, error) { return allowlist.Join(), nil }
 	}
-	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage), known: newSandboxes(), watches: newWatches()}
+	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage),
+		health: NewHealth(), known: newSandboxes(), watches: newWatches()}
+	a.metrics = newMetrics(a.health, a.usage)
 	if cfg.HostProc != "" {
 		// An agent that cannot tell the node's namespace from a pod's
 		// reports the node's rules on every host-network pod: refuse.
@@ -265,11 +275,15 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Usage is the running pods' iptables usage as the agent's scans found
-// it, for the caller's metrics.
+// it (served in Collectors).
 func (a *Agent) Usage() *Usage { return a.usage }
 
-// scanned reports one ended scan: to the usage first, so that an
-// observer hearing of it finds the usage updated.
+// Health is whether the agent is alive and sees what it should, for the
+// caller's /healthz.
+func (a *Agent) Health() *Health { return a.health }
+
+// scanned reports one ended scan: to the usage, health and metrics first,
+// so that an observer hearing of it finds them updated.
 func (a *Agent) scanned(s Scan) {
 	if s.Meta.Stage == stageStopPod || s.Outcome == Gone {
 		a.stopped(s.Meta.SandboxID)
@@ -278,7 +292,26 @@ func (a *Agent) scanned(s Scan) {
 		// Usage follows pods: the node's is in its findings.
 		a.usage.Scanned(s)
 	}
+	s.FirstUnreachable = a.health.Scanned(s)
+	a.metrics.scanned(s)
 	a.cfg.Observer.Scanned(s)
+}
+
+// synced reports the start of a sweep of queued scans of the runtime's
+// pods.
+func (a *Agent) synced(pods, queued int) {
+	a.health.Synced(queued)
+	a.metrics.lastSync.SetToCurrentTime()
+	a.cfg.Observer.Synced(pods, queued)
+}
+
+// connection reports a connection to the runtime made (up) or lost.
+func (a *Agent) connection(up bool, err error) {
+	a.health.Connection(up)
+	if !up {
+		a.metrics.errors.WithLabelValues("connection").Inc()
+	}
+	a.cfg.Observer.Connection(up, err)
 }
 
 // stopped forgets a sandbox that stopped (its stop scanned, its removal
@@ -319,7 +352,7 @@ func (a *Agent) sweep(jobs []job, pods int) {
 	}
 	a.usage.Listed(listed)
 	a.known.list(metas)
-	a.queue.sweep(jobs, func(queued int) { a.cfg.Observer.Synced(pods, queued) })
+	a.queue.sweep(jobs, func(queued int) { a.synced(pods, queued) })
 }
 
 // Run starts the workers, then connects to the runtime and stays connected
@@ -360,7 +393,7 @@ func (a *Agent) nriLoop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		a.cfg.Observer.Connection(false, err)
+		a.connection(false, err)
 		// A connection that lasted a while was good: start over.
 		if time.Since(connected) > maxBackoff {
 			backoff = minBackoff

@@ -56,9 +56,9 @@ func (a *Agent) pollCRI(ctx context.Context, client rt.RuntimeServiceClient, int
 	for {
 		jobs, pods, err := a.listCRI(ctx, client)
 		if err != nil {
-			a.cfg.Observer.Connection(false, err)
+			a.connection(false, err)
 		} else {
-			a.cfg.Observer.Connection(true, nil)
+			a.connection(true, nil)
 			// Each sweep replaces the last one's remainder; a pod
 			// unchanged since its last complete scan is skipped.
 			a.sweepChanged(ctx, jobs, pods)

@@ -6,8 +6,10 @@
 // per-sandbox memory.
 //
 // It takes NRI events (through github.com/containerd/nri pkg/stub) and
-// gives findings records plus, for the caller's metrics and logs, one
-// Observer call per handled event and per scan. Invariant: no handler
+// gives findings records, its own health and metrics (Agent.Health for
+// /healthz, Agent.Collectors for /metrics, both fed by the agent itself),
+// and, for the caller's logs, one Observer call per handled event and per
+// scan. Invariant: no handler
 // scans or waits on a scan. NRI calls run under a runtime-wide lock with
 // a 2 s timeout, and a plugin that times out is disconnected; a handler
 // only opens the netns file (an open fd keeps the namespace alive after

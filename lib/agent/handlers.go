@@ -40,7 +40,7 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 			jobs = append(jobs, job{meta: m})
 		}
 	}
-	a.cfg.Observer.Connection(true, nil)
+	a.connection(true, nil)
 	a.sweep(jobs, len(pods))
 	a.watchSynced(pods, ctrs)
 	return nil, nil
@@ -83,7 +83,9 @@ func (a *Agent) StopPodSandbox(_ context.Context, p *api.PodSandbox) error {
 }
 
 func (a *Agent) handled(event string, start time.Time) {
-	a.cfg.Observer.Handled(event, time.Since(start))
+	d := time.Since(start)
+	a.metrics.handled(event, d)
+	a.cfg.Observer.Handled(event, d)
 }
 
 // queueOpen opens the pod's namespace and queues a scan of it. A namespace

@@ -11,11 +11,11 @@ import (
 // per pod ever started); past it the set starts over.
 const maxWarned = 4096
 
-// Health follows, from the Observer's calls, whether the agent is alive
-// and whether it sees what it should: a caller's Observer passes Synced,
-// Connection and Scanned on to it, and serves Alive and Degraded (the
-// hook's /healthz and gauges). Make one with NewHealth; its methods may be
-// called concurrently.
+// Health follows whether the agent is alive and whether it sees what it
+// should: the agent feeds it its syncs, connections and scans, and the
+// caller serves Alive and Degraded (Agent.Health, for /healthz; the
+// gauges are in Agent.Collectors). Make one with NewHealth; its methods
+// may be called concurrently.
 type Health struct {
 	// up is set while connected; lastTry is when the connection was last
 	// lost (the loop retries from there), Unix nanoseconds.

@@ -341,12 +341,13 @@ func (a *Agent) sweepChanged(ctx context.Context, jobs []job, pods int) {
 		}
 	}
 	r.Queued = len(queued)
-	a.queue.sweep(queued, func(n int) { a.cfg.Observer.Synced(pods, n) })
+	a.queue.sweep(queued, func(n int) { a.synced(pods, n) })
 	r.Duration = time.Since(start)
 	a.resweeped(r)
 }
 
 func (a *Agent) resweeped(r Resweep) {
+	a.metrics.resweeped(r)
 	if o, ok := a.cfg.Observer.(ResweepObserver); ok {
 		o.Resweeped(r)
 	}

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testbin"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 	"github.com/iptables-alerter/iptables-alerter/tests/runtime/critest"
 )
@@ -44,11 +44,7 @@ func alerterBin(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "iptables-alerter")
-		cmd := exec.Command("go", "build", "-o", binPath, "github.com/iptables-alerter/iptables-alerter/hook")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %w: %s", err, out)
-		}
+		buildErr = testbin.Build(binPath, "")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

@@ -3,12 +3,12 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testbin"
 	buildfs "github.com/iptables-alerter/iptables-alerter/tests/runtime/rootfs"
 )
 
@@ -38,28 +38,13 @@ func run(m *testing.M) int {
 	}
 	hookBin = filepath.Join(tmp, "iptables-alerter")
 	// The hookonly build is the one hooks.d runs (see the Makefile).
-	build := exec.Command(goTool(), "build", "-tags", "hookonly", "-o", hookBin, "github.com/iptables-alerter/iptables-alerter/hook")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		// A build failure is a broken tree, never a reason to skip.
-		fmt.Fprintf(os.Stderr, "go build the hook: %v\n%s", err, out)
+	if err := testbin.Build(hookBin, "hookonly"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	rootfs = filepath.Join(tmp, "rootfs")
 	rootfsErr = buildfs.Build(rootfs)
 	return m.Run()
-}
-
-// goTool finds the go command of the toolchain running the tests, even when
-// it is not on PATH (sudo resets PATH).
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	if root := os.Getenv("GOROOT"); root != "" {
-		return filepath.Join(root, "bin", "go")
-	}
-	return "/usr/local/go/bin/go"
 }
 
 // needRootfs fails (CI) or skips when the rootfs could not be assembled.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/nritest"
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testbin"
 )
 
 // wait bounds every wait of the end-to-end test: a liveness bound on a
@@ -125,10 +126,8 @@ func TestAlertEndToEnd(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft")
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "iptables-alerter")
-	build := exec.Command("go", "build", "-o", bin, "../../hook")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	if err := testbin.Build(bin, ""); err != nil {
+		t.Fatal(err)
 	}
 
 	ns := nstest.New(t)

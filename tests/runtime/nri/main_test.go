@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testbin"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/tests/runtime/critest"
 )
@@ -40,26 +41,13 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(tmp)
 	bin, hookBin = filepath.Join(tmp, "iptables-alerter"), filepath.Join(tmp, "iptables-alerter-hook")
 	for out, tags := range map[string]string{bin: "", hookBin: "hookonly"} {
-		build := exec.Command(goTool(), "build", "-tags", tags, "-o", out, "github.com/iptables-alerter/iptables-alerter/hook")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if msg, err := build.CombinedOutput(); err != nil {
-			// A build failure is a broken tree, never a reason to skip.
-			fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, msg)
+		if err := testbin.Build(out, tags); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 	}
 	defer critest.RemoveImage()
 	return m.Run()
-}
-
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	if root := os.Getenv("GOROOT"); root != "" {
-		return filepath.Join(root, "bin", "go")
-	}
-	return "/usr/local/go/bin/go"
 }
 
 // agentProc is one running agent.

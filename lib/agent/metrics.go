@@ -1,0 +1,149 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// metrics are the agent's Prometheus series, fed by the agent itself at
+// the moments it tells its Observer (which is left the logging); the
+// caller serves them through Agent.Collectors.
+type metrics struct {
+	scans    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	handler  *prometheus.HistogramVec
+	errors   *prometheus.CounterVec
+	lastSync prometheus.Gauge
+	resweep  *prometheus.CounterVec
+	// connected and degraded are read from the health at each scrape:
+	// set from concurrent scans, they could end out of order.
+	connected, degraded prometheus.Collector
+	usage               usageCollector
+}
+
+func newMetrics(h *Health, u *Usage) *metrics {
+	return &metrics{
+		scans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iptables_alerter_agent_scans_total",
+			Help: "Scans by source (sweep, poststart, stop, watch) and outcome (recorded, same, limited, clean, gone, dropped, failed, unreachable).",
+		}, []string{"source", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "iptables_alerter_agent_scan_duration_seconds",
+			Help:    "Time to scan one pod netns and record, by source.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"source"}),
+		handler: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "iptables_alerter_agent_handler_duration_seconds",
+			Help:    "Time the agent took to answer an NRI call, by event (the runtime waits for it under a lock).",
+			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .05, .1},
+		}, []string{"event"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iptables_alerter_agent_errors_total",
+			Help: "Errors by kind: scan (netns not readable, finding not written), unreachable (a running pod's netns path not in the agent's view), incomplete (a finding recorded truncated), allowlist, vendors, connection.",
+		}, []string{"kind"}),
+		lastSync: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "iptables_alerter_agent_last_sync_timestamp_seconds",
+			Help: "When the runtime last synchronized (registration, reconnect), Unix time.",
+		}),
+		resweep: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iptables_alerter_agent_resweep_netns_total",
+			Help: "Pod netns looked at by re-sweeps (stage Resweep) and CRI sweeps (stage CRI), by result: skipped (nftables generation and legacy tables unchanged since the last complete scan), queued (changed, last scan incomplete, or state unreadable: scanned), gone (netns no longer there: forgotten), busy (the host-wide x_tables mutex held: left for a re-sweep soon after, or the next CRI sweep).",
+		}, []string{"stage", "result"}),
+		connected: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "iptables_alerter_agent_connected",
+			Help: "1 while connected to the runtime's NRI socket.",
+		}, func() float64 { return one(h.Connected()) }),
+		degraded: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "iptables_alerter_agent_degraded",
+			Help: "1 when every scan of the last sweep found its pod's netns unreachable (netns directory not mounted into the agent?), until a scan reaches one.",
+		}, func() float64 { return one(h.Degraded() != "") }),
+		usage: usageCollector{u},
+	}
+}
+
+// Collectors are the agent's metrics, for the caller's registry.
+func (a *Agent) Collectors() []prometheus.Collector {
+	m := a.metrics
+	return []prometheus.Collector{m.scans, m.duration, m.handler, m.errors, m.lastSync, m.resweep, m.connected, m.degraded, m.usage}
+}
+
+// scanned counts one ended scan.
+func (m *metrics) scanned(s Scan) {
+	m.scans.WithLabelValues(s.Meta.Source, s.Label()).Inc()
+	if s.Duration > 0 {
+		m.duration.WithLabelValues(s.Meta.Source).Observe(s.Duration.Seconds())
+	}
+	if s.AllowErr != nil {
+		m.errors.WithLabelValues("allowlist").Inc()
+	}
+	if s.VendorErr != nil {
+		m.errors.WithLabelValues("vendors").Inc()
+	}
+	switch s.Outcome {
+	case Found:
+		if s.Err != nil {
+			m.errors.WithLabelValues("scan").Inc()
+		}
+		if s.Stored == findings.Recorded && s.Record.Truncated {
+			m.errors.WithLabelValues("incomplete").Inc()
+		}
+	case Failed:
+		m.errors.WithLabelValues("scan").Inc()
+	case Unreachable:
+		m.errors.WithLabelValues("unreachable").Inc()
+	}
+}
+
+func (m *metrics) resweeped(r Resweep) {
+	m.resweep.WithLabelValues(r.Stage, "skipped").Add(float64(r.Skipped))
+	m.resweep.WithLabelValues(r.Stage, "queued").Add(float64(r.Queued))
+	m.resweep.WithLabelValues(r.Stage, "gone").Add(float64(r.Gone))
+	m.resweep.WithLabelValues(r.Stage, "busy").Add(float64(r.Busy))
+}
+
+func (m *metrics) handled(event string, d time.Duration) {
+	m.handler.WithLabelValues(event).Observe(d.Seconds())
+}
+
+var (
+	podRulesDesc = prometheus.NewDesc("iptables_alerter_agent_pod_rules",
+		"Rules the agent's latest scan found in a running pod's network namespace, by RHEL 10 impact (legacy: breaks; xt: breaks unless kernel-modules-extra is installed; native: keeps loading) and recognised vendor (unknown: none; other: an admin-added one; a pod naming two has a series for each); only levels with rules, only pods with usage, each until it stops or its usage is gone. owner is the workload its labels name (Deployment/x, StatefulSet/x, Job/x), empty when they do not say.",
+		[]string{"pod_namespace", "pod_name", "owner", "impact", "vendor"}, nil)
+	leftOutDesc = prometheus.NewDesc("iptables_alerter_agent_pod_series_left_out_total",
+		"Findings with usage of pods left out of iptables_alerter_agent_pod_rules because --max-pod-series pods had series already.",
+		nil, nil)
+)
+
+// usageCollector serves the running pods' usage, read at each scrape.
+type usageCollector struct{ u *Usage }
+
+func (c usageCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- podRulesDesc
+	ch <- leftOutDesc
+}
+
+func (c usageCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.u.Pods() {
+		for _, l := range findings.ImpactLevels {
+			n := p.Impact.Count(l)
+			if n == 0 {
+				continue
+			}
+			for _, v := range p.Vendors {
+				ch <- prometheus.MustNewConstMetric(podRulesDesc, prometheus.GaugeValue, float64(n), p.Namespace, p.Name, p.Owner, l, v)
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(leftOutDesc, prometheus.CounterValue, float64(c.u.Left()))
+}
+
+// one is a gauge's value for b.
+func one(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
