@@ -302,7 +302,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		if cfg.secure.agentMetrics != "" {
 			routes["/metrics/agent"] = httpserve.Upstream(cfg.secure.agentMetrics)
 		}
-		srv, err := serveSecure(cfg.secure.addr, cfg.secure.certFile, cfg.secure.keyFile, client, routes)
+		srv, err := serveSecure(cfg.secure.addr, cfg.secure.certFile, cfg.secure.keyFile, rc, routes)
 		if err != nil {
 			return err
 		}

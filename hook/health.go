@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/httpserve"
 	"github.com/iptables-alerter/iptables-alerter/internal/kubeauth"
@@ -44,10 +44,15 @@ func serveMetrics(addr string, metrics http.Handler) (*http.Server, error) {
 }
 
 // serveSecure serves routes over TLS on addr, each request let through
-// only when the API server (asked through cs) authenticates its bearer
-// token and authorises its user to GET the path.
-func serveSecure(addr, certFile, keyFile string, cs kubernetes.Interface, routes map[string]http.Handler) (*http.Server, error) {
+// only when the API server (asked with rc's credentials, through a client
+// and a review budget of the guard's own, never the delivery client's)
+// authenticates its bearer token and authorises its user to GET the path.
+func serveSecure(addr, certFile, keyFile string, rc *rest.Config, routes map[string]http.Handler) (*http.Server, error) {
 	certs, err := httpserve.LoadCertFiles(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	guard, err := kubeauth.NewForConfig(rc)
 	if err != nil {
 		return nil, err
 	}
@@ -55,5 +60,5 @@ func serveSecure(addr, certFile, keyFile string, cs kubernetes.Interface, routes
 	for path, h := range routes {
 		mux.Handle(path, h)
 	}
-	return httpserve.Start(httpserve.Options{Addr: addr, TLS: &tls.Config{GetCertificate: certs.GetCertificate}, Handler: kubeauth.New(cs).Wrap(mux)})
+	return httpserve.Start(httpserve.Options{Addr: addr, TLS: &tls.Config{GetCertificate: certs.GetCertificate}, Handler: guard.Wrap(mux)})
 }
