@@ -74,7 +74,7 @@ func TestAgentUnreachable(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	srv, err := serveHealth(addr, m.health.Alive, time.Minute, m.health.Degraded, metricsHandler(m.reg))
+	srv, err := serveHealth(addr, "", m.health.Alive, time.Minute, m.health.Degraded, metricsHandler(m.reg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/httpserve"
@@ -15,11 +16,19 @@ import (
 )
 
 // serveHealth serves /healthz (and metrics at /metrics when non-nil) on
-// addr. Each command sets limit from its longest legitimate wait (backoff,
-// API timeouts), so an outage alone is not "stuck"; degraded, when set,
-// says why the command works but cannot see what it should.
-func serveHealth(addr string, alive func() time.Time, limit time.Duration, degraded func() string, metrics http.Handler) (*http.Server, error) {
-	return httpserve.Start(httpserve.Options{Addr: addr, Alive: alive, StallAfter: limit, Degraded: degraded, Metrics: metrics})
+// addr, and on probeAddr (loopback, for the kubelet's exec probe, see
+// healthcmd.go) when set; either may be empty. Each command sets limit
+// from its longest legitimate wait (backoff, API timeouts), so an outage
+// alone is not "stuck"; degraded, when set, says why the command works but
+// cannot see what it should.
+func serveHealth(addr, probeAddr string, alive func() time.Time, limit time.Duration, degraded func() string, metrics http.Handler) (*http.Server, error) {
+	return httpserve.Start(httpserve.Options{Addr: addr, ProbeAddr: probeAddr, Alive: alive, StallAfter: limit, Degraded: degraded, Metrics: metrics})
+}
+
+// registerProbeAddr registers --probe-addr, every daemon's loopback
+// health listener; example is the port the manifests give it.
+func registerProbeAddr(fs *pflag.FlagSet, p *string, example string) {
+	fs.StringVar(p, "probe-addr", "", "also serve /healthz on this loopback address, e.g. "+example+", on a listener of its own that no client of --health-addr can fill: the kubelet's exec probe, `iptables-alerter health --addr "+example+"` (empty: off)")
 }
 
 // buildInfoGauge is iptables_alerter_build_info, 1 with the binary's
