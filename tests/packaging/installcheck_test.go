@@ -1,6 +1,7 @@
 package packaging
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,14 +32,7 @@ func TestInstallCheckLooksFurther(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(bin, append([]string{"install-hook", "--check-only"}, args...)...)
 		cmd.Env = []string{"PATH=" + path}
-		out, err := cmd.CombinedOutput()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return string(out), code
+		return combined(t, cmd)
 	}
 
 	t.Run("nothing", func(t *testing.T) {
@@ -96,14 +90,7 @@ func TestInstallCheckLooksFurther(t *testing.T) {
 while [ ! -s "$READY" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done
 "$BIN" install-hook --check-only --root / --hooks-dir "$HOOKS"`, dir}, crioArgs...)...)
 			cmd.Env = []string{"PATH=/usr/bin:/bin", "BIN=" + bin, "HOOKS=" + etc}
-			out, err := cmd.CombinedOutput()
-			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			return string(out), code
+			return combined(t, cmd)
 		}
 		out, code := run(t)
 		if code != 1 || !strings.Contains(out, "it reads only /usr/share/containers/oci/hooks.d") || !strings.Contains(out, "crio running") {
@@ -114,4 +101,18 @@ while [ ! -s "$READY" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done
 			t.Errorf("crio running with --hooks-dir %s: exit %d, %q", etc, code, out)
 		}
 	})
+}
+
+// combined runs cmd and gives its output and exit status.
+func combined(t *testing.T, cmd *exec.Cmd) (string, int) {
+	t.Helper()
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
 }
