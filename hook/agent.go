@@ -50,6 +50,7 @@ unchanged pods the same way.`
 type agentConfig struct {
 	agent       agent.Config
 	healthAddr  string
+	probeAddr   string
 	metricsAddr string
 	record      recordFlags
 	allow       allowFlags
@@ -85,6 +86,7 @@ func (cfg *agentConfig) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&cfg.agent.ResweepInterval, "resweep-interval", agent.DefaultResweepInterval, "time between re-sweeps: every known pod netns is looked at again and scanned only if its nftables generation or legacy x_tables changed since its last complete scan, or that scan could not finish (legacy x_tables tell nobody of a change); 0: off")
 	fs.IntVar(&cfg.agent.MaxUsage, "max-pod-series", agent.DefaultMaxUsage, "pods with usage given metrics series at most; past it a pod is left out (counted in iptables_alerter_agent_pod_series_left_out_total)")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "127.0.0.1:9757", "serve /healthz and /metrics here (empty: off)")
+	registerProbeAddr(fs, &cfg.probeAddr, "127.0.0.1:9759")
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", "", "serve /metrics here instead, e.g. 127.0.0.1:9758 for the forwarder's --agent-metrics, which serves it behind TLS (empty: on --health-addr)")
 	cfg.log.register(fs)
 }
@@ -124,10 +126,10 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 		defer srv.Close()
 		metrics = nil
 	}
-	if cfg.healthAddr != "" {
+	if cfg.healthAddr != "" || cfg.probeAddr != "" {
 		// Disconnected, the agent retries at least every 30 s; connected, it
 		// is alive as long as the connection is.
-		srv, err := serveHealth(cfg.healthAddr, a.Health().Alive, 2*time.Minute, a.Health().Degraded, metrics)
+		srv, err := serveHealth(cfg.healthAddr, cfg.probeAddr, a.Health().Alive, 2*time.Minute, a.Health().Degraded, metrics)
 		if err != nil {
 			log.WithError(err).Error("agent not started")
 			return 2

@@ -73,7 +73,7 @@ func TestAgentUnreachable(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	srv, err := serveHealth(addr, a.Health().Alive, time.Minute, a.Health().Degraded, metricsHandler(agentRegistry(a)))
+	srv, err := serveHealth(addr, "", a.Health().Alive, time.Minute, a.Health().Degraded, metricsHandler(agentRegistry(a)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,5 +7,5 @@ package main
 const buildName = "full"
 
 func commands() []command {
-	return []command{agentCommand, forwardCommand, hookCommand, installHookCommand, renderCommand, reportCommand, scanCommand, textfileCommand, uninstallHookCommand, versionCommand}
+	return []command{agentCommand, forwardCommand, healthCommand, hookCommand, installHookCommand, renderCommand, reportCommand, scanCommand, textfileCommand, uninstallHookCommand, versionCommand}
 }

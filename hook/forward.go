@@ -82,6 +82,7 @@ const (
 
 type forwardConfig struct {
 	findings, stateDir, kubeconfig, nodeName, healthAddr string
+	probeAddr                                            string
 	nodeEvent, reports                                   bool
 	poll, maxBackoff, timeout, reportsGrace              time.Duration
 	qps                                                  float32
@@ -132,6 +133,7 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&cfg.reports, "reports", true, "also keep OpenReports Reports (openreports.io/v1alpha1) per workload and node; Events only while the CRD is missing")
 	fs.DurationVar(&cfg.reportsGrace, "reports-grace", reports.DefaultGrace, "how long a Report keeps the result of a pod that is gone")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz, and /metrics without --secure-metrics-addr, on this address, e.g. 127.0.0.1:9756 (empty: off)")
+	registerProbeAddr(fs, &cfg.probeAddr, "127.0.0.1:9760")
 	fs.DurationVar(&cfg.poll, "poll", follow.DefaultPoll, "how often to look for new lines")
 	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
 	fs.DurationVar(&cfg.timeout, "request-timeout", 30*time.Second, "timeout of one API request")
@@ -302,7 +304,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		if cfg.secure.agentMetrics != "" {
 			routes["/metrics/agent"] = httpserve.Upstream(cfg.secure.agentMetrics)
 		}
-		srv, err := serveSecure(cfg.secure.addr, cfg.secure.certFile, cfg.secure.keyFile, client, routes)
+		srv, err := serveSecure(cfg.secure.addr, cfg.secure.certFile, cfg.secure.keyFile, rc, routes)
 		if err != nil {
 			return err
 		}
@@ -310,13 +312,13 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		// Behind TLS only: the plain port is the kubelet's probe.
 		metrics = nil
 	}
-	if cfg.healthAddr != "" {
+	if cfg.healthAddr != "" || cfg.probeAddr != "" {
 		// One finding may hold the loop for a backoff plus a pod GET and
 		// two creates, each up to the request timeout (client-go may also
 		// wait out a Retry-After), and the Report's get and update (and
 		// pod GET when the Post found no pod); beyond that the loop is
 		// stuck.
-		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*cfg.maxBackoff+8*cfg.timeout+10*cfg.poll, nil, metrics)
+		srv, err := serveHealth(cfg.healthAddr, cfg.probeAddr, f.Alive, 2*cfg.maxBackoff+8*cfg.timeout+10*cfg.poll, nil, metrics)
 		if err != nil {
 			return err
 		}

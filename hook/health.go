@@ -8,18 +8,27 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/httpserve"
 	"github.com/iptables-alerter/iptables-alerter/internal/kubeauth"
 )
 
 // serveHealth serves /healthz (and metrics at /metrics when non-nil) on
-// addr. Each command sets limit from its longest legitimate wait (backoff,
-// API timeouts), so an outage alone is not "stuck"; degraded, when set,
-// says why the command works but cannot see what it should.
-func serveHealth(addr string, alive func() time.Time, limit time.Duration, degraded func() string, metrics http.Handler) (*http.Server, error) {
-	return httpserve.Start(httpserve.Options{Addr: addr, Alive: alive, StallAfter: limit, Degraded: degraded, Metrics: metrics})
+// addr, and on probeAddr (loopback, for the kubelet's exec probe, see
+// healthcmd.go) when set; either may be empty. Each command sets limit
+// from its longest legitimate wait (backoff, API timeouts), so an outage
+// alone is not "stuck"; degraded, when set, says why the command works but
+// cannot see what it should.
+func serveHealth(addr, probeAddr string, alive func() time.Time, limit time.Duration, degraded func() string, metrics http.Handler) (*http.Server, error) {
+	return httpserve.Start(httpserve.Options{Addr: addr, ProbeAddr: probeAddr, Alive: alive, StallAfter: limit, Degraded: degraded, Metrics: metrics})
+}
+
+// registerProbeAddr registers --probe-addr, every daemon's loopback
+// health listener; example is the port the manifests give it.
+func registerProbeAddr(fs *pflag.FlagSet, p *string, example string) {
+	fs.StringVar(p, "probe-addr", "", "also serve /healthz on this loopback address, e.g. "+example+", on a listener of its own that no client of --health-addr can fill: the kubelet's exec probe, `iptables-alerter health --addr "+example+"` (empty: off)")
 }
 
 // buildInfoGauge is iptables_alerter_build_info, 1 with the binary's
@@ -44,10 +53,15 @@ func serveMetrics(addr string, metrics http.Handler) (*http.Server, error) {
 }
 
 // serveSecure serves routes over TLS on addr, each request let through
-// only when the API server (asked through cs) authenticates its bearer
-// token and authorises its user to GET the path.
-func serveSecure(addr, certFile, keyFile string, cs kubernetes.Interface, routes map[string]http.Handler) (*http.Server, error) {
+// only when the API server (asked with rc's credentials, through a client
+// and a review budget of the guard's own, never the delivery client's)
+// authenticates its bearer token and authorises its user to GET the path.
+func serveSecure(addr, certFile, keyFile string, rc *rest.Config, routes map[string]http.Handler) (*http.Server, error) {
 	certs, err := httpserve.LoadCertFiles(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	guard, err := kubeauth.NewForConfig(rc)
 	if err != nil {
 		return nil, err
 	}
@@ -55,5 +69,5 @@ func serveSecure(addr, certFile, keyFile string, cs kubernetes.Interface, routes
 	for path, h := range routes {
 		mux.Handle(path, h)
 	}
-	return httpserve.Start(httpserve.Options{Addr: addr, TLS: &tls.Config{GetCertificate: certs.GetCertificate}, Handler: kubeauth.New(cs).Wrap(mux)})
+	return httpserve.Start(httpserve.Options{Addr: addr, TLS: &tls.Config{GetCertificate: certs.GetCertificate}, Handler: guard.Wrap(mux)})
 }

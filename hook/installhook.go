@@ -36,9 +36,12 @@ Before writing, it reads the node's CRI-O configuration (` + "`crio config`" + `
 --root is / and crio is on PATH, else ROOT/etc/crio/crio.conf and
 everything under crio.conf.d, as CRI-O reads them) and refuses a
 --hooks-dir that CRI-O does not read, naming the ones it does. A crio
-binary or socket without any configuration file is CRI-O on its built-in
-default (/usr/share/containers/oci/hooks.d only). With --runtime auto, a
-node without CRI-O (containerd) gets neither binary nor JSON.
+binary (in a standard directory or on PATH), socket or running process
+without any configuration file is CRI-O on its built-in default
+(/usr/share/containers/oci/hooks.d only). With --runtime auto, a node
+without CRI-O (containerd) gets neither binary nor JSON; with
+--check-only it says "not checked" (--runtime none says so on purpose,
+--runtime crio checks against CRI-O's default).
 
 With --wait it then stays until SIGTERM or SIGINT and uninstalls (JSON
 first), so a DaemonSet pod being deleted takes the hook off its node.
@@ -84,6 +87,9 @@ func (c *installConfig) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.wait, "wait", false, "after installing, wait for SIGTERM or SIGINT, then uninstall")
 }
 
+// noCRIO is everywhere CRI-O was looked for.
+const noCRIO = "no configuration file, socket, crio binary in a standard directory or on PATH, nor crio running"
+
 func (c *installConfig) run(_ []string, s stdio) int {
 	say := func(format string, a ...any) { fmt.Fprintf(s.err, "install-hook: "+format+"\n", a...) }
 
@@ -94,7 +100,7 @@ func (c *installConfig) run(_ []string, s stdio) int {
 	}
 	install := c.runtime == "crio" || (c.runtime == "auto" && crio.Found)
 	if !install && !c.checkOnly {
-		say("no CRI-O under %s (no configuration file, crio binary or socket): nothing installed (containerd and other runtimes without hooks.d are covered by the NRI agent)", c.h.root)
+		say("no CRI-O under %s (%s): nothing installed (containerd and other runtimes without hooks.d are covered by the NRI agent)", c.h.root, noCRIO)
 		return waitThen(c.wait, func() int { return 0 })
 	}
 	// Without any configuration file a CRI-O forced by --runtime crio
@@ -107,8 +113,10 @@ func (c *installConfig) run(_ []string, s stdio) int {
 			return 1
 		}
 		say("CRI-O reads %s (%s)", c.h.hooksDir, crio.Source)
+	case c.runtime == "none":
+		say("hooks directory not checked (--runtime none)")
 	default:
-		say("no CRI-O under %s (no configuration file, crio binary or socket): hooks directory not checked", c.h.root)
+		say("no CRI-O under %s (%s): hooks directory not checked; --runtime crio checks it against CRI-O's built-in default, --runtime none says no check is wanted", c.h.root, noCRIO)
 	}
 	if c.checkOnly {
 		return 0

@@ -38,7 +38,7 @@ type textfileConfig struct {
 	findings, stateDir, textfileDir string
 	once                            bool
 	forgetAfter, poll, prune        time.Duration
-	healthAddr                      string
+	healthAddr, probeAddr           string
 	log                             logFlags
 }
 
@@ -51,6 +51,7 @@ func (cfg *textfileConfig) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&cfg.poll, "poll", follow.DefaultPoll, "how often to look for new lines")
 	fs.DurationVar(&cfg.prune, "prune-interval", 30*time.Second, "how often to drop pods whose netns is gone")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz on this address, e.g. 127.0.0.1:9755 (empty: off)")
+	registerProbeAddr(fs, &cfg.probeAddr, "127.0.0.1:9761")
 	cfg.log.register(fs)
 }
 
@@ -103,9 +104,9 @@ func textfileLoop(ctx context.Context, cfg textfileConfig, log *logrus.Logger) e
 		log.WithFields(fields).WithFields(logrus.Fields{"pods": len(c.Pods()), "findings_total": n, "malformed_total": m}).Info("textfile written")
 		return nil
 	}
-	if cfg.healthAddr != "" {
+	if cfg.healthAddr != "" || cfg.probeAddr != "" {
 		// A healthy loop waits at most the longest backoff between rounds.
-		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*follow.DefaultMaxBackoff+10*cfg.poll, nil, nil)
+		srv, err := serveHealth(cfg.healthAddr, cfg.probeAddr, f.Alive, 2*follow.DefaultMaxBackoff+10*cfg.poll, nil, nil)
 		if err != nil {
 			return err
 		}

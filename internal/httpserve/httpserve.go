@@ -57,41 +57,52 @@ type Options struct {
 	MaxConns int
 	// IdleTimeout overrides the keep-alive bound (tests).
 	IdleTimeout time.Duration
+	// ProbeAddr, when set, is a loopback address (127.0.0.1:PORT) where
+	// the same pages are served on a listener of its own, ProbeConns
+	// connections at most: the kubelet's exec probe (`iptables-alerter
+	// health`) gets an answer however many connections others hold on
+	// Addr, since in a pod's own netns only the pod reaches loopback.
+	// With an empty Addr only ProbeAddr is served.
+	ProbeAddr string
 }
+
+// ProbeConns caps the probe listener's connections: a liveness and a
+// readiness probe at once, with room for a slow one.
+const ProbeConns = 4
 
 // Start listens on o.Addr and serves in the background until the returned
 // server is closed; its Addr is the address listened on (a port 0 in
 // o.Addr is chosen then).
 func Start(o Options) (*http.Server, error) {
+	var probe net.Listener
+	if o.ProbeAddr != "" {
+		host, _, err := net.SplitHostPort(o.ProbeAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			return nil, fmt.Errorf("probe address %q: want a loopback IP and port, e.g. 127.0.0.1:9759 (reachable from the pod alone)", o.ProbeAddr)
+		}
+		if probe, err = net.Listen("tcp", o.ProbeAddr); err != nil {
+			return nil, fmt.Errorf("listen on %q: %w", o.ProbeAddr, err)
+		}
+	}
+	if o.Addr == "" && probe != nil {
+		srv := newServer(o, probe.Addr().String())
+		go func() { _ = srv.Serve(netutil.LimitListener(probe, ProbeConns)) }()
+		return srv, nil
+	}
 	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
+		if probe != nil {
+			probe.Close()
+		}
 		return nil, fmt.Errorf("listen on %q: %w", o.Addr, err)
+	}
+	srv := newServer(o, ln.Addr().String())
+	if probe != nil {
+		// Plain HTTP even when Addr is TLS: loopback only.
+		go func() { _ = srv.Serve(netutil.LimitListener(probe, ProbeConns)) }()
 	}
 	if o.MaxConns <= 0 {
 		o.MaxConns = DefaultMaxConns
-	}
-	idle := idleTimeout
-	if o.IdleTimeout > 0 {
-		idle = o.IdleTimeout
-	}
-	mux := http.NewServeMux()
-	if o.Alive != nil {
-		mux.HandleFunc("/healthz", health(o))
-	}
-	if o.Metrics != nil {
-		mux.Handle("/metrics", o.Metrics)
-	}
-	if o.Handler != nil {
-		mux.Handle("/", o.Handler)
-	}
-	srv := &http.Server{
-		Addr:              ln.Addr().String(),
-		Handler:           mux,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       idle,
-		MaxHeaderBytes:    maxHeaderBytes,
 	}
 	// LimitListener's Accept waits for a connection to close before it
 	// takes the next from the backlog.
@@ -113,6 +124,34 @@ func Start(o Options) (*http.Server, error) {
 	srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
 	go func() { _ = srv.Serve(tls.NewListener(limited, cfg)) }()
 	return srv, nil
+}
+
+// newServer gives the server of o's pages, every connection bounded;
+// addr is what it says it listens on.
+func newServer(o Options, addr string) *http.Server {
+	idle := idleTimeout
+	if o.IdleTimeout > 0 {
+		idle = o.IdleTimeout
+	}
+	mux := http.NewServeMux()
+	if o.Alive != nil {
+		mux.HandleFunc("/healthz", health(o))
+	}
+	if o.Metrics != nil {
+		mux.Handle("/metrics", o.Metrics)
+	}
+	if o.Handler != nil {
+		mux.Handle("/", o.Handler)
+	}
+	return &http.Server{
+		Addr:              addr,
+		Handler:           mux,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idle,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
 }
 
 // health answers /healthz from o.Alive and o.Degraded.

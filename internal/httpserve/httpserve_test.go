@@ -112,3 +112,49 @@ func TestHealthz(t *testing.T) {
 	last = time.Now().Add(-2 * time.Minute)
 	check(503, "main loop stalled")
 }
+
+// TestProbeAddr: the probe listener answers /healthz while the main
+// one's connections are all held, and takes loopback addresses only.
+func TestProbeAddr(t *testing.T) {
+	if _, err := Start(Options{Addr: "127.0.0.1:0", ProbeAddr: "0.0.0.0:0", Alive: time.Now}); err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Fatalf("probe on 0.0.0.0: %v, want refused", err)
+	}
+	probe := listenAddr(t)
+	srv, err := Start(Options{Addr: "127.0.0.1:0", ProbeAddr: probe, Alive: func() time.Time { return time.Time{} }, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	for range 2 {
+		c, err := net.Dial("tcp", srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if got := get(t, c, bufio.NewReader(c)); !strings.HasPrefix(got, "200 OK ok") {
+			t.Fatalf("main listener: %q", got)
+		}
+	}
+	for i := range ProbeConns + 2 {
+		c, err := net.Dial("tcp", probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := get(t, c, bufio.NewReader(c))
+		c.Close()
+		if !strings.HasPrefix(got, "200 OK ok") {
+			t.Fatalf("probe %d with the main listener full: %q", i, got)
+		}
+	}
+}
+
+// listenAddr gives a free loopback address.
+func listenAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

@@ -10,11 +10,17 @@
 // It takes a clientset allowed to create tokenreviews and
 // subjectaccessreviews and gives an http.Handler wrapper: 401 without a
 // token or with one the API server does not authenticate, 403 when the
-// user may not, 503 when the API server cannot be asked.
+// user may not, 429 past the review budget, 503 when the API server
+// cannot be asked.
 //
 // Invariant: no request reaches the wrapped handler without a verdict of
 // the API server for its token, verb and path, at most CacheTTL old.
 // Verdicts are cached by a hash of the token (never the token itself), in
-// a bounded cache, so a scrape every 30 s costs no API call and a flood
-// of tokens costs no unbounded memory.
+// bounded caches (tokens the API server does not authenticate in one of
+// their own, so they never evict a scraper's), so a scrape every 30 s
+// costs no API call and a flood of tokens costs no unbounded memory. New
+// tokens are reviewed within a budget (ReviewQPS, ReviewBurst), past it
+// answered 429, through a client of the guard's own (NewForConfig): a
+// flood of tokens costs the API server a bounded amount and never takes
+// the rate limit of the daemon's other work (the forwarder's Events).
 package kubeauth

@@ -3,6 +3,7 @@ package kubeauth
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -13,17 +14,34 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
-// Defaults of the verdict cache: a scrape interval or two, and far more
-// tokens than scrapers.
+// Defaults of the verdict caches: a scrape interval or two, and far more
+// tokens than scrapers. Tokens the API server does not authenticate have
+// a cache of their own, so a flood of bad tokens never evicts a
+// scraper's verdict.
 const (
 	CacheTTL  = time.Minute
 	CacheSize = 1000
 )
 
+// The review budget: new tokens (a cache miss) reviewed per second and
+// at once. Past it a request is answered 429 without asking: a scraper
+// needs a review a minute, and a flood of random tokens must cost the API
+// server (and the daemon's own API budget) a bounded amount.
+const (
+	ReviewQPS   = 5
+	ReviewBurst = 10
+)
+
 // reviewTimeout bounds one review: the server's write timeout is longer.
 const reviewTimeout = 10 * time.Second
+
+// ErrBusy is Check's error when the review budget is spent: asked again
+// shortly, the token is reviewed.
+var ErrBusy = errors.New("too many new tokens to review; try again shortly")
 
 // User is who the API server says sent a token.
 type User struct {
@@ -45,12 +63,15 @@ type reviewer interface {
 
 // Guard checks requests; one per server.
 type Guard struct {
-	r     reviewer
-	ttl   time.Duration
-	size  int
-	now   func() time.Time
-	mu    sync.Mutex
-	cache map[[sha256.Size]byte]verdict
+	r      reviewer
+	ttl    time.Duration
+	now    func() time.Time
+	budget flowcontrol.RateLimiter
+	mu     sync.Mutex
+	// known holds the verdicts of authenticated tokens (200, 403) by
+	// verb, path and token; unknown the tokens the API server does not
+	// authenticate (401), by token alone.
+	known, unknown cache
 }
 
 // verdict is a cached answer: the status to give (200 to pass).
@@ -59,13 +80,34 @@ type verdict struct {
 	expires time.Time
 }
 
-// New gives a Guard asking through cs.
+// New gives a Guard asking through cs. Its reviews are bounded by the
+// review budget, not by cs' own rate limit: give it a client of its own
+// (NewForConfig) when cs also does other work.
 func New(cs kubernetes.Interface) *Guard {
 	return newGuard(api{cs})
 }
 
+// NewForConfig gives a Guard asking with rc's credentials through a
+// client of its own, whose rate limit is its own too: a flood of tokens
+// never takes what another client made from rc (Events, Reports) may
+// send.
+func NewForConfig(rc *rest.Config) (*Guard, error) {
+	c := rest.CopyConfig(rc)
+	// A review is a TokenReview and a SubjectAccessReview: the client's
+	// limit lets the budget through without waiting.
+	c.RateLimiter, c.QPS, c.Burst = nil, 2*ReviewQPS, 2*ReviewBurst
+	cs, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		return nil, fmt.Errorf("make review client: %w", err)
+	}
+	return New(cs), nil
+}
+
 func newGuard(r reviewer) *Guard {
-	return &Guard{r: r, ttl: CacheTTL, size: CacheSize, now: time.Now, cache: map[[sha256.Size]byte]verdict{}}
+	return &Guard{r: r, ttl: CacheTTL, now: time.Now,
+		budget:  flowcontrol.NewTokenBucketRateLimiter(ReviewQPS, ReviewBurst),
+		known:   cache{size: CacheSize, m: map[[sha256.Size]byte]verdict{}},
+		unknown: cache{size: CacheSize, m: map[[sha256.Size]byte]verdict{}}}
 }
 
 // Wrap passes to h only the requests the API server allows.
@@ -84,6 +126,9 @@ func (g *Guard) Wrap(h http.Handler) http.Handler {
 		}
 		code, err := g.Check(r.Context(), token, strings.ToLower(r.Method), r.URL.Path)
 		switch {
+		case errors.Is(err, ErrBusy):
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, err.Error(), http.StatusTooManyRequests)
 		case err != nil:
 			http.Error(w, "cannot review the token: "+err.Error(), http.StatusServiceUnavailable)
 		case code == http.StatusUnauthorized:
@@ -98,59 +143,80 @@ func (g *Guard) Wrap(h http.Handler) http.Handler {
 }
 
 // Check gives 200, 401 or 403 for token doing verb on path, from the
-// cache or the API server; an error (the API server not answering) is not
-// cached.
+// caches or, within the review budget, the API server; ErrBusy past the
+// budget. An error (the API server not answering) is not cached.
 func (g *Guard) Check(ctx context.Context, token, verb, path string) (int, error) {
+	bad := sha256.Sum256([]byte(token))
 	key := sha256.Sum256([]byte(verb + "\x00" + path + "\x00" + token))
 	now := g.now()
 	g.mu.Lock()
-	v, ok := g.cache[key]
+	v, ok := g.unknown.get(bad, now)
+	if !ok {
+		v, ok = g.known.get(key, now)
+	}
 	g.mu.Unlock()
-	if ok && now.Before(v.expires) {
+	if ok {
 		return v.code, nil
+	}
+	if !g.budget.TryAccept() {
+		return 0, ErrBusy
 	}
 	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
 	defer cancel()
-	code := http.StatusOK
 	u, authed, err := g.r.authenticate(ctx, token)
 	if err != nil {
 		return 0, err
 	}
 	if !authed {
-		code = http.StatusUnauthorized
-	} else {
-		allowed, err := g.r.authorize(ctx, u, verb, path)
-		if err != nil {
-			return 0, err
-		}
-		if !allowed {
-			code = http.StatusForbidden
-		}
+		g.mu.Lock()
+		g.unknown.put(bad, verdict{code: http.StatusUnauthorized, expires: now.Add(g.ttl)}, now)
+		g.mu.Unlock()
+		return http.StatusUnauthorized, nil
 	}
-	g.store(key, verdict{code: code, expires: now.Add(g.ttl)})
+	code := http.StatusOK
+	allowed, err := g.r.authorize(ctx, u, verb, path)
+	if err != nil {
+		return 0, err
+	}
+	if !allowed {
+		code = http.StatusForbidden
+	}
+	g.mu.Lock()
+	g.known.put(key, verdict{code: code, expires: now.Add(g.ttl)}, now)
+	g.mu.Unlock()
 	return code, nil
 }
 
-// store keeps v, making room when the cache is full: the expired first,
+// cache is a bounded map of verdicts by a hash; the Guard's mutex guards
+// it.
+type cache struct {
+	size int
+	m    map[[sha256.Size]byte]verdict
+}
+
+// get gives the verdict for key unless it has expired.
+func (c *cache) get(key [sha256.Size]byte, now time.Time) (verdict, bool) {
+	v, ok := c.m[key]
+	return v, ok && now.Before(v.expires)
+}
+
+// put keeps v, making room when the cache is full: the expired first,
 // else any one (a flood of fresh tokens evicts, it does not grow).
-func (g *Guard) store(key [sha256.Size]byte, v verdict) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if _, ok := g.cache[key]; !ok && len(g.cache) >= g.size {
-		now := g.now()
-		for k, old := range g.cache {
+func (c *cache) put(key [sha256.Size]byte, v verdict, now time.Time) {
+	if _, ok := c.m[key]; !ok && len(c.m) >= c.size {
+		for k, old := range c.m {
 			if !now.Before(old.expires) {
-				delete(g.cache, k)
+				delete(c.m, k)
 			}
 		}
-		for k := range g.cache {
-			if len(g.cache) < g.size {
+		for k := range c.m {
+			if len(c.m) < c.size {
 				break
 			}
-			delete(g.cache, k)
+			delete(c.m, k)
 		}
 	}
-	g.cache[key] = v
+	c.m[key] = v
 }
 
 // bearer gives the token of an "Authorization: Bearer TOKEN" header.

@@ -3,10 +3,13 @@ package kubeauth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 // fake answers from tables and counts the calls.
@@ -107,12 +110,66 @@ func TestCache(t *testing.T) {
 	f.down = false
 	check("good", 200)
 
-	g.size = 10
+	g.unknown.size = 10
+	g.budget = flowcontrol.NewFakeAlwaysRateLimiter()
 	for i := range 100 {
 		check(string(rune('A'+i)), 401)
 	}
-	if len(g.cache) > 10 {
-		t.Fatalf("cache holds %d verdicts, bound 10", len(g.cache))
+	if len(g.unknown.m) > 10 {
+		t.Fatalf("cache of bad tokens holds %d verdicts, bound 10", len(g.unknown.m))
+	}
+	// The flood of bad tokens evicted no verdict of a good one.
+	calls := f.calls
+	check("good", 200)
+	if f.calls != calls {
+		t.Fatal("good token's verdict evicted by bad tokens")
+	}
+	// A bad token asked again is answered from its cache.
+	check("forged", 401)
+	check("forged", 401)
+	if f.calls != calls+1 {
+		t.Fatalf("%d API calls for a bad token asked twice, want 1", f.calls-calls)
+	}
+}
+
+// TestBudget: past the review budget a new token is answered 429 (with
+// Retry-After) without asking the API server; tokens with a verdict are
+// still answered from the caches.
+func TestBudget(t *testing.T) {
+	f := &fake{users: map[string]User{"good": {Name: "prom"}}, allowed: map[string]map[string]bool{"prom": {"/metrics": true}}}
+	g := newGuard(f)
+	h := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("page")) }))
+	get := func(token string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/metrics", nil)
+		r.Header.Set("Authorization", "Bearer "+token)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	if w := get("good"); w.Code != 200 {
+		t.Fatalf("good token: %d", w.Code)
+	}
+	busy, start := 0, time.Now()
+	for i := range 1000 {
+		switch w := get(fmt.Sprintf("random-%d", i)); w.Code {
+		case http.StatusTooManyRequests:
+			busy++
+			if w.Header().Get("Retry-After") == "" {
+				t.Fatal("429 without Retry-After")
+			}
+		case http.StatusUnauthorized:
+		default:
+			t.Fatalf("random token: %d", w.Code)
+		}
+	}
+	// The budget is ReviewBurst at once and ReviewQPS a second, over the
+	// loop's time as the test saw it (at least the guard's).
+	bound := ReviewBurst + int(ReviewQPS*time.Since(start).Seconds()) + 1
+	if calls := f.calls - 2; calls > bound || busy == 0 {
+		t.Fatalf("%d reviews for 1,000 random tokens (%d answered 429), want the budget's bound", calls, busy)
+	}
+	if w := get("good"); w.Code != 200 || w.Body.String() != "page" {
+		t.Fatalf("good token during the flood: %d", w.Code)
 	}
 }
 

@@ -38,7 +38,7 @@ var crioMarks = []string{"/usr/bin/crio", "/usr/local/bin/crio", "/usr/sbin/crio
 // CRIO is what a node's CRI-O configuration says about hooks.
 type CRIO struct {
 	// Found: CRI-O is on the node: a configuration file, or (without
-	// one) its binary or its socket.
+	// one) its binary, its socket, or a running crio.
 	Found bool
 	// HooksDirs are the directories CRI-O reads hooks from.
 	HooksDirs []string
@@ -116,7 +116,7 @@ func ReadCRIOConfig(root string) (CRIO, error) {
 			return c, fmt.Errorf("parse CRI-O configuration %q: %w", p, err)
 		}
 	}
-	for _, m := range crioMarks {
+	for _, m := range append(slices.Clone(crioMarks), pathCRIO(os.Getenv("PATH"))...) {
 		if c.Found {
 			break
 		}
@@ -125,7 +125,111 @@ func ReadCRIOConfig(root string) (CRIO, error) {
 			c.Found, c.Source = true, "CRI-O's built-in default: "+m+" and no configuration file"
 		}
 	}
-	return c, nil
+	if c.Found {
+		return c, nil
+	}
+	return c, c.fromProcess(root)
+}
+
+// pathCRIO gives where crio would be on the search path PATH (each
+// directory's crio): a CRI-O installed outside the standard directories.
+func pathCRIO(path string) []string {
+	var out []string
+	for _, d := range filepath.SplitList(path) {
+		if filepath.IsAbs(d) {
+			out = append(out, filepath.Join(d, "crio"))
+		}
+	}
+	return out
+}
+
+// fromProcess looks for a running crio among ROOT/proc (the node's
+// processes when root is "/" on the node, or a host mount with /proc in
+// it), in the node's mount namespace (nodeMountNS): a CRI-O started from
+// anywhere. Found then means
+// CRI-O's built-in default, unless its command line sets the hooks
+// directories (--hooks-dir, used as they are) or names configuration
+// files elsewhere (--config, --config-dir: an error, since this does not
+// know what they say).
+func (c *CRIO) fromProcess(root string) error {
+	fd, err := openInRoot(root, "/proc", unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil
+	}
+	d := os.NewFile(uintptr(fd), "/proc")
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil
+	}
+	for _, n := range names {
+		if strings.Trim(n, "0123456789") != "" {
+			continue
+		}
+		// A process may end (or be another by now) between the listing
+		// and the read: each read stands alone.
+		comm, err := readInRoot(root, "/proc/"+n+"/comm")
+		if err != nil || string(bytes.TrimSpace(comm)) != "crio" || !nodeMountNS(root, n) {
+			continue
+		}
+		cmdline, _ := readInRoot(root, "/proc/"+n+"/cmdline")
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		c.Found, c.Source = true, "CRI-O's built-in default: crio running (pid "+n+") and no configuration file"
+		if dirs := flagValues(args, "--hooks-dir"); len(dirs) > 0 {
+			c.HooksDirs = c.HooksDirs[:0]
+			for _, dir := range dirs {
+				c.HooksDirs = append(c.HooksDirs, filepath.Clean(dir))
+			}
+			c.Source = "--hooks-dir of the running crio (pid " + n + ")"
+			return nil
+		}
+		for _, f := range []string{"--config", "--config-dir"} {
+			if v := flagValues(args, f); len(v) > 0 {
+				return fmt.Errorf("crio (pid %s) runs with %s %s, which is not read here: run install-hook on the node with crio on PATH (it asks `crio config`), or pass --no-check", n, f, v[len(v)-1])
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+// nodeMountNS says whether process pid runs in the node's mount
+// namespace, as CRI-O does: any pod can name a process crio, but not put
+// it there. The node's is ours when root is "/" (we see the node's files
+// as they are), else that of the node's pid 1. Reading another process'
+// namespace needs ptrace access (root with CAP_SYS_PTRACE, as on the node
+// itself); without it the process is not taken.
+func nodeMountNS(root, pid string) bool {
+	ref := filepath.Join(root, "proc/1/ns/mnt")
+	if filepath.Clean(root) == "/" {
+		ref = "/proc/self/ns/mnt"
+	}
+	node, err := os.Readlink(ref)
+	if err != nil {
+		return false
+	}
+	ns, err := os.Readlink(filepath.Join(root, "proc", pid, "ns/mnt"))
+	return err == nil && ns == node
+}
+
+// flagValues gives the values of flag name in a command line, as
+// "--name value" or "--name=value" (one dash too, as CRI-O's CLI library
+// takes it), in order.
+func flagValues(args []string, name string) []string {
+	var out []string
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		if strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--") {
+			a = "-" + a
+		}
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			out = append(out, v)
+		} else if a == name && i+1 < len(args) {
+			out = append(out, args[i+1])
+			i++
+		}
+	}
+	return out
 }
 
 // apply decodes one TOML configuration over c.

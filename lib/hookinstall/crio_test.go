@@ -242,3 +242,64 @@ func TestCheckSaysWhatToUse(t *testing.T) {
 		}
 	}
 }
+
+// Without configuration, socket or binary in a standard directory, a crio
+// on PATH (looked up inside the root) is CRI-O on its default.
+func TestReadCRIOConfigPath(t *testing.T) {
+	root := tree(t, map[string]string{"opt/crio/bin/crio": "binary"})
+	t.Setenv("PATH", "relative/bin:/opt/crio/bin:/usr/bin")
+	c, err := ReadCRIOConfig(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Found || strings.Join(c.HooksDirs, " ") != builtin || !strings.Contains(c.Source, "/opt/crio/bin/crio") {
+		t.Errorf("crio on PATH: %+v", c)
+	}
+	t.Setenv("PATH", "/usr/bin")
+	if c, err := ReadCRIOConfig(root); err != nil || c.Found {
+		t.Errorf("crio off PATH: %+v, %v (want not found)", c, err)
+	}
+}
+
+// A running crio is looked for in ROOT/proc (a stand-in tree here; the
+// real process is in tests/packaging): its name alone is not enough, it
+// must share the mount namespace of the node's pid 1; its --hooks-dir is
+// what it reads; a --config elsewhere cannot be checked.
+func TestReadCRIOConfigProcess(t *testing.T) {
+	proc := func(comm, ns, cmdline string) map[string]string {
+		return map[string]string{
+			"proc/1/comm": "systemd\n", "proc/1/ns/mnt": "-> mnt:[1]", "proc/1/cmdline": "/sbin/init\x00",
+			"proc/4242/comm": comm, "proc/4242/ns/mnt": "-> " + ns, "proc/4242/cmdline": cmdline,
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		files   map[string]string
+		found   bool
+		dirs    string
+		source  string
+		errText string
+	}{
+		{name: "crio on its default", files: proc("crio\n", "mnt:[1]", "/opt/crio\x00--log-level\x00info\x00"), found: true, dirs: builtin, source: "crio running (pid 4242)"},
+		{name: "crio with --hooks-dir", files: proc("crio\n", "mnt:[1]", "/opt/crio\x00--hooks-dir\x00/etc/h\x00--hooks-dir=/run/h/\x00"), found: true, dirs: "/etc/h /run/h", source: "--hooks-dir of the running crio (pid 4242)"},
+		{name: "crio with --config", files: proc("crio\n", "mnt:[1]", "/opt/crio\x00-config\x00/opt/crio.conf\x00"), found: true, dirs: builtin, errText: "--config /opt/crio.conf"},
+		{name: "a pod's process named crio", files: proc("crio\n", "mnt:[2]", "crio\x00"), dirs: builtin},
+		{name: "another process", files: proc("conmon\n", "mnt:[1]", "conmon\x00"), dirs: builtin},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ReadCRIOConfig(tree(t, tc.files))
+			if tc.errText != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.errText) {
+					t.Fatalf("err %v, want one naming %q", err, tc.errText)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Found != tc.found || strings.Join(c.HooksDirs, " ") != tc.dirs || !strings.Contains(c.Source, tc.source) {
+				t.Errorf("%+v, want found %t, dirs %q, source with %q", c, tc.found, tc.dirs, tc.source)
+			}
+		})
+	}
+}
