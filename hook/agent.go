@@ -20,6 +20,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+	"github.com/iptables-alerter/iptables-alerter/lib/watch"
 )
 
 var agentCommand = command{use: "agent", summary: "NRI plugin: scan every pod at registration, after each container start, on its iptables commits and as it stops",
@@ -120,6 +121,11 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 		return 2
 	}
 	m.reg.MustRegister(usageCollector{a.Usage()})
+	if cfg.agent.Watch {
+		if err := watch.CheckRealtime(); err != nil {
+			log.WithError(err).Warn("the watch reads writers at normal priority (give the agent CAP_SYS_NICE): a writer that exits at once after its commit is more often recorded gone, without its container")
+		}
+	}
 	metrics := metricsHandler(m.reg)
 	if cfg.metricsAddr != "" {
 		srv, err := serveMetrics(cfg.metricsAddr, metrics)

@@ -345,7 +345,8 @@ func (a *Agent) openMonitor(w *watched) *watch.Monitor {
 	if !w.node && a.isNode(h) {
 		return nil
 	}
-	mon, err := watch.Open(h.Fd(), watch.Options{Writer: a.describe})
+	// A writer is described once per debounce window: the scan names one.
+	mon, err := watch.Open(h.Fd(), watch.Options{Writer: a.describe, WriterWindow: a.cfg.WatchDebounce})
 	if err != nil {
 		return nil
 	}
@@ -353,7 +354,9 @@ func (a *Agent) openMonitor(w *watched) *watch.Monitor {
 }
 
 // describe names a commit's process: from the host's /proc when the agent
-// has it (the pid is the host's), else only as the kernel named it.
+// has it (the pid is the host's), else only as the kernel named it. It runs
+// on the watch's reader thread, as the commit arrives: it takes only the
+// containers' lock, never waits for a scan.
 func (a *Agent) describe(pid int, comm string) *findings.Writer {
 	if a.cfg.HostProc == "" {
 		return &findings.Writer{PID: pid, Comm: comm}
