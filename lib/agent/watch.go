@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 	"github.com/iptables-alerter/iptables-alerter/lib/watch"
@@ -48,6 +49,16 @@ const (
 // partial finding before the whole one (20 iptables-nft commands, 36 ms:
 // 2 findings, 1 with 200 ms).
 const DefaultWatchDebounce = 50 * time.Millisecond
+
+// maxPending bounds the commits a window keeps writers of: a pod
+// committing in a flood holds a few, the newest ones.
+const maxPending = 8
+
+// pendingWriter is one commit the watch heard in its window.
+type pendingWriter struct {
+	gen    uint32
+	writer *findings.Writer
+}
 
 // maxOpening bounds the monitors being opened at once: each open switches
 // a locked thread into the pod's netns, and a Synchronize lists every pod.
@@ -89,6 +100,10 @@ type watched struct {
 	writer *findings.Writer
 	stage  string
 	armed  bool
+	// pending are the window's commits with their writers, newest last, at
+	// most maxPending: a start or stop scan that saw one names its writer
+	// (writerOf).
+	pending []pendingWriter
 	// retry is the scan at the end of a limited interval (see limited).
 	retry *time.Timer
 }
@@ -382,6 +397,12 @@ func (a *Agent) noted(w *watched, ch watch.Change, stage string) {
 	if ch.Writer != nil || ch.Overrun {
 		w.writer = ch.Writer
 	}
+	if ch.Writer != nil {
+		if len(w.pending) == maxPending {
+			w.pending = append(w.pending[:0], w.pending[1:]...)
+		}
+		w.pending = append(w.pending, pendingWriter{gen: ch.Gen, writer: ch.Writer})
+	}
 	if w.stage == "" || stage != stageCommit {
 		w.stage = stage
 	}
@@ -396,7 +417,7 @@ func (a *Agent) noted(w *watched, ch watch.Change, stage string) {
 func (a *Agent) fire(w *watched) {
 	w.mu.Lock()
 	writer, stage := w.writer, w.stage
-	w.writer, w.stage, w.armed = nil, "", false
+	w.writer, w.stage, w.armed, w.pending = nil, "", false, nil
 	w.mu.Unlock()
 	a.queueWatch(w, stage, writer)
 }
@@ -415,6 +436,38 @@ func (a *Agent) queueWatch(w *watched, stage string, writer *findings.Writer) {
 	if !a.queue.add(job{meta: m, writer: writer}) {
 		a.scanned(Scan{Meta: m, Outcome: Dropped})
 	}
+}
+
+// writerOf is the writer a scan's record names: its job's (the watch's,
+// also when merged into an event's job in the queue). For a start, stop or
+// sweep scan with none, the newest writer of a commit still in the watch's
+// debounce window that the scan saw: the generation the scan read before
+// its look is that commit's or later. A fast init container's commit is
+// then named by its StopContainer scan, which the watch's own scan of the
+// same commit only repeats (same); a commit after that read is left to the
+// watch's scan. Nothing recorded before is changed.
+func (a *Agent) writerOf(j job, st inspect.State, stOK bool) *findings.Writer {
+	if j.writer != nil || j.meta.Source == SourceWatch || !stOK || !a.cfg.Watch {
+		return j.writer
+	}
+	a.watches.mu.Lock()
+	w := a.watches.pods[j.meta.SandboxID]
+	if isNodeJob(j.meta) {
+		w = a.watches.node
+	}
+	a.watches.mu.Unlock()
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := len(w.pending) - 1; i >= 0; i-- {
+		// Generations wrap: serial number arithmetic.
+		if p := w.pending[i]; int32(p.gen-st.Gen) <= 0 {
+			return p.writer
+		}
+	}
+	return nil
 }
 
 // limited: the sandbox's finding was not written, over its limit. The

@@ -87,7 +87,7 @@ func (a *Agent) scan(j job, long bool) Scan {
 		s.Duration = time.Since(start)
 		return s
 	}
-	rec.Writer = j.writer
+	rec.Writer = a.writerOf(j, st, stOK)
 	nodeRecord(rec)
 	s.Stored, s.Err = a.record(j.meta.SandboxID, *rec)
 	s.Duration = time.Since(start)
