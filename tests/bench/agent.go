@@ -91,6 +91,11 @@ func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events,
 			return fmt.Errorf("watch: %w", err)
 		}
 	}
+	if set.runs("writers") {
+		if err := b.writers(min(100, len(b.netns))); err != nil {
+			return fmt.Errorf("writers: %w", err)
+		}
+	}
 	if idlePods > 0 && set.runs("idle") {
 		if err := b.idleAndEvents(min(idlePods, len(b.netns)), idle, events, bigRules); err != nil {
 			return fmt.Errorf("idle and events: %w", err)
@@ -603,6 +608,13 @@ type agentRun struct {
 }
 
 func (b *agentBench) startAgent(pods []*api.PodSandbox, args ...string) (*agentRun, error) {
+	return b.startAgentWith(pods, nil, nil, args...)
+}
+
+// startAgentWith starts the agent with the containers Synchronize lists
+// beside the pods, and its command run through prefix (a command taking
+// the agent's as its arguments).
+func (b *agentBench) startAgentWith(pods []*api.PodSandbox, ctrs []*api.Container, prefix []string, args ...string) (*agentRun, error) {
 	b.runNum++
 	dir := filepath.Join(b.tmp, fmt.Sprint(b.runNum))
 	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
@@ -614,7 +626,7 @@ func (b *agentBench) startAgent(pods []*api.PodSandbox, args ...string) (*agentR
 		case r.syncCh <- time.Now():
 		default:
 		}
-		_, err := cb(ctx, pods, nil)
+		_, err := cb(ctx, pods, ctrs)
 		return err
 	})
 	if err != nil {
@@ -640,6 +652,9 @@ func (b *agentBench) startAgent(pods []*api.PodSandbox, args ...string) (*agentR
 		// to tell apart, and pid 1's namespace may be closed to a sandbox.
 		"--host-proc", "")
 	r.cmd.Args = append(r.cmd.Args, args...)
+	if len(prefix) > 0 {
+		r.cmd = exec.Command(prefix[0], append(prefix[1:], r.cmd.Args...)...)
+	}
 	r.cmd.Stdout, r.cmd.Stderr = logf, logf
 	if err := r.cmd.Start(); err != nil {
 		ad.Stop()
