@@ -438,6 +438,17 @@ func (a *Agent) queueWatch(w *watched, stage string, writer *findings.Writer) {
 	}
 }
 
+// watchOf is the watch of m's sandbox (the node's for a node job), nil
+// when none.
+func (a *Agent) watchOf(m scan.Meta) *watched {
+	a.watches.mu.Lock()
+	defer a.watches.mu.Unlock()
+	if isNodeJob(m) {
+		return a.watches.node
+	}
+	return a.watches.pods[m.SandboxID]
+}
+
 // writerOf is the writer a scan's record names: its job's (the watch's,
 // also when merged into an event's job in the queue). For a start, stop or
 // sweep scan with none, the newest writer of a commit still in the watch's
@@ -450,12 +461,7 @@ func (a *Agent) writerOf(j job, st inspect.State, stOK bool) *findings.Writer {
 	if j.writer != nil || j.meta.Source == SourceWatch || !stOK || !a.cfg.Watch {
 		return j.writer
 	}
-	a.watches.mu.Lock()
-	w := a.watches.pods[j.meta.SandboxID]
-	if isNodeJob(j.meta) {
-		w = a.watches.node
-	}
-	a.watches.mu.Unlock()
+	w := a.watchOf(j.meta)
 	if w == nil {
 		return nil
 	}
@@ -477,12 +483,7 @@ func (a *Agent) limited(j job) {
 	if !a.cfg.Watch {
 		return
 	}
-	a.watches.mu.Lock()
-	w := a.watches.pods[j.meta.SandboxID]
-	if isNodeJob(j.meta) {
-		w = a.watches.node
-	}
-	a.watches.mu.Unlock()
+	w := a.watchOf(j.meta)
 	if w == nil {
 		return
 	}

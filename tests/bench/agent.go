@@ -393,15 +393,28 @@ func waitSockets(pid, n int, limit time.Duration) error {
 // writeToFinding writes a rule into ns and waits for the watch's finding
 // of sandbox id in the findings file.
 func (r *agentRun) writeToFinding(ns, id string, j int) (time.Duration, error) {
-	before, _ := os.Stat(r.findings)
-	var off int64
-	if before != nil {
-		off = before.Size()
-	}
+	off := r.findingsSize()
 	start := time.Now()
 	if out, err := exec.Command("ip", "netns", "exec", ns, "iptables-nft", "-A", "INPUT", "-s", fmt.Sprintf("10.99.%d.%d", j/250, j%250+1), "-j", "DROP").CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("iptables-nft in %s: %v: %s", ns, err, out)
 	}
+	if _, err := r.watchFinding(off, id); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// findingsSize is where the next finding will start in the findings file.
+func (r *agentRun) findingsSize() int64 {
+	if st, _ := os.Stat(r.findings); st != nil {
+		return st.Size()
+	}
+	return 0
+}
+
+// watchFinding waits for a watch finding of sandbox id written past off
+// in the findings file, and returns its line.
+func (r *agentRun) watchFinding(off int64, id string) (string, error) {
 	want := `"sandbox_id":"` + id + `"`
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
 		f, err := os.Open(r.findings)
@@ -413,11 +426,11 @@ func (r *agentRun) writeToFinding(ns, id string, j int) (time.Duration, error) {
 		f.Close()
 		for _, l := range strings.Split(string(data), "\n") {
 			if strings.Contains(l, `"source":"watch"`) && strings.Contains(l, want) {
-				return time.Since(start), nil
+				return l, nil
 			}
 		}
 	}
-	return 0, fmt.Errorf("no watch finding of %s within a minute", id)
+	return "", fmt.Errorf("no watch finding of %s within a minute", id)
 }
 
 // idleAndEvents runs the agent with idlePods pods: its sweep, an idle

@@ -5,12 +5,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -125,36 +123,21 @@ func (b *agentBench) writersRun(name string, prefix []string, pods []*api.PodSan
 // oneShot runs iptables-nft -A once in ns from a shell in cgroup, and
 // returns the writer of the sandbox's watch finding that follows.
 func (r *agentRun) oneShot(ns, id, cgroup string, j int) (*findings.Writer, error) {
-	before, _ := os.Stat(r.findings)
-	var off int64
-	if before != nil {
-		off = before.Size()
-	}
+	off := r.findingsSize()
 	script := fmt.Sprintf("echo $$ > %s/cgroup.procs && exec ip netns exec %s sh -c 'iptables-nft -A INPUT -s 10.97.%d.%d -j DROP; exit $?'",
 		cgroup, ns, j/250, j%250+1)
 	if out, err := exec.Command("sh", "-c", script).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("one-shot iptables-nft in %s: %v: %s", ns, err, out)
 	}
-	want := `"sandbox_id":"` + id + `"`
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		f, err := os.Open(r.findings)
-		if err != nil {
-			continue
-		}
-		_, _ = f.Seek(off, io.SeekStart)
-		data, _ := io.ReadAll(f)
-		f.Close()
-		for _, l := range strings.Split(string(data), "\n") {
-			if strings.Contains(l, `"source":"watch"`) && strings.Contains(l, want) {
-				var rec findings.Record
-				if err := json.Unmarshal([]byte(l), &rec); err != nil {
-					return nil, fmt.Errorf("finding of %s: %w", id, err)
-				}
-				return rec.Writer, nil
-			}
-		}
+	line, err := r.watchFinding(off, id)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("no watch finding of %s within a minute", id)
+	var rec findings.Record
+	if err := json.Unmarshal([]byte(line), &rec); err != nil {
+		return nil, fmt.Errorf("finding of %s: %w", id, err)
+	}
+	return rec.Writer, nil
 }
 
 // cgroupRoot is the cgroup v2 hierarchy: /sys/fs/cgroup, or its unified
