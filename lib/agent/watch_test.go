@@ -150,10 +150,14 @@ func TestWatchBurst(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft")
 	dir := t.TempDir()
 	rec := newRecorder()
-	const debounce = 100 * time.Millisecond
+	// The interval is longer than the burst takes on a loaded machine (9
+	// to 17 s seen at load 20 to 55): the last change then falls in the
+	// interval of the first findings, and only the limit window's scan can
+	// record it. A burst longer still is logged, not judged.
+	const debounce, interval = 100 * time.Millisecond, 30 * time.Second
 	a := startWatching(t, dir, rec, func(cfg *Config) {
 		cfg.WatchDebounce = debounce
-		cfg.Seen.Limit, cfg.Seen.Interval = 2, 3*time.Second
+		cfg.Seen.Limit, cfg.Seen.Interval = 2, interval
 	})
 	ns := nstest.New(t)
 	p := pod("burst", ns.Path())
@@ -173,7 +177,10 @@ func TestWatchBurst(t *testing.T) {
 		s := watchScan(t, rec)
 		scans++
 		if s.Outcome == Found && s.Stored == findings.Recorded && s.Record.Nft.Rules == commits {
-			if s.Meta.Stage != stageLimit {
+			switch {
+			case elapsed+debounce >= interval:
+				t.Logf("the burst took %v, longer than the limit's interval: its last change recorded by a %q scan", elapsed, s.Meta.Stage)
+			case s.Meta.Stage != stageLimit:
 				t.Errorf("last change recorded by a %q scan, want the limit window's (limit 2)", s.Meta.Stage)
 			}
 			break
