@@ -19,6 +19,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/agent"
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
+	"github.com/iptables-alerter/iptables-alerter/lib/watch"
 )
 
 var agentCommand = command{use: "agent", summary: "NRI plugin: scan every pod at registration, after each container start, on its iptables commits and as it stops",
@@ -115,6 +116,11 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 	if err != nil {
 		log.WithError(err).Error("agent not started")
 		return 2
+	}
+	if cfg.agent.Watch {
+		if err := watch.CheckRealtime(); err != nil {
+			log.WithError(err).Warn("the watch reads writers at normal priority (give the agent CAP_SYS_NICE): a writer that exits at once after its commit is more often recorded gone, without its container")
+		}
 	}
 	metrics := metricsHandler(agentRegistry(a))
 	if cfg.metricsAddr != "" {

@@ -107,3 +107,37 @@ func (ns *NS) Restorer(hostProc string) (w io.Writer, pid int) {
 	ShowProc(t, hostProc, os.Getpid())
 	return in, cmd.Process.Pid
 }
+
+// ShowNextPids makes the next n pids the kernel will give (in this pid
+// namespace, from /proc/sys/kernel/ns_last_pid on, wrapping at pid_max)
+// appear in a HostProc stand-in, as links to their /proc entries, dangling
+// until the process exists: a writer that exits at once after its commit
+// cannot be shown once it runs. Other processes take pids meanwhile: n
+// leaves room for them. Without testing.TB: the bench uses it too.
+func ShowNextPids(hostProc string, n int) error {
+	last, err := readInt("/proc/sys/kernel/ns_last_pid")
+	if err != nil {
+		return err
+	}
+	max, err := readInt("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return err
+	}
+	for i := 1; i <= min(n, max-2); i++ {
+		// Pids wrap to 300 (RESERVED_PIDS), not 1; a few links too many.
+		pid := (last+i-2)%(max-2) + 2
+		link := filepath.Join(hostProc, strconv.Itoa(pid))
+		if err := os.Symlink(filepath.Join("/proc", strconv.Itoa(pid)), link); err != nil && !os.IsExist(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+func readInt(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}

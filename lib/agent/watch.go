@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 	"github.com/iptables-alerter/iptables-alerter/lib/watch"
@@ -48,6 +49,16 @@ const (
 // partial finding before the whole one (20 iptables-nft commands, 36 ms:
 // 2 findings, 1 with 200 ms).
 const DefaultWatchDebounce = 50 * time.Millisecond
+
+// maxPending bounds the commits a window keeps writers of: a pod
+// committing in a flood holds a few, the newest ones.
+const maxPending = 8
+
+// pendingWriter is one commit the watch heard in its window.
+type pendingWriter struct {
+	gen    uint32
+	writer *findings.Writer
+}
 
 // maxOpening bounds the monitors being opened at once: each open switches
 // a locked thread into the pod's netns, and a Synchronize lists every pod.
@@ -89,6 +100,10 @@ type watched struct {
 	writer *findings.Writer
 	stage  string
 	armed  bool
+	// pending are the window's commits with their writers, newest last, at
+	// most maxPending: a start or stop scan that saw one names its writer
+	// (writerOf).
+	pending []pendingWriter
 	// retry is the scan at the end of a limited interval (see limited).
 	retry *time.Timer
 }
@@ -345,7 +360,8 @@ func (a *Agent) openMonitor(w *watched) *watch.Monitor {
 	if !w.node && a.isNode(h) {
 		return nil
 	}
-	mon, err := watch.Open(h.Fd(), watch.Options{Writer: a.describe})
+	// A writer is described once per debounce window: the scan names one.
+	mon, err := watch.Open(h.Fd(), watch.Options{Writer: a.describe, WriterWindow: a.cfg.WatchDebounce})
 	if err != nil {
 		return nil
 	}
@@ -353,7 +369,9 @@ func (a *Agent) openMonitor(w *watched) *watch.Monitor {
 }
 
 // describe names a commit's process: from the host's /proc when the agent
-// has it (the pid is the host's), else only as the kernel named it.
+// has it (the pid is the host's), else only as the kernel named it. It runs
+// on the watch's reader thread, as the commit arrives: it takes only the
+// containers' lock, never waits for a scan.
 func (a *Agent) describe(pid int, comm string) *findings.Writer {
 	if a.cfg.HostProc == "" {
 		return &findings.Writer{PID: pid, Comm: comm}
@@ -379,6 +397,12 @@ func (a *Agent) noted(w *watched, ch watch.Change, stage string) {
 	if ch.Writer != nil || ch.Overrun {
 		w.writer = ch.Writer
 	}
+	if ch.Writer != nil {
+		if len(w.pending) == maxPending {
+			w.pending = append(w.pending[:0], w.pending[1:]...)
+		}
+		w.pending = append(w.pending, pendingWriter{gen: ch.Gen, writer: ch.Writer})
+	}
 	if w.stage == "" || stage != stageCommit {
 		w.stage = stage
 	}
@@ -393,7 +417,7 @@ func (a *Agent) noted(w *watched, ch watch.Change, stage string) {
 func (a *Agent) fire(w *watched) {
 	w.mu.Lock()
 	writer, stage := w.writer, w.stage
-	w.writer, w.stage, w.armed = nil, "", false
+	w.writer, w.stage, w.armed, w.pending = nil, "", false, nil
 	w.mu.Unlock()
 	a.queueWatch(w, stage, writer)
 }
@@ -414,6 +438,44 @@ func (a *Agent) queueWatch(w *watched, stage string, writer *findings.Writer) {
 	}
 }
 
+// watchOf is the watch of m's sandbox (the node's for a node job), nil
+// when none.
+func (a *Agent) watchOf(m scan.Meta) *watched {
+	a.watches.mu.Lock()
+	defer a.watches.mu.Unlock()
+	if isNodeJob(m) {
+		return a.watches.node
+	}
+	return a.watches.pods[m.SandboxID]
+}
+
+// writerOf is the writer a scan's record names: its job's (the watch's,
+// also when merged into an event's job in the queue). For a start, stop or
+// sweep scan with none, the newest writer of a commit still in the watch's
+// debounce window that the scan saw: the generation the scan read before
+// its look is that commit's or later. A fast init container's commit is
+// then named by its StopContainer scan, which the watch's own scan of the
+// same commit only repeats (same); a commit after that read is left to the
+// watch's scan. Nothing recorded before is changed.
+func (a *Agent) writerOf(j job, st inspect.State, stOK bool) *findings.Writer {
+	if j.writer != nil || j.meta.Source == SourceWatch || !stOK || !a.cfg.Watch {
+		return j.writer
+	}
+	w := a.watchOf(j.meta)
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := len(w.pending) - 1; i >= 0; i-- {
+		// Generations wrap: serial number arithmetic.
+		if p := w.pending[i]; int32(p.gen-st.Gen) <= 0 {
+			return p.writer
+		}
+	}
+	return nil
+}
+
 // limited: the sandbox's finding was not written, over its limit. The
 // newest usage must not be lost: the sandbox is scanned again when its
 // interval ends, once however many findings were limited meanwhile.
@@ -421,12 +483,7 @@ func (a *Agent) limited(j job) {
 	if !a.cfg.Watch {
 		return
 	}
-	a.watches.mu.Lock()
-	w := a.watches.pods[j.meta.SandboxID]
-	if isNodeJob(j.meta) {
-		w = a.watches.node
-	}
-	a.watches.mu.Unlock()
+	w := a.watchOf(j.meta)
 	if w == nil {
 		return
 	}

@@ -78,7 +78,7 @@ func (a *Agent) scan(j job, long bool) Scan {
 	defer func() { a.noteScan(s, st, stOK, res.Complete()) }()
 	s.AllowErr, s.VendorErr = res.AllowErr, res.VendorErr
 	d := scan.Decide(j.meta, res)
-	d.Record.Writer = j.writer
+	d.Record.Writer = a.writerOf(j, st, stOK)
 	s.Stored, s.Err = a.record(j.meta.SandboxID, d)
 	s.Duration = time.Since(start)
 	rec := &d.Record

@@ -54,8 +54,9 @@ type Record struct {
 	Truncated bool   `json:"truncated"`
 	Error     string `json:"error"`
 	// Writer names the process whose committed change made the agent's
-	// watch scan; null when the record comes from a start, stop or sweep
-	// scan, or the watch could not tell.
+	// watch scan, or that a start, stop or sweep scan saw while the watch
+	// still held that commit; null when no watched commit explains the
+	// record (the hook, a sweep) or the watch could not tell.
 	Writer *Writer `json:"writer"`
 }
 

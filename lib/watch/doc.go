@@ -8,5 +8,7 @@
 // Invariant: it never holds a commit's objects, only a count of them and
 // the names of the iptables-shaped tables touched (at most 11), so a
 // million-rule restore costs no memory; and it never writes to the
-// namespace. Who wrote a change (Writer) is read from the host's /proc.
+// namespace. Who wrote a change (Writer) is read from the host's /proc, by
+// one reader thread for every monitor, at real-time priority when allowed
+// (reader.go): a one-shot writer exits within microseconds of its commit.
 package watch

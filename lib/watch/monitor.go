@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -22,13 +23,18 @@ const (
 	// announcements. Kernel memory is charged only while announcements
 	// wait, and an overrun costs a full scan, never a miss.
 	DefaultReadBuffer = 1 << 20
-	// DefaultQueue bounds the Changes waiting for the caller; past it the
-	// reader waits, and the kernel's buffer then overruns (an Overrun).
+	// DefaultQueue bounds the Changes waiting for the caller; past it an
+	// Overrun stands for the rest (the reader never waits).
 	DefaultQueue = 16
-	// datagram is the user-space read buffer, shared among monitors
-	// between reads: nf_tables batches announcements into datagrams of at
-	// most a page or two, and a longer one is seen (MSG_TRUNC) and taken
-	// as touching iptables' tables.
+	// DefaultWriterWindow and DefaultMaxWriters bound the /proc reads a
+	// monitor makes: each distinct writer (pid and command) is described
+	// once a window, and at most DefaultMaxWriters of them; a pod
+	// committing in a flood costs a few reads, not a few per commit.
+	DefaultWriterWindow = 50 * time.Millisecond
+	DefaultMaxWriters   = 8
+	// datagram is the reader's one buffer: nf_tables batches
+	// announcements into datagrams of at most a page or two, and a longer
+	// one is seen (MSG_TRUNC) and taken as touching iptables' tables.
 	datagram = 64 << 10
 )
 
@@ -45,11 +51,13 @@ type Change struct {
 	Tables []string
 	// Objects counts the objects the commit announced, of any table.
 	Objects int
-	// Overrun: the kernel dropped announcements (ENOBUFS); what changed is
-	// not known, only that something may have.
+	// Overrun: the kernel dropped announcements (ENOBUFS), or the caller
+	// fell behind (Options.Queue); what changed is not known, only that
+	// something may have.
 	Overrun bool
 	// Writer is Options.Writer's description of PID, read as the commit's
-	// end arrived; nil without Options.Writer.
+	// end arrived; nil without Options.Writer. Past Options.MaxWriters in
+	// a window, only PID and Comm.
 	Writer *findings.Writer
 }
 
@@ -58,21 +66,46 @@ type Options struct {
 	ReadBuffer int
 	Queue      int
 	// Writer, when set, describes the committing process; called by the
-	// reader as soon as the commit's end arrives, before the process can
-	// exit, and only for commits that are delivered.
+	// reader thread as soon as the commit's end arrives, before the
+	// process can exit, and only for commits that are delivered. It must
+	// not wait for the monitor's caller.
 	Writer func(pid int, comm string) *findings.Writer
+	// WriterWindow and MaxWriters bound Writer's calls (see
+	// DefaultWriterWindow).
+	WriterWindow time.Duration
+	MaxWriters   int
 }
 
 // Monitor listens to one network namespace's nftables commits.
 type Monitor struct {
 	conn    *netlink.Conn
+	fd      int
+	id      uint64
+	opt     Options
 	changes chan Change
 	done    chan struct{}
 	wg      sync.WaitGroup
 	once    sync.Once
+
+	// The reader thread's state of this socket (under reader.mu).
+	cur       commit
+	described []described
+	window    time.Time
+
+	// What waits for the caller: the reader appends, forward delivers.
+	qmu     sync.Mutex
+	queue   []Change
+	overrun bool
+	failed  bool
+	ready   chan struct{}
 }
 
-var buffers = sync.Pool{New: func() any { b := make([]byte, datagram); return &b }}
+// described is one writer read in the current window.
+type described struct {
+	pid    int
+	comm   string
+	writer findings.Writer
+}
 
 // Open starts a monitor in the network namespace fd refers to (which need
 // not stay open: the socket holds the namespace until Close).
@@ -82,6 +115,12 @@ func Open(fd int, opt Options) (*Monitor, error) {
 	}
 	if opt.Queue <= 0 {
 		opt.Queue = DefaultQueue
+	}
+	if opt.WriterWindow <= 0 {
+		opt.WriterWindow = DefaultWriterWindow
+	}
+	if opt.MaxWriters <= 0 {
+		opt.MaxWriters = DefaultMaxWriters
 	}
 	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: fd})
 	if err != nil {
@@ -100,12 +139,25 @@ func Open(fd int, opt Options) (*Monitor, error) {
 		c.Close()
 		return nil, fmt.Errorf("open nftables monitor: %w", err)
 	}
-	m := &Monitor{conn: c, changes: make(chan Change, opt.Queue), done: make(chan struct{})}
+	// The reader thread reads the socket itself, never through the
+	// runtime's poller; the fd stays valid until conn closes, after
+	// unregister.
+	sock := -1
+	if err := rc.Control(func(fd uintptr) { sock = int(fd) }); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("open nftables monitor: %w", err)
+	}
+	m := &Monitor{conn: c, fd: sock, opt: opt, changes: make(chan Change, opt.Queue), done: make(chan struct{}),
+		ready: make(chan struct{}, 1)}
+	if err := register(m); err != nil {
+		c.Close()
+		return nil, err
+	}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		defer close(m.changes)
-		m.read(rc, opt.Writer)
+		m.forward()
 	}()
 	return m, nil
 }
@@ -137,10 +189,11 @@ func setReadBuffer(c *netlink.Conn, n int) error {
 // overruns; it is closed after Close, or when the socket fails.
 func (m *Monitor) Changes() <-chan Change { return m.changes }
 
-// Close stops the reader and closes the socket, releasing the namespace.
+// Close stops the reading and closes the socket, releasing the namespace.
 func (m *Monitor) Close() error {
 	var err error
 	m.once.Do(func() {
+		unregister(m)
 		close(m.done)
 		err = m.conn.Close()
 		m.wg.Wait()
@@ -165,82 +218,130 @@ func (c *commit) add(m message) {
 	}
 }
 
-// read receives until the socket closes. Every error but ENOBUFS (and
-// EINTR-like retries the runtime does) ends it: the caller sees Changes
-// closed and reopens.
-func (m *Monitor) read(rc interface {
-	Read(func(uintptr) bool) error
-}, describe func(int, string) *findings.Writer) {
-	var cur commit
-	for {
-		var (
-			bp    *[]byte
-			n     int
-			flags int
-			rerr  error
-		)
-		err := rc.Read(func(fd uintptr) bool {
-			bp = buffers.Get().(*[]byte)
-			n, _, flags, _, rerr = unix.Recvmsg(int(fd), *bp, nil, unix.MSG_DONTWAIT)
-			if errors.Is(rerr, unix.EAGAIN) {
-				buffers.Put(bp)
-				return false
-			}
+// receive reads what waits on the socket into buf, at most perTurn
+// datagrams (the reader comes back while more waits); on the reader
+// thread. False when
+// the socket failed: every error but ENOBUFS (an Overrun) ends the
+// monitor, the caller seeing Changes closed and reopening.
+func (m *Monitor) receive(buf []byte) bool {
+	for range perTurn {
+		n, _, flags, _, err := unix.Recvmsg(m.fd, buf, nil, unix.MSG_DONTWAIT)
+		switch {
+		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
 			return true
-		})
-		if err != nil {
-			return
-		}
-		if rerr != nil {
-			buffers.Put(bp)
-			if !errors.Is(rerr, unix.ENOBUFS) {
-				return
-			}
+		case errors.Is(err, unix.ENOBUFS):
 			// The commit in progress lost announcements; the overrun
 			// stands for it and for whatever else was dropped.
-			cur = commit{}
-			if !m.send(Change{Overrun: true}) {
-				return
-			}
+			m.cur = commit{}
+			m.enqueue(Change{Overrun: true})
 			continue
+		case err != nil:
+			m.qmu.Lock()
+			m.failed = true
+			m.qmu.Unlock()
+			m.signal()
+			return false
 		}
 		if flags&unix.MSG_TRUNC != 0 {
-			cur.unsure = true
+			m.cur.unsure = true
 		}
-		var out []Change
-		ok := parse((*bp)[:n], func(msg message) {
-			if !msg.gen {
-				cur.add(msg)
-				return
-			}
-			if len(cur.tables) > 0 || cur.unsure {
-				ch := Change{Gen: msg.id, PID: int(msg.pid), Comm: msg.comm, Tables: cur.tables, Objects: cur.objects}
-				slices.Sort(ch.Tables)
-				if describe != nil {
-					ch.Writer = describe(ch.PID, ch.Comm)
-				}
-				out = append(out, ch)
-			}
-			cur = commit{}
-		})
-		buffers.Put(bp)
-		if !ok {
-			cur.unsure = true
+		if ok := parse(buf[:n], m.message); !ok {
+			m.cur.unsure = true
 		}
-		for _, ch := range out {
-			if !m.send(ch) {
-				return
-			}
+	}
+	return true
+}
+
+// message takes one parsed message: an object counts into the commit, a
+// NEWGEN ends it, delivered if it touched iptables' tables.
+func (m *Monitor) message(msg message) {
+	if !msg.gen {
+		m.cur.add(msg)
+		return
+	}
+	if len(m.cur.tables) > 0 || m.cur.unsure {
+		ch := Change{Gen: msg.id, PID: int(msg.pid), Comm: msg.comm, Tables: m.cur.tables, Objects: m.cur.objects}
+		slices.Sort(ch.Tables)
+		ch.Writer = m.writer(ch.PID, ch.Comm)
+		m.enqueue(ch)
+	}
+	m.cur = commit{}
+}
+
+// writer describes the committing process, once per distinct writer and
+// window, at most MaxWriters a window.
+func (m *Monitor) writer(pid int, comm string) *findings.Writer {
+	if m.opt.Writer == nil {
+		return nil
+	}
+	if now := time.Now(); now.Sub(m.window) >= m.opt.WriterWindow {
+		m.described, m.window = m.described[:0], now
+	}
+	for _, d := range m.described {
+		if d.pid == pid && d.comm == comm {
+			w := d.writer
+			return &w
 		}
+	}
+	if len(m.described) >= m.opt.MaxWriters {
+		return &findings.Writer{PID: pid, Comm: comm}
+	}
+	w := m.opt.Writer(pid, comm)
+	if w == nil {
+		return nil
+	}
+	m.described = append(m.described, described{pid: pid, comm: comm, writer: *w})
+	return w
+}
+
+// enqueue queues ch for the caller without waiting: past Queue changes
+// waiting, one Overrun stands for every later one until the caller took
+// the queue.
+func (m *Monitor) enqueue(ch Change) {
+	m.qmu.Lock()
+	switch {
+	case m.overrun:
+	case ch.Overrun || len(m.queue) >= m.opt.Queue:
+		m.overrun = true
+	default:
+		m.queue = append(m.queue, ch)
+	}
+	m.qmu.Unlock()
+	m.signal()
+}
+
+func (m *Monitor) signal() {
+	select {
+	case m.ready <- struct{}{}:
+	default:
 	}
 }
 
-// send delivers ch, waiting for room; false once Close was called.
-func (m *Monitor) send(ch Change) bool {
-	select {
-	case m.changes <- ch:
-		return true
-	case <-m.done:
-		return false
+// forward delivers the queued changes, then the overrun if any, until
+// Close or the socket's failure.
+func (m *Monitor) forward() {
+	for {
+		select {
+		case <-m.ready:
+		case <-m.done:
+			return
+		}
+		m.qmu.Lock()
+		queue, overrun, failed := m.queue, m.overrun, m.failed
+		m.queue, m.overrun = nil, false
+		m.qmu.Unlock()
+		if overrun {
+			queue = append(queue, Change{Overrun: true})
+		}
+		for _, ch := range queue {
+			select {
+			case m.changes <- ch:
+			case <-m.done:
+				return
+			}
+		}
+		if failed {
+			return
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,29 +123,63 @@ func TestPID(t *testing.T) {
 	}
 }
 
+// TestOverrun: announcements the kernel dropped (ENOBUFS), and changes the
+// caller did not take in time, each give an Overrun, never nothing.
 func TestOverrun(t *testing.T) {
-	nstest.NeedRoot(t, "iptables-nft-restore")
-	ns := nstest.New(t)
-	// The kernel's smallest buffer, and a reader that waits: two changes
-	// fill the queue and hold the reader, so the restore's announcements
-	// cannot fit.
-	m := open(t, ns, Options{ReadBuffer: 1, Queue: 1})
-	ns.Run("iptables-nft", "-N", "A")
-	ns.Run("iptables-nft", "-N", "B")
+	nstest.NeedRoot(t, "iptables-nft", "iptables-nft-restore")
+	t.Run("kernel", func(t *testing.T) {
+		ns := nstest.New(t)
+		// The kernel's smallest buffer, and a reader held in Writer at the
+		// first commit until the restore ended: its announcements cannot
+		// fit.
+		held, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		m := open(t, ns, Options{ReadBuffer: 1, Writer: func(pid int, comm string) *findings.Writer {
+			once.Do(func() { close(held); <-release })
+			return &findings.Writer{PID: pid, Comm: comm}
+		}})
+		ns.Run("iptables-nft", "-N", "A")
+		<-held
+		ns.Restore(rules(20000), "iptables-nft-restore")
+		close(release)
+		for {
+			ch := next(t, m)
+			if ch.Overrun {
+				break
+			}
+			t.Logf("change before the overrun: %+v", ch)
+		}
+	})
+	t.Run("caller", func(t *testing.T) {
+		ns := nstest.New(t)
+		// Queue 1: at most one change in Changes, one being handed over
+		// and one queued while the caller reads nothing; the fourth
+		// cannot wait.
+		m := open(t, ns, Options{Queue: 1})
+		for _, c := range []string{"A", "B", "C", "D"} {
+			ns.Run("iptables-nft", "-N", c)
+		}
+		for i := 0; ; i++ {
+			ch := next(t, m)
+			if ch.Overrun {
+				break
+			}
+			if i >= 3 {
+				t.Fatalf("change %d delivered, want an overrun by the fourth: %+v", i+1, ch)
+			}
+		}
+	})
+}
+
+// rules is an iptables-restore input of n rules in filter INPUT.
+func rules(n int) string {
 	var b strings.Builder
 	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n")
-	for i := range 20000 {
+	for i := range n {
 		fmt.Fprintf(&b, "-A INPUT -s 10.%d.%d.%d -j DROP\n", i>>16, i>>8&255, i&255)
 	}
 	b.WriteString("COMMIT\n")
-	ns.Restore(b.String(), "iptables-nft-restore")
-	for {
-		ch := next(t, m)
-		if ch.Overrun {
-			break
-		}
-		t.Logf("change before the overrun: %+v", ch)
-	}
+	return b.String()
 }
 
 // TestNoLeak: 1,000 monitors opened and closed leave no fd, and so pin no
@@ -172,5 +207,29 @@ func TestNoLeak(t *testing.T) {
 	}
 	if after := nstest.FDs(t); after > before {
 		t.Errorf("%d fds after 1,000 monitors, %d before", after, before)
+	}
+}
+
+// TestOneShotWriters (issue 25): a one-shot iptables-nft that exits, and
+// is reaped by its shell, at once after its commit is still described:
+// the reader thread's real-time priority has it read /proc before the
+// writer can run again. The writers and every thread of this process run
+// on one CPU (nstest.PinProcess), so the order is the scheduler's, never
+// the machine's load.
+func TestOneShotWriters(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "taskset")
+	nstest.PinProcess(t)
+	ns := nstest.New(t)
+	m := open(t, ns, Options{Writer: Proc{Root: "/proc"}.Writer})
+	if ok, err := Realtime(); !ok {
+		nstest.Need(t, false, fmt.Sprintf("a real-time reader: %v", err))
+	}
+	const n = 20
+	ns.Run("taskset", "-c", "0", "sh", "-c", fmt.Sprintf("for i in $(seq %d); do iptables-nft -A INPUT -s 10.0.0.$i -j DROP || exit 1; done", n))
+	for i := range n {
+		ch := next(t, m)
+		if ch.Writer == nil || ch.Writer.Gone || ch.Writer.Comm != "iptables-nft" || ch.Writer.ParentComm != "sh" {
+			t.Errorf("commit %d: writer %+v, want iptables-nft described (child of sh)", i+1, ch.Writer)
+		}
 	}
 }

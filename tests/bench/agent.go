@@ -91,6 +91,11 @@ func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events,
 			return fmt.Errorf("watch: %w", err)
 		}
 	}
+	if set.runs("writers") {
+		if err := b.writers(min(100, len(b.netns))); err != nil {
+			return fmt.Errorf("writers: %w", err)
+		}
+	}
 	if idlePods > 0 && set.runs("idle") {
 		if err := b.idleAndEvents(min(idlePods, len(b.netns)), idle, events, bigRules); err != nil {
 			return fmt.Errorf("idle and events: %w", err)
@@ -388,15 +393,28 @@ func waitSockets(pid, n int, limit time.Duration) error {
 // writeToFinding writes a rule into ns and waits for the watch's finding
 // of sandbox id in the findings file.
 func (r *agentRun) writeToFinding(ns, id string, j int) (time.Duration, error) {
-	before, _ := os.Stat(r.findings)
-	var off int64
-	if before != nil {
-		off = before.Size()
-	}
+	off := r.findingsSize()
 	start := time.Now()
 	if out, err := exec.Command("ip", "netns", "exec", ns, "iptables-nft", "-A", "INPUT", "-s", fmt.Sprintf("10.99.%d.%d", j/250, j%250+1), "-j", "DROP").CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("iptables-nft in %s: %v: %s", ns, err, out)
 	}
+	if _, err := r.watchFinding(off, id); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// findingsSize is where the next finding will start in the findings file.
+func (r *agentRun) findingsSize() int64 {
+	if st, _ := os.Stat(r.findings); st != nil {
+		return st.Size()
+	}
+	return 0
+}
+
+// watchFinding waits for a watch finding of sandbox id written past off
+// in the findings file, and returns its line.
+func (r *agentRun) watchFinding(off int64, id string) (string, error) {
 	want := `"sandbox_id":"` + id + `"`
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
 		f, err := os.Open(r.findings)
@@ -408,11 +426,11 @@ func (r *agentRun) writeToFinding(ns, id string, j int) (time.Duration, error) {
 		f.Close()
 		for _, l := range strings.Split(string(data), "\n") {
 			if strings.Contains(l, `"source":"watch"`) && strings.Contains(l, want) {
-				return time.Since(start), nil
+				return l, nil
 			}
 		}
 	}
-	return 0, fmt.Errorf("no watch finding of %s within a minute", id)
+	return "", fmt.Errorf("no watch finding of %s within a minute", id)
 }
 
 // idleAndEvents runs the agent with idlePods pods: its sweep, an idle
@@ -603,6 +621,13 @@ type agentRun struct {
 }
 
 func (b *agentBench) startAgent(pods []*api.PodSandbox, args ...string) (*agentRun, error) {
+	return b.startAgentWith(pods, nil, nil, args...)
+}
+
+// startAgentWith starts the agent with the containers Synchronize lists
+// beside the pods, and its command run through prefix (a command taking
+// the agent's as its arguments).
+func (b *agentBench) startAgentWith(pods []*api.PodSandbox, ctrs []*api.Container, prefix []string, args ...string) (*agentRun, error) {
 	b.runNum++
 	dir := filepath.Join(b.tmp, fmt.Sprint(b.runNum))
 	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
@@ -614,7 +639,7 @@ func (b *agentBench) startAgent(pods []*api.PodSandbox, args ...string) (*agentR
 		case r.syncCh <- time.Now():
 		default:
 		}
-		_, err := cb(ctx, pods, nil)
+		_, err := cb(ctx, pods, ctrs)
 		return err
 	})
 	if err != nil {
@@ -640,6 +665,9 @@ func (b *agentBench) startAgent(pods []*api.PodSandbox, args ...string) (*agentR
 		// to tell apart, and pid 1's namespace may be closed to a sandbox.
 		"--host-proc", "")
 	r.cmd.Args = append(r.cmd.Args, args...)
+	if len(prefix) > 0 {
+		r.cmd = exec.Command(prefix[0], append(prefix[1:], r.cmd.Args...)...)
+	}
 	r.cmd.Stdout, r.cmd.Stderr = logf, logf
 	if err := r.cmd.Start(); err != nil {
 		ad.Stop()

@@ -37,7 +37,7 @@ func main() {
 	resweep := flag.Duration("resweep-window", 10*time.Second, "agent: window over which the re-sweeps of the -pods unchanged netns are measured; 0 skips it")
 	watchIdle := flag.Duration("watch-idle", 20*time.Second, "agent: idle window over which the watch's CPU (on vs off, -pods watched) is measured")
 	debounces := flag.String("watch-debounces", "200ms,50ms", "agent: --watch-debounce values whose write-to-finding latency and burst cost are measured")
-	only := flag.String("agent-benches", "", "agent: comma-separated benches to run of sweep, watch, idle (idle, events, crash loop), resweep; empty runs all")
+	only := flag.String("agent-benches", "", "agent: comma-separated benches to run of sweep, watch, writers (one-shot writers attributed under load), idle (idle, events, crash loop), resweep; empty runs all")
 	startRuns := flag.Int("start-runs", 500, "runs of 'BIN version', the start cost every hook run pays before any work; 0 skips it")
 	flag.Parse()
 	if os.Geteuid() != 0 {

@@ -47,7 +47,7 @@ func TestAgentSeesNode(t *testing.T) {
 			}
 		}
 		slices.Sort(caps)
-		if want := []string{"NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE"}; !slices.Equal(caps, want) {
+		if want := []string{"NET_ADMIN", "SYS_ADMIN", "SYS_NICE", "SYS_PTRACE"}; !slices.Equal(caps, want) {
 			t.Errorf("agent capabilities %v, want %v", caps, want)
 		}
 	})

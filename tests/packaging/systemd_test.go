@@ -76,11 +76,12 @@ func TestUnitsFreshNode(t *testing.T) {
 }
 
 // TestUnitsCapabilities: each service keeps exactly the capabilities it
-// uses: the agent setns (SYS_ADMIN), netfilter dumps (NET_ADMIN) and pid
-// 1's netns (SYS_PTRACE); the textfile consumers none.
+// uses: the agent setns (SYS_ADMIN), netfilter dumps (NET_ADMIN), pid 1's
+// netns (SYS_PTRACE) and its watch's real-time reader (SYS_NICE); the
+// textfile consumers none.
 func TestUnitsCapabilities(t *testing.T) {
 	for name, want := range map[string][]string{
-		"iptables-alerter-agent.service":         {"CAP_NET_ADMIN", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE"},
+		"iptables-alerter-agent.service":         {"CAP_NET_ADMIN", "CAP_SYS_ADMIN", "CAP_SYS_NICE", "CAP_SYS_PTRACE"},
 		"iptables-alerter-textfile.service":      nil,
 		"iptables-alerter-textfile-once.service": nil,
 	} {
@@ -107,7 +108,7 @@ var exposure = regexp.MustCompile(`Overall exposure level for [^:]+: ([0-9.]+)`)
 // (no systemd runs as PID 1 here, so no unit is started): verify prints
 // nothing, with ExecStart's program and the Documentation= man pages
 // present as the package installs them; security scores the agent at 5.0
-// or below (it keeps SYS_ADMIN, NET_ADMIN and SYS_PTRACE and sees the
+// or below (it keeps SYS_ADMIN, NET_ADMIN, SYS_PTRACE and SYS_NICE and sees the
 // host's network and processes) and the textfile services, with no
 // capability, lower.
 func TestUnitsAnalyze(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -202,5 +203,59 @@ func TestContainerdWatch(t *testing.T) {
 	// the iptables writers' four scans each found usage or its end.
 	if v, _ := a.metric(t, "iptables_alerter_agent_scans_total", `source="watch"`, `outcome="clean"`); v != 0 {
 		t.Errorf("%v clean watch scans, want 0: the native nftables table queued a scan; agent log:\n%s", v, a.log)
+	}
+}
+
+// TestContainerdOneShotWriter (issue 25): on a real containerd, an
+// istio-init style container runs one iptables-nft-restore, which its sh
+// reaps at once after the commit, and exits; the record of that commit (the
+// init container's stop scan, or the app's start scan: the watch's window
+// is an hour, so it is still open whatever the machine's speed) names the
+// writer, alive when read, and its container. The agent and the container
+// run on CPU 0 only, so the watch's real-time reader runs before the
+// writer can exit by the scheduler's order, not by the machine's load.
+func TestContainerdOneShotWriter(t *testing.T) {
+	nstest.NeedRoot(t, "taskset")
+	c := critest.Start(t).CRI
+	f := newFiles(t)
+	hostProc := nstest.HostProc(t, "/proc/self/ns/net")
+	// The writer exits before anyone could show it: show the pids to come.
+	if err := nstest.ShowNextPids(hostProc, 20000); err != nil {
+		t.Fatal(err)
+	}
+	a := startAgentArgs(t, f, "--nri-socket", c.NRISocket, "--watch", "--watch-debounce", "1h", "--host-proc", hostProc)
+	if out, err := exec.Command("taskset", "-a", "-p", "-c", "0", strconv.Itoa(a.cmd.Process.Pid)).CombinedOutput(); err != nil {
+		t.Fatalf("taskset the agent: %v: %s", err, out)
+	}
+	a.waitMetric(t, 1, "iptables_alerter_agent_connected")
+	if strings.Contains(a.log.String(), "normal priority") {
+		nstest.Need(t, false, "the agent's watch at real-time priority (CAP_SYS_NICE)")
+	}
+
+	p := c.RunPod("oneshot", false)
+	cfg := critest.ContainerConfig(p, "istio-init", initRules)
+	cfg.Linux.Resources = &rt.LinuxContainerResources{CpusetCpus: "0"}
+	initID := c.CreateContainerConfig(p, cfg)
+	c.StartContainer(initID)
+	if code := c.WaitExited(initID); code != 0 {
+		t.Fatalf("init container exited %d", code)
+	}
+	c.Run(p, "app", forever)
+	a.waitMetric(t, 1, "iptables_alerter_agent_scans_total", `source="poststart"`)
+
+	recs := forPod(findingstest.Read(t, f.findings), "oneshot")
+	if len(recs) == 0 {
+		t.Fatalf("no record of pod oneshot; agent log:\n%s", a.log)
+	}
+	r := recs[0]
+	t.Logf("record: source %s, %d rules, writer %+v", r.Source, r.Nft.Rules, r.Writer)
+	if r.Nft.Rules != 2 || (r.Source != "stop" && r.Source != "poststart") {
+		t.Errorf("first record: source %s with %d rules, want the init container's 2 from its stop or the app's start", r.Source, r.Nft.Rules)
+	}
+	if w := r.Writer; w == nil || w.Gone || w.Comm != "iptables-nft-re" || w.ContainerID != initID || w.Container != "istio-init" || w.Pod.Name != "oneshot" || w.ParentComm != "sh" {
+		t.Errorf("first record's writer %+v, want iptables-nft-restore (comm iptables-nft-re), read alive, child of sh, in container istio-init (%s) of pod oneshot", w, initID)
+	}
+	if v, _ := a.metric(t, "iptables_alerter_agent_scans_total", `source="watch"`); v != 0 {
+		t.Errorf("%v watch scans within an hour's window, want 0", v)
 	}
 }

@@ -1,0 +1,204 @@
+package watch
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// The reader: one OS thread reads every monitor's socket and describes each
+// commit's writer, at the real-time priority SCHED_FIFO 1 when the process
+// may take it (CAP_SYS_NICE). Why: a one-shot iptables exits, and its
+// parent reaps it, within a few hundred microseconds of its commit; a
+// reader woken through Go's netpoller at normal priority found 8 to 22 of
+// 100 such writers gone on a loaded two-core machine, a thread of its own
+// at SCHED_FIFO 0 of 100, loaded or not (its wake preempts the writer
+// before it can exit). One thread for all monitors, not one each: a
+// thousand watched pods cost one thread, and its work per commit is bounded
+// (a few /proc reads per distinct writer and window, Options.MaxWriters).
+// It never waits for a caller: a monitor's queue that is full turns into
+// an Overrun (see Monitor.enqueue).
+type reader struct {
+	epfd int
+	// wake (an eventfd) tells the thread to end: its last monitor closed.
+	wake int
+	done chan struct{}
+	buf  []byte
+
+	// mu is held while one monitor's socket is read: Close waits for it
+	// before its socket can close.
+	mu   sync.Mutex
+	mons map[uint64]*Monitor
+}
+
+var (
+	// readerMu guards cur and users: the reader runs while monitors are
+	// open, and ends (its fds closed) when the last one closes.
+	readerMu sync.Mutex
+	cur      *reader
+	users    int
+	lastID   uint64
+	// priority is why the newest reader thread runs at normal priority;
+	// nil when it has SCHED_FIFO.
+	priority error
+)
+
+// wakeID is the eventfd's epoll data; monitors' ids start at 1.
+const wakeID = 0
+
+// perTurn bounds the datagrams read from one socket before the next ready
+// socket gets its turn: a pod flooding announcements delays no other.
+const perTurn = 64
+
+// Realtime tells whether the reader thread runs at real-time priority, and
+// if not why (no CAP_SYS_NICE, a cgroup without real-time runtime):
+// without it a writer that exits at once is more often gone before it is
+// read. Known once a monitor was opened.
+func Realtime() (bool, error) {
+	readerMu.Lock()
+	defer readerMu.Unlock()
+	return priority == nil, priority
+}
+
+// CheckRealtime tells whether this process may run the reader at real-time
+// priority, before any monitor opens: it tries on a thread of its own, which
+// ends with it.
+func CheckRealtime() error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		ch <- realtime()
+	}()
+	return <-ch
+}
+
+// register adds m's socket to the reader, starting it for the first
+// monitor.
+func register(m *Monitor) error {
+	readerMu.Lock()
+	defer readerMu.Unlock()
+	if cur == nil {
+		r, err := startReader()
+		if err != nil {
+			return err
+		}
+		cur = r
+	}
+	users++
+	lastID++
+	m.id = lastID
+	cur.mu.Lock()
+	cur.mons[m.id] = m
+	cur.mu.Unlock()
+	if err := unix.EpollCtl(cur.epfd, unix.EPOLL_CTL_ADD, m.fd, event(m.id)); err != nil {
+		cur.mu.Lock()
+		delete(cur.mons, m.id)
+		cur.mu.Unlock()
+		release()
+		return fmt.Errorf("watch nftables monitor: %w", err)
+	}
+	return nil
+}
+
+// unregister takes m's socket from the reader: once it returns, the
+// reader no longer reads it, and the socket may close. The last monitor
+// ends the reader.
+func unregister(m *Monitor) {
+	readerMu.Lock()
+	defer readerMu.Unlock()
+	cur.mu.Lock()
+	if cur.mons[m.id] == m {
+		delete(cur.mons, m.id)
+		_ = unix.EpollCtl(cur.epfd, unix.EPOLL_CTL_DEL, m.fd, nil)
+	}
+	cur.mu.Unlock()
+	release()
+}
+
+// release drops one user, ending the reader after the last; readerMu held.
+func release() {
+	if users--; users > 0 {
+		return
+	}
+	// An eventfd takes an 8-byte count; any non-zero one wakes the thread.
+	_, _ = unix.Write(cur.wake, binary.NativeEndian.AppendUint64(nil, 1))
+	<-cur.done
+	cur = nil
+}
+
+func event(id uint64) *unix.EpollEvent {
+	return &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
+}
+
+func eventID(ev unix.EpollEvent) uint64 { return uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32 }
+
+func startReader() (*reader, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("watch nftables monitors: %w", err)
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("watch nftables monitors: %w", err)
+	}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, event(wakeID)); err != nil {
+		unix.Close(epfd)
+		unix.Close(wake)
+		return nil, fmt.Errorf("watch nftables monitors: %w", err)
+	}
+	r := &reader{epfd: epfd, wake: wake, done: make(chan struct{}), buf: make([]byte, datagram), mons: map[uint64]*Monitor{}}
+	started := make(chan error, 1)
+	go r.run(started)
+	priority = <-started
+	return r, nil
+}
+
+// run is the reader's thread: locked to it and never unlocked, so the
+// runtime ends the thread (and its priority) with the goroutine.
+func (r *reader) run(started chan<- error) {
+	runtime.LockOSThread()
+	started <- realtime()
+	defer close(r.done)
+	defer unix.Close(r.wake)
+	defer unix.Close(r.epfd)
+	events := make([]unix.EpollEvent, 32)
+	for {
+		n, err := unix.EpollWait(r.epfd, events, -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			// Only a bad epoll fd fails here, which this reader owns.
+			panic(fmt.Sprintf("watch: epoll_wait: %v", err))
+		}
+		for _, ev := range events[:n] {
+			id := eventID(ev)
+			if id == wakeID {
+				return
+			}
+			r.mu.Lock()
+			if m := r.mons[id]; m != nil && !m.receive(r.buf) {
+				// The socket failed: no more reads; Close unregisters.
+				delete(r.mons, id)
+				_ = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_DEL, m.fd, nil)
+			}
+			r.mu.Unlock()
+		}
+	}
+}
+
+// realtime puts the calling thread at SCHED_FIFO 1, the lowest real-time
+// priority (above every normal process, below every real-time one the
+// node runs), reset in any child (none is made).
+func realtime() error {
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 1, Flags: unix.SCHED_FLAG_RESET_ON_FORK}
+	if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
+		return fmt.Errorf("set the watch's reader to SCHED_FIFO: %w", err)
+	}
+	return nil
+}
