@@ -14,10 +14,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
@@ -30,6 +32,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 	"github.com/iptables-alerter/iptables-alerter/lib/reports"
 )
 
@@ -84,10 +87,13 @@ type forwardConfig struct {
 	findings, stateDir, kubeconfig, nodeName, healthAddr string
 	nodeEvent, reports                                   bool
 	poll, maxBackoff, timeout, reportsGrace              time.Duration
-	qps                                                  float32
-	burst                                                int
-	secure                                               secureFlags
-	log                                                  logFlags
+	// reportsLook, when set, is how often Reports are looked for again
+	// while off (tests; no flag).
+	reportsLook time.Duration
+	qps         float32
+	burst       int
+	secure      secureFlags
+	log         logFlags
 }
 
 // secureFlags serve metrics behind TLS and the API server's authentication
@@ -190,13 +196,15 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 // forwardStats counts outcomes for the logs; the loop is the only writer.
 type forwardStats struct {
 	created, duplicate, podGone, noPod, rejected, malformed, retried atomic.Int64
+	// refused counts Events and Reports a namespace refused (refused).
+	refused *prometheus.CounterVec
 	// byImpact counts created pod Events by worst impact and vendor label,
 	// both from bounded sets (findings.ImpactLevels, VendorLabels).
 	byImpact *prometheus.CounterVec
 }
 
 func newForwardStats() *forwardStats {
-	return &forwardStats{byImpact: prometheus.NewCounterVec(prometheus.CounterOpts{
+	return &forwardStats{refused: newRefusedCounter(), byImpact: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "iptables_alerter_forward_events_by_impact_total",
 		Help: "Pod Events created, by the finding's worst RHEL 10 impact (legacy, xt, native; unclassified findings left out) and recognised vendor (unknown: none; other: an admin-added vendor; a finding naming two vendors counts under both).",
 	}, []string{"impact", "vendor"})}
@@ -227,9 +235,10 @@ func (s *forwardStats) fields() logrus.Fields {
 
 // handler serves the counters to Prometheus: a finding set aside (rejected)
 // must be visible without reading logs.
-func (s *forwardStats) handler(rep *reporter) http.Handler {
+func (s *forwardStats) handler(keeper *reports.Keeper) http.Handler {
 	reg := prometheus.NewRegistry()
-	rep.register(reg)
+	keeper.Register(reg)
+	reg.MustRegister(s.refused)
 	for outcome, n := range map[string]*atomic.Int64{
 		string(events.Created): &s.created, string(events.Duplicate): &s.duplicate, string(events.PodGone): &s.podGone,
 		string(events.NoPod): &s.noPod, string(events.Rejected): &s.rejected, "malformed": &s.malformed,
@@ -290,11 +299,17 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 	}
 	h := &forwarder{poster: events.New(client, cfg.nodeName, cfg.nodeEvent), log: log, stats: st}
 	if cfg.reports {
-		if h.reports, err = newReporter(rc, client, cfg.nodeName, cfg.reportsGrace, log); err != nil {
+		rcs, err := versioned.NewForConfig(rc)
+		if err != nil {
 			return fmt.Errorf("make reports client: %w", err)
 		}
-		h.reports.check(ctx)
-		go h.reports.sweep(ctx)
+		w := reports.New(client, rcs, cfg.nodeName)
+		w.Grace = cfg.reportsGrace
+		h.reports = reports.NewKeeper(w, rcs, client, log)
+		if cfg.reportsLook > 0 {
+			h.reports.LookMissing, h.reports.LookForbidden = cfg.reportsLook, cfg.reportsLook
+		}
+		h.reports.Start(ctx)
 	}
 	metrics := st.handler(h.reports)
 	if cfg.secure.addr != "" {
@@ -316,7 +331,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		// wait out a Retry-After), and the Report's get and update (and
 		// pod GET when the Post found no pod); beyond that the loop is
 		// stuck.
-		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*cfg.maxBackoff+8*cfg.timeout+10*cfg.poll, nil, metrics)
+		srv, err := serveHealth(cfg.healthAddr, f.Alive, 2*cfg.maxBackoff+8*cfg.timeout+10*cfg.poll, h.degraded, metrics)
 		if err != nil {
 			return err
 		}
@@ -335,9 +350,27 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 type forwarder struct {
 	poster *events.Poster
 	// reports is nil with --reports=false.
-	reports *reporter
+	reports *reports.Keeper
 	log     *logrus.Logger
 	stats   *forwardStats
+	// refusals are the namespaces refusing our Events or Reports;
+	// eventsForbidden why RBAC refuses the Events, until one gets through.
+	refusals        kubeapi.Refusals
+	eventsForbidden atomic.Pointer[string]
+}
+
+// degraded says, for /healthz, what the forwarder cannot deliver.
+func (h *forwarder) degraded() string {
+	var parts []string
+	if why := h.eventsForbidden.Load(); why != nil {
+		parts = append(parts, *why)
+	}
+	for _, why := range []string{h.reports.Degraded(), h.refusals.Degraded()} {
+		if why != "" {
+			parts = append(parts, why)
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // handle returns an error only for what may succeed later; the follower
@@ -359,8 +392,15 @@ func (h *forwarder) handle(ctx context.Context, line []byte) error {
 	}
 	res, err := h.poster.Post(ctx, rec)
 	if err != nil {
+		if kubeapi.IsForbiddenToUs(err) {
+			// Kept and retried: the Events are the product, an admin's
+			// RBAC fix delivers them all.
+			why := "Events held: RBAC refuses the forwarder (" + err.Error() + ")"
+			h.eventsForbidden.Store(&why)
+		}
 		return err
 	}
+	h.eventsForbidden.Store(nil)
 	fields["outcome"] = string(res.Outcome)
 	if res.Name != "" {
 		fields["event"] = res.Namespace + "/" + res.Name
@@ -394,9 +434,17 @@ func (h *forwarder) handle(ctx context.Context, line []byte) error {
 		entry.Info("finding without a pod or with its usage gone, skipped")
 	case events.Rejected:
 		// Set aside for good: retrying would hold every later finding.
-		entry.WithField("rejected_total", h.stats.rejected.Add(1)).Error("event rejected by the API server, finding skipped")
+		n := h.stats.rejected.Add(1)
+		if kubeapi.Refusal(res.Why) != "" {
+			h.refused(kindEvent, res.Namespace, res.Why, entry.WithField("rejected_total", n))
+			break
+		}
+		entry.WithField("rejected_total", n).Error("event rejected by the API server, finding skipped")
+	}
+	if res.Outcome == events.Created || res.Outcome == events.Duplicate {
+		h.refusals.Clear(kindEvent, res.Namespace)
 	}
 	// After the Events: a Report error retries the line, whose Events
 	// are then answered AlreadyExists.
-	return h.reports.write(ctx, rec, res, fields)
+	return h.writeReport(ctx, rec, res, fields)
 }
