@@ -8,6 +8,10 @@ import (
 	"testing"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/consumer"
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 )
 
 // TestBuildInfoMetric: the agent's and the forwarder's /metrics carry
@@ -24,7 +28,9 @@ func TestBuildInfoMetric(t *testing.T) {
 		},
 		"forward": func() string {
 			rec := httptest.NewRecorder()
-			newForwardStats().handler(nil).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			refusals := kubeapi.NewRefusals()
+			reg := forwardMetrics(&consumer.Runner{}, events.NewConsumer(nil, agentLog, refusals), nil, refusals)
+			metricsHandler(reg).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 			return rec.Body.String()
 		},
 	} {

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -29,16 +28,11 @@ import (
 // fwdHealthz is the body of the forwarder's /healthz, which must answer 200.
 func fwdHealthz(t *testing.T, addr string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/healthz")
-	if err != nil {
-		t.Fatal(err)
+	code, body := fwdGet(t, addr, "/healthz")
+	if code != http.StatusOK {
+		t.Errorf("/healthz %d, want 200: %s", code, body)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("/healthz %d, want 200: %s", resp.StatusCode, body)
-	}
-	return string(body)
+	return body
 }
 
 // usagePods creates a pod per name in namespace and appends a present
@@ -72,13 +66,20 @@ func waitRefused(t *testing.T, rc versioned.Interface, namespace, want string) {
 	})
 }
 
-func reportsClient(t *testing.T, e *fwdEnv) versioned.Interface {
+// reportsEnv is newFwdEnv with the Report CRD served and namespaces made,
+// and an admin's Reports client.
+func reportsEnv(t *testing.T, namespaces ...string) (*fwdEnv, versioned.Interface) {
 	t.Helper()
+	e := newFwdEnv(t)
+	e.c.CRD(t, crdFile, openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
 	rc, err := versioned.NewForConfig(e.c.Config(e.c.AdminToken))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rc
+	for _, ns := range namespaces {
+		kubetest.Namespace(t, e.cs, ns)
+	}
+	return e, rc
 }
 
 // TestForwardReportQuota: a ResourceQuota of no Reports in one namespace
@@ -87,12 +88,8 @@ func reportsClient(t *testing.T, e *fwdEnv) versioned.Interface {
 // refusal is logged once, counted and shown on /healthz, and the other
 // namespace's Events and Reports arrive.
 func TestForwardReportQuota(t *testing.T) {
-	e := newFwdEnv(t)
-	e.c.CRD(t, crdFile, openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
-	rc := reportsClient(t, e)
+	e, rc := reportsEnv(t, "full", "shop")
 	ctx := kubetest.Ctx(t)
-	kubetest.Namespace(t, e.cs, "full")
-	kubetest.Namespace(t, e.cs, "shop")
 	hard := corev1.ResourceList{"count/reports.openreports.io": resource.MustParse("0")}
 	q, err := e.cs.CoreV1().ResourceQuotas("full").Create(ctx, &corev1.ResourceQuota{
 		ObjectMeta: metav1.ObjectMeta{Name: "no-reports", Namespace: "full"}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}, metav1.CreateOptions{})
@@ -134,12 +131,8 @@ func TestForwardReportQuota(t *testing.T) {
 // later finding of the node. The Event and the Report of that namespace
 // are set aside and counted; the other namespace's arrive.
 func TestForwardAdmissionDenied(t *testing.T) {
-	e := newFwdEnv(t)
-	e.c.CRD(t, crdFile, openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
-	rc := reportsClient(t, e)
+	e, rc := reportsEnv(t, "locked", "shop")
 	ctx := kubetest.Ctx(t)
-	kubetest.Namespace(t, e.cs, "locked")
-	kubetest.Namespace(t, e.cs, "shop")
 	ns, err := e.cs.CoreV1().Namespaces().Get(ctx, "locked", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -240,10 +233,7 @@ func restoreForwardRules(t *testing.T, e *fwdEnv, rules []rbacv1.PolicyRule) {
 // switches Reports off (said once, a metric, /healthz), the Events all
 // arrive, and Reports come on once the RBAC is fixed.
 func TestForwardReportsRBACGap(t *testing.T) {
-	e := newFwdEnv(t)
-	e.c.CRD(t, crdFile, openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
-	rc := reportsClient(t, e)
-	kubetest.Namespace(t, e.cs, "shop")
+	e, rc := reportsEnv(t, "shop")
 	rules := setForwardRules(t, e, func(r rbacv1.PolicyRule) bool { return !slices.Contains(r.APIGroups, "openreports.io") })
 	pods := e.usagePods(t, "shop", "p0", "p1", "p2")
 
@@ -257,8 +247,9 @@ func TestForwardReportsRBACGap(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- forwardLoop(runCtx, forwardConfig{
-			findings: e.findings, stateDir: e.state, kubeconfig: e.kubeconfig, nodeName: "node-a", healthAddr: addr, reports: true,
-			poll: 20 * time.Millisecond, maxBackoff: 200 * time.Millisecond, timeout: 5 * time.Second, reportsGrace: time.Hour,
+			consumerFlags: consumerFlags{findings: e.findings, checkpointDir: e.state, healthAddr: addr, poll: 20 * time.Millisecond},
+			kubeconfig:    e.kubeconfig, nodeName: "node-a", reports: true,
+			maxBackoff: 200 * time.Millisecond, timeout: 5 * time.Second, reportsGrace: time.Hour,
 			reportsLook: 300 * time.Millisecond,
 		}, log)
 	}()
@@ -302,11 +293,7 @@ func TestForwardReportsRBACGap(t *testing.T) {
 // the line (nothing is lost) and /healthz says why; once the RBAC is
 // fixed every Event and Report arrives, once.
 func TestForwardEventsRBACGap(t *testing.T) {
-	e := newFwdEnv(t)
-	e.c.CRD(t, crdFile, openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
-	rc := reportsClient(t, e)
-	kubetest.Namespace(t, e.cs, "shop")
-	kubetest.Namespace(t, e.cs, "blog")
+	e, rc := reportsEnv(t, "shop", "blog")
 	rules := setForwardRules(t, e, func(r rbacv1.PolicyRule) bool { return !slices.Contains(r.APIGroups, "events.k8s.io") })
 	pods := append(e.usagePods(t, "shop", "s0", "s1"), e.usagePods(t, "blog", "b0")...)
 	addr := nstest.FreeAddr(t)

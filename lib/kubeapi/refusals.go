@@ -5,6 +5,15 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+)
+
+// Kinds of object a namespace refuses, in logs, /healthz and the metric.
+const (
+	KindEvent  = "event"
+	KindReport = "report"
 )
 
 // maxRefusals bounds the namespaces Refusals remembers: namespaces are the
@@ -16,8 +25,35 @@ const maxRefusals = 256
 // gets through: so each is logged once, and /healthz can say which
 // namespaces refuse what.
 type Refusals struct {
-	mu   sync.Mutex
-	last map[refusalKey]string
+	mu      sync.Mutex
+	last    map[refusalKey]string
+	counter *prometheus.CounterVec
+}
+
+// NewRefusals gives an empty Refusals with its metric.
+func NewRefusals() *Refusals {
+	return &Refusals{counter: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "iptables_alerter_forward_refused_total",
+		Help: "Events and Reports the API server refused for good in their namespace, by kind (event, report) and reason (quota: a ResourceQuota; admission: a webhook or policy; invalid: 422; forbidden: a 403 RBAC does not confirm; other); the finding's line moved on.",
+	}, []string{"kind", "reason"})}
+}
+
+// Collector is the refusals' metric.
+func (r *Refusals) Collector() prometheus.Collector { return r.counter }
+
+// Refused records a refusal of one object (why, see Refusal): counted,
+// remembered for /healthz, and logged at error level once per kind,
+// namespace and reason (debug after), so one namespace's quota or policy
+// neither holds the node's line nor floods the journal.
+func (r *Refusals) Refused(entry *logrus.Entry, kind, namespace string, why error) {
+	reason := Refusal(why)
+	r.counter.WithLabelValues(kind, reason).Inc()
+	entry = entry.WithError(why).WithFields(logrus.Fields{"kind": kind, "namespace": namespace, "reason": reason})
+	if r.Note(kind, namespace, reason, why) {
+		entry.Error(kind + " refused by the API server in this namespace, finding's " + kind + " skipped (said once per namespace and reason; /healthz and iptables_alerter_forward_refused_total count the rest)")
+		return
+	}
+	entry.Debug(kind + " refused by the API server, finding's " + kind + " skipped")
 }
 
 type refusalKey struct{ kind, namespace, reason string }

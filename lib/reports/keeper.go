@@ -63,6 +63,12 @@ type Keeper struct {
 
 	byOutcome *prometheus.CounterVec
 	pruned    prometheus.Counter
+
+	// Posted gives the Result of rec's Event post when there was one
+	// (events.Consumer.Posted): its pod and owner save the lookups.
+	Posted func(findings.Record) (events.Result, bool)
+	// Refusals records a namespace's refusals (shared with the Events).
+	Refusals *kubeapi.Refusals
 }
 
 // NewKeeper gives a keeper writing through w; disc answers discovery and
@@ -275,4 +281,33 @@ func (k *Keeper) Write(ctx context.Context, rec findings.Record, posted events.R
 		k.byOutcome.WithLabelValues(string(res.Outcome)).Inc()
 	}
 	return res, err
+}
+
+// Consume puts rec into its Report (a lib/consumer Consumer): an error
+// means try the line again.
+func (k *Keeper) Consume(ctx context.Context, rec findings.Record) error {
+	var posted events.Result
+	if k.Posted != nil {
+		posted, _ = k.Posted(rec)
+	}
+	res, err := k.Write(ctx, rec, posted)
+	if err != nil || res.Outcome == Off {
+		return err
+	}
+	entry := k.log.WithFields(events.LogFields(rec)).WithField("report_outcome", string(res.Outcome))
+	if res.Name != "" {
+		entry = entry.WithField("report", res.Namespace+"/"+res.Name)
+	}
+	if res.Cut > 0 {
+		entry.WithField("results_cut", res.Cut).Warn("report full: results cut, counted in the report")
+	}
+	switch {
+	case res.Outcome == events.Rejected && kubeapi.Refusal(res.Why) != "" && k.Refusals != nil:
+		k.Refusals.Refused(entry, kubeapi.KindReport, rec.Pod.Namespace, res.Why)
+	case res.Outcome == events.Rejected:
+		entry.WithError(res.Why).Error("report rejected by the API server, finding's report skipped")
+	case (res.Outcome == Written || res.Outcome == Removed) && k.Refusals != nil:
+		k.Refusals.Clear(kubeapi.KindReport, rec.Pod.Namespace)
+	}
+	return nil
 }
