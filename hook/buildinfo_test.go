@@ -7,7 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/iptables-alerter/iptables-alerter/lib/agent"
+	"github.com/iptables-alerter/iptables-alerter/lib/consumer"
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 )
 
 // TestBuildInfoMetric: the agent's and the forwarder's /metrics carry
@@ -15,6 +20,7 @@ import (
 func TestBuildInfoMetric(t *testing.T) {
 	a := about()
 	want := `iptables_alerter_build_info{build="full",commit="` + a.Commit + `",go_version="` + a.GoVersion + `",version="` + a.Version + `"} 1` + "\n"
+	log := logrus.New()
 	ag, err := agent.New(agent.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +33,9 @@ func TestBuildInfoMetric(t *testing.T) {
 		},
 		"forward": func() string {
 			rec := httptest.NewRecorder()
-			newForwardStats().handler(nil).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			refusals := kubeapi.NewRefusals()
+			reg := forwardMetrics(&consumer.Runner{}, events.NewConsumer(nil, log, refusals), nil, refusals)
+			metricsHandler(reg).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 			return rec.Body.String()
 		},
 	} {

@@ -20,9 +20,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
+	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/agent"
+	"github.com/iptables-alerter/iptables-alerter/lib/consumer"
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
+	"github.com/iptables-alerter/iptables-alerter/lib/reports"
 )
 
 // updateDocs makes TestReference write the pages and the README section
@@ -158,16 +163,21 @@ type daemonRegistry struct {
 	reg         *prometheus.Registry
 }
 
-// metricRegistries are the registries the reference lists. The forwarder's
-// and textfile's join when their registries are built by a function of
-// their own (their metrics are hand-written in their docs/ pages until then).
+// metricRegistries are the registries the reference lists: the daemons'
+// own, built by the functions they serve /metrics from. (textfile writes
+// node-exporter's file, documented in docs/consumers-textfile.md.)
 func metricRegistries(t *testing.T) []daemonRegistry {
 	a, err := agent.New(agent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	log := logrus.New()
+	refusals := kubeapi.NewRefusals()
+	keeper := reports.NewKeeper(nil, nil, nil, log)
+	fwd := forwardMetrics(&consumer.Runner{}, events.NewConsumer(nil, log, refusals), keeper, refusals)
 	return []daemonRegistry{
 		{"agent", "`/metrics` on `--health-addr` (9757) or `--metrics-addr`", agentRegistry(a)},
+		{"forward", "`/metrics` on `--health-addr` (9756), or behind TLS on `--secure-metrics-addr`", fwd},
 	}
 }
 

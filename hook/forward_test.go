@@ -61,8 +61,8 @@ func TestForwardFlags(t *testing.T) {
 		{name: "zero poll", args: []string{"--poll", "0s"}, wantCode: 2, wantErr: "must be positive"},
 		{name: "zero qps", args: []string{"--kube-api-qps", "0"}, wantCode: 2, wantErr: "--kube-api-qps and --kube-api-burst must be positive"},
 		{name: "negative burst", args: []string{"--kube-api-burst", "-1"}, wantCode: 2, wantErr: "--kube-api-qps and --kube-api-burst must be positive"},
-		{name: "no credentials", args: []string{"--state-dir", "STATE"}, env: []string{"KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT="}, wantCode: 1, wantErr: "--kubeconfig not given and not running in a pod"},
-		{name: "missing kubeconfig", args: []string{"--state-dir", "STATE", "--kubeconfig", "/nonexistent/kubeconfig"}, wantCode: 1, wantErr: "/nonexistent/kubeconfig"},
+		{name: "no credentials, the deprecated --state-dir", args: []string{"--state-dir", "STATE"}, env: []string{"KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT="}, wantCode: 1, wantErr: "--kubeconfig not given and not running in a pod"},
+		{name: "missing kubeconfig", args: []string{"--checkpoint-dir", "STATE", "--kubeconfig", "/nonexistent/kubeconfig"}, wantCode: 1, wantErr: "/nonexistent/kubeconfig"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -143,7 +143,7 @@ type fwdProc struct {
 
 func (e *fwdEnv) start(t *testing.T, extra ...string) *fwdProc {
 	t.Helper()
-	args := append([]string{"forward", "--findings", e.findings, "--state-dir", e.state, "--kubeconfig", e.kubeconfig,
+	args := append([]string{"forward", "--findings", e.findings, "--checkpoint-dir", e.state, "--kubeconfig", e.kubeconfig,
 		"--node-name", "node-a", "--poll", "20ms", "--max-backoff", "300ms", "--request-timeout", "5s", "--log-format", "json"}, extra...)
 	p := &fwdProc{cmd: exec.Command(bin, args...), done: make(chan struct{})}
 	pr, pw := io.Pipe()
@@ -443,8 +443,8 @@ func TestForwardInProcess(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- forwardLoop(runCtx, forwardConfig{
-			findings: e.findings, stateDir: e.state, kubeconfig: kubeconfig, nodeName: "node-a",
-			poll: 20 * time.Millisecond, maxBackoff: 200 * time.Millisecond, timeout: 5 * time.Second,
+			consumerFlags: consumerFlags{findings: e.findings, checkpointDir: e.state, poll: 20 * time.Millisecond},
+			kubeconfig:    kubeconfig, nodeName: "node-a", maxBackoff: 200 * time.Millisecond, timeout: 5 * time.Second,
 		}, log)
 	}()
 	logText := logs.String

@@ -28,13 +28,20 @@ const crdFile = "../packaging/crds/openreports.io_reports.yaml"
 // fwdMetrics is the forwarder's /metrics text.
 func fwdMetrics(t *testing.T, addr string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	_, body := fwdGet(t, addr, "/metrics")
+	return body
+}
+
+// fwdGet is the status and body of GET path on the forwarder's addr.
+func fwdGet(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	return string(body)
+	return resp.StatusCode, string(body)
 }
 
 // fwdResults maps pod name to the result of our Reports in namespace, and

@@ -85,7 +85,7 @@ func TestTextfileFollowAndSIGTERM(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "textfile", "--findings", fp, "--state-dir", state, "--textfile-dir", text, "--poll", "20ms", "--health-addr", addr, "--log-format", "json")
+	cmd := exec.Command(bin, "textfile", "--findings", fp, "--checkpoint-dir", state, "--textfile-dir", text, "--poll", "20ms", "--health-addr", addr, "--log-format", "json")
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -189,7 +189,7 @@ fi
 
 say "Metrics: iptables-alerter textfile --once (node-exporter's textfile collector reads the .prom)"
 mkdir -p "$WORK/textfile"
-"$BIN" textfile --once --findings "$FINDINGS" --state-dir "$WORK/textfile-state" --textfile-dir "$WORK/textfile" \
+"$BIN" textfile --once --findings "$FINDINGS" --checkpoint-dir "$WORK/textfile-state" --textfile-dir "$WORK/textfile" \
   2> "$WORK/textfile.log"
 wrapped < "$WORK/textfile.log"
 grep -v '^# HELP' "$WORK/textfile/iptables_alerter.prom" | sed 's/^/    /'
@@ -205,7 +205,7 @@ if command -v prometheus-node-exporter >/dev/null; then
 fi
 
 say "Event and Report: iptables-alerter forward posts the Event on the Pod and keeps the workload's Report"
-"$BIN" forward --findings "$FINDINGS" --state-dir "$WORK/forward-state" --kubeconfig "$WORK/kube/kubeconfig" \
+"$BIN" forward --findings "$FINDINGS" --checkpoint-dir "$WORK/forward-state" --kubeconfig "$WORK/kube/kubeconfig" \
   --node-name demo-node --poll 100ms > "$WORK/forward.log" 2>&1 &
 FWD=$!
 PIDS+=($FWD)

@@ -23,7 +23,7 @@
 //     or bidi characters from the record (they are escaped).
 //
 // Post returns an error only when trying again later can succeed (see
-// Retryable); every other outcome, including a definitive rejection by the
+// kubeapi.Retryable); every other outcome, including a definitive rejection by the
 // API, is a Result, so the caller can move on without losing order.
 //
 // API calls made, which packaging/rbac must allow: pods get, and events

@@ -9,6 +9,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -60,7 +61,7 @@ const (
 	// NoPod: the record names no pod, or its state is gone (the usage is
 	// no longer there), so there is nothing to tell anyone about.
 	NoPod Outcome = "no_pod"
-	// Rejected: the API refused the Event for good (see Retryable).
+	// Rejected: the API refused the Event for good (see kubeapi.Retryable).
 	Rejected Outcome = "rejected"
 )
 
@@ -184,7 +185,7 @@ func LivePod(ctx context.Context, client kubernetes.Interface, want findings.Pod
 		switch {
 		case apierrors.IsNotFound(err):
 			return nil, Result{Outcome: PodGone, Why: err}, nil
-		case Retryable(err):
+		case kubeapi.Retryable(err):
 			return nil, Result{}, err
 		default:
 			return nil, Result{Outcome: Rejected, Why: err}, nil
@@ -212,7 +213,7 @@ func (p *Poster) create(ctx context.Context, ev *eventsv1.Event) (Outcome, error
 		return Duplicate, nil
 	}
 	err = fmt.Errorf("create event %q: %w", ev.Namespace+"/"+ev.Name, err)
-	if Retryable(err) {
+	if kubeapi.Retryable(err) {
 		return "", err
 	}
 	return Rejected, err

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -73,7 +74,8 @@ func TestPostFake(t *testing.T) {
 		{name: "present without counts", pod: livePod(rec.Pod.UID, nil), rec: presentNoCounts, want: NoPod},
 		{name: "api unavailable on create", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewServiceUnavailable("down")), wantRetry: true},
 		{name: "throttled on get", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("get", "pods", apierrors.NewTooManyRequests("slow", 1)), wantRetry: true},
-		{name: "rbac missing", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewForbidden(events, "x", errors.New("rbac"))), wantRetry: true},
+		{name: "rbac missing", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewForbidden(events, "x", errors.New(`User "system:serviceaccount:a:b" cannot create resource "events" in API group "events.k8s.io" in the namespace "shop"`))), wantRetry: true},
+		{name: "quota", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewForbidden(events, "x", errors.New("exceeded quota: q, requested: count/events.events.k8s.io=1, used: count/events.events.k8s.io=0, limited: count/events.events.k8s.io=0"))), want: Rejected, wantUID: types.UID(rec.Pod.UID)},
 		{name: "invalid", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewInvalid(schema.GroupKind{Group: "events.k8s.io", Kind: "Event"}, "x", field.ErrorList{field.Required(field.NewPath("note"), "")})), want: Rejected, wantUID: types.UID(rec.Pod.UID)},
 		{name: "already exists", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewAlreadyExists(events, "x")), want: Duplicate, wantUID: types.UID(rec.Pod.UID)},
 	}
@@ -89,7 +91,7 @@ func TestPostFake(t *testing.T) {
 			}
 			res, err := New(cs, "node-a", false).Post(context.Background(), tc.rec)
 			if tc.wantRetry {
-				if err == nil || !Retryable(err) {
+				if err == nil || !kubeapi.Retryable(err) {
 					t.Fatalf("Post = %+v, %v; want a retryable error", res, err)
 				}
 				return

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -121,7 +120,7 @@ func (l Log) Append(ctx context.Context, rec Record) error {
 // so a broken generation costs no older file: the caller appends anyway.
 func (l Log) rotate(d *fileio.Dir, base string) error {
 	n := max(l.Generations, 1)
-	gen := func(k int) string { return base + "." + strconv.Itoa(k) }
+	gen := func(k int) string { return GenerationName(base, k) }
 	for k := n - 1; k >= 1; k-- {
 		err := d.Rename(gen(k), gen(k+1))
 		if err != nil && !errors.Is(err, unix.ENOENT) {

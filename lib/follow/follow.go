@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
-	"sort"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
 // Handler handles one complete line (without its newline). The slice is the
@@ -251,40 +249,6 @@ func (x *file) holds(c Checkpoint) (bool, error) {
 	return err == nil && sum != "" && sum == c.FirstLine && x.size >= c.Offset, err
 }
 
-// Generations lists PATH.N ... PATH.1, PATH: the rotated files, oldest
-// first, then the current one. The hook keeps DefaultGenerations of them;
-// whatever is there is read, so a longer history left by an earlier
-// setting is finished too.
-func Generations(path string) ([]string, error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list findings directory %q: %w", dir, err)
-	}
-	var gens []int
-	for _, e := range ents {
-		rest, ok := strings.CutPrefix(e.Name(), base+".")
-		if !ok {
-			continue
-		}
-		if k, err := strconv.Atoi(rest); err == nil && k > 0 && strconv.Itoa(k) == rest {
-			gens = append(gens, k)
-		}
-	}
-	sort.Sort(sort.Reverse(sort.IntSlice(gens)))
-	names := make([]string, 0, len(gens)+1)
-	for _, k := range gens {
-		names = append(names, path+"."+strconv.Itoa(k))
-	}
-	return append(names, path), nil
-}
-
 // openAll opens every generation, oldest first, one entry per file. The
 // hook may rotate meanwhile, and a listing taken in the middle of a
 // rotation lacks a name (PATH.1 between its two renames): a set opened from
@@ -294,7 +258,7 @@ func Generations(path string) ([]string, error) {
 // the file opened under them: the order is the order of one moment.
 func openAll(path string) ([]*file, error) {
 	for try := 0; try < maxOpenTries; try++ {
-		names, err := Generations(path)
+		names, err := findings.Generations(path)
 		if err != nil {
 			return nil, err
 		}
@@ -339,7 +303,7 @@ const maxOpenTries = 50
 // unmoved reports whether the generations are still the names listed, each
 // naming the file opened under it (or, as before, nothing).
 func unmoved(path string, names []string, byName map[string][2]uint64) (bool, error) {
-	again, err := Generations(path)
+	again, err := findings.Generations(path)
 	if err != nil || !slices.Equal(again, names) {
 		return false, err
 	}

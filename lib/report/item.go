@@ -21,7 +21,6 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
-	"github.com/iptables-alerter/iptables-alerter/lib/follow"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 )
 
@@ -156,7 +155,7 @@ func FindingsFiles(paths []string) ([]string, error) {
 	seen := map[string]bool{}
 	var out []string
 	for _, p := range paths {
-		gens, err := follow.Generations(p)
+		gens, err := findings.Generations(p)
 		if err != nil {
 			return nil, err
 		}

@@ -26,7 +26,7 @@
 //     readers select ours and each forwarder lists only its own.
 //
 // Write returns an error only when trying again later can succeed
-// (events.Retryable); the caller keeps the record and calls again.
+// (kubeapi.Retryable); the caller keeps the record and calls again.
 //
 // API calls made, which packaging/rbac must allow: pods get (and
 // lib/owner's gets; WriteAfter takes both from the record's Event post

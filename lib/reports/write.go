@@ -24,6 +24,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 )
 
@@ -185,7 +186,7 @@ func (w *Writer) finish(res Result, err error) (Result, error) {
 			res.Outcome = Written
 		}
 		return res, nil
-	case events.Retryable(err) || apierrors.IsConflict(err):
+	case kubeapi.Retryable(err) || apierrors.IsConflict(err):
 		return Result{}, err
 	}
 	res.Outcome, res.Why = events.Rejected, err

@@ -147,20 +147,27 @@ func (c *Collector) Load() (follow.Checkpoint, error) {
 
 // Handle is a follow.Handler. It never fails: a line it cannot use is
 // counted as malformed and skipped, never retried.
-func (c *Collector) Handle(_ context.Context, line []byte) error {
+func (c *Collector) Handle(ctx context.Context, line []byte) error {
 	r, err := findings.Parse(line)
+	if err != nil {
+		c.CountMalformed(err)
+		return nil
+	}
+	return c.Consume(ctx, r)
+}
+
+// Consume takes one finding into the state (a lib/consumer Consumer). It
+// never fails: a finding without a pod is counted as malformed.
+func (c *Collector) Consume(_ context.Context, r findings.Record) error {
 	// A node's record (the agent's node mode) has no pod: it is counted,
 	// its usage is not a pod's series (the node's Event carries it).
 	node := r.KnownSubject() == findings.SubjectNode
-	if err == nil && r.Pod.UID == "" && !node {
-		err = fmt.Errorf("decode finding: no pod uid")
+	if r.Pod.UID == "" && !node {
+		c.CountMalformed(fmt.Errorf("decode finding: no pod uid"))
+		return nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err != nil {
-		c.malformed(err)
-		return nil
-	}
 	c.state.Findings++
 	if r.Time.After(c.state.LastFinding) {
 		c.state.LastFinding = r.Time
@@ -173,6 +180,13 @@ func (c *Collector) Handle(_ context.Context, line []byte) error {
 		c.state.Pods[r.Pod.UID] = podOf(r)
 	}
 	return nil
+}
+
+// CountMalformed counts a line that is no usable finding.
+func (c *Collector) CountMalformed(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.malformed(err)
 }
 
 // Skipped counts a line the follower did not hand over.

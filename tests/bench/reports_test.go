@@ -249,7 +249,7 @@ func benchForward(b *testing.B, c *kubetest.Cluster, bin, kubeconfig string, rec
 		if err != nil {
 			b.Fatal(err)
 		}
-		fw.cmd = exec.Command(bin, "forward", "--findings", fw.findings, "--state-dir", filepath.Join(nd, "state"),
+		fw.cmd = exec.Command(bin, "forward", "--findings", fw.findings, "--checkpoint-dir", filepath.Join(nd, "state"),
 			"--kubeconfig", kubeconfig, "--node-name", fmt.Sprintf("node-%d", i), "--poll", "100ms",
 			"--health-addr", fmt.Sprintf("127.0.0.1:%d", port))
 		fw.cmd.Stdout, fw.cmd.Stderr = log, log

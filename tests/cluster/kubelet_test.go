@@ -143,7 +143,7 @@ func TestKubeletEndToEnd(t *testing.T) {
 		"--state-dir", filepath.Join(work, "state"), "--allowlist", "", "--health-addr", "",
 		"--node", nodeName, "--log-level", "debug", "--host-proc", nstest.HostProc(t, n.netns))
 	forward := n.run(t, "forward", bin, "forward", "--kubeconfig", n.kube.Kubeconfig("forward", n.kube.AdminToken),
-		"--findings", findingsFile, "--state-dir", filepath.Join(work, "fwd"), "--node-name", nodeName,
+		"--findings", findingsFile, "--checkpoint-dir", filepath.Join(work, "fwd"), "--node-name", nodeName,
 		"--health-addr", "", "--log-level", "debug")
 
 	kubetest.Namespace(t, n.cs, "shop")

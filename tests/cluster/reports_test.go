@@ -208,7 +208,7 @@ func TestReportsOutliveEvents(t *testing.T) {
 	hostProc := nstest.HostProc(t, "/proc/self/ns/net")
 	agent := startProc(t, "agent", exec.Command(bin, append([]string{"agent", "--nri-socket", sock, "--health-addr", "", "--host-proc", hostProc}, common...)...))
 	fwd := startProc(t, "forward", exec.Command(bin, "forward", "--kubeconfig", c.Kubeconfig("forward", kubetest.Token(t, cs, "iptables-alerter", "iptables-alerter-forward")),
-		"--findings", file, "--state-dir", filepath.Join(work, "fwd"), "--node-name", "node-a", "--health-addr", ""))
+		"--findings", file, "--checkpoint-dir", filepath.Join(work, "fwd"), "--node-name", "node-a", "--health-addr", ""))
 
 	// Both pods' Events were posted (the watch saw them) and both
 	// workloads' Reports written.

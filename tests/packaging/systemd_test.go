@@ -60,8 +60,8 @@ func TestUnitsFreshNode(t *testing.T) {
 	}
 	for _, name := range []string{"iptables-alerter-textfile.service", "iptables-alerter-textfile-once.service"} {
 		u := shippedUnit(t, name)
-		if got := "/var/lib/" + u.last("Service", "StateDirectory"); got != flagDir(t, u, "--state-dir", false) {
-			t.Errorf("%s: StateDirectory=%q does not create --state-dir", name, u.last("Service", "StateDirectory"))
+		if got := "/var/lib/" + u.last("Service", "StateDirectory"); got != flagDir(t, u, "--checkpoint-dir", false) {
+			t.Errorf("%s: StateDirectory=%q does not create --checkpoint-dir", name, u.last("Service", "StateDirectory"))
 		}
 	}
 	units, _ := filepath.Glob(filepath.Join(repo(t), "packaging/systemd/*.service"))

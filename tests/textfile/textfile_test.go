@@ -197,7 +197,7 @@ func appendRaw(t *testing.T, path, s string) {
 
 func runOnce(t *testing.T, d dirs) {
 	t.Helper()
-	out, err := exec.Command(bin, "textfile", "--once", "--findings", d.findings, "--state-dir", d.state, "--textfile-dir", d.text).CombinedOutput()
+	out, err := exec.Command(bin, "textfile", "--once", "--findings", d.findings, "--checkpoint-dir", d.state, "--textfile-dir", d.text).CombinedOutput()
 	if err != nil {
 		t.Fatalf("textfile --once: %v\n%s", err, out)
 	}
@@ -320,7 +320,7 @@ func TestNodeExporterWhileFollowing(t *testing.T) {
 	needTools(t)
 	d := newDirs(t)
 	live := nstest.New(t)
-	cmd := exec.Command(bin, "textfile", "--findings", d.findings, "--state-dir", d.state, "--textfile-dir", d.text, "--poll", "20ms")
+	cmd := exec.Command(bin, "textfile", "--findings", d.findings, "--checkpoint-dir", d.state, "--textfile-dir", d.text, "--poll", "20ms")
 	var logs strings.Builder
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {

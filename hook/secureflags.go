@@ -1,0 +1,44 @@
+//go:build !hookonly
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+
+	"github.com/spf13/pflag"
+)
+
+// secureFlags serve metrics behind TLS and the API server's authentication
+// and authorisation.
+type secureFlags struct {
+	addr, certFile, keyFile, agentMetrics string
+}
+
+func (f *secureFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.addr, "secure-metrics-addr", "", "serve /metrics over TLS here, e.g. :9443, each request's bearer token authenticated (TokenReview) and its user authorised to GET the path (SubjectAccessReview) by the API server; /metrics is then not served on --health-addr (empty: off)")
+	fs.StringVar(&f.certFile, "tls-cert-file", "", "with --secure-metrics-addr: the serving certificate (PEM), read again when it changes")
+	fs.StringVar(&f.keyFile, "tls-private-key-file", "", "with --secure-metrics-addr: the certificate's private key (PEM), read again when it changes")
+	fs.StringVar(&f.agentMetrics, "agent-metrics", "", "with --secure-metrics-addr: the agent's plain /metrics on localhost (its --metrics-addr), e.g. http://127.0.0.1:9758/metrics, served at /metrics/agent")
+}
+
+// check says what is missing or set alone.
+func (f *secureFlags) check() error {
+	if f.addr == "" {
+		if f.certFile != "" || f.keyFile != "" || f.agentMetrics != "" {
+			return errors.New("--tls-cert-file, --tls-private-key-file and --agent-metrics need --secure-metrics-addr")
+		}
+		return nil
+	}
+	if f.certFile == "" || f.keyFile == "" {
+		return errors.New("--secure-metrics-addr needs --tls-cert-file and --tls-private-key-file")
+	}
+	if f.agentMetrics != "" {
+		u, err := url.Parse(f.agentMetrics)
+		if err != nil || u.Scheme != "http" || u.Host == "" {
+			return fmt.Errorf("--agent-metrics %q: want an http:// URL", f.agentMetrics)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+package kubeapi
+
+import (
+	"errors"
+	"net/http"
+	"regexp"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// Retryable tells whether an API error may go away by itself or by an admin
+// fixing the cluster, so the finding must be kept and tried again; false
+// means the API has decided about this object and trying again gets the
+// same answer.
+//
+// Retryable (keep the line, back off, try again):
+//   - no HTTP answer at all: connection refused or reset, DNS, TLS, timeouts;
+//   - 429 Too Many Requests (priority and fairness, max-in-flight);
+//   - every 5xx, and 504/ServerTimeout;
+//   - 401 Unauthorized: a projected token is rotated on disk and re-read;
+//   - 403 from the authorizer (IsForbiddenToUs): missing RBAC is a
+//     deployment error an admin fixes, and it refuses every object alike;
+//   - 403 "not yet ready to handle request": the NamespaceLifecycle,
+//     webhook and policy admission plugins answer it while they start.
+//
+// Definitive (log, count, move on):
+//   - 403 with cause NamespaceTerminating: the pod's namespace is going away;
+//   - every other 403 (Refusal): a ResourceQuota, an admission webhook or
+//     policy refused this object in its namespace; retrying would hold
+//     every later finding of the node behind one namespace's rule;
+//   - 404 Not Found: the namespace is gone;
+//   - 400, 405, 406, 409 other than AlreadyExists, 410, 413, 415, 422 and any
+//     other 4xx: the request itself is wrong and will stay wrong.
+func Retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+	code := int(status.Status().Code)
+	switch {
+	case apierrors.IsTooManyRequests(err), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err):
+		return true
+	case apierrors.IsUnauthorized(err):
+		return true
+	case apierrors.IsForbidden(err):
+		return IsForbiddenToUs(err) || notReady(status)
+	case code >= http.StatusInternalServerError:
+		return true
+	case code == 0:
+		// A status without a code did not come from the server.
+		return true
+	}
+	return false
+}
+
+// authorizerDenial is the message the API server's authorizer gives
+// (k8s.io/apiserver responsewriters.ForbiddenStatusError), after the
+// object's "... is forbidden: ".
+var authorizerDenial = regexp.MustCompile(`(?:^|: )User ".*" cannot [^ ]+ (?:resource|path) "`)
+
+// IsForbiddenToUs reports whether err is a 403 of the authorizer (RBAC):
+// the client itself may not make this call, in this namespace or at all,
+// whatever the object. Confirm with a SelfSubjectAccessReview before
+// acting on it: a webhook authorizer may word its reason alike.
+func IsForbiddenToUs(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || !apierrors.IsForbidden(err) {
+		return false
+	}
+	return authorizerDenial.MatchString(status.Status().Message)
+}
+
+// notReady is the admission plugins' 403 while their informers start.
+func notReady(status apierrors.APIStatus) bool {
+	return strings.Contains(status.Status().Message, "not yet ready to handle request")
+}
+
+// Reasons Refusal gives: a bounded set, for metric labels.
+const (
+	RefusedQuota     = "quota"
+	RefusedAdmission = "admission"
+	RefusedInvalid   = "invalid"
+	RefusedForbidden = "forbidden"
+	RefusedOther     = "other"
+)
+
+// RefusedReasons lists every reason Refusal gives.
+var RefusedReasons = []string{RefusedQuota, RefusedAdmission, RefusedInvalid, RefusedForbidden, RefusedOther}
+
+// Refusal names why the API server refused an object for good in its
+// namespace: a 403 that is neither the authorizer's nor a namespace going
+// away or starting up (a ResourceQuota, an admission webhook or policy),
+// or a 422; and RefusedForbidden for the authorizer's 403, which callers
+// take for the object's refusal only once an access review said the call
+// is allowed. Empty for every other error: those are retried (Retryable),
+// or say something other than "this namespace will not take it".
+func Refusal(err error) string {
+	var status apierrors.APIStatus
+	if err == nil || !errors.As(err, &status) {
+		return ""
+	}
+	if IsForbiddenToUs(err) {
+		// Retryable, but when a SelfSubjectAccessReview said the
+		// forwarder may make the call, the 403 is about this object.
+		return RefusedForbidden
+	}
+	if Retryable(err) {
+		return ""
+	}
+	msg := status.Status().Message
+	switch {
+	case apierrors.IsInvalid(err):
+		if strings.Contains(msg, "denied request") {
+			return RefusedAdmission
+		}
+		return RefusedInvalid
+	case !apierrors.IsForbidden(err), apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+		return ""
+	case strings.Contains(msg, "exceeded quota") || strings.Contains(msg, "for quota"):
+		return RefusedQuota
+	case strings.Contains(msg, "admission webhook") || strings.Contains(msg, "denied request"):
+		return RefusedAdmission
+	}
+	return RefusedOther
+}

@@ -1,0 +1,99 @@
+package kubeapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+var (
+	events  = schema.GroupResource{Group: "events.k8s.io", Resource: "events"}
+	quota   = apierrors.NewForbidden(events, "x", errors.New("exceeded quota: q, requested: count/events.events.k8s.io=1, used: count/events.events.k8s.io=0, limited: count/events.events.k8s.io=0"))
+	webhook = apierrors.NewForbidden(events, "x", errors.New(`admission webhook "deny.example.com" denied the request: no`))
+	policy  = apierrors.NewForbidden(events, "x", errors.New(`ValidatingAdmissionPolicy 'deny' with binding 'deny' denied request: no`))
+)
+
+func TestRetryable(t *testing.T) {
+	terminating := apierrors.NewForbidden(events, "x", errors.New("unable to create new content in namespace shop because it is being terminated"))
+	terminating.ErrStatus.Details.Causes = append(terminating.ErrStatus.Details.Causes, metav1.StatusCause{Type: corev1.NamespaceTerminatingCause})
+
+	rbac := apierrors.NewForbidden(events, "x", errors.New(`User "system:serviceaccount:a:b" cannot create resource "events" in API group "events.k8s.io" in the namespace "shop"`))
+	cases := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{name: "connection refused", err: &url.Error{Op: "Post", URL: "https://127.0.0.1:6443", Err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}}, want: true},
+		{name: "eof", err: fmt.Errorf("create event: %w", io.EOF), want: true},
+		{name: "client timeout", err: context.DeadlineExceeded, want: true},
+		{name: "429", err: apierrors.NewTooManyRequests("slow down", 1), want: true},
+		{name: "500", err: apierrors.NewInternalError(errors.New("etcd")), want: true},
+		{name: "503", err: apierrors.NewServiceUnavailable("later"), want: true},
+		{name: "504", err: apierrors.NewTimeoutError("etcd slow", 1), want: true},
+		{name: "server timeout", err: apierrors.NewServerTimeout(events, "create", 1), want: true},
+		{name: "401", err: apierrors.NewUnauthorized("token expired"), want: true},
+		{name: "403 rbac", err: rbac, want: true},
+		{name: "403 rbac cluster scope", err: apierrors.NewForbidden(events, "", errors.New(`User "system:serviceaccount:a:b" cannot list resource "events" in API group "events.k8s.io" at the cluster scope`)), want: true},
+		{name: "403 namespace not ready", err: apierrors.NewForbidden(events, "x", errors.New("not yet ready to handle request")), want: true},
+		{name: "403 quota", err: quota, want: false},
+		{name: "403 webhook", err: webhook, want: false},
+		{name: "403 policy", err: policy, want: false},
+		{name: "403 namespace terminating", err: fmt.Errorf("create event: %w", terminating), want: false},
+		{name: "404 namespace gone", err: apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "shop"), want: false},
+		{name: "422", err: apierrors.NewInvalid(schema.GroupKind{Group: "events.k8s.io", Kind: "Event"}, "x", field.ErrorList{field.Invalid(field.NewPath("note"), "", "too long")}), want: false},
+		{name: "400", err: apierrors.NewBadRequest("bad"), want: false},
+		{name: "409 conflict", err: apierrors.NewConflict(events, "x", errors.New("changed")), want: false},
+		{name: "413", err: apierrors.NewRequestEntityTooLargeError("big"), want: false},
+		{name: "405", err: apierrors.NewMethodNotSupported(events, "create"), want: false},
+		{name: "nil", err: nil, want: false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Retryable(tc.err); got != tc.want {
+				t.Errorf("Retryable(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRefusal(t *testing.T) {
+	invalid := apierrors.NewInvalid(schema.GroupKind{Group: "events.k8s.io", Kind: "Event"}, "x", field.ErrorList{field.Invalid(field.NewPath("note"), "", "too long")})
+	rbac := apierrors.NewForbidden(events, "x", errors.New(`User "u" cannot create resource "events" in API group "events.k8s.io" in the namespace "shop"`))
+	cases := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"quota", fmt.Errorf("write: %w", quota), RefusedQuota},
+		{"quota status unknown", apierrors.NewForbidden(events, "x", errors.New("status unknown for quota: q, resources: count/events.events.k8s.io")), RefusedQuota},
+		{"webhook", webhook, RefusedAdmission},
+		{"policy", policy, RefusedAdmission},
+		{"policy invalid", apierrors.NewInvalid(schema.GroupKind{Kind: "Report"}, "x", field.ErrorList{field.Invalid(field.NewPath(""), "", "ValidatingAdmissionPolicy 'deny' with binding 'deny' denied request: no")}), RefusedAdmission},
+		{"422", invalid, RefusedInvalid},
+		{"other 403", apierrors.NewForbidden(events, "x", errors.New("something else")), RefusedOther},
+		{"rbac", rbac, RefusedForbidden},
+		{"not ready is retried", apierrors.NewForbidden(events, "x", errors.New("not yet ready to handle request")), ""},
+		{"503", apierrors.NewServiceUnavailable("later"), ""},
+		{"404", apierrors.NewNotFound(events, "x"), ""},
+		{"no status", errors.New("boom"), ""},
+		{"nil", nil, ""},
+	}
+	for _, tc := range cases {
+		if got := Refusal(tc.err); got != tc.want {
+			t.Errorf("%s: Refusal(%v) = %q, want %q", tc.name, tc.err, got, tc.want)
+		}
+	}
+	if !IsForbiddenToUs(fmt.Errorf("get: %w", rbac)) || IsForbiddenToUs(quota) || IsForbiddenToUs(errors.New(`User "u" cannot get resource "x"`)) {
+		t.Error("IsForbiddenToUs: want true for the authorizer's 403 only")
+	}
+}
