@@ -20,7 +20,7 @@ all)
     iptables arptables ebtables ipset nfacct nftables iproute2 util-linux mount curl openssl
     crun runc podman conmon busybox-static libc-bin
     prometheus-node-exporter prometheus
-    etcd-server logrotate
+    etcd-server logrotate time
     rpm rpmlint man-db
     libxml2-utils
     chromium

@@ -241,11 +241,13 @@ func TestResweepBusy(t *testing.T) {
 	for end := time.Now().Add(60 * time.Second); ; {
 		r := resweepOnce(t, a, rec)
 		scannedIDs(t, a, rec, r.Queued)
-		if r.Skipped == 3 && r.Queued == 1 {
+		// The holder is queued while its table is too big to read by the
+		// deadline, skipped once a look read it whole (a quiet machine).
+		if r.Skipped == 3 && r.Queued == 1 || r.Skipped == 4 && r.Queued == 0 {
 			break
 		}
 		if time.Now().After(end) {
-			t.Fatalf("60 s after the mutex was freed: %+v, want x, y and l skipped, the holder queued (too big to fingerprint)", r)
+			t.Fatalf("60 s after the mutex was freed: %+v, want x, y and l skipped, the holder queued or skipped", r)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -256,10 +258,11 @@ func TestResweepBusy(t *testing.T) {
 	if n := len(got["y"]); n > 2 || n > 0 && got["y"][n-1] != findings.StateGone {
 		t.Errorf("clean pod's records %v: want none, or its unknown and the gone resolving it", got["y"])
 	}
-	// The holder's table is too big to read by the deadline: every look
-	// at it stops short, the same partial view each time.
-	if h := got["holder"]; len(h) != 1 {
-		t.Errorf("holder's records %v: want one, its first partial look's", h)
+	// The holder's table is big: a look at it stops short (the same
+	// partial view each time, no record) until, on a machine quiet enough,
+	// one reads it whole and records the usage that resolves the first.
+	if h := got["holder"]; len(h) < 1 || len(h) > 2 || len(h) == 2 && h[1] != findings.StatePresent {
+		t.Errorf("holder's records %v: want its first partial look's, and at most the present of a complete look after it", h)
 	}
 }
 
