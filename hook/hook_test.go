@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/testbin"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/testbin"
 )
 
 // bin is the hook binary built once for the tests that run it as a runtime

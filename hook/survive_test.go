@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
-	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 )
 
 // panicReader stands for any bug in the hook path: it panics where the

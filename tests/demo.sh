@@ -136,7 +136,7 @@ echo "ip netns: $DIRTY (mesh-app), $SHOPNS (shop), $CLEAN (plain-app)"
 ip netns add "$DIRTY"
 ip netns add "$CLEAN"
 ip netns add "$SHOPNS"
-ip netns exec "$DIRTY" iptables-nft-restore < "$ROOT/internal/nstest/testdata/istio-nat.rules"
+ip netns exec "$DIRTY" iptables-nft-restore < "$ROOT/internal/testkit/nstest/testdata/istio-nat.rules"
 ip netns exec "$DIRTY" iptables-legacy -A OUTPUT -d 169.254.169.254 -p tcp --dport 80 -j DROP
 # shop: a plain port filter and a masquerade, by iptables-nft.
 ip netns exec "$SHOPNS" iptables-nft -A INPUT -p tcp --dport 8080 -j ACCEPT

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/certtest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/certtest"
 )
 
 // served is the certificate the server at addr presents.

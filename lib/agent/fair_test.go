@@ -7,7 +7,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 )
 
 // TestFairness (issue 18 item 1): two pods whose containers crash-loop, a

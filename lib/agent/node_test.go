@@ -13,7 +13,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )

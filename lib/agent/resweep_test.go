@@ -11,8 +11,8 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
-	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/inotifytest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/inotifytest"
 )
 
 func files(root string) Files {

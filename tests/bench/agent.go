@@ -27,7 +27,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	nrilog "github.com/containerd/nri/pkg/log"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/nritest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nritest"
 )
 
 // agentBench holds the namespaces shared by the agent's benchmarks.

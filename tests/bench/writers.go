@@ -13,7 +13,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 

@@ -6,7 +6,7 @@
 // It takes the repository (TestMain builds the hook with `go build`), the
 // host's busybox-static and iptables files (copied into a throwaway rootfs,
 // since no image registry is reachable), and network namespaces pinned by
-// internal/nstest. It gives assertions on the findings file the hook writes.
+// internal/testkit/nstest. It gives assertions on the findings file the hook writes.
 //
 // Invariant: nothing outside the test's temp dirs and its own netns is
 // touched; every container, runtime state dir and netns is deleted when the

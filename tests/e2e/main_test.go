@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
-	"github.com/iptables-alerter/iptables-alerter/internal/testbin"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/testbin"
 	buildfs "github.com/iptables-alerter/iptables-alerter/tests/runtime/rootfs"
 )
 

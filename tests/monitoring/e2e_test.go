@@ -16,9 +16,9 @@ import (
 	nri "github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/nritest"
-	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
-	"github.com/iptables-alerter/iptables-alerter/internal/testbin"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nritest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/testbin"
 )
 
 // wait bounds every wait of the end-to-end test: a liveness bound on a

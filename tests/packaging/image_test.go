@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/inotifytest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/inotifytest"
 )
 
 const upstreamCRIO = "[crio.runtime]\n# hooks_dir = [\n#   \"/usr/share/containers/oci/hooks.d\",\n# ]\n"

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 )
 
 // repo is the repository's root.

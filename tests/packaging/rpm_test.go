@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/inotifytest"
-	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/inotifytest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 )
 
 // rpmFiles is exactly what the package holds.

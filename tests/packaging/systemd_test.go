@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 )
 
 // shippedUnit reads and parses a unit of packaging/systemd.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 )
 
 // ControllerManagerPath is the kube-controller-manager build-kube.sh

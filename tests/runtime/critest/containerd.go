@@ -8,7 +8,7 @@ import (
 	goruntime "runtime"
 	"testing"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/tests/runtime/rootfs"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	rt "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 )
 
 // CRIOBinDir is where tests/runtime/build-crio.sh puts crio, pinns and the

@@ -13,7 +13,7 @@ import (
 
 	rt "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/tests/runtime/critest"
 )
 

@@ -13,8 +13,8 @@ import (
 
 	rt "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/findingstest"
-	"github.com/iptables-alerter/iptables-alerter/internal/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/watch"
 	"github.com/iptables-alerter/iptables-alerter/tests/runtime/critest"
