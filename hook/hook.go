@@ -212,5 +212,5 @@ func record(cfg hookConfig, l *logrus.Entry, d scan.Decision, key string, start 
 	writing.Lock()
 	out, err := store.Record(writeCtx, key, d)
 	writing.Unlock()
-	new(recordLog).log(l, key, d.Record, out, err)
+	new(scan.RecordLog).Log(l, key, d.Record, out, err)
 }
