@@ -13,8 +13,10 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 # they go in with -X too; empty (a tarball), the binary falls back to Go's.
 COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
 COMMIT_DATE ?= $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
-LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.commitDate=$(COMMIT_DATE) \
-	-X main.modified=$(if $(findstring -dirty,$(VERSION)),true,false)
+# buildinfo holds the -X variables.
+BUILDINFO := github.com/iptables-alerter/iptables-alerter/internal/buildinfo
+LDFLAGS  := -s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).commitDate=$(COMMIT_DATE) \
+	-X $(BUILDINFO).modified=$(if $(findstring -dirty,$(VERSION)),true,false)
 GO       ?= go
 BIN      := bin/iptables-alerter
 # The same main package built with only the hook-side commands (hook, render,

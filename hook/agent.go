@@ -19,6 +19,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/agent"
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 	"github.com/iptables-alerter/iptables-alerter/lib/watch"
 )
 
@@ -110,7 +111,7 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 		// Not fatal: the hook reports with the built-in entries too.
 		log.WithError(err).Error("cannot load the allowlist, reporting without it until it is fixed")
 	}
-	cfg.agent.Observer = agentLog{log: log, records: new(recordLog)}
+	cfg.agent.Observer = agentLog{log: log, records: new(scan.RecordLog)}
 	cfg.agent.NRILogger = nriLogger{log.WithField("component", "nri")}
 	a, err := agent.New(cfg.agent)
 	if err != nil {
@@ -173,7 +174,7 @@ func agentRegistry(a *agent.Agent) *prometheus.Registry {
 type agentLog struct {
 	log *logrus.Logger
 	// records warns once per sandbox and limit window of the drops.
-	records *recordLog
+	records *scan.RecordLog
 }
 
 // The re-sweep's counts are heard, or the build fails.
@@ -213,7 +214,7 @@ func (m agentLog) Scanned(s agent.Scan) {
 	}
 	switch s.Outcome {
 	case agent.Found:
-		m.records.log(l, s.Meta.SandboxID, *s.Record, s.Stored, s.Err)
+		m.records.Log(l, s.Meta.SandboxID, *s.Record, s.Stored, s.Err)
 	case agent.Failed:
 		l.WithError(s.Err).Error("scan failed")
 	case agent.Unreachable:

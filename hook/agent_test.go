@@ -20,6 +20,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/agent"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
 // TestAgentFlags: --help names the interface the DaemonSet and the systemd
@@ -63,7 +64,7 @@ func TestAgentUnreachable(t *testing.T) {
 	log := logrus.New()
 	log.SetOutput(&logs)
 	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "no-nri.sock"),
-		Log: findings.Log{Path: filepath.Join(dir, "findings.jsonl")}, Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: agentLog{log: log, records: new(recordLog)}})
+		Log: findings.Log{Path: filepath.Join(dir, "findings.jsonl")}, Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: agentLog{log: log, records: new(scan.RecordLog)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func TestAgentPodSeries(t *testing.T) {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "no-nri.sock"),
-		Log: findings.Log{Path: filepath.Join(dir, "findings.jsonl")}, Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: agentLog{log: log, records: new(recordLog)}})
+		Log: findings.Log{Path: filepath.Join(dir, "findings.jsonl")}, Seen: findings.Seen{Dir: filepath.Join(dir, "state")}, Observer: agentLog{log: log, records: new(scan.RecordLog)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func registerProbeAddr(fs *pflag.FlagSet, p *string, example string) {
 
 // buildInfoGauge is iptables_alerter_build_info, 1 with the binary's
 // version in labels: go_build_info names the Go module's version, which a
-// make build (-X main.version from git describe) does not set.
+// make build (-X buildinfo.version from git describe) does not set.
 func buildInfoGauge() prometheus.Collector {
 	a := about()
 	g := prometheus.NewGauge(prometheus.GaugeOpts{

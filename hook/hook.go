@@ -16,7 +16,6 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 
-	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/ocistate"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
@@ -126,7 +125,7 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 	}
 	l := log.WithFields(logrus.Fields{"container_id": c.ID, "sandbox_id": c.SandboxID,
 		"pod_namespace": c.PodNamespace, "pod_name": c.PodName, "container": c.ContainerName})
-	if why, lvl := skip(c, cfg.allContainers); why != "" {
+	if why, lvl := scan.Skip(c, cfg.allContainers); why != "" {
 		l.Log(lvl, why)
 		return
 	}
@@ -153,49 +152,7 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 	}
 	// A clean look goes to the record step too: its gone takes back a
 	// present or unknown record of the sandbox, and is dropped otherwise.
-	record(cfg, l.WithField("allowlisted", res.Allowed.Count), scan.Decide(meta(cfg, c), res), sandboxKey(c, res), start, writing)
-}
-
-// skip tells why a container is not scanned (empty: scan it), and at which
-// log level to say so.
-func skip(c ocistate.Container, allContainers bool) (string, logrus.Level) {
-	switch {
-	case c.HostNetwork:
-		return "host-network container, skipped", logrus.DebugLevel
-	case !c.IsPod() && !allContainers:
-		return "not a kubelet-created container, skipped (see --all-containers)", logrus.DebugLevel
-	case c.Netns == "":
-		return "container's process is gone and no netns path is pinned, nothing to inspect", logrus.InfoLevel
-	}
-	return "", 0
-}
-
-// meta is what the hook knows of the container, for its record.
-func meta(cfg hookConfig, c ocistate.Container) scan.Meta {
-	stage := cfg.stage
-	if stage == "" {
-		stage = c.Status
-	}
-	return scan.Meta{
-		Node:        cfg.node,
-		Source:      "hook",
-		Stage:       stage,
-		ContainerID: c.ID,
-		SandboxID:   c.SandboxID,
-		Pod:         findings.Pod{Namespace: c.PodNamespace, Name: c.PodName, UID: c.PodUID},
-		Container:   c.ContainerName,
-		Image:       c.Image,
-		Netns:       c.Netns,
-	}
-}
-
-// sandboxKey names the per-sandbox memory entry: the sandbox id, or the
-// netns identity when the runtime gives none.
-func sandboxKey(c ocistate.Container, res scan.Result) string {
-	if c.SandboxID != "" {
-		return c.SandboxID
-	}
-	return "netns:" + res.NetnsID
+	record(cfg, l.WithField("allowlisted", res.Allowed.Count), scan.Decide(scan.ContainerMeta(c, cfg.node, cfg.stage), res), scan.SandboxKey(c, res), start, writing)
 }
 
 // record appends d's record unless the sandbox's memory already holds it,
@@ -212,5 +169,5 @@ func record(cfg hookConfig, l *logrus.Entry, d scan.Decision, key string, start 
 	writing.Lock()
 	out, err := store.Record(writeCtx, key, d)
 	writing.Unlock()
-	new(recordLog).log(l, key, d.Record, out, err)
+	new(scan.RecordLog).Log(l, key, d.Record, out, err)
 }

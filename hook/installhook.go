@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
@@ -87,63 +86,26 @@ func (c *installConfig) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.wait, "wait", false, "after installing, wait for SIGTERM or SIGINT, then uninstall")
 }
 
-// noCRIO is everywhere CRI-O was looked for.
-const noCRIO = "no configuration file, socket, crio binary in a standard directory or on PATH, nor crio running"
-
 func (c *installConfig) run(_ []string, s stdio) int {
 	say := func(format string, a ...any) { fmt.Fprintf(s.err, "install-hook: "+format+"\n", a...) }
-
-	crio, err := hookinstall.NodeCRIO(context.Background(), c.h.root)
+	install, note, err := hookinstall.Decide(context.Background(), c.h.root, c.h.hooksDir, c.runtime, c.noCheck, c.checkOnly)
 	if err != nil {
 		say("%v", err)
 		return 1
 	}
-	install := c.runtime == "crio" || (c.runtime == "auto" && crio.Found)
-	if !install && !c.checkOnly {
-		say("no CRI-O under %s (%s): nothing installed (containerd and other runtimes without hooks.d are covered by the NRI agent)", c.h.root, noCRIO)
-		return waitThen(c.wait, func() int { return 0 })
-	}
-	// Without any configuration file a CRI-O forced by --runtime crio
-	// runs on its built-in default.
-	switch {
-	case c.noCheck:
-	case crio.Found || c.runtime == "crio":
-		if err := crio.Check(c.h.hooksDir); err != nil {
-			say("%v", err)
-			return 1
-		}
-		say("CRI-O reads %s (%s)", c.h.hooksDir, crio.Source)
-	case c.runtime == "none":
-		say("hooks directory not checked (--runtime none)")
-	default:
-		say("no CRI-O under %s (%s): hooks directory not checked; --runtime crio checks it against CRI-O's built-in default, --runtime none says no check is wanted", c.h.root, noCRIO)
+	if note != "" {
+		say("%s", note)
 	}
 	if c.checkOnly {
 		return 0
 	}
-
+	if !install {
+		return waitThen(c.wait, func() int { return 0 })
+	}
 	f := c.h.files()
-	if c.binary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			say("find this program: %v", err)
-			return 1
-		}
-		c.binary = filepath.Join(filepath.Dir(exe), "iptables-alerter-hook")
-	}
-	if f.Binary, err = os.ReadFile(c.binary); err != nil {
-		say("read hook binary: %v", err)
+	if err := f.Load(c.binary, c.jsonPath, hooksd.JSON, c.noJSON); err != nil {
+		say("%v", err)
 		return 1
-	}
-	if !c.noJSON {
-		json := hooksd.JSON
-		if c.jsonPath != "" {
-			if json, err = os.ReadFile(c.jsonPath); err != nil {
-				say("read hooks.d JSON: %v", err)
-				return 1
-			}
-		}
-		f.JSON = hookinstall.BinaryPath(json, c.h.binDir)
 	}
 	if err := hookinstall.Install(f); err != nil {
 		say("%v", err)

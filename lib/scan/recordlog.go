@@ -1,4 +1,4 @@
-package main
+package scan
 
 import (
 	"sync"
@@ -9,33 +9,33 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
-// maxWarned bounds the sandboxes recordLog remembers a warning for: one
+// maxWarned bounds the sandboxes RecordLog remembers a warning for: one
 // entry per pod over its limit within the hour, far fewer than the pods a
 // node runs.
 const maxWarned = 4096
 
-// recordLog says what the record step did with each record, for the hook
+// RecordLog says what the record step did with each record, for the hook
 // and the agent alike. A sandbox over its limit is warned about once per
 // limit window (findings.DefaultInterval), then at debug: a churning pod
 // must not flood the node's journal with one warning per scan. The drops
 // themselves are counted by the agent's scans_total{outcome="limited"}.
 // The hook makes one per run (one record), the agent one for its life.
-type recordLog struct {
+type RecordLog struct {
 	mu sync.Mutex
 	// warned holds when each sandbox was last warned about.
 	warned map[string]time.Time
-	// now is the clock (tests set it); nil is time.Now.
-	now func() time.Time
+	// Now is the clock (tests set it); nil is time.Now.
+	Now func() time.Time
 }
 
 // firstDrop tells whether a drop of key's record is the first of its
 // window, and if so remembers it.
-func (g *recordLog) firstDrop(key string) bool {
+func (g *RecordLog) firstDrop(key string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
-	if g.now != nil {
-		now = g.now()
+	if g.Now != nil {
+		now = g.Now()
 	}
 	if at, ok := g.warned[key]; ok && now.Sub(at) < findings.DefaultInterval && !now.Before(at) {
 		return false
@@ -58,9 +58,9 @@ func (g *recordLog) firstDrop(key string) bool {
 	return true
 }
 
-// log says what the record step did with rec, the record of sandbox key;
+// Log says what the record step did with rec, the record of sandbox key;
 // err is the one scan.Store.Record returned with out.
-func (g *recordLog) log(l *logrus.Entry, key string, rec findings.Record, out findings.Outcome, err error) {
+func (g *RecordLog) Log(l *logrus.Entry, key string, rec findings.Record, out findings.Outcome, err error) {
 	l = l.WithFields(logrus.Fields{"fingerprint": rec.Fingerprint, "nft_rules": rec.Nft.Rules, "legacy_rules": rec.Legacy.Rules, "truncated": rec.Truncated})
 	if rec.Error != "" {
 		l = l.WithField("error", rec.Error)

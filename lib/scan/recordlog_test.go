@@ -1,4 +1,4 @@
-package main
+package scan
 
 import (
 	"bytes"
@@ -13,10 +13,10 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
-// TestHookRecordLog: each outcome of the record step gives the line the
+// TestRecordLog: each outcome of the record step gives the line the
 // hook and the agent both log (the end-to-end tests look for some), with
 // the record's fields.
-func TestHookRecordLog(t *testing.T) {
+func TestRecordLog(t *testing.T) {
 	full := findings.Record{Fingerprint: "fp1", Nft: findings.Nft{Rules: 3}}
 	cut := findings.Record{Fingerprint: "fp2", Truncated: true, Error: "legacy x_tables busy"}
 	gone := findings.Record{Fingerprint: "fp3", State: findings.StateGone}
@@ -45,7 +45,7 @@ func TestHookRecordLog(t *testing.T) {
 			log.SetOutput(&buf)
 			log.SetLevel(logrus.DebugLevel)
 			log.SetFormatter(&logrus.JSONFormatter{})
-			new(recordLog).log(log.WithField("sandbox_id", "sb"), "sb", tt.rec, tt.out, tt.err)
+			new(RecordLog).Log(log.WithField("sandbox_id", "sb"), "sb", tt.rec, tt.out, tt.err)
 			lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 			if len(lines) != len(tt.want) {
 				t.Fatalf("%d lines, want %d:\n%s", len(lines), len(tt.want), buf.String())
@@ -66,16 +66,16 @@ func TestHookRecordLog(t *testing.T) {
 	}
 }
 
-// TestHookRecordLogChurn: a pod over its limit is warned about once per
+// TestRecordLogChurn: a pod over its limit is warned about once per
 // sandbox and limit window, then at debug; another sandbox, or the next
 // window, is warned about again.
-func TestHookRecordLogChurn(t *testing.T) {
+func TestRecordLogChurn(t *testing.T) {
 	var buf bytes.Buffer
 	log := logrus.New()
 	log.SetOutput(&buf)
 	log.SetLevel(logrus.DebugLevel)
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	g := &recordLog{now: func() time.Time { return now }}
+	g := &RecordLog{Now: func() time.Time { return now }}
 	rec := findings.Record{Fingerprint: "fp", Nft: findings.Nft{Rules: 1}}
 	warnings := func() int {
 		n := strings.Count(buf.String(), "level=warning")
@@ -83,22 +83,22 @@ func TestHookRecordLogChurn(t *testing.T) {
 		return n
 	}
 	for i := 0; i < 1000; i++ {
-		g.log(log.WithField("sandbox_id", "churn"), "churn", rec, findings.Limited, nil)
+		g.Log(log.WithField("sandbox_id", "churn"), "churn", rec, findings.Limited, nil)
 	}
 	if n := warnings(); n != 1 {
 		t.Errorf("1000 drops of one sandbox: %d warnings, want 1", n)
 	}
-	g.log(log.WithField("sandbox_id", "other"), "other", rec, findings.Limited, nil)
+	g.Log(log.WithField("sandbox_id", "other"), "other", rec, findings.Limited, nil)
 	if n := warnings(); n != 1 {
 		t.Errorf("another sandbox's drop: %d warnings, want 1", n)
 	}
 	now = now.Add(findings.DefaultInterval)
-	g.log(log.WithField("sandbox_id", "churn"), "churn", rec, findings.Limited, nil)
+	g.Log(log.WithField("sandbox_id", "churn"), "churn", rec, findings.Limited, nil)
 	if n := warnings(); n != 1 {
 		t.Errorf("the next window's first drop: %d warnings, want 1", n)
 	}
 	for i := 0; i < maxWarned+10; i++ {
-		g.log(log.WithField("sandbox_id", "many"), fmt.Sprint("many-", i), rec, findings.Limited, nil)
+		g.Log(log.WithField("sandbox_id", "many"), fmt.Sprint("many-", i), rec, findings.Limited, nil)
 	}
 	if len(g.warned) > maxWarned {
 		t.Errorf("%d sandboxes remembered, want at most %d", len(g.warned), maxWarned)
