@@ -55,7 +55,7 @@ type agentProc struct {
 	cmd     *exec.Cmd
 	done    chan error
 	addr    string
-	log     *bytes.Buffer
+	log     *nstest.Buffer
 	files   agentFiles
 	stopped bool
 }
@@ -79,7 +79,7 @@ func startAgent(t *testing.T, socket string, f agentFiles) *agentProc {
 // startAgentArgs runs the agent binary with the test's files and args.
 func startAgentArgs(t *testing.T, f agentFiles, args ...string) *agentProc {
 	t.Helper()
-	a := &agentProc{addr: nstest.FreeAddr(t), log: &bytes.Buffer{}, files: f, done: make(chan error, 1)}
+	a := &agentProc{addr: nstest.FreeAddr(t), log: new(nstest.Buffer), files: f, done: make(chan error, 1)}
 	a.cmd = exec.Command(bin, append([]string{"agent", "--findings", f.findings, "--state-dir", f.state,
 		"--allowlist", "", "--health-addr", a.addr, "--node", "test-node", "--log-level", "debug",
 		// The node is the namespace the agent runs in, not pid 1's.
