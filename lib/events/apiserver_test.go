@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"strings"
 	"testing"
 	"time"
@@ -96,11 +97,11 @@ func TestPostRealAPIServer(t *testing.T) {
 			if e.Reason != events.Reason || e.Type != corev1.EventTypeWarning || e.ReportingController != events.Controller || e.ReportingInstance != "node-a" || e.Action != events.Action {
 				t.Errorf("event fields: reason %q type %q controller %q instance %q action %q", e.Reason, e.Type, e.ReportingController, e.ReportingInstance, e.Action)
 			}
-			if e.Message != events.Note(tc.rec, res.Owner) || len(e.Message) > events.NoteLimit {
+			if e.Message != wording.Note(tc.rec, res.Owner) || len(e.Message) > wording.NoteLimit {
 				t.Errorf("stored note (%d bytes) differs from the rendered one:\n%s", len(e.Message), e.Message)
 			}
-			if tc.fullish && len(e.Message) < events.NoteLimit-100 {
-				t.Errorf("note is %d bytes, want close to %d", len(e.Message), events.NoteLimit)
+			if tc.fullish && len(e.Message) < wording.NoteLimit-100 {
+				t.Errorf("note is %d bytes, want close to %d", len(e.Message), wording.NoteLimit)
 			}
 			if !strings.Contains(e.Message, "RHEL 10") {
 				t.Errorf("note lacks the deprecation: %q", e.Message)
@@ -186,7 +187,7 @@ func TestUnknownRealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(evs) != 1 || evs[0].Reason != events.UnknownReason || evs[0].Type != corev1.EventTypeWarning || evs[0].Message != events.UnknownNote(rec, res.Owner) {
+	if len(evs) != 1 || evs[0].Reason != events.UnknownReason || evs[0].Type != corev1.EventTypeWarning || evs[0].Message != wording.UnknownNote(rec, res.Owner) {
 		t.Fatalf("events on the pod: %+v, want one %s Warning with the unknown note", evs, events.UnknownReason)
 	}
 }

@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,11 +53,11 @@ func (p *Poster) postNode(ctx context.Context, rec findings.Record) (Result, err
 	// As the node summary: the kubelet uses the node name as UID.
 	ev.Regarding = corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: p.node, UID: types.UID(p.node)}
 	ev.Annotations[SubjectAnnotation] = string(findings.SubjectNode)
-	ev.Note = Note(rec, owner.Owner{})
+	ev.Note = wording.Note(rec, owner.Owner{})
 	if rec.KnownState() == findings.StateUnknown {
-		ev.Reason, ev.Note = UnknownReason, UnknownNote(rec, owner.Owner{})
+		ev.Reason, ev.Note = UnknownReason, wording.UnknownNote(rec, owner.Owner{})
 	}
-	ev.Note = safetext.Cut(nodeWords.Replace(ev.Note), NoteLimit)
+	ev.Note = safetext.Cut(nodeWords.Replace(ev.Note), wording.NoteLimit)
 	out, err := p.create(ctx, ev)
 	if out == "" {
 		return Result{}, err

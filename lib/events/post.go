@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"strings"
 	"time"
 
@@ -228,9 +229,9 @@ func (p *Poster) podEvent(rec findings.Record, pod *corev1.Pod, name string, o o
 		Name:       pod.Name,
 		UID:        pod.UID,
 	}
-	ev.Note = Note(rec, o)
+	ev.Note = wording.Note(rec, o)
 	if rec.KnownState() == findings.StateUnknown {
-		ev.Reason, ev.Note = UnknownReason, UnknownNote(rec, o)
+		ev.Reason, ev.Note = UnknownReason, wording.UnknownNote(rec, o)
 	}
 	return ev
 }
@@ -255,7 +256,7 @@ func (p *Poster) nodeEventFor(rec findings.Record, pod Result) *eventsv1.Event {
 		}
 	}
 	head := fmt.Sprintf("Pod %s/%s on this node created iptables rules. ", safetext.Display(rec.Pod.Namespace), safetext.Display(rec.Pod.Name))
-	ev.Note = safetext.Cut(head+Note(rec, pod.Owner), NoteLimit)
+	ev.Note = safetext.Cut(head+wording.Note(rec, pod.Owner), wording.NoteLimit)
 	return ev
 }
 

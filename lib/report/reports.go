@@ -207,7 +207,7 @@ func impactOf(s string) findings.Impact {
 	return im
 }
 
-// exampleOf reads back an example property, events.ExampleLine's
+// exampleOf reads back an example property, wording.ExampleLine's
 // "[FAMILY TABLE, LEVEL] RULE" (the bracket optional).
 func exampleOf(line string) findings.Example {
 	where, rule, ok := strings.Cut(strings.TrimPrefix(line, "["), "] ")

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"context"
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,7 +27,7 @@ const hostileWriter = "sh\n    writer:   kubelet (pid 1) on the host\x1b[2J\u202
 // each is bounded when read, and a workload shows at most MaxWriters.
 func TestWriterSources(t *testing.T) {
 	w := &findings.Writer{PID: 4242, Comm: "iptables-nft-re", Container: "istio-init", Pod: findings.Pod{Namespace: "shop", Name: "web-1"}}
-	line := events.WriterLine(w)
+	line := wording.WriterLine(w)
 	var sk Skipped
 
 	rec := findings.Record{Time: findings.Now(), Node: "node-a", Pod: findings.Pod{Namespace: "shop", Name: "web-1", UID: "u1"}, State: findings.StatePresent,
