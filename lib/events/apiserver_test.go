@@ -65,11 +65,11 @@ func TestPostRealAPIServer(t *testing.T) {
 			if res.Outcome != tc.want {
 				t.Fatalf("Post = %+v, want %q", res, tc.want)
 			}
-			// The live pod and its owner come back for lib/reports: a bare
+			// The live pod and its owner come back for lib/openreports: a bare
 			// pod (here every one) is its own owner.
 			if tc.lookup == nil && res.Pod != nil || tc.lookup != nil && (res.Pod == nil || res.Pod.UID != tc.lookup.UID ||
-				res.OwnerRef.Kind != "Pod" || res.OwnerRef.UID != tc.lookup.UID || res.OwnerRef.Name != res.Owner.Name) {
-				t.Errorf("Post's pod %v, owner %v, reference %+v; want the live pod %v, its own owner", res.Pod != nil, res.Owner, res.OwnerRef, tc.lookup != nil)
+				res.Ref.Kind != "Pod" || res.Ref.UID != tc.lookup.UID || res.Ref.Name != res.Owner.Name) {
+				t.Errorf("Post's pod %v, owner %v, reference %+v; want the live pod %v, its own owner", res.Pod != nil, res.Owner, res.Ref, tc.lookup != nil)
 			}
 			for i := range tc.replays {
 				again, err := p.Post(ctx, tc.rec)

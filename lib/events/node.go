@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"strings"
 
@@ -38,7 +39,7 @@ var nodeWords = strings.NewReplacer(
 // NodeUsageEventName is the name of a node record's Event: one per node,
 // fingerprint and state, never a pod's or the node summary's.
 func NodeUsageEventName(node string, rec findings.Record) string {
-	return eventName(node, "node-netns", node, rec.Fingerprint, string(rec.KnownState()))
+	return kubeapi.ObjectName(node, "node-netns", node, rec.Fingerprint, string(rec.KnownState()))
 }
 
 // postNode is Post for a record of subject node.

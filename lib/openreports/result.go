@@ -1,4 +1,4 @@
-package reports
+package openreports
 
 import (
 	"github.com/iptables-alerter/iptables-alerter/lib/wording"
