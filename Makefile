@@ -129,7 +129,7 @@ docs:
 	$(GO) test -count=1 -timeout 30m -run TestReference ./hook -update-docs
 
 # Copy the OpenReports Report CRD from the module go.mod names into
-# packaging/crds (lib/reports' TestShippedCRD fails when they differ).
+# packaging/crds (lib/openreports' TestShippedCRD fails when they differ).
 crds:
 	cp "$$($(GO) list -m -f '{{.Dir}}' github.com/openreports/reports-api)/config/crd/openreports.io_reports.yaml" packaging/crds/
 	chmod 644 packaging/crds/openreports.io_reports.yaml

@@ -27,7 +27,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/consumer"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
-	"github.com/iptables-alerter/iptables-alerter/lib/reports"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 )
 
 // updateDocs makes TestReference write the pages and the README section
@@ -173,7 +173,7 @@ func metricRegistries(t *testing.T) []daemonRegistry {
 	}
 	log := logrus.New()
 	refusals := kubeapi.NewRefusals()
-	keeper := reports.NewKeeper(nil, nil, nil, log)
+	keeper := openreports.NewKeeper(nil, nil, nil, log)
 	fwd := forwardMetrics(&consumer.Runner{}, events.NewConsumer(nil, log, refusals), keeper, refusals)
 	return []daemonRegistry{
 		{"agent", "`/metrics` on `--health-addr` (9757) or `--metrics-addr`", agentRegistry(a)},

@@ -26,7 +26,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
 	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
-	"github.com/iptables-alerter/iptables-alerter/lib/reports"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 )
 
 var forwardCommand = command{use: "forward", summary: "post a Kubernetes Event on the pod and keep OpenReports Reports for each new finding",
@@ -102,7 +102,7 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&cfg.nodeName, "node-name", "", "this node's name, the Events' reportingInstance (default: the hostname)")
 	fs.BoolVar(&cfg.nodeEvent, "node-event", false, "also post one summary Event per usage fingerprint on the Node")
 	fs.BoolVar(&cfg.reports, "reports", true, "also keep OpenReports Reports (openreports.io/v1alpha1) per workload and node; Events only while the CRD is missing")
-	fs.DurationVar(&cfg.reportsGrace, "reports-grace", reports.DefaultGrace, "how long a Report keeps the result of a pod that is gone")
+	fs.DurationVar(&cfg.reportsGrace, "reports-grace", openreports.DefaultGrace, "how long a Report keeps the result of a pod that is gone")
 	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
 	fs.DurationVar(&cfg.timeout, "request-timeout", 30*time.Second, "timeout of one API request")
 	fs.Float32Var(&cfg.qps, "kube-api-qps", defaultQPS, "API requests a second this forwarder sends at most, sustained, Events and Reports together: a finding costs about 4 (its Event, the pod, the Report's get and write), so the default keeps up with about 5 findings a second (client-go's default, 5 for each of its two clients, held it to about 2.5), under the kubelet's own 50; the API server's Priority and Fairness still bounds all nodes' forwarders together")
@@ -162,15 +162,15 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 	r := &consumer.Runner{Findings: cfg.findings, Store: follow.FileStore(filepath.Join(cfg.checkpointDir, "checkpoint.json")),
 		Poll: cfg.poll, MaxBackoff: cfg.maxBackoff, Batch: 1, Log: log.WithFields(fields), RetryMsg: "event not delivered, will retry the same finding",
 		ResetHint: " (Events already posted are answered AlreadyExists)", Consumers: []consumer.Named{{Name: "events", Consumer: ev}}}
-	var keeper *reports.Keeper
+	var keeper *openreports.Keeper
 	if cfg.reports {
 		rcs, err := versioned.NewForConfig(rc)
 		if err != nil {
 			return fmt.Errorf("make reports client: %w", err)
 		}
-		w := reports.New(client, rcs, cfg.nodeName)
+		w := openreports.New(client, rcs, cfg.nodeName)
 		w.Grace = cfg.reportsGrace
-		keeper = reports.NewKeeper(w, rcs, client, log)
+		keeper = openreports.NewKeeper(w, rcs, client, log)
 		keeper.Posted, keeper.Refusals = ev.Posted, refusals
 		if cfg.reportsLook > 0 {
 			keeper.LookMissing, keeper.LookForbidden = cfg.reportsLook, cfg.reportsLook
@@ -210,7 +210,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 
 // forwardMetrics gathers the consumers' counters: a finding set aside
 // must be visible without reading logs.
-func forwardMetrics(r *consumer.Runner, ev *events.Consumer, keeper *reports.Keeper, refusals *kubeapi.Refusals) *prometheus.Registry {
+func forwardMetrics(r *consumer.Runner, ev *events.Consumer, keeper *openreports.Keeper, refusals *kubeapi.Refusals) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	keeper.Register(reg)
 	ev.Register(reg, r.Malformed, r.Retries)

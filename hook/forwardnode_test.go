@@ -15,7 +15,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
-	"github.com/iptables-alerter/iptables-alerter/lib/reports"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
 
@@ -55,7 +55,7 @@ func TestForwardNodeRecord(t *testing.T) {
 	if len(evs) != 1 || evs[0].Reason != events.Reason || evs[0].Annotations[events.SubjectAnnotation] != "node" {
 		t.Fatalf("node events %+v, want the node record's one", evs)
 	}
-	list, err := rc.OpenreportsV1alpha1().Reports("").List(kubetest.Ctx(t), metav1.ListOptions{LabelSelector: reports.Selector("")})
+	list, err := rc.OpenreportsV1alpha1().Reports("").List(kubetest.Ctx(t), metav1.ListOptions{LabelSelector: openreports.Selector("")})
 	if err != nil {
 		t.Fatal(err)
 	}

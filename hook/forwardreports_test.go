@@ -19,7 +19,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
-	"github.com/iptables-alerter/iptables-alerter/lib/reports"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
 
@@ -48,14 +48,14 @@ func fwdGet(t *testing.T, addr, path string) (int, string) {
 // the Report's node label.
 func fwdResults(t *testing.T, rc versioned.Interface, namespace string) map[string][2]string {
 	t.Helper()
-	list, err := rc.OpenreportsV1alpha1().Reports(namespace).List(kubetest.Ctx(t), metav1.ListOptions{LabelSelector: reports.Selector("")})
+	list, err := rc.OpenreportsV1alpha1().Reports(namespace).List(kubetest.Ctx(t), metav1.ListOptions{LabelSelector: openreports.Selector("")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string][2]string{}
 	for _, r := range list.Items {
 		for _, x := range r.Results {
-			out[x.Subjects[0].Name] = [2]string{string(x.Result), r.Labels[reports.NodeLabel]}
+			out[x.Subjects[0].Name] = [2]string{string(x.Result), r.Labels[openreports.NodeLabel]}
 		}
 	}
 	return out

@@ -16,9 +16,9 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	"github.com/iptables-alerter/iptables-alerter/lib/report"
-	"github.com/iptables-alerter/iptables-alerter/lib/reports"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
 
@@ -65,8 +65,8 @@ func TestReportFromReports(t *testing.T) {
 		} else {
 			rec.Nft, rec.Examples, rec.Error = findings.Nft{}, nil, "inspect: deadline exceeded"
 		}
-		res, err := reports.New(cs, rc, node).Write(ctx, rec)
-		if err != nil || res.Outcome != reports.Written {
+		res, err := openreports.New(cs, rc, node).Write(ctx, rec)
+		if err != nil || res.Outcome != openreports.Written {
 			t.Fatalf("write %s: %+v, %v", pod, res, err)
 		}
 	}
@@ -78,7 +78,7 @@ func TestReportFromReports(t *testing.T) {
 	// Written directly, as anyone allowed to create Reports in shop can.
 	forged := func(name string, labels map[string]string, x openreportsv1alpha1.ReportResult) {
 		t.Helper()
-		x.Source, x.Policy, x.Result, x.Severity = reports.Source, reports.Policy, "fail", "high"
+		x.Source, x.Policy, x.Result, x.Severity = openreports.Source, openreports.Policy, "fail", "high"
 		_, err := rc.OpenreportsV1alpha1().Reports("shop").Create(ctx, &openreportsv1alpha1.Report{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Results: []openreportsv1alpha1.ReportResult{x}}, metav1.CreateOptions{})
 		if err != nil {
@@ -86,17 +86,17 @@ func TestReportFromReports(t *testing.T) {
 		}
 	}
 	forged("not-ours", map[string]string{"app": "x"}, openreportsv1alpha1.ReportResult{Rule: findings.ImpactLegacy,
-		Subjects: []corev1.ObjectReference{{Kind: "Pod", Namespace: "shop", Name: "stranger"}}, Properties: map[string]string{reports.PropOwner: "Deployment/stranger"}})
-	forged("hostile", map[string]string{reports.ManagedByLabel: reports.ManagedBy, reports.NodeLabel: "node-c"}, openreportsv1alpha1.ReportResult{
+		Subjects: []corev1.ObjectReference{{Kind: "Pod", Namespace: "shop", Name: "stranger"}}, Properties: map[string]string{openreports.PropOwner: "Deployment/stranger"}})
+	forged("hostile", map[string]string{openreports.ManagedByLabel: openreports.ManagedBy, openreports.NodeLabel: "node-c"}, openreportsv1alpha1.ReportResult{
 		Rule: bogusLevel,
 		// The subject's namespace is not the Report's: the Report's counts.
 		Subjects: []corev1.ObjectReference{{Kind: "Pod", Namespace: "kube-system", Name: "web-1" + hostile, UID: "u1"}},
 		Properties: map[string]string{
-			reports.PropOwner: "Deployment\n| FORGED |/web" + hostile, reports.PropNodes: "node-c" + hostile,
-			reports.PropVendor: "istio" + hostile, reports.PropHint: hostile + strings.Repeat("A", 50<<10),
-			reports.PropRules:         "legacy=-5 xt=1",
-			reports.PropWriter:        "sh (pid 1)" + hostile + strings.Repeat("W", 50<<10),
-			reports.PropExample + "1": "[ip" + hostile + " nat, " + bogusLevel + "] -A OUTPUT " + hostile,
+			openreports.PropOwner: "Deployment\n| FORGED |/web" + hostile, openreports.PropNodes: "node-c" + hostile,
+			openreports.PropVendor: "istio" + hostile, openreports.PropHint: hostile + strings.Repeat("A", 50<<10),
+			openreports.PropRules:         "legacy=-5 xt=1",
+			openreports.PropWriter:        "sh (pid 1)" + hostile + strings.Repeat("W", 50<<10),
+			openreports.PropExample + "1": "[ip" + hostile + " nat, " + bogusLevel + "] -A OUTPUT " + hostile,
 		}})
 
 	out, code := runReportCmd(t, "--kubeconfig", kc, "--format", "json")
@@ -163,7 +163,7 @@ func TestReportSourceForbidden(t *testing.T) {
 	web := owned["web-7c9-aaaaa"].Pod
 	rec := fwdRecord(web, string(web.UID), "fp-web", "app")
 	rec.Impact, rec.Worst = findings.Impact{Xt: 1}, findings.ImpactXt
-	if res, err := reports.New(cs, rc, "node-a").Write(ctx, rec); err != nil || res.Outcome != reports.Written {
+	if res, err := openreports.New(cs, rc, "node-a").Write(ctx, rec); err != nil || res.Outcome != openreports.Written {
 		t.Fatalf("write report: %+v, %v", res, err)
 	}
 	db := owned["db-0"].Pod

@@ -163,3 +163,15 @@ func (r *Runner) execute(ctx context.Context, c Named, rec findings.Record) erro
 	entry.Debug("consumer done")
 	return nil
 }
+
+// LogFields name rec in every consumer's log line about it.
+func LogFields(rec findings.Record) logrus.Fields {
+	return logrus.Fields{
+		"pod_namespace": rec.Pod.Namespace,
+		"pod_name":      rec.Pod.Name,
+		"pod_uid":       rec.Pod.UID,
+		"container_id":  rec.ContainerID,
+		"fingerprint":   rec.Fingerprint,
+		"state":         string(rec.State),
+	}
+}

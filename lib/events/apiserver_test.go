@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"strings"
 	"testing"
 	"time"
@@ -64,11 +65,11 @@ func TestPostRealAPIServer(t *testing.T) {
 			if res.Outcome != tc.want {
 				t.Fatalf("Post = %+v, want %q", res, tc.want)
 			}
-			// The live pod and its owner come back for lib/reports: a bare
+			// The live pod and its owner come back for lib/openreports: a bare
 			// pod (here every one) is its own owner.
 			if tc.lookup == nil && res.Pod != nil || tc.lookup != nil && (res.Pod == nil || res.Pod.UID != tc.lookup.UID ||
-				res.OwnerRef.Kind != "Pod" || res.OwnerRef.UID != tc.lookup.UID || res.OwnerRef.Name != res.Owner.Name) {
-				t.Errorf("Post's pod %v, owner %v, reference %+v; want the live pod %v, its own owner", res.Pod != nil, res.Owner, res.OwnerRef, tc.lookup != nil)
+				res.Ref.Kind != "Pod" || res.Ref.UID != tc.lookup.UID || res.Ref.Name != res.Owner.Name) {
+				t.Errorf("Post's pod %v, owner %v, reference %+v; want the live pod %v, its own owner", res.Pod != nil, res.Owner, res.Ref, tc.lookup != nil)
 			}
 			for i := range tc.replays {
 				again, err := p.Post(ctx, tc.rec)
@@ -96,11 +97,11 @@ func TestPostRealAPIServer(t *testing.T) {
 			if e.Reason != events.Reason || e.Type != corev1.EventTypeWarning || e.ReportingController != events.Controller || e.ReportingInstance != "node-a" || e.Action != events.Action {
 				t.Errorf("event fields: reason %q type %q controller %q instance %q action %q", e.Reason, e.Type, e.ReportingController, e.ReportingInstance, e.Action)
 			}
-			if e.Message != events.Note(tc.rec, res.Owner) || len(e.Message) > events.NoteLimit {
+			if e.Message != wording.Note(tc.rec, res.Owner) || len(e.Message) > wording.NoteLimit {
 				t.Errorf("stored note (%d bytes) differs from the rendered one:\n%s", len(e.Message), e.Message)
 			}
-			if tc.fullish && len(e.Message) < events.NoteLimit-100 {
-				t.Errorf("note is %d bytes, want close to %d", len(e.Message), events.NoteLimit)
+			if tc.fullish && len(e.Message) < wording.NoteLimit-100 {
+				t.Errorf("note is %d bytes, want close to %d", len(e.Message), wording.NoteLimit)
 			}
 			if !strings.Contains(e.Message, "RHEL 10") {
 				t.Errorf("note lacks the deprecation: %q", e.Message)
@@ -186,7 +187,7 @@ func TestUnknownRealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(evs) != 1 || evs[0].Reason != events.UnknownReason || evs[0].Type != corev1.EventTypeWarning || evs[0].Message != events.UnknownNote(rec, res.Owner) {
+	if len(evs) != 1 || evs[0].Reason != events.UnknownReason || evs[0].Type != corev1.EventTypeWarning || evs[0].Message != wording.UnknownNote(rec, res.Owner) {
 		t.Fatalf("events on the pod: %+v, want one %s Warning with the unknown note", evs, events.UnknownReason)
 	}
 }

@@ -2,6 +2,8 @@ package events
 
 import (
 	"context"
+	"github.com/iptables-alerter/iptables-alerter/lib/consumer"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	"sync"
 	"sync/atomic"
 
@@ -43,14 +45,16 @@ func NewConsumer(p *Poster, log logrus.FieldLogger, refusals *kubeapi.Refusals) 
 	}, []string{"impact", "vendor"})}
 }
 
-// Posted is the Result of rec's post, when rec is the latest record posted.
-func (c *Consumer) Posted(rec findings.Record) (Result, bool) {
+// Posted is the live pod and owner rec's post read (owner.Owned; its Pod
+// nil when none), when rec is the latest record posted: the Reports
+// consumer writes from them without reading them again.
+func (c *Consumer) Posted(rec findings.Record) (owner.Owned, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !sameRecord(c.last.rec, rec) {
-		return Result{}, false
+		return owner.Owned{}, false
 	}
-	return c.last.res, true
+	return c.last.res.Owned, true
 }
 
 func sameRecord(a, b findings.Record) bool {
@@ -106,18 +110,6 @@ func (c *Consumer) countImpact(rec findings.Record) {
 	}
 }
 
-// LogFields name rec in every log line about it.
-func LogFields(rec findings.Record) logrus.Fields {
-	return logrus.Fields{
-		"pod_namespace": rec.Pod.Namespace,
-		"pod_name":      rec.Pod.Name,
-		"pod_uid":       rec.Pod.UID,
-		"container_id":  rec.ContainerID,
-		"fingerprint":   rec.Fingerprint,
-		"state":         string(rec.State),
-	}
-}
-
 // Consume posts rec's Events. It returns an error only for what may
 // succeed later (the line comes again); a refusal by RBAC is kept so
 // (an admin's fix delivers every Event) and said on /healthz.
@@ -134,7 +126,7 @@ func (c *Consumer) Consume(ctx context.Context, rec findings.Record) error {
 	c.mu.Lock()
 	c.last.rec, c.last.res = rec, res
 	c.mu.Unlock()
-	fields := LogFields(rec)
+	fields := consumer.LogFields(rec)
 	fields["outcome"] = string(res.Outcome)
 	if res.Name != "" {
 		fields["event"] = res.Namespace + "/" + res.Name

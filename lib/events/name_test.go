@@ -1,6 +1,7 @@
 package events
 
 import (
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
 	"strings"
 	"testing"
 
@@ -9,8 +10,8 @@ import (
 )
 
 func TestPodEventName(t *testing.T) {
-	base := sampleRecord()
-	other := func(f func(*findings.Record)) findings.Record { r := sampleRecord(); f(&r); return r }
+	base := findingstest.Sample()
+	other := func(f func(*findings.Record)) findings.Record { r := findingstest.Sample(); f(&r); return r }
 	cases := []struct {
 		name       string
 		rec        findings.Record

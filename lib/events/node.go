@@ -2,6 +2,8 @@ package events
 
 import (
 	"context"
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,7 +39,7 @@ var nodeWords = strings.NewReplacer(
 // NodeUsageEventName is the name of a node record's Event: one per node,
 // fingerprint and state, never a pod's or the node summary's.
 func NodeUsageEventName(node string, rec findings.Record) string {
-	return eventName(node, "node-netns", node, rec.Fingerprint, string(rec.KnownState()))
+	return kubeapi.ObjectName(node, "node-netns", node, rec.Fingerprint, string(rec.KnownState()))
 }
 
 // postNode is Post for a record of subject node.
@@ -52,11 +54,11 @@ func (p *Poster) postNode(ctx context.Context, rec findings.Record) (Result, err
 	// As the node summary: the kubelet uses the node name as UID.
 	ev.Regarding = corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: p.node, UID: types.UID(p.node)}
 	ev.Annotations[SubjectAnnotation] = string(findings.SubjectNode)
-	ev.Note = Note(rec, owner.Owner{})
+	ev.Note = wording.Note(rec, owner.Owner{})
 	if rec.KnownState() == findings.StateUnknown {
-		ev.Reason, ev.Note = UnknownReason, UnknownNote(rec, owner.Owner{})
+		ev.Reason, ev.Note = UnknownReason, wording.UnknownNote(rec, owner.Owner{})
 	}
-	ev.Note = safetext.Cut(nodeWords.Replace(ev.Note), NoteLimit)
+	ev.Note = safetext.Cut(nodeWords.Replace(ev.Note), wording.NoteLimit)
 	out, err := p.create(ctx, ev)
 	if out == "" {
 		return Result{}, err

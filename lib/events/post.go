@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -75,14 +74,11 @@ type Result struct {
 	PodUID types.UID
 	// Mirror is true when the record's pod is a static pod.
 	Mirror bool
-	// Owner is the pod's owning workload, zero when no pod was found;
-	// OwnerRef refers to its object (owner.Resolver.Reference).
-	Owner    owner.Owner
-	OwnerRef metav1.OwnerReference
-	// Pod is the live pod the Event regards, nil when none was found:
-	// lib/reports writes the pod's result from it and Owner, without
-	// reading them again.
-	Pod *corev1.Pod
+	// Owned is the live pod the Event regards (nil when none was found),
+	// its owning workload and a reference to that (owner.Resolver.Owned):
+	// lib/openreports writes the pod's result from it without reading
+	// them again.
+	owner.Owned
 	// Node is the outcome of the node summary Event, empty when not asked;
 	// NodeWhy explains a Rejected one.
 	Node    Outcome
@@ -152,54 +148,22 @@ func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, erro
 	if res, skip := noEvent(rec); skip {
 		return res, nil
 	}
-	pod, res, err := LivePod(ctx, p.client, rec.Pod)
-	if pod == nil {
-		return res, err
+	pod, err := kubeapi.LivePod(ctx, p.client, rec.Pod)
+	switch {
+	case kubeapi.IsPodGone(err):
+		return Result{Outcome: PodGone, Why: err}, nil
+	case kubeapi.Retryable(err):
+		return Result{}, err
+	case err != nil:
+		return Result{Outcome: Rejected, Why: err}, nil
 	}
-	res.Name, res.Pod = PodEventName(rec), pod
-	res.Owner, res.OwnerRef = p.owners.Reference(ctx, pod)
+	res := Result{Namespace: pod.Namespace, PodUID: pod.UID, Mirror: kubeapi.IsMirror(pod, rec.Pod), Name: PodEventName(rec), Owned: p.owners.Owned(ctx, pod)}
 	res.Outcome, err = p.create(ctx, p.podEvent(rec, pod, res.Name, res.Owner))
 	if res.Outcome == "" {
 		return Result{}, err
 	}
 	res.Why = err
 	return res, nil
-}
-
-// LivePod gets the pod as the API serves it now, if it is the pod the
-// record names: its UID is the record's or, for a static pod, the value of
-// the mirror pod's MirrorAnnotation (Result.Mirror). Without a pod, the
-// Result says why (PodGone, Rejected) or the error is retryable.
-func LivePod(ctx context.Context, client kubernetes.Interface, want findings.Pod) (*corev1.Pod, Result, error) {
-	// client-go refuses such names before sending anything, with an error
-	// that looks like a lost connection: it would be retried forever and
-	// hold every later finding back. No pod can have them.
-	for what, name := range map[string]string{"namespace": want.Namespace, "pod name": want.Name} {
-		if msgs := path.IsValidPathSegmentName(name); len(msgs) > 0 {
-			return nil, Result{Outcome: Rejected, Why: fmt.Errorf("invalid %s %q: %s", what, name, strings.Join(msgs, ", "))}, nil
-		}
-	}
-	pod, err := client.CoreV1().Pods(want.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
-	if err != nil {
-		err = fmt.Errorf("get pod %q: %w", want.Namespace+"/"+want.Name, err)
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil, Result{Outcome: PodGone, Why: err}, nil
-		case kubeapi.Retryable(err):
-			return nil, Result{}, err
-		default:
-			return nil, Result{Outcome: Rejected, Why: err}, nil
-		}
-	}
-	res := Result{Namespace: pod.Namespace, PodUID: pod.UID}
-	switch {
-	case string(pod.UID) == want.UID:
-	case pod.Annotations[MirrorAnnotation] == want.UID:
-		res.Mirror = true
-	default:
-		return nil, Result{Outcome: PodGone, Why: fmt.Errorf("pod %q has uid %q, the finding is about uid %q", pod.Namespace+"/"+pod.Name, pod.UID, want.UID)}, nil
-	}
-	return pod, res, nil
 }
 
 // create posts ev; AlreadyExists means an earlier attempt got through. An
@@ -228,9 +192,9 @@ func (p *Poster) podEvent(rec findings.Record, pod *corev1.Pod, name string, o o
 		Name:       pod.Name,
 		UID:        pod.UID,
 	}
-	ev.Note = Note(rec, o)
+	ev.Note = wording.Note(rec, o)
 	if rec.KnownState() == findings.StateUnknown {
-		ev.Reason, ev.Note = UnknownReason, UnknownNote(rec, o)
+		ev.Reason, ev.Note = UnknownReason, wording.UnknownNote(rec, o)
 	}
 	return ev
 }
@@ -255,7 +219,7 @@ func (p *Poster) nodeEventFor(rec findings.Record, pod Result) *eventsv1.Event {
 		}
 	}
 	head := fmt.Sprintf("Pod %s/%s on this node created iptables rules. ", safetext.Display(rec.Pod.Namespace), safetext.Display(rec.Pod.Name))
-	ev.Note = safetext.Cut(head+Note(rec, pod.Owner), NoteLimit)
+	ev.Note = safetext.Cut(head+wording.Note(rec, pod.Owner), wording.NoteLimit)
 	return ev
 }
 

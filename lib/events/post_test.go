@@ -3,13 +3,14 @@ package events
 import (
 	"context"
 	"errors"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
-	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	corev1 "k8s.io/api/core/v1"
@@ -34,7 +35,7 @@ func livePod(uid string, annotations map[string]string) *corev1.Pod {
 // outcomes and retries. The same paths run against a real API server in
 // apiserver_test.go.
 func TestPostFake(t *testing.T) {
-	rec := sampleRecord()
+	rec := findingstest.Sample()
 	rec.Time = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	noPod := rec
 	noPod.Pod = findings.Pod{}
@@ -117,7 +118,7 @@ func TestPostFake(t *testing.T) {
 }
 
 func TestPodEventFields(t *testing.T) {
-	rec := sampleRecord()
+	rec := findingstest.Sample()
 	rec.Time = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	cs := fake.NewClientset(livePod("mirror-uid", map[string]string{MirrorAnnotation: rec.Pod.UID}))
 	p := New(cs, "node-a", true)
@@ -146,7 +147,7 @@ func TestPodEventFields(t *testing.T) {
 		Reason:              Reason,
 		Type:                corev1.EventTypeWarning,
 		Regarding:           corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: "shop", Name: "cart-7d9f", UID: "mirror-uid"},
-		Note:                Note(rec, static),
+		Note:                wording.Note(rec, static),
 	}
 	// Bookkeeping the fake tracker adds.
 	got.ManagedFields, got.TypeMeta = nil, metav1.TypeMeta{}
@@ -164,7 +165,7 @@ func TestPodEventFields(t *testing.T) {
 	if node.Related == nil || node.Related.UID != "mirror-uid" {
 		t.Errorf("node event related = %+v, want the mirror pod", node.Related)
 	}
-	if !strings.HasPrefix(node.Note, "Pod shop/cart-7d9f on this node") || len(node.Note) > NoteLimit {
+	if !strings.HasPrefix(node.Note, "Pod shop/cart-7d9f on this node") || len(node.Note) > wording.NoteLimit {
 		t.Errorf("node note = %q", node.Note)
 	}
 
@@ -183,7 +184,7 @@ func TestPodEventFields(t *testing.T) {
 // under a name of its own (the usage Event that may follow is another);
 // the node summary, which says the pod created rules, is not posted.
 func TestUnknownEvent(t *testing.T) {
-	rec := sampleRecord()
+	rec := findingstest.Sample()
 	rec.Nft, rec.Examples, rec.Truncated = findings.Nft{}, nil, true
 	rec.Error = "inspect legacy: legacy x_tables busy: probe did not answer"
 	rec.State = findings.StateUnknown
@@ -211,37 +212,12 @@ func TestUnknownEvent(t *testing.T) {
 	if again, err := p.Post(context.Background(), rec); err != nil || again.Outcome != Duplicate {
 		t.Errorf("replay = %+v, %v; want duplicate", again, err)
 	}
-	present := sampleRecord()
+	present := findingstest.Sample()
 	present.SandboxID = rec.SandboxID
 	if PodEventName(present) == PodEventName(rec) {
 		t.Errorf("the unknown and the usage Event share the name %s", PodEventName(rec))
 	}
 	if l, _ := cs.EventsV1().Events(NodeEventNamespace).List(context.Background(), metav1.ListOptions{}); len(l.Items) != 0 {
 		t.Errorf("node Events for an unknown record: %d", len(l.Items))
-	}
-}
-
-// TestPlainWhy: the plain words follow lib/inspect's error classes by
-// their text; a renamed class must fail here, not lose its words.
-func TestPlainWhy(t *testing.T) {
-	for _, err := range []error{inspect.ErrLegacyBusy, inspect.ErrDeadline, inspect.ErrTooMany, inspect.ErrIncomplete} {
-		n := 0
-		for _, p := range plainWhy {
-			if strings.Contains(err.Error(), p.class) {
-				n++
-			}
-		}
-		if n != 1 {
-			t.Errorf("%q matches %d plain-word classes, want 1", err, n)
-		}
-	}
-	for _, tc := range []struct{ err, want string }{
-		{"", "Why: a size bound was reached."},
-		{"list chains: EPERM", "Why: the check failed (list chains: EPERM)."},
-		{"list rules: inspection deadline reached", "Why: the check ran out of time (list rules: inspection deadline reached)."},
-	} {
-		if got := UnknownNote(findings.Record{Error: tc.err, Truncated: true}, owner.Owner{}); !strings.Contains(got, tc.want) {
-			t.Errorf("error %q: note\n%s\nlacks %q", tc.err, got, tc.want)
-		}
 	}
 }

@@ -1,6 +1,8 @@
 // Package kubeapi holds what the consumers that talk to the API server
 // share about its answers: which errors to retry and which are a refusal
-// of one object (Retryable, Refusal, IsForbiddenToUs).
+// of one object (Retryable, Refusal, IsForbiddenToUs); the live pod a
+// finding names (LivePod, with IsPodGone and IsInvalid on its error); and
+// the names of objects derived from findings (ObjectName).
 //
 // Invariants: an error Retryable calls final is never a reason to hold
 // a findings line; the authorizer's 403 (missing RBAC: the forwarder's own

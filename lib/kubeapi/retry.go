@@ -26,6 +26,7 @@ import (
 //     webhook and policy admission plugins answer it while they start.
 //
 // Definitive (log, count, move on):
+//   - LivePod's IsPodGone and IsInvalid: no such pod, or none can be;
 //   - 403 with cause NamespaceTerminating: the pod's namespace is going away;
 //   - every other 403 (Refusal): a ResourceQuota, an admission webhook or
 //     policy refused this object in its namespace; retrying would hold
@@ -34,7 +35,7 @@ import (
 //   - 400, 405, 406, 409 other than AlreadyExists, 410, 413, 415, 422 and any
 //     other 4xx: the request itself is wrong and will stay wrong.
 func Retryable(err error) bool {
-	if err == nil {
+	if err == nil || IsPodGone(err) || IsInvalid(err) {
 		return false
 	}
 	var status apierrors.APIStatus

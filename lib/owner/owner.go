@@ -161,3 +161,19 @@ func (r *Resolver) parent(ctx context.Context, k key) *metav1.OwnerReference {
 	r.cache[k] = entry{parent: p, at: r.now()}
 	return p
 }
+
+// Owned is a live pod with its owning workload and a reference to the
+// workload's object, as Resolver.Owned reads them: what the Events side
+// read, handed to the Reports side so it need not read them again.
+type Owned struct {
+	// Pod is nil when no live pod was found.
+	Pod   *corev1.Pod
+	Owner Owner
+	Ref   metav1.OwnerReference
+}
+
+// Owned reads pod's owner and its reference (Reference).
+func (r *Resolver) Owned(ctx context.Context, pod *corev1.Pod) Owned {
+	o, ref := r.Reference(ctx, pod)
+	return Owned{Pod: pod, Owner: o, Ref: ref}
+}

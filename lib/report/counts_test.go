@@ -14,8 +14,8 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
-	"github.com/iptables-alerter/iptables-alerter/lib/reports"
 )
 
 // TestCountsEachPodOnce is issue 25's "report multiplies counts": an
@@ -126,9 +126,9 @@ func TestCountsEachPodOnce(t *testing.T) {
 	}
 
 	// A Report's result says when its look was cut short.
-	x := openreportsv1alpha1.ReportResult{Source: reports.Source, Rule: findings.ImpactNative, Result: "warn",
+	x := openreportsv1alpha1.ReportResult{Source: openreports.Source, Rule: findings.ImpactNative, Result: "warn",
 		Subjects:   []corev1.ObjectReference{{Kind: "Pod", Name: "web-1", UID: "u1"}},
-		Properties: map[string]string{reports.PropRules: "legacy=0 xt=0 native=5 total=5", reports.PropTruncated: "true"}}
+		Properties: map[string]string{openreports.PropRules: "legacy=0 xt=0 native=5 total=5", openreports.PropTruncated: "true"}}
 	if it, ok := resultItem("shop", x, &sk); !ok || !it.Truncated {
 		t.Errorf("a truncated result reads as complete: %+v", it)
 	}

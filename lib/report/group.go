@@ -47,7 +47,7 @@ type Group struct {
 	State findings.State `json:"state"`
 	Error string         `json:"error"`
 	// Writers name, for up to MaxWriters distinct ones, the process whose
-	// change the agent's watch looked after (events.WriterLine).
+	// change the agent's watch looked after (wording.WriterLine).
 	Writers []string `json:"writers"`
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"io"
 	"os"
 	"time"
@@ -53,7 +54,7 @@ type Item struct {
 	// Events do not say it.
 	Truncated bool `json:"truncated"`
 	// Writer names the process whose change the agent's watch looked
-	// after (events.WriterLine), "" when the finding names none.
+	// after (wording.WriterLine), "" when the finding names none.
 	Writer string `json:"writer"`
 }
 
@@ -135,7 +136,7 @@ func itemOf(rec findings.Record, source string) Item {
 		it.Node, it.Owner = rec.Node, nodeOwner(rec.Node)
 		// A record written before node hints carries the pod's wording.
 		it.Impact, it.Worst, it.Vendors, it.Examples = rec.Levels(), rec.WorstLevel(), catalog.NodeWords(rec.Vendors), rec.Examples
-		it.State, it.Error, it.Time, it.Writer = rec.KnownState(), rec.Error, rec.Time, events.WriterLine(rec.Writer)
+		it.State, it.Error, it.Time, it.Writer = rec.KnownState(), rec.Error, rec.Time, wording.WriterLine(rec.Writer)
 		it.Truncated = rec.Truncated
 		return it
 	}
@@ -143,7 +144,7 @@ func itemOf(rec findings.Record, source string) Item {
 		Namespace: rec.Pod.Namespace, Pod: rec.Pod.Name, PodUID: rec.Pod.UID, Node: rec.Node,
 		Owner:  owner.Bare(rec.Pod.Name),
 		Impact: rec.Levels(), Worst: rec.WorstLevel(), Vendors: rec.Vendors, Examples: rec.Examples,
-		Source: source, State: rec.KnownState(), Error: rec.Error, Time: rec.Time, Writer: events.WriterLine(rec.Writer),
+		Source: source, State: rec.KnownState(), Error: rec.Error, Time: rec.Time, Writer: wording.WriterLine(rec.Writer),
 		Truncated: rec.Truncated,
 	}
 }
@@ -322,7 +323,7 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 		// An older forwarder posted the pod's wording.
 		it.Vendors = catalog.NodeWords(it.Vendors)
 	}
-	it.Writer = events.WriterLine(s.Writer)
+	it.Writer = wording.WriterLine(s.Writer)
 	// The reason says the state; the summary only adds why.
 	if state == findings.StateUnknown {
 		it.Error = s.Error

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,8 +93,8 @@ func TestNodeFindings(t *testing.T) {
 		got = append(got, g.Namespace+"|"+g.Owner.String()+"|"+strings.Join(g.Nodes, ",")+"|"+strings.Join(g.Writers, ";"))
 	}
 	want := []string{
-		"|Node/worker-1|worker-1|" + events.WriterLine(writer),
-		"|Node/worker-3|worker-3|" + events.WriterLine(writer),
+		"|Node/worker-1|worker-1|" + wording.WriterLine(writer),
+		"|Node/worker-3|worker-3|" + wording.WriterLine(writer),
 		"shop|Pod/web|worker-1|",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
-	"github.com/iptables-alerter/iptables-alerter/lib/reports"
 )
 
 // maxCut bounds the count one cut note adds: a Report keeps results of
@@ -27,7 +27,7 @@ const maxCut = 1 << 20
 // 650 MB peak over 1,000 full Reports (tests/bench BenchmarkReports).
 const reportsPage = 50
 
-// ClusterReports lists the cluster's Reports of ours (lib/reports) in
+// ClusterReports lists the cluster's Reports of ours (lib/openreports) in
 // namespace (all when empty), page by page, and gives an Item per result
 // of ours. It returns ErrNoSource when the API does not serve Reports (no
 // CRD: discovery, or a list's 404) or holds none of ours, so the Events
@@ -45,7 +45,7 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error)
 	// Discovery first: every authenticated user may ask it, where a
 	// namespace's Role that lists Events only gets 403 for a resource not
 	// served, and such a reader still gets the Events.
-	served, err := reports.Available(ctx, rc)
+	served, err := openreports.Available(ctx, rc)
 	if err != nil {
 		return nil, fmt.Errorf("list reports: %w", err)
 	}
@@ -56,7 +56,7 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error)
 		items []Item
 		found bool
 	)
-	opts := metav1.ListOptions{LabelSelector: reports.Selector(""), Limit: reportsPage}
+	opts := metav1.ListOptions{LabelSelector: openreports.Selector(""), Limit: reportsPage}
 	for {
 		l, err := rc.OpenreportsV1alpha1().Reports(c.Namespace).List(ctx, opts)
 		if apierrors.IsNotFound(err) {
@@ -105,8 +105,8 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error)
 }
 
 // shared are the properties the pods of one workload mostly have alike.
-var shared = []string{reports.PropOwner, reports.PropNodes, reports.PropRules, reports.PropVendor, reports.PropHint, reports.PropDoc,
-	reports.PropExample + "1", reports.PropExample + "2", reports.PropExample + "3"}
+var shared = []string{openreports.PropOwner, openreports.PropNodes, openreports.PropRules, openreports.PropVendor, openreports.PropHint, openreports.PropDoc,
+	openreports.PropExample + "1", openreports.PropExample + "2", openreports.PropExample + "3"}
 
 // share makes the shared properties of a Report's results that are equal
 // one string, same holding the first of each: the Items keep them, and
@@ -128,10 +128,10 @@ func share(p, same map[string]string) {
 // resultItem reads one result of a Report in namespace; false for a result
 // that is not ours or not about a pod (the cut note is counted in sk).
 func resultItem(namespace string, x openreportsv1alpha1.ReportResult, sk *Skipped) (Item, bool) {
-	if x.Source != reports.Source {
+	if x.Source != openreports.Source {
 		return Item{}, false
 	}
-	if x.Rule == reports.CutRule {
+	if x.Rule == openreports.CutRule {
 		n, err := strconv.Atoi(x.Properties["cut"])
 		if err != nil || n <= 0 || n > maxCut {
 			n = 1
@@ -145,40 +145,40 @@ func resultItem(namespace string, x openreportsv1alpha1.ReportResult, sk *Skippe
 	}
 	p := x.Properties
 	pod := x.Subjects[0]
-	it := Item{Namespace: namespace, Pod: pod.Name, PodUID: string(pod.UID), Node: p[reports.PropNodes],
-		Owner: owner.Bare(pod.Name), Source: "reports", State: findings.StatePresent, Time: reports.Seen(x),
-		Truncated: p[reports.PropTruncated] == "true"}
+	it := Item{Namespace: namespace, Pod: pod.Name, PodUID: string(pod.UID), Node: p[openreports.PropNodes],
+		Owner: owner.Bare(pod.Name), Source: "reports", State: findings.StatePresent, Time: openreports.Seen(x),
+		Truncated: p[openreports.PropTruncated] == "true"}
 	if it.PodUID == "" {
-		it.PodUID = p[reports.PropPodUID]
+		it.PodUID = p[openreports.PropPodUID]
 	}
-	if kind, name, ok := strings.Cut(p[reports.PropOwner], "/"); ok {
+	if kind, name, ok := strings.Cut(p[openreports.PropOwner], "/"); ok {
 		it.Owner = owner.Owner{Kind: kind, Name: name}
 	}
 	switch x.Rule {
-	case reports.RuleUnknown:
-		it.State, it.Error = findings.StateUnknown, p[reports.PropError]
-	case reports.RuleUnclassified:
+	case openreports.RuleUnknown:
+		it.State, it.Error = findings.StateUnknown, p[openreports.PropError]
+	case openreports.RuleUnclassified:
 	default:
 		// Not a level: valid refuses it and counts it.
 		it.Worst = x.Rule
 	}
 	if x.Result == "error" {
-		it.State, it.Worst, it.Error = findings.StateUnknown, "", p[reports.PropError]
+		it.State, it.Worst, it.Error = findings.StateUnknown, "", p[openreports.PropError]
 	}
-	it.Impact = impactOf(p[reports.PropRules])
-	it.Writer = p[reports.PropWriter]
-	if names := p[reports.PropVendor]; names != "" {
+	it.Impact = impactOf(p[openreports.PropRules])
+	it.Writer = p[openreports.PropWriter]
+	if names := p[openreports.PropVendor]; names != "" {
 		for i, n := range strings.Split(names, ",") {
 			v := findings.Vendor{Name: n}
 			if i == 0 {
 				// valid drops a doc that is not an http(s) link.
-				v.Hint, v.Doc = p[reports.PropHint], p[reports.PropDoc]
+				v.Hint, v.Doc = p[openreports.PropHint], p[openreports.PropDoc]
 			}
 			it.Vendors = append(it.Vendors, v)
 		}
 	}
-	for i := 1; i <= reports.MaxExamples; i++ {
-		if line, ok := p[reports.PropExample+strconv.Itoa(i)]; ok {
+	for i := 1; i <= openreports.MaxExamples; i++ {
+		if line, ok := p[openreports.PropExample+strconv.Itoa(i)]; ok {
 			it.Examples = append(it.Examples, exampleOf(line))
 		}
 	}
@@ -207,7 +207,7 @@ func impactOf(s string) findings.Impact {
 	return im
 }
 
-// exampleOf reads back an example property, events.ExampleLine's
+// exampleOf reads back an example property, wording.ExampleLine's
 // "[FAMILY TABLE, LEVEL] RULE" (the bracket optional).
 func exampleOf(line string) findings.Example {
 	where, rule, ok := strings.Cut(strings.TrimPrefix(line, "["), "] ")

@@ -8,18 +8,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
-	"github.com/iptables-alerter/iptables-alerter/lib/reports"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 )
 
 // A result reads back into the Item the writer made it from; another
 // engine's result is not ours, and the cut note counts in the summary.
 func TestResultItem(t *testing.T) {
 	pod := []corev1.ObjectReference{{Kind: "Pod", Namespace: "elsewhere", Name: "web-1", UID: "u1"}}
-	x := openreportsv1alpha1.ReportResult{Source: reports.Source, Rule: findings.ImpactXt, Result: "fail", Subjects: pod,
+	x := openreportsv1alpha1.ReportResult{Source: openreports.Source, Rule: findings.ImpactXt, Result: "fail", Subjects: pod,
 		Properties: map[string]string{
-			reports.PropOwner: "Deployment/web", reports.PropNodes: "node-a", reports.PropRules: "legacy=0 xt=2 native=1 total=3",
-			reports.PropVendor: "istio,linkerd", reports.PropHint: "use the CNI", reports.PropDoc: "https://istio.io/latest/", reports.PropLastSeen: "2026-03-01T12:00:00Z",
-			reports.PropExample + "1": "[ip nat, xt] -A OUTPUT -j REDIRECT", reports.PropExample + "2": "-A INPUT -j ACCEPT",
+			openreports.PropOwner: "Deployment/web", openreports.PropNodes: "node-a", openreports.PropRules: "legacy=0 xt=2 native=1 total=3",
+			openreports.PropVendor: "istio,linkerd", openreports.PropHint: "use the CNI", openreports.PropDoc: "https://istio.io/latest/", openreports.PropLastSeen: "2026-03-01T12:00:00Z",
+			openreports.PropExample + "1": "[ip nat, xt] -A OUTPUT -j REDIRECT", openreports.PropExample + "2": "-A INPUT -j ACCEPT",
 		}}
 	var sk Skipped
 	it, ok := resultItem("shop", x, &sk)
@@ -33,17 +33,17 @@ func TestResultItem(t *testing.T) {
 
 	// A Report anyone may write: a doc that is no http(s) link is dropped
 	// and counted, never shown as the vendor's.
-	x.Properties[reports.PropDoc] = "javascript:alert(1)"
+	x.Properties[openreports.PropDoc] = "javascript:alert(1)"
 	if it, _ := resultItem("shop", x, &sk); valid(it, &sk).Vendors[0].Doc != "" || sk.Invalid != 1 {
 		t.Errorf("forged doc kept: %+v, %+v", valid(it, &Skipped{}).Vendors, sk)
 	}
 	sk = Skipped{}
 
-	x.Rule, x.Result, x.Properties = reports.RuleUnknown, "error", map[string]string{reports.PropError: "inspect: busy"}
+	x.Rule, x.Result, x.Properties = openreports.RuleUnknown, "error", map[string]string{openreports.PropError: "inspect: busy"}
 	if it, ok := resultItem("shop", x, &sk); !ok || it.State != findings.StateUnknown || it.Error != "inspect: busy" || it.Worst != "" {
 		t.Errorf("error result: %+v", it)
 	}
-	x.Rule, x.Result = reports.RuleUnclassified, "warn"
+	x.Rule, x.Result = openreports.RuleUnclassified, "warn"
 	if it, _ := resultItem("shop", x, &sk); it.Worst != "" || it.State != findings.StatePresent {
 		t.Errorf("unclassified result: %+v", it)
 	}
@@ -56,7 +56,7 @@ func TestResultItem(t *testing.T) {
 	}
 	for cut, want := range map[string]int{"7": 7, "-3": 1, "x": 1} {
 		sk = Skipped{}
-		if _, ok := resultItem("shop", openreportsv1alpha1.ReportResult{Source: reports.Source, Rule: reports.CutRule, Result: "skip",
+		if _, ok := resultItem("shop", openreportsv1alpha1.ReportResult{Source: openreports.Source, Rule: openreports.CutRule, Result: "skip",
 			Properties: map[string]string{"cut": cut}}, &sk); ok || sk.Cut != want {
 			t.Errorf("cut %q: %v, %+v", cut, ok, sk)
 		}

@@ -2,13 +2,13 @@ package report
 
 import (
 	"fmt"
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"io"
 	"slices"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
-	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
@@ -118,7 +118,7 @@ func textDetails(g Group, row []string, widths []int) []string {
 	}
 	for _, ex := range g.Examples {
 		// ExampleLine escapes the rule itself.
-		lines("rule:     ", events.ExampleLine(ex))
+		lines("rule:     ", wording.ExampleLine(ex))
 	}
 	for _, w := range g.Writers {
 		detail("writer:   ", w)

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"context"
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,8 +14,8 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
-	"github.com/iptables-alerter/iptables-alerter/lib/reports"
 )
 
 // hostileWriter is what a pod may name its process or container: a forged
@@ -26,7 +27,7 @@ const hostileWriter = "sh\n    writer:   kubelet (pid 1) on the host\x1b[2J\u202
 // each is bounded when read, and a workload shows at most MaxWriters.
 func TestWriterSources(t *testing.T) {
 	w := &findings.Writer{PID: 4242, Comm: "iptables-nft-re", Container: "istio-init", Pod: findings.Pod{Namespace: "shop", Name: "web-1"}}
-	line := events.WriterLine(w)
+	line := wording.WriterLine(w)
 	var sk Skipped
 
 	rec := findings.Record{Time: findings.Now(), Node: "node-a", Pod: findings.Pod{Namespace: "shop", Name: "web-1", UID: "u1"}, State: findings.StatePresent,
@@ -48,9 +49,9 @@ func TestWriterSources(t *testing.T) {
 		t.Errorf("event: %+v, %v; want writer %q", fromEvent, err, line)
 	}
 
-	x := openreportsv1alpha1.ReportResult{Source: reports.Source, Rule: findings.ImpactXt, Result: "fail",
+	x := openreportsv1alpha1.ReportResult{Source: openreports.Source, Rule: findings.ImpactXt, Result: "fail",
 		Subjects:   []corev1.ObjectReference{{Kind: "Pod", Name: "web-1", UID: "u1"}},
-		Properties: map[string]string{reports.PropOwner: "Deployment/web", reports.PropWriter: strings.Repeat(hostileWriter, 1000)}}
+		Properties: map[string]string{openreports.PropOwner: "Deployment/web", openreports.PropWriter: strings.Repeat(hostileWriter, 1000)}}
 	it, ok := resultItem("shop", x, &sk)
 	it = valid(it, &sk)
 	if !ok || len(it.Writer) > maxText || !strings.HasPrefix(it.Writer, "sh\n") {

@@ -31,7 +31,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
-	"github.com/iptables-alerter/iptables-alerter/lib/reports"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
 
@@ -485,7 +485,7 @@ func benchReport(b *testing.B, rc versioned.Interface, bin, kubeconfig string, t
 	ctx := context.Background()
 	for i := 0; i < reportsNamespaces; i++ {
 		if err := rc.OpenreportsV1alpha1().Reports(fmt.Sprintf("bench-%d", i)).DeleteCollection(ctx, metav1.DeleteOptions{},
-			metav1.ListOptions{LabelSelector: reports.Selector("")}); err != nil {
+			metav1.ListOptions{LabelSelector: openreports.Selector("")}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -495,9 +495,9 @@ func benchReport(b *testing.B, rc versioned.Interface, bin, kubeconfig string, t
 		ns := fmt.Sprintf("bench-%d", i%reportsNamespaces)
 		node := fmt.Sprintf("node-%d", i%50)
 		r := &openreportsv1alpha1.Report{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("iptables-deployment-big%d-%s", i, node), Namespace: ns,
-			Labels: map[string]string{reports.ManagedByLabel: reports.ManagedBy, reports.NodeLabel: node}},
-			Source: reports.Source, Scope: &corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: fmt.Sprintf("big%d", i)}}
-		for k := 0; k < reports.MaxResults; k++ {
+			Labels: map[string]string{openreports.ManagedByLabel: openreports.ManagedBy, openreports.NodeLabel: node}},
+			Source: openreports.Source, Scope: &corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: fmt.Sprintf("big%d", i)}}
+		for k := 0; k < openreports.MaxResults; k++ {
 			x := tmpl
 			x.Properties = make(map[string]string, len(tmpl.Properties))
 			for key, v := range tmpl.Properties {
@@ -506,8 +506,8 @@ func benchReport(b *testing.B, rc versioned.Interface, bin, kubeconfig string, t
 			pod := fmt.Sprintf("big%d-7c9f8-p%03d", i, k)
 			uid := fmt.Sprintf("00000000-0000-0000-%04d-%012d", k, i)
 			x.Subjects = []corev1.ObjectReference{{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: pod, UID: types.UID(uid)}}
-			x.Properties[reports.PropPodUID], x.Properties[reports.PropPods] = uid, pod
-			x.Properties[reports.PropOwner], x.Properties[reports.PropNodes] = fmt.Sprintf("Deployment/big%d", i), node
+			x.Properties[openreports.PropPodUID], x.Properties[openreports.PropPods] = uid, pod
+			x.Properties[openreports.PropOwner], x.Properties[openreports.PropNodes] = fmt.Sprintf("Deployment/big%d", i), node
 			r.Results = append(r.Results, x)
 		}
 		r.Summary.Fail = len(r.Results)
@@ -519,7 +519,7 @@ func benchReport(b *testing.B, rc versioned.Interface, bin, kubeconfig string, t
 		return err
 	})
 	fmt.Printf("report over %d Reports of %d results (%d pods; %d KiB a Report), created in %s; load %s:\n",
-		n, reports.MaxResults, n*reports.MaxResults, size>>10, time.Since(start).Round(time.Millisecond), loadavg())
+		n, openreports.MaxResults, n*openreports.MaxResults, size>>10, time.Since(start).Round(time.Millisecond), loadavg())
 	out, err := os.Create(filepath.Join(b.TempDir(), "report.txt"))
 	if err != nil {
 		b.Fatal(err)

@@ -31,9 +31,9 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	"github.com/iptables-alerter/iptables-alerter/lib/report"
-	"github.com/iptables-alerter/iptables-alerter/lib/reports"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
 
@@ -223,7 +223,7 @@ func TestReportsOutliveEvents(t *testing.T) {
 	}
 	names := map[string]string{}
 	for what, o := range map[string]kubetest.Owned{"web": owned[web.Name], "db": owned[db.Name]} {
-		names[what] = reports.Name(owner.Owner{Kind: o.Kind, Name: o.Owner}, "node-a")
+		names[what] = openreports.Name(owner.Owner{Kind: o.Kind, Name: o.Owner}, "node-a")
 	}
 	for what, name := range names {
 		poll(t, "Report "+name+" of "+what+" written", func() (bool, error) {
@@ -251,7 +251,7 @@ func TestReportsOutliveEvents(t *testing.T) {
 			return false, err
 		}
 		for _, x := range r.Results {
-			if strings.HasPrefix(x.Properties[reports.PropWriter], wantWriter) {
+			if strings.HasPrefix(x.Properties[openreports.PropWriter], wantWriter) {
 				return true, nil
 			}
 		}

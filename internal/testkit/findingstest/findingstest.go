@@ -42,3 +42,23 @@ func Read(t testing.TB, path string) []findings.Record {
 	}
 	return recs
 }
+
+// Sample is a present record of an Istio init container: two example
+// rules in ip nat, no vendors, no writer; tests change what they check.
+func Sample() findings.Record {
+	return findings.Record{
+		Schema:      findings.Schema,
+		Node:        "node-a",
+		ContainerID: "c0ffee",
+		SandboxID:   "5a4db0c5",
+		Pod:         findings.Pod{Namespace: "shop", Name: "cart-7d9f", UID: "0b6f8e2c-2a3b-4a51-9d7e-111111111111"},
+		Container:   "istio-init",
+		Image:       "docker.io/istio/proxyv2:1.20.0",
+		Nft:         findings.Nft{Tables: []string{"ip nat"}, Chains: 4, Rules: 12},
+		Fingerprint: "f1f2f3",
+		Examples: []findings.Example{
+			{Family: "ip", Table: "nat", Chain: "PREROUTING", Rule: "-A PREROUTING -p tcp -j ISTIO_INBOUND"},
+			{Family: "ip", Table: "nat", Chain: "OUTPUT", Rule: "-A OUTPUT -p tcp -j ISTIO_OUTPUT"},
+		},
+	}
+}

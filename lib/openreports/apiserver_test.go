@@ -1,4 +1,4 @@
-package reports_test
+package openreports_test
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
-	"github.com/iptables-alerter/iptables-alerter/lib/reports"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
 
@@ -101,12 +101,12 @@ func TestWriteRealAPIServer(t *testing.T) {
 	if web.Pod == nil || db.Pod == nil {
 		t.Fatalf("workload pods missing: %v", pods)
 	}
-	if ok, err := reports.Available(ctx, rc); !ok || err != nil {
+	if ok, err := openreports.Available(ctx, rc); !ok || err != nil {
 		t.Fatalf("Available = %v, %v", ok, err)
 	}
-	w := reports.New(c.Client(), rc, "node-a")
+	w := openreports.New(c.Client(), rc, "node-a")
 	res, err := w.Write(ctx, record(web.Pod, findings.StatePresent, 2, 1, 0))
-	if err != nil || res.Outcome != reports.Written {
+	if err != nil || res.Outcome != openreports.Written {
 		t.Fatalf("Write = %+v, %v", res, err)
 	}
 	if res.Owner.Kind != "Deployment" || res.Owner.Name != "web" {
@@ -120,7 +120,7 @@ func TestWriteRealAPIServer(t *testing.T) {
 	if !strings.HasPrefix(x.Description, findings.ImpactWords(findings.ImpactLegacy)) {
 		t.Errorf("message does not lead with the impact: %q", x.Description)
 	}
-	for _, k := range []string{reports.PropOwner, reports.PropVendor, reports.PropHint, reports.PropDoc, reports.PropPods, reports.PropNodes, reports.PropFirstSeen, reports.PropLastSeen, reports.PropExample + "1"} {
+	for _, k := range []string{openreports.PropOwner, openreports.PropVendor, openreports.PropHint, openreports.PropDoc, openreports.PropPods, openreports.PropNodes, openreports.PropFirstSeen, openreports.PropLastSeen, openreports.PropExample + "1"} {
 		if x.Properties[k] == "" {
 			t.Errorf("property %q missing: %v", k, x.Properties)
 		}
@@ -128,7 +128,7 @@ func TestWriteRealAPIServer(t *testing.T) {
 	if len(x.Subjects) != 1 || x.Subjects[0].UID != web.Pod.UID {
 		t.Errorf("subjects %+v", x.Subjects)
 	}
-	if r.Summary.Fail != 1 || r.Labels[reports.ManagedByLabel] != reports.ManagedBy {
+	if r.Summary.Fail != 1 || r.Labels[openreports.ManagedByLabel] != openreports.ManagedBy {
 		t.Errorf("summary %+v labels %v", r.Summary, r.Labels)
 	}
 	if len(r.OwnerReferences) != 1 || r.OwnerReferences[0].Kind != "Deployment" || r.OwnerReferences[0].BlockOwnerDeletion != nil || r.OwnerReferences[0].UID == "" {
@@ -137,18 +137,18 @@ func TestWriteRealAPIServer(t *testing.T) {
 
 	// Seen again with native rules only: the one result is replaced, its
 	// first sighting kept.
-	first := x.Properties[reports.PropFirstSeen]
+	first := x.Properties[openreports.PropFirstSeen]
 	if _, err := w.Write(ctx, record(web.Pod, findings.StatePresent, 0, 0, 3)); err != nil {
 		t.Fatal(err)
 	}
 	r = get(t, rc, "shop", res.Name)
-	if len(r.Results) != 1 || r.Results[0].Result != "warn" || r.Results[0].Rule != findings.ImpactNative || r.Results[0].Properties[reports.PropFirstSeen] != first {
+	if len(r.Results) != 1 || r.Results[0].Result != "warn" || r.Results[0].Rule != findings.ImpactNative || r.Results[0].Properties[openreports.PropFirstSeen] != first {
 		t.Fatalf("after native: %+v", r.Results)
 	}
 
 	// An inspection that could not finish is an error result.
 	dres, err := w.Write(ctx, record(db.Pod, findings.StateUnknown, 0, 0, 0))
-	if err != nil || dres.Outcome != reports.Written {
+	if err != nil || dres.Outcome != openreports.Written {
 		t.Fatalf("Write unknown = %+v, %v", dres, err)
 	}
 	if d := get(t, rc, "shop", dres.Name); len(d.Results) != 1 || d.Results[0].Result != "error" || d.Summary.Error != 1 {
@@ -156,7 +156,7 @@ func TestWriteRealAPIServer(t *testing.T) {
 	}
 
 	// Gone: the result is removed and the empty Report deleted.
-	if g, err := w.Write(ctx, record(web.Pod, findings.StateGone, 0, 0, 0)); err != nil || g.Outcome != reports.Removed {
+	if g, err := w.Write(ctx, record(web.Pod, findings.StateGone, 0, 0, 0)); err != nil || g.Outcome != openreports.Removed {
 		t.Fatalf("Write gone = %+v, %v", g, err)
 	}
 	if _, err := rc.OpenreportsV1alpha1().Reports("shop").Get(ctx, res.Name, metav1.GetOptions{}); err == nil {
@@ -166,7 +166,7 @@ func TestWriteRealAPIServer(t *testing.T) {
 	// A pod that is gone: nothing written.
 	stale := record(web.Pod, findings.StatePresent, 1, 0, 0)
 	stale.Pod.UID = "old"
-	if g, err := w.Write(ctx, stale); err != nil || g.Outcome != events.PodGone {
+	if g, err := w.Write(ctx, stale); err != nil || g.Outcome != openreports.PodGone {
 		t.Fatalf("Write stale = %+v, %v", g, err)
 	}
 }
@@ -194,11 +194,11 @@ func TestTwoNodesOneWorkload(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, len(pods))
 	for n, node := range nodes {
-		w := reports.New(cs, rc, node)
+		w := openreports.New(cs, rc, node)
 		for g := range 2 {
 			wg.Go(func() {
 				for i := n*perNode + g; i < (n+1)*perNode; i += 2 {
-					if res, err := w.Write(ctx, record(pods[i], findings.StatePresent, 0, 1, 0)); err != nil || res.Outcome != reports.Written {
+					if res, err := w.Write(ctx, record(pods[i], findings.StatePresent, 0, 1, 0)); err != nil || res.Outcome != openreports.Written {
 						errs <- fmt.Errorf("%s: %+v, %v", pods[i].Name, res, err)
 					}
 				}
@@ -210,14 +210,14 @@ func TestTwoNodesOneWorkload(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	list, err := rc.OpenreportsV1alpha1().Reports("shop").List(ctx, metav1.ListOptions{LabelSelector: reports.Selector("")})
+	list, err := rc.OpenreportsV1alpha1().Reports("shop").List(ctx, metav1.ListOptions{LabelSelector: openreports.Selector("")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]string{}
 	for _, r := range list.Items {
 		for _, x := range r.Results {
-			seen[x.Subjects[0].Name] = r.Labels[reports.NodeLabel]
+			seen[x.Subjects[0].Name] = r.Labels[openreports.NodeLabel]
 		}
 	}
 	for i, p := range pods {
@@ -240,9 +240,9 @@ func TestBoundedReport(t *testing.T) {
 	ctx := kubetest.Ctx(t)
 	cs := c.Client()
 	rs := owned["web-7c9-aaaaa"].Pod.OwnerReferences[0]
-	w := reports.New(cs, rc, "node-a")
+	w := openreports.New(cs, rc, "node-a")
 	var name string
-	const n = reports.MaxResults + 50
+	const n = openreports.MaxResults + 50
 	for i := range n {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-7c9-%03d", i), Namespace: "shop", OwnerReferences: []metav1.OwnerReference{rs}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}
@@ -255,16 +255,16 @@ func TestBoundedReport(t *testing.T) {
 			rec.Examples = append(rec.Examples, findings.Example{Family: "ip", Table: "nat", Rule: strings.Repeat("-A OUTPUT -m comment --comment x ", 30)})
 		}
 		res, err := w.Write(context.Background(), rec)
-		if err != nil || res.Outcome != reports.Written {
+		if err != nil || res.Outcome != openreports.Written {
 			t.Fatalf("Write %d = %+v, %v", i, res, err)
 		}
 		name = res.Name
 	}
 	r := get(t, rc, "shop", name)
-	if len(r.Results) != reports.MaxResults || r.Summary.Skip != 1 || r.Summary.Warn != reports.MaxResults-1 {
+	if len(r.Results) != openreports.MaxResults || r.Summary.Skip != 1 || r.Summary.Warn != openreports.MaxResults-1 {
 		t.Errorf("%d results, summary %+v", len(r.Results), r.Summary)
 	}
-	if got, want := r.Annotations[reports.CutAnnotation], fmt.Sprint(n-(reports.MaxResults-1)); got != want {
+	if got, want := r.Annotations[openreports.CutAnnotation], fmt.Sprint(n-(openreports.MaxResults-1)); got != want {
 		t.Errorf("cut annotation %q, want %q", got, want)
 	}
 	b, _ := json.Marshal(r)
@@ -325,8 +325,8 @@ func TestWriteAfterPost(t *testing.T) {
 	if err != nil || posted.Outcome != events.Created {
 		t.Fatalf("Post = %+v, %v", posted, err)
 	}
-	res, err := reports.New(cs, rc, "node-a").WriteAfter(ctx, rec, posted)
-	if err != nil || res.Outcome != reports.Written || res.Owner != posted.Owner {
+	res, err := openreports.New(cs, rc, "node-a").WriteAfter(ctx, rec, posted.Owned)
+	if err != nil || res.Outcome != openreports.Written || res.Owner != posted.Owner {
 		t.Fatalf("WriteAfter = %+v, %v; want written, owner %v", res, err, posted.Owner)
 	}
 	want := map[string]int{"POST events": 1, "GET pods": 1, "GET replicasets": 1, "GET reports": 1, "POST reports": 1}

@@ -1,4 +1,4 @@
-package events
+package wording
 
 import (
 	"strconv"
@@ -9,7 +9,7 @@ import (
 )
 
 // MaxWriterLine bounds WriterLine in bytes: one line of a note, a Report
-// property (under lib/reports' 256) and a report's detail.
+// property (under lib/openreports' 256) and a report's detail.
 const MaxWriterLine = 240
 
 // shortID is how much of a container ID WriterLine shows when the

@@ -1,7 +1,8 @@
-package events
+package wording
 
 import (
 	"fmt"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,40 +12,23 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 )
 
-func sampleRecord() findings.Record {
-	return findings.Record{
-		Schema:      findings.Schema,
-		Node:        "node-a",
-		ContainerID: "c0ffee",
-		SandboxID:   "5a4db0c5",
-		Pod:         findings.Pod{Namespace: "shop", Name: "cart-7d9f", UID: "0b6f8e2c-2a3b-4a51-9d7e-111111111111"},
-		Container:   "istio-init",
-		Image:       "docker.io/istio/proxyv2:1.20.0",
-		Nft:         findings.Nft{Tables: []string{"ip nat"}, Chains: 4, Rules: 12},
-		Fingerprint: "f1f2f3",
-		Examples: []findings.Example{
-			{Family: "ip", Table: "nat", Chain: "PREROUTING", Rule: "-A PREROUTING -p tcp -j ISTIO_INBOUND"},
-			{Family: "ip", Table: "nat", Chain: "OUTPUT", Rule: "-A OUTPUT -p tcp -j ISTIO_OUTPUT"},
-		},
-	}
-}
-
 func TestNoteGolden(t *testing.T) {
-	legacy := sampleRecord()
+	legacy := findingstest.Sample()
 	legacy.Nft = findings.Nft{}
 	legacy.Legacy = findings.Legacy{Tables: []string{"ip filter"}, Rules: 3}
 	legacy.Examples = nil
 	legacy.Truncated = true
 	legacy.Allowlisted = 2
 
-	hostile := sampleRecord()
+	hostile := findingstest.Sample()
 	hostile.Container = "app\x1b[31m"
 	hostile.Examples = []findings.Example{{Family: "ip", Table: "filter", Rule: "-A INPUT -m comment --comment \"a\nFAKE LINE\u202egnp.exe\xff\" -j DROP"}}
 
-	istio := sampleRecord()
+	istio := findingstest.Sample()
 	istio.Impact, istio.Worst = findings.Impact{Xt: 3, Native: 9}, findings.ImpactXt
 	istio.Examples[0].Impact, istio.Examples[1].Impact = findings.ImpactNative, findings.ImpactXt
 	istio.Vendors = []findings.Vendor{
@@ -57,7 +41,7 @@ func TestNoteGolden(t *testing.T) {
 		rec   findings.Record
 		owner owner.Owner
 	}{
-		{name: "nft", rec: sampleRecord()},
+		{name: "nft", rec: findingstest.Sample()},
 		{name: "xt-vendors-owner", rec: istio, owner: owner.Owner{Kind: "Deployment", Name: "cart"}},
 		{name: "legacy-truncated", rec: legacy},
 		{name: "hostile", rec: hostile},
@@ -83,15 +67,15 @@ func TestNoteGolden(t *testing.T) {
 }
 
 func TestNoteLimit(t *testing.T) {
-	many := sampleRecord()
+	many := findingstest.Sample()
 	many.Examples = nil
 	for range 200 {
 		many.Examples = append(many.Examples, findings.Example{Family: "ip", Table: "filter", Rule: "-A INPUT -s 10.0.0.0/8 -p tcp -m tcp --dport 8080 -j ACCEPT"})
 	}
-	huge := sampleRecord()
+	huge := findingstest.Sample()
 	huge.Examples = []findings.Example{{Family: "ip", Table: "filter", Rule: "-A INPUT " + strings.Repeat("é", 2000)}}
 	huge.Container = strings.Repeat("ü", 300)
-	tables := sampleRecord()
+	tables := findingstest.Sample()
 	for range 500 {
 		tables.Nft.Tables = append(tables.Nft.Tables, "ip6 mangle")
 	}
@@ -104,7 +88,7 @@ func TestNoteLimit(t *testing.T) {
 		{name: "many examples", rec: many, contains: []string{examplesHeading, "more example rules left out"}},
 		{name: "one huge multibyte rule", rec: huge, contains: []string{deprecation, "(1 more example rules left out"}},
 		{name: "many tables", rec: tables, contains: []string{deprecation, safetext.Ellipsis}},
-		{name: "no examples", rec: func() findings.Record { r := sampleRecord(); r.Examples = nil; return r }(), contains: []string{"iptables-nft: 12 rules"}},
+		{name: "no examples", rec: func() findings.Record { r := findingstest.Sample(); r.Examples = nil; return r }(), contains: []string{"iptables-nft: 12 rules"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -151,7 +135,7 @@ func noCutRule(t *testing.T, note string, exs []findings.Example) {
 // when they do not all fit the harmless ones are left out first; no rule
 // is ever cut.
 func TestNoteBreakingFirst(t *testing.T) {
-	rec := sampleRecord()
+	rec := findingstest.Sample()
 	rec.Impact, rec.Worst = findings.Impact{Legacy: 1, Xt: 2, Native: 3}, findings.ImpactLegacy
 	long := strings.Repeat("-m comment --comment padding ", 6)
 	rec.Examples = []findings.Example{
@@ -181,5 +165,30 @@ func TestNoteBreakingFirst(t *testing.T) {
 	}
 	if n := len(levels); n == len(rec.Examples) || !strings.Contains(lines[len(lines)-1], fmt.Sprintf("(%d more example rules left out", len(rec.Examples)-n)) {
 		t.Errorf("%d rules shown, the count of the others is missing or wrong:\n%s", n, got)
+	}
+}
+
+// TestPlainWhy: the plain words follow lib/inspect's error classes by
+// their text; a renamed class must fail here, not lose its words.
+func TestPlainWhy(t *testing.T) {
+	for _, err := range []error{inspect.ErrLegacyBusy, inspect.ErrDeadline, inspect.ErrTooMany, inspect.ErrIncomplete} {
+		n := 0
+		for _, p := range plainWhy {
+			if strings.Contains(err.Error(), p.class) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%q matches %d plain-word classes, want 1", err, n)
+		}
+	}
+	for _, tc := range []struct{ err, want string }{
+		{"", "Why: a size bound was reached."},
+		{"list chains: EPERM", "Why: the check failed (list chains: EPERM)."},
+		{"list rules: inspection deadline reached", "Why: the check ran out of time (list rules: inspection deadline reached)."},
+	} {
+		if got := UnknownNote(findings.Record{Error: tc.err, Truncated: true}, owner.Owner{}); !strings.Contains(got, tc.want) {
+			t.Errorf("error %q: note\n%s\nlacks %q", tc.err, got, tc.want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
-package events
+package wording
 
 import (
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
 	"strings"
 	"testing"
 	"unicode"
@@ -74,19 +75,19 @@ func TestWriterLineHostile(t *testing.T) {
 			t.Errorf("writer line has a newline: %q", line)
 		}
 
-		rec := sampleRecord()
+		rec := findingstest.Sample()
 		rec.Writer = w
 		want := "Last change by " + line + "."
 		note := Note(rec, owner.Owner{Kind: "Deployment", Name: "cart"})
 		if len(note) > NoteLimit || !strings.Contains(note, "\n"+want+"\n"+deprecation+"\n") {
 			t.Errorf("note (%d bytes) lacks the writer's own line %q:\n%s", len(note), want, note)
 		}
-		plain := Note(sampleRecord(), owner.Owner{Kind: "Deployment", Name: "cart"})
+		plain := Note(findingstest.Sample(), owner.Owner{Kind: "Deployment", Name: "cart"})
 		if strings.Count(note, "\n") != strings.Count(plain, "\n")+1 {
 			t.Errorf("the writer added other than one line:\n%s", note)
 		}
 
-		unknown := sampleRecord()
+		unknown := findingstest.Sample()
 		unknown.State, unknown.Nft, unknown.Examples, unknown.Error, unknown.Writer = findings.StateUnknown, findings.Nft{}, nil, "inspection deadline reached", w
 		un := UnknownNote(unknown, owner.Owner{})
 		if len(un) > NoteLimit || !strings.Contains(un, " "+want+"\n"+unknownTail) {

@@ -1,4 +1,4 @@
-package reports
+package openreports
 
 import (
 	"context"
@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
@@ -40,25 +39,33 @@ const (
 	conflictTries = 8
 )
 
-// Outcomes besides events' PodGone, NoPod and Rejected, which mean the
-// same here.
+// Outcome says what became of a record's result; the values are the
+// metric label values (and, where they mean the same, lib/events').
+type Outcome string
+
 const (
 	// Written: the pod's result is in its Report.
-	Written events.Outcome = "written"
+	Written Outcome = "written"
 	// Removed: the pod's result was taken out (state gone), or there was
 	// none.
-	Removed events.Outcome = "removed"
+	Removed Outcome = "removed"
+	// PodGone: no pod with that name, or it is another pod now.
+	PodGone Outcome = "pod_gone"
+	// NoPod: the record names no pod, or holds no usage.
+	NoPod Outcome = "no_pod"
+	// Rejected: the API refused the Report for good (kubeapi.Retryable).
+	Rejected Outcome = "rejected"
 )
 
 // Result reports one record's write.
 type Result struct {
-	Outcome events.Outcome
+	Outcome Outcome
 	// Namespace and Name of the Report, empty when none was written.
 	Namespace, Name string
 	Owner           owner.Owner
 	// Cut counts results this write left out of the Report.
 	Cut int
-	// Why explains events.PodGone, NoPod and Rejected.
+	// Why explains PodGone, NoPod and Rejected.
 	Why error
 }
 
@@ -102,7 +109,7 @@ func Available(ctx context.Context, reports versioned.Interface) (bool, error) {
 
 // Name is the Report of a workload on a node.
 func Name(o owner.Owner, node string) string {
-	return events.ObjectName("iptables-"+o.Kind+"-"+o.Name+"-"+node, "report", o.Kind, o.Name, node)
+	return kubeapi.ObjectName("iptables-"+o.Kind+"-"+o.Name+"-"+node, "report", o.Kind, o.Name, node)
 }
 
 // NodeLabelValue is the NodeLabel value of node: the name, or a hash
@@ -126,18 +133,18 @@ func Selector(node string) string {
 
 // Write puts rec into its Report, by its state (see the package doc).
 func (w *Writer) Write(ctx context.Context, rec findings.Record) (Result, error) {
-	return w.WriteAfter(ctx, rec, events.Result{})
+	return w.WriteAfter(ctx, rec, owner.Owned{})
 }
 
 // WriteAfter is Write after rec's Event was posted: the live pod and its
-// owner that the Post read (posted.Pod non-nil) are used as they are,
+// owner that the post read (posted.Pod non-nil) are used as they are,
 // saving a pod GET and the owner's lookups for each finding.
-func (w *Writer) WriteAfter(ctx context.Context, rec findings.Record, posted events.Result) (Result, error) {
+func (w *Writer) WriteAfter(ctx context.Context, rec findings.Record, posted owner.Owned) (Result, error) {
 	if rec.Pod.Namespace == "" || rec.Pod.Name == "" || rec.Pod.UID == "" {
-		return Result{Outcome: events.NoPod, Why: errors.New("record names no pod")}, nil
+		return Result{Outcome: NoPod, Why: errors.New("record names no pod")}, nil
 	}
 	if msgs := path.IsValidPathSegmentName(rec.Pod.Namespace); len(msgs) > 0 {
-		return Result{Outcome: events.Rejected, Why: fmt.Errorf("invalid namespace %q: %s", rec.Pod.Namespace, strings.Join(msgs, ", "))}, nil
+		return Result{Outcome: Rejected, Why: fmt.Errorf("invalid namespace %q: %s", rec.Pod.Namespace, strings.Join(msgs, ", "))}, nil
 	}
 	switch rec.KnownState() {
 	case findings.StateGone:
@@ -145,19 +152,22 @@ func (w *Writer) WriteAfter(ctx context.Context, rec findings.Record, posted eve
 		return w.remove(ctx, rec.Pod.Namespace, prop(rec.Pod.UID))
 	case findings.StatePresent:
 		if !rec.HasUsage() {
-			return Result{Outcome: events.NoPod, Why: errors.New("record holds no iptables usage")}, nil
+			return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil
 		}
 	}
-	pod, o, ref := posted.Pod, posted.Owner, posted.OwnerRef
-	if pod == nil {
-		var live events.Result
-		var err error
-		pod, live, err = events.LivePod(ctx, w.kube, rec.Pod)
-		if pod == nil {
-			return Result{Outcome: live.Outcome, Why: live.Why}, err
+	if posted.Pod == nil {
+		pod, err := kubeapi.LivePod(ctx, w.kube, rec.Pod)
+		switch {
+		case kubeapi.IsPodGone(err):
+			return Result{Outcome: PodGone, Why: err}, nil
+		case kubeapi.Retryable(err):
+			return Result{}, err
+		case err != nil:
+			return Result{Outcome: Rejected, Why: err}, nil
 		}
-		o, ref = w.owners.Reference(ctx, pod)
+		posted = w.owners.Owned(ctx, pod)
 	}
+	pod, o, ref := posted.Pod, posted.Owner, posted.Ref
 	res := Result{Namespace: pod.Namespace, Name: Name(o, w.node), Owner: o}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -189,7 +199,7 @@ func (w *Writer) finish(res Result, err error) (Result, error) {
 	case kubeapi.Retryable(err) || apierrors.IsConflict(err):
 		return Result{}, err
 	}
-	res.Outcome, res.Why = events.Rejected, err
+	res.Outcome, res.Why = Rejected, err
 	return res, nil
 }
 

@@ -1,6 +1,7 @@
-package reports
+package openreports
 
 import (
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"strconv"
 	"strings"
 	"time"
@@ -10,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
-	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 )
@@ -55,7 +55,7 @@ const (
 	PropTruncated   = "truncated"
 	PropExample     = "example" // example1 .. exampleN
 	// PropWriter names the process whose change the agent's watch looked
-	// after (events.WriterLine); absent when the record has none.
+	// after (wording.WriterLine); absent when the record has none.
 	PropWriter = "writer"
 )
 
@@ -121,9 +121,9 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, node string, 
 	if rec.Node != "" {
 		node = rec.Node
 	}
-	msg := events.Note(rec, o)
+	msg := wording.Note(rec, o)
 	if v.Result == "error" {
-		msg = events.UnknownNote(rec, o)
+		msg = wording.UnknownNote(rec, o)
 	}
 	p := map[string]string{
 		PropPodUID:      prop(rec.Pod.UID),
@@ -163,13 +163,13 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, node string, 
 		p[PropTruncated] = "true"
 	}
 	if rec.Writer != nil {
-		p[PropWriter] = prop(events.WriterLine(rec.Writer))
+		p[PropWriter] = prop(wording.WriterLine(rec.Writer))
 	}
 	for i, ex := range findings.BreakingFirst(rec.Examples) {
 		if i == MaxExamples {
 			break
 		}
-		p[PropExample+strconv.Itoa(i+1)] = prop(events.ExampleLine(ex))
+		p[PropExample+strconv.Itoa(i+1)] = prop(wording.ExampleLine(ex))
 	}
 	return openreportsv1alpha1.ReportResult{
 		Source:      Source,

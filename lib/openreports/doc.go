@@ -1,4 +1,4 @@
-// Package reports keeps findings as OpenReports Report objects
+// Package openreports keeps findings as OpenReports Report objects
 // (openreports.io/v1alpha1), the durable record of which workloads use
 // iptables: Events expire with the API's event TTL, Reports stay while the
 // workload does.
@@ -31,4 +31,4 @@
 // API calls made, which packaging/rbac must allow: pods get (and
 // lib/owner's gets; WriteAfter takes both from the record's Event post
 // instead), reports get, list, create, update, delete.
-package reports
+package openreports

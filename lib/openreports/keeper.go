@@ -1,8 +1,9 @@
-package reports
+package openreports
 
 import (
 	"context"
 	"fmt"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/consumer"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 )
@@ -36,7 +37,7 @@ var Verbs = []string{"get", "list", "create", "update", "delete"}
 
 // Off is the outcome of a record while Reports are switched off (the CRD
 // missing, or the forwarder not allowed to use it).
-const Off events.Outcome = "off"
+const Off Outcome = "off"
 
 // Keeper decides whether Reports are written and keeps them: it looks for
 // the Report CRD and asks the API server whether the forwarder may use it
@@ -64,9 +65,9 @@ type Keeper struct {
 	byOutcome *prometheus.CounterVec
 	pruned    prometheus.Counter
 
-	// Posted gives the Result of rec's Event post when there was one
-	// (events.Consumer.Posted): its pod and owner save the lookups.
-	Posted func(findings.Record) (events.Result, bool)
+	// Posted gives the live pod and owner rec's Event post read, when
+	// there was one (events.Consumer.Posted): they save the lookups.
+	Posted func(findings.Record) (owner.Owned, bool)
 	// Refusals records a namespace's refusals (shared with the Events).
 	Refusals *kubeapi.Refusals
 }
@@ -262,7 +263,7 @@ func (k *Keeper) forbidden(ctx context.Context, cause error) (bool, error) {
 // access review switches Reports off instead, and one the review does
 // not confirm is this object's refusal (Rejected), so neither holds the
 // line.
-func (k *Keeper) Write(ctx context.Context, rec findings.Record, posted events.Result) (Result, error) {
+func (k *Keeper) Write(ctx context.Context, rec findings.Record, posted owner.Owned) (Result, error) {
 	if !k.Enabled() {
 		return Result{Outcome: Off}, nil
 	}
@@ -275,7 +276,7 @@ func (k *Keeper) Write(ctx context.Context, rec findings.Record, posted events.R
 		case off:
 			return Result{Outcome: Off, Why: err}, nil
 		}
-		return Result{Outcome: events.Rejected, Why: err}, nil
+		return Result{Outcome: Rejected, Why: err}, nil
 	}
 	if err == nil {
 		k.byOutcome.WithLabelValues(string(res.Outcome)).Inc()
@@ -286,7 +287,7 @@ func (k *Keeper) Write(ctx context.Context, rec findings.Record, posted events.R
 // Consume puts rec into its Report (a lib/consumer Consumer): an error
 // means try the line again.
 func (k *Keeper) Consume(ctx context.Context, rec findings.Record) error {
-	var posted events.Result
+	var posted owner.Owned
 	if k.Posted != nil {
 		posted, _ = k.Posted(rec)
 	}
@@ -294,7 +295,7 @@ func (k *Keeper) Consume(ctx context.Context, rec findings.Record) error {
 	if err != nil || res.Outcome == Off {
 		return err
 	}
-	entry := k.log.WithFields(events.LogFields(rec)).WithField("report_outcome", string(res.Outcome))
+	entry := k.log.WithFields(consumer.LogFields(rec)).WithField("report_outcome", string(res.Outcome))
 	if res.Name != "" {
 		entry = entry.WithField("report", res.Namespace+"/"+res.Name)
 	}
@@ -302,9 +303,9 @@ func (k *Keeper) Consume(ctx context.Context, rec findings.Record) error {
 		entry.WithField("results_cut", res.Cut).Warn("report full: results cut, counted in the report")
 	}
 	switch {
-	case res.Outcome == events.Rejected && kubeapi.Refusal(res.Why) != "" && k.Refusals != nil:
+	case res.Outcome == Rejected && kubeapi.Refusal(res.Why) != "" && k.Refusals != nil:
 		k.Refusals.Refused(entry, kubeapi.KindReport, rec.Pod.Namespace, res.Why)
-	case res.Outcome == events.Rejected:
+	case res.Outcome == Rejected:
 		entry.WithError(res.Why).Error("report rejected by the API server, finding's report skipped")
 	case (res.Outcome == Written || res.Outcome == Removed) && k.Refusals != nil:
 		k.Refusals.Clear(kubeapi.KindReport, rec.Pod.Namespace)

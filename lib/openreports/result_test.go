@@ -1,4 +1,4 @@
-package reports
+package openreports
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package reports_test
+package openreports_test
 
 import (
 	"os"
@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
-	"github.com/iptables-alerter/iptables-alerter/lib/reports"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
 
@@ -23,12 +23,12 @@ func TestPrune(t *testing.T) {
 	c, rc, owned := start(t)
 	ctx := kubetest.Ctx(t)
 	cs := c.Client()
-	w := reports.New(cs, rc, "node-a")
+	w := openreports.New(cs, rc, "node-a")
 	a, b := owned["web-7c9-aaaaa"].Pod, owned["web-7c9-bbbbb"].Pod
 	var name string
 	for _, p := range []string{a.Name, b.Name} {
 		res, err := w.Write(ctx, record(owned[p].Pod, findings.StatePresent, 0, 1, 0))
-		if err != nil || res.Outcome != reports.Written {
+		if err != nil || res.Outcome != openreports.Written {
 			t.Fatalf("Write = %+v, %v", res, err)
 		}
 		name = res.Name
@@ -58,9 +58,9 @@ func TestGarbageCollected(t *testing.T) {
 	ctx := kubetest.Ctx(t)
 	cs := c.Client()
 	logPath := c.ControllerManager(t, "garbagecollector")
-	w := reports.New(cs, rc, "node-a")
+	w := openreports.New(cs, rc, "node-a")
 	res, err := w.Write(ctx, record(owned["web-7c9-aaaaa"].Pod, findings.StatePresent, 1, 0, 0))
-	if err != nil || res.Outcome != reports.Written {
+	if err != nil || res.Outcome != openreports.Written {
 		t.Fatalf("Write = %+v, %v", res, err)
 	}
 	if err := cs.AppsV1().Deployments("shop").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
@@ -88,9 +88,9 @@ func TestViewRole(t *testing.T) {
 	kubetest.Apply(t, cs, filepath.Join("..", "..", "packaging", "rbac", "reports-view.yaml"))
 	c.ControllerManager(t, "clusterrole-aggregation")
 	kubetest.Namespace(t, cs, "other")
-	w := reports.New(cs, rc, "node-a")
+	w := openreports.New(cs, rc, "node-a")
 	res, err := w.Write(ctx, record(owned["db-0"].Pod, findings.StatePresent, 1, 0, 0))
-	if err != nil || res.Outcome != reports.Written {
+	if err != nil || res.Outcome != openreports.Written {
 		t.Fatalf("Write = %+v, %v", res, err)
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "dev"}}
