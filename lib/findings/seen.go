@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,7 +117,13 @@ var ErrNoMemory = errors.New("per-sandbox memory not usable")
 // recorded.
 func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts Parts, write func() error) (Outcome, error) {
 	state := rec.KnownState()
-	d, f, err := s.open(key)
+	// A gone takes back only what an entry holds: without one (every clean
+	// container start of a pod that never had usage) there is nothing to
+	// open, and none is created.
+	d, f, err := s.open(key, state != StateGone)
+	if errors.Is(err, fs.ErrNotExist) && state == StateGone {
+		return Same, nil
+	}
 	if err != nil && state == StateGone {
 		// Whether there is anything to take back is not known: a clean
 		// look must not write a gone line each time the memory fails.
@@ -144,8 +151,8 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 		old.State = StatePresent
 	}
 	if state == StateGone && !had {
-		// Nothing to take back; the entry open made is not kept: the
-		// watch's clean scans must not leave one per sandbox.
+		// Nothing to take back from an empty or damaged entry, and it is
+		// not kept: the watch's clean scans must not leave one per sandbox.
 		_ = d.Remove(filepath.Base(f.Name()))
 		return Same, nil
 	}
@@ -264,14 +271,19 @@ func (s Seen) now() time.Time {
 	return time.Now()
 }
 
-// open opens the sandbox's entry, keyed by a hash of its id.
-func (s Seen) open(key string) (*fileio.Dir, *os.File, error) {
+// open opens the sandbox's entry, keyed by a hash of its id, creating it
+// when create is set.
+func (s Seen) open(key string, create bool) (*fileio.Dir, *os.File, error) {
 	d, err := fileio.OpenDir(filepath.Join(s.Dir, "sandboxes"), 0o750)
 	if err != nil {
 		return nil, nil, err
 	}
 	name := entryName(key)
-	f, err := d.Open(name, unix.O_RDWR|unix.O_CREAT, 0o640)
+	flags := unix.O_RDWR
+	if create {
+		flags |= unix.O_CREAT
+	}
+	f, err := d.Open(name, flags, 0o640)
 	if err != nil {
 		d.Close()
 		return nil, nil, fmt.Errorf("open sandbox state %q: %w", name, err)
