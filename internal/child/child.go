@@ -95,14 +95,22 @@ func Main(probes ...*Probe) {
 	if p == nil || err != nil {
 		os.Exit(2)
 	}
-	// Nobody reads us past the deadline; end when able.
-	time.AfterFunc(time.Until(time.Unix(0, ns)), func() { os.Exit(0) })
+	// Nobody reads us past the deadline; end when able. The grace lets
+	// the caller's read end on its deadline first, so it tells "abandoned
+	// at the deadline" from "ended without an answer" whichever process
+	// the machine runs first.
+	time.AfterFunc(time.Until(time.Unix(0, ns))+exitGrace, func() { os.Exit(0) })
 	os.Exit(p.run(os.NewFile(3, "netns"), os.Args[2:]))
 }
 
 // Wired reports whether Main was called: without it a caller must ask
 // in-process, where a blocked kernel call holds it.
 func Wired() bool { return wired }
+
+// exitGrace is how long past its deadline a child still running ends
+// itself. The caller kills it when it gives up at the deadline (End), so
+// this matters only when the caller is gone.
+const exitGrace = time.Second
 
 // MaxLine bounds one line of a child's answer: a legacy x_tables rule is
 // up to 64 KiB of kernel structs, sent as base64 in JSON.
