@@ -65,7 +65,7 @@ test-integration: deps
 
 bench: bench-deps build
 	$(GO) run ./tests/bench -bin $(HOOKBIN) -agent-bin $(BIN)
-	$(GO) test -run XXX -bench CRIOHook -benchtime 1x ./tests/bench -crio-bin $(abspath $(BIN)) -crio-hookbin $(abspath $(HOOKBIN))
+	$(GO) test -run XXX -bench 'CRIOHook|CRIOAgent' -benchtime 1x -timeout 60m ./tests/bench -crio-bin $(abspath $(BIN)) -crio-hookbin $(abspath $(HOOKBIN))
 	$(GO) test -run XXX -bench Reports -benchtime 1x -timeout 30m ./tests/bench -reports-bin $(abspath $(BIN))
 	$(GO) test -run XXX -bench . -benchtime 20x ./lib/...
 
