@@ -337,8 +337,9 @@ func BenchmarkCRIOAgent(b *testing.B) {
 
 // benchAgent is an agent the bench started.
 type benchAgent struct {
-	cmd  *exec.Cmd
-	done chan error
+	cmd     *exec.Cmd
+	done    chan error
+	stopped bool
 }
 
 // startBenchAgent runs the agent on socket with its files under dir, with
@@ -378,9 +379,10 @@ func startBenchAgent(b *testing.B, bin, socket, dir string) *benchAgent {
 // stop ends the agent (SIGTERM, then SIGKILL after 20 s) and returns the
 // CPU it used.
 func (a *benchAgent) stop(b *testing.B) time.Duration {
-	if a.cmd.ProcessState != nil {
+	if a.stopped {
 		return 0
 	}
+	a.stopped = true
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-a.done:
