@@ -29,7 +29,7 @@ HOOKBIN  := bin/iptables-alerter-hook
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs crds chart chart-files set-release pin-image
+.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs schema crds chart chart-files set-release pin-image
 
 all: build
 
@@ -127,6 +127,12 @@ machineconfig:
 # metric); TestReference fails while they are stale.
 docs:
 	$(GO) test -count=1 -timeout 30m -run TestReference ./hook -update-docs
+
+# The JSON Schemas in docs/schema, made from the Go types that write each
+# format (internal/testkit/schematest's TestSchemasUpToDate fails when they
+# are stale).
+schema:
+	$(GO) test -count=1 -run TestSchemasUpToDate ./internal/testkit/schematest -update-schemas
 
 # Copy the OpenReports Report CRD from the module go.mod names into
 # packaging/crds (lib/openreports' TestShippedCRD fails when they differ).
