@@ -61,7 +61,7 @@ func TestSchemaRealRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	schematest.Validate(t, schematest.Expectations, docsExpectations(t))
-	code, out, stderr := runCmd(t, "report", "--format", "json", "--expectations", exps, present)
+	code, out, stderr := runCmd(t, "report", "-o", "json", "--expectations", exps, present)
 	if code != 0 {
 		t.Fatalf("report exit %d: %s", code, stderr)
 	}
