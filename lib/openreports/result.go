@@ -57,6 +57,12 @@ const (
 	// PropWriter names the process whose change the agent's watch looked
 	// after (wording.WriterLine); absent when the record has none.
 	PropWriter = "writer"
+	// PropResultID keys the result in Policy Reporter (its
+	// v1alpha2.ResultIDKey): without it, it derives a key from the
+	// Report's scope (the workload), policy, rule, status, category and
+	// message, the same for every pod of a workload at one level, and
+	// keeps one of them. The pod's UID, as in PropPodUID: one result a pod.
+	PropResultID = "resultID"
 )
 
 // Bounds of one result.
@@ -133,6 +139,7 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, ref metav1.Ow
 		PropFirstSeen:   first.Format(time.RFC3339),
 		PropLastSeen:    when.Format(time.RFC3339),
 		PropFingerprint: prop(rec.Fingerprint),
+		PropResultID:    prop(rec.Pod.UID),
 	}
 	if rec.Container != "" {
 		p[PropContainer] = prop(rec.Container)
