@@ -29,7 +29,7 @@ HOOKBIN  := bin/iptables-alerter-hook
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs crds chart chart-files set-release pin-image
+.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs schema crds chart chart-files set-release pin-image
 
 all: build
 
@@ -128,19 +128,29 @@ machineconfig:
 docs:
 	$(GO) test -count=1 -timeout 30m -run TestReference ./hook -update-docs
 
-# Copy the OpenReports Report CRD from the module go.mod names into
+# The JSON Schemas in docs/schema, made from the Go types that write each
+# format (internal/testkit/schematest's TestSchemasUpToDate fails when they
+# are stale).
+schema:
+	$(GO) test -count=1 -run TestSchemasUpToDate ./internal/testkit/schematest -update-schemas
+
+# Copy the OpenReports CRDs (Report and ClusterReport: Policy Reporter reads
+# neither unless both are served) from the module go.mod names into
 # packaging/crds (lib/openreports' TestShippedCRD fails when they differ).
+CRDS := openreports.io_reports.yaml openreports.io_clusterreports.yaml
 crds:
-	cp "$$($(GO) list -m -f '{{.Dir}}' github.com/openreports/reports-api)/config/crd/openreports.io_reports.yaml" packaging/crds/
-	chmod 644 packaging/crds/openreports.io_reports.yaml
+	for f in $(CRDS); do \
+		cp "$$($(GO) list -m -f '{{.Dir}}' github.com/openreports/reports-api)/config/crd/$$f" packaging/crds/ && \
+		chmod 644 packaging/crds/$$f || exit 1; \
+	done
 	$(MAKE) --no-print-directory chart-files
 
 # The Helm chart (packaging/helm/iptables-alerter) carries copies of the
-# Report CRD and the alerts, as a chart reads nothing outside its directory;
+# OpenReports CRDs and the alerts, as a chart reads nothing outside its directory;
 # tests/packaging's TestHelmFilesInSync fails when they differ.
 CHART := packaging/helm/iptables-alerter
 chart-files:
-	cp packaging/crds/openreports.io_reports.yaml packaging/monitoring/prometheusrule.yaml $(CHART)/files/
+	cp $(addprefix packaging/crds/,$(CRDS)) packaging/monitoring/prometheusrule.yaml $(CHART)/files/
 
 # The chart's package in bin/, its appVersion (the default image tag) the
 # version `make image` tags the image with, its version the same made

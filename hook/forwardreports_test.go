@@ -55,7 +55,8 @@ func fwdResults(t *testing.T, rc versioned.Interface, namespace string) map[stri
 	out := map[string][2]string{}
 	for _, r := range list.Items {
 		for _, x := range r.Results {
-			out[x.Subjects[0].Name] = [2]string{string(x.Result), r.Labels[openreports.NodeLabel]}
+			pod, _ := openreports.PodSubject(x)
+			out[pod.Name] = [2]string{string(x.Result), r.Labels[openreports.NodeLabel]}
 		}
 	}
 	return out

@@ -47,7 +47,11 @@ Credentials the kubectl way: --kubeconfig, else $KUBECONFIG, else
 kubeconfig context. With findings files and --kubeconfig or --context,
 owners come from the cluster; without, a finding's owner is its Pod (pod
 names do not tell owners). --namespace (-n) keeps one namespace, from
-every input. The first line says which cluster, when, and from what
+every input; without it, reading the cluster keeps the namespace the
+kubeconfig context sets, as kubectl does (none set, or in a pod: every
+namespace); --all-namespaces (-A) reads every namespace. -o is --format.
+Run as kubectl-iptables_alerter it is 'kubectl iptables-alerter report'.
+The first line says which cluster, when, and from what
 (reports or events).
 
 --format html writes one self-contained page (no script, nothing fetched)
@@ -67,6 +71,7 @@ type reportConfig struct {
 	events                               []string
 	kubeconfig, expectations, format, fo string
 	kubeContext, namespace, source       string
+	allNamespaces                        bool
 	timeout                              time.Duration
 }
 
@@ -74,10 +79,11 @@ func (c *reportConfig) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&c.events, "events", nil, "`FILE` holding a saved 'kubectl get events -A -o json' (repeatable)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else the in-cluster service account): read the cluster, or resolve owners of findings files")
 	fs.StringVar(&c.kubeContext, "context", "", "kubeconfig context to use (default: its current context)")
-	fs.StringVarP(&c.namespace, "namespace", "n", "", "report this namespace only (default: all), from every input")
+	fs.StringVarP(&c.namespace, "namespace", "n", "", "report this namespace only, from every input (default: the context's namespace when it sets one and the cluster is read, else all)")
+	fs.BoolVarP(&c.allNamespaces, "all-namespaces", "A", false, "report every namespace, whatever the context's namespace")
 	fs.Var(newEnum(&c.source, report.SourceAuto, report.Sources...), "source", "what to read: auto (files and --events given, else the cluster's Reports, else its Events), reports or events (the cluster's only), files (only those given)")
 	fs.StringVar(&c.expectations, "expectations", "", "YAML file of expected usage (namespace glob, owner, vendor, level, rule, ruleRegexp, reason)")
-	fs.Var(newEnum(&c.format, "text", report.Formats...), "format", "output format: "+strings.Join(report.Formats, ", "))
+	fs.VarP(newEnum(&c.format, "text", report.Formats...), "format", "o", "output format: "+strings.Join(report.Formats, ", "))
 	fs.Var(newEnum(&c.fo, report.FailNever, report.FailModes...), "fail-on", "exit 1 when: never (warn only), unexpected (any usage not expected), breaks (unexpected usage that breaks on RHEL 10)")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "time limit of the API requests")
 }
@@ -88,6 +94,10 @@ func (c *reportConfig) run(files []string, s stdio) int {
 		fmt.Fprintf(stderr, "iptables-alerter report: --timeout %s: want a positive duration\n", c.timeout)
 		return 2
 	}
+	if c.allNamespaces && c.namespace != "" {
+		fmt.Fprintln(stderr, "iptables-alerter report: --namespace and --all-namespaces (-A) exclude each other")
+		return 2
+	}
 	if err := report.CheckNamespace(c.namespace); err != nil {
 		fmt.Fprintf(stderr, "iptables-alerter report: --namespace: %v\n", err)
 		return 2
@@ -96,7 +106,7 @@ func (c *reportConfig) run(files []string, s stdio) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	r, err := report.Read(ctx, report.Inputs{Files: files, Events: c.events, Source: c.source, Namespace: c.namespace,
+	r, err := report.Read(ctx, report.Inputs{Files: files, Events: c.events, Source: c.source, Namespace: c.namespace, AllNamespaces: c.allNamespaces,
 		Expectations: c.expectations, FailOn: c.fo, Connect: c.cluster, Owners: c.kubeconfig != "" || c.kubeContext != ""})
 	if fe, ok := report.IsForbidden(err, report.ResourceReports); ok && c.source == report.SourceAuto {
 		// Never "clean" from Events that hold only the last hour: the
@@ -133,11 +143,18 @@ func (c *reportConfig) cluster() (report.Cluster, error) {
 	if err != nil {
 		return report.Cluster{}, fmt.Errorf("load kubeconfig: %w", err)
 	}
-	var name string
-	// In a pod the loader fell back to the service account: no context.
+	var name, ctxNamespace string
+	// In a pod the loader fell back to the service account: no context,
+	// and no namespace of one (a report run in a pod reads every
+	// namespace unless told otherwise, as before).
 	if raw, err := cc.RawConfig(); err == nil && len(raw.Contexts) > 0 {
 		name = cmp.Or(c.kubeContext, raw.CurrentContext)
+		if kc := raw.Contexts[name]; kc != nil {
+			ctxNamespace = kc.Namespace
+		}
 	}
 	rc.UserAgent = "iptables-alerter-report/" + about().Version
-	return report.Connect(rc, name, c.namespace)
+	cl, err := report.Connect(rc, name, c.namespace)
+	cl.ContextNamespace = ctxNamespace
+	return cl, err
 }

@@ -370,7 +370,7 @@ func TestReportFlags(t *testing.T) {
 	}{
 		{[]string{"--help"}, 0, "iptables-alerter report [FINDINGS-FILE...] [flags]"},
 		// A bad value is one line naming it and the allowed ones.
-		{[]string{"--format", "csv"}, 2, `iptables-alerter report: invalid argument "csv" for "--format" flag: want text, markdown, json, junit, html (see 'iptables-alerter report --help')` + "\n"},
+		{[]string{"--format", "csv"}, 2, `iptables-alerter report: invalid argument "csv" for "-o, --format" flag: want text, markdown, json, junit, html (see 'iptables-alerter report --help')` + "\n"},
 		{[]string{"-n", "Not_A_Namespace"}, 2, `--namespace: check namespace "Not_A_Namespace"`},
 		{[]string{"--fail-on", "sometimes"}, 2, `invalid argument "sometimes" for "--fail-on" flag: want never, unexpected, breaks`},
 		{[]string{"--timeout", "0s"}, 2, "--timeout 0s: want a positive duration"},

@@ -72,5 +72,8 @@ done
 # helm v3 for the chart's tests (lint, template, package, and its output
 # applied to the test API server), built into the same bin directory.
 "$here/kube/build-helm.sh"
+# Policy Reporter v3.9.0 from ../shared/policy-reporter, for the test that
+# reads the forwarder's Reports through its REST API (docs/policy-reporter.md).
+"$here/kube/build-policy-reporter.sh"
 "$here/runtime/build-containerd.sh"
 "$here/runtime/build-crio.sh"

@@ -26,26 +26,32 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
 
-// crdPath is the shipped copy of the module's CRD.
-var crdPath = filepath.Join("..", "..", "packaging", "crds", "openreports.io_reports.yaml")
+// crdPath is the shipped copy of the module's Report CRD, clusterCRDPath
+// its ClusterReport CRD.
+var (
+	crdPath        = filepath.Join("..", "..", "packaging", "crds", "openreports.io_reports.yaml")
+	clusterCRDPath = filepath.Join("..", "..", "packaging", "crds", "openreports.io_clusterreports.yaml")
+)
 
-// TestShippedCRD checks packaging/crds holds the module's CRD unchanged
-// (`make crds` copies it).
+// TestShippedCRD checks packaging/crds holds the module's CRDs unchanged
+// (`make crds` copies them).
 func TestShippedCRD(t *testing.T) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/openreports/reports-api").Output()
 	if err != nil {
 		t.Skipf("go list the module: %v", err)
 	}
-	want, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "openreports.io_reports.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(crdPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the module's CRD: run make crds", crdPath)
+	for _, p := range []string{crdPath, clusterCRDPath} {
+		want, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", filepath.Base(p)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from the module's CRD: run make crds", p)
+		}
 	}
 }
 
@@ -125,7 +131,10 @@ func TestWriteRealAPIServer(t *testing.T) {
 			t.Errorf("property %q missing: %v", k, x.Properties)
 		}
 	}
-	if len(x.Subjects) != 1 || x.Subjects[0].UID != web.Pod.UID {
+	// The workload first (Policy Reporter's resource view files the
+	// result under it), then the pod.
+	if len(x.Subjects) != 2 || x.Subjects[0].Kind != "Deployment" || x.Subjects[0].Name != "web" || x.Subjects[0].UID == "" ||
+		x.Subjects[1].Kind != "Pod" || x.Subjects[1].UID != web.Pod.UID {
 		t.Errorf("subjects %+v", x.Subjects)
 	}
 	if r.Summary.Fail != 1 || r.Labels[openreports.ManagedByLabel] != openreports.ManagedBy {
@@ -217,7 +226,8 @@ func TestTwoNodesOneWorkload(t *testing.T) {
 	seen := map[string]string{}
 	for _, r := range list.Items {
 		for _, x := range r.Results {
-			seen[x.Subjects[0].Name] = r.Labels[openreports.NodeLabel]
+			pod, _ := openreports.PodSubject(x)
+			seen[pod.Name] = r.Labels[openreports.NodeLabel]
 		}
 	}
 	for i, p := range pods {
@@ -335,7 +345,7 @@ func TestWriteAfterPost(t *testing.T) {
 	}
 	r := get(t, rc, "shop", res.Name)
 	if len(r.OwnerReferences) != 1 || r.OwnerReferences[0].Kind != "Deployment" || r.OwnerReferences[0].Name != "web" ||
-		len(r.Results) != 1 || r.Results[0].Subjects[0].UID != web.UID {
+		len(r.Results) != 1 || r.Results[0].Subjects[1].UID != web.UID {
 		t.Errorf("report owners %+v, results %+v", r.OwnerReferences, r.Results)
 	}
 }

@@ -46,7 +46,7 @@ func TestPrune(t *testing.T) {
 		t.Fatalf("Prune = %d, %v; want 1", n, err)
 	}
 	r := get(t, rc, "shop", name)
-	if len(r.Results) != 1 || r.Results[0].Subjects[0].Name != b.Name {
+	if len(r.Results) != 1 || r.Results[0].Subjects[1].Name != b.Name {
 		t.Errorf("after prune: %+v", r.Results)
 	}
 }

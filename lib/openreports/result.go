@@ -57,6 +57,12 @@ const (
 	// PropWriter names the process whose change the agent's watch looked
 	// after (wording.WriterLine); absent when the record has none.
 	PropWriter = "writer"
+	// PropResultID keys the result in Policy Reporter (its
+	// v1alpha2.ResultIDKey): without it, it derives a key from the
+	// Report's scope (the workload), policy, rule, status, category and
+	// message, the same for every pod of a workload at one level, and
+	// keeps one of them. The pod's UID, as in PropPodUID: one result a pod.
+	PropResultID = "resultID"
 )
 
 // Bounds of one result.
@@ -108,7 +114,7 @@ func prop(s string) string { return safetext.Cut(safetext.Display(s), MaxPropert
 
 // resultOf is the pod's result; first is the first sighting kept from an
 // earlier result (zero: this one).
-func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, node string, first time.Time) openreportsv1alpha1.ReportResult {
+func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, ref metav1.OwnerReference, node string, first time.Time) openreportsv1alpha1.ReportResult {
 	v := VerdictOf(rec)
 	when := rec.Time
 	if when.IsZero() {
@@ -133,6 +139,7 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, node string, 
 		PropFirstSeen:   first.Format(time.RFC3339),
 		PropLastSeen:    when.Format(time.RFC3339),
 		PropFingerprint: prop(rec.Fingerprint),
+		PropResultID:    prop(rec.Pod.UID),
 	}
 	if rec.Container != "" {
 		p[PropContainer] = prop(rec.Container)
@@ -180,10 +187,36 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, node string, 
 		Result:      v.Result,
 		Scored:      true,
 		Timestamp:   metav1.Timestamp{Seconds: when.Unix(), Nanos: int32(when.Nanosecond())},
-		Subjects:    []corev1.ObjectReference{{APIVersion: "v1", Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}},
+		Subjects:    subjects(pod, ref),
 		Description: msg,
 		Properties:  p,
 	}
+}
+
+// subjects are the result's: the owning workload first, then the pod (the
+// pod alone when it has no controller). Policy Reporter files a result
+// under its first subject in its resource view (and Kyverno's readers
+// alike): the workload is stable across rollouts, where one entry per pod
+// would pile up an entry per pod ever started. The pod stays in the
+// result as the second subject (PodSubject) and in its properties.
+func subjects(pod *corev1.Pod, ref metav1.OwnerReference) []corev1.ObjectReference {
+	p := corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+	if ref.Kind == "" || ref.Kind == "Pod" && ref.UID == pod.UID {
+		return []corev1.ObjectReference{p}
+	}
+	w := corev1.ObjectReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: pod.Namespace, Name: ref.Name, UID: ref.UID}
+	return []corev1.ObjectReference{w, p}
+}
+
+// PodSubject is the result's pod: its first subject of kind Pod (results
+// written before the workload came first name only the pod).
+func PodSubject(x openreportsv1alpha1.ReportResult) (corev1.ObjectReference, bool) {
+	for _, s := range x.Subjects {
+		if s.Kind == "Pod" && (s.APIVersion == "" || s.APIVersion == "v1") {
+			return s, true
+		}
+	}
+	return corev1.ObjectReference{}, false
 }
 
 // Seen is the result's last sighting, zero when unreadable.

@@ -49,7 +49,7 @@ func TestResultBounded(t *testing.T) {
 		rec.Vendors = append(rec.Vendors, findings.Vendor{Name: evil, Hint: evil, Doc: evil})
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart", UID: "u"}}
-	x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: evil}, "node-a", time.Time{})
+	x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: evil}, metav1.OwnerReference{}, "node-a", time.Time{})
 	b, _ := json.Marshal(x)
 	if len(b) > 6<<10 {
 		t.Errorf("result is %d bytes", len(b))
@@ -73,11 +73,11 @@ func TestResultWriter(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart", UID: "u"}}
 	rec := findings.Record{State: findings.StatePresent, Worst: "xt", Impact: findings.Impact{Xt: 1}, Nft: findings.Nft{Rules: 1},
 		Pod: findings.Pod{Namespace: "shop", Name: "cart", UID: "u"}}
-	if x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: "cart"}, "node-a", time.Time{}); x.Properties[PropWriter] != "" {
+	if x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: "cart"}, metav1.OwnerReference{}, "node-a", time.Time{}); x.Properties[PropWriter] != "" {
 		t.Errorf("no writer: property %q", x.Properties[PropWriter])
 	}
 	rec.Writer = &findings.Writer{PID: 4242, Comm: "iptables-nft-re", Container: "istio-init", Pod: rec.Pod}
-	x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: "cart"}, "node-a", time.Time{})
+	x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: "cart"}, metav1.OwnerReference{}, "node-a", time.Time{})
 	want := "iptables-nft-re (pid 4242) in container istio-init of pod shop/cart"
 	if x.Properties[PropWriter] != want || !strings.Contains(x.Description, "Last change by "+want+".") {
 		t.Errorf("writer property %q, message %q; want %q in both", x.Properties[PropWriter], x.Description, want)
@@ -99,7 +99,7 @@ func TestResultDoc(t *testing.T) {
 			rec := findings.Record{State: findings.StatePresent, Worst: "xt", Impact: findings.Impact{Xt: 1}, Nft: findings.Nft{Rules: 1},
 				Pod:     findings.Pod{Namespace: "shop", Name: "cart", UID: "u"},
 				Vendors: []findings.Vendor{{Name: "istio", Hint: "use native nftables", Doc: tc.doc}, {Name: "other", Doc: "https://other.example/"}}}
-			x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: "cart"}, "node-a", time.Time{})
+			x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: "cart"}, metav1.OwnerReference{}, "node-a", time.Time{})
 			if got, ok := x.Properties[PropDoc]; got != tc.want || ok != (tc.want != "") {
 				t.Errorf("doc property %q (set %v), want %q", got, ok, tc.want)
 			}

@@ -182,7 +182,7 @@ func (w *Writer) WriteAfter(ctx context.Context, rec findings.Record, posted own
 			}
 			return mine
 		})
-		r.Results = append(r.Results, resultOf(rec, pod, o, w.node, first))
+		r.Results = append(r.Results, resultOf(rec, pod, o, ref, w.node, first))
 		res.Cut = bound(r)
 	})
 	return w.finish(res, err)
@@ -242,7 +242,7 @@ func (w *Writer) Prune(ctx context.Context) (int, error) {
 	for _, r := range list.Items {
 		stale := map[string]bool{}
 		for _, x := range r.Results {
-			if x.Rule == CutRule || len(x.Subjects) == 0 || w.now().Sub(Seen(x)) < w.Grace {
+			if _, ok := PodSubject(x); x.Rule == CutRule || !ok || w.now().Sub(Seen(x)) < w.Grace {
 				continue
 			}
 			gone, err := w.podGone(ctx, x)
@@ -272,7 +272,7 @@ func (w *Writer) Prune(ctx context.Context) (int, error) {
 
 // podGone reports whether the result's pod no longer exists as that pod.
 func (w *Writer) podGone(ctx context.Context, x openreportsv1alpha1.ReportResult) (bool, error) {
-	s := x.Subjects[0]
+	s, _ := PodSubject(x)
 	pod, err := w.kube.CoreV1().Pods(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -395,8 +395,9 @@ func rank(x openreportsv1alpha1.ReportResult) int {
 }
 
 func subject(x openreportsv1alpha1.ReportResult) string {
-	if len(x.Subjects) == 0 {
+	s, ok := PodSubject(x)
+	if !ok {
 		return ""
 	}
-	return x.Subjects[0].Name + "/" + string(x.Subjects[0].UID)
+	return s.Name + "/" + string(s.UID)
 }

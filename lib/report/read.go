@@ -17,8 +17,13 @@ type Inputs struct {
 	Events []string
 	// Source is a Sources value; "" is SourceAuto.
 	Source string
-	// Namespace keeps one namespace, from every input; "" for all.
+	// Namespace keeps one namespace, from every input; "" for all, or,
+	// when the cluster is read and AllNamespaces is not set, the
+	// namespace the kubeconfig context sets (Cluster.ContextNamespace),
+	// as kubectl does.
 	Namespace string
+	// AllNamespaces reads every namespace whatever the context sets.
+	AllNamespaces bool
 	// Expectations is the expectations file, "" for none.
 	Expectations string
 	// FailOn is a FailModes value; "" is FailNever.
@@ -106,12 +111,19 @@ func Read(ctx context.Context, in Inputs) (Report, error) {
 			return Report{}, err
 		}
 		origin.Cluster, origin.Context = cl.Config.Host, cl.Context
+		ns := in.Namespace
+		if fromCluster && ns == "" && !in.AllNamespaces && cl.ContextNamespace != "" {
+			if err := CheckNamespace(cl.ContextNamespace); err != nil {
+				return Report{}, fmt.Errorf("namespace of context %q: %w", cl.Context, err)
+			}
+			ns, cl.Namespace, origin.Namespace = cl.ContextNamespace, cl.ContextNamespace, cl.ContextNamespace
+		}
 		if fromCluster {
 			its, from, err := ReadCluster(ctx, cl, SourcesOf(in.Source), &sk)
 			if err != nil {
 				return Report{}, err
 			}
-			items = append(items, InNamespace(its, in.Namespace)...)
+			items = append(items, InNamespace(its, ns)...)
 			origin.From = append(origin.From, from)
 		} else {
 			if err := ResolveOwners(ctx, cl.Client, items); err != nil {

@@ -139,12 +139,12 @@ func resultItem(namespace string, x openreportsv1alpha1.ReportResult, sk *Skippe
 		sk.Cut += n
 		return Item{}, false
 	}
-	if len(x.Subjects) == 0 || x.Subjects[0].Kind != "Pod" {
+	pod, ok := openreports.PodSubject(x)
+	if !ok {
 		sk.Malformed++
 		return Item{}, false
 	}
 	p := x.Properties
-	pod := x.Subjects[0]
 	it := Item{Namespace: namespace, Pod: pod.Name, PodUID: string(pod.UID), Node: p[openreports.PropNodes],
 		Owner: owner.Bare(pod.Name), Source: "reports", State: findings.StatePresent, Time: openreports.Seen(x),
 		Truncated: p[openreports.PropTruncated] == "true"}

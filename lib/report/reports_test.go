@@ -31,6 +31,18 @@ func TestResultItem(t *testing.T) {
 		t.Errorf("item %+v", it)
 	}
 
+	// Results written since the workload came first read the same;
+	// one naming no pod is malformed.
+	x.Subjects = []corev1.ObjectReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d1"}, pod[0]}
+	if it, ok := resultItem("shop", x, &sk); !ok || it.Pod != "web-1" || it.PodUID != "u1" {
+		t.Errorf("workload-first result: %+v", it)
+	}
+	x.Subjects = x.Subjects[:1]
+	if _, ok := resultItem("shop", x, &sk); ok || sk.Malformed != 1 {
+		t.Errorf("a result without a pod read: %+v", sk)
+	}
+	sk, x.Subjects = Skipped{}, pod
+
 	// A Report anyone may write: a doc that is no http(s) link is dropped
 	// and counted, never shown as the vendor's.
 	x.Properties[openreports.PropDoc] = "javascript:alert(1)"

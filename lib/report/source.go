@@ -63,6 +63,9 @@ type Cluster struct {
 	Namespace string
 	// Context is the kubeconfig context used, empty in a pod (Origin).
 	Context string
+	// ContextNamespace is the namespace that context sets, "" for none:
+	// what kubectl would read when no namespace is named (Read).
+	ContextNamespace string
 }
 
 // Connect makes the Cluster read with rc (a kubeconfig's, or in a pod the

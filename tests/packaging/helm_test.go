@@ -227,8 +227,10 @@ func TestHelmMatchesKustomize(t *testing.T) {
 			want := objects(t, kustomize(t, dir))
 			k, rule := fileObject(t, "packaging/monitoring/prometheusrule.yaml", "iptables-alerter")
 			want[k] = rule
-			k, crd := fileObject(t, "packaging/crds/openreports.io_reports.yaml", "")
-			want[k] = crd
+			for _, f := range []string{"openreports.io_reports.yaml", "openreports.io_clusterreports.yaml"} {
+				k, crd := fileObject(t, "packaging/crds/"+f, "")
+				want[k] = crd
+			}
 			got := objects(t, helmTemplate(t, tc.set...))
 			for _, o := range want {
 				normalise(o)
@@ -263,8 +265,9 @@ func keys(m map[string]map[string]any) []string {
 // its directory) are the files packaging ships, byte for byte.
 func TestHelmFilesInSync(t *testing.T) {
 	for src, dst := range map[string]string{
-		"packaging/crds/openreports.io_reports.yaml": "openreports.io_reports.yaml",
-		"packaging/monitoring/prometheusrule.yaml":   "prometheusrule.yaml",
+		"packaging/crds/openreports.io_reports.yaml":        "openreports.io_reports.yaml",
+		"packaging/crds/openreports.io_clusterreports.yaml": "openreports.io_clusterreports.yaml",
+		"packaging/monitoring/prometheusrule.yaml":          "prometheusrule.yaml",
 	} {
 		want, err := os.ReadFile(filepath.Join(repo(t), src))
 		if err != nil {
