@@ -29,7 +29,7 @@ HOOKBIN  := bin/iptables-alerter-hook
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs schema crds chart chart-files set-release pin-image
+.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs schema crds chart chart-files set-release pin-image release release-deps registry-login github-release test-s390x
 
 all: build
 
@@ -215,6 +215,95 @@ pin-image:
 	@case '$(IMAGE_REF)' in *@sha256:*) ;; *) echo 'IMAGE_REF=REGISTRY/PATH@sha256:DIGEST'; exit 1;; esac
 	sed -i 's|^IPTABLES_ALERTER_IMAGE=.*|IPTABLES_ALERTER_IMAGE=$(IMAGE_REF)|' packaging/openshift/machineconfig/iptables-alerter-install.env
 	$(MAKE) --no-print-directory machineconfig
+
+# make release VERSION=vX.Y.Z REGISTRY=HOST[:PORT]/PATH COSIGN_KEY=cosign.key
+# (docs/release.md): builds and pushes to REGISTRY the multi-arch image
+# (REGISTRY/iptables-alerter:VERSION, by internal/ociimage from
+# packaging/Containerfile) and the chart (oci://REGISTRY/charts), signs
+# both and the image's SBOM with cosign (key-based, no transparency log:
+# the reasons are in docs/release.md), and leaves in DIST the chart's .tgz
+# and index.yaml for a static chart repository at CHART_REPO_URL, the RPM,
+# the SBOM, SHA256SUMS and its signature, and a kustomize overlay of
+# KUSTOMIZE_BASE that pulls the pushed image by digest. COSIGN_PASSWORD
+# (environment) unlocks the key. Plain HTTP only to a loopback registry.
+DIST ?= dist
+REGISTRY ?=
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 linux/ppc64le linux/s390x
+COSIGN ?= $(IPTA_CACHE)/release/bin/cosign
+CYCLONEDX_GOMOD ?= $(IPTA_CACHE)/release/bin/cyclonedx-gomod
+COSIGN_KEY ?=
+CHART_REPO_URL ?= https://github.com/iptables-alerter/iptables-alerter/releases/download/$(VERSION)
+KUSTOMIZE_BASE ?= $(CURDIR)/packaging/kubernetes
+RELEASE_IMAGE = $(REGISTRY)/iptables-alerter
+PLAIN_HTTP = $(if $(filter localhost:% 127.0.0.1:% [::1]:%,$(REGISTRY)),--plain-http)
+COSIGN_SIGN = $(COSIGN) sign --yes --key $(COSIGN_KEY) --tlog-upload=false
+release:
+	@case '$(VERSION)' in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo 'VERSION=vX.Y.Z'; exit 1;; esac
+	@case '$(REGISTRY)' in ?*/?*) ;; *) echo 'REGISTRY=HOST[:PORT]/PATH'; exit 1;; esac
+	@case '$(COSIGN_KEY)' in env://?*) ;; *) [ -f '$(COSIGN_KEY)' ] || { echo 'COSIGN_KEY=FILE or env://VAR: a cosign private key'; exit 1; };; esac
+	@case '$(DIST)' in ''|/) echo 'DIST=a directory of its own'; exit 1;; esac
+	rm -rf $(DIST) && mkdir -p $(DIST)/image $(DIST)/chart
+	for p in $(RELEASE_PLATFORMS); do \
+		ctx=$(DIST)/image/$${p#*/} && mkdir -p $$ctx && \
+		GOOS=$${p%%/*} GOARCH=$${p#*/} $(MAKE) --no-print-directory build BIN=$$ctx/iptables-alerter HOOKBIN=$$ctx/iptables-alerter-hook && \
+		cp hooks.d/iptables-alerter.json $$ctx/ || exit 1; \
+	done
+	$(GO) run ./internal/ociimage -containerfile packaging/Containerfile -ref $(RELEASE_IMAGE):$(VERSION) \
+		-created $(or $(COMMIT_DATE),1970-01-01T00:00:00Z) -digest-file $(DIST)/image.digest \
+		-build-arg VERSION=$(VERSION) -build-arg REVISION=$(or $(COMMIT),unknown) -build-arg CREATED=$(or $(COMMIT_DATE),1970-01-01T00:00:00Z) \
+		$(foreach p,$(RELEASE_PLATFORMS),-platform $(p)=$(DIST)/image/$(notdir $(p)))
+	$(CYCLONEDX_GOMOD) bin -json -version $(VERSION) -output $(DIST)/iptables-alerter.cdx.json \
+		$(DIST)/image/$(notdir $(firstword $(RELEASE_PLATFORMS)))/iptables-alerter
+	$(COSIGN_SIGN) $(RELEASE_IMAGE)@$$(cat $(DIST)/image.digest)
+	$(COSIGN) attest --yes --key $(COSIGN_KEY) --tlog-upload=false --type cyclonedx \
+		--predicate $(DIST)/iptables-alerter.cdx.json $(RELEASE_IMAGE)@$$(cat $(DIST)/image.digest)
+	cp -r $(CHART) $(DIST)/chart/
+	sed -i 's|^  repository: .*|  repository: $(RELEASE_IMAGE)|; s|^  digest: .*|  digest: "'$$(cat $(DIST)/image.digest)'"|' $(DIST)/chart/iptables-alerter/values.yaml
+	$(MAKE) --no-print-directory chart CHART=$(DIST)/chart/iptables-alerter CHART_DEST=$(DIST)
+	$(HELM) push $(PLAIN_HTTP) $(DIST)/iptables-alerter-$(CHART_VERSION).tgz oci://$(REGISTRY)/charts >$(DIST)/chart.push 2>&1 || \
+		{ cat $(DIST)/chart.push; exit 1; }
+	cat $(DIST)/chart.push && sed -n 's/^Digest: \(sha256:[0-9a-f]\{64\}\)$$/\1/p' $(DIST)/chart.push >$(DIST)/chart.digest && [ -s $(DIST)/chart.digest ]
+	$(COSIGN_SIGN) $(REGISTRY)/charts/iptables-alerter@$$(cat $(DIST)/chart.digest)
+	$(HELM) repo index $(DIST) --url $(CHART_REPO_URL)
+	$(MAKE) --no-print-directory rpm RPM_VERSION=$(patsubst v%,%,$(VERSION)) RPMDIR=$(abspath $(DIST))/rpmbuild
+	cp $(DIST)/rpmbuild/RPMS/*/*.rpm $(DIST)/
+	mkdir -p $(DIST)/kustomize && base='$(KUSTOMIZE_BASE)' && \
+		{ [ ! -d "$$base" ] || base=$$(realpath --relative-to=$(DIST)/kustomize "$$base"); } && printf '%s\n' \
+		'# kubectl apply -k DIR: the $(VERSION) manifests with the image pushed by make release, by digest.' \
+		'apiVersion: kustomize.config.k8s.io/v1beta1' 'kind: Kustomization' \
+		'resources:' "  - $$base" 'images:' '  - name: ghcr.io/iptables-alerter/iptables-alerter' \
+		'    newName: $(RELEASE_IMAGE)' "    digest: $$(cat $(DIST)/image.digest)" >$(DIST)/kustomize/kustomization.yaml
+	cd $(DIST) && sha256sum *.rpm *.tgz index.yaml iptables-alerter.cdx.json >SHA256SUMS
+	$(COSIGN) sign-blob --yes --key $(COSIGN_KEY) --tlog-upload=false --output-signature $(DIST)/SHA256SUMS.sig $(DIST)/SHA256SUMS
+	rm -rf $(DIST)/image $(DIST)/chart $(DIST)/rpmbuild $(DIST)/chart.push
+
+# What make release runs besides Go: helm, cosign and cyclonedx-gomod
+# built into the cache, rpmbuild from apt (tests/install-deps.sh release).
+release-deps:
+	tests/install-deps.sh release
+
+# Log in to REGISTRY's host for the image (cosign login writes the
+# ~/.docker/config.json that internal/ociimage and cosign read) and for the
+# chart (helm keeps its own); the credentials come from the environment,
+# never the command line.
+REGISTRY_HOST = $(firstword $(subst /, ,$(REGISTRY)))
+registry-login:
+	@[ -n "$$REGISTRY_USER" ] && [ -n "$$REGISTRY_PASSWORD" ] || { echo 'REGISTRY_USER and REGISTRY_PASSWORD (environment)'; exit 1; }
+	printenv REGISTRY_PASSWORD | $(COSIGN) login $(REGISTRY_HOST) -u "$$REGISTRY_USER" --password-stdin
+	printenv REGISTRY_PASSWORD | $(HELM) registry login $(REGISTRY_HOST) -u "$$REGISTRY_USER" --password-stdin
+
+# The GitHub release of the tag VERSION with make release's files and the
+# CHANGELOG.md section of VERSION as its notes (gh, GH_TOKEN).
+github-release:
+	awk '/^## /{p = index($$0, "[$(patsubst v%,%,$(VERSION))]") > 0; next} p' CHANGELOG.md >$(DIST)/RELEASE_NOTES.md
+	@[ -s $(DIST)/RELEASE_NOTES.md ] || { echo 'CHANGELOG.md has no section ## [$(patsubst v%,%,$(VERSION))]'; exit 1; }
+	gh release create $(VERSION) --verify-tag --title $(VERSION) --notes-file $(DIST)/RELEASE_NOTES.md \
+		$(DIST)/*.rpm $(DIST)/*.tgz $(DIST)/index.yaml $(DIST)/iptables-alerter.cdx.json $(DIST)/SHA256SUMS $(DIST)/SHA256SUMS.sig
+
+# The kernel-structure decoders' tests built for linux/s390x (big-endian)
+# and run under qemu-s390x-static (tests/release's TestDecodersS390x).
+test-s390x:
+	$(GO) test -count=1 -timeout 30m -run TestDecodersS390x -v ./tests/release
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi

@@ -20,28 +20,8 @@ import (
 // a ServiceMonitor: the test installs it from here, no network needed.
 var serviceMonitorCRD = minimalCRD("monitoring.coreos.com", "Namespaced", "ServiceMonitor", "servicemonitors")
 
-// minimalCRD is a CustomResourceDefinition that serves kind at v1 in group
-// and accepts any object: enough for a server-side apply of our objects of
-// a kind whose operator the test API server does not run.
-func minimalCRD(group, scope, kind, plural string) string {
-	return fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: %[4]s.%[1]s
-spec:
-  group: %[1]s
-  scope: %[2]s
-  names: {plural: %[4]s, singular: %[5]s, kind: %[3]s, listKind: %[3]sList}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema:
-          type: object
-          x-kubernetes-preserve-unknown-fields: true
-`, group, scope, kind, plural, strings.ToLower(kind))
-}
+// minimalCRD: kubetest.MinimalCRD, shared with tests/release.
+var minimalCRD = kubetest.MinimalCRD
 
 // sccCRD stands in for OpenShift's SecurityContextConstraints, a built-in
 // kind there and unknown to a plain kube-apiserver: cluster-scoped, its

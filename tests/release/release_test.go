@@ -1,0 +1,352 @@
+package release
+
+import (
+	"archive/tar"
+	"bytes"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"sigs.k8s.io/yaml"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+)
+
+func repo(t testing.TB) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// cache is where the build scripts leave their tools.
+func cache() string {
+	if c := os.Getenv("IPTA_CACHE"); c != "" {
+		return c
+	}
+	return "/var/cache/iptables-alerter"
+}
+
+// tool is the path of a cached tool, or a skip (a failure under CI=true).
+func tool(t *testing.T, name, script string) string {
+	t.Helper()
+	p := filepath.Join(cache(), "release", "bin", name)
+	_, err := os.Stat(p)
+	nstest.Need(t, err == nil, "needs "+p+" ("+script+")")
+	return p
+}
+
+// startRegistry runs go-containerregistry's registry (in memory, the
+// distribution API) in the test process on a loopback port, and returns
+// its host:port.
+func startRegistry(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0)))}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return l.Addr().String()
+}
+
+// run runs a command with env added to the test's environment and
+// returns its output; a failure stops the test with the output.
+func run(t *testing.T, dir string, env []string, name string, args ...string) string {
+	t.Helper()
+	out, err := runErr(dir, env, name, args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func runErr(dir string, env []string, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// The release as a maintainer makes it and an admin installs it: make
+// release into a registry that is empty and holds nothing else, the
+// signatures verified with the public key (and refused with another), and
+// then the cluster install from that registry only, in one command per
+// route: helm install oci://..., and kubectl apply -k of the overlay the
+// release wrote. Against a real kube-apiserver (no kubelet: the pods are
+// not run, the DaemonSet's image is what is checked).
+func TestRelease(t *testing.T) {
+	kubetest.Need(t)
+	for _, c := range []string{"kubectl", "helm", "rpmbuild", "sha256sum", "make"} {
+		_, err := exec.LookPath(c)
+		nstest.Need(t, err == nil, "needs "+c+" on PATH (tests/install-deps.sh all)")
+	}
+	cosign := tool(t, "cosign", "tests/release/build-cosign.sh")
+	tool(t, "cyclonedx-gomod", "tests/release/build-cyclonedx-gomod.sh")
+
+	reg := startRegistry(t)
+	registry := reg + "/iptables-alerter"
+	tmp := t.TempDir()
+	home := filepath.Join(tmp, "home")
+	// helm's and cosign's configuration and caches in the temp dir, never
+	// the user's; the key's password as cosign reads it.
+	env := []string{"HOME=" + home, "HELM_CONFIG_HOME=" + home + "/helm/config", "HELM_CACHE_HOME=" + home + "/helm/cache",
+		"HELM_DATA_HOME=" + home + "/helm/data", "DOCKER_CONFIG=" + home + "/docker", "COSIGN_PASSWORD=test-password"}
+	keys, other := filepath.Join(tmp, "keys"), filepath.Join(tmp, "other")
+	for _, d := range []string{keys, other} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		run(t, d, env, cosign, "generate-key-pair")
+	}
+
+	dist := filepath.Join(tmp, "dist")
+	const version, chartVersion = "v1.2.3", "1.2.3"
+	chartURL := "https://charts.example.com/iptables-alerter"
+	run(t, repo(t), env, "make", "--no-print-directory", "release", "VERSION="+version, "REGISTRY="+registry, "DIST="+dist,
+		"COSIGN_KEY="+filepath.Join(keys, "cosign.key"), "RPMBUILDFLAGS=--nodeps", "CHART_REPO_URL="+chartURL,
+	)
+
+	digestData, err := os.ReadFile(filepath.Join(dist, "image.digest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := strings.TrimSpace(string(digestData))
+	image := registry + "/iptables-alerter"
+	chart := registry + "/charts/iptables-alerter"
+
+	t.Run("image", func(t *testing.T) { checkImage(t, image+":"+version, digest) })
+
+	t.Run("signatures", func(t *testing.T) {
+		pub, otherPub := filepath.Join(keys, "cosign.pub"), filepath.Join(other, "cosign.pub")
+		for _, ref := range []string{image + "@" + digest, image + ":" + version, chart + ":" + chartVersion} {
+			run(t, tmp, env, cosign, "verify", "--key", pub, "--insecure-ignore-tlog=true", ref)
+			if out, err := runErr(tmp, env, cosign, "verify", "--key", otherPub, "--insecure-ignore-tlog=true", ref); err == nil {
+				t.Errorf("cosign verify %s with another key passed:\n%s", ref, out)
+			}
+		}
+		out := run(t, tmp, env, cosign, "verify-attestation", "--key", pub, "--insecure-ignore-tlog=true", "--type", "cyclonedx", image+"@"+digest)
+		if !strings.Contains(out, "github.com/iptables-alerter/iptables-alerter") && !strings.Contains(out, "payload") {
+			t.Errorf("verify-attestation printed no attestation:\n%s", out)
+		}
+		run(t, dist, env, cosign, "verify-blob", "--key", pub, "--insecure-ignore-tlog=true", "--signature", "SHA256SUMS.sig", "SHA256SUMS")
+	})
+
+	t.Run("files", func(t *testing.T) { checkFiles(t, dist, env, chartURL, chartVersion) })
+
+	t.Run("install", func(t *testing.T) {
+		c := kubetest.Start(t)
+		kc := c.Kubeconfig("admin", c.AdminToken)
+		kenv := append(env, "KUBECONFIG="+kc)
+		// The Prometheus Operator's kinds the base and the chart render.
+		crds := filepath.Join(tmp, "crds.yaml")
+		if err := os.WriteFile(crds, []byte(kubetest.MinimalCRD("monitoring.coreos.com", "Namespaced", "ServiceMonitor", "servicemonitors")+
+			"---\n"+kubetest.MinimalCRD("monitoring.coreos.com", "Namespaced", "PrometheusRule", "prometheusrules")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run(t, tmp, kenv, "kubectl", "apply", "--server-side", "-f", crds)
+		run(t, tmp, kenv, "kubectl", "wait", "--for=condition=Established", "--timeout=60s",
+			"crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+
+		// The one command of docs/release.md's Helm route.
+		run(t, tmp, kenv, "helm", "install", "iptables-alerter", "oci://"+registry+"/charts/iptables-alerter", "--version", chartVersion,
+			"--plain-http", "--namespace", "iptables-alerter", "--create-namespace")
+		if got, want := dsImage(t, tmp, kenv), image+":"+version+"@"+digest; got != want {
+			t.Errorf("helm install: DaemonSet image %q, want %q", got, want)
+		}
+		run(t, tmp, kenv, "helm", "uninstall", "iptables-alerter", "--namespace", "iptables-alerter", "--wait")
+
+		// The kustomize route: the overlay make release wrote.
+		run(t, tmp, kenv, "kubectl", "apply", "-k", filepath.Join(dist, "kustomize"))
+		if got, want := dsImage(t, tmp, kenv), image+"@"+digest; got != want {
+			t.Errorf("kubectl apply -k: DaemonSet image %q, want %q", got, want)
+		}
+		run(t, tmp, kenv, "kubectl", "delete", "-k", filepath.Join(dist, "kustomize"), "--wait=false")
+	})
+}
+
+// dsImage is the image of every container of the DaemonSet, which must
+// all be the same.
+func dsImage(t *testing.T, dir string, env []string) string {
+	t.Helper()
+	out := run(t, dir, env, "kubectl", "-n", "iptables-alerter", "get", "daemonset/iptables-alerter", "-o",
+		`jsonpath={range .spec.template.spec.initContainers[*]}{.image}{"\n"}{end}{range .spec.template.spec.containers[*]}{.image}{"\n"}{end}`)
+	images := strings.Fields(out)
+	if len(images) == 0 {
+		t.Fatalf("the DaemonSet has no containers")
+	}
+	for _, i := range images[1:] {
+		if i != images[0] {
+			t.Errorf("DaemonSet containers run %q and %q", images[0], i)
+		}
+	}
+	return images[0]
+}
+
+// wantMachine is the ELF machine and byte order of each platform's binaries.
+var wantMachine = map[string]struct {
+	m     elf.Machine
+	order string
+}{
+	"amd64":   {elf.EM_X86_64, "LittleEndian"},
+	"arm64":   {elf.EM_AARCH64, "LittleEndian"},
+	"ppc64le": {elf.EM_PPC64, "LittleEndian"},
+	"s390x":   {elf.EM_S390, "BigEndian"},
+}
+
+// checkImage reads the pushed index back: one image per platform, each
+// with the Containerfile's configuration and binaries built for it.
+func checkImage(t *testing.T, ref, digest string) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := remote.Index(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := idx.Digest(); d.String() != digest {
+		t.Errorf("the tag's index is %s, make release wrote %s", d, digest)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, m := range im.Manifests {
+		arch := m.Platform.Architecture
+		seen[arch] = true
+		img, err := idx.Image(m.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cf.Architecture != arch || cf.OS != "linux" || cf.Config.User != "65534:65534" ||
+			strings.Join(cf.Config.Entrypoint, " ") != "/usr/bin/iptables-alerter" ||
+			cf.Config.Labels["org.opencontainers.image.version"] != "v1.2.3" {
+			t.Errorf("%s: config %s/%s user %q entrypoint %q labels %v", arch, cf.OS, cf.Architecture, cf.Config.User, cf.Config.Entrypoint, cf.Config.Labels)
+		}
+		checkBinaries(t, arch, img)
+	}
+	for arch := range wantMachine {
+		if !seen[arch] {
+			t.Errorf("the index has no %s image (has %v)", arch, seen)
+		}
+	}
+}
+
+// checkBinaries finds the layer's files and each binary's ELF machine.
+func checkBinaries(t *testing.T, arch string, img v1.Image) {
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("%s: %d layers, %v; want 1", arch, len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	files := map[string]bool{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name] = true
+		if !strings.HasPrefix(h.Name, "usr/bin/") || h.Typeflag != tar.TypeReg {
+			continue
+		}
+		if h.Mode&0o111 == 0 || h.Uid != 0 {
+			t.Errorf("%s: %s mode %o uid %d", arch, h.Name, h.Mode, h.Uid)
+		}
+		// Enough of the ELF header for its machine and byte order.
+		head := make([]byte, 4096)
+		if _, err := io.ReadFull(tr, head); err != nil {
+			t.Fatal(err)
+		}
+		f, err := elf.NewFile(bytes.NewReader(head))
+		if err != nil {
+			t.Errorf("%s: %s: %v", arch, h.Name, err)
+			continue
+		}
+		if w := wantMachine[arch]; f.Machine != w.m || f.ByteOrder.String() != w.order {
+			t.Errorf("%s: %s is %v %v, want %v %s", arch, h.Name, f.Machine, f.ByteOrder, w.m, w.order)
+		}
+	}
+	for _, f := range []string{"usr/bin/iptables-alerter", "usr/bin/iptables-alerter-hook", "usr/share/iptables-alerter/iptables-alerter.json"} {
+		if !files[f] {
+			t.Errorf("%s: the image has no %s (has %v)", arch, f, files)
+		}
+	}
+}
+
+// checkFiles: the checksums hold, the chart repository's index points at
+// the chart's URL, the SBOM lists the module, and there is an RPM.
+func checkFiles(t *testing.T, dist string, env []string, chartURL, chartVersion string) {
+	run(t, dist, env, "sha256sum", "--strict", "-c", "SHA256SUMS")
+	data, err := os.ReadFile(filepath.Join(dist, "index.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var index struct {
+		Entries map[string][]struct {
+			Version string   `json:"version"`
+			URLs    []string `json:"urls"`
+		} `json:"entries"`
+	}
+	if err := yaml.Unmarshal(data, &index); err != nil {
+		t.Fatal(err)
+	}
+	e := index.Entries["iptables-alerter"]
+	if len(e) != 1 || e[0].Version != chartVersion || len(e[0].URLs) != 1 || e[0].URLs[0] != chartURL+"/iptables-alerter-"+chartVersion+".tgz" {
+		t.Errorf("index.yaml entries %+v, want version %s at %s", e, chartVersion, chartURL)
+	}
+	var sbom struct {
+		BOMFormat string `json:"bomFormat"`
+		Metadata  struct {
+			Component struct{ Name string } `json:"component"`
+		} `json:"metadata"`
+		Components []struct{ Name string } `json:"components"`
+	}
+	data, err = os.ReadFile(filepath.Join(dist, "iptables-alerter.cdx.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &sbom); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, c := range sbom.Components {
+		names[c.Name] = true
+	}
+	if sbom.BOMFormat != "CycloneDX" || !names["github.com/sirupsen/logrus"] {
+		t.Errorf("SBOM: format %q, %d components, none github.com/sirupsen/logrus", sbom.BOMFormat, len(sbom.Components))
+	}
+	rpms, _ := filepath.Glob(filepath.Join(dist, "*.rpm"))
+	if len(rpms) == 0 {
+		t.Errorf("no RPM in %s", dist)
+	}
+}

@@ -1,0 +1,110 @@
+package release
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// makeOnly is a run step that is one make command: no shell lists, pipes,
+// substitutions or redirections, and no ${{ }} expression (an expression
+// in a run step is pasted into the script: a tag name could inject).
+var makeOnly = regexp.MustCompile(`^make( [A-Za-z0-9_.=/:-]+)*$`)
+
+// allowedActions are the only actions a step may use: what make needs
+// before it can run (the tree, the Go of go.mod).
+var allowedActions = map[string]bool{"actions/checkout": true, "actions/setup-go": true}
+
+type workflow struct {
+	On map[string]any `json:"on"`
+	// YAML 1.1 (sigs.k8s.io/yaml's) reads the key on as true.
+	OnAsTrue map[string]any `json:"true"`
+	Jobs     map[string]struct {
+		Steps []map[string]any `json:"steps"`
+	} `json:"jobs"`
+}
+
+// checkWorkflow lists every step of w that is not a make command or an
+// allowed action.
+func checkWorkflow(w workflow) []string {
+	var bad []string
+	for name, j := range w.Jobs {
+		if len(j.Steps) == 0 {
+			bad = append(bad, name+": no steps")
+		}
+		for _, s := range j.Steps {
+			run, isRun := s["run"].(string)
+			uses, isUses := s["uses"].(string)
+			switch {
+			case isRun && !isUses:
+				if !makeOnly.MatchString(strings.TrimSpace(run)) {
+					bad = append(bad, name+": run "+run+": not a single make command")
+				}
+			case isUses && !isRun:
+				action, _, _ := strings.Cut(uses, "@")
+				if !allowedActions[action] {
+					bad = append(bad, name+": uses "+uses)
+				}
+			default:
+				bad = append(bad, name+": a step neither run nor uses")
+			}
+		}
+	}
+	return bad
+}
+
+// The release workflow runs on a tag push and nothing but make targets
+// (and checkout, setup-go).
+func TestWorkflowRunsOnlyMake(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repo(t), ".github", "workflows", "release.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w workflow
+	if err := yaml.Unmarshal(data, &w); err != nil {
+		t.Fatal(err)
+	}
+	if w.On == nil {
+		w.On = w.OnAsTrue
+	}
+	push, _ := w.On["push"].(map[string]any)
+	if tags, _ := push["tags"].([]any); len(tags) == 0 || len(w.On) != 1 {
+		t.Errorf("on: %v, want a push of tags only", w.On)
+	}
+	for _, b := range checkWorkflow(w) {
+		t.Error(b)
+	}
+	ran := false
+	for _, j := range w.Jobs {
+		for _, s := range j.Steps {
+			ran = ran || s["run"] == "make release"
+		}
+	}
+	if !ran {
+		t.Errorf("no step runs make release")
+	}
+}
+
+// The check refuses what it must: a shell list, an expression, another
+// action, a step that is both.
+func TestWorkflowCheckRefuses(t *testing.T) {
+	for _, step := range []map[string]any{
+		{"run": "make release && curl x | sh"},
+		{"run": "make release VERSION=${{ github.ref_name }}"},
+		{"run": "make release\nrm -rf /"},
+		{"run": "./release.sh"},
+		{"uses": "someone/action@v1"},
+		{"uses": "actions/checkout@v4", "run": "make"},
+	} {
+		w := workflow{Jobs: map[string]struct {
+			Steps []map[string]any `json:"steps"`
+		}{"j": {Steps: []map[string]any{step}}}}
+		if bad := checkWorkflow(w); len(bad) == 0 {
+			t.Errorf("step %v accepted", step)
+		}
+	}
+}
