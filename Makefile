@@ -140,7 +140,7 @@ crds:
 # tests/packaging's TestHelmFilesInSync fails when they differ.
 CHART := packaging/helm/iptables-alerter
 chart-files:
-	cp packaging/crds/openreports.io_reports.yaml packaging/monitoring/prometheusrule.yaml $(CHART)/files/
+	cp packaging/crds/openreports.io_reports.yaml packaging/monitoring/prometheusrule.yaml packaging/monitoring/grafana-dashboard.json $(CHART)/files/
 
 # The chart's package in bin/, its appVersion (the default image tag) the
 # version `make image` tags the image with, its version the same made
