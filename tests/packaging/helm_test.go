@@ -285,8 +285,8 @@ func keys(m map[string]map[string]any) []string {
 // its directory) are the files packaging ships, byte for byte.
 func TestHelmFilesInSync(t *testing.T) {
 	for src, dst := range map[string]string{
-		"packaging/crds/openreports.io_reports.yaml": "openreports.io_reports.yaml",
-		"packaging/monitoring/prometheusrule.yaml":   "prometheusrule.yaml",
+		"packaging/crds/openreports.io_reports.yaml":  "openreports.io_reports.yaml",
+		"packaging/monitoring/prometheusrule.yaml":    "prometheusrule.yaml",
 		"packaging/monitoring/grafana-dashboard.json": "grafana-dashboard.json",
 	} {
 		want, err := os.ReadFile(filepath.Join(repo(t), src))
