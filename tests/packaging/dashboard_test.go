@@ -23,7 +23,9 @@ func TestDashboardConfigMaps(t *testing.T) {
 		render    func(t *testing.T) []byte
 		openshift bool
 	}{
-		{name: "kustomize prometheus-operator", render: func(t *testing.T) []byte { return kustomize(t, filepath.Join(repo(t), "packaging/prometheus-operator")) }},
+		{name: "kustomize prometheus-operator", render: func(t *testing.T) []byte {
+			return kustomize(t, filepath.Join(repo(t), "packaging/prometheus-operator"))
+		}},
 		{name: "kustomize openshift", openshift: true, render: func(t *testing.T) []byte { return kustomize(t, filepath.Join(repo(t), "packaging/openshift")) }},
 		{name: "kustomize openshift-no-sidecar", openshift: true, render: func(t *testing.T) []byte {
 			return kustomize(t, filepath.Join(repo(t), "packaging/openshift-no-sidecar"))
