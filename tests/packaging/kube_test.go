@@ -117,7 +117,7 @@ func TestKustomizeServerSideApply(t *testing.T) {
 	// Where OpenShift's console reads dashboards (the overlay's ConfigMap).
 	kubectl(t, kc, "create", "namespace", "openshift-config-managed")
 
-	for _, k := range []string{"packaging/kubernetes", "packaging/prometheus-operator", "packaging/openshift", "packaging/openshift-no-sidecar", "secure-metrics"} {
+	for _, k := range []string{"packaging/kubernetes", "packaging/prometheus-operator", "packaging/openshift", "packaging/openshift-no-sidecar", "packaging/openshift-user-workload", "secure-metrics"} {
 		t.Run(filepath.Base(k), func(t *testing.T) {
 			path := filepath.Join(repo(t), k)
 			if k == "secure-metrics" {

@@ -14,11 +14,11 @@ import (
 )
 
 // kustomizations are every kustomization that deploys the DaemonSet.
-var kustomizations = []string{"packaging/kubernetes", "packaging/prometheus-operator", "packaging/openshift", "packaging/openshift-no-sidecar"}
+var kustomizations = []string{"packaging/kubernetes", "packaging/prometheus-operator", "packaging/openshift", "packaging/openshift-no-sidecar", "packaging/openshift-user-workload"}
 
 // monitored are the kustomizations with the monitoring component (the
 // Prometheus Operator's kinds).
-var monitored = []string{"packaging/prometheus-operator", "packaging/openshift", "packaging/openshift-no-sidecar"}
+var monitored = []string{"packaging/prometheus-operator", "packaging/openshift", "packaging/openshift-no-sidecar", "packaging/openshift-user-workload"}
 
 // releaseTag is a release's tag: vMAJOR.MINOR.PATCH.
 var releaseTag = regexp.MustCompile(`^v([0-9]+)\.([0-9]+)\.([0-9]+)$`)
