@@ -206,8 +206,13 @@ func TestInstallWithoutPrometheusOperator(t *testing.T) {
 			{"install", "iptables-alerter", chartDir(t)},
 			{"uninstall", "iptables-alerter", "--wait"},
 		} {
-			if out, err := helm(t, append(args, "--kubeconfig", kc, "--namespace", "iptables-alerter")...); err != nil {
+			out, err := helm(t, append(args, "--kubeconfig", kc, "--namespace", "iptables-alerter")...)
+			if err != nil {
 				t.Fatalf("%v\n%s", err, out)
+			}
+			// The notes say why there is no ServiceMonitor.
+			if args[0] == "install" && !strings.Contains(string(out), "No ServiceMonitor or PrometheusRule") {
+				t.Errorf("helm install printed nothing on the monitoring objects it left out:\n%s", out)
 			}
 		}
 		gone("helm uninstall", "-n", "iptables-alerter", "daemonset/iptables-alerter", "configmap/iptables-alerter-dashboard")
