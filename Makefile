@@ -150,7 +150,7 @@ crds:
 # tests/packaging's TestHelmFilesInSync fails when they differ.
 CHART := packaging/helm/iptables-alerter
 chart-files:
-	cp $(addprefix packaging/crds/,$(CRDS)) packaging/monitoring/prometheusrule.yaml $(CHART)/files/
+	cp $(addprefix packaging/crds/,$(CRDS)) packaging/monitoring/prometheusrule.yaml packaging/monitoring/grafana-dashboard.json $(CHART)/files/
 
 # The chart's package in bin/, its appVersion (the default image tag) the
 # version `make image` tags the image with, its version the same made

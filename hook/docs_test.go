@@ -191,7 +191,10 @@ func metricsReference(t *testing.T) string {
 	var b strings.Builder
 	b.WriteString("# Metrics reference\n\n")
 	b.WriteString("Generated from the Prometheus registries by `make docs`: do not edit. Each daemon also\n")
-	b.WriteString("serves client_golang's `go_*` and `process_*` series.\n")
+	b.WriteString("serves client_golang's `go_*` and `process_*` series, and\n")
+	b.WriteString("`promhttp_metric_handler_errors_total` (cause: gathering, encoding), the pages that failed.\n")
+	b.WriteString("Every `/metrics` is client_golang's promhttp handler: the Prometheus text format, or\n")
+	b.WriteString("OpenMetrics when the scraper asks for it, gzip-compressed when it accepts gzip.\n")
 	for _, d := range metricRegistries(t) {
 		type metric struct {
 			help   string

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 )
 
@@ -171,20 +171,15 @@ func health(o Options) http.HandlerFunc {
 	}
 }
 
-// Metrics serves g in the Prometheus text format. By hand: promhttp would
-// link a compression library for a page of a few lines.
-func Metrics(g prometheus.Gatherer) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		mfs, err := g.Gather()
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-		for _, mf := range mfs {
-			if _, err := expfmt.MetricFamilyToText(w, mf); err != nil {
-				return
-			}
-		}
+// Metrics serves reg's metrics with promhttp: the format the scraper asks
+// for (the Prometheus text format, or OpenMetrics), gzip when it accepts
+// it, and a 500 when gathering fails. Its own
+// promhttp_metric_handler_errors_total counter is registered in reg, so a
+// page that failed shows on the next one that does not.
+func Metrics(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorHandling:     promhttp.HTTPErrorOnError,
+		Registry:          reg,
+		EnableOpenMetrics: true,
 	})
 }

@@ -23,6 +23,11 @@ func Upstream(url string) http.Handler {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
+		// The scraper's choice of format (OpenMetrics or text) is the
+		// upstream's to honour; compression is the client's own.
+		if accept := r.Header.Get("Accept"); accept != "" {
+			req.Header.Set("Accept", accept)
+		}
 		resp, err := client.Do(req)
 		if err != nil {
 			http.Error(w, fmt.Sprintf("fetch upstream metrics: %v", err), http.StatusBadGateway)

@@ -117,40 +117,15 @@ func query(t *testing.T, addr, expr string) result {
 // (Debian's prometheus, on loopback, scraping and evaluating each second,
 // the shipped rules loaded) scrapes a real agent, which the runtime side
 // of NRI in this process tells of a running pod whose network namespace
-// holds an xt rule. The breaking-usage alert fires for that pod, with its
-// namespace, name, owner and impact, and every query of the dashboard
+// holds an xt rule. The breaking-usage alert fires for its workload, with
+// its namespace, owner and impact (the recorded per-pod series names the pod), and every query of the dashboard
 // runs, the usage ones with results; when the pod's sandbox stops, its
 // series leaves the agent's /metrics and the alert resolves.
 func TestAlertEndToEnd(t *testing.T) {
 	needTool(t, prometheus)
 	nstest.NeedRoot(t, "iptables-nft")
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "iptables-alerter")
-	if err := testbin.Build(bin, ""); err != nil {
-		t.Fatal(err)
-	}
-
-	ns := nstest.New(t)
-	ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "-m", "multiport", "--dports", "80,443", "-j", "DROP")
-	pod := &api.PodSandbox{Id: "sandbox-e2e", Name: "web-7d4b9c8f5-x2k9q", Namespace: "shop", Uid: "uid-e2e",
-		Labels: map[string]string{"pod-template-hash": "7d4b9c8f5"},
-		Linux:  &api.LinuxPodSandbox{Namespaces: []*api.LinuxNamespace{{Type: "network", Path: ns.Path()}}}}
-	ctr := &api.Container{Id: "ctr-e2e", PodSandboxId: pod.Id, Name: "app", State: api.ContainerState_CONTAINER_RUNNING}
-
-	ad, sock, err := nritest.Start(dir, func(ctx context.Context, cb nri.SyncCB) error {
-		_, err := cb(ctx, []*api.PodSandbox{pod}, []*api.Container{ctr})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ad.Stop)
-
-	agentAddr := nstest.FreeAddr(t)
-	// --host-proc "": the test's pods are not host-network ones.
-	start(t, bin, "agent", "--nri-socket", sock, "--node", "node-e2e", "--health-addr", agentAddr, "--host-proc", "",
-		"--findings", filepath.Join(dir, "findings.jsonl"), "--state-dir", filepath.Join(dir, "seen"),
-		"--allowlist", filepath.Join(dir, "no-allowlist.json"), "--vendors", filepath.Join(dir, "no-vendors.json"))
+	agentAddr, pod, ad := startAgent(t, dir)
 
 	promAddr := nstest.FreeAddr(t)
 	ruleFile(t, dir)
@@ -177,7 +152,7 @@ scrape_configs:
 	var fired alert
 	eventually(t, "IPTablesBreakingOnRHEL10 not firing for the pod", func() bool {
 		for _, a := range breaking(t, promAddr) {
-			if a.Labels["pod_name"] == pod.Name && a.State == "firing" {
+			if a.Labels["owner"] == "Deployment/web" && a.State == "firing" {
 				fired = a
 				return true
 			}
@@ -188,6 +163,10 @@ scrape_configs:
 		if fired.Labels[k] != v {
 			t.Errorf("alert label %s = %q, want %q (%v)", k, fired.Labels[k], v, fired.Labels)
 		}
+	}
+	// The alert is the workload's; the recorded per-pod series names the pod.
+	if r := query(t, promAddr, `pod:iptables_alerter_breaking_rules:max{owner="Deployment/web",pod_name="`+pod.Name+`"}`); len(r.Data.Result) != 1 {
+		t.Errorf("no per-pod recorded series for %s: %+v", pod.Name, r)
 	}
 
 	// Every dashboard query runs on the real server; those on the usage
@@ -211,10 +190,48 @@ scrape_configs:
 	})
 	eventually(t, "IPTablesBreakingOnRHEL10 still active after the pod stopped", func() bool {
 		for _, a := range breaking(t, promAddr) {
-			if a.Labels["pod_name"] == pod.Name {
+			if a.Labels["owner"] == "Deployment/web" {
 				return false
 			}
 		}
 		return true
 	})
+}
+
+// startAgent runs a real agent (built from the tree, its metrics on a free
+// loopback address) that the runtime side of NRI in this process tells of
+// one running pod, shop/web-7d4b9c8f5-x2k9q (owner Deployment/web), whose
+// network namespace holds an xt rule. It returns the agent's address, the
+// pod and the runtime side, to stop the pod with.
+func startAgent(t *testing.T, dir string) (agentAddr string, pod *api.PodSandbox, ad *nri.Adaptation) {
+	t.Helper()
+	bin := filepath.Join(dir, "iptables-alerter")
+	if err := testbin.Build(bin, ""); err != nil {
+		t.Fatal(err)
+	}
+
+	ns := nstest.New(t)
+	ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "-m", "multiport", "--dports", "80,443", "-j", "DROP")
+	pod = &api.PodSandbox{Id: "sandbox-e2e", Name: "web-7d4b9c8f5-x2k9q", Namespace: "shop", Uid: "uid-e2e",
+		Labels: map[string]string{"pod-template-hash": "7d4b9c8f5"},
+		Linux:  &api.LinuxPodSandbox{Namespaces: []*api.LinuxNamespace{{Type: "network", Path: ns.Path()}}}}
+	ctr := &api.Container{Id: "ctr-e2e", PodSandboxId: pod.Id, Name: "app", State: api.ContainerState_CONTAINER_RUNNING}
+
+	var sock string
+	var err error
+	ad, sock, err = nritest.Start(dir, func(ctx context.Context, cb nri.SyncCB) error {
+		_, err := cb(ctx, []*api.PodSandbox{pod}, []*api.Container{ctr})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ad.Stop)
+
+	agentAddr = nstest.FreeAddr(t)
+	// --host-proc "": the test's pods are not host-network ones.
+	start(t, bin, "agent", "--nri-socket", sock, "--node", "node-e2e", "--health-addr", agentAddr, "--host-proc", "",
+		"--findings", filepath.Join(dir, "findings.jsonl"), "--state-dir", filepath.Join(dir, "seen"),
+		"--allowlist", filepath.Join(dir, "no-allowlist.json"), "--vendors", filepath.Join(dir, "no-vendors.json"))
+	return agentAddr, pod, ad
 }

@@ -94,6 +94,7 @@ func TestRules(t *testing.T) {
 		Groups []struct {
 			Rules []struct {
 				Alert       string            `json:"alert"`
+				Record      string            `json:"record"`
 				Annotations map[string]string `json:"annotations"`
 			} `json:"rules"`
 		} `json:"groups"`
@@ -112,6 +113,12 @@ func TestRules(t *testing.T) {
 	tested := string(tests)
 	for _, g := range spec.Groups {
 		for _, r := range g.Rules {
+			if r.Record != "" {
+				if !strings.Contains(tested, r.Record+"{") {
+					t.Errorf("recording rule %s has no promtool test", r.Record)
+				}
+				continue
+			}
 			for _, a := range []string{"summary", "description", "runbook_url"} {
 				if r.Annotations[a] == "" {
 					t.Errorf("alert %s has no %s", r.Alert, a)
@@ -169,7 +176,10 @@ func loadDashboard(t *testing.T) (exprs []string) {
 		SchemaVersion int    `json:"schemaVersion"`
 		Templating    struct {
 			List []struct {
-				Name, Type, Query string
+				Name, Type, Definition, AllValue string
+				Query                            json.RawMessage
+				IncludeAll                       bool   `json:"includeAll"`
+				Datasource                       source `json:"datasource"`
 			} `json:"list"`
 		} `json:"templating"`
 		Panels []panel `json:"panels"`
@@ -180,8 +190,16 @@ func loadDashboard(t *testing.T) (exprs []string) {
 	if d.UID == "" || d.Title == "" || d.SchemaVersion < 36 || len(d.Panels) == 0 {
 		t.Fatalf("dashboard: uid %q, title %q, schemaVersion %d, %d panels", d.UID, d.Title, d.SchemaVersion, len(d.Panels))
 	}
-	if len(d.Templating.List) == 0 || d.Templating.List[0].Name != "datasource" || d.Templating.List[0].Type != "datasource" || d.Templating.List[0].Query != "prometheus" {
-		t.Errorf("dashboard: the first variable is %+v, want the Prometheus data source \"datasource\"", d.Templating.List)
+	if len(d.Templating.List) != 3 || d.Templating.List[0].Name != "datasource" || d.Templating.List[0].Type != "datasource" || string(d.Templating.List[0].Query) != `"prometheus"` {
+		t.Fatalf("dashboard: variables %+v, want the Prometheus data source \"datasource\", then cluster and namespace", d.Templating.List)
+	}
+	// cluster and namespace: queries of label values, "All" matching
+	// every value and none (a Prometheus without a cluster label).
+	for i, name := range []string{"cluster", "namespace"} {
+		v := d.Templating.List[i+1]
+		if v.Name != name || v.Type != "query" || !v.IncludeAll || v.AllValue != ".*" || v.Datasource != prometheusVar || !strings.HasPrefix(v.Definition, "label_values(") {
+			t.Errorf("dashboard: variable %d is %+v, want the query variable %q with All as .*", i+1, v, name)
+		}
 	}
 	ids := map[int]bool{}
 	for _, p := range d.Panels {
@@ -208,11 +226,26 @@ func loadDashboard(t *testing.T) (exprs []string) {
 				t.Errorf("%s: query %s datasource %+v, want %+v", where, q.RefID, q.Datasource, prometheusVar)
 			}
 			refs[q.RefID] = true
-			exprs = append(exprs, q.Expr)
+			// Every selector of the project's series is narrowed to the
+			// chosen clusters, the pods' ones to the chosen namespaces.
+			for _, sel := range selector.FindAllStringSubmatch(q.Expr, -1) {
+				if !strings.Contains(sel[2], `cluster=~"$cluster"`) {
+					t.Errorf("%s: query %s: %s{%s} not narrowed to $cluster", where, q.RefID, sel[1], sel[2])
+				}
+				if sel[1] == "iptables_alerter_agent_pod_rules" && !strings.Contains(sel[2], `pod_namespace=~"$namespace"`) {
+					t.Errorf("%s: query %s: %s{%s} not narrowed to $namespace", where, q.RefID, sel[1], sel[2])
+				}
+			}
+			// As Grafana sends it with All chosen.
+			exprs = append(exprs, strings.NewReplacer("$cluster", ".*", "$namespace", ".*").Replace(q.Expr))
 		}
 	}
 	return exprs
 }
+
+// selector matches a series selector of a dashboard query: the metric
+// and what is between the braces.
+var selector = regexp.MustCompile(`\b(up|iptables_alerter_[a-z_]+)\{([^}]*)\}`)
 
 // metricName matches the project's metric names in a query.
 var metricName = regexp.MustCompile(`\biptables_alerter_[a-z_]+`)
@@ -250,5 +283,76 @@ func TestDashboard(t *testing.T) {
 		if !strings.Contains(e, `job="`+job+`"`) {
 			t.Errorf("query %q does not select job=%q", e, job)
 		}
+	}
+}
+
+// TestRulesPerWorkload (issue 27 item 3): 500 pods with breaking rules, of
+// 10 Deployments in 2 namespaces, on 5 nodes, fire exactly 10
+// IPTablesBreakingOnRHEL10 alerts, one per Deployment at its worst impact,
+// each with its pod count and runbook; the per-pod series stay, 500 of
+// them. promtool test rules, on a test file written here.
+func TestRulesPerWorkload(t *testing.T) {
+	needTool(t, promtool)
+	dir := t.TempDir()
+	ruleFile(t, dir)
+	const pods, deployments, nodes = 500, 10, 5
+	var in, alerts strings.Builder
+	for d := 0; d < deployments; d++ {
+		ns := []string{"shop", "mesh"}[d%2]
+		owner := fmt.Sprintf("Deployment/app-%d", d)
+		legacy := 0
+		for p := d; p < pods; p += deployments {
+			pod := fmt.Sprintf("app-%d-%03d", d, p)
+			series := func(impact, vendor string, rules int) {
+				fmt.Fprintf(&in, "      - series: 'iptables_alerter_agent_pod_rules{job=%q,instance=\"n%d\",pod_namespace=%q,pod_name=%q,owner=%q,impact=%q,vendor=%q}'\n        values: '%dx30'\n",
+					job, p%nodes, ns, pod, owner, impact, vendor, rules)
+			}
+			// Istio's sidecar: xt rules, and native ones that never alert.
+			series("xt", "istio", 40)
+			series("native", "istio", 3)
+			if p%7 == 0 {
+				series("xt", "linkerd", 5) // a second vendor: one more series, no more alerts
+			}
+			if d%3 == 0 && p%4 == 0 {
+				series("legacy", "unknown", 2) // the worst impact wins
+				legacy++
+			}
+		}
+		impact, count := "xt", pods/deployments
+		if legacy > 0 {
+			impact, count = "legacy", legacy
+		}
+		fmt.Fprintf(&alerts, `          - exp_labels: {severity: warning, pod_namespace: %s, owner: %s, impact: %s}
+            exp_annotations:
+              summary: "%s in namespace %s has iptables rules that break on RHEL 10 (%s)"
+              description: "The iptables-alerter agents found rules of impact %s in the network namespaces of %d pods of %s in namespace %s (the pods: pod:iptables_alerter_breaking_rules:max{pod_namespace=\"%s\", owner=\"%s\"}). legacy: iptables-legacy (x_tables) rules, which RHEL 10 kernels cannot load; xt: iptables-nft rules with xt matches or targets, which need kernel-modules-extra on RHEL 10. The workload must move to native nftables (or a newer release of its vendor's image) before its nodes move to RHEL 10."
+              runbook_url: https://github.com/iptables-alerter/iptables-alerter/blob/main/docs/runbooks.md#iptablesbreakingonrhel10
+`, ns, owner, impact, owner, ns, impact, impact, count, owner, ns, ns, owner)
+	}
+	test := fmt.Sprintf(`rule_files: [rules.yaml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+%s    promql_expr_test:
+      - expr: count(pod:iptables_alerter_breaking_rules:max{impact="xt"})
+        eval_time: 5m
+        exp_samples: [{value: %d}]
+      - expr: count(count by (pod_namespace, owner) (workload:iptables_alerter_breaking_pods:count))
+        eval_time: 5m
+        exp_samples: [{value: %d}]
+    alert_rule_test:
+      - eval_time: 5m
+        alertname: IPTablesBreakingOnRHEL10
+        exp_alerts:
+%s`, in.String(), pods, deployments, alerts.String())
+	p := filepath.Join(dir, "per_workload_test.yaml")
+	if err := os.WriteFile(p, []byte(test), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// promtool compares the alerts as a set: one more or one fewer fails.
+	run(t, promtool, "test", "rules", p)
+	if n := strings.Count(alerts.String(), "exp_labels:"); n != deployments {
+		t.Fatalf("%d alerts expected, want %d", n, deployments)
 	}
 }

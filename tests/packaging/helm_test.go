@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -74,10 +75,21 @@ func helmTemplateErr(t *testing.T, set ...string) ([]byte, error) {
 	t.Helper()
 	args := []string{"template", "iptables-alerter", chartDir(t), "--namespace", "iptables-alerter", "--kube-version", chartKubeVersion}
 	for _, s := range set {
+		if strings.HasPrefix(s, "--") {
+			args = append(args, s) // a flag, e.g. monitoringAPI's
+			continue
+		}
 		args = append(args, "--set", s)
 	}
 	return helm(t, args...)
 }
+
+// monitoringAPI are the flags that make helm template render as for an
+// API server serving the Prometheus Operator's kinds (Capabilities).
+var monitoringAPI = []string{"--api-versions=monitoring.coreos.com/v1/ServiceMonitor", "--api-versions=monitoring.coreos.com/v1/PrometheusRule"}
+
+// withAPI is set with monitoringAPI's flags.
+func withAPI(set ...string) []string { return append(slices.Clone(monitoringAPI), set...) }
 
 // kustomize is `kubectl kustomize` of a directory (no API server needed).
 func kustomize(t *testing.T, dir string) []byte {
@@ -201,23 +213,31 @@ func imageRepository(ref string) string {
 	return ref
 }
 
-// The chart with defaults renders the kustomize base's objects, plus the
-// PrometheusRule of packaging/monitoring and the Report CRD of
-// packaging/crds; with openshift.enabled the OpenShift overlay's; with
-// metrics.secure.enabled the base with the secure-metrics component. Each
-// object compared whole, after dropping Helm's own labels.
+// The chart renders the objects of the kustomization of the same setup,
+// plus the Report CRD of packaging/crds: with defaults on an API server
+// without the Prometheus Operator's kinds, the kustomize base and the
+// dashboard's ConfigMap; where they are served, with
+// values-kube-prometheus-stack.yaml, packaging/prometheus-operator; with
+// openshift.enabled the OpenShift overlay's; with metrics.secure.enabled
+// the base with the monitoring and secure-metrics components. Each object
+// compared whole, after dropping Helm's own labels.
 func TestHelmMatchesKustomize(t *testing.T) {
+	kps := filepath.Join(repo(t), "packaging/helm/values-kube-prometheus-stack.yaml")
 	for _, tc := range []struct {
 		name string
 		// kustomize is the directory under the repo, or "secure-metrics".
 		kustomize string
 		set       []string
+		// dashboard: the chart's dashboard ConfigMap is expected beside
+		// what the kustomization renders (its is in the monitoring component).
+		dashboard bool
 	}{
-		{name: "kubernetes", kustomize: "packaging/kubernetes", set: []string{"namespace.create=true"}},
-		{name: "openshift", kustomize: "packaging/openshift", set: []string{"namespace.create=true", "openshift.enabled=true"}},
+		{name: "kubernetes", kustomize: "packaging/kubernetes", set: []string{"namespace.create=true"}, dashboard: true},
+		{name: "prometheus-operator", kustomize: "packaging/prometheus-operator", set: withAPI("namespace.create=true", "--values="+kps, "networkPolicy.monitoringNamespaces=null")},
+		{name: "openshift", kustomize: "packaging/openshift", set: withAPI("namespace.create=true", "openshift.enabled=true")},
 		// The MachineConfig route: the hook from boot, no installer sidecar.
-		{name: "openshift-no-sidecar", kustomize: "packaging/openshift-no-sidecar", set: []string{"namespace.create=true", "openshift.enabled=true", "hook.enabled=false"}},
-		{name: "secure-metrics", kustomize: "secure-metrics", set: []string{"namespace.create=true", "metrics.secure.enabled=true"}},
+		{name: "openshift-no-sidecar", kustomize: "packaging/openshift-no-sidecar", set: withAPI("namespace.create=true", "openshift.enabled=true", "hook.enabled=false")},
+		{name: "secure-metrics", kustomize: "secure-metrics", set: withAPI("namespace.create=true", "metrics.secure.enabled=true")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(repo(t), tc.kustomize)
@@ -225,8 +245,10 @@ func TestHelmMatchesKustomize(t *testing.T) {
 				dir = secureOverlay(t)
 			}
 			want := objects(t, kustomize(t, dir))
-			k, rule := fileObject(t, "packaging/monitoring/prometheusrule.yaml", "iptables-alerter")
-			want[k] = rule
+			if tc.dashboard {
+				k := "ConfigMap/iptables-alerter/iptables-alerter-dashboard"
+				want[k] = objects(t, kustomize(t, filepath.Join(repo(t), "packaging/prometheus-operator")))[k]
+			}
 			for _, f := range []string{"openreports.io_reports.yaml", "openreports.io_clusterreports.yaml"} {
 				k, crd := fileObject(t, "packaging/crds/"+f, "")
 				want[k] = crd
@@ -268,6 +290,7 @@ func TestHelmFilesInSync(t *testing.T) {
 		"packaging/crds/openreports.io_reports.yaml":        "openreports.io_reports.yaml",
 		"packaging/crds/openreports.io_clusterreports.yaml": "openreports.io_clusterreports.yaml",
 		"packaging/monitoring/prometheusrule.yaml":          "prometheusrule.yaml",
+		"packaging/monitoring/grafana-dashboard.json":       "grafana-dashboard.json",
 	} {
 		want, err := os.ReadFile(filepath.Join(repo(t), src))
 		if err != nil {
@@ -337,9 +360,11 @@ func TestHelmValues(t *testing.T) {
 		check    func(t *testing.T, p corev1.PodSpec, objs map[string]map[string]any)
 	}{
 		{
+			// An API server without the Prometheus Operator's kinds: none
+			// of its objects, so install and uninstall succeed.
 			name: "defaults", init: "hook", conts: "agent,forward", svcPorts: "metrics,forward-metrics",
-			present: []string{"ClusterRoleBinding//iptables-alerter-forward", "PrometheusRule/iptables-alerter/iptables-alerter", "CustomResourceDefinition//reports.openreports.io", "ServiceMonitor/iptables-alerter/iptables-alerter"},
-			absent:  []string{"Namespace//iptables-alerter", "ClusterRoleBinding//iptables-alerter-forward-review", "ClusterRoleBinding//iptables-alerter-metrics-reader"},
+			present: []string{"ClusterRoleBinding//iptables-alerter-forward", "CustomResourceDefinition//reports.openreports.io", "ConfigMap/iptables-alerter/iptables-alerter-dashboard"},
+			absent:  []string{"Namespace//iptables-alerter", "ClusterRoleBinding//iptables-alerter-forward-review", "ClusterRoleBinding//iptables-alerter-metrics-reader", "PrometheusRule/iptables-alerter/iptables-alerter", "ServiceMonitor/iptables-alerter/iptables-alerter"},
 			check: func(t *testing.T, p corev1.PodSpec, _ map[string]map[string]any) {
 				if got := p.NodeSelector["kubernetes.io/os"]; got != "linux" {
 					t.Errorf("nodeSelector kubernetes.io/os = %q, want linux", got)
@@ -361,6 +386,55 @@ func TestHelmValues(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "monitoring API served", set: withAPI(), init: "hook", conts: "agent,forward", svcPorts: "metrics,forward-metrics",
+			present: []string{"PrometheusRule/iptables-alerter/iptables-alerter", "ServiceMonitor/iptables-alerter/iptables-alerter"},
+		},
+		{
+			name: "monitoring API forced", set: []string{"metrics.forceMonitoringAPI=true"}, init: "hook", conts: "agent,forward", svcPorts: "metrics,forward-metrics",
+			present: []string{"PrometheusRule/iptables-alerter/iptables-alerter", "ServiceMonitor/iptables-alerter/iptables-alerter"},
+		},
+		{
+			// As prometheus-node-exporter's chart: labels for the
+			// operator's selectors, the user's relabelings after ours,
+			// metric relabelings, the pods' labels and annotations.
+			name: "monitoring and pod values", init: "hook", conts: "agent,forward", svcPorts: "metrics,forward-metrics",
+			set: withAPI("metrics.serviceMonitor.additionalLabels.release=kps", "metrics.prometheusRule.additionalLabels.release=kps",
+				"metrics.serviceMonitor.relabelings[0].targetLabel=cluster", "metrics.serviceMonitor.relabelings[0].replacement=east",
+				"metrics.serviceMonitor.metricRelabelings[0].action=drop", "metrics.serviceMonitor.metricRelabelings[0].sourceLabels[0]=__name__",
+				"metrics.serviceMonitor.metricRelabelings[0].regex=go_.*",
+				"podLabels.team=net", "podAnnotations.example\\.com/owner=net", "podLabels.app\\.kubernetes\\.io/name=other"),
+			check: func(t *testing.T, p corev1.PodSpec, objs map[string]map[string]any) {
+				for _, k := range []string{"ServiceMonitor/iptables-alerter/iptables-alerter", "PrometheusRule/iptables-alerter/iptables-alerter"} {
+					labels := objs[k]["metadata"].(map[string]any)["labels"].(map[string]any)
+					if labels["release"] != "kps" || labels["app.kubernetes.io/name"] != "iptables-alerter" {
+						t.Errorf("%s labels %v, want release: kps beside the chart's", k, labels)
+					}
+				}
+				var sm struct {
+					Spec struct {
+						Endpoints []struct {
+							Relabelings, MetricRelabelings []map[string]any
+						}
+					}
+				}
+				b, _ := json.Marshal(objs["ServiceMonitor/iptables-alerter/iptables-alerter"])
+				if err := json.Unmarshal(b, &sm); err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range sm.Spec.Endpoints {
+					if len(e.Relabelings) != 2 || e.Relabelings[0]["targetLabel"] != "node" || e.Relabelings[1]["targetLabel"] != "cluster" ||
+						len(e.MetricRelabelings) != 1 || e.MetricRelabelings[0]["regex"] != "go_.*" {
+						t.Errorf("endpoint relabelings %v, metricRelabelings %v", e.Relabelings, e.MetricRelabelings)
+					}
+				}
+				ds := objs["DaemonSet/iptables-alerter/iptables-alerter"]["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)
+				labels, ann := ds["labels"].(map[string]any), ds["annotations"].(map[string]any)
+				if labels["team"] != "net" || labels["app.kubernetes.io/name"] != "iptables-alerter" || ann["example.com/owner"] != "net" {
+					t.Errorf("pod labels %v, annotations %v: want the values' beside the selector's, which stays", labels, ann)
+				}
+			},
+		},
 		{name: "no forward", set: []string{"forward.enabled=false"}, init: "hook", conts: "agent", svcPorts: "metrics"},
 		{name: "forward only", set: []string{"agent.enabled=false", "hook.enabled=false"}, conts: "forward", svcPorts: "forward-metrics"},
 		{name: "no hook", set: []string{"hook.enabled=false"}, conts: "agent,forward", svcPorts: "metrics,forward-metrics"},
@@ -370,7 +444,7 @@ func TestHelmValues(t *testing.T) {
 			absent: []string{"ServiceMonitor/iptables-alerter/iptables-alerter", "PrometheusRule/iptables-alerter/iptables-alerter", "NetworkPolicy/iptables-alerter/iptables-alerter", "CustomResourceDefinition//reports.openreports.io", "PriorityClass//iptables-alerter"},
 		},
 		{
-			name: "secure without agent", set: []string{"metrics.secure.enabled=true", "agent.enabled=false", "metrics.secure.readers[0].name=prometheus", "metrics.secure.readers[0].namespace=monitoring"},
+			name: "secure without agent", set: withAPI("metrics.secure.enabled=true", "agent.enabled=false", "metrics.secure.readers[0].name=prometheus", "metrics.secure.readers[0].namespace=monitoring"),
 			init: "hook", conts: "forward", svcPorts: "https-metrics",
 			present: []string{"ClusterRoleBinding//iptables-alerter-forward-review", "ClusterRoleBinding//iptables-alerter-metrics-reader"},
 			check: func(t *testing.T, p corev1.PodSpec, objs map[string]map[string]any) {
@@ -528,12 +602,13 @@ func TestHelmServerSideApply(t *testing.T) {
 	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/kube/build-kube.sh kubectl)")
 	// Rendered first: a missing helm skips before the API server starts.
 	renders := map[string][]byte{
-		"default":   helmTemplate(t, "namespace.create=true"),
-		"openshift": helmTemplate(t, "namespace.create=true", "openshift.enabled=true"),
+		"default":   helmTemplate(t, withAPI("namespace.create=true")...),
+		"openshift": helmTemplate(t, withAPI("namespace.create=true", "openshift.enabled=true")...),
 	}
 	c := kubetest.Start(t)
 	kc := c.Kubeconfig("admin", c.AdminToken)
 	operatorCRDs(t, kc)
+	kubectl(t, kc, "create", "namespace", "openshift-config-managed")
 	dir := t.TempDir()
 
 	// In order: the OpenShift render is applied over the default one.
@@ -699,7 +774,7 @@ func TestHelmValuesDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Maps whose keys are the user's, documented as one row.
-	freeForm := map[string]bool{"nodeSelector": true, "affinity": true, "resources": true}
+	freeForm := map[string]bool{"nodeSelector": true, "affinity": true, "resources": true, "podLabels": true, "podAnnotations": true, "additionalLabels": true}
 	want := map[string]bool{}
 	var walk func(prefix string, m map[string]any)
 	walk = func(prefix string, m map[string]any) {

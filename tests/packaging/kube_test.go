@@ -88,14 +88,16 @@ func TestKustomizeServerSideApply(t *testing.T) {
 	kc := c.Kubeconfig("admin", c.AdminToken)
 	dir := t.TempDir()
 	crd := filepath.Join(dir, "crds.yaml")
-	if err := os.WriteFile(crd, []byte(serviceMonitorCRD+"---\n"+sccCRD), 0o644); err != nil {
+	if err := os.WriteFile(crd, []byte(serviceMonitorCRD+"---\n"+promRuleCRD+"---\n"+sccCRD), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	kubectl(t, kc, "apply", "--server-side", "-f", crd)
 	kubectl(t, kc, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com",
-		"crd/securitycontextconstraints.security.openshift.io")
+		"crd/prometheusrules.monitoring.coreos.com", "crd/securitycontextconstraints.security.openshift.io")
+	// Where OpenShift's console reads dashboards (the overlay's ConfigMap).
+	kubectl(t, kc, "create", "namespace", "openshift-config-managed")
 
-	for _, k := range []string{"packaging/kubernetes", "packaging/openshift", "packaging/openshift-no-sidecar", "secure-metrics"} {
+	for _, k := range []string{"packaging/kubernetes", "packaging/prometheus-operator", "packaging/openshift", "packaging/openshift-no-sidecar", "packaging/openshift-user-workload", "secure-metrics"} {
 		t.Run(filepath.Base(k), func(t *testing.T) {
 			path := filepath.Join(repo(t), k)
 			if k == "secure-metrics" {
@@ -128,7 +130,12 @@ func TestKustomizeServerSideApply(t *testing.T) {
 					t.Errorf("%s", d)
 				}
 			}
-			want := []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "DaemonSet", "Service", "ServiceMonitor", "NetworkPolicy"}
+			want := []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "DaemonSet", "Service", "NetworkPolicy"}
+			if k != "packaging/kubernetes" {
+				want = append(want, "ServiceMonitor", "PrometheusRule", "ConfigMap")
+			} else if kinds["ServiceMonitor"] || kinds["PrometheusRule"] {
+				t.Errorf("the base has Prometheus Operator kinds: it fails on a cluster without them")
+			}
 			if strings.Contains(k, "openshift") {
 				want = append(want, "SecurityContextConstraints")
 			}
@@ -139,4 +146,56 @@ func TestKustomizeServerSideApply(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A cluster without the Prometheus Operator (no monitoring.coreos.com
+// CRDs): `kubectl apply -k packaging/kubernetes` and `kubectl delete -k`
+// of it both exit 0, as an admin runs them (client-side apply), and the
+// delete leaves nothing; the same for the chart's `helm install` and
+// `helm uninstall`. The namespace controller runs, so the Namespace's
+// deletion finishes as on a cluster.
+func TestInstallWithoutPrometheusOperator(t *testing.T) {
+	_, err := exec.LookPath("kubectl")
+	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/kube/build-kube.sh kubectl)")
+	c := kubetest.Start(t)
+	c.ControllerManager(t, "namespace")
+	kc := c.Kubeconfig("admin", c.AdminToken)
+	if out := kubectl(t, kc, "get", "crd", "-o", "name"); len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("CRDs served: %s", out)
+	}
+	gone := func(what string, args ...string) {
+		t.Helper()
+		out := kubectl(t, kc, append([]string{"get", "--ignore-not-found", "-o", "name"}, args...)...)
+		if len(strings.TrimSpace(string(out))) > 0 {
+			t.Errorf("after %s: still there: %s", what, out)
+		}
+	}
+
+	t.Run("kustomize", func(t *testing.T) {
+		base := filepath.Join(repo(t), "packaging/kubernetes")
+		kubectl(t, kc, "apply", "-k", base)
+		kubectl(t, kc, "-n", "iptables-alerter", "get", "daemonset/iptables-alerter", "service/iptables-alerter-metrics")
+		kubectl(t, kc, "delete", "-k", base, "--timeout=3m")
+		gone("kubectl delete -k", "namespace/iptables-alerter", "clusterrole/iptables-alerter-forward", "priorityclass/iptables-alerter")
+	})
+
+	t.Run("helm", func(t *testing.T) {
+		kubectl(t, kc, "create", "namespace", "iptables-alerter")
+		kubectl(t, kc, "label", "namespace", "iptables-alerter", "pod-security.kubernetes.io/enforce=privileged")
+		for _, args := range [][]string{
+			{"install", "iptables-alerter", chartDir(t)},
+			{"uninstall", "iptables-alerter", "--wait"},
+		} {
+			out, err := helm(t, append(args, "--kubeconfig", kc, "--namespace", "iptables-alerter")...)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			// The notes say why there is no ServiceMonitor.
+			if args[0] == "install" && !strings.Contains(string(out), "No ServiceMonitor or PrometheusRule") {
+				t.Errorf("helm install printed nothing on the monitoring objects it left out:\n%s", out)
+			}
+		}
+		gone("helm uninstall", "-n", "iptables-alerter", "daemonset/iptables-alerter", "configmap/iptables-alerter-dashboard")
+		gone("helm uninstall", "clusterrole/iptables-alerter-forward", "priorityclass/iptables-alerter")
+	})
 }

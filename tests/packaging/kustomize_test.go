@@ -14,7 +14,11 @@ import (
 )
 
 // kustomizations are every kustomization that deploys the DaemonSet.
-var kustomizations = []string{"packaging/kubernetes", "packaging/openshift", "packaging/openshift-no-sidecar"}
+var kustomizations = []string{"packaging/kubernetes", "packaging/prometheus-operator", "packaging/openshift", "packaging/openshift-no-sidecar", "packaging/openshift-user-workload"}
+
+// monitored are the kustomizations with the monitoring component (the
+// Prometheus Operator's kinds).
+var monitored = []string{"packaging/prometheus-operator", "packaging/openshift", "packaging/openshift-no-sidecar", "packaging/openshift-user-workload"}
 
 // releaseTag is a release's tag: vMAJOR.MINOR.PATCH.
 var releaseTag = regexp.MustCompile(`^v([0-9]+)\.([0-9]+)\.([0-9]+)$`)
@@ -88,32 +92,22 @@ func TestReleaseTag(t *testing.T) {
 }
 
 // TestOwnOverlay: the overlay the docs tell an admin to write, outside
-// the repository, sets another image and the label kube-prometheus-stack
-// selects ServiceMonitors by, and leaves the tracked base as it is.
+// the repository, sets another image and, with the monitoring component,
+// the label kube-prometheus-stack selects ServiceMonitors by, and leaves
+// the tracked base as it is.
 func TestOwnOverlay(t *testing.T) {
 	name, _ := baseImage(t)
-	dir := t.TempDir()
-	base, err := filepath.Rel(dir, filepath.Join(repo(t), "packaging/kubernetes"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := `apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources: [` + base + `]
-images:
-  - name: ` + name + `
+	dir := ownOverlay(t, `images:
+  - name: `+name+`
     newName: registry.example.com/mirror/iptables-alerter
-    digest: sha256:` + strings.Repeat("ab", 32) + `
+    digest: sha256:`+strings.Repeat("ab", 32)+`
 patches:
   - target: {kind: ServiceMonitor, name: iptables-alerter}
     patch: |-
       - op: add
         path: /metadata/labels/release
         value: kube-prometheus-stack
-`
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`, "packaging/kubernetes", "packaging/kubernetes/components/monitoring")
 	spec := renderedDaemonSet(t, dir).Spec.Template.Spec
 	for _, c := range append(spec.InitContainers, spec.Containers...) {
 		if want := "registry.example.com/mirror/iptables-alerter@sha256:" + strings.Repeat("ab", 32); c.Image != want {
@@ -139,7 +133,7 @@ type relabeling struct {
 // TestServiceMonitorNode: every endpoint of every ServiceMonitor shipped
 // labels its series with the node the pod runs on.
 func TestServiceMonitorNode(t *testing.T) {
-	for _, k := range append(slices.Clone(kustomizations), "secure-metrics") {
+	for _, k := range append(slices.Clone(monitored), "secure-metrics") {
 		t.Run(filepath.Base(k), func(t *testing.T) {
 			dir := k
 			if k == "secure-metrics" {

@@ -16,20 +16,33 @@ import (
 
 // secureOverlay writes, outside the repo, the kustomization
 // packaging/secure-metrics tells a Kubernetes admin to write: the base
-// with the component.
+// with the monitoring component and the secure-metrics one.
 func secureOverlay(t *testing.T) string {
 	t.Helper()
+	return ownOverlay(t, "", "packaging/kubernetes", "packaging/kubernetes/components/monitoring", "packaging/secure-metrics")
+}
+
+// ownOverlay writes an admin's kustomization outside the repository: the
+// base, then the components in order, then extra (more fields, as YAML).
+func ownOverlay(t *testing.T, extra, base string, components ...string) string {
+	t.Helper()
 	dir := t.TempDir()
-	var rel []string
-	for _, p := range []string{"packaging/kubernetes", "packaging/secure-metrics"} {
+	rel := func(p string) string {
 		r, err := filepath.Rel(dir, filepath.Join(repo(t), p))
 		if err != nil {
 			t.Fatal(err)
 		}
-		rel = append(rel, r)
+		return r
 	}
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [" + rel[0] + "]\ncomponents: [" + rel[1] + "]\n"
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [" + rel(base) + "]\n"
+	if len(components) > 0 {
+		var cs []string
+		for _, c := range components {
+			cs = append(cs, rel(c))
+		}
+		k += "components: [" + strings.Join(cs, ", ") + "]\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k+extra), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -71,7 +84,7 @@ func TestMetricsReach(t *testing.T) {
 	}{
 		// Plain: the agent's 9757 and the forwarder's 9756, each serving
 		// its own /metrics.
-		{name: "kubernetes", dir: "packaging/kubernetes", from: []string{"monitoring"}, ports: []int32{9757, 9756}},
+		{name: "kubernetes", dir: "packaging/prometheus-operator", from: []string{"monitoring"}, ports: []int32{9757, 9756}},
 		{name: "kubernetes with secure-metrics", secure: true, from: []string{"monitoring"}, ports: []int32{9443}},
 		{name: "openshift", dir: "packaging/openshift", secure: true, from: []string{"openshift-monitoring", "openshift-user-workload-monitoring"}, ports: []int32{9443}},
 	}

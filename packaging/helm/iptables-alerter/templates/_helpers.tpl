@@ -69,3 +69,19 @@ true
 {{- define "ipta.metrics" -}}
 {{- if or .Values.agent.enabled .Values.forward.enabled -}}true{{- end -}}
 {{- end -}}
+
+{{/*
+"true" when the API server serves the Prometheus Operator's kind (given as
+monitoring.coreos.com/v1/Kind), or metrics.forceMonitoringAPI says to
+render it anyway: without the CRDs, `helm install` of such an object fails
+("no matches for kind") and so the whole release would.
+*/}}
+{{- define "ipta.monitoringAPI" -}}
+{{- if or .root.Values.metrics.forceMonitoringAPI (.root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" .kind)) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The chart's labels and the user's additionalLabels (never overriding ours). */}}
+{{- define "ipta.monitoringLabels" -}}
+{{- $labels := include "ipta.labels" .root | fromYaml -}}
+{{- toYaml (merge $labels (.extra | default dict)) -}}
+{{- end -}}
