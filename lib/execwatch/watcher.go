@@ -119,6 +119,8 @@ type Watcher struct {
 	mu      sync.Mutex
 	pending map[int]*Command
 	order   []int
+	// recent are the last runs that ended, oldest first (Lookup).
+	recent []Command
 
 	execs, vanished, candidates, tools, missed, evicted, overruns atomic.Uint64
 	closeOnce                                                     sync.Once
@@ -291,17 +293,25 @@ func (w *Watcher) Stats() Stats {
 		Missed: w.missed.Load(), Evicted: w.evicted.Load(), Overruns: w.overruns.Load()}
 }
 
-// Running gives the tool run with that pid that has not ended yet (the
-// nftables watch joins a commit's writer to it).
-func (w *Watcher) Running(pid int) (Command, bool) {
+// Lookup gives the tool run with that pid, running or among the last
+// maxRecent ended (the nftables watch joins a commit's writer to it, up to
+// its debounce window after the commit: the tool has often ended then).
+func (w *Watcher) Lookup(pid int) (Command, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	c, ok := w.pending[pid]
-	if !ok {
-		return Command{}, false
+	if c, ok := w.pending[pid]; ok {
+		return *c, true
 	}
-	return *c, true
+	for i := len(w.recent) - 1; i >= 0; i-- {
+		if w.recent[i].PID == pid {
+			return w.recent[i], true
+		}
+	}
+	return Command{}, false
 }
+
+// maxRecent bounds the ended runs Lookup finds.
+const maxRecent = 32
 
 func (w *Watcher) read(ready chan<- struct{}) {
 	defer close(w.done)
@@ -466,5 +476,11 @@ func (w *Watcher) exit(pid int, raw uint32) {
 	}
 	c.Exited, c.Ended = true, time.Now()
 	c.Code, c.Signal = ExitStatus(raw)
+	w.mu.Lock()
+	if len(w.recent) == maxRecent {
+		w.recent = append(w.recent[:0], w.recent[1:]...)
+	}
+	w.recent = append(w.recent, *c)
+	w.mu.Unlock()
 	w.opts.Done(*c)
 }
