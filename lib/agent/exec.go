@@ -299,6 +299,10 @@ func (a *Agent) recordExec(w *watched, e *findings.Exec, writer *findings.Writer
 	rec := findings.Record{Time: findings.Now(), Node: m.Node, Subject: m.Subject, Source: m.Source, Stage: m.Stage,
 		ContainerID: m.ContainerID, SandboxID: m.SandboxID, Pod: m.Pod, Container: m.Container, Image: m.Image, Netns: m.Netns,
 		State: findings.StatePresent, Fingerprint: e.ShapeFingerprint(), Worst: execLevel(e), Writer: writer, Exec: e}
+	if isNodeJob(m) {
+		// As the node watch's records: the node's, no sandbox.
+		rec.SandboxID = ""
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	out, err := a.store.Record(ctx, execKey(m.SandboxID, rec.Fingerprint), scan.Decision{Record: rec})

@@ -4,8 +4,10 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/execwatch"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
@@ -87,5 +89,88 @@ func TestExecWatch(t *testing.T) {
 	s = execScan(t, rec, "nft-write")
 	if s.Meta.Source != SourceWatch || s.Record.Nft.Rules != 1 || s.Record.Writer == nil || s.Record.Exec.Backend != "nft" {
 		t.Errorf("nft write: source %s rules %d writer %+v exec %+v", s.Meta.Source, s.Record.Nft.Rules, s.Record.Writer, s.Record.Exec)
+	}
+}
+
+// missRecorder is a recorder that hears the exec watch's misses.
+type missRecorder struct {
+	*recorder
+	missed chan string
+}
+
+func (m missRecorder) ExecMissed(c execwatch.Command, why string) {
+	m.missed <- strings.Join(c.Argv, " ") + ": " + why
+}
+func (m missRecorder) ExecOff(error) {}
+
+// TestExecWatchNode: in node mode a command in the node's netns (a
+// stand-in) is the node's, with no pod; one in a netns of no watched
+// sandbox is recorded nowhere, and said so.
+func TestExecWatchNode(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy")
+	dir := t.TempDir()
+	node, other := nstest.New(t), nstest.New(t)
+	rec := missRecorder{newRecorder(), make(chan string, 100)}
+	a := startWatching(t, dir, rec, func(cfg *Config) {
+		cfg.ExecWatch = true
+		cfg.HostProc, cfg.HostNetns = nstest.HostProc(t, node.Path()), node.Path()
+	})
+	// The node watch's start scan: its monitor is open.
+	nodeScan(t, rec.recorder)
+	if up, why := a.ExecWatching(); !up {
+		t.Fatalf("exec watch off: %s", why)
+	}
+	if _, err := node.Exec("iptables-legacy", "-t", "bogus", "-A", "INPUT", "-m", "comment", "--comment", "node-bogus", "-j", "ACCEPT"); err == nil {
+		t.Fatal("-t bogus worked")
+	}
+	s := execScan(t, rec.recorder, "node-bogus")
+	if r := s.Record; r.Subject != findings.SubjectNode || r.SandboxID != "" || r.Pod != (findings.Pod{}) || !r.Failed() || s.Stored != findings.Recorded {
+		t.Errorf("node command: subject %q sandbox %q pod %+v exec %+v %s", r.Subject, r.SandboxID, r.Pod, r.Exec, s.Label())
+	}
+	_, _ = other.Exec("iptables-legacy", "-w", "1", "-S", "OUTPUT", "--", "nowhere")
+	for {
+		select {
+		case m := <-rec.missed:
+			if !strings.Contains(m, "nowhere") {
+				continue
+			}
+			if !strings.HasSuffix(m, "netns of no watched sandbox") {
+				t.Errorf("missed: %s", m)
+			}
+			return
+		case <-time.After(10 * time.Second):
+			t.Fatal("the command in no sandbox's netns was not reported missed")
+		}
+	}
+}
+
+// TestExecFailure: the status decides, never the message (the watch sees
+// none).
+func TestExecFailure(t *testing.T) {
+	cmd := func(code, sig int, argv ...string) execwatch.Command {
+		return execwatch.Command{Exited: true, Code: code, Signal: sig, Argv: argv, Shape: execwatch.ParseArgv(argv), Backend: "legacy"}
+	}
+	for _, tc := range []struct {
+		c               execwatch.Command
+		failed, missing bool
+	}{
+		{cmd(0, 0, "iptables", "-A", "INPUT", "-j", "DROP"), false, false},
+		{cmd(3, 0, "iptables", "-t", "nat", "-A", "OUTPUT", "-j", "ACCEPT"), true, true},
+		{cmd(4, 0, "iptables-nft", "-A", "INPUT", "-m", "ipvs", "--ipvs"), true, true},
+		{cmd(4, 0, "iptables-nft-restore"), true, true},
+		{cmd(1, 0, "iptables-legacy", "-A", "INPUT", "-m", "ipvs", "--ipvs"), true, false},
+		{cmd(2, 0, "iptables", "-A", "INPUT", "--bogus"), true, false},
+		{cmd(1, 0, "iptables", "-C", "INPUT", "-j", "DROP"), false, false},
+		{cmd(1, 0, "iptables", "-D", "INPUT", "-j", "DROP"), false, false},
+		{cmd(2, 0, "iptables", "-D", "INPUT", "-j", "DROP"), true, false},
+		{cmd(0, 9, "iptables-restore"), true, false},
+		{cmd(3, 0, "iptables-legacy", "-t", "nat", "-L"), true, true},
+		{cmd(1, 0, "iptables", "-L", "NOPE"), false, false},
+		{execwatch.Command{Argv: []string{"iptables", "-F"}, Shape: execwatch.ParseArgv([]string{"iptables", "-F"})}, false, false},
+	} {
+		f, m := failure(tc.c)
+		if f != tc.failed || m != tc.missing {
+			t.Errorf("%q exit %d signal %d: failed %v missing %v, want %v %v", tc.c.Argv, tc.c.Code, tc.c.Signal, f, m, tc.failed, tc.missing)
+		}
 	}
 }
