@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,7 +82,11 @@ func (a *Agent) startExecs() {
 	}
 	e := a.execs
 	if !a.cfg.Watch {
-		a.execOff(errors.New("the exec watch needs the watch (--watch): it places commands in the watched sandboxes"))
+		// Off with the watch, which the admin turned off: no degraded
+		// health for a choice (the flag's help says it needs --watch).
+		a.execs.mu.Lock()
+		a.execs.off = "the exec watch needs the watch (--watch): it places commands in the watched sandboxes"
+		a.execs.mu.Unlock()
 		return
 	}
 	e.ch = make(chan execwatch.Command, execQueue)
