@@ -218,6 +218,9 @@ func (a *Agent) execDone(c execwatch.Command) {
 	}
 	e := execRecord(c)
 	writer := a.placeWriter(c.Writer, w)
+	if !w.node {
+		a.usage.Exec(w.meta, e.Failed)
+	}
 	switch {
 	case e.Failed:
 		a.metrics.execs.WithLabelValues("failed").Inc()

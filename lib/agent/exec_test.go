@@ -85,6 +85,10 @@ func TestExecWatch(t *testing.T) {
 		t.Errorf("20 runs of -C recorded %d findings, want 1", recorded)
 	}
 
+	// The pod's counts: the legacy write, the failed one, 20 checks.
+	if got := a.usage.execCounts(); len(got) != 1 || got[0].name != p.Name || got[0].attempts != 22 || got[0].failures != 1 {
+		t.Errorf("pod command counts %+v, want 22 attempts, 1 failure", got)
+	}
 	ns.Run("iptables-nft", "-A", "FORWARD", "-m", "comment", "--comment", "nft-write", "-j", "DROP")
 	s = execScan(t, rec, "nft-write")
 	if s.Meta.Source != SourceWatch || s.Record.Nft.Rules != 1 || s.Record.Writer == nil || s.Record.Exec.Backend != "nft" {

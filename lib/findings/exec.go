@@ -67,12 +67,30 @@ func (e *Exec) CommandLine(max int) string {
 	}
 	parts := make([]string, 0, len(e.Argv)+1)
 	for _, a := range e.Argv {
-		parts = append(parts, safetext.Name(a, maxField))
+		if plainArg(a) {
+			parts = append(parts, a)
+		} else {
+			parts = append(parts, safetext.Quote(a, maxField))
+		}
 	}
 	if e.ArgvCut {
 		parts = append(parts, safetext.Ellipsis)
 	}
 	return safetext.Cut(strings.Join(parts, " "), max)
+}
+
+// plainArg: an argument shown bare, options included; anything else
+// (spaces, quotes, control or non-ASCII characters, empty) is quoted.
+func plainArg(a string) bool {
+	if a == "" || len(a) > maxField {
+		return false
+	}
+	for _, c := range []byte(a) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("_.-:+@/,=%!", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // Status is the exit in a few words: "exit 0", "signal 9", "running".

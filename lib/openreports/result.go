@@ -57,6 +57,9 @@ const (
 	// PropWriter names the process whose change the agent's watch looked
 	// after (wording.WriterLine); absent when the record has none.
 	PropWriter = "writer"
+	// PropCommand is the iptables command the exec watch saw
+	// (wording.ExecLine: FAILED first when it failed); absent when none.
+	PropCommand = "command"
 )
 
 // Bounds of one result.
@@ -164,6 +167,9 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, node string, 
 	}
 	if rec.Writer != nil {
 		p[PropWriter] = prop(wording.WriterLine(rec.Writer))
+	}
+	if rec.Exec != nil {
+		p[PropCommand] = prop(wording.ExecLine(rec.Exec))
 	}
 	for i, ex := range findings.BreakingFirst(rec.Examples) {
 		if i == MaxExamples {

@@ -3,10 +3,12 @@ package report
 import (
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 )
 
 // Group is one owning workload: every finding of its pods.
@@ -49,6 +51,10 @@ type Group struct {
 	// Writers name, for up to MaxWriters distinct ones, the process whose
 	// change the agent's watch looked after (wording.WriterLine).
 	Writers []string `json:"writers"`
+	// Commands are, for up to MaxWriters distinct ones, the iptables
+	// commands the exec watch saw (wording.ExecLine), failed ones first
+	// to stay: a failure is never crowded out by reads.
+	Commands []string `json:"commands"`
 }
 
 // VendorNames names the group's vendors, "unknown" for none.
@@ -100,7 +106,7 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 			i = len(gs)
 			idx[k] = i
 			gs = append(gs, Group{Namespace: it.Namespace, Owner: it.Owner, Worst: it.Worst, Expected: true, State: it.State,
-				Pods: []string{}, Nodes: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}})
+				Pods: []string{}, Nodes: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}, Commands: []string{}})
 			ss = append(ss, sets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
 			members = append(members, nil)
 			looks = append(looks, map[podKey]int{})
@@ -113,6 +119,7 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 		if len(g.Writers) < MaxWriters {
 			add(&g.Writers, s.writers, it.Writer)
 		}
+		addCommand(&g.Commands, it.Command)
 		for _, v := range it.Vendors {
 			if !s.vendors[v.Name] {
 				s.vendors[v.Name] = true
@@ -338,4 +345,25 @@ func Judge(gs []Group, mode string) bool {
 		any = any || g.Fails
 	}
 	return any
+}
+
+// addCommand adds c to a group's commands: distinct, at most MaxWriters,
+// a failed one taking the place of the last that did not fail.
+func addCommand(cs *[]string, c string) {
+	if c == "" || slices.Contains(*cs, c) {
+		return
+	}
+	if len(*cs) < MaxWriters {
+		*cs = append(*cs, c)
+		return
+	}
+	if !strings.HasPrefix(c, wording.FailedMark) {
+		return
+	}
+	for i := len(*cs) - 1; i >= 0; i-- {
+		if !strings.HasPrefix((*cs)[i], wording.FailedMark) {
+			(*cs)[i] = c
+			return
+		}
+	}
 }
