@@ -217,7 +217,7 @@ func (a *Agent) execDone(c execwatch.Command) {
 		return
 	}
 	e := execRecord(c)
-	writer := a.placeWriter(c.Writer, w)
+	writer := a.placeWriter(c.Writer)
 	if !w.node {
 		a.usage.Exec(w.meta, e.Failed)
 	}
@@ -276,21 +276,13 @@ func (a *Agent) isNodeIno(ino uint64) bool {
 }
 
 // placeWriter names the writer's container and pod, as the watch's
-// describe does; for a pod's command, a writer in no container the runtime
-// told of is the pod's still (the command ran in its netns).
-func (a *Agent) placeWriter(wr *findings.Writer, w *watched) *findings.Writer {
+// describe does, on a copy.
+func (a *Agent) placeWriter(wr *findings.Writer) *findings.Writer {
 	if wr == nil {
 		return nil
 	}
 	c := *wr
-	if c.ContainerID != "" {
-		a.watches.mu.Lock()
-		ci, ok := a.watches.ctrs[c.ContainerID]
-		a.watches.mu.Unlock()
-		if ok {
-			c.Container, c.Pod = ci.name, ci.pod
-		}
-	}
+	a.nameContainer(&c)
 	return &c
 }
 

@@ -386,15 +386,22 @@ func (a *Agent) describe(pid int, comm string) *findings.Writer {
 		return &findings.Writer{PID: pid, Comm: comm}
 	}
 	wr := watch.Proc{Root: a.cfg.HostProc}.Writer(pid, comm)
-	if wr.ContainerID != "" {
-		a.watches.mu.Lock()
-		c, ok := a.watches.ctrs[wr.ContainerID]
-		a.watches.mu.Unlock()
-		if ok {
-			wr.Container, wr.Pod = c.name, c.pod
-		}
-	}
+	a.nameContainer(wr)
 	return wr
+}
+
+// nameContainer names wr's container and pod when its cgroup names a
+// container the runtime told of.
+func (a *Agent) nameContainer(wr *findings.Writer) {
+	if wr.ContainerID == "" {
+		return
+	}
+	a.watches.mu.Lock()
+	c, ok := a.watches.ctrs[wr.ContainerID]
+	a.watches.mu.Unlock()
+	if ok {
+		wr.Container, wr.Pod = c.name, c.pod
+	}
 }
 
 // noted takes one change: the newest writer is kept, and the first change
