@@ -263,6 +263,11 @@ func podOf(it Item) podKey {
 // bound), then the later one wins, and at equal times (Events before
 // their times were read, files of one second) the one read last, a.
 func newer(a, b Item) bool {
+	// A command's own finding (a failed write, a read: no rules) is no
+	// look at the rules: any look is newer.
+	if ca, cb := commandOnly(a), commandOnly(b); ca != cb {
+		return cb
+	}
 	if a.Truncated != b.Truncated {
 		return b.Truncated
 	}
@@ -367,3 +372,7 @@ func addCommand(cs *[]string, c string) {
 		}
 	}
 }
+
+// commandOnly tells whether the item is a command's own finding of the
+// exec watch, counting no rules.
+func commandOnly(it Item) bool { return it.Command != "" && it.Impact == (findings.Impact{}) }
