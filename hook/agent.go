@@ -19,6 +19,8 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/agent"
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
+	"github.com/iptables-alerter/iptables-alerter/lib/execwatch"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 	"github.com/iptables-alerter/iptables-alerter/lib/watch"
 )
@@ -79,6 +81,7 @@ func (cfg *agentConfig) register(fs *pflag.FlagSet) {
 	fs.IntVar(&cfg.agent.Queue, "queue", agent.DefaultQueue, "scans the runtime's events may queue; past it an event's scan is dropped (counted), never waited for")
 	fs.DurationVar(&cfg.agent.ScanTimeout, "scan-timeout", agent.DefaultScanTimeout, "deadline of one scan; past it the finding is recorded with truncated: true")
 	fs.BoolVar(&cfg.agent.Watch, "watch", true, "hold a monitor of nftables commits in every pod's netns (NRI only): a commit to an iptables table is scanned within --watch-debounce and its finding names the writing process")
+	fs.BoolVar(&cfg.agent.ExecWatch, "exec-watch", true, "with --watch: hear every iptables command run on the node from the kernel's process events (needs the host's pid namespace, hostPID, and CAP_NET_ADMIN): a legacy write is scanned at once, a failed write or a read recorded with source exec; where it cannot listen it is off, the reason on /healthz")
 	fs.DurationVar(&cfg.agent.WatchDebounce, "watch-debounce", agent.DefaultWatchDebounce, "with --watch: the window a burst of commits is gathered in, one scan per window however many commits")
 	fs.StringVar(&cfg.agent.HostNetns, "host-netns", "", "node mode (NRI only, needs --watch): watch this netns as the node's, with the built-in platform allowlist; alone, --host-netns is --host-netns=host, HOST-PROC/1/ns/net, the node's (empty: off)")
 	fs.Lookup("host-netns").NoOptDefVal = hostNetnsNode
@@ -177,8 +180,21 @@ type agentLog struct {
 	records *scan.RecordLog
 }
 
-// The re-sweep's counts are heard, or the build fails.
-var _ agent.ResweepObserver = agentLog{}
+// The re-sweep's counts and the exec watch's misses are heard, or the
+// build fails.
+var (
+	_ agent.ResweepObserver = agentLog{}
+	_ agent.ExecObserver    = agentLog{}
+)
+
+func (m agentLog) ExecOff(err error) {
+	m.log.WithError(err).Warn("exec watch off: iptables commands (failed writes, reads, legacy writes as they happen) are not seen; the rest of the agent works")
+}
+
+func (m agentLog) ExecMissed(c execwatch.Command, why string) {
+	m.log.WithFields(logrus.Fields{"pid": c.PID, "command": (&findings.Exec{Argv: c.Argv, ArgvCut: c.ArgvCut}).CommandLine(256),
+		"status": (&findings.Exec{Exited: c.Exited, ExitCode: c.Code, Signal: c.Signal}).Status(), "why": why}).Warn("an iptables command ran that the exec watch could not record")
+}
 
 func (agentLog) Handled(string, time.Duration) {}
 

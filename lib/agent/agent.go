@@ -92,6 +92,12 @@ type Config struct {
 	// platform allowlist. It needs Watch; with HostProc set it must be
 	// the namespace of HostProc's pid 1. Empty: off.
 	HostNetns string
+	// ExecWatch listens to the kernel's process events for every run of
+	// an iptables tool on the node (exec.go); it needs Watch (the sandboxes
+	// and containers the commands are placed in) and the initial pid
+	// namespace. Where it cannot listen it is off, with the reason in
+	// Health.Degraded and a metric: the rest of the agent works.
+	ExecWatch bool
 	// Platforms names the network plugins whose entries of the platform
 	// list node mode applies besides kube-proxy's and the kubelet's
 	// (allowlist.Plugins lists them); an unknown name is ErrConfig.
@@ -191,6 +197,8 @@ type Agent struct {
 	// its own), holds a goroutine and a socket, and exists only with the
 	// watch on. Both forget a sandbox at the same moments (stopped).
 	watches *watches
+	// execs is the exec watch (Config.ExecWatch).
+	execs *execs
 }
 
 // job is one queued scan. h is the namespace opened in the handler, or nil
@@ -200,6 +208,9 @@ type job struct {
 	h    *netns.Handle
 	// writer is the process whose commit made the watch queue the scan.
 	writer *findings.Writer
+	// exec is the iptables command the exec watch saw make the change, or
+	// the commit come from (exec.go).
+	exec *findings.Exec
 }
 
 // New checks cfg and fills its defaults. A bad plugin name or index, or a
@@ -243,8 +254,8 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Load.Allow = func() (*allowlist.List, error) { return allowlist.Join(), nil }
 	}
 	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage),
-		health: NewHealth(), known: newSandboxes(), watches: newWatches()}
-	a.metrics = newMetrics(a.health, a.usage)
+		health: NewHealth(), known: newSandboxes(), watches: newWatches(), execs: &execs{}}
+	a.metrics = newMetrics(a.health, a.usage, a.execs.up.Load)
 	if cfg.HostProc != "" {
 		// An agent that cannot tell the node's namespace from a pod's
 		// reports the node's rules on every host-network pod: refuse.
@@ -333,7 +344,7 @@ func (a *Agent) live(j job) bool {
 	case isNodeJob(j.meta):
 		// The node's namespace has no sandbox and never stops.
 		return true
-	case j.meta.Source == SourceWatch:
+	case j.meta.Source == SourceWatch || j.meta.Source == SourceExec:
 		return a.watching(j.meta.SandboxID)
 	case j.meta.Stage == StageResweep:
 		return a.known.has(j.meta.SandboxID)
@@ -362,6 +373,8 @@ func (a *Agent) sweep(jobs []job, pods int) {
 func (a *Agent) Run(ctx context.Context) error {
 	return a.withWorkers(func() error {
 		a.watchNode()
+		a.startExecs()
+		defer a.stopExecs()
 		return a.withResweep(ctx, func() error { return a.nriLoop(ctx) })
 	})
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,8 @@ type Health struct {
 	// unreachable, and cleared by the next scan that reached its netns.
 	sweepQueued, sweepDone, sweepUnreachable int
 	blind                                    bool
+	// execOff is why the exec watch is off, "" while on or not asked for.
+	execOff string
 	// warned holds the sandboxes whose unreachable netns was reported to
 	// warn about: one line per sandbox, not one per scan.
 	warned map[string]bool
@@ -100,12 +103,32 @@ func (h *Health) Scanned(s Scan) (warn bool) {
 
 // Degraded is why the agent works but cannot see what it should, or "":
 // every pod netns of the last sweep was unreachable, and no scan has
-// reached one since.
+// reached one since; or the exec watch is off (ExecOff).
 func (h *Health) Degraded() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.blind {
-		return ""
+	var why []string
+	if h.blind {
+		why = append(why, fmt.Sprintf("every pod netns of the last sweep (%d) was unreachable: is the host's /run/netns mounted at /var/run/netns?", h.sweepQueued))
 	}
-	return fmt.Sprintf("every pod netns of the last sweep (%d) was unreachable: is the host's /run/netns mounted at /var/run/netns?", h.sweepQueued)
+	if h.execOff != "" {
+		why = append(why, "exec watch off: "+h.execOff)
+	}
+	return strings.Join(why, "; ")
+}
+
+// blindNow tells whether every pod netns of the last sweep was unreachable
+// (the degraded gauge: the exec watch has a gauge of its own).
+func (h *Health) blindNow() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.blind
+}
+
+// ExecOff notes why the exec watch is off: seeing no command is not seeing
+// none run.
+func (h *Health) ExecOff(why string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.execOff = why
 }

@@ -18,13 +18,17 @@ type metrics struct {
 	errors   *prometheus.CounterVec
 	lastSync prometheus.Gauge
 	resweep  *prometheus.CounterVec
+	// execs counts the exec watch's commands by what became of them;
+	// execUp is read at each scrape.
+	execs  *prometheus.CounterVec
+	execUp prometheus.Collector
 	// connected and degraded are read from the health at each scrape:
 	// set from concurrent scans, they could end out of order.
 	connected, degraded prometheus.Collector
 	usage               usageCollector
 }
 
-func newMetrics(h *Health, u *Usage) *metrics {
+func newMetrics(h *Health, u *Usage, up func() bool) *metrics {
 	return &metrics{
 		scans: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iptables_alerter_agent_scans_total",
@@ -59,7 +63,15 @@ func newMetrics(h *Health, u *Usage) *metrics {
 		degraded: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "iptables_alerter_agent_degraded",
 			Help: "1 when every scan of the last sweep found its pod's netns unreachable (netns directory not mounted into the agent?), until a scan reaches one.",
-		}, func() float64 { return one(h.Degraded() != "") }),
+		}, func() float64 { return one(h.blindNow()) }),
+		execs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iptables_alerter_agent_execs_total",
+			Help: "iptables tool runs the exec watch saw end, by result: legacy write (scanned at once), nft write (joined to the watch's scan), read, failed (a write that did not work, or missing kernel support), node off (in the node's netns, node mode off); not recorded: netns of no watched sandbox, netns unreadable, exit not seen, queue full.",
+		}, []string{"result"}),
+		execUp: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "iptables_alerter_agent_exec_watch_up",
+			Help: "1 while the exec watch listens to the kernel's process events; 0 when off (its reason on /healthz: no hostPID, no CAP_NET_ADMIN, --exec-watch=false).",
+		}, func() float64 { return one(up()) }),
 		usage: usageCollector{u},
 	}
 }
@@ -67,7 +79,7 @@ func newMetrics(h *Health, u *Usage) *metrics {
 // Collectors are the agent's metrics, for the caller's registry.
 func (a *Agent) Collectors() []prometheus.Collector {
 	m := a.metrics
-	return []prometheus.Collector{m.scans, m.duration, m.handler, m.errors, m.lastSync, m.resweep, m.connected, m.degraded, m.usage}
+	return []prometheus.Collector{m.scans, m.duration, m.handler, m.errors, m.lastSync, m.resweep, m.connected, m.degraded, m.usage, m.execs, m.execUp}
 }
 
 // scanned counts one ended scan.
@@ -112,6 +124,9 @@ var (
 	podRulesDesc = prometheus.NewDesc("iptables_alerter_agent_pod_rules",
 		"Rules the agent's latest scan found in a running pod's network namespace, by RHEL 10 impact (legacy: breaks; xt: breaks unless kernel-modules-extra is installed; native: keeps loading) and recognised vendor (unknown: none; other: an admin-added one; a pod naming two has a series for each); only levels with rules, only pods with usage, each until it stops or its usage is gone. owner is the workload its labels name (Deployment/x, StatefulSet/x, Job/x), empty when they do not say.",
 		[]string{"pod_namespace", "pod_name", "owner", "impact", "vendor"}, nil)
+	podExecsDesc = prometheus.NewDesc("iptables_alerter_agent_pod_iptables_commands_total",
+		"iptables commands a running pod ran that the exec watch saw end, by result (ok, failed: a write that did not work, or missing kernel support); within --max-pod-series pods, each until the pod stops.",
+		[]string{"pod_namespace", "pod_name", "owner", "result"}, nil)
 	leftOutDesc = prometheus.NewDesc("iptables_alerter_agent_pod_series_left_out_total",
 		"Findings with usage of pods left out of iptables_alerter_agent_pod_rules because --max-pod-series pods had series already.",
 		nil, nil)
@@ -122,10 +137,15 @@ type usageCollector struct{ u *Usage }
 
 func (c usageCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- podRulesDesc
+	ch <- podExecsDesc
 	ch <- leftOutDesc
 }
 
 func (c usageCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.u.execCounts() {
+		ch <- prometheus.MustNewConstMetric(podExecsDesc, prometheus.CounterValue, float64(p.attempts-p.failures), p.namespace, p.name, p.owner, "ok")
+		ch <- prometheus.MustNewConstMetric(podExecsDesc, prometheus.CounterValue, float64(p.failures), p.namespace, p.name, p.owner, "failed")
+	}
 	for _, p := range c.u.Pods() {
 		for _, l := range findings.ImpactLevels {
 			n := p.Impact.Count(l)

@@ -68,6 +68,10 @@ func merged(old, j job) job {
 	if j.writer == nil {
 		j.writer = old.writer
 	}
+	// Likewise the newest command the exec watch saw.
+	if j.exec == nil {
+		j.exec = old.exec
+	}
 	switch {
 	case j.h == nil:
 		j.h = old.h

@@ -1,10 +1,14 @@
 package agent
 
 import (
+	"cmp"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
 // DefaultMaxUsage bounds the pods Usage follows: one metrics series per
@@ -43,6 +47,15 @@ type Usage struct {
 	pods map[string]PodUsage
 	// left counts findings of pods left out for the bound.
 	left uint64
+	// execs counts each running pod's iptables commands (the exec
+	// watch), within the same bound; nil until the first.
+	execs map[string]*podExecs
+}
+
+// podExecs counts one pod's iptables commands that ended.
+type podExecs struct {
+	namespace, name, owner string
+	attempts, failures     uint64
 }
 
 // NewUsage follows at most max pods (DefaultMaxUsage for 0 or less).
@@ -62,6 +75,7 @@ func (u *Usage) Scanned(s Scan) {
 	case s.Meta.Stage == stageStopPod || s.Outcome == Gone:
 		// The pod stops, whatever its last look found.
 		delete(u.pods, id)
+		delete(u.execs, id)
 	case s.Outcome == Clean:
 		delete(u.pods, id)
 	case s.Outcome == Found && s.Record.KnownState() == findings.StatePresent:
@@ -89,6 +103,59 @@ func (u *Usage) Listed(running map[string]bool) {
 			delete(u.pods, id)
 		}
 	}
+	for id := range u.execs {
+		if !running[id] {
+			delete(u.execs, id)
+		}
+	}
+}
+
+// Exec counts one iptables command of the sandbox's pod that ended, a
+// failed write or not. Past max pods counted, the pod is left out (Left).
+func (u *Usage) Exec(m scan.Meta, failed bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	p := u.execs[m.SandboxID]
+	if p == nil {
+		if len(u.execs) >= u.max {
+			u.left++
+			return
+		}
+		if u.execs == nil {
+			u.execs = map[string]*podExecs{}
+		}
+		p = &podExecs{namespace: m.Pod.Namespace, name: m.Pod.Name, owner: m.Owner}
+		u.execs[m.SandboxID] = p
+	}
+	p.attempts++
+	if failed {
+		p.failures++
+	}
+}
+
+// execCounts are the pods' command counts, summed per namespace and name
+// (two sandboxes of one pod name give one series), ordered by both.
+func (u *Usage) execCounts() []podExecs {
+	u.mu.Lock()
+	byName := map[[2]string]*podExecs{}
+	for _, p := range u.execs {
+		k := [2]string{p.namespace, p.name}
+		if q := byName[k]; q != nil {
+			q.attempts, q.failures = q.attempts+p.attempts, q.failures+p.failures
+			continue
+		}
+		c := *p
+		byName[k] = &c
+	}
+	u.mu.Unlock()
+	out := make([]podExecs, 0, len(byName))
+	for _, p := range byName {
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(a, b podExecs) int {
+		return cmp.Or(strings.Compare(a.namespace, b.namespace), strings.Compare(a.name, b.name))
+	})
+	return out
 }
 
 // Pods returns the pods with usage, one per namespace and name (the

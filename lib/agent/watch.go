@@ -3,10 +3,12 @@ package agent
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
+	"golang.org/x/sys/unix"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
@@ -88,6 +90,9 @@ type ctrInfo struct {
 // watched is one sandbox's watch.
 type watched struct {
 	meta scan.Meta
+	// ino is the netns's inode once a monitor opened it: the exec watch
+	// places a command by it (exec.go).
+	ino atomic.Uint64
 	// node: the node's own netns (node.go).
 	node bool
 	done chan struct{}
@@ -360,6 +365,10 @@ func (a *Agent) openMonitor(w *watched) *watch.Monitor {
 	if !w.node && a.isNode(h) {
 		return nil
 	}
+	var st unix.Stat_t
+	if unix.Fstat(h.Fd(), &st) == nil {
+		w.ino.Store(st.Ino)
+	}
 	// A writer is described once per debounce window: the scan names one.
 	mon, err := watch.Open(h.Fd(), watch.Options{Writer: a.describe, WriterWindow: a.cfg.WatchDebounce})
 	if err != nil {
@@ -377,15 +386,22 @@ func (a *Agent) describe(pid int, comm string) *findings.Writer {
 		return &findings.Writer{PID: pid, Comm: comm}
 	}
 	wr := watch.Proc{Root: a.cfg.HostProc}.Writer(pid, comm)
-	if wr.ContainerID != "" {
-		a.watches.mu.Lock()
-		c, ok := a.watches.ctrs[wr.ContainerID]
-		a.watches.mu.Unlock()
-		if ok {
-			wr.Container, wr.Pod = c.name, c.pod
-		}
-	}
+	a.nameContainer(wr)
 	return wr
+}
+
+// nameContainer names wr's container and pod when its cgroup names a
+// container the runtime told of.
+func (a *Agent) nameContainer(wr *findings.Writer) {
+	if wr.ContainerID == "" {
+		return
+	}
+	a.watches.mu.Lock()
+	c, ok := a.watches.ctrs[wr.ContainerID]
+	a.watches.mu.Unlock()
+	if ok {
+		wr.Container, wr.Pod = c.name, c.pod
+	}
 }
 
 // noted takes one change: the newest writer is kept, and the first change
@@ -433,7 +449,7 @@ func (a *Agent) queueWatch(w *watched, stage string, writer *findings.Writer) {
 	if writer != nil && writer.ContainerID != "" && writer.Pod.UID == m.Pod.UID && !w.node {
 		m.ContainerID, m.Container = writer.ContainerID, writer.Container
 	}
-	if !a.queue.add(job{meta: m, writer: writer}) {
+	if !a.queue.add(job{meta: m, writer: writer, exec: a.execOf(writer)}) {
 		a.scanned(Scan{Meta: m, Outcome: Dropped})
 	}
 }

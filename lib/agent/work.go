@@ -79,6 +79,7 @@ func (a *Agent) scan(j job, long bool) Scan {
 	s.AllowErr, s.VendorErr = res.AllowErr, res.VendorErr
 	d := scan.Decide(j.meta, res)
 	d.Record.Writer = a.writerOf(j, st, stOK)
+	d.Record.Exec = j.exec
 	s.Stored, s.Err = a.record(j.meta.SandboxID, d)
 	s.Duration = time.Since(start)
 	rec := &d.Record

@@ -5,6 +5,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 )
 
 // Summary is what an Event carries of its finding in SummaryAnnotation,
@@ -29,6 +30,9 @@ type Summary struct {
 	// Writer is the record's: the process whose change the agent's watch
 	// looked after; null when none.
 	Writer *findings.Writer `json:"writer"`
+	// Command is the record's iptables command as wording.ExecLine says
+	// it (FAILED first when it failed); "" when none.
+	Command string `json:"command"`
 }
 
 // SummaryOf condenses rec as posted by node, the pod owned by o.
@@ -37,7 +41,7 @@ func SummaryOf(rec findings.Record, node string, o owner.Owner) Summary {
 		node = rec.Node
 	}
 	return Summary{Node: node, Owner: o, Pod: rec.Pod, State: rec.KnownState(), Error: rec.Error, Impact: rec.Levels(), Worst: rec.WorstLevel(),
-		Vendors: rec.Vendors, Examples: rec.Examples, Writer: rec.Writer}
+		Vendors: rec.Vendors, Examples: rec.Examples, Writer: rec.Writer, Command: wording.ExecLine(rec.Exec)}
 }
 
 // JSON encodes the summary; it cannot fail on these types.

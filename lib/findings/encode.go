@@ -48,6 +48,7 @@ func Encode(rec Record) ([]byte, error) {
 		w := *rec.Writer
 		rec.Writer = &w
 	}
+	rec.Exec = rec.Exec.bound()
 	for _, p := range rec.stringFields() {
 		*p = safetext.Cut(*p, maxField)
 	}
@@ -126,6 +127,10 @@ func (r *Record) shrink(lists []*[]string) bool {
 		r.Nft.PerTable = r.Nft.PerTable[:n-1]
 		return true
 	}
+	if e := r.Exec; e != nil && len(e.Argv) > 1 {
+		e.Argv, e.ArgvCut = e.Argv[:len(e.Argv)-1], true
+		return true
+	}
 	for _, p := range lists {
 		if n := len(*p); n > 0 {
 			*p = (*p)[:n-1]
@@ -153,6 +158,12 @@ func (r *Record) stringFields() []*string {
 	if w := r.Writer; w != nil {
 		f = append(f, &w.Comm, &w.ParentComm, &w.ContainerID, &w.Container,
 			&w.Pod.Namespace, &w.Pod.Name, &w.Pod.UID, &w.Unit)
+	}
+	if e := r.Exec; e != nil {
+		f = append(f, &e.Binary, &e.Tool, &e.Backend, &e.Operation, &e.Command, &e.Table, &e.Chain)
+		for i := range e.Argv {
+			f = append(f, &e.Argv[i])
+		}
 	}
 	return f
 }

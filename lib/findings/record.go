@@ -58,6 +58,10 @@ type Record struct {
 	// still held that commit; null when no watched commit explains the
 	// record (the hook, a sweep) or the watch could not tell.
 	Writer *Writer `json:"writer"`
+	// Exec is the iptables command the agent's exec watch saw (see
+	// exec.go): set on every record of source exec, and on a watch's
+	// record whose commit came from a command it saw; null otherwise.
+	Exec *Exec `json:"exec"`
 }
 
 // Writer is the process that committed an nftables generation, as the

@@ -63,6 +63,9 @@ const (
 	// message, the same for every pod of a workload at one level, and
 	// keeps one of them. The pod's UID, as in PropPodUID: one result a pod.
 	PropResultID = "resultID"
+	// PropCommand is the iptables command the exec watch saw
+	// (wording.ExecLine: FAILED first when it failed); absent when none.
+	PropCommand = "command"
 )
 
 // Bounds of one result.
@@ -171,6 +174,9 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, ref metav1.Ow
 	}
 	if rec.Writer != nil {
 		p[PropWriter] = prop(wording.WriterLine(rec.Writer))
+	}
+	if rec.Exec != nil {
+		p[PropCommand] = prop(wording.ExecLine(rec.Exec))
 	}
 	for i, ex := range findings.BreakingFirst(rec.Examples) {
 		if i == MaxExamples {

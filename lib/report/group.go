@@ -3,10 +3,12 @@ package report
 import (
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 )
 
 // Group is one owning workload: every finding of its pods.
@@ -49,6 +51,10 @@ type Group struct {
 	// Writers name, for up to MaxWriters distinct ones, the process whose
 	// change the agent's watch looked after (wording.WriterLine).
 	Writers []string `json:"writers"`
+	// Commands are, for up to MaxWriters distinct ones, the iptables
+	// commands the exec watch saw (wording.ExecLine), failed ones first
+	// to stay: a failure is never crowded out by reads.
+	Commands []string `json:"commands"`
 }
 
 // VendorNames names the group's vendors, "unknown" for none.
@@ -100,7 +106,7 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 			i = len(gs)
 			idx[k] = i
 			gs = append(gs, Group{Namespace: it.Namespace, Owner: it.Owner, Worst: it.Worst, Expected: true, State: it.State,
-				Pods: []string{}, Nodes: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}})
+				Pods: []string{}, Nodes: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}, Commands: []string{}})
 			ss = append(ss, sets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
 			members = append(members, nil)
 			looks = append(looks, map[podKey]int{})
@@ -113,6 +119,7 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 		if len(g.Writers) < MaxWriters {
 			add(&g.Writers, s.writers, it.Writer)
 		}
+		addCommand(&g.Commands, it.Command)
 		for _, v := range it.Vendors {
 			if !s.vendors[v.Name] {
 				s.vendors[v.Name] = true
@@ -256,6 +263,11 @@ func podOf(it Item) podKey {
 // bound), then the later one wins, and at equal times (Events before
 // their times were read, files of one second) the one read last, a.
 func newer(a, b Item) bool {
+	// A command's own finding (a failed write, a read: no rules) is no
+	// look at the rules: any look is newer.
+	if ca, cb := commandOnly(a), commandOnly(b); ca != cb {
+		return cb
+	}
 	if a.Truncated != b.Truncated {
 		return b.Truncated
 	}
@@ -339,3 +351,28 @@ func Judge(gs []Group, mode string) bool {
 	}
 	return any
 }
+
+// addCommand adds c to a group's commands: distinct, at most MaxWriters,
+// a failed one taking the place of the last that did not fail.
+func addCommand(cs *[]string, c string) {
+	if c == "" || slices.Contains(*cs, c) {
+		return
+	}
+	if len(*cs) < MaxWriters {
+		*cs = append(*cs, c)
+		return
+	}
+	if !strings.HasPrefix(c, wording.FailedMark) {
+		return
+	}
+	for i := len(*cs) - 1; i >= 0; i-- {
+		if !strings.HasPrefix((*cs)[i], wording.FailedMark) {
+			(*cs)[i] = c
+			return
+		}
+	}
+}
+
+// commandOnly tells whether the item is a command's own finding of the
+// exec watch, counting no rules.
+func commandOnly(it Item) bool { return it.Command != "" && it.Impact == (findings.Impact{}) }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -56,6 +57,9 @@ type Item struct {
 	// Writer names the process whose change the agent's watch looked
 	// after (wording.WriterLine), "" when the finding names none.
 	Writer string `json:"writer"`
+	// Command is the iptables command the exec watch saw
+	// (wording.ExecLine: FAILED first when it failed), "" when none.
+	Command string `json:"command"`
 }
 
 // maxLine bounds a findings line read back; the hook writes at most
@@ -137,7 +141,7 @@ func itemOf(rec findings.Record, source string) Item {
 		// A record written before node hints carries the pod's wording.
 		it.Impact, it.Worst, it.Vendors, it.Examples = rec.Levels(), rec.WorstLevel(), catalog.NodeWords(rec.Vendors), rec.Examples
 		it.State, it.Error, it.Time, it.Writer = rec.KnownState(), rec.Error, rec.Time, wording.WriterLine(rec.Writer)
-		it.Truncated = rec.Truncated
+		it.Truncated, it.Command = rec.Truncated, wording.ExecLine(rec.Exec)
 		return it
 	}
 	return Item{
@@ -145,7 +149,7 @@ func itemOf(rec findings.Record, source string) Item {
 		Owner:  owner.Bare(rec.Pod.Name),
 		Impact: rec.Levels(), Worst: rec.WorstLevel(), Vendors: rec.Vendors, Examples: rec.Examples,
 		Source: source, State: rec.KnownState(), Error: rec.Error, Time: rec.Time, Writer: wording.WriterLine(rec.Writer),
-		Truncated: rec.Truncated,
+		Truncated: rec.Truncated, Command: wording.ExecLine(rec.Exec),
 	}
 }
 
@@ -324,6 +328,8 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 		it.Vendors = catalog.NodeWords(it.Vendors)
 	}
 	it.Writer = wording.WriterLine(s.Writer)
+	// Written by wording.ExecLine, read back from an Event: bounded again.
+	it.Command = safetext.Cut(safetext.Display(s.Command), wording.MaxExecLine)
 	// The reason says the state; the summary only adds why.
 	if state == findings.StateUnknown {
 		it.Error = s.Error

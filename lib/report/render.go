@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -99,7 +100,7 @@ func columns(g Group, esc func(string) string) []string {
 		esc(g.VendorNames()),
 		esc(hint),
 		esc(example),
-		esc(strings.Join(g.Writers, "; ")),
+		esc(strings.Join(append(slices.Clip(g.Writers), g.Commands...), "; ")),
 	}
 }
 

@@ -123,6 +123,9 @@ func textDetails(g Group, row []string, widths []int) []string {
 	for _, w := range g.Writers {
 		detail("writer:   ", w)
 	}
+	for _, c := range g.Commands {
+		detail("command:  ", c)
+	}
 	return out
 }
 

@@ -177,7 +177,17 @@ func (c *Collector) Consume(_ context.Context, r findings.Record) error {
 	}
 	// Replayed or out-of-order lines must not replace a newer finding.
 	if old, ok := c.state.Pods[r.Pod.UID]; !ok || !r.Time.Before(old.Time) {
-		c.state.Pods[r.Pod.UID] = podOf(r)
+		p := podOf(r)
+		if ok && old.State == findings.StatePresent && r.Exec != nil && !r.HasUsage() {
+			// A command's own finding (the exec watch's failed write or
+			// read) says nothing of the rules: the pod's counts stay,
+			// its worst level the worse of both.
+			p.NftRules, p.LegacyRules, p.Impact, p.Vendors = old.NftRules, old.LegacyRules, old.Impact, old.Vendors
+			if findings.ImpactRank(old.Worst) < findings.ImpactRank(p.Worst) {
+				p.Worst = old.Worst
+			}
+		}
+		c.state.Pods[r.Pod.UID] = p
 	}
 	return nil
 }

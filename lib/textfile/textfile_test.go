@@ -161,6 +161,19 @@ func TestCollector(t *testing.T) {
 			wantFindings: 3,
 		},
 		{
+			name: "a command's own finding keeps the pod's counts",
+			feed: func(e *env) time.Time {
+				ns := e.netns("a")
+				failed := rec("team-a", "web-1", "u1", ns, 0, 0, t0.Add(time.Second))
+				failed.Source, failed.State, failed.Worst = findings.SourceExec, findings.StatePresent, findings.ImpactLegacy
+				failed.Exec = &findings.Exec{Argv: []string{"iptables-legacy", "-t", "nat", "-A", "X"}, Exited: true, ExitCode: 3, Failed: true}
+				e.append(rec("team-a", "web-1", "u1", ns, 3, 0, t0), failed)
+				return t0.Add(time.Minute)
+			},
+			wantPods:     []string{"team-a/web-1=3,0"},
+			wantFindings: 2,
+		},
+		{
 			name: "pod whose netns is gone is dropped",
 			feed: func(e *env) time.Time {
 				e.append(rec("team-a", "web-1", "u1", e.netns("a"), 3, 0, t0), rec("team-a", "gone-1", "u2", filepath.Join(e.run, "deleted"), 4, 0, t0))

@@ -202,3 +202,8 @@ func realtime() error {
 	}
 	return nil
 }
+
+// RealtimeThread raises the calling, locked thread to the reader's
+// priority (SCHED_FIFO 1, reset on fork); the exec watch's reader
+// (lib/execwatch) races one-shot tools the same way.
+func RealtimeThread() error { return realtime() }

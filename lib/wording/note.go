@@ -18,6 +18,11 @@ const NoteLimit = 1024
 const deprecation = "This pod created iptables rules in its network namespace. " +
 	"iptables is deprecated in RHEL 9 and removed in RHEL 10: move these rules to nftables or eBPF."
 
+// execDeprecation replaces deprecation and the counts for a command's own
+// record (a failed write, a read): it holds no rules.
+const execDeprecation = "This pod runs iptables commands in its network namespace (no rule of this one is counted here). " +
+	"iptables is deprecated in RHEL 9 and removed in RHEL 10: move them to nftables or eBPF."
+
 const examplesHeading = "Example iptables rules seen in this pod:"
 
 // unknownHead opens the note of an unknown record: what happened and what
@@ -64,6 +69,13 @@ func Note(rec findings.Record, o owner.Owner) string {
 		b.WriteString(safetext.Cut(l, maxVendorLine) + "\n")
 	}
 	b.WriteString(writerSentence(rec.Writer, "\n"))
+	if l := ExecLine(rec.Exec); l != "" {
+		b.WriteString("Command: " + l + "\n")
+	}
+	if rec.Exec != nil && !rec.HasUsage() {
+		b.WriteString(execDeprecation)
+		return safetext.Cut(b.String(), NoteLimit)
+	}
 	b.WriteString(deprecation)
 	b.WriteString("\n")
 	b.WriteString(counts(rec))

@@ -54,7 +54,8 @@ func volumeType(v corev1.Volume) string {
 // TestSCC: the OpenShift overlays run under their own SCC, which admits
 // their DaemonSet (as OpenShift's admission checks a pod against it) and
 // nothing wider: no privileged container, no escalation, no host
-// namespaces or ports, only the agent's three capabilities, the volume
+// network, IPC or ports (the host's pid namespace only, for the exec
+// watch), only the agent's three capabilities, the volume
 // types the pod uses, the runtime's seccomp profile; granted to the
 // ServiceAccount by RBAC alone. SELinux's spc_t is set on each container
 // that uses host paths, never pod-wide.
@@ -65,7 +66,7 @@ func TestSCC(t *testing.T) {
 			renderedLoose(t, dir, "SecurityContextConstraints", "iptables-alerter", &c)
 			if c.AllowPrivilegedContainer || c.AllowPrivilegeEscalation == nil || *c.AllowPrivilegeEscalation ||
 				c.DefaultAllowPrivilegeEscalation == nil || *c.DefaultAllowPrivilegeEscalation ||
-				c.AllowHostNetwork || c.AllowHostPID || c.AllowHostIPC || c.AllowHostPorts || !c.ReadOnlyRootFilesystem {
+				c.AllowHostNetwork || c.AllowHostIPC || c.AllowHostPorts || !c.ReadOnlyRootFilesystem {
 				t.Errorf("SCC allows more than the DaemonSet needs: %+v", c)
 			}
 			if len(c.Users) > 0 || len(c.Groups) > 0 || len(c.DefaultAddCapabilities) > 0 {
@@ -79,8 +80,12 @@ func TestSCC(t *testing.T) {
 				t.Errorf("pod annotation openshift.io/required-scc %q: want iptables-alerter", ds.Spec.Template.Annotations["openshift.io/required-scc"])
 			}
 			spec := ds.Spec.Template.Spec
-			if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+			if spec.HostNetwork || spec.HostIPC {
 				t.Errorf("pod uses host namespaces")
+			}
+			// The exec watch's one host namespace, and the SCC admits it.
+			if !spec.HostPID || !c.AllowHostPID {
+				t.Errorf("hostPID %v, SCC allowHostPID %v: the agent's exec watch needs both", spec.HostPID, c.AllowHostPID)
 			}
 			if sc := spec.SecurityContext; sc != nil && sc.SELinuxOptions != nil {
 				t.Errorf("pod-wide seLinuxOptions %+v: want them per container", sc.SELinuxOptions)

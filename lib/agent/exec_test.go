@@ -1,0 +1,180 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/execwatch"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// execScan waits for the next scan or record of the exec watch whose
+// command line holds marker, skipping others.
+func execScan(t *testing.T, rec *recorder, marker string) Scan {
+	t.Helper()
+	for {
+		s := rec.wait(t, 1)[0]
+		if s.Record != nil && s.Record.Exec != nil && strings.Contains(strings.Join(s.Record.Exec.Argv, " "), marker) {
+			return s
+		}
+	}
+}
+
+// TestExecWatch (issue 28): real iptables commands in a watched pod's
+// netns. A legacy write is scanned at once, with its command and writer; a
+// write the kernel refuses (-t bogus: exit 3) is a failed finding with no
+// rules, breaking; a -C of an absent rule (exit 1) is no failure, and a -C
+// run 20 times is one finding; an iptables-nft write is one finding, the
+// nftables watch's, with the command joined.
+func TestExecWatch(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy", "iptables-nft")
+	dir := t.TempDir()
+	rec := newRecorder()
+	a := startWatching(t, dir, rec, func(c *Config) { c.ExecWatch = true })
+	ns := nstest.New(t)
+	p := pod("e1", ns.Path())
+	if err := a.RunPodSandbox(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	ready(t, a, p.Id)
+	if up, why := a.ExecWatching(); !up {
+		t.Fatalf("exec watch off: %s", why)
+	}
+
+	ns.Run("iptables-legacy", "-t", "nat", "-A", "OUTPUT", "-m", "comment", "--comment", "legacy-write", "-j", "ACCEPT")
+	s := execScan(t, rec, "legacy-write")
+	r := s.Record
+	if s.Meta.Source != SourceExec || s.Stored != findings.Recorded || r.Legacy.Rules != 1 || r.Exec.ExitCode != 0 || !r.Exec.Exited || r.Exec.Failed {
+		t.Fatalf("legacy write: %s source %s legacy rules %d exec %+v", s.Label(), s.Meta.Source, r.Legacy.Rules, r.Exec)
+	}
+	if r.Exec.Backend != "legacy" || r.Exec.Operation != "write" || r.Exec.Table != "nat" || r.Exec.Chain != "OUTPUT" || r.Writer == nil || r.Writer.Gone {
+		t.Errorf("legacy write: exec %+v writer %+v", r.Exec, r.Writer)
+	}
+	if r.Pod.UID != p.Uid {
+		t.Errorf("pod %+v, want %s", r.Pod, p.Uid)
+	}
+
+	if out, err := ns.Exec("iptables-legacy", "-t", "bogus", "-A", "OUTPUT", "-m", "comment", "--comment", "bogus-write", "-j", "ACCEPT"); err == nil {
+		t.Fatalf("-t bogus worked: %s", out)
+	}
+	s = execScan(t, rec, "bogus-write")
+	r = s.Record
+	if s.Stored != findings.Recorded || !r.Failed() || !r.Exec.MissingKernelSupport || r.Exec.ExitCode != 3 || r.Worst != findings.ImpactLegacy || r.HasUsage() || r.KnownState() != findings.StatePresent {
+		t.Errorf("failed write: %s exec %+v worst %q", s.Label(), r.Exec, r.Worst)
+	}
+
+	for i := 0; i < 20; i++ {
+		if _, err := ns.Exec("iptables-legacy", "-C", "INPUT", "-m", "comment", "--comment", "check-absent", "-j", "DROP"); err == nil {
+			t.Fatal("-C of an absent rule exited 0")
+		}
+	}
+	recorded := 0
+	for i := 0; i < 20; i++ {
+		s = execScan(t, rec, "check-absent")
+		if s.Record.Failed() || s.Record.Exec.ExitCode != 1 || s.Record.Exec.Operation != "read" {
+			t.Errorf("-C: exec %+v", s.Record.Exec)
+		}
+		if s.Stored == findings.Recorded {
+			recorded++
+		}
+	}
+	if recorded != 1 {
+		t.Errorf("20 runs of -C recorded %d findings, want 1", recorded)
+	}
+
+	// The pod's counts: the legacy write, the failed one, 20 checks.
+	if got := a.usage.execCounts(); len(got) != 1 || got[0].name != p.Name || got[0].attempts != 22 || got[0].failures != 1 {
+		t.Errorf("pod command counts %+v, want 22 attempts, 1 failure", got)
+	}
+	ns.Run("iptables-nft", "-A", "FORWARD", "-m", "comment", "--comment", "nft-write", "-j", "DROP")
+	s = execScan(t, rec, "nft-write")
+	if s.Meta.Source != SourceWatch || s.Record.Nft.Rules != 1 || s.Record.Writer == nil || s.Record.Exec.Backend != "nft" {
+		t.Errorf("nft write: source %s rules %d writer %+v exec %+v", s.Meta.Source, s.Record.Nft.Rules, s.Record.Writer, s.Record.Exec)
+	}
+}
+
+// missRecorder is a recorder that hears the exec watch's misses.
+type missRecorder struct {
+	*recorder
+	missed chan string
+}
+
+func (m missRecorder) ExecMissed(c execwatch.Command, why string) {
+	m.missed <- strings.Join(c.Argv, " ") + ": " + why
+}
+func (m missRecorder) ExecOff(error) {}
+
+// TestExecWatchNode: in node mode a command in the node's netns (a
+// stand-in) is the node's, with no pod; one in a netns of no watched
+// sandbox is recorded nowhere, and said so.
+func TestExecWatchNode(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy")
+	dir := t.TempDir()
+	node, other := nstest.New(t), nstest.New(t)
+	rec := missRecorder{newRecorder(), make(chan string, 100)}
+	a := startWatching(t, dir, rec, func(cfg *Config) {
+		cfg.ExecWatch = true
+		cfg.HostProc, cfg.HostNetns = nstest.HostProc(t, node.Path()), node.Path()
+	})
+	// The node watch's start scan: its monitor is open.
+	nodeScan(t, rec.recorder)
+	if up, why := a.ExecWatching(); !up {
+		t.Fatalf("exec watch off: %s", why)
+	}
+	if _, err := node.Exec("iptables-legacy", "-t", "bogus", "-A", "INPUT", "-m", "comment", "--comment", "node-bogus", "-j", "ACCEPT"); err == nil {
+		t.Fatal("-t bogus worked")
+	}
+	s := execScan(t, rec.recorder, "node-bogus")
+	if r := s.Record; r.Subject != findings.SubjectNode || r.SandboxID != "" || r.Pod != (findings.Pod{}) || !r.Failed() || s.Stored != findings.Recorded {
+		t.Errorf("node command: subject %q sandbox %q pod %+v exec %+v %s", r.Subject, r.SandboxID, r.Pod, r.Exec, s.Label())
+	}
+	_, _ = other.Exec("iptables-legacy", "-w", "1", "-S", "OUTPUT", "--", "nowhere")
+	for {
+		select {
+		case m := <-rec.missed:
+			if !strings.Contains(m, "nowhere") {
+				continue
+			}
+			if !strings.HasSuffix(m, "netns of no watched sandbox") {
+				t.Errorf("missed: %s", m)
+			}
+			return
+		case <-time.After(10 * time.Second):
+			t.Fatal("the command in no sandbox's netns was not reported missed")
+		}
+	}
+}
+
+// TestExecFailure: the status decides, never the message (the watch sees
+// none).
+func TestExecFailure(t *testing.T) {
+	cmd := func(code, sig int, argv ...string) execwatch.Command {
+		return execwatch.Command{Exited: true, Code: code, Signal: sig, Argv: argv, Shape: execwatch.ParseArgv(argv), Backend: "legacy"}
+	}
+	for _, tc := range []struct {
+		c               execwatch.Command
+		failed, missing bool
+	}{
+		{cmd(0, 0, "iptables", "-A", "INPUT", "-j", "DROP"), false, false},
+		{cmd(3, 0, "iptables", "-t", "nat", "-A", "OUTPUT", "-j", "ACCEPT"), true, true},
+		{cmd(4, 0, "iptables-nft", "-A", "INPUT", "-m", "ipvs", "--ipvs"), true, true},
+		{cmd(4, 0, "iptables-nft-restore"), true, true},
+		{cmd(1, 0, "iptables-legacy", "-A", "INPUT", "-m", "ipvs", "--ipvs"), true, false},
+		{cmd(2, 0, "iptables", "-A", "INPUT", "--bogus"), true, false},
+		{cmd(1, 0, "iptables", "-C", "INPUT", "-j", "DROP"), false, false},
+		{cmd(1, 0, "iptables", "-D", "INPUT", "-j", "DROP"), false, false},
+		{cmd(2, 0, "iptables", "-D", "INPUT", "-j", "DROP"), true, false},
+		{cmd(0, 9, "iptables-restore"), true, false},
+		{cmd(3, 0, "iptables-legacy", "-t", "nat", "-L"), true, true},
+		{cmd(1, 0, "iptables", "-L", "NOPE"), false, false},
+		{execwatch.Command{Argv: []string{"iptables", "-F"}, Shape: execwatch.ParseArgv([]string{"iptables", "-F"})}, false, false},
+	} {
+		f, m := failure(tc.c)
+		if f != tc.failed || m != tc.missing {
+			t.Errorf("%q exit %d signal %d: failed %v missing %v, want %v %v", tc.c.Argv, tc.c.Code, tc.c.Signal, f, m, tc.failed, tc.missing)
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package execwatch
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+)
+
+// Bounds of what is read of one tool's command line: the pod chooses it.
+const (
+	// maxCmdline is read of /proc/PID/cmdline; a longer one is cut and
+	// Command.ArgvCut set.
+	maxCmdline = 4 << 10
+	// MaxArgs and MaxArg bound Command.Argv.
+	MaxArgs = 64
+	MaxArg  = 256
+)
+
+// procFile reads at most len(buf) bytes of a /proc file into buf, without
+// following links: the few syscalls of one small read, as this runs for
+// every exec on the node.
+func procFile(path string, buf []byte) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return buf[:n], nil
+}
+
+// comm is the process's kernel name, /proc/PID/comm without its newline.
+func comm(root string, pid int) (string, error) {
+	var b [32]byte
+	c, err := procFile(root+"/"+strconv.Itoa(pid)+"/comm", b[:])
+	if err != nil {
+		return "", err
+	}
+	return string(bytes.TrimSuffix(c, []byte("\n"))), nil
+}
+
+// exe is the binary the process runs (/proc/PID/exe's target; reading it
+// needs the process's uid or CAP_SYS_PTRACE).
+func exe(root string, pid int) (string, error) {
+	return readlink(root + "/" + strconv.Itoa(pid) + "/exe")
+}
+
+func readlink(path string) (string, error) {
+	var b [512]byte
+	n, err := unix.Readlink(path, b[:])
+	if err != nil {
+		return "", err
+	}
+	return string(b[:n]), nil
+}
+
+// cmdline reads the process's argv, bounded: at most maxCmdline bytes, then
+// at most MaxArgs arguments of at most MaxArg bytes each (valid UTF-8);
+// cut tells whether anything was left out. The JSON encoding escapes what
+// is left of control characters.
+func cmdline(root string, pid int) (argv []string, cut bool, err error) {
+	buf := make([]byte, maxCmdline+1)
+	b, err := procFile(root+"/"+strconv.Itoa(pid)+"/cmdline", buf)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(b) > maxCmdline {
+		b, cut = b[:maxCmdline], true
+	}
+	b = bytes.TrimSuffix(b, []byte{0})
+	if len(b) == 0 {
+		// A kernel thread, or a process that ended its argv itself.
+		return nil, cut, errNoArgv
+	}
+	for _, a := range bytes.Split(b, []byte{0}) {
+		if len(argv) == MaxArgs {
+			cut = true
+			break
+		}
+		s := string(a)
+		if len(s) > MaxArg {
+			s, cut = safetext.Cut(s, MaxArg), true
+		} else {
+			s = strings.ToValidUTF8(s, "\uFFFD")
+		}
+		argv = append(argv, s)
+	}
+	return argv, cut, nil
+}
+
+var errNoArgv = errors.New("empty command line")
+
+// netnsInode is the inode of the process's network namespace
+// (/proc/PID/ns/net reads "net:[INODE]").
+func netnsInode(root string, pid int) (uint64, error) {
+	l, err := readlink(root + "/" + strconv.Itoa(pid) + "/ns/net")
+	if err != nil {
+		return 0, err
+	}
+	v, ok := strings.CutPrefix(l, "net:[")
+	if v, ok2 := strings.CutSuffix(v, "]"); ok && ok2 {
+		return strconv.ParseUint(v, 10, 64)
+	}
+	return 0, errors.New("unexpected netns link " + strconv.Quote(l))
+}

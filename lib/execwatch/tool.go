@@ -1,0 +1,220 @@
+package execwatch
+
+import (
+	"path"
+	"strings"
+)
+
+// Backends of a tool, from the binary that runs.
+const (
+	BackendLegacy = "legacy"
+	BackendNft    = "nft"
+)
+
+// Operations of a command, from its name and argv.
+const (
+	OpWrite   = "write"
+	OpRead    = "read"
+	OpSave    = "save"
+	OpRestore = "restore"
+)
+
+// families are the tools' names without their suffixes (-legacy, -nft,
+// -save, -restore): each is one applet of the xtables multi binaries, or
+// a binary of its own in older releases (ebtables-legacy, arptables-legacy,
+// iptables before 1.8).
+var families = []string{"iptables", "ip6tables", "arptables", "ebtables"}
+
+// commCandidate is the first test when the binary cannot be read (no
+// ptrace access): the kernel's name of the process (the executed file's
+// base name, at most 15 bytes) starts like an iptables tool. A wrapper
+// script named like one (kube-proxy's iptables-wrapper, an alternatives
+// link to it) passes too, and toolOf then decides by its argv[0].
+func commCandidate(comm string) bool {
+	if strings.HasPrefix(comm, "xtables-") {
+		return true
+	}
+	for _, f := range families {
+		if strings.HasPrefix(comm, f) {
+			return true
+		}
+	}
+	return false
+}
+
+// toolOf tells whether the executed binary (the target of /proc/PID/exe,
+// its base name) is an iptables tool, and its backend. Every x_tables
+// tool before iptables 1.8 (xtables-multi, iptables-multi, standalone
+// binaries) is legacy; 1.8 names its multi binaries by backend. A shell or
+// any other interpreter running a script named like a tool (kube-proxy's
+// iptables-wrapper, an alternatives link to it) is not one: the wrapper's
+// own exec of the real tool is a second exec, which is.
+func toolOf(exe string) (backend string, ok bool) {
+	base := path.Base(strings.TrimSuffix(exe, " (deleted)"))
+	switch base {
+	case "xtables-nft-multi":
+		return BackendNft, true
+	case "xtables-legacy-multi", "xtables-multi":
+		return BackendLegacy, true
+	}
+	for _, f := range families {
+		if strings.HasPrefix(base, f) {
+			if strings.Contains(base, "-nft") {
+				return BackendNft, true
+			}
+			return BackendLegacy, true
+		}
+	}
+	return "", false
+}
+
+// Shape is what a command line says, never its values: the tool's name,
+// what it does, and the table and chain it names.
+type Shape struct {
+	// Tool is the applet run ("iptables-legacy", "ip6tables-restore"),
+	// from argv[0] (the multi binaries dispatch on it).
+	Tool string
+	// Family is the tool's family: iptables, ip6tables, arptables or
+	// ebtables.
+	Family    string
+	Operation string
+	// Command is the option that chose the operation ("-A", "--check");
+	// "" for the save and restore tools.
+	Command string
+	Table   string
+	Chain   string
+	// Test: a restore that only checks its input (-t/--test) writes
+	// nothing.
+	Test bool
+}
+
+// Write tells whether the command changes the kernel's rules when it
+// succeeds.
+func (s Shape) Write() bool {
+	return s.Operation == OpWrite || s.Operation == OpRestore && !s.Test
+}
+
+// Answers tells whether an exit status of 1 is an answer, not a failure:
+// -C (does a matching rule exist) and -D (a rule to delete) say no with it.
+func (s Shape) Answers() bool {
+	switch s.Command {
+	case "-C", "--check", "-D", "--delete":
+		return true
+	}
+	return false
+}
+
+// long commands and their short letters.
+var longCommands = map[string]byte{
+	"--append": 'A', "--check": 'C', "--delete": 'D', "--insert": 'I', "--replace": 'R',
+	"--list": 'L', "--list-rules": 'S', "--flush": 'F', "--zero": 'Z', "--new-chain": 'N',
+	"--new": 'N', "--delete-chain": 'X', "--policy": 'P', "--rename-chain": 'E',
+}
+
+// writes are the commands that change rules; every other is a read.
+const writes = "ADIRFZNXPE"
+
+// short options that take an argument: the rest of their cluster, or the
+// next word, is that argument.
+const withArg = "jmpsdiogwWMt"
+
+// ParseArgv reads a command line (argv[0] first). Only the first command
+// option counts, as the tools refuse a second one.
+func ParseArgv(argv []string) Shape {
+	if len(argv) == 0 {
+		return Shape{}
+	}
+	tool := path.Base(argv[0])
+	args := argv[1:]
+	// Run as the multi binary itself, the applet is the first argument.
+	if strings.HasPrefix(tool, "xtables-") && len(args) > 0 {
+		tool, args = path.Base(args[0]), args[1:]
+	}
+	s := Shape{Tool: tool, Family: familyOf(tool)}
+	switch {
+	case strings.HasSuffix(tool, "-save"):
+		s.Operation = OpSave
+	case strings.HasSuffix(tool, "-restore"):
+		s.Operation = OpRestore
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		next := func() string {
+			if i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+				i++
+				return args[i]
+			}
+			return ""
+		}
+		switch {
+		case a == "--":
+			i = len(args)
+		case strings.HasPrefix(a, "--"):
+			name, val, hasVal := strings.Cut(a, "=")
+			if name == "--table" {
+				if !hasVal {
+					val = next()
+				}
+				s.Table = val
+			} else if name == "--test" && s.Operation == OpRestore {
+				s.Test = true
+			} else if c, ok := longCommands[name]; ok && s.Command == "" {
+				s.Command = name
+				s.setOp(c)
+				s.Chain = next()
+			}
+		case strings.HasPrefix(a, "-") && len(a) > 1:
+			for j := 1; j < len(a); j++ {
+				c := a[j]
+				if c == 't' {
+					if s.Operation == OpRestore {
+						s.Test = true
+						continue
+					}
+					if s.Table = a[j+1:]; s.Table == "" {
+						s.Table = next()
+					}
+					break
+				}
+				if strings.IndexByte(withArg, c) >= 0 {
+					if j == len(a)-1 {
+						next()
+					}
+					break
+				}
+				if c >= 'A' && c <= 'Z' && s.Command == "" && s.Operation != OpSave && s.Operation != OpRestore {
+					s.Command = "-" + string(c)
+					s.setOp(c)
+					if j == len(a)-1 {
+						s.Chain = next()
+					}
+				}
+			}
+		}
+	}
+	if s.Operation == "" {
+		s.Operation = OpRead
+	}
+	if s.Table == "" && s.Operation != OpSave && s.Operation != OpRestore {
+		s.Table = "filter"
+	}
+	return s
+}
+
+func (s *Shape) setOp(c byte) {
+	if strings.IndexByte(writes, c) >= 0 {
+		s.Operation = OpWrite
+	} else {
+		s.Operation = OpRead
+	}
+}
+
+// familyOf is the tool family a name belongs to, "" for none.
+func familyOf(tool string) string {
+	for _, f := range families {
+		if strings.HasPrefix(tool, f) {
+			return f
+		}
+	}
+	return ""
+}

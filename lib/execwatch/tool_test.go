@@ -1,0 +1,99 @@
+package execwatch
+
+import (
+	"os"
+	"strconv"
+	"testing"
+)
+
+func TestToolOf(t *testing.T) {
+	for exe, want := range map[string]string{
+		"/usr/sbin/xtables-nft-multi":             BackendNft,
+		"/usr/sbin/xtables-legacy-multi":          BackendLegacy,
+		"/sbin/xtables-multi":                     BackendLegacy,
+		"/usr/sbin/ebtables-legacy":               BackendLegacy,
+		"/usr/sbin/iptables":                      BackendLegacy,
+		"/usr/sbin/xtables-nft-multi (deleted)":   BackendNft,
+		"/usr/bin/bash":                           "",
+		"/usr/sbin/iptables-wrapper-installer.sh": BackendLegacy, // named like one: a binary of that name is taken as one
+		"/usr/bin/true":                           "",
+	} {
+		got, ok := toolOf(exe)
+		if got != want || ok != (want != "") {
+			t.Errorf("%s: %q %v, want %q", exe, got, ok, want)
+		}
+	}
+	for comm, want := range map[string]bool{"iptables": true, "iptables-wrappe": true, "xtables-legacy-": true, "ip6tables-resto": true,
+		"ebtables": true, "arptables-nft": true, "true": false, "ip": false, "nft": false, "kube-proxy": false} {
+		if commCandidate(comm) != want {
+			t.Errorf("comm %q: %v", comm, !want)
+		}
+	}
+}
+
+func TestParseArgv(t *testing.T) {
+	for _, tc := range []struct {
+		argv  []string
+		want  Shape
+		write bool
+		ans   bool
+	}{
+		{[]string{"iptables-legacy", "-t", "nat", "-A", "OUTPUT", "-j", "ACCEPT"},
+			Shape{Tool: "iptables-legacy", Family: "iptables", Operation: OpWrite, Command: "-A", Table: "nat", Chain: "OUTPUT"}, true, false},
+		{[]string{"/sbin/iptables", "-w", "5", "-C", "KUBE-SERVICES", "-m", "comment", "--comment", "x", "-j", "RETURN"},
+			Shape{Tool: "iptables", Family: "iptables", Operation: OpRead, Command: "-C", Table: "filter", Chain: "KUBE-SERVICES"}, false, true},
+		{[]string{"ip6tables", "-tmangle", "-nvL"},
+			Shape{Tool: "ip6tables", Family: "ip6tables", Operation: OpRead, Command: "-L", Table: "mangle"}, false, false},
+		{[]string{"iptables", "-nL", "INPUT", "--line-numbers"},
+			Shape{Tool: "iptables", Family: "iptables", Operation: OpRead, Command: "-L", Table: "filter", Chain: "INPUT"}, false, false},
+		{[]string{"iptables-nft", "--table=raw", "--delete", "PREROUTING", "1"},
+			Shape{Tool: "iptables-nft", Family: "iptables", Operation: OpWrite, Command: "--delete", Table: "raw", Chain: "PREROUTING"}, true, true},
+		{[]string{"iptables", "-P", "FORWARD", "DROP"},
+			Shape{Tool: "iptables", Family: "iptables", Operation: OpWrite, Command: "-P", Table: "filter", Chain: "FORWARD"}, true, false},
+		{[]string{"iptables-legacy-save", "-t", "nat"},
+			Shape{Tool: "iptables-legacy-save", Family: "iptables", Operation: OpSave, Table: "nat"}, false, false},
+		{[]string{"iptables-restore", "--noflush", "-w"},
+			Shape{Tool: "iptables-restore", Family: "iptables", Operation: OpRestore}, true, false},
+		{[]string{"iptables-nft-restore", "-t"},
+			Shape{Tool: "iptables-nft-restore", Family: "iptables", Operation: OpRestore, Test: true}, false, false},
+		{[]string{"xtables-legacy-multi", "iptables", "-F"},
+			Shape{Tool: "iptables", Family: "iptables", Operation: OpWrite, Command: "-F", Table: "filter"}, true, false},
+		{[]string{"ebtables", "-t", "broute", "-L"},
+			Shape{Tool: "ebtables", Family: "ebtables", Operation: OpRead, Command: "-L", Table: "broute"}, false, false},
+		{[]string{"iptables", "--version"},
+			Shape{Tool: "iptables", Family: "iptables", Operation: OpRead, Table: "filter"}, false, false},
+		{[]string{"iptables", "-A", "-X"}, // a chain named like an option is no chain
+			Shape{Tool: "iptables", Family: "iptables", Operation: OpWrite, Command: "-A", Table: "filter"}, true, false},
+		{nil, Shape{}, false, false},
+	} {
+		got := ParseArgv(tc.argv)
+		if got != tc.want || got.Write() != tc.write || got.Answers() != tc.ans {
+			t.Errorf("%q:\n got %+v (write %v, answers %v)\nwant %+v", tc.argv, got, got.Write(), got.Answers(), tc.want)
+		}
+	}
+}
+
+// BenchmarkDecide compares the two cheap first tests an exec could get:
+// reading /proc/PID/comm (open, read, read, close: readable for any
+// process) and the /proc/PID/exe link (one readlinkat; needs ptrace
+// access, which the agent has). Here on 2 shared cores: comm 25-88 µs,
+// exe 5-25 µs; the watch reads exe, and comm only without access.
+func BenchmarkDecide(b *testing.B) {
+	pid := os.Getpid()
+	b.Run("comm", func(b *testing.B) {
+		for range b.N {
+			c, err := comm("/proc", pid)
+			if err != nil || commCandidate(c) {
+				b.Fatal(c, err)
+			}
+		}
+	})
+	b.Run("exe", func(b *testing.B) {
+		p := "/proc/" + strconv.Itoa(pid) + "/exe"
+		for range b.N {
+			if _, err := readlink(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

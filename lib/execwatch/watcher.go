@@ -1,0 +1,486 @@
+package execwatch
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
+	"github.com/iptables-alerter/iptables-alerter/lib/watch"
+)
+
+// Defaults for Options' zero values.
+const (
+	// DefaultAckTimeout: the kernel answers a listen request at once, or
+	// never (a requester outside the initial pid or user namespace).
+	DefaultAckTimeout = time.Second
+	// DefaultMaxPending bounds the tools running at once that the watch
+	// keeps: a node runs a handful; past it the oldest is given up
+	// (Stats.Evicted) and reported without a status.
+	DefaultMaxPending = 256
+	// readBuffer is the socket's kernel receive buffer: about 25,000 exec
+	// and exit messages of a burst.
+	readBuffer = 2 << 20
+)
+
+// ErrNoAck: the kernel did not answer the listen request; it ignores one
+// from a process outside the initial pid and user namespaces (a container
+// without hostPID). Events may still arrive (they do while anything else
+// listens): they are never taken as the watch working.
+var ErrNoAck = errors.New("the process events connector did not acknowledge the listen request: the agent is not in the host's pid namespace (hostPID) or user namespace")
+
+// Options configure a Watcher.
+type Options struct {
+	// HostProc is the host's /proc: its 1/ns/net is the initial network
+	// namespace, where the connector's kernel socket lives, tried when
+	// the caller's own network namespace has no connector (a container
+	// without hostNetwork). Never a stand-in's: the caller's own is tried
+	// first, and a namespace without the connector refuses the socket.
+	HostProc string
+	// Proc is where the pids the kernel names are read ("/proc" for ""):
+	// the caller's own /proc, which shows the host's processes exactly
+	// when the kernel answers the listen request (the caller is in the
+	// initial pid namespace).
+	Proc string
+	// Done receives every tool run that ended (or was given up:
+	// Command.Exited false). Called on the watch's reader thread: it must
+	// not block.
+	Done func(Command)
+	// AckTimeout and MaxPending: DefaultAckTimeout and DefaultMaxPending
+	// for 0.
+	AckTimeout time.Duration
+	MaxPending int
+}
+
+// Command is one run of an iptables tool.
+type Command struct {
+	PID int
+	// Argv is the command line, bounded (MaxArgs, MaxArg); ArgvCut tells
+	// that something was left out.
+	Argv    []string
+	ArgvCut bool
+	// Exe is the binary's path, Backend its backend.
+	Exe     string
+	Backend string
+	Shape   Shape
+	// Netns is the inode of the tool's network namespace; 0 when it
+	// could not be read.
+	Netns uint64
+	// Writer places the process: its parent and cgroup (container or
+	// systemd unit), as the nftables watch's writers.
+	Writer *findings.Writer
+	// Started is when the exec was read; Ended when its exit arrived.
+	Started, Ended time.Time
+	// Exited: the exit was seen, and Code or Signal is its status.
+	Exited       bool
+	Code, Signal int
+}
+
+// Stats counts the watch's work since Open.
+type Stats struct {
+	// Execs counts exec events; Vanished those whose process was gone
+	// before its binary could be read (what it was is not known);
+	// Candidates those whose binary is a tool's; Tools the tool runs read
+	// whole.
+	Execs, Vanished, Candidates, Tools uint64
+	// Missed counts candidates gone before they could be read: a tool
+	// that ran unseen.
+	Missed uint64
+	// Evicted counts tool runs given up without a status (MaxPending).
+	Evicted uint64
+	// Overruns counts the kernel dropping messages (ENOBUFS): execs and
+	// exits were lost.
+	Overruns uint64
+}
+
+// Watcher listens to the connector until Close.
+type Watcher struct {
+	opts Options
+	conn *netlink.Conn
+	fd   int
+	wake int
+	done chan struct{}
+	// realtime is why the reader runs at normal priority, nil when it has
+	// SCHED_FIFO.
+	realtime error
+
+	mu      sync.Mutex
+	pending map[int]*Command
+	order   []int
+	// recent are the last runs that ended, oldest first (Lookup).
+	recent []Command
+
+	execs, vanished, candidates, tools, missed, evicted, overruns atomic.Uint64
+	closeOnce                                                     sync.Once
+}
+
+// Open listens to the connector in HostProc's pid 1 network namespace and
+// waits for the kernel's acknowledgement: ErrNoAck when none came within
+// AckTimeout, another error when the kernel refused (EPERM without
+// CAP_NET_ADMIN) or the socket could not be opened.
+func Open(opts Options) (*Watcher, error) {
+	if opts.AckTimeout <= 0 {
+		opts.AckTimeout = DefaultAckTimeout
+	}
+	if opts.MaxPending <= 0 {
+		opts.MaxPending = DefaultMaxPending
+	}
+	if opts.Done == nil {
+		opts.Done = func(Command) {}
+	}
+	if opts.Proc == "" {
+		opts.Proc = "/proc"
+	}
+	conn, err := dial(opts.HostProc)
+	if err != nil {
+		return nil, err
+	}
+	w := &Watcher{opts: opts, conn: conn, done: make(chan struct{}), pending: map[int]*Command{}}
+	if err := w.listen(); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if err := w.start(); err != nil {
+		w.ignore()
+		conn.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// dial opens the connector's socket: in the caller's network namespace
+// when the connector is there (the initial one: the systemd unit, a
+// hostNetwork pod), else in HostProc's pid 1's, on a thread switched there
+// for the socket() call only (netlink.Config.NetNS).
+func dial(hostProc string) (*netlink.Conn, error) {
+	conn, err := netlink.Dial(netlinkConnector, &netlink.Config{Groups: cnIdxProc})
+	if err == nil || hostProc == "" {
+		if err != nil {
+			return nil, fmt.Errorf("open the process events connector: %w", err)
+		}
+		return conn, nil
+	}
+	own := err
+	h, err := netns.Open(filepath.Join(hostProc, "1", "ns", "net"))
+	if err != nil {
+		return nil, fmt.Errorf("open the process events connector: %v here, and the initial network namespace: %w", own, err)
+	}
+	defer h.Close()
+	conn, err = netlink.Dial(netlinkConnector, &netlink.Config{Groups: cnIdxProc, NetNS: h.Fd()})
+	if err != nil {
+		return nil, fmt.Errorf("open the process events connector in %s/1/ns/net: %w", hostProc, err)
+	}
+	return conn, nil
+}
+
+// listen asks for events and waits for the answer. The ack is multicast
+// to every listener, so it is told apart by the request's ack number
+// (random), answered plus one; its seq is not the request's (send_msg
+// numbers every message per CPU, acks too, on this 6.18 kernel).
+func (w *Watcher) listen() error {
+	var r [8]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return err
+	}
+	seq, ack := binary.NativeEndian.Uint32(r[:]), binary.NativeEndian.Uint32(r[4:])&0x7fffffff
+	msg := netlink.Message{Header: netlink.Header{Type: netlink.Done}, Data: listenRequest(seq, ack, mcastListen)}
+	if _, err := w.conn.Send(msg); err != nil {
+		return fmt.Errorf("send the listen request: %w", err)
+	}
+	deadline := time.Now().Add(w.opts.AckTimeout)
+	if err := w.conn.SetReadDeadline(deadline); err != nil {
+		return err
+	}
+	defer w.conn.SetReadDeadline(time.Time{})
+	for {
+		msgs, err := w.conn.Receive()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return ErrNoAck
+		}
+		if err != nil {
+			if errors.Is(err, unix.ENOBUFS) {
+				continue
+			}
+			return fmt.Errorf("read the connector: %w", err)
+		}
+		for _, m := range msgs {
+			ev, err := Decode(m.Data)
+			if err != nil || ev.Kind != KindAck || ev.Ack != ack+1 {
+				continue
+			}
+			if ev.Err != 0 {
+				return fmt.Errorf("the process events connector refused to listen: %w", unix.Errno(ev.Err))
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return ErrNoAck
+		}
+	}
+}
+
+// ignore undoes the listen request: kernels before 6.6 count listeners
+// only by these requests, and keep announcing every exec to nobody.
+func (w *Watcher) ignore() {
+	msg := netlink.Message{Header: netlink.Header{Type: netlink.Done}, Data: listenRequest(0, 0, mcastIgnore)}
+	_, _ = w.conn.Send(msg)
+}
+
+// start runs the reader on a thread of its own. It reads a duplicate of
+// the socket with poll and recvfrom, not through Go's netpoller, so that
+// at real-time priority its wake preempts the tool that just executed:
+// the tool's /proc is read before it can end (see lib/watch's reader).
+func (w *Watcher) start() error {
+	rc, err := w.conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var derr error
+	if err := rc.Control(func(fd uintptr) {
+		w.fd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil {
+		return err
+	}
+	if derr != nil {
+		return derr
+	}
+	_ = unix.SetsockoptInt(w.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, readBuffer)
+	if w.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		unix.Close(w.fd)
+		return err
+	}
+	ready := make(chan struct{})
+	go w.read(ready)
+	<-ready
+	return nil
+}
+
+// Realtime tells whether the reader runs at real-time priority, and if
+// not why (no CAP_SYS_NICE): tools are then more often gone before read.
+func (w *Watcher) Realtime() error { return w.realtime }
+
+// Close stops listening and ends the reader; commands still running are
+// dropped unreported.
+func (w *Watcher) Close() error {
+	w.closeOnce.Do(func() {
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		_, _ = unix.Write(w.wake, one[:])
+		<-w.done
+		w.ignore()
+		unix.Close(w.fd)
+		unix.Close(w.wake)
+		w.conn.Close()
+	})
+	return nil
+}
+
+// Stats gives the counters.
+func (w *Watcher) Stats() Stats {
+	return Stats{Execs: w.execs.Load(), Vanished: w.vanished.Load(), Candidates: w.candidates.Load(), Tools: w.tools.Load(),
+		Missed: w.missed.Load(), Evicted: w.evicted.Load(), Overruns: w.overruns.Load()}
+}
+
+// Lookup gives the tool run with that pid, running or among the last
+// maxRecent ended (the nftables watch joins a commit's writer to it, up to
+// its debounce window after the commit: the tool has often ended then).
+func (w *Watcher) Lookup(pid int) (Command, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c, ok := w.pending[pid]; ok {
+		return *c, true
+	}
+	for i := len(w.recent) - 1; i >= 0; i-- {
+		if w.recent[i].PID == pid {
+			return w.recent[i], true
+		}
+	}
+	return Command{}, false
+}
+
+// maxRecent bounds the ended runs Lookup finds.
+const maxRecent = 32
+
+func (w *Watcher) read(ready chan<- struct{}) {
+	defer close(w.done)
+	runtime.LockOSThread()
+	// The thread ends with the reader: its priority goes with it.
+	w.realtime = watch.RealtimeThread()
+	close(ready)
+	buf := make([]byte, 64<<10)
+	fds := []unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLIN}, {Fd: int32(w.wake), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
+			return
+		}
+		if fds[1].Revents != 0 {
+			return
+		}
+		for {
+			n, _, err := unix.Recvfrom(w.fd, buf, unix.MSG_DONTWAIT)
+			if err == unix.EAGAIN || err == unix.EWOULDBLOCK {
+				break
+			}
+			if err == unix.ENOBUFS {
+				w.overruns.Add(1)
+				continue
+			}
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return
+			}
+			w.datagram(buf[:n])
+		}
+	}
+}
+
+// datagram handles the messages of one datagram.
+func (w *Watcher) datagram(b []byte) {
+	msgs, err := syscall.ParseNetlinkMessage(b)
+	if err != nil {
+		return
+	}
+	for _, m := range msgs {
+		ev, err := Decode(m.Data)
+		if err != nil {
+			continue
+		}
+		switch ev.Kind {
+		case KindExec:
+			w.exec(ev.TGID)
+		case KindExit:
+			// Exits come per thread; the process's status is its
+			// leader's.
+			if ev.PID == ev.TGID {
+				w.exit(ev.TGID, ev.Status)
+			}
+		}
+	}
+}
+
+// exec reads a new program: one readlink of its binary for any exec (one
+// syscall, no fd: cheaper than reading /proc/PID/comm, BenchmarkDecide),
+// the rest only for a tool.
+func (w *Watcher) exec(pid int) {
+	w.execs.Add(1)
+	root := w.opts.Proc
+	path, err := exe(root, pid)
+	if err != nil && !errors.Is(err, unix.EACCES) {
+		// Gone already: whatever it ran is not known.
+		w.vanished.Add(1)
+		w.forget(pid)
+		return
+	}
+	c := ""
+	if err != nil {
+		// No ptrace access to it (the agent lacks CAP_SYS_PTRACE): its
+		// name decides, then its argv[0].
+		if c, err = comm(root, pid); err != nil || !commCandidate(c) {
+			w.forget(pid)
+			return
+		}
+	} else if _, ok := toolOf(path); !ok {
+		// A tool that executes something else is no longer one.
+		w.forget(pid)
+		return
+	}
+	w.candidates.Add(1)
+	cmd := &Command{PID: pid, Exe: path, Started: time.Now()}
+	if cmd.Argv, cmd.ArgvCut, err = cmdline(root, pid); err != nil {
+		w.missed.Add(1)
+		w.forget(pid)
+		return
+	}
+	if path == "" {
+		path = cmd.Argv[0]
+	}
+	backend, ok := toolOf(path)
+	if !ok {
+		w.forget(pid)
+		return
+	}
+	if c == "" {
+		if c, err = comm(root, pid); err != nil {
+			w.missed.Add(1)
+			w.forget(pid)
+			return
+		}
+	}
+	cmd.Backend = backend
+	cmd.Shape = ParseArgv(cmd.Argv)
+	cmd.Netns, _ = netnsInode(root, pid)
+	cmd.Writer = watch.Proc{Root: root}.Writer(pid, c)
+	w.tools.Add(1)
+	w.add(cmd)
+}
+
+func (w *Watcher) add(cmd *Command) {
+	w.mu.Lock()
+	var evicted *Command
+	if _, ok := w.pending[cmd.PID]; !ok {
+		if len(w.order) >= w.opts.MaxPending {
+			evicted = w.pending[w.order[0]]
+			delete(w.pending, w.order[0])
+			w.order = w.order[1:]
+		}
+		w.order = append(w.order, cmd.PID)
+	}
+	w.pending[cmd.PID] = cmd
+	w.mu.Unlock()
+	if evicted != nil {
+		w.evicted.Add(1)
+		w.opts.Done(*evicted)
+	}
+}
+
+// take removes pid's pending command.
+func (w *Watcher) take(pid int) *Command {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c, ok := w.pending[pid]
+	if !ok {
+		return nil
+	}
+	delete(w.pending, pid)
+	for i, p := range w.order {
+		if p == pid {
+			w.order = append(w.order[:i], w.order[i+1:]...)
+			break
+		}
+	}
+	return c
+}
+
+// forget drops pid's pending command: the pid executed another program,
+// so that command's status is not its.
+func (w *Watcher) forget(pid int) { w.take(pid) }
+
+func (w *Watcher) exit(pid int, raw uint32) {
+	c := w.take(pid)
+	if c == nil {
+		return
+	}
+	c.Exited, c.Ended = true, time.Now()
+	c.Code, c.Signal = ExitStatus(raw)
+	w.mu.Lock()
+	if len(w.recent) == maxRecent {
+		w.recent = append(w.recent[:0], w.recent[1:]...)
+	}
+	w.recent = append(w.recent, *c)
+	w.mu.Unlock()
+	w.opts.Done(*c)
+}

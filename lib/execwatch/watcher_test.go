@@ -1,0 +1,167 @@
+package execwatch
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+)
+
+// collector gathers the commands a watcher reports.
+type collector struct {
+	mu   sync.Mutex
+	cmds []Command
+	ch   chan struct{}
+}
+
+func newCollector() *collector { return &collector{ch: make(chan struct{}, 100)} }
+
+func (c *collector) done(cmd Command) {
+	c.mu.Lock()
+	c.cmds = append(c.cmds, cmd)
+	c.mu.Unlock()
+	select {
+	case c.ch <- struct{}{}:
+	default:
+	}
+}
+
+// wait returns the first command whose argv holds marker.
+func (c *collector) wait(t *testing.T, marker string) Command {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		c.mu.Lock()
+		for _, cmd := range c.cmds {
+			if strings.Contains(strings.Join(cmd.Argv, " "), marker) {
+				c.mu.Unlock()
+				return cmd
+			}
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.ch:
+		case <-deadline:
+			t.Fatalf("no command with %q reported", marker)
+		}
+	}
+}
+
+func openWatcher(t *testing.T, c *collector) *Watcher {
+	t.Helper()
+	w, err := Open(Options{HostProc: "/proc", Done: c.done})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// Real iptables-legacy runs in a throwaway netns: a write that works, one
+// the kernel refuses (-t bogus: exit 3), and a -C of an absent rule
+// (exit 1, an answer).
+func TestWatcherRealLegacy(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy")
+	ns := nstest.New(t)
+	c := newCollector()
+	w := openWatcher(t, c)
+	inode, err := netnsInode("/proc", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) {
+		cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name, "iptables-legacy"}, args...)...)
+		_ = cmd.Run()
+	}
+	run("-t", "nat", "-A", "OUTPUT", "-m", "comment", "--comment", "ok-marker", "-j", "ACCEPT")
+	run("-t", "bogus", "-A", "OUTPUT", "-m", "comment", "--comment", "bogus-marker", "-j", "ACCEPT")
+	run("-C", "INPUT", "-m", "comment", "--comment", "check-marker", "-j", "DROP")
+	// A wrapper script, as kube-proxy's iptables-wrapper: the shell is no
+	// tool, the binary it executes is.
+	wrapper := filepath.Join(t.TempDir(), "iptables")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec iptables-legacy \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = exec.Command("ip", "netns", "exec", ns.Name, wrapper, "-S", "OUTPUT", "--", "wrapper-marker").Run()
+
+	ok := c.wait(t, "ok-marker")
+	if !ok.Exited || ok.Code != 0 || ok.Signal != 0 {
+		t.Errorf("write: exited %v code %d signal %d, want 0", ok.Exited, ok.Code, ok.Signal)
+	}
+	if ok.Backend != BackendLegacy || ok.Shape.Operation != OpWrite || ok.Shape.Table != "nat" || ok.Shape.Chain != "OUTPUT" || ok.Shape.Command != "-A" {
+		t.Errorf("write: backend %q shape %+v", ok.Backend, ok.Shape)
+	}
+	if !strings.HasSuffix(ok.Exe, "xtables-legacy-multi") {
+		t.Errorf("exe %q", ok.Exe)
+	}
+	if ok.Netns == 0 || ok.Netns == inode {
+		t.Errorf("netns inode %d: want the test netns's, not the host's %d", ok.Netns, inode)
+	}
+	if ok.Writer == nil || ok.Writer.Gone || ok.Writer.PPID == 0 {
+		t.Errorf("writer %+v", ok.Writer)
+	}
+	bad := c.wait(t, "bogus-marker")
+	if !bad.Exited || bad.Code != 3 {
+		t.Errorf("-t bogus: exited %v code %d, want 3 (VERSION_PROBLEM)", bad.Exited, bad.Code)
+	}
+	chk := c.wait(t, "check-marker")
+	if !chk.Exited || chk.Code != 1 || !chk.Shape.Answers() || chk.Shape.Write() {
+		t.Errorf("-C: exited %v code %d shape %+v", chk.Exited, chk.Code, chk.Shape)
+	}
+	wr := c.wait(t, "wrapper-marker")
+	if wr.Shape.Tool != "iptables-legacy" || wr.Shape.Operation != OpRead || !wr.Exited {
+		t.Errorf("wrapper: %+v", wr)
+	}
+	c.mu.Lock()
+	for _, cmd := range c.cmds {
+		if cmd.Argv[0] == wrapper {
+			t.Errorf("the wrapper script itself was taken for a tool: %+v", cmd)
+		}
+	}
+	c.mu.Unlock()
+	st := w.Stats()
+	if st.Tools < 3 || st.Execs < st.Tools {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// A process outside the initial pid namespace gets no answer: the watch
+// turns off, whatever events arrive meanwhile (this test's own watcher
+// listens, so events are delivered to every bound socket).
+func TestWatcherNoAckInChildPidNamespace(t *testing.T) {
+	nstest.NeedRoot(t, "unshare")
+	if os.Getenv("EXECWATCH_CHILD") == "1" {
+		_, err := Open(Options{HostProc: "/proc"})
+		if errors.Is(err, ErrNoAck) {
+			os.Stdout.WriteString("RESULT noack\n")
+		} else {
+			os.Stdout.WriteString("RESULT other: " + errString(err) + "\n")
+		}
+		return
+	}
+	// Something else listens: events reach any bound socket.
+	c := newCollector()
+	openWatcher(t, c)
+	cmd := exec.Command("unshare", "--pid", "--fork", os.Args[0], "-test.run", "^TestWatcherNoAckInChildPidNamespace$", "-test.v")
+	cmd.Env = append(os.Environ(), "EXECWATCH_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "RESULT noack") {
+		t.Fatalf("want no ack in a child pid namespace, got:\n%s", out)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	return err.Error()
+}

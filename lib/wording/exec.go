@@ -1,0 +1,33 @@
+package wording
+
+import (
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// MaxExecLine bounds ExecLine in bytes, as MaxWriterLine does a writer's.
+const MaxExecLine = 240
+
+// FailedMark starts the line of a command that failed: every consumer
+// shows it first, where no one can miss it.
+const FailedMark = "FAILED"
+
+// ExecLine says in one line, escaped and bounded, which iptables command
+// the exec watch saw and how it ended: "FAILED (exit 3, missing kernel
+// support): iptables-legacy -t nat -A ..." or "iptables-legacy -A ...
+// (exit 0)"; "" for none. The command line is the pod's: CommandLine
+// quotes what is not a plain word.
+func ExecLine(e *findings.Exec) string {
+	if e == nil {
+		return ""
+	}
+	cmd := e.CommandLine(MaxExecLine)
+	if !e.Failed {
+		return safetext.Cut(cmd+" ("+e.Status()+")", MaxExecLine)
+	}
+	why := e.Status()
+	if e.MissingKernelSupport {
+		why += ", missing kernel support"
+	}
+	return safetext.Cut(FailedMark+" ("+why+"): "+cmd, MaxExecLine)
+}
