@@ -155,7 +155,7 @@ func TestResultCommand(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart", UID: "u"}}
 	rec := findings.Record{State: findings.StatePresent, Worst: "legacy", Pod: findings.Pod{Namespace: "shop", Name: "cart", UID: "u"},
 		Exec: &findings.Exec{Argv: []string{"iptables-legacy", "-t", "nat", "-A", "OUTPUT"}, Exited: true, ExitCode: 3, Failed: true, MissingKernelSupport: true}}
-	x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: "cart"}, "node-a", time.Time{})
+	x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: "cart"}, metav1.OwnerReference{}, "node-a", time.Time{})
 	want := "FAILED (exit 3, missing kernel support): iptables-legacy -t nat -A OUTPUT"
 	if x.Properties[PropCommand] != want || !strings.Contains(x.Description, want) {
 		t.Errorf("command property %q, message %q; want %q in both", x.Properties[PropCommand], x.Description, want)
