@@ -43,6 +43,9 @@ type Record struct {
 	// level counted ("" for none); see impact.go.
 	Impact Impact `json:"impact"`
 	Worst  string `json:"worst"`
+	// Modules names per level the kernel modules its rules need
+	// (modules.go); lists are empty in lines of older writers.
+	Modules Modules `json:"modules"`
 	// Vendors lists the known frameworks the rules match, at most
 	// MaxVendors; empty when none matches.
 	Vendors []Vendor `json:"vendors"`

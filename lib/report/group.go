@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/modules"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 )
 
@@ -32,6 +33,13 @@ type Group struct {
 	// complete look (newer), summed over the group's pods. A pod is looked
 	// at again and again, and its findings repeat its rules.
 	Impact findings.Impact `json:"impact"`
+	// Modules are the kernel modules the group's breaking rules need that
+	// a RHEL 10 release may lack (modules.Judged), from findings files
+	// (Events and Reports do not carry them); Kernel says what the target
+	// release's kernel packages give them (modules.Table.Words), "" when
+	// there is nothing to say.
+	Modules []string `json:"modules"`
+	Kernel  string   `json:"kernel"`
 	// Findings counts the items folded in.
 	Findings int `json:"findings"`
 	// Expected is true when the expectations cover, in each finding,
@@ -87,7 +95,7 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 	}
 	idx := map[key]int{}
 	var gs []Group
-	type sets struct{ pods, nodes, reasons, vendors, writers map[string]bool }
+	type sets struct{ pods, nodes, reasons, vendors, writers, modules map[string]bool }
 	var ss []sets
 	var members [][]Item
 	// looks holds, per group, the index in members of each pod's look
@@ -100,13 +108,16 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 			i = len(gs)
 			idx[k] = i
 			gs = append(gs, Group{Namespace: it.Namespace, Owner: it.Owner, Worst: it.Worst, Expected: true, State: it.State,
-				Pods: []string{}, Nodes: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}})
-			ss = append(ss, sets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
+				Pods: []string{}, Nodes: []string{}, Modules: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}})
+			ss = append(ss, sets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
 			members = append(members, nil)
 			looks = append(looks, map[podKey]int{})
 		}
 		g, s := &gs[i], &ss[i]
 		g.Findings++
+		for _, m := range modules.Judged(it.Modules) {
+			add(&g.Modules, s.modules, m)
+		}
 		g.Examples = mergeExamples(g.Examples, it.Examples)
 		add(&g.Pods, s.pods, it.Pod)
 		add(&g.Nodes, s.nodes, it.Node)
@@ -148,6 +159,7 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 			gs[i].Reasons = []string{}
 		}
 		sort.Strings(gs[i].Pods)
+		sort.Strings(gs[i].Modules)
 		sort.Strings(gs[i].Nodes)
 	}
 	sort.SliceStable(gs, func(a, b int) bool {

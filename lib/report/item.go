@@ -33,9 +33,12 @@ type Item struct {
 	Node      string `json:"node"`
 	// Owner is the owning workload; from a findings file without a cluster
 	// it is the Pod itself (names do not tell owners reliably).
-	Owner    owner.Owner        `json:"owner"`
-	Impact   findings.Impact    `json:"impact"`
-	Worst    string             `json:"worst"`
+	Owner  owner.Owner     `json:"owner"`
+	Impact findings.Impact `json:"impact"`
+	Worst  string          `json:"worst"`
+	// Modules are the kernel modules the finding's rules need, per
+	// level; empty from Events, Reports and older findings files.
+	Modules  findings.Modules   `json:"modules"`
 	Vendors  []findings.Vendor  `json:"vendors"`
 	Examples []findings.Example `json:"examples"`
 	// Source names where the item came from: a file, "events" or
@@ -136,6 +139,7 @@ func itemOf(rec findings.Record, source string) Item {
 		it.Node, it.Owner = rec.Node, nodeOwner(rec.Node)
 		// A record written before node hints carries the pod's wording.
 		it.Impact, it.Worst, it.Vendors, it.Examples = rec.Levels(), rec.WorstLevel(), catalog.NodeWords(rec.Vendors), rec.Examples
+		it.Modules = rec.Modules
 		it.State, it.Error, it.Time, it.Writer = rec.KnownState(), rec.Error, rec.Time, wording.WriterLine(rec.Writer)
 		it.Truncated = rec.Truncated
 		return it
@@ -143,7 +147,7 @@ func itemOf(rec findings.Record, source string) Item {
 	return Item{
 		Namespace: rec.Pod.Namespace, Pod: rec.Pod.Name, PodUID: rec.Pod.UID, Node: rec.Node,
 		Owner:  owner.Bare(rec.Pod.Name),
-		Impact: rec.Levels(), Worst: rec.WorstLevel(), Vendors: rec.Vendors, Examples: rec.Examples,
+		Impact: rec.Levels(), Worst: rec.WorstLevel(), Modules: rec.Modules, Vendors: rec.Vendors, Examples: rec.Examples,
 		Source: source, State: rec.KnownState(), Error: rec.Error, Time: rec.Time, Writer: wording.WriterLine(rec.Writer),
 		Truncated: rec.Truncated,
 	}

@@ -107,6 +107,9 @@ func textDetails(g Group, row []string, widths []int) []string {
 		}
 		detail("rules:    ", s)
 	}
+	if g.Kernel != "" {
+		detail("kernel:   ", g.Kernel)
+	}
 	if g.State == findings.StateUnknown {
 		detail("error:    ", unknownWords(g))
 	}
