@@ -2,6 +2,7 @@ package findings
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 )
@@ -45,6 +46,22 @@ func (m Modules) All() []string {
 	var out []string
 	for _, l := range ImpactLevels {
 		out = append(out, m.Level(l)...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Judged are the modules a RHEL 10 release may lack: those of the levels
+// that break (legacy, xt), without nf_tables and the native nft_* modules,
+// which RHEL 10 keeps (it runs nftables only); nft_compat is judged.
+// Sorted, without repeats.
+func (m Modules) Judged() []string {
+	var out []string
+	for _, n := range append(slices.Clone(m.Legacy), m.Xt...) {
+		if n == "nf_tables" || strings.HasPrefix(n, "nft_") && n != "nft_compat" {
+			continue
+		}
+		out = append(out, n)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)

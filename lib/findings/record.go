@@ -46,6 +46,11 @@ type Record struct {
 	// Modules names per level the kernel modules its rules need
 	// (modules.go); lists are empty in lines of older writers.
 	Modules Modules `json:"modules"`
+	// MixedBackends is true when the netns holds iptables rules in both
+	// legacy x_tables and nftables (iptables-nft): a tool that reads one
+	// backend does not see the other's rules. False in lines of older
+	// writers (not known).
+	MixedBackends bool `json:"mixed_backends"`
 	// Vendors lists the known frameworks the rules match, at most
 	// MaxVendors; empty when none matches.
 	Vendors []Vendor `json:"vendors"`

@@ -2,7 +2,6 @@ package modules
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -170,20 +169,4 @@ func nativeModules(fam inspect.Family, name string) []string {
 		return []string{"nft_" + name + "_" + suffix}
 	}
 	return nil
-}
-
-// Judged are the modules of m a RHEL 10 release may lack: those of the
-// levels that break (legacy, xt), without nf_tables and the native nft_*
-// modules, which RHEL 10 keeps (it runs nftables only); nft_compat is
-// judged. Sorted, without repeats.
-func Judged(m findings.Modules) []string {
-	var out []string
-	for _, n := range append(slices.Clone(m.Legacy), m.Xt...) {
-		if n == "nf_tables" || strings.HasPrefix(n, "nft_") && n != "nft_compat" {
-			continue
-		}
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }

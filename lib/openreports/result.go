@@ -57,6 +57,13 @@ const (
 	// PropWriter names the process whose change the agent's watch looked
 	// after (wording.WriterLine); absent when the record has none.
 	PropWriter = "writer"
+	// PropModules lists the kernel modules a RHEL 10 release may lack
+	// that the pod's breaking rules need (findings.Modules.Judged),
+	// comma-separated; absent when none.
+	PropModules = "modules"
+	// PropMixedBackends is "true" when the pod's netns holds iptables
+	// rules in both legacy x_tables and nftables; absent otherwise.
+	PropMixedBackends = "mixedBackends"
 )
 
 // Bounds of one result.
@@ -161,6 +168,12 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, node string, 
 	}
 	if rec.Truncated {
 		p[PropTruncated] = "true"
+	}
+	if rec.MixedBackends {
+		p[PropMixedBackends] = "true"
+	}
+	if m := rec.Modules.Judged(); len(m) > 0 {
+		p[PropModules] = prop(strings.Join(m, ","))
 	}
 	if rec.Writer != nil {
 		p[PropWriter] = prop(wording.WriterLine(rec.Writer))

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
-	"github.com/iptables-alerter/iptables-alerter/lib/modules"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 )
 
@@ -34,12 +33,17 @@ type Group struct {
 	// at again and again, and its findings repeat its rules.
 	Impact findings.Impact `json:"impact"`
 	// Modules are the kernel modules the group's breaking rules need that
-	// a RHEL 10 release may lack (modules.Judged), from findings files
+	// a RHEL 10 release may lack (findings.Modules.Judged), from findings files
 	// (Events and Reports do not carry them); Kernel says what the target
 	// release's kernel packages give them (modules.Table.Words), "" when
 	// there is nothing to say.
 	Modules []string `json:"modules"`
 	Kernel  string   `json:"kernel"`
+	// MixedBackends is true when a pod of the group held iptables rules
+	// in both legacy x_tables and nftables: tools reading one backend
+	// (iptables-legacy-save, iptables-nft-save, a CNI's own check) do not
+	// see the other's.
+	MixedBackends bool `json:"mixed_backends"`
 	// Findings counts the items folded in.
 	Findings int `json:"findings"`
 	// Expected is true when the expectations cover, in each finding,
@@ -58,6 +62,9 @@ type Group struct {
 	// change the agent's watch looked after (wording.WriterLine).
 	Writers []string `json:"writers"`
 }
+
+// MixedWords says what MixedBackends means, for the writers.
+const MixedWords = "mixed: rules in both legacy x_tables and nftables (iptables-nft); a tool that reads one backend does not see the other's rules"
 
 // VendorNames names the group's vendors, "unknown" for none.
 func (g Group) VendorNames() string {
@@ -115,7 +122,8 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 		}
 		g, s := &gs[i], &ss[i]
 		g.Findings++
-		for _, m := range modules.Judged(it.Modules) {
+		g.MixedBackends = g.MixedBackends || it.MixedBackends
+		for _, m := range it.Modules.Judged() {
 			add(&g.Modules, s.modules, m)
 		}
 		g.Examples = mergeExamples(g.Examples, it.Examples)

@@ -38,9 +38,12 @@ type Item struct {
 	Worst  string          `json:"worst"`
 	// Modules are the kernel modules the finding's rules need, per
 	// level; empty from Events, Reports and older findings files.
-	Modules  findings.Modules   `json:"modules"`
-	Vendors  []findings.Vendor  `json:"vendors"`
-	Examples []findings.Example `json:"examples"`
+	Modules findings.Modules `json:"modules"`
+	// MixedBackends: the pod's netns held iptables rules in both legacy
+	// x_tables and nftables (findings.Record.MixedBackends).
+	MixedBackends bool               `json:"mixed_backends"`
+	Vendors       []findings.Vendor  `json:"vendors"`
+	Examples      []findings.Example `json:"examples"`
 	// Source names where the item came from: a file, "events" or
 	// "reports".
 	Source string `json:"source"`
@@ -139,7 +142,7 @@ func itemOf(rec findings.Record, source string) Item {
 		it.Node, it.Owner = rec.Node, nodeOwner(rec.Node)
 		// A record written before node hints carries the pod's wording.
 		it.Impact, it.Worst, it.Vendors, it.Examples = rec.Levels(), rec.WorstLevel(), catalog.NodeWords(rec.Vendors), rec.Examples
-		it.Modules = rec.Modules
+		it.Modules, it.MixedBackends = rec.Modules, rec.MixedBackends
 		it.State, it.Error, it.Time, it.Writer = rec.KnownState(), rec.Error, rec.Time, wording.WriterLine(rec.Writer)
 		it.Truncated = rec.Truncated
 		return it
@@ -148,7 +151,8 @@ func itemOf(rec findings.Record, source string) Item {
 		Namespace: rec.Pod.Namespace, Pod: rec.Pod.Name, PodUID: rec.Pod.UID, Node: rec.Node,
 		Owner:  owner.Bare(rec.Pod.Name),
 		Impact: rec.Levels(), Worst: rec.WorstLevel(), Modules: rec.Modules, Vendors: rec.Vendors, Examples: rec.Examples,
-		Source: source, State: rec.KnownState(), Error: rec.Error, Time: rec.Time, Writer: wording.WriterLine(rec.Writer),
+		MixedBackends: rec.MixedBackends,
+		Source:        source, State: rec.KnownState(), Error: rec.Error, Time: rec.Time, Writer: wording.WriterLine(rec.Writer),
 		Truncated: rec.Truncated,
 	}
 }

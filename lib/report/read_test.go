@@ -78,14 +78,15 @@ func TestRead(t *testing.T) {
 
 // The kernel line: the modules a workload's breaking rules need, judged
 // against the --target release's table; native nft_* modules are not
-// judged; an unknown target is refused.
+// judged; an unknown target is refused. A pod with rules in both backends
+// says so.
 func TestReadTarget(t *testing.T) {
 	ctx := context.Background()
 	file := filepath.Join(t.TempDir(), "findings.jsonl")
 	rec := findings.Record{Time: t0, Pod: findings.Pod{Namespace: "mesh", Name: "app-0", UID: "u1"}, State: findings.StatePresent,
 		Nft: findings.Nft{Tables: []string{"ip nat"}, Rules: 2, Chains: 1}, Impact: findings.Impact{Xt: 1, Native: 1}, Worst: findings.ImpactXt,
-		Modules:     findings.Modules{Xt: []string{"nf_tables", "nft_chain_nat", "nft_compat", "xt_owner"}, Native: []string{"nf_tables", "nft_ct"}},
-		Fingerprint: "f"}
+		Modules:       findings.Modules{Xt: []string{"nf_tables", "nft_chain_nat", "nft_compat", "xt_owner"}, Native: []string{"nf_tables", "nft_ct"}},
+		MixedBackends: true, Fingerprint: "f"}
 	if err := (findings.Log{Path: file}).Append(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,8 @@ func TestReadTarget(t *testing.T) {
 			t.Errorf("target %q: kernel %q modules %v, want %q", target, g.Kernel, g.Modules, want)
 		}
 		var b strings.Builder
-		if err := Write(&b, r, "text"); err != nil || !strings.Contains(b.String(), "kernel:   "+want[:40]) {
+		if err := Write(&b, r, "text"); err != nil || !strings.Contains(b.String(), "kernel:   "+want[:40]) ||
+			!g.MixedBackends || !strings.Contains(b.String(), "backends: mixed: rules in both legacy") {
 			t.Errorf("target %q: text %v:\n%s", target, err, b.String())
 		}
 	}

@@ -110,6 +110,9 @@ func textDetails(g Group, row []string, widths []int) []string {
 	if g.Kernel != "" {
 		detail("kernel:   ", g.Kernel)
 	}
+	if g.MixedBackends {
+		detail("backends: ", MixedWords)
+	}
 	if g.State == findings.StateUnknown {
 		detail("error:    ", unknownWords(g))
 	}

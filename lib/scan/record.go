@@ -103,6 +103,7 @@ func build(m Meta, res Result) (findings.Record, classify.Summary) {
 		Impact:           sum.Impact,
 		Worst:            sum.Worst,
 		Modules:          modules.Of(res.Usage),
+		MixedBackends:    sum.MixedBackends,
 		Fingerprint:      fp,
 		Truncated:        !res.Complete() || sum.Truncated,
 	}
