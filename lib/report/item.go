@@ -37,7 +37,8 @@ type Item struct {
 	Impact findings.Impact `json:"impact"`
 	Worst  string          `json:"worst"`
 	// Modules are the kernel modules the finding's rules need, per
-	// level; empty from Events, Reports and older findings files.
+	// level; from a Report only the judged ones (findings.Modules.Judged,
+	// read back as the xt level's), empty from Events and older files.
 	Modules findings.Modules `json:"modules"`
 	// MixedBackends: the pod's netns held iptables rules in both legacy
 	// x_tables and nftables (findings.Record.MixedBackends).
