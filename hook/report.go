@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/iptables-alerter/iptables-alerter/lib/modules"
 	"github.com/iptables-alerter/iptables-alerter/lib/report"
 )
 
@@ -61,6 +62,12 @@ Impact levels: legacy (x_tables: breaks on RHEL 10), xt (iptables-nft with
 xt extensions: breaks unless kernel-modules-extra is installed), native
 (keeps loading; the iptables tooling is deprecated).
 
+Kernel modules: from findings files, each workload's "kernel" line names
+the modules its breaking rules need and what the --target release ships
+them in: "breaks: ip_tables is not shipped", "needs kernel-modules-extra:
+nft_compat", or "package unverified" where no counted source says which
+package holds a module (docs/rhel10.md lists the table and its sources).
+
 Exit status: 0 when nothing fails under --fail-on (the default, never,
 only warns), 1 when a workload fails (unexpected: any workload the
 expectations do not cover; breaks: a workload not covered whose worst
@@ -72,6 +79,7 @@ type reportConfig struct {
 	kubeconfig, expectations, format, fo string
 	kubeContext, namespace, source       string
 	allNamespaces                        bool
+	target                               string
 	timeout                              time.Duration
 }
 
@@ -85,6 +93,7 @@ func (c *reportConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.expectations, "expectations", "", "YAML file of expected usage (namespace glob, owner, vendor, level, rule, ruleRegexp, reason)")
 	fs.VarP(newEnum(&c.format, "text", report.Formats...), "format", "o", "output format: "+strings.Join(report.Formats, ", "))
 	fs.Var(newEnum(&c.fo, report.FailNever, report.FailModes...), "fail-on", "exit 1 when: never (warn only), unexpected (any usage not expected), breaks (unexpected usage that breaks on RHEL 10)")
+	fs.Var(newEnum(&c.target, "rhel-"+modules.Releases.Default(), modules.Releases.Targets()...), "target", "RHEL 10 release whose kernel packages the kernel line of each workload speaks of: "+strings.Join(modules.Releases.Targets(), ", ")+" (default: the newest with verified data)")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "time limit of the API requests")
 }
 
@@ -106,7 +115,7 @@ func (c *reportConfig) run(files []string, s stdio) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	r, err := report.Read(ctx, report.Inputs{Files: files, Events: c.events, Source: c.source, Namespace: c.namespace, AllNamespaces: c.allNamespaces,
+	r, err := report.Read(ctx, report.Inputs{Files: files, Events: c.events, Source: c.source, Namespace: c.namespace, AllNamespaces: c.allNamespaces, Target: c.target,
 		Expectations: c.expectations, FailOn: c.fo, Connect: c.cluster, Owners: c.kubeconfig != "" || c.kubeContext != ""})
 	if fe, ok := report.IsForbidden(err, report.ResourceReports); ok && c.source == report.SourceAuto {
 		// Never "clean" from Events that hold only the last hour: the

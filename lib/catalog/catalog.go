@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -47,6 +48,13 @@ type Entry struct {
 	NodeHint string `json:"nodeHint"`
 	// Doc links the vendor's documentation of the change.
 	Doc string `json:"doc"`
+	// Checked is the day (YYYY-MM-DD) the hint was last compared with its
+	// Sources: a hint ages as vendors release. Every built-in entry has
+	// one (TestHintsDated); optional in the admin's file.
+	Checked string `json:"checked"`
+	// Sources are the vendor's release notes, documentation or merged
+	// changes the hint rests on (https links).
+	Sources []string `json:"sources"`
 	// Chains are chain names, exact or ending in "*" for a prefix; any
 	// chain holding usage that fits one matches the entry.
 	Chains []string `json:"chains"`
@@ -136,6 +144,16 @@ func parse(data []byte, name string) (*Table, error) {
 			return nil, fmt.Errorf("parse vendors %q: entry %q matches nothing (no chains, no rules)", name, e.Name)
 		case len(e.Chains) > maxPatterns || len(e.Rules) > maxPatterns:
 			return nil, fmt.Errorf("parse vendors %q: entry %q has over %d chains or rules", name, e.Name, maxPatterns)
+		}
+		if e.Checked != "" {
+			if _, err := time.Parse(time.DateOnly, e.Checked); err != nil {
+				return nil, fmt.Errorf("parse vendors %q: entry %q: checked %q is not a day (YYYY-MM-DD)", name, e.Name, e.Checked)
+			}
+		}
+		for _, src := range e.Sources {
+			if !strings.HasPrefix(src, "https://") {
+				return nil, fmt.Errorf("parse vendors %q: entry %q: source %q is not an https link", name, e.Name, src)
+			}
 		}
 		for _, r := range e.Rules {
 			if r == (Rule{}) {

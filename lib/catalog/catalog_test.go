@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
@@ -242,5 +243,42 @@ func TestNodeWording(t *testing.T) {
 	got := admin.ForNode(admin.Match([]string{"ACME_IN", "PLAIN"}, nil))
 	if len(got) != 2 || got[0].Hint != "acme on the node" || got[1].Hint != "plain words" {
 		t.Errorf("admin entries for a node: %+v", got)
+	}
+}
+
+// TestHintsDated: every built-in hint says when it was last checked (a
+// day, not in the future) and against which sources (https links): a
+// hint ages as vendors release, and the reader must see how old it is.
+func TestHintsDated(t *testing.T) {
+	for _, e := range Builtin().entries {
+		day, err := time.Parse(time.DateOnly, e.Checked)
+		if err != nil || day.After(time.Now()) {
+			t.Errorf("entry %q: checked %q is not a past day (%v)", e.Name, e.Checked, err)
+		}
+		if len(e.Sources) == 0 {
+			t.Errorf("entry %q: no sources", e.Name)
+		}
+		for _, s := range e.Sources {
+			if !strings.HasPrefix(s, "https://") || len(s) > 256 {
+				t.Errorf("entry %q: source %q is not an https link", e.Name, s)
+			}
+		}
+	}
+	// An admin's entry may leave both out; a checked day that is not one
+	// is refused.
+	dir := t.TempDir()
+	for body, ok := range map[string]bool{
+		`{"vendors":[{"name":"acme","hint":"h","chains":["ACME"]}]}`:                                   true,
+		`{"vendors":[{"name":"acme","hint":"h","chains":["ACME"],"checked":"2026-11-27"}]}`:            true,
+		`{"vendors":[{"name":"acme","hint":"h","chains":["ACME"],"checked":"last week"}]}`:             false,
+		`{"vendors":[{"name":"acme","hint":"h","chains":["ACME"],"sources":["javascript:alert(1)"]}]}`: false,
+	} {
+		path := filepath.Join(dir, "v.json")
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(path); (err == nil) != ok {
+			t.Errorf("%s: load error %v, want ok=%v", body, err, ok)
+		}
 	}
 }

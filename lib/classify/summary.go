@@ -44,6 +44,11 @@ type Summary struct {
 	NftFingerprint, LegacyFingerprint string
 	// Truncated is set when the table lists had to be cut.
 	Truncated bool
+	// MixedBackends is set when both backends hold usage: iptables-nft
+	// rules in nftables and entries beyond the untouched ones in a legacy
+	// x_tables table. An empty legacy table (any iptables-legacy -L
+	// makes one) is not usage, so it never makes a netns mixed.
+	MixedBackends bool
 }
 
 // Summarize counts usage and fingerprints it.
@@ -95,6 +100,7 @@ func Summarize(u Usage) Summary {
 		hl.Write([]byte(line))
 	}
 	s.Impact.Legacy = s.LegacyRules
+	s.MixedBackends = s.NftRules > 0 && s.LegacyRules > 0
 	s.Worst = s.Impact.Worst()
 	if s.Worst == "" && s.NftChains > 0 {
 		s.Worst = findings.ImpactNative

@@ -71,6 +71,7 @@ func Encode(rec Record) ([]byte, error) {
 		v := &rec.Vendors[i]
 		v.Name, v.Hint, v.Doc = safetext.Cut(v.Name, maxVendorName), safetext.Cut(v.Hint, maxHint), safetext.Cut(v.Doc, maxField)
 	}
+	rec.Modules = rec.Modules.bounded()
 	rec.Nft.PerTable = append(make([]TableCount, 0, min(len(rec.Nft.PerTable), maxList)), rec.Nft.PerTable[:min(len(rec.Nft.PerTable), maxList)]...)
 	for i := range rec.Nft.PerTable {
 		t := &rec.Nft.PerTable[i]

@@ -43,6 +43,14 @@ type Record struct {
 	// level counted ("" for none); see impact.go.
 	Impact Impact `json:"impact"`
 	Worst  string `json:"worst"`
+	// Modules names per level the kernel modules its rules need
+	// (modules.go); lists are empty in lines of older writers.
+	Modules Modules `json:"modules"`
+	// MixedBackends is true when the netns holds iptables rules in both
+	// legacy x_tables and nftables (iptables-nft): a tool that reads one
+	// backend does not see the other's rules. False in lines of older
+	// writers (not known).
+	MixedBackends bool `json:"mixed_backends"`
 	// Vendors lists the known frameworks the rules match, at most
 	// MaxVendors; empty when none matches.
 	Vendors []Vendor `json:"vendors"`

@@ -66,6 +66,13 @@ const (
 	// PropCommand is the iptables command the exec watch saw
 	// (wording.ExecLine: FAILED first when it failed); absent when none.
 	PropCommand = "command"
+	// PropModules lists the kernel modules a RHEL 10 release may lack
+	// that the pod's breaking rules need (findings.Modules.Judged),
+	// comma-separated; absent when none.
+	PropModules = "modules"
+	// PropMixedBackends is "true" when the pod's netns holds iptables
+	// rules in both legacy x_tables and nftables; absent otherwise.
+	PropMixedBackends = "mixedBackends"
 )
 
 // Bounds of one result.
@@ -171,6 +178,12 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, ref metav1.Ow
 	}
 	if rec.Truncated {
 		p[PropTruncated] = "true"
+	}
+	if rec.MixedBackends {
+		p[PropMixedBackends] = "true"
+	}
+	if m := rec.Modules.Judged(); len(m) > 0 {
+		p[PropModules] = prop(strings.Join(m, ","))
 	}
 	if rec.Writer != nil {
 		p[PropWriter] = prop(wording.WriterLine(rec.Writer))

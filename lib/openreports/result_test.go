@@ -161,3 +161,24 @@ func TestResultCommand(t *testing.T) {
 		t.Errorf("command property %q, message %q; want %q in both", x.Properties[PropCommand], x.Description, want)
 	}
 }
+
+// Mixed backends and the judged kernel modules are properties; a record
+// without them has none.
+func TestResultMixedModules(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart", UID: "u"}}
+	rec := findings.Record{State: findings.StatePresent, Worst: "legacy", Impact: findings.Impact{Legacy: 1, Xt: 1}, Nft: findings.Nft{Rules: 1},
+		Legacy: findings.Legacy{Rules: 1}, Pod: findings.Pod{Namespace: "shop", Name: "cart", UID: "u"}}
+	x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: "cart"}, metav1.OwnerReference{}, "node-a", time.Time{})
+	if _, ok := x.Properties[PropMixedBackends]; ok {
+		t.Errorf("mixed property without mixed backends: %v", x.Properties)
+	}
+	if _, ok := x.Properties[PropModules]; ok {
+		t.Errorf("modules property without modules: %v", x.Properties)
+	}
+	rec.MixedBackends = true
+	rec.Modules = findings.Modules{Legacy: []string{"ip_tables", "iptable_filter"}, Xt: []string{"nf_tables", "nft_compat", "xt_owner"}, Native: []string{"nf_tables", "nft_ct"}}
+	x = resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: "cart"}, metav1.OwnerReference{}, "node-a", time.Time{})
+	if x.Properties[PropMixedBackends] != "true" || x.Properties[PropModules] != "ip_tables,iptable_filter,nft_compat,xt_owner" {
+		t.Errorf("properties %v", x.Properties)
+	}
+}

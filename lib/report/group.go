@@ -34,6 +34,18 @@ type Group struct {
 	// complete look (newer), summed over the group's pods. A pod is looked
 	// at again and again, and its findings repeat its rules.
 	Impact findings.Impact `json:"impact"`
+	// Modules are the kernel modules the group's breaking rules need that
+	// a RHEL 10 release may lack (findings.Modules.Judged), from findings files
+	// (Events and Reports do not carry them); Kernel says what the target
+	// release's kernel packages give them (modules.Table.Words), "" when
+	// there is nothing to say.
+	Modules []string `json:"modules"`
+	Kernel  string   `json:"kernel"`
+	// MixedBackends is true when a pod of the group held iptables rules
+	// in both legacy x_tables and nftables: tools reading one backend
+	// (iptables-legacy-save, iptables-nft-save, a CNI's own check) do not
+	// see the other's.
+	MixedBackends bool `json:"mixed_backends"`
 	// Findings counts the items folded in.
 	Findings int `json:"findings"`
 	// Expected is true when the expectations cover, in each finding,
@@ -56,6 +68,9 @@ type Group struct {
 	// to stay: a failure is never crowded out by reads.
 	Commands []string `json:"commands"`
 }
+
+// MixedWords says what MixedBackends means, for the writers.
+const MixedWords = "mixed: rules in both legacy x_tables and nftables (iptables-nft); a tool that reads one backend does not see the other's rules"
 
 // VendorNames names the group's vendors, "unknown" for none.
 func (g Group) VendorNames() string {
@@ -93,7 +108,7 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 	}
 	idx := map[key]int{}
 	var gs []Group
-	type sets struct{ pods, nodes, reasons, vendors, writers map[string]bool }
+	type sets struct{ pods, nodes, reasons, vendors, writers, modules map[string]bool }
 	var ss []sets
 	var members [][]Item
 	// looks holds, per group, the index in members of each pod's look
@@ -106,13 +121,17 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 			i = len(gs)
 			idx[k] = i
 			gs = append(gs, Group{Namespace: it.Namespace, Owner: it.Owner, Worst: it.Worst, Expected: true, State: it.State,
-				Pods: []string{}, Nodes: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}, Commands: []string{}})
-			ss = append(ss, sets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
+				Pods: []string{}, Nodes: []string{}, Modules: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}, Commands: []string{}})
+			ss = append(ss, sets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
 			members = append(members, nil)
 			looks = append(looks, map[podKey]int{})
 		}
 		g, s := &gs[i], &ss[i]
 		g.Findings++
+		g.MixedBackends = g.MixedBackends || it.MixedBackends
+		for _, m := range it.Modules.Judged() {
+			add(&g.Modules, s.modules, m)
+		}
 		g.Examples = mergeExamples(g.Examples, it.Examples)
 		add(&g.Pods, s.pods, it.Pod)
 		add(&g.Nodes, s.nodes, it.Node)
@@ -155,6 +174,7 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 			gs[i].Reasons = []string{}
 		}
 		sort.Strings(gs[i].Pods)
+		sort.Strings(gs[i].Modules)
 		sort.Strings(gs[i].Nodes)
 	}
 	sort.SliceStable(gs, func(a, b int) bool {

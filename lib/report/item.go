@@ -34,11 +34,18 @@ type Item struct {
 	Node      string `json:"node"`
 	// Owner is the owning workload; from a findings file without a cluster
 	// it is the Pod itself (names do not tell owners reliably).
-	Owner    owner.Owner        `json:"owner"`
-	Impact   findings.Impact    `json:"impact"`
-	Worst    string             `json:"worst"`
-	Vendors  []findings.Vendor  `json:"vendors"`
-	Examples []findings.Example `json:"examples"`
+	Owner  owner.Owner     `json:"owner"`
+	Impact findings.Impact `json:"impact"`
+	Worst  string          `json:"worst"`
+	// Modules are the kernel modules the finding's rules need, per
+	// level; from a Report only the judged ones (findings.Modules.Judged,
+	// read back as the xt level's), empty from Events and older files.
+	Modules findings.Modules `json:"modules"`
+	// MixedBackends: the pod's netns held iptables rules in both legacy
+	// x_tables and nftables (findings.Record.MixedBackends).
+	MixedBackends bool               `json:"mixed_backends"`
+	Vendors       []findings.Vendor  `json:"vendors"`
+	Examples      []findings.Example `json:"examples"`
 	// Source names where the item came from: a file, "events" or
 	// "reports".
 	Source string `json:"source"`
@@ -140,6 +147,7 @@ func itemOf(rec findings.Record, source string) Item {
 		it.Node, it.Owner = rec.Node, nodeOwner(rec.Node)
 		// A record written before node hints carries the pod's wording.
 		it.Impact, it.Worst, it.Vendors, it.Examples = rec.Levels(), rec.WorstLevel(), catalog.NodeWords(rec.Vendors), rec.Examples
+		it.Modules, it.MixedBackends = rec.Modules, rec.MixedBackends
 		it.State, it.Error, it.Time, it.Writer = rec.KnownState(), rec.Error, rec.Time, wording.WriterLine(rec.Writer)
 		it.Truncated, it.Command = rec.Truncated, wording.ExecLine(rec.Exec)
 		return it
@@ -147,8 +155,9 @@ func itemOf(rec findings.Record, source string) Item {
 	return Item{
 		Namespace: rec.Pod.Namespace, Pod: rec.Pod.Name, PodUID: rec.Pod.UID, Node: rec.Node,
 		Owner:  owner.Bare(rec.Pod.Name),
-		Impact: rec.Levels(), Worst: rec.WorstLevel(), Vendors: rec.Vendors, Examples: rec.Examples,
-		Source: source, State: rec.KnownState(), Error: rec.Error, Time: rec.Time, Writer: wording.WriterLine(rec.Writer),
+		Impact: rec.Levels(), Worst: rec.WorstLevel(), Modules: rec.Modules, Vendors: rec.Vendors, Examples: rec.Examples,
+		MixedBackends: rec.MixedBackends,
+		Source:        source, State: rec.KnownState(), Error: rec.Error, Time: rec.Time, Writer: wording.WriterLine(rec.Writer),
 		Truncated: rec.Truncated, Command: wording.ExecLine(rec.Exec),
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/modules"
 )
 
 // Inputs are what a report reads and how it judges what it read.
@@ -26,6 +28,10 @@ type Inputs struct {
 	AllNamespaces bool
 	// Expectations is the expectations file, "" for none.
 	Expectations string
+	// Target is the RHEL 10 release the kernel package lines speak of,
+	// "rhel-10.2" (modules.Table.Target); "" is the newest with verified
+	// data.
+	Target string
 	// FailOn is a FailModes value; "" is FailNever.
 	FailOn string
 	// Connect gives the cluster, called only when one is read: the
@@ -63,6 +69,10 @@ func (in Inputs) Check() error {
 func Read(ctx context.Context, in Inputs) (Report, error) {
 	if err := in.Check(); err != nil {
 		return Report{}, fmt.Errorf("--source %s: %w", in.Source, err)
+	}
+	target, err := modules.Releases.Target(in.Target)
+	if err != nil {
+		return Report{}, fmt.Errorf("--target: %w", err)
 	}
 	var exps []Expectation
 	if in.Expectations != "" {
@@ -136,7 +146,10 @@ func Read(ctx context.Context, in Inputs) (Report, error) {
 	if failOn == "" {
 		failOn = FailNever
 	}
-	r := Report{Origin: origin, Groups: GroupItems(items, exps), Skipped: sk, FailOn: failOn}
+	r := Report{Origin: origin, Groups: GroupItems(items, exps), Skipped: sk, FailOn: failOn, Target: target}
+	for i := range r.Groups {
+		r.Groups[i].Kernel = modules.Releases.Words(target, r.Groups[i].Modules)
+	}
 	r.Failing = Judge(r.Groups, failOn)
 	return r, nil
 }

@@ -75,3 +75,41 @@ func TestRead(t *testing.T) {
 		}
 	}
 }
+
+// The kernel line: the modules a workload's breaking rules need, judged
+// against the --target release's table; native nft_* modules are not
+// judged; an unknown target is refused. A pod with rules in both backends
+// says so.
+func TestReadTarget(t *testing.T) {
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "findings.jsonl")
+	rec := findings.Record{Time: t0, Pod: findings.Pod{Namespace: "mesh", Name: "app-0", UID: "u1"}, State: findings.StatePresent,
+		Nft: findings.Nft{Tables: []string{"ip nat"}, Rules: 2, Chains: 1}, Impact: findings.Impact{Xt: 1, Native: 1}, Worst: findings.ImpactXt,
+		Modules:       findings.Modules{Xt: []string{"nf_tables", "nft_chain_nat", "nft_compat", "xt_owner"}, Native: []string{"nf_tables", "nft_ct"}},
+		MixedBackends: true, Fingerprint: "f"}
+	if err := (findings.Log{Path: file}).Append(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	for target, want := range map[string]string{
+		"":          "RHEL 10.2: needs kernel-modules-extra: nft_compat; package unverified: xt_owner",
+		"rhel-10.2": "RHEL 10.2: needs kernel-modules-extra: nft_compat; package unverified: xt_owner",
+		"rhel-10.1": "RHEL 10.1: package unverified: nft_compat (reported in kernel-modules-core), xt_owner",
+	} {
+		r, err := Read(ctx, Inputs{Files: []string{file}, Target: target})
+		if err != nil || len(r.Groups) != 1 {
+			t.Fatalf("target %q: %v, %+v", target, err, r)
+		}
+		g := r.Groups[0]
+		if g.Kernel != want || !slices.Equal(g.Modules, []string{"nft_compat", "xt_owner"}) {
+			t.Errorf("target %q: kernel %q modules %v, want %q", target, g.Kernel, g.Modules, want)
+		}
+		var b strings.Builder
+		if err := Write(&b, r, "text"); err != nil || !strings.Contains(b.String(), "kernel:   "+want[:40]) ||
+			!g.MixedBackends || !strings.Contains(b.String(), "backends: mixed: rules in both legacy") {
+			t.Errorf("target %q: text %v:\n%s", target, err, b.String())
+		}
+	}
+	if _, err := Read(ctx, Inputs{Files: []string{file}, Target: "rhel-9.6"}); err == nil || !strings.Contains(err.Error(), "--target") {
+		t.Errorf("target rhel-9.6: %v", err)
+	}
+}

@@ -40,6 +40,9 @@ type Report struct {
 	Groups  []Group `json:"groups"`
 	Skipped Skipped `json:"skipped"`
 	FailOn  string  `json:"fail_on"`
+	// Target is the RHEL 10 release the groups' Kernel lines speak of
+	// ("10.2").
+	Target string `json:"target"`
 	// Failing is true when a group fails under FailOn: the exit status.
 	Failing bool `json:"failing"`
 }

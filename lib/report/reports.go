@@ -147,7 +147,12 @@ func resultItem(namespace string, x openreportsv1alpha1.ReportResult, sk *Skippe
 	p := x.Properties
 	it := Item{Namespace: namespace, Pod: pod.Name, PodUID: string(pod.UID), Node: p[openreports.PropNodes],
 		Owner: owner.Bare(pod.Name), Source: "reports", State: findings.StatePresent, Time: openreports.Seen(x),
-		Truncated: p[openreports.PropTruncated] == "true"}
+		Truncated: p[openreports.PropTruncated] == "true", MixedBackends: p[openreports.PropMixedBackends] == "true"}
+	if m := p[openreports.PropModules]; m != "" {
+		// Judged already: read back as the xt level's, which Judged
+		// keeps whole; valid drops what is not a module name.
+		it.Modules.Xt = strings.Split(m, ",")
+	}
 	if it.PodUID == "" {
 		it.PodUID = p[openreports.PropPodUID]
 	}

@@ -42,6 +42,15 @@ func TestResultItem(t *testing.T) {
 		t.Errorf("a result without a pod read: %+v", sk)
 	}
 	sk, x.Subjects = Skipped{}, pod
+	// Mixed backends and the kernel modules read back; a name that is no
+	// module's is dropped and counted.
+	x.Properties[openreports.PropMixedBackends], x.Properties[openreports.PropModules] = "true", "ip_tables,xt_owner,<b>"
+	if it, _ := resultItem("shop", x, &sk); !it.MixedBackends || strings.Join(valid(it, &sk).Modules.Judged(), ",") != "ip_tables,xt_owner" || sk.Invalid != 1 {
+		t.Errorf("mixed and modules: %+v, %+v", it, sk)
+	}
+	delete(x.Properties, openreports.PropMixedBackends)
+	delete(x.Properties, openreports.PropModules)
+	sk = Skipped{}
 
 	// A Report anyone may write: a doc that is no http(s) link is dropped
 	// and counted, never shown as the vendor's.

@@ -107,6 +107,12 @@ func textDetails(g Group, row []string, widths []int) []string {
 		}
 		detail("rules:    ", s)
 	}
+	if g.Kernel != "" {
+		detail("kernel:   ", g.Kernel)
+	}
+	if g.MixedBackends {
+		detail("backends: ", MixedWords)
+	}
 	if g.State == findings.StateUnknown {
 		detail("error:    ", unknownWords(g))
 	}

@@ -94,6 +94,9 @@ func valid(it Item, sk *Skipped) Item {
 		exs = append(exs, ex)
 	}
 	it.Examples = exs
+	for _, l := range []*[]string{&it.Modules.Legacy, &it.Modules.Xt, &it.Modules.Native} {
+		*l = validModules(*l, sk)
+	}
 	return it
 }
 
@@ -136,4 +139,30 @@ func validDoc(doc string) bool {
 	u, err := url.Parse(doc)
 	return err == nil && len(doc) <= maxText && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.User == nil &&
 		safetext.Display(doc) == doc
+}
+
+// maxModules bounds a level's module list read back (findings.Encode
+// writes at most 24).
+const maxModules = 32
+
+// validModules keeps the names that are a kernel module's (letters,
+// digits, underscores, at most 56 bytes, the kernel's MODULE_NAME_LEN),
+// at most maxModules; every other is dropped and counted.
+func validModules(l []string, sk *Skipped) []string {
+	if len(l) == 0 {
+		return l
+	}
+	out := make([]string, 0, min(len(l), maxModules))
+	for _, m := range l {
+		ok := m != "" && len(m) <= 56 && len(out) < maxModules
+		for _, c := range m {
+			ok = ok && (c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z')
+		}
+		if !ok {
+			sk.Invalid++
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
 }

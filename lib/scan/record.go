@@ -9,6 +9,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/modules"
 )
 
 // Meta is what the entry point knows about the scan: who triggered it and
@@ -101,6 +102,8 @@ func build(m Meta, res Result) (findings.Record, classify.Summary) {
 		AllowlistEntries: res.Allowed.Entries,
 		Impact:           sum.Impact,
 		Worst:            sum.Worst,
+		Modules:          modules.Of(res.Usage),
+		MixedBackends:    sum.MixedBackends,
 		Fingerprint:      fp,
 		Truncated:        !res.Complete() || sum.Truncated,
 	}

@@ -1,0 +1,172 @@
+package modules
+
+import (
+	"slices"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/classify"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/render"
+)
+
+// Of names per level the modules the usage's rules need. Rules beyond
+// inspect's detail bound are known only by their counts: an xt one still
+// needs nft_compat (its chain counts it), its extension is not known.
+func Of(u classify.Usage) findings.Modules {
+	sets := map[string]map[string]bool{findings.ImpactLegacy: {}, findings.ImpactXt: {}, findings.ImpactNative: {}}
+	add := func(level string, names ...string) {
+		for _, n := range names {
+			sets[level][n] = true
+		}
+	}
+	for _, r := range u.Rules {
+		add(classify.Level(r), Rule(r)...)
+	}
+	for _, c := range u.Chains {
+		if !c.Used() {
+			continue
+		}
+		if c.XT > 0 {
+			add(findings.ImpactXt, "nft_compat")
+		}
+		if c.Rules > c.XT || c.User || c.Drop {
+			add(findings.ImpactNative, "nf_tables")
+		}
+	}
+	for _, l := range u.Legacy {
+		add(findings.ImpactLegacy, LegacyTable(l.Family, l.Table)...)
+	}
+	for _, r := range u.LegacyRules {
+		for _, x := range append(slices.Clone(r.Matches), r.Target) {
+			if x.Name != "" {
+				add(findings.ImpactLegacy, Extension(r.Family, x.Name)...)
+			}
+		}
+	}
+	list := func(level string) []string {
+		out := make([]string, 0, len(sets[level]))
+		for n := range sets[level] {
+			out = append(out, n)
+		}
+		slices.Sort(out)
+		return out
+	}
+	return findings.Modules{Legacy: list(findings.ImpactLegacy), Xt: list(findings.ImpactXt), Native: list(findings.ImpactNative)}
+}
+
+// Rule names the modules one nftables rule needs, sorted, without
+// repeats: nf_tables, nft_chain_nat for a rule of a nat table (its base
+// chains are of type nat), the nft_* module of each expression kept out of
+// nf_tables, and for an xt match or target nft_compat and the extension's
+// module.
+func Rule(r inspect.Rule) []string {
+	out := []string{"nf_tables"}
+	if r.Table == "nat" && (r.Family == inspect.IP || r.Family == inspect.IP6 || r.Family == inspect.INet) {
+		out = append(out, "nft_chain_nat")
+	}
+	for _, e := range r.Exprs {
+		switch e.Name {
+		case "match", "target":
+			out = append(out, "nft_compat")
+		default:
+			out = append(out, nativeModules(r.Family, e.Name)...)
+		}
+	}
+	for _, x := range render.Extensions(r) {
+		out = append(out, Extension(r.Family, x.Name)...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// LegacyTable names the modules a legacy x_tables table needs: its
+// family's x_tables module and the table's own.
+func LegacyTable(fam inspect.Family, table string) []string {
+	switch fam {
+	case inspect.IP:
+		return []string{"ip_tables", "iptable_" + table}
+	case inspect.IP6:
+		return []string{"ip6_tables", "ip6table_" + table}
+	case inspect.ARP:
+		return []string{"arp_tables", "arptable_" + table}
+	}
+	return nil
+}
+
+// Extension names the module (and, for ipset matches, the ipset core) the
+// kernel loads for an xt extension in a table of family fam. The name is
+// the kernel's (it accepted the rule), never the pod's text.
+func Extension(fam inspect.Family, name string) []string {
+	if fam == inspect.Bridge {
+		// ebtables' own extensions, ebt_NAME (net/bridge/netfilter).
+		return []string{"ebt_" + name}
+	}
+	if m, ok := perFamily[name]; ok {
+		if f, ok := m[fam]; ok {
+			return []string{f}
+		}
+	}
+	if m, ok := extensions[name]; ok {
+		return m
+	}
+	// Most extensions live in xt_NAME: the kernel's naming rule for
+	// everything net/netfilter holds.
+	return []string{"xt_" + name}
+}
+
+// extensions maps the xt extension names whose module is not xt_NAME (or
+// that need a second module) to their modules, as their MODULE_ALIAS
+// lines in net/netfilter/*.c say.
+var extensions = map[string][]string{
+	"tcp": {"xt_tcpudp"}, "udp": {"xt_tcpudp"}, "udplite": {"xt_tcpudp"},
+	// Linux 6.x moved the icmp and icmp6 matches out of ip_tables and
+	// ip6_tables into xt_tcpudp (MODULE_ALIAS("ipt_icmp")), so that
+	// iptables-nft need not load the legacy modules; RHEL 10 runs 6.12.
+	"icmp": {"xt_tcpudp"}, "icmp6": {"xt_tcpudp"},
+	"MARK": {"xt_mark"}, "CONNMARK": {"xt_connmark"},
+	"SNAT": {"xt_nat"}, "DNAT": {"xt_nat"},
+	"NOTRACK": {"xt_CT"},
+	"set":     {"xt_set", "ip_set"}, "SET": {"xt_set", "ip_set"},
+	"tos": {"xt_dscp"}, "TOS": {"xt_DSCP"},
+	"ttl": {"xt_hl"}, "hl": {"xt_hl"}, "TTL": {"xt_HL"}, "HL": {"xt_HL"},
+	"state": {"xt_state"},
+	"dst":   {"ip6t_hbh"}, "hbh": {"ip6t_hbh"},
+	"frag": {"ip6t_frag"}, "rt": {"ip6t_rt"}, "ipv6header": {"ip6t_ipv6header"},
+	"mh": {"ip6t_mh"}, "eui64": {"ip6t_eui64"}, "srh": {"ip6t_srh"},
+	"CLUSTERIP": {"ipt_CLUSTERIP"}, "ECN": {"ipt_ECN"},
+	"mangle": {"arpt_mangle"},
+}
+
+// perFamily maps the extensions that are one module per family (ip and
+// ip6: net/ipv4/netfilter/ipt_*.c, net/ipv6/netfilter/ip6t_*.c).
+var perFamily = map[string]map[inspect.Family]string{
+	"REJECT":   {inspect.IP: "ipt_REJECT", inspect.IP6: "ip6t_REJECT"},
+	"ah":       {inspect.IP: "ipt_ah", inspect.IP6: "ip6t_ah"},
+	"rpfilter": {inspect.IP: "ipt_rpfilter", inspect.IP6: "ip6t_rpfilter"},
+	"SYNPROXY": {inspect.IP: "ipt_SYNPROXY", inspect.IP6: "ip6t_SYNPROXY"},
+	"NPT":      {inspect.IP6: "ip6t_NPT"},
+}
+
+// nativeModules names the module of a native expression kept out of
+// nf_tables (whose own object holds payload, cmp, immediate, bitwise,
+// byteorder, range, lookup, dynset, meta, rt, exthdr, last, counter,
+// objref and inner since Linux 6.x; RHEL 10 runs 6.12).
+func nativeModules(fam inspect.Family, name string) []string {
+	switch name {
+	case "ct", "notrack":
+		return []string{"nft_ct"}
+	case "limit", "log", "quota", "numgen", "hash", "socket", "queue", "connlimit", "osf", "synproxy", "xfrm", "tunnel", "tproxy",
+		"nat", "masq", "redir":
+		return []string{"nft_" + name}
+	case "reject", "fib", "dup":
+		suffix := map[inspect.Family]string{inspect.IP: "ipv4", inspect.IP6: "ipv6", inspect.INet: "inet", inspect.Bridge: "bridge", inspect.Netdev: "netdev"}[fam]
+		if suffix == "" {
+			return []string{"nft_" + name}
+		}
+		if name == "dup" && fam == inspect.Netdev {
+			return []string{"nft_dup_netdev"}
+		}
+		return []string{"nft_" + name + "_" + suffix}
+	}
+	return nil
+}
