@@ -19,7 +19,7 @@
 //     one key (no read of the Node). packaging/rbac/node-label.yaml grants
 //     patch on nodes and ships the ValidatingAdmissionPolicy that lets the
 //     forwarder's service account change only that key, only to one of
-//     Values, and only on the Node its bound token names
+//     findings.Readinesses, and only on the Node its bound token names
 //     (authentication.kubernetes.io/node-name): one node's forwarder
 //     cannot clear another node's mark.
 //   - The label never holds a finding's line: a failed patch is logged

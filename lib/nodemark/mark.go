@@ -23,17 +23,13 @@ import (
 // DefaultLabel is the label key the forwarder keeps on its Node.
 const DefaultLabel = "iptables-alerter.io/rhel10"
 
-// The label's values, worst first.
+// The label's values, worst first (findings.Readinesses).
 const (
-	Breaks     = "breaks"
-	Unknown    = "unknown"
-	NeedsExtra = "needs-extra"
-	Ready      = "ready"
+	Breaks     = findings.ReadinessBreaks
+	Unknown    = findings.ReadinessUnknown
+	NeedsExtra = findings.ReadinessNeedsExtra
+	Ready      = findings.ReadinessReady
 )
-
-// Values lists the label's values, worst first (the admission policy
-// allows these only).
-var Values = []string{Breaks, Unknown, NeedsExtra, Ready}
 
 // Defaults of the loop: try a failed patch again every minute; drop
 // deleted pods every 10 minutes.
@@ -125,21 +121,15 @@ func (m *Marker) Register(reg prometheus.Registerer) {
 
 // Mark is the label value of a set of levels: the worst wins.
 func Mark(entries map[string]Entry) string {
-	worst := len(Values) - 1
+	mark := Ready
 	for _, e := range entries {
-		i := len(Values) - 1
-		switch e.Level {
-		case findings.ImpactLegacy:
-			i = 0
-		case findings.ImpactXt:
-			i = 2
-		case findings.ImpactNative:
-		default:
-			i = 1
+		level := e.Level
+		if level == Unknown {
+			level = ""
 		}
-		worst = min(worst, i)
+		mark = findings.WorseReadiness(mark, findings.Readiness(level))
 	}
-	return Values[worst]
+	return mark
 }
 
 // Value is the label's value now.
