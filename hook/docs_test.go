@@ -27,6 +27,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/consumer"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
+	"github.com/iptables-alerter/iptables-alerter/lib/nodemark"
 	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 )
 
@@ -175,6 +176,7 @@ func metricRegistries(t *testing.T) []daemonRegistry {
 	refusals := kubeapi.NewRefusals()
 	keeper := openreports.NewKeeper(nil, nil, nil, log)
 	fwd := forwardMetrics(&consumer.Runner{}, events.NewConsumer(nil, log, refusals), keeper, refusals)
+	(*nodemark.Marker)(nil).Register(fwd)
 	return []daemonRegistry{
 		{"agent", "`/metrics` on `--health-addr` (9757) or `--metrics-addr`", agentRegistry(a)},
 		{"forward", "`/metrics` on `--health-addr` (9756), or behind TLS on `--secure-metrics-addr`", fwd},

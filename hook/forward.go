@@ -26,6 +26,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
 	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
+	"github.com/iptables-alerter/iptables-alerter/lib/nodemark"
 	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 )
 
@@ -66,6 +67,14 @@ it posts Events only, says so once and looks again every minute; without
 RBAC for Reports (asked with SelfSubjectAccessReviews at start and after
 a 403) likewise, looking again every 5 minutes.
 
+With --node-label (iptables-alerter.io/rhel10 by default) it keeps a label
+on its own Node from the node's and its pods' findings, worst first:
+breaks (legacy rules), unknown (a check that could not finish), needs-extra
+(xt rules: kernel-modules-extra), ready. packaging/rbac/node-label.yaml
+grants the patch and admits it only on the Node the service account's
+bound token names; a refused patch is logged and tried again every minute,
+never holding a finding.
+
 Credentials: --kubeconfig, else the in-cluster service account.
 Exit status: 0 after a clean shutdown (SIGTERM, SIGINT), 1 on an error
 (no credentials, unreadable checkpoint), 2 on bad flags.`
@@ -84,7 +93,7 @@ const (
 
 type forwardConfig struct {
 	consumerFlags
-	kubeconfig, nodeName              string
+	kubeconfig, nodeName, nodeLabel   string
 	nodeEvent, reports                bool
 	maxBackoff, timeout, reportsGrace time.Duration
 	// reportsLook, when set, is how often Reports are looked for again
@@ -100,6 +109,7 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 	cfg.consumerFlags.register(fs, defaultForwardStateDir, "127.0.0.1:9760")
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster service account)")
 	fs.StringVar(&cfg.nodeName, "node-name", "", "this node's name, the Events' reportingInstance (default: the hostname)")
+	fs.StringVar(&cfg.nodeLabel, "node-label", nodemark.DefaultLabel, "label kept on this node (--node-name) saying its RHEL 10 readiness from its own and its pods' findings: breaks, unknown, needs-extra or ready (empty: none; RBAC and admission policy in packaging/rbac/node-label.yaml)")
 	fs.BoolVar(&cfg.nodeEvent, "node-event", false, "also post one summary Event per usage fingerprint on the Node")
 	fs.BoolVar(&cfg.reports, "reports", true, "also keep OpenReports Reports (openreports.io/v1alpha1) per workload and node; Events only while the CRD is missing")
 	fs.DurationVar(&cfg.reportsGrace, "reports-grace", openreports.DefaultGrace, "how long a Report keeps the result of a pod that is gone")
@@ -180,7 +190,19 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		// Reports on.
 		r.Consumers = append(r.Consumers, consumer.Named{Name: "reports", Consumer: keeper})
 	}
-	metrics := metricsHandler(forwardMetrics(r, ev, keeper, refusals))
+	var marker *nodemark.Marker
+	if cfg.nodeLabel != "" {
+		marker, err = nodemark.New(client, cfg.nodeName, cfg.nodeLabel, filepath.Join(cfg.checkpointDir, "node-label.json"), log.WithFields(fields))
+		if err != nil {
+			return err
+		}
+		marker.Start(ctx)
+		// Last: it never fails a line.
+		r.Consumers = append(r.Consumers, consumer.Named{Name: "node-label", Consumer: marker})
+	}
+	reg := forwardMetrics(r, ev, keeper, refusals)
+	marker.Register(reg)
+	metrics := metricsHandler(reg)
 	if cfg.secure.addr != "" {
 		routes := map[string]http.Handler{"/metrics": metrics}
 		if cfg.secure.agentMetrics != "" {

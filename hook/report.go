@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/modules"
@@ -55,6 +58,14 @@ Run as kubectl-iptables_alerter it is 'kubectl iptables-alerter report'.
 The first line says which cluster, when, and from what
 (reports or events).
 
+--by node gives one row per node: its RHEL 10 readiness (breaks, unknown,
+needs-extra, ready), the worst of the workloads seen on it and of its
+iptables-alerter.io/rhel10 label (the forwarder's), or not-seen for a node
+the cluster lists with neither; --by pool groups those nodes by
+--pool-label (their node-role.kubernetes.io/ roles by default) and names
+the pools that can move first. Both read the nodes from the cluster (when
+it is read, or --kubeconfig or --context is given) and write text or json.
+
 --format html writes one self-contained page (no script, nothing fetched)
 with the workloads charted by impact and by vendor, and the table.
 
@@ -80,6 +91,7 @@ type reportConfig struct {
 	kubeContext, namespace, source       string
 	allNamespaces                        bool
 	target                               string
+	by, poolLabel                        string
 	timeout                              time.Duration
 }
 
@@ -95,6 +107,8 @@ func (c *reportConfig) register(fs *pflag.FlagSet) {
 	fs.Var(newEnum(&c.fo, report.FailNever, report.FailModes...), "fail-on", "exit 1 when: never (warn only), unexpected (any usage not expected), breaks (unexpected usage that breaks on RHEL 10)")
 	fs.Var(newEnum(&c.target, "rhel-"+modules.Releases.Default(), modules.Releases.Targets()...), "target", "RHEL 10 release whose kernel packages the kernel line of each workload speaks of: "+strings.Join(modules.Releases.Targets(), ", ")+" (default: the newest with verified data)")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "time limit of the API requests")
+	fs.Var(newEnum(&c.by, "workload", "workload", "node", "pool"), "by", "one row per: workload, node (its RHEL 10 readiness from the workloads seen on it and its iptables-alerter.io/rhel10 label) or pool (nodes grouped by --pool-label, those that can move first first); node and pool write text or json")
+	fs.StringVar(&c.poolLabel, "pool-label", report.DefaultPoolLabel, "with --by pool, the node label naming a node's pool; ending in /*, the names after the prefix of the labels a node has")
 }
 
 func (c *reportConfig) run(files []string, s stdio) int {
@@ -126,6 +140,9 @@ func (c *reportConfig) run(files []string, s stdio) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "iptables-alerter report: %v\n", err)
 		return 2
+	}
+	if c.by != "workload" {
+		return c.writeBy(ctx, r, files, s)
 	}
 	if err := report.Write(s.out, r, c.format); err != nil {
 		fmt.Fprintf(stderr, "iptables-alerter report: %v\n", err)
@@ -166,4 +183,49 @@ func (c *reportConfig) cluster() (report.Cluster, error) {
 	cl, err := report.Connect(rc, name, c.namespace)
 	cl.ContextNamespace = ctxNamespace
 	return cl, err
+}
+
+// writeBy writes the report by node or pool. The nodes (their pools and
+// labels) come from the cluster when the report read it or credentials
+// were named; without them --by node shows the findings' nodes only.
+func (c *reportConfig) writeBy(ctx context.Context, r report.Report, files []string, s stdio) int {
+	if !slices.Contains(report.ByFormats, c.format) {
+		fmt.Fprintf(s.err, "iptables-alerter report: --by %s writes %s, not --format %s\n", c.by, strings.Join(report.ByFormats, " or "), c.format)
+		return 2
+	}
+	var nodes []corev1.Node
+	if (len(files) == 0 && len(c.events) == 0) || c.kubeconfig != "" || c.kubeContext != "" {
+		cl, err := c.cluster()
+		var list *corev1.NodeList
+		if err == nil {
+			list, err = cl.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		}
+		switch {
+		case err != nil && c.by == "pool":
+			fmt.Fprintf(s.err, "iptables-alerter report: --by pool reads the nodes' labels: %v\n", err)
+			return 2
+		case err != nil:
+			fmt.Fprintf(s.err, "iptables-alerter report: the nodes could not be read (%v): showing the findings' nodes only, without their label\n", err)
+		default:
+			nodes = list.Items
+		}
+	} else if c.by == "pool" {
+		fmt.Fprintln(s.err, "iptables-alerter report: --by pool reads the nodes' labels: name the cluster with --kubeconfig or --context")
+		return 2
+	}
+	rows := report.ByNode(r.Groups, nodes, c.poolLabel)
+	var err error
+	if c.by == "pool" {
+		err = report.WriteByPool(s.out, report.ByPool(rows), c.format)
+	} else {
+		err = report.WriteByNode(s.out, rows, c.format)
+	}
+	if err != nil {
+		fmt.Fprintf(s.err, "iptables-alerter report: %v\n", err)
+		return 2
+	}
+	if r.Failing {
+		return 1
+	}
+	return 0
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 	"github.com/iptables-alerter/iptables-alerter/lib/wording"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
@@ -25,16 +23,6 @@ import (
 // SubjectAnnotation marks a node record's Event (value "node"), which the
 // report reads; the node summary Events, which repeat pods' ones, lack it.
 const SubjectAnnotation = "iptables-alerter.io/subject"
-
-// nodeWords turns a pod's note into the node's: the same facts, about the
-// node's namespace.
-var nodeWords = strings.NewReplacer(
-	"This pod created iptables rules in its network namespace.", "The node's own network namespace holds iptables rules beyond the platform's.",
-	"seen in this pod:", "seen on the node:",
-	"The check of this pod's network namespace", "The check of the node's network namespace",
-	"whether the pod uses iptables", "whether the node's namespace holds iptables rules",
-	"the next scan of the pod", "the node's next scan",
-)
 
 // NodeUsageEventName is the name of a node record's Event: one per node,
 // fingerprint and state, never a pod's or the node summary's.
@@ -54,11 +42,10 @@ func (p *Poster) postNode(ctx context.Context, rec findings.Record) (Result, err
 	// As the node summary: the kubelet uses the node name as UID.
 	ev.Regarding = corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: p.node, UID: types.UID(p.node)}
 	ev.Annotations[SubjectAnnotation] = string(findings.SubjectNode)
-	ev.Note = wording.Note(rec, owner.Owner{})
+	ev.Note = wording.NodeNote(rec)
 	if rec.KnownState() == findings.StateUnknown {
-		ev.Reason, ev.Note = UnknownReason, wording.UnknownNote(rec, owner.Owner{})
+		ev.Reason = UnknownReason
 	}
-	ev.Note = safetext.Cut(nodeWords.Replace(ev.Note), wording.NoteLimit)
 	out, err := p.create(ctx, ev)
 	if out == "" {
 		return Result{}, err

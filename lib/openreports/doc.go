@@ -28,7 +28,8 @@
 // Write returns an error only when trying again later can succeed
 // (kubeapi.Retryable); the caller keeps the record and calls again.
 //
-// API calls made, which packaging/rbac must allow: pods get (and
+// API calls made, which packaging/rbac must allow: clusterreports get,
+// create, update, delete (node records, node.go); pods get (and
 // lib/owner's gets; WriteAfter takes both from the record's Event post
 // instead), reports get, list, create, update, delete.
 package openreports

@@ -53,6 +53,10 @@ type Keeper struct {
 	LookMissing, LookForbidden time.Duration
 
 	enabled atomic.Bool
+	// nodeOn: node records go into ClusterReports (lookNode); nodeWarned
+	// makes each reason they are off one log line.
+	nodeOn     atomic.Bool
+	nodeWarned string
 	// mu guards denied, the verbs RBAC refuses (empty while allowed), and
 	// warnedForbidden: the loop and the line's writes both set them.
 	mu              sync.Mutex
@@ -169,6 +173,41 @@ func (k *Keeper) look(ctx context.Context) {
 		k.enabled.Store(true)
 		k.log.Info("writing OpenReports Reports (openreports.io/v1alpha1) beside the Events")
 	}
+	k.lookNode(ctx)
+}
+
+// lookNode turns ClusterReports for node records on when the API serves
+// them and RBAC lets the forwarder use them, off otherwise: then node
+// records go to the Node's Events only.
+func (k *Keeper) lookNode(ctx context.Context) {
+	why := ""
+	ok, err := served(ctx, k.disc, "clusterreports")
+	switch {
+	case err != nil:
+		k.log.WithError(err).Warn("could not tell whether the API serves OpenReports ClusterReports; will look again")
+		return
+	case !ok:
+		why = "the API serves no OpenReports ClusterReports (CRD missing; kubectl apply -k packaging/crds)"
+	default:
+		denied, err := k.review(ctx, "clusterreports", ClusterVerbs)
+		if err != nil {
+			k.log.WithError(err).Warn("could not ask whether the forwarder may write OpenReports ClusterReports; will look again")
+			return
+		}
+		if len(denied) > 0 {
+			why = "RBAC refuses the forwarder " + strings.Join(denied, ", ") + " on clusterreports.openreports.io (the openreports.io rule of packaging/rbac)"
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.nodeOn.Store(why == "")
+	switch {
+	case why != "" && why != k.nodeWarned:
+		k.log.Warn(why + ": the node's own findings go to its Events only, looking again every " + k.Prune.String())
+	case why == "" && k.nodeWarned != "":
+		k.log.Info("writing the node's own findings into an OpenReports ClusterReport")
+	}
+	k.nodeWarned = why
 }
 
 // setDenied records what RBAC refuses; true when Reports must stay off.
@@ -191,15 +230,21 @@ func (k *Keeper) setDenied(denied []string) bool {
 // access asks, with one SelfSubjectAccessReview per verb, which calls on
 // reports cluster-wide the forwarder may not make.
 func (k *Keeper) access(ctx context.Context) ([]string, error) {
+	return k.review(ctx, "reports", Verbs)
+}
+
+// review asks which of verbs on resource (openreports.io, cluster-wide)
+// the forwarder may not use.
+func (k *Keeper) review(ctx context.Context, resource string, verbs []string) ([]string, error) {
 	var denied []string
-	for _, verb := range Verbs {
+	for _, verb := range verbs {
 		r, err := k.kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Verb: verb, Group: openreportsv1alpha1.SchemeGroupVersion.Group, Resource: "reports",
+				Verb: verb, Group: openreportsv1alpha1.SchemeGroupVersion.Group, Resource: resource,
 			}},
 		}, metav1.CreateOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("ask whether the forwarder may %s reports: %w", verb, err)
+			return nil, fmt.Errorf("ask whether the forwarder may %s %s: %w", verb, resource, err)
 		}
 		if !r.Status.Allowed {
 			denied = append(denied, verb)
@@ -227,6 +272,9 @@ func (k *Keeper) loop(ctx context.Context) {
 		if !k.enabled.Load() {
 			k.look(ctx)
 			continue
+		}
+		if !k.nodeOn.Load() {
+			k.lookNode(ctx)
 		}
 		n, err := k.w.Prune(ctx)
 		k.pruned.Add(float64(n))
@@ -267,6 +315,9 @@ func (k *Keeper) Write(ctx context.Context, rec findings.Record, posted owner.Ow
 	if !k.Enabled() {
 		return Result{Outcome: Off}, nil
 	}
+	if rec.KnownSubject() == findings.SubjectNode {
+		return k.writeNode(ctx, rec)
+	}
 	res, err := k.w.WriteAfter(ctx, rec, posted)
 	if err != nil && kubeapi.IsForbiddenToUs(err) {
 		off, rerr := k.forbidden(ctx, err)
@@ -296,7 +347,10 @@ func (k *Keeper) Consume(ctx context.Context, rec findings.Record) error {
 		return err
 	}
 	entry := k.log.WithFields(consumer.LogFields(rec)).WithField("report_outcome", string(res.Outcome))
-	if res.Name != "" {
+	switch {
+	case res.Name != "" && res.Namespace == "":
+		entry = entry.WithField("clusterreport", res.Name)
+	case res.Name != "":
 		entry = entry.WithField("report", res.Namespace+"/"+res.Name)
 	}
 	if res.Cut > 0 {
@@ -311,4 +365,25 @@ func (k *Keeper) Consume(ctx context.Context, rec findings.Record) error {
 		k.Refusals.Clear(kubeapi.KindReport, rec.Pod.Namespace)
 	}
 	return nil
+}
+
+// writeNode is Write for a node record: Off while ClusterReports are; a
+// 403 looks again (lookNode), and one RBAC does not confirm is this
+// object's refusal.
+func (k *Keeper) writeNode(ctx context.Context, rec findings.Record) (Result, error) {
+	if !k.nodeOn.Load() {
+		return Result{Outcome: Off}, nil
+	}
+	res, err := k.w.writeNode(ctx, rec)
+	if err != nil && kubeapi.IsForbiddenToUs(err) {
+		k.lookNode(ctx)
+		if !k.nodeOn.Load() {
+			return Result{Outcome: Off, Why: err}, nil
+		}
+		return Result{Outcome: Rejected, Why: err}, nil
+	}
+	if err == nil {
+		k.byOutcome.WithLabelValues(string(res.Outcome)).Inc()
+	}
+	return res, err
 }

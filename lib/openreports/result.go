@@ -125,6 +125,25 @@ func prop(s string) string { return safetext.Cut(safetext.Display(s), MaxPropert
 // resultOf is the pod's result; first is the first sighting kept from an
 // earlier result (zero: this one).
 func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, ref metav1.OwnerReference, node string, first time.Time) openreportsv1alpha1.ReportResult {
+	msg := wording.Note(rec, o)
+	if VerdictOf(rec).Result == "error" {
+		msg = wording.UnknownNote(rec, o)
+	}
+	x := common(rec, node, first, msg)
+	x.Subjects = subjects(pod, ref)
+	x.Properties[PropPodUID] = prop(rec.Pod.UID)
+	x.Properties[PropOwner] = prop(o.String())
+	x.Properties[PropPods] = prop(pod.Name)
+	x.Properties[PropResultID] = prop(rec.Pod.UID)
+	if rec.Container != "" {
+		x.Properties[PropContainer] = prop(rec.Container)
+	}
+	return x
+}
+
+// common is the part of a result a pod's and a node's share: verdict,
+// sightings, counts, vendors, writer and examples; msg is its description.
+func common(rec findings.Record, node string, first time.Time, msg string) openreportsv1alpha1.ReportResult {
 	v := VerdictOf(rec)
 	when := rec.Time
 	if when.IsZero() {
@@ -137,22 +156,11 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, ref metav1.Ow
 	if rec.Node != "" {
 		node = rec.Node
 	}
-	msg := wording.Note(rec, o)
-	if v.Result == "error" {
-		msg = wording.UnknownNote(rec, o)
-	}
 	p := map[string]string{
-		PropPodUID:      prop(rec.Pod.UID),
-		PropOwner:       prop(o.String()),
-		PropPods:        prop(pod.Name),
 		PropNodes:       prop(node),
 		PropFirstSeen:   first.Format(time.RFC3339),
 		PropLastSeen:    when.Format(time.RFC3339),
 		PropFingerprint: prop(rec.Fingerprint),
-		PropResultID:    prop(rec.Pod.UID),
-	}
-	if rec.Container != "" {
-		p[PropContainer] = prop(rec.Container)
 	}
 	if rec.HasUsage() {
 		l := rec.Levels()
@@ -206,7 +214,6 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, ref metav1.Ow
 		Result:      v.Result,
 		Scored:      true,
 		Timestamp:   metav1.Timestamp{Seconds: when.Unix(), Nanos: int32(when.Nanosecond())},
-		Subjects:    subjects(pod, ref),
 		Description: msg,
 		Properties:  p,
 	}

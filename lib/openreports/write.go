@@ -91,6 +91,12 @@ func New(kube kubernetes.Interface, reports versioned.Interface, node string) *W
 // Available reports whether the API server serves Reports; false with a
 // nil error when the CRD is not installed.
 func Available(ctx context.Context, reports versioned.Interface) (bool, error) {
+	return served(ctx, reports, "reports")
+}
+
+// served reports whether the API server serves resource of the
+// openreports.io group version.
+func served(ctx context.Context, reports versioned.Interface, resource string) (bool, error) {
 	gv := openreportsv1alpha1.SchemeGroupVersion.String()
 	list, err := reports.Discovery().ServerResourcesForGroupVersion(gv)
 	if apierrors.IsNotFound(err) {
@@ -100,7 +106,7 @@ func Available(ctx context.Context, reports versioned.Interface) (bool, error) {
 		return false, fmt.Errorf("discover %q: %w", gv, err)
 	}
 	for _, r := range list.APIResources {
-		if r.Name == "reports" {
+		if r.Name == resource {
 			return true, nil
 		}
 	}
@@ -140,6 +146,9 @@ func (w *Writer) Write(ctx context.Context, rec findings.Record) (Result, error)
 // owner that the post read (posted.Pod non-nil) are used as they are,
 // saving a pod GET and the owner's lookups for each finding.
 func (w *Writer) WriteAfter(ctx context.Context, rec findings.Record, posted owner.Owned) (Result, error) {
+	if rec.KnownSubject() == findings.SubjectNode {
+		return w.writeNode(ctx, rec)
+	}
 	if rec.Pod.Namespace == "" || rec.Pod.Name == "" || rec.Pod.UID == "" {
 		return Result{Outcome: NoPod, Why: errors.New("record names no pod")}, nil
 	}
@@ -287,30 +296,58 @@ func (w *Writer) podGone(ctx context.Context, x openreportsv1alpha1.ReportResult
 // writes it back under the resourceVersion it read, again on a conflict.
 // A Report left without results is deleted.
 func (w *Writer) update(ctx context.Context, namespace, name string, change func(*openreportsv1alpha1.Report)) error {
-	api := w.reports.OpenreportsV1alpha1().Reports(namespace)
+	return upsert(ctx, w.reports.OpenreportsV1alpha1().Reports(namespace), namespace+"/"+name, name, w.node,
+		func() *openreportsv1alpha1.Report {
+			return &openreportsv1alpha1.Report{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+		},
+		func(r *openreportsv1alpha1.Report) bool {
+			r.Source = Source
+			change(r)
+			return len(r.Results) == 0
+		})
+}
+
+// reportAPI is the part of the Report and ClusterReport clients upsert
+// uses.
+type reportAPI[T metav1.Object] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Create(ctx context.Context, r T, opts metav1.CreateOptions) (T, error)
+	Update(ctx context.Context, r T, opts metav1.UpdateOptions) (T, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+}
+
+// upsert is the read-modify-write of one of node's Reports or
+// ClusterReports named name (what is its name in errors): it reads the
+// object (fresh() when missing), labels it ours and node's, applies
+// change, which says whether the object is left empty, and writes it back
+// under the resourceVersion it read, again on a conflict. An object left
+// empty is deleted (not created).
+func upsert[T metav1.Object](ctx context.Context, api reportAPI[T], what, name, node string, fresh func() T, change func(T) (empty bool)) error {
 	var err error
 	for range conflictTries {
-		var r *openreportsv1alpha1.Report
+		var r T
 		r, err = api.Get(ctx, name, metav1.GetOptions{})
 		create := apierrors.IsNotFound(err)
 		switch {
 		case create:
-			r = &openreportsv1alpha1.Report{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+			r = fresh()
 		case err != nil:
-			return fmt.Errorf("get report %q: %w", namespace+"/"+name, err)
+			return fmt.Errorf("get report %q: %w", what, err)
 		}
-		if r.Labels == nil {
-			r.Labels = map[string]string{}
+		l := r.GetLabels()
+		if l == nil {
+			l = map[string]string{}
 		}
-		r.Labels[ManagedByLabel] = ManagedBy
-		r.Labels[NodeLabel] = NodeLabelValue(w.node)
-		r.Source = Source
-		change(r)
+		l[ManagedByLabel] = ManagedBy
+		l[NodeLabel] = NodeLabelValue(node)
+		r.SetLabels(l)
+		empty := change(r)
 		switch {
-		case len(r.Results) == 0 && create:
+		case empty && create:
 			return nil
-		case len(r.Results) == 0:
-			err = api.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &r.ResourceVersion}})
+		case empty:
+			rv := r.GetResourceVersion()
+			err = api.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
@@ -323,10 +360,10 @@ func (w *Writer) update(ctx context.Context, namespace, name string, change func
 			return nil
 		}
 		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("write report %q: %w", namespace+"/"+name, err)
+			return fmt.Errorf("write report %q: %w", what, err)
 		}
 	}
-	return fmt.Errorf("write report %q: still conflicting after %d tries: %w", namespace+"/"+name, conflictTries, err)
+	return fmt.Errorf("write report %q: still conflicting after %d tries: %w", what, conflictTries, err)
 }
 
 // bound keeps at most MaxResults results, the worst and newest first,
@@ -362,21 +399,7 @@ func bound(r *openreportsv1alpha1.Report) int {
 			Properties:  map[string]string{"cut": strconv.Itoa(total)},
 		})
 	}
-	r.Summary = openreportsv1alpha1.ReportSummary{}
-	for _, x := range r.Results {
-		switch x.Result {
-		case "pass":
-			r.Summary.Pass++
-		case "fail":
-			r.Summary.Fail++
-		case "warn":
-			r.Summary.Warn++
-		case "error":
-			r.Summary.Error++
-		case "skip":
-			r.Summary.Skip++
-		}
-	}
+	r.Summary = summary(r.Results)
 	if n := len(r.Results); n == 1 && r.Results[0].Rule == CutRule {
 		// Only the cut note left: nothing to report any more.
 		r.Results = nil
@@ -400,4 +423,24 @@ func subject(x openreportsv1alpha1.ReportResult) string {
 		return ""
 	}
 	return s.Name + "/" + string(s.UID)
+}
+
+// summary counts results by result.
+func summary(results []openreportsv1alpha1.ReportResult) openreportsv1alpha1.ReportSummary {
+	var sum openreportsv1alpha1.ReportSummary
+	for _, x := range results {
+		switch x.Result {
+		case "pass":
+			sum.Pass++
+		case "fail":
+			sum.Fail++
+		case "warn":
+			sum.Warn++
+		case "error":
+			sum.Error++
+		case "skip":
+			sum.Skip++
+		}
+	}
+	return sum
 }

@@ -69,6 +69,23 @@ func xtREJECT(with uint32) []expr.Any {
 
 var counter = []expr.Any{&expr.Counter{}}
 
+// hopCmp is "ip ttl OP v" (IPv4) or "ip6 hoplimit OP v" (IPv6).
+func hopCmp(fam inspect.Family, op expr.CmpOp, v byte) []expr.Any {
+	off := uint32(8)
+	if fam == inspect.IP6 {
+		off = 7
+	}
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: 1},
+		&expr.Cmp{Op: op, Register: 1, Data: []byte{v}},
+	}
+}
+
+// pktType is "meta pkttype OP v".
+func pktType(op expr.CmpOp, v byte) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyPKTTYPE, Register: 1}, &expr.Cmp{Op: op, Register: 1, Data: []byte{v}}}
+}
+
 func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
 
 // xtTCP is struct xt_tcp: spts[2], dpts[2], option, flg_mask, flg_cmp, invflags.
@@ -129,6 +146,68 @@ func TestCompatGenerations(t *testing.T) {
 			&expr.Cmp{Op: expr.CmpOpLte, Register: 1, Data: []byte{0x07, 0xd0}},
 		}, counter, verdict(expr.VerdictAccept)),
 		want: "-A INPUT -p tcp --dport 1000:2000 -j ACCEPT",
+	}, {
+		// Native forms iptables-nft itself decodes (nft-ruleparse.c):
+		// the TTL and hop limit compares (nft_parse_hl) and meta pkttype.
+		name: "ttl eq as native payload", fam: inspect.IP, table: "filter", chain: "INPUT",
+		iptables: "iptables-nft -A INPUT -m ttl --ttl-eq 1 -j ACCEPT",
+		other:    cat(hopCmp(inspect.IP, expr.CmpOpEq, 1), counter, verdict(expr.VerdictAccept)),
+		want:     "-A INPUT -m ttl --ttl-eq 1 -j ACCEPT",
+	}, {
+		name: "ttl ne as native payload", fam: inspect.IP, table: "filter", chain: "INPUT",
+		iptables: "iptables-nft -A INPUT -m ttl ! --ttl-eq 2 -j ACCEPT",
+		other:    cat(hopCmp(inspect.IP, expr.CmpOpNeq, 2), counter, verdict(expr.VerdictAccept)),
+		want:     "-A INPUT -m ttl ! --ttl-eq 2 -j ACCEPT",
+	}, {
+		name: "ttl lt as native payload", fam: inspect.IP, table: "filter", chain: "INPUT",
+		iptables: "iptables-nft -A INPUT -m ttl --ttl-lt 3 -j ACCEPT",
+		other:    cat(hopCmp(inspect.IP, expr.CmpOpLt, 3), counter, verdict(expr.VerdictAccept)),
+		want:     "-A INPUT -m ttl --ttl-lt 3 -j ACCEPT",
+	}, {
+		name: "ttl gt as native payload", fam: inspect.IP, table: "filter", chain: "INPUT",
+		iptables: "iptables-nft -A INPUT -m ttl --ttl-gt 4 -j ACCEPT",
+		other:    cat(hopCmp(inspect.IP, expr.CmpOpGt, 4), counter, verdict(expr.VerdictAccept)),
+		want:     "-A INPUT -m ttl --ttl-gt 4 -j ACCEPT",
+	}, {
+		name: "ttl lte as native payload", fam: inspect.IP, table: "filter", chain: "INPUT",
+		iptables: "iptables-nft -A INPUT -m ttl --ttl-lt 6 -j ACCEPT",
+		other:    cat(hopCmp(inspect.IP, expr.CmpOpLte, 5), counter, verdict(expr.VerdictAccept)),
+		want:     "-A INPUT -m ttl --ttl-lt 6 -j ACCEPT",
+	}, {
+		name: "ttl gte as native payload", fam: inspect.IP, table: "filter", chain: "INPUT",
+		iptables: "iptables-nft -A INPUT -m ttl --ttl-gt 5 -j ACCEPT",
+		other:    cat(hopCmp(inspect.IP, expr.CmpOpGte, 6), counter, verdict(expr.VerdictAccept)),
+		want:     "-A INPUT -m ttl --ttl-gt 5 -j ACCEPT",
+	}, {
+		name: "hop limit eq as native payload", fam: inspect.IP6, table: "filter", chain: "INPUT",
+		iptables: "ip6tables-nft -A INPUT -m hl --hl-eq 1 -j ACCEPT",
+		other:    cat(hopCmp(inspect.IP6, expr.CmpOpEq, 1), counter, verdict(expr.VerdictAccept)),
+		want:     "-A INPUT -m hl --hl-eq 1 -j ACCEPT",
+	}, {
+		name: "hop limit ne as native payload", fam: inspect.IP6, table: "filter", chain: "INPUT",
+		iptables: "ip6tables-nft -A INPUT -m hl ! --hl-eq 255 -j ACCEPT",
+		other:    cat(hopCmp(inspect.IP6, expr.CmpOpNeq, 255), counter, verdict(expr.VerdictAccept)),
+		want:     "-A INPUT -m hl ! --hl-eq 255 -j ACCEPT",
+	}, {
+		name: "hop limit lt as native payload", fam: inspect.IP6, table: "filter", chain: "INPUT",
+		iptables: "ip6tables-nft -A INPUT -m hl --hl-lt 3 -j ACCEPT",
+		other:    cat(hopCmp(inspect.IP6, expr.CmpOpLt, 3), counter, verdict(expr.VerdictAccept)),
+		want:     "-A INPUT -m hl --hl-lt 3 -j ACCEPT",
+	}, {
+		name: "hop limit gte as native payload", fam: inspect.IP6, table: "filter", chain: "INPUT",
+		iptables: "ip6tables-nft -A INPUT -m hl --hl-gt 5 -j ACCEPT",
+		other:    cat(hopCmp(inspect.IP6, expr.CmpOpGte, 6), counter, verdict(expr.VerdictAccept)),
+		want:     "-A INPUT -m hl --hl-gt 5 -j ACCEPT",
+	}, {
+		name: "pkttype as native meta", fam: inspect.IP, table: "filter", chain: "INPUT",
+		iptables: "iptables-nft -A INPUT -m pkttype --pkt-type broadcast -j ACCEPT",
+		other:    cat(pktType(expr.CmpOpEq, 1), counter, verdict(expr.VerdictAccept)),
+		want:     "-A INPUT -m pkttype --pkt-type broadcast -j ACCEPT",
+	}, {
+		name: "pkttype ne as native meta", fam: inspect.IP6, table: "filter", chain: "INPUT",
+		iptables: "ip6tables-nft -A INPUT -m pkttype ! --pkt-type unicast -j ACCEPT",
+		other:    cat(pktType(expr.CmpOpNeq, 0), counter, verdict(expr.VerdictAccept)),
+		want:     "-A INPUT -m pkttype ! --pkt-type unicast -j ACCEPT",
 	}, {
 		name: "mark as xt mark", fam: inspect.IP, table: "filter", chain: "INPUT",
 		iptables: "iptables-nft -A INPUT -m mark --mark 0x10/0xff -j ACCEPT",

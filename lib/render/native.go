@@ -185,12 +185,15 @@ func (b *builder) fibCmp(s *source, neg bool, data []byte) bool {
 
 // cmp interprets "register (loaded from s) OP data".
 func (b *builder) cmp(s *source, op expr.CmpOp, data []byte) {
+	if b.hlCmp(s, op, data) {
+		return
+	}
 	switch op {
 	case expr.CmpOpEq, expr.CmpOpNeq:
 		if !b.cmpEq(s, op == expr.CmpOpNeq, data) {
 			b.opaqueNft(s, fmt.Sprintf("cmp%d:%x", op, data))
 		}
-	case expr.CmpOpGte, expr.CmpOpLte, expr.CmpOpLt:
+	case expr.CmpOpGte, expr.CmpOpLte, expr.CmpOpLt, expr.CmpOpGt:
 		// Older iptables-nft wrote a port range as "cmp gte lo; cmp lte hi"
 		// on one load; render it as the range it means.
 		if b.portsCmp(s, op, data) || b.etherLength(s, op, data) {
@@ -241,7 +244,16 @@ func (b *builder) portsCmp(s *source, op expr.CmpOp, data []byte) bool {
 		return false
 	}
 	v := be16(data)
-	if op == expr.CmpOpGte {
+	// < and > are the ranges iptables-nft decodes them as
+	// (port_match_single_to_range in iptables' nft-ruleparse.c), its
+	// floor of 1 for "< 0" and "< 1" included.
+	switch op {
+	case expr.CmpOpLt:
+		v = uint16(max(int(v)-1, 1))
+	case expr.CmpOpGt:
+		v = uint16(min(int(v)+1, 0xffff))
+	}
+	if op == expr.CmpOpGte || op == expr.CmpOpGt {
 		s.rangeLoTxt = strconv.Itoa(int(v))
 		s.rangePart = b.add(rankProtoOpt, optKey[opt], "--"+opt+" "+portRange(v, 0xffff))
 		return true
@@ -254,6 +266,49 @@ func (b *builder) portsCmp(s *source, op expr.CmpOp, data []byte) bool {
 	}
 	b.add(rankProtoOpt, optKey[opt], "--"+opt+" "+portRange(0, v))
 	return true
+}
+
+// hlCmp is a compare of the IPv4 TTL or the IPv6 hop limit, which
+// iptables-nft decodes as -m ttl or -m hl (nft_parse_hl in iptables'
+// nft-ruleparse.c): <= and >= become < and > one further, as
+// iptables-nft-save prints them (1.8.9 measured).
+func (b *builder) hlCmp(s *source, op expr.CmpOp, data []byte) bool {
+	if s.kind != "payload" || s.base != unix.NFT_PAYLOAD_NETWORK_HEADER || s.len != 1 || len(data) != 1 || s.mask != nil || s.mangled {
+		return false
+	}
+	name := ""
+	switch {
+	case b.fam == inspect.IP && s.off == 8:
+		name = "ttl"
+	case b.fam == inspect.IP6 && s.off == 7:
+		name = "hl"
+	default:
+		return false
+	}
+	// The xt match's modes: eq, ne, lt, gt.
+	v, mode := data[0], byte(0)
+	switch op {
+	case expr.CmpOpEq:
+	case expr.CmpOpNeq:
+		mode = 1
+	case expr.CmpOpLt:
+		mode = 2
+	case expr.CmpOpGt:
+		mode = 3
+	case expr.CmpOpLte:
+		if v == 255 {
+			return false
+		}
+		mode, v = 2, v+1
+	case expr.CmpOpGte:
+		if v == 0 {
+			return false
+		}
+		mode, v = 3, v-1
+	default:
+		return false
+	}
+	return b.ttlMatch(name, 0, []byte{mode, v})
 }
 
 // cmpEq handles eq/neq comparisons; false means no iptables meaning known.
@@ -324,6 +379,14 @@ func (b *builder) metaCmp(s *source, neg bool, data []byte) bool {
 		}
 		v := binary.NativeEndian.Uint32(data)
 		b.ownerNative(s.key, neg, v, v)
+		return true
+	case unix.NFT_META_PKTTYPE:
+		// iptables-nft decodes it as -m pkttype (parse_meta_pkttype);
+		// ebtables-nft's own decoder is another one.
+		if len(data) != 1 || s.mask != nil || (b.fam != inspect.IP && b.fam != inspect.IP6) {
+			return false
+		}
+		b.module("pkttype", negPrefix(neg)+"--pkt-type "+pktTypeName(uint32(data[0])))
 		return true
 	}
 	return false

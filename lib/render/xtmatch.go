@@ -320,12 +320,7 @@ var xtMatches = map[string]xtMatchDecoder{
 		if rev != 0 || len(i) < 8 {
 			return false
 		}
-		names := []string{"unicast", "broadcast", "multicast", "otherhost", "outgoing", "loopback"}
-		t := strconv.Itoa(int(int32(u32(i, 0))))
-		if k := u32(i, 0); k < uint32(len(names)) {
-			t = names[k]
-		}
-		b.module("pkttype", negPrefix(u32(i, 4) != 0)+"--pkt-type "+t)
+		b.module("pkttype", negPrefix(u32(i, 4) != 0)+"--pkt-type "+pktTypeName(u32(i, 0)))
 		return true
 	},
 	"mac": func(b *builder, rev uint32, i []byte) bool {
@@ -619,6 +614,16 @@ var xtMatches = map[string]xtMatchDecoder{
 		b.module("osf", s)
 		return true
 	},
+}
+
+// pktTypeName is libxt_pkttype's name of a packet type, the number when
+// it has none.
+func pktTypeName(k uint32) string {
+	names := []string{"unicast", "broadcast", "multicast", "otherhost", "outgoing", "loopback"}
+	if k < uint32(len(names)) {
+		return names[k]
+	}
+	return strconv.Itoa(int(int32(k)))
 }
 
 // ttlMatch is ipt_ttl and ip6t_hl: a mode (eq, ne, lt, gt) and a value.

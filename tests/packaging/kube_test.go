@@ -126,6 +126,11 @@ func TestKustomizeServerSideApply(t *testing.T) {
 				}
 				kind := want["kind"].(string)
 				kinds[kind] = true
+				if strings.HasPrefix(kind, "ValidatingAdmissionPolicy") {
+					// kustomize's namespace transformer does not know these
+					// kinds are cluster-scoped; the API server drops it.
+					delete(want["metadata"].(map[string]any), "namespace")
+				}
 				for _, d := range contains(kind, want, list.Items[i]) {
 					t.Errorf("%s", d)
 				}

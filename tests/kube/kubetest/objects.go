@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -20,7 +21,7 @@ import (
 )
 
 // Apply creates every object of a multi-document YAML file, the way
-// `kubectl create -f` would, for the kinds RBAC manifests hold.
+// `kubectl create -f` would, for the kinds RBAC and admission policy manifests hold.
 func Apply(t testing.TB, cs kubernetes.Interface, path string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -46,6 +47,10 @@ func Apply(t testing.TB, cs kubernetes.Interface, path string) {
 			_, err = cs.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.RoleBinding:
 			_, err = cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
 		default:
 			t.Fatalf("%s document %d: kind %T not supported by Apply", path, i, obj)
 		}

@@ -1,0 +1,84 @@
+//go:build !hookonly
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/report"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+)
+
+// TestReportByNodeAndPool (issue 29 item 4): `report --by node|pool` from
+// findings files with the cluster named for the nodes: a node's
+// readiness is its worst workload's and its iptables-alerter.io/rhel10
+// label's, a node with neither is not seen, and pools (the node roles)
+// come ready first; without the cluster --by pool refuses.
+func TestReportByNodeAndPool(t *testing.T) {
+	c := kubetest.Start(t)
+	cs := c.Client()
+	ctx := kubetest.Ctx(t)
+	for name, labels := range map[string]map[string]string{
+		"w1": {"node-role.kubernetes.io/worker": ""},
+		"w2": {"node-role.kubernetes.io/worker": ""},
+		"i1": {"node-role.kubernetes.io/infra": "", report.ReadinessLabel: findings.ReadinessReady},
+	} {
+		if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "findings.jsonl")
+	log := findings.Log{Path: file}
+	rec := func(node, pod, worst string) findings.Record {
+		return findings.Record{Schema: findings.Schema, Time: findings.Now(), Node: node, Source: "hook", State: findings.StatePresent,
+			Pod: findings.Pod{Namespace: "shop", Name: pod, UID: "uid-" + pod}, Container: "app",
+			Nft: findings.Nft{Tables: []string{"ip filter"}, Rules: 1}, Impact: findings.Impact{Xt: 1}, Worst: worst, Fingerprint: "fp-" + pod}
+	}
+	legacy := rec("w1", "old", findings.ImpactLegacy)
+	legacy.Nft, legacy.Impact, legacy.Legacy = findings.Nft{}, findings.Impact{Legacy: 1}, findings.Legacy{Tables: []string{"filter"}, Rules: 1}
+	for _, r := range []findings.Record{legacy, rec("i1", "mesh", findings.ImpactNative)} {
+		if err := log.Append(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kc := c.Kubeconfig("admin", c.AdminToken)
+
+	out, code := runReportCmd(t, "--by", "node", "--format", "json", "--kubeconfig", kc, file)
+	var nodes struct{ Nodes []report.NodeRow }
+	if err := json.Unmarshal([]byte(out), &nodes); err != nil || code != 0 {
+		t.Fatalf("--by node: exit %d, %v\n%s", code, err, out)
+	}
+	got := map[string]string{}
+	for _, n := range nodes.Nodes {
+		got[n.Node] = n.Pool + " " + n.Readiness
+	}
+	want := map[string]string{"w1": "worker breaks", "w2": "worker " + report.NotSeen, "i1": "infra ready"}
+	for n, w := range want {
+		if got[n] != w {
+			t.Errorf("%s: %q, want %q", n, got[n], w)
+		}
+	}
+
+	out, code = runReportCmd(t, "--by", "pool", "--kubeconfig", kc, file)
+	if code != 0 || !strings.Contains(out, "Can move first: infra") || strings.Contains(out, "Can move first: infra, worker") {
+		t.Errorf("--by pool: exit %d\n%s", code, out)
+	}
+	lines := strings.Split(out, "\n")
+	if len(lines) < 3 || !strings.HasPrefix(lines[1], "infra ") || !strings.HasPrefix(lines[2], "worker ") || !strings.Contains(lines[2], "w1,w2") {
+		t.Errorf("--by pool rows:\n%s", out)
+	}
+	if _, code := runReportCmd(t, "--by", "pool", file); code != 2 {
+		t.Errorf("--by pool without a cluster: exit %d, want 2", code)
+	}
+	if _, code := runReportCmd(t, "--by", "node", "--format", "html", file); code != 2 {
+		t.Errorf("--by node --format html: exit %d, want 2", code)
+	}
+}

@@ -1,0 +1,280 @@
+package nodemark
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// DefaultLabel is the label key the forwarder keeps on its Node.
+const DefaultLabel = "iptables-alerter.io/rhel10"
+
+// The label's values, worst first (findings.Readinesses).
+const (
+	Breaks     = findings.ReadinessBreaks
+	Unknown    = findings.ReadinessUnknown
+	NeedsExtra = findings.ReadinessNeedsExtra
+	Ready      = findings.ReadinessReady
+)
+
+// Defaults of the loop: try a failed patch again every minute; drop
+// deleted pods every 10 minutes.
+const (
+	DefaultRetry = time.Minute
+	DefaultPrune = 10 * time.Minute
+)
+
+// MaxEntries bounds the pods kept (a node runs at most a few hundred);
+// beyond it the oldest sighting goes.
+const MaxEntries = 4096
+
+// maxState bounds the state file read.
+const maxState = 4 << 20
+
+// nodeKey is the node's own entry.
+const nodeKey = "node"
+
+// Entry is one pod's (or the node's) level.
+type Entry struct {
+	// Level is a findings impact level, "unknown" or "unclassified".
+	Level     string    `json:"level"`
+	Namespace string    `json:"namespace,omitempty"`
+	Name      string    `json:"name,omitempty"`
+	Seen      time.Time `json:"seen"`
+}
+
+// state is the state file.
+type state struct {
+	Entries map[string]Entry `json:"entries"`
+}
+
+// Marker keeps the label of one node.
+type Marker struct {
+	kube        kubernetes.Interface
+	node, label string
+	path        string
+	log         logrus.FieldLogger
+	Retry       time.Duration
+	Prune       time.Duration
+
+	mu      sync.Mutex
+	entries map[string]Entry
+	// applied is the value the API last took ("" none yet); warned the
+	// last patch error said.
+	applied, warned string
+
+	patches *prometheus.CounterVec
+}
+
+// New gives the marker of node's label, its state kept in path (read
+// now: a missing file is an empty state, an unreadable one an error).
+func New(kube kubernetes.Interface, node, label, path string, log logrus.FieldLogger) (*Marker, error) {
+	m := &Marker{kube: kube, node: node, label: label, path: path, log: log, Retry: DefaultRetry, Prune: DefaultPrune,
+		entries: map[string]Entry{}, patches: newPatches()}
+	data, err := fileio.ReadFile(path, maxState)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return m, nil
+	case err != nil:
+		return nil, fmt.Errorf("read node label state: %w", err)
+	}
+	var s state
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("read node label state %q: %w", path, err)
+	}
+	for k, e := range s.Entries {
+		m.entries[k] = e
+	}
+	return m, nil
+}
+
+func newPatches() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "iptables_alerter_forward_node_label_patches_total",
+		Help: "Patches of the node's RHEL 10 readiness label (--node-label), by result (ok, error: refused or failed, tried again).",
+	}, []string{"result"})
+}
+
+// Register adds the marker's metrics to reg; a nil marker (--node-label
+// empty) registers them at 0.
+func (m *Marker) Register(reg prometheus.Registerer) {
+	if m == nil {
+		reg.MustRegister(newPatches())
+		return
+	}
+	reg.MustRegister(m.patches)
+}
+
+// Mark is the label value of a set of levels: the worst wins.
+func Mark(entries map[string]Entry) string {
+	mark := Ready
+	for _, e := range entries {
+		level := e.Level
+		if level == Unknown {
+			level = ""
+		}
+		mark = findings.WorseReadiness(mark, findings.Readiness(level))
+	}
+	return mark
+}
+
+// Value is the label's value now.
+func (m *Marker) Value() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return Mark(m.entries)
+}
+
+// Consume sets rec's pod's (or the node's) level and patches the label
+// when its value changes. It never returns an error: the label must not
+// hold the line (see the package doc).
+func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
+	key, e := nodeKey, Entry{Seen: rec.Time}
+	if rec.KnownSubject() == findings.SubjectPod {
+		if rec.Pod.UID == "" {
+			return nil
+		}
+		key, e.Namespace, e.Name = rec.Pod.UID, rec.Pod.Namespace, rec.Pod.Name
+	}
+	m.mu.Lock()
+	old, had := m.entries[key]
+	switch st := rec.KnownState(); {
+	case st == findings.StateGone || (st == findings.StatePresent && !rec.HasUsage()):
+		delete(m.entries, key)
+	case st == findings.StateUnknown:
+		e.Level = Unknown
+		m.entries[key] = e
+	default:
+		e.Level = rec.WorstLevel()
+		if e.Level == "" {
+			e.Level = "unclassified"
+		}
+		m.entries[key] = e
+	}
+	now, has := m.entries[key]
+	if had != has || old.Level != now.Level {
+		m.bound()
+		m.save()
+	}
+	m.mu.Unlock()
+	m.apply(ctx)
+	return nil
+}
+
+// bound drops the oldest sightings beyond MaxEntries; m.mu held.
+func (m *Marker) bound() {
+	for len(m.entries) > MaxEntries {
+		oldest := ""
+		for k, e := range m.entries {
+			if oldest == "" || e.Seen.Before(m.entries[oldest].Seen) {
+				oldest = k
+			}
+		}
+		delete(m.entries, oldest)
+	}
+}
+
+// save writes the state file; m.mu held. A failure is logged: the label
+// is still right until the next restart.
+func (m *Marker) save() {
+	data, err := json.Marshal(state{Entries: m.entries})
+	if err == nil {
+		err = fileio.WriteFile(m.path, data, 0o600)
+	}
+	if err != nil {
+		m.log.WithError(err).Warn("could not save the node label's state; a restart forgets the pods seen so far")
+	}
+}
+
+// apply patches the label when the API does not hold its value yet.
+func (m *Marker) apply(ctx context.Context) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := Mark(m.entries)
+	if v == m.applied {
+		return
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{m.label: v}}})
+	_, err := m.kube.CoreV1().Nodes().Patch(ctx, m.node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "iptables-alerter"})
+	if err != nil {
+		m.patches.WithLabelValues("error").Inc()
+		if err.Error() != m.warned {
+			m.warned = err.Error()
+			m.log.WithError(err).WithField("label", m.label+"="+v).Warn("could not label the node (packaging/rbac/node-label.yaml grants it); trying again every " + m.Retry.String())
+		}
+		return
+	}
+	m.patches.WithLabelValues("ok").Inc()
+	if m.warned != "" || m.applied != "" || v != Ready {
+		m.log.WithField("label", m.label+"="+v).Info("node labelled")
+	}
+	m.applied, m.warned = v, ""
+}
+
+// Start labels the node now, then tries failed patches again every
+// Retry and drops deleted pods every Prune until ctx ends.
+func (m *Marker) Start(ctx context.Context) {
+	m.apply(ctx)
+	go func() {
+		retry, prune := time.NewTicker(m.Retry), time.NewTicker(m.Prune)
+		defer retry.Stop()
+		defer prune.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-retry.C:
+				m.apply(ctx)
+			case <-prune.C:
+				m.prune(ctx)
+				m.apply(ctx)
+			}
+		}
+	}()
+}
+
+// prune drops pods that no longer exist as the pod recorded.
+func (m *Marker) prune(ctx context.Context) {
+	m.mu.Lock()
+	pods := map[string]Entry{}
+	for k, e := range m.entries {
+		if k != nodeKey {
+			pods[k] = e
+		}
+	}
+	m.mu.Unlock()
+	var gone []string
+	for uid, e := range pods {
+		pod, err := m.kube.CoreV1().Pods(e.Namespace).Get(ctx, e.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) || (err == nil && string(pod.UID) != uid):
+			gone = append(gone, uid)
+		case err != nil:
+			m.log.WithError(err).Debug("node label: could not tell whether a pod is gone; will look again")
+			return
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, uid := range gone {
+		delete(m.entries, uid)
+	}
+	m.save()
+}

@@ -1,0 +1,252 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// `report --by node` and `--by pool` answer "which pool can move to RHEL 10
+// first": each node's readiness (findings.Readiness) from the workloads
+// seen on it and from the forwarder's node label, and the nodes grouped by
+// a label.
+
+// NotSeen is the readiness of a node the cluster lists with neither
+// findings nor the forwarder's label: nothing says it was looked at.
+const NotSeen = "not-seen"
+
+// DefaultPoolLabel groups nodes by their node-role.kubernetes.io/ roles,
+// as MachineConfigPools select them.
+const DefaultPoolLabel = "node-role.kubernetes.io/*"
+
+// ReadinessLabel is the label the forwarder keeps on its node
+// (lib/nodemark's default).
+const ReadinessLabel = "iptables-alerter.io/rhel10"
+
+// NodeRow is one node of `report --by node`.
+type NodeRow struct {
+	Node string `json:"node"`
+	Pool string `json:"pool"`
+	// Readiness is the worst of the workloads' on the node and Label:
+	// a findings.Readinesses value, or NotSeen.
+	Readiness string `json:"readiness"`
+	// Label is the node's ReadinessLabel, "" when it has none or the
+	// nodes were not read.
+	Label string `json:"label"`
+	// Workloads are those seen on the node, worst first, as
+	// "namespace/Kind/name (level)".
+	Workloads []string `json:"workloads"`
+}
+
+// PoolRow is one pool of `report --by pool`.
+type PoolRow struct {
+	Pool      string `json:"pool"`
+	Readiness string `json:"readiness"`
+	// Nodes counts the pool's nodes by readiness.
+	Nodes map[string]int `json:"nodes"`
+	// Blocking names the nodes that break, are unknown or not seen.
+	Blocking []string `json:"blocking"`
+}
+
+// groupReadiness is a workload's readiness: an unfinished check or
+// unclassified usage is unknown.
+func groupReadiness(g Group) string {
+	if g.State == findings.StateUnknown {
+		return findings.ReadinessUnknown
+	}
+	return findings.Readiness(g.Worst)
+}
+
+// PoolOf is a node's pool under label: with a trailing "/*" the names
+// after the prefix of the labels it has, joined by ","; else the label's
+// value; "" when it has none.
+func PoolOf(labels map[string]string, label string) string {
+	prefix, glob := strings.CutSuffix(label, "*")
+	if !glob {
+		return labels[label]
+	}
+	var roles []string
+	for k := range labels {
+		if r, ok := strings.CutPrefix(k, prefix); ok && r != "" {
+			roles = append(roles, r)
+		}
+	}
+	sort.Strings(roles)
+	return strings.Join(roles, ",")
+}
+
+// ByNode gives one row per node: those the groups were seen on and those
+// nodes lists (nil when the nodes were not read), sorted worst first, then
+// by name. A workload's worst level counts on each node it was seen on.
+func ByNode(groups []Group, nodes []corev1.Node, poolLabel string) []NodeRow {
+	rows := map[string]*NodeRow{}
+	row := func(n string) *NodeRow {
+		if rows[n] == nil {
+			rows[n] = &NodeRow{Node: n, Readiness: NotSeen, Workloads: []string{}}
+		}
+		return rows[n]
+	}
+	for _, n := range nodes {
+		r := row(n.Name)
+		r.Pool, r.Label = PoolOf(n.Labels, poolLabel), n.Labels[ReadinessLabel]
+		if r.Label != "" {
+			r.Readiness = findings.WorseReadiness(findings.ReadinessReady, r.Label)
+		}
+	}
+	// Worst groups first, so each row's workloads are too.
+	sorted := slices.Clone(groups)
+	slices.SortStableFunc(sorted, func(a, b Group) int {
+		return rank(groupReadiness(a)) - rank(groupReadiness(b))
+	})
+	for _, g := range sorted {
+		gr := groupReadiness(g)
+		level := g.Worst
+		if g.State == findings.StateUnknown {
+			level = string(findings.StateUnknown)
+		}
+		name := g.Owner.String()
+		if g.Namespace != "" {
+			name = g.Namespace + "/" + name
+		}
+		for _, n := range g.Nodes {
+			r := row(n)
+			if r.Readiness == NotSeen {
+				r.Readiness = gr
+			} else {
+				r.Readiness = findings.WorseReadiness(r.Readiness, gr)
+			}
+			r.Workloads = append(r.Workloads, name+" ("+level+")")
+		}
+	}
+	out := make([]NodeRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b NodeRow) int {
+		if d := rank(a.Readiness) - rank(b.Readiness); d != 0 {
+			return d
+		}
+		return strings.Compare(a.Node, b.Node)
+	})
+	return out
+}
+
+// rank orders readiness worst first, NotSeen with unknown.
+func rank(r string) int {
+	if r == NotSeen {
+		r = findings.ReadinessUnknown
+	}
+	return slices.Index(findings.Readinesses, r)
+}
+
+// ByPool folds node rows by pool, the pools that can move first (best
+// readiness) first, then by name. A pool's readiness is its worst node's.
+func ByPool(rows []NodeRow) []PoolRow {
+	pools := map[string]*PoolRow{}
+	for _, r := range rows {
+		p := pools[r.Pool]
+		if p == nil {
+			p = &PoolRow{Pool: r.Pool, Readiness: findings.ReadinessReady, Nodes: map[string]int{}, Blocking: []string{}}
+			pools[r.Pool] = p
+		}
+		p.Nodes[r.Readiness]++
+		if rank(r.Readiness) < rank(p.Readiness) || (r.Readiness == NotSeen && p.Readiness == findings.ReadinessUnknown) {
+			p.Readiness = r.Readiness
+		}
+		if rank(r.Readiness) <= rank(findings.ReadinessUnknown) {
+			p.Blocking = append(p.Blocking, r.Node)
+		}
+	}
+	out := make([]PoolRow, 0, len(pools))
+	for _, p := range pools {
+		sort.Strings(p.Blocking)
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(a, b PoolRow) int {
+		if d := rank(b.Readiness) - rank(a.Readiness); d != 0 {
+			return d
+		}
+		return strings.Compare(a.Pool, b.Pool)
+	})
+	return out
+}
+
+// ByFormats are the formats of --by node and --by pool.
+var ByFormats = []string{"text", "json"}
+
+// WriteByNode writes node rows as a table or JSON.
+func WriteByNode(w io.Writer, rows []NodeRow, format string) error {
+	if format == "json" {
+		return writeRows(w, map[string]any{"nodes": rows})
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tPOOL\tREADINESS\tLABEL\tWORKLOADS")
+	for _, r := range rows {
+		ws := strings.Join(r.Workloads, ", ")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(r.Node), cell(r.Pool), r.Readiness, cell(r.Label), safetext.Display(safetext.Cut(ws, TextWidth)))
+	}
+	return tw.Flush()
+}
+
+// WriteByPool writes pool rows as a table or JSON; the text ends with
+// the pools that can move first.
+func WriteByPool(w io.Writer, rows []PoolRow, format string) error {
+	if format == "json" {
+		return writeRows(w, map[string]any{"pools": rows})
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POOL\tREADINESS\tNODES\tBREAKS\tUNKNOWN\tNOT-SEEN\tNEEDS-EXTRA\tREADY\tBLOCKING")
+	var first []string
+	for _, p := range rows {
+		total := 0
+		for _, n := range p.Nodes {
+			total += n
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", cell(p.Pool), p.Readiness, total,
+			p.Nodes[findings.ReadinessBreaks], p.Nodes[findings.ReadinessUnknown], p.Nodes[NotSeen], p.Nodes[findings.ReadinessNeedsExtra], p.Nodes[findings.ReadinessReady],
+			safetext.Display(safetext.Cut(strings.Join(p.Blocking, ","), TextWidth)))
+		if p.Readiness == findings.ReadinessReady || p.Readiness == findings.ReadinessNeedsExtra {
+			first = append(first, cell(p.Pool))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(first) == 0 {
+		_, err := fmt.Fprintln(w, "\nNo pool can move to RHEL 10 yet: each has a node that breaks, or was not (fully) seen.")
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\nCan move first: %s (needs-extra: install kernel-modules-extra or fix the xt rules first).\n", strings.Join(first, ", "))
+	return err
+}
+
+// cell is a name for the table: escaped, "-" when empty.
+func cell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return safetext.Display(safetext.Cut(s, 80))
+}
+
+// writeRows writes v as one indented JSON document, escaped as writeJSON
+// does.
+func writeRows(w io.Writer, v any) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("write json: %w", err)
+	}
+	_, err := w.Write(safetext.JSON(b.Bytes()))
+	return err
+}

@@ -1,0 +1,96 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+)
+
+func testNode(name string, labels map[string]string) corev1.Node {
+	return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+}
+
+func TestPoolOf(t *testing.T) {
+	l := map[string]string{"node-role.kubernetes.io/worker": "", "node-role.kubernetes.io/infra": "", "zone": "a"}
+	if got := PoolOf(l, DefaultPoolLabel); got != "infra,worker" {
+		t.Errorf("roles: %q", got)
+	}
+	if got := PoolOf(l, "zone"); got != "a" {
+		t.Errorf("zone: %q", got)
+	}
+	if got := PoolOf(l, "pool"); got != "" {
+		t.Errorf("missing: %q", got)
+	}
+}
+
+// TestByNodeAndPool: a node's readiness is its worst workload's and its
+// label's; a listed node with neither is not seen; pools come best
+// first, each as its worst node.
+func TestByNodeAndPool(t *testing.T) {
+	worker := map[string]string{"node-role.kubernetes.io/worker": ""}
+	infra := map[string]string{"node-role.kubernetes.io/infra": "", ReadinessLabel: findings.ReadinessReady}
+	gpu := map[string]string{"node-role.kubernetes.io/gpu": "", ReadinessLabel: findings.ReadinessReady}
+	nodes := []corev1.Node{testNode("w1", worker), testNode("w2", worker), testNode("i1", infra), testNode("g1", gpu), testNode("w3", worker)}
+	groups := []Group{
+		{Namespace: "mesh", Owner: owner.Owner{Kind: "DaemonSet", Name: "proxy"}, Nodes: []string{"w1", "w2", "g1"}, Worst: findings.ImpactXt, State: findings.StatePresent},
+		{Namespace: "shop", Owner: owner.Owner{Kind: "Deployment", Name: "legacy"}, Nodes: []string{"w2"}, Worst: findings.ImpactLegacy, State: findings.StatePresent},
+		{Namespace: "shop", Owner: owner.Owner{Kind: "Deployment", Name: "slow"}, Nodes: []string{"w1"}, State: findings.StateUnknown},
+		{Owner: owner.Owner{Kind: KindNode, Name: "i1"}, Nodes: []string{"i1"}, Worst: findings.ImpactNative, State: findings.StatePresent},
+	}
+	rows := ByNode(groups, nodes, DefaultPoolLabel)
+	got := map[string]NodeRow{}
+	var order []string
+	for _, r := range rows {
+		got[r.Node] = r
+		order = append(order, r.Node)
+	}
+	want := map[string]string{"w2": findings.ReadinessBreaks, "w1": findings.ReadinessUnknown, "w3": NotSeen, "g1": findings.ReadinessNeedsExtra, "i1": findings.ReadinessReady}
+	for n, r := range want {
+		if got[n].Readiness != r {
+			t.Errorf("%s: %q, want %q", n, got[n].Readiness, r)
+		}
+	}
+	if strings.Join(order, " ") != "w2 w1 w3 g1 i1" {
+		t.Errorf("order %v", order)
+	}
+	if w := got["w2"].Workloads; len(w) != 2 || w[0] != "shop/Deployment/legacy (legacy)" {
+		t.Errorf("w2 workloads %v", w)
+	}
+	pools := ByPool(rows)
+	var porder []string
+	for _, p := range pools {
+		porder = append(porder, p.Pool+"="+p.Readiness)
+	}
+	if strings.Join(porder, " ") != "infra=ready gpu=needs-extra worker=breaks" {
+		t.Errorf("pools %v", porder)
+	}
+	if b := pools[2].Blocking; strings.Join(b, ",") != "w1,w2,w3" {
+		t.Errorf("worker blocking %v", b)
+	}
+	var text bytes.Buffer
+	if err := WriteByPool(&text, pools, "text"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "Can move first: infra, gpu") {
+		t.Errorf("text:\n%s", text.String())
+	}
+	var js bytes.Buffer
+	if err := WriteByNode(&js, rows, "json"); err != nil {
+		t.Fatal(err)
+	}
+	var back struct{ Nodes []NodeRow }
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Nodes) != 5 {
+		t.Errorf("json %v: %s", err, js.String())
+	}
+	// Without the nodes (files only): the findings' nodes, no pool.
+	if rows := ByNode(groups, nil, DefaultPoolLabel); len(rows) != 4 || rows[0].Pool != "" {
+		t.Errorf("without nodes: %+v", rows)
+	}
+}

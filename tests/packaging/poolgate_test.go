@@ -1,0 +1,232 @@
+package packaging
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+)
+
+// warnings keeps the API server's Warning headers.
+type warnings struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.list = append(w.list, text)
+}
+
+func (w *warnings) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.list
+	w.list = nil
+	return out
+}
+
+var mcpGVR = schema.GroupVersionResource{Group: "machineconfiguration.openshift.io", Version: "v1", Resource: "machineconfigpools"}
+
+// TestPoolGate (issue 29 item 4): packaging/pool-gate's policy on a real
+// kube-apiserver with openshift/api's MachineConfigPool CRD: moving a pool
+// to a RHEL 10 stream warns while a node its spec.nodeSelector selects
+// (matchLabels or matchExpressions) carries iptables-alerter.io/rhel10=breaks,
+// and only then: not another pool, not another stream, not a pool already
+// on the stream, not once the node is ready; with the binding switched to
+// Deny the move is refused.
+func TestPoolGate(t *testing.T) {
+	crd := filepath.Join(repo(t), "..", "shared", "openshift-api", "v1-0000_80_machine-config_01_machineconfigpools.crd.yaml")
+	_, err := os.Stat(crd)
+	nstest.Need(t, err == nil, "openshift/api's MachineConfigPool CRD in ../shared/openshift-api")
+	c := kubetest.Start(t)
+	c.CRD(t, crd, "machineconfiguration.openshift.io/v1", "machineconfigpools")
+	cs := c.Client()
+	kubetest.Apply(t, cs, filepath.Join(repo(t), "packaging", "pool-gate", "policy.yaml"))
+	ctx := kubetest.Ctx(t)
+
+	node := func(name, role, mark string) {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"node-role.kubernetes.io/" + role: ""}}}
+		if mark != "" {
+			n.Labels["iptables-alerter.io/rhel10"] = mark
+		}
+		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node("w1", "worker", "ready")
+	node("w2", "worker", "breaks")
+	node("i1", "infra", "ready")
+	node("g1", "gpu", "needs-extra")
+
+	rc := c.Config(c.AdminToken)
+	warned := &warnings{}
+	rc.WarningHandler = warned
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := dyn.Resource(mcpGVR)
+	pool := func(name string, selector map[string]any, stream string) {
+		spec := map[string]any{"nodeSelector": selector}
+		if stream != "" {
+			spec["osImageStream"] = map[string]any{"name": stream}
+		}
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+			"metadata": map[string]any{"name": name}, "spec": spec}}
+		if _, err := pools.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create pool %s: %v", name, err)
+		}
+	}
+	role := func(r string) map[string]any {
+		return map[string]any{"matchLabels": map[string]any{"node-role.kubernetes.io/" + r: ""}}
+	}
+	pool("worker", role("worker"), "")
+	pool("infra", role("infra"), "")
+	pool("gpu", map[string]any{"matchExpressions": []any{map[string]any{"key": "node-role.kubernetes.io/gpu", "operator": "Exists"}}}, "")
+	pool("worker-rhel10", role("worker"), "rhel10-coreos")
+	warned.take()
+
+	// move is a dry-run update of the pool's stream: admission runs, nothing
+	// changes. It returns the warnings and the error.
+	move := func(name, stream string) ([]string, error) {
+		p, err := pools.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unstructured.SetNestedField(p.Object, stream, "spec", "osImageStream", "name"); err != nil {
+			t.Fatal(err)
+		}
+		warned.take()
+		_, err = pools.Update(ctx, p, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return warned.take(), err
+	}
+	mentions := func(ws []string, node string) bool {
+		for _, w := range ws {
+			if strings.Contains(w, "iptables-alerter-pool-gate") && strings.Contains(w, "rhel10-coreos") && strings.Contains(w, "node "+node+" ") {
+				return true
+			}
+		}
+		return false
+	}
+	// The policy and its params take a moment to reach admission.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ws, err := move("worker", "rhel10-coreos")
+		if err != nil {
+			t.Fatalf("warn binding refused the move: %v", err)
+		}
+		if mentions(ws, "w2") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning for worker's move with w2 breaking after a minute: %q", ws)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	quiet := []struct{ what, pool, stream string }{
+		{"another pool (infra)", "infra", "rhel10-coreos"},
+		{"a pool by matchExpressions with no breaking node", "gpu", "rhel10-coreos"},
+		{"another stream", "worker", "rhel-9.6"},
+		{"a pool already on the stream", "worker-rhel10", "rhel10-coreos"},
+	}
+	for _, q := range quiet {
+		ws, err := move(q.pool, q.stream)
+		if err != nil || len(ws) > 0 {
+			t.Errorf("%s: warnings %q, error %v", q.what, ws, err)
+		}
+	}
+	// A breaking node selected by matchExpressions.
+	setMark(t, cs, "g1", "breaks")
+	waitWarn := func(what, pool, node string, want bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			ws, err := move(pool, "rhel10-coreos")
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if mentions(ws, node) == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: warnings %q after a minute", what, ws)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitWarn("gpu pool with g1 breaking", "gpu", "g1", true)
+
+	// Deny, as docs/pool-gate.md says to switch it.
+	b, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, "iptables-alerter-pool-gate", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}
+	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Update(ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitDenied(t, func() error { _, err := move("worker", "rhel10-coreos"); return err })
+	if _, err := move("infra", "rhel10-coreos"); err != nil {
+		t.Errorf("deny binding refused infra's move: %v", err)
+	}
+	// w2 ready: the worker pool may move.
+	setMark(t, cs, "w2", "ready")
+	deadline = time.Now().Add(time.Minute)
+	for {
+		_, err := move("worker", "rhel10-coreos")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker's move still refused with every node ready: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func setMark(t *testing.T, cs kubernetes.Interface, node, mark string) {
+	t.Helper()
+	ctx := context.Background()
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Labels["iptables-alerter.io/rhel10"] = mark
+	if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitDenied waits until try is refused by the policy (Forbidden), for a
+// minute.
+func waitDenied(t *testing.T, try func() error) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := try()
+		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "iptables-alerter-pool-gate") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not refused after a minute: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
