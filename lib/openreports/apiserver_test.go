@@ -297,6 +297,17 @@ func (c *calls) wrap(rt http.RoundTripper) http.RoundTripper {
 	})
 }
 
+// take gives the counts since the last take or reset, and resets them.
+func (c *calls) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = map[string]int{}
+	return n
+}
+
+func (c *calls) reset() { c.take() }
+
 type roundTrip func(*http.Request) (*http.Response, error)
 
 func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
