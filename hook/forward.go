@@ -1,4 +1,4 @@
-//go:build !hookonly
+//go:build !hookonly && !agentonly
 
 // Left out of the hookonly build: client-go's package init would run on
 // every container start.
