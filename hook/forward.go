@@ -19,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/httpserve"
@@ -85,7 +86,7 @@ const (
 // forwardBatch is how many findings lines go between checkpoint saves: a
 // workload's findings among them cost one Report write, and a crash
 // replays at most that many Event creates (answered AlreadyExists).
-const forwardBatch = 64
+const forwardBatch = follow.DefaultBatch
 
 type forwardConfig struct {
 	consumerFlags
@@ -110,7 +111,7 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&cfg.reportsGrace, "reports-grace", openreports.DefaultGrace, "how long a Report keeps the result of a pod that is gone")
 	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
 	fs.DurationVar(&cfg.timeout, "request-timeout", 30*time.Second, "timeout of one API request")
-	fs.Float32Var(&cfg.qps, "kube-api-qps", defaultQPS, "API requests a second this forwarder sends at most, sustained, Events and Reports together: a finding costs about 1.3 (its Event, and one Report write for the findings of a workload between two checkpoint saves; pods come from one watch of the node), so the default keeps up with about 15 findings a second (client-go's default, 5 for each of its two clients, held it to about 2.5), under the kubelet's own 50; the API server's Priority and Fairness still bounds all nodes' forwarders together")
+	fs.Float32Var(&cfg.qps, "kube-api-qps", defaultQPS, "API requests a second this forwarder sends at most, sustained, Events and Reports together: a finding costs about 1.4 (its Event, the owner's lookup once a workload, and one Report write for a workload's findings between two checkpoint saves; pods come from one watch of the node), so the default keeps up with about 14 findings a second (client-go's default, 5 for each of its two clients, held it to about 2.5), under the kubelet's own 50; the API server's Priority and Fairness still bounds all nodes' forwarders together")
 	fs.IntVar(&cfg.burst, "kube-api-burst", defaultBurst, "API requests sent at once above --kube-api-qps: the default lets about 10 findings (a node's burst of pod starts) through without waiting")
 	cfg.secure.register(fs)
 	cfg.log.register(fs)
@@ -161,8 +162,16 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 	}
 	fields := logrus.Fields{"findings": cfg.findings, "state_dir": cfg.checkpointDir, "node": cfg.nodeName, "api_server": rc.Host}
 	refusals := kubeapi.NewRefusals()
-	// The node's pods from one watch, not a GET per finding.
-	pods := kubeapi.WatchNodePods(ctx, client, cfg.nodeName)
+	// The node's pods from one watch, not a GET per finding. Its client
+	// has no --request-timeout: that cuts a watch (its whole body) short,
+	// and the reflector would list and watch again every timeout.
+	wc := rest.CopyConfig(rc)
+	wc.Timeout = 0
+	watchClient, err := kubernetes.NewForConfig(wc)
+	if err != nil {
+		return fmt.Errorf("make kubernetes client: %w", err)
+	}
+	pods := kubeapi.WatchNodePods(ctx, watchClient, cfg.nodeName)
 	poster := events.New(client, cfg.nodeName, cfg.nodeEvent)
 	poster.Live = pods.LivePod
 	ev := events.NewConsumer(poster, log, refusals)

@@ -93,6 +93,12 @@ type Writer struct {
 	// (namespace/name), in order.
 	staged map[string]*staged
 	order  []string
+	// names are the names (namespace/name) of this node's Reports, from
+	// one LIST and kept by this writer's own creates and deletes, while
+	// listed is true: a Report not among them is created without a GET
+	// first (AlreadyExists reads it).
+	names  map[string]bool
+	listed bool
 }
 
 // New gives a Writer for node.
@@ -429,14 +435,62 @@ func (w *Writer) remember(namespace, name string, r *openreportsv1alpha1.Report)
 func (w *Writer) rememberAll(items []openreportsv1alpha1.Report) {
 	for i := range items {
 		w.remember(items[i].Namespace, items[i].Name, &items[i])
+		w.named(items[i].Namespace, items[i].Name, true)
 	}
 }
 
-// read is the Report as last served: the remembered copy, else a GET
-// (create when the API server has none).
-func (w *Writer) read(ctx context.Context, namespace, name string) (r *openreportsv1alpha1.Report, create bool, err error) {
+// maxNames bounds names; past it, a new Report costs a GET again.
+const maxNames = 1 << 16
+
+// listNames lists the node's Reports once, a page at a time, for names.
+// A failure leaves listed false: each new Report then costs a GET.
+func (w *Writer) listNames(ctx context.Context) {
+	if w.listed {
+		return
+	}
+	names := map[string]bool{}
+	opts := metav1.ListOptions{LabelSelector: Selector(w.node), Limit: 50}
+	for {
+		l, err := w.reports.OpenreportsV1alpha1().Reports(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil || len(names)+len(l.Items) > maxNames {
+			return
+		}
+		for _, r := range l.Items {
+			names[r.Namespace+"/"+r.Name] = true
+		}
+		if l.Continue == "" {
+			break
+		}
+		opts.Continue = l.Continue
+	}
+	w.names, w.listed = names, true
+}
+
+// named records that the Report exists or not, while names are kept.
+func (w *Writer) named(namespace, name string, exists bool) {
+	if !w.listed {
+		return
+	}
+	if exists && len(w.names) >= maxNames {
+		w.names, w.listed = nil, false
+		return
+	}
+	if exists {
+		w.names[namespace+"/"+name] = true
+	} else {
+		delete(w.names, namespace+"/"+name)
+	}
+}
+
+// read is the Report as last served: the remembered copy; a new one when
+// the node's Reports were listed without it; else a GET (create when the
+// API server has none).
+func (w *Writer) read(ctx context.Context, namespace, name string, fresh bool) (r *openreportsv1alpha1.Report, create bool, err error) {
 	if r, ok := w.known[namespace+"/"+name]; ok {
 		return r.DeepCopy(), false, nil
+	}
+	if w.listNames(ctx); !fresh && w.listed && !w.names[namespace+"/"+name] {
+		return &openreportsv1alpha1.Report{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}, true, nil
 	}
 	r, err = w.reports.OpenreportsV1alpha1().Reports(namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
@@ -457,10 +511,11 @@ func (w *Writer) read(ctx context.Context, namespace, name string) (r *openrepor
 func (w *Writer) update(ctx context.Context, namespace, name string, change func(*openreportsv1alpha1.Report)) error {
 	api := w.reports.OpenreportsV1alpha1().Reports(namespace)
 	var err error
-	for range conflictTries {
+	for try := range conflictTries {
 		var r *openreportsv1alpha1.Report
 		var create bool
-		r, create, err = w.read(ctx, namespace, name)
+		// After a conflict, the API server's copy.
+		r, create, err = w.read(ctx, namespace, name, try > 0)
 		if err != nil {
 			return err
 		}
@@ -479,6 +534,7 @@ func (w *Writer) update(ctx context.Context, namespace, name string, change func
 			err = api.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &r.ResourceVersion}})
 			if err == nil || apierrors.IsNotFound(err) {
 				w.remember(namespace, name, nil)
+				w.named(namespace, name, false)
 				return nil
 			}
 		case create:
@@ -488,6 +544,7 @@ func (w *Writer) update(ctx context.Context, namespace, name string, change func
 		}
 		if err == nil {
 			w.remember(namespace, name, wrote)
+			w.named(namespace, name, true)
 			return nil
 		}
 		// Whatever went wrong, the remembered copy may be stale now.
