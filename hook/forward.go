@@ -1,4 +1,4 @@
-//go:build !hookonly
+//go:build !hookonly && !agentonly
 
 // Left out of the hookonly build: client-go's package init would run on
 // every container start.
@@ -19,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/httpserve"
@@ -91,6 +92,11 @@ const (
 	defaultBurst = 40
 )
 
+// forwardBatch is how many findings lines go between checkpoint saves: a
+// workload's findings among them cost one Report write, and a crash
+// replays at most that many Event creates (answered AlreadyExists).
+const forwardBatch = follow.DefaultBatch
+
 type forwardConfig struct {
 	consumerFlags
 	kubeconfig, nodeName, nodeLabel   string
@@ -115,7 +121,7 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&cfg.reportsGrace, "reports-grace", openreports.DefaultGrace, "how long a Report keeps the result of a pod that is gone")
 	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
 	fs.DurationVar(&cfg.timeout, "request-timeout", 30*time.Second, "timeout of one API request")
-	fs.Float32Var(&cfg.qps, "kube-api-qps", defaultQPS, "API requests a second this forwarder sends at most, sustained, Events and Reports together: a finding costs about 4 (its Event, the pod, the Report's get and write), so the default keeps up with about 5 findings a second (client-go's default, 5 for each of its two clients, held it to about 2.5), under the kubelet's own 50; the API server's Priority and Fairness still bounds all nodes' forwarders together")
+	fs.Float32Var(&cfg.qps, "kube-api-qps", defaultQPS, "API requests a second this forwarder sends at most, sustained, Events and Reports together: a finding costs about 1.4 (its Event, the owner's lookup once a workload, and one Report write for a workload's findings between two checkpoint saves; pods come from one watch of the node), so the default keeps up with about 14 findings a second (client-go's default, 5 for each of its two clients, held it to about 2.5), under the kubelet's own 50; the API server's Priority and Fairness still bounds all nodes' forwarders together")
 	fs.IntVar(&cfg.burst, "kube-api-burst", defaultBurst, "API requests sent at once above --kube-api-qps: the default lets about 10 findings (a node's burst of pod starts) through without waiting")
 	cfg.secure.register(fs)
 	cfg.log.register(fs)
@@ -166,11 +172,25 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 	}
 	fields := logrus.Fields{"findings": cfg.findings, "state_dir": cfg.checkpointDir, "node": cfg.nodeName, "api_server": rc.Host}
 	refusals := kubeapi.NewRefusals()
-	ev := events.NewConsumer(events.New(client, cfg.nodeName, cfg.nodeEvent), log, refusals)
-	// Save after every line: a replay would be harmless (AlreadyExists),
-	// but each Event costs an API call, which dwarfs an fsync.
+	// The node's pods from one watch, not a GET per finding. Its client
+	// has no --request-timeout: that cuts a watch (its whole body) short,
+	// and the reflector would list and watch again every timeout.
+	wc := rest.CopyConfig(rc)
+	wc.Timeout = 0
+	watchClient, err := kubernetes.NewForConfig(wc)
+	if err != nil {
+		return fmt.Errorf("make kubernetes client: %w", err)
+	}
+	pods := kubeapi.WatchNodePods(ctx, watchClient, cfg.nodeName)
+	poster := events.New(client, cfg.nodeName, cfg.nodeEvent)
+	poster.Live = pods.LivePod
+	ev := events.NewConsumer(poster, log, refusals)
+	// Save every forwardBatch lines (and whenever the file is drained):
+	// the Reports of the lines between two saves are written once each
+	// (their Flush), and a replay after a crash costs one Event create
+	// a line, answered AlreadyExists.
 	r := &consumer.Runner{Findings: cfg.findings, Store: follow.FileStore(filepath.Join(cfg.checkpointDir, "checkpoint.json")),
-		Poll: cfg.poll, MaxBackoff: cfg.maxBackoff, Batch: 1, Log: log.WithFields(fields), RetryMsg: "event not delivered, will retry the same finding",
+		Poll: cfg.poll, MaxBackoff: cfg.maxBackoff, Batch: forwardBatch, Log: log.WithFields(fields), RetryMsg: "event not delivered, will retry the same finding",
 		ResetHint: " (Events already posted are answered AlreadyExists)", Consumers: []consumer.Named{{Name: "events", Consumer: ev}}}
 	var keeper *openreports.Keeper
 	if cfg.reports {
@@ -179,7 +199,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 			return fmt.Errorf("make reports client: %w", err)
 		}
 		w := openreports.New(client, rcs, cfg.nodeName)
-		w.Grace = cfg.reportsGrace
+		w.Grace, w.Live = cfg.reportsGrace, pods.LivePod
 		keeper = openreports.NewKeeper(w, rcs, client, log)
 		keeper.Posted, keeper.Refusals = ev.Posted, refusals
 		if cfg.reportsLook > 0 {

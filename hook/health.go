@@ -3,16 +3,13 @@
 package main
 
 import (
-	"crypto/tls"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/rest"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/httpserve"
-	"github.com/iptables-alerter/iptables-alerter/internal/kubeauth"
 )
 
 // serveHealth serves /healthz (and metrics at /metrics when non-nil) on
@@ -50,24 +47,4 @@ func metricsHandler(reg *prometheus.Registry) http.Handler { return httpserve.Me
 // serveMetrics serves only /metrics on addr.
 func serveMetrics(addr string, metrics http.Handler) (*http.Server, error) {
 	return httpserve.Start(httpserve.Options{Addr: addr, Metrics: metrics})
-}
-
-// serveSecure serves routes over TLS on addr, each request let through
-// only when the API server (asked with rc's credentials, through a client
-// and a review budget of the guard's own, never the delivery client's)
-// authenticates its bearer token and authorises its user to GET the path.
-func serveSecure(addr, certFile, keyFile string, rc *rest.Config, routes map[string]http.Handler) (*http.Server, error) {
-	certs, err := httpserve.LoadCertFiles(certFile, keyFile)
-	if err != nil {
-		return nil, err
-	}
-	guard, err := kubeauth.NewForConfig(rc)
-	if err != nil {
-		return nil, err
-	}
-	mux := http.NewServeMux()
-	for path, h := range routes {
-		mux.Handle(path, h)
-	}
-	return httpserve.Start(httpserve.Options{Addr: addr, TLS: &tls.Config{GetCertificate: certs.GetCertificate}, Handler: guard.Wrap(mux)})
 }

@@ -1,4 +1,4 @@
-//go:build !hookonly
+//go:build !hookonly && !agentonly
 
 // Left out of the hookonly build: the runtime never runs the installer.
 

@@ -1,13 +1,19 @@
-//go:build !hookonly
+//go:build !hookonly && !agentonly
 
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/httpserve"
+	"github.com/iptables-alerter/iptables-alerter/internal/kubeauth"
 )
 
 // secureFlags serve metrics behind TLS and the API server's authentication
@@ -41,4 +47,24 @@ func (f *secureFlags) check() error {
 		}
 	}
 	return nil
+}
+
+// serveSecure serves routes over TLS on addr, each request let through
+// only when the API server (asked with rc's credentials, through a client
+// and a review budget of the guard's own, never the delivery client's)
+// authenticates its bearer token and authorises its user to GET the path.
+func serveSecure(addr, certFile, keyFile string, rc *rest.Config, routes map[string]http.Handler) (*http.Server, error) {
+	certs, err := httpserve.LoadCertFiles(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	guard, err := kubeauth.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	for path, h := range routes {
+		mux.Handle(path, h)
+	}
+	return httpserve.Start(httpserve.Options{Addr: addr, TLS: &tls.Config{GetCertificate: certs.GetCertificate}, Handler: guard.Wrap(mux)})
 }

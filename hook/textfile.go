@@ -1,4 +1,4 @@
-//go:build !hookonly
+//go:build !hookonly && !agentonly
 
 // The consumers are left out of the hookonly build: their libraries' package
 // init (client_golang, client-go) would run on every container start.

@@ -31,6 +31,14 @@ type Consumer interface {
 	Consume(ctx context.Context, rec findings.Record) error
 }
 
+// Flusher is a consumer that keeps work back to do it in bulk (one API
+// write for many findings): Flush does it, and runs before each checkpoint
+// save, so a finding counts as handled only once its work is done. An
+// error keeps the checkpoint and is retried.
+type Flusher interface {
+	Flush(ctx context.Context) error
+}
+
 // Named is a consumer with its name in logs.
 type Named struct {
 	Name string
@@ -93,6 +101,7 @@ func (r *Runner) makeFollower() {
 	f.Reset = func(err error) {
 		r.Log.WithError(err).WithField("findings", r.Findings).Warn("checkpoint is damaged: reading the findings file again from its oldest line" + r.ResetHint)
 	}
+	f.Flush = r.flush
 	f.Retry = func(err error, wait time.Duration) {
 		r.retries.Add(1)
 		msg := r.RetryMsg
@@ -161,6 +170,18 @@ func (r *Runner) execute(ctx context.Context, c Named, rec findings.Record) erro
 		return fmt.Errorf("%s: %w", c.Name, err)
 	}
 	entry.Debug("consumer done")
+	return nil
+}
+
+// flush runs the consumers' Flush, in order.
+func (r *Runner) flush(ctx context.Context) error {
+	for _, c := range r.Consumers {
+		if fl, ok := c.Consumer.(Flusher); ok {
+			if err := fl.Flush(ctx); err != nil {
+				return fmt.Errorf("%s: %w", c.Name, err)
+			}
+		}
+	}
 	return nil
 }
 

@@ -89,7 +89,10 @@ type Result struct {
 
 // Poster posts Events through one client for one node.
 type Poster struct {
-	client    kubernetes.Interface
+	client kubernetes.Interface
+	// Live finds the live pod a finding names (kubeapi.LivePod by
+	// default; the forwarder sets a kubeapi.NodePods' LivePod).
+	Live      func(context.Context, findings.Pod) (*corev1.Pod, error)
 	owners    *owner.Resolver
 	node      string
 	nodeEvent bool
@@ -99,7 +102,10 @@ type Poster struct {
 // New gives a Poster reporting as node; nodeEvent adds the summary Event on
 // the Node object.
 func New(client kubernetes.Interface, node string, nodeEvent bool) *Poster {
-	return &Poster{client: client, owners: owner.New(client), node: node, nodeEvent: nodeEvent, now: time.Now}
+	return &Poster{client: client, owners: owner.New(client), node: node, nodeEvent: nodeEvent, now: time.Now,
+		Live: func(ctx context.Context, want findings.Pod) (*corev1.Pod, error) {
+			return kubeapi.LivePod(ctx, client, want)
+		}}
 }
 
 // Post delivers the Events for rec, by its state: present, the usage
@@ -148,7 +154,7 @@ func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, erro
 	if res, skip := noEvent(rec); skip {
 		return res, nil
 	}
-	pod, err := kubeapi.LivePod(ctx, p.client, rec.Pod)
+	pod, err := p.Live(ctx, rec.Pod)
 	switch {
 	case kubeapi.IsPodGone(err):
 		return Result{Outcome: PodGone, Why: err}, nil

@@ -48,6 +48,12 @@ type Follower struct {
 	// Reset, if set, is told when the saved checkpoint was damaged and the
 	// follower starts over from the oldest line.
 	Reset func(err error)
+	// Flush, if set, is called before each checkpoint save: what the
+	// handler kept back to do in bulk (one write for many lines) must be
+	// done before those lines count as handled. Its error keeps the saved
+	// checkpoint where it was and is retried like a handler's; the lines
+	// are not handed again (unless the process restarts), Flush is.
+	Flush func(ctx context.Context) error
 
 	path      string
 	store     Store
@@ -104,11 +110,14 @@ func (f *Follower) Run(ctx context.Context, h Handler) error {
 	for {
 		f.alive.Store(time.Now().UnixNano())
 		progressed, err := f.step(ctx, h)
-		if perr := f.persist(); err == nil {
+		if perr := f.persist(ctx); err == nil {
 			err = perr
 		}
 		if ctx.Err() != nil {
-			return f.persist()
+			// The last save's Flush gets a little time of its own.
+			last, cancel := context.WithTimeout(context.WithoutCancel(ctx), lastFlush)
+			defer cancel()
+			return f.persist(last)
 		}
 		if err != nil {
 			wait = f.backoff(wait)
@@ -134,7 +143,7 @@ func (f *Follower) Once(ctx context.Context, h Handler) error {
 	}
 	for {
 		progressed, err := f.step(ctx, h)
-		perr := f.persist()
+		perr := f.persist(ctx)
 		if err != nil {
 			return err
 		}
@@ -181,10 +190,18 @@ func (f *Follower) load() error {
 	return nil
 }
 
-// persist saves the checkpoint if it moved.
-func (f *Follower) persist() error {
+// lastFlush bounds the Flush of the save at the end of Run.
+const lastFlush = 10 * time.Second
+
+// persist saves the checkpoint if it moved, after Flush.
+func (f *Follower) persist(ctx context.Context) error {
 	if f.cp == f.saved {
 		return nil
+	}
+	if f.Flush != nil {
+		if err := f.Flush(ctx); err != nil {
+			return err
+		}
 	}
 	if err := f.store.Save(f.cp); err != nil {
 		return err
@@ -434,6 +451,14 @@ func (f *Follower) drain(ctx context.Context, x *file, h Handler) (progressed bo
 		if err := ctx.Err(); err != nil {
 			return progressed, err
 		}
+		// Saved before the next line, not after the last: a Flush that
+		// fails stops the handling here, so what it keeps back stays
+		// bounded by Batch lines.
+		if f.pending >= f.Batch {
+			if err := f.persist(ctx); err != nil {
+				return progressed, err
+			}
+		}
 		line, size, over, err := f.readLine(br)
 		if errors.Is(err, io.EOF) {
 			return progressed, nil // nothing more, or a line still being written
@@ -457,11 +482,6 @@ func (f *Follower) drain(ctx context.Context, x *file, h Handler) (progressed bo
 			return progressed, err
 		}
 		progressed = true
-		if f.pending >= f.Batch {
-			if err := f.persist(); err != nil {
-				return progressed, err
-			}
-		}
 	}
 }
 

@@ -371,3 +371,42 @@ func TestSaveDoesNotFollowSymlinks(t *testing.T) {
 		t.Errorf("temp files left behind: %v", left)
 	}
 }
+
+// TestFlushBeforeSave: Flush runs before each checkpoint save; while it
+// fails nothing is saved (a restart hands the lines again) and the handler
+// gets at most Batch lines past the saved checkpoint.
+func TestFlushBeforeSave(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "findings.jsonl")
+	if err := os.WriteFile(path, []byte("a\nb\nc\nd\ne\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := FileStore(filepath.Join(dir, "cp.json"))
+	run := func(flushErr error) (handled []string, flushes int, err error) {
+		f := New(path, store)
+		f.Batch = 2
+		f.Flush = func(context.Context) error {
+			flushes++
+			return flushErr
+		}
+		err = f.Once(context.Background(), func(_ context.Context, line []byte) error {
+			handled = append(handled, string(line))
+			return nil
+		})
+		return handled, flushes, err
+	}
+	handled, flushes, err := run(errors.New("API down"))
+	if err == nil || strings.Join(handled, "") != "ab" || flushes == 0 {
+		t.Errorf("failing Flush: handled %q, %d flushes, err %v; want ab, some, an error", handled, flushes, err)
+	}
+	if cp, _ := store.Load(); cp.Offset != 0 {
+		t.Errorf("saved offset %d while Flush failed", cp.Offset)
+	}
+	handled, flushes, err = run(nil)
+	if err != nil || strings.Join(handled, "") != "abcde" || flushes != 3 {
+		t.Errorf("Flush working: handled %q, %d flushes, err %v; want abcde, 3 (every 2 lines and at the end)", handled, flushes, err)
+	}
+	if cp, _ := store.Load(); cp.Offset != 10 {
+		t.Errorf("saved offset %d, want 10", cp.Offset)
+	}
+}

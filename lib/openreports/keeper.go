@@ -305,48 +305,87 @@ func (k *Keeper) forbidden(ctx context.Context, cause error) (bool, error) {
 	return false, nil
 }
 
-// Write puts rec into its Report after its Event's post (see
-// Writer.WriteAfter), or does nothing (Off) while Reports are off. An
-// error means try the line again; an authorizer's 403 confirmed by an
-// access review switches Reports off instead, and one the review does
-// not confirm is this object's refusal (Rejected), so neither holds the
-// line.
-func (k *Keeper) Write(ctx context.Context, rec findings.Record, posted owner.Owned) (Result, error) {
+// stage puts rec into its Report after its Event's post (see
+// Writer.Stage), or does nothing (Off) while Reports are off. An error
+// means try the line again; an authorizer's 403 confirmed by an access
+// review switches Reports off instead, and one the review does not
+// confirm is this object's refusal (Rejected), so neither holds the line.
+func (k *Keeper) stage(ctx context.Context, rec findings.Record, posted owner.Owned) (Result, error) {
 	if !k.Enabled() {
 		return Result{Outcome: Off}, nil
 	}
 	if rec.KnownSubject() == findings.SubjectNode {
 		return k.writeNode(ctx, rec)
 	}
-	res, err := k.w.WriteAfter(ctx, rec, posted)
+	res, err := k.w.Stage(ctx, rec, posted)
 	if err != nil && kubeapi.IsForbiddenToUs(err) {
 		off, rerr := k.forbidden(ctx, err)
 		switch {
 		case rerr != nil:
 			return Result{}, fmt.Errorf("%w (and %w)", err, rerr)
 		case off:
+			k.w.Unstage("", "")
 			return Result{Outcome: Off, Why: err}, nil
 		}
 		return Result{Outcome: Rejected, Why: err}, nil
 	}
-	if err == nil {
-		k.byOutcome.WithLabelValues(string(res.Outcome)).Inc()
-	}
 	return res, err
 }
 
-// Consume puts rec into its Report (a lib/consumer Consumer): an error
-// means try the line again.
+// Consume stages rec for its Report (a lib/consumer Consumer; Flush
+// writes it before the checkpoint is saved): an error means try the line
+// again.
 func (k *Keeper) Consume(ctx context.Context, rec findings.Record) error {
 	var posted owner.Owned
 	if k.Posted != nil {
 		posted, _ = k.Posted(rec)
 	}
-	res, err := k.Write(ctx, rec, posted)
-	if err != nil || res.Outcome == Off {
+	res, err := k.stage(ctx, rec, posted)
+	if err != nil || res.Outcome == Off || (res.Outcome == Written && rec.KnownSubject() != findings.SubjectNode) {
+		// A staged result is counted and said when Flush wrote it (a
+		// node's ClusterReport is written at once).
 		return err
 	}
-	entry := k.log.WithFields(consumer.LogFields(rec)).WithField("report_outcome", string(res.Outcome))
+	k.finished(k.log.WithFields(consumer.LogFields(rec)), res, 1)
+	return nil
+}
+
+// Flush writes the Reports staged since the last checkpoint save (a
+// lib/consumer Flusher): one write a Report for all its findings. An
+// error keeps them staged and is retried; a Report refused for good is
+// said and dropped, an authorizer's 403 handled as Write's.
+func (k *Keeper) Flush(ctx context.Context) error {
+	if !k.Enabled() {
+		k.w.Unstage("", "")
+		return nil
+	}
+	for {
+		done, failed, err := k.w.Flush(ctx)
+		for _, res := range done {
+			k.finished(k.log.WithFields(nil), res, res.Records)
+		}
+		if err == nil || !kubeapi.IsForbiddenToUs(err) {
+			return err
+		}
+		off, rerr := k.forbidden(ctx, err)
+		switch {
+		case rerr != nil:
+			return fmt.Errorf("%w (and %w)", err, rerr)
+		case off:
+			k.w.Unstage("", "")
+			return nil
+		}
+		// This object's refusal: said, dropped, the rest written.
+		k.w.Unstage(failed.Namespace, failed.Name)
+		failed.Outcome, failed.Why = Rejected, err
+		k.finished(k.log.WithFields(nil), failed, failed.Records)
+	}
+}
+
+// finished counts and says a final Result of n findings.
+func (k *Keeper) finished(entry *logrus.Entry, res Result, n int) {
+	k.byOutcome.WithLabelValues(string(res.Outcome)).Add(float64(n))
+	entry = entry.WithField("report_outcome", string(res.Outcome))
 	switch {
 	case res.Name != "" && res.Namespace == "":
 		entry = entry.WithField("clusterreport", res.Name)
@@ -358,13 +397,12 @@ func (k *Keeper) Consume(ctx context.Context, rec findings.Record) error {
 	}
 	switch {
 	case res.Outcome == Rejected && kubeapi.Refusal(res.Why) != "" && k.Refusals != nil:
-		k.Refusals.Refused(entry, kubeapi.KindReport, rec.Pod.Namespace, res.Why)
+		k.Refusals.Refused(entry, kubeapi.KindReport, res.Namespace, res.Why)
 	case res.Outcome == Rejected:
 		entry.WithError(res.Why).Error("report rejected by the API server, finding's report skipped")
 	case (res.Outcome == Written || res.Outcome == Removed) && k.Refusals != nil:
-		k.Refusals.Clear(kubeapi.KindReport, rec.Pod.Namespace)
+		k.Refusals.Clear(kubeapi.KindReport, res.Namespace)
 	}
-	return nil
 }
 
 // writeNode is Write for a node record: Off while ClusterReports are; a
@@ -381,9 +419,6 @@ func (k *Keeper) writeNode(ctx context.Context, rec findings.Record) (Result, er
 			return Result{Outcome: Off, Why: err}, nil
 		}
 		return Result{Outcome: Rejected, Why: err}, nil
-	}
-	if err == nil {
-		k.byOutcome.WithLabelValues(string(res.Outcome)).Inc()
 	}
 	return res, err
 }

@@ -3,10 +3,12 @@ package openreports
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
@@ -55,10 +57,20 @@ func (w *Writer) writeNode(ctx context.Context, rec findings.Record) (Result, er
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	err := upsert(ctx, w.reports.OpenreportsV1alpha1().ClusterReports(), res.Name, res.Name, w.node,
-		func() *openreportsv1alpha1.ClusterReport {
-			return &openreportsv1alpha1.ClusterReport{ObjectMeta: metav1.ObjectMeta{Name: res.Name}}
-		},
+	api := w.reports.OpenreportsV1alpha1().ClusterReports()
+	err := upsert(ctx, api, res.Name, w.node,
+		func(bool) (*openreportsv1alpha1.ClusterReport, bool, error) {
+			// One object a node, written by its forwarder alone: read
+			// each time, no copy kept.
+			r, err := api.Get(ctx, res.Name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				return &openreportsv1alpha1.ClusterReport{ObjectMeta: metav1.ObjectMeta{Name: res.Name}}, true, nil
+			case err != nil:
+				return nil, false, fmt.Errorf("get report %q: %w", res.Name, err)
+			}
+			return r, false, nil
+		}, nil,
 		func(r *openreportsv1alpha1.ClusterReport) bool {
 			if x == nil {
 				return true

@@ -238,11 +238,17 @@ func subjects(pod *corev1.Pod, ref metav1.OwnerReference) []corev1.ObjectReferen
 // written before the workload came first name only the pod).
 func PodSubject(x openreportsv1alpha1.ReportResult) (corev1.ObjectReference, bool) {
 	for _, s := range x.Subjects {
-		if s.Kind == "Pod" && (s.APIVersion == "" || s.APIVersion == "v1") {
+		if IsPod(s.APIVersion, s.Kind) {
 			return s, true
 		}
 	}
 	return corev1.ObjectReference{}, false
+}
+
+// IsPod says whether a subject of this API version and kind is a Pod (a
+// reader that decodes results its own way uses it, as PodSubject does).
+func IsPod(apiVersion, kind string) bool {
+	return kind == "Pod" && (apiVersion == "" || apiVersion == "v1")
 }
 
 // Seen is the result's last sighting, zero when unreadable.

@@ -65,13 +65,18 @@ type Result struct {
 	Owner           owner.Owner
 	// Cut counts results this write left out of the Report.
 	Cut int
+	// Records counts the findings one Flush wrote into the Report.
+	Records int
 	// Why explains PodGone, NoPod and Rejected.
 	Why error
 }
 
 // Writer writes one node's Reports.
 type Writer struct {
-	kube    kubernetes.Interface
+	kube kubernetes.Interface
+	// Live finds the live pod a finding names (kubeapi.LivePod by
+	// default; the forwarder sets a kubeapi.NodePods' LivePod).
+	Live    func(context.Context, findings.Pod) (*corev1.Pod, error)
 	reports versioned.Interface
 	owners  *owner.Resolver
 	node    string
@@ -79,13 +84,30 @@ type Writer struct {
 	Grace time.Duration
 	now   func() time.Time
 	// mu serialises this writer's read-modify-writes: Write and Prune run
-	// in different goroutines.
+	// in different goroutines. It guards known and staged.
 	mu sync.Mutex
+	// known holds the Reports as this writer last wrote or listed them:
+	// their resourceVersion makes a write by anyone else since a 409.
+	known map[string]*openreportsv1alpha1.Report
+	// staged holds the changes Stage kept back for Flush, by Report
+	// (namespace/name), in order.
+	staged map[string]*staged
+	order  []string
+	// names are the names (namespace/name) of this node's Reports, from
+	// one LIST and kept by this writer's own creates and deletes, while
+	// listed is true: a Report not among them is created without a GET
+	// first (AlreadyExists reads it).
+	names  map[string]bool
+	listed bool
 }
 
 // New gives a Writer for node.
 func New(kube kubernetes.Interface, reports versioned.Interface, node string) *Writer {
-	return &Writer{kube: kube, reports: reports, owners: owner.New(kube), node: node, Grace: DefaultGrace, now: time.Now}
+	return &Writer{kube: kube, reports: reports, owners: owner.New(kube), node: node, Grace: DefaultGrace, now: time.Now,
+		known: map[string]*openreportsv1alpha1.Report{}, staged: map[string]*staged{},
+		Live: func(ctx context.Context, want findings.Pod) (*corev1.Pod, error) {
+			return kubeapi.LivePod(ctx, kube, want)
+		}}
 }
 
 // Available reports whether the API server serves Reports; false with a
@@ -144,43 +166,153 @@ func (w *Writer) Write(ctx context.Context, rec findings.Record) (Result, error)
 
 // WriteAfter is Write after rec's Event was posted: the live pod and its
 // owner that the post read (posted.Pod non-nil) are used as they are,
-// saving a pod GET and the owner's lookups for each finding.
+// saving a pod lookup and the owner's for each finding.
 func (w *Writer) WriteAfter(ctx context.Context, rec findings.Record, posted owner.Owned) (Result, error) {
 	if rec.KnownSubject() == findings.SubjectNode {
 		return w.writeNode(ctx, rec)
 	}
+	if rec.KnownState() == findings.StateGone {
+		return w.gone(ctx, rec)
+	}
+	res, change, err := w.plan(ctx, rec, posted)
+	if change == nil {
+		return res, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.finish(res, w.update(ctx, res.Namespace, res.Name, func(r *openreportsv1alpha1.Report) { res.Cut = change(r) }))
+}
+
+// Stage is WriteAfter kept back for Flush: the findings of one Report
+// between two checkpoint saves cost one write. A present record's
+// Outcome is Written once staged (Flush says how the write went); the
+// others are final as WriteAfter's, a gone one flushing first.
+func (w *Writer) Stage(ctx context.Context, rec findings.Record, posted owner.Owned) (Result, error) {
+	if rec.KnownSubject() == findings.SubjectNode {
+		return w.writeNode(ctx, rec)
+	}
+	if rec.KnownState() == findings.StateGone {
+		if _, failed, err := w.Flush(ctx); err != nil {
+			return failed, err
+		}
+		return w.gone(ctx, rec)
+	}
+	res, change, err := w.plan(ctx, rec, posted)
+	if change == nil {
+		return res, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := res.Namespace + "/" + res.Name
+	s := w.staged[k]
+	if s == nil {
+		s = &staged{namespace: res.Namespace, name: res.Name}
+		w.staged[k] = s
+		w.order = append(w.order, k)
+	}
+	s.changes = append(s.changes, change)
+	res.Outcome = Written
+	return res, nil
+}
+
+// staged is one Report's changes kept back for Flush.
+type staged struct {
+	namespace, name string
+	changes         []func(*openreportsv1alpha1.Report) int
+}
+
+// Flush writes the staged changes, one write a Report, in the order
+// first staged. done has the Reports finished with (Written, Records the
+// findings in it; or Rejected for good); on an error that may pass
+// (kubeapi.Retryable, a conflict that outlasted its tries) it stops,
+// failed names that Report, and it and the rest stay staged.
+func (w *Writer) Flush(ctx context.Context) (done []Result, failed Result, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(w.order) > 0 {
+		s := w.staged[w.order[0]]
+		res := Result{Namespace: s.namespace, Name: s.name, Records: len(s.changes)}
+		err := w.update(ctx, s.namespace, s.name, func(r *openreportsv1alpha1.Report) {
+			res.Cut = 0
+			for _, c := range s.changes {
+				res.Cut += c(r)
+			}
+		})
+		res, err = w.finish(res, err)
+		if err != nil {
+			return done, res, err
+		}
+		w.unstageLocked(s.namespace, s.name)
+		done = append(done, res)
+	}
+	return done, Result{}, nil
+}
+
+// Unstage drops a Report's staged changes (refused for good), or all with
+// an empty name (Reports switched off).
+func (w *Writer) Unstage(namespace, name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if name == "" {
+		clear(w.staged)
+		w.order = nil
+		return
+	}
+	w.unstageLocked(namespace, name)
+}
+
+func (w *Writer) unstageLocked(namespace, name string) {
+	k := namespace + "/" + name
+	delete(w.staged, k)
+	w.order = slices.DeleteFunc(w.order, func(o string) bool { return o == k })
+}
+
+// gone takes a gone record's results out of this node's Reports.
+func (w *Writer) gone(ctx context.Context, rec findings.Record) (Result, error) {
+	if res, ok := checkPod(rec); !ok {
+		return res, nil
+	}
+	// Matched as stored: the property is escaped and cut.
+	return w.remove(ctx, rec.Pod.Namespace, prop(rec.Pod.UID))
+}
+
+// checkPod says whether rec names a pod whose Report can be written;
+// when not, the final Result says why.
+func checkPod(rec findings.Record) (Result, bool) {
 	if rec.Pod.Namespace == "" || rec.Pod.Name == "" || rec.Pod.UID == "" {
-		return Result{Outcome: NoPod, Why: errors.New("record names no pod")}, nil
+		return Result{Outcome: NoPod, Why: errors.New("record names no pod")}, false
 	}
 	if msgs := path.IsValidPathSegmentName(rec.Pod.Namespace); len(msgs) > 0 {
-		return Result{Outcome: Rejected, Why: fmt.Errorf("invalid namespace %q: %s", rec.Pod.Namespace, strings.Join(msgs, ", "))}, nil
+		return Result{Outcome: Rejected, Why: fmt.Errorf("invalid namespace %q: %s", rec.Pod.Namespace, strings.Join(msgs, ", "))}, false
 	}
-	switch rec.KnownState() {
-	case findings.StateGone:
-		// Matched as stored: the property is escaped and cut.
-		return w.remove(ctx, rec.Pod.Namespace, prop(rec.Pod.UID))
-	case findings.StatePresent:
-		if !rec.HasUsage() {
-			return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil
-		}
+	return Result{}, true
+}
+
+// plan finds the Report a present or unknown record goes into and the
+// change putting its result there (returning how many results it cut);
+// with a nil change, the Result is final or the error says try again.
+func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Owned) (Result, func(*openreportsv1alpha1.Report) int, error) {
+	if res, ok := checkPod(rec); !ok {
+		return res, nil, nil
+	}
+	if rec.KnownState() == findings.StatePresent && !rec.HasUsage() {
+		return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil, nil
 	}
 	if posted.Pod == nil {
-		pod, err := kubeapi.LivePod(ctx, w.kube, rec.Pod)
+		pod, err := w.Live(ctx, rec.Pod)
 		switch {
 		case kubeapi.IsPodGone(err):
-			return Result{Outcome: PodGone, Why: err}, nil
+			return Result{Outcome: PodGone, Why: err}, nil, nil
 		case kubeapi.Retryable(err):
-			return Result{}, err
+			return Result{}, nil, err
 		case err != nil:
-			return Result{Outcome: Rejected, Why: err}, nil
+			return Result{Outcome: Rejected, Why: err}, nil, nil
 		}
 		posted = w.owners.Owned(ctx, pod)
 	}
 	pod, o, ref := posted.Pod, posted.Owner, posted.Ref
 	res := Result{Namespace: pod.Namespace, Name: Name(o, w.node), Owner: o}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	err := w.update(ctx, pod.Namespace, res.Name, func(r *openreportsv1alpha1.Report) {
+	return res, func(r *openreportsv1alpha1.Report) int {
 		r.OwnerReferences = []metav1.OwnerReference{ref}
 		r.Scope = &corev1.ObjectReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: pod.Namespace, Name: ref.Name, UID: ref.UID}
 		var first time.Time
@@ -192,9 +324,8 @@ func (w *Writer) WriteAfter(ctx context.Context, rec findings.Record, posted own
 			return mine
 		})
 		r.Results = append(r.Results, resultOf(rec, pod, o, ref, w.node, first))
-		res.Cut = bound(r)
-	})
-	return w.finish(res, err)
+		return bound(r)
+	}, nil
 }
 
 // finish turns an update error into an outcome.
@@ -221,6 +352,7 @@ func (w *Writer) remove(ctx context.Context, namespace, podUID string) (Result, 
 		return w.finish(Result{}, fmt.Errorf("list reports in %q: %w", namespace, err))
 	}
 	res := Result{Outcome: Removed, Namespace: namespace}
+	w.rememberAll(list.Items)
 	for _, r := range list.Items {
 		if !slices.ContainsFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool { return x.Properties[PropPodUID] == podUID }) {
 			continue
@@ -248,6 +380,7 @@ func (w *Writer) Prune(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("list reports: %w", err)
 	}
 	removed := 0
+	w.rememberAll(list.Items)
 	for _, r := range list.Items {
 		stale := map[string]bool{}
 		for _, x := range r.Results {
@@ -282,23 +415,128 @@ func (w *Writer) Prune(ctx context.Context) (int, error) {
 // podGone reports whether the result's pod no longer exists as that pod.
 func (w *Writer) podGone(ctx context.Context, x openreportsv1alpha1.ReportResult) (bool, error) {
 	s, _ := PodSubject(x)
-	pod, err := w.kube.CoreV1().Pods(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
+	_, err := w.Live(ctx, findings.Pod{Namespace: s.Namespace, Name: s.Name, UID: string(s.UID)})
 	switch {
-	case apierrors.IsNotFound(err):
+	case kubeapi.IsPodGone(err) || kubeapi.IsInvalid(err):
 		return true, nil
 	case err != nil:
-		return false, fmt.Errorf("get pod %q: %w", s.Namespace+"/"+s.Name, err)
+		return false, err
 	}
-	return pod.UID != s.UID, nil
+	return false, nil
 }
 
-// update reads the Report (a new one when missing), applies change and
-// writes it back under the resourceVersion it read, again on a conflict.
-// A Report left without results is deleted.
+// maxKnown bounds the Reports remembered; a node's forwarder writes one a
+// workload, and each is at most about 600 KiB (MaxResults).
+const maxKnown = 512
+
+// remember keeps r as the API server last served it (nil: forget it).
+func (w *Writer) remember(namespace, name string, r *openreportsv1alpha1.Report) {
+	k := namespace + "/" + name
+	if r == nil {
+		delete(w.known, k)
+		return
+	}
+	if _, ok := w.known[k]; !ok && len(w.known) >= maxKnown {
+		// Crude but bounded: each forgotten Report costs one GET.
+		clear(w.known)
+	}
+	w.known[k] = r
+}
+
+// rememberAll keeps the Reports of a list, the freshest copies there are.
+func (w *Writer) rememberAll(items []openreportsv1alpha1.Report) {
+	for i := range items {
+		w.remember(items[i].Namespace, items[i].Name, &items[i])
+		w.named(items[i].Namespace, items[i].Name, true)
+	}
+}
+
+// maxNames bounds names; past it, a new Report costs a GET again.
+const maxNames = 1 << 16
+
+// listNames lists the node's Reports once, a page at a time, for names.
+// A failure leaves listed false: each new Report then costs a GET.
+func (w *Writer) listNames(ctx context.Context) {
+	if w.listed {
+		return
+	}
+	names := map[string]bool{}
+	opts := metav1.ListOptions{LabelSelector: Selector(w.node), Limit: 50}
+	for {
+		l, err := w.reports.OpenreportsV1alpha1().Reports(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil || len(names)+len(l.Items) > maxNames {
+			return
+		}
+		for _, r := range l.Items {
+			names[r.Namespace+"/"+r.Name] = true
+		}
+		if l.Continue == "" {
+			break
+		}
+		opts.Continue = l.Continue
+	}
+	w.names, w.listed = names, true
+}
+
+// named records that the Report exists or not, while names are kept.
+func (w *Writer) named(namespace, name string, exists bool) {
+	if !w.listed {
+		return
+	}
+	if exists && len(w.names) >= maxNames {
+		w.names, w.listed = nil, false
+		return
+	}
+	if exists {
+		w.names[namespace+"/"+name] = true
+	} else {
+		delete(w.names, namespace+"/"+name)
+	}
+}
+
+// read is the Report as last served: the remembered copy; a new one when
+// the node's Reports were listed without it; else a GET (create when the
+// API server has none).
+func (w *Writer) read(ctx context.Context, namespace, name string, fresh bool) (r *openreportsv1alpha1.Report, create bool, err error) {
+	if r, ok := w.known[namespace+"/"+name]; ok {
+		return r.DeepCopy(), false, nil
+	}
+	if w.listNames(ctx); !fresh && w.listed && !w.names[namespace+"/"+name] {
+		return &openreportsv1alpha1.Report{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}, true, nil
+	}
+	r, err = w.reports.OpenreportsV1alpha1().Reports(namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return &openreportsv1alpha1.Report{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}, true, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("get report %q: %w", namespace+"/"+name, err)
+	}
+	return r, false, nil
+}
+
+// update applies change to the Report as last served (remembered from
+// the last write or list, else read; a new one when missing) and writes
+// it back under that resourceVersion: no GET before each write. A
+// conflict (someone else wrote it, or it is gone or there already) reads
+// it again and applies change anew. A Report left without results is
+// deleted.
 func (w *Writer) update(ctx context.Context, namespace, name string, change func(*openreportsv1alpha1.Report)) error {
-	return upsert(ctx, w.reports.OpenreportsV1alpha1().Reports(namespace), namespace+"/"+name, name, w.node,
-		func() *openreportsv1alpha1.Report {
-			return &openreportsv1alpha1.Report{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	return upsert(ctx, w.reports.OpenreportsV1alpha1().Reports(namespace), namespace+"/"+name, w.node,
+		func(fresh bool) (*openreportsv1alpha1.Report, bool, error) {
+			return w.read(ctx, namespace, name, fresh)
+		},
+		func(r *openreportsv1alpha1.Report, a afterWrite) {
+			switch a {
+			case wroteIt:
+				w.remember(namespace, name, r)
+				w.named(namespace, name, true)
+			case deletedIt:
+				w.remember(namespace, name, nil)
+				w.named(namespace, name, false)
+			default:
+				// Whatever went wrong, the remembered copy may be stale now.
+				w.remember(namespace, name, nil)
+			}
 		},
 		func(r *openreportsv1alpha1.Report) bool {
 			r.Source = Source
@@ -316,23 +554,33 @@ type reportAPI[T metav1.Object] interface {
 	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
 }
 
+// afterWrite is what became of an object upsert wrote, for its after.
+type afterWrite int
+
+const (
+	wroteIt afterWrite = iota
+	deletedIt
+	failedIt
+)
+
 // upsert is the read-modify-write of one of node's Reports or
-// ClusterReports named name (what is its name in errors): it reads the
-// object (fresh() when missing), labels it ours and node's, applies
-// change, which says whether the object is left empty, and writes it back
-// under the resourceVersion it read, again on a conflict. An object left
-// empty is deleted (not created).
-func upsert[T metav1.Object](ctx context.Context, api reportAPI[T], what, name, node string, fresh func() T, change func(T) (empty bool)) error {
+// ClusterReports (what names it in errors): read gives the object as last
+// served (create: none there yet; fresh: ask the API server, after a
+// conflict); it is labelled ours and node's, change applies and says
+// whether the object is left empty, and the object is written back under
+// the resourceVersion read gave, again on a conflict. An object left
+// empty is deleted (not created). after, when not nil, learns what the
+// API server answered (a cache keeps it).
+func upsert[T metav1.Object](ctx context.Context, api reportAPI[T], what, node string,
+	read func(fresh bool) (T, bool, error), after func(T, afterWrite), change func(T) (empty bool)) error {
+	if after == nil {
+		after = func(T, afterWrite) {}
+	}
 	var err error
-	for range conflictTries {
-		var r T
-		r, err = api.Get(ctx, name, metav1.GetOptions{})
-		create := apierrors.IsNotFound(err)
-		switch {
-		case create:
-			r = fresh()
-		case err != nil:
-			return fmt.Errorf("get report %q: %w", what, err)
+	for try := range conflictTries {
+		r, create, rerr := read(try > 0)
+		if rerr != nil {
+			return rerr
 		}
 		l := r.GetLabels()
 		if l == nil {
@@ -342,24 +590,28 @@ func upsert[T metav1.Object](ctx context.Context, api reportAPI[T], what, name, 
 		l[NodeLabel] = NodeLabelValue(node)
 		r.SetLabels(l)
 		empty := change(r)
+		var wrote T
 		switch {
 		case empty && create:
 			return nil
 		case empty:
 			rv := r.GetResourceVersion()
-			err = api.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
-			if apierrors.IsNotFound(err) {
+			err = api.Delete(ctx, r.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+			if err == nil || apierrors.IsNotFound(err) {
+				after(r, deletedIt)
 				return nil
 			}
 		case create:
-			_, err = api.Create(ctx, r, metav1.CreateOptions{FieldManager: Source})
+			wrote, err = api.Create(ctx, r, metav1.CreateOptions{FieldManager: Source})
 		default:
-			_, err = api.Update(ctx, r, metav1.UpdateOptions{FieldManager: Source})
+			wrote, err = api.Update(ctx, r, metav1.UpdateOptions{FieldManager: Source})
 		}
 		if err == nil {
+			after(wrote, wroteIt)
 			return nil
 		}
-		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+		after(r, failedIt)
+		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) && !(apierrors.IsNotFound(err) && !create) {
 			return fmt.Errorf("write report %q: %w", what, err)
 		}
 	}

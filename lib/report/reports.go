@@ -58,27 +58,13 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error)
 	)
 	opts := metav1.ListOptions{LabelSelector: openreports.Selector(""), Limit: reportsPage}
 	for {
-		l, err := rc.OpenreportsV1alpha1().Reports(c.Namespace).List(ctx, opts)
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("list reports: %w", ErrNoSource)
-		}
-		if apierrors.IsForbidden(err) {
-			return nil, &ForbiddenError{Verb: "list", Resource: ResourceReports, Namespace: c.Namespace, Err: err}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list reports: %w", err)
-		}
-		if err := checkPage("reports", len(l.Items), opts.Limit); err != nil {
-			return nil, err
-		}
-		for i := range l.Items {
+		next, err := listReports(ctx, rc, c.Namespace, opts, func(r *leanReport) {
 			found = true
-			r := &l.Items[i]
 			same := map[string]string{}
 			var prev Item
 			for _, x := range r.Results {
 				share(x.Properties, same)
-				if it, ok := resultItem(r.Namespace, x, sk); ok {
+				if it, ok := resultItem(r.Metadata.Namespace, x, sk); ok {
 					it = valid(it, sk)
 					// Equal lists shared too: nothing changes an
 					// Item's lists once read.
@@ -92,11 +78,20 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error)
 					prev = it
 				}
 			}
+		})
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("list reports: %w", ErrNoSource)
 		}
-		if l.Continue == "" {
+		if apierrors.IsForbidden(err) {
+			return nil, &ForbiddenError{Verb: "list", Resource: ResourceReports, Namespace: c.Namespace, Err: err}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list reports: %w", err)
+		}
+		if next == "" {
 			break
 		}
-		opts.Continue = l.Continue
+		opts.Continue = next
 	}
 	if !found {
 		return nil, fmt.Errorf("list reports: %w", errNoneOfOurs)
@@ -127,7 +122,7 @@ func share(p, same map[string]string) {
 
 // resultItem reads one result of a Report in namespace; false for a result
 // that is not ours or not about a pod (the cut note is counted in sk).
-func resultItem(namespace string, x openreportsv1alpha1.ReportResult, sk *Skipped) (Item, bool) {
+func resultItem(namespace string, x leanResult, sk *Skipped) (Item, bool) {
 	if x.Source != openreports.Source {
 		return Item{}, false
 	}
@@ -139,14 +134,14 @@ func resultItem(namespace string, x openreportsv1alpha1.ReportResult, sk *Skippe
 		sk.Cut += n
 		return Item{}, false
 	}
-	pod, ok := openreports.PodSubject(x)
+	pod, ok := x.podSubject()
 	if !ok {
 		sk.Malformed++
 		return Item{}, false
 	}
 	p := x.Properties
 	it := Item{Namespace: namespace, Pod: pod.Name, PodUID: string(pod.UID), Node: p[openreports.PropNodes],
-		Owner: owner.Bare(pod.Name), Source: "reports", State: findings.StatePresent, Time: openreports.Seen(x),
+		Owner: owner.Bare(pod.Name), Source: "reports", State: findings.StatePresent, Time: openreports.Seen(openreportsv1alpha1.ReportResult{Properties: p}),
 		Truncated: p[openreports.PropTruncated] == "true", MixedBackends: p[openreports.PropMixedBackends] == "true"}
 	if m := p[openreports.PropModules]; m != "" {
 		// Judged already: read back as the xt level's, which Judged

@@ -22,7 +22,7 @@ func TestResultItem(t *testing.T) {
 			openreports.PropExample + "1": "[ip nat, xt] -A OUTPUT -j REDIRECT", openreports.PropExample + "2": "-A INPUT -j ACCEPT",
 		}}
 	var sk Skipped
-	it, ok := resultItem("shop", x, &sk)
+	it, ok := resultItem("shop", lean(t, x), &sk)
 	want := findings.Example{Family: "ip", Table: "nat", Impact: findings.ImpactXt, Rule: "-A OUTPUT -j REDIRECT"}
 	if !ok || it.Namespace != "shop" || it.Pod != "web-1" || it.PodUID != "u1" || it.Owner.String() != "Deployment/web" || it.Node != "node-a" ||
 		it.Worst != findings.ImpactXt || it.Impact != (findings.Impact{Xt: 2, Native: 1}) || it.State != findings.StatePresent ||
@@ -34,18 +34,18 @@ func TestResultItem(t *testing.T) {
 	// Results written since the workload came first read the same;
 	// one naming no pod is malformed.
 	x.Subjects = []corev1.ObjectReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d1"}, pod[0]}
-	if it, ok := resultItem("shop", x, &sk); !ok || it.Pod != "web-1" || it.PodUID != "u1" {
+	if it, ok := resultItem("shop", lean(t, x), &sk); !ok || it.Pod != "web-1" || it.PodUID != "u1" {
 		t.Errorf("workload-first result: %+v", it)
 	}
 	x.Subjects = x.Subjects[:1]
-	if _, ok := resultItem("shop", x, &sk); ok || sk.Malformed != 1 {
+	if _, ok := resultItem("shop", lean(t, x), &sk); ok || sk.Malformed != 1 {
 		t.Errorf("a result without a pod read: %+v", sk)
 	}
 	sk, x.Subjects = Skipped{}, pod
 	// Mixed backends and the kernel modules read back; a name that is no
 	// module's is dropped and counted.
 	x.Properties[openreports.PropMixedBackends], x.Properties[openreports.PropModules] = "true", "ip_tables,xt_owner,<b>"
-	if it, _ := resultItem("shop", x, &sk); !it.MixedBackends || strings.Join(valid(it, &sk).Modules.Judged(), ",") != "ip_tables,xt_owner" || sk.Invalid != 1 {
+	if it, _ := resultItem("shop", lean(t, x), &sk); !it.MixedBackends || strings.Join(valid(it, &sk).Modules.Judged(), ",") != "ip_tables,xt_owner" || sk.Invalid != 1 {
 		t.Errorf("mixed and modules: %+v, %+v", it, sk)
 	}
 	delete(x.Properties, openreports.PropMixedBackends)
@@ -55,30 +55,30 @@ func TestResultItem(t *testing.T) {
 	// A Report anyone may write: a doc that is no http(s) link is dropped
 	// and counted, never shown as the vendor's.
 	x.Properties[openreports.PropDoc] = "javascript:alert(1)"
-	if it, _ := resultItem("shop", x, &sk); valid(it, &sk).Vendors[0].Doc != "" || sk.Invalid != 1 {
+	if it, _ := resultItem("shop", lean(t, x), &sk); valid(it, &sk).Vendors[0].Doc != "" || sk.Invalid != 1 {
 		t.Errorf("forged doc kept: %+v, %+v", valid(it, &Skipped{}).Vendors, sk)
 	}
 	sk = Skipped{}
 
 	x.Rule, x.Result, x.Properties = openreports.RuleUnknown, "error", map[string]string{openreports.PropError: "inspect: busy"}
-	if it, ok := resultItem("shop", x, &sk); !ok || it.State != findings.StateUnknown || it.Error != "inspect: busy" || it.Worst != "" {
+	if it, ok := resultItem("shop", lean(t, x), &sk); !ok || it.State != findings.StateUnknown || it.Error != "inspect: busy" || it.Worst != "" {
 		t.Errorf("error result: %+v", it)
 	}
 	x.Rule, x.Result = openreports.RuleUnclassified, "warn"
-	if it, _ := resultItem("shop", x, &sk); it.Worst != "" || it.State != findings.StatePresent {
+	if it, _ := resultItem("shop", lean(t, x), &sk); it.Worst != "" || it.State != findings.StatePresent {
 		t.Errorf("unclassified result: %+v", it)
 	}
 	x.Rule, x.Result = "BOGUS", "fail"
-	if it, _ := resultItem("shop", x, &sk); valid(it, &sk).Worst != "" || sk.Invalid != 1 {
+	if it, _ := resultItem("shop", lean(t, x), &sk); valid(it, &sk).Worst != "" || sk.Invalid != 1 {
 		t.Errorf("bogus level: %+v, %+v", it, sk)
 	}
-	if _, ok := resultItem("shop", openreportsv1alpha1.ReportResult{Source: "kyverno", Rule: findings.ImpactLegacy, Subjects: pod}, &sk); ok {
+	if _, ok := resultItem("shop", lean(t, openreportsv1alpha1.ReportResult{Source: "kyverno", Rule: findings.ImpactLegacy, Subjects: pod}), &sk); ok {
 		t.Error("another engine's result read")
 	}
 	for cut, want := range map[string]int{"7": 7, "-3": 1, "x": 1} {
 		sk = Skipped{}
-		if _, ok := resultItem("shop", openreportsv1alpha1.ReportResult{Source: openreports.Source, Rule: openreports.CutRule, Result: "skip",
-			Properties: map[string]string{"cut": cut}}, &sk); ok || sk.Cut != want {
+		if _, ok := resultItem("shop", lean(t, openreportsv1alpha1.ReportResult{Source: openreports.Source, Rule: openreports.CutRule, Result: "skip",
+			Properties: map[string]string{"cut": cut}}), &sk); ok || sk.Cut != want {
 			t.Errorf("cut %q: %v, %+v", cut, ok, sk)
 		}
 	}

@@ -52,7 +52,7 @@ func TestWriterSources(t *testing.T) {
 	x := openreportsv1alpha1.ReportResult{Source: openreports.Source, Rule: findings.ImpactXt, Result: "fail",
 		Subjects:   []corev1.ObjectReference{{Kind: "Pod", Name: "web-1", UID: "u1"}},
 		Properties: map[string]string{openreports.PropOwner: "Deployment/web", openreports.PropWriter: strings.Repeat(hostileWriter, 1000)}}
-	it, ok := resultItem("shop", x, &sk)
+	it, ok := resultItem("shop", lean(t, x), &sk)
 	it = valid(it, &sk)
 	if !ok || len(it.Writer) > maxText || !strings.HasPrefix(it.Writer, "sh\n") {
 		t.Errorf("report's writer: %d bytes %q", len(it.Writer), it.Writer[:min(len(it.Writer), 60)])
