@@ -17,6 +17,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/jsonschema"
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
+	"github.com/iptables-alerter/iptables-alerter/lib/execwatch"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/report"
 )
@@ -55,6 +56,8 @@ func Specs() map[string]jsonschema.Spec {
 				"Record.schema":  {findings.Schema},
 				"Record.worst":   levels,
 				"Example.impact": levels,
+				"Exec.backend":   {execwatch.BackendLegacy, execwatch.BackendNft},
+				"Exec.operation": {execwatch.OpWrite, execwatch.OpRead, execwatch.OpSave, execwatch.OpRestore},
 			},
 		},
 		Report: {
