@@ -22,7 +22,10 @@ import (
 func TestHostilePodCannotRotateOthersAway(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "findings.jsonl")
-	log := findings.Log{Path: path, MaxBytes: 32 << 10, Generations: 4}
+	// The five files hold the hostile pod's limit of MaxRecordBytes lines
+	// and the other pods' lines (about 1 KiB each since the exec, modules
+	// and mixed_backends fields), and still rotate at least three times.
+	log := findings.Log{Path: path, MaxBytes: 40 << 10, Generations: 4}
 	seen := findings.Seen{Dir: filepath.Join(dir, "run")}
 	ctx := context.Background()
 	record := func(sandbox string, rec findings.Record) {

@@ -282,7 +282,7 @@ func TestReportsOutliveEvents(t *testing.T) {
 	}
 	for key, w := range map[string]struct{ pod, worst, vendor, hint, doc, writer string }{
 		"shop/Deployment/web": {web.Name, findings.ImpactXt, "istio", "Istio 1.27+", "https://istio.io/", ""},
-		"shop/StatefulSet/db": {db.Name, findings.ImpactLegacy, "linkerd", "Linkerd's proxy-init", "https://linkerd.io/", wantWriter},
+		"shop/StatefulSet/db": {db.Name, findings.ImpactLegacy, "linkerd", "Linkerd's charts default to proxyInit.iptablesMode=nft", "https://linkerd.io/", wantWriter},
 	} {
 		g, ok := got[key]
 		hint, doc := g.Hint()
