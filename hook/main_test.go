@@ -86,8 +86,9 @@ func TestDispatch(t *testing.T) {
 }
 
 // TestCommandTable: each build has its commands, named once, each flag
-// spelt --long (what every caller in packaging/ and tests/ passes); the one
-// shorthand is kubectl's -n for --namespace.
+// spelt --long (what every caller in packaging/ and tests/ passes); the
+// only shorthands are kubectl's: -n --namespace, -A --all-namespaces and
+// -o --format (its --output).
 func TestCommandTable(t *testing.T) {
 	seen := map[string]bool{}
 	for _, c := range commands() {
@@ -98,7 +99,8 @@ func TestCommandTable(t *testing.T) {
 		fs := pflag.NewFlagSet(c.name(), pflag.ContinueOnError)
 		c.newConfig().register(fs)
 		fs.VisitAll(func(f *pflag.Flag) {
-			if (f.Shorthand != "" && (f.Shorthand != "n" || f.Name != "namespace")) || len(f.Name) < 2 {
+			kubectls := map[string]string{"n": "namespace", "A": "all-namespaces", "o": "format"}
+			if (f.Shorthand != "" && kubectls[f.Shorthand] != f.Name) || len(f.Name) < 2 {
 				t.Errorf("%s --%s: want long flags only", c.name(), f.Name)
 			}
 		})

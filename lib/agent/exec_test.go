@@ -40,9 +40,7 @@ func TestExecWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready(t, a, p.Id)
-	if up, why := a.ExecWatching(); !up {
-		t.Fatalf("exec watch off: %s", why)
-	}
+	execUp(t, a)
 
 	ns.Run("iptables-legacy", "-t", "nat", "-A", "OUTPUT", "-m", "comment", "--comment", "legacy-write", "-j", "ACCEPT")
 	s := execScan(t, rec, "legacy-write")
@@ -121,9 +119,7 @@ func TestExecWatchNode(t *testing.T) {
 	})
 	// The node watch's start scan: its monitor is open.
 	nodeScan(t, rec.recorder)
-	if up, why := a.ExecWatching(); !up {
-		t.Fatalf("exec watch off: %s", why)
-	}
+	execUp(t, a)
 	if _, err := node.Exec("iptables-legacy", "-t", "bogus", "-A", "INPUT", "-m", "comment", "--comment", "node-bogus", "-j", "ACCEPT"); err == nil {
 		t.Fatal("-t bogus worked")
 	}
@@ -176,5 +172,22 @@ func TestExecFailure(t *testing.T) {
 		if f != tc.failed || m != tc.missing {
 			t.Errorf("%q exit %d signal %d: failed %v missing %v, want %v %v", tc.c.Argv, tc.c.Code, tc.c.Signal, f, m, tc.failed, tc.missing)
 		}
+	}
+}
+
+// execUp waits for the exec watch to listen (it opens beside the watch,
+// not before the first scan); a reason given means it never will.
+func execUp(t *testing.T, a *Agent) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		up, why := a.ExecWatching()
+		switch {
+		case up:
+			return
+		case why != "" || time.Now().After(deadline):
+			t.Fatalf("exec watch off: %q", why)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
