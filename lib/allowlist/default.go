@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // defaultJSON holds the rules the platform's own network plugins put in
@@ -19,14 +20,21 @@ var defaultJSON []byte
 const DefaultPath = "/etc/iptables-alerter/allowlist.json"
 
 // Default is the built-in list.
-func Default() *List {
+//
+// Parsed and compiled once: the agent loads its lists for every scan that
+// finds usage (an admin's edit takes effect at the next), and compiling the
+// built-in one each time was a twentieth of a first sweep's CPU. A List is
+// never changed after New, so every caller can share it.
+func Default() *List { return defaultList() }
+
+var defaultList = sync.OnceValue(func() *List {
 	l, err := Parse(defaultJSON, "built-in")
 	if err != nil {
 		// The file is embedded and tested; a broken one is a build bug.
 		panic(fmt.Sprintf("built-in allowlist: %v", err))
 	}
 	return l
-}
+})
 
 // platformJSON holds the rules the node's own components write in the
 // node's network namespace, each entry the exact rule shapes of one
