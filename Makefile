@@ -68,7 +68,7 @@ test-integration: deps
 	CI=true $(GO) test -count=1 -timeout 20m -tags hookonly ./hook
 
 bench: bench-deps build
-	$(GO) run ./tests/bench -bin $(HOOKBIN) -agent-bin $(BIN)
+	$(GO) run ./tests/bench -bin $(HOOKBIN) -agent-bin $(AGENTBIN)
 	$(GO) test -run XXX -bench 'CRIOHook|CRIOAgent' -benchtime 1x -timeout 60m ./tests/bench -crio-bin $(abspath $(BIN)) -crio-hookbin $(abspath $(HOOKBIN))
 	$(GO) test -run XXX -bench Reports -benchtime 1x -timeout 30m ./tests/bench -reports-bin $(abspath $(BIN))
 	$(GO) test -run XXX -bench . -benchtime 20x ./lib/...
@@ -108,6 +108,8 @@ install-files:
 	mv -fT $(DESTDIR)$(BINDIR)/.iptables-alerter.tmp $(DESTDIR)$(BINDIR)/iptables-alerter
 	install -m 0755 $(HOOKBIN) $(DESTDIR)$(BINDIR)/.iptables-alerter-hook.tmp
 	mv -fT $(DESTDIR)$(BINDIR)/.iptables-alerter-hook.tmp $(DESTDIR)$(BINDIR)/iptables-alerter-hook
+	install -m 0755 $(AGENTBIN) $(DESTDIR)$(BINDIR)/.iptables-alerter-agent.tmp
+	mv -fT $(DESTDIR)$(BINDIR)/.iptables-alerter-agent.tmp $(DESTDIR)$(BINDIR)/iptables-alerter-agent
 	sed 's|/usr/local/bin/|$(BINDIR)/|g' hooks.d/iptables-alerter.json > $(DESTDIR)$(HOOKSDIR)/.iptables-alerter.json.tmp
 	chmod 0644 $(DESTDIR)$(HOOKSDIR)/.iptables-alerter.json.tmp
 	mv -fT $(DESTDIR)$(HOOKSDIR)/.iptables-alerter.json.tmp $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
@@ -116,7 +118,7 @@ install-files:
 # if it did, the JSON's command exits 0 without its binary).
 uninstall:
 	rm -f $(DESTDIR)$(HOOKSDIR)/iptables-alerter.json
-	rm -f $(DESTDIR)$(BINDIR)/iptables-alerter $(DESTDIR)$(BINDIR)/iptables-alerter-hook
+	rm -f $(DESTDIR)$(BINDIR)/iptables-alerter $(DESTDIR)$(BINDIR)/iptables-alerter-hook $(DESTDIR)$(BINDIR)/iptables-alerter-agent
 	rm -f $(addprefix $(DESTDIR)$(UNITDIR)/,$(notdir $(wildcard packaging/systemd/*.service packaging/systemd/*.timer)))
 	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man8/,$(notdir $(wildcard docs/man/*.8)))
 
@@ -198,7 +200,7 @@ image:
 	$(PODMAN) manifest create $(IMAGE)
 	for p in $(PLATFORMS); do \
 		arch=$${p#*/} && ctx=$(IMAGE_CONTEXT)/$$arch && mkdir -p $$ctx && \
-		GOOS=$${p%%/*} GOARCH=$$arch $(MAKE) --no-print-directory build BIN=$$ctx/iptables-alerter HOOKBIN=$$ctx/iptables-alerter-hook && \
+		GOOS=$${p%%/*} GOARCH=$$arch $(MAKE) --no-print-directory build BIN=$$ctx/iptables-alerter HOOKBIN=$$ctx/iptables-alerter-hook AGENTBIN=$$ctx/iptables-alerter-agent && \
 		cp hooks.d/iptables-alerter.json $$ctx/ && \
 		$(PODMAN) build --pull=never --no-cache --platform $$p -f packaging/Containerfile -t $(IMAGE)-$$arch \
 			--build-arg VERSION=$(VERSION) --build-arg REVISION=$(or $(COMMIT),unknown) \
@@ -249,7 +251,7 @@ release:
 	rm -rf $(DIST) && mkdir -p $(DIST)/image $(DIST)/chart
 	for p in $(RELEASE_PLATFORMS); do \
 		ctx=$(DIST)/image/$${p#*/} && mkdir -p $$ctx && \
-		GOOS=$${p%%/*} GOARCH=$${p#*/} $(MAKE) --no-print-directory build BIN=$$ctx/iptables-alerter HOOKBIN=$$ctx/iptables-alerter-hook && \
+		GOOS=$${p%%/*} GOARCH=$${p#*/} $(MAKE) --no-print-directory build BIN=$$ctx/iptables-alerter HOOKBIN=$$ctx/iptables-alerter-hook AGENTBIN=$$ctx/iptables-alerter-agent && \
 		cp hooks.d/iptables-alerter.json $$ctx/ || exit 1; \
 	done
 	$(GO) run ./internal/ociimage -containerfile packaging/Containerfile -ref $(RELEASE_IMAGE):$(VERSION) \

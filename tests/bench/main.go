@@ -28,7 +28,7 @@ func main() {
 	runs := flag.Int("runs", 30, "runs of each command per size")
 	sizes := flag.String("sizes", "0,10,10000", "ruleset sizes (rules in ip filter INPUT)")
 	comments := flag.Int("comment-rules", 1100, "rules of the comment-heavy case (each with 100 -m comment); 0 skips it")
-	agentBin := flag.String("agent-bin", "", "full build with the agent command; empty skips the agent's benchmarks")
+	agentBin := flag.String("agent-bin", "", "a build with the agent command (make bench passes the agent-only build the image runs); empty skips the agent's benchmarks")
 	pods := flag.Int("pods", 250, "agent: pod netns of the sweep (a third clean, a third 10 rules, a third 1000 rules)")
 	idlePods := flag.Int("idle-pods", 100, "agent: pods of the idle and handler-latency runs; 0 skips those runs (the sweep alone)")
 	idle := flag.Duration("idle", 60*time.Second, "agent: idle window measured")

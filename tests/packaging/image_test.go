@@ -112,7 +112,7 @@ func TestImage(t *testing.T) {
 			if b, err := p.cmd(context.Background(), "create", "--pull=never", "--name", name, ref).CombinedOutput(); err != nil {
 				t.Fatalf("podman create %s: %v\n%s", ref, err, b)
 			}
-			for _, bin := range []string{"/usr/bin/iptables-alerter", "/usr/bin/iptables-alerter-hook"} {
+			for _, bin := range []string{"/usr/bin/iptables-alerter", "/usr/bin/iptables-alerter-agent", "/usr/bin/iptables-alerter-hook"} {
 				tarball, err := p.cmd(context.Background(), "cp", name+":"+bin, "-").Output()
 				if err != nil {
 					t.Fatalf("podman cp %s: %v", bin, err)

@@ -36,7 +36,7 @@ func TestMakeInstallChecksCRIO(t *testing.T) {
 			}
 			mk := func(args ...string) (string, error) {
 				out, err := exec.Command("make", append([]string{"-C", repo(t), "install", "DESTDIR=" + root,
-					"BIN=" + bin + "/iptables-alerter", "HOOKBIN=" + bin + "/iptables-alerter-hook"}, args...)...).CombinedOutput()
+					"BIN=" + bin + "/iptables-alerter", "HOOKBIN=" + bin + "/iptables-alerter-hook", "AGENTBIN=" + bin + "/iptables-alerter-agent"}, args...)...).CombinedOutput()
 				return string(out), err
 			}
 			out, err := mk()
@@ -49,7 +49,7 @@ func TestMakeInstallChecksCRIO(t *testing.T) {
 			if out, err := mk("HOOKSDIR=/usr/share/containers/oci/hooks.d"); err != nil {
 				t.Fatalf("make install HOOKSDIR=/usr/share/...: %v\n%s", err, out)
 			}
-			for _, f := range []string{"usr/local/bin/iptables-alerter-hook", "usr/share/containers/oci/hooks.d/iptables-alerter.json"} {
+			for _, f := range []string{"usr/local/bin/iptables-alerter-hook", "usr/local/bin/iptables-alerter-agent", "usr/share/containers/oci/hooks.d/iptables-alerter.json"} {
 				if _, err := os.Stat(filepath.Join(root, f)); err != nil {
 					t.Errorf("make install: %v", err)
 				}

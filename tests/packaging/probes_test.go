@@ -11,21 +11,31 @@ import (
 )
 
 // checkProbes: every probe of every container is an exec probe running
-// `iptables-alerter health --addr=A`, A the container's own --probe-addr
-// on loopback, with an explicit timeoutSeconds: the kubelet's HTTP probe
-// reaches the pod's IP, whose health port one client could fill.
+// `health --addr=A` of the container's own program (its command, else the
+// image's entrypoint: the agent's is the agent-only build), A the
+// container's own --probe-addr on loopback, with an explicit
+// timeoutSeconds: the kubelet's HTTP probe reaches the pod's IP, whose
+// health port one client could fill.
 func checkProbes(t *testing.T, containers []corev1.Container) {
 	t.Helper()
 	probed := 0
 	for _, c := range containers {
 		addr, _ := argValue(c.Args, "probe-addr")
+		bin := "/usr/bin/iptables-alerter"
+		if len(c.Command) > 0 {
+			bin = c.Command[0]
+		}
+		// The agent runs its own smaller build (docs/performance.md).
+		if c.Name == "agent" && bin != "/usr/bin/iptables-alerter-agent" {
+			t.Errorf("agent: runs %s, want the agent-only build /usr/bin/iptables-alerter-agent", bin)
+		}
 		for kind, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe, "startup": c.StartupProbe} {
 			if p == nil {
 				continue
 			}
 			probed++
-			if p.Exec == nil || !slices.Equal(p.Exec.Command, []string{"/usr/bin/iptables-alerter", "health", "--addr=" + addr}) || addr == "" {
-				t.Errorf("%s: %s probe %+v, want exec of /usr/bin/iptables-alerter health --addr=<its --probe-addr %q>", c.Name, kind, p.ProbeHandler, addr)
+			if p.Exec == nil || !slices.Equal(p.Exec.Command, []string{bin, "health", "--addr=" + addr}) || addr == "" {
+				t.Errorf("%s: %s probe %+v, want exec of %s health --addr=<its --probe-addr %q>", c.Name, kind, p.ProbeHandler, bin, addr)
 			}
 			if p.TimeoutSeconds <= 0 {
 				t.Errorf("%s: %s probe without timeoutSeconds", c.Name, kind)

@@ -22,6 +22,7 @@ var rpmFiles = append([]string{
 	"/etc/iptables-alerter",
 	"/etc/iptables-alerter/allowlist.json",
 	"/usr/bin/iptables-alerter",
+	"/usr/bin/iptables-alerter-agent",
 	"/usr/bin/iptables-alerter-hook",
 	"/usr/lib/systemd/system/iptables-alerter-agent.service",
 	"/usr/lib/systemd/system/iptables-alerter-textfile-once.service",

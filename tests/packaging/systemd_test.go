@@ -122,8 +122,10 @@ func TestUnitsAnalyze(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "bin/iptables-alerter"), []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
+	for _, b := range []string{"iptables-alerter", "iptables-alerter-agent"} {
+		if err := os.WriteFile(filepath.Join(dir, "bin", b), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	pages, _ := filepath.Glob(filepath.Join(repo(t), "docs/man/*.8"))
 	for _, p := range pages {
