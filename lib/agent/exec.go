@@ -275,6 +275,13 @@ func (a *Agent) execOff(err error) {
 // for more than the counters' lock.
 func (a *Agent) execMissed(c execwatch.Command, why string) {
 	a.metrics.execMissed.WithLabelValues(why).Inc()
+	if why == missGone {
+		// Its pod's count too, when its cgroup names a container of a
+		// watched pod (a zombie keeps its cgroup).
+		if w, _ := a.placeExec(c); w != nil && !w.node {
+			a.usage.ExecMissed(w.meta)
+		}
+	}
 	e := a.execs
 	e.mu.Lock()
 	defer e.mu.Unlock()

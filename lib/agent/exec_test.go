@@ -12,6 +12,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/execwatch"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
 // execScan waits for the next scan or record of the exec watch whose
@@ -258,6 +259,10 @@ func TestExecLosses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The pod whose container ran the command that ended unread: its
+	// count says so.
+	a.watches.pods["sb"] = &watched{meta: scan.Meta{SandboxID: "sb", Pod: findings.Pod{Namespace: "ns", Name: "p"}}}
+	a.watches.ctrs["c0ffee"] = ctrInfo{sandbox: "sb"}
 	gone := execwatch.Command{PID: 42, Argv: []string{"iptables"}, Writer: &findings.Writer{PID: 42, Comm: "iptables", ContainerID: "c0ffee"}}
 	for i := 0; i < 7; i++ {
 		a.execMissed(gone, missGone)
@@ -277,5 +282,8 @@ func TestExecLosses(t *testing.T) {
 	}
 	if v := counter(a.metrics.execMissed.WithLabelValues(missGone)); v != 7 {
 		t.Errorf("exec_missed_total{reason=%q} %v, want 7", missGone, v)
+	}
+	if got := a.usage.execCounts(); len(got) != 1 || got[0].name != "p" || got[0].missed != 7 || got[0].attempts != 0 {
+		t.Errorf("pod command counts %+v, want 7 missed", got)
 	}
 }

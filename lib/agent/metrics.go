@@ -171,7 +171,7 @@ var (
 		"Rules the agent's latest scan found in a running pod's network namespace, by RHEL 10 impact (legacy: breaks; xt: breaks unless kernel-modules-extra is installed; native: keeps loading) and recognised vendor (unknown: none; other: an admin-added one; a pod naming two has a series for each); only levels with rules, only pods with usage, each until it stops or its usage is gone. owner is the workload its labels name (Deployment/x, StatefulSet/x, Job/x), empty when they do not say.",
 		[]string{"pod_namespace", "pod_name", "owner", "impact", "vendor"}, nil)
 	podExecsDesc = prometheus.NewDesc("iptables_alerter_agent_pod_iptables_commands_total",
-		"iptables commands a running pod ran that the exec watch saw end, by result (ok, failed: a write that did not work, or missing kernel support); within --max-pod-series pods, each until the pod stops.",
+		"iptables commands a running pod ran that the exec watch saw end, by result (ok, failed: a write that did not work, or missing kernel support; missed: it ran in the pod, by its cgroup, and ended before the agent could read it); within --max-pod-series pods, each until the pod stops.",
 		[]string{"pod_namespace", "pod_name", "owner", "result"}, nil)
 	leftOutDesc = prometheus.NewDesc("iptables_alerter_agent_pod_series_left_out_total",
 		"Findings with usage of pods left out of iptables_alerter_agent_pod_rules because --max-pod-series pods had series already.",
@@ -191,6 +191,7 @@ func (c usageCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.u.execCounts() {
 		ch <- prometheus.MustNewConstMetric(podExecsDesc, prometheus.CounterValue, float64(p.attempts-p.failures), p.namespace, p.name, p.owner, "ok")
 		ch <- prometheus.MustNewConstMetric(podExecsDesc, prometheus.CounterValue, float64(p.failures), p.namespace, p.name, p.owner, "failed")
+		ch <- prometheus.MustNewConstMetric(podExecsDesc, prometheus.CounterValue, float64(p.missed), p.namespace, p.name, p.owner, "missed")
 	}
 	for _, p := range c.u.Pods() {
 		for _, l := range findings.ImpactLevels {
