@@ -2,6 +2,7 @@ package nri
 
 import (
 	"context"
+	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	rt "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/tests/runtime/critest"
 )
@@ -145,5 +147,60 @@ func waitExited(t *testing.T, c *critest.CRI, id string, d time.Duration) {
 		if time.Now().After(deadline) {
 			t.Fatalf("container %s still %v after %v", st.Status.Metadata.GetName(), st.Status.State, d)
 		}
+	}
+}
+
+// TestCRIOExecNode (issue 28): commands in the node's netns, stood in for
+// by the one CRI-O runs in (which host-network pods share). With node mode
+// off they are not recorded (counted node off); in node mode (--host-netns)
+// a host-network container's command is the node's record with its
+// container and pod as the writer, and a command run from a shell in the
+// node's netns is the node's with no pod.
+func TestCRIOExecNode(t *testing.T) {
+	c := critest.StartCRIO(t, "")
+	hostProc := nstest.HostProc(t, "/run/netns/"+c.Netns)
+	shell := func(chain, marker string) {
+		t.Helper()
+		out, err := exec.Command("ip", "netns", "exec", c.Netns, "sh", "-c", "iptables-legacy -C "+chain+" -m comment --comment "+marker+" -j DROP").CombinedOutput()
+		if err == nil {
+			t.Fatalf("-C of an absent rule exited 0: %s", out)
+		}
+	}
+
+	off := newFiles(t)
+	a := startAgentArgs(t, off, "--nri-socket", c.NRISocket, "--watch", "--host-proc", hostProc)
+	a.waitMetric(t, 1, "iptables_alerter_agent_connected")
+	a.waitMetric(t, 1, "iptables_alerter_agent_exec_watch_up")
+	hostOff := c.RunPod("hostnet-off", true)
+	c.Run(hostOff, "checker", "iptables-legacy -C INPUT -m comment --comment exec-nodeoff -j DROP; "+forever)
+	shell("FORWARD", "exec-shell-off")
+	a.waitMetric(t, 2, "iptables_alerter_agent_execs_total", `result="node off"`)
+	a.stop(t, syscall.SIGTERM)
+	for _, r := range findingstest.Read(t, off.findings) {
+		if r.Source == findings.SourceExec {
+			t.Errorf("node mode off, a command recorded: %+v", r)
+		}
+	}
+	c.StopPod(hostOff)
+
+	f := newFiles(t)
+	a = startAgentArgs(t, f, "--nri-socket", c.NRISocket, "--watch", "--host-proc", hostProc, "--host-netns")
+	a.waitMetric(t, 1, "iptables_alerter_agent_connected")
+	a.waitMetric(t, 1, "iptables_alerter_agent_exec_watch_up")
+	host := c.RunPod("hostnet", true)
+	c.Run(host, "checker", "sleep 1; iptables-legacy -C INPUT -m comment --comment exec-hostnet -j DROP; "+forever)
+	r := waitN(t, a, 1, func() []findings.Record { return execRecords(t, f, "", "exec-hostnet") })[0]
+	if r.Subject != findings.SubjectNode || r.SandboxID != "" || r.ContainerID != "" || r.Exec.Operation != "read" || r.Exec.ExitCode != 1 || r.Writer == nil ||
+		r.Writer.Container != "checker" || r.Writer.Pod != (findings.Pod{Namespace: "ipta-test", Name: host.Name, UID: host.UID}) {
+		t.Errorf("host-network container's command: subject %q sandbox %q container %q exec %+v writer %+v; want the node's, written by checker of pod %s",
+			r.Subject, r.SandboxID, r.ContainerID, r.Exec, r.Writer, host.Name)
+	}
+	shell("FORWARD", "exec-shell")
+	r = waitN(t, a, 1, func() []findings.Record { return execRecords(t, f, "", "exec-shell") })[0]
+	if r.Subject != findings.SubjectNode || r.SandboxID != "" || r.Writer == nil || r.Writer.ContainerID != "" || r.Writer.Pod != (findings.Pod{}) {
+		t.Errorf("shell's command: subject %q sandbox %q writer %+v; want the node's, no pod", r.Subject, r.SandboxID, r.Writer)
+	}
+	if got := forPod(findingstest.Read(t, f.findings), host.Name); len(got) != 0 {
+		t.Errorf("host-network pod flagged as a pod: %+v", got)
 	}
 }
