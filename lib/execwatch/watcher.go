@@ -103,10 +103,11 @@ type Stats struct {
 	// Missed counts candidates gone before they could be read: a tool
 	// that ran unseen (Options.Missed heard of each).
 	Missed uint64
-	// Evicted counts tool runs given up without a status (MaxPending).
+	// Evicted counts tool runs given up without a status: past
+	// MaxPending, or reaped while an overrun lost their exit.
 	Evicted uint64
 	// Overruns counts the kernel dropping messages (ENOBUFS): execs and
-	// exits were lost.
+	// exits were lost (the pending commands are looked at again: recheck).
 	Overruns uint64
 }
 
@@ -358,6 +359,7 @@ func (w *Watcher) read(ready chan<- struct{}) {
 			}
 			if err == unix.ENOBUFS {
 				w.overruns.Add(1)
+				w.recheck()
 				continue
 			}
 			if err == unix.EINTR {
@@ -492,6 +494,28 @@ func (w *Watcher) add(cmd *Command) {
 	if evicted != nil {
 		w.evicted.Add(1)
 		w.opts.Done(*evicted)
+	}
+}
+
+// recheck looks at the pending commands after an overrun, whose lost
+// messages may be their exits: a command that ended is a zombie until
+// reaped, whose status /proc still gives; one already reaped is given up
+// without a status (Done, Exited false), never kept waiting for an exit
+// that will not come.
+func (w *Watcher) recheck() {
+	w.mu.Lock()
+	pids := append([]int(nil), w.order...)
+	w.mu.Unlock()
+	for _, pid := range pids {
+		switch raw, err := zombieStatus(w.opts.Proc, pid); {
+		case err == nil:
+			w.exit(pid, raw)
+		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH):
+			if c := w.take(pid); c != nil {
+				w.evicted.Add(1)
+				w.opts.Done(*c)
+			}
+		}
 	}
 }
 

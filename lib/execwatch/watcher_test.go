@@ -255,3 +255,67 @@ func TestWatcherMissedZombie(t *testing.T) {
 		t.Errorf("reaped: stats %+v, want it unknown (vanished)", st)
 	}
 }
+
+// zombie starts argv and waits until it ended unreaped; the cleanup reaps
+// it.
+func zombie(t *testing.T, argv ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := zombieStatus("/proc", cmd.Process.Pid); err != errRunning {
+			return cmd
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q did not end", argv)
+		}
+	}
+}
+
+// After an overrun (its lost messages may be exits) the pending commands
+// are looked at again: one that ended unreaped gets its status from
+// /proc, one reaped is given up without a status, one running waits.
+func TestWatcherRecheck(t *testing.T) {
+	ended := zombie(t, "sh", "-c", "exit 3")
+	reaped := exec.Command("true")
+	if err := reaped.Run(); err != nil {
+		t.Fatal(err)
+	}
+	running := exec.Command("sleep", "60")
+	if err := running.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = running.Process.Kill(); _ = running.Wait() }()
+
+	c := newCollector()
+	w := &Watcher{opts: Options{Proc: "/proc", Done: c.done, MaxPending: 8}, pending: map[int]*Command{}}
+	for _, cmd := range []*exec.Cmd{ended, reaped, running} {
+		w.add(&Command{PID: cmd.Process.Pid, Argv: []string{cmd.Path}})
+	}
+	w.recheck()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.cmds) != 2 {
+		t.Fatalf("reported %+v, want the ended and the reaped", c.cmds)
+	}
+	for _, cmd := range c.cmds {
+		switch cmd.PID {
+		case ended.Process.Pid:
+			if !cmd.Exited || cmd.Code != 3 {
+				t.Errorf("ended: %+v, want exit 3", cmd)
+			}
+		case reaped.Process.Pid:
+			if cmd.Exited {
+				t.Errorf("reaped: %+v, want no status", cmd)
+			}
+		default:
+			t.Errorf("running reported: %+v", cmd)
+		}
+	}
+	if _, ok := w.pending[running.Process.Pid]; !ok || w.Stats().Evicted != 1 {
+		t.Errorf("running no longer pending, or evicted %d", w.Stats().Evicted)
+	}
+}
