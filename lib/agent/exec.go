@@ -35,6 +35,13 @@ import (
 // Records of their own are kept apart from the sandbox's scans in the
 // per-sandbox memory (execKey): a clean scan never takes them back, and
 // a pod running `iptables -C` every second gives one finding.
+//
+// The watch opens before the agent's first scan: a command run in a netns
+// the agent does not know yet waits for its sandbox, bounded (parked).
+// Nothing is silent: a command that ran and is not recorded (it ended
+// before it could be read, its exit was lost, it ran in no watched netns)
+// is counted by why, for its pod when its container tells it, and summed
+// up for the Observer once a minute (ExecLosses).
 
 // SourceExec is the exec watch's source.
 const SourceExec = findings.SourceExec

@@ -54,7 +54,7 @@ func execs(t *testing.T, c *critest.CRI) {
 	f := newFiles(t)
 	a := startAgentArgs(t, f, "--nri-socket", c.NRISocket, "--watch", "--resweep-interval", "1h")
 	a.waitMetric(t, 1, "iptables_alerter_agent_connected")
-	a.waitMetric(t, 1, "iptables_alerter_agent_exec_watch_up")
+	execUpFirst(t, a)
 	unread, _ := a.metric(t, "iptables_alerter_agent_exec_unread_total")
 
 	p := c.RunPod("execs", false)
@@ -170,7 +170,7 @@ func TestCRIOExecNode(t *testing.T) {
 	off := newFiles(t)
 	a := startAgentArgs(t, off, "--nri-socket", c.NRISocket, "--watch", "--host-proc", hostProc)
 	a.waitMetric(t, 1, "iptables_alerter_agent_connected")
-	a.waitMetric(t, 1, "iptables_alerter_agent_exec_watch_up")
+	execUpFirst(t, a)
 	hostOff := c.RunPod("hostnet-off", true)
 	c.Run(hostOff, "checker", "iptables-legacy -C INPUT -m comment --comment exec-nodeoff -j DROP; "+forever)
 	shell("FORWARD", "exec-shell-off")
@@ -186,7 +186,7 @@ func TestCRIOExecNode(t *testing.T) {
 	f := newFiles(t)
 	a = startAgentArgs(t, f, "--nri-socket", c.NRISocket, "--watch", "--host-proc", hostProc, "--host-netns")
 	a.waitMetric(t, 1, "iptables_alerter_agent_connected")
-	a.waitMetric(t, 1, "iptables_alerter_agent_exec_watch_up")
+	execUpFirst(t, a)
 	host := c.RunPod("hostnet", true)
 	c.Run(host, "checker", "sleep 1; iptables-legacy -C INPUT -m comment --comment exec-hostnet -j DROP; "+forever)
 	r := waitN(t, a, 1, func() []findings.Record { return execRecords(t, f, "", "exec-hostnet") })[0]
@@ -202,5 +202,14 @@ func TestCRIOExecNode(t *testing.T) {
 	}
 	if got := forPod(findingstest.Read(t, f.findings), host.Name); len(got) != 0 {
 		t.Errorf("host-network pod flagged as a pod: %+v", got)
+	}
+}
+
+// execUpFirst checks that the exec watch listens once the agent is
+// connected: it opens before the agent's first scan.
+func execUpFirst(t *testing.T, a *agentProc) {
+	t.Helper()
+	if v, _ := a.metric(t, "iptables_alerter_agent_exec_watch_up"); v != 1 {
+		t.Fatalf("exec watch not up once connected; agent log:\n%s", a.log)
 	}
 }
