@@ -287,3 +287,28 @@ func TestExecLosses(t *testing.T) {
 		t.Errorf("pod command counts %+v, want 7 missed", got)
 	}
 }
+
+// TestExecParkedWait: a command placed nowhere waits for its sandbox
+// while the runtime has not synchronized (up to execUnsyncedWait), then
+// execPlaceWait past the sync, then is missed, counted.
+func TestExecParkedWait(t *testing.T) {
+	a, err := New(testConfig(t.TempDir(), newRecorder()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := execwatch.Command{PID: 7, Argv: []string{"iptables", "-S"}, Exited: true, Netns: 12345}
+	now := time.Now()
+	waiting := []parked{{cmd, now.Add(-execPlaceWait - time.Second)}, {cmd, now.Add(-execUnsyncedWait - time.Second)}}
+	waiting = a.placeParked(waiting)
+	if len(waiting) != 1 || counter(a.metrics.execMissed.WithLabelValues(missNowhere)) != 1 {
+		t.Fatalf("before the sync: %d waiting, %v missed; want the one past execUnsyncedWait missed", len(waiting), counter(a.metrics.execMissed.WithLabelValues(missNowhere)))
+	}
+	a.execs.synced.Store(now.UnixNano())
+	if waiting = a.placeParked(waiting); len(waiting) != 1 {
+		t.Fatalf("just synced: %d waiting, want 1", len(waiting))
+	}
+	a.execs.synced.Store(now.Add(-execPlaceWait).UnixNano())
+	if waiting = a.placeParked(waiting); len(waiting) != 0 || counter(a.metrics.execMissed.WithLabelValues(missNowhere)) != 2 {
+		t.Errorf("execPlaceWait past the sync: %d waiting, %v missed", len(waiting), counter(a.metrics.execMissed.WithLabelValues(missNowhere)))
+	}
+}
