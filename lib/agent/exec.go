@@ -92,7 +92,7 @@ const (
 // Exit statuses of the iptables tools (xtables.h enum exittype).
 const (
 	exitOther    = 1 // OTHER_PROBLEM; -C/-D: no such rule
-	exitVersion  = 3 // VERSION_PROBLEM: can't initialize iptables table (no kernel support)
+	exitVersion  = 3 // VERSION_PROBLEM: can't initialize table (no kernel support)
 	exitResource = 4 // RESOURCE_PROBLEM: iptables-nft and restore refused by the kernel
 )
 
@@ -465,16 +465,18 @@ func (a *Agent) placeExec(c execwatch.Command) (*watched, string) {
 		}
 		return nil, missNetns
 	}
-	if ws.node != nil && (ws.node.ino.Load() == c.Netns || a.isNodeIno(c.Netns)) {
+	node := a.isNodeIno(c.Netns)
+	if ws.node != nil && (ws.node.ino.Load() == c.Netns || node) {
 		return ws.node, ""
+	}
+	if node {
+		// Never a pod's, though a host-network pod's path may name it.
+		return nil, ""
 	}
 	for _, w := range ws.pods {
 		if ino := w.ino.Load(); ino == c.Netns || ino == 0 && pathIno(w.meta.Netns) == c.Netns {
 			return w, ""
 		}
-	}
-	if a.isNodeIno(c.Netns) {
-		return nil, ""
 	}
 	return nil, missNowhere
 }
