@@ -19,8 +19,6 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/agent"
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
-	"github.com/iptables-alerter/iptables-alerter/lib/execwatch"
-	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 	"github.com/iptables-alerter/iptables-alerter/lib/watch"
 )
@@ -191,9 +189,14 @@ func (m agentLog) ExecOff(err error) {
 	m.log.WithError(err).Warn("exec watch off: iptables commands (failed writes, reads, legacy writes as they happen) are not seen; the rest of the agent works")
 }
 
-func (m agentLog) ExecMissed(c execwatch.Command, why string) {
-	m.log.WithFields(logrus.Fields{"pid": c.PID, "command": (&findings.Exec{Argv: c.Argv, ArgvCut: c.ArgvCut}).CommandLine(256),
-		"status": (&findings.Exec{Exited: c.Exited, ExitCode: c.Code, Signal: c.Signal}).Status(), "why": why}).Warn("an iptables command ran that the exec watch could not record")
+func (m agentLog) ExecLost(l agent.ExecLosses) {
+	lg := m.log.WithFields(logrus.Fields{"missed": l.Missed, "examples": l.Examples, "unread": l.Unread, "overruns": l.Overruns})
+	if len(l.Missed) == 0 && l.Overruns == 0 {
+		// Programs gone before they were read: most are no iptables tool.
+		lg.Info("exec watch: programs ended before the agent could read what they were (iptables_alerter_agent_exec_unread_total)")
+		return
+	}
+	lg.Warn("exec watch: iptables commands ran that it could not record (iptables_alerter_agent_exec_missed_total; overruns: process events the kernel dropped)")
 }
 
 func (agentLog) Handled(string, time.Duration) {}

@@ -98,6 +98,10 @@ type Config struct {
 	// namespace. Where it cannot listen it is off, with the reason in
 	// Health.Degraded and a metric: the rest of the agent works.
 	ExecWatch bool
+	// ExecLossEvery is how often what the exec watch could not record is
+	// summed up for the Observer (ExecObserver.ExecLost);
+	// DefaultExecLossEvery for 0.
+	ExecLossEvery time.Duration
 	// Platforms names the network plugins whose entries of the platform
 	// list node mode applies besides kube-proxy's and the kubelet's
 	// (allowlist.Plugins lists them); an unknown name is ErrConfig.
@@ -255,7 +259,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage),
 		health: NewHealth(), known: newSandboxes(), watches: newWatches(), execs: &execs{}}
-	a.metrics = newMetrics(a.health, a.usage, a.execs.up.Load)
+	a.metrics = newMetrics(a.health, a.usage, a.execs.up.Load, a.execStats)
 	if cfg.HostProc != "" {
 		// An agent that cannot tell the node's namespace from a pod's
 		// reports the node's rules on every host-network pod: refuse.
@@ -372,9 +376,11 @@ func (a *Agent) sweep(jobs []job, pods int) {
 // after the scans in flight have finished, and an ErrConfig error only.
 func (a *Agent) Run(ctx context.Context) error {
 	return a.withWorkers(func() error {
-		a.watchNode()
+		// The exec watch first: a command run while the first scans
+		// run is seen, and waits for its sandbox (handleExecs).
 		a.startExecs()
 		defer a.stopExecs()
+		a.watchNode()
 		return a.withResweep(ctx, func() error { return a.nriLoop(ctx) })
 	})
 }

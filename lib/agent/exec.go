@@ -6,7 +6,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/execwatch"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
@@ -31,6 +35,13 @@ import (
 // Records of their own are kept apart from the sandbox's scans in the
 // per-sandbox memory (execKey): a clean scan never takes them back, and
 // a pod running `iptables -C` every second gives one finding.
+//
+// The watch opens before the agent's first scan: a command run in a netns
+// the agent does not know yet waits for its sandbox, bounded (parked).
+// Nothing is silent: a command that ran and is not recorded (it ended
+// before it could be read, its exit was lost, it ran in no watched netns)
+// is counted by why, for its pod when its container tells it, and summed
+// up for the Observer once a minute (ExecLosses).
 
 // SourceExec is the exec watch's source.
 const SourceExec = findings.SourceExec
@@ -47,6 +58,37 @@ const (
 // command is dropped (counted): the reader never waits.
 const execQueue = 256
 
+// Commands placed in no watched sandbox wait for one (parked), bounded:
+// the exec watch opens before the agent's first scan, before the runtime
+// told of its pods, and a pod's monitor, which names its netns's inode,
+// opens after the pod's start.
+const (
+	// execParked bounds the commands waiting; past it the oldest is missed.
+	execParked = 256
+	// execPlaceWait is how long a command waits once the runtime has
+	// synchronized (the sandboxes are known), execRetry how often it is
+	// placed again.
+	execPlaceWait = 5 * time.Second
+	execRetry     = 200 * time.Millisecond
+	// execUnsyncedWait bounds the wait while the runtime has not
+	// synchronized (not connected).
+	execUnsyncedWait = time.Minute
+	// DefaultExecLossEvery is how often the losses are summed up in one
+	// report (ExecObserver.ExecLost), when there are any.
+	DefaultExecLossEvery = time.Minute
+	// maxLossExamples bounds the command lines a loss report gives.
+	maxLossExamples = 5
+)
+
+// Why a command that ran is not recorded (iptables_alerter_agent_exec_missed_total).
+const (
+	missGone    = execwatch.MissGone
+	missExit    = "exit not seen"
+	missQueue   = "queue full"
+	missNowhere = "netns of no watched sandbox"
+	missNetns   = "netns unreadable"
+)
+
 // Exit statuses of the iptables tools (xtables.h enum exittype).
 const (
 	exitOther    = 1 // OTHER_PROBLEM; -C/-D: no such rule
@@ -56,22 +98,51 @@ const (
 
 // execs is the exec watch's state.
 type execs struct {
-	w  *execwatch.Watcher
+	w  atomic.Pointer[execwatch.Watcher]
 	ch chan execwatch.Command
 	wg sync.WaitGroup
 	// off is why the watch is off ("" while on, or not asked for).
 	mu  sync.Mutex
 	off string
 	up  atomic.Bool
-	// dropped counts commands the queue had no room for.
-	dropped atomic.Uint64
+	// synced is when the runtime first synchronized, Unix nanoseconds
+	// (0: not yet): parked commands wait for it.
+	synced atomic.Int64
+	// lost is the losses since the last report, under mu.
+	lost ExecLosses
+	// reported are the watch's counters at the last report.
+	reported execwatch.Stats
 }
 
-// ExecObserver, when the Observer implements it, hears of every tool run
-// the exec watch could not record: placed nowhere, dropped, or the watch
-// off. Calls must not block.
+// parked is a command waiting for its sandbox.
+type parked struct {
+	cmd   execwatch.Command
+	since time.Time
+}
+
+// ExecLosses sums up what the exec watch could not record since its last
+// report: every iptables command that ran unrecorded is in Missed, and
+// what may have been one in Unread and Overruns.
+type ExecLosses struct {
+	// Missed counts the commands by why (gone before read, exit not seen,
+	// queue full, netns of no watched sandbox, netns unreadable);
+	// Examples are the first few (command line, container, why).
+	Missed   map[string]uint64
+	Examples []string
+	// Unread counts the programs gone before anything of them could be
+	// read: what they ran is not known. Overruns counts the times the
+	// kernel dropped process events (the socket's buffer full).
+	Unread, Overruns uint64
+}
+
+// Empty tells whether there is nothing to report.
+func (l ExecLosses) Empty() bool { return len(l.Missed) == 0 && l.Unread == 0 && l.Overruns == 0 }
+
+// ExecObserver, when the Observer implements it, hears of what the exec
+// watch could not record: losses summed up at most once per
+// Config.ExecLossEvery, and the watch off. Calls must not block.
 type ExecObserver interface {
-	ExecMissed(cmd execwatch.Command, why string)
+	ExecLost(ExecLosses)
 	ExecOff(err error)
 }
 
@@ -90,37 +161,107 @@ func (a *Agent) startExecs() {
 		return
 	}
 	e.ch = make(chan execwatch.Command, execQueue)
-	w, err := execwatch.Open(execwatch.Options{HostProc: a.cfg.HostProc, Done: func(c execwatch.Command) {
-		select {
-		case e.ch <- c:
-		default:
-			e.dropped.Add(1)
-			a.execMissed(c, "queue full")
-		}
-	}})
+	w, err := execwatch.Open(execwatch.Options{HostProc: a.cfg.HostProc,
+		Done: func(c execwatch.Command) {
+			select {
+			case e.ch <- c:
+			default:
+				a.execMissed(c, missQueue)
+			}
+		},
+		Missed: a.execMissed})
 	if err != nil {
 		a.execOff(err)
 		return
 	}
-	e.w = w
+	e.w.Store(w)
 	e.up.Store(true)
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		for c := range e.ch {
-			a.execDone(c)
-		}
+		a.handleExecs()
 	}()
+}
+
+// handleExecs handles the ended commands until the watch closes, places
+// the parked ones again, and reports the losses.
+func (a *Agent) handleExecs() {
+	e := a.execs
+	var waiting []parked
+	retry := time.NewTicker(execRetry)
+	defer retry.Stop()
+	every := a.cfg.ExecLossEvery
+	if every <= 0 {
+		every = DefaultExecLossEvery
+	}
+	report := time.NewTicker(every)
+	defer report.Stop()
+	for {
+		select {
+		case c, ok := <-e.ch:
+			if !ok {
+				// Closing: what waits is placed nowhere.
+				for _, p := range waiting {
+					a.execMissed(p.cmd, missNowhere)
+				}
+				a.reportLosses()
+				return
+			}
+			if !a.execDone(c) {
+				if len(waiting) == execParked {
+					a.execMissed(waiting[0].cmd, missNowhere)
+					waiting = waiting[1:]
+				}
+				waiting = append(waiting, parked{c, time.Now()})
+			}
+		case <-retry.C:
+			waiting = a.placeParked(waiting)
+		case <-report.C:
+			a.reportLosses()
+		}
+	}
+}
+
+// placeParked places the waiting commands again: those placed are
+// handled, those that waited execPlaceWait since the runtime synchronized
+// (execUnsyncedWait while it has not) are missed.
+func (a *Agent) placeParked(waiting []parked) []parked {
+	if len(waiting) == 0 {
+		return waiting
+	}
+	var synced time.Time
+	if ns := a.execs.synced.Load(); ns != 0 {
+		synced = time.Unix(0, ns)
+	}
+	kept := waiting[:0]
+	for _, p := range waiting {
+		if a.execDone(p.cmd) {
+			continue
+		}
+		if waited := time.Since(later(p.since, synced)); synced.IsZero() && waited >= execUnsyncedWait || !synced.IsZero() && waited >= execPlaceWait {
+			a.execMissed(p.cmd, missNowhere)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return kept
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // stopExecs closes the watch; the commands queued are handled first.
 func (a *Agent) stopExecs() {
 	e := a.execs
-	if e.w == nil {
+	if e.w.Load() == nil {
 		return
 	}
 	// Close ends the reader: nothing more is queued.
-	e.w.Close()
+	e.w.Load().Close()
 	e.up.Store(false)
 	close(e.ch)
 	e.wg.Wait()
@@ -136,11 +277,68 @@ func (a *Agent) execOff(err error) {
 	}
 }
 
+// execMissed counts a command that ran unrecorded, for the metric and the
+// next report. Called on the watch's reader thread too: it never waits
+// for more than the counters' lock.
 func (a *Agent) execMissed(c execwatch.Command, why string) {
-	a.metrics.execs.WithLabelValues(why).Inc()
-	if o, ok := a.cfg.Observer.(ExecObserver); ok {
-		o.ExecMissed(c, why)
+	a.metrics.execMissed.WithLabelValues(why).Inc()
+	if why == missGone {
+		// Its pod's count too, when its cgroup names a container of a
+		// watched pod (a zombie keeps its cgroup).
+		if w, _ := a.placeExec(c); w != nil && !w.node {
+			a.usage.ExecMissed(w.meta)
+		}
 	}
+	e := a.execs
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lost.Missed == nil {
+		e.lost.Missed = map[string]uint64{}
+	}
+	e.lost.Missed[why]++
+	if len(e.lost.Examples) < maxLossExamples {
+		e.lost.Examples = append(e.lost.Examples, lossExample(c, why))
+	}
+}
+
+// lossExample says what ran where, bounded: its command line (its name
+// only when it ended unread), its pid and container, and why.
+func lossExample(c execwatch.Command, why string) string {
+	s := (&findings.Exec{Argv: c.Argv, ArgvCut: c.ArgvCut}).CommandLine(256) + " (pid " + strconv.Itoa(c.PID)
+	if c.Writer != nil && c.Writer.ContainerID != "" {
+		s += ", container " + safetext.Cut(c.Writer.ContainerID, 64)
+	} else if c.Writer != nil && c.Writer.Unit != "" {
+		s += ", unit " + safetext.Cut(c.Writer.Unit, 128)
+	}
+	return s + "): " + why
+}
+
+// reportLosses tells the Observer what was lost since the last report, if
+// anything.
+func (a *Agent) reportLosses() {
+	e := a.execs
+	st, _ := a.execStats()
+	e.mu.Lock()
+	l := e.lost
+	e.lost = ExecLosses{}
+	l.Unread, l.Overruns = st.Vanished-e.reported.Vanished, st.Overruns-e.reported.Overruns
+	e.reported = st
+	e.mu.Unlock()
+	if l.Empty() {
+		return
+	}
+	if o, ok := a.cfg.Observer.(ExecObserver); ok {
+		o.ExecLost(l)
+	}
+}
+
+// execStats are the watch's counters and receive buffer, zero while it
+// is off.
+func (a *Agent) execStats() (execwatch.Stats, int) {
+	if w := a.execs.w.Load(); w != nil {
+		return w.Stats(), max(w.ReadBuffer(), 1)
+	}
+	return execwatch.Stats{}, 0
 }
 
 // ExecWatching tells whether the exec watch listens, and if not why ("" when
@@ -154,10 +352,11 @@ func (a *Agent) ExecWatching() (bool, string) {
 // execOf is the command the exec watch saw run as writer's process: an
 // iptables-nft commit's, to join to the watch's record. Nil when none.
 func (a *Agent) execOf(writer *findings.Writer) *findings.Exec {
-	if writer == nil || a.execs.w == nil {
+	w := a.execs.w.Load()
+	if writer == nil || w == nil {
 		return nil
 	}
-	c, ok := a.execs.w.Lookup(writer.PID)
+	c, ok := w.Lookup(writer.PID)
 	if !ok {
 		return nil
 	}
@@ -201,20 +400,23 @@ func failure(c execwatch.Command) (failed, missing bool) {
 	return true, missing
 }
 
-// execDone handles one ended command (see the top of this file).
-func (a *Agent) execDone(c execwatch.Command) {
+// execDone handles one ended command (see the top of this file); false
+// when it ran in the netns of no watched sandbox (yet): it waits, parked.
+func (a *Agent) execDone(c execwatch.Command) bool {
 	if !c.Exited {
-		a.execMissed(c, "exit not seen")
-		return
+		a.execMissed(c, missExit)
+		return true
 	}
 	w, why := a.placeExec(c)
-	if w == nil {
-		if why != "" {
-			a.execMissed(c, why)
-		} else {
-			a.metrics.execs.WithLabelValues("node off").Inc()
-		}
-		return
+	switch {
+	case w == nil && why == missNowhere:
+		return false
+	case w == nil && why != "":
+		a.execMissed(c, why)
+		return true
+	case w == nil:
+		a.metrics.execs.WithLabelValues("node off").Inc()
+		return true
 	}
 	e := execRecord(c)
 	writer := a.placeWriter(c.Writer)
@@ -242,31 +444,50 @@ func (a *Agent) execDone(c execwatch.Command) {
 		a.metrics.execs.WithLabelValues("read").Inc()
 		a.recordExec(w, e, writer)
 	}
+	return true
 }
 
 // placeExec finds the watched sandbox whose netns the command ran in: the
 // node's watch for the node's netns in node mode. Nil with why "" for the
 // node's netns with node mode off (not recorded, as the watch's node mode
-// records nothing then), else with why it is placed nowhere.
+// records nothing then), else with why it is placed nowhere. A sandbox
+// whose monitor is not open yet is told by its netns path's inode; a
+// command whose netns could not be read, by its container's sandbox.
 func (a *Agent) placeExec(c execwatch.Command) (*watched, string) {
-	if c.Netns == 0 {
-		return nil, "netns unreadable"
-	}
 	ws := a.watches
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	if ws.node != nil && ws.node.ino.Load() == c.Netns {
+	if c.Netns == 0 {
+		if c.Writer != nil && c.Writer.ContainerID != "" {
+			if w := ws.pods[ws.ctrs[c.Writer.ContainerID].sandbox]; w != nil {
+				return w, ""
+			}
+		}
+		return nil, missNetns
+	}
+	node := a.isNodeIno(c.Netns)
+	if ws.node != nil && (ws.node.ino.Load() == c.Netns || node) {
 		return ws.node, ""
 	}
+	if node {
+		// Never a pod's, though a host-network pod's path may name it.
+		return nil, ""
+	}
 	for _, w := range ws.pods {
-		if w.ino.Load() == c.Netns {
+		if ino := w.ino.Load(); ino == c.Netns || ino == 0 && pathIno(w.meta.Netns) == c.Netns {
 			return w, ""
 		}
 	}
-	if a.isNodeIno(c.Netns) {
-		return nil, ""
+	return nil, missNowhere
+}
+
+// pathIno is the inode of the netns at path, 0 when it cannot be read.
+func pathIno(path string) uint64 {
+	var st unix.Stat_t
+	if path == "" || unix.Stat(path, &st) != nil {
+		return 0
 	}
-	return nil, "netns of no watched sandbox"
+	return st.Ino
 }
 
 // isNodeIno tells whether ino is the node's netns (HostProc's pid 1's).

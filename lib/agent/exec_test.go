@@ -6,9 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/execwatch"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
 // execScan waits for the next scan or record of the exec watch whose
@@ -100,8 +104,10 @@ type missRecorder struct {
 	missed chan string
 }
 
-func (m missRecorder) ExecMissed(c execwatch.Command, why string) {
-	m.missed <- strings.Join(c.Argv, " ") + ": " + why
+func (m missRecorder) ExecLost(l ExecLosses) {
+	for _, e := range l.Examples {
+		m.missed <- e
+	}
 }
 func (m missRecorder) ExecOff(error) {}
 
@@ -114,12 +120,15 @@ func TestExecWatchNode(t *testing.T) {
 	node, other := nstest.New(t), nstest.New(t)
 	rec := missRecorder{newRecorder(), make(chan string, 100)}
 	a := startWatching(t, dir, rec, func(cfg *Config) {
-		cfg.ExecWatch = true
+		cfg.ExecWatch, cfg.ExecLossEvery = true, 100*time.Millisecond
 		cfg.HostProc, cfg.HostNetns = nstest.HostProc(t, node.Path()), node.Path()
 	})
-	// The node watch's start scan: its monitor is open.
+	// The node watch's start scan: its monitor is open, and the exec
+	// watch before it.
 	nodeScan(t, rec.recorder)
-	execUp(t, a)
+	if up, why := a.ExecWatching(); !up {
+		t.Fatalf("exec watch not open before the first scan: %q", why)
+	}
 	if _, err := node.Exec("iptables-legacy", "-t", "bogus", "-A", "INPUT", "-m", "comment", "--comment", "node-bogus", "-j", "ACCEPT"); err == nil {
 		t.Fatal("-t bogus worked")
 	}
@@ -127,7 +136,13 @@ func TestExecWatchNode(t *testing.T) {
 	if r := s.Record; r.Subject != findings.SubjectNode || r.SandboxID != "" || r.Pod != (findings.Pod{}) || !r.Failed() || s.Stored != findings.Recorded {
 		t.Errorf("node command: subject %q sandbox %q pod %+v exec %+v %s", r.Subject, r.SandboxID, r.Pod, r.Exec, s.Label())
 	}
+	// The runtime's pods are known (none): the command waits
+	// execPlaceWait for a sandbox, then is missed.
+	if _, err := a.Synchronize(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
 	_, _ = other.Exec("iptables-legacy", "-w", "1", "-S", "OUTPUT", "--", "nowhere")
+	deadline := time.After(execPlaceWait + 10*time.Second)
 	for {
 		select {
 		case m := <-rec.missed:
@@ -137,8 +152,11 @@ func TestExecWatchNode(t *testing.T) {
 			if !strings.HasSuffix(m, "netns of no watched sandbox") {
 				t.Errorf("missed: %s", m)
 			}
+			if v := counter(a.metrics.execMissed.WithLabelValues(missNowhere)); v < 1 {
+				t.Errorf("exec_missed_total{reason=%q} %v", missNowhere, v)
+			}
 			return
-		case <-time.After(10 * time.Second):
+		case <-deadline:
 			t.Fatal("the command in no sandbox's netns was not reported missed")
 		}
 	}
@@ -189,5 +207,108 @@ func execUp(t *testing.T, a *Agent) {
 			t.Fatalf("exec watch off: %q", why)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// counter is a counter's value.
+func counter(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
+}
+
+// TestExecParked: a command that ran in a netns before the agent knew its
+// pod (the exec watch opens before the first scan, before Synchronize)
+// waits for the pod, and is recorded as its.
+func TestExecParked(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy")
+	dir := t.TempDir()
+	rec := newRecorder()
+	a := startWatching(t, dir, rec, func(c *Config) { c.ExecWatch = true })
+	execUp(t, a)
+	ns := nstest.New(t)
+	if _, err := ns.Exec("iptables-legacy", "-C", "INPUT", "-m", "comment", "--comment", "parked-marker", "-j", "DROP"); err == nil {
+		t.Fatal("-C of an absent rule exited 0")
+	}
+	p := pod("parked", ns.Path())
+	if err := a.RunPodSandbox(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	s := execScan(t, rec, "parked-marker")
+	if s.Record.Pod.UID != p.Uid || s.Stored != findings.Recorded || s.Record.Exec.ExitCode != 1 {
+		t.Errorf("parked command: pod %+v %s exec %+v", s.Record.Pod, s.Label(), s.Record.Exec)
+	}
+}
+
+// lossRecorder hears the loss reports.
+type lossRecorder struct {
+	*recorder
+	lost []ExecLosses
+}
+
+func (l *lossRecorder) ExecLost(x ExecLosses) { l.lost = append(l.lost, x) }
+func (l *lossRecorder) ExecOff(error)         {}
+
+// TestExecLosses: every command that ran unrecorded is counted by why and
+// summed up in one report, with a few examples; nothing lost, no report.
+func TestExecLosses(t *testing.T) {
+	obs := &lossRecorder{recorder: newRecorder()}
+	a, err := New(testConfig(t.TempDir(), obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pod whose container ran the command that ended unread: its
+	// count says so.
+	a.watches.pods["sb"] = &watched{meta: scan.Meta{SandboxID: "sb", Pod: findings.Pod{Namespace: "ns", Name: "p"}}}
+	a.watches.ctrs["c0ffee"] = ctrInfo{sandbox: "sb"}
+	gone := execwatch.Command{PID: 42, Argv: []string{"iptables"}, Writer: &findings.Writer{PID: 42, Comm: "iptables", ContainerID: "c0ffee"}}
+	for i := 0; i < 7; i++ {
+		a.execMissed(gone, missGone)
+	}
+	a.execMissed(execwatch.Command{PID: 43, Argv: []string{"iptables-legacy", "-S"}}, missQueue)
+	a.reportLosses()
+	a.reportLosses()
+	if len(obs.lost) != 1 {
+		t.Fatalf("reports %+v, want one", obs.lost)
+	}
+	l := obs.lost[0]
+	if l.Missed[missGone] != 7 || l.Missed[missQueue] != 1 || len(l.Examples) != maxLossExamples {
+		t.Errorf("report %+v", l)
+	}
+	if want := "iptables (pid 42, container c0ffee): gone before read"; l.Examples[0] != want {
+		t.Errorf("example %q, want %q", l.Examples[0], want)
+	}
+	if v := counter(a.metrics.execMissed.WithLabelValues(missGone)); v != 7 {
+		t.Errorf("exec_missed_total{reason=%q} %v, want 7", missGone, v)
+	}
+	if got := a.usage.execCounts(); len(got) != 1 || got[0].name != "p" || got[0].missed != 7 || got[0].attempts != 0 {
+		t.Errorf("pod command counts %+v, want 7 missed", got)
+	}
+}
+
+// TestExecParkedWait: a command placed nowhere waits for its sandbox
+// while the runtime has not synchronized (up to execUnsyncedWait), then
+// execPlaceWait past the sync, then is missed, counted.
+func TestExecParkedWait(t *testing.T) {
+	a, err := New(testConfig(t.TempDir(), newRecorder()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := execwatch.Command{PID: 7, Argv: []string{"iptables", "-S"}, Exited: true, Netns: 12345}
+	now := time.Now()
+	waiting := []parked{{cmd, now.Add(-execPlaceWait - time.Second)}, {cmd, now.Add(-execUnsyncedWait - time.Second)}}
+	waiting = a.placeParked(waiting)
+	if len(waiting) != 1 || counter(a.metrics.execMissed.WithLabelValues(missNowhere)) != 1 {
+		t.Fatalf("before the sync: %d waiting, %v missed; want the one past execUnsyncedWait missed", len(waiting), counter(a.metrics.execMissed.WithLabelValues(missNowhere)))
+	}
+	a.execs.synced.Store(now.UnixNano())
+	if waiting = a.placeParked(waiting); len(waiting) != 1 {
+		t.Fatalf("just synced: %d waiting, want 1", len(waiting))
+	}
+	a.execs.synced.Store(now.Add(-execPlaceWait).UnixNano())
+	if waiting = a.placeParked(waiting); len(waiting) != 0 || counter(a.metrics.execMissed.WithLabelValues(missNowhere)) != 2 {
+		t.Errorf("execPlaceWait past the sync: %d waiting, %v missed", len(waiting), counter(a.metrics.execMissed.WithLabelValues(missNowhere)))
 	}
 }

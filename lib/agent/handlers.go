@@ -43,6 +43,8 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 	a.connection(true, nil)
 	a.sweep(jobs, len(pods))
 	a.watchSynced(pods, ctrs)
+	// The sandboxes are known: a command waiting for one has its time.
+	a.execs.synced.CompareAndSwap(0, time.Now().UnixNano())
 	return nil, nil
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/iptables-alerter/iptables-alerter/lib/execwatch"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
@@ -22,13 +23,17 @@ type metrics struct {
 	// execUp is read at each scrape.
 	execs  *prometheus.CounterVec
 	execUp prometheus.Collector
+	// execMissed counts the commands that ran unrecorded, by why;
+	// execWatch reads the watch's own counters at each scrape.
+	execMissed *prometheus.CounterVec
+	execWatch  execWatchCollector
 	// connected and degraded are read from the health at each scrape:
 	// set from concurrent scans, they could end out of order.
 	connected, degraded prometheus.Collector
 	usage               usageCollector
 }
 
-func newMetrics(h *Health, u *Usage, up func() bool) *metrics {
+func newMetrics(h *Health, u *Usage, up func() bool, stats func() (execwatch.Stats, int)) *metrics {
 	return &metrics{
 		scans: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iptables_alerter_agent_scans_total",
@@ -66,8 +71,13 @@ func newMetrics(h *Health, u *Usage, up func() bool) *metrics {
 		}, func() float64 { return one(h.blindNow()) }),
 		execs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iptables_alerter_agent_execs_total",
-			Help: "iptables tool runs the exec watch saw end, by result: legacy write (scanned at once), nft write (joined to the watch's scan), read, failed (a write that did not work, or missing kernel support), node off (in the node's netns, node mode off); not recorded: netns of no watched sandbox, netns unreadable, exit not seen, queue full.",
+			Help: "iptables tool runs the exec watch saw end and placed, by result: legacy write (scanned at once), nft write (joined to the watch's scan), read, failed (a write that did not work, or missing kernel support), node off (in the node's netns, node mode off: not recorded). Those not recorded are in iptables_alerter_agent_exec_missed_total.",
 		}, []string{"result"}),
+		execMissed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iptables_alerter_agent_exec_missed_total",
+			Help: "iptables tool runs the exec watch knows ran but could not record, by reason: gone before read (ended before its command line could be read; its name told it), exit not seen, queue full, netns of no watched sandbox, netns unreadable. Each is logged, summed up once a minute.",
+		}, []string{"reason"}),
+		execWatch: execWatchCollector{stats},
 		execUp: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "iptables_alerter_agent_exec_watch_up",
 			Help: "1 while the exec watch listens to the kernel's process events; 0 when off (its reason on /healthz: no hostPID, no CAP_NET_ADMIN, --exec-watch=false).",
@@ -79,7 +89,7 @@ func newMetrics(h *Health, u *Usage, up func() bool) *metrics {
 // Collectors are the agent's metrics, for the caller's registry.
 func (a *Agent) Collectors() []prometheus.Collector {
 	m := a.metrics
-	return []prometheus.Collector{m.scans, m.duration, m.handler, m.errors, m.lastSync, m.resweep, m.connected, m.degraded, m.usage, m.execs, m.execUp}
+	return []prometheus.Collector{m.scans, m.duration, m.handler, m.errors, m.lastSync, m.resweep, m.connected, m.degraded, m.usage, m.execs, m.execUp, m.execMissed, m.execWatch}
 }
 
 // scanned counts one ended scan.
@@ -121,11 +131,47 @@ func (m *metrics) handled(event string, d time.Duration) {
 }
 
 var (
+	execEventsDesc = prometheus.NewDesc("iptables_alerter_agent_exec_events_total",
+		"Program executions the exec watch heard of on the node (any program, not only iptables tools).", nil, nil)
+	execUnreadDesc = prometheus.NewDesc("iptables_alerter_agent_exec_unread_total",
+		"Program executions whose process was gone (ended and reaped) before anything of it could be read: whether it was an iptables tool is not known.", nil, nil)
+	execOverrunsDesc = prometheus.NewDesc("iptables_alerter_agent_exec_overruns_total",
+		"Times the kernel dropped process events because the exec watch's receive buffer was full (ENOBUFS): executions and exits were lost unseen.", nil, nil)
+	execBufferDesc = prometheus.NewDesc("iptables_alerter_agent_exec_read_buffer_bytes",
+		"The exec watch's socket receive buffer for process events, bytes (a burst larger than it is an overrun).", nil, nil)
+)
+
+// execWatchCollector gives the exec watch's own counters, read at each
+// scrape (none while it is off).
+type execWatchCollector struct {
+	stats func() (execwatch.Stats, int)
+}
+
+func (c execWatchCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- execEventsDesc
+	ch <- execUnreadDesc
+	ch <- execOverrunsDesc
+	ch <- execBufferDesc
+}
+
+func (c execWatchCollector) Collect(ch chan<- prometheus.Metric) {
+	st, buffer := c.stats()
+	if buffer == 0 {
+		// Off: no watch, no counters.
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(execEventsDesc, prometheus.CounterValue, float64(st.Execs))
+	ch <- prometheus.MustNewConstMetric(execUnreadDesc, prometheus.CounterValue, float64(st.Vanished))
+	ch <- prometheus.MustNewConstMetric(execOverrunsDesc, prometheus.CounterValue, float64(st.Overruns))
+	ch <- prometheus.MustNewConstMetric(execBufferDesc, prometheus.GaugeValue, float64(buffer))
+}
+
+var (
 	podRulesDesc = prometheus.NewDesc("iptables_alerter_agent_pod_rules",
 		"Rules the agent's latest scan found in a running pod's network namespace, by RHEL 10 impact (legacy: breaks; xt: breaks unless kernel-modules-extra is installed; native: keeps loading) and recognised vendor (unknown: none; other: an admin-added one; a pod naming two has a series for each); only levels with rules, only pods with usage, each until it stops or its usage is gone. owner is the workload its labels name (Deployment/x, StatefulSet/x, Job/x), empty when they do not say.",
 		[]string{"pod_namespace", "pod_name", "owner", "impact", "vendor"}, nil)
 	podExecsDesc = prometheus.NewDesc("iptables_alerter_agent_pod_iptables_commands_total",
-		"iptables commands a running pod ran that the exec watch saw end, by result (ok, failed: a write that did not work, or missing kernel support); within --max-pod-series pods, each until the pod stops.",
+		"iptables commands a running pod ran that the exec watch saw end, by result (ok, failed: a write that did not work, or missing kernel support; missed: it ran in the pod, by its cgroup, and ended before the agent could read it); within --max-pod-series pods, each until the pod stops.",
 		[]string{"pod_namespace", "pod_name", "owner", "result"}, nil)
 	leftOutDesc = prometheus.NewDesc("iptables_alerter_agent_pod_series_left_out_total",
 		"Findings with usage of pods left out of iptables_alerter_agent_pod_rules because --max-pod-series pods had series already.",
@@ -145,6 +191,7 @@ func (c usageCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.u.execCounts() {
 		ch <- prometheus.MustNewConstMetric(podExecsDesc, prometheus.CounterValue, float64(p.attempts-p.failures), p.namespace, p.name, p.owner, "ok")
 		ch <- prometheus.MustNewConstMetric(podExecsDesc, prometheus.CounterValue, float64(p.failures), p.namespace, p.name, p.owner, "failed")
+		ch <- prometheus.MustNewConstMetric(podExecsDesc, prometheus.CounterValue, float64(p.missed), p.namespace, p.name, p.owner, "missed")
 	}
 	for _, p := range c.u.Pods() {
 		for _, l := range findings.ImpactLevels {

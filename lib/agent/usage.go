@@ -56,6 +56,8 @@ type Usage struct {
 type podExecs struct {
 	namespace, name, owner string
 	attempts, failures     uint64
+	// missed: ran, ended before the watch could read it.
+	missed uint64
 }
 
 // NewUsage follows at most max pods (DefaultMaxUsage for 0 or less).
@@ -115,22 +117,43 @@ func (u *Usage) Listed(running map[string]bool) {
 func (u *Usage) Exec(m scan.Meta, failed bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	p := u.execs[m.SandboxID]
+	p := u.podExecs(m)
 	if p == nil {
-		if len(u.execs) >= u.max {
-			u.left++
-			return
-		}
-		if u.execs == nil {
-			u.execs = map[string]*podExecs{}
-		}
-		p = &podExecs{namespace: m.Pod.Namespace, name: m.Pod.Name, owner: m.Owner}
-		u.execs[m.SandboxID] = p
+		return
 	}
 	p.attempts++
 	if failed {
 		p.failures++
 	}
+}
+
+// ExecMissed counts a command the pod ran that the exec watch could not
+// record (it ended before it could be read).
+func (u *Usage) ExecMissed(m scan.Meta) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if p := u.podExecs(m); p != nil {
+		p.missed++
+	}
+}
+
+// podExecs is the sandbox's counts, nil past the bound (counted left
+// out). Called with mu held.
+func (u *Usage) podExecs(m scan.Meta) *podExecs {
+	p := u.execs[m.SandboxID]
+	if p != nil {
+		return p
+	}
+	if len(u.execs) >= u.max {
+		u.left++
+		return nil
+	}
+	if u.execs == nil {
+		u.execs = map[string]*podExecs{}
+	}
+	p = &podExecs{namespace: m.Pod.Namespace, name: m.Pod.Name, owner: m.Owner}
+	u.execs[m.SandboxID] = p
+	return p
 }
 
 // execCounts are the pods' command counts, summed per namespace and name
@@ -141,7 +164,7 @@ func (u *Usage) execCounts() []podExecs {
 	for _, p := range u.execs {
 		k := [2]string{p.namespace, p.name}
 		if q := byName[k]; q != nil {
-			q.attempts, q.failures = q.attempts+p.attempts, q.failures+p.failures
+			q.attempts, q.failures, q.missed = q.attempts+p.attempts, q.failures+p.failures, q.missed+p.missed
 			continue
 		}
 		c := *p

@@ -121,3 +121,27 @@ func netnsInode(root string, pid int) (uint64, error) {
 	}
 	return 0, errors.New("unexpected netns link " + strconv.Quote(l))
 }
+
+// errRunning: the process has not ended.
+var errRunning = errors.New("running")
+
+// zombieStatus is the wait status of a process that ended and is not
+// reaped yet (state Z: the exit_code field of /proc/PID/stat, its last);
+// errRunning while it runs, the open's error when it is gone.
+func zombieStatus(root string, pid int) (uint32, error) {
+	var b [1024]byte
+	st, err := procFile(root+"/"+strconv.Itoa(pid)+"/stat", b[:])
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(st, ')')
+	if i < 0 {
+		return 0, errors.New("unexpected stat")
+	}
+	f := strings.Fields(string(st[i+1:]))
+	if len(f) < 50 || f[0] != "Z" {
+		return 0, errRunning
+	}
+	v, err := strconv.ParseUint(f[len(f)-1], 10, 32)
+	return uint32(v), err
+}

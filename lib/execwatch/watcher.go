@@ -58,6 +58,11 @@ type Options struct {
 	// Command.Exited false). Called on the watch's reader thread: it must
 	// not block.
 	Done func(Command)
+	// Missed receives every tool run that ended before it could be read
+	// (reason MissGone): its argv is at least the process's name, its
+	// Writer what of it could still be read. Called on the reader thread:
+	// it must not block.
+	Missed func(cmd Command, reason string)
 	// AckTimeout and MaxPending: DefaultAckTimeout and DefaultMaxPending
 	// for 0.
 	AckTimeout time.Duration
@@ -96,12 +101,13 @@ type Stats struct {
 	// whole.
 	Execs, Vanished, Candidates, Tools uint64
 	// Missed counts candidates gone before they could be read: a tool
-	// that ran unseen.
+	// that ran unseen (Options.Missed heard of each).
 	Missed uint64
-	// Evicted counts tool runs given up without a status (MaxPending).
+	// Evicted counts tool runs given up without a status: past
+	// MaxPending, or reaped while an overrun lost their exit.
 	Evicted uint64
 	// Overruns counts the kernel dropping messages (ENOBUFS): execs and
-	// exits were lost.
+	// exits were lost (the pending commands are looked at again: recheck).
 	Overruns uint64
 }
 
@@ -115,6 +121,8 @@ type Watcher struct {
 	// realtime is why the reader runs at normal priority, nil when it has
 	// SCHED_FIFO.
 	realtime error
+	// buffer is the socket's receive buffer, bytes.
+	buffer int
 
 	mu      sync.Mutex
 	pending map[int]*Command
@@ -139,6 +147,9 @@ func Open(opts Options) (*Watcher, error) {
 	}
 	if opts.Done == nil {
 		opts.Done = func(Command) {}
+	}
+	if opts.Missed == nil {
+		opts.Missed = func(Command, string) {}
 	}
 	if opts.Proc == "" {
 		opts.Proc = "/proc"
@@ -256,7 +267,16 @@ func (w *Watcher) start() error {
 	if derr != nil {
 		return derr
 	}
-	_ = unix.SetsockoptInt(w.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, readBuffer)
+	// SO_RCVBUFFORCE (CAP_NET_ADMIN, which listening needs) is not capped
+	// by net.core.rmem_max (about 200 KiB by default).
+	if unix.SetsockoptInt(w.fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, readBuffer) != nil {
+		_ = unix.SetsockoptInt(w.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, readBuffer)
+	}
+	// The kernel doubles the value asked for (its bookkeeping): half of
+	// it is the room for messages.
+	if n, err := unix.GetsockoptInt(w.fd, unix.SOL_SOCKET, unix.SO_RCVBUF); err == nil {
+		w.buffer = n / 2
+	}
 	if w.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		unix.Close(w.fd)
 		return err
@@ -270,6 +290,10 @@ func (w *Watcher) start() error {
 // Realtime tells whether the reader runs at real-time priority, and if
 // not why (no CAP_SYS_NICE): tools are then more often gone before read.
 func (w *Watcher) Realtime() error { return w.realtime }
+
+// ReadBuffer is the socket's receive buffer for messages, in bytes: a
+// burst of execs and exits larger than it is an overrun (Stats.Overruns).
+func (w *Watcher) ReadBuffer() int { return w.buffer }
 
 // Close stops listening and ends the reader; commands still running are
 // dropped unreported.
@@ -335,6 +359,7 @@ func (w *Watcher) read(ready chan<- struct{}) {
 			}
 			if err == unix.ENOBUFS {
 				w.overruns.Add(1)
+				w.recheck()
 				continue
 			}
 			if err == unix.EINTR {
@@ -372,24 +397,29 @@ func (w *Watcher) datagram(b []byte) {
 	}
 }
 
-// exec reads a new program: one readlink of its binary for any exec (one
-// syscall, no fd: cheaper than reading /proc/PID/comm, BenchmarkDecide),
-// the rest only for a tool.
+// exec reads a new program as its event arrives: one readlink of its binary
+// for any exec (one syscall, no fd: cheaper than reading /proc/PID/comm,
+// BenchmarkDecide), the rest only for a tool, its netns first (without it
+// the command is placed nowhere). A program that ended before its binary
+// could be read is a zombie until its parent reaps it, whose name still
+// reads: a tool's name makes it a missed tool run (Options.Missed), never
+// a silent one; only a process reaped too stays unknown (Stats.Vanished).
 func (w *Watcher) exec(pid int) {
 	w.execs.Add(1)
 	root := w.opts.Proc
 	path, err := exe(root, pid)
-	if err != nil && !errors.Is(err, unix.EACCES) {
-		// Gone already: whatever it ran is not known.
-		w.vanished.Add(1)
-		w.forget(pid)
-		return
-	}
 	c := ""
 	if err != nil {
-		// No ptrace access to it (the agent lacks CAP_SYS_PTRACE): its
-		// name decides, then its argv[0].
-		if c, err = comm(root, pid); err != nil || !commCandidate(c) {
+		// Ended already, or no ptrace access to it (EACCES: the agent
+		// lacks CAP_SYS_PTRACE): its name decides, then its argv[0].
+		var cerr error
+		if c, cerr = comm(root, pid); cerr != nil {
+			// Reaped already: whatever it ran is not known.
+			w.vanished.Add(1)
+			w.forget(pid)
+			return
+		}
+		if !commCandidate(c) {
 			w.forget(pid)
 			return
 		}
@@ -400,9 +430,9 @@ func (w *Watcher) exec(pid int) {
 	}
 	w.candidates.Add(1)
 	cmd := &Command{PID: pid, Exe: path, Started: time.Now()}
+	cmd.Netns, _ = netnsInode(root, pid)
 	if cmd.Argv, cmd.ArgvCut, err = cmdline(root, pid); err != nil {
-		w.missed.Add(1)
-		w.forget(pid)
+		w.miss(cmd, c)
 		return
 	}
 	if path == "" {
@@ -415,17 +445,37 @@ func (w *Watcher) exec(pid int) {
 	}
 	if c == "" {
 		if c, err = comm(root, pid); err != nil {
-			w.missed.Add(1)
-			w.forget(pid)
+			w.miss(cmd, c)
 			return
 		}
 	}
 	cmd.Backend = backend
 	cmd.Shape = ParseArgv(cmd.Argv)
-	cmd.Netns, _ = netnsInode(root, pid)
 	cmd.Writer = watch.Proc{Root: root}.Writer(pid, c)
 	w.tools.Add(1)
 	w.add(cmd)
+}
+
+// MissGone is Options.Missed's reason for a tool run that ended before it
+// could be read.
+const MissGone = "gone before read"
+
+// miss gives up a tool run that ended before it was read whole: counted
+// and handed to Options.Missed with what could be read (its name, and its
+// cgroup, which a zombie keeps: the container that ran it).
+func (w *Watcher) miss(cmd *Command, name string) {
+	w.missed.Add(1)
+	w.forget(cmd.PID)
+	if name == "" {
+		name, _ = comm(w.opts.Proc, cmd.PID)
+	}
+	if name != "" {
+		cmd.Writer = watch.Proc{Root: w.opts.Proc}.Writer(cmd.PID, name)
+		if cmd.Argv == nil {
+			cmd.Argv = []string{name}
+		}
+	}
+	w.opts.Missed(*cmd, MissGone)
 }
 
 func (w *Watcher) add(cmd *Command) {
@@ -444,6 +494,28 @@ func (w *Watcher) add(cmd *Command) {
 	if evicted != nil {
 		w.evicted.Add(1)
 		w.opts.Done(*evicted)
+	}
+}
+
+// recheck looks at the pending commands after an overrun, whose lost
+// messages may be their exits: a command that ended is a zombie until
+// reaped, whose status /proc still gives; one already reaped is given up
+// without a status (Done, Exited false), never kept waiting for an exit
+// that will not come.
+func (w *Watcher) recheck() {
+	w.mu.Lock()
+	pids := append([]int(nil), w.order...)
+	w.mu.Unlock()
+	for _, pid := range pids {
+		switch raw, err := zombieStatus(w.opts.Proc, pid); {
+		case err == nil:
+			w.exit(pid, raw)
+		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH):
+			if c := w.take(pid); c != nil {
+				w.evicted.Add(1)
+				w.opts.Done(*c)
+			}
+		}
 	}
 }
 

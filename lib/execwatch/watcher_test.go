@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -164,4 +165,157 @@ func errString(err error) string {
 		return "nil"
 	}
 	return err.Error()
+}
+
+// missWatcher is a Watcher without a socket whose exec reads proc, with
+// what it reports.
+func missWatcher(proc string) (*Watcher, *[]Command) {
+	var missed []Command
+	w := &Watcher{opts: Options{Proc: proc, Done: func(Command) {}, Missed: func(c Command, why string) {
+		if why == MissGone {
+			missed = append(missed, c)
+		}
+	}, MaxPending: 8}, pending: map[int]*Command{}}
+	return w, &missed
+}
+
+// An exec read after its process ended: a tool's name (a zombie's comm
+// still reads) makes it a missed tool run, reported; another name is no
+// tool; nothing left at all is unknown (vanished). Never silent.
+func TestWatcherMissedByName(t *testing.T) {
+	proc := t.TempDir()
+	for pid, name := range map[string]string{"100": "iptables\n", "102": "sleep\n", "103": "ip6tables-resto\n"} {
+		if err := os.MkdirAll(filepath.Join(proc, pid), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(proc, pid, "comm"), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, missed := missWatcher(proc)
+	for _, pid := range []int{100, 101, 102, 103} {
+		w.exec(pid)
+	}
+	st := w.Stats()
+	if st.Execs != 4 || st.Missed != 2 || st.Vanished != 1 || st.Tools != 0 || st.Candidates != 2 {
+		t.Errorf("stats %+v, want 4 execs, 2 missed, 1 vanished", st)
+	}
+	if len(*missed) != 2 {
+		t.Fatalf("missed %+v, want the two tools", *missed)
+	}
+	for _, c := range *missed {
+		if c.Exited || len(c.Argv) != 1 || (c.Argv[0] != "iptables" && c.Argv[0] != "ip6tables-resto") || c.Writer == nil || c.Writer.Comm != c.Argv[0] {
+			t.Errorf("missed %+v writer %+v", c, c.Writer)
+		}
+	}
+}
+
+// The same on the kernel's real zombie: an iptables tool that ended and
+// was not reaped yet has no binary to read, its name and cgroup still
+// read; once reaped, nothing does.
+func TestWatcherMissedZombie(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy")
+	cmd := exec.Command("iptables-legacy", "--version")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	reaped := false
+	defer func() {
+		if !reaped {
+			_ = cmd.Wait()
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:])); len(f) > 0 && f[0] == "Z" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("iptables-legacy --version did not end")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	w, missed := missWatcher("/proc")
+	w.exec(pid)
+	if st := w.Stats(); st.Missed != 1 || st.Vanished != 0 || len(*missed) != 1 {
+		t.Fatalf("zombie: stats %+v missed %+v, want one missed tool run", st, *missed)
+	}
+	if m := (*missed)[0]; m.Argv[0] != "iptables-legacy" || m.Writer == nil || m.Writer.Gone || m.Writer.PPID != os.Getpid() {
+		t.Errorf("zombie: %+v writer %+v, want its name and parent", m, m.Writer)
+	}
+	_ = cmd.Wait()
+	reaped = true
+	w.exec(pid)
+	if st := w.Stats(); st.Missed != 1 || st.Vanished != 1 {
+		t.Errorf("reaped: stats %+v, want it unknown (vanished)", st)
+	}
+}
+
+// zombie starts argv and waits until it ended unreaped; the cleanup reaps
+// it.
+func zombie(t *testing.T, argv ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := zombieStatus("/proc", cmd.Process.Pid); err != errRunning {
+			return cmd
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q did not end", argv)
+		}
+	}
+}
+
+// After an overrun (its lost messages may be exits) the pending commands
+// are looked at again: one that ended unreaped gets its status from
+// /proc, one reaped is given up without a status, one running waits.
+func TestWatcherRecheck(t *testing.T) {
+	ended := zombie(t, "sh", "-c", "exit 3")
+	reaped := exec.Command("true")
+	if err := reaped.Run(); err != nil {
+		t.Fatal(err)
+	}
+	running := exec.Command("sleep", "60")
+	if err := running.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = running.Process.Kill(); _ = running.Wait() }()
+
+	c := newCollector()
+	w := &Watcher{opts: Options{Proc: "/proc", Done: c.done, MaxPending: 8}, pending: map[int]*Command{}}
+	for _, cmd := range []*exec.Cmd{ended, reaped, running} {
+		w.add(&Command{PID: cmd.Process.Pid, Argv: []string{cmd.Path}})
+	}
+	w.recheck()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.cmds) != 2 {
+		t.Fatalf("reported %+v, want the ended and the reaped", c.cmds)
+	}
+	for _, cmd := range c.cmds {
+		switch cmd.PID {
+		case ended.Process.Pid:
+			if !cmd.Exited || cmd.Code != 3 {
+				t.Errorf("ended: %+v, want exit 3", cmd)
+			}
+		case reaped.Process.Pid:
+			if cmd.Exited {
+				t.Errorf("reaped: %+v, want no status", cmd)
+			}
+		default:
+			t.Errorf("running reported: %+v", cmd)
+		}
+	}
+	if _, ok := w.pending[running.Process.Pid]; !ok || w.Stats().Evicted != 1 {
+		t.Errorf("running no longer pending, or evicted %d", w.Stats().Evicted)
+	}
 }
