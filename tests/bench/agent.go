@@ -61,7 +61,7 @@ type agentSet struct {
 func (s agentSet) runs(name string) bool { return len(s.only) == 0 || s.only[name] }
 
 func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events, bigRules int, resweep time.Duration, set agentSet) error {
-	nrilog.Set(quietNRI{})
+	nrilog.Set(nritest.Quiet{})
 	tmp, err := os.MkdirTemp("", "iptalert-bench-agent")
 	if err != nil {
 		return err
@@ -874,10 +874,3 @@ func loadavg() string {
 	}
 	return strings.Fields(string(data))[0]
 }
-
-type quietNRI struct{}
-
-func (quietNRI) Debugf(context.Context, string, ...interface{}) {}
-func (quietNRI) Infof(context.Context, string, ...interface{})  {}
-func (quietNRI) Warnf(context.Context, string, ...interface{})  {}
-func (quietNRI) Errorf(context.Context, string, ...interface{}) {}
