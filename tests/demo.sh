@@ -6,7 +6,9 @@
 # then the finding, the metrics, the Kubernetes Event and the OpenReports
 # Report it leads to, and the RHEL 10 readiness report grouped by owning
 # workload (a bare Pod and a Deployment's Pod), read from the Reports; last,
-# the agent's watch catching a rule written after it started, with its writer.
+# the agent's watch catching a rule written after it started, with its writer;
+# and its exec watch: a pod running iptables-legacy after its start, another
+# whose command fails, each with its finding and writer.
 #
 # Usage: tests/demo.sh [BIN] [HOOKBIN]   as root (make demo builds them first)
 # Env:   DEMO_JSON=1  also print the findings file's raw JSON lines
@@ -23,6 +25,8 @@ WORK=$(mktemp -d /tmp/iptables-alerter-demo.XXXXXX)
 DIRTY=iptalert-demo-dirty-$$
 CLEAN=iptalert-demo-clean-$$
 PIDS=()
+EXECNS=()
+EXECID=()
 cleanup() {
   # Newest first, so the API server stops before the etcd it would wait for;
   # whatever is still running after 10 s is killed.
@@ -40,6 +44,9 @@ cleanup() {
   ip netns del "$CLEAN" 2>/dev/null || true
   ip netns del "${SHOPNS:-none}" 2>/dev/null || true
   ip netns del "${WATCHNS:-none}" 2>/dev/null || true
+  for ns in "${EXECNS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+  for id in "${EXECID[@]}"; do rmdir "$CGROUP/$id" 2>/dev/null || true; done
+  [ -n "${CGROUP:-}" ] && rmdir "$CGROUP" 2>/dev/null || true
   if [ -n "${DEMO_KEEP:-}" ]; then
     echo "demo: kept $WORK (findings in log/, logs, kubeconfig; the API server is stopped)"
   else
@@ -316,3 +323,80 @@ print("writer:  pid %s, command %s%s%s" % (w.get("pid"), w.get("comm"),
 for e in r.get("examples", []):
     print("rule:    [%s %s] %s" % (e["family"], e["table"], e["rule"]))
 ' | wrapped
+
+say "The agent's exec watch: iptables commands as they run, whether they worked, and who ran them"
+# Two pods of a stand-in runtime: tests/demo/nripods serves NRI as containerd
+# and CRI-O do (their library), listing the pods and containers; the pods are
+# network namespaces made here, each container a cgroup named by its id, as
+# containerd's cgroupfs driver names it. The exec watch hears every exec on
+# the node from the kernel's process events: it needs the host's pid
+# namespace (hostPID in a pod) and CAP_NET_ADMIN.
+EXEC=$WORK/exec
+mkdir -p "$EXEC"
+(cd "$ROOT" && ${GO:-go} build -o "$EXEC/nripods" ./tests/demo/nripods)
+# The cgroup v2 hierarchy: /sys/fs/cgroup, or its unified part on a hybrid
+# host (a v1 tmpfs there would take the directories without being cgroups).
+CGROUP=/sys/fs/cgroup/unified/iptalert-demo-$$
+[ -e /sys/fs/cgroup/cgroup.controllers ] && CGROUP=/sys/fs/cgroup/iptalert-demo-$$
+[ -e "$(dirname "$CGROUP")/cgroup.controllers" ] || { echo "demo: no cgroup v2 hierarchy under /sys/fs/cgroup" >&2; exit 1; }
+EXECNS=(iptalert-demo-legacy-$$ iptalert-demo-failing-$$)
+EXECPOD=(legacy-app failing-app)
+mkdir "$CGROUP"
+ARGS=()
+for i in 0 1; do
+  ip netns add "${EXECNS[i]}"
+  EXECID[i]=$(printf '%s-%s' "${EXECPOD[i]}" "$$" | sha256sum | cut -c1-64)
+  mkdir "$CGROUP/${EXECID[i]}"
+  ARGS+=("shop/${EXECPOD[i]}/setup/${EXECID[i]}=/run/netns/${EXECNS[i]}")
+done
+"$EXEC/nripods" -dir "$EXEC/nri" "${ARGS[@]}" > "$EXEC/nripods.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do grep -q '^ready' "$EXEC/nripods.log" && break; sleep 0.1; done
+HP=$(freeport)
+echo "\$ iptables-alerter agent --nri-socket $EXEC/nri/nri.sock --watch --resweep-interval 1h ..."
+"$BIN" agent --nri-socket "$EXEC/nri/nri.sock" --watch --resweep-interval 1h --host-proc="" --node demo-node \
+  --findings "$EXEC/findings.jsonl" --state-dir "$EXEC/run" --health-addr "127.0.0.1:$HP" > "$EXEC/agent.log" 2>&1 &
+PIDS+=($!)
+up=""
+for _ in $(seq 150); do
+  up=$(curl -sf "http://127.0.0.1:$HP/metrics" | awk '$1 == "iptables_alerter_agent_exec_watch_up" {print $2}') || true
+  [ "$up" = 1 ] && break
+  curl -sf "http://127.0.0.1:$HP/healthz" 2>/dev/null | grep -q 'exec watch off' && break
+  sleep 0.1
+done
+if [ "$up" != 1 ]; then
+  echo "the exec watch is off here: $(curl -s "http://127.0.0.1:$HP/healthz" | grep -o 'exec watch off[^"]*' | head -1)" | wrapped
+  exit 0
+fi
+echo "    exec watch up; the agent knows the pods shop/${EXECPOD[0]} and shop/${EXECPOD[1]} (container setup in each)"
+# in_container I CMD... runs CMD in pod I's netns from its container's cgroup.
+in_container() {
+  local i=$1; shift
+  sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec ip netns exec "$@"' sh "$CGROUP/${EXECID[i]}" "${EXECNS[i]}" "$@"
+}
+echo "\$ (${EXECPOD[0]}, after its start) iptables-legacy -t nat -A POSTROUTING -o eth0 -j MASQUERADE"
+in_container 0 iptables-legacy -t nat -A POSTROUTING -o eth0 -j MASQUERADE
+echo "\$ (${EXECPOD[1]}) iptables-legacy -t bogus -A OUTPUT -j ACCEPT   # a table the kernel lacks, as ip_tables on RHEL 10"
+in_container 1 iptables-legacy -t bogus -A OUTPUT -j ACCEPT 2>&1 | wrapped || true
+for _ in $(seq 100); do [ "$(grep -c '"source":"exec"' "$EXEC/findings.jsonl" 2>/dev/null)" -ge 2 ] && break; sleep 0.1; done
+[ "$(grep -c '"source":"exec"' "$EXEC/findings.jsonl" 2>/dev/null)" -ge 2 ] ||
+  { echo "demo: the exec watch recorded no finding of both commands:" >&2; tail -20 "$EXEC/agent.log" >&2; exit 1; }
+grep '"source":"exec"' "$EXEC/findings.jsonl" | python3 -c '
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l)
+    e, w = r["exec"], r.get("writer") or {}
+    status = "exit %s" % e.get("exit_code", 0) if not e.get("signal") else "signal %s" % e["signal"]
+    print("finding: source %s, stage %s, pod %s/%s, container %s, worst %s, legacy rules %d" % (r["source"], r["stage"],
+          r["pod"]["namespace"], r["pod"]["name"], r["container"], r["worst"] or "-", (r.get("legacy") or {}).get("rules", 0)))
+    print("command: %s%s (%s backend, %s %s, table %s)%s" % ("FAILED " if e.get("failed") else "", " ".join(e["argv"]),
+          e["backend"], e["operation"], e["command"], e["table"],
+          ", %s, missing kernel support" % status if e.get("missing_kernel_support") else ", " + status))
+    print("writer:  pid %s, command %s, container %s%s" % (w.get("pid"), w.get("comm"), w.get("container"),
+          ", parent %s (%s)" % (w.get("ppid"), w.get("parent_comm")) if w.get("ppid") else ""))
+' | wrapped
+echo "The agent's /metrics, iptables_alerter_agent_pod_iptables_commands_total by pod and result (the alert"
+echo "IPTablesCommandsFailing fires once per workload on result=\"failed\"):"
+curl -sf "http://127.0.0.1:$HP/metrics" | grep '^iptables_alerter_agent_pod_iptables_commands_total' |
+  sed -E 's/.*pod_name="([^"]*)",pod_namespace="([^"]*)",result="([^"]*)"\} (.*)/\2\/\1 \3 \4/' |
+  awk '{ printf "    %-20s %-7s %s\n", $1, $2, $3 }'

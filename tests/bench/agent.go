@@ -52,12 +52,16 @@ type agentSet struct {
 	debounces []time.Duration
 	// only names the benches to run; empty: all.
 	only map[string]bool
+	// storm and stormRate are the exec bench's storm: its window, and
+	// its runs a minute.
+	storm     time.Duration
+	stormRate int
 }
 
 func (s agentSet) runs(name string) bool { return len(s.only) == 0 || s.only[name] }
 
 func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events, bigRules int, resweep time.Duration, set agentSet) error {
-	nrilog.Set(quietNRI{})
+	nrilog.Set(nritest.Quiet{})
 	tmp, err := os.MkdirTemp("", "iptalert-bench-agent")
 	if err != nil {
 		return err
@@ -110,6 +114,12 @@ func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events,
 	if resweep > 0 && set.runs("resweep") {
 		if err := b.resweep(resweep); err != nil {
 			return fmt.Errorf("re-sweep: %w", err)
+		}
+	}
+	// After it: it adds legacy rules too.
+	if set.runs("exec") {
+		if err := b.execs(min(100, len(b.netns)), set.storm, set.stormRate); err != nil {
+			return fmt.Errorf("exec: %w", err)
 		}
 	}
 	return nil
@@ -421,22 +431,7 @@ func (r *agentRun) findingsSize() int64 {
 // watchFinding waits for a watch finding of sandbox id written past off
 // in the findings file, and returns its line.
 func (r *agentRun) watchFinding(off int64, id string) (string, error) {
-	want := `"sandbox_id":"` + id + `"`
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-		f, err := os.Open(r.findings)
-		if err != nil {
-			continue
-		}
-		_, _ = f.Seek(off, io.SeekStart)
-		data, _ := io.ReadAll(f)
-		f.Close()
-		for _, l := range strings.Split(string(data), "\n") {
-			if strings.Contains(l, `"source":"watch"`) && strings.Contains(l, want) {
-				return l, nil
-			}
-		}
-	}
-	return "", fmt.Errorf("no watch finding of %s within a minute", id)
+	return r.finding(off, id, time.Minute, `"source":"watch"`)
 }
 
 // idleAndEvents runs the agent with idlePods pods: its sweep, an idle
@@ -885,10 +880,3 @@ func loadavg() string {
 	}
 	return strings.Fields(string(data))[0]
 }
-
-type quietNRI struct{}
-
-func (quietNRI) Debugf(context.Context, string, ...interface{}) {}
-func (quietNRI) Infof(context.Context, string, ...interface{})  {}
-func (quietNRI) Warnf(context.Context, string, ...interface{})  {}
-func (quietNRI) Errorf(context.Context, string, ...interface{}) {}

@@ -26,7 +26,7 @@ import (
 func main() {
 	bin := flag.String("bin", "bin/iptables-alerter", "hook binary to measure")
 	runs := flag.Int("runs", 30, "runs of each command per size")
-	sizes := flag.String("sizes", "0,10,10000", "ruleset sizes (rules in ip filter INPUT)")
+	sizes := flag.String("sizes", "0,10,10000", "ruleset sizes (rules in ip filter INPUT); empty skips the hook's table")
 	comments := flag.Int("comment-rules", 1100, "rules of the comment-heavy case (each with 100 -m comment); 0 skips it")
 	agentBin := flag.String("agent-bin", "", "a build with the agent command (make bench passes the agent-only build the image runs); empty skips the agent's benchmarks")
 	pods := flag.Int("pods", 250, "agent: pod netns of the sweep (a third clean, a third 10 rules, a third 1000 rules)")
@@ -37,7 +37,9 @@ func main() {
 	resweep := flag.Duration("resweep-window", 10*time.Second, "agent: window over which the re-sweeps of the -pods unchanged netns are measured; 0 skips it")
 	watchIdle := flag.Duration("watch-idle", 20*time.Second, "agent: idle window over which the watch's CPU (on vs off, -pods watched) is measured")
 	debounces := flag.String("watch-debounces", "200ms,50ms", "agent: --watch-debounce values whose write-to-finding latency and burst cost are measured")
-	only := flag.String("agent-benches", "", "agent: comma-separated benches to run of sweep, watch, writers (one-shot writers attributed under load), idle (idle, events, crash loop), resweep; empty runs all")
+	only := flag.String("agent-benches", "", "agent: comma-separated benches to run of sweep, watch, writers (one-shot writers attributed under load), idle (idle, events, crash loop), resweep, exec (the exec watch: command to finding, CPU under an exec storm, one-shot commands attributed under load); empty runs all")
+	storm := flag.Duration("exec-storm", time.Minute, "agent exec: window of the exec storm whose CPU is measured; 0 skips it")
+	stormRate := flag.Int("exec-storm-rate", 10000, "agent exec: runs of /bin/true a minute in the exec storm")
 	startRuns := flag.Int("start-runs", 500, "runs of 'BIN version', the start cost every hook run pays before any work; 0 skips it")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -53,8 +55,13 @@ func main() {
 			fail(err)
 		}
 	}
-	fmt.Printf("%-12s %12s %12s %7s %12s\n", "rules", "hook", "nft-save x2", "ratio", "hook maxrss")
+	if *sizes != "" {
+		fmt.Printf("%-12s %12s %12s %7s %12s\n", "rules", "hook", "nft-save x2", "ratio", "hook maxrss")
+	}
 	for _, s := range strings.Split(*sizes, ",") {
+		if s == "" {
+			continue
+		}
 		var n int
 		fmt.Sscan(s, &n)
 		if err := benchRuleset(abs, fmt.Sprint(n), restore(plainRules(n)), *runs); err != nil {
@@ -79,7 +86,7 @@ func main() {
 			}
 			ds = append(ds, d)
 		}
-		set := agentSet{watchIdle: *watchIdle, debounces: ds, only: map[string]bool{}}
+		set := agentSet{watchIdle: *watchIdle, debounces: ds, only: map[string]bool{}, storm: *storm, stormRate: *stormRate}
 		for _, s := range strings.Split(*only, ",") {
 			if s != "" {
 				set.only[s] = true

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -26,26 +24,12 @@ import (
 // reader at real-time priority), and without CAP_SYS_NICE (setpriv), the
 // reader then at normal priority.
 func (b *agentBench) writers(n int) error {
-	root, err := cgroupRoot()
+	dir, ctrs, cleanup, err := b.containers(n)
 	if err != nil {
 		return err
 	}
-	dir := filepath.Join(root, fmt.Sprintf("iptalert-bench-%d", os.Getpid()))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return fmt.Errorf("cgroup for the writers: %w", err)
-	}
-	defer os.Remove(dir)
+	defer cleanup()
 	pods := b.pods(n)
-	var ctrs []*api.Container
-	for i, p := range pods {
-		sum := sha256.Sum256([]byte(fmt.Sprintf("%s-%d", dir, i)))
-		id := hex.EncodeToString(sum[:])
-		if err := os.Mkdir(filepath.Join(dir, id), 0o755); err != nil {
-			return fmt.Errorf("cgroup for the writers: %w", err)
-		}
-		defer os.Remove(filepath.Join(dir, id))
-		ctrs = append(ctrs, &api.Container{Id: id, PodSandboxId: p.Id, Name: fmt.Sprintf("init%d", i), State: api.ContainerState_CONTAINER_RUNNING})
-	}
 	stop, err := spin(runtime.NumCPU())
 	if err != nil {
 		return err

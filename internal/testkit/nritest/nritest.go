@@ -34,3 +34,12 @@ func Start(dir string, sync nri.SyncFn) (*nri.Adaptation, string, error) {
 	}
 	return ad, sock, nil
 }
+
+// Quiet drops the NRI library's logs (nrilog.Set(nritest.Quiet{})): the
+// bench and the demo print what they measure or show.
+type Quiet struct{}
+
+func (Quiet) Debugf(context.Context, string, ...interface{}) {}
+func (Quiet) Infof(context.Context, string, ...interface{})  {}
+func (Quiet) Warnf(context.Context, string, ...interface{})  {}
+func (Quiet) Errorf(context.Context, string, ...interface{}) {}
