@@ -3,6 +3,9 @@ package execwatch
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
 )
 
 // Kernel constants (include/uapi/linux/connector.h, cn_proc.h).
@@ -53,20 +56,35 @@ type Event struct {
 
 var errShort = errors.New("connector message too short")
 
-// listenRequest is the cn_msg payload asking the kernel for events: a
-// legacy 4-byte PROC_CN_MCAST_LISTEN, which every kernel since 2.6.15
-// takes (6.6+ also takes a filter, which this watch does not need).
-func listenRequest(seq, ack uint32, op uint32) []byte {
-	b := make([]byte, cnMsgLen+4)
+// listenRequest is the cn_msg payload asking the kernel for events. With
+// events 0 it is the 4-byte PROC_CN_MCAST_LISTEN every kernel since 2.6.15
+// takes, for every event; else a struct proc_input (the operation, then
+// the events wanted), which kernels 6.6 and later take and older ones
+// ignore without an ack (their length check wants 4 bytes).
+func listenRequest(seq, ack uint32, op uint32, events uint32) []byte {
+	n := 4
+	if events != 0 {
+		n = 8
+	}
+	b := make([]byte, cnMsgLen+n)
 	ne := binary.NativeEndian
 	ne.PutUint32(b[0:], cnIdxProc)
 	ne.PutUint32(b[4:], cnValProc)
 	ne.PutUint32(b[8:], seq)
 	ne.PutUint32(b[12:], ack)
-	ne.PutUint16(b[16:], 4)
+	ne.PutUint16(b[16:], uint16(n))
 	ne.PutUint32(b[cnMsgLen:], op)
+	if events != 0 {
+		ne.PutUint32(b[cnMsgLen+4:], events)
+	}
 	return b
 }
+
+// wanted is the filter the watch asks for: execs and exits, not the fork
+// of every process and thread, nor id, sid, comm and ptrace changes. On a
+// busy node forks are as many as execs and exits together (a thread is a
+// fork too), each a wake-up of the reader.
+const wanted = procEventExec | procEventExit
 
 // Decode reads one netlink message's payload (a cn_msg holding a
 // proc_event), in the host's byte order. A message of another connector
@@ -119,4 +137,23 @@ func ExitStatus(raw uint32) (code, signal int) {
 		return 0, sig
 	}
 	return int(raw>>8) & 0xff, 0
+}
+
+// filterKernel reports whether a kernel release (uname -r) is 6.6 or later,
+// whose connector takes an event filter with the listen request.
+func filterKernel(release string) bool {
+	var major, minor int
+	if n, _ := fmt.Sscanf(release, "%d.%d", &major, &minor); n != 2 {
+		return false
+	}
+	return major > 6 || major == 6 && minor >= 6
+}
+
+// release is the running kernel's release, "" when unknown.
+func release() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
 }

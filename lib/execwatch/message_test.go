@@ -81,9 +81,26 @@ func TestExitStatus(t *testing.T) {
 }
 
 func TestListenRequest(t *testing.T) {
-	b := listenRequest(7, 9, mcastListen)
+	b := listenRequest(7, 9, mcastListen, 0)
 	want := hexBytes(t, "01000000 01000000 07000000 09000000 0400 0000 01000000")
 	if binary.NativeEndian.Uint16([]byte{1, 0}) == 1 && string(b) != string(want) {
 		t.Errorf("listen request % x, want % x", b, want)
+	}
+	// struct proc_input: the operation, then PROC_EVENT_EXEC|PROC_EVENT_EXIT.
+	b = listenRequest(7, 9, mcastListen, wanted)
+	want = hexBytes(t, "01000000 01000000 07000000 09000000 0800 0000 01000000 02000080")
+	if binary.NativeEndian.Uint16([]byte{1, 0}) == 1 && string(b) != string(want) {
+		t.Errorf("filtered listen request % x, want % x", b, want)
+	}
+}
+
+func TestFilterKernel(t *testing.T) {
+	for release, want := range map[string]bool{
+		"6.18.44-fc-v782": true, "6.6.0": true, "6.5.13": false, "5.14.0-570.el9.x86_64": false,
+		"7.0": true, "6": false, "": false, "x.y": false,
+	} {
+		if got := filterKernel(release); got != want {
+			t.Errorf("filterKernel(%q) = %v, want %v", release, got, want)
+		}
 	}
 }

@@ -123,6 +123,9 @@ type Watcher struct {
 	realtime error
 	// buffer is the socket's receive buffer, bytes.
 	buffer int
+	// filtered is whether the kernel took the event filter (execs and
+	// exits only).
+	filtered bool
 
 	mu      sync.Mutex
 	pending map[int]*Command
@@ -201,12 +204,32 @@ func dial(hostProc string) (*netlink.Conn, error) {
 // (random), answered plus one; its seq is not the request's (send_msg
 // numbers every message per CPU, acks too, on this 6.18 kernel).
 func (w *Watcher) listen() error {
+	if err := w.listenFor(0); err != nil {
+		return err
+	}
+	if filterKernel(release()) {
+		// Then the filter, on the socket that listens already (the
+		// kernel counts it as one listener, and one ignore undoes both).
+		// Its ack is an event of kind none, which the filter itself
+		// drops (measured here on 6.18), so none is waited for; a kernel
+		// older than 6.6 ignores the request and sends everything.
+		msg := netlink.Message{Header: netlink.Header{Type: netlink.Done}, Data: listenRequest(0, 0, mcastListen, wanted)}
+		if _, err := w.conn.Send(msg); err == nil {
+			w.filtered = true
+		}
+	}
+	return nil
+}
+
+// listenFor sends one listen request for events (0: every event) and waits
+// for its ack.
+func (w *Watcher) listenFor(events uint32) error {
 	var r [8]byte
 	if _, err := rand.Read(r[:]); err != nil {
 		return err
 	}
 	seq, ack := binary.NativeEndian.Uint32(r[:]), binary.NativeEndian.Uint32(r[4:])&0x7fffffff
-	msg := netlink.Message{Header: netlink.Header{Type: netlink.Done}, Data: listenRequest(seq, ack, mcastListen)}
+	msg := netlink.Message{Header: netlink.Header{Type: netlink.Done}, Data: listenRequest(seq, ack, mcastListen, events)}
 	if _, err := w.conn.Send(msg); err != nil {
 		return fmt.Errorf("send the listen request: %w", err)
 	}
@@ -245,7 +268,7 @@ func (w *Watcher) listen() error {
 // ignore undoes the listen request: kernels before 6.6 count listeners
 // only by these requests, and keep announcing every exec to nobody.
 func (w *Watcher) ignore() {
-	msg := netlink.Message{Header: netlink.Header{Type: netlink.Done}, Data: listenRequest(0, 0, mcastIgnore)}
+	msg := netlink.Message{Header: netlink.Header{Type: netlink.Done}, Data: listenRequest(0, 0, mcastIgnore, 0)}
 	_, _ = w.conn.Send(msg)
 }
 
@@ -294,6 +317,10 @@ func (w *Watcher) Realtime() error { return w.realtime }
 // ReadBuffer is the socket's receive buffer for messages, in bytes: a
 // burst of execs and exits larger than it is an overrun (Stats.Overruns).
 func (w *Watcher) ReadBuffer() int { return w.buffer }
+
+// Filtered reports whether the kernel sends only execs and exits (6.6 and
+// later), rather than every process event.
+func (w *Watcher) Filtered() bool { return w.filtered }
 
 // Close stops listening and ends the reader; commands still running are
 // dropped unreported.

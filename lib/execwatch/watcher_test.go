@@ -72,6 +72,11 @@ func TestWatcherRealLegacy(t *testing.T) {
 	ns := nstest.New(t)
 	c := newCollector()
 	w := openWatcher(t, c)
+	// On a kernel of 6.6 or later (this machine's 6.18) the connector sends
+	// execs and exits only: the commands below are still seen whole.
+	if filterKernel(release()) && !w.Filtered() {
+		t.Errorf("kernel %s: the event filter was not taken", release())
+	}
 	inode, err := netnsInode("/proc", os.Getpid())
 	if err != nil {
 		t.Fatal(err)
