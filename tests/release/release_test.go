@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -85,6 +86,37 @@ func runErr(dir string, env []string, name string, args ...string) (string, erro
 	return string(out), err
 }
 
+// testPlatforms are the platforms the test's release builds: amd64 and
+// the one big-endian platform, s390x. A real release builds make's default
+// RELEASE_PLATFORMS, all four of wantMachine (TestReleaseDefaultPlatforms);
+// arm64 and ppc64le go through the same loop as amd64, and each platform
+// is a cold cross-build of client-go on a fresh machine (minutes each).
+var testPlatforms = []string{"linux/amd64", "linux/s390x"}
+
+// goEnv is the go command's cache, module cache and configuration file as
+// the test process's go sees them, so the release's builds under the
+// test's own HOME still share the machine's build cache (the amd64
+// packages other tests compiled) and module cache rather than compiling
+// and downloading everything again from empty ones.
+func goEnv(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "-json", "GOCACHE", "GOMODCACHE", "GOPATH", "GOENV").Output()
+	if err != nil {
+		t.Fatalf("go env: %v", err)
+	}
+	var vars map[string]string
+	if err := json.Unmarshal(out, &vars); err != nil {
+		t.Fatalf("go env: %v", err)
+	}
+	var env []string
+	for k, v := range vars {
+		if v != "" && v != "off" {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
 // The release as a maintainer makes it and an admin installs it: make
 // release into a registry that is empty and holds nothing else, the
 // signatures verified with the public key (and refused with another), and
@@ -109,6 +141,7 @@ func TestRelease(t *testing.T) {
 	// the user's; the key's password as cosign reads it.
 	env := []string{"HOME=" + home, "HELM_CONFIG_HOME=" + home + "/helm/config", "HELM_CACHE_HOME=" + home + "/helm/cache",
 		"HELM_DATA_HOME=" + home + "/helm/data", "DOCKER_CONFIG=" + home + "/docker", "COSIGN_PASSWORD=test-password"}
+	env = append(env, goEnv(t)...)
 	keys, other := filepath.Join(tmp, "keys"), filepath.Join(tmp, "other")
 	for _, d := range []string{keys, other} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -120,9 +153,12 @@ func TestRelease(t *testing.T) {
 	dist := filepath.Join(tmp, "dist")
 	const version, chartVersion = "v1.2.3", "1.2.3"
 	chartURL := "https://charts.example.com/iptables-alerter"
+	start := time.Now()
 	run(t, repo(t), env, "make", "--no-print-directory", "release", "VERSION="+version, "REGISTRY="+registry, "DIST="+dist,
 		"COSIGN_KEY="+filepath.Join(keys, "cosign.key"), "RPMBUILDFLAGS=--nodeps", "CHART_REPO_URL="+chartURL,
+		"RELEASE_PLATFORMS="+strings.Join(testPlatforms, " "),
 	)
+	t.Logf("make release (%s): %s", strings.Join(testPlatforms, " "), time.Since(start).Round(time.Second))
 
 	digestData, err := os.ReadFile(filepath.Join(dist, "image.digest"))
 	if err != nil {
@@ -211,8 +247,9 @@ var wantMachine = map[string]struct {
 	"s390x":   {elf.EM_S390, "BigEndian"},
 }
 
-// checkImage reads the pushed index back: one image per platform, each
-// with the Containerfile's configuration and binaries built for it.
+// checkImage reads the pushed index back: one image per platform built
+// (testPlatforms) and no other, each with the Containerfile's
+// configuration and binaries built for it.
 func checkImage(t *testing.T, ref, digest string) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
@@ -232,6 +269,9 @@ func checkImage(t *testing.T, ref, digest string) {
 	seen := map[string]bool{}
 	for _, m := range im.Manifests {
 		arch := m.Platform.Architecture
+		if seen[arch] || m.Platform.OS != "linux" {
+			t.Errorf("the index lists %s/%s again or for another OS", m.Platform.OS, arch)
+		}
 		seen[arch] = true
 		img, err := idx.Image(m.Digest)
 		if err != nil {
@@ -248,10 +288,13 @@ func checkImage(t *testing.T, ref, digest string) {
 		}
 		checkBinaries(t, arch, img)
 	}
-	for arch := range wantMachine {
-		if !seen[arch] {
+	for _, p := range testPlatforms {
+		if arch := strings.TrimPrefix(p, "linux/"); !seen[arch] {
 			t.Errorf("the index has no %s image (has %v)", arch, seen)
 		}
+	}
+	if len(seen) != len(testPlatforms) {
+		t.Errorf("the index has images for %v, the release built %v", seen, testPlatforms)
 	}
 }
 
