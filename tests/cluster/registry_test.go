@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+	"github.com/iptables-alerter/iptables-alerter/tests/release/reltest"
 )
 
 // TestReleaseOnNode is issue 27's install on the project's real
@@ -30,15 +30,8 @@ import (
 // on the same port in the host's netns (make release pushes there) and in
 // the node's (containerd runs there), one store behind both.
 func TestReleaseOnNode(t *testing.T) {
-	nstest.NeedRoot(t, "kubectl", "helm", "rpmbuild", "make", "nsenter")
-	bin := filepath.Join(os.Getenv("IPTA_CACHE"), "release", "bin")
-	if os.Getenv("IPTA_CACHE") == "" {
-		bin = "/var/cache/iptables-alerter/release/bin"
-	}
-	for _, tool := range []string{"cosign", "cyclonedx-gomod"} {
-		_, err := os.Stat(filepath.Join(bin, tool))
-		nstest.Need(t, err == nil, "needs "+filepath.Join(bin, tool)+" (tests/release/build-"+tool+".sh)")
-	}
+	nstest.NeedRoot(t, "kubectl", "nsenter")
+	cosign := reltest.Need(t)
 	n := startNode(t)
 	n.controlPlane(t)
 
@@ -73,35 +66,12 @@ func TestReleaseOnNode(t *testing.T) {
 
 	// make release as TestRelease runs it, this node's platform only.
 	tmp := t.TempDir()
-	home := filepath.Join(tmp, "home")
-	env := append(os.Environ(), "HOME="+home, "HELM_CONFIG_HOME="+home+"/helm/config", "HELM_CACHE_HOME="+home+"/helm/cache",
-		"HELM_DATA_HOME="+home+"/helm/data", "DOCKER_CONFIG="+home+"/docker", "COSIGN_PASSWORD=test-password")
-	if out, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOENV").Output(); err == nil {
-		v := strings.Split(strings.TrimSpace(string(out)), "\n")
-		if len(v) == 3 {
-			env = append(env, "GOCACHE="+v[0], "GOMODCACHE="+v[1], "GOENV="+v[2])
-		}
-	}
-	keygen := exec.Command(filepath.Join(bin, "cosign"), "generate-key-pair")
-	keygen.Dir, keygen.Env = tmp, env
-	if out, err := keygen.CombinedOutput(); err != nil {
-		t.Fatalf("cosign generate-key-pair: %v\n%s", err, out)
-	}
+	env := reltest.Env(t, filepath.Join(tmp, "home"))
+	reltest.KeyPair(t, cosign, env, tmp)
 	dist := filepath.Join(tmp, "dist")
 	registryPath := addr + "/iptables-alerter"
-	mk := exec.Command("make", "--no-print-directory", "-C", repoRoot(), "release", "VERSION=v1.2.3", "REGISTRY="+registryPath, "DIST="+dist,
-		"COSIGN_KEY="+filepath.Join(tmp, "cosign.key"), "RPMBUILDFLAGS=--nodeps", "RELEASE_PLATFORMS=linux/"+runtime.GOARCH)
-	mk.Env = env
-	start := time.Now()
-	if out, err := mk.CombinedOutput(); err != nil {
-		t.Fatalf("make release: %v\n%s", err, out)
-	}
-	t.Logf("make release (linux/%s): %s", runtime.GOARCH, time.Since(start).Round(time.Second))
-	digest, err := os.ReadFile(filepath.Join(dist, "image.digest"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	image := registryPath + "/iptables-alerter@" + strings.TrimSpace(string(digest))
+	digest := reltest.Make(t, env, "v1.2.3", registryPath, dist, tmp, []string{"linux/" + runtime.GOARCH})
+	image := registryPath + "/iptables-alerter@" + digest
 
 	// containerd's configuration for that host: plain HTTP, pull only.
 	hosts := filepath.Join(n.ctrd.HostsDir(), addr)
@@ -115,7 +85,7 @@ func TestReleaseOnNode(t *testing.T) {
 	// The test's overlay (the node's paths) over the base, with the image
 	// the release's overlay names.
 	rel := mustRead(t, filepath.Join(dist, "kustomize", "kustomization.yaml"))
-	if !strings.Contains(rel, "newName: "+registryPath+"/iptables-alerter") || !strings.Contains(rel, "digest: "+strings.TrimSpace(string(digest))) {
+	if !strings.Contains(rel, "newName: "+registryPath+"/iptables-alerter") || !strings.Contains(rel, "digest: "+digest) {
 		t.Fatalf("the release's overlay does not name %s:\n%s", image, rel)
 	}
 	dir, _ := n.overlay(t, image)
@@ -125,16 +95,17 @@ func TestReleaseOnNode(t *testing.T) {
 
 	ds := n.readyDaemonSetPod(t, 5*time.Minute)
 	for _, c := range append(ds.Status.InitContainerStatuses, ds.Status.ContainerStatuses...) {
-		if !strings.HasSuffix(c.ImageID, strings.TrimSpace(string(digest))) && !strings.Contains(c.Image, strings.TrimSpace(string(digest))) {
+		if !strings.HasSuffix(c.ImageID, digest) && !strings.Contains(c.Image, digest) {
 			t.Errorf("container %s runs image %s (%s), want %s", c.Name, c.Image, c.ImageID, image)
 		}
 	}
 	// The index the release pushed, by digest, then this node's image.
 	mu.Lock()
-	defer mu.Unlock()
-	if !slices.Contains(pulled, "/v2/iptables-alerter/iptables-alerter/manifests/"+strings.TrimSpace(string(digest))) || len(pulled) < 2 {
-		t.Errorf("containerd fetched %v from the registry on the node's loopback, want the index %s and its image", pulled, digest)
+	got := slices.Clone(pulled)
+	mu.Unlock()
+	if !slices.Contains(got, "/v2/iptables-alerter/iptables-alerter/manifests/"+digest) || len(got) < 2 {
+		t.Errorf("containerd fetched %v from the registry on the node's loopback, want the index %s and its image", got, digest)
 	}
-	t.Logf("containerd pulled from the node side: %v", pulled)
+	t.Logf("containerd pulled from the node side: %v", got)
 	n.kubectl(t, "-n", "iptables-alerter", "delete", "daemonset", "iptables-alerter", "--wait=true", "--timeout=2m")
 }

@@ -14,10 +14,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -27,30 +25,10 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+	"github.com/iptables-alerter/iptables-alerter/tests/release/reltest"
 )
 
-func repo(t testing.TB) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
-// cache is where the build scripts leave their tools.
-func cache() string {
-	if c := os.Getenv("IPTA_CACHE"); c != "" {
-		return c
-	}
-	return "/var/cache/iptables-alerter"
-}
-
-// tool is the path of a cached tool, or a skip (a failure under CI=true).
-func tool(t *testing.T, name, script string) string {
-	t.Helper()
-	p := filepath.Join(cache(), "release", "bin", name)
-	_, err := os.Stat(p)
-	nstest.Need(t, err == nil, "needs "+p+" ("+script+")")
-	return p
-}
+func repo(testing.TB) string { return reltest.Repo() }
 
 // startRegistry runs go-containerregistry's registry (in memory, the
 // distribution API) in the test process on a loopback port, and returns
@@ -93,30 +71,6 @@ func runErr(dir string, env []string, name string, args ...string) (string, erro
 // is a cold cross-build of client-go on a fresh machine (minutes each).
 var testPlatforms = []string{"linux/amd64", "linux/s390x"}
 
-// goEnv is the go command's cache, module cache and configuration file as
-// the test process's go sees them, so the release's builds under the
-// test's own HOME still share the machine's build cache (the amd64
-// packages other tests compiled) and module cache rather than compiling
-// and downloading everything again from empty ones.
-func goEnv(t *testing.T) []string {
-	t.Helper()
-	out, err := exec.Command("go", "env", "-json", "GOCACHE", "GOMODCACHE", "GOPATH", "GOENV").Output()
-	if err != nil {
-		t.Fatalf("go env: %v", err)
-	}
-	var vars map[string]string
-	if err := json.Unmarshal(out, &vars); err != nil {
-		t.Fatalf("go env: %v", err)
-	}
-	var env []string
-	for k, v := range vars {
-		if v != "" && v != "off" {
-			env = append(env, k+"="+v)
-		}
-	}
-	return env
-}
-
 // The release as a maintainer makes it and an admin installs it: make
 // release into a registry that is empty and holds nothing else, the
 // signatures verified with the public key (and refused with another), and
@@ -126,45 +80,22 @@ func goEnv(t *testing.T) []string {
 // not run, the DaemonSet's image is what is checked).
 func TestRelease(t *testing.T) {
 	kubetest.Need(t)
-	for _, c := range []string{"kubectl", "helm", "rpmbuild", "sha256sum", "make"} {
-		_, err := exec.LookPath(c)
-		nstest.Need(t, err == nil, "needs "+c+" on PATH (tests/install-deps.sh all)")
-	}
-	cosign := tool(t, "cosign", "tests/release/build-cosign.sh")
-	tool(t, "cyclonedx-gomod", "tests/release/build-cyclonedx-gomod.sh")
+	_, err := exec.LookPath("kubectl")
+	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/install-deps.sh all)")
+	cosign := reltest.Need(t)
 
 	reg := startRegistry(t)
 	registry := reg + "/iptables-alerter"
 	tmp := t.TempDir()
-	home := filepath.Join(tmp, "home")
-	// helm's and cosign's configuration and caches in the temp dir, never
-	// the user's; the key's password as cosign reads it.
-	env := []string{"HOME=" + home, "HELM_CONFIG_HOME=" + home + "/helm/config", "HELM_CACHE_HOME=" + home + "/helm/cache",
-		"HELM_DATA_HOME=" + home + "/helm/data", "DOCKER_CONFIG=" + home + "/docker", "COSIGN_PASSWORD=test-password"}
-	env = append(env, goEnv(t)...)
+	env := reltest.Env(t, filepath.Join(tmp, "home"))
 	keys, other := filepath.Join(tmp, "keys"), filepath.Join(tmp, "other")
-	for _, d := range []string{keys, other} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		run(t, d, env, cosign, "generate-key-pair")
-	}
+	reltest.KeyPair(t, cosign, env, keys)
+	reltest.KeyPair(t, cosign, env, other)
 
 	dist := filepath.Join(tmp, "dist")
 	const version, chartVersion = "v1.2.3", "1.2.3"
 	chartURL := "https://charts.example.com/iptables-alerter"
-	start := time.Now()
-	run(t, repo(t), env, "make", "--no-print-directory", "release", "VERSION="+version, "REGISTRY="+registry, "DIST="+dist,
-		"COSIGN_KEY="+filepath.Join(keys, "cosign.key"), "RPMBUILDFLAGS=--nodeps", "CHART_REPO_URL="+chartURL,
-		"RELEASE_PLATFORMS="+strings.Join(testPlatforms, " "),
-	)
-	t.Logf("make release (%s): %s", strings.Join(testPlatforms, " "), time.Since(start).Round(time.Second))
-
-	digestData, err := os.ReadFile(filepath.Join(dist, "image.digest"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	digest := strings.TrimSpace(string(digestData))
+	digest := reltest.Make(t, env, version, registry, dist, keys, testPlatforms, "CHART_REPO_URL="+chartURL)
 	image := registry + "/iptables-alerter"
 	chart := registry + "/charts/iptables-alerter"
 
