@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os/signal"
 	"slices"
 	"strings"
@@ -48,7 +49,13 @@ grant it, or ask for the Events with --source events.
 
 Credentials the kubectl way: --kubeconfig, else $KUBECONFIG, else
 ~/.kube/config, else (in a pod) the service account; --context picks a
-kubeconfig context. With findings files and --kubeconfig or --context,
+kubeconfig context. Several clusters in one report: --context repeated,
+or --all-contexts for every context of the kubeconfig; each cluster is
+read as one would be (with its context's namespace, within --timeout of
+its own), and every format gets a CLUSTER column naming the context. A
+cluster that cannot be read is named with its error in the report and on
+stderr, the others are still reported, and the exit status is 2. With
+findings files and --kubeconfig or --context,
 owners come from the cluster; without, a finding's owner is its Pod (pod
 names do not tell owners). --namespace (-n) keeps one namespace, from
 every input; without it, reading the cluster keeps the namespace the
@@ -88,8 +95,9 @@ cannot be read.`
 type reportConfig struct {
 	events                               []string
 	kubeconfig, expectations, format, fo string
-	kubeContext, namespace, source       string
-	allNamespaces                        bool
+	namespace, source                    string
+	contexts                             []string
+	allContexts, allNamespaces           bool
 	target                               string
 	by, poolLabel                        string
 	timeout                              time.Duration
@@ -98,7 +106,8 @@ type reportConfig struct {
 func (c *reportConfig) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&c.events, "events", nil, "`FILE` holding a saved 'kubectl get events -A -o json' (repeatable)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else the in-cluster service account): read the cluster, or resolve owners of findings files")
-	fs.StringVar(&c.kubeContext, "context", "", "kubeconfig context to use (default: its current context)")
+	fs.StringArrayVar(&c.contexts, "context", nil, "kubeconfig `CONTEXT` to use (default: its current context); repeated, one report over each one's cluster, with a CLUSTER column")
+	fs.BoolVar(&c.allContexts, "all-contexts", false, "report over the cluster of every context of the kubeconfig, with a CLUSTER column")
 	fs.StringVarP(&c.namespace, "namespace", "n", "", "report this namespace only, from every input (default: the context's namespace when it sets one and the cluster is read, else all)")
 	fs.BoolVarP(&c.allNamespaces, "all-namespaces", "A", false, "report every namespace, whatever the context's namespace")
 	fs.Var(newEnum(&c.source, report.SourceAuto, report.Sources...), "source", "what to read: auto (files and --events given, else the cluster's Reports, else its Events), reports or events (the cluster's only), files (only those given)")
@@ -125,12 +134,21 @@ func (c *reportConfig) run(files []string, s stdio) int {
 		fmt.Fprintf(stderr, "iptables-alerter report: --namespace: %v\n", err)
 		return 2
 	}
+	if c.allContexts && len(c.contexts) > 0 {
+		fmt.Fprintln(stderr, "iptables-alerter report: --context and --all-contexts exclude each other")
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	in := report.Inputs{Files: files, Events: c.events, Source: c.source, Namespace: c.namespace, AllNamespaces: c.allNamespaces, Target: c.target,
+		Expectations: c.expectations, FailOn: c.fo, Connect: func() (report.Cluster, error) { return c.cluster(c.kubeContext()) },
+		Owners: c.kubeconfig != "" || len(c.contexts) > 0}
+	if c.allContexts || len(c.contexts) > 1 {
+		return c.runFleet(ctx, in, s)
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	r, err := report.Read(ctx, report.Inputs{Files: files, Events: c.events, Source: c.source, Namespace: c.namespace, AllNamespaces: c.allNamespaces, Target: c.target,
-		Expectations: c.expectations, FailOn: c.fo, Connect: c.cluster, Owners: c.kubeconfig != "" || c.kubeContext != ""})
+	r, err := report.Read(ctx, in)
 	if fe, ok := report.IsForbidden(err, report.ResourceReports); ok && c.source == report.SourceAuto {
 		// Never "clean" from Events that hold only the last hour: the
 		// fallback is the reader's explicit choice.
@@ -154,14 +172,79 @@ func (c *reportConfig) run(files []string, s stdio) int {
 	return 0
 }
 
-// cluster finds credentials the kubectl way (client-go's default loading
-// rules): --kubeconfig, else $KUBECONFIG's files, else ~/.kube/config, and
-// in a pod without any of them the service account; --context picks a
-// context.
-func (c *reportConfig) cluster() (report.Cluster, error) {
+// kubeContext is the one --context given, "" for the current context.
+func (c *reportConfig) kubeContext() string {
+	if len(c.contexts) == 1 {
+		return c.contexts[0]
+	}
+	return ""
+}
+
+// runFleet reads the clusters of several contexts into one report
+// (report.ReadFleet), writes it, and names each cluster that could not be
+// read on stderr: exit 2 then, since the report is not complete.
+func (c *reportConfig) runFleet(ctx context.Context, in report.Inputs, s stdio) int {
+	if c.by != "workload" {
+		fmt.Fprintf(s.err, "iptables-alerter report: --by %s reads one cluster: name one --context\n", c.by)
+		return 2
+	}
+	names := c.contexts
+	if c.allContexts {
+		var err error
+		if names, err = c.allContextNames(); err != nil {
+			fmt.Fprintf(s.err, "iptables-alerter report: --all-contexts: %v\n", err)
+			return 2
+		}
+	}
+	members := make([]report.Member, len(names))
+	for i, name := range names {
+		members[i] = report.Member{Name: name, Connect: func() (report.Cluster, error) { return c.cluster(name) }}
+	}
+	r, err := report.ReadFleet(ctx, in, members, c.timeout)
+	if err != nil {
+		fmt.Fprintf(s.err, "iptables-alerter report: %v\n", err)
+		return 2
+	}
+	if err := report.Write(s.out, r, c.format); err != nil {
+		fmt.Fprintf(s.err, "iptables-alerter report: %v\n", err)
+		return 2
+	}
+	if unread := r.Unread(); len(unread) > 0 {
+		for _, u := range unread {
+			fmt.Fprintf(s.err, "iptables-alerter report: context %s: %s\n", u.Name, u.Error)
+		}
+		fmt.Fprintf(s.err, "iptables-alerter report: %d of %d clusters could not be read: the report is not complete\n", len(unread), len(r.Clusters))
+		return 2
+	}
+	if r.Failing {
+		return 1
+	}
+	return 0
+}
+
+// allContextNames lists the kubeconfig's contexts, sorted.
+func (c *reportConfig) allContextNames() ([]string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = c.kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: c.kubeContext})
+	raw, err := rules.Load()
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	names := slices.Sorted(maps.Keys(raw.Contexts))
+	if len(names) == 0 {
+		return nil, errors.New("the kubeconfig names no context (--kubeconfig, else $KUBECONFIG, else ~/.kube/config)")
+	}
+	return names, nil
+}
+
+// cluster finds credentials the kubectl way (client-go's default loading
+// rules): --kubeconfig, else $KUBECONFIG's files, else ~/.kube/config, and
+// in a pod without any of them the service account; kubeContext ("" for
+// the current one) picks a context.
+func (c *reportConfig) cluster(kubeContext string) (report.Cluster, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = c.kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
 	rc, err := cc.ClientConfig()
 	if clientcmd.IsEmptyConfig(err) {
 		return report.Cluster{}, errors.New("find credentials: no --kubeconfig, $KUBECONFIG or ~/.kube/config, and not running in a pod (KUBERNETES_SERVICE_HOST/PORT unset)")
@@ -174,7 +257,7 @@ func (c *reportConfig) cluster() (report.Cluster, error) {
 	// and no namespace of one (a report run in a pod reads every
 	// namespace unless told otherwise, as before).
 	if raw, err := cc.RawConfig(); err == nil && len(raw.Contexts) > 0 {
-		name = cmp.Or(c.kubeContext, raw.CurrentContext)
+		name = cmp.Or(kubeContext, raw.CurrentContext)
 		if kc := raw.Contexts[name]; kc != nil {
 			ctxNamespace = kc.Namespace
 		}
@@ -194,8 +277,8 @@ func (c *reportConfig) writeBy(ctx context.Context, r report.Report, files []str
 		return 2
 	}
 	var nodes []corev1.Node
-	if (len(files) == 0 && len(c.events) == 0) || c.kubeconfig != "" || c.kubeContext != "" {
-		cl, err := c.cluster()
+	if (len(files) == 0 && len(c.events) == 0) || c.kubeconfig != "" || len(c.contexts) > 0 {
+		cl, err := c.cluster(c.kubeContext())
 		var list *corev1.NodeList
 		if err == nil {
 			list, err = cl.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})

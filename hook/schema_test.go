@@ -69,7 +69,7 @@ func TestSchemaRealRecords(t *testing.T) {
 		t.Fatalf("report JSON without the pod's group:\n%s", out)
 	}
 	schematest.Validate(t, schematest.Report, []byte(out))
-	if err := schematest.Check(schematest.Report, schematest.WithField(t, []byte(out), "clusters", []string{"a"})); err == nil {
+	if err := schematest.Check(schematest.Report, schematest.WithField(t, []byte(out), "regions", []string{"a"})); err == nil {
 		t.Error("a report with a field the schema does not declare validated")
 	}
 

@@ -13,6 +13,9 @@ import (
 
 // Group is one owning workload: every finding of its pods.
 type Group struct {
+	// Cluster is the kubeconfig context of the cluster the group is in,
+	// in a report over several clusters (ReadFleet); "" otherwise.
+	Cluster   string      `json:"cluster,omitempty"`
 	Namespace string      `json:"namespace"`
 	Owner     owner.Owner `json:"owner"`
 	Pods      []string    `json:"pods"`
@@ -177,6 +180,13 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 		sort.Strings(gs[i].Modules)
 		sort.Strings(gs[i].Nodes)
 	}
+	sortGroups(gs)
+	return gs
+}
+
+// sortGroups orders groups worst first, then by cluster, namespace and
+// owner; unknown groups last.
+func sortGroups(gs []Group) {
 	sort.SliceStable(gs, func(a, b int) bool {
 		if ua, ub := gs[a].State == findings.StateUnknown, gs[b].State == findings.StateUnknown; ua != ub {
 			return ub
@@ -185,12 +195,14 @@ func GroupItems(items []Item, exps []Expectation) []Group {
 		if ra != rb {
 			return ra < rb
 		}
+		if gs[a].Cluster != gs[b].Cluster {
+			return gs[a].Cluster < gs[b].Cluster
+		}
 		if gs[a].Namespace != gs[b].Namespace {
 			return gs[a].Namespace < gs[b].Namespace
 		}
 		return gs[a].Owner.String() < gs[b].Owner.String()
 	})
-	return gs
 }
 
 // expect sets g.Expected: the expectations cover, in each finding, every

@@ -59,11 +59,13 @@ type htmlRow struct {
 }
 
 type htmlPage struct {
-	Origin  string
-	Header  []string
-	Rows    []htmlRow
-	Charts  []htmlChart
-	Summary []string
+	Origin string
+	// Clusters are a fleet report's lines per cluster.
+	Clusters []string
+	Header   []string
+	Rows     []htmlRow
+	Charts   []htmlChart
+	Summary  []string
 }
 
 var htmlTemplate = template.Must(template.New("report").Parse(`<!DOCTYPE html>
@@ -93,6 +95,9 @@ tr[data-status="expected"] td:first-child { background: #c8e6c9; }
 <body>
 <h1>iptables-alerter report: RHEL 10 readiness</h1>
 {{if .Origin}}<p class="origin" id="origin">{{.Origin}}</p>
+{{end}}{{if .Clusters}}<ul class="clusters" id="clusters">
+{{range .Clusters}}<li>{{.}}</li>
+{{end}}</ul>
 {{end}}<div class="charts">
 {{range .Charts}}<svg class="chart" id="{{.ID}}" xmlns="http://www.w3.org/2000/svg" role="img" width="` + fmt.Sprint(chartWidth) + `" height="{{.Height}}" viewBox="0 0 ` + fmt.Sprint(chartWidth) + ` {{.Height}}">
 <title>{{.Title}}</title>
@@ -117,12 +122,12 @@ tr[data-status="expected"] td:first-child { background: #c8e6c9; }
 func (b htmlBar) CountX() int { return chartLabel + b.Wide + 6 }
 
 func writeHTML(w io.Writer, r Report) error {
-	p := htmlPage{Header: header}
-	if !r.Origin.Time.IsZero() {
-		p.Origin = r.Origin.Line()
+	p := htmlPage{Header: tableHeader(r.Fleet())}
+	if lines := r.HeaderLines(); len(lines) > 0 {
+		p.Origin, p.Clusters = lines[0], lines[1:]
 	}
 	for _, g := range r.Groups {
-		p.Rows = append(p.Rows, htmlRow{Status: status(g), Cells: columns(g, safetext.Display)})
+		p.Rows = append(p.Rows, htmlRow{Status: status(g), Cells: columns(g, r.Fleet(), safetext.Display)})
 	}
 	p.Summary = strings.Split(summary(r), "\n")
 	p.Charts = []htmlChart{chart("by-impact", "Workloads by worst impact", impactCounts(r.Groups), levelColour),

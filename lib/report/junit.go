@@ -71,14 +71,29 @@ func writeJUnit(w io.Writer, r Report) error {
 			{"from", strings.Join(o.From, ",")},
 			{"time", o.Time.UTC().Format(time.RFC3339)},
 		}}
+		for _, c := range r.Clusters {
+			s.Properties.Property = append(s.Properties.Property, junitProperty{"cluster." + safetext.Display(c.Name), c.Line()})
+		}
 	}
+	// A cluster not read is an error of its own: the CI job shows it
+	// rather than a suite with its workloads missing.
+	for _, c := range r.Unread() {
+		s.Cases = append(s.Cases, junitCase{Name: "cluster " + safetext.Display(c.Name), Classname: safetext.Display(c.Name), Time: "0",
+			Error: &junitMessage{Message: c.Line(), Type: "ClusterNotRead"}})
+		s.Errors++
+	}
+	head := tableHeader(r.Fleet())
 	for _, g := range r.Groups {
 		// encoding/xml escapes markup and replaces characters XML cannot
 		// hold; Display keeps the text readable as well.
-		c := junitCase{Name: safetext.Display(g.Owner.String()), Classname: safetext.Display(g.Namespace), Time: "0"}
+		class := g.Namespace
+		if r.Fleet() {
+			class = g.Cluster + "/" + g.Namespace
+		}
+		c := junitCase{Name: safetext.Display(g.Owner.String()), Classname: safetext.Display(class), Time: "0"}
 		var detail strings.Builder
-		for i, v := range columns(g, safetext.Display) {
-			fmt.Fprintf(&detail, "%s: %s\n", strings.ToLower(header[i]), v)
+		for i, v := range columns(g, r.Fleet(), safetext.Display) {
+			fmt.Fprintf(&detail, "%s: %s\n", strings.ToLower(head[i]), v)
 		}
 		msg := fmt.Sprintf("%s uses iptables: %s", safetext.Display(g.Owner.String()), findings.ImpactWords(g.Worst))
 		if g.State == findings.StateUnknown {

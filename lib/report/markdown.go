@@ -27,13 +27,24 @@ func mdEscape(s string) string {
 
 func writeMarkdown(w io.Writer, r Report) error {
 	var b strings.Builder
-	if !r.Origin.Time.IsZero() {
-		b.WriteString(mdEscape(r.Origin.Line()) + "\n\n")
+	// The header, and a fleet's clusters as a list under it.
+	for i, l := range r.HeaderLines() {
+		if i == 1 {
+			b.WriteString("\n")
+		}
+		if i > 0 {
+			b.WriteString("- ")
+		}
+		b.WriteString(mdEscape(l) + "\n")
 	}
-	b.WriteString("| " + strings.Join(header, " | ") + " |\n")
-	b.WriteString(strings.Repeat("|---", len(header)) + "|\n")
+	if len(r.HeaderLines()) > 0 {
+		b.WriteString("\n")
+	}
+	head := tableHeader(r.Fleet())
+	b.WriteString("| " + strings.Join(head, " | ") + " |\n")
+	b.WriteString(strings.Repeat("|---", len(head)) + "|\n")
 	for _, g := range r.Groups {
-		b.WriteString("| " + strings.Join(columns(g, mdEscape), " | ") + " |\n")
+		b.WriteString("| " + strings.Join(columns(g, r.Fleet(), mdEscape), " | ") + " |\n")
 	}
 	for i, l := range strings.Split(summary(r), "\n") {
 		if i == 0 {

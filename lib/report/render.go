@@ -36,10 +36,13 @@ func formatNames() []string {
 // Report is what the writers render.
 type Report struct {
 	// Origin is the header: which cluster, when, from what.
-	Origin  Origin  `json:"origin,omitzero"`
-	Groups  []Group `json:"groups"`
-	Skipped Skipped `json:"skipped"`
-	FailOn  string  `json:"fail_on"`
+	Origin Origin `json:"origin,omitzero"`
+	// Clusters are, in a report over several clusters (ReadFleet), each
+	// one's origin or why it could not be read; none for one cluster.
+	Clusters []ClusterRead `json:"clusters,omitempty"`
+	Groups   []Group       `json:"groups"`
+	Skipped  Skipped       `json:"skipped"`
+	FailOn   string        `json:"fail_on"`
 	// Target is the RHEL 10 release the groups' Kernel lines speak of
 	// ("10.2").
 	Target string `json:"target"`
@@ -70,8 +73,8 @@ func status(g Group) string {
 }
 
 // columns are one row's cells of the Markdown table and the JUnit detail,
-// whole and escaped with esc.
-func columns(g Group, esc func(string) string) []string {
+// whole and escaped with esc, in tableHeader(fleet)'s order.
+func columns(g Group, fleet bool, esc func(string) string) []string {
 	pods := strings.Join(g.Pods, ",")
 	if len(g.Pods) > 1 {
 		pods = fmt.Sprintf("%d: %s", len(g.Pods), pods)
@@ -93,7 +96,7 @@ func columns(g Group, esc func(string) string) []string {
 	}
 	// Every cell escaped, ours too: a level is checked when read (valid),
 	// but a Group may be built by other means.
-	return []string{
+	cells := []string{
 		esc(status(g)),
 		esc(g.Namespace),
 		esc(g.Owner.String()),
@@ -105,9 +108,27 @@ func columns(g Group, esc func(string) string) []string {
 		esc(example),
 		esc(strings.Join(append(slices.Clip(g.Writers), g.Commands...), "; ")),
 	}
+	if fleet {
+		cells = slices.Insert(cells, clusterColumn, esc(g.Cluster))
+	}
+	return cells
 }
 
+// header names the cells of columns for one cluster (tableHeader).
 var header = []string{"STATUS", "NAMESPACE", "OWNER", "PODS", "NODES", "WORST", "VENDOR", "HINT", "EXAMPLE RULE", "WRITER"}
+
+// clusterColumn is where a report over several clusters has its CLUSTER
+// column, after STATUS.
+const clusterColumn = 1
+
+// tableHeader is header, with the CLUSTER column in a report over several
+// clusters (fleet).
+func tableHeader(fleet bool) []string {
+	if fleet {
+		return slices.Insert(slices.Clone(header), clusterColumn, "CLUSTER")
+	}
+	return header
+}
 
 // unknownWords say what an unknown group is, with the first error.
 func unknownWords(g Group) string {
@@ -157,6 +178,9 @@ func summary(r Report) string {
 	}
 	if r.Skipped.Invalid > 0 {
 		fmt.Fprintf(&b, "\nReplaced or dropped: %d values read that were not valid (a level, a count, a name, an owner or a link), as a forged Event or a damaged line holds.", r.Skipped.Invalid)
+	}
+	if w := unreadWords(r); w != "" {
+		b.WriteString("\n" + w)
 	}
 	if r.Skipped.Cut > 0 {
 		fmt.Fprintf(&b, "\nLeft out: %d results the Reports had no room for; the pods' Events or the findings files hold them.", r.Skipped.Cut)

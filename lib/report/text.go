@@ -27,36 +27,58 @@ const (
 	textIndent  = "    "
 )
 
-var textHeader = []string{"STATUS", "NAMESPACE", "OWNER", "WORST", "PODS", "NODES", "VENDOR"}
+// textColumns are the text table's columns, in order: CLUSTER only in a
+// report over several clusters. giveWay orders the columns that give way
+// when a row is too wide: pods and nodes first (a cut list is repeated
+// whole under the row), then the names; 0 never (short words of ours).
+var textColumns = []struct {
+	name    string
+	giveWay int
+}{{"STATUS", 0}, {"CLUSTER", 2}, {"NAMESPACE", 2}, {"OWNER", 2}, {"WORST", 0}, {"PODS", 1}, {"NODES", 1}, {"VENDOR", 2}}
 
-// textGiveWay orders the columns that give way when a row is too wide:
-// pods and nodes first (a cut list is repeated whole under the row), then
-// the names; 0 never (short words of ours).
-var textGiveWay = []int{0, 2, 2, 0, 1, 1, 2}
+// textTable is the text header of a report (fleet: over several
+// clusters), and each column's giveWay.
+type textTable struct {
+	header  []string
+	giveWay []int
+}
 
-// Column indexes of the lists repeated under a row when cut.
-const (
-	textPods  = 4
-	textNodes = 5
-)
+func newTextTable(fleet bool) textTable {
+	var t textTable
+	for _, c := range textColumns {
+		if c.name != "CLUSTER" || fleet {
+			t.header = append(t.header, c.name)
+			t.giveWay = append(t.giveWay, c.giveWay)
+		}
+	}
+	return t
+}
 
 func writeText(w io.Writer, r Report) error {
-	rows := [][]string{textHeader}
+	tt := newTextTable(r.Fleet())
+	rows := [][]string{tt.header}
 	for _, g := range r.Groups {
-		rows = append(rows, textRow(g))
+		rows = append(rows, tt.row(g, r.Fleet()))
 	}
-	widths := fitColumns(rows, TextWidth)
+	widths := tt.fit(rows, TextWidth)
 	var b strings.Builder
-	if !r.Origin.Time.IsZero() {
-		for _, l := range wrap("", textIndent, r.Origin.Line(), TextWidth) {
-			b.WriteString(l + "\n")
+	if lines := r.HeaderLines(); len(lines) > 0 {
+		// A fleet's clusters indented under the first line.
+		for i, hl := range lines {
+			first, rest := "", textIndent
+			if i > 0 {
+				first, rest = textIndent, textIndent+textIndent
+			}
+			for _, l := range wrap(first, rest, hl, TextWidth) {
+				b.WriteString(l + "\n")
+			}
 		}
 		b.WriteString("\n")
 	}
 	for i, row := range rows {
 		b.WriteString(formatRow(row, widths) + "\n")
 		if i > 0 {
-			for _, l := range textDetails(r.Groups[i-1], row, widths) {
+			for _, l := range tt.details(r.Groups[i-1], row, widths) {
 				b.WriteString(l + "\n")
 			}
 		}
@@ -71,28 +93,29 @@ func writeText(w io.Writer, r Report) error {
 	return err
 }
 
-// textRow is a group's row: the Markdown table's cells in the text
-// header's order, the hint and rule left for the lines below. Display
-// escapes tabs and newlines, so a cell cannot add a column or a row.
-func textRow(g Group) []string {
-	c := columns(g, func(s string) string { return safetext.Display(safetext.Cut(s, textDetail)) })
-	row := make([]string, len(textHeader))
-	for i, name := range textHeader {
-		row[i] = c[slices.Index(header, name)]
+// row is a group's row: the Markdown table's cells in the text header's
+// order, the hint and rule left for the lines below. Display escapes tabs
+// and newlines, so a cell cannot add a column or a row.
+func (tt textTable) row(g Group, fleet bool) []string {
+	c := columns(g, fleet, func(s string) string { return safetext.Display(safetext.Cut(s, textDetail)) })
+	head := tableHeader(fleet)
+	row := make([]string, len(tt.header))
+	for i, name := range tt.header {
+		row[i] = c[slices.Index(head, name)]
 	}
 	return row
 }
 
-// textDetails are the indented lines under a group's row: first the lists
+// details are the indented lines under a group's row: first the lists
 // the row had to cut, whole (up to two lines), then the long values.
-func textDetails(g Group, row []string, widths []int) []string {
+func (tt textTable) details(g Group, row []string, widths []int) []string {
 	var out []string
 	lines := func(label, text string) {
 		out = append(out, wrap(textIndent+label, textIndent+strings.Repeat(" ", len(label)), text, TextWidth)...)
 	}
-	for _, c := range []int{textPods, textNodes} {
-		if utf8.RuneCountInString(row[c]) > widths[c] {
-			label := strings.ToLower(textHeader[c]) + ":"
+	for _, name := range []string{"PODS", "NODES"} {
+		if c := slices.Index(tt.header, name); utf8.RuneCountInString(row[c]) > widths[c] {
+			label := strings.ToLower(name) + ":"
 			label += strings.Repeat(" ", len("expected: ")-len(label))
 			// Two lines of a long list tell enough; the JSON holds all.
 			lines(label, safetext.Cut(row[c], 2*(TextWidth-len(textIndent+label))))
@@ -135,11 +158,11 @@ func textDetails(g Group, row []string, widths []int) []string {
 	return out
 }
 
-// fitColumns gives each column the width of its widest cell, then takes
-// from the widest column that gives way first, one rune at a time, until a
-// row fits width (or every such column is down to textMinCell).
-func fitColumns(rows [][]string, width int) []int {
-	widths := make([]int, len(textHeader))
+// fit gives each column the width of its widest cell, then takes from
+// the widest column that gives way first, one rune at a time, until a row
+// fits width (or every such column is down to textMinCell).
+func (tt textTable) fit(rows [][]string, width int) []int {
+	widths := make([]int, len(tt.header))
 	for _, row := range rows {
 		for i, c := range row {
 			widths[i] = max(widths[i], utf8.RuneCountInString(c))
@@ -156,7 +179,7 @@ func fitColumns(rows [][]string, width int) []int {
 		for total() > width {
 			widest := -1
 			for i, w := range widths {
-				if textGiveWay[i] == rank && w > textMinCell && (widest < 0 || w > widths[widest]) {
+				if tt.giveWay[i] == rank && w > textMinCell && (widest < 0 || w > widths[widest]) {
 					widest = i
 				}
 			}

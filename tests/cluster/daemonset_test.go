@@ -114,14 +114,14 @@ type nodeDirs struct {
 }
 
 // overlay writes a test-only kustomize overlay over packaging/kubernetes:
-// the image made here, every hostPath but /run/netns (mounted read-only)
+// image (NAME:TAG, or NAME@DIGEST), every hostPath but /run/netns (mounted read-only)
 // moved to a temp dir (the host's /proc a stand-in whose pid 1's netns is
 // the node's: a sandboxed test host may close the real pid 1's), the NRI socket dir the test's containerd's, and
 // the forwarder given a kubeconfig to the test's API server. The pod runs
 // in the node's network namespace (hostNetwork): without kube-proxy the
 // service IP of the API server leads nowhere, and its address is the
 // netns's loopback.
-func (n *node) overlay(t *testing.T) (dir string, d nodeDirs) {
+func (n *node) overlay(t *testing.T, image string) (dir string, d nodeDirs) {
 	t.Helper()
 	dir = t.TempDir()
 	root := filepath.Join(dir, "node")
@@ -160,12 +160,18 @@ func (n *node) overlay(t *testing.T) (dir string, d nodeDirs) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name, tag, _ := strings.Cut(testImage, ":")
+	newImage := "newTag"
+	name, tag, byDigest := strings.Cut(image, "@")
+	if byDigest {
+		newImage = "digest"
+	} else {
+		name, tag, _ = strings.Cut(image, ":")
+	}
 	kust := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources: [%s]
 images:
-  - {name: ghcr.io/iptables-alerter/iptables-alerter, newName: %s, newTag: %s}
+  - {name: ghcr.io/iptables-alerter/iptables-alerter, newName: %s, %s: %s}
 patches:
   - target: {kind: DaemonSet, name: iptables-alerter}
     patch: |
@@ -192,7 +198,7 @@ patches:
               - {name: allowlist, hostPath: {path: %q, type: Directory}}
               - {name: forward-state, hostPath: {path: %q, type: Directory}}
               - {name: host-proc, hostPath: {path: %q, type: Directory}}
-`, base, name, tag, d.kube, d.bin, d.hooks, d.crio, n.ctrd.Dir, d.findings, d.state, d.allowlist, d.fwdState, root+"/proc")
+`, base, name, newImage, tag, d.kube, d.bin, d.hooks, d.crio, n.ctrd.Dir, d.findings, d.state, d.allowlist, d.fwdState, root+"/proc")
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -218,29 +224,13 @@ func TestDaemonSetEndToEnd(t *testing.T) {
 	n := startNode(t)
 	n.controlPlane(t)
 	n.importMadeImage(t)
-	dir, d := n.overlay(t)
+	dir, d := n.overlay(t, testImage)
 
 	n.kubectl(t, "apply", "--server-side", "-f", filepath.Join(dir, "servicemonitor-crd.yaml"))
 	n.kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com")
 	n.kubectl(t, "apply", "--server-side", "-k", dir)
 
-	var ds *corev1.Pod
-	deadline := time.Now().Add(3 * time.Minute)
-	for ds == nil {
-		l, err := n.cs.CoreV1().Pods("iptables-alerter").List(kubetest.Ctx(t), metav1.ListOptions{})
-		if err == nil {
-			for i := range l.Items {
-				if podReady(&l.Items[i]) {
-					ds = &l.Items[i]
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no Ready DaemonSet pod after 3 min: %v\n%s", err,
-				n.kubectl(t, "-n", "iptables-alerter", "describe", "pods"))
-		}
-		time.Sleep(time.Second)
-	}
+	ds := n.readyDaemonSetPod(t, 3*time.Minute)
 	hooksJSON := filepath.Join(d.hooks, "iptables-alerter.json")
 	if _, err := os.Stat(hooksJSON); err != nil {
 		t.Errorf("hooks.d JSON not installed by the running pod: %v", err)
@@ -251,7 +241,7 @@ func TestDaemonSetEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create pod: %v", err)
 	}
-	deadline = time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(2 * time.Minute)
 	for !hasUsageEvent(t, n, pod) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no IPTablesUsageObserved Event on shop/cart after 2 min; agent log:\n%s\nforward log:\n%s\nhook log:\n%s\nfindings:\n%s",
@@ -279,6 +269,27 @@ func TestDaemonSetEndToEnd(t *testing.T) {
 	bins, _ := filepath.Glob(filepath.Join(d.bin, "*"))
 	if len(bins) != 0 {
 		t.Errorf("bin dir after the DaemonSet's deletion holds %v, want nothing", bins)
+	}
+}
+
+// readyDaemonSetPod waits up to limit for a Ready pod of the DaemonSet.
+func (n *node) readyDaemonSetPod(t *testing.T, limit time.Duration) *corev1.Pod {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		l, err := n.cs.CoreV1().Pods("iptables-alerter").List(kubetest.Ctx(t), metav1.ListOptions{})
+		if err == nil {
+			for i := range l.Items {
+				if podReady(&l.Items[i]) {
+					return &l.Items[i]
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no Ready DaemonSet pod after %s: %v\n%s", limit, err,
+				n.kubectl(t, "-n", "iptables-alerter", "describe", "pods"))
+		}
+		time.Sleep(time.Second)
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -26,30 +25,10 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+	"github.com/iptables-alerter/iptables-alerter/tests/release/reltest"
 )
 
-func repo(t testing.TB) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
-// cache is where the build scripts leave their tools.
-func cache() string {
-	if c := os.Getenv("IPTA_CACHE"); c != "" {
-		return c
-	}
-	return "/var/cache/iptables-alerter"
-}
-
-// tool is the path of a cached tool, or a skip (a failure under CI=true).
-func tool(t *testing.T, name, script string) string {
-	t.Helper()
-	p := filepath.Join(cache(), "release", "bin", name)
-	_, err := os.Stat(p)
-	nstest.Need(t, err == nil, "needs "+p+" ("+script+")")
-	return p
-}
+func repo(testing.TB) string { return reltest.Repo() }
 
 // startRegistry runs go-containerregistry's registry (in memory, the
 // distribution API) in the test process on a loopback port, and returns
@@ -85,6 +64,13 @@ func runErr(dir string, env []string, name string, args ...string) (string, erro
 	return string(out), err
 }
 
+// testPlatforms are the platforms the test's release builds: amd64 and
+// the one big-endian platform, s390x. A real release builds make's default
+// RELEASE_PLATFORMS, all four of wantMachine (TestReleaseDefaultPlatforms);
+// arm64 and ppc64le go through the same loop as amd64, and each platform
+// is a cold cross-build of client-go on a fresh machine (minutes each).
+var testPlatforms = []string{"linux/amd64", "linux/s390x"}
+
 // The release as a maintainer makes it and an admin installs it: make
 // release into a registry that is empty and holds nothing else, the
 // signatures verified with the public key (and refused with another), and
@@ -94,41 +80,22 @@ func runErr(dir string, env []string, name string, args ...string) (string, erro
 // not run, the DaemonSet's image is what is checked).
 func TestRelease(t *testing.T) {
 	kubetest.Need(t)
-	for _, c := range []string{"kubectl", "helm", "rpmbuild", "sha256sum", "make"} {
-		_, err := exec.LookPath(c)
-		nstest.Need(t, err == nil, "needs "+c+" on PATH (tests/install-deps.sh all)")
-	}
-	cosign := tool(t, "cosign", "tests/release/build-cosign.sh")
-	tool(t, "cyclonedx-gomod", "tests/release/build-cyclonedx-gomod.sh")
+	_, err := exec.LookPath("kubectl")
+	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/install-deps.sh all)")
+	cosign := reltest.Need(t)
 
 	reg := startRegistry(t)
 	registry := reg + "/iptables-alerter"
 	tmp := t.TempDir()
-	home := filepath.Join(tmp, "home")
-	// helm's and cosign's configuration and caches in the temp dir, never
-	// the user's; the key's password as cosign reads it.
-	env := []string{"HOME=" + home, "HELM_CONFIG_HOME=" + home + "/helm/config", "HELM_CACHE_HOME=" + home + "/helm/cache",
-		"HELM_DATA_HOME=" + home + "/helm/data", "DOCKER_CONFIG=" + home + "/docker", "COSIGN_PASSWORD=test-password"}
+	env := reltest.Env(t, filepath.Join(tmp, "home"))
 	keys, other := filepath.Join(tmp, "keys"), filepath.Join(tmp, "other")
-	for _, d := range []string{keys, other} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		run(t, d, env, cosign, "generate-key-pair")
-	}
+	reltest.KeyPair(t, cosign, env, keys)
+	reltest.KeyPair(t, cosign, env, other)
 
 	dist := filepath.Join(tmp, "dist")
 	const version, chartVersion = "v1.2.3", "1.2.3"
 	chartURL := "https://charts.example.com/iptables-alerter"
-	run(t, repo(t), env, "make", "--no-print-directory", "release", "VERSION="+version, "REGISTRY="+registry, "DIST="+dist,
-		"COSIGN_KEY="+filepath.Join(keys, "cosign.key"), "RPMBUILDFLAGS=--nodeps", "CHART_REPO_URL="+chartURL,
-	)
-
-	digestData, err := os.ReadFile(filepath.Join(dist, "image.digest"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	digest := strings.TrimSpace(string(digestData))
+	digest := reltest.Make(t, env, version, registry, dist, keys, testPlatforms, "CHART_REPO_URL="+chartURL)
 	image := registry + "/iptables-alerter"
 	chart := registry + "/charts/iptables-alerter"
 
@@ -211,8 +178,9 @@ var wantMachine = map[string]struct {
 	"s390x":   {elf.EM_S390, "BigEndian"},
 }
 
-// checkImage reads the pushed index back: one image per platform, each
-// with the Containerfile's configuration and binaries built for it.
+// checkImage reads the pushed index back: one image per platform built
+// (testPlatforms) and no other, each with the Containerfile's
+// configuration and binaries built for it.
 func checkImage(t *testing.T, ref, digest string) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
@@ -232,6 +200,9 @@ func checkImage(t *testing.T, ref, digest string) {
 	seen := map[string]bool{}
 	for _, m := range im.Manifests {
 		arch := m.Platform.Architecture
+		if seen[arch] || m.Platform.OS != "linux" {
+			t.Errorf("the index lists %s/%s again or for another OS", m.Platform.OS, arch)
+		}
 		seen[arch] = true
 		img, err := idx.Image(m.Digest)
 		if err != nil {
@@ -248,10 +219,13 @@ func checkImage(t *testing.T, ref, digest string) {
 		}
 		checkBinaries(t, arch, img)
 	}
-	for arch := range wantMachine {
-		if !seen[arch] {
+	for _, p := range testPlatforms {
+		if arch := strings.TrimPrefix(p, "linux/"); !seen[arch] {
 			t.Errorf("the index has no %s image (has %v)", arch, seen)
 		}
+	}
+	if len(seen) != len(testPlatforms) {
+		t.Errorf("the index has images for %v, the release built %v", seen, testPlatforms)
 	}
 }
 

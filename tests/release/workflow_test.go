@@ -2,8 +2,10 @@ package release
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
@@ -106,5 +108,40 @@ func TestWorkflowCheckRefuses(t *testing.T) {
 		if bad := checkWorkflow(w); len(bad) == 0 {
 			t.Errorf("step %v accepted", step)
 		}
+	}
+}
+
+// A real release builds every platform of wantMachine: make's default
+// RELEASE_PLATFORMS lists them all (TestRelease builds fewer, by setting
+// it), and the workflow does not narrow it.
+func TestReleaseDefaultPlatforms(t *testing.T) {
+	cmd := exec.Command("make", "-s", "--no-print-directory", "--eval=print-release-platforms: ; @echo $(RELEASE_PLATFORMS)", "print-release-platforms")
+	cmd.Dir = repo(t)
+	// The environment without RELEASE_PLATFORMS (even empty, it is set).
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "RELEASE_PLATFORMS=") && !strings.HasPrefix(e, "MAKEFLAGS=") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("make: %v", err)
+	}
+	got := strings.Fields(string(out))
+	var want []string
+	for arch := range wantMachine {
+		want = append(want, "linux/"+arch)
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("make's RELEASE_PLATFORMS is %v, want %v", got, want)
+	}
+	data, err := os.ReadFile(filepath.Join(repo(t), ".github", "workflows", "release.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "PLATFORMS") {
+		t.Errorf("the release workflow sets PLATFORMS: a real release builds make's default")
 	}
 }

@@ -111,8 +111,17 @@ state = %[2]q
   plugin_request_timeout = "2s"
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "native"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    # Read at each pull: a test writes HOST/hosts.toml there (HostsDir).
+    config_path = %[12]q
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = %[8]q
+# A pull (the CRI's goes through the transfer service) unpacks with the
+# snapshotter in use; the default names overlayfs only, and a pull then
+# fails "no unpack platforms defined".
+[[plugins.'io.containerd.transfer.v1.local'.unpack_config]]
+  platform = %[13]q
+  snapshotter = "native"
 [plugins.'io.containerd.cri.v1.runtime']
   # Sandboxes ask for oom_score_adj -998; some VMs refuse any negative
   # value even to root, and runc then fails. Clamp to containerd's own.
@@ -130,9 +139,14 @@ state = %[2]q
         Root = %[11]q
 `, filepath.Join(c.Dir, "root"), filepath.Join(c.Dir, "state"), c.Socket, c.Socket+".ttrpc",
 		c.NRISocket, filepath.Join(c.Dir, "nri-plugins"), filepath.Join(c.Dir, "nri-conf"), ImageRef,
-		filepath.Join(c.Dir, "net.d"), runcPath, filepath.Join(c.Dir, "runc"))
+		filepath.Join(c.Dir, "net.d"), runcPath, filepath.Join(c.Dir, "runc"), c.HostsDir(), "linux/"+goruntime.GOARCH)
 	return os.WriteFile(filepath.Join(c.Dir, "config.toml"), []byte(cfg), 0o644)
 }
+
+// HostsDir is containerd's registry configuration directory: a
+// HOST[:PORT]/hosts.toml there says how images of that registry are
+// pulled (a plain-HTTP loopback registry, say).
+func (c *Containerd) HostsDir() string { return filepath.Join(c.Dir, "certs.d") }
 
 // importImage imports the test image with ctr, as an admin without a
 // registry would.
