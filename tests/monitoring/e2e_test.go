@@ -234,8 +234,8 @@ scrape_configs:
 // that the runtime side of NRI in this process tells of one running pod,
 // shop/web-7d4b9c8f5-x2k9q (owner Deployment/web), whose network namespace
 // holds an xt rule. It returns the pod and the runtime side, to stop the
-// pod with.
-func startAgent(t *testing.T, dir, netns, agentAddr string) (pod *api.PodSandbox, ad *nri.Adaptation) {
+// pod with. extra are more flags of the agent.
+func startAgent(t *testing.T, dir, netns, agentAddr string, extra ...string) (pod *api.PodSandbox, ad *nri.Adaptation) {
 	t.Helper()
 	bin := filepath.Join(dir, "iptables-alerter")
 	if err := testbin.Build(bin, ""); err != nil {
@@ -261,8 +261,8 @@ func startAgent(t *testing.T, dir, netns, agentAddr string) (pod *api.PodSandbox
 	t.Cleanup(ad.Stop)
 
 	// --host-proc "": the test's pods are not host-network ones.
-	startIn(t, netns, nil, bin, "agent", "--nri-socket", sock, "--node", "node-e2e", "--health-addr", agentAddr, "--host-proc", "",
+	startIn(t, netns, nil, bin, append([]string{"agent", "--nri-socket", sock, "--node", "node-e2e", "--health-addr", agentAddr, "--host-proc", "",
 		"--findings", filepath.Join(dir, "findings.jsonl"), "--state-dir", filepath.Join(dir, "seen"),
-		"--allowlist", filepath.Join(dir, "no-allowlist.json"), "--vendors", filepath.Join(dir, "no-vendors.json"))
+		"--allowlist", filepath.Join(dir, "no-allowlist.json"), "--vendors", filepath.Join(dir, "no-vendors.json")}, extra...)...)
 	return pod, ad
 }

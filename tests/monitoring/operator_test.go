@@ -4,9 +4,17 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"maps"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -34,16 +42,18 @@ const (
 	// and EndpointSlices, so the agent listens on this one, as it listens
 	// on its pod's.
 	opPodIP = "10.234.7.1"
-	opNode   = "node-e2e"
+	opNode  = "node-e2e"
 	// agentPort is the agent's metrics port (the Service's metrics port).
 	agentPort = 9757
 	// opWait bounds the waits on the scrape: the ServiceMonitor scrapes
 	// every 60s and the operator's default evaluation interval is 30s, so
 	// the first scrape and the first evaluation may each take that long.
 	opWait = 4 * time.Minute
-	// rulesDir is where the Prometheus pod mounts the operator's rule
-	// ConfigMaps (the operator's pkg/prometheus.RulesDir).
+	// rulesDir and certsDir are where the Prometheus pod mounts the
+	// operator's rule ConfigMaps and its TLS assets Secret (the
+	// operator's pkg/prometheus.RulesDir and tlsAssetsDir).
 	rulesDir = "/etc/prometheus/rules/"
+	certsDir = "/etc/prometheus/certs/"
 	// agentPodName is the DaemonSet's pod the test stands in for.
 	agentPodName = "iptables-alerter-n8x2k"
 )
@@ -71,27 +81,69 @@ func toolsCache() string {
 // gives, every group of the rules is loaded and the breaking-usage alert
 // fires for the pod's workload.
 func TestPrometheusOperator(t *testing.T) {
-	for _, v := range []struct {
-		name    string
-		install func(e *opEnv)
-	}{
+	for _, v := range []opVariant{
 		// kubectl apply -k packaging/prometheus-operator, as
 		// docs/monitoring.md says (server-side: the CRDs are large, and
 		// it is what the packaging tests apply too).
-		{"kustomize", func(e *opEnv) {
+		{name: "kustomize", selectors: kpsSelectors, install: func(e *opEnv) {
 			e.kubectl("apply", "--server-side", "-k", "../../packaging/prometheus-operator")
 		}},
 		// The chart with the documented kube-prometheus-stack values, in
 		// the namespace made as docs/install-helm.md says.
-		{"helm", func(e *opEnv) {
+		{name: "helm", selectors: kpsSelectors, install: func(e *opEnv) {
 			e.kubectl("create", "namespace", "iptables-alerter")
 			e.kubectl("label", "namespace", "iptables-alerter", "pod-security.kubernetes.io/enforce=privileged")
 			e.run("helm", "install", "iptables-alerter", "../../packaging/helm/iptables-alerter", "--kubeconfig", e.kc,
 				"--namespace", "iptables-alerter", "-f", "../../packaging/helm/values-kube-prometheus-stack.yaml")
 		}},
+		// OpenShift's user-workload monitoring: its Prometheus takes every
+		// ServiceMonitor and PrometheusRule outside the platform's
+		// namespaces; the metrics are behind the forwarder's TLS port,
+		// scraped with the scraper ServiceAccount's token.
+		{name: "openshift-user-workload", selectors: uwmSelectors, secure: true, install: func(e *opEnv) {
+			// OpenShift's SCC kind (the overlay holds one) from a
+			// stand-in CRD; the console's dashboard namespace.
+			crd := filepath.Join(e.dir, "scc-crd.yaml")
+			if err := os.WriteFile(crd, []byte(kubetest.MinimalCRD("security.openshift.io", "Cluster", "SecurityContextConstraints", "securitycontextconstraints")), 0o600); err != nil {
+				e.t.Fatal(err)
+			}
+			e.kubectl("apply", "--server-side", "-f", crd)
+			e.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/securitycontextconstraints.security.openshift.io")
+			e.kubectl("create", "namespace", "openshift-config-managed")
+			e.kubectl("apply", "--server-side", "-k", "../../packaging/openshift-user-workload")
+			e.standInForOpenShift()
+		}},
 	} {
-		t.Run(v.name, func(t *testing.T) { operatorEndToEnd(t, v.install) })
+		t.Run(v.name, func(t *testing.T) { operatorEndToEnd(t, v) })
 	}
+}
+
+// The Prometheus object's selectors. kube-prometheus-stack's (release
+// "kps"): by label, in every namespace. OpenShift user-workload
+// monitoring's: every object, in the namespaces platform monitoring does
+// not own.
+const (
+	kpsSelectors = `  serviceMonitorSelector: {matchLabels: {release: kps}}
+  serviceMonitorNamespaceSelector: {}
+  ruleSelector: {matchLabels: {release: kps}}
+  ruleNamespaceSelector: {}
+`
+	uwmSelectors = `  serviceMonitorSelector: {}
+  serviceMonitorNamespaceSelector: {matchExpressions: [{key: openshift.io/cluster-monitoring, operator: NotIn, values: ["true"]}]}
+  ruleSelector: {}
+  ruleNamespaceSelector: {matchExpressions: [{key: openshift.io/cluster-monitoring, operator: NotIn, values: ["true"]}]}
+`
+)
+
+// opVariant is one way of installing our monitoring objects.
+type opVariant struct {
+	name string
+	// selectors is the Prometheus object's spec lines that select.
+	selectors string
+	// secure: the metrics are served by the forwarder over TLS
+	// (packaging/secure-metrics), the agent's on localhost only.
+	secure  bool
+	install func(e *opEnv)
 }
 
 // opEnv is one variant's cluster: everything runs in the network
@@ -140,7 +192,7 @@ func needOperatorTools(t *testing.T) (operator, crds, prom string) {
 	return operator, crds, prom
 }
 
-func operatorEndToEnd(t *testing.T, install func(e *opEnv)) {
+func operatorEndToEnd(t *testing.T, v opVariant) {
 	operator, crds, promBin := needOperatorTools(t)
 	e := &opEnv{t: t, dir: t.TempDir(), netns: clusterNetns(t)}
 	e.kube = kubetest.StartIn(t, e.netns)
@@ -149,17 +201,33 @@ func operatorEndToEnd(t *testing.T, install func(e *opEnv)) {
 
 	e.kubectl("apply", "--server-side", "-f", crds)
 	e.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-	install(e)
-	e.prometheusObject(promVersion(t, promBin))
+	v.install(e)
+	e.prometheusObject(promVersion(t, promBin), v.selectors)
 
 	// The operator, as in a cluster; its only way to a kubeconfig is
 	// $KUBECONFIG (no flag).
 	startIn(t, e.netns, []string{"KUBECONFIG=" + e.kc}, operator, "--web.listen-address=127.0.0.1:8080", "--log-level=info")
 	config := e.generatedConfig()
 	e.writeRuleFiles()
+	e.writeTLSAssets(config)
 
-	svc := e.standInForKubelet()
-	pod, _ := startAgent(t, e.dir, e.netns, fmt.Sprintf("%s:%d", opPodIP, agentPort))
+	// The agent, and with secure metrics the forwarder serving its
+	// metrics over TLS, as packaging/secure-metrics runs them.
+	ports := map[string]int32{"metrics": agentPort}
+	agentAddr, agentArgs := fmt.Sprintf("%s:%d", opPodIP, agentPort), []string(nil)
+	if v.secure {
+		ports = map[string]int32{"https-metrics": 9443}
+		agentAddr, agentArgs = "127.0.0.1:9757", []string{"--metrics-addr=127.0.0.1:9758"}
+	}
+	svc := e.standInForKubelet(ports)
+	pod, _ := startAgent(t, e.dir, e.netns, agentAddr, agentArgs...)
+	if v.secure {
+		startIn(t, e.netns, nil, filepath.Join(e.dir, "iptables-alerter"), "forward", "--kubeconfig", e.kc,
+			"--findings", filepath.Join(e.dir, "findings.jsonl"), "--checkpoint-dir", filepath.Join(e.dir, "forward"),
+			"--node-name", opNode, "--reports=false", "--health-addr", "127.0.0.1:9756",
+			"--secure-metrics-addr", fmt.Sprintf("%s:9443", opPodIP), "--tls-cert-file", filepath.Join(e.dir, "tls", "tls.crt"),
+			"--tls-private-key-file", filepath.Join(e.dir, "tls", "tls.key"), "--agent-metrics", "http://127.0.0.1:9758/metrics")
+	}
 
 	cfgPath := filepath.Join(e.dir, "prometheus.yaml")
 	if err := os.WriteFile(cfgPath, config, 0o600); err != nil {
@@ -233,6 +301,32 @@ func operatorEndToEnd(t *testing.T, install func(e *opEnv)) {
 		}
 	}
 
+	// Every target scrapes: the agent's (and with secure metrics the
+	// forwarder's own), over TLS with the token when the metrics are
+	// secure.
+	targets := map[string]bool{"http://" + agentAddr + "/metrics": true}
+	if v.secure {
+		targets = map[string]bool{"https://" + opPodIP + ":9443/metrics/agent": true, "https://" + opPodIP + ":9443/metrics": true}
+	}
+	within(t, opWait, fmt.Sprintf("targets %v not all up", targets), func() bool {
+		var r struct {
+			Data struct {
+				ActiveTargets []struct {
+					ScrapeURL string `json:"scrapeUrl"`
+					Health    string `json:"health"`
+				} `json:"activeTargets"`
+			} `json:"data"`
+		}
+		if !prom.api("/api/v1/targets", nil, &r) {
+			return false
+		}
+		up := map[string]bool{}
+		for _, tg := range r.Data.ActiveTargets {
+			up[tg.ScrapeURL] = tg.Health == "up"
+		}
+		return maps.Equal(up, targets)
+	})
+
 	// The rules evaluate on those series: the workload's alert fires.
 	within(t, opWait, "IPTablesBreakingOnRHEL10 not firing for Deployment/web", func() bool {
 		for _, a := range prom.breaking(t) {
@@ -280,16 +374,15 @@ func promVersion(t *testing.T, bin string) string {
 	return "v" + string(m[1])
 }
 
-// prometheusObject creates the Prometheus object kube-prometheus-stack
-// would (release "kps" in namespace monitoring): ServiceMonitors and
-// PrometheusRules selected by release: kps in every namespace. Its
+// prometheusObject creates the Prometheus object k8s in namespace
+// monitoring, selecting with selectors (kpsSelectors, uwmSelectors). Its
 // apiserverConfig points the generated Kubernetes discovery at the test's
 // API server (in a pod it would use the in-cluster config), with the admin
 // token and the CA as files, as files mounted into the pod would be: this
 // Prometheus runs on the test's host, where they are. (A credentials
 // Secret would not do: operator v0.85.0 looks it up in each
 // ServiceMonitor's namespace, not the Prometheus object's.)
-func (e *opEnv) prometheusObject(version string) {
+func (e *opEnv) prometheusObject(version, selectors string) {
 	e.t.Helper()
 	token := filepath.Join(e.dir, "kube-apiserver.token")
 	if err := os.WriteFile(token, []byte(e.kube.AdminToken), 0o600); err != nil {
@@ -304,15 +397,11 @@ kind: Prometheus
 metadata: {name: k8s, namespace: monitoring}
 spec:
   version: %s
-  serviceMonitorSelector: {matchLabels: {release: kps}}
-  serviceMonitorNamespaceSelector: {}
-  ruleSelector: {matchLabels: {release: kps}}
-  ruleNamespaceSelector: {}
-  apiserverConfig:
+%s  apiserverConfig:
     host: %s
     authorization: {credentialsFile: %s}
     tlsConfig: {caFile: %s}
-`, version, e.kube.URL, token, e.kube.CAFile)
+`, version, selectors, e.kube.URL, token, e.kube.CAFile)
 	path := filepath.Join(e.dir, "prometheus-object.yaml")
 	if err := os.WriteFile(path, []byte(objects), 0o600); err != nil {
 		e.t.Fatal(err)
@@ -325,10 +414,10 @@ spec:
 // outside the Prometheus pod, doing what the pod does to it and nothing
 // else: the config reloader sidecar expands the $(VAR)s of the pod's
 // environment (the shard, which a target's keep rule matches, and the
-// pod's name) as in the single replica of shard 0; and the rule files'
-// paths, which are the pod's mount of the rules ConfigMap, point to where
-// writeRuleFiles writes that ConfigMap's contents. Any other path of the
-// pod's or variable left in it fails the test.
+// pod's name) as in the single replica of shard 0; and the paths of the
+// pod's mounts of the rules ConfigMap and the TLS assets Secret point to
+// where writeRuleFiles and writeTLSAssets write those objects' contents.
+// Any other path of the pod's or variable left in it fails the test.
 func (e *opEnv) generatedConfig() []byte {
 	e.t.Helper()
 	const job = "serviceMonitor/iptables-alerter/iptables-alerter/0"
@@ -355,29 +444,119 @@ func (e *opEnv) generatedConfig() []byte {
 	if v := envVar.Find(plain); v != nil {
 		e.t.Fatalf("the generated configuration needs %s of the pod's environment:\n%s", v, plain)
 	}
-	var cfg map[string]any
-	if err := yaml.Unmarshal(plain, &cfg); err != nil {
-		e.t.Fatalf("the generated configuration: %v\n%s", err, plain)
+	for mount, local := range map[string]string{rulesDir: "rules", certsDir: "certs"} {
+		plain = bytes.ReplaceAll(plain, []byte(mount), []byte(filepath.Join(e.dir, local)+"/"))
 	}
-	files, _ := cfg["rule_files"].([]any)
-	if len(files) == 0 {
-		e.t.Fatalf("the generated configuration loads no rule files:\n%s", plain)
+	if bytes.Contains(plain, []byte("/etc/prometheus")) {
+		e.t.Fatalf("the generated configuration needs more of the pod's files than the rules and TLS assets:\n%s", plain)
 	}
-	for i, f := range files {
-		s, _ := f.(string)
-		if !strings.HasPrefix(s, rulesDir) {
-			e.t.Fatalf("rule file %q not under the pod's %s", s, rulesDir)
+	var cfg struct {
+		RuleFiles []string `json:"rule_files"`
+	}
+	if err := yaml.Unmarshal(plain, &cfg); err != nil || len(cfg.RuleFiles) == 0 {
+		e.t.Fatalf("the generated configuration loads no rule files (%v):\n%s", err, plain)
+	}
+	return plain
+}
+
+// writeTLSAssets writes the files of the operator's TLS assets Secret that
+// config reads (the CA of a ServiceMonitor's tlsConfig) where config's
+// rewritten paths point, as the pod's volume mount would.
+func (e *opEnv) writeTLSAssets(config []byte) {
+	e.t.Helper()
+	dir := filepath.Join(e.dir, "certs")
+	var want []string
+	for _, m := range regexp.MustCompile(regexp.QuoteMeta(dir+"/")+`([^\s"']+)`).FindAllSubmatch(config, -1) {
+		want = append(want, string(m[1]))
+	}
+	if len(want) == 0 {
+		return
+	}
+	var s *corev1.Secret
+	within(e.t, opWait, fmt.Sprintf("the operator wrote no TLS assets %v", want), func() bool {
+		var err error
+		s, err = e.cs.CoreV1().Secrets("monitoring").Get(context.Background(), "prometheus-k8s-tls-assets-0", metav1.GetOptions{})
+		if err != nil {
+			return false
 		}
-		files[i] = filepath.Join(e.dir, "rules", strings.TrimPrefix(s, rulesDir))
+		for _, w := range want {
+			if _, ok := s.Data[w]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		e.t.Fatal(err)
 	}
-	out, err := yaml.Marshal(cfg)
+	for _, w := range want {
+		if err := os.WriteFile(filepath.Join(dir, w), s.Data[w], 0o600); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// standInForOpenShift does what OpenShift's controllers do for the
+// user-workload overlay, none of which runs here: service-ca's serving
+// certificate for the metrics Service (written where the forwarder reads
+// it) and its CA in the injected ConfigMap, and the scraper
+// ServiceAccount's token in its token Secret (a TokenRequest token: the
+// legacy token controller does not run).
+func (e *opEnv) standInForOpenShift() {
+	e.t.Helper()
+	ctx := context.Background()
+	const ns = "iptables-alerter"
+	ca := servingCert(e.t, filepath.Join(e.dir, "tls"), "iptables-alerter-metrics.iptables-alerter.svc")
+	cm, err := e.cs.CoreV1().ConfigMaps(ns).Get(ctx, "iptables-alerter-service-ca", metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if bytes.Contains(out, []byte("/etc/prometheus")) {
-		e.t.Fatalf("the generated configuration needs more of the pod's files than the rules:\n%s", out)
+	cm.Data = map[string]string{"service-ca.crt": string(ca)}
+	if _, err := e.cs.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
 	}
-	return out
+	sec, err := e.cs.CoreV1().Secrets(ns).Get(ctx, "iptables-alerter-metrics-scraper-token", metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sec.Data = map[string][]byte{"token": []byte(kubetest.Token(e.t, e.cs, ns, "iptables-alerter-metrics-scraper"))}
+	if _, err := e.cs.CoreV1().Secrets(ns).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// servingCert writes a self-signed serving certificate for name into dir
+// (tls.crt, tls.key) and returns it in PEM, as its own CA.
+func servingCert(t *testing.T, dir, name string) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"tls.crt": crt, "tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return crt
 }
 
 // envVar is a reference to the pod's environment, as the config reloader
@@ -418,10 +597,10 @@ func (e *opEnv) writeRuleFiles() {
 // the kubelet and the endpoint controllers would for one node's agent,
 // none of which runs here: the agent's Pod (labelled as the metrics
 // Service selects, on node-e2e) and the Endpoints and
-// EndpointSlice of that Service with the pod's address and the agent's
-// metrics port. The forwarder's port is left out: no forwarder runs. It
-// returns the Service's name.
-func (e *opEnv) standInForKubelet() string {
+// EndpointSlice of that Service with the pod's address and ports (by the
+// Service's port name: the plain forwarder's is left out, no forwarder
+// runs there). It returns the Service's name.
+func (e *opEnv) standInForKubelet(ports map[string]int32) string {
 	e.t.Helper()
 	ctx := context.Background()
 	const ns = "iptables-alerter"
@@ -440,19 +619,22 @@ func (e *opEnv) standInForKubelet() string {
 		e.t.Fatalf("create the agent's pod: %v", err)
 	}
 	ref := &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name, UID: pod.UID}
-	var found bool
+	var epPorts []corev1.EndpointPort
+	var slicePorts []discoveryv1.EndpointPort
 	for _, p := range svc.Spec.Ports {
-		found = found || p.Name == "metrics"
+		if port, ok := ports[p.Name]; ok {
+			epPorts = append(epPorts, corev1.EndpointPort{Name: p.Name, Port: port, Protocol: p.Protocol})
+			slicePorts = append(slicePorts, discoveryv1.EndpointPort{Name: &p.Name, Port: &port, Protocol: &p.Protocol})
+		}
 	}
-	if !found {
-		e.t.Fatalf("the Service %s has no metrics port: %+v", svc.Name, svc.Spec.Ports)
+	if len(epPorts) != len(ports) {
+		e.t.Fatalf("the Service %s has ports %+v, want %v", svc.Name, svc.Spec.Ports, ports)
 	}
-	port, name, tcp := int32(agentPort), "metrics", corev1.ProtocolTCP
 	if _, err := e.cs.CoreV1().Endpoints(ns).Create(ctx, &corev1.Endpoints{
 		ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: ns, Labels: svc.Labels},
 		Subsets: []corev1.EndpointSubset{{
 			Addresses: []corev1.EndpointAddress{{IP: opPodIP, NodeName: &node, TargetRef: ref}},
-			Ports:     []corev1.EndpointPort{{Name: name, Port: port, Protocol: tcp}},
+			Ports:     epPorts,
 		}},
 	}, metav1.CreateOptions{}); err != nil {
 		e.t.Fatalf("create the Service's Endpoints: %v", err)
@@ -463,7 +645,7 @@ func (e *opEnv) standInForKubelet() string {
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{opPodIP}, NodeName: &node, TargetRef: ref,
 			Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
-		Ports: []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &tcp}},
+		Ports: slicePorts,
 	}, metav1.CreateOptions{}); err != nil {
 		e.t.Fatalf("create the Service's EndpointSlice: %v", err)
 	}
