@@ -4,17 +4,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"maps"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -32,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/certtest"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
@@ -69,17 +64,18 @@ func toolsCache() string {
 // TestPrometheusOperator (issue 27 item 2): the agent's usage series reach
 // the Prometheus that the Prometheus Operator's `release: kps` selection
 // configures, for each way we ship the monitoring objects to a
-// kube-prometheus-stack cluster. On a real kube-apiserver (no kubelet) with
-// the operator's CRDs, our objects are installed; a Prometheus object
-// selects ServiceMonitors and PrometheusRules by release: kps, as
-// kube-prometheus-stack's does; the real operator (v0.85.0) writes the
-// configuration Secret and the rules ConfigMap; the test stands in for the
-// kubelet and the endpoint controllers (the agent's Pod, Endpoints and
-// EndpointSlice, pointing at a real agent with a pod using xt rules); and
-// an upstream Prometheus runs the generated configuration until the
-// agent's usage series are scraped, with the labels the ServiceMonitor
-// gives, every group of the rules is loaded and the breaking-usage alert
-// fires for the pod's workload.
+// kube-prometheus-stack cluster, and the one OpenShift's user-workload
+// monitoring configures from its overlay. On a real kube-apiserver (no
+// kubelet) with the operator's CRDs, our objects are installed; a
+// Prometheus object selects ServiceMonitors and PrometheusRules as
+// kube-prometheus-stack's (or UWM's) does; the real operator (v0.85.0)
+// writes the configuration Secret and the rules ConfigMap; the test stands
+// in for the kubelet and the endpoint controllers (the agent's Pod,
+// Endpoints and EndpointSlice, pointing at a real agent with a pod using
+// xt rules); and an upstream Prometheus runs the generated configuration
+// until the agent's usage series are scraped, with the labels the
+// ServiceMonitor gives, every target is up, every group of the rules is
+// loaded and the breaking-usage alert fires for the pod's workload.
 func TestPrometheusOperator(t *testing.T) {
 	for _, v := range []opVariant{
 		// kubectl apply -k packaging/prometheus-operator, as
@@ -506,7 +502,9 @@ func (e *opEnv) standInForOpenShift() {
 	e.t.Helper()
 	ctx := context.Background()
 	const ns = "iptables-alerter"
-	ca := servingCert(e.t, filepath.Join(e.dir, "tls"), "iptables-alerter-metrics.iptables-alerter.svc")
+	// Self-signed: its own CA.
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE",
+		Bytes: certtest.Write(e.t, filepath.Join(e.dir, "tls"), "iptables-alerter-metrics.iptables-alerter.svc").Raw})
 	cm, err := e.cs.CoreV1().ConfigMaps(ns).Get(ctx, "iptables-alerter-service-ca", metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatal(err)
@@ -523,40 +521,6 @@ func (e *opEnv) standInForOpenShift() {
 	if _, err := e.cs.CoreV1().Secrets(ns).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
-}
-
-// servingCert writes a self-signed serving certificate for name into dir
-// (tls.crt, tls.key) and returns it in PEM, as its own CA.
-func servingCert(t *testing.T, dir, name string) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for name, b := range map[string][]byte{"tls.crt": crt, "tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return crt
 }
 
 // envVar is a reference to the pod's environment, as the config reloader
