@@ -144,7 +144,7 @@ type opVariant struct {
 
 // opEnv is one variant's cluster: everything runs in the network
 // namespace at netns (API server, operator, agent, Prometheus), so the
-// agent's address can be a node's rather than loopback.
+// agent's address can be a pod's rather than loopback.
 type opEnv struct {
 	t     *testing.T
 	dir   string
@@ -208,7 +208,8 @@ func operatorEndToEnd(t *testing.T, v opVariant) {
 	e.writeTLSAssets(config)
 
 	// The agent, and with secure metrics the forwarder serving its
-	// metrics over TLS, as packaging/secure-metrics runs them.
+	// metrics over TLS, as packaging/secure-metrics runs them (without
+	// Reports: only its metrics matter here, and no Report CRD is served).
 	ports := map[string]int32{"metrics": agentPort}
 	agentAddr, agentArgs := fmt.Sprintf("%s:%d", opPodIP, agentPort), []string(nil)
 	if v.secure {
