@@ -4,4 +4,8 @@
 // prometheus package) scraping a real agent, driven by the runtime side of
 // NRI in this process, firing the breaking-usage alert for a pod whose
 // network namespace holds xt rules and clearing it when the pod stops.
+// TestPrometheusOperator does the same through the Prometheus Operator: the
+// configuration it generates from our installed objects, run by an
+// upstream Prometheus (build-prometheus.sh; Debian's has no Kubernetes
+// discovery).
 package monitoringtest

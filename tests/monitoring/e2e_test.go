@@ -30,7 +30,21 @@ const wait = 2 * time.Minute
 // whatever the verdict, its output logged on failure.
 func start(t *testing.T, name string, args ...string) {
 	t.Helper()
+	startIn(t, "", nil, name, args...)
+}
+
+// startIn is start inside the network namespace at netns (empty: the
+// test's own), with env added to the test's environment. nsenter execs the
+// binary (no fork for --net), so the process killed is the program itself.
+func startIn(t *testing.T, netns string, env []string, name string, args ...string) {
+	t.Helper()
 	cmd := exec.Command(name, args...)
+	if netns != "" {
+		cmd = exec.Command("nsenter", append([]string{"--net=" + netns, "--", name}, args...)...)
+	}
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	out := &nstest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -48,17 +62,29 @@ func start(t *testing.T, name string, args ...string) {
 // eventually polls ok until it holds, failing the test after wait.
 func eventually(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	for end := time.Now().Add(wait); !ok(); time.Sleep(200 * time.Millisecond) {
+	within(t, wait, what, ok)
+}
+
+// within polls ok until it holds, failing the test after limit.
+func within(t *testing.T, limit time.Duration, what string, ok func() bool) {
+	t.Helper()
+	for end := time.Now().Add(limit); !ok(); time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(end) {
-			t.Fatalf("after %v: %s", wait, what)
+			t.Fatalf("after %v: %s", limit, what)
 		}
 	}
 }
 
-// api asks the Prometheus server at addr; ok is false while it does not
-// answer (starting).
-func promAPI(addr, path string, q url.Values, v any) bool {
-	resp, err := http.Get("http://" + addr + path + "?" + q.Encode())
+// server is a Prometheus server's HTTP API: at addr, through client (a
+// plain one, or one that dials into the network namespace it runs in).
+type server struct {
+	addr   string
+	client *http.Client
+}
+
+// api asks the server; ok is false while it does not answer (starting).
+func (p server) api(path string, q url.Values, v any) bool {
+	resp, err := p.client.Get("http://" + p.addr + path + "?" + q.Encode())
 	if err != nil {
 		return false
 	}
@@ -69,20 +95,30 @@ func promAPI(addr, path string, q url.Values, v any) bool {
 	return json.NewDecoder(resp.Body).Decode(v) == nil
 }
 
+// ready reports whether the server answers /-/ready with 200.
+func (p server) ready() bool {
+	resp, err := p.client.Get("http://" + p.addr + "/-/ready")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
 type alert struct {
 	Labels map[string]string `json:"labels"`
 	State  string            `json:"state"`
 }
 
 // breaking is the IPTablesBreakingOnRHEL10 alerts Prometheus holds now.
-func breaking(t *testing.T, addr string) []alert {
+func (p server) breaking(t *testing.T) []alert {
 	var r struct {
 		Status string `json:"status"`
 		Data   struct {
 			Alerts []alert `json:"alerts"`
 		} `json:"data"`
 	}
-	if !promAPI(addr, "/api/v1/alerts", nil, &r) || r.Status != "success" {
+	if !p.api("/api/v1/alerts", nil, &r) || r.Status != "success" {
 		t.Fatalf("GET /api/v1/alerts: %+v", r)
 	}
 	var out []alert
@@ -104,10 +140,10 @@ type result struct {
 	} `json:"data"`
 }
 
-func query(t *testing.T, addr, expr string) result {
+func (p server) query(t *testing.T, expr string) result {
 	t.Helper()
 	var r result
-	if !promAPI(addr, "/api/v1/query", url.Values{"query": {expr}}, &r) && r.Status == "" {
+	if !p.api("/api/v1/query", url.Values{"query": {expr}}, &r) && r.Status == "" {
 		t.Fatalf("query %q: no answer", expr)
 	}
 	return r
@@ -125,7 +161,8 @@ func TestAlertEndToEnd(t *testing.T) {
 	needTool(t, prometheus)
 	nstest.NeedRoot(t, "iptables-nft")
 	dir := t.TempDir()
-	agentAddr, pod, ad := startAgent(t, dir)
+	agentAddr := nstest.FreeAddr(t)
+	pod, ad := startAgent(t, dir, "", agentAddr)
 
 	promAddr := nstest.FreeAddr(t)
 	ruleFile(t, dir)
@@ -141,17 +178,11 @@ scrape_configs:
 	start(t, prometheus, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
 		"--web.listen-address="+promAddr)
 
-	eventually(t, "Prometheus not ready", func() bool {
-		resp, err := http.Get("http://" + promAddr + "/-/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	prom := server{addr: promAddr, client: http.DefaultClient}
+	eventually(t, "Prometheus not ready", prom.ready)
 	var fired alert
 	eventually(t, "IPTablesBreakingOnRHEL10 not firing for the pod", func() bool {
-		for _, a := range breaking(t, promAddr) {
+		for _, a := range prom.breaking(t) {
 			if a.Labels["owner"] == "Deployment/web" && a.State == "firing" {
 				fired = a
 				return true
@@ -165,7 +196,7 @@ scrape_configs:
 		}
 	}
 	// The alert is the workload's; the recorded per-pod series names the pod.
-	if r := query(t, promAddr, `pod:iptables_alerter_breaking_rules:max{owner="Deployment/web",pod_name="`+pod.Name+`"}`); len(r.Data.Result) != 1 {
+	if r := prom.query(t, `pod:iptables_alerter_breaking_rules:max{owner="Deployment/web",pod_name="`+pod.Name+`"}`); len(r.Data.Result) != 1 {
 		t.Errorf("no per-pod recorded series for %s: %+v", pod.Name, r)
 	}
 
@@ -174,7 +205,7 @@ scrape_configs:
 	for _, e := range loadDashboard(t) {
 		var r result
 		eventually(t, fmt.Sprintf("dashboard query %q: no result", e), func() bool {
-			r = query(t, promAddr, e)
+			r = prom.query(t, e)
 			return r.Status != "success" || len(r.Data.Result) > 0 || !strings.Contains(e, "iptables_alerter_agent_pod_rules")
 		})
 		if r.Status != "success" {
@@ -186,10 +217,10 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	eventually(t, "the pod's series still scraped after its sandbox stopped", func() bool {
-		return len(query(t, promAddr, `iptables_alerter_agent_pod_rules{pod_name="`+pod.Name+`"}`).Data.Result) == 0
+		return len(prom.query(t, `iptables_alerter_agent_pod_rules{pod_name="`+pod.Name+`"}`).Data.Result) == 0
 	})
 	eventually(t, "IPTablesBreakingOnRHEL10 still active after the pod stopped", func() bool {
-		for _, a := range breaking(t, promAddr) {
+		for _, a := range prom.breaking(t) {
 			if a.Labels["owner"] == "Deployment/web" {
 				return false
 			}
@@ -198,12 +229,13 @@ scrape_configs:
 	})
 }
 
-// startAgent runs a real agent (built from the tree, its metrics on a free
-// loopback address) that the runtime side of NRI in this process tells of
-// one running pod, shop/web-7d4b9c8f5-x2k9q (owner Deployment/web), whose
-// network namespace holds an xt rule. It returns the agent's address, the
-// pod and the runtime side, to stop the pod with.
-func startAgent(t *testing.T, dir string) (agentAddr string, pod *api.PodSandbox, ad *nri.Adaptation) {
+// startAgent runs a real agent (built from the tree, its metrics on
+// agentAddr, in the network namespace at netns, empty for the test's own)
+// that the runtime side of NRI in this process tells of one running pod,
+// shop/web-7d4b9c8f5-x2k9q (owner Deployment/web), whose network namespace
+// holds an xt rule. It returns the pod and the runtime side, to stop the
+// pod with. extra are more flags of the agent.
+func startAgent(t *testing.T, dir, netns, agentAddr string, extra ...string) (pod *api.PodSandbox, ad *nri.Adaptation) {
 	t.Helper()
 	bin := filepath.Join(dir, "iptables-alerter")
 	if err := testbin.Build(bin, ""); err != nil {
@@ -228,10 +260,9 @@ func startAgent(t *testing.T, dir string) (agentAddr string, pod *api.PodSandbox
 	}
 	t.Cleanup(ad.Stop)
 
-	agentAddr = nstest.FreeAddr(t)
 	// --host-proc "": the test's pods are not host-network ones.
-	start(t, bin, "agent", "--nri-socket", sock, "--node", "node-e2e", "--health-addr", agentAddr, "--host-proc", "",
+	startIn(t, netns, nil, bin, append([]string{"agent", "--nri-socket", sock, "--node", "node-e2e", "--health-addr", agentAddr, "--host-proc", "",
 		"--findings", filepath.Join(dir, "findings.jsonl"), "--state-dir", filepath.Join(dir, "seen"),
-		"--allowlist", filepath.Join(dir, "no-allowlist.json"), "--vendors", filepath.Join(dir, "no-vendors.json"))
-	return agentAddr, pod, ad
+		"--allowlist", filepath.Join(dir, "no-allowlist.json"), "--vendors", filepath.Join(dir, "no-vendors.json")}, extra...)...)
+	return pod, ad
 }

@@ -19,7 +19,8 @@ import (
 	"time"
 )
 
-// Write writes a self-signed certificate named cn for 127.0.0.1 into dir
+// Write writes a self-signed certificate named cn for 127.0.0.1 and the
+// DNS name cn (a Service's name, for a client checking it) into dir
 // (dir/tls.crt, dir/tls.key), replacing the one there, and returns it.
 func Write(t testing.TB, dir, cn string) *x509.Certificate {
 	t.Helper()
@@ -35,6 +36,7 @@ func Write(t testing.TB, dir, cn string) *x509.Certificate {
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:              []string{cn},
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 	}
