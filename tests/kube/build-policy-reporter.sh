@@ -36,7 +36,8 @@ rm -f "$STAMP"
 SRC=$CACHE/build
 rm -rf "$SRC"
 mkdir -p "$SRC"
-trap 'rm -rf "$SRC"' EXIT
+EXIT_TRAP='rm -rf "$SRC"'
+trap "$EXIT_TRAP" EXIT
 tar --zstd -xf "$PR_ARCHIVE" -C "$SRC"
 (
 	cd "$SRC"

@@ -32,7 +32,8 @@ command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
 mkdir -p "$CACHE"
 # Into a directory of its own, then renamed: a half-built prometheus is never used.
 TMP=$(mktemp -d "$CACHE/.build.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+EXIT_TRAP='rm -rf "$TMP"'
+trap "$EXIT_TRAP" EXIT
 export CGO_ENABLED=0 GOBIN="$TMP" GOFLAGS="-mod=mod -p=2" GOTOOLCHAIN=local
 # 3.16.0 from v0.316.0: what `prometheus --version` prints.
 minor=${VERSION#v0.}
@@ -42,8 +43,6 @@ progress "prometheus $release ($VERSION, Kubernetes discovery only)" "$BIN" "sev
 	-tags "$TAGS" \
 	-ldflags "-s -w -X github.com/prometheus/common/version.Version=$release" \
 	"github.com/prometheus/prometheus/cmd/prometheus@$VERSION" >&2
-# progress drops the EXIT trap when it returns: set it again.
-trap 'rm -rf "$TMP"' EXIT
 mv "$TMP/prometheus" "$BIN"
 echo "$VERSION $TAGS" >"$STAMP"
 echo "$BIN"
