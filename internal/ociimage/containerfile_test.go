@@ -11,8 +11,9 @@ import (
 )
 
 // The shipped Containerfile parses into what `make image` builds with
-// podman: its labels with the build args, the three files, the user and
-// the entrypoint.
+// podman: its labels with the build args, the four files (the full, the
+// agent-only and the hook build, the hooks.d JSON), the user and the
+// entrypoint.
 func TestShippedContainerfile(t *testing.T) {
 	data, err := os.ReadFile("../../packaging/Containerfile")
 	if err != nil {
@@ -40,6 +41,7 @@ func TestShippedContainerfile(t *testing.T) {
 		}
 	}
 	want := map[string]string{"iptables-alerter": "/usr/bin/iptables-alerter", "iptables-alerter-hook": "/usr/bin/iptables-alerter-hook",
+		"iptables-alerter-agent": "/usr/bin/iptables-alerter-agent",
 		"iptables-alerter.json": "/usr/share/iptables-alerter/iptables-alerter.json"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("copies %v, want %v", got, want)
