@@ -277,7 +277,7 @@ func checkBinaries(t *testing.T, arch string, img v1.Image) {
 			t.Errorf("%s: %s is %v %v, want %v %s", arch, h.Name, m, order, w.m, w.order)
 		}
 	}
-	for _, f := range []string{"usr/bin/iptables-alerter", "usr/bin/iptables-alerter-hook", "usr/share/iptables-alerter/iptables-alerter.json"} {
+	for _, f := range []string{"usr/bin/iptables-alerter", "usr/bin/iptables-alerter-agent", "usr/bin/iptables-alerter-hook", "usr/share/iptables-alerter/iptables-alerter.json"} {
 		if !files[f] {
 			t.Errorf("%s: the image has no %s (has %v)", arch, f, files)
 		}
