@@ -96,11 +96,11 @@ func newPodman(t *testing.T, runtime string, extraHookArgs []string) (p *podman,
 }
 
 // makeInstall runs the Makefile's install-files with the built hook as
-// both binaries: the binaries and the hooks.d JSON land exactly as
+// every binary: the binaries and the hooks.d JSON land exactly as
 // `make install` puts them, BINDIR substituted by the Makefile's own sed.
 func makeInstall(t *testing.T, bindir, hooksDir string) {
 	t.Helper()
-	cmd := exec.Command("make", "-s", "-C", "../..", "install-files", "BIN="+hookBin, "HOOKBIN="+hookBin,
+	cmd := exec.Command("make", "-s", "-C", "../..", "install-files", "BIN="+hookBin, "HOOKBIN="+hookBin, "AGENTBIN="+hookBin,
 		"DESTDIR=", "BINDIR="+bindir, "HOOKSDIR="+hooksDir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make install-files: %v\n%s", err, out)

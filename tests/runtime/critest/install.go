@@ -24,7 +24,9 @@ func InstallHook(t testing.TB, bin, hookBin string, args ...string) (hook, hooks
 	// The repository's root, three levels above this file.
 	_, self, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(self), "..", "..", "..")
-	cmd := exec.Command("make", "-s", "-C", root, "install-files", "BIN="+bin, "HOOKBIN="+hookBin,
+	// The full build stands in for the agent-only one: the hook is what
+	// these runtimes run.
+	cmd := exec.Command("make", "-s", "-C", root, "install-files", "BIN="+bin, "HOOKBIN="+hookBin, "AGENTBIN="+bin,
 		"DESTDIR=", "BINDIR="+bindir, "HOOKSDIR="+hooksDir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make install-files: %v\n%s", err, out)
