@@ -42,7 +42,7 @@ func TestShippedContainerfile(t *testing.T) {
 	}
 	want := map[string]string{"iptables-alerter": "/usr/bin/iptables-alerter", "iptables-alerter-hook": "/usr/bin/iptables-alerter-hook",
 		"iptables-alerter-agent": "/usr/bin/iptables-alerter-agent",
-		"iptables-alerter.json": "/usr/share/iptables-alerter/iptables-alerter.json"}
+		"iptables-alerter.json":  "/usr/share/iptables-alerter/iptables-alerter.json"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("copies %v, want %v", got, want)
 	}
