@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,7 +95,35 @@ func TestWatcherRealLegacy(t *testing.T) {
 	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec iptables-legacy \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_ = exec.Command("ip", "netns", "exec", ns.Name, wrapper, "-S", "OUTPUT", "--", "wrapper-marker").Run()
+	// The wrapped tool waits on an xtables lock of the test's own
+	// (XTABLES_LOCKFILE, held here) until the watch has read it: two execs
+	// in a row and a quick exit could otherwise end it before its /proc
+	// was read on a loaded machine, which the watch counts as a miss.
+	lock, err := os.Create(filepath.Join(t.TempDir(), "xtables.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	wrap := exec.Command("ip", "netns", "exec", ns.Name, wrapper, "-w", "60", "-S", "wrapper-marker")
+	wrap.Env = append(os.Environ(), "XTABLES_LOCKFILE="+lock.Name())
+	if err := wrap.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if cmd, ok := w.Lookup(wrap.Process.Pid); ok && strings.HasSuffix(cmd.Exe, "xtables-legacy-multi") {
+			break
+		}
+		if time.Now().After(end) {
+			syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+			wrap.Wait()
+			t.Fatal("the wrapped iptables-legacy was not read in a minute")
+		}
+	}
+	syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	_ = wrap.Wait()
 
 	ok := c.wait(t, "ok-marker")
 	if !ok.Exited || ok.Code != 0 || ok.Signal != 0 {
