@@ -23,8 +23,7 @@ command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
 mkdir -p "$CACHE"
 # Into a directory of its own, then renamed: a half-built helm is never on PATH.
 TMP=$(mktemp -d "$CACHE/.helm-build.XXXXXX")
-EXIT_TRAP='rm -rf "$TMP"'
-trap "$EXIT_TRAP" EXIT
+trap 'rm -rf "$TMP"' EXIT
 export CGO_ENABLED=0 GOBIN="$TMP" GOFLAGS=-mod=mod
 progress "helm $HELM_VERSION" "$BIN" "a few minutes on 2 cores" go install -trimpath \
 	-ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \

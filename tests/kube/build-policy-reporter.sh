@@ -36,8 +36,7 @@ rm -f "$STAMP"
 SRC=$CACHE/build
 rm -rf "$SRC"
 mkdir -p "$SRC"
-EXIT_TRAP='rm -rf "$SRC"'
-trap "$EXIT_TRAP" EXIT
+trap 'rm -rf "$SRC"' EXIT
 tar --zstd -xf "$PR_ARCHIVE" -C "$SRC"
 (
 	cd "$SRC"

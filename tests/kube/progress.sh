@@ -6,11 +6,9 @@
 #   prints "building NAME into DEST (ESTIMATE)", runs CMD with a heartbeat
 #   every PROGRESS_EVERY seconds (default 30) and returns CMD's status. The
 #   heartbeat ends with CMD, also when CMD fails or the script is
-#   interrupted: no loop is left behind. A script's own EXIT cleanup goes
-#   in EXIT_TRAP (set before it calls progress, and armed with
-#   `trap "$EXIT_TRAP" EXIT`): progress runs it on an exit during CMD and
-#   arms it again when CMD ends, as a shell cannot read back the trap it
-#   replaces.
+#   interrupted: no loop is left behind. It sets no EXIT trap: an
+#   interrupt ends the heartbeat and exits, which runs the script's own
+#   EXIT cleanup (a shell cannot read back a trap to restore it).
 
 progress() {
 	_p_name=$1 _p_dest=$2 _p_est=$3
@@ -34,16 +32,10 @@ progress() {
 	_p_beat=$!
 	trap '_progress_stop; exit 130' INT
 	trap '_progress_stop; exit 143' TERM
-	trap '_progress_stop; eval "${EXIT_TRAP:-}"' EXIT
 	_p_status=0
 	"$@" || _p_status=$?
 	_progress_stop
 	trap - INT TERM
-	if [ -n "${EXIT_TRAP:-}" ]; then
-		trap "$EXIT_TRAP" EXIT
-	else
-		trap - EXIT
-	fi
 	_p_s=$(($(date +%s) - _p_start))
 	if [ "$_p_status" -eq 0 ]; then
 		printf 'built %s in %dm%02ds\n' "$_p_name" $((_p_s / 60)) $((_p_s % 60)) >&2

@@ -29,8 +29,7 @@ fi
 command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
 mkdir -p "$CACHE"
 TMP=$(mktemp -d "$CACHE/.build.XXXXXX")
-EXIT_TRAP='chmod -R u+w "$TMP" 2>/dev/null; rm -rf "$TMP"'
-trap "$EXIT_TRAP" EXIT
+trap 'chmod -R u+w "$TMP" 2>/dev/null; rm -rf "$TMP"' EXIT
 export CGO_ENABLED=0 GOFLAGS="-mod=mod -p=2" GOTOOLCHAIN=local
 # The module's source, from the proxy through the module cache.
 DIR=$(cd "$TMP" && go mod download -json "$MOD@$VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
@@ -38,9 +37,7 @@ DIR=$(cd "$TMP" && go mod download -json "$MOD@$VERSION" | sed -n 's/^[[:space:]
 cp -R "$DIR" "$TMP/src"
 chmod -R u+w "$TMP/src"
 (cd "$TMP/src" && go mod edit -dropreplace=$MOD/pkg/apis/monitoring -dropreplace=$MOD/pkg/client)
-# In a subshell: EXIT_TRAP emptied there, or progress would arm the
-# cleanup for the subshell's own exit, before the binary is moved out.
-(cd "$TMP/src" && EXIT_TRAP= && progress "prometheus-operator $VERSION" "$BIN" "several minutes on 2 cores" go build -trimpath \
+(cd "$TMP/src" && progress "prometheus-operator $VERSION" "$BIN" "several minutes on 2 cores" go build -trimpath \
 	-ldflags "-s -w -X github.com/prometheus/common/version.Version=${VERSION#v}" \
 	-o "$TMP/operator" ./cmd/operator) >&2
 mkdir -p "$TMP/crds"

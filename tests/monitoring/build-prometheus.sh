@@ -32,8 +32,7 @@ command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
 mkdir -p "$CACHE"
 # Into a directory of its own, then renamed: a half-built prometheus is never used.
 TMP=$(mktemp -d "$CACHE/.build.XXXXXX")
-EXIT_TRAP='rm -rf "$TMP"'
-trap "$EXIT_TRAP" EXIT
+trap 'rm -rf "$TMP"' EXIT
 export CGO_ENABLED=0 GOBIN="$TMP" GOFLAGS="-mod=mod -p=2" GOTOOLCHAIN=local
 # 3.16.0 from v0.316.0: what `prometheus --version` prints.
 minor=${VERSION#v0.}

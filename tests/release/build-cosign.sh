@@ -23,8 +23,7 @@ command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
 mkdir -p "$CACHE"
 # Into a directory of its own, then renamed: a half-built cosign is never used.
 TMP=$(mktemp -d "$CACHE/.cosign-build.XXXXXX")
-EXIT_TRAP='rm -rf "$TMP"'
-trap "$EXIT_TRAP" EXIT
+trap 'rm -rf "$TMP"' EXIT
 export CGO_ENABLED=0 GOBIN="$TMP" GOFLAGS="-mod=mod -p=2"
 progress "cosign $COSIGN_VERSION" "$BIN" "about 5 minutes on 2 cores" go install -trimpath \
 	-ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION" \

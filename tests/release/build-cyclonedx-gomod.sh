@@ -22,8 +22,7 @@ fi
 command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
 mkdir -p "$CACHE"
 TMP=$(mktemp -d "$CACHE/.cyclonedx-gomod-build.XXXXXX")
-EXIT_TRAP='rm -rf "$TMP"'
-trap "$EXIT_TRAP" EXIT
+trap 'rm -rf "$TMP"' EXIT
 export CGO_ENABLED=0 GOBIN="$TMP" GOFLAGS="-mod=mod -p=2"
 progress "cyclonedx-gomod $CYCLONEDX_GOMOD_VERSION" "$BIN" "about a minute on 2 cores" go install -trimpath -ldflags "-s -w" \
 	"github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$CYCLONEDX_GOMOD_VERSION" >&2
