@@ -14,10 +14,7 @@ CACHE=${IPTA_CACHE:-/var/cache/iptables-alerter}/kube/bin
 BIN=$CACHE/helm
 STAMP=$CACHE/helm.version
 
-if [ -x "$BIN" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$HELM_VERSION" ]; then
-	echo "$BIN"
-	exit 0
-fi
+cached "$BIN" "$STAMP" "$HELM_VERSION"
 
 command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
 mkdir -p "$CACHE"

@@ -22,10 +22,7 @@ case $COMPONENT in kube-apiserver|kubelet|kube-controller-manager|kube-scheduler
 BIN=$CACHE/bin/$COMPONENT
 STAMP=$CACHE/bin/$COMPONENT.version
 
-if [ -x "$BIN" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KUBE_VERSION" ]; then
-	echo "$BIN"
-	exit 0
-fi
+cached "$BIN" "$STAMP" "$KUBE_VERSION"
 
 command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
 STAGING_VERSION=v0.${KUBE_VERSION#v1.}

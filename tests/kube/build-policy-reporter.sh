@@ -20,10 +20,7 @@ CACHE=${IPTA_CACHE:-/var/cache/iptables-alerter}/policy-reporter
 BIN=$CACHE/bin/policy-reporter
 STAMP=$CACHE/bin/policy-reporter.version
 
-if [ -x "$BIN" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PR_VERSION" ]; then
-	echo "$BIN"
-	exit 0
-fi
+cached "$BIN" "$STAMP" "$PR_VERSION"
 if [ ! -f "$PR_ARCHIVE" ]; then
 	echo "build-policy-reporter: no source archive at $PR_ARCHIVE (set PR_ARCHIVE)" >&2
 	exit 1

@@ -50,3 +50,13 @@ _progress_stop() {
 	kill "$_p_beat" 2>/dev/null || true
 	wait "$_p_beat" 2>/dev/null || true
 }
+
+# cached BIN STAMP WANT: when BIN is built and its STAMP file holds WANT
+# (the version, and whatever else the build depends on), prints BIN and
+# ends the script: the cached tool is used as it is.
+cached() {
+	if [ -x "$1" ] && [ -f "$2" ] && [ "$(cat "$2")" = "$3" ]; then
+		echo "$1"
+		exit 0
+	fi
+}

@@ -21,10 +21,8 @@ CACHE=${IPTA_CACHE:-/var/cache/iptables-alerter}/prometheus-operator
 BIN=$CACHE/operator
 STAMP=$CACHE/operator.version
 
-if [ -x "$BIN" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$VERSION" ] && [ -d "$CACHE/crds" ]; then
-	echo "$BIN"
-	exit 0
-fi
+# The CRDs are kept beside the binary: without them it is built again.
+[ ! -d "$CACHE/crds" ] || cached "$BIN" "$STAMP" "$VERSION"
 
 command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
 mkdir -p "$CACHE"

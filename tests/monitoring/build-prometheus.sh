@@ -23,10 +23,7 @@ STAMP=$CACHE/prometheus.version
 TAGS=remove_all_sd,enable_kubernetes_sd
 
 # The stamp holds the tags too: a binary built with other discoveries is rebuilt.
-if [ -x "$BIN" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$VERSION $TAGS" ]; then
-	echo "$BIN"
-	exit 0
-fi
+cached "$BIN" "$STAMP" "$VERSION $TAGS"
 
 command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
 mkdir -p "$CACHE"

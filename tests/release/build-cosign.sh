@@ -14,10 +14,7 @@ CACHE=${IPTA_CACHE:-/var/cache/iptables-alerter}/release/bin
 BIN=$CACHE/cosign
 STAMP=$CACHE/cosign.version
 
-if [ -x "$BIN" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$COSIGN_VERSION" ]; then
-	echo "$BIN"
-	exit 0
-fi
+cached "$BIN" "$STAMP" "$COSIGN_VERSION"
 
 command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
 mkdir -p "$CACHE"

@@ -14,10 +14,7 @@ CACHE=${IPTA_CACHE:-/var/cache/iptables-alerter}/release/bin
 BIN=$CACHE/cyclonedx-gomod
 STAMP=$CACHE/cyclonedx-gomod.version
 
-if [ -x "$BIN" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$CYCLONEDX_GOMOD_VERSION" ]; then
-	echo "$BIN"
-	exit 0
-fi
+cached "$BIN" "$STAMP" "$CYCLONEDX_GOMOD_VERSION"
 
 command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
 mkdir -p "$CACHE"
