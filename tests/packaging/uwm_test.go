@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -84,5 +85,21 @@ func TestHelmChartRepositoryExample(t *testing.T) {
 	if r.APIVersion != "helm.openshift.io/v1beta1" || r.Kind != "HelmChartRepository" || r.Metadata.Namespace != "" || r.Spec.Name != "iptables-alerter" ||
 		err != nil || u.Scheme != "https" || u.Host == "" || strings.HasSuffix(u.Path, "index.yaml") {
 		t.Errorf("%+v: want a cluster-wide helm.openshift.io/v1beta1 HelmChartRepository of an https repository's base URL", r)
+	}
+	// The newest GitHub release's files, where make github-release puts
+	// index.yaml, whose chart URLs are the Makefile's CHART_REPO_URL.
+	mk, err := os.ReadFile(filepath.Join(repo(t), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^CHART_REPO_URL \?= (https://github\.com/[^/]+/[^/]+/releases)/download/\$\(VERSION\)$`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("Makefile: no CHART_REPO_URL ?= https://github.com/ORG/REPO/releases/download/$(VERSION)")
+	}
+	if want := string(m[1]) + "/latest/download"; r.Spec.ConnectionConfig.URL != want {
+		t.Errorf("HelmChartRepository url %s, want the newest release's files %s", r.Spec.ConnectionConfig.URL, want)
+	}
+	if !regexp.MustCompile(`(?m)^github-release:(.|\n)*\$\(DIST\)/index\.yaml`).Match(mk) {
+		t.Error("Makefile: github-release does not attach index.yaml")
 	}
 }

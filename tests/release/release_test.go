@@ -35,11 +35,18 @@ func repo(testing.TB) string { return reltest.Repo() }
 // its host:port.
 func startRegistry(t *testing.T) string {
 	t.Helper()
+	return serve(t, registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+}
+
+// serve serves h on a loopback port until the test ends; it returns the
+// address.
+func serve(t *testing.T, h http.Handler) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0)))}
+	srv := &http.Server{Handler: h}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 	return l.Addr().String()
@@ -94,7 +101,10 @@ func TestRelease(t *testing.T) {
 
 	dist := filepath.Join(tmp, "dist")
 	const version, chartVersion = "v1.2.3", "1.2.3"
-	chartURL := "https://charts.example.com/iptables-alerter"
+	// The static chart repository make release writes, served from dist as
+	// GitHub serves a release's files: index.yaml and the .tgz it points at.
+	charts := startChartRepo(t, dist, version)
+	chartURL := charts + "/download/" + version
 	digest := reltest.Make(t, env, version, registry, dist, keys, testPlatforms, "CHART_REPO_URL="+chartURL)
 	image := registry + "/iptables-alerter"
 	chart := registry + "/charts/iptables-alerter"
@@ -117,6 +127,21 @@ func TestRelease(t *testing.T) {
 	})
 
 	t.Run("files", func(t *testing.T) { checkFiles(t, dist, env, chartURL, chartVersion) })
+
+	// The OpenShift console's route (packaging/openshift/helmchartrepository.yaml):
+	// an http(s) repository's index.yaml at the latest release's download
+	// address, then the chart at the URL the index gives.
+	t.Run("chart repository", func(t *testing.T) {
+		run(t, tmp, env, "helm", "repo", "add", "iptables-alerter", charts+"/latest/download")
+		pulled := filepath.Join(tmp, "pulled")
+		if err := os.Mkdir(pulled, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		run(t, tmp, env, "helm", "pull", "iptables-alerter/iptables-alerter", "--version", chartVersion, "--destination", pulled)
+		if _, err := os.Stat(filepath.Join(pulled, "iptables-alerter-"+chartVersion+".tgz")); err != nil {
+			t.Errorf("helm pull through the chart repository: %v", err)
+		}
+	})
 
 	t.Run("install", func(t *testing.T) {
 		c := kubetest.Start(t)
@@ -330,4 +355,19 @@ func checkFiles(t *testing.T, dist string, env []string, chartURL, chartVersion 
 	if len(rpms) == 0 {
 		t.Errorf("no RPM in %s", dist)
 	}
+}
+
+// startChartRepo serves dir on loopback the way GitHub serves the files of
+// the release tag: /download/TAG/FILE, and /latest/download/FILE as a
+// redirect there (helm, like the console's backend, follows it).
+func startChartRepo(t *testing.T, dir, tag string) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/download/"+tag+"/{file}", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFile(w, r, filepath.Join(dir, r.PathValue("file")))
+	})
+	mux.HandleFunc("/latest/download/{file}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/download/"+tag+"/"+r.PathValue("file"), http.StatusFound)
+	})
+	return "http://" + serve(t, mux)
 }
