@@ -100,9 +100,9 @@ done
 # loopback registry, its signatures verified).
 "$here/release/build-cosign.sh"
 "$here/release/build-cyclonedx-gomod.sh"
-# The Prometheus Operator (with its CRDs) and an upstream Prometheus with
-# only Kubernetes discovery, for tests/monitoring's TestPrometheusOperator
-# (the operator's configuration needs kubernetes_sd_configs, which Debian's
-# prometheus 2.42 lacks).
+# The Prometheus Operator (with its CRDs) and, from the same module graph,
+# the upstream Prometheus it is built against with only Kubernetes
+# discovery, for tests/monitoring's TestPrometheusOperator (the operator's
+# configuration needs kubernetes_sd_configs, which Debian's prometheus 2.42
+# lacks).
 "$here/monitoring/build-prometheus-operator.sh"
-"$here/monitoring/build-prometheus.sh"

@@ -5,7 +5,7 @@
 // NRI in this process, firing the breaking-usage alert for a pod whose
 // network namespace holds xt rules and clearing it when the pod stops.
 // TestPrometheusOperator does the same through the Prometheus Operator: the
-// configuration it generates from our installed objects, run by an
-// upstream Prometheus (build-prometheus.sh; Debian's has no Kubernetes
-// discovery).
+// configuration it generates from our installed objects, run by the
+// upstream Prometheus the operator is built against
+// (build-prometheus-operator.sh; Debian's has no Kubernetes discovery).
 package monitoringtest

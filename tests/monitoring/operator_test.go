@@ -180,10 +180,10 @@ func needOperatorTools(t *testing.T) (operator, crds, prom string) {
 	kubetest.Need(t)
 	operator = filepath.Join(toolsCache(), "prometheus-operator", "operator")
 	crds = filepath.Join(toolsCache(), "prometheus-operator", "crds")
-	prom = filepath.Join(toolsCache(), "prometheus", "prometheus")
-	for path, build := range map[string]string{operator: "build-prometheus-operator.sh", crds: "build-prometheus-operator.sh", prom: "build-prometheus.sh"} {
+	prom = filepath.Join(toolsCache(), "prometheus-operator", "prometheus")
+	for _, path := range []string{operator, crds, prom} {
 		_, err := os.Stat(path)
-		nstest.Need(t, err == nil, "needs "+path+" (tests/monitoring/"+build+")")
+		nstest.Need(t, err == nil, "needs "+path+" (tests/monitoring/build-prometheus-operator.sh)")
 	}
 	return operator, crds, prom
 }
