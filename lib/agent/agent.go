@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -203,6 +204,9 @@ type Agent struct {
 	watches *watches
 	// execs is the exec watch (Config.ExecWatch).
 	execs *execs
+	// swept: a sweep queued scans, and the queue has not emptied since
+	// (work.go returns its garbage then).
+	swept atomic.Bool
 }
 
 // job is one queued scan. h is the namespace opened in the handler, or nil
@@ -367,7 +371,12 @@ func (a *Agent) sweep(jobs []job, pods int) {
 	}
 	a.usage.Listed(listed)
 	a.known.list(metas)
-	a.queue.sweep(jobs, func(queued int) { a.synced(pods, queued) })
+	a.queue.sweep(jobs, func(queued int) {
+		if queued > 0 {
+			a.swept.Store(true)
+		}
+		a.synced(pods, queued)
+	})
 }
 
 // Run starts the workers, then connects to the runtime and stays connected

@@ -57,7 +57,7 @@ func (a *Agent) watchNode() {
 	}
 	ws.node = w
 	ws.wg.Add(1)
-	go a.follow(w)
+	go a.follow(w, true)
 }
 
 // isNodeJob tells whether j scans the node's namespace.

@@ -240,8 +240,9 @@ func (q *queue) take(workers int) (j job, long, ok bool) {
 }
 
 // done ends the sandbox's running scan, queuing its next job (events that
-// came during the scan) at the back of the line.
-func (q *queue) done(j job) {
+// came during the scan) at the back of the line. idle: nothing waits or
+// runs any more.
+func (q *queue) done(j job) (idle bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	id := j.meta.SandboxID
@@ -252,13 +253,14 @@ func (q *queue) done(j job) {
 	s.running, s.long = false, false
 	if s.next == nil {
 		delete(q.slots, id)
-		return
+		return len(q.slots) == 0
 	}
 	if q.closed {
-		return
+		return false
 	}
 	q.order = append(q.order, id)
 	q.cond.Signal()
+	return false
 }
 
 // close wakes the workers to stop and closes the waiting jobs' handles:

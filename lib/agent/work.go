@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -30,7 +31,7 @@ func (a *Agent) work() {
 			if j.h != nil {
 				j.h.Close()
 			}
-			a.queue.done(j)
+			a.doneWith(j)
 			continue
 		}
 		if a.hold != nil {
@@ -38,9 +39,24 @@ func (a *Agent) work() {
 		}
 		a.scanned(a.scan(j, long))
 		// After Scanned: an observer sees a sandbox's scans end in order.
-		a.queue.done(j)
+		a.doneWith(j)
 	}
 }
+
+// doneWith ends j's turn in the queue.
+func (a *Agent) doneWith(j job) {
+	if a.queue.done(j) && a.swept.CompareAndSwap(true, false) {
+		a.sweptGarbage()
+	}
+}
+
+// sweptGarbage returns the heap a sweep left to the kernel, once per sweep
+// when the queue empties after it: a sweep reads every pod's rules, so the
+// heap grows to many times what the idle agent keeps, and the runtime
+// gives the free part back only over minutes (its scavenger), the idle
+// agent's RSS meanwhile several MB higher (docs/performance.md). One
+// collection per Synchronize, the runtime's list at (re)connection.
+func (a *Agent) sweptGarbage() { debug.FreeOSMemory() }
 
 // scan runs one job: read the namespace, decide, record through the
 // per-sandbox memory. Its deadline is ScanTimeout, StopScanTimeout when

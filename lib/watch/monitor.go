@@ -23,9 +23,10 @@ const (
 	// announcements. Kernel memory is charged only while announcements
 	// wait, and an overrun costs a full scan, never a miss.
 	DefaultReadBuffer = 1 << 20
-	// DefaultQueue bounds the Changes waiting for the caller; past it an
-	// Overrun stands for the rest (the reader never waits).
-	DefaultQueue = 16
+	// DefaultQueue bounds the Changes waiting for the caller's Take; past
+	// it an Overrun stands for the rest (the reader never waits). An
+	// idle monitor holds none; a full queue about 20 KB with writers.
+	DefaultQueue = 64
 	// DefaultWriterWindow and DefaultMaxWriters bound the /proc reads a
 	// monitor makes: each distinct writer (pid and command) is described
 	// once a window, and at most DefaultMaxWriters of them; a pod
@@ -74,29 +75,34 @@ type Options struct {
 	// DefaultWriterWindow).
 	WriterWindow time.Duration
 	MaxWriters   int
+	// Notify, when set, is called by the reader thread, in place of a
+	// receive on Ready, whenever Take has something to give. It runs
+	// while the reader holds its lock: it may Take, never Close (nor
+	// open a monitor), nor wait for anything that does.
+	Notify func(*Monitor)
 }
 
-// Monitor listens to one network namespace's nftables commits.
+// Monitor listens to one network namespace's nftables commits. It holds
+// no goroutine of its own: the reader thread queues, the caller takes when
+// Ready or Options.Notify says (a watched pod costs no goroutine).
 type Monitor struct {
-	conn    *netlink.Conn
-	fd      int
-	id      uint64
-	opt     Options
-	changes chan Change
-	done    chan struct{}
-	wg      sync.WaitGroup
-	once    sync.Once
+	conn *netlink.Conn
+	fd   int
+	id   uint64
+	opt  Options
+	once sync.Once
 
 	// The reader thread's state of this socket (under reader.mu).
 	cur       commit
 	described []described
 	window    time.Time
 
-	// What waits for the caller: the reader appends, forward delivers.
+	// What waits for the caller: the reader appends, Take hands over.
 	qmu     sync.Mutex
 	queue   []Change
 	overrun bool
 	failed  bool
+	closed  bool
 	ready   chan struct{}
 }
 
@@ -147,18 +153,11 @@ func Open(fd int, opt Options) (*Monitor, error) {
 		c.Close()
 		return nil, fmt.Errorf("open nftables monitor: %w", err)
 	}
-	m := &Monitor{conn: c, fd: sock, opt: opt, changes: make(chan Change, opt.Queue), done: make(chan struct{}),
-		ready: make(chan struct{}, 1)}
+	m := &Monitor{conn: c, fd: sock, opt: opt, ready: make(chan struct{}, 1)}
 	if err := register(m); err != nil {
 		c.Close()
 		return nil, err
 	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		defer close(m.changes)
-		m.forward()
-	}()
 	return m, nil
 }
 
@@ -185,18 +184,38 @@ func setReadBuffer(c *netlink.Conn, n int) error {
 	return nil
 }
 
-// Changes delivers the commits that touched iptables-shaped tables, and
-// overruns; it is closed after Close, or when the socket fails.
-func (m *Monitor) Changes() <-chan Change { return m.changes }
+// Ready receives when Take has something to give: changes, an overrun,
+// or the socket's failure. One receive may stand for many changes. Never
+// with Options.Notify.
+func (m *Monitor) Ready() <-chan struct{} { return m.ready }
+
+// Take hands over the commits that touched iptables-shaped tables, oldest
+// first, an Overrun last for whatever could not wait; open is false once
+// the socket failed (the changes before it are in this last Take) or the
+// monitor was closed: nothing more will come.
+func (m *Monitor) Take() (changes []Change, open bool) {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	if m.closed {
+		return nil, false
+	}
+	changes, m.queue = m.queue, nil
+	if m.overrun {
+		changes = append(changes, Change{Overrun: true})
+		m.overrun = false
+	}
+	return changes, !m.failed
+}
 
 // Close stops the reading and closes the socket, releasing the namespace.
 func (m *Monitor) Close() error {
 	var err error
 	m.once.Do(func() {
 		unregister(m)
-		close(m.done)
+		m.qmu.Lock()
+		m.closed, m.queue = true, nil
+		m.qmu.Unlock()
 		err = m.conn.Close()
-		m.wg.Wait()
 	})
 	return err
 }
@@ -311,37 +330,12 @@ func (m *Monitor) enqueue(ch Change) {
 }
 
 func (m *Monitor) signal() {
+	if m.opt.Notify != nil {
+		m.opt.Notify(m)
+		return
+	}
 	select {
 	case m.ready <- struct{}{}:
 	default:
-	}
-}
-
-// forward delivers the queued changes, then the overrun if any, until
-// Close or the socket's failure.
-func (m *Monitor) forward() {
-	for {
-		select {
-		case <-m.ready:
-		case <-m.done:
-			return
-		}
-		m.qmu.Lock()
-		queue, overrun, failed := m.queue, m.overrun, m.failed
-		m.queue, m.overrun = nil, false
-		m.qmu.Unlock()
-		if overrun {
-			queue = append(queue, Change{Overrun: true})
-		}
-		for _, ch := range queue {
-			select {
-			case m.changes <- ch:
-			case <-m.done:
-				return
-			}
-		}
-		if failed {
-			return
-		}
 	}
 }

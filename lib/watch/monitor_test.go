@@ -36,16 +36,37 @@ func open(t *testing.T, ns *nstest.NS, opt Options) *Monitor {
 // change having been committed before next is called.
 func next(t *testing.T, m *Monitor) Change {
 	t.Helper()
-	select {
-	case ch, ok := <-m.Changes():
-		if !ok {
+	for {
+		if ch, ok := taken(t, m); ok {
+			return ch
+		}
+		select {
+		case <-m.Ready():
+		case <-time.After(time.Minute):
+			t.Fatal("no change within a minute")
+		}
+	}
+}
+
+// pending holds what a Take gave beyond the change next returned.
+var pending = map[*Monitor][]Change{}
+
+// taken is the oldest change taken and not yet returned, false when none
+// waits.
+func taken(t *testing.T, m *Monitor) (Change, bool) {
+	t.Helper()
+	if len(pending[m]) == 0 {
+		changes, open := m.Take()
+		if !open && len(changes) == 0 {
 			t.Fatal("monitor closed")
 		}
-		return ch
-	case <-time.After(time.Minute):
-		t.Fatal("no change within a minute")
+		pending[m] = changes
 	}
-	return Change{}
+	if q := pending[m]; len(q) > 0 {
+		pending[m] = q[1:]
+		return q[0], true
+	}
+	return Change{}, false
 }
 
 func TestIptablesWrites(t *testing.T) {
@@ -92,10 +113,8 @@ func TestIptablesWrites(t *testing.T) {
 	if ch.Comm != "nft" || len(ch.Tables) != 3 {
 		t.Errorf("flush: change %+v, want nft touching ip nat, ip6 filter and ip6 mangle", ch)
 	}
-	select {
-	case ch := <-m.Changes():
+	if ch, ok := taken(t, m); ok {
 		t.Errorf("unexpected change %+v", ch)
-	default:
 	}
 }
 
@@ -152,9 +171,8 @@ func TestOverrun(t *testing.T) {
 	})
 	t.Run("caller", func(t *testing.T) {
 		ns := nstest.New(t)
-		// Queue 1: at most one change in Changes, one being handed over
-		// and one queued while the caller reads nothing; the fourth
-		// cannot wait.
+		// Queue 1: one change waits while the caller takes nothing; the
+		// second cannot wait.
 		m := open(t, ns, Options{Queue: 1})
 		for _, c := range []string{"A", "B", "C", "D"} {
 			ns.Run("iptables-nft", "-N", c)
@@ -164,8 +182,8 @@ func TestOverrun(t *testing.T) {
 			if ch.Overrun {
 				break
 			}
-			if i >= 3 {
-				t.Fatalf("change %d delivered, want an overrun by the fourth: %+v", i+1, ch)
+			if i >= 1 {
+				t.Fatalf("change %d delivered, want an overrun by the second: %+v", i+1, ch)
 			}
 		}
 	})
@@ -201,8 +219,8 @@ func TestNoLeak(t *testing.T) {
 		if err := m.Close(); err != nil {
 			t.Fatalf("close %d: %v", i, err)
 		}
-		if _, ok := <-m.Changes(); ok {
-			t.Fatal("changes not closed after Close")
+		if _, open := m.Take(); open {
+			t.Fatal("Take still open after Close")
 		}
 	}
 	if after := nstest.FDs(t); after > before {
