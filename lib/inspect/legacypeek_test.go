@@ -1,16 +1,13 @@
 package inspect_test
 
 import (
-	"context"
 	"errors"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/child"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
-	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 )
 
 // TestLegacyPeekSparesProbe: the probe process runs only where the peek at
@@ -25,16 +22,7 @@ func TestLegacyPeekSparesProbe(t *testing.T) {
 	clean.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
 	legacy := nstest.New(t)
 	legacy.Run("iptables-legacy", "-A", "INPUT", "-j", "DROP")
-	inspectNS := func(ns *nstest.NS) (inspect.Snapshot, error) {
-		h, err := netns.Open(ns.Path())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer h.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return inspect.Inspect(ctx, h, inspect.Options{})
-	}
+	inspectNS := func(ns *nstest.NS) (inspect.Snapshot, error) { return lookErr(t, ns, inspect.Options{}) }
 	// Wired, the probe listed: the legacy table is read by the probe.
 	if s, err := inspectNS(legacy); err != nil || legacyTable(s, inspect.IP, "filter") == nil {
 		t.Fatalf("legacy netns, probe wired: err=%v legacy=%+v", err, s.Legacy)
