@@ -181,8 +181,13 @@ func forkPeek(nsfd, w uintptr, paths []*byte, buf []byte) (pid uintptr, errno sy
 	all := ^uint64(0)
 	var old uint64
 	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&all)), uintptr(unsafe.Pointer(&old)), 8, 0, 0)
-	// clone(SIGCHLD) is fork(2): the same on every architecture.
-	r, _, e := syscall.RawSyscall6(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+	// clone(SIGCHLD) with no stack is fork(2); s390x takes the stack first
+	// (as the syscall package's own fork does).
+	a0, a1 := uintptr(unix.SIGCHLD), uintptr(0)
+	if runtime.GOARCH == "s390x" {
+		a0, a1 = a1, a0
+	}
+	r, _, e := syscall.RawSyscall6(unix.SYS_CLONE, a0, a1, 0, 0, 0, 0)
 	if e != 0 || r != 0 {
 		syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&old)), 0, 8, 0, 0)
 		return r, e
