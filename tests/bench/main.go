@@ -10,7 +10,7 @@
 // alike, and prints the medians, their ratio and the hook's peak RSS. The
 // hook runs alternately alone and as the shipped hooks.d command runs it
 // (its `sh` and `timeout` guard), whose median and extra cost are printed
-// beside.
+// beside, and the ratio of the CPU times (medians) last.
 package main
 
 import (
@@ -61,7 +61,7 @@ func main() {
 		}
 	}
 	if *sizes != "" {
-		fmt.Printf("%-12s %12s %12s %7s %12s %12s %10s\n", "rules", "hook", "nft-save x2", "ratio", "hook maxrss", "hooks.d cmd", "guard adds")
+		fmt.Printf("%-12s %12s %12s %7s %12s %12s %10s %10s\n", "rules", "hook", "nft-save x2", "ratio", "hook maxrss", "hooks.d cmd", "guard adds", "cpu ratio")
 	}
 	for _, s := range strings.Split(*sizes, ",") {
 		if s == "" {
@@ -182,7 +182,7 @@ func benchRuleset(bin, name string, setup func(ns string) error, runs int) error
 	if err != nil {
 		return err
 	}
-	var hook, admin, guarded []time.Duration
+	var hook, admin, guarded, hookCPU, adminCPU []time.Duration
 	var maxRSS int64
 	for i := 0; i < runs; i++ {
 		// A new sandbox each run: the hook does its whole work, finding
@@ -200,7 +200,7 @@ func benchRuleset(bin, name string, setup func(ns string) error, runs int) error
 		if err != nil {
 			return fmt.Errorf("hook: %w", err)
 		}
-		hook = append(hook, d)
+		hook, hookCPU = append(hook, d), append(hookCPU, cpu(cmd))
 		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > maxRSS {
 			maxRSS = ru.Maxrss
 		}
@@ -210,20 +210,28 @@ func benchRuleset(bin, name string, setup func(ns string) error, runs int) error
 			return fmt.Errorf("hooks.d command: %w", err)
 		}
 		guarded = append(guarded, d)
-		var total time.Duration
+		var total, totalCPU time.Duration
 		for _, save := range []string{"iptables-nft-save", "ip6tables-nft-save"} {
-			d, err := timed(exec.Command("ip", "netns", "exec", ns, save))
+			cmd := exec.Command("ip", "netns", "exec", ns, save)
+			d, err := timed(cmd)
 			if err != nil {
 				return fmt.Errorf("%s: %w", save, err)
 			}
-			total += d
+			total, totalCPU = total+d, totalCPU+cpu(cmd)
 		}
-		admin = append(admin, total)
+		admin, adminCPU = append(admin, total), append(adminCPU, totalCPU)
 	}
 	h, a, g := median(hook), median(admin), median(guarded)
-	fmt.Printf("%-12s %12s %12s %6.2fx %9d KiB %12s %10s\n", name, h.Round(10*time.Microsecond), a.Round(10*time.Microsecond), float64(h)/float64(a), maxRSS,
-		g.Round(10*time.Microsecond), (g - h).Round(10*time.Microsecond))
+	fmt.Printf("%-12s %12s %12s %6.2fx %9d KiB %12s %10s %9.2fx\n", name, h.Round(10*time.Microsecond), a.Round(10*time.Microsecond), float64(h)/float64(a), maxRSS,
+		g.Round(10*time.Microsecond), (g - h).Round(10*time.Microsecond), float64(median(hookCPU))/float64(median(adminCPU)))
 	return nil
+}
+
+// cpu is the CPU time, user and system, of a command that ran and of the
+// children it reaped (wait4's rusage): the hook's probe or peek children,
+// ip's exec of the save. Less moved by other load than wall time.
+func cpu(cmd *exec.Cmd) time.Duration {
+	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 }
 
 // shippedCommand gives the command hooks.d/iptables-alerter.json runs, its
