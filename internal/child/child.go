@@ -10,6 +10,9 @@
 // read. Its only link to the caller is that pipe: stdin and stderr are
 // /dev/null, because a runtime waits for the pipes it gave the hook, and an
 // abandoned child may outlive the hook.
+//
+// A peek (StartPeek) is the cheap kind for reading a few small files: a
+// fork without exec, no program started (peek.go).
 package child
 
 import (

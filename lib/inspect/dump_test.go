@@ -1,17 +1,14 @@
 package inspect_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
-	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 )
 
 func chainOf(s inspect.Snapshot, fam inspect.Family, table, name string) *inspect.Chain {
@@ -73,14 +70,7 @@ func TestInspectUndumpableRuleIsTruncated(t *testing.T) {
 	ns.UndumpableRule()
 	ns.Run("iptables-nft", "-A", "INPUT", "-j", "DROP")
 	ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
-	h, err := netns.Open(ns.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := inspect.Inspect(ctx, h, inspect.Options{})
+	s, err := lookErr(t, ns, inspect.Options{})
 	if !errors.Is(err, inspect.ErrIncomplete) || !s.Truncated {
 		t.Fatalf("err=%v truncated=%v, want ErrIncomplete and truncated", err, s.Truncated)
 	}

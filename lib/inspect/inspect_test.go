@@ -12,15 +12,8 @@ import (
 
 func look(t *testing.T, ns *nstest.NS, opt inspect.Options) inspect.Snapshot {
 	t.Helper()
-	h, err := netns.Open(ns.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	before := ns.Ruleset()
-	s, err := inspect.Inspect(ctx, h, opt)
+	s, err := lookErr(t, ns, opt)
 	if err != nil {
 		t.Fatalf("Inspect: %v", err)
 	}
@@ -28,6 +21,19 @@ func look(t *testing.T, ns *nstest.NS, opt inspect.Options) inspect.Snapshot {
 		t.Fatalf("inspection changed the netns ruleset:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	return s
+}
+
+// lookErr inspects ns with a 5 s deadline.
+func lookErr(t *testing.T, ns *nstest.NS, opt inspect.Options) (inspect.Snapshot, error) {
+	t.Helper()
+	h, err := netns.Open(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return inspect.Inspect(ctx, h, opt)
 }
 
 func TestInspectCountsEveryBackend(t *testing.T) {

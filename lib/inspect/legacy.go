@@ -1,12 +1,12 @@
 package inspect
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"unsafe"
 
@@ -128,18 +128,23 @@ func tableNames(path string) ([]string, error) {
 		return nil, fmt.Errorf("read legacy table names %q: %w", path, err)
 	}
 	defer f.Close()
-	var names []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// The kernel's name field is 32 bytes with its NUL.
-		if n := sc.Text(); n != "" && len(n) < 32 {
-			names = append(names, n)
-		}
-	}
-	if err := sc.Err(); err != nil {
+	b, err := io.ReadAll(f)
+	if err != nil {
 		return nil, fmt.Errorf("read legacy table names %q: %w", path, err)
 	}
-	return names, nil
+	return parseTableNames(b), nil
+}
+
+// parseTableNames gives the names a *_tables_names file lists, one a line.
+func parseTableNames(b []byte) []string {
+	var names []string
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		// The kernel's name field is 32 bytes with its NUL.
+		if len(l) > 0 && len(l) < 32 {
+			names = append(names, string(l))
+		}
+	}
+	return names
 }
 
 // getInfo asks the kernel for a listed table's info, the size of its

@@ -64,7 +64,14 @@ func runProbe(nsf *os.File, fams []string) int {
 
 // legacyLook is a legacy look under way.
 type legacyLook struct {
-	proc *child.Proc
+	// peek is the first step of a look in a probe process: a forked child
+	// reading the *_tables_names files (the probe is started only for the
+	// families it finds a table of); h, deadline and fams are for that.
+	peek     *child.Peek
+	h        *netns.Handle
+	deadline time.Time
+	fams     []legacyFamily
+	proc     *child.Proc
 	// thread is an in-process look under way (Options.LegacyInProcess).
 	thread *threadLook
 	path   string
@@ -118,12 +125,55 @@ func startLegacy(h *netns.Handle, deadline time.Time, inProcess bool) *legacyLoo
 		p.err = readLegacy(h, fams, p.ans.sink())
 		return p
 	}
+	// Most pods have no legacy table: a peek at the table names in a
+	// forked child (a fraction of a probe process's start) proves it, and
+	// the probe runs only where there is a table to read.
+	var paths []string
+	for _, lf := range fams {
+		paths = append(paths, "/proc/thread-self/net/"+lf.names)
+	}
+	peek, err := child.StartPeek(h, deadline, paths)
+	if err != nil {
+		p.startProbe(h, deadline, names)
+		return p
+	}
+	p.peek, p.h, p.deadline, p.fams = peek, h, deadline, fams
+	return p
+}
+
+// startProbe starts the probe process for the families named.
+func (p *legacyLook) startProbe(h *netns.Handle, deadline time.Time, names []string) {
 	proc, err := child.Start(LegacyProbe, h, deadline, names)
 	if err != nil {
 		p.err = fmt.Errorf("start legacy probe for netns %q: %w", h.Path, err)
 	}
 	p.proc = proc
-	return p
+}
+
+// peeked takes the peek's answer: nil when no family has a table, else
+// starts the probe for those that have one (all of them when the peek
+// could not tell).
+func (p *legacyLook) peeked(s *Snapshot) error {
+	files, err := p.peek.Wait()
+	p.peek = nil
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		s.Truncated = true
+		return fmt.Errorf("read legacy tables in netns %q: %w: %w", p.path, ErrLegacyBusy, ErrDeadline)
+	}
+	var names []string
+	for i, lf := range p.fams {
+		switch {
+		case err != nil || (files[i].Err != nil && !errors.Is(files[i].Err, os.ErrNotExist)):
+			names = append(names, string(lf.fam))
+		case len(parseTableNames(files[i].Data)) > 0:
+			names = append(names, string(lf.fam))
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	p.startProbe(p.h, p.deadline, names)
+	return nil
 }
 
 // wait collects the probe's answer into s until the deadline startLegacy
@@ -141,6 +191,11 @@ func (p *legacyLook) wait(s *Snapshot) error {
 			p.ans.into(s)
 		}
 		return err
+	}
+	if p.peek != nil {
+		if err := p.peeked(s); err != nil {
+			return err
+		}
 	}
 	if p.proc == nil {
 		p.ans.into(s)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Packages an entry can name. Unverified is an entry no counted source
@@ -56,20 +57,32 @@ type Table struct {
 	Releases []string          `json:"releases"`
 	Sources  map[string]Source `json:"sources"`
 	Entries  []Entry           `json:"entries"`
+	// raw is the built-in table's JSON, parsed at its first use: the hook
+	// links this package for Of and never reads the table, and parsing it
+	// at start cost every hook process about 1 ms.
+	raw  []byte
+	once sync.Once
 }
 
 //go:embed releases.json
 var releasesJSON []byte
 
-// Releases is the built-in table (releases.json); Load checked it.
-var Releases = mustLoad(releasesJSON)
+// Releases is the built-in table (releases.json), loaded and checked by
+// Load at its first use; a method of Table reads it.
+var Releases = &Table{raw: releasesJSON}
 
-func mustLoad(b []byte) *Table {
-	t, err := Load(b)
-	if err != nil {
-		panic(err)
-	}
-	return t
+// ready loads the built-in table; a table from Load is ready already.
+func (t *Table) ready() {
+	t.once.Do(func() {
+		if t.raw == nil {
+			return
+		}
+		l, err := Load(t.raw)
+		if err != nil {
+			panic(err)
+		}
+		t.Releases, t.Sources, t.Entries = l.Releases, l.Sources, l.Entries
+	})
 }
 
 // Load parses and checks a table: every entry names known releases, a
@@ -112,6 +125,7 @@ func Load(b []byte) (*Table, error) {
 // Lookup is the table's entry for a module in a release; Package
 // unverified (and no source) when the table has none.
 func (t *Table) Lookup(release, module string) Entry {
+	t.ready()
 	for _, e := range t.Entries {
 		if e.Module == module && slices.Contains(e.Releases, release) {
 			return e
@@ -122,6 +136,7 @@ func (t *Table) Lookup(release, module string) Entry {
 
 // Target parses a --target value, "rhel-10.2"; "" is Default.
 func (t *Table) Target(s string) (string, error) {
+	t.ready()
 	if s == "" {
 		return t.Default(), nil
 	}
@@ -134,6 +149,7 @@ func (t *Table) Target(s string) (string, error) {
 
 // Targets are the --target values, oldest first.
 func (t *Table) Targets() []string {
+	t.ready()
 	out := make([]string, len(t.Releases))
 	for i, r := range t.Releases {
 		out[i] = "rhel-" + r
@@ -145,6 +161,7 @@ func (t *Table) Targets() []string {
 // is not absent in every release (what sets the releases apart), else the
 // newest.
 func (t *Table) Default() string {
+	t.ready()
 	for i := len(t.Releases) - 1; i >= 0; i-- {
 		r := t.Releases[i]
 		for _, e := range t.Entries {
@@ -162,6 +179,7 @@ func (t *Table) Default() string {
 // kernel-modules-core or kernel-modules are not named. "" when there is
 // nothing to say.
 func (t *Table) Words(release string, mods []string) string {
+	t.ready()
 	var absent, extra, unverified []string
 	for _, m := range mods {
 		e := t.Lookup(release, m)

@@ -7,7 +7,10 @@
 //	ip netns exec NS iptables-nft-save; ip netns exec NS ip6tables-nft-save
 //
 // For each ruleset size it alternates the two, so machine noise hits both
-// alike, and prints the medians, their ratio and the hook's peak RSS.
+// alike, and prints the medians, their ratio and the hook's peak RSS. The
+// hook runs alternately alone and as the shipped hooks.d command runs it
+// (its `sh` and `timeout` guard), whose median and extra cost are printed
+// beside, and the ratio of the CPU times (medians) last.
 package main
 
 import (
@@ -21,6 +24,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	hooksd "github.com/iptables-alerter/iptables-alerter/hooks.d"
 )
 
 func main() {
@@ -56,7 +61,7 @@ func main() {
 		}
 	}
 	if *sizes != "" {
-		fmt.Printf("%-12s %12s %12s %7s %12s\n", "rules", "hook", "nft-save x2", "ratio", "hook maxrss")
+		fmt.Printf("%-12s %12s %12s %7s %12s %12s %10s %10s\n", "rules", "hook", "nft-save x2", "ratio", "hook maxrss", "hooks.d cmd", "guard adds", "cpu ratio")
 	}
 	for _, s := range strings.Split(*sizes, ",") {
 		if s == "" {
@@ -173,37 +178,90 @@ func benchRuleset(bin, name string, setup func(ns string) error, runs int) error
 		return err
 	}
 
-	var hook, admin []time.Duration
+	guard, err := shippedCommand(bin)
+	if err != nil {
+		return err
+	}
+	var hook, admin, guarded, hookCPU, adminCPU []time.Duration
 	var maxRSS int64
 	for i := 0; i < runs; i++ {
 		// A new sandbox each run: the hook does its whole work, finding
 		// and all, instead of stopping at "already recorded".
-		state, _ := json.Marshal(map[string]any{"ociVersion": "1.0.2", "id": fmt.Sprintf("c%d", i), "status": "running", "bundle": bundle,
-			"annotations": map[string]string{"io.kubernetes.pod.namespace": "bench", "io.kubernetes.pod.name": "p", "io.kubernetes.pod.uid": "u",
-				"io.kubernetes.container.name": "c", "io.kubernetes.cri-o.SandboxID": fmt.Sprintf("sb%d", i)}})
-		cmd := exec.Command(bin, "hook", "--findings", filepath.Join(tmp, "findings.jsonl"), "--state-dir", filepath.Join(tmp, "state"), "--timeout", "30s")
-		cmd.Stdin = strings.NewReader(string(state))
+		state := func(sandbox string) *strings.Reader {
+			b, _ := json.Marshal(map[string]any{"ociVersion": "1.0.2", "id": fmt.Sprintf("c%d", i), "status": "running", "bundle": bundle,
+				"annotations": map[string]string{"io.kubernetes.pod.namespace": "bench", "io.kubernetes.pod.name": "p", "io.kubernetes.pod.uid": "u",
+					"io.kubernetes.container.name": "c", "io.kubernetes.cri-o.SandboxID": sandbox}})
+			return strings.NewReader(string(b))
+		}
+		flags := []string{"--findings", filepath.Join(tmp, "findings.jsonl"), "--state-dir", filepath.Join(tmp, "state"), "--timeout", "30s"}
+		cmd := exec.Command(bin, append([]string{"hook"}, flags...)...)
+		cmd.Stdin = state(fmt.Sprintf("sb%d", i))
 		d, err := timed(cmd)
 		if err != nil {
 			return fmt.Errorf("hook: %w", err)
 		}
-		hook = append(hook, d)
+		hook, hookCPU = append(hook, d), append(hookCPU, cpu(cmd))
 		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > maxRSS {
 			maxRSS = ru.Maxrss
 		}
-		var total time.Duration
+		cmd = guard(flags)
+		cmd.Stdin = state(fmt.Sprintf("gsb%d", i))
+		if d, err = timed(cmd); err != nil {
+			return fmt.Errorf("hooks.d command: %w", err)
+		}
+		guarded = append(guarded, d)
+		var total, totalCPU time.Duration
 		for _, save := range []string{"iptables-nft-save", "ip6tables-nft-save"} {
-			d, err := timed(exec.Command("ip", "netns", "exec", ns, save))
+			cmd := exec.Command("ip", "netns", "exec", ns, save)
+			d, err := timed(cmd)
 			if err != nil {
 				return fmt.Errorf("%s: %w", save, err)
 			}
-			total += d
+			total, totalCPU = total+d, totalCPU+cpu(cmd)
 		}
-		admin = append(admin, total)
+		admin, adminCPU = append(admin, total), append(adminCPU, totalCPU)
 	}
-	h, a := median(hook), median(admin)
-	fmt.Printf("%-12s %12s %12s %6.2fx %9d KiB\n", name, h.Round(10*time.Microsecond), a.Round(10*time.Microsecond), float64(h)/float64(a), maxRSS)
+	h, a, g := median(hook), median(admin), median(guarded)
+	fmt.Printf("%-12s %12s %12s %6.2fx %9d KiB %12s %10s %9.2fx\n", name, h.Round(10*time.Microsecond), a.Round(10*time.Microsecond), float64(h)/float64(a), maxRSS,
+		g.Round(10*time.Microsecond), (g - h).Round(10*time.Microsecond), float64(median(hookCPU))/float64(median(adminCPU)))
 	return nil
+}
+
+// cpu is the CPU time, user and system, of a command that ran and of the
+// children it reaped (wait4's rusage): the hook's probe or peek children,
+// ip's exec of the save. Less moved by other load than wall time.
+func cpu(cmd *exec.Cmd) time.Duration {
+	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+}
+
+// shippedCommand gives the command hooks.d/iptables-alerter.json runs, its
+// binary path replaced by bin, taking the hook's flags after the JSON's own
+// arguments as a runtime passes them, with the JSON's environment.
+func shippedCommand(bin string) (func(flags []string) *exec.Cmd, error) {
+	var j struct {
+		Hook struct {
+			Path string   `json:"path"`
+			Args []string `json:"args"`
+			Env  []string `json:"env"`
+		} `json:"hook"`
+	}
+	if err := json.Unmarshal(hooksd.JSON, &j); err != nil {
+		return nil, fmt.Errorf("hooks.d JSON: %w", err)
+	}
+	const shipped = "/usr/local/bin/iptables-alerter-hook"
+	var args []string
+	found := false
+	for _, a := range j.Hook.Args {
+		found = found || strings.Contains(a, shipped)
+		args = append(args, strings.ReplaceAll(a, shipped, bin))
+	}
+	if !found || len(args) == 0 {
+		return nil, fmt.Errorf("hooks.d JSON: no %s in its arguments", shipped)
+	}
+	return func(flags []string) *exec.Cmd {
+		cmd := &exec.Cmd{Path: j.Hook.Path, Args: append(append([]string(nil), args...), flags...), Env: j.Hook.Env}
+		return cmd
+	}, nil
 }
 
 // benchStart runs 'bin version' runs times: the process start, package
