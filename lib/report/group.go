@@ -127,6 +127,23 @@ type grouping struct {
 	members [][]Item
 	// looks holds, per group, each pod's look that counts (newer).
 	looks []map[podKey]look
+	// lastModules and lastJudged are the last item's modules and their
+	// Judged: the items of one Report share their lists (resultCache).
+	lastModules findings.Modules
+	lastJudged  []string
+}
+
+// judged is m.Judged(), made again only when m's lists are not the last
+// item's very lists.
+func (gr *grouping) judged(m findings.Modules) []string {
+	same := func(a, b []string) bool { return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) }
+	if gr.lastJudged == nil || !same(m.Legacy, gr.lastModules.Legacy) || !same(m.Xt, gr.lastModules.Xt) || !same(m.Native, gr.lastModules.Native) {
+		gr.lastModules, gr.lastJudged = m, m.Judged()
+		if gr.lastJudged == nil {
+			gr.lastJudged = []string{}
+		}
+	}
+	return gr.lastJudged
 }
 
 type groupKey struct {
@@ -170,7 +187,7 @@ func (gr *grouping) add(it Item) {
 	g, s := &gr.gs[i], &gr.ss[i]
 	g.Findings++
 	g.MixedBackends = g.MixedBackends || it.MixedBackends
-	for _, m := range it.Modules.Judged() {
+	for _, m := range gr.judged(it.Modules) {
 		add(&g.Modules, s.modules, m)
 	}
 	g.Examples = mergeExamples(g.Examples, it.Examples)
@@ -427,12 +444,17 @@ const MaxExamples = 3
 // mergeExamples adds the rules of exs not yet in have and keeps the
 // MaxExamples worst, earlier findings' first within a level.
 func mergeExamples(have, exs []findings.Example) []findings.Example {
+	n := len(have)
 	for _, ex := range exs {
 		if !slices.ContainsFunc(have, func(h findings.Example) bool {
 			return h.Family == ex.Family && h.Table == ex.Table && h.Rule == ex.Rule
 		}) {
 			have = append(have, ex)
 		}
+	}
+	if len(have) == n {
+		// Nothing new: have is in order already.
+		return have
 	}
 	have = findings.BreakingFirst(have)
 	return have[:min(len(have), MaxExamples)]

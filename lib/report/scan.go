@@ -78,10 +78,11 @@ func (s *scanner) fill() bool {
 
 // fail is the error of a scan that cannot go on at the current byte.
 func (s *scanner) fail(want string) error {
+	if s.err != nil && !errors.Is(s.err, io.EOF) {
+		// The read stopped: that is why.
+		return s.err
+	}
 	if s.i >= s.n {
-		if s.err != nil && !errors.Is(s.err, io.EOF) {
-			return s.err
-		}
 		return fmt.Errorf("cut short at byte %d, where %s was due", s.read+int64(s.i), want)
 	}
 	return fmt.Errorf("%q at byte %d, where %s was due", s.buf[s.i], s.read+int64(s.i), want)
