@@ -127,6 +127,8 @@ type grouping struct {
 	members [][]Item
 	// looks holds, per group, each pod's look that counts (newer).
 	looks []map[podKey]look
+	// podsSet is, per group, how many of its Pods were a set last.
+	podsSet []int
 	// lastModules and lastJudged are the last item's modules and their
 	// Judged: the items of one Report share their lists (resultCache).
 	lastModules findings.Modules
@@ -151,7 +153,7 @@ type groupKey struct {
 	state          findings.State
 }
 
-type groupSets struct{ pods, nodes, reasons, vendors, writers, modules map[string]bool }
+type groupSets struct{ nodes, reasons, vendors, writers, modules map[string]bool }
 
 // look is what newer and the impact's sum read of a pod's item.
 type look struct {
@@ -178,9 +180,10 @@ func (gr *grouping) add(it Item) {
 		gr.idx[k] = i
 		gr.gs = append(gr.gs, Group{Namespace: it.Namespace, Owner: it.Owner, Worst: it.Worst, Expected: true, State: it.State,
 			Pods: []string{}, Nodes: []string{}, Modules: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}, Commands: []string{}})
-		gr.ss = append(gr.ss, groupSets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
+		gr.ss = append(gr.ss, groupSets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
 		gr.members = append(gr.members, []Item{it})
 		gr.looks = append(gr.looks, map[podKey]look{})
+		gr.podsSet = append(gr.podsSet, 0)
 	} else if len(gr.exps) > 0 {
 		gr.members[i] = append(gr.members[i], it)
 	}
@@ -191,7 +194,16 @@ func (gr *grouping) add(it Item) {
 		add(&g.Modules, s.modules, m)
 	}
 	g.Examples = mergeExamples(g.Examples, it.Examples)
-	add(&g.Pods, s.pods, it.Pod)
+	if it.Pod != "" {
+		// A set made at the end (sortedSet): a map per group, grown
+		// pod by pod, was a tenth of the report's CPU over 100,000
+		// pods. Repeats are dropped as they pile up.
+		g.Pods = append(g.Pods, it.Pod)
+		if len(g.Pods) >= 2*gr.podsSet[i]+64 {
+			g.Pods = sortedSet(g.Pods)
+			gr.podsSet[i] = len(g.Pods)
+		}
+	}
 	add(&g.Nodes, s.nodes, it.Node)
 	if len(g.Writers) < MaxWriters {
 		add(&g.Writers, s.writers, it.Writer)
@@ -237,7 +249,7 @@ func (gr *grouping) groups() []Group {
 		if !gs[i].Expected {
 			gs[i].Reasons = []string{}
 		}
-		sort.Strings(gs[i].Pods)
+		gs[i].Pods = sortedSet(gs[i].Pods)
 		sort.Strings(gs[i].Modules)
 		sort.Strings(gs[i].Nodes)
 	}
@@ -458,6 +470,12 @@ func mergeExamples(have, exs []findings.Example) []findings.Example {
 	}
 	have = findings.BreakingFirst(have)
 	return have[:min(len(have), MaxExamples)]
+}
+
+// sortedSet sorts l and drops its repeats.
+func sortedSet(l []string) []string {
+	sort.Strings(l)
+	return slices.Compact(l)
 }
 
 func add(list *[]string, seen map[string]bool, s string) {
