@@ -46,6 +46,9 @@ type leanProps struct {
 // took 7.55 s of CPU and 324 MB over 100,000 results (docs/performance.md).
 type pageReader struct {
 	strs map[string]string
+	// last holds the properties last read: the results of a Report are
+	// one workload's, mostly alike, and comparing is cheaper than hashing.
+	last leanProps
 	// seen caches the last lastSeen read: a Report's results are mostly
 	// written at once.
 	seenRaw []byte
@@ -319,32 +322,7 @@ func (p *pageReader) props(s *scanner, lp *leanProps) error {
 		if key, err = s.key(); err != nil {
 			break
 		}
-		var dst *string
 		switch string(key) {
-		case "cut":
-			dst = &lp.Cut
-		case openreports.PropNodes:
-			dst = &lp.Nodes
-		case openreports.PropTruncated:
-			dst = &lp.Truncated
-		case openreports.PropMixedBackends:
-			dst = &lp.Mixed
-		case openreports.PropModules:
-			dst = &lp.Modules
-		case openreports.PropOwner:
-			dst = &lp.Owner
-		case openreports.PropError:
-			dst = &lp.Error
-		case openreports.PropRules:
-			dst = &lp.Rules
-		case openreports.PropWriter:
-			dst = &lp.Writer
-		case openreports.PropVendor:
-			dst = &lp.Vendor
-		case openreports.PropHint:
-			dst = &lp.Hint
-		case openreports.PropDoc:
-			dst = &lp.Doc
 		case openreports.PropPodUID:
 			// One a pod: not shared.
 			if v, err = s.strOrNull(); err == nil {
@@ -356,21 +334,65 @@ func (p *pageReader) props(s *scanner, lp *leanProps) error {
 				lp.Seen = p.seenAt(v)
 			}
 			continue
-		default:
-			if i := exampleIndex(key); i >= 0 {
-				lp.HasExample[i] = true
-				dst = &lp.Examples[i]
-				break
+		}
+		dst := propField(lp, key)
+		if dst == nil {
+			// Not read, but it must be a string as the map's values are
+			// (its escapes are not checked, as no value stepped over is).
+			if s.peek() == '"' {
+				err = s.skip(4)
+			} else {
+				_, err = s.strOrNull()
 			}
-			// Not read, but it must be a string as the map's values are.
-			_, err = s.strOrNull()
 			continue
 		}
+		if i := exampleIndex(key); i >= 0 {
+			lp.HasExample[i] = true
+		}
+		last := propField(&p.last, key)
 		if v, err = s.strOrNull(); err == nil {
-			*dst = p.intern(v)
+			if *last != string(v) {
+				*last = p.intern(v)
+			}
+			*dst = *last
 		}
 	}
 	return err
+}
+
+// propField is the field of lp that holds the property key, nil for one
+// not read.
+func propField(lp *leanProps, key []byte) *string {
+	switch string(key) {
+	case "cut":
+		return &lp.Cut
+	case openreports.PropNodes:
+		return &lp.Nodes
+	case openreports.PropTruncated:
+		return &lp.Truncated
+	case openreports.PropMixedBackends:
+		return &lp.Mixed
+	case openreports.PropModules:
+		return &lp.Modules
+	case openreports.PropOwner:
+		return &lp.Owner
+	case openreports.PropError:
+		return &lp.Error
+	case openreports.PropRules:
+		return &lp.Rules
+	case openreports.PropWriter:
+		return &lp.Writer
+	case openreports.PropVendor:
+		return &lp.Vendor
+	case openreports.PropHint:
+		return &lp.Hint
+	case openreports.PropDoc:
+		return &lp.Doc
+	}
+	if i := exampleIndex(key); i >= 0 {
+		return &lp.Examples[i]
+	}
+	return nil
 }
 
 // exampleIndex is i-1 for the key example<i>, i up to MaxExamples; -1

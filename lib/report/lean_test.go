@@ -15,6 +15,7 @@ import (
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
@@ -189,7 +190,7 @@ func TestResultCacheAsResultItem(t *testing.T) {
 			}
 		}
 	}
-	cache := resultCache{}
+	cache := &resultCache{}
 	for round := 0; round < 2; round++ {
 		for i := range xs {
 			var want, got Skipped
@@ -202,5 +203,82 @@ func TestResultCacheAsResultItem(t *testing.T) {
 				t.Fatalf("result %+v:\ncached %v %+v %+v\n  made %v %+v %+v", xs[i], gok, got, git, wok, want, wit)
 			}
 		}
+	}
+}
+
+// BenchmarkReadPages reads a page of 50 Reports of 100 results like the
+// forwarder's (tests/bench BenchmarkReports' report part) and groups
+// them: the part of report's CPU that is its own, without the API
+// server, TLS and gunzip.
+func BenchmarkReadPages(b *testing.B) {
+	x := openreportsv1alpha1.ReportResult{Source: openreports.Source, Policy: openreports.Policy, Rule: findings.ImpactLegacy, Result: "fail",
+		Severity: "high", Scored: true, Description: strings.Repeat("Breaks on RHEL 10: legacy x_tables rules. ", 24),
+		Properties: map[string]string{openreports.PropOwner: "Deployment/big", openreports.PropNodes: "node-0", openreports.PropRules: "legacy=1 xt=5 native=10 total=16",
+			openreports.PropVendor: "istio", openreports.PropHint: strings.Repeat("Istio 1.27+: nativeNftables. ", 8), openreports.PropDoc: "https://istio.io/latest/news/",
+			openreports.PropExample + "1": "[ip filter, legacy] -A OUTPUT -d 169.254.169.254 -p tcp --dport 80 -j DROP",
+			openreports.PropExample + "2": "[ip nat, xt] -A ISTIO_OUTPUT ! -d 127.0.0.1 -o lo -m owner --uid-owner 1337 -j ISTIO_IN_REDIRECT",
+			openreports.PropExample + "3": "[ip nat, native] -A PREROUTING -p tcp -j ISTIO_INBOUND", openreports.PropLastSeen: "2026-11-27T16:41:46Z",
+			openreports.PropFirstSeen: "2026-11-27T16:41:46Z", openreports.PropMixedBackends: "true", openreports.PropModules: "ip_tables,iptable_filter,nft_compat,xt_REDIRECT,xt_owner",
+			openreports.PropFingerprint: "f820431f1b190b29e386e1d54fed224e", openreports.PropContainer: "app"}}
+	var list openreportsv1alpha1.ReportList
+	for r := 0; r < reportsPage; r++ {
+		rep := openreportsv1alpha1.Report{}
+		rep.Namespace, rep.Name = "bench-0", fmt.Sprintf("iptables-deployment-big%d-node-0", r)
+		for k := 0; k < openreports.MaxResults; k++ {
+			y := x
+			y.Properties = map[string]string{}
+			for key, v := range x.Properties {
+				y.Properties[key] = v
+			}
+			pod, uid := fmt.Sprintf("big%d-7c9f8-p%03d", r, k), fmt.Sprintf("00000000-0000-0000-%04d-%012d", k, r)
+			y.Subjects = []corev1.ObjectReference{{APIVersion: "v1", Kind: "Pod", Namespace: "bench-0", Name: pod, UID: types.UID(uid)}}
+			y.Properties[openreports.PropOwner], y.Properties[openreports.PropPodUID], y.Properties[openreports.PropPods] = fmt.Sprintf("Deployment/big%d", r), uid, pod
+			rep.Results = append(rep.Results, y)
+		}
+		list.Items = append(list.Items, rep)
+	}
+	data, err := json.Marshal(list)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var sk Skipped
+		p, cache, c := newPageReader(), &resultCache{}, newCollector("", nil)
+		if _, err := p.page(newScanner(bytes.NewReader(data), 0), reportsPage, func(ns string, rs []leanResult) {
+			for i := range rs {
+				if it, ok := cache.item(ns, &rs[i], &sk); ok {
+					c.add(it)
+				}
+			}
+		}); err != nil {
+			b.Fatal(err)
+		}
+		if gs := c.groups(); len(gs) != reportsPage {
+			b.Fatalf("%d groups", len(gs))
+		}
+	}
+}
+
+// A name plainSubdomain passes is one IsDNS1123Subdomain passes.
+func TestPlainSubdomain(t *testing.T) {
+	alphabet := []byte("ab0-.A_")
+	rng := rand.New(rand.NewSource(1))
+	names := []string{"web-1", "a.b", "a--b", "big0-7c9f8-p000", strings.Repeat("a", 253), strings.Repeat("a", 254)}
+	for i := 0; i < 200000; i++ {
+		b := make([]byte, 1+rng.Intn(8))
+		for j := range b {
+			b[j] = alphabet[rng.Intn(len(alphabet))]
+		}
+		names = append(names, string(b))
+	}
+	for _, n := range names {
+		if plainSubdomain(n) && len(validation.IsDNS1123Subdomain(n)) > 0 {
+			t.Fatalf("%q passes plainSubdomain, not IsDNS1123Subdomain", n)
+		}
+	}
+	if !plainSubdomain("big0-7c9f8-p000") || !plainSubdomain("a.b-c.d") {
+		t.Error("a plain name is not plain")
 	}
 }

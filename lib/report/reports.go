@@ -52,7 +52,7 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item))
 		return fmt.Errorf("list reports: not served: %w", ErrNoSource)
 	}
 	found := false
-	p, cache := newPageReader(), resultCache{}
+	p, cache := newPageReader(), &resultCache{}
 	opts := metav1.ListOptions{LabelSelector: openreports.Selector(""), Limit: reportsPage}
 	for {
 		next, err := p.listReports(ctx, rc, c.Namespace, opts, func(namespace string, results []leanResult) {
@@ -169,7 +169,15 @@ func resultShared(namespace string, x *leanResult, sk *Skipped) (Item, bool) {
 // for its pod: the results of one workload's Report differ mostly in their
 // pod, and reading and checking each whole took a fifth of the report's
 // CPU over 100,000 results.
-type resultCache map[resultKey]resultTemplate
+type resultCache struct {
+	m map[resultKey]resultTemplate
+	// last is the last key and its template: most results are the
+	// previous one's pod's neighbour, and their strings are one copy
+	// (pageReader), so comparing them is cheap where hashing is not.
+	lastKey resultKey
+	last    resultTemplate
+	hasLast bool
+}
 
 // resultKey is what a result says beside its pod.
 type resultKey struct {
@@ -191,7 +199,7 @@ const maxTemplates = 4096
 
 // item is valid(resultItem(namespace, x)), the part its pod does not
 // change made once.
-func (c resultCache) item(namespace string, x *leanResult, sk *Skipped) (Item, bool) {
+func (c *resultCache) item(namespace string, x *leanResult, sk *Skipped) (Item, bool) {
 	if !x.Ours || !x.HasPod || x.Rule == openreports.CutRule {
 		it, ok := resultItem(namespace, x, sk)
 		if ok {
@@ -201,17 +209,21 @@ func (c resultCache) item(namespace string, x *leanResult, sk *Skipped) (Item, b
 	}
 	k := resultKey{namespace: namespace, rule: x.Rule, errored: x.Errored, props: x.Props}
 	k.props.PodUID = ""
-	t, ok := c[k]
+	t, ok := c.last, c.hasLast && c.lastKey == k
+	if !ok {
+		t, ok = c.m[k]
+	}
 	if !ok {
 		var tsk Skipped
 		it, _ := resultShared(namespace, x, &tsk)
 		t.it, t.ownerOK = validShared(it, &tsk)
 		t.invalid = tsk.Invalid
-		if len(c) >= maxTemplates {
-			clear(c)
+		if c.m == nil || len(c.m) >= maxTemplates {
+			c.m = map[resultKey]resultTemplate{}
 		}
-		c[k] = t
+		c.m[k] = t
 	}
+	c.lastKey, c.last, c.hasLast = k, t, true
 	sk.Invalid += t.invalid
 	return validPod(withPod(t.it, x), t.ownerOK, sk), true
 }

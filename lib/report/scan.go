@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -174,17 +175,37 @@ func (s *scanner) stringValue() ([]byte, error) {
 	}
 	raw := s.buf[s.mark+1 : end]
 	s.i = end + 1
-	for _, c := range raw {
-		if c < 0x20 || c >= utf8.RuneSelf || c == '\\' {
-			// What encoding/json makes of it, or its error.
-			var v string
-			if err := json.Unmarshal(s.buf[s.mark:end+1], &v); err != nil {
-				return nil, fmt.Errorf("string at byte %d: %w", s.read+int64(s.mark), err)
-			}
-			return append(s.str[:0], v...), nil
+	if !plain(raw) {
+		// What encoding/json makes of it, or its error.
+		var v string
+		if err := json.Unmarshal(s.buf[s.mark:end+1], &v); err != nil {
+			return nil, fmt.Errorf("string at byte %d: %w", s.read+int64(s.mark), err)
 		}
+		return append(s.str[:0], v...), nil
 	}
 	return raw, nil
+}
+
+// plain: b holds no control byte, no byte over 0x7f and no backslash, so
+// it is the string's value as it stands. Eight bytes at a time: a byte
+// under 0x20, or over 0x7f, or a backslash, sets its top bit in bad.
+func plain(b []byte) bool {
+	const ones, tops = 0x0101010101010101, 0x8080808080808080
+	for len(b) >= 8 {
+		w := binary.LittleEndian.Uint64(b)
+		bs := w ^ (ones * '\\')
+		bad := (w - ones*0x20) | w | (bs-ones)&^bs
+		if bad&tops != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c < 0x20 || c >= utf8.RuneSelf || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // stringEnd finds the closing quote of the string whose bytes start at

@@ -45,7 +45,7 @@ func valid(it Item, sk *Skipped) Item {
 // not a kind and a name (ownerOK false, as validShared found).
 func validPod(it Item, ownerOK bool, sk *Skipped) Item {
 	pod := it.Pod
-	it.Pod = validName(it.Pod, validation.IsDNS1123Subdomain, sk)
+	it.Pod = validName(it.Pod, subdomain, sk)
 	if uid := safetext.Name(it.PodUID, maxUID); it.PodUID != "" && uid != it.PodUID {
 		sk.Invalid++
 		it.PodUID = uid
@@ -133,6 +133,38 @@ func validName(s string, check func(string) []string, sk *Skipped) string {
 	}
 	sk.Invalid++
 	return safetext.Quote(s, maxName)
+}
+
+// subdomain is validation.IsDNS1123Subdomain, which a name that is
+// plainly one (dot-separated labels of [a-z0-9-], each starting and ending
+// with a letter or digit, 253 bytes at most) skips: its regular
+// expression was a tenth of a report's own CPU over 100,000 pods.
+func subdomain(s string) []string {
+	if plainSubdomain(s) {
+		return nil
+	}
+	return validation.IsDNS1123Subdomain(s)
+}
+
+func plainSubdomain(s string) bool {
+	if s == "" || len(s) > validation.DNS1123SubdomainMaxLength {
+		return false
+	}
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case alnum(c):
+		case c == '-' || c == '.':
+			// Never first or last, nor beside a dot.
+			if i == 0 || i == len(s)-1 || !alnum(s[i-1]) && !(c == '-' && s[i-1] == '-') || c == '.' && !alnum(s[i+1]) || s[i+1] == '.' {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // plainName checks a node name the way safetext.Name prints one bare: a
