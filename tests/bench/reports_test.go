@@ -149,6 +149,12 @@ func makeWorkloads(b *testing.B, kube kubernetes.Interface, w, n, nodes int) []b
 			b.Fatal(err)
 		}
 	}
+	// The Nodes the forwarders label (--node-label): without them each
+	// patch is a 404, tried again.
+	parallel(b, nodes, func(i int) error {
+		_, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%d", i)}}, metav1.CreateOptions{})
+		return err
+	})
 	rsUID := make([]types.UID, w)
 	parallel(b, w, func(i int) error {
 		rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web%d-5d8f7", i), Namespace: fmt.Sprintf("bench-%d", i%reportsNamespaces),
