@@ -76,6 +76,8 @@ type Marker struct {
 	// applied is the value the API last took ("" none yet); warned the
 	// last patch error said.
 	applied, warned string
+	// failed is the value whose patch failed last, "" when none.
+	failed string
 
 	patches *prometheus.CounterVec
 }
@@ -170,8 +172,13 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 		m.bound()
 		m.save()
 	}
+	// A value whose patch failed is left to the retry ticker: a refused
+	// patch (no RBAC, no such Node) cost a request a finding.
+	retry := m.failed != "" && Mark(m.entries) == m.failed
 	m.mu.Unlock()
-	m.apply(ctx)
+	if !retry {
+		m.apply(ctx)
+	}
 	return nil
 }
 
@@ -211,6 +218,7 @@ func (m *Marker) apply(ctx context.Context) {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{m.label: v}}})
 	_, err := m.kube.CoreV1().Nodes().Patch(ctx, m.node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "iptables-alerter"})
 	if err != nil {
+		m.failed = v
 		m.patches.WithLabelValues("error").Inc()
 		if err.Error() != m.warned {
 			m.warned = err.Error()
@@ -222,7 +230,7 @@ func (m *Marker) apply(ctx context.Context) {
 	if m.warned != "" || m.applied != "" || v != Ready {
 		m.log.WithField("label", m.label+"="+v).Info("node labelled")
 	}
-	m.applied, m.warned = v, ""
+	m.applied, m.warned, m.failed = v, "", ""
 }
 
 // Start labels the node now, then tries failed patches again every

@@ -97,8 +97,9 @@ func TestConsume(t *testing.T) {
 		t.Errorf("after a restart: %q, want %q", v, NeedsExtra)
 	}
 	// Refused: Consume still returns nil; apply later succeeds.
-	refuse := true
+	refuse, tries := true, 0
 	cs.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		tries++
 		if refuse {
 			return true, nil, errors.New("forbidden")
 		}
@@ -106,6 +107,15 @@ func TestConsume(t *testing.T) {
 	})
 	if err := again.Consume(ctx, rec("u2", findings.StateGone, "")); err != nil {
 		t.Fatalf("Consume with the patch refused: %v", err)
+	}
+	// More findings of the same value: the retry ticker's, not theirs.
+	for _, uid := range []string{"u4", "u5"} {
+		if err := again.Consume(ctx, rec(uid, findings.StatePresent, findings.ImpactNative)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tries != 1 {
+		t.Errorf("%d patches tried for one value refused, want 1", tries)
 	}
 	if got := label(); got != NeedsExtra {
 		t.Fatalf("label %q while refused", got)

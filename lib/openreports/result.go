@@ -253,7 +253,13 @@ func IsPod(apiVersion, kind string) bool {
 
 // Seen is the result's last sighting, zero when unreadable.
 func Seen(r openreportsv1alpha1.ReportResult) time.Time {
-	t, _ := time.Parse(time.RFC3339, r.Properties[PropLastSeen])
+	return SeenAt(r.Properties[PropLastSeen])
+}
+
+// SeenAt reads a lastSeen property's value, zero when unreadable (Seen,
+// for a reader that decodes results its own way).
+func SeenAt(v string) time.Time {
+	t, _ := time.Parse(time.RFC3339, v)
 	return t
 }
 

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -27,10 +28,16 @@ func capAnswers(rt http.RoundTripper, max int64) http.RoundTripper {
 		if err != nil || resp.Body == nil {
 			return resp, err
 		}
-		defer resp.Body.Close()
 		if resp.ContentLength > max {
+			resp.Body.Close()
 			return nil, ErrAnswerTooLarge
 		}
+		if req.Context().Value(streamedKey{}) != nil {
+			// Its reader counts the bytes itself (scanner): holding a
+			// page of 15 MB whole was the most of the report's memory.
+			return resp, nil
+		}
+		defer resp.Body.Close()
 		h, err := readAtMost(resp.Body, max)
 		if err != nil {
 			return nil, err
@@ -90,6 +97,15 @@ func (h *heldBody) Read(p []byte) (int, error) {
 func (h *heldBody) Close() error {
 	h.chunks = nil
 	return nil
+}
+
+// streamedKey marks the context of a request whose answer is read as it
+// streams in by a reader that stops at MaxAnswer itself.
+type streamedKey struct{}
+
+// streamed marks ctx's requests as streamed (streamedKey).
+func streamed(ctx context.Context) context.Context {
+	return context.WithValue(ctx, streamedKey{}, true)
 }
 
 type roundTripper func(*http.Request) (*http.Response, error)

@@ -134,20 +134,22 @@ func TestCountsEachPodOnce(t *testing.T) {
 	}
 }
 
-// lean is x as the API server serves it and report decodes it: the lean
-// struct's JSON names must be the typed Report's.
-func lean(t *testing.T, x openreportsv1alpha1.ReportResult) leanResult {
+// lean is x as the API server serves it and report decodes it, in a page
+// of one Report (pageReader).
+func lean(t *testing.T, x openreportsv1alpha1.ReportResult) *leanResult {
 	t.Helper()
-	data, err := json.Marshal(x)
+	data, err := json.Marshal(openreportsv1alpha1.ReportList{Items: []openreportsv1alpha1.Report{{Results: []openreportsv1alpha1.ReportResult{x}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var l leanResult
-	if err := json.Unmarshal(data, &l); err != nil {
-		t.Fatal(err)
+	var got []leanResult
+	if _, err := newPageReader().page(newScanner(bytes.NewReader(data), 0), 1, func(_ string, rs []leanResult) {
+		got = append(got, rs...)
+	}); err != nil || len(got) != 1 {
+		t.Fatalf("page of %s: %d results, %v", data, len(got), err)
 	}
-	if len(l.Subjects) != len(x.Subjects) || len(l.Properties) != len(x.Properties) || l.Source != x.Source || l.Rule != x.Rule || l.Result != string(x.Result) {
+	if l := got[0]; l.Ours != (x.Source == openreports.Source) || l.Rule != x.Rule || l.Errored != (x.Result == "error") {
 		t.Fatalf("lean result %+v lost fields of %+v", l, x)
 	}
-	return l
+	return &got[0]
 }

@@ -104,84 +104,205 @@ func (g Group) Hint() (hint, doc string) {
 // against the expectations, after Settle. Groups come worst first, then by
 // namespace and owner; unknown groups last.
 func GroupItems(items []Item, exps []Expectation) []Group {
-	items = Settle(items)
-	type key struct {
-		ns, kind, name string
-		state          findings.State
+	g := newGrouping(exps)
+	for _, it := range Settle(items) {
+		g.add(it)
 	}
-	idx := map[key]int{}
-	var gs []Group
-	type sets struct{ pods, nodes, reasons, vendors, writers, modules map[string]bool }
-	var ss []sets
-	var members [][]Item
-	// looks holds, per group, the index in members of each pod's look
-	// that counts.
-	var looks []map[podKey]int
-	for _, it := range items {
-		k := key{it.Namespace, it.Owner.Kind, it.Owner.Name, it.State}
-		i, ok := idx[k]
-		if !ok {
-			i = len(gs)
-			idx[k] = i
-			gs = append(gs, Group{Namespace: it.Namespace, Owner: it.Owner, Worst: it.Worst, Expected: true, State: it.State,
-				Pods: []string{}, Nodes: []string{}, Modules: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}, Commands: []string{}})
-			ss = append(ss, sets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
-			members = append(members, nil)
-			looks = append(looks, map[podKey]int{})
-		}
-		g, s := &gs[i], &ss[i]
-		g.Findings++
-		g.MixedBackends = g.MixedBackends || it.MixedBackends
-		for _, m := range it.Modules.Judged() {
-			add(&g.Modules, s.modules, m)
-		}
-		g.Examples = mergeExamples(g.Examples, it.Examples)
-		add(&g.Pods, s.pods, it.Pod)
-		add(&g.Nodes, s.nodes, it.Node)
-		if len(g.Writers) < MaxWriters {
-			add(&g.Writers, s.writers, it.Writer)
-		}
-		addCommand(&g.Commands, it.Command)
-		for _, v := range it.Vendors {
-			if !s.vendors[v.Name] {
-				s.vendors[v.Name] = true
-				g.Vendors = append(g.Vendors, v)
-			}
-		}
-		// The example shows the worst level's rule.
-		if worse := findings.ImpactRank(it.Worst) < findings.ImpactRank(g.Worst); worse || g.Example == "" && it.Worst == g.Worst {
-			g.Worst = it.Worst
-			if ex, ok := exampleAt(it.Examples, it.Worst); ok {
-				g.Example, g.ExampleImpact = ex.Rule, ex.Impact
-			} else if worse {
-				g.Example, g.ExampleImpact = "", ""
-			}
-		}
-		if g.Error == "" {
-			g.Error = it.Error
-		}
-		members[i] = append(members[i], it)
-		if j, ok := looks[i][podOf(it)]; !ok || newer(it, members[i][j]) {
-			looks[i][podOf(it)] = len(members[i]) - 1
+	return g.groups()
+}
+
+// grouping folds items into groups one at a time, so that a report over
+// a cluster's 100,000 results need not hold them (collector): what a group
+// keeps of its items is their sets and, per pod, the look that counts. Its
+// items themselves are kept only for expectations to judge; without any, a
+// group is never expected (expect), which one item at its worst level
+// shows.
+type grouping struct {
+	exps []Expectation
+	idx  map[groupKey]int
+	gs   []Group
+	ss   []groupSets
+	// members holds each group's items (expect), or without expectations
+	// the last that set its Worst.
+	members [][]Item
+	// looks holds, per group, each pod's look that counts (newer).
+	looks []map[podKey]look
+	// podsSet is, per group, how many of its Pods were a set last.
+	podsSet []int
+	// lastModules and lastJudged are the last item's modules and their
+	// Judged: the items of one Report share their lists (resultCache).
+	lastModules findings.Modules
+	lastJudged  []string
+}
+
+// judged is m.Judged(), made again only when m's lists are not the last
+// item's very lists.
+func (gr *grouping) judged(m findings.Modules) []string {
+	same := func(a, b []string) bool { return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) }
+	if gr.lastJudged == nil || !same(m.Legacy, gr.lastModules.Legacy) || !same(m.Xt, gr.lastModules.Xt) || !same(m.Native, gr.lastModules.Native) {
+		gr.lastModules, gr.lastJudged = m, m.Judged()
+		if gr.lastJudged == nil {
+			gr.lastJudged = []string{}
 		}
 	}
+	return gr.lastJudged
+}
+
+type groupKey struct {
+	ns, kind, name string
+	state          findings.State
+}
+
+type groupSets struct{ nodes, reasons, vendors, writers, modules map[string]bool }
+
+// look is what newer and the impact's sum read of a pod's item.
+type look struct {
+	impact      findings.Impact
+	truncated   bool
+	commandOnly bool
+	time        time.Time
+}
+
+func lookOf(it Item) look {
+	return look{impact: it.Impact, truncated: it.Truncated, commandOnly: commandOnly(it), time: it.Time}
+}
+
+func newGrouping(exps []Expectation) *grouping {
+	return &grouping{exps: exps, idx: map[groupKey]int{}}
+}
+
+// add folds it into its group.
+func (gr *grouping) add(it Item) {
+	k := groupKey{it.Namespace, it.Owner.Kind, it.Owner.Name, it.State}
+	i, ok := gr.idx[k]
+	if !ok {
+		i = len(gr.gs)
+		gr.idx[k] = i
+		gr.gs = append(gr.gs, Group{Namespace: it.Namespace, Owner: it.Owner, Worst: it.Worst, Expected: true, State: it.State,
+			Pods: []string{}, Nodes: []string{}, Modules: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}, Commands: []string{}})
+		gr.ss = append(gr.ss, groupSets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
+		gr.members = append(gr.members, []Item{it})
+		gr.looks = append(gr.looks, map[podKey]look{})
+		gr.podsSet = append(gr.podsSet, 0)
+	} else if len(gr.exps) > 0 {
+		gr.members[i] = append(gr.members[i], it)
+	}
+	g, s := &gr.gs[i], &gr.ss[i]
+	g.Findings++
+	g.MixedBackends = g.MixedBackends || it.MixedBackends
+	for _, m := range gr.judged(it.Modules) {
+		add(&g.Modules, s.modules, m)
+	}
+	g.Examples = mergeExamples(g.Examples, it.Examples)
+	if it.Pod != "" {
+		// A set made at the end (sortedSet): a map per group, grown
+		// pod by pod, was a tenth of the report's CPU over 100,000
+		// pods. Repeats are dropped as they pile up.
+		g.Pods = append(g.Pods, it.Pod)
+		if len(g.Pods) >= 2*gr.podsSet[i]+64 {
+			g.Pods = sortedSet(g.Pods)
+			gr.podsSet[i] = len(g.Pods)
+		}
+	}
+	add(&g.Nodes, s.nodes, it.Node)
+	if len(g.Writers) < MaxWriters {
+		add(&g.Writers, s.writers, it.Writer)
+	}
+	addCommand(&g.Commands, it.Command)
+	for _, v := range it.Vendors {
+		if !s.vendors[v.Name] {
+			s.vendors[v.Name] = true
+			g.Vendors = append(g.Vendors, v)
+		}
+	}
+	// The example shows the worst level's rule.
+	if worse := findings.ImpactRank(it.Worst) < findings.ImpactRank(g.Worst); worse || g.Example == "" && it.Worst == g.Worst {
+		g.Worst = it.Worst
+		if ex, ok := exampleAt(it.Examples, it.Worst); ok {
+			g.Example, g.ExampleImpact = ex.Rule, ex.Impact
+		} else if worse {
+			g.Example, g.ExampleImpact = "", ""
+		}
+		if len(gr.exps) == 0 {
+			gr.members[i][0] = it
+		}
+	}
+	if g.Error == "" {
+		g.Error = it.Error
+	}
+	p, l := podOf(it), lookOf(it)
+	if had, ok := gr.looks[i][p]; !ok || newer(l, had) {
+		gr.looks[i][p] = l
+	}
+}
+
+// groups judges and sorts the groups folded.
+func (gr *grouping) groups() []Group {
+	gs := gr.gs
 	for i := range gs {
-		for _, j := range looks[i] {
-			im := members[i][j].Impact
-			gs[i].Impact.Legacy += im.Legacy
-			gs[i].Impact.Xt += im.Xt
-			gs[i].Impact.Native += im.Native
+		for _, l := range gr.looks[i] {
+			gs[i].Impact.Legacy += l.impact.Legacy
+			gs[i].Impact.Xt += l.impact.Xt
+			gs[i].Impact.Native += l.impact.Native
 		}
-		expect(&gs[i], members[i], exps, ss[i].reasons)
+		expect(&gs[i], gr.members[i], gr.exps, gr.ss[i].reasons)
 		if !gs[i].Expected {
 			gs[i].Reasons = []string{}
 		}
-		sort.Strings(gs[i].Pods)
+		gs[i].Pods = sortedSet(gs[i].Pods)
 		sort.Strings(gs[i].Modules)
 		sort.Strings(gs[i].Nodes)
 	}
 	sortGroups(gs)
 	return gs
+}
+
+// collector groups a cluster's items as they are read (Read), settled as
+// GroupItems settles them: present items are folded at once; unknown ones
+// are held until all are read, then folded unless their pod has a present
+// item. A cluster's sources give no gone items (a finding's clearing is a
+// findings file's), so no present item is ever taken back; and groups are
+// by state, so folding the unknown ones last changes no group.
+type collector struct {
+	// ns keeps the items of one namespace, all when "" (InNamespace).
+	ns   string
+	g    *grouping
+	held []Item
+}
+
+func newCollector(ns string, exps []Expectation) *collector {
+	return &collector{ns: ns, g: newGrouping(exps)}
+}
+
+func (c *collector) add(it Item) {
+	switch {
+	case c.ns != "" && it.Namespace != c.ns:
+	case it.State == findings.StatePresent:
+		c.g.add(it)
+	default:
+		c.held = append(c.held, it)
+	}
+}
+
+func (c *collector) groups() []Group {
+	// The pods with a present item: the looks of the present groups.
+	present := map[podKey]bool{}
+	if len(c.held) > 0 {
+		for i, g := range c.g.gs {
+			if g.State == findings.StatePresent {
+				for p := range c.g.looks[i] {
+					present[p] = true
+				}
+			}
+		}
+	}
+	for _, it := range c.held {
+		if it.State == findings.StateGone || it.State == findings.StateUnknown && present[podOf(it)] {
+			continue
+		}
+		c.g.add(it)
+	}
+	return c.g.groups()
 }
 
 // sortGroups orders groups worst first, then by cluster, namespace and
@@ -294,16 +415,16 @@ func podOf(it Item) podKey {
 // pod: a complete look beats a cut one (Truncated: its counts are a lower
 // bound), then the later one wins, and at equal times (Events before
 // their times were read, files of one second) the one read last, a.
-func newer(a, b Item) bool {
+func newer(a, b look) bool {
 	// A command's own finding (a failed write, a read: no rules) is no
 	// look at the rules: any look is newer.
-	if ca, cb := commandOnly(a), commandOnly(b); ca != cb {
-		return cb
+	if a.commandOnly != b.commandOnly {
+		return b.commandOnly
 	}
-	if a.Truncated != b.Truncated {
-		return b.Truncated
+	if a.truncated != b.truncated {
+		return b.truncated
 	}
-	return !a.Time.Before(b.Time)
+	return !a.time.Before(b.time)
 }
 
 // exampleAt picks the first example at level, else the first at the
@@ -335,6 +456,7 @@ const MaxExamples = 3
 // mergeExamples adds the rules of exs not yet in have and keeps the
 // MaxExamples worst, earlier findings' first within a level.
 func mergeExamples(have, exs []findings.Example) []findings.Example {
+	n := len(have)
 	for _, ex := range exs {
 		if !slices.ContainsFunc(have, func(h findings.Example) bool {
 			return h.Family == ex.Family && h.Table == ex.Table && h.Rule == ex.Rule
@@ -342,8 +464,18 @@ func mergeExamples(have, exs []findings.Example) []findings.Example {
 			have = append(have, ex)
 		}
 	}
+	if len(have) == n {
+		// Nothing new: have is in order already.
+		return have
+	}
 	have = findings.BreakingFirst(have)
 	return have[:min(len(have), MaxExamples)]
+}
+
+// sortedSet sorts l and drops its repeats.
+func sortedSet(l []string) []string {
+	sort.Strings(l)
+	return slices.Compact(l)
 }
 
 func add(list *[]string, seen map[string]bool, s string) {

@@ -83,6 +83,7 @@ func Read(ctx context.Context, in Inputs) (Report, error) {
 	}
 	var (
 		items []Item
+		col   *collector
 		sk    Skipped
 	)
 	origin := Origin{Namespace: in.Namespace, Time: time.Now()}
@@ -129,11 +130,13 @@ func Read(ctx context.Context, in Inputs) (Report, error) {
 			ns, cl.Namespace, origin.Namespace = cl.ContextNamespace, cl.ContextNamespace, cl.ContextNamespace
 		}
 		if fromCluster {
-			its, from, err := ReadCluster(ctx, cl, SourcesOf(in.Source), &sk)
+			// No file was read: the cluster's items are grouped as they
+			// come, never held all at once.
+			col = newCollector(ns, exps)
+			from, err := ReadCluster(ctx, cl, SourcesOf(in.Source), &sk, col.add)
 			if err != nil {
 				return Report{}, err
 			}
-			items = append(items, InNamespace(its, ns)...)
 			origin.From = append(origin.From, from)
 		} else {
 			if err := ResolveOwners(ctx, cl.Client, items); err != nil {
@@ -146,7 +149,12 @@ func Read(ctx context.Context, in Inputs) (Report, error) {
 	if failOn == "" {
 		failOn = FailNever
 	}
-	r := Report{Origin: origin, Groups: GroupItems(items, exps), Skipped: sk, FailOn: failOn, Target: target}
+	r := Report{Origin: origin, Skipped: sk, FailOn: failOn, Target: target}
+	if col != nil {
+		r.Groups = col.groups()
+	} else {
+		r.Groups = GroupItems(items, exps)
+	}
 	for i := range r.Groups {
 		r.Groups[i].Kernel = modules.Releases.Words(target, r.Groups[i].Modules)
 	}

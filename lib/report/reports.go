@@ -3,11 +3,9 @@ package report
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
-	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,72 +19,58 @@ import (
 // pods of one workload, never more than a cluster's pods.
 const maxCut = 1 << 20
 
-// reportsPage is how many Reports one list call asks for. client-go holds
-// a page's whole body and its decoded objects at once, and a Report of
-// MaxResults results is 200-600 KiB: 500 a page made 100 MB bodies and a
-// 650 MB peak over 1,000 full Reports (tests/bench BenchmarkReports).
+// reportsPage is how many Reports one list call asks for. Each page is
+// read as it streams in (pageReader), so its size bounds no memory of
+// ours; it bounds the API server's, which builds a page whole before
+// sending it (500 full Reports a page made 100 MB answers).
 const reportsPage = 50
 
 // ClusterReports lists the cluster's Reports of ours (lib/openreports) in
-// namespace (all when empty), page by page, and gives an Item per result
-// of ours. It returns ErrNoSource when the API does not serve Reports (no
-// CRD: discovery, or a list's 404) or holds none of ours, so the Events
-// are read instead; a list refused is a ForbiddenError, never a quiet
-// fallback to Events an hour old (SourceEvents reads them on request).
+// namespace (all when empty), page by page, and hands add an Item per
+// result of ours as each Report is read. It returns ErrNoSource when the
+// API does not serve Reports (no CRD: discovery, or a first list's 404) or
+// holds none of ours, so the Events are read instead; a list refused is a
+// ForbiddenError, never a quiet fallback to Events an hour old
+// (SourceEvents reads them on request).
 //
 // Anyone allowed to create Reports in a namespace can write one with our
 // labels: the namespace is the Report's (never a result's subject's), only
 // results whose source is ours count, and every value goes through valid.
-func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error) {
+func ClusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
 	rc, err := versioned.NewForConfig(c.Config)
 	if err != nil {
-		return nil, fmt.Errorf("make reports client: %w", err)
+		return fmt.Errorf("make reports client: %w", err)
 	}
 	// Discovery first: every authenticated user may ask it, where a
 	// namespace's Role that lists Events only gets 403 for a resource not
 	// served, and such a reader still gets the Events.
 	served, err := openreports.Available(ctx, rc)
 	if err != nil {
-		return nil, fmt.Errorf("list reports: %w", err)
+		return fmt.Errorf("list reports: %w", err)
 	}
 	if !served {
-		return nil, fmt.Errorf("list reports: not served: %w", ErrNoSource)
+		return fmt.Errorf("list reports: not served: %w", ErrNoSource)
 	}
-	var (
-		items []Item
-		found bool
-	)
+	found := false
+	p, cache := newPageReader(), &resultCache{}
 	opts := metav1.ListOptions{LabelSelector: openreports.Selector(""), Limit: reportsPage}
 	for {
-		next, err := listReports(ctx, rc, c.Namespace, opts, func(r *leanReport) {
+		next, err := p.listReports(ctx, rc, c.Namespace, opts, func(namespace string, results []leanResult) {
 			found = true
-			same := map[string]string{}
-			var prev Item
-			for _, x := range r.Results {
-				share(x.Properties, same)
-				if it, ok := resultItem(r.Metadata.Namespace, x, sk); ok {
-					it = valid(it, sk)
-					// Equal lists shared too: nothing changes an
-					// Item's lists once read.
-					if slices.Equal(it.Examples, prev.Examples) {
-						it.Examples = prev.Examples
-					}
-					if slices.Equal(it.Vendors, prev.Vendors) {
-						it.Vendors = prev.Vendors
-					}
-					items = append(items, it)
-					prev = it
+			for i := range results {
+				if it, ok := cache.item(namespace, &results[i], sk); ok {
+					add(it)
 				}
 			}
 		})
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("list reports: %w", ErrNoSource)
+		if apierrors.IsNotFound(err) && !found {
+			return fmt.Errorf("list reports: %w", ErrNoSource)
 		}
 		if apierrors.IsForbidden(err) {
-			return nil, &ForbiddenError{Verb: "list", Resource: ResourceReports, Namespace: c.Namespace, Err: err}
+			return &ForbiddenError{Verb: "list", Resource: ResourceReports, Namespace: c.Namespace, Err: err}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list reports: %w", err)
+			return fmt.Errorf("list reports: %w", err)
 		}
 		if next == "" {
 			break
@@ -94,95 +78,154 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error)
 		opts.Continue = next
 	}
 	if !found {
-		return nil, fmt.Errorf("list reports: %w", errNoneOfOurs)
+		return fmt.Errorf("list reports: %w", errNoneOfOurs)
 	}
-	return items, nil
-}
-
-// shared are the properties the pods of one workload mostly have alike.
-var shared = []string{openreports.PropOwner, openreports.PropNodes, openreports.PropRules, openreports.PropVendor, openreports.PropHint, openreports.PropDoc,
-	openreports.PropExample + "1", openreports.PropExample + "2", openreports.PropExample + "3"}
-
-// share makes the shared properties of a Report's results that are equal
-// one string, same holding the first of each: the Items keep them, and
-// 100,000 results each with its own copies held 50 MB more.
-func share(p, same map[string]string) {
-	for _, k := range shared {
-		v, ok := p[k]
-		if !ok {
-			continue
-		}
-		if s, ok := same[v]; ok {
-			p[k] = s
-		} else {
-			same[v] = v
-		}
-	}
+	return nil
 }
 
 // resultItem reads one result of a Report in namespace; false for a result
 // that is not ours or not about a pod (the cut note is counted in sk).
-func resultItem(namespace string, x leanResult, sk *Skipped) (Item, bool) {
-	if x.Source != openreports.Source {
+func resultItem(namespace string, x *leanResult, sk *Skipped) (Item, bool) {
+	it, ok := resultShared(namespace, x, sk)
+	if ok {
+		it = withPod(it, x)
+	}
+	return it, ok
+}
+
+// withPod gives it the result's pod: its name, its UID, and as the owner
+// when the result names none.
+func withPod(it Item, x *leanResult) Item {
+	it.Pod, it.PodUID = x.Pod.Name, x.Pod.UID
+	if it.PodUID == "" {
+		it.PodUID = x.Props.PodUID
+	}
+	if !strings.Contains(x.Props.Owner, "/") {
+		it.Owner = owner.Bare(it.Pod)
+	}
+	return it
+}
+
+// resultShared is resultItem but for what withPod adds.
+func resultShared(namespace string, x *leanResult, sk *Skipped) (Item, bool) {
+	if !x.Ours {
 		return Item{}, false
 	}
+	p := &x.Props
 	if x.Rule == openreports.CutRule {
-		n, err := strconv.Atoi(x.Properties["cut"])
+		n, err := strconv.Atoi(p.Cut)
 		if err != nil || n <= 0 || n > maxCut {
 			n = 1
 		}
 		sk.Cut += n
 		return Item{}, false
 	}
-	pod, ok := x.podSubject()
-	if !ok {
+	if !x.HasPod {
 		sk.Malformed++
 		return Item{}, false
 	}
-	p := x.Properties
-	it := Item{Namespace: namespace, Pod: pod.Name, PodUID: string(pod.UID), Node: p[openreports.PropNodes],
-		Owner: owner.Bare(pod.Name), Source: "reports", State: findings.StatePresent, Time: openreports.Seen(openreportsv1alpha1.ReportResult{Properties: p}),
-		Truncated: p[openreports.PropTruncated] == "true", MixedBackends: p[openreports.PropMixedBackends] == "true"}
-	if m := p[openreports.PropModules]; m != "" {
+	it := Item{Namespace: namespace, Node: p.Nodes, Source: "reports", State: findings.StatePresent, Time: p.Seen,
+		Truncated: p.Truncated == "true", MixedBackends: p.Mixed == "true"}
+	if m := p.Modules; m != "" {
 		// Judged already: read back as the xt level's, which Judged
 		// keeps whole; valid drops what is not a module name.
 		it.Modules.Xt = strings.Split(m, ",")
 	}
-	if it.PodUID == "" {
-		it.PodUID = p[openreports.PropPodUID]
-	}
-	if kind, name, ok := strings.Cut(p[openreports.PropOwner], "/"); ok {
+	if kind, name, ok := strings.Cut(p.Owner, "/"); ok {
 		it.Owner = owner.Owner{Kind: kind, Name: name}
 	}
 	switch x.Rule {
 	case openreports.RuleUnknown:
-		it.State, it.Error = findings.StateUnknown, p[openreports.PropError]
+		it.State, it.Error = findings.StateUnknown, p.Error
 	case openreports.RuleUnclassified:
 	default:
 		// Not a level: valid refuses it and counts it.
 		it.Worst = x.Rule
 	}
-	if x.Result == "error" {
-		it.State, it.Worst, it.Error = findings.StateUnknown, "", p[openreports.PropError]
+	if x.Errored {
+		it.State, it.Worst, it.Error = findings.StateUnknown, "", p.Error
 	}
-	it.Impact = impactOf(p[openreports.PropRules])
-	it.Writer = p[openreports.PropWriter]
-	if names := p[openreports.PropVendor]; names != "" {
+	it.Impact = impactOf(p.Rules)
+	it.Writer = p.Writer
+	if names := p.Vendor; names != "" {
 		for i, n := range strings.Split(names, ",") {
 			v := findings.Vendor{Name: n}
 			if i == 0 {
 				// valid drops a doc that is not an http(s) link.
-				v.Hint, v.Doc = p[openreports.PropHint], p[openreports.PropDoc]
+				v.Hint, v.Doc = p.Hint, p.Doc
 			}
 			it.Vendors = append(it.Vendors, v)
 		}
 	}
-	for i := 1; i <= openreports.MaxExamples; i++ {
-		if line, ok := p[openreports.PropExample+strconv.Itoa(i)]; ok {
+	for i, line := range p.Examples {
+		if p.HasExample[i] {
 			it.Examples = append(it.Examples, exampleOf(line))
 		}
 	}
 	return it, true
+}
+
+// resultCache keeps the checked Item (validShared) each result makes but
+// for its pod: the results of one workload's Report differ mostly in their
+// pod, and reading and checking each whole took a fifth of the report's
+// CPU over 100,000 results.
+type resultCache struct {
+	m map[resultKey]resultTemplate
+	// last is the last key and its template: most results are the
+	// previous one's pod's neighbour, and their strings are one copy
+	// (pageReader), so comparing them is cheap where hashing is not.
+	lastKey resultKey
+	last    resultTemplate
+	hasLast bool
+}
+
+// resultKey is what a result says beside its pod.
+type resultKey struct {
+	namespace, rule string
+	errored         bool
+	props           leanProps
+}
+
+type resultTemplate struct {
+	it      Item
+	ownerOK bool
+	// invalid is what validShared counted in Skipped.Invalid.
+	invalid int
+}
+
+// maxTemplates bounds the cache: a hostile Report's results each unlike
+// the others would otherwise each be kept.
+const maxTemplates = 4096
+
+// item is valid(resultItem(namespace, x)), the part its pod does not
+// change made once.
+func (c *resultCache) item(namespace string, x *leanResult, sk *Skipped) (Item, bool) {
+	if !x.Ours || !x.HasPod || x.Rule == openreports.CutRule {
+		it, ok := resultItem(namespace, x, sk)
+		if ok {
+			it = valid(it, sk)
+		}
+		return it, ok
+	}
+	k := resultKey{namespace: namespace, rule: x.Rule, errored: x.Errored, props: x.Props}
+	k.props.PodUID = ""
+	t, ok := c.last, c.hasLast && c.lastKey == k
+	if !ok {
+		t, ok = c.m[k]
+	}
+	if !ok {
+		var tsk Skipped
+		it, _ := resultShared(namespace, x, &tsk)
+		t.it, t.ownerOK = validShared(it, &tsk)
+		t.invalid = tsk.Invalid
+		if c.m == nil || len(c.m) >= maxTemplates {
+			c.m = map[resultKey]resultTemplate{}
+		}
+		c.m[k] = t
+	}
+	c.lastKey, c.last, c.hasLast = k, t, true
+	sk.Invalid += t.invalid
+	return validPod(withPod(t.it, x), t.ownerOK, sk), true
 }
 
 // impactOf reads the rules property, "legacy=N xt=N native=N total=N";

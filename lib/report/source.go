@@ -86,10 +86,11 @@ func Connect(rc *rest.Config, kubeContext, namespace string) (Cluster, error) {
 type ClusterSource struct {
 	// Name is what Origin.From says.
 	Name string
-	// Read returns the findings; an error wrapping ErrNoSource means the
-	// cluster does not hold this source (not served, none written) and
-	// the next one is tried.
-	Read func(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error)
+	// Read hands each finding to add as it is read (present or unknown:
+	// never gone); an error wrapping ErrNoSource means the cluster does
+	// not hold this source (not served, none written), nothing was
+	// handed, and the next one is tried.
+	Read func(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error
 }
 
 // ErrNoSource is what a ClusterSource returns when the cluster holds none
@@ -159,12 +160,12 @@ var Sources = []string{SourceAuto, SourceReports, SourceEvents, SourceFiles}
 func SourcesOf(source string) []ClusterSource {
 	switch source {
 	case SourceReports:
-		return []ClusterSource{{Name: SourceReports, Read: func(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error) {
-			items, err := ClusterReports(ctx, c, sk)
+		return []ClusterSource{{Name: SourceReports, Read: func(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
+			err := ClusterReports(ctx, c, sk, add)
 			if errors.Is(err, errNoneOfOurs) {
-				return nil, nil
+				return nil
 			}
-			return items, err
+			return err
 		}}}
 	case SourceEvents:
 		return ClusterSources[1:]
@@ -180,23 +181,28 @@ func SourcesOf(source string) []ClusterSource {
 // CRD, or none of ours).
 var ClusterSources = []ClusterSource{
 	{Name: "reports", Read: ClusterReports},
-	{Name: "events", Read: func(ctx context.Context, c Cluster, sk *Skipped) ([]Item, error) {
-		return ClusterEvents(ctx, c.Client, c.Namespace, sk)
+	{Name: "events", Read: func(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
+		items, err := ClusterEvents(ctx, c.Client, c.Namespace, sk)
+		for _, it := range items {
+			add(it)
+		}
+		return err
 	}},
 }
 
-// ReadCluster reads the first of sources the cluster holds and says which.
-func ReadCluster(ctx context.Context, c Cluster, sources []ClusterSource, sk *Skipped) ([]Item, string, error) {
+// ReadCluster reads the first of sources the cluster holds, handing its
+// findings to add, and says which.
+func ReadCluster(ctx context.Context, c Cluster, sources []ClusterSource, sk *Skipped, add func(Item)) (string, error) {
 	last := errors.New("no source to read")
 	for _, s := range sources {
-		items, err := s.Read(ctx, c, sk)
+		err := s.Read(ctx, c, sk, add)
 		if errors.Is(err, ErrNoSource) {
 			last = err
 			continue
 		}
-		return items, s.Name, err
+		return s.Name, err
 	}
-	return nil, "", fmt.Errorf("read cluster: none of its sources holds findings: %w", last)
+	return "", fmt.Errorf("read cluster: none of its sources holds findings: %w", last)
 }
 
 // CheckNamespace refuses a --namespace value that is not a namespace name.

@@ -11,24 +11,29 @@ import (
 // The cluster's sources are tried in order: one that the cluster does not
 // hold gives way, any other error stops the report.
 func TestReadClusterFallsBack(t *testing.T) {
-	none := ClusterSource{Name: "reports", Read: func(context.Context, Cluster, *Skipped) ([]Item, error) {
-		return nil, fmt.Errorf("list reports: %w", ErrNoSource)
+	none := ClusterSource{Name: "reports", Read: func(context.Context, Cluster, *Skipped, func(Item)) error {
+		return fmt.Errorf("list reports: %w", ErrNoSource)
 	}}
-	broken := ClusterSource{Name: "reports", Read: func(context.Context, Cluster, *Skipped) ([]Item, error) {
-		return nil, errors.New("list reports: forbidden")
+	broken := ClusterSource{Name: "reports", Read: func(context.Context, Cluster, *Skipped, func(Item)) error {
+		return errors.New("list reports: forbidden")
 	}}
-	evs := ClusterSource{Name: "events", Read: func(_ context.Context, c Cluster, _ *Skipped) ([]Item, error) {
-		return []Item{{Namespace: c.Namespace}}, nil
+	evs := ClusterSource{Name: "events", Read: func(_ context.Context, c Cluster, _ *Skipped, add func(Item)) error {
+		add(Item{Namespace: c.Namespace})
+		return nil
 	}}
-	var sk Skipped
-	items, from, err := ReadCluster(context.Background(), Cluster{Namespace: "shop"}, []ClusterSource{none, evs}, &sk)
+	var (
+		sk    Skipped
+		items []Item
+	)
+	collect := func(it Item) { items = append(items, it) }
+	from, err := ReadCluster(context.Background(), Cluster{Namespace: "shop"}, []ClusterSource{none, evs}, &sk, collect)
 	if err != nil || from != "events" || len(items) != 1 || items[0].Namespace != "shop" {
 		t.Errorf("fallback: %v, %q, %v", items, from, err)
 	}
-	if _, _, err := ReadCluster(context.Background(), Cluster{}, []ClusterSource{broken, evs}, &sk); err == nil {
+	if _, err := ReadCluster(context.Background(), Cluster{}, []ClusterSource{broken, evs}, &sk, collect); err == nil {
 		t.Error("an error of a source the cluster holds was passed over")
 	}
-	if _, _, err := ReadCluster(context.Background(), Cluster{}, []ClusterSource{none}, &sk); err == nil {
+	if _, err := ReadCluster(context.Background(), Cluster{}, []ClusterSource{none}, &sk, collect); err == nil {
 		t.Error("no source held, no error")
 	}
 }
