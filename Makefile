@@ -315,6 +315,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags hookonly ./hook
+	$(GO) vet -tags agentonly ./hook
 
 clean:
 	rm -rf bin
