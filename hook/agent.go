@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -120,7 +119,7 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 		log.WithError(err).Error("agent not started")
 		return 2
 	}
-	spareProcessor(cfg.agent.Workers)
+	a.SpareProcessor()
 	if cfg.agent.Watch {
 		if err := watch.CheckRealtime(); err != nil {
 			log.WithError(err).Warn("the watch reads writers at normal priority (give the agent CAP_SYS_NICE): a writer that exits at once after its commit is more often recorded gone, without its container")
@@ -161,22 +160,6 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 	}
 	log.Info("agent stopped")
 	return 0
-}
-
-// spareProcessor gives the Go scheduler one processor (P) more than the
-// scans can hold: with as many as busy workers, an NRI call's goroutine,
-// and the network poll that wakes it, wait for Go's preemption of a
-// decoding scan (sysmon, 10 ms) before the handler runs: the round trip's
-// p99 was 15 to 18 ms while the handlers took microseconds
-// (docs/performance.md). With one idle P a thread waits in the poller and
-// the kernel's scheduler runs the call at once.
-func spareProcessor(workers int) {
-	if workers <= 0 {
-		workers = agent.DefaultWorkers
-	}
-	if n := min(workers, runtime.NumCPU()) + 1; runtime.GOMAXPROCS(0) < n {
-		runtime.GOMAXPROCS(n)
-	}
 }
 
 // agentRegistry is what the agent's /metrics serves: the agent's own

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -219,6 +220,20 @@ type job struct {
 	// exec is the iptables command the exec watch saw make the change, or
 	// the commit come from (exec.go).
 	exec *findings.Exec
+}
+
+// SpareProcessor gives the Go scheduler one processor (P) more than the
+// scans can hold (its workers, at most one per CPU): with as many as busy
+// workers, an NRI call's goroutine, and the network poll that wakes it,
+// wait for Go's preemption of a decoding scan (sysmon, 10 ms) before the
+// handler runs: the round trip's p99 was 15 to 18 ms while the handlers
+// took microseconds (docs/performance.md). With one idle P a thread waits
+// in the poller and the kernel's scheduler runs the call at once. It sets
+// the process's GOMAXPROCS, so the command that runs the agent calls it.
+func (a *Agent) SpareProcessor() {
+	if n := min(a.cfg.Workers, runtime.NumCPU()) + 1; runtime.GOMAXPROCS(0) < n {
+		runtime.GOMAXPROCS(n)
+	}
 }
 
 // New checks cfg and fills its defaults. A bad plugin name or index, or a
