@@ -273,6 +273,12 @@ func (x *file) holds(c Checkpoint) (bool, error) {
 // would go on after it and lose the rest of its lines. So the set is taken
 // again until the names, listed again after the opens, each still name
 // the file opened under them: the order is the order of one moment.
+// A rotated name found missing at its open is a rotation under way, and the
+// set is taken again: its absence cannot be checked afterwards, since the
+// next rotation empties the same name again after the older names were
+// checked (CI saw [960 962 963] that way). Only the current file may be
+// missing: the hook creates it after renaming it away, and before its
+// first finding there is none.
 func openAll(path string) ([]*file, error) {
 	for try := 0; try < maxOpenTries; try++ {
 		names, err := findings.Generations(path)
@@ -282,6 +288,7 @@ func openAll(path string) ([]*file, error) {
 		var files []*file
 		byName := map[string][2]uint64{}
 		seen := map[[2]uint64]bool{}
+		moving := false
 		for _, n := range names {
 			x, err := open(n)
 			if err != nil {
@@ -289,6 +296,10 @@ func openAll(path string) ([]*file, error) {
 				return nil, err
 			}
 			if x == nil {
+				if n != path {
+					moving = true
+					break
+				}
 				continue
 			}
 			k := [2]uint64{x.dev, x.inode}
@@ -299,6 +310,10 @@ func openAll(path string) ([]*file, error) {
 			}
 			seen[k] = true
 			files = append(files, x)
+		}
+		if moving {
+			closeAll(files)
+			continue
 		}
 		ok, err := unmoved(path, names, byName)
 		if ok || err != nil {
@@ -318,7 +333,8 @@ func openAll(path string) ([]*file, error) {
 const maxOpenTries = 50
 
 // unmoved reports whether the generations are still the names listed, each
-// naming the file opened under it (or, as before, nothing).
+// naming the file opened under it (the current file may be missing again:
+// openAll took the set only when every rotated name was there).
 func unmoved(path string, names []string, byName map[string][2]uint64) (bool, error) {
 	again, err := findings.Generations(path)
 	if err != nil || !slices.Equal(again, names) {
