@@ -450,6 +450,15 @@ func (w *Watcher) exec(pid int) {
 			w.forget(pid)
 			return
 		}
+		if errors.Is(err, unix.ENOENT) {
+			// A zombie: its command line and namespaces are gone, and
+			// its parent reaps it any moment; what still places it, its
+			// cgroup, is read at once (miss), or the run is the node's
+			// loss, not its pod's.
+			w.candidates.Add(1)
+			w.miss(&Command{PID: pid, Started: time.Now()}, c)
+			return
+		}
 	} else if _, ok := toolOf(path); !ok {
 		// A tool that executes something else is no longer one.
 		w.forget(pid)

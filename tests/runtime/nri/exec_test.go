@@ -48,14 +48,15 @@ func TestCRIOExec(t *testing.T) {
 // rule every 100 ms for 30 s gives one finding, a read, never a failed
 // one. Every run of a pod's one-shot commands (the checker's, and 100
 // `iptables -S` run back to back) is seen or counted missed for the pod:
-// never silent. Only a process gone before anything of it could be read
-// (exec_unread_total, the node's, not the pod's) may be neither.
+// never silent. Only the node's losses may be neither: a process gone
+// before anything of it could be read (exec_unread_total), or a tool run
+// reaped before its cgroup told its pod (exec_missed_total, for no pod).
 func execs(t *testing.T, c *critest.CRI) {
 	f := newFiles(t)
 	a := startAgentArgs(t, f, "--nri-socket", c.NRISocket, "--watch", "--resweep-interval", "1h")
 	a.waitMetric(t, 1, "iptables_alerter_agent_connected")
 	execUpFirst(t, a)
-	unread, _ := a.metric(t, "iptables_alerter_agent_exec_unread_total")
+	before := losses(t, a)
 
 	p := c.RunPod("execs", false)
 	started := time.Now()
@@ -80,8 +81,8 @@ func execs(t *testing.T, c *critest.CRI) {
 
 	waitExited(t, c, oneshots, time.Minute)
 	waitExited(t, c, checker, 3*time.Minute)
-	seenChecks, missedChecks := accounted(t, a, "checks", 300, unread)
-	_, missedOneshots := accounted(t, a, "oneshot", 100, unread)
+	seen, missed := accounted(t, a, map[string]float64{"checks": 300, "oneshot": 100}, before)
+	seenChecks, missedChecks, missedOneshots := seen["checks"], missed["checks"], missed["oneshot"]
 	got := execRecords(t, f, "checks", "exec-check")
 	if len(got) != 1 || got[0].Failed() || got[0].Exec.Operation != "read" || got[0].Exec.ExitCode != 1 || got[0].Container != "checker" {
 		t.Errorf("%v runs of -C seen gave %d findings, want 1 read: %+v", seenChecks, len(got), got)
@@ -96,36 +97,62 @@ func execs(t *testing.T, c *critest.CRI) {
 	}
 }
 
-// accounted waits until every one of the pod's runs is seen (ok, failed)
+// accounted waits until every one of each pod's runs is seen (ok, failed)
 // or counted missed for it, or the counts stopped moving for 15 s, and
-// checks that none is silent. It returns the runs seen and missed.
-func accounted(t *testing.T, a *agentProc, pod string, runs, unreadBefore float64) (float64, float64) {
+// checks that none is silent: a run neither seen nor missed for its pod
+// must be a node's loss, a process gone unread (exec_unread_total) or a
+// tool run missed where no pod could be told (exec_missed_total beyond
+// the pods' own misses: reaped before its cgroup was read). It returns
+// each pod's runs seen and missed.
+func accounted(t *testing.T, a *agentProc, runs map[string]float64, before nodeLosses) (seen, missed map[string]float64) {
 	t.Helper()
-	count := func(result string) float64 {
+	count := func(pod, result string) float64 {
 		v, _ := a.metric(t, "iptables_alerter_agent_pod_iptables_commands_total", `pod_name="`+pod+`"`, `result="`+result+`"`)
 		return v
 	}
-	var seen, missed float64
+	seen, missed = map[string]float64{}, map[string]float64{}
 	for deadline, changed := time.Now().Add(time.Minute), time.Now(); ; time.Sleep(200 * time.Millisecond) {
-		s, m := count("ok")+count("failed"), count("missed")
-		if s != seen || m != missed {
-			seen, missed, changed = s, m, time.Now()
+		done := true
+		for pod, n := range runs {
+			s, m := count(pod, "ok")+count(pod, "failed"), count(pod, "missed")
+			if s != seen[pod] || m != missed[pod] {
+				seen[pod], missed[pod], changed = s, m, time.Now()
+			}
+			done = done && s+m >= n
 		}
-		if seen+missed >= runs || time.Since(changed) > 15*time.Second || time.Now().After(deadline) {
+		if done || time.Since(changed) > 15*time.Second || time.Now().After(deadline) {
 			break
 		}
 	}
-	unread, _ := a.metric(t, "iptables_alerter_agent_exec_unread_total")
-	overruns, _ := a.metric(t, "iptables_alerter_agent_exec_overruns_total")
-	t.Logf("pod %s: %v runs, %v seen, %v missed; node: %v unread, %v overruns", pod, runs, seen, missed, unread-unreadBefore, overruns)
-	switch {
-	case seen+missed > runs:
-		t.Errorf("pod %s: %v seen and %v missed of %v runs: counted twice", pod, seen, missed, runs)
-	case seen+missed < runs && runs-seen-missed > unread-unreadBefore && overruns == 0:
-		t.Errorf("pod %s: %v of %v runs neither seen nor missed, and only %v processes unread on the node: silent; agent log:\n%s",
-			pod, runs-seen-missed, runs, unread-unreadBefore, a.log)
+	now := losses(t, a)
+	unread, nodeMissed := now.unread-before.unread, now.missed-before.missed
+	var gap, podsMissed float64
+	for pod, n := range runs {
+		t.Logf("pod %s: %v runs, %v seen, %v missed", pod, n, seen[pod], missed[pod])
+		if seen[pod]+missed[pod] > n {
+			t.Errorf("pod %s: %v seen and %v missed of %v runs: counted twice", pod, seen[pod], missed[pod], n)
+		}
+		gap += max(n-seen[pod]-missed[pod], 0)
+		podsMissed += missed[pod]
+	}
+	t.Logf("node: %v unread, %v missed in all (%v for no pod), %v overruns", unread, nodeMissed, nodeMissed-podsMissed, now.overruns)
+	if gap > unread+nodeMissed-podsMissed && now.overruns == 0 {
+		t.Errorf("%v runs neither seen nor missed for their pod, and only %v processes unread and %v runs missed for no pod on the node: silent; agent log:\n%s",
+			gap, unread, nodeMissed-podsMissed, a.log)
 	}
 	return seen, missed
+}
+
+// nodeLosses are the exec watch's node-wide loss counters.
+type nodeLosses struct{ unread, missed, overruns float64 }
+
+func losses(t *testing.T, a *agentProc) nodeLosses {
+	t.Helper()
+	var l nodeLosses
+	l.unread, _ = a.metric(t, "iptables_alerter_agent_exec_unread_total")
+	l.missed, _ = a.metric(t, "iptables_alerter_agent_exec_missed_total")
+	l.overruns, _ = a.metric(t, "iptables_alerter_agent_exec_overruns_total")
+	return l
 }
 
 // waitExited waits up to d for the container to exit 0.
