@@ -349,7 +349,10 @@ func (r *agentRun) linesFrom(off int64) []string {
 		return nil
 	}
 	data, _ := io.ReadAll(f)
-	return strings.Split(string(data), "\n")
+	// Only whole lines: what follows the last newline is a record the
+	// agent is still writing.
+	lines := strings.Split(string(data), "\n")
+	return lines[:len(lines)-1]
 }
 
 func containsAll(s string, subs []string) bool {
