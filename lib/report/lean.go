@@ -100,51 +100,45 @@ func (p *pageReader) page(s *scanner, limit int64, each func(string, []leanResul
 		return "", err
 	}
 	n := 0
-	for first := true; ; {
-		more, err := s.next('}', &first)
-		if err != nil {
-			return "", err
-		}
-		if !more {
-			break
-		}
-		key, err := s.key()
-		if err != nil {
-			return "", err
-		}
+	err = s.members(func(key []byte) error {
 		switch string(key) {
 		case "items":
 			ok, err := s.open('[')
 			if err != nil {
-				return "", err
+				return err
 			}
 			for first := true; ok; {
 				more, err := s.next(']', &first)
 				if err != nil {
-					return "", err
+					return err
 				}
 				if !more {
 					break
 				}
 				n++
 				if err := checkPage("reports", n, limit); err != nil {
-					return "", err
+					return err
 				}
 				ns, err := p.report(s)
 				if err != nil {
-					return "", fmt.Errorf("report %d: %w", n, err)
+					return fmt.Errorf("report %d: %w", n, err)
 				}
 				each(ns, p.results)
 			}
 		case "metadata":
+			var err error
 			if next, err = p.continueToken(s); err != nil {
-				return "", fmt.Errorf("metadata: %w", err)
+				return fmt.Errorf("metadata: %w", err)
 			}
 		default:
 			if err := s.skip(0); err != nil {
-				return "", fmt.Errorf("%s: %w", key, err)
+				return fmt.Errorf("%s: %w", key, err)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return "", err
 	}
 	return next, s.end()
 }
@@ -152,23 +146,14 @@ func (p *pageReader) page(s *scanner, limit int64, each func(string, []leanResul
 // continueToken reads a list's metadata for its continue token.
 func (p *pageReader) continueToken(s *scanner) (string, error) {
 	next := ""
-	ok, err := s.open('{')
-	for first := true; ok && err == nil; {
-		var key []byte
-		if ok, err = s.next('}', &first); !ok || err != nil {
-			break
-		}
-		if key, err = s.key(); err != nil {
-			break
-		}
+	err := s.object(func(key []byte) error {
 		if string(key) != "continue" {
-			err = s.skip(1)
-			continue
+			return s.skip(1)
 		}
-		var v []byte
-		v, err = s.strOrNull()
+		v, err := s.strOrNull()
 		next = string(v)
-	}
+		return err
+	})
 	return next, err
 }
 
@@ -176,15 +161,8 @@ func (p *pageReader) continueToken(s *scanner) (string, error) {
 func (p *pageReader) report(s *scanner) (string, error) {
 	ns := ""
 	p.results = p.results[:0]
-	ok, err := s.open('{')
-	for first := true; ok && err == nil; {
-		var key []byte
-		if ok, err = s.next('}', &first); !ok || err != nil {
-			break
-		}
-		if key, err = s.key(); err != nil {
-			break
-		}
+	err := s.object(func(key []byte) error {
+		var err error
 		switch string(key) {
 		case "metadata":
 			ns, err = p.namespace(s, ns)
@@ -202,46 +180,31 @@ func (p *pageReader) report(s *scanner) (string, error) {
 		default:
 			err = s.skip(1)
 		}
-	}
+		return err
+	})
 	return ns, err
 }
 
 // namespace reads a Report's metadata for its namespace (ns if none).
 func (p *pageReader) namespace(s *scanner, ns string) (string, error) {
-	ok, err := s.open('{')
-	for first := true; ok && err == nil; {
-		var key []byte
-		if ok, err = s.next('}', &first); !ok || err != nil {
-			break
-		}
-		if key, err = s.key(); err != nil {
-			break
-		}
+	err := s.object(func(key []byte) error {
 		if string(key) != "namespace" {
-			err = s.skip(2)
-			continue
+			return s.skip(2)
 		}
-		var v []byte
-		if v, err = s.strOrNull(); err == nil {
+		v, err := s.strOrNull()
+		if err == nil {
 			ns = p.intern(v)
 		}
-	}
+		return err
+	})
 	return ns, err
 }
 
 // result reads one result into x.
 func (p *pageReader) result(s *scanner, x *leanResult) error {
-	ok, err := s.open('{')
-	for first := true; ok && err == nil; {
-		var (
-			key, v []byte
-		)
-		if ok, err = s.next('}', &first); !ok || err != nil {
-			break
-		}
-		if key, err = s.key(); err != nil {
-			break
-		}
+	return s.object(func(key []byte) error {
+		var v []byte
+		var err error
 		switch string(key) {
 		case "source":
 			v, err = s.strOrNull()
@@ -260,8 +223,8 @@ func (p *pageReader) result(s *scanner, x *leanResult) error {
 		default:
 			err = s.skip(3)
 		}
-	}
-	return err
+		return err
+	})
 }
 
 // subjects reads a result's resources for its first Pod.
@@ -272,16 +235,9 @@ func (p *pageReader) subjects(s *scanner, x *leanResult) error {
 			break
 		}
 		var apiVersion, kind, name, uid string
-		var obj bool
-		obj, err = s.open('{')
-		for first := true; obj && err == nil; {
-			var key, v []byte
-			if obj, err = s.next('}', &first); !obj || err != nil {
-				break
-			}
-			if key, err = s.key(); err != nil {
-				break
-			}
+		err = s.object(func(key []byte) error {
+			var v []byte
+			var err error
 			switch string(key) {
 			case "apiVersion":
 				v, err = s.strOrNull()
@@ -298,7 +254,8 @@ func (p *pageReader) subjects(s *scanner, x *leanResult) error {
 			default:
 				err = s.skip(5)
 			}
-		}
+			return err
+		})
 		if err == nil && !x.HasPod && openreports.IsPod(apiVersion, kind) {
 			x.Pod, x.HasPod = leanSubject{Name: name, UID: uid}, true
 		}
@@ -311,40 +268,38 @@ func (p *pageReader) subjects(s *scanner, x *leanResult) error {
 // properties object adds to the first, as it adds to the map.
 func (p *pageReader) props(s *scanner, lp *leanProps) error {
 	ok, err := s.open('{')
-	if err == nil && !ok {
-		*lp = leanProps{}
+	if err != nil {
+		return err
 	}
-	for first := true; ok && err == nil; {
-		var key, v []byte
-		if ok, err = s.next('}', &first); !ok || err != nil {
-			break
-		}
-		if key, err = s.key(); err != nil {
-			break
-		}
+	if !ok {
+		*lp = leanProps{}
+		return nil
+	}
+	return s.members(func(key []byte) error {
+		var v []byte
+		var err error
 		switch string(key) {
 		case openreports.PropPodUID:
 			// One a pod: not shared.
 			if v, err = s.strOrNull(); err == nil {
 				lp.PodUID = string(v)
 			}
-			continue
+			return err
 		case openreports.PropLastSeen:
 			if v, err = s.strOrNull(); err == nil {
 				lp.Seen = p.seenAt(v)
 			}
-			continue
+			return err
 		}
 		dst := propField(lp, key)
 		if dst == nil {
 			// Not read, but it must be a string as the map's values are
 			// (its escapes are not checked, as no value stepped over is).
 			if s.peek() == '"' {
-				err = s.skip(4)
-			} else {
-				_, err = s.strOrNull()
+				return s.skip(4)
 			}
-			continue
+			_, err = s.strOrNull()
+			return err
 		}
 		if i := exampleIndex(key); i >= 0 {
 			lp.HasExample[i] = true
@@ -356,8 +311,8 @@ func (p *pageReader) props(s *scanner, lp *leanProps) error {
 			}
 			*dst = *last
 		}
-	}
-	return err
+		return err
+	})
 }
 
 // propField is the field of lp that holds the property key, nil for one

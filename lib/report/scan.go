@@ -148,6 +148,35 @@ func (s *scanner) next(c byte, first *bool) (bool, error) {
 	return true, nil
 }
 
+// members reads the members of the object just opened, to its '}': fn
+// reads each one's value, given its key (valid until the next read).
+// Every reader of an object goes through it, so that the commas, keys and
+// end are read in one place.
+func (s *scanner) members(fn func(key []byte) error) error {
+	for first := true; ; {
+		more, err := s.next('}', &first)
+		if err != nil || !more {
+			return err
+		}
+		key, err := s.key()
+		if err != nil {
+			return err
+		}
+		if err := fn(key); err != nil {
+			return err
+		}
+	}
+}
+
+// object reads an object's members with fn; a null has none.
+func (s *scanner) object(fn func(key []byte) error) error {
+	ok, err := s.open('{')
+	if !ok || err != nil {
+		return err
+	}
+	return s.members(fn)
+}
+
 // key reads an object's key and its colon: the key's bytes are valid
 // until the next read.
 func (s *scanner) key() ([]byte, error) {
@@ -290,18 +319,7 @@ func (s *scanner) skip(depth int) error {
 		return err
 	case '{':
 		s.i++
-		for first := true; ; {
-			more, err := s.next('}', &first)
-			if err != nil || !more {
-				return err
-			}
-			if _, err := s.key(); err != nil {
-				return err
-			}
-			if err := s.skip(depth + 1); err != nil {
-				return err
-			}
-		}
+		return s.members(func([]byte) error { return s.skip(depth + 1) })
 	case '[':
 		s.i++
 		for first := true; ; {
