@@ -20,7 +20,7 @@ type Checkpoint struct {
 	// FirstLine is the hex SHA-256 of the file's first line (see
 	// firstLineHash); it tells a reused inode number or a truncated and
 	// refilled file from the one the offset belongs to. Empty while Offset
-	// is 0, when there is nothing to lose by starting over.
+	// is 0: the file is then known by the one before it (Rotated).
 	FirstLine string `json:"first_line_sha256"`
 	// Offset is just past the last handled newline.
 	Offset int64 `json:"offset"`

@@ -382,7 +382,14 @@ func (f *Follower) choose(files []*file) (int, error) {
 			continue
 		}
 		if f.cp.Offset == 0 {
-			return i, nil
+			ok, err := f.startsAt(files, i)
+			if err != nil {
+				return -1, err
+			}
+			if ok {
+				return i, nil
+			}
+			continue
 		}
 		ok, err := x.holds(f.cp)
 		if err != nil {
@@ -426,6 +433,26 @@ func (f *Follower) choose(files []*file) (int, error) {
 	}
 	f.cp = files[0].start(FileID{})
 	return 0, nil
+}
+
+// startsAt reports whether files[i], which has the inode number of the
+// checkpoint's file, is that file, the checkpoint being at its start. With
+// no line read there is no first line to compare, and the inode number
+// alone is not enough: the number of a file rotated away is given to the
+// next file made (CI saw the current file, made at the rotation that
+// removed PATH.1, take PATH.1's number, and a follower that trusted it
+// went on there, skipping the newer PATH.1 whole). The file is the one
+// named if nothing comes before it (then nothing can be skipped), or if
+// the file before it is the one the checkpoint came from.
+func (f *Follower) startsAt(files []*file, i int) (bool, error) {
+	if i == 0 {
+		return true, nil
+	}
+	if f.cp.Rotated == (FileID{}) {
+		return false, nil
+	}
+	prev, err := files[i-1].id()
+	return prev == f.cp.Rotated, err
 }
 
 // step reads what it can from the chosen file; progressed is false when

@@ -53,6 +53,7 @@ type writer struct {
 	truncates  int
 	caughtUpTo func(seq int) bool // every seq below has been delivered
 	delivered  func() int         // how many seqs in a row have been delivered
+	state      func() string      // what the reader has and lacks, for a stall's message
 }
 
 // stallAfter is how long a reader may deliver nothing new, while there is
@@ -102,7 +103,7 @@ func (w *writer) waitFor(what string, ok func() bool) {
 	var st stall
 	for !ok() {
 		if st.stuck(w.delivered()) {
-			w.t.Fatalf("writer: reader delivered nothing new for %v before %s (next seq %d)", stallAfter, what, w.next)
+			w.t.Fatalf("writer: reader delivered nothing new for %v before %s (next seq %d, file starts %v); %s", stallAfter, what, w.next, w.starts, w.state())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -219,6 +220,13 @@ func listDir(dir string) []string {
 	return out
 }
 
+// readerState says what a stalled reader lacks, where its saved
+// checkpoint points and which files there are.
+func readerState(s *seen, cpPath, dir string) string {
+	cp, err := FileStore(cpPath).Load()
+	return fmt.Sprintf("never seqs %v; saved checkpoint %+v (%v); files %v", s.missing(), cp, err, listDir(dir))
+}
+
 func (s *seen) upTo(seq int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -238,7 +246,7 @@ func TestPropertyGracefulRestarts(t *testing.T) {
 			dir := t.TempDir()
 			path, cpPath := filepath.Join(dir, "findings.jsonl"), filepath.Join(dir, "cp.json")
 			var s seen
-			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: s.upTo, delivered: s.count, gens: int(seed%2)*2 + 1, starts: []int{0}}
+			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: s.upTo, delivered: s.count, state: func() string { return readerState(&s, cpPath, dir) }, gens: int(seed%2)*2 + 1, starts: []int{0}}
 			done := make(chan struct{})
 			// quit stops the reader when the writer fails (t.Fatal) or the
 			// reader never delivers everything: the test fails, not hangs.
@@ -411,7 +419,7 @@ func TestPropertyCrashRestarts(t *testing.T) {
 			sr := &sinkReader{t: t, path: sinkPath}
 			upTo := func(seq int) bool { mu.Lock(); defer mu.Unlock(); return sr.upTo(seq) }
 			delivered := func() int { mu.Lock(); defer mu.Unlock(); sr.poll(); return sr.s.count() }
-			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: upTo, delivered: delivered, gens: int(seed%2)*2 + 1, starts: []int{0}}
+			w := &writer{t: t, rng: rand.New(rand.NewPCG(seed, 0)), path: path, cp: cpPath, caughtUpTo: upTo, delivered: delivered, state: func() string { mu.Lock(); defer mu.Unlock(); return readerState(&sr.s, cpPath, dir) }, gens: int(seed%2)*2 + 1, starts: []int{0}}
 			done := make(chan struct{})
 			quit := make(chan struct{}) // as in TestPropertyGracefulRestarts
 			var wg sync.WaitGroup
