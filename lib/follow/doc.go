@@ -26,6 +26,10 @@
 // one. A copy of it under another inode (logrotate's copytruncate) is
 // recognised by the first-line hash and finished where the checkpoint left
 // off, then the truncated original is read from its start: no line twice.
+// At the start of a file, with no first line read, the inode number is not
+// enough (a rotation frees the number of the file it removes for the next
+// file made): the file is the one named only if the file before it is the
+// one the checkpoint came from, or nothing comes before it.
 //
 // Invariant: the checkpoint (device, inode, SHA-256 of the first line, offset
 // after the last handled newline) never moves past a line whose handler has
