@@ -9,6 +9,7 @@ import (
 	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
@@ -25,6 +26,19 @@ const maxCut = 1 << 20
 // sending it (500 full Reports a page made 100 MB answers).
 const reportsPage = 50
 
+// overHTTP1 is cfg speaking HTTP/1.1 only. The Reports' pages are the
+// bulk of what a report reads (some 300 MB of JSON for 100,000 results,
+// 30 MB gzipped), one page after the other: over HTTP/2 every frame of
+// them went through the transport's reading goroutine to the report's,
+// with a flow-control window update written back, and the report spent
+// about a fifth more CPU than over HTTP/1.1, where it reads the
+// connection itself (BenchmarkReports, docs/performance.md).
+func overHTTP1(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.NextProtos = []string{"http/1.1"}
+	return cfg
+}
+
 // ClusterReports lists the cluster's Reports of ours (lib/openreports) in
 // namespace (all when empty), page by page, and hands add an Item per
 // result of ours as each Report is read. It returns ErrNoSource when the
@@ -37,7 +51,7 @@ const reportsPage = 50
 // labels: the namespace is the Report's (never a result's subject's), only
 // results whose source is ours count, and every value goes through valid.
 func ClusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
-	rc, err := versioned.NewForConfig(c.Config)
+	rc, err := versioned.NewForConfig(overHTTP1(c.Config))
 	if err != nil {
 		return fmt.Errorf("make reports client: %w", err)
 	}
