@@ -135,3 +135,43 @@ func TestOpenDir(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteFileRemovesStaleTemps: the temp files of a path's writes killed
+// midway, over a minute old, go at the process's first write of the path;
+// a fresh one (another process's write under way) and other files stay.
+func TestWriteFileRemovesStaleTemps(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cp.json")
+	old := time.Now().Add(-2 * time.Minute)
+	files := map[string]bool{ // name: still there after the write
+		".cp.json.tmp-0123456789ab":    false,
+		".cp.json.tmp-ba9876543210":    true, // fresh
+		".cp.json.tmp-notahexname!":    true,
+		".cp.json.tmp-0123":            true,
+		".other.json.tmp-0123456789ab": true,
+		"cp.json.1":                    true,
+	}
+	for name := range files {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if name != ".cp.json.tmp-ba9876543210" {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := WriteFile(path, []byte("{}\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	for name, kept := range files {
+		_, err := os.Lstat(filepath.Join(dir, name))
+		if there := err == nil; there != kept {
+			t.Errorf("%s there %v after the write, want %v", name, there, kept)
+		}
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "{}\n" {
+		t.Errorf("written %q, %v", b, err)
+	}
+}
