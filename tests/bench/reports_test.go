@@ -564,6 +564,9 @@ func benchReport(b *testing.B, c *kubetest.Cluster, rc versioned.Interface, bin,
 	// Each run's CPU differs by a tenth or more on this machine (the API
 	// server serves the pages on the same cores); the median of a few
 	// runs is the figure.
+	if *reportsRuns < 1 {
+		b.Fatalf("-reports-runs %d: want at least one run", *reportsRuns)
+	}
 	var runs []reportRun
 	var serving float64
 	for i := 0; i < *reportsRuns; i++ {
@@ -629,8 +632,8 @@ func reportOnce(b *testing.B, bin, kubeconfig string, n int) reportRun {
 	return r
 }
 
-// settle waits until the machine's CPUs are busy less than a tenth of a
-// second (/proc/stat), at most limit: after 1,000 creates the API server
+// settle waits until the machine's CPUs are busy less than a tenth of the
+// time over a second (/proc/stat), at most limit: after 1,000 creates the API server
 // and etcd go on working for a while (the watch cache, compaction, their
 // heaps), and a report run meanwhile pays for it in its own CPU (cache
 // misses, preemptions, slower page faults), which is not what an admin
