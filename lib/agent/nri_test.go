@@ -66,10 +66,10 @@ func (r *timed) count(id string) int {
 // iptables-nft rules, more than a scan reads by its deadline (made small
 // here, 50 ms). Both slow pods' containers restart without pause
 // (StopContainer, PostStartContainer, over and over) from the moment the
-// runtime synchronized. Still every one of 20 other pods is swept and an ordinary
-// pod's event scanned, each scan of a slow pod is a finding, truncated
-// when cut by the deadline (its counts lower bounds), and no two scans of
-// one sandbox ever run at once.
+// runtime synchronized. Still every one of 20 other pods is swept and an
+// ordinary pod's event scanned, each scan of a slow pod is a finding,
+// truncated when cut by the deadline (its counts lower bounds), and no two
+// scans of one sandbox ever run at once.
 func TestSlowPodsNRI(t *testing.T) {
 	// The deadline cuts a 30,000-rule scan built without -race too: at
 	// 200 ms such a scan on a quiet machine finished in time, and the
