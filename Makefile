@@ -32,7 +32,7 @@ AGENTBIN := bin/iptables-alerter-agent
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all build deps demo-deps bench-deps test test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs schema crds chart chart-files set-release pin-image release release-deps registry-login github-release test-s390x
+.PHONY: all build deps demo-deps bench-deps test race-build test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs schema crds chart chart-files set-release pin-image release release-deps registry-login github-release test-s390x
 
 all: build
 
@@ -53,9 +53,16 @@ bench-deps:
 # Everything: installs its own packages and tools first.
 # The hookonly build's tests (its dispatcher, the hook run as hooks.d runs
 # it) run again with -tags hookonly; the full build's are tagged !hookonly.
-test: deps lint
+# On a fresh machine most of its time is tests/install-deps.sh's builds: the
+# checks and the race build of the project's own packages (and of what they
+# import, which the tests then find compiled) run beside them.
+test:
+	$(MAKE) --no-print-directory -j3 deps lint race-build
 	$(GO) test -race -count=1 -timeout 40m ./...
 	$(GO) test -race -count=1 -timeout 20m -tags hookonly ./hook
+
+race-build:
+	$(GO) build -race ./...
 
 # Only what needs neither root nor real tools.
 test-unit:

@@ -41,68 +41,120 @@ bench) pkgs=(iptables iproute2 util-linux etcd-server time) ;;
 release) pkgs=(rpm) ;;
 *) echo "install-deps: unknown set $what (all, demo or bench)" >&2; exit 2 ;;
 esac
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "install-deps: installing ${missing[*]}"
-  # sudo where it asks no password (a CI runner), else root is needed.
-  sudo=()
-  if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-      sudo=(sudo -n)
-    else
-      echo "install-deps: must run as root to install packages" >&2
-      exit 1
+# apt_install installs the missing packages of the set.
+apt_install() {
+  local missing=() p
+  for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    echo "install-deps: installing ${missing[*]}" >&2
+    # sudo where it asks no password (a CI runner), else root is needed.
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+      if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        sudo=(sudo -n)
+      else
+        echo "install-deps: must run as root to install packages" >&2
+        return 1
+      fi
     fi
+    "${sudo[@]}" apt-get update -qq
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    echo "install-deps: installed the packages" >&2
   fi
-  "${sudo[@]}" apt-get update -qq
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-# The etcd-server package may start a system etcd on 2379; the tests start
-# their own on free loopback ports and do not need it.
-if command -v systemctl >/dev/null 2>&1; then systemctl disable --now etcd >/dev/null 2>&1 || true; fi
+  # The etcd-server package may start a system etcd on 2379; the tests start
+  # their own on free loopback ports and do not need it.
+  if command -v systemctl >/dev/null 2>&1; then systemctl disable --now etcd >/dev/null 2>&1 || true; fi
+}
 
 # make release's tools (helm pushes the chart, cosign signs, cyclonedx-gomod
 # writes the SBOM); the all set builds them below for tests/release.
 if [ "$what" = release ]; then
+  apt_install
   "$here/kube/build-helm.sh" >/dev/null
   "$here/release/build-cosign.sh" >/dev/null
   "$here/release/build-cyclonedx-gomod.sh" >/dev/null
   exit 0
 fi
 
+# The rest runs side by side: on its own, apt waits on the network and on
+# dpkg, and a Go build on module downloads and on its links, which use one
+# core each; two or three at once keep both cores busy (a fresh machine's
+# first make test is mostly these builds). Each lane is a background job
+# whose status is collected at the end; its tools' messages are whole lines
+# on stderr, each naming its tool.
+jobs_failed=()
+# lane NAME CMD...: runs CMD in the background, its stdout dropped (the
+# scripts print their binary's path there).
+declare -A lanes=()
+lane() {
+  local name=$1
+  shift
+  "$@" >/dev/null &
+  lanes[$name]=$!
+}
+# finish NAME: waits for lane NAME and notes a failure.
+finish() {
+  wait "${lanes[$1]}" || jobs_failed+=("$1")
+  unset "lanes[$1]"
+}
+
 # kube-apiserver for the demo, the bench and the Event forwarder tests;
 # kubectl for the demo (it applies the Report CRD and lists the Reports)
 # and the packaging and cluster tests (Debian 12 has no package; the
-# Makefile puts the cache's bin directory first on PATH).
-"$here/kube/build-kube.sh"
-[ "$what" != bench ] || exit 0
-"$here/kube/build-kube.sh" kubectl
-[ "$what" = all ] || exit 0
+# Makefile puts the cache's bin directory first on PATH); kubelet,
+# kube-controller-manager and kube-scheduler for the NRI agent's end-to-end
+# tests and the DaemonSet's pods of tests/cluster. One build: they share
+# most packages. None needs an apt package.
+case $what in
+bench) lane kube "$here/kube/build-kube.sh" kube-apiserver ;;
+demo) lane kube "$here/kube/build-kube.sh" kube-apiserver kubectl ;;
+all) lane kube "$here/kube/build-kube.sh" kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler ;;
+esac
 
-# kubelet, kube-controller-manager, kube-scheduler and containerd 2.x (with
-# its runc shim and ctr) for the NRI agent's end-to-end tests; CRI-O (with
-# pinns and runc 1.4.2) from the source archive in ../shared/cri-o.
-for c in kubelet kube-controller-manager kube-scheduler; do
-  "$here/kube/build-kube.sh" "$c"
-done
-# helm v3 for the chart's tests (lint, template, package, and its output
-# applied to the test API server), built into the same bin directory.
-"$here/kube/build-helm.sh"
-# Policy Reporter v3.9.0 from ../shared/policy-reporter, for the test that
-# reads the forwarder's Reports through its REST API (docs/policy-reporter.md).
-"$here/kube/build-policy-reporter.sh"
-"$here/runtime/build-containerd.sh"
-"$here/runtime/build-crio.sh"
-# cosign and cyclonedx-gomod for tests/release (make release into a
-# loopback registry, its signatures verified).
-"$here/release/build-cosign.sh"
-"$here/release/build-cyclonedx-gomod.sh"
-# The Prometheus Operator (with its CRDs) and, from the same module graph,
-# the upstream Prometheus it is built against with only Kubernetes
-# discovery, for tests/monitoring's TestPrometheusOperator (the operator's
-# configuration needs kubernetes_sd_configs, which Debian's prometheus 2.42
-# lacks).
-"$here/monitoring/build-prometheus-operator.sh"
+if [ "$what" = all ]; then
+  # The tools that need nothing from apt, one after another beside the
+  # Kubernetes build:
+  # - helm v3 for the chart's tests (lint, template, package, and its output
+  #   applied to the test API server), built into the same bin directory;
+  # - containerd 2.x (with its runc shim and ctr) for the NRI agent's tests;
+  # - cosign and cyclonedx-gomod for tests/release (make release into a
+  #   loopback registry, its signatures verified);
+  # - the Prometheus Operator (with its CRDs) and, from the same module
+  #   graph, the upstream Prometheus it is built against with only
+  #   Kubernetes discovery, for tests/monitoring's TestPrometheusOperator
+  #   (the operator's configuration needs kubernetes_sd_configs, which
+  #   Debian's prometheus 2.42 lacks).
+  gotools() {
+    "$here/kube/build-helm.sh"
+    "$here/runtime/build-containerd.sh"
+    "$here/release/build-cyclonedx-gomod.sh"
+    "$here/monitoring/build-prometheus-operator.sh"
+    "$here/release/build-cosign.sh"
+  }
+  lane gotools gotools
+fi
+
+apt_status=0
+apt_install || apt_status=$?
+
+if [ "$what" = all ] && [ "$apt_status" -eq 0 ]; then
+  # The builds that need apt's C toolchain, libraries and zstd: Policy
+  # Reporter v3.9.0 from ../shared/policy-reporter, for the test that reads
+  # the forwarder's Reports through its REST API (docs/policy-reporter.md);
+  # CRI-O (with pinns and runc 1.4.2) from the source archive in
+  # ../shared/cri-o.
+  ctools() {
+    "$here/kube/build-policy-reporter.sh"
+    "$here/runtime/build-crio.sh"
+  }
+  lane ctools ctools
+fi
+
+for name in "${!lanes[@]}"; do finish "$name"; done
+[ "$apt_status" -eq 0 ] || jobs_failed+=(apt)
+if [ "${#jobs_failed[@]}" -gt 0 ]; then
+  echo "install-deps: failed: ${jobs_failed[*]} (their messages are above)" >&2
+  exit 1
+fi

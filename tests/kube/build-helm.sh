@@ -22,7 +22,7 @@ mkdir -p "$CACHE"
 TMP=$(mktemp -d "$CACHE/.helm-build.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 export CGO_ENABLED=0 GOBIN="$TMP" GOFLAGS=-mod=mod
-progress "helm $HELM_VERSION" "$BIN" "a few minutes on 2 cores" go install -trimpath \
+progress "helm $HELM_VERSION" "$BIN" "a few minutes on 2 cores" go install -trimpath -gcflags=all=-dwarf=false \
 	-ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
 	"helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >&2
 mv "$TMP/helm" "$BIN"

@@ -10,19 +10,31 @@
 # module zip, and requires them at v0.0.0. A throwaway module therefore
 # replaces each staging module with its published v0.<minor>.<patch> tag.
 #
-# Usage: build-kube.sh [COMPONENT]   prints the binary path on stdout
+# Several components are built by one `go build`: the module graph is
+# loaded and tidied once, and the links (single-threaded, the longest steps
+# once the packages are compiled) run side by side.
+#
+# Usage: build-kube.sh [COMPONENT...]   prints each binary's path on stdout
 # Env:   KUBE_VERSION (default v1.35.4), IPTA_CACHE (default /var/cache/iptables-alerter)
 set -eu
 . "$(dirname "$0")/progress.sh"
 
 KUBE_VERSION=${KUBE_VERSION:-v1.35.4}
 CACHE=${IPTA_CACHE:-/var/cache/iptables-alerter}/kube
-COMPONENT=${1:-kube-apiserver}
-case $COMPONENT in kube-apiserver|kubelet|kube-controller-manager|kube-scheduler|kubectl) ;; *) echo "build-kube: unknown component $COMPONENT" >&2; exit 2;; esac
-BIN=$CACHE/bin/$COMPONENT
-STAMP=$CACHE/bin/$COMPONENT.version
-
-cached "$BIN" "$STAMP" "$KUBE_VERSION"
+[ "$#" -gt 0 ] || set -- kube-apiserver
+WANT="" PKGS="" PATHS=""
+for c in "$@"; do
+	case $c in kube-apiserver|kubelet|kube-controller-manager|kube-scheduler|kubectl) ;; *) echo "build-kube: unknown component $c" >&2; exit 2;; esac
+	PATHS="$PATHS $CACHE/bin/$c"
+	if [ ! -x "$CACHE/bin/$c" ] || [ "$(cat "$CACHE/bin/$c.version" 2>/dev/null)" != "$KUBE_VERSION" ]; then
+		WANT="$WANT $c"
+		PKGS="$PKGS k8s.io/kubernetes/cmd/$c"
+	fi
+done
+if [ -z "$WANT" ]; then
+	printf '%s\n' $PATHS
+	exit 0
+fi
 
 command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
 STAGING_VERSION=v0.${KUBE_VERSION#v1.}
@@ -71,8 +83,15 @@ go mod tidy >&2
 # Later components reuse most of the first one's Go build cache.
 EST="about 10 minutes on 2 cores"
 ls "$CACHE"/bin/*.version >/dev/null 2>&1 && EST="a few minutes on 2 cores with a warm Go build cache"
-progress "$COMPONENT $KUBE_VERSION" "$BIN" "$EST" go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION" \
-	-o "$BIN.tmp" "k8s.io/kubernetes/cmd/$COMPONENT"
-mv "$BIN.tmp" "$BIN"
-echo "$KUBE_VERSION" >"$STAMP"
-echo "$BIN"
+OUT=$(mktemp -d "$CACHE/bin/.build.XXXXXX")
+trap 'rm -rf "$OUT"' EXIT
+# -dwarf=false: see progress.sh.
+# shellcheck disable=SC2086 # one word per package
+progress "${WANT# } $KUBE_VERSION" "$CACHE/bin" "$EST" go build -trimpath -gcflags=all=-dwarf=false \
+	-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION" \
+	-o "$OUT/" $PKGS
+for c in $WANT; do
+	mv "$OUT/$c" "$CACHE/bin/$c"
+	echo "$KUBE_VERSION" >"$CACHE/bin/$c.version"
+done
+printf '%s\n' $PATHS

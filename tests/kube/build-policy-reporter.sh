@@ -38,7 +38,7 @@ tar --zstd -xf "$PR_ARCHIVE" -C "$SRC"
 (
 	cd "$SRC"
 	CGO_ENABLED=1 GOFLAGS="-mod=mod -p=2" progress "policy-reporter $PR_VERSION" "$BIN" \
-		"10-20 minutes on 2 cores" go build -trimpath -tags libsqlite3 \
+		"10-20 minutes on 2 cores" go build -trimpath -gcflags=all=-dwarf=false -tags libsqlite3 \
 		-ldflags "-s -w" -o "$BIN.tmp" . >&2
 )
 mv "$BIN.tmp" "$BIN"

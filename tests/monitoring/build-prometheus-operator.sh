@@ -75,10 +75,10 @@ sed -i 's/cache\.DefaultWatchErrorHandler(r, err)/cache.DefaultWatchErrorHandler
 minor=${PROM_VERSION#v0.}
 minor=${minor%%.*}
 release=3.$((minor - 300)).${PROM_VERSION##*.}
-(cd "$TMP/src" && progress "prometheus-operator $VERSION" "$BIN" "about 10 minutes on 2 cores" go build -trimpath \
+(cd "$TMP/src" && progress "prometheus-operator $VERSION" "$BIN" "about 10 minutes on 2 cores" go build -trimpath -gcflags=all=-dwarf=false \
 	-ldflags "-s -w -X github.com/prometheus/common/version.Version=${VERSION#v}" \
 	-o "$TMP/operator" ./cmd/operator) >&2
-(cd "$TMP/src" && progress "prometheus $release ($PROM_VERSION, Kubernetes discovery only)" "$CACHE/prometheus" "a few minutes more" go build -trimpath \
+(cd "$TMP/src" && progress "prometheus $release ($PROM_VERSION, Kubernetes discovery only)" "$CACHE/prometheus" "a few minutes more" go build -trimpath -gcflags=all=-dwarf=false \
 	-ldflags "-s -w -X github.com/prometheus/common/version.Version=$release" \
 	-o "$TMP/prometheus" "$PROM/cmd/prometheus") >&2
 mkdir -p "$TMP/crds"

@@ -22,7 +22,7 @@ mkdir -p "$CACHE"
 TMP=$(mktemp -d "$CACHE/.cosign-build.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 export CGO_ENABLED=0 GOBIN="$TMP" GOFLAGS="-mod=mod -p=2"
-progress "cosign $COSIGN_VERSION" "$BIN" "about 5 minutes on 2 cores" go install -trimpath \
+progress "cosign $COSIGN_VERSION" "$BIN" "about 5 minutes on 2 cores" go install -trimpath -gcflags=all=-dwarf=false \
 	-ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION" \
 	"github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_VERSION" >&2
 mv "$TMP/cosign" "$BIN"

@@ -21,7 +21,7 @@ mkdir -p "$CACHE"
 TMP=$(mktemp -d "$CACHE/.cyclonedx-gomod-build.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 export CGO_ENABLED=0 GOBIN="$TMP" GOFLAGS="-mod=mod -p=2"
-progress "cyclonedx-gomod $CYCLONEDX_GOMOD_VERSION" "$BIN" "about a minute on 2 cores" go install -trimpath -ldflags "-s -w" \
+progress "cyclonedx-gomod $CYCLONEDX_GOMOD_VERSION" "$BIN" "about a minute on 2 cores" go install -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" \
 	"github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$CYCLONEDX_GOMOD_VERSION" >&2
 mv "$TMP/cyclonedx-gomod" "$BIN"
 echo "$CYCLONEDX_GOMOD_VERSION" >"$STAMP"

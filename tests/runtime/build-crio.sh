@@ -43,7 +43,7 @@ mkdir -p "$CACHE/build"
 tar --zstd -xf "$CRIO_ARCHIVE" -C "$CACHE/build"
 (
 	cd "$SRC"
-	CGO_ENABLED=1 GOFLAGS=-mod=vendor go build -trimpath \
+	CGO_ENABLED=1 GOFLAGS=-mod=vendor go build -trimpath -gcflags=all=-dwarf=false \
 		-tags "containers_image_ostree_stub containers_image_openpgp exclude_graphdriver_btrfs btrfs_noversion libsqlite3" \
 		-ldflags "-s -w" -o "$BIN/crio" ./cmd/crio >&2
 	make -C pinns >&2
@@ -51,7 +51,7 @@ tar --zstd -xf "$CRIO_ARCHIVE" -C "$CACHE/build"
 )
 rm -rf "$CACHE/build"
 
-CGO_ENABLED=1 GOBIN="$BIN" GOFLAGS=-mod=mod go install -trimpath \
+CGO_ENABLED=1 GOBIN="$BIN" GOFLAGS=-mod=mod go install -trimpath -gcflags=all=-dwarf=false \
 	"github.com/opencontainers/runc@$RUNC_VERSION" >&2
 
 echo "$WANT" >"$STAMP"
