@@ -2,6 +2,7 @@ package nstest
 
 import (
 	"os"
+	"runtime"
 	"strconv"
 	"testing"
 
@@ -14,8 +15,16 @@ import (
 // which of the two runs first is the scheduler's priority order, not the
 // machine's load: a test of what a real-time thread sees of a writer that
 // exits at once depends on no timing.
+//
+// GOMAXPROCS is held where it was while pinned. Go's runtime follows the
+// affinity mask: about a second after the pin it would drop to 1, and a
+// real-time thread back from a blocking syscall would then wait for the one
+// P, held by a goroutine on an ordinary thread, while the writer ran on and
+// exited (seen with a small program pinned as this pins: GOMAXPROCS 2, then
+// 1 from the first second on).
 func PinProcess(t testing.TB) {
 	t.Helper()
+	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	var one unix.CPUSet
 	one.Set(0)
 	saved := map[int]unix.CPUSet{}
@@ -56,5 +65,7 @@ func PinProcess(t testing.TB) {
 				_ = unix.SchedSetaffinity(tid, &was)
 			}
 		}
+		// Back to the runtime's own choice, which follows the mask again.
+		runtime.SetDefaultGOMAXPROCS()
 	})
 }
