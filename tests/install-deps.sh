@@ -115,23 +115,24 @@ esac
 
 if [ "$what" = all ]; then
   # The tools that need nothing from apt, one after another beside the
-  # Kubernetes build:
-  # - helm v3 for the chart's tests (lint, template, package, and its output
-  #   applied to the test API server), built into the same bin directory;
-  # - containerd 2.x (with its runc shim and ctr) for the NRI agent's tests;
+  # Kubernetes build, the longest first, so that the short ones fill the
+  # end, when the other lanes are done:
   # - cosign and cyclonedx-gomod for tests/release (make release into a
   #   loopback registry, its signatures verified);
   # - the Prometheus Operator (with its CRDs) and, from the same module
   #   graph, the upstream Prometheus it is built against with only
   #   Kubernetes discovery, for tests/monitoring's TestPrometheusOperator
   #   (the operator's configuration needs kubernetes_sd_configs, which
-  #   Debian's prometheus 2.42 lacks).
+  #   Debian's prometheus 2.42 lacks);
+  # - helm v3 for the chart's tests (lint, template, package, and its output
+  #   applied to the test API server), built into the same bin directory;
+  # - containerd 2.x (with its runc shim and ctr) for the NRI agent's tests.
   gotools() {
+    "$here/release/build-cosign.sh"
+    "$here/monitoring/build-prometheus-operator.sh"
     "$here/kube/build-helm.sh"
     "$here/runtime/build-containerd.sh"
     "$here/release/build-cyclonedx-gomod.sh"
-    "$here/monitoring/build-prometheus-operator.sh"
-    "$here/release/build-cosign.sh"
   }
   lane gotools gotools
 fi
