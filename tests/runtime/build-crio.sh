@@ -12,6 +12,7 @@
 # Env:   CRIO_ARCHIVE (default ../shared/cri-o/cri-o-1.35.6.tar.zst beside the repo),
 #        RUNC_VERSION (default v1.4.2), IPTA_CACHE (default /var/cache/iptables-alerter)
 set -eu
+. "$(dirname "$0")/../kube/progress.sh"
 
 CRIO_VERSION=v1.35.6
 RUNC_VERSION=${RUNC_VERSION:-v1.4.2}
@@ -43,7 +44,7 @@ mkdir -p "$CACHE/build"
 tar --zstd -xf "$CRIO_ARCHIVE" -C "$CACHE/build"
 (
 	cd "$SRC"
-	CGO_ENABLED=1 GOFLAGS=-mod=vendor go build -trimpath -gcflags=all=-dwarf=false \
+	CGO_ENABLED=1 GOFLAGS=-mod=vendor progress "crio $CRIO_VERSION" "$BIN" "a few minutes on 2 cores" go build -trimpath -gcflags=all=-dwarf=false \
 		-tags "containers_image_ostree_stub containers_image_openpgp exclude_graphdriver_btrfs btrfs_noversion libsqlite3" \
 		-ldflags "-s -w" -o "$BIN/crio" ./cmd/crio >&2
 	# Not a job of make test's -j: pinns is two files, built one by one.
@@ -52,7 +53,7 @@ tar --zstd -xf "$CRIO_ARCHIVE" -C "$CACHE/build"
 )
 rm -rf "$CACHE/build"
 
-CGO_ENABLED=1 GOBIN="$BIN" GOFLAGS=-mod=mod go install -trimpath -gcflags=all=-dwarf=false \
+CGO_ENABLED=1 GOBIN="$BIN" GOFLAGS=-mod=mod progress "runc $RUNC_VERSION" "$BIN" "a minute on 2 cores" go install -trimpath -gcflags=all=-dwarf=false \
 	"github.com/opencontainers/runc@$RUNC_VERSION" >&2
 
 echo "$WANT" >"$STAMP"
