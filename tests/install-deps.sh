@@ -41,7 +41,8 @@ bench) pkgs=(iptables iproute2 util-linux etcd-server time) ;;
 release) pkgs=(rpm) ;;
 *) echo "install-deps: unknown set $what (all, demo or bench)" >&2; exit 2 ;;
 esac
-# apt_install installs the missing packages of the set.
+# apt_install installs the missing packages of the set. Called where its
+# status is tested (set -e does not apply there), it returns on each failure.
 apt_install() {
   local missing=() p
   for p in "${pkgs[@]}"; do
@@ -59,8 +60,8 @@ apt_install() {
         return 1
       fi
     fi
-    "${sudo[@]}" apt-get update -qq
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    "${sudo[@]}" apt-get update -qq || return
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || return
     echo "install-deps: installed the packages" >&2
   fi
   # The etcd-server package may start a system etcd on 2379; the tests start
