@@ -151,7 +151,9 @@ func (e *fwdEnv) start(t *testing.T, extra ...string) *fwdProc {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start forward: %v", err)
 	}
+	read := make(chan struct{})
 	go func() {
+		defer close(read)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			p.mu.Lock()
@@ -160,9 +162,13 @@ func (e *fwdEnv) start(t *testing.T, extra ...string) *fwdProc {
 			p.mu.Unlock()
 		}
 	}()
+	// done waits for the reader too: Wait returns once the last line is
+	// in the pipe, which may be before the reader has kept it (CI saw
+	// stop miss the shutdown line that the logs printed just after).
 	go func() {
 		_ = p.cmd.Wait()
 		pw.Close()
+		<-read
 		close(p.done)
 	}()
 	t.Cleanup(func() {
