@@ -1,8 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +32,50 @@ func execScan(t *testing.T, rec *recorder, marker string) Scan {
 	}
 }
 
+// heldLegacy runs iptables-legacy -w with args in ns, held on an xtables
+// lock of the test's own (XTABLES_LOCKFILE; the tool takes it before it
+// opens the table) until a's exec watch has read the process, and returns
+// its output: a quick one-shot run can end before its /proc is read on a
+// loaded machine, which the watch rightly counts as a miss and records
+// nothing of (TestExecWatch waited 30 s for a scan that never came, in CI
+// for its legacy write, with both cores busy for its runs of -C).
+func heldLegacy(t *testing.T, a *Agent, ns *nstest.NS, args ...string) (string, error) {
+	t.Helper()
+	lock, err := os.Create(filepath.Join(t.TempDir(), "xtables.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name, "iptables-legacy", "-w", "60"}, args...)...)
+	cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+lock.Name())
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	read := func() bool {
+		w := a.execs.w.Load()
+		if w == nil {
+			return false
+		}
+		c, ok := w.Lookup(cmd.Process.Pid)
+		return ok && strings.HasSuffix(c.Exe, "xtables-legacy-multi")
+	}
+	for end := time.Now().Add(time.Minute); !read(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			_ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+			_ = cmd.Wait()
+			t.Fatal("the exec watch did not read the held iptables-legacy in a minute")
+		}
+	}
+	_ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	err = cmd.Wait()
+	return out.String(), err
+}
+
 // TestExecWatch (issue 28): real iptables commands in a watched pod's
 // netns. A legacy write is scanned at once, with its command and writer; a
 // write the kernel refuses (-t bogus: exit 3) is a failed finding with no
@@ -46,7 +95,9 @@ func TestExecWatch(t *testing.T) {
 	ready(t, a, p.Id)
 	execUp(t, a)
 
-	ns.Run("iptables-legacy", "-t", "nat", "-A", "OUTPUT", "-m", "comment", "--comment", "legacy-write", "-j", "ACCEPT")
+	if out, err := heldLegacy(t, a, ns, "-t", "nat", "-A", "OUTPUT", "-m", "comment", "--comment", "legacy-write", "-j", "ACCEPT"); err != nil {
+		t.Fatalf("legacy write: %v\n%s", err, out)
+	}
 	s := execScan(t, rec, "legacy-write")
 	r := s.Record
 	if s.Meta.Source != SourceExec || s.Stored != findings.Recorded || r.Legacy.Rules != 1 || r.Exec.ExitCode != 0 || !r.Exec.Exited || r.Exec.Failed {
@@ -59,7 +110,7 @@ func TestExecWatch(t *testing.T) {
 		t.Errorf("pod %+v, want %s", r.Pod, p.Uid)
 	}
 
-	if out, err := ns.Exec("iptables-legacy", "-t", "bogus", "-A", "OUTPUT", "-m", "comment", "--comment", "bogus-write", "-j", "ACCEPT"); err == nil {
+	if out, err := heldLegacy(t, a, ns, "-t", "bogus", "-A", "OUTPUT", "-m", "comment", "--comment", "bogus-write", "-j", "ACCEPT"); err == nil {
 		t.Fatalf("-t bogus worked: %s", out)
 	}
 	s = execScan(t, rec, "bogus-write")
@@ -69,7 +120,7 @@ func TestExecWatch(t *testing.T) {
 	}
 
 	for i := 0; i < 20; i++ {
-		if _, err := ns.Exec("iptables-legacy", "-C", "INPUT", "-m", "comment", "--comment", "check-absent", "-j", "DROP"); err == nil {
+		if _, err := heldLegacy(t, a, ns, "-C", "INPUT", "-m", "comment", "--comment", "check-absent", "-j", "DROP"); err == nil {
 			t.Fatal("-C of an absent rule exited 0")
 		}
 	}
