@@ -3,11 +3,8 @@ package agent
 import (
 	"bytes"
 	"context"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -32,47 +29,23 @@ func execScan(t *testing.T, rec *recorder, marker string) Scan {
 	}
 }
 
-// heldLegacy runs iptables-legacy -w with args in ns, held on an xtables
-// lock of the test's own (XTABLES_LOCKFILE; the tool takes it before it
-// opens the table) until a's exec watch has read the process, and returns
-// its output: a quick one-shot run can end before its /proc is read on a
-// loaded machine, which the watch rightly counts as a miss and records
-// nothing of (TestExecWatch waited 30 s for a scan that never came, in CI
-// for its legacy write, with both cores busy for its runs of -C).
+// heldLegacy runs iptables-legacy -w with args in ns, held until a's exec
+// watch has read it (nstest.RunHeld), and returns its output: TestExecWatch
+// waited 30 s for a scan that never came, in CI for its legacy write, with
+// both cores busy for its runs of -C.
 func heldLegacy(t *testing.T, a *Agent, ns *nstest.NS, args ...string) (string, error) {
 	t.Helper()
-	lock, err := os.Create(filepath.Join(t.TempDir(), "xtables.lock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
 	var out bytes.Buffer
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name, "iptables-legacy", "-w", "60"}, args...)...)
-	cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+lock.Name())
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	read := func() bool {
+	err := nstest.RunHeld(t, cmd, func(pid int) bool {
 		w := a.execs.w.Load()
 		if w == nil {
 			return false
 		}
-		c, ok := w.Lookup(cmd.Process.Pid)
+		c, ok := w.Lookup(pid)
 		return ok && strings.HasSuffix(c.Exe, "xtables-legacy-multi")
-	}
-	for end := time.Now().Add(time.Minute); !read(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			_ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-			_ = cmd.Wait()
-			t.Fatal("the exec watch did not read the held iptables-legacy in a minute")
-		}
-	}
-	_ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	err = cmd.Wait()
+	})
 	return out.String(), err
 }
 
