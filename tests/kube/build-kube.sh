@@ -26,7 +26,7 @@ WANT="" PKGS="" PATHS=""
 for c in "$@"; do
 	case $c in kube-apiserver|kubelet|kube-controller-manager|kube-scheduler|kubectl) ;; *) echo "build-kube: unknown component $c" >&2; exit 2;; esac
 	PATHS="$PATHS $CACHE/bin/$c"
-	if [ ! -x "$CACHE/bin/$c" ] || [ "$(cat "$CACHE/bin/$c.version" 2>/dev/null)" != "$KUBE_VERSION" ]; then
+	if ! built "$CACHE/bin/$c" "$CACHE/bin/$c.version" "$KUBE_VERSION"; then
 		WANT="$WANT $c"
 		PKGS="$PKGS k8s.io/kubernetes/cmd/$c"
 	fi

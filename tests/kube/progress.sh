@@ -59,8 +59,14 @@ _progress_stop() {
 # (the version, and whatever else the build depends on), prints BIN and
 # ends the script: the cached tool is used as it is.
 cached() {
-	if [ -x "$1" ] && [ -f "$2" ] && [ "$(cat "$2")" = "$3" ]; then
+	if built "$1" "$2" "$3"; then
 		echo "$1"
 		exit 0
 	fi
+}
+
+# built BIN STAMP WANT: whether BIN is built and its STAMP holds WANT (for
+# a script that builds several binaries and checks each).
+built() {
+	[ -x "$1" ] && [ -f "$2" ] && [ "$(cat "$2")" = "$3" ]
 }
