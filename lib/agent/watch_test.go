@@ -1,12 +1,15 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -151,13 +154,12 @@ func TestWatchBurst(t *testing.T) {
 	dir := t.TempDir()
 	rec := newRecorder()
 	// The interval is longer than the burst takes on a loaded machine (9
-	// to 17 s seen at load 20 to 55): the last change then falls in the
-	// interval of the first findings, and only the limit window's scan can
-	// record it. A burst longer still is logged, not judged.
-	const debounce, interval = 100 * time.Millisecond, 30 * time.Second
+	// to 17 s seen at load 20 to 55). A burst longer still is logged, not
+	// judged.
+	const debounce, interval, limit = 100 * time.Millisecond, 30 * time.Second, 2
 	a := startWatching(t, dir, rec, func(cfg *Config) {
 		cfg.WatchDebounce = debounce
-		cfg.Seen.Limit, cfg.Seen.Interval = 2, interval
+		cfg.Seen.Limit, cfg.Seen.Interval = limit, interval
 	})
 	ns := nstest.New(t)
 	p := pod("burst", ns.Path())
@@ -165,14 +167,59 @@ func TestWatchBurst(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready(t, a, p.Id)
-	const commits = 300
+
+	// The burst goes on until the sandbox has recorded its limit of
+	// findings, then writes 50 more rules: its last change comes after the
+	// limit, so only the limit window's scan can record it, however fast
+	// the machine runs the burst (300 commits once took 0.4 s, and a second
+	// finding recorded after the burst had ended held every rule).
+	const after, most = 50, 5000
+	limitHit := filepath.Join(t.TempDir(), "limit")
+	script := fmt.Sprintf(`i=0
+add() { i=$((i + 1)); iptables-nft -A INPUT -s 10.0.$((i / 250)).$((i %% 250)) -j DROP || exit 1; }
+while [ ! -e %s ] && [ $i -lt %d ]; do add; done
+for _ in $(seq %d); do add; done
+echo $i`, limitHit, most, after)
+	var out bytes.Buffer
+	burst := exec.Command("ip", "netns", "exec", ns.Name, "sh", "-c", script)
+	burst.Stdout, burst.Stderr = &out, &out
 	start := time.Now()
-	ns.Run("sh", "-c", fmt.Sprintf("for i in $(seq %d); do iptables-nft -A INPUT -s 10.0.$((i / 250)).$((i %% 250)) -j DROP || exit 1; done", commits))
+	if err := burst.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- burst.Wait() }()
+	t.Cleanup(func() {
+		if burst.ProcessState == nil {
+			_ = burst.Process.Kill()
+			<-ended
+		}
+	})
+
+	// Count the scans from the burst's start; the limit is reached by
+	// recorded findings of part of the burst.
+	scans, recorded := 0, 0
+	for recorded < limit {
+		s := watchScan(t, rec)
+		scans++
+		if s.Stored == findings.Recorded {
+			recorded++
+		}
+	}
+	if err := os.WriteFile(limitHit, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ended; err != nil {
+		t.Fatalf("burst: %v: %s", err, &out)
+	}
 	elapsed := time.Since(start)
+	commits, err := strconv.Atoi(strings.TrimSpace(out.String()))
+	if err != nil || commits >= most+after {
+		t.Fatalf("burst wrote %q rules: the limit of %d findings was not reached in %d commits", out.String(), limit, most)
+	}
 
 	// Every scan after the burst ended sees all of its rules: wait for a
 	// finding that holds them all, counting the scans.
-	scans := 0
 	for {
 		s := watchScan(t, rec)
 		scans++
@@ -181,7 +228,7 @@ func TestWatchBurst(t *testing.T) {
 			case elapsed+debounce >= interval:
 				t.Logf("the burst took %v, longer than the limit's interval: its last change recorded by a %q scan", elapsed, s.Meta.Stage)
 			case s.Meta.Stage != stageLimit:
-				t.Errorf("last change recorded by a %q scan, want the limit window's (limit 2)", s.Meta.Stage)
+				t.Errorf("last change recorded by a %q scan, want the limit window's (limit %d)", s.Meta.Stage, limit)
 			}
 			break
 		}
