@@ -270,6 +270,43 @@ type dumper struct {
 	// table and chain of the previous rule: the dump comes chain by chain,
 	// so most rules reuse these strings instead of allocating their own.
 	table, chain string
+	// keptData and keptExprs are the free tails of the blocks the kept
+	// rules' copies are cut from: two allocations per block instead of one
+	// per expression and one per rule (the sweep's garbage collection was
+	// most of its CPU beside the kernel's).
+	keptData  []byte
+	keptExprs []Expr
+}
+
+// keptBlock is the least a block of kept copies holds, in bytes of
+// expression data or in expressions.
+const keptBlock = 16 << 10
+
+// keep copies rule r's expressions, whose data lies in exprs (the rule's
+// NFTA_RULE_EXPRESSIONS in the receive buffer), into the dumper's blocks.
+func (d *dumper) keep(r *Rule, exprs []byte) {
+	if len(d.keptData) < len(exprs) {
+		d.keptData = make([]byte, max(keptBlock, len(exprs)))
+	}
+	data := d.keptData[:len(exprs):len(exprs)]
+	d.keptData = d.keptData[len(exprs):]
+	copy(data, exprs)
+	if len(d.keptExprs) < len(r.Exprs) {
+		d.keptExprs = make([]Expr, max(keptBlock/64, len(r.Exprs)))
+	}
+	kept := d.keptExprs[:len(r.Exprs):len(r.Exprs)]
+	d.keptExprs = d.keptExprs[len(r.Exprs):]
+	for j, e := range r.Exprs {
+		kept[j] = Expr{Name: e.Name}
+		// e.Data was cut from exprs with two-index slices, which keep the
+		// capacity: what it lacks of exprs's capacity is its offset.
+		if off := cap(exprs) - cap(e.Data); e.Data != nil && off >= 0 && off+len(e.Data) <= len(exprs) {
+			kept[j].Data = data[off : off+len(e.Data) : off+len(e.Data)]
+		} else if e.Data != nil {
+			kept[j].Data = append([]byte(nil), e.Data...)
+		}
+	}
+	r.Exprs = kept
 }
 
 // addChain parses one NFT_MSG_NEWCHAIN payload.
@@ -458,11 +495,7 @@ func (d *dumper) addRule(fam byte, b []byte) {
 	if opt.Detail != nil && len(s.Rules) < opt.MaxDetail && d.keptBytes+len(exprs) <= opt.MaxDetailBytes && opt.Detail(r.Family, r.Table, xt) {
 		d.keptBytes += len(exprs)
 		// The scratch slice and receive buffer are reused: copy what is kept.
-		kept := make([]Expr, len(r.Exprs))
-		for j, e := range r.Exprs {
-			kept[j] = Expr{Name: e.Name, Data: append([]byte(nil), e.Data...)}
-		}
-		r.Exprs = kept
+		d.keep(&r, exprs)
 		s.Rules = append(s.Rules, r)
 	}
 }
