@@ -3,7 +3,6 @@ package inspect_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
@@ -17,44 +16,26 @@ import (
 // judge=false leaves out classify.Native, to show what judging every rule
 // costs.
 func BenchmarkInspect(b *testing.B) {
-	for _, n := range []int{0, 10, 10000} {
-		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
-			nstest.NeedRoot(b, "iptables-nft-restore")
-			ns := nstest.New(b)
-			if n > 0 {
-				var sb strings.Builder
-				sb.WriteString("*filter\n")
-				for i := 0; i < n; i++ {
-					fmt.Fprintf(&sb, "-A INPUT -s 10.%d.%d.%d/32 -p tcp --dport %d -j ACCEPT\n", i>>16&255, i>>8&255, i&255, 1024+i%50000)
-				}
-				sb.WriteString("COMMIT\n")
-				ns.Restore(sb.String(), "iptables-nft-restore")
+	nstest.EachSize(b, []int{0, 10, 10000}, func(b *testing.B, h *netns.Handle, n int) {
+		for _, judge := range []bool{true, false} {
+			opt := inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable, Native: classify.Native}
+			if !judge {
+				opt.Native = nil
 			}
-			h, err := netns.Open(ns.Path())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer h.Close()
-			for _, judge := range []bool{true, false} {
-				opt := inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable, Native: classify.Native}
-				if !judge {
-					opt.Native = nil
-				}
-				b.Run(fmt.Sprintf("judge=%v", judge), func(b *testing.B) {
-					b.ReportAllocs()
-					for i := 0; i < b.N; i++ {
-						s, err := inspect.Inspect(context.Background(), h, opt)
-						if err != nil {
-							b.Fatal(err)
-						}
-						if got := classify.Classify(s); n > 0 && got.Chains[0].Rules != n {
-							b.Fatalf("counted %d rules, want %d", got.Chains[0].Rules, n)
-						}
+			b.Run(fmt.Sprintf("judge=%v", judge), func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; i < b.N; i++ {
+					s, err := inspect.Inspect(context.Background(), h, opt)
+					if err != nil {
+						b.Fatal(err)
 					}
-				})
-			}
-		})
-	}
+					if got := classify.Classify(s); n > 0 && got.Chains[0].Rules != n {
+						b.Fatalf("counted %d rules, want %d", got.Chains[0].Rules, n)
+					}
+				}
+			})
+		}
+	})
 }
 
 // BenchmarkReadState measures one read of a netns's State, what a re-sweep
@@ -69,11 +50,7 @@ func BenchmarkReadState(b *testing.B) {
 			if legacy {
 				ns.Run("iptables-legacy", "-A", "INPUT", "-j", "ACCEPT")
 			}
-			h, err := netns.Open(ns.Path())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer h.Close()
+			h := ns.Open()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
