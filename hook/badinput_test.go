@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
@@ -222,18 +223,39 @@ func TestHookOneFindingPerSandbox(t *testing.T) {
 	}
 
 	// A second pod records while the first pod's netns is gone: the sweep
-	// forgets the first.
+	// forgets the first, once the memory's last sweep by any hook process
+	// is hookSweepEvery old.
 	other := nstest.New(t)
 	other.Run("iptables-nft", "-A", "INPUT", "-j", "ACCEPT")
 	gone := nstest.New(t)
 	gone.Run("iptables-nft", "-A", "INPUT", "-j", "ACCEPT")
 	runHookProc(t, pod{netns: gone.Path(), sandbox: "sb-gone"}.state(t), &h)
 	gone.Delete()
-	entries, _ := os.ReadDir(filepath.Join(h.stateDir, "sandboxes"))
+	sandboxes := filepath.Join(h.stateDir, "sandboxes")
+	entries := func() int {
+		t.Helper()
+		names, err := filepath.Glob(filepath.Join(sandboxes, "*.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(names)
+	}
+	mark := filepath.Join(sandboxes, ".swept")
+	sweptAgo := func(ago time.Duration) {
+		t.Helper()
+		at := time.Now().Add(-ago)
+		if err := os.Chtimes(mark, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := entries()
+	sweptAgo(0)
 	runHookProc(t, pod{netns: other.Path(), sandbox: "sb-2"}.state(t), &h)
-	after, _ := os.ReadDir(filepath.Join(h.stateDir, "sandboxes"))
-	if len(entries) != 2 || len(after) != 2 {
-		t.Fatalf("state entries: %d before (want sb-1, sb-gone), %d after (want sb-1, sb-2)", len(entries), len(after))
+	within := entries()
+	sweptAgo(hookSweepEvery + time.Second)
+	runHookProc(t, pod{netns: other.Path(), sandbox: "sb-3"}.state(t), &h)
+	if after := entries(); before != 2 || within != 3 || after != 3 {
+		t.Fatalf("state entries: %d before (want sb-1, sb-gone), %d after a finding within %v of a sweep (want sb-2 too), %d after the next (want sb-1, sb-2, sb-3)", before, within, hookSweepEvery, after)
 	}
 }
 

@@ -155,6 +155,11 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 	record(cfg, l.WithField("allowlisted", res.Allowed.Count), scan.Decide(scan.ContainerMeta(c, cfg.node, cfg.stage), res), scan.SandboxKey(c, res), start, writing)
 }
 
+// hookSweepEvery spaces the memory's sweeps across the hook's processes
+// (and the agent's): a sweep reads every entry, and each hook process used
+// to sweep after each finding it recorded.
+const hookSweepEvery = time.Minute
+
 // record appends d's record unless the sandbox's memory already holds it,
 // and logs the outcome.
 func record(cfg hookConfig, l *logrus.Entry, d scan.Decision, key string, start time.Time, writing *sync.Mutex) {
@@ -162,7 +167,7 @@ func record(cfg hookConfig, l *logrus.Entry, d scan.Decision, key string, start 
 	// second), so a slow inspection still leaves its truncated finding.
 	writeCtx, cancelWrite := context.WithDeadline(context.Background(), start.Add(cfg.timeout+500*time.Millisecond))
 	defer cancelWrite()
-	store := scan.Store{Log: cfg.record.log, Seen: cfg.record.seen}
+	store := scan.Store{Log: cfg.record.log, Seen: cfg.record.seen, SweepEvery: hookSweepEvery}
 	// The memory's sweep after a recorded finding runs under writing too:
 	// a bounded read of small files under /run, well within the second
 	// the watchdog waits for it.

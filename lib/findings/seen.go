@@ -301,18 +301,34 @@ func entryName(key string) string {
 // stopped and its id will not come back. Like Record it never goes through
 // a symlink: a planted one must not make it delete files elsewhere.
 func (s Seen) Sweep() error {
+	_, err := s.SweepIfDue(0)
+	return err
+}
+
+// sweptMark is the memory's file whose modification time is its last
+// sweep, by the hook or the agent. Hook processes share nothing else, and
+// each one read every entry after each finding it recorded: on a node of
+// 250 pods with usage, 250 files for every new pod's first container.
+const sweptMark = ".swept"
+
+// SweepIfDue sweeps (Sweep) unless some process swept the memory less than
+// every ago, and tells whether it swept; every <= 0 sweeps each time.
+func (s Seen) SweepIfDue(every time.Duration) (bool, error) {
 	dir := filepath.Join(s.Dir, "sandboxes")
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
-		return nil
+		return false, nil
 	}
 	d, err := fileio.OpenDir(dir, 0o750)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer d.Close()
+	if every > 0 && !due(d, every, time.Now()) {
+		return false, nil
+	}
 	names, err := d.Names(maxSweep)
 	if err != nil {
-		return err
+		return true, err
 	}
 	for _, n := range names {
 		if !strings.HasSuffix(n, ".json") {
@@ -326,7 +342,32 @@ func (s Seen) Sweep() error {
 			_ = d.Remove(n)
 		}
 	}
-	return nil
+	return true, nil
+}
+
+// due tells whether d's sweep mark is every old or more, and if so sets it
+// to now. A mark just created, unreadable or in the future (a clock set
+// back) is due: a sweep too many costs only its reads.
+func due(d *fileio.Dir, every time.Duration, now time.Time) bool {
+	f, err := d.Open(sweptMark, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o640)
+	if err == nil {
+		f.Close()
+		return true
+	}
+	if f, err = d.Open(sweptMark, unix.O_RDWR, 0); err != nil {
+		return true
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return true
+	}
+	if age := now.Sub(fi.ModTime()); age >= 0 && age < every {
+		return false
+	}
+	tv := unix.NsecToTimeval(now.UnixNano())
+	_ = unix.Futimes(int(f.Fd()), []unix.Timeval{tv, tv})
+	return true
 }
 
 func readEntry(d *fileio.Dir, name string) (seenEntry, error) {

@@ -17,11 +17,13 @@ import (
 type Store struct {
 	Log  findings.Log
 	Seen findings.Seen
-	// SweepEvery spaces the memory's sweeps after recorded findings; 0
-	// sweeps after each one, as the hook does, being one process per
-	// container. A sweep reads every entry: after each finding of an
-	// agent's registration sweep it would be quadratic in the pods, and an
-	// entry of a stopped sandbox only costs a small file until the next.
+	// SweepEvery spaces the memory's sweeps after recorded findings, by
+	// this Store and, through the memory's mark (findings.Seen.SweepIfDue),
+	// by every process sharing it: the hook is one process per container.
+	// 0 sweeps after each one. A sweep reads every entry: after each
+	// finding of an agent's registration sweep it would be quadratic in
+	// the pods, and an entry of a stopped sandbox only costs a small file
+	// until the next.
 	SweepEvery time.Duration
 
 	// mu guards swept, when the memory was last swept.
@@ -45,7 +47,7 @@ func (s *Store) Record(ctx context.Context, key string, d Decision) (findings.Ou
 	if out != findings.Recorded || !s.sweepDue() {
 		return out, err
 	}
-	if serr := s.Seen.Sweep(); serr != nil {
+	if _, serr := s.Seen.SweepIfDue(s.SweepEvery); serr != nil {
 		err = errors.Join(err, fmt.Errorf("sweep per-sandbox memory: %w", serr))
 	}
 	return out, err

@@ -55,16 +55,24 @@ func TestStoreRecordFailed(t *testing.T) {
 }
 
 // TestStoreSweep: after a recorded finding the memory forgets sandboxes
-// whose netns is gone, at most once per SweepEvery; 0 sweeps each time.
+// whose netns is gone, at most once per SweepEvery, also across processes
+// (each hook run is one, with a Store of its own); 0 sweeps each time.
 func TestStoreSweep(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		every time.Duration
+		// other: the second finding is another process's, a new Store;
+		// ago backdates the memory's mark of the first sweep by that much.
+		other bool
+		ago   time.Duration
 		// swept is whether the second recorded finding sweeps again.
 		swept bool
 	}{
 		{name: "each time", every: 0, swept: true},
 		{name: "once per interval", every: time.Hour, swept: false},
+		{name: "once per interval across processes", every: time.Hour, other: true, swept: false},
+		{name: "another process after the interval", every: time.Hour, other: true, ago: 2 * time.Hour, swept: true},
+		{name: "a mark in the future", every: time.Hour, other: true, ago: -time.Hour, swept: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -90,6 +98,15 @@ func TestStoreSweep(t *testing.T) {
 			record("1")
 			if stopped() {
 				t.Fatal("the first recorded finding did not sweep the memory")
+			}
+			if tt.other {
+				s = &Store{Log: s.Log, Seen: s.Seen, SweepEvery: tt.every}
+			}
+			if tt.ago != 0 {
+				at := time.Now().Add(-tt.ago)
+				if err := os.Chtimes(filepath.Join(dir, "state", "sandboxes", ".swept"), at, at); err != nil {
+					t.Fatal(err)
+				}
 			}
 			record("2")
 			if swept := !stopped(); swept != tt.swept {
