@@ -1,7 +1,10 @@
 package ocistate
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -92,6 +95,8 @@ func TestRead(t *testing.T) {
 			want:   Container{ID: "c1", Netns: "/n"},
 		},
 		{name: "state not an object", config: `{}`, state: `["id"]`, err: "decode state from stdin"},
+		{name: "malformed skipped value", config: `{"process":{"args":["a",]},"linux":{"namespaces":[]}}`, state: `{"id":"c1","bundle":"%B"}`, err: "decode bundle config"},
+		{name: "malformed skipped state field", config: `{}`, state: `{"extra":{"x":tru},"id":"c1","bundle":"%B"}`, err: "decode state from stdin"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -144,5 +149,38 @@ func TestReadStopsAtObjectEnd(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Read waits for EOF after the state object")
+	}
+}
+
+// BenchmarkRead reads a state and a config.json shaped as CRI-O writes them
+// for a pod with the RuntimeDefault seccomp profile (OpenShift's
+// restricted SCCs): indented with tabs, the profile naming about 400
+// syscalls, some 40 KB that the hook skips at every container start.
+func BenchmarkRead(b *testing.B) {
+	dir := b.TempDir()
+	var names []string
+	for i := range 400 {
+		names = append(names, fmt.Sprintf(`"syscall_%d"`, i))
+	}
+	var rules []string
+	for i := range 60 {
+		rules = append(rules, fmt.Sprintf(`{"names":["syscall_%d"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":2080505856,"valueTwo":0,"op":"SCMP_CMP_MASKED_EQ"}],"includes":{"caps":["CAP_SYS_ADMIN"]}}`, i))
+	}
+	config := `{"ociVersion":"1.2.0","process":{"args":["sh","-c","sleep 1"],"env":["PATH=/usr/bin:/bin"]},` +
+		`"annotations":{` + labels + `},"linux":{"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/x"}],` +
+		`"seccomp":{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":[` + strings.Join(names, ",") + `],"action":"SCMP_ACT_ALLOW"},` + strings.Join(rules, ",") + `]}}}`
+	var indented bytes.Buffer
+	if err := json.Indent(&indented, []byte(config), "", "\t"); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), indented.Bytes(), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	state := `{"ociVersion":"1.2.0","id":"c1","status":"running","pid":42,"bundle":"` + dir + `","annotations":{` + labels + `}}`
+	b.SetBytes(int64(indented.Len() + len(state)))
+	for b.Loop() {
+		if c, err := Read(strings.NewReader(state)); err != nil || c.Netns != "/run/netns/x" {
+			b.Fatal(c, err)
+		}
 	}
 }

@@ -38,24 +38,15 @@ func object(dec *json.Decoder, field func(key string) error) error {
 	return err
 }
 
-// skip consumes one value token by token, never holding it whole.
+// skip consumes one value. Decoded as raw bytes, it is scanned at the
+// decoder's full speed: walked token by token, each string and number
+// became a Go value, and CRI-O's config.json (its seccomp profile lists
+// every syscall by name) took the hook about 0.9 ms of its 2.6 ms. The
+// value is held once more while it is copied; in the state, the values
+// skipped are annotations and short fields, each under maxStateBytes.
 func skip(dec *json.Decoder) error {
-	depth := 0
-	for {
-		t, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		switch t {
-		case json.Delim('{'), json.Delim('['):
-			depth++
-		case json.Delim('}'), json.Delim(']'):
-			depth--
-		}
-		if depth == 0 {
-			return nil
-		}
-	}
+	var raw json.RawMessage
+	return dec.Decode(&raw)
 }
 
 // annotations keeps, of the object at dec's position, only the keys the
