@@ -245,20 +245,25 @@ func (b *agentBench) watchRun(r *agentRun, name string, debounce time.Duration, 
 			return err
 		}
 	}
-	cpu, window, err := idleCPU(pid, b.ticks, idle)
+	cpu, window, started, err := idleCPU(pid, b.ticks, idle)
 	if err != nil {
 		return err
 	}
 	perHour := time.Duration(float64(cpu) * float64(time.Hour) / float64(window))
 	rss, _ := statusKB(pid, "VmRSS")
+	// The exec watch (on with the watch) wakes for every process the node
+	// starts: those of the window say what its idle CPU answered.
+	startedLine := fmt.Sprintf("    the node started %d processes in the idle window\n", started)
 	if off {
 		*offCPU, *offRSS = perHour, rss
 		fmt.Printf("  %-28s idle CPU %8s per hour, RSS %6d KiB%s\n", name, perHour.Round(time.Millisecond), rss, rssParts(pid))
+		fmt.Print(startedLine)
 		r.printRuntimeMemory()
 		return nil
 	}
 	fmt.Printf("  %-28s idle CPU %8s per hour (%+s vs off; goal <= +50ms), RSS %6d KiB (%+d KiB vs off; goal <= +20 MB, and <= 20 MB in all)%s\n",
 		name, perHour.Round(time.Millisecond), (perHour - *offCPU).Round(time.Millisecond), rss, rss-*offRSS, rssParts(pid))
+	fmt.Print(startedLine)
 	r.printRuntimeMemory()
 
 	var lat []time.Duration
@@ -372,19 +377,19 @@ func (r *agentRun) burst(ns string, debounce, d time.Duration, ticks float64) er
 
 // idleCPU is process pid's CPU over an idle window of about idle, and the
 // window, begun 2 s from now: the sweep's garbage collected first.
-func idleCPU(pid int, ticks float64, idle time.Duration) (cpu, window time.Duration, err error) {
+func idleCPU(pid int, ticks float64, idle time.Duration) (cpu, window time.Duration, started int64, err error) {
 	time.Sleep(2 * time.Second)
 	cpu0, err := cpuOf(pid, ticks)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	t0 := time.Now()
+	f0, t0 := forks(), time.Now()
 	time.Sleep(idle)
 	cpu1, err := cpuOf(pid, ticks)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	return cpu1 - cpu0, time.Since(t0), nil
+	return cpu1 - cpu0, time.Since(t0), forks() - f0, nil
 }
 
 // waitSockets waits until process pid holds at least n sockets.
@@ -461,15 +466,15 @@ func (b *agentBench) idleAndEvents(idlePods int, idle time.Duration, events, big
 		return err
 	}
 	pid := r.cmd.Process.Pid
-	cpu, window, err := idleCPU(pid, b.ticks, idle)
+	cpu, window, started, err := idleCPU(pid, b.ticks, idle)
 	if err != nil {
 		return err
 	}
 	rss, _ := statusKB(pid, "VmRSS")
 	hwm, _ := statusKB(pid, "VmHWM")
 	perHour := time.Duration(float64(cpu) * float64(time.Hour) / float64(window))
-	fmt.Printf("agent idle, connected over NRI with %d pods swept: RSS %d KiB (peak %d KiB); CPU %s in %s idle = %s per hour\n",
-		idlePods, rss, hwm, cpu.Round(time.Microsecond), window.Round(time.Second), perHour.Round(time.Millisecond))
+	fmt.Printf("agent idle, connected over NRI with %d pods swept: RSS %d KiB (peak %d KiB); CPU %s in %s idle = %s per hour (the node started %d processes meanwhile)\n",
+		idlePods, rss, hwm, cpu.Round(time.Microsecond), window.Round(time.Second), perHour.Round(time.Millisecond), started)
 
 	// Events: PostStartContainer and StopContainer in turn, one every 2 ms,
 	// every 10th on the 200k-rule pod, whose scans then run in the

@@ -223,8 +223,7 @@ func (r *agentRun) waitExecWatch(limit time.Duration) (bool, error) {
 // the node started in each window (/proc/stat) are printed beside it.
 func (r *agentRun) execStorm(name string, d time.Duration, rate int, ticks float64) error {
 	pid := r.cmd.Process.Pid
-	f0 := forks()
-	idle, idleWin, err := idleCPU(pid, ticks, d/3)
+	idle, idleWin, before, err := idleCPU(pid, ticks, d/3)
 	if err != nil {
 		return err
 	}
@@ -249,7 +248,7 @@ func (r *agentRun) execStorm(name string, d time.Duration, rate int, ticks float
 	fmt.Printf("  exec storm, not iptables, %s: %d runs of /bin/true in %s (%.0f a minute; asked %d; the node started %.0f processes a minute in all):\n",
 		name, runs.Load(), win.Round(time.Second), perMin(runs.Load(), win), rate, perMin(f2-f1, win))
 	fmt.Printf("    agent CPU %s = %.2f%% of a core (goal < 2%%); before it, %s without the storm (the node started %.0f processes a minute): %.2f%%\n",
-		(cpu1 - cpu0).Round(time.Millisecond), pct(cpu1-cpu0, win), idleWin.Round(time.Second), perMin(f1-f0, idleWin), pct(idle, idleWin))
+		(cpu1 - cpu0).Round(time.Millisecond), pct(cpu1-cpu0, win), idleWin.Round(time.Second), perMin(before, idleWin), pct(idle, idleWin))
 	return nil
 }
 
