@@ -119,54 +119,77 @@ func start(t testing.TB, netns string, extra []string) *Cluster {
 		t.Fatalf("write token file: %v", err)
 	}
 
-	clientPort, peerPort := freePort(t), freePort(t)
-	etcdURL := "http://127.0.0.1:" + strconv.Itoa(clientPort)
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	// A port free a moment ago can be taken by another test's server
+	// before ours binds it: a server that exits on a bind error gets new
+	// ports, a few times.
+	var etcdURL string
 	c.etcdLog = filepath.Join(dir, "etcd.log")
-	c.etcd = c.spawn(Etcd, c.etcdLog,
-		"--name=kubetest",
-		"--data-dir="+filepath.Join(dir, "etcd"),
-		"--listen-client-urls="+etcdURL,
-		"--advertise-client-urls="+etcdURL,
-		"--listen-peer-urls="+peerURL,
-		"--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=kubetest="+peerURL,
-	)
-	c.waitHTTP(etcdURL+"/health", nil, "", 60*time.Second, c.etcdLog)
-
-	c.apiPort = freePort(t)
-	c.URL = "https://127.0.0.1:" + strconv.Itoa(c.apiPort)
-	c.apiLog = filepath.Join(dir, "kube-apiserver.log")
-	c.apiArgs = []string{
-		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(c.apiPort),
-		"--tls-cert-file=" + filepath.Join(dir, "serving.crt"),
-		"--tls-private-key-file=" + filepath.Join(dir, "serving.key"),
-		"--client-ca-file=" + filepath.Join(dir, "ca.crt"),
-		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
-		"--authorization-mode=RBAC",
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + filepath.Join(dir, "sa.pub"),
-		"--service-account-signing-key-file=" + filepath.Join(dir, "sa.key"),
-		"--service-cluster-ip-range=10.96.0.0/24",
-		// No controller-manager runs, so nothing creates the default
-		// ServiceAccount a pod would otherwise need.
-		"--disable-admission-plugins=ServiceAccount",
-		"--event-ttl=1h",
-		"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
+	for attempt := 0; ; attempt++ {
+		clientPort, peerPort := freePort(t), freePort(t)
+		etcdURL = "http://127.0.0.1:" + strconv.Itoa(clientPort)
+		peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+		c.etcd = c.spawn(Etcd, c.etcdLog,
+			"--name=kubetest",
+			"--data-dir="+filepath.Join(dir, "etcd"+strconv.Itoa(attempt)),
+			"--listen-client-urls="+etcdURL,
+			"--advertise-client-urls="+etcdURL,
+			"--listen-peer-urls="+peerURL,
+			"--initial-advertise-peer-urls="+peerURL,
+			"--initial-cluster=kubetest="+peerURL,
+		)
+		if !c.waitHTTP(etcdURL+"/health", nil, "", 60*time.Second, c.etcdLog, c.etcd, attempt < maxBindRetries) {
+			break
+		}
 	}
-	c.apiArgs = append(c.apiArgs, extra...)
-	c.StartAPIServer()
+
+	c.apiLog = filepath.Join(dir, "kube-apiserver.log")
+	for attempt := 0; ; attempt++ {
+		c.apiPort = freePort(t)
+		c.URL = "https://127.0.0.1:" + strconv.Itoa(c.apiPort)
+		c.apiArgs = []string{
+			"--etcd-servers=" + etcdURL,
+			"--bind-address=127.0.0.1",
+			"--advertise-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(c.apiPort),
+			"--tls-cert-file=" + filepath.Join(dir, "serving.crt"),
+			"--tls-private-key-file=" + filepath.Join(dir, "serving.key"),
+			"--client-ca-file=" + filepath.Join(dir, "ca.crt"),
+			"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
+			"--authorization-mode=RBAC",
+			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+			"--service-account-key-file=" + filepath.Join(dir, "sa.pub"),
+			"--service-account-signing-key-file=" + filepath.Join(dir, "sa.key"),
+			"--service-cluster-ip-range=10.96.0.0/24",
+			// No controller-manager runs, so nothing creates the default
+			// ServiceAccount a pod would otherwise need.
+			"--disable-admission-plugins=ServiceAccount",
+			"--event-ttl=1h",
+			"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
+		}
+		c.apiArgs = append(c.apiArgs, extra...)
+		if !c.startAPIServer(attempt < maxBindRetries) {
+			break
+		}
+	}
 	return c
 }
+
+// maxBindRetries bounds the new ports a server that lost its port gets.
+const maxBindRetries = 4
 
 // StartAPIServer (re)starts kube-apiserver on the same port and etcd.
 func (c *Cluster) StartAPIServer() {
 	c.t.Helper()
+	c.startAPIServer(false)
+}
+
+// startAPIServer starts kube-apiserver and waits until it is ready; with
+// retry, a server that exited on a bind error is reported (true) instead
+// of failing the test.
+func (c *Cluster) startAPIServer(retry bool) bool {
+	c.t.Helper()
 	c.api = c.spawn(APIServerPath(), c.apiLog, c.apiArgs...)
-	c.waitHTTP(c.URL+"/readyz", c.caPool(), c.AdminToken, 180*time.Second, c.apiLog)
+	return c.waitHTTP(c.URL+"/readyz", c.caPool(), c.AdminToken, 180*time.Second, c.apiLog, c.api, retry)
 }
 
 // StopAPIServer stops kube-apiserver and waits until it is gone; etcd and
@@ -296,13 +319,26 @@ func stop(cmd *exec.Cmd) {
 	}
 }
 
-func (c *Cluster) waitHTTP(url string, pool *x509.CertPool, token string, limit time.Duration, logPath string) {
+// waitHTTP waits until url answers 200. It fails the test when the limit
+// passes or the server's process cmd ends first, except that with retry
+// a process that ended on a bind error ("address already in use") is
+// reported (true): its port was taken between freePort and its bind, and
+// another answer on that port is not ours.
+func (c *Cluster) waitHTTP(url string, pool *x509.CertPool, token string, limit time.Duration, logPath string, cmd *exec.Cmd, retry bool) (lostPort bool) {
 	c.t.Helper()
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DialContext: c.Dial}}
 	defer client.CloseIdleConnections()
 	deadline := time.Now().Add(limit)
 	var last string
 	for time.Now().Before(deadline) {
+		if cmd.Process.Signal(syscall.Signal(0)) != nil {
+			// Ended (spawn's goroutine reaped it); its log is complete.
+			if retry && strings.Contains(tail(logPath, 3000), "address already in use") {
+				c.t.Logf("%s lost its port to another process; trying another", filepath.Base(cmd.Path))
+				return true
+			}
+			c.t.Fatalf("%s: the server exited before it was ready\nlog tail:\n%s", url, tail(logPath, 3000))
+		}
 		req, _ := http.NewRequest(http.MethodGet, url, nil)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
@@ -312,8 +348,15 @@ func (c *Cluster) waitHTTP(url string, pool *x509.CertPool, token string, limit 
 			var b bytes.Buffer
 			_, _ = b.ReadFrom(resp.Body)
 			resp.Body.Close()
+			// A 200 counts once the process outlived it a moment: one
+			// that lost its port exits at once, and the answer was
+			// another server's.
 			if resp.StatusCode == http.StatusOK {
-				return
+				time.Sleep(100 * time.Millisecond)
+				if cmd.Process.Signal(syscall.Signal(0)) == nil {
+					return false
+				}
+				continue
 			}
 			last = fmt.Sprintf("%d %s", resp.StatusCode, b.String())
 		} else {
@@ -322,6 +365,7 @@ func (c *Cluster) waitHTTP(url string, pool *x509.CertPool, token string, limit 
 		time.Sleep(200 * time.Millisecond)
 	}
 	c.t.Fatalf("%s not ready after %s: %s\nlog tail:\n%s", url, limit, last, tail(logPath, 3000))
+	return false
 }
 
 func (c *Cluster) caPool() *x509.CertPool {
