@@ -349,12 +349,16 @@ func (s Seen) SweepIfDue(every time.Duration) (bool, error) {
 // to now. A mark just created, unreadable or in the future (a clock set
 // back) is due: a sweep too many costs only its reads.
 func due(d *fileio.Dir, every time.Duration, now time.Time) bool {
-	f, err := d.Open(sweptMark, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o640)
-	if err == nil {
-		f.Close()
+	// The mark exists but on a memory's first sweep: one open on the
+	// common path, a second only to create it.
+	f, err := d.Open(sweptMark, unix.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		if f, err = d.Open(sweptMark, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o640); err == nil {
+			f.Close()
+		}
 		return true
 	}
-	if f, err = d.Open(sweptMark, unix.O_RDWR, 0); err != nil {
+	if err != nil {
 		return true
 	}
 	defer f.Close()
