@@ -184,7 +184,10 @@ func benchRuleset(bin, name string, setup func(ns string) error, runs int) error
 	if err != nil {
 		return err
 	}
-	var hook, admin, guarded, hookCPU, adminCPU, floor []time.Duration
+	var hook, admin, guarded, hookCPU, adminCPU []time.Duration
+	// The floor's mean, not its median: a thread's CPU is counted in
+	// scheduler ticks, and a small netns's dump takes less than one.
+	var floorSum time.Duration
 	var maxRSS int64
 	for i := 0; i < runs; i++ {
 		// A new sandbox each run: the hook does its whole work, finding
@@ -226,17 +229,11 @@ func benchRuleset(bin, name string, setup func(ns string) error, runs int) error
 		if err != nil {
 			return fmt.Errorf("floor: %w", err)
 		}
-		floor = append(floor, f)
-	}
-	// The floor's mean, not its median: a thread's CPU is counted in
-	// scheduler ticks, and a small netns's dump takes less than one.
-	var floorSum time.Duration
-	for _, f := range floor {
 		floorSum += f
 	}
 	h, a, g, sc := median(hook), median(admin), median(guarded), float64(median(adminCPU))
 	fmt.Printf("%-12s %12s %12s %6.2fx %9d KiB %12s %10s %9.2fx %9.3fx\n", name, h.Round(10*time.Microsecond), a.Round(10*time.Microsecond), float64(h)/float64(a), maxRSS,
-		g.Round(10*time.Microsecond), (g - h).Round(10*time.Microsecond), float64(median(hookCPU))/sc, float64(floorSum)/float64(len(floor))/sc)
+		g.Round(10*time.Microsecond), (g - h).Round(10*time.Microsecond), float64(median(hookCPU))/sc, float64(floorSum)/float64(runs)/sc)
 	return nil
 }
 
