@@ -12,22 +12,29 @@ import (
 
 // FreeAddr is a loopback address with a port free a moment ago, for a
 // server a test starts in another process (which must bind it itself).
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+}
+
+// FreePort is a loopback port free a moment ago (FreeAddr's).
 //
 // The port lies below the kernel's ephemeral range: a port taken by
 // binding port 0 and closing it was handed by the kernel, a moment later,
 // to another test's server binding port 0 (CI once lost kube-apiserver's
 // port that way). Ports picked here are random and checked free; only
 // another pick can meet them.
-func FreeAddr(t testing.TB) string {
+func FreePort(t testing.TB) int {
 	t.Helper()
 	if lo := ephemeralLow(); lo > minPort+1000 {
 		for range 100 {
-			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(minPort+rand.IntN(lo-minPort)))
+			port := minPort + rand.IntN(lo-minPort)
+			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 			if err != nil {
 				continue
 			}
-			defer ln.Close()
-			return ln.Addr().String()
+			ln.Close()
+			return port
 		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -35,15 +42,7 @@ func FreeAddr(t testing.TB) string {
 		t.Fatalf("find a free port: %v", err)
 	}
 	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// FreePort is FreeAddr's port.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	_, p, _ := net.SplitHostPort(FreeAddr(t))
-	n, _ := strconv.Atoi(p)
-	return n
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // minPort keeps the picks above the fixed ports tests give servers

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -143,30 +144,30 @@ func start(t testing.TB, netns string, extra []string) *Cluster {
 	}
 
 	c.apiLog = filepath.Join(dir, "kube-apiserver.log")
+	args := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--tls-cert-file=" + filepath.Join(dir, "serving.crt"),
+		"--tls-private-key-file=" + filepath.Join(dir, "serving.key"),
+		"--client-ca-file=" + filepath.Join(dir, "ca.crt"),
+		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + filepath.Join(dir, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(dir, "sa.key"),
+		"--service-cluster-ip-range=10.96.0.0/24",
+		// No controller-manager runs, so nothing creates the default
+		// ServiceAccount a pod would otherwise need.
+		"--disable-admission-plugins=ServiceAccount",
+		"--event-ttl=1h",
+		"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
+	}
+	args = append(args, extra...)
 	for attempt := 0; ; attempt++ {
 		c.apiPort = freePort(t)
 		c.URL = "https://127.0.0.1:" + strconv.Itoa(c.apiPort)
-		c.apiArgs = []string{
-			"--etcd-servers=" + etcdURL,
-			"--bind-address=127.0.0.1",
-			"--advertise-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(c.apiPort),
-			"--tls-cert-file=" + filepath.Join(dir, "serving.crt"),
-			"--tls-private-key-file=" + filepath.Join(dir, "serving.key"),
-			"--client-ca-file=" + filepath.Join(dir, "ca.crt"),
-			"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
-			"--authorization-mode=RBAC",
-			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-account-key-file=" + filepath.Join(dir, "sa.pub"),
-			"--service-account-signing-key-file=" + filepath.Join(dir, "sa.key"),
-			"--service-cluster-ip-range=10.96.0.0/24",
-			// No controller-manager runs, so nothing creates the default
-			// ServiceAccount a pod would otherwise need.
-			"--disable-admission-plugins=ServiceAccount",
-			"--event-ttl=1h",
-			"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
-		}
-		c.apiArgs = append(c.apiArgs, extra...)
+		c.apiArgs = append(slices.Clip(args), "--secure-port="+strconv.Itoa(c.apiPort))
 		if !c.startAPIServer(attempt < maxBindRetries) {
 			break
 		}
