@@ -6,53 +6,38 @@ import (
 	"fmt"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/execquiet"
 )
 
-// Kernel constants (include/uapi/linux/connector.h, cn_proc.h).
+// Kernel constants (include/uapi/linux/connector.h, cn_proc.h); the
+// messages' own are execquiet's, which reads them without a P.
 const (
 	netlinkConnector = 11 // NETLINK_CONNECTOR
-	cnIdxProc        = 1  // CN_IDX_PROC: the group and the callback id
-	cnValProc        = 1  // CN_VAL_PROC
-	mcastListen      = 1  // PROC_CN_MCAST_LISTEN
-	mcastIgnore      = 2  // PROC_CN_MCAST_IGNORE
+	cnIdxProc        = execquiet.CnIdxProc
+	cnValProc        = execquiet.CnValProc
+	mcastListen      = 1 // PROC_CN_MCAST_LISTEN
+	mcastIgnore      = 2 // PROC_CN_MCAST_IGNORE
 
-	procEventNone = 0x00000000
-	procEventExec = 0x00000002
-	procEventExit = 0x80000000
-
-	// cnMsgLen is struct cn_msg without its data: id (idx, val), seq,
-	// ack, len, flags.
-	cnMsgLen = 20
-	// procEventHdr is struct proc_event up to event_data: what, cpu,
-	// timestamp_ns.
-	procEventHdr = 16
+	procEventExec = execquiet.ProcEventExec
+	procEventExit = execquiet.ProcEventExit
+	cnMsgLen      = execquiet.CnMsgLen
+	procEventHdr  = execquiet.ProcEventHdr
 )
 
 // Kind is what an Event reports.
-type Kind int
+type Kind = execquiet.Kind
 
 const (
-	KindOther Kind = iota
+	KindOther = execquiet.KindOther
 	// KindAck: the kernel's answer to a listen request (Err, Seq, Ack).
-	KindAck
-	KindExec
-	KindExit
+	KindAck  = execquiet.KindAck
+	KindExec = execquiet.KindExec
+	KindExit = execquiet.KindExit
 )
 
-// Event is one decoded connector message.
-type Event struct {
-	Kind Kind
-	// Seq and Ack are the cn_msg's: an acknowledgement answers the
-	// request's ack plus one.
-	Seq, Ack uint32
-	// Err is an acknowledgement's error number (0: listening).
-	Err uint32
-	// PID and TGID are the thread and its thread group (process), in the
-	// initial pid namespace.
-	PID, TGID int
-	// Status is an exit's raw wait status (see ExitStatus).
-	Status uint32
-}
+// Event is one decoded connector message (its Status: see ExitStatus).
+type Event = execquiet.Event
 
 var errShort = errors.New("connector message too short")
 
@@ -90,41 +75,9 @@ const wanted = procEventExec | procEventExit
 // proc_event), in the host's byte order. A message of another connector
 // callback, or an event this watch does not use, is KindOther.
 func Decode(b []byte) (Event, error) {
-	if len(b) < cnMsgLen {
+	ev, ok := execquiet.Parse(b)
+	if !ok {
 		return Event{}, errShort
-	}
-	ne := binary.NativeEndian
-	ev := Event{Seq: ne.Uint32(b[8:]), Ack: ne.Uint32(b[12:])}
-	if ne.Uint32(b[0:]) != cnIdxProc || ne.Uint32(b[4:]) != cnValProc {
-		return ev, nil
-	}
-	n := int(ne.Uint16(b[16:]))
-	data := b[cnMsgLen:]
-	if n > len(data) {
-		return Event{}, errShort
-	}
-	data = data[:n]
-	if len(data) < procEventHdr {
-		return Event{}, errShort
-	}
-	what, d := ne.Uint32(data[0:]), data[procEventHdr:]
-	switch what {
-	case procEventNone:
-		if len(d) < 4 {
-			return Event{}, errShort
-		}
-		ev.Kind, ev.Err = KindAck, ne.Uint32(d)
-	case procEventExec:
-		if len(d) < 8 {
-			return Event{}, errShort
-		}
-		ev.Kind, ev.PID, ev.TGID = KindExec, int(int32(ne.Uint32(d))), int(int32(ne.Uint32(d[4:])))
-	case procEventExit:
-		if len(d) < 12 {
-			return Event{}, errShort
-		}
-		ev.Kind, ev.PID, ev.TGID = KindExit, int(int32(ne.Uint32(d))), int(int32(ne.Uint32(d[4:])))
-		ev.Status = ne.Uint32(d[8:])
 	}
 	return ev, nil
 }

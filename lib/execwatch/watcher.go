@@ -16,6 +16,7 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/execquiet"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/watch"
@@ -268,8 +269,17 @@ func (w *Watcher) listenFor(events uint32) error {
 // ignore undoes the listen request: kernels before 6.6 count listeners
 // only by these requests, and keep announcing every exec to nobody.
 func (w *Watcher) ignore() {
-	msg := netlink.Message{Header: netlink.Header{Type: netlink.Done}, Data: listenRequest(0, 0, mcastIgnore, 0)}
-	_, _ = w.conn.Send(msg)
+	data := listenRequest(0, 0, mcastIgnore, 0)
+	if w.conn != nil {
+		_, _ = w.conn.Send(netlink.Message{Header: netlink.Header{Type: netlink.Done}, Data: data})
+		return
+	}
+	// The reader's duplicate, once the original is closed (start).
+	msg := make([]byte, unix.NLMSG_HDRLEN+len(data))
+	binary.NativeEndian.PutUint32(msg[0:], uint32(len(msg)))
+	binary.NativeEndian.PutUint16(msg[4:], unix.NLMSG_DONE)
+	copy(msg[unix.NLMSG_HDRLEN:], data)
+	_ = unix.Sendto(w.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
 }
 
 // start runs the reader on a thread of its own. It reads a duplicate of
@@ -307,6 +317,11 @@ func (w *Watcher) start() error {
 	ready := make(chan struct{})
 	go w.read(ready)
 	<-ready
+	// The original socket is registered with Go's netpoller, which would
+	// wake one of the runtime's threads at every message for nobody: the
+	// duplicate is all the reader needs.
+	w.conn.Close()
+	w.conn = nil
 	return nil
 }
 
@@ -333,7 +348,6 @@ func (w *Watcher) Close() error {
 		w.ignore()
 		unix.Close(w.fd)
 		unix.Close(w.wake)
-		w.conn.Close()
 	})
 	return nil
 }
@@ -370,32 +384,23 @@ func (w *Watcher) read(ready chan<- struct{}) {
 	// The thread ends with the reader: its priority goes with it.
 	w.realtime = watch.RealtimeThread()
 	close(ready)
-	buf := make([]byte, 64<<10)
-	fds := []unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLIN}, {Fd: int32(w.wake), Events: unix.POLLIN}}
+	q := &execquiet.Reader{FDs: [2]unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLIN}, {Fd: int32(w.wake), Events: unix.POLLIN}},
+		Buf: make([]byte, 64<<10), Root: w.opts.Proc}
 	for {
-		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
+		// One system call while the messages need nothing of Go
+		// (internal/execquiet). The pending tools change only here, on
+		// the reader.
+		q.Pending = w.order
+		res, off, n, dismissed := q.Wait()
+		w.execs.Add(dismissed)
+		switch res {
+		case execquiet.Stop:
 			return
-		}
-		if fds[1].Revents != 0 {
-			return
-		}
-		for {
-			n, _, err := unix.Recvfrom(w.fd, buf, unix.MSG_DONTWAIT)
-			if err == unix.EAGAIN || err == unix.EWOULDBLOCK {
-				break
-			}
-			if err == unix.ENOBUFS {
-				w.overruns.Add(1)
-				w.recheck()
-				continue
-			}
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil {
-				return
-			}
-			w.datagram(buf[:n])
+		case execquiet.Overrun:
+			w.overruns.Add(1)
+			w.recheck()
+		case execquiet.Message:
+			w.datagram(q.Buf[off:n])
 		}
 	}
 }

@@ -1,0 +1,414 @@
+// Package execquiet is the exec watch's quiet path (lib/execwatch's
+// reader). Almost every exec on a node is not an iptables tool, and almost
+// every exit is not a pending tool's; each still wakes the reader. Through
+// the Go runtime each wake-up cost several threads' context switches: the
+// reader's return from poll and its next system call each meet the
+// runtime's monitor thread (sysmon), which takes an idle-looking P back
+// after 10 ms, sleeps deeply once every P is idle, is woken by the next
+// return from a system call and then polls every 20 µs for a millisecond
+// or more. The exec storm of issue 28 (10,000 execs a minute) cost the
+// watch about 230 µs of CPU an exec that way, for one readlink; a thread
+// of the runtime's network poller woke at every message too.
+//
+// So the reader stays in one system call for as long as the messages need
+// nothing of Go: it enters the runtime's system call state once
+// (entersyscall, as the syscall package does), then polls, reads and
+// dismisses non-tool execs and other exits in system calls made directly,
+// and leaves it (exitsyscall) only with a message that needs Go: a tool's
+// exec (or one whose binary could not be read), a pending tool's exit, a
+// message it cannot parse, an overrun, Close, or execs to count
+// (PublishEvery). Its P stays its own meanwhile unless sysmon takes it (a
+// busy process, or 10 ms without a return), so a tool's exec usually
+// finds it at once and its /proc is read before it ends; entersyscallblock,
+// which gives the P up on entry, made the return wait up to milliseconds
+// for one, and a fast tool (iptables -t bogus) ended first.
+//
+// Code that runs between the two has no P of its own to rely on: it must
+// not allocate, grow its stack, call anything but nosplit functions, or
+// write pointers (the linker checks the nosplit chain). Every function
+// here is nosplit and norace (the race detector's hooks need a P), and is
+// tested from ordinary Go too. It is a package of its own so that
+// coverage, which instruments the package under test with atomic counters
+// (calls under the race detector), leaves it alone: `go test -race -cover
+// ./lib/execwatch` works; only -coverpkg naming this package would break
+// it.
+package execquiet
+
+import (
+	"encoding/binary"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+//go:linkname entersyscall runtime.entersyscall
+func entersyscall()
+
+//go:linkname exitsyscall runtime.exitsyscall
+func exitsyscall()
+
+// The connector's messages (include/uapi/linux/connector.h, cn_proc.h).
+const (
+	CnIdxProc = 1 // CN_IDX_PROC: the group and the callback id
+	CnValProc = 1 // CN_VAL_PROC
+
+	ProcEventNone = 0x00000000
+	ProcEventExec = 0x00000002
+	ProcEventExit = 0x80000000
+
+	// CnMsgLen is struct cn_msg without its data: id (idx, val), seq,
+	// ack, len, flags.
+	CnMsgLen = 20
+	// ProcEventHdr is struct proc_event up to event_data: what, cpu,
+	// timestamp_ns.
+	ProcEventHdr = 16
+)
+
+// Kind is what an Event reports.
+type Kind int
+
+const (
+	KindOther Kind = iota
+	// KindAck: the kernel's answer to a listen request (Err, Seq, Ack).
+	KindAck
+	KindExec
+	KindExit
+)
+
+// Event is one decoded connector message.
+type Event struct {
+	Kind Kind
+	// Seq and Ack are the cn_msg's: an acknowledgement answers the
+	// request's ack plus one.
+	Seq, Ack uint32
+	// Err is an acknowledgement's error number (0: listening).
+	Err uint32
+	// PID and TGID are the thread and its thread group (process), in the
+	// initial pid namespace.
+	PID, TGID int
+	// Status is an exit's raw wait status.
+	Status uint32
+}
+
+// Parse reads one netlink message's payload (a cn_msg holding a
+// proc_event), in the host's byte order; !ok when it is too short for
+// what it says it holds. A message of another connector callback, or an
+// event the watch does not use, is KindOther.
+//
+//go:nosplit
+//go:norace
+func Parse(b []byte) (ev Event, ok bool) {
+	if len(b) < CnMsgLen {
+		return Event{}, false
+	}
+	ne := binary.NativeEndian
+	ev.Seq, ev.Ack = ne.Uint32(b[8:]), ne.Uint32(b[12:])
+	if ne.Uint32(b[0:]) != CnIdxProc || ne.Uint32(b[4:]) != CnValProc {
+		return ev, true
+	}
+	n := int(ne.Uint16(b[16:]))
+	data := b[CnMsgLen:]
+	if n > len(data) || n < ProcEventHdr {
+		return Event{}, false
+	}
+	data = data[:n]
+	d := data[ProcEventHdr:]
+	switch ne.Uint32(data[0:]) {
+	case ProcEventNone:
+		if len(d) < 4 {
+			return Event{}, false
+		}
+		ev.Kind, ev.Err = KindAck, ne.Uint32(d)
+	case ProcEventExec:
+		if len(d) < 8 {
+			return Event{}, false
+		}
+		ev.Kind, ev.PID, ev.TGID = KindExec, int(int32(ne.Uint32(d))), int(int32(ne.Uint32(d[4:])))
+	case ProcEventExit:
+		if len(d) < 12 {
+			return Event{}, false
+		}
+		ev.Kind, ev.PID, ev.TGID = KindExit, int(int32(ne.Uint32(d))), int(int32(ne.Uint32(d[4:])))
+		ev.Status = ne.Uint32(d[8:])
+	}
+	return ev, true
+}
+
+// MaxRoot bounds the /proc root the quiet path builds paths under; with a
+// longer one (a test's stand-in) every exec goes to the Go path.
+const MaxRoot = 64
+
+// Reader is what the quiet path reads. The caller fills it before Wait
+// and never writes it while Wait runs.
+type Reader struct {
+	// FDs are the connector's socket, then the descriptor that tells
+	// the reader to stop (readable: Stop).
+	FDs [2]unix.PollFd
+	// Buf receives the datagrams.
+	Buf []byte
+	// Root is the /proc the pids are read in ("" or longer than MaxRoot:
+	// every exec goes to the Go path).
+	Root string
+	// Pending are the pids of the tools waiting for their exit.
+	Pending []int
+
+	// prefix is Root and a slash, made by Wait when Root changed.
+	prefix     []byte
+	prefixRoot string
+	// path and target are notTool's, here because the quiet path's
+	// stack is bounded (nosplit); timeout is the poll's.
+	path    [MaxRoot + 32]byte
+	target  [512]byte
+	timeout unix.Timespec
+}
+
+// Result is why Wait returned.
+type Result int
+
+const (
+	// Message: Buf[off:n] holds a message for the Go path, and what
+	// follows it in the datagram.
+	Message Result = iota
+	// Publish: execs were dismissed PublishEvery ago and wait to be
+	// counted (an atomic add needs a P under the race detector).
+	Publish
+	// Overrun: the kernel dropped messages (ENOBUFS).
+	Overrun
+	// Stop: the stop descriptor is readable, or the socket failed.
+	Stop
+)
+
+// PublishEvery bounds how late the count of dismissed execs reaches the
+// caller: Wait returns at most this long after the first of them.
+const PublishEvery = time.Second
+
+// Wait blocks until a message needs the Go path, dismissing the others
+// (execs of binaries whose name cannot be a tool's, exits of threads and
+// of processes not pending); dismissed counts the execs it dismissed.
+func (q *Reader) Wait() (res Result, off, n int, dismissed uint64) {
+	if q.prefix == nil || q.prefixRoot != q.Root {
+		q.prefix, q.prefixRoot = nil, q.Root
+		if q.Root != "" && len(q.Root) <= MaxRoot {
+			q.prefix = []byte(q.Root + "/")
+		}
+	}
+	return q.wait()
+}
+
+//go:nosplit
+//go:norace
+func (q *Reader) wait() (res Result, off, n int, dismissed uint64) {
+	entersyscall()
+	res, off, n, dismissed = q.loop()
+	exitsyscall()
+	return res, off, n, dismissed
+}
+
+// loop is Wait's body, without a P.
+//
+//go:nosplit
+//go:norace
+func (q *Reader) loop() (res Result, off, n int, dismissed uint64) {
+	// first is when the first execs not published yet were dismissed.
+	first := int64(0)
+	for {
+		tp := uintptr(0)
+		if dismissed > 0 {
+			left := first + int64(PublishEvery) - monotonic()
+			if left <= 0 {
+				return Publish, 0, 0, dismissed
+			}
+			q.timeout = unix.Timespec{Sec: left / int64(time.Second), Nsec: left % int64(time.Second)}
+			tp = uintptr(unsafe.Pointer(&q.timeout))
+		}
+		r, _, e := syscall.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&q.FDs[0])), 2, tp, 0, 0, 0)
+		if e != 0 && e != unix.EINTR {
+			return Stop, 0, 0, dismissed
+		}
+		if r == 0 || e != 0 {
+			continue
+		}
+		if q.FDs[1].Revents != 0 {
+			return Stop, 0, 0, dismissed
+		}
+		for {
+			m, _, e := syscall.RawSyscall6(unix.SYS_RECVFROM, uintptr(q.FDs[0].Fd), uintptr(unsafe.Pointer(&q.Buf[0])), uintptr(len(q.Buf)), unix.MSG_DONTWAIT, 0, 0)
+			if e == unix.EAGAIN {
+				break
+			}
+			switch e {
+			case 0:
+			case unix.EINTR:
+				continue
+			case unix.ENOBUFS:
+				return Overrun, 0, 0, dismissed
+			default:
+				return Stop, 0, 0, dismissed
+			}
+			n := int(m)
+			if n > len(q.Buf) {
+				return Stop, 0, 0, dismissed
+			}
+			off, d := q.dismiss(q.Buf[:n])
+			if d > 0 && dismissed == 0 {
+				first = monotonic()
+			}
+			dismissed += d
+			if off < n {
+				return Message, off, n, dismissed
+			}
+		}
+	}
+}
+
+// monotonic is CLOCK_MONOTONIC in nanoseconds, by the system call (the
+// vDSO's is Go code that may need a P).
+//
+//go:nosplit
+//go:norace
+func monotonic() int64 {
+	var ts unix.Timespec
+	syscall.RawSyscall(unix.SYS_CLOCK_GETTIME, unix.CLOCK_MONOTONIC, uintptr(unsafe.Pointer(&ts)), 0)
+	return ts.Sec*int64(time.Second) + ts.Nsec
+}
+
+// dismiss goes through a datagram's messages: it returns the offset of
+// the first one the Go path must see (len(b) when none) and how many
+// execs it dismissed before it.
+//
+//go:nosplit
+//go:norace
+func (q *Reader) dismiss(b []byte) (int, uint64) {
+	off, execs := 0, uint64(0)
+	for off < len(b) {
+		rest := b[off:]
+		if len(rest) < unix.NLMSG_HDRLEN {
+			return off, execs
+		}
+		l := int(binary.NativeEndian.Uint32(rest))
+		if l < unix.NLMSG_HDRLEN || l > len(rest) {
+			return off, execs
+		}
+		ev, ok := Parse(rest[unix.NLMSG_HDRLEN:l])
+		switch {
+		case !ok || ev.Kind == KindAck:
+			return off, execs
+		case ev.Kind == KindExec:
+			if q.prefix == nil || q.isPending(ev.TGID) || !q.notTool(ev.TGID) {
+				return off, execs
+			}
+			execs++
+		case ev.Kind == KindExit:
+			if ev.PID == ev.TGID && q.isPending(ev.TGID) {
+				return off, execs
+			}
+		}
+		off += (l + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1)
+	}
+	return len(b), execs
+}
+
+//go:nosplit
+//go:norace
+func (q *Reader) isPending(pid int) bool {
+	for _, p := range q.Pending {
+		if p == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// notTool tells whether the process's binary is certainly no iptables
+// tool: its /proc/PID/exe reads, and its base name does not hold
+// "tables", which every tool's does (iptables, ip6tables, arptables,
+// ebtables, xtables-*). Anything else is for the Go path's exact test.
+//
+//go:nosplit
+//go:norace
+func (q *Reader) notTool(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	n := put(q.path[:], 0, q.prefix)
+	n = putUint(q.path[:], n, uint64(pid))
+	n = put(q.path[:], n, exeLeaf)
+	if n < 0 {
+		return false
+	}
+	r, _, e := syscall.RawSyscall6(unix.SYS_READLINKAT, atFDCWD, uintptr(unsafe.Pointer(&q.path[0])), uintptr(unsafe.Pointer(&q.target[0])), uintptr(len(q.target)), 0, 0)
+	if e != 0 || r == 0 || r >= uintptr(len(q.target)) {
+		return false
+	}
+	return !baseHolds(q.target[:r], "tables")
+}
+
+// atFDCWD is AT_FDCWD (-100) as the system call's unsigned argument.
+const atFDCWD = ^uintptr(0) - 99
+
+// baseHolds tells whether the last element of path holds s.
+//
+//go:nosplit
+//go:norace
+func baseHolds(path []byte, s string) bool {
+	start := 0
+	for i := len(path) - 1; i >= 0; i-- {
+		if path[i] == '/' {
+			start = i + 1
+			break
+		}
+	}
+	base := path[start:]
+	for i := 0; i+len(s) <= len(base); i++ {
+		j := 0
+		for j < len(s) && base[i+j] == s[j] {
+			j++
+		}
+		if j == len(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// exeLeaf ends a /proc path, NUL-terminated for the system call.
+var exeLeaf = []byte("/exe\x00")
+
+// put writes s into b at n and returns the end; -1 when it does not fit
+// or n is -1 (an earlier put did not fit). By hand: copy is a call under
+// the race detector, which needs a P.
+//
+//go:nosplit
+//go:norace
+func put(b []byte, n int, s []byte) int {
+	if n < 0 || n > len(b) || len(s) > len(b)-n {
+		return -1
+	}
+	for i := 0; i < len(s); i++ {
+		b[n+i] = s[i]
+	}
+	return n + len(s)
+}
+
+// putUint writes v in decimal into b at n, as put does.
+//
+//go:nosplit
+//go:norace
+func putUint(b []byte, n int, v uint64) int {
+	if n < 0 {
+		return -1
+	}
+	var d [20]byte
+	i := len(d)
+	for {
+		i--
+		d[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 || i == 0 {
+			break
+		}
+	}
+	return put(b, n, d[i:])
+}

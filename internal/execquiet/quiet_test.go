@@ -1,0 +1,299 @@
+package execquiet
+
+import (
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// raceDetector: built with -race (race_test.go).
+var raceDetector bool
+
+// message is one netlink message holding a connector event.
+func message(what uint32, pid, tgid int, status uint32) []byte {
+	ne := binary.NativeEndian
+	data := make([]byte, ProcEventHdr+12)
+	ne.PutUint32(data, what)
+	ne.PutUint32(data[ProcEventHdr:], uint32(pid))
+	ne.PutUint32(data[ProcEventHdr+4:], uint32(tgid))
+	ne.PutUint32(data[ProcEventHdr+8:], status)
+	cn := make([]byte, CnMsgLen, CnMsgLen+len(data))
+	ne.PutUint32(cn[0:], CnIdxProc)
+	ne.PutUint32(cn[4:], CnValProc)
+	ne.PutUint16(cn[16:], uint16(len(data)))
+	cn = append(cn, data...)
+	m := make([]byte, unix.NLMSG_HDRLEN, unix.NLMSG_HDRLEN+len(cn))
+	ne.PutUint32(m, uint32(unix.NLMSG_HDRLEN+len(cn)))
+	ne.PutUint16(m[4:], unix.NLMSG_DONE)
+	return append(m, cn...)
+}
+
+// toolNamed runs sleep under a tool's name, ended with the test.
+func toolNamed(t *testing.T, name string) int {
+	t.Helper()
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep")
+	}
+	bin := filepath.Join(t.TempDir(), name)
+	data, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	// Its exe names the copy once it has executed.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if l, err := os.Readlink("/proc/" + itoa(cmd.Process.Pid) + "/exe"); err == nil && filepath.Base(l) == name {
+			return cmd.Process.Pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never executed", name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func itoa(v int) string {
+	b := make([]byte, 20)
+	return string(b[:putUint(b, 0, uint64(v))])
+}
+
+func TestDismiss(t *testing.T) {
+	self := os.Getpid()
+	tool := toolNamed(t, "iptables-nft")
+	gone := 1 << 30 // above pid_max: no such process
+	for _, c := range []struct {
+		name    string
+		root    string
+		pending []int
+		msgs    [][]byte
+		off     int // index of the first message left to Go; len(msgs) for none
+		execs   uint64
+	}{
+		{"a non-tool's exec", "/proc", nil, [][]byte{message(ProcEventExec, self, self, 0)}, 1, 1},
+		{"a tool's exec", "/proc", nil, [][]byte{message(ProcEventExec, self, self, 0), message(ProcEventExec, tool, tool, 0)}, 1, 1},
+		{"an exec whose binary cannot be read", "/proc", nil, [][]byte{message(ProcEventExec, gone, gone, 0)}, 0, 0},
+		{"a pending tool executing anything", "/proc", []int{self}, [][]byte{message(ProcEventExec, self, self, 0)}, 0, 0},
+		{"no root", "", nil, [][]byte{message(ProcEventExec, self, self, 0)}, 0, 0},
+		{"a root too long", "/" + string(make([]byte, MaxRoot)), nil, [][]byte{message(ProcEventExec, self, self, 0)}, 0, 0},
+		{"exits of processes not pending and threads", "/proc", []int{7}, [][]byte{message(ProcEventExit, 5, 5, 0), message(ProcEventExit, 8, 7, 0)}, 2, 0},
+		{"a pending tool's exit", "/proc", []int{3, 7}, [][]byte{message(ProcEventExit, 5, 5, 0), message(ProcEventExit, 7, 7, 256)}, 1, 0},
+		{"an acknowledgement", "/proc", nil, [][]byte{message(ProcEventNone, 0, 0, 0)}, 0, 0},
+		{"another event", "/proc", nil, [][]byte{message(1 /* fork */, 5, 5, 0)}, 1, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			q := &Reader{Root: c.root, Pending: c.pending}
+			if c.root != "" && len(c.root) <= MaxRoot {
+				q.prefix = []byte(c.root + "/")
+			}
+			var b []byte
+			offs := []int{}
+			for _, m := range c.msgs {
+				offs = append(offs, len(b))
+				b = append(b, m...)
+			}
+			offs = append(offs, len(b))
+			off, execs := q.dismiss(b)
+			if off != offs[c.off] || execs != c.execs {
+				t.Errorf("dismiss: offset %d, %d execs; want %d (message %d), %d", off, execs, offs[c.off], c.off, c.execs)
+			}
+		})
+	}
+}
+
+func TestDismissMalformed(t *testing.T) {
+	q := &Reader{prefix: []byte("/proc/")}
+	ok := message(ProcEventExit, 5, 5, 0)
+	short := message(ProcEventExit, 5, 5, 0)
+	binary.NativeEndian.PutUint16(short[unix.NLMSG_HDRLEN+16:], 200) // says more than it holds
+	long := append([]byte(nil), ok...)
+	binary.NativeEndian.PutUint32(long, 4096) // past the datagram
+	for _, c := range []struct {
+		name string
+		b    []byte
+		want int
+	}{
+		{"cut header", append(append([]byte(nil), ok...), 1, 2, 3), len(ok)},
+		{"length past the datagram", append(append([]byte(nil), ok...), long...), len(ok)},
+		{"event longer than its message", append(append([]byte(nil), ok...), short...), len(ok)},
+		{"length below a header", []byte{4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0},
+	} {
+		if off, _ := q.dismiss(c.b); off != c.want {
+			t.Errorf("%s: offset %d, want %d", c.name, off, c.want)
+		}
+	}
+}
+
+func TestPut(t *testing.T) {
+	b := make([]byte, 12)
+	n := put(b, 0, []byte("/proc/"))
+	n = putUint(b, n, 4194304)
+	if n != -1 {
+		t.Errorf("13 bytes fit in 12: %d %q", n, b)
+	}
+	n = putUint(b, put(b, 0, []byte("/p/")), 4194304)
+	n = put(b, n, []byte("/e"))
+	if string(b[:n]) != "/p/4194304/e" {
+		t.Errorf("got %q", b[:max(n, 0)])
+	}
+	if putUint(b, 0, 0) != 1 || b[0] != '0' {
+		t.Errorf("zero: %q", b[:1])
+	}
+	if put(b, -1, nil) != -1 || putUint(b, -1, 1) != -1 || put(b, 13, nil) != -1 {
+		t.Error("a failed put must stay failed")
+	}
+}
+
+func TestBaseHolds(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/usr/sbin/xtables-nft-multi":       true,
+		"/usr/sbin/iptables":                true,
+		"/usr/sbin/ebtables-legacy":         true,
+		"/usr/sbin/ip6tables-restore":       true,
+		"/usr/bin/bash":                     false,
+		"/opt/tables/bin/sh":                false,
+		"tables":                            true,
+		"/usr/sbin/iptables-nft (deleted)":  true,
+		"/usr/bin/table":                    false,
+		"":                                  false,
+		"/usr/local/bin/mytablesync-worker": true,
+	} {
+		if got := baseHolds([]byte(path), "tables"); got != want {
+			t.Errorf("%q: %v, want %v", path, got, want)
+		}
+	}
+}
+
+// pair is a datagram socket pair standing in for the connector's socket,
+// and an eventfd for stop.
+func pair(t *testing.T) (q *Reader, send func(...[]byte), stop func()) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]); unix.Close(wake) })
+	q = &Reader{FDs: [2]unix.PollFd{{Fd: int32(fds[0]), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}},
+		Buf: make([]byte, 64<<10), Root: "/proc"}
+	send = func(msgs ...[]byte) {
+		var b []byte
+		for _, m := range msgs {
+			b = append(b, m...)
+		}
+		if _, err := unix.Write(fds[1], b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop = func() {
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		unix.Write(wake, one[:])
+	}
+	return q, send, stop
+}
+
+type waited struct {
+	res       Result
+	off, n    int
+	dismissed uint64
+}
+
+func waitAsync(q *Reader) chan waited {
+	ch := make(chan waited, 1)
+	go func() {
+		var w waited
+		w.res, w.off, w.n, w.dismissed = q.Wait()
+		ch <- w
+	}()
+	return ch
+}
+
+func within(t *testing.T, ch chan waited, d time.Duration) waited {
+	t.Helper()
+	select {
+	case w := <-ch:
+		return w
+	case <-time.After(d):
+		t.Fatalf("Wait did not return within %s", d)
+	}
+	return waited{}
+}
+
+// TestWait runs the quiet path for real, without a P: what it dismisses,
+// what it returns for, and that the Go runtime (a garbage collection, other
+// goroutines, the race detector under make test) goes on meanwhile.
+func TestWait(t *testing.T) {
+	if raceDetector && testing.CoverMode() != "" {
+		// The package's own coverage counters are atomic adds, calls
+		// into the race detector that need a P (the package doc).
+		t.Skip("coverage of this package under the race detector: its counters need a P")
+	}
+	self := os.Getpid()
+	q, send, stop := pair(t)
+
+	ch := waitAsync(q)
+	send(message(ProcEventExec, self, self, 0), message(ProcEventExit, 9, 9, 0))
+	send(message(ProcEventExec, self, self, 0))
+	// Dismissed without a return: the runtime collects meanwhile.
+	done := make(chan struct{})
+	go func() {
+		for i := 0; i < 3; i++ {
+			_ = make([]byte, 1<<20)
+			runtime.GC()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("garbage collection stalled while Wait had no P")
+	}
+	select {
+	case w := <-ch:
+		t.Fatalf("returned for dismissed messages: %+v", w)
+	case <-time.After(100 * time.Millisecond):
+	}
+	tool := message(ProcEventExec, 1<<30, 1<<30, 0)
+	exit := message(ProcEventExit, 9, 9, 0)
+	send(exit, tool)
+	w := within(t, ch, 5*time.Second)
+	if w.res != Message || w.off != len(exit) || w.n != len(exit)+len(tool) || w.dismissed != 2 {
+		t.Errorf("a message for Go: %+v, want Message at %d of %d, 2 dismissed", w, len(exit), len(exit)+len(tool))
+	}
+
+	// Dismissed execs are counted back within PublishEvery, with nothing
+	// else arriving.
+	start := time.Now()
+	ch = waitAsync(q)
+	send(message(ProcEventExec, self, self, 0))
+	w = within(t, ch, PublishEvery+5*time.Second)
+	if w.res != Publish || w.dismissed != 1 {
+		t.Errorf("publish: %+v", w)
+	}
+	if e := time.Since(start); e < PublishEvery-100*time.Millisecond {
+		t.Errorf("published after %s, before PublishEvery", e)
+	}
+
+	ch = waitAsync(q)
+	stop()
+	if w := within(t, ch, 5*time.Second); w.res != Stop {
+		t.Errorf("stop: %+v", w)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package execquiet
+
+func init() { raceDetector = true }
