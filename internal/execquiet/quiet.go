@@ -18,10 +18,11 @@
 // exec (or one whose binary could not be read), a pending tool's exit, a
 // message it cannot parse, an overrun, Close, or execs to count
 // (PublishEvery). Its P stays its own meanwhile unless sysmon takes it (a
-// busy process, or 10 ms without a return), so a tool's exec usually
-// finds it at once and its /proc is read before it ends; entersyscallblock,
-// which gives the P up on entry, made the return wait up to milliseconds
-// for one, and a fast tool (iptables -t bogus) ended first.
+// busy process, or 10 ms without a return); when it was taken, the return
+// waits for one, up to milliseconds under load, and a one-shot tool
+// (iptables -t bogus) can end meanwhile. So a possible tool's files are
+// read here, as its exec arrives, before the return (Snapshot), and the
+// Go path reads them instead of /proc.
 //
 // Code that runs between the two has no P of its own to rely on: it must
 // not allocate, grow its stack, call anything but nosplit functions, or
@@ -153,11 +154,14 @@ type Reader struct {
 	Root string
 	// Pending are the pids of the tools waiting for their exit.
 	Pending []int
+	// Snap is what was read of the process whose exec Wait returned
+	// for, when its binary's name may be a tool's (Snapshot).
+	Snap Snapshot
 
 	// prefix is Root and a slash, made by Wait when Root changed.
 	prefix     []byte
 	prefixRoot string
-	// path and target are notTool's, here because the quiet path's
+	// path and target are readExe's, here because the quiet path's
 	// stack is bounded (nosplit); timeout is the poll's.
 	path    [MaxRoot + 32]byte
 	target  [512]byte
@@ -194,6 +198,8 @@ func (q *Reader) Wait() (res Result, off, n int, dismissed uint64) {
 			q.prefix = []byte(q.Root + "/")
 		}
 	}
+	q.Snap.ready()
+	q.Snap.PID = 0
 	return q.wait()
 }
 
@@ -257,6 +263,11 @@ func (q *Reader) loop() (res Result, off, n int, dismissed uint64) {
 			}
 			dismissed += d
 			if off < n {
+				if q.Snap.PID != 0 {
+					// Called here, not in dismiss: the stack is
+					// bounded.
+					q.snapshot()
+				}
 				return Message, off, n, dismissed
 			}
 		}
@@ -296,7 +307,16 @@ func (q *Reader) dismiss(b []byte) (int, uint64) {
 		case !ok || ev.Kind == KindAck:
 			return off, execs
 		case ev.Kind == KindExec:
-			if q.prefix == nil || q.isPending(ev.TGID) || !q.notTool(ev.TGID) {
+			// Every tool's name holds "tables" (iptables, ip6tables,
+			// arptables, ebtables, xtables-*); the Go path decides
+			// exactly, and on a binary that could not be read.
+			n := q.readExe(ev.TGID)
+			if n == 0 {
+				return off, execs
+			}
+			if baseHolds(q.target[:n], "tables") || q.isPending(ev.TGID) {
+				q.Snap.PID = ev.TGID
+				q.Snap.Exe.N = n
 				return off, execs
 			}
 			execs++
@@ -321,28 +341,35 @@ func (q *Reader) isPending(pid int) bool {
 	return false
 }
 
-// notTool tells whether the process's binary is certainly no iptables
-// tool: its /proc/PID/exe reads, and its base name does not hold
-// "tables", which every tool's does (iptables, ip6tables, arptables,
-// ebtables, xtables-*). Anything else is for the Go path's exact test.
+// readExe reads the process's binary (/proc/PID/exe's target) into
+// target: its length, 0 when it could not be read.
 //
 //go:nosplit
 //go:norace
-func (q *Reader) notTool(pid int) bool {
-	if pid <= 0 {
-		return false
+func (q *Reader) readExe(pid int) int {
+	if pid <= 0 || q.prefix == nil {
+		return 0
 	}
-	n := put(q.path[:], 0, q.prefix)
-	n = putUint(q.path[:], n, uint64(pid))
-	n = put(q.path[:], n, exeLeaf)
+	n := q.procPath(pid, exeLeaf)
 	if n < 0 {
-		return false
+		return 0
 	}
 	r, _, e := syscall.RawSyscall6(unix.SYS_READLINKAT, atFDCWD, uintptr(unsafe.Pointer(&q.path[0])), uintptr(unsafe.Pointer(&q.target[0])), uintptr(len(q.target)), 0, 0)
-	if e != 0 || r == 0 || r >= uintptr(len(q.target)) {
-		return false
+	if e != 0 || r >= uintptr(len(q.target)) {
+		return 0
 	}
-	return !baseHolds(q.target[:r], "tables")
+	return int(r)
+}
+
+// procPath writes prefix, pid and leaf (NUL-terminated) into q.path: its
+// length, -1 when it does not fit.
+//
+//go:nosplit
+//go:norace
+func (q *Reader) procPath(pid int, leaf []byte) int {
+	n := put(q.path[:], 0, q.prefix)
+	n = putUint(q.path[:], n, uint64(pid))
+	return put(q.path[:], n, leaf)
 }
 
 // atFDCWD is AT_FDCWD (-100) as the system call's unsigned argument.
@@ -378,7 +405,8 @@ var exeLeaf = []byte("/exe\x00")
 
 // put writes s into b at n and returns the end; -1 when it does not fit
 // or n is -1 (an earlier put did not fit). By hand: copy is a call under
-// the race detector, which needs a P.
+// the race detector, which needs a P. Written so that the compiler proves
+// every index (a bounds check's panic is a call the nosplit stack counts).
 //
 //go:nosplit
 //go:norace
@@ -386,8 +414,10 @@ func put(b []byte, n int, s []byte) int {
 	if n < 0 || n > len(b) || len(s) > len(b)-n {
 		return -1
 	}
-	for i := 0; i < len(s); i++ {
-		b[n+i] = s[i]
+	dst := b[n:]
+	dst = dst[:len(s)]
+	for i := range dst {
+		dst[i] = s[i]
 	}
 	return n + len(s)
 }
@@ -397,18 +427,171 @@ func put(b []byte, n int, s []byte) int {
 //go:nosplit
 //go:norace
 func putUint(b []byte, n int, v uint64) int {
-	if n < 0 {
+	digits := 1
+	for x := v; x >= 10; x /= 10 {
+		digits++
+	}
+	if n < 0 || n > len(b) || digits > len(b)-n {
 		return -1
 	}
-	var d [20]byte
-	i := len(d)
-	for {
-		i--
-		d[i] = byte('0' + v%10)
+	dst := b[n:]
+	dst = dst[:digits]
+	for i := len(dst) - 1; i >= 0; i-- {
+		dst[i] = byte('0' + v%10)
 		v /= 10
-		if v == 0 || i == 0 {
+	}
+	return n + digits
+}
+
+// Sizes of a Snapshot's files: cmdline as lib/execwatch bounds it (one
+// byte more tells it was cut), stat and cgroup as lib/watch reads them.
+const (
+	MaxCmdline = 4 << 10
+	MaxProc    = 8 << 10
+)
+
+// Snapshot is what the quiet path reads of a possible tool the moment its
+// exec arrives, before it returns to Go: a one-shot command may end
+// while the reader waits for the runtime (a P, under load milliseconds),
+// and a process that ended reads as gone. The files are read in the
+// order lib/execwatch reads them: the binary, the network namespace, the
+// command line, the name, stat, cgroup and stat again (a pid taken by
+// another process in between shows in stat's start time).
+type Snapshot struct {
+	// PID is the process read, 0 for none.
+	PID                                int
+	Exe, Netns                         File
+	Cmdline, Comm, Stat, Cgroup, Stat2 File
+}
+
+// File is one /proc file's bytes (a link's target), or why it could not
+// be read. The quiet path writes only N and Err: storing a slice is a
+// pointer write, whose barrier needs a P.
+type File struct {
+	buf []byte
+	N   int
+	// Err is the system call's error (N is 0 then).
+	Err syscall.Errno
+}
+
+// Bytes are the file's bytes. A file longer than its buffer fills it
+// (MaxCmdline+1, MaxProc+1): the caller tells it was cut.
+func (f *File) Bytes() []byte { return f.buf[:f.N] }
+
+// SnapshotOf reads pid's files under root as the quiet path does when its
+// exec arrives (tests hand it to the Go path after the process ended).
+func SnapshotOf(root string, pid int) *Snapshot {
+	q := &Reader{Root: root}
+	q.prefix = []byte(root + "/")
+	q.Snap.ready()
+	if n := q.readExe(pid); n > 0 {
+		q.Snap.PID, q.Snap.Exe.N = pid, n
+		q.snapshot()
+	}
+	return &q.Snap
+}
+
+// ready gives the snapshot's buffers, once.
+func (s *Snapshot) ready() {
+	if s.Cmdline.buf != nil {
+		return
+	}
+	s.Exe.buf = make([]byte, 512)
+	s.Netns.buf = make([]byte, 64)
+	s.Cmdline.buf = make([]byte, MaxCmdline+1)
+	s.Comm.buf = make([]byte, 32)
+	s.Stat.buf = make([]byte, MaxProc+1)
+	s.Cgroup.buf = make([]byte, MaxProc+1)
+	s.Stat2.buf = make([]byte, MaxProc+1)
+}
+
+var (
+	netLeaf     = []byte("/ns/net\x00")
+	cmdlineLeaf = []byte("/cmdline\x00")
+	commLeaf    = []byte("/comm\x00")
+	statLeaf    = []byte("/stat\x00")
+	cgroupLeaf  = []byte("/cgroup\x00")
+)
+
+// snapshot reads q.Snap.PID's files into q.Snap, its binary from
+// q.target (q.Snap.Exe.N bytes, as dismiss read it).
+//
+//go:nosplit
+//go:norace
+func (q *Reader) snapshot() {
+	s := &q.Snap
+	pid := s.PID
+	if n := s.Exe.N; n > 0 && n <= len(q.target) {
+		s.Exe.N, s.Exe.Err = put(s.Exe.buf, 0, q.target[:n]), 0
+	} else {
+		s.Exe.N = -1
+	}
+	if s.Exe.N < 0 {
+		s.Exe.N, s.Exe.Err = 0, unix.ENAMETOOLONG
+	}
+	q.readLink(pid, netLeaf, &s.Netns)
+	q.readFile(pid, cmdlineLeaf, &s.Cmdline)
+	q.readFile(pid, commLeaf, &s.Comm)
+	q.readFile(pid, statLeaf, &s.Stat)
+	q.readFile(pid, cgroupLeaf, &s.Cgroup)
+	q.readFile(pid, statLeaf, &s.Stat2)
+}
+
+// readLink reads pid's leaf link into f.
+//
+//go:nosplit
+//go:norace
+func (q *Reader) readLink(pid int, leaf []byte, f *File) {
+	f.N, f.Err = 0, 0
+	buf := f.buf
+	if q.procPath(pid, leaf) < 0 || len(buf) == 0 {
+		f.Err = unix.ENAMETOOLONG
+		return
+	}
+	r, _, e := syscall.RawSyscall6(unix.SYS_READLINKAT, atFDCWD, uintptr(unsafe.Pointer(&q.path[0])), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0)
+	if e != 0 {
+		f.Err = e
+		return
+	}
+	if r > uintptr(len(buf)) {
+		r = uintptr(len(buf))
+	}
+	f.N = int(r)
+}
+
+// readFile reads pid's leaf file into f, at most its capacity, without
+// following links.
+//
+//go:nosplit
+//go:norace
+func (q *Reader) readFile(pid int, leaf []byte, f *File) {
+	f.N, f.Err = 0, 0
+	buf := f.buf
+	if q.procPath(pid, leaf) < 0 || len(buf) == 0 {
+		f.Err = unix.ENAMETOOLONG
+		return
+	}
+	fd, _, e := syscall.RawSyscall6(unix.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(&q.path[0])), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0, 0, 0)
+	if e != 0 {
+		f.Err = e
+		return
+	}
+	n := 0
+	for n < len(buf) {
+		r, _, e := syscall.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&buf[n])), uintptr(len(buf)-n))
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			f.Err = e
+			n = 0
 			break
 		}
+		if r == 0 || r > uintptr(len(buf)-n) {
+			break
+		}
+		n += int(r)
 	}
-	return put(b, n, d[i:])
+	syscall.RawSyscall(unix.SYS_CLOSE, fd, 0, 0)
+	f.N = n
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,9 +107,14 @@ func TestDismiss(t *testing.T) {
 				b = append(b, m...)
 			}
 			offs = append(offs, len(b))
+			q.Snap.ready()
 			off, execs := q.dismiss(b)
 			if off != offs[c.off] || execs != c.execs {
 				t.Errorf("dismiss: offset %d, %d execs; want %d (message %d), %d", off, execs, offs[c.off], c.off, c.execs)
+			}
+			// A possible tool's exec is marked for its snapshot.
+			if want := c.name == "a tool's exec"; (q.Snap.PID == tool) != want {
+				t.Errorf("snapshot of pid %d, want one of the tool: %v", q.Snap.PID, want)
 			}
 		})
 	}
@@ -295,5 +301,42 @@ func TestWait(t *testing.T) {
 	stop()
 	if w := within(t, ch, 5*time.Second); w.res != Stop {
 		t.Errorf("stop: %+v", w)
+	}
+}
+
+// The snapshot reads what the Go path would read of a live process.
+func TestSnapshotOf(t *testing.T) {
+	self := os.Getpid()
+	s := SnapshotOf("/proc", self)
+	exe, _ := os.Readlink("/proc/self/exe")
+	cmdline, _ := os.ReadFile("/proc/self/cmdline")
+	comm, _ := os.ReadFile("/proc/self/comm")
+	cgroup, _ := os.ReadFile("/proc/self/cgroup")
+	netns, _ := os.Readlink("/proc/self/ns/net")
+	for name, c := range map[string]struct {
+		f    *File
+		want string
+	}{"exe": {&s.Exe, exe}, "cmdline": {&s.Cmdline, string(cmdline)}, "comm": {&s.Comm, string(comm)}, "cgroup": {&s.Cgroup, string(cgroup)}, "ns/net": {&s.Netns, netns}} {
+		if c.f.Err != 0 || string(c.f.Bytes()) != c.want {
+			t.Errorf("%s: %q (%v), want %q", name, c.f.Bytes(), c.f.Err, c.want)
+		}
+	}
+	if s.PID != self || s.Stat.Err != 0 || s.Stat2.Err != 0 || !strings.HasPrefix(string(s.Stat.Bytes()), itoa(self)+" (") {
+		t.Errorf("pid %d stat %q (%v) again %v", s.PID, s.Stat.Bytes(), s.Stat.Err, s.Stat2.Err)
+	}
+	if s := SnapshotOf("/proc", 1<<30); s.PID != 0 {
+		t.Errorf("a pid that is not: %+v", s.PID)
+	}
+	// A file larger than its buffer fills it: the caller tells it was cut.
+	q := &Reader{prefix: []byte("/proc/")}
+	q.Snap.ready()
+	f := File{buf: make([]byte, 8)}
+	q.readFile(self, cmdlineLeaf, &f)
+	if f.N != 8 || f.Err != 0 {
+		t.Errorf("cut read: %d bytes, %v", f.N, f.Err)
+	}
+	q.readFile(1<<30, cmdlineLeaf, &f)
+	if f.N != 0 || f.Err != unix.ENOENT {
+		t.Errorf("gone: %d bytes, %v", f.N, f.Err)
 	}
 }

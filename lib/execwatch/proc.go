@@ -8,7 +8,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/execquiet"
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/watch"
 )
 
 // Bounds of what is read of one tool's command line: the pod chooses it.
@@ -54,8 +57,10 @@ func comm(root string, pid int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return string(bytes.TrimSuffix(c, []byte("\n"))), nil
+	return parseComm(c), nil
 }
+
+func parseComm(b []byte) string { return string(bytes.TrimSuffix(b, []byte("\n"))) }
 
 // exe is the binary the process runs (/proc/PID/exe's target; reading it
 // needs the process's uid or CAP_SYS_PTRACE).
@@ -82,6 +87,12 @@ func cmdline(root string, pid int) (argv []string, cut bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
+	return parseCmdline(b)
+}
+
+// parseCmdline is cmdline's reading of the file's bytes (at most
+// maxCmdline+1: more than maxCmdline is cut).
+func parseCmdline(b []byte) (argv []string, cut bool, err error) {
 	if len(b) > maxCmdline {
 		b, cut = b[:maxCmdline], true
 	}
@@ -115,6 +126,10 @@ func netnsInode(root string, pid int) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return parseNetns(l)
+}
+
+func parseNetns(l string) (uint64, error) {
 	v, ok := strings.CutPrefix(l, "net:[")
 	if v, ok2 := strings.CutSuffix(v, "]"); ok && ok2 {
 		return strconv.ParseUint(v, 10, 64)
@@ -144,4 +159,86 @@ func zombieStatus(root string, pid int) (uint32, error) {
 	}
 	v, err := strconv.ParseUint(f[len(f)-1], 10, 32)
 	return uint32(v), err
+}
+
+// proc reads one process's files for the exec watch: from the quiet
+// path's snapshot when it read that process as its exec arrived (the
+// command may have ended since), else from /proc now.
+type proc struct {
+	root string
+	pid  int
+	snap *execquiet.Snapshot
+}
+
+func procOf(root string, pid int, snap *execquiet.Snapshot) proc {
+	if snap == nil || snap.PID != pid {
+		snap = nil
+	}
+	return proc{root: root, pid: pid, snap: snap}
+}
+
+// file is one of the snapshot's files, or its error.
+func file(f *execquiet.File) ([]byte, error) {
+	if f.Err != 0 {
+		return nil, f.Err
+	}
+	return f.Bytes(), nil
+}
+
+func (p proc) exe() (string, error) {
+	if p.snap == nil {
+		return exe(p.root, p.pid)
+	}
+	b, err := file(&p.snap.Exe)
+	return string(b), err
+}
+
+func (p proc) comm() (string, error) {
+	if p.snap == nil {
+		return comm(p.root, p.pid)
+	}
+	b, err := file(&p.snap.Comm)
+	if err != nil {
+		return "", err
+	}
+	return parseComm(b), nil
+}
+
+func (p proc) cmdline() ([]string, bool, error) {
+	if p.snap == nil {
+		return cmdline(p.root, p.pid)
+	}
+	b, err := file(&p.snap.Cmdline)
+	if err != nil {
+		return nil, false, err
+	}
+	return parseCmdline(b)
+}
+
+func (p proc) netns() (uint64, error) {
+	if p.snap == nil {
+		return netnsInode(p.root, p.pid)
+	}
+	b, err := file(&p.snap.Netns)
+	if err != nil {
+		return 0, err
+	}
+	return parseNetns(string(b))
+}
+
+// writer places the process (watch.Proc.Writer); a stat or cgroup file
+// the snapshot found longer than lib/watch reads counts as unread, as
+// there.
+func (p proc) writer(comm string) *findings.Writer {
+	if p.snap == nil {
+		return watch.Proc{Root: p.root}.Writer(p.pid, comm)
+	}
+	whole := func(f *execquiet.File) []byte {
+		b, err := file(f)
+		if err != nil || len(b) > execquiet.MaxProc {
+			return nil
+		}
+		return b
+	}
+	return watch.Proc{Root: p.root}.WriterFrom(p.pid, comm, whole(&p.snap.Stat), whole(&p.snap.Cgroup), whole(&p.snap.Stat2))
 }

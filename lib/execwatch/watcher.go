@@ -400,13 +400,13 @@ func (w *Watcher) read(ready chan<- struct{}) {
 			w.overruns.Add(1)
 			w.recheck()
 		case execquiet.Message:
-			w.datagram(q.Buf[off:n])
+			w.datagram(q.Buf[off:n], &q.Snap)
 		}
 	}
 }
 
 // datagram handles the messages of one datagram.
-func (w *Watcher) datagram(b []byte) {
+func (w *Watcher) datagram(b []byte, snap *execquiet.Snapshot) {
 	msgs, err := syscall.ParseNetlinkMessage(b)
 	if err != nil {
 		return
@@ -418,7 +418,7 @@ func (w *Watcher) datagram(b []byte) {
 		}
 		switch ev.Kind {
 		case KindExec:
-			w.exec(ev.TGID)
+			w.exec(ev.TGID, snap)
 		case KindExit:
 			// Exits come per thread; the process's status is its
 			// leader's.
@@ -436,16 +436,23 @@ func (w *Watcher) datagram(b []byte) {
 // could be read is a zombie until its parent reaps it, whose name still
 // reads: a tool's name makes it a missed tool run (Options.Missed), never
 // a silent one; only a process reaped too stays unknown (Stats.Vanished).
-func (w *Watcher) exec(pid int) {
+// snap is what the quiet path read of the process as its exec arrived,
+// used instead of /proc when it is this pid's.
+func (w *Watcher) exec(pid int, snap *execquiet.Snapshot) {
 	w.execs.Add(1)
 	root := w.opts.Proc
-	path, err := exe(root, pid)
+	p := procOf(root, pid, snap)
+	if p.snap != nil {
+		// Once: a later exec of this pid is another program.
+		defer func() { snap.PID = 0 }()
+	}
+	path, err := p.exe()
 	c := ""
 	if err != nil {
 		// Ended already, or no ptrace access to it (EACCES: the agent
 		// lacks CAP_SYS_PTRACE): its name decides, then its argv[0].
 		var cerr error
-		if c, cerr = comm(root, pid); cerr != nil {
+		if c, cerr = p.comm(); cerr != nil {
 			// Reaped already: whatever it ran is not known.
 			w.vanished.Add(1)
 			w.forget(pid)
@@ -471,8 +478,8 @@ func (w *Watcher) exec(pid int) {
 	}
 	w.candidates.Add(1)
 	cmd := &Command{PID: pid, Exe: path, Started: time.Now()}
-	cmd.Netns, _ = netnsInode(root, pid)
-	if cmd.Argv, cmd.ArgvCut, err = cmdline(root, pid); err != nil {
+	cmd.Netns, _ = p.netns()
+	if cmd.Argv, cmd.ArgvCut, err = p.cmdline(); err != nil {
 		w.miss(cmd, c)
 		return
 	}
@@ -485,14 +492,14 @@ func (w *Watcher) exec(pid int) {
 		return
 	}
 	if c == "" {
-		if c, err = comm(root, pid); err != nil {
+		if c, err = p.comm(); err != nil {
 			w.miss(cmd, c)
 			return
 		}
 	}
 	cmd.Backend = backend
 	cmd.Shape = ParseArgv(cmd.Argv)
-	cmd.Writer = watch.Proc{Root: root}.Writer(pid, c)
+	cmd.Writer = p.writer(c)
 	w.tools.Add(1)
 	w.add(cmd)
 }

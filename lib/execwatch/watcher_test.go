@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/execquiet"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 )
 
@@ -209,7 +212,7 @@ func TestWatcherMissedByName(t *testing.T) {
 	}
 	w, missed := missWatcher(proc)
 	for _, pid := range []int{100, 101, 102, 103} {
-		w.exec(pid)
+		w.exec(pid, nil)
 	}
 	st := w.Stats()
 	if st.Execs != 4 || st.Missed != 2 || st.Vanished != 1 || st.Tools != 0 || st.Candidates != 2 {
@@ -256,7 +259,7 @@ func TestWatcherMissedZombie(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	w, missed := missWatcher("/proc")
-	w.exec(pid)
+	w.exec(pid, nil)
 	if st := w.Stats(); st.Missed != 1 || st.Vanished != 0 || len(*missed) != 1 {
 		t.Fatalf("zombie: stats %+v missed %+v, want one missed tool run", st, *missed)
 	}
@@ -265,9 +268,74 @@ func TestWatcherMissedZombie(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	reaped = true
-	w.exec(pid)
+	w.exec(pid, nil)
 	if st := w.Stats(); st.Missed != 1 || st.Vanished != 1 {
 		t.Errorf("reaped: stats %+v, want it unknown (vanished)", st)
+	}
+}
+
+// A tool that ended, and was reaped, before the Go path read it is still
+// read whole: the quiet path took its files as its exec arrived (the
+// snapshot), and the Go path reads them instead of /proc. In the netns of
+// a test namespace, with its command line and parent.
+func TestWatcherSnapshot(t *testing.T) {
+	nstest.NeedRoot(t)
+	ns := nstest.New(t)
+	var st unix.Stat_t
+	if err := unix.Stat(ns.Path(), &st); err != nil {
+		t.Fatal(err)
+	}
+	// sleep under a legacy tool's name: it holds still to be read.
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := filepath.Join(t.TempDir(), "iptables-legacy")
+	if err := os.WriteFile(tool, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", ns.Name, tool, "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if l, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe")); err == nil && l == tool {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the tool never executed")
+		}
+	}
+	snap := execquiet.SnapshotOf("/proc", pid)
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+
+	w, missed := missWatcher("/proc")
+	var done []Command
+	w.opts.Done = func(c Command) { done = append(done, c) }
+	w.exec(pid, snap)
+	w.exit(pid, 9)
+	if len(*missed) != 0 || len(done) != 1 {
+		t.Fatalf("missed %+v done %+v, want the run done", *missed, done)
+	}
+	c := done[0]
+	if c.Exe != tool || c.Backend != BackendLegacy || c.Shape.Tool != "iptables-legacy" || len(c.Argv) != 2 || c.Argv[1] != "30" ||
+		c.Netns != st.Ino || c.Signal != 9 || c.Writer == nil || c.Writer.Gone || c.Writer.Comm != "iptables-legacy" || c.Writer.PPID != os.Getpid() {
+		t.Errorf("command %+v writer %+v, want the run in %s's netns, placed", c, c.Writer, ns.Name)
+	}
+	if snap.PID != 0 {
+		t.Error("the snapshot was left for another exec of the pid")
+	}
+	// Another pid's snapshot is not used: that pid is gone (vanished).
+	w.exec(pid+1<<20, execquiet.SnapshotOf("/proc", os.Getpid()))
+	if st := w.Stats(); st.Vanished != 1 {
+		t.Errorf("stats %+v, want another pid's snapshot ignored", st)
 	}
 }
 

@@ -25,25 +25,44 @@ type Proc struct{ Root string }
 // to name, and Unit). A pid that is gone, or now another process (its
 // command no longer comm), gives Gone with only pid and comm.
 func (p Proc) Writer(pid int, comm string) *findings.Writer {
-	w := &findings.Writer{PID: pid, Comm: comm, Gone: true}
 	if pid <= 0 {
-		return w
+		return &findings.Writer{PID: pid, Comm: comm, Gone: true}
 	}
 	dir := filepath.Join(p.Root, strconv.Itoa(pid))
-	st, err := readStat(dir)
+	// Read in this order, as WriterFrom takes them: stat, cgroup, stat
+	// again. A read that failed stops the others.
+	st, err := readProc(filepath.Join(dir, "stat"))
+	var cg, again []byte
+	if err == nil {
+		cg, err = readProc(filepath.Join(dir, "cgroup"))
+	}
+	if err == nil {
+		again, _ = readProc(filepath.Join(dir, "stat"))
+	}
+	return p.WriterFrom(pid, comm, st, cg, again)
+}
+
+// WriterFrom is Writer from its process's files read already (the exec
+// watch reads them as the exec arrives, before the command can end): its
+// stat, its cgroup and its stat again, nil for a read that failed. Only
+// the parent's stat is read here.
+func (p Proc) WriterFrom(pid int, comm string, stat, cgroup, again []byte) *findings.Writer {
+	w := &findings.Writer{PID: pid, Comm: comm, Gone: true}
+	if pid <= 0 || stat == nil || cgroup == nil {
+		return w
+	}
+	st, err := parseStat(stat)
 	if err != nil || st.comm != comm {
 		return w
 	}
-	cg, err := readProc(filepath.Join(dir, "cgroup"))
-	if err != nil {
-		return w
-	}
-	// Read again after the cgroup: another start time means a process
-	// took the pid meanwhile, and the cgroup read was its. Gone by then,
-	// the writer was read while it lived (a pid is not reused within
-	// microseconds).
-	if again, err := readStat(dir); err == nil && again.start != st.start {
-		return w
+	// The second stat after the cgroup: another start time means a
+	// process took the pid meanwhile, and the cgroup read was its. Gone
+	// by then, the writer was read while it lived (a pid is not reused
+	// within microseconds).
+	if again != nil {
+		if st2, err := parseStat(again); err == nil && st2.start != st.start {
+			return w
+		}
 	}
 	w.Gone = false
 	w.PPID = st.ppid
@@ -52,7 +71,7 @@ func (p Proc) Writer(pid int, comm string) *findings.Writer {
 			w.ParentComm = pst.comm
 		}
 	}
-	w.ContainerID, w.Unit = placeCgroup(string(cg))
+	w.ContainerID, w.Unit = placeCgroup(string(cgroup))
 	return w
 }
 
@@ -80,6 +99,11 @@ func readStat(dir string) (stat, error) {
 	if err != nil {
 		return stat{}, err
 	}
+	return parseStat(b)
+}
+
+// parseStat reads a stat file's fields.
+func parseStat(b []byte) (stat, error) {
 	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
 	if open < 0 || end < open {
 		return stat{}, errStat
