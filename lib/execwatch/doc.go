@@ -11,9 +11,10 @@
 // the node listens).
 //
 // Invariant: the work per exec that is not an iptables tool is one
-// readlink of /proc/PID/exe (and a read of its name when it ended before
-// that: a tool's name makes a missed run, Options.Missed); a tool costs a
-// few bounded reads, once; the commands waiting for their exit are bounded
+// readlink of /proc/PID/exe, in the reader's one system call
+// (internal/execquiet), and a read of its name when it ended before that
+// (a tool's name makes a missed run, Options.Missed); a tool costs a few
+// bounded reads, once, as its exec arrives (execquiet.Snapshot); the commands waiting for their exit are bounded
 // (Options.MaxPending). No tool run is silent: it is reported (Done), or
 // missed (Options.Missed), or, reaped before anything of it could be read,
 // counted as an unknown program (Stats.Vanished).

@@ -18,7 +18,7 @@ import (
 const (
 	// maxCmdline is read of /proc/PID/cmdline; a longer one is cut and
 	// Command.ArgvCut set.
-	maxCmdline = 4 << 10
+	maxCmdline = execquiet.MaxCmdline
 	// MaxArgs and MaxArg bound Command.Argv.
 	MaxArgs = 64
 	MaxArg  = 256
