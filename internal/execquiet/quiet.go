@@ -141,31 +141,47 @@ func Parse(b []byte) (ev Event, ok bool) {
 // longer one (a test's stand-in) every exec goes to the Go path.
 const MaxRoot = 64
 
-// Reader is what the quiet path reads. The caller fills it before Wait
-// and never writes it while Wait runs.
+// Reader is the quiet path's state (NewReader). Its caller sets Pending
+// before each Wait and writes nothing while Wait runs.
 type Reader struct {
-	// FDs are the connector's socket, then the descriptor that tells
-	// the reader to stop (readable: Stop).
-	FDs [2]unix.PollFd
-	// Buf receives the datagrams.
+	// Buf receives the datagrams (Wait's Message is in it).
 	Buf []byte
-	// Root is the /proc the pids are read in ("" or longer than MaxRoot:
-	// every exec goes to the Go path).
-	Root string
 	// Pending are the pids of the tools waiting for their exit.
 	Pending []int
 	// Snap is what was read of the process whose exec Wait returned
 	// for, when its binary's name may be a tool's (Snapshot).
 	Snap Snapshot
 
-	// prefix is Root and a slash, made by Wait when Root changed.
-	prefix     []byte
-	prefixRoot string
-	// path and target are readExe's, here because the quiet path's
-	// stack is bounded (nosplit); timeout is the poll's.
+	// fds are the connector's socket, then the descriptor that tells
+	// the reader to stop (readable: Stop).
+	fds [2]unix.PollFd
+	// prefix is the /proc root and a slash, nil when every exec goes to
+	// the Go path.
+	prefix []byte
+	// path is the /proc path a read is made on, here because the quiet
+	// path's stack is bounded (nosplit); timeout is the poll's.
 	path    [MaxRoot + 32]byte
-	target  [512]byte
 	timeout unix.Timespec
+}
+
+// NewReader reads the connector's socket fd until stop is readable; the
+// pids are read in root, the /proc they live in ("" or longer than
+// MaxRoot: every exec goes to the Go path).
+func NewReader(fd, stop int, root string) *Reader {
+	q := &Reader{Buf: make([]byte, 64<<10),
+		fds: [2]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(stop), Events: unix.POLLIN}}}
+	if root != "" && len(root) <= MaxRoot {
+		q.prefix = []byte(root + "/")
+	}
+	s := &q.Snap
+	s.Exe.buf = make([]byte, 512)
+	s.Netns.buf = make([]byte, 64)
+	s.Cmdline.buf = make([]byte, MaxCmdline+1)
+	s.Comm.buf = make([]byte, 32)
+	s.Stat.buf = make([]byte, MaxProc+1)
+	s.Cgroup.buf = make([]byte, MaxProc+1)
+	s.Stat2.buf = make([]byte, MaxProc+1)
+	return q
 }
 
 // Result is why Wait returned.
@@ -192,13 +208,6 @@ const PublishEvery = time.Second
 // (execs of binaries whose name cannot be a tool's, exits of threads and
 // of processes not pending); dismissed counts the execs it dismissed.
 func (q *Reader) Wait() (res Result, off, n int, dismissed uint64) {
-	if q.prefix == nil || q.prefixRoot != q.Root {
-		q.prefix, q.prefixRoot = nil, q.Root
-		if q.Root != "" && len(q.Root) <= MaxRoot {
-			q.prefix = []byte(q.Root + "/")
-		}
-	}
-	q.Snap.ready()
 	q.Snap.PID = 0
 	return q.wait()
 }
@@ -212,7 +221,7 @@ func (q *Reader) wait() (res Result, off, n int, dismissed uint64) {
 	return res, off, n, dismissed
 }
 
-// loop is Wait's body, without a P.
+// loop is Wait's body, in the system call state (its P may be taken).
 //
 //go:nosplit
 //go:norace
@@ -229,18 +238,18 @@ func (q *Reader) loop() (res Result, off, n int, dismissed uint64) {
 			q.timeout = unix.Timespec{Sec: left / int64(time.Second), Nsec: left % int64(time.Second)}
 			tp = uintptr(unsafe.Pointer(&q.timeout))
 		}
-		r, _, e := syscall.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&q.FDs[0])), 2, tp, 0, 0, 0)
+		r, _, e := syscall.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&q.fds[0])), 2, tp, 0, 0, 0)
 		if e != 0 && e != unix.EINTR {
 			return Stop, 0, 0, dismissed
 		}
 		if r == 0 || e != 0 {
 			continue
 		}
-		if q.FDs[1].Revents != 0 {
+		if q.fds[1].Revents != 0 {
 			return Stop, 0, 0, dismissed
 		}
 		for {
-			m, _, e := syscall.RawSyscall6(unix.SYS_RECVFROM, uintptr(q.FDs[0].Fd), uintptr(unsafe.Pointer(&q.Buf[0])), uintptr(len(q.Buf)), unix.MSG_DONTWAIT, 0, 0)
+			m, _, e := syscall.RawSyscall6(unix.SYS_RECVFROM, uintptr(q.fds[0].Fd), uintptr(unsafe.Pointer(&q.Buf[0])), uintptr(len(q.Buf)), unix.MSG_DONTWAIT, 0, 0)
 			if e == unix.EAGAIN {
 				break
 			}
@@ -309,14 +318,17 @@ func (q *Reader) dismiss(b []byte) (int, uint64) {
 		case ev.Kind == KindExec:
 			// Every tool's name holds "tables" (iptables, ip6tables,
 			// arptables, ebtables, xtables-*); the Go path decides
-			// exactly, and on a binary that could not be read.
-			n := q.readExe(ev.TGID)
-			if n == 0 {
+			// exactly, and on a binary that could not be read whole.
+			if q.prefix == nil || ev.TGID <= 0 {
 				return off, execs
 			}
-			if baseHolds(q.target[:n], "tables") || q.isPending(ev.TGID) {
+			exe := &q.Snap.Exe
+			q.readLink(ev.TGID, exeLeaf, exe)
+			if exe.Err != 0 || exe.N == 0 || exe.N >= len(exe.buf) {
+				return off, execs
+			}
+			if baseHolds(exe.buf[:exe.N], "tables") || q.isPending(ev.TGID) {
 				q.Snap.PID = ev.TGID
-				q.Snap.Exe.N = n
 				return off, execs
 			}
 			execs++
@@ -339,26 +351,6 @@ func (q *Reader) isPending(pid int) bool {
 		}
 	}
 	return false
-}
-
-// readExe reads the process's binary (/proc/PID/exe's target) into
-// target: its length, 0 when it could not be read.
-//
-//go:nosplit
-//go:norace
-func (q *Reader) readExe(pid int) int {
-	if pid <= 0 || q.prefix == nil {
-		return 0
-	}
-	n := q.procPath(pid, exeLeaf)
-	if n < 0 {
-		return 0
-	}
-	r, _, e := syscall.RawSyscall6(unix.SYS_READLINKAT, atFDCWD, uintptr(unsafe.Pointer(&q.path[0])), uintptr(unsafe.Pointer(&q.target[0])), uintptr(len(q.target)), 0, 0)
-	if e != 0 || r >= uintptr(len(q.target)) {
-		return 0
-	}
-	return int(r)
 }
 
 // procPath writes prefix, pid and leaf (NUL-terminated) into q.path: its
@@ -411,10 +403,13 @@ var exeLeaf = []byte("/exe\x00")
 //go:nosplit
 //go:norace
 func put(b []byte, n int, s []byte) int {
-	if n < 0 || n > len(b) || len(s) > len(b)-n {
+	if n < 0 || n > len(b) {
 		return -1
 	}
 	dst := b[n:]
+	if len(s) > len(dst) {
+		return -1
+	}
 	dst = dst[:len(s)]
 	for i := range dst {
 		dst[i] = s[i]
@@ -431,10 +426,13 @@ func putUint(b []byte, n int, v uint64) int {
 	for x := v; x >= 10; x /= 10 {
 		digits++
 	}
-	if n < 0 || n > len(b) || digits > len(b)-n {
+	if n < 0 || n > len(b) {
 		return -1
 	}
 	dst := b[n:]
+	if uint(digits) > uint(len(dst)) {
+		return -1
+	}
 	dst = dst[:digits]
 	for i := len(dst) - 1; i >= 0; i-- {
 		dst[i] = byte('0' + v%10)
@@ -465,7 +463,7 @@ type Snapshot struct {
 }
 
 // File is one /proc file's bytes (a link's target), or why it could not
-// be read. The quiet path writes only N and Err: storing a slice is a
+// be read. Its buffer is NewReader's. The quiet path writes only N and Err: storing a slice is a
 // pointer write, whose barrier needs a P.
 type File struct {
 	buf []byte
@@ -481,28 +479,15 @@ func (f *File) Bytes() []byte { return f.buf[:f.N] }
 // SnapshotOf reads pid's files under root as the quiet path does when its
 // exec arrives (tests hand it to the Go path after the process ended).
 func SnapshotOf(root string, pid int) *Snapshot {
-	q := &Reader{Root: root}
-	q.prefix = []byte(root + "/")
-	q.Snap.ready()
-	if n := q.readExe(pid); n > 0 {
-		q.Snap.PID, q.Snap.Exe.N = pid, n
-		q.snapshot()
+	q := NewReader(-1, -1, root)
+	if q.prefix != nil && pid > 0 {
+		q.readLink(pid, exeLeaf, &q.Snap.Exe)
+		if q.Snap.Exe.Err == 0 && q.Snap.Exe.N > 0 {
+			q.Snap.PID = pid
+			q.snapshot()
+		}
 	}
 	return &q.Snap
-}
-
-// ready gives the snapshot's buffers, once.
-func (s *Snapshot) ready() {
-	if s.Cmdline.buf != nil {
-		return
-	}
-	s.Exe.buf = make([]byte, 512)
-	s.Netns.buf = make([]byte, 64)
-	s.Cmdline.buf = make([]byte, MaxCmdline+1)
-	s.Comm.buf = make([]byte, 32)
-	s.Stat.buf = make([]byte, MaxProc+1)
-	s.Cgroup.buf = make([]byte, MaxProc+1)
-	s.Stat2.buf = make([]byte, MaxProc+1)
 }
 
 var (
@@ -513,22 +498,14 @@ var (
 	cgroupLeaf  = []byte("/cgroup\x00")
 )
 
-// snapshot reads q.Snap.PID's files into q.Snap, its binary from
-// q.target (q.Snap.Exe.N bytes, as dismiss read it).
+// snapshot reads q.Snap.PID's files into q.Snap but its binary, which
+// dismiss read.
 //
 //go:nosplit
 //go:norace
 func (q *Reader) snapshot() {
 	s := &q.Snap
 	pid := s.PID
-	if n := s.Exe.N; n > 0 && n <= len(q.target) {
-		s.Exe.N, s.Exe.Err = put(s.Exe.buf, 0, q.target[:n]), 0
-	} else {
-		s.Exe.N = -1
-	}
-	if s.Exe.N < 0 {
-		s.Exe.N, s.Exe.Err = 0, unix.ENAMETOOLONG
-	}
 	q.readLink(pid, netLeaf, &s.Netns)
 	q.readFile(pid, cmdlineLeaf, &s.Cmdline)
 	q.readFile(pid, commLeaf, &s.Comm)

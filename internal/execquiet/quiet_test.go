@@ -96,10 +96,8 @@ func TestDismiss(t *testing.T) {
 		{"another event", "/proc", nil, [][]byte{message(1 /* fork */, 5, 5, 0)}, 1, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			q := &Reader{Root: c.root, Pending: c.pending}
-			if c.root != "" && len(c.root) <= MaxRoot {
-				q.prefix = []byte(c.root + "/")
-			}
+			q := NewReader(-1, -1, c.root)
+			q.Pending = c.pending
 			var b []byte
 			offs := []int{}
 			for _, m := range c.msgs {
@@ -107,7 +105,6 @@ func TestDismiss(t *testing.T) {
 				b = append(b, m...)
 			}
 			offs = append(offs, len(b))
-			q.Snap.ready()
 			off, execs := q.dismiss(b)
 			if off != offs[c.off] || execs != c.execs {
 				t.Errorf("dismiss: offset %d, %d execs; want %d (message %d), %d", off, execs, offs[c.off], c.off, c.execs)
@@ -121,7 +118,7 @@ func TestDismiss(t *testing.T) {
 }
 
 func TestDismissMalformed(t *testing.T) {
-	q := &Reader{prefix: []byte("/proc/")}
+	q := NewReader(-1, -1, "/proc")
 	ok := message(ProcEventExit, 5, 5, 0)
 	short := message(ProcEventExit, 5, 5, 0)
 	binary.NativeEndian.PutUint16(short[unix.NLMSG_HDRLEN+16:], 200) // says more than it holds
@@ -196,8 +193,7 @@ func pair(t *testing.T) (q *Reader, send func(...[]byte), stop func()) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]); unix.Close(wake) })
-	q = &Reader{FDs: [2]unix.PollFd{{Fd: int32(fds[0]), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}},
-		Buf: make([]byte, 64<<10), Root: "/proc"}
+	q = NewReader(fds[0], wake, "/proc")
 	send = func(msgs ...[]byte) {
 		var b []byte
 		for _, m := range msgs {
@@ -328,8 +324,7 @@ func TestSnapshotOf(t *testing.T) {
 		t.Errorf("a pid that is not: %+v", s.PID)
 	}
 	// A file larger than its buffer fills it: the caller tells it was cut.
-	q := &Reader{prefix: []byte("/proc/")}
-	q.Snap.ready()
+	q := NewReader(-1, -1, "/proc")
 	f := File{buf: make([]byte, 8)}
 	q.readFile(self, cmdlineLeaf, &f)
 	if f.N != 8 || f.Err != 0 {

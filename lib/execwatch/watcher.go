@@ -270,16 +270,15 @@ func (w *Watcher) listenFor(events uint32) error {
 // only by these requests, and keep announcing every exec to nobody.
 func (w *Watcher) ignore() {
 	data := listenRequest(0, 0, mcastIgnore, 0)
+	msg := netlink.Message{Header: netlink.Header{Type: netlink.Done, Length: uint32(unix.NLMSG_HDRLEN + len(data))}, Data: data}
 	if w.conn != nil {
-		_, _ = w.conn.Send(netlink.Message{Header: netlink.Header{Type: netlink.Done}, Data: data})
+		_, _ = w.conn.Send(msg)
 		return
 	}
 	// The reader's duplicate, once the original is closed (start).
-	msg := make([]byte, unix.NLMSG_HDRLEN+len(data))
-	binary.NativeEndian.PutUint32(msg[0:], uint32(len(msg)))
-	binary.NativeEndian.PutUint16(msg[4:], unix.NLMSG_DONE)
-	copy(msg[unix.NLMSG_HDRLEN:], data)
-	_ = unix.Sendto(w.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+	if b, err := msg.MarshalBinary(); err == nil {
+		_ = unix.Sendto(w.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+	}
 }
 
 // start runs the reader on a thread of its own. It reads a duplicate of
@@ -384,8 +383,7 @@ func (w *Watcher) read(ready chan<- struct{}) {
 	// The thread ends with the reader: its priority goes with it.
 	w.realtime = watch.RealtimeThread()
 	close(ready)
-	q := &execquiet.Reader{FDs: [2]unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLIN}, {Fd: int32(w.wake), Events: unix.POLLIN}},
-		Buf: make([]byte, 64<<10), Root: w.opts.Proc}
+	q := execquiet.NewReader(w.fd, w.wake, w.opts.Proc)
 	for {
 		// One system call while the messages need nothing of Go
 		// (internal/execquiet). The pending tools change only here, on
