@@ -238,7 +238,7 @@ func within(t *testing.T, ch chan waited, d time.Duration) waited {
 	return waited{}
 }
 
-// TestWait runs the quiet path for real, without a P: what it dismisses,
+// TestWait runs the quiet path for real, in its system call: what it dismisses,
 // what it returns for, and that the Go runtime (a garbage collection, other
 // goroutines, the race detector under make test) goes on meanwhile.
 func TestWait(t *testing.T) {

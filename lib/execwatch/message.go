@@ -11,7 +11,8 @@ import (
 )
 
 // Kernel constants (include/uapi/linux/connector.h, cn_proc.h); the
-// messages' own are execquiet's, which reads them without a P.
+// messages' own are execquiet's, whose quiet path reads them in a system
+// call of the runtime's.
 const (
 	netlinkConnector = 11 // NETLINK_CONNECTOR
 	cnIdxProc        = execquiet.CnIdxProc
