@@ -5,10 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"syscall"
+	"os"
 	"time"
 
-	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
@@ -25,57 +24,122 @@ type chainKey struct {
 	table, chain string
 }
 
-// nlSession is one netfilter netlink socket inside the namespace. Its reads
-// carry the deadline, so a huge ruleset, whose dump the kernel slows down
-// quadratically, ends on time with what was read so far.
+// nlSession is one netfilter netlink socket inside the namespace, read
+// with plain blocking system calls, outside Go's network poller: a socket
+// in the poller wakes the poller's thread at every batch the kernel
+// queues (a hundred for 10,000 rules), for nobody, and that was a tenth
+// of a big dump's time. Its receive timeout is the deadline, so a huge
+// ruleset, whose dump the kernel slows down quadratically, ends on time
+// with what was read so far.
 type nlSession struct {
-	c    *netlink.Conn
-	raw  syscall.RawConn
-	ctx  context.Context
-	path string
+	fd       int
+	seq      uint32
+	deadline time.Time
+	ctx      context.Context
+	path     string
 	// buf receives every batch: one buffer for the whole look, so a pod's
 	// 30 MB of rules cost the hook 64 KiB, not 30 MB of garbage. Its size
 	// is also what the kernel sizes its batches by (up to 32 KiB).
 	buf []byte
 }
 
+// openSession opens a netfilter netlink socket in h's namespace with a
+// receive buffer of size bytes, reads bounded by deadline.
+func openSession(ctx context.Context, h *netns.Handle, deadline time.Time, size int) (*nlSession, error) {
+	fd := -1
+	err := h.Do(func() error {
+		var err error
+		// A netlink socket belongs to the netns it was made in, wherever
+		// it is used after.
+		fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dial netfilter netlink in netns %q: %w", h.Path, err)
+	}
+	n := &nlSession{fd: fd, deadline: deadline, ctx: ctx, path: h.Path, buf: make([]byte, size)}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		n.close()
+		return nil, fmt.Errorf("bind netfilter netlink in netns %q: %w", h.Path, err)
+	}
+	if err := n.setTimeout(); err != nil {
+		n.close()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *nlSession) close() { unix.Close(n.fd) }
+
+// setTimeout sets the socket's receive timeout to what is left before
+// the deadline; at least a microsecond, as zero means no timeout.
+func (n *nlSession) setTimeout() error {
+	tv := unix.NsecToTimeval(max(time.Until(n.deadline), time.Microsecond).Nanoseconds())
+	if err := unix.SetsockoptTimeval(n.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return fmt.Errorf("set netlink deadline in netns %q: %w", n.path, err)
+	}
+	return nil
+}
+
+// recv reads one batch into buf by the deadline.
+func (n *nlSession) recv() (int, error) {
+	for {
+		nr, _, rflags, _, err := unix.Recvmsg(n.fd, n.buf, nil, 0)
+		switch {
+		case err == unix.EINTR:
+			// A signal (SIGCHLD of the legacy peek, the runtime's own)
+			// ends a wait on a socket with a receive timeout even under
+			// SA_RESTART; the wait goes on for what is left of it.
+			if !time.Now().Before(n.deadline) {
+				return 0, os.ErrDeadlineExceeded
+			}
+			if err := n.setTimeout(); err != nil {
+				return 0, err
+			}
+		case err == unix.EAGAIN:
+			return 0, os.ErrDeadlineExceeded
+		case err != nil:
+			return 0, err
+		case rflags&unix.MSG_TRUNC != 0:
+			return 0, errors.New("message bigger than the receive buffer")
+		default:
+			return nr, nil
+		}
+	}
+}
+
+// request sends one nftables request with the next sequence number.
+func (n *nlSession) request(typ, flags uint16, fam byte, attrs []byte) error {
+	n.seq++
+	// nlmsghdr, then nfgenmsg: family (AF_UNSPEC: all of them), version 0,
+	// res_id 0, then the attributes.
+	req := make([]byte, 20, 20+len(attrs))
+	binary.NativeEndian.PutUint16(req[4:], unix.NFNL_SUBSYS_NFTABLES<<8|typ)
+	binary.NativeEndian.PutUint16(req[6:], unix.NLM_F_REQUEST|flags)
+	binary.NativeEndian.PutUint32(req[8:], n.seq)
+	req[16], req[17] = fam, unix.NFNETLINK_V0
+	req = append(req, attrs...)
+	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
+	return unix.Sendto(n.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+}
+
 // dump sends one request and hands every reply message's family and
 // attributes to fn, until the end of the dump (or the one reply of a plain
 // request). It reads to the end even when fn keeps nothing, so the next
 // request on the socket starts clean.
-func (n *nlSession) dump(typ uint16, flags netlink.HeaderFlags, fam byte, attrs []byte, what string, fn func(fam byte, b []byte)) error {
-	req := netlink.Message{
-		Header: netlink.Header{
-			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | typ),
-			Flags: netlink.Request | flags,
-		},
-		// nfgenmsg: family (AF_UNSPEC: all of them), version 0, res_id 0.
-		Data: append([]byte{fam, unix.NFNETLINK_V0, 0, 0}, attrs...),
-	}
-	sent, err := n.c.Send(req)
-	if err != nil {
+func (n *nlSession) dump(typ, flags uint16, fam byte, attrs []byte, what string, fn func(fam byte, b []byte)) error {
+	if err := n.request(typ, flags, fam, attrs); err != nil {
 		return fmt.Errorf("request nftables %s in netns %q: %w", what, n.path, err)
 	}
 	for batches := 1; ; batches++ {
 		if batches%64 == 0 && n.ctx.Err() != nil {
 			return fmt.Errorf("dump nftables %s in netns %q: %w", what, n.path, n.ctx.Err())
 		}
-		var nr, rflags int
-		var rerr error
-		err := n.raw.Read(func(fd uintptr) bool {
-			nr, _, rflags, _, rerr = unix.Recvmsg(int(fd), n.buf, nil, 0)
-			return rerr != unix.EAGAIN
-		})
-		if err == nil {
-			err = rerr
-		}
-		if err == nil && rflags&unix.MSG_TRUNC != 0 {
-			err = errors.New("message bigger than the receive buffer")
-		}
+		nr, err := n.recv()
 		if err != nil {
 			return fmt.Errorf("dump nftables %s in netns %q: %w", what, n.path, err)
 		}
-		done, err := eachMessage(n.buf[:nr], sent.Header.Sequence, fn)
+		done, err := eachMessage(n.buf[:nr], n.seq, fn)
 		if err != nil {
 			return fmt.Errorf("dump nftables %s in netns %q: %w", what, n.path, err)
 		}
@@ -134,23 +198,15 @@ func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Optio
 	// 32 KiB), and a message that does not fit an empty batch ends the
 	// dump silently. The first batch of a dump is built before any recvmsg,
 	// hence the GETGEN round trip below before any dump.
-	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: h.Fd()})
+	n, err := openSession(ctx, h, deadline, 1<<16)
 	if err != nil {
-		return fmt.Errorf("dial netfilter netlink in netns %q: %w", h.Path, err)
+		return err
 	}
-	defer c.Close()
-	if err := c.SetDeadline(deadline); err != nil {
-		return fmt.Errorf("set netlink deadline: %w", err)
-	}
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("dial netfilter netlink in netns %q: %w", h.Path, err)
-	}
-	n := &nlSession{c: c, raw: raw, ctx: ctx, path: h.Path, buf: make([]byte, 1<<16)}
+	defer n.close()
 	if err := n.dump(unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC, nil, "generation", func(byte, []byte) {}); err != nil {
 		return err
 	}
-	if err := n.dump(unix.NFT_MSG_GETTABLE, netlink.Dump, unix.AF_UNSPEC, nil, "tables", func(fam byte, b []byte) {
+	if err := n.dump(unix.NFT_MSG_GETTABLE, unix.NLM_F_DUMP, unix.AF_UNSPEC, nil, "tables", func(fam byte, b []byte) {
 		addTable(fam, b, opt, s)
 	}); err != nil {
 		return err
@@ -178,7 +234,7 @@ func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Optio
 		return err
 	}
 	d.first = false
-	if err := n.dump(unix.NFT_MSG_GETCHAIN, netlink.Dump, unix.AF_UNSPEC, nil, "chains", d.addChain); err != nil {
+	if err := n.dump(unix.NFT_MSG_GETCHAIN, unix.NLM_F_DUMP, unix.AF_UNSPEC, nil, "chains", d.addChain); err != nil {
 		return err
 	}
 	// Then the other tables' rules: table by table when they are few and
@@ -198,7 +254,7 @@ func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Optio
 func (d *dumper) tableRules(n *nlSession, tables []Table) error {
 	for _, t := range tables {
 		filter := attr(unix.NFTA_RULE_TABLE, append([]byte(t.Name), 0))
-		if err := n.dump(unix.NFT_MSG_GETRULE, netlink.Dump, t.Family.Number(), filter, "rules", d.addRule); err != nil {
+		if err := n.dump(unix.NFT_MSG_GETRULE, unix.NLM_F_DUMP, t.Family.Number(), filter, "rules", d.addRule); err != nil {
 			return err
 		}
 	}
@@ -218,7 +274,7 @@ func (d *dumper) restRules(n *nlSession, rest []Table) error {
 		}
 	}
 	if len(d.skip) == 0 || !listed || len(rest) > maxTableDumps {
-		return n.dump(unix.NFT_MSG_GETRULE, netlink.Dump, unix.AF_UNSPEC, nil, "rules", d.addRule)
+		return n.dump(unix.NFT_MSG_GETRULE, unix.NLM_F_DUMP, unix.AF_UNSPEC, nil, "rules", d.addRule)
 	}
 	return d.tableRules(n, rest)
 }
@@ -270,12 +326,25 @@ type dumper struct {
 	// table and chain of the previous rule: the dump comes chain by chain,
 	// so most rules reuse these strings instead of allocating their own.
 	table, chain string
+	// last is the previous rule's chain, looked up in skip and index:
+	// the next rule of the same chain needs neither map (two string
+	// hashes a rule, a tenth of the decoding at 10,000 rules).
+	last lastChain
 	// keptData and keptExprs are the free tails of the blocks the kept
 	// rules' copies are cut from: two allocations per block instead of one
 	// per expression and one per rule (the sweep's garbage collection was
 	// most of its CPU beside the kernel's).
 	keptData  []byte
 	keptExprs []Expr
+}
+
+// lastChain is a chain's lookups kept from one rule to the next.
+type lastChain struct {
+	key     chainKey
+	ok      bool
+	skip    bool
+	i       int
+	indexed bool
 }
 
 // keptBlock is the least a block of kept copies holds, in bytes of
@@ -371,6 +440,7 @@ func (d *dumper) newChain(k chainKey, ch Chain, use uint32) (int, bool) {
 	}
 	i := len(s.Chains)
 	d.index[k] = i
+	d.last.ok = false // its index changed
 	s.Chains = append(s.Chains, ch)
 	d.use = append(d.use, use)
 	d.refs = append(d.refs, d.pending[k])
@@ -435,7 +505,12 @@ func (d *dumper) addRule(fam byte, b []byte) {
 			udata = data
 		}
 	})
-	if d.skip[tableKey{r.Family, r.Table}] != d.first {
+	k := chainKey{r.Family, r.Table, r.Chain}
+	if !d.last.ok || d.last.key != k {
+		i, indexed := index[k]
+		d.last = lastChain{key: k, ok: true, skip: d.skip[tableKey{r.Family, r.Table}], i: i, indexed: indexed}
+	}
+	if d.last.skip != d.first {
 		return
 	}
 	xt := false
@@ -457,10 +532,10 @@ func (d *dumper) addRule(fam byte, b []byte) {
 	r.Sum = uint64(sum)
 	d.scratch = r.Exprs
 
-	k := chainKey{r.Family, r.Table, r.Chain}
-	i, ok := index[k]
-	if !ok {
+	i := d.last.i
+	if !d.last.indexed {
 		// A chain added after the chain listing: count its rules all the same.
+		var ok bool
 		if i, ok = d.newChain(k, Chain{Family: r.Family, Table: r.Table, Name: r.Chain, Policy: 1}, 0); !ok {
 			return
 		}
@@ -659,7 +734,7 @@ const verdictData = 0xffffff00
 func (d *dumper) countSetJumps(n *nlSession, tk tableKey) error {
 	tableAttr := attr(unix.NFTA_SET_TABLE, append([]byte(tk.table), 0))
 	var maps []string
-	err := n.dump(unix.NFT_MSG_GETSET, netlink.Dump, tk.fam.Number(), tableAttr, "sets", func(_ byte, b []byte) {
+	err := n.dump(unix.NFT_MSG_GETSET, unix.NLM_F_DUMP, tk.fam.Number(), tableAttr, "sets", func(_ byte, b []byte) {
 		var name string
 		var dataType uint32
 		eachAttr(b, func(typ uint16, v []byte) {
@@ -679,7 +754,7 @@ func (d *dumper) countSetJumps(n *nlSession, tk tableKey) error {
 	}
 	for _, m := range maps {
 		req := append(attr(unix.NFTA_SET_ELEM_LIST_TABLE, append([]byte(tk.table), 0)), attr(unix.NFTA_SET_ELEM_LIST_SET, append([]byte(m), 0))...)
-		err := n.dump(unix.NFT_MSG_GETSETELEM, netlink.Dump, tk.fam.Number(), req, "set elements", func(_ byte, b []byte) {
+		err := n.dump(unix.NFT_MSG_GETSETELEM, unix.NLM_F_DUMP, tk.fam.Number(), req, "set elements", func(_ byte, b []byte) {
 			eachAttr(b, func(typ uint16, v []byte) {
 				if typ != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
 					return

@@ -10,7 +10,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
@@ -37,23 +36,15 @@ type State struct {
 // Generation reads the namespace's nftables generation: one netlink round
 // trip, no lock any other process can hold.
 func Generation(ctx context.Context, h *netns.Handle) (uint32, error) {
-	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: h.Fd()})
-	if err != nil {
-		return 0, fmt.Errorf("dial netfilter netlink in netns %q: %w", h.Path, err)
-	}
-	defer c.Close()
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(fallbackBudget)
 	}
-	if err := c.SetDeadline(deadline); err != nil {
-		return 0, fmt.Errorf("set netlink deadline: %w", err)
-	}
-	raw, err := c.SyscallConn()
+	n, err := openSession(ctx, h, deadline, 4096)
 	if err != nil {
-		return 0, fmt.Errorf("dial netfilter netlink in netns %q: %w", h.Path, err)
+		return 0, err
 	}
-	n := &nlSession{c: c, raw: raw, ctx: ctx, path: h.Path, buf: make([]byte, 4096)}
+	defer n.close()
 	var gen uint32
 	found := false
 	err = n.dump(unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC, nil, "generation", func(_ byte, b []byte) {

@@ -1,0 +1,93 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
+)
+
+// TestSessionWaitsThroughSignals: a read of the netlink socket with
+// nothing to read waits until the deadline, neither less (a signal ends
+// such a wait with EINTR even under SA_RESTART) nor more (each wait again
+// is for what is left: the signals stop 100 ms before the deadline, and a
+// wait restarted in full would end 200 ms after it), and a reply that
+// comes during the signals is read.
+func TestSessionWaitsThroughSignals(t *testing.T) {
+	nstest.NeedRoot(t)
+	ns := nstest.New(t)
+	h, err := netns.Open(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	const wait = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		reply bool
+	}{{"nothing to read", false}, {"a reply after 50 signals", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			n, err := openSession(context.Background(), h, start.Add(wait), 4096)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n.close()
+			// The signals go to this thread, the one waiting in recvmsg.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			tid := unix.Gettid()
+			stop, sent := make(chan struct{}), make(chan int, 1)
+			go func() {
+				count := 0
+				tick := time.NewTicker(time.Millisecond)
+				defer tick.Stop()
+				for quiet := time.After(wait - 100*time.Millisecond); ; {
+					select {
+					case <-stop:
+						sent <- count
+						return
+					case <-quiet:
+						tick.Stop()
+					case <-tick.C:
+						// SIGURG: the runtime's own preemption signal,
+						// which it ignores when it did not ask for it.
+						unix.Tgkill(os.Getpid(), tid, unix.SIGURG)
+						if count++; tc.reply && count == 50 {
+							if err := n.request(unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC, nil); err != nil {
+								t.Error(err)
+							}
+						}
+					}
+				}
+			}()
+			nr, err := n.recv()
+			took := time.Since(start)
+			close(stop)
+			signals := <-sent
+			t.Logf("%d signals, recv after %v: %d bytes, %v", signals, took.Round(time.Millisecond), nr, err)
+			if signals < 20 {
+				t.Fatalf("only %d signals sent during the wait", signals)
+			}
+			if tc.reply {
+				if err != nil || nr < 16 || took >= wait {
+					t.Fatalf("recv = %d bytes, %v after %v; want the reply before the deadline", nr, err, took)
+				}
+				return
+			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("recv = %d bytes, %v; want os.ErrDeadlineExceeded", nr, err)
+			}
+			if took < wait-10*time.Millisecond || took > wait+100*time.Millisecond {
+				t.Fatalf("recv returned after %v; want the deadline's %v", took, wait)
+			}
+		})
+	}
+}
