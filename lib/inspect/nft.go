@@ -84,15 +84,17 @@ func (n *nlSession) setTimeout() error {
 // recv reads one batch into buf by the deadline.
 func (n *nlSession) recv() (int, error) {
 	for {
+		// The receive timeout bounds a wait only: a dump whose batches
+		// are always ready (300,000 chains) never waits.
+		if !time.Now().Before(n.deadline) {
+			return 0, os.ErrDeadlineExceeded
+		}
 		nr, _, rflags, _, err := unix.Recvmsg(n.fd, n.buf, nil, 0)
 		switch {
 		case err == unix.EINTR:
 			// A signal (SIGCHLD of the legacy peek, the runtime's own)
 			// ends a wait on a socket with a receive timeout even under
 			// SA_RESTART; the wait goes on for what is left of it.
-			if !time.Now().Before(n.deadline) {
-				return 0, os.ErrDeadlineExceeded
-			}
 			if err := n.setTimeout(); err != nil {
 				return 0, err
 			}
