@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -57,7 +58,7 @@ func openSession(ctx context.Context, h *netns.Handle, deadline time.Time, size 
 	if err != nil {
 		return nil, fmt.Errorf("dial netfilter netlink in netns %q: %w", h.Path, err)
 	}
-	n := &nlSession{fd: fd, deadline: deadline, ctx: ctx, path: h.Path, buf: make([]byte, size)}
+	n := &nlSession{fd: fd, deadline: deadline, ctx: ctx, path: h.Path, buf: getBuf(size)}
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		n.close()
 		return nil, fmt.Errorf("bind netfilter netlink in netns %q: %w", h.Path, err)
@@ -69,7 +70,24 @@ func openSession(ctx context.Context, h *netns.Handle, deadline time.Time, size 
 	return n, nil
 }
 
-func (n *nlSession) close() { unix.Close(n.fd) }
+func (n *nlSession) close() {
+	unix.Close(n.fd)
+	putBuf(n.buf)
+	n.buf = nil
+}
+
+// bufs keeps receive buffers between looks: the agent's sweep opens a
+// session per pod, and 64 KiB each was most of a clean pod's garbage.
+var bufs sync.Pool
+
+func getBuf(size int) []byte {
+	if b, ok := bufs.Get().(*[]byte); ok && cap(*b) >= size {
+		return (*b)[:size]
+	}
+	return make([]byte, size)
+}
+
+func putBuf(b []byte) { bufs.Put(&b) }
 
 // setTimeout sets the socket's receive timeout to what is left before
 // the deadline; at least a microsecond, as zero means no timeout.
