@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/execwatch"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+	"github.com/iptables-alerter/iptables-alerter/lib/watch"
 )
 
 // execScan waits for the next scan or record of the exec watch whose
@@ -334,5 +336,55 @@ func TestExecParkedWait(t *testing.T) {
 	a.execs.synced.Store(now.Add(-execPlaceWait).UnixNano())
 	if waiting = a.placeParked(waiting); len(waiting) != 0 || counter(a.metrics.execMissed.WithLabelValues(missNowhere)) != 2 {
 		t.Errorf("execPlaceWait past the sync: %d waiting, %v missed", len(waiting), counter(a.metrics.execMissed.WithLabelValues(missNowhere)))
+	}
+}
+
+// TestAliveWriter: a writer the nftables watch found gone is the same
+// process as the exec watch read it at its exec, when the pid and the
+// command are the same (a one-shot tool often exits before the watch's
+// reader gets to its /proc); a writer read alive, another command at that
+// pid, or a pid the exec watch never saw stay as they are.
+func TestAliveWriter(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy")
+	a := startWatching(t, t.TempDir(), newRecorder(), func(c *Config) { c.ExecWatch = true })
+	execUp(t, a)
+	ns := nstest.New(t)
+	var seen execwatch.Command
+	cmd := exec.Command("ip", "netns", "exec", ns.Name, "iptables-legacy", "-w", "60", "-C", "INPUT", "-j", "DROP")
+	_ = nstest.RunHeld(t, cmd, func(pid int) bool {
+		c, ok := a.execs.w.Load().Lookup(pid)
+		if ok && strings.HasSuffix(c.Exe, "xtables-legacy-multi") {
+			seen = c
+			return true
+		}
+		return false
+	})
+	if seen.Writer == nil || seen.Writer.Gone {
+		t.Fatalf("the exec watch read %+v", seen)
+	}
+	// Exited and reaped: what the nftables watch would read now.
+	gone := watch.Proc{Root: a.cfg.HostProc}.Writer(seen.PID, seen.Writer.Comm)
+	if !gone.Gone {
+		t.Fatalf("pid %d still there after its wait: %+v", seen.PID, gone)
+	}
+	got := a.aliveWriter(gone)
+	if got.Gone || got.PID != seen.PID || got.Comm != seen.Writer.Comm || got.PPID != os.Getpid() {
+		t.Errorf("aliveWriter(%+v) = %+v, want pid %d alive, its parent this test (%d)", gone, got, seen.PID, os.Getpid())
+	}
+	if got == seen.Writer {
+		t.Error("aliveWriter gave the exec watch's own writer, not a copy")
+	}
+	for _, tc := range []struct {
+		name string
+		wr   *findings.Writer
+	}{
+		{"none", nil},
+		{"read alive", &findings.Writer{PID: seen.PID, Comm: seen.Writer.Comm, PPID: 1}},
+		{"another command", &findings.Writer{PID: seen.PID, Comm: "nft", Gone: true}},
+		{"a pid never seen", &findings.Writer{PID: 1 << 30, Comm: seen.Writer.Comm, Gone: true}},
+	} {
+		if got := a.aliveWriter(tc.wr); got != tc.wr {
+			t.Errorf("%s: aliveWriter(%+v) = %+v, want it unchanged", tc.name, tc.wr, got)
+		}
 	}
 }

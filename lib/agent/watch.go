@@ -495,6 +495,7 @@ func (a *Agent) queueWatch(w *watched, stage string, writer *findings.Writer) {
 	}
 	m := w.meta
 	m.Stage = stage
+	writer = a.aliveWriter(writer)
 	if writer != nil && writer.ContainerID != "" && writer.Pod.UID == m.Pod.UID && !w.node {
 		m.ContainerID, m.Container = writer.ContainerID, writer.Container
 	}
@@ -530,15 +531,39 @@ func (a *Agent) writerOf(j job, st inspect.State, stOK bool) *findings.Writer {
 	if w == nil {
 		return nil
 	}
+	var found *findings.Writer
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	for i := len(w.pending) - 1; i >= 0; i-- {
 		// Generations wrap: serial number arithmetic.
 		if p := w.pending[i]; int32(p.gen-st.Gen) <= 0 {
-			return p.writer
+			found = p.writer
+			break
 		}
 	}
-	return nil
+	w.mu.Unlock()
+	return a.aliveWriter(found)
+}
+
+// aliveWriter is wr, or, where the watch found wr's process gone, the
+// same process as the exec watch read it at its exec: same pid, same
+// command. The watch's reader runs at real-time priority, but after its
+// wake it may wait for one of Go's processors while a one-shot tool
+// exits; the exec watch's reader reads a tool's files before it returns
+// to Go (internal/execquiet), and by the end of the debounce window it
+// has handed them over (execwatch.Watcher.Lookup).
+func (a *Agent) aliveWriter(wr *findings.Writer) *findings.Writer {
+	if wr == nil || !wr.Gone {
+		return wr
+	}
+	ew := a.execs.w.Load()
+	if ew == nil {
+		return wr
+	}
+	c, ok := ew.Lookup(wr.PID)
+	if !ok || c.Writer == nil || c.Writer.Gone || c.Writer.Comm != wr.Comm {
+		return wr
+	}
+	return a.placeWriter(c.Writer)
 }
 
 // limited: the sandbox's finding was not written, over its limit. The
