@@ -519,11 +519,14 @@ func (a *Agent) watchOf(m scan.Meta) *watched {
 // also when merged into an event's job in the queue). For a start, stop or
 // sweep scan with none, the newest writer of a commit still in the watch's
 // debounce window that the scan saw: the generation the scan read before
-// its look is that commit's or later. A fast init container's commit is
-// then named by its StopContainer scan, which the watch's own scan of the
-// same commit only repeats (same); a commit after that read is left to the
-// watch's scan. Nothing recorded before is changed.
-func (a *Agent) writerOf(j job, st inspect.State, stOK bool) *findings.Writer {
+// its look is that commit's or later. A commit the watch heard after that
+// read may be in the look all the same (an init container's one-shot
+// restore, committing while its start's scan reads): then the generation
+// is read again (after(), once the look is done), and a commit up to it
+// counts as seen. A fast init container's commit is then named by its
+// PostStartContainer or StopContainer scan, which the watch's own scan of
+// the same commit only repeats (same). Nothing recorded before is changed.
+func (a *Agent) writerOf(j job, st inspect.State, stOK bool, after func() (uint32, bool)) *findings.Writer {
 	if j.writer != nil || j.meta.Source == SourceWatch || !stOK || !a.cfg.Watch {
 		return j.writer
 	}
@@ -531,11 +534,20 @@ func (a *Agent) writerOf(j job, st inspect.State, stOK bool) *findings.Writer {
 	if w == nil {
 		return nil
 	}
+	gen := st.Gen
+	w.mu.Lock()
+	// Generations wrap: serial number arithmetic.
+	newer := len(w.pending) > 0 && int32(w.pending[len(w.pending)-1].gen-gen) > 0
+	w.mu.Unlock()
+	if newer {
+		if g, ok := after(); ok {
+			gen = g
+		}
+	}
 	var found *findings.Writer
 	w.mu.Lock()
 	for i := len(w.pending) - 1; i >= 0; i-- {
-		// Generations wrap: serial number arithmetic.
-		if p := w.pending[i]; int32(p.gen-st.Gen) <= 0 {
+		if p := w.pending[i]; int32(p.gen-gen) <= 0 {
 			found = p.writer
 			break
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
@@ -94,7 +95,12 @@ func (a *Agent) scan(j job, long bool) Scan {
 	defer func() { a.noteScan(s, st, stOK, res.Complete()) }()
 	s.AllowErr, s.VendorErr = res.AllowErr, res.VendorErr
 	d := scan.Decide(j.meta, res)
-	d.Record.Writer = a.writerOf(j, st, stOK)
+	d.Record.Writer = a.writerOf(j, st, stOK, func() (uint32, bool) {
+		gctx, gcancel := context.WithTimeout(context.Background(), timeout/4)
+		defer gcancel()
+		g, err := inspect.Generation(gctx, h)
+		return g, err == nil
+	})
 	d.Record.Exec = j.exec
 	s.Stored, s.Err = a.record(j.meta.SandboxID, d)
 	s.Duration = time.Since(start)

@@ -1,0 +1,53 @@
+package agent
+
+import (
+	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+)
+
+// TestWriterOf: a start or stop scan names the newest writer whose commit
+// it saw, by the generation read before its look; when the watch heard a
+// later commit, by the generation read again after the look (an init
+// container's restore committing during the scan of its start), which is
+// read only then.
+func TestWriterOf(t *testing.T) {
+	a := &Agent{cfg: Config{Watch: true}, watches: newWatches()}
+	w := &watched{done: make(chan struct{}), ready: make(chan struct{})}
+	a.watches.pods["sb"] = w
+	one, two, own := &findings.Writer{PID: 1, Comm: "one"}, &findings.Writer{PID: 2, Comm: "two"}, &findings.Writer{PID: 3, Comm: "own"}
+	start := job{meta: scan.Meta{SandboxID: "sb", Source: SourcePostStart}}
+	for _, tc := range []struct {
+		name    string
+		pending []pendingWriter
+		j       job
+		gen     uint32
+		stOK    bool
+		after   uint32
+		afterOK bool
+		want    *findings.Writer
+		reads   int
+	}{
+		{"seen before the look", []pendingWriter{{10, one}, {12, two}}, start, 12, true, 0, false, two, 0},
+		{"seen by the look", []pendingWriter{{10, one}, {12, two}}, start, 11, true, 12, true, two, 1},
+		{"after the look", []pendingWriter{{10, one}, {12, two}}, start, 11, true, 11, true, one, 1},
+		{"after the look, not read again", []pendingWriter{{10, one}, {12, two}}, start, 11, true, 0, false, one, 1},
+		{"none seen", []pendingWriter{{10, one}}, start, 9, true, 9, true, nil, 1},
+		{"generations wrap", []pendingWriter{{0xffffffff, one}, {1, two}}, start, 0, true, 0, true, one, 1},
+		{"state not read", []pendingWriter{{10, one}}, start, 10, false, 0, false, nil, 0},
+		{"the job's own", []pendingWriter{{10, one}}, job{meta: start.meta, writer: own}, 10, true, 0, false, own, 0},
+		{"a watch scan", []pendingWriter{{10, one}}, job{meta: scan.Meta{SandboxID: "sb", Source: SourceWatch}}, 10, true, 0, false, nil, 0},
+	} {
+		w.pending = tc.pending
+		reads := 0
+		got := a.writerOf(tc.j, inspect.State{Gen: tc.gen}, tc.stOK, func() (uint32, bool) {
+			reads++
+			return tc.after, tc.afterOK
+		})
+		if got != tc.want || reads != tc.reads {
+			t.Errorf("%s: writer %+v after %d reads, want %+v after %d", tc.name, got, reads, tc.want, tc.reads)
+		}
+	}
+}
