@@ -534,26 +534,28 @@ func (a *Agent) writerOf(j job, st inspect.State, stOK bool, after func() (uint3
 	if w == nil {
 		return nil
 	}
-	gen := st.Gen
-	w.mu.Lock()
-	// Generations wrap: serial number arithmetic.
-	newer := len(w.pending) > 0 && int32(w.pending[len(w.pending)-1].gen-gen) > 0
-	w.mu.Unlock()
+	found, newer := w.seenBy(st.Gen)
 	if newer {
 		if g, ok := after(); ok {
-			gen = g
+			found, _ = w.seenBy(g)
 		}
 	}
-	var found *findings.Writer
-	w.mu.Lock()
-	for i := len(w.pending) - 1; i >= 0; i-- {
-		if p := w.pending[i]; int32(p.gen-gen) <= 0 {
-			found = p.writer
-			break
-		}
-	}
-	w.mu.Unlock()
 	return a.aliveWriter(found)
+}
+
+// seenBy is the newest pending writer whose commit is gen's or before,
+// and whether the window holds a commit after gen.
+func (w *watched) seenBy(gen uint32) (found *findings.Writer, newer bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := len(w.pending) - 1; i >= 0; i-- {
+		// Generations wrap: serial number arithmetic.
+		if p := w.pending[i]; int32(p.gen-gen) <= 0 {
+			return p.writer, newer
+		}
+		newer = true
+	}
+	return nil, newer
 }
 
 // aliveWriter is wr, or, where the watch found wr's process gone, the
