@@ -14,16 +14,18 @@ import (
 // BenchmarkInspect measures one inspection of a netns holding n
 // iptables-nft rules, with classify's predicates as the hook uses them;
 // judge=false leaves out classify.Native, to show what judging every rule
-// costs.
+// costs; ahead=true reads as the hook does (Options.ReadAhead).
 func BenchmarkInspect(b *testing.B) {
 	nstest.EachSize(b, []int{0, 10, 10000}, func(b *testing.B, h *netns.Handle, n int) {
-		for _, judge := range []bool{true, false} {
-			opt := inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable, Native: classify.Native}
-			if !judge {
-				opt.Native = nil
+		for _, c := range []struct{ judge, ahead bool }{{true, false}, {false, false}, {true, true}} {
+			opt := inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable, ReadAhead: c.ahead}
+			if c.judge {
+				opt.Native = classify.Native
 			}
-			b.Run(fmt.Sprintf("judge=%v", judge), func(b *testing.B) {
+			b.Run(fmt.Sprintf("judge=%v/ahead=%v", c.judge, c.ahead), func(b *testing.B) {
 				b.ReportAllocs()
+				// ahead=true spends more CPU than time: two threads.
+				report := nstest.MeterCPU(b)
 				for i := 0; i < b.N; i++ {
 					s, err := inspect.Inspect(context.Background(), h, opt)
 					if err != nil {
@@ -33,6 +35,7 @@ func BenchmarkInspect(b *testing.B) {
 						b.Fatalf("counted %d rules, want %d", got.Chains[0].Rules, n)
 					}
 				}
+				report()
 			})
 		}
 	})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -14,9 +16,11 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 )
 
-// inspectWithin inspects with the hook's options and a budget, and fails
-// when the inspection overran it by more than a small margin.
-func inspectWithin(t *testing.T, ns *nstest.NS, budget time.Duration) (inspect.Snapshot, error) {
+// inspectWithin inspects with the hook's options (ahead: reading ahead, as
+// the hook does, or not, as the agent does) and a budget, and fails when
+// the inspection overran it by more than a small margin, or left a
+// goroutine behind (a reader still on the socket).
+func inspectWithin(t *testing.T, ns *nstest.NS, budget time.Duration, ahead bool) (inspect.Snapshot, error) {
 	t.Helper()
 	h, err := netns.Open(ns.Path())
 	if err != nil {
@@ -25,12 +29,26 @@ func inspectWithin(t *testing.T, ns *nstest.NS, budget time.Duration) (inspect.S
 	defer h.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
+	before := runtime.NumGoroutine()
 	start := time.Now()
-	s, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable})
+	s, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable, ReadAhead: ahead})
 	if took := time.Since(start); took > budget+250*time.Millisecond {
 		t.Fatalf("Inspect took %v with a %v budget", took, budget)
 	}
+	for wait := time.Now(); runtime.NumGoroutine() > before; time.Sleep(10 * time.Millisecond) {
+		if time.Since(wait) > 2*time.Second {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines 2 s after Inspect, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+	}
 	return s, err
+}
+
+// eachWay runs f with the agent's reading, then with the hook's.
+func eachWay(t *testing.T, f func(t *testing.T, ahead bool)) {
+	for _, ahead := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ahead=%v", ahead), func(t *testing.T) { f(t, ahead) })
+	}
 }
 
 // 200,000 native rules made before the iptables tables: the deadline passes
@@ -46,13 +64,15 @@ func TestInspectHugeNativeRulesetStillCountsIPTables(t *testing.T) {
 	}
 	ns.Restore(b.String(), "nft", "-f", "-")
 	ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
-	s, err := inspectWithin(t, ns, 200*time.Millisecond)
-	if c := chainOf(s, inspect.IP, "filter", "OUTPUT"); c == nil || c.Rules != 1 {
-		t.Fatalf("ip filter OUTPUT = %+v, want its rule counted (err %v)", c, err)
-	}
-	if c := chainOf(s, inspect.IP, "aaa", "c"); !s.Truncated && (c == nil || c.Rules != 200000) {
-		t.Fatalf("native chain = %+v, not truncated: want all 200000 rules or truncated", c)
-	}
+	eachWay(t, func(t *testing.T, ahead bool) {
+		s, err := inspectWithin(t, ns, 200*time.Millisecond, ahead)
+		if c := chainOf(s, inspect.IP, "filter", "OUTPUT"); c == nil || c.Rules != 1 {
+			t.Fatalf("ip filter OUTPUT = %+v, want its rule counted (err %v)", c, err)
+		}
+		if c := chainOf(s, inspect.IP, "aaa", "c"); !s.Truncated && (c == nil || c.Rules != 200000) {
+			t.Fatalf("native chain = %+v, not truncated: want all 200000 rules or truncated", c)
+		}
+	})
 }
 
 // 300,000 empty native chains made first, then an iptables user chain: what
@@ -63,13 +83,15 @@ func TestInspectTooManyChainsCountsWhatItSaw(t *testing.T) {
 	ns.EmptyChains(300000)
 	ns.Run("iptables-nft", "-N", "MINE")
 	ns.Run("iptables-nft", "-A", "MINE", "-j", "RETURN")
-	s, err := inspectWithin(t, ns, time.Second)
-	if !s.Truncated || !(errors.Is(err, inspect.ErrTooMany) || errors.Is(err, inspect.ErrDeadline)) {
-		t.Fatalf("truncated=%v err=%v, want truncated by the chain bound or the deadline", s.Truncated, err)
-	}
-	if c := chainOf(s, inspect.IP, "filter", "MINE"); c == nil || c.Rules != 1 {
-		t.Fatalf("ip filter MINE = %+v, want it counted with its rule (err %v)", c, err)
-	}
+	eachWay(t, func(t *testing.T, ahead bool) {
+		s, err := inspectWithin(t, ns, time.Second, ahead)
+		if !s.Truncated || !(errors.Is(err, inspect.ErrTooMany) || errors.Is(err, inspect.ErrDeadline)) {
+			t.Fatalf("truncated=%v err=%v, want truncated by the chain bound or the deadline", s.Truncated, err)
+		}
+		if c := chainOf(s, inspect.IP, "filter", "MINE"); c == nil || c.Rules != 1 {
+			t.Fatalf("ip filter MINE = %+v, want it counted with its rule (err %v)", c, err)
+		}
+	})
 }
 
 // 50,000 iptables user chains: counted up to the bound, truncated.
@@ -83,11 +105,58 @@ func TestInspectManyUserChainsTruncated(t *testing.T) {
 	}
 	b.WriteString("COMMIT\n")
 	ns.Restore(b.String(), "iptables-nft-restore")
-	s, err := inspectWithin(t, ns, time.Second)
-	if !s.Truncated || err == nil {
-		t.Fatalf("truncated=%v err=%v, want truncated with an error", s.Truncated, err)
+	eachWay(t, func(t *testing.T, ahead bool) {
+		s, err := inspectWithin(t, ns, time.Second, ahead)
+		if !s.Truncated || err == nil {
+			t.Fatalf("truncated=%v err=%v, want truncated with an error", s.Truncated, err)
+		}
+		if u := classify.Classify(s); len(u.Chains) < 1000 {
+			t.Fatalf("counted %d user chains, want what was seen up to the bound", len(u.Chains))
+		}
+	})
+}
+
+// Reading ahead gives the same snapshot as reading in turn, rule for rule:
+// user chains and jumps in an iptables table read first, a native table's
+// rules read after the chain listing, each dump many batches long, a
+// comment-laden rule in the middle.
+func TestReadAheadSameSnapshot(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft-restore", "nft")
+	ns := nstest.New(t)
+	var b strings.Builder
+	b.WriteString("*filter\n:MINE - [0:0]\n")
+	for i := 0; i < 3000; i++ {
+		fmt.Fprintf(&b, "-A INPUT -s 10.0.%d.%d/32 -p tcp --dport %d -j MINE\n", i>>8&255, i&255, 1024+i)
+		if i == 1500 {
+			fmt.Fprintf(&b, "-A INPUT -m comment --comment %q -j ACCEPT\n", strings.Repeat("c", 250))
+		}
 	}
-	if u := classify.Classify(s); len(u.Chains) < 1000 {
-		t.Fatalf("counted %d user chains, want what was seen up to the bound", len(u.Chains))
+	b.WriteString("-A MINE -j RETURN\nCOMMIT\n")
+	ns.Restore(b.String(), "iptables-nft-restore")
+	b.Reset()
+	b.WriteString("add table inet zz\nadd chain inet zz c\n")
+	for i := 0; i < 2000; i++ {
+		fmt.Fprintf(&b, "add rule inet zz c tcp dport %d counter accept\n", 2000+i)
+	}
+	ns.Restore(b.String(), "nft", "-f", "-")
+	var snaps [2]inspect.Snapshot
+	for i, ahead := range []bool{false, true} {
+		s, err := inspectWithin(t, ns, 10*time.Second, ahead)
+		if err != nil || s.Truncated {
+			t.Fatalf("ahead=%v: truncated=%v err=%v", ahead, s.Truncated, err)
+		}
+		snaps[i] = s
+	}
+	if c := chainOf(snaps[1], inspect.IP, "filter", "INPUT"); c == nil || c.Rules != 3001 || c.XTRules != 1 {
+		t.Fatalf("ip filter INPUT read ahead = %+v, want 3001 rules, the comment's with an xt match", c)
+	}
+	if c := chainOf(snaps[1], inspect.INet, "zz", "c"); c == nil || c.Rules != 2000 {
+		t.Fatalf("inet zz c read ahead = %+v, want 2000 rules", c)
+	}
+	if len(snaps[1].Rules) == 0 {
+		t.Fatal("no rule kept in detail")
+	}
+	if !reflect.DeepEqual(snaps[0], snaps[1]) {
+		t.Fatalf("snapshots differ:\nin turn:  %d chains, %d rules kept\nahead:    %d chains, %d rules kept", len(snaps[0].Chains), len(snaps[0].Rules), len(snaps[1].Chains), len(snaps[1].Rules))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -42,6 +43,9 @@ type nlSession struct {
 	// 30 MB of rules cost the hook 64 KiB, not 30 MB of garbage. Its size
 	// is also what the kernel sizes its batches by (up to 32 KiB).
 	buf []byte
+	// ahead reads a long dump's next batches on another goroutine while
+	// this one decodes (Options.ReadAhead).
+	ahead bool
 }
 
 // openSession opens a netfilter netlink socket in h's namespace with a
@@ -100,14 +104,14 @@ func (n *nlSession) setTimeout() error {
 }
 
 // recv reads one batch into buf by the deadline.
-func (n *nlSession) recv() (int, error) {
+func (n *nlSession) recv(buf []byte) (int, error) {
 	for {
 		// The receive timeout bounds a wait only: a dump whose batches
 		// are always ready (300,000 chains) never waits.
 		if !time.Now().Before(n.deadline) {
 			return 0, os.ErrDeadlineExceeded
 		}
-		nr, _, rflags, _, err := unix.Recvmsg(n.fd, n.buf, nil, 0)
+		nr, _, rflags, _, err := unix.Recvmsg(n.fd, buf, nil, 0)
 		switch {
 		case err == unix.EINTR:
 			// A signal (SIGCHLD of the legacy peek, the runtime's own)
@@ -155,7 +159,7 @@ func (n *nlSession) dump(typ, flags uint16, fam byte, attrs []byte, what string,
 		if batches%64 == 0 && n.ctx.Err() != nil {
 			return fmt.Errorf("dump nftables %s in netns %q: %w", what, n.path, n.ctx.Err())
 		}
-		nr, err := n.recv()
+		nr, err := n.recv(n.buf)
 		if err != nil {
 			return fmt.Errorf("dump nftables %s in netns %q: %w", what, n.path, err)
 		}
@@ -166,12 +170,101 @@ func (n *nlSession) dump(typ, flags uint16, fam byte, attrs []byte, what string,
 		if done {
 			return nil
 		}
+		// A dump not over after two batches is a long one (a table or
+		// chain dump ends in its second, the rules of a small pod too).
+		if n.ahead && batches >= 2 {
+			if err := n.readAhead(batches+1, fn); err != nil {
+				return fmt.Errorf("dump nftables %s in netns %q: %w", what, n.path, err)
+			}
+			return nil
+		}
 	}
+}
+
+// aheadGroup is how many batches the reader hands over at once: each
+// hand-over wakes the decoder's thread, about 30 µs of CPU (decoding a
+// batch of rules takes about 50). BenchmarkInspect at 10,000 rules, time
+// and CPU: in turn 25.3 and 26.5 ms; groups of 2 22.4 and 30.2 ms, of 4
+// 21.3 and 29.1, of 8 20.9 and 28.3. Twice as many buffers let the reader
+// fill the next group while one is decoded; memory stays bounded (16
+// buffers of which the kernel fills 32 KiB) whatever the ruleset's size.
+const (
+	aheadGroup   = 8
+	aheadBuffers = 2 * aheadGroup
+)
+
+// batch is one received batch handed from the reader to the decoder.
+type batch struct {
+	buf  []byte
+	n    int
+	err  error
+	done bool
+}
+
+// readAhead reads the rest of a dump that did not end in its first two
+// batches: a goroutine receives the batches, this one decodes them. In a
+// big dump the kernel's work for the next batch (its walk over the rules
+// given already, then the copy) is most of the time, so on two cores the
+// decoding hides behind it, where one goroutine did one after the other.
+// batches is how many were read already. It returns after the reader
+// ended, at the dump's end or its first error, so the socket is never
+// read after the session closes.
+func (n *nlSession) readAhead(batches int, fn func(fam byte, b []byte)) error {
+	full := make(chan []batch, 2)
+	free := make(chan []byte, aheadBuffers)
+	free <- n.buf
+	for i := 1; i < aheadBuffers; i++ {
+		free <- getBuf(len(n.buf))
+	}
+	go func() {
+		defer close(full)
+		var group []batch
+		for ; ; batches++ {
+			b := batch{buf: <-free}
+			if batches%64 == 0 && n.ctx.Err() != nil {
+				b.err = n.ctx.Err()
+			} else if b.n, b.err = n.recv(b.buf); b.err == nil {
+				// The headers alone say where the dump ends, so the
+				// reader stops there instead of waiting for the deadline.
+				b.done, b.err = eachMessage(b.buf[:b.n], n.seq, nil)
+			}
+			group = append(group, b)
+			end := b.err != nil || b.done
+			if len(group) == aheadGroup || end {
+				full <- group
+				group = make([]batch, 0, aheadGroup)
+			}
+			if end {
+				return
+			}
+		}
+	}()
+	var err error
+	for group := range full {
+		for _, b := range group {
+			switch {
+			case err != nil:
+			case b.err != nil:
+				err = b.err
+			default:
+				_, err = eachMessage(b.buf[:b.n], n.seq, fn)
+			}
+			free <- b.buf
+		}
+	}
+	// n.buf goes on receiving; the others go back to the pool.
+	close(free)
+	for b := range free {
+		if &b[0] != &n.buf[0] {
+			putBuf(b)
+		}
+	}
+	return err
 }
 
 // eachMessage walks the netlink messages of one received batch that answer
 // request seq. done reports the end: NLMSG_DONE, an error or ack, or the
-// reply to a plain (not dump) request.
+// reply to a plain (not dump) request. A nil fn only finds the end.
 func eachMessage(b []byte, seq uint32, fn func(fam byte, b []byte)) (done bool, err error) {
 	const hdr = 16 // struct nlmsghdr
 	for len(b) >= hdr {
@@ -199,7 +292,7 @@ func eachMessage(b []byte, seq uint32, fn func(fam byte, b []byte)) (done bool, 
 			}
 			return true, nil
 		}
-		if len(payload) >= 4 {
+		if len(payload) >= 4 && fn != nil {
 			fn(payload[0], payload[4:])
 		}
 		if flags&unix.NLM_F_MULTI == 0 {
@@ -223,6 +316,9 @@ func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Optio
 		return err
 	}
 	defer n.close()
+	// With one processor the two goroutines would take turns: only the
+	// hand-overs' cost would be left.
+	n.ahead = opt.ReadAhead && runtime.GOMAXPROCS(0) > 1
 	if err := n.dump(unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC, nil, "generation", func(byte, []byte) {}); err != nil {
 		return err
 	}

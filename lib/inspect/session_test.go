@@ -68,7 +68,7 @@ func TestSessionWaitsThroughSignals(t *testing.T) {
 					}
 				}
 			}()
-			nr, err := n.recv()
+			nr, err := n.recv(n.buf)
 			took := time.Since(start)
 			close(stop)
 			signals := <-sent

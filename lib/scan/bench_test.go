@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
@@ -24,16 +22,12 @@ func BenchmarkRunFrom(b *testing.B) {
 			Vendors: func() (*catalog.Table, error) { return vendors, nil },
 		}
 		b.ReportAllocs()
-		var before, after unix.Rusage
-		unix.Getrusage(unix.RUSAGE_SELF, &before)
+		// The process's CPU is what the agent pays.
+		report := nstest.MeterCPU(b)
 		for b.Loop() {
 			res := scan.RunFrom(context.Background(), h, "bench", load, true)
 			_ = scan.Decide(scan.Meta{}, res)
 		}
-		unix.Getrusage(unix.RUSAGE_SELF, &after)
-		// The process's CPU, every thread's: what the agent pays, wake-ups
-		// of its other threads included, which the time per op leaves out.
-		cpu := after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano()
-		b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+		report()
 	})
 }
