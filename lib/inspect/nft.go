@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -103,15 +104,36 @@ func (n *nlSession) setTimeout() error {
 	return nil
 }
 
-// recv reads one batch into buf by the deadline.
-func (n *nlSession) recv(buf []byte) (int, error) {
+// recv reads one batch into buf by the deadline. raw makes the system
+// call without telling Go's scheduler (readAhead's reader): a goroutine in
+// a scheduler-aware one gives its processor up, and the runtime's monitor
+// thread, seeing a processor in a system call at every batch, takes it
+// back and wakes every 20 µs for the whole dump (a twentieth of the
+// hook's CPU at 10,000 rules). Raw, the processor stays with the reader;
+// a recvmsg on this socket returns within one batch's work or the
+// receive timeout.
+func (n *nlSession) recv(buf []byte, raw bool) (int, error) {
 	for {
 		// The receive timeout bounds a wait only: a dump whose batches
 		// are always ready (300,000 chains) never waits.
 		if !time.Now().Before(n.deadline) {
 			return 0, os.ErrDeadlineExceeded
 		}
-		nr, _, rflags, _, err := unix.Recvmsg(n.fd, buf, nil, 0)
+		var nr int
+		var err error
+		trunc := false
+		if raw {
+			// MSG_TRUNC: netlink then returns the message's whole length.
+			r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(n.fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), unix.MSG_TRUNC, 0, 0)
+			nr, trunc = int(r), int(r) > len(buf)
+			if e != 0 {
+				err = e
+			}
+		} else {
+			var rflags int
+			nr, _, rflags, _, err = unix.Recvmsg(n.fd, buf, nil, 0)
+			trunc = rflags&unix.MSG_TRUNC != 0
+		}
 		switch {
 		case err == unix.EINTR:
 			// A signal (SIGCHLD of the legacy peek, the runtime's own)
@@ -124,7 +146,7 @@ func (n *nlSession) recv(buf []byte) (int, error) {
 			return 0, os.ErrDeadlineExceeded
 		case err != nil:
 			return 0, err
-		case rflags&unix.MSG_TRUNC != 0:
+		case trunc:
 			return 0, errors.New("message bigger than the receive buffer")
 		default:
 			return nr, nil
@@ -159,7 +181,7 @@ func (n *nlSession) dump(typ, flags uint16, fam byte, attrs []byte, what string,
 		if batches%64 == 0 && n.ctx.Err() != nil {
 			return fmt.Errorf("dump nftables %s in netns %q: %w", what, n.path, n.ctx.Err())
 		}
-		nr, err := n.recv(n.buf)
+		nr, err := n.recv(n.buf, false)
 		if err != nil {
 			return fmt.Errorf("dump nftables %s in netns %q: %w", what, n.path, err)
 		}
@@ -223,7 +245,7 @@ func (n *nlSession) readAhead(batches int, fn func(fam byte, b []byte)) error {
 			b := batch{buf: <-free}
 			if batches%64 == 0 && n.ctx.Err() != nil {
 				b.err = n.ctx.Err()
-			} else if b.n, b.err = n.recv(b.buf); b.err == nil {
+			} else if b.n, b.err = n.recv(b.buf, true); b.err == nil {
 				// The headers alone say where the dump ends, so the
 				// reader stops there instead of waiting for the deadline.
 				b.done, b.err = eachMessage(b.buf[:b.n], n.seq, nil)

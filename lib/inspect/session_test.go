@@ -30,9 +30,13 @@ func TestSessionWaitsThroughSignals(t *testing.T) {
 	defer h.Close()
 	const wait = 300 * time.Millisecond
 	for _, tc := range []struct {
-		name  string
-		reply bool
-	}{{"nothing to read", false}, {"a reply after 50 signals", true}} {
+		name       string
+		reply, raw bool
+	}{
+		{"nothing to read", false, false}, {"a reply after 50 signals", true, false},
+		// As readAhead's reader reads: without telling the scheduler.
+		{"raw/nothing to read", false, true}, {"raw/a reply after 50 signals", true, true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
 			n, err := openSession(context.Background(), h, start.Add(wait), 4096)
@@ -68,7 +72,7 @@ func TestSessionWaitsThroughSignals(t *testing.T) {
 					}
 				}
 			}()
-			nr, err := n.recv(n.buf)
+			nr, err := n.recv(n.buf, tc.raw)
 			took := time.Since(start)
 			close(stop)
 			signals := <-sent
