@@ -53,12 +53,12 @@ type Options struct {
 	// process's start (the full build's package initialisation), most of a
 	// scan's CPU.
 	LegacyInProcess bool
-	// ReadAhead reads a dump that takes more than one batch on two
+	// ReadAhead reads a dump not ended after two batches on two
 	// goroutines: one receives the next batches while the other decodes.
 	// For a one-shot look that something waits on (the hook, which a
-	// container's start waits for): at 10,000 rules the decoding hides
-	// behind the kernel's work instead of adding to it. Not for the
-	// agent, whose scans run side by side and keep its cores busy
+	// container's start waits for; the scan command): at 10,000 rules the
+	// decoding hides behind the kernel's work instead of adding to it. Not
+	// for the agent, whose scans run side by side and keep its cores busy
 	// already: handing batches over only adds CPU there.
 	ReadAhead bool
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -105,13 +106,15 @@ func (n *nlSession) setTimeout() error {
 }
 
 // recv reads one batch into buf by the deadline. raw makes the system
-// call without telling Go's scheduler (readAhead's reader): a goroutine in
-// a scheduler-aware one gives its processor up, and the runtime's monitor
-// thread, seeing a processor in a system call at every batch, takes it
-// back and wakes every 20 µs for the whole dump (a twentieth of the
-// hook's CPU at 10,000 rules). Raw, the processor stays with the reader;
-// a recvmsg on this socket returns within one batch's work or the
-// receive timeout.
+// call without telling Go's scheduler (readAhead's reader). In a
+// scheduler-aware call the runtime's monitor thread takes the reader's
+// processor back whenever work waits on it (the decoder, woken by the last
+// hand-over), and it then wakes every 20 µs for the whole dump (a
+// twentieth of the hook's CPU at 10,000 rules). Raw, the processor stays
+// with the reader while the kernel builds the next batch inside the call.
+// A raw call that waits (nothing queued) ends at the receive timeout set
+// last, or at a signal: the runtime's preemption signal ends it with EINTR
+// (the socket has a timeout), so a garbage collection does not wait it out.
 func (n *nlSession) recv(buf []byte, raw bool) (int, error) {
 	for {
 		// The receive timeout bounds a wait only: a dump whose batches
@@ -123,7 +126,7 @@ func (n *nlSession) recv(buf []byte, raw bool) (int, error) {
 		var err error
 		trunc := false
 		if raw {
-			// MSG_TRUNC: netlink then returns the message's whole length.
+			// MSG_TRUNC: netlink then returns the batch's whole length.
 			r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(n.fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), unix.MSG_TRUNC, 0, 0)
 			nr, trunc = int(r), int(r) > len(buf)
 			if e != 0 {
@@ -209,7 +212,8 @@ func (n *nlSession) dump(typ, flags uint16, fam byte, attrs []byte, what string,
 // and CPU: in turn 25.3 and 26.5 ms; groups of 2 22.4 and 30.2 ms, of 4
 // 21.3 and 29.1, of 8 20.9 and 28.3. Twice as many buffers let the reader
 // fill the next group while one is decoded; memory stays bounded (16
-// buffers of which the kernel fills 32 KiB) whatever the ruleset's size.
+// buffers of 64 KiB, of which the kernel fills 32) whatever the ruleset's
+// size.
 const (
 	aheadGroup   = 8
 	aheadBuffers = 2 * aheadGroup
@@ -228,27 +232,53 @@ type batch struct {
 // big dump the kernel's work for the next batch (its walk over the rules
 // given already, then the copy) is most of the time, so on two cores the
 // decoding hides behind it, where one goroutine did one after the other.
-// batches is how many were read already. It returns after the reader
-// ended, at the dump's end or its first error, so the socket is never
-// read after the session closes.
-func (n *nlSession) readAhead(batches int, fn func(fam byte, b []byte)) error {
+// next is the number of the next batch. It returns after the reader ended
+// (at the dump's end, its first error, or when told to stop), whatever fn
+// does, a panic included: the socket is never read after the session
+// closes, and no buffer after it went back to the pool.
+func (n *nlSession) readAhead(next int, fn func(fam byte, b []byte)) error {
 	full := make(chan []batch, 2)
 	free := make(chan []byte, aheadBuffers)
 	free <- n.buf
 	for i := 1; i < aheadBuffers; i++ {
 		free <- getBuf(len(n.buf))
 	}
+	var stop atomic.Bool
+	defer func() {
+		stop.Store(true)
+		// Whatever the reader still sends is taken, so it can end.
+		for group := range full {
+			for _, b := range group {
+				free <- b.buf
+			}
+		}
+		// n.buf goes on receiving; the others go back to the pool.
+		close(free)
+		for b := range free {
+			if &b[0] != &n.buf[0] {
+				putBuf(b)
+			}
+		}
+	}()
 	go func() {
 		defer close(full)
 		var group []batch
-		for ; ; batches++ {
+		for ; ; next++ {
 			b := batch{buf: <-free}
-			if batches%64 == 0 && n.ctx.Err() != nil {
+			switch {
+			case stop.Load():
+				b.err = errStopped
+			case next%64 == 0 && n.ctx.Err() != nil:
 				b.err = n.ctx.Err()
-			} else if b.n, b.err = n.recv(b.buf, true); b.err == nil {
-				// The headers alone say where the dump ends, so the
-				// reader stops there instead of waiting for the deadline.
-				b.done, b.err = eachMessage(b.buf[:b.n], n.seq, nil)
+			default:
+				if b.n, b.err = n.recv(b.buf, true); b.err == nil {
+					// The headers alone say where the dump ends, so the
+					// reader stops there instead of waiting for the
+					// deadline. A message in error ends it too; the
+					// decoder, which reads the messages before it, says
+					// the error.
+					b.done, _ = eachMessage(b.buf[:b.n], n.seq, nil)
+				}
 			}
 			group = append(group, b)
 			end := b.err != nil || b.done
@@ -274,15 +304,11 @@ func (n *nlSession) readAhead(batches int, fn func(fam byte, b []byte)) error {
 			free <- b.buf
 		}
 	}
-	// n.buf goes on receiving; the others go back to the pool.
-	close(free)
-	for b := range free {
-		if &b[0] != &n.buf[0] {
-			putBuf(b)
-		}
-	}
 	return err
 }
+
+// errStopped ends a reader whose decoder has gone (a panic in it).
+var errStopped = errors.New("read-ahead stopped")
 
 // eachMessage walks the netlink messages of one received batch that answer
 // request seq. done reports the end: NLMSG_DONE, an error or ack, or the

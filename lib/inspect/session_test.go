@@ -3,8 +3,10 @@ package inspect
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,4 +96,87 @@ func TestSessionWaitsThroughSignals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSessionTruncatedReply: a reply bigger than the buffer is an error,
+// not a short message, read either way.
+func TestSessionTruncatedReply(t *testing.T) {
+	nstest.NeedRoot(t)
+	ns := nstest.New(t)
+	h, err := netns.Open(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, raw := range []bool{false, true} {
+		n, err := openSession(context.Background(), h, time.Now().Add(5*time.Second), 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The generation's reply is 56 bytes.
+		if err := n.request(unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC, nil); err != nil {
+			t.Fatal(err)
+		}
+		nr, err := n.recv(make([]byte, 20), raw)
+		n.close()
+		if err == nil || !strings.Contains(err.Error(), "bigger than the receive buffer") {
+			t.Errorf("raw=%v: recv into 20 bytes = %d, %v; want the message too big", raw, nr, err)
+		}
+	}
+}
+
+// TestReadAheadPanicJoinsReader: a panic while a batch read ahead is
+// decoded (the rules are the pod's) still ends the reader before the
+// look returns, so nothing reads the socket after it closes.
+func TestReadAheadPanicJoinsReader(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft-restore")
+	if runtime.GOMAXPROCS(0) < 2 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	}
+	ns := nstest.New(t)
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	// More batches than the reader has buffers: it waits for the decoder.
+	for i := 0; i < 10000; i++ {
+		fmt.Fprintf(&b, "-A INPUT -s 10.0.%d.%d/32 -j ACCEPT\n", i>>8&255, i&255)
+	}
+	b.WriteString("COMMIT\n")
+	ns.Restore(b.String(), "iptables-nft-restore")
+	h, err := netns.Open(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	n, err := openSession(context.Background(), h, time.Now().Add(10*time.Second), 1<<16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.ahead = true
+	rules := 0
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the decoding did not panic")
+			}
+		}()
+		n.dump(unix.NFT_MSG_GETRULE, unix.NLM_F_DUMP, unix.AF_INET, nil, "rules", func(byte, []byte) {
+			// Past the first two batches: in the read-ahead.
+			if rules++; rules == 1000 {
+				panic("a rule the decoder cannot take")
+			}
+		})
+	}()
+	// Before the session closes: the dump returned only after its reader
+	// ended (it may still be returning from its last close, hence a wait).
+	buf := make([]byte, 1<<20)
+	for wait := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		st := string(buf[:runtime.Stack(buf, true)])
+		if !strings.Contains(st, "readAhead") {
+			break
+		}
+		if time.Since(wait) > time.Second {
+			t.Fatalf("a read-ahead goroutine is left after the dump returned:\n%s", st)
+		}
+	}
+	n.close()
 }

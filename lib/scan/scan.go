@@ -82,8 +82,8 @@ func readFrom(ctx context.Context, h *netns.Handle, legacyInProcess bool, detail
 		res.NetnsID = id
 	}
 	snap, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable, Native: classify.Native, LegacyInProcess: legacyInProcess,
-		// A one-shot look (the hook) is waited on; a daemon's scans fill
-		// its cores already.
+		// A one-shot look (the hook, the scan command) is waited on; a
+		// daemon's scans fill its cores already.
 		ReadAhead: !legacyInProcess,
 		MaxDetail: detail, MaxDetailBytes: detail << 10})
 	res.Err = err
