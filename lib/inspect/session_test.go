@@ -3,7 +3,6 @@ package inspect
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
-	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 )
 
 // TestSessionWaitsThroughSignals: a read of the netlink socket with
@@ -24,12 +22,7 @@ import (
 // comes during the signals is read.
 func TestSessionWaitsThroughSignals(t *testing.T) {
 	nstest.NeedRoot(t)
-	ns := nstest.New(t)
-	h, err := netns.Open(ns.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := nstest.New(t).Open()
 	const wait = 300 * time.Millisecond
 	for _, tc := range []struct {
 		name       string
@@ -102,12 +95,7 @@ func TestSessionWaitsThroughSignals(t *testing.T) {
 // not a short message, read either way.
 func TestSessionTruncatedReply(t *testing.T) {
 	nstest.NeedRoot(t)
-	ns := nstest.New(t)
-	h, err := netns.Open(ns.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := nstest.New(t).Open()
 	for _, raw := range []bool{false, true} {
 		n, err := openSession(context.Background(), h, time.Now().Add(5*time.Second), 4096)
 		if err != nil {
@@ -134,19 +122,9 @@ func TestReadAheadPanicJoinsReader(t *testing.T) {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	}
 	ns := nstest.New(t)
-	var b strings.Builder
-	b.WriteString("*filter\n")
 	// More batches than the reader has buffers: it waits for the decoder.
-	for i := 0; i < 10000; i++ {
-		fmt.Fprintf(&b, "-A INPUT -s 10.0.%d.%d/32 -j ACCEPT\n", i>>8&255, i&255)
-	}
-	b.WriteString("COMMIT\n")
-	ns.Restore(b.String(), "iptables-nft-restore")
-	h, err := netns.Open(ns.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	ns.ManyRules(10000)
+	h := ns.Open()
 	n, err := openSession(context.Background(), h, time.Now().Add(10*time.Second), 1<<16)
 	if err != nil {
 		t.Fatal(err)

@@ -204,12 +204,7 @@ func rules(n int) string {
 // namespace.
 func TestNoLeak(t *testing.T) {
 	nstest.NeedRoot(t)
-	ns := nstest.New(t)
-	h, err := netns.Open(ns.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := nstest.New(t).Open()
 	before := nstest.FDs(t)
 	for i := range 1000 {
 		m, err := Open(h.Fd(), Options{})
