@@ -389,6 +389,9 @@ func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Optio
 			rest = append(rest, t)
 		}
 	}
+	if len(first) > 0 && opt.FirstListed != nil {
+		opt.FirstListed()
+	}
 	d.skip = map[tableKey]bool{}
 	for _, t := range first {
 		d.skip[tableKey{t.Family, t.Name}] = true

@@ -1,0 +1,118 @@
+package scan
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
+	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
+)
+
+// earlyLoaders count their calls and tell, from the stack, whether the
+// allowlist was loaded on a goroutine tables.early started.
+type earlyLoaders struct {
+	allows, vendors atomic.Int32
+	early           atomic.Bool
+	list            *allowlist.List
+	panicWith       any
+}
+
+func (l *earlyLoaders) loaders() Loaders {
+	return Loaders{
+		Allow: func() (*allowlist.List, error) {
+			l.allows.Add(1)
+			buf := make([]byte, 64<<10)
+			l.early.Store(strings.Contains(string(buf[:runtime.Stack(buf, false)]), "created by github.com/iptables-alerter/iptables-alerter/lib/scan.(*tables).early"))
+			if l.panicWith != nil {
+				panic(l.panicWith)
+			}
+			return l.list, nil
+		},
+		Vendors: func() (*catalog.Table, error) {
+			l.vendors.Add(1)
+			return catalog.Builtin(), nil
+		},
+	}
+}
+
+func runEarly(t *testing.T, ns *nstest.NS, l *earlyLoaders, legacyInProcess bool) Result {
+	t.Helper()
+	h := ns.Open()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return RunFrom(ctx, h, "default", l.loaders(), legacyInProcess)
+}
+
+// TestRunFromLoadsTablesEarly: a one-shot look that lists an iptables
+// client's table loads the allowlist and the vendor table on a goroutine
+// of their own while it reads the rules, once each, and applies them as
+// before; the agent's look (legacyInProcess) loads them after the look,
+// and a clean netns loads nothing.
+func TestRunFromLoadsTablesEarly(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	list, err := allowlist.New([]allowlist.Entry{{Name: "drop-one", Rule: "-A INPUT -s 10.9.9.9 -j DROP"}}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := nstest.New(t)
+	ns.Run("iptables-nft", "-A", "INPUT", "-s", "10.9.9.9", "-j", "DROP")
+	ns.Run("iptables-nft", "-A", "INPUT", "-s", "10.9.9.8", "-j", "DROP")
+	clean := nstest.New(t)
+	for _, tc := range []struct {
+		name            string
+		ns              *nstest.NS
+		legacyInProcess bool
+		calls           int32
+		early           bool
+	}{
+		{"hook", ns, false, 1, true},
+		{"agent", ns, true, 1, false},
+		{"clean", clean, false, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &earlyLoaders{list: list}
+			res := runEarly(t, tc.ns, l, tc.legacyInProcess)
+			if !res.Complete() {
+				t.Fatalf("look incomplete: %v", res.Err)
+			}
+			if a, v := l.allows.Load(), l.vendors.Load(); a != tc.calls || v != tc.calls {
+				t.Errorf("allowlist loaded %d times, vendor table %d, want %d each", a, v, tc.calls)
+			}
+			if l.early.Load() != tc.early {
+				t.Errorf("allowlist loaded beside the look: %v, want %v", l.early.Load(), tc.early)
+			}
+			if tc.calls == 0 {
+				return
+			}
+			if res.Allowed.Count != 1 || len(res.Usage.Rules) != 1 || res.Vendors == nil || res.AllowErr != nil {
+				t.Errorf("allowlisted %d, rules left %d, vendor table %v, allowlist error %v: want 1, 1, the built-in one, none",
+					res.Allowed.Count, len(res.Usage.Rules), res.Vendors != nil, res.AllowErr)
+			}
+		})
+	}
+}
+
+// TestRunFromEarlyLoadPanics: a loader that panics on the early goroutine
+// panics in RunFrom's caller, where the hook's recover logs it, instead of
+// ending the process (for the hook, a container killed).
+func TestRunFromEarlyLoadPanics(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	ns := nstest.New(t)
+	ns.Run("iptables-nft", "-A", "INPUT", "-s", "10.9.9.9", "-j", "DROP")
+	l := &earlyLoaders{panicWith: "broken loader"}
+	defer func() {
+		if r := recover(); r != "broken loader" {
+			t.Errorf("recovered %v, want the loader's panic", r)
+		}
+		if !l.early.Load() {
+			t.Error("the loader did not run beside the look")
+		}
+	}()
+	runEarly(t, ns, l, false)
+	t.Error("RunFrom returned")
+}
