@@ -22,7 +22,7 @@ func TestHookXTMutexHeldByNeighbour(t *testing.T) {
 	nstest.Need(t, err == nil, "needs the ip_tables module loaded")
 	victim := nstest.New(t)
 	victim.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
-	nstest.HoldXTMutex(t, 300000, 64)
+	nstest.HoldXTMutex(t)
 
 	h := hookRun{}
 	start := time.Now()

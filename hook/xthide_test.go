@@ -41,7 +41,7 @@ func TestPodHidingBehindXTMutex(t *testing.T) {
 	live := kubetest.Pod(t, e.cs, "team-a", "web-1", nil, "")
 
 	victim := nstest.New(t)
-	stop := nstest.HoldXTMutexIn(t, victim, 300000, 64)
+	stop := nstest.HoldXTMutexIn(t, victim)
 	h := hookRun{findings: e.findings}
 	runHookProc(t, pod{netns: victim.Path(), sandbox: "sb-hider", extraAnn: map[string]string{"io.kubernetes.pod.uid": string(live.UID)}}.state(t), &h, "--timeout", "1s")
 	stop()
@@ -140,7 +140,7 @@ func TestHookBusyMutexRecords(t *testing.T) {
 	run(used, "sb-used", "c1")
 	run(clean, "sb-clean", "c1")
 
-	stop := nstest.HoldXTMutex(t, 300000, 64)
+	stop := nstest.HoldXTMutex(t)
 	run(used, "sb-used", "c2")
 	run(clean, "sb-clean", "c2")
 	stop()

@@ -281,7 +281,7 @@ func TestLegacyBusy(t *testing.T) {
 	victim := nstest.New(t)
 	victim.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
 
-	stop := nstest.HoldXTMutex(t, 300000, 64)
+	stop := nstest.HoldXTMutex(t)
 	pods := []*api.PodSandbox{pod("a", victim.Path()), pod("b", victim.Path()), pod("c", victim.Path()), pod("d", victim.Path())}
 	if _, err := a.Synchronize(context.Background(), pods, nil); err != nil {
 		t.Fatal(err)

@@ -216,7 +216,7 @@ func TestResweepBusy(t *testing.T) {
 		t.Fatalf("after the first sweep: records %v, want one for x and l, none for y", got)
 	}
 
-	stop := nstest.HoldXTMutexIn(t, holder, 300000, 64)
+	stop := nstest.HoldXTMutexIn(t, holder)
 	if err := a.PostStartContainer(ctx, pod("holder", holder.Path()), &api.Container{Id: "c1", Name: "app"}); err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func TestInspectLegacyBusyKeepsDeadline(t *testing.T) {
 	}
 	defer h.Close()
 
-	nstest.HoldXTMutex(t, 300000, 64)
+	nstest.HoldXTMutex(t)
 	// The attack must be real: reading ip_tables_names has to wait long.
 	blocked := make(chan time.Duration, 1)
 	go func() {
@@ -87,7 +87,7 @@ func TestInspectLegacyInProcessBusy(t *testing.T) {
 		t.Fatalf("without a neighbour: truncated=%v err=%v", s.Truncated, err)
 	}
 
-	stop := nstest.HoldXTMutex(t, 300000, 64)
+	stop := nstest.HoldXTMutex(t)
 	const budget = 300 * time.Millisecond
 	s, err, took := inspectIn(budget)
 	if took > budget+200*time.Millisecond || !s.Truncated || !errors.Is(err, inspect.ErrLegacyBusy) {

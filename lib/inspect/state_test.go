@@ -151,7 +151,7 @@ func TestStateLegacyBusy(t *testing.T) {
 		return st, err, time.Since(start)
 	}
 	holder := nstest.New(t)
-	stop := nstest.HoldXTMutexIn(t, holder, 300000, 64)
+	stop := nstest.HoldXTMutexIn(t, holder)
 	const budget = 300 * time.Millisecond
 	// Generous margins: the verdict is "bounded", not "fast".
 	if _, err, took := read(budget); took > budget+2*time.Second || !errors.Is(err, inspect.ErrLegacyBusy) {

@@ -2,50 +2,60 @@ package nstest
 
 import (
 	"fmt"
+	"os"
 	"runtime"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// HoldXTMutex is the neighbour of issue 7 item 1: a big legacy filter table
-// in its own netns and many threads looping IPT_SO_GET_ENTRIES on it, each
-// call holding the host-wide x_tables IPv4 mutex while it copies the table.
-// Waiters queue behind each other, so anyone else touching ip_tables waits
-// about threads x one copy, uninterruptibly. It returns a stop function.
-func HoldXTMutex(t testing.TB, rules, threads int) (stop func()) {
+// HoldXTMutex holds the host-wide x_tables IPv4 mutex until stop is
+// called (or t ends): the neighbour of issue 7 item 1, whose every
+// IPT_SO_GET_ENTRIES holds the mutex while the kernel copies its table out,
+// made to last. A small legacy filter table in a netns of its own is read
+// into a buffer whose entries fall on a page registered with userfaultfd and
+// never filled: the kernel's copy to that page waits, inside get_entries,
+// with the mutex held, so anyone else touching ip_tables waits
+// uninterruptibly, for as long as the test wants and whatever the load.
+// (Its first form, 64 threads looping over a 300,000-rule table, kept a
+// waiter out only for the copies queued ahead of it: under load those took
+// less than a hook's 2 s deadline once.)
+func HoldXTMutex(t testing.TB) (stop func()) {
 	t.Helper()
 	// No other test process's namespace while the mutex is held (see xtLock).
 	unlock := xtExclusive()
-	return holdXTMutex(t, unlock, New(t), rules, threads)
+	return holdXTMutex(t, unlock, New(t))
 }
 
-// HoldXTMutexIn is HoldXTMutex with the big table and the looping socket
-// in ns: the pod of issue 18 item 3, whose own legacy rules keep the mutex
-// busy, so that no look at them can finish. The table replaces ns's filter.
-func HoldXTMutexIn(t testing.TB, ns *NS, rules, threads int) (stop func()) {
+// HoldXTMutexIn is HoldXTMutex with the table and the stalled read in ns:
+// the pod of issue 18 item 3, whose own legacy rules keep the mutex busy,
+// so that no look at them can finish. The table replaces ns's filter.
+func HoldXTMutexIn(t testing.TB, ns *NS) (stop func()) {
 	t.Helper()
 	unlock := xtExclusive()
-	return holdXTMutex(t, unlock, ns, rules, threads)
+	return holdXTMutex(t, unlock, ns)
 }
 
-func holdXTMutex(t testing.TB, unlock func(), ns *NS, rules, threads int) (stop func()) {
+// The userfaultfd ABI (linux/userfaultfd.h), with the ioctl numbers of the
+// generic encoding (x86, arm64, s390x, riscv).
+const (
+	uffdAPI            = 0xAA
+	uffdioAPI          = 0xC018AA3F // _IOWR(0xAA, 0x3F, struct uffdio_api)
+	uffdioRegister     = 0xC020AA00 // _IOWR(0xAA, 0x00, struct uffdio_register)
+	uffdRegisterMiss   = 1          // UFFDIO_REGISTER_MODE_MISSING
+	uffdEventPagefault = 0x12
+	// struct ipt_get_entries before its entries: name[32], size, padding.
+	getEntriesHeader = 40
+)
+
+func holdXTMutex(t testing.TB, unlock func(), ns *NS) (stop func()) {
 	t.Helper()
 	var once sync.Once
 	release := func() { once.Do(unlock) }
 	t.Cleanup(release)
-	var b strings.Builder
-	b.WriteString("*filter\n")
-	for i := 0; i < rules; i++ {
-		fmt.Fprintf(&b, "-A INPUT -s 10.%d.%d.%d/32 -j ACCEPT\n", i>>16&255, i>>8&255, i&255)
-	}
-	b.WriteString("COMMIT\n")
-	ns.Restore(b.String(), "iptables-legacy-restore")
+	ns.Restore("*filter\n-A INPUT -s 10.0.0.1/32 -j ACCEPT\nCOMMIT\n", "iptables-legacy-restore")
 
 	// A socket keeps the netns it was made in: any thread may use it.
 	fd, err := socketIn(ns.Path())
@@ -58,46 +68,89 @@ func holdXTMutex(t testing.TB, unlock func(), ns *NS, rules, threads int) (stop 
 	copy(info, "filter")
 	l := uint32(len(info))
 	if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_IP, 64, uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&l)), 0); e != 0 {
+		unix.Close(fd)
 		t.Fatalf("IPT_SO_GET_INFO: %v", e)
 	}
-	size := *(*uint32)(unsafe.Pointer(&info[32+4+40+4]))
-	// struct ipt_get_entries: name[32], size, padding, entries; the kernel
-	// wants the exact length. One buffer for all: its content is not read.
-	buf := make([]byte, 40+int(size))
-	copy(buf, "filter")
-	*(*uint32)(unsafe.Pointer(&buf[32])) = size
-	var done atomic.Bool
-	var calls atomic.Int64
-	var wg sync.WaitGroup
-	for i := 0; i < threads; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !done.Load() {
-				l := uint32(len(buf))
-				// IPT_SO_GET_ENTRIES
-				if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_IP, 65, uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&l)), 0); e != 0 {
-					t.Errorf("IPT_SO_GET_ENTRIES: %v", e)
-					return
-				}
-				calls.Add(1)
-			}
-		}()
-	}
-	// Every thread in the queue before anyone else comes.
-	for calls.Load() < int64(threads) && !t.Failed() {
-		time.Sleep(10 * time.Millisecond)
-	}
-	stop = func() {
-		if done.Swap(true) {
-			return
-		}
-		wg.Wait()
+	size := int(*(*uint32)(unsafe.Pointer(&info[32+4+40+4])))
+
+	uffd, _, e := unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC, 0, 0)
+	if e != 0 {
 		unix.Close(fd)
-		runtime.KeepAlive(buf)
-		release()
+		Need(t, false, fmt.Sprintf("needs userfaultfd(2) to hold the x_tables mutex: %v", e))
+	}
+	api := [3]uint64{uffdAPI, 0, 0}
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uffd, uffdioAPI, uintptr(unsafe.Pointer(&api))); e != 0 {
+		unix.Close(int(uffd))
+		unix.Close(fd)
+		t.Fatalf("UFFDIO_API: %v", e)
+	}
+	// The header on a page of its own, filled; the entries from the next
+	// page on, registered and left missing.
+	page := os.Getpagesize()
+	mem, err := unix.Mmap(-1, 0, page+(size+page-1)/page*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		unix.Close(int(uffd))
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	reg := [4]uint64{uint64(uintptr(unsafe.Pointer(&mem[page]))), uint64(len(mem) - page), uffdRegisterMiss, 0}
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uffd, uffdioRegister, uintptr(unsafe.Pointer(&reg))); e != 0 {
+		unix.Munmap(mem)
+		unix.Close(int(uffd))
+		unix.Close(fd)
+		t.Fatalf("UFFDIO_REGISTER: %v", e)
+	}
+	hdr := mem[page-getEntriesHeader : page]
+	copy(hdr, "filter")
+	*(*uint32)(unsafe.Pointer(&hdr[32])) = uint32(size)
+
+	// The stalled read, on a thread that blocks every signal: a signal
+	// delivered to it would end the wait (the copy fails with EFAULT) and
+	// free the mutex.
+	returned := make(chan unix.Errno, 1)
+	go func() {
+		runtime.LockOSThread()
+		// Never unlocked: the thread ends with the goroutine, its mask
+		// with it.
+		all := ^uint64(0)
+		unix.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_BLOCK, uintptr(unsafe.Pointer(&all)), 0, 8, 0, 0)
+		l := uint32(getEntriesHeader + size)
+		// IPT_SO_GET_ENTRIES
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_IP, 65, uintptr(unsafe.Pointer(&hdr[0])), uintptr(unsafe.Pointer(&l)), 0)
+		returned <- e
+	}()
+	var stopOnce sync.Once
+	stop = func() {
+		stopOnce.Do(func() {
+			// Closing the userfaultfd fails the pending fault: the copy
+			// returns EFAULT and the kernel lets the mutex go.
+			unix.Close(int(uffd))
+			<-returned
+			unix.Close(fd)
+			unix.Munmap(mem)
+			release()
+		})
 	}
 	t.Cleanup(stop)
+	// The mutex is held once the kernel's copy has faulted on the page.
+	pfd := []unix.PollFd{{Fd: int32(uffd), Events: unix.POLLIN}}
+	n, err := unix.Poll(pfd, 30000)
+	for err == unix.EINTR {
+		n, err = unix.Poll(pfd, 30000)
+	}
+	if n != 1 || err != nil {
+		select {
+		case e := <-returned:
+			returned <- e
+			t.Fatalf("IPT_SO_GET_ENTRIES returned (%v) without waiting on its page", e)
+		default:
+		}
+		t.Fatalf("no page fault within 30 s of IPT_SO_GET_ENTRIES: %v", err)
+	}
+	var msg [32]byte
+	if n, err := unix.Read(int(uffd), msg[:]); n != len(msg) || err != nil || msg[0] != uffdEventPagefault {
+		t.Fatalf("userfaultfd message %x (%d bytes, %v), want a page fault", msg, n, err)
+	}
 	return stop
 }
 
