@@ -61,11 +61,12 @@ type Options struct {
 	// for the agent, whose scans run side by side and keep its cores busy
 	// already: handing batches over only adds CPU there.
 	ReadAhead bool
-	// FirstListed, when set, is called once the tables are listed, before
-	// any rule is read, if one of them is a table First names: where an
-	// iptables client's rules, and so most usage, live. A caller that
-	// needs more only when there is usage (lib/scan: the allowlist and the
-	// vendor table) can start on it then, beside the kernel's dumps.
+	// FirstListed, when set, is called once the nftables tables are
+	// listed, before any of their rules is read, if one of them is a table
+	// First names: where an iptables client's rules, and so most usage,
+	// live. A caller that needs more only when there is usage (lib/scan:
+	// the allowlist and the vendor table) can start on it then, beside the
+	// kernel's dumps.
 	// Called on the look's goroutine; it must not block.
 	FirstListed func()
 }

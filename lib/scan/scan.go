@@ -2,6 +2,7 @@ package scan
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"time"
 
@@ -131,13 +132,14 @@ func Run(ctx context.Context, path, namespace string, load Loaders) (Result, err
 //
 // The tables are loaded only when there is usage: most pods have none, and
 // compiling the allowlist's expressions is a fifth of the work. A one-shot
-// look (not legacyInProcess: the hook, the scan command) starts loading
-// them beside its dumps once it has listed an iptables client's table
-// (tables.early).
+// look (not legacyInProcess: the hook, the scan command) on more than one
+// processor starts loading them beside its dumps once it has listed an
+// iptables client's table (tables.early).
 func RunFrom(ctx context.Context, h *netns.Handle, namespace string, load Loaders, legacyInProcess bool) Result {
 	t := &tables{load: load}
 	var firstListed func()
-	if !legacyInProcess {
+	// With one processor the load would only take turns with the look.
+	if !legacyInProcess && runtime.GOMAXPROCS(0) > 1 {
 		firstListed = t.early
 	}
 	res := readFrom(ctx, h, legacyInProcess, load.Detail, firstListed)
@@ -174,10 +176,11 @@ type tables struct {
 }
 
 // early loads both tables on a goroutine of their own while the look goes
-// on. Reading and compiling them takes the hook 0.4 to 0.8 ms: a 10,000-rule
-// look's dumps hide all of it (0.5 to 0.6 ms less, docs/performance.md),
-// a small one's end first and hide little. The vendor table is loaded even
-// if the allowlist will leave no usage.
+// on. Reading and compiling them takes the hook 0.4 to 0.8 ms: a
+// 10,000-rule look's dumps hide all of it (0.5 to 0.6 ms less:
+// docs/performance.md, "The tables beside the dumps"), a small one's end
+// first and hide little. The vendor table is loaded even if the allowlist
+// will leave no usage.
 func (t *tables) early() {
 	if t.started {
 		return

@@ -73,7 +73,9 @@ func holdXTMutex(t testing.TB, unlock func(), ns *NS) (stop func()) {
 	}
 	size := int(*(*uint32)(unsafe.Pointer(&info[32+4+40+4])))
 
-	uffd, _, e := unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC, 0, 0)
+	// Non-blocking: poll on a blocking userfaultfd reports an error at
+	// once instead of waiting for a fault.
+	uffd, _, e := unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC|unix.O_NONBLOCK, 0, 0)
 	if e != 0 {
 		unix.Close(fd)
 		Need(t, false, fmt.Sprintf("needs userfaultfd(2) to hold the x_tables mutex: %v", e))
@@ -122,8 +124,9 @@ func holdXTMutex(t testing.TB, unlock func(), ns *NS) (stop func()) {
 	var stopOnce sync.Once
 	stop = func() {
 		stopOnce.Do(func() {
-			// Closing the userfaultfd fails the pending fault: the copy
-			// returns EFAULT and the kernel lets the mutex go.
+			// Closing the userfaultfd wakes the pending fault, served
+			// then as an ordinary page: the copy ends and the kernel
+			// lets the mutex go.
 			unix.Close(int(uffd))
 			<-returned
 			unix.Close(fd)
@@ -132,20 +135,22 @@ func holdXTMutex(t testing.TB, unlock func(), ns *NS) (stop func()) {
 		})
 	}
 	t.Cleanup(stop)
-	// The mutex is held once the kernel's copy has faulted on the page.
+	// The mutex is held once the kernel's copy has faulted on the page;
+	// a read that returned instead is told at once.
 	pfd := []unix.PollFd{{Fd: int32(uffd), Events: unix.POLLIN}}
-	n, err := unix.Poll(pfd, 30000)
-	for err == unix.EINTR {
-		n, err = unix.Poll(pfd, 30000)
-	}
-	if n != 1 || err != nil {
+	for waited := 0; pfd[0].Revents&unix.POLLIN == 0; waited++ {
 		select {
 		case e := <-returned:
 			returned <- e
 			t.Fatalf("IPT_SO_GET_ENTRIES returned (%v) without waiting on its page", e)
 		default:
 		}
-		t.Fatalf("no page fault within 30 s of IPT_SO_GET_ENTRIES: %v", err)
+		if waited == 300 {
+			t.Fatalf("no page fault within 30 s of IPT_SO_GET_ENTRIES (poll events %#x)", pfd[0].Revents)
+		}
+		if _, err := unix.Poll(pfd, 100); err != nil && err != unix.EINTR {
+			t.Fatalf("poll the userfaultfd: %v", err)
+		}
 	}
 	var msg [32]byte
 	if n, err := unix.Read(int(uffd), msg[:]); n != len(msg) || err != nil || msg[0] != uffdEventPagefault {
