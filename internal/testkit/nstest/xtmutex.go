@@ -25,8 +25,8 @@ import (
 func HoldXTMutex(t testing.TB) (stop func()) {
 	t.Helper()
 	// No other test process's namespace while the mutex is held (see xtLock).
-	unlock := xtExclusive()
-	return holdXTMutex(t, unlock, New(t))
+	release := exclusiveUntil(t)
+	return holdXTMutex(t, release, New(t))
 }
 
 // HoldXTMutexIn is HoldXTMutex with the table and the stalled read in ns:
@@ -34,8 +34,17 @@ func HoldXTMutex(t testing.TB) (stop func()) {
 // so that no look at them can finish. The table replaces ns's filter.
 func HoldXTMutexIn(t testing.TB, ns *NS) (stop func()) {
 	t.Helper()
+	return holdXTMutex(t, exclusiveUntil(t), ns)
+}
+
+// exclusiveUntil holds the host-wide lock exclusive until the release it
+// gives is called or t ends, whatever fails after (New included).
+func exclusiveUntil(t testing.TB) (release func()) {
 	unlock := xtExclusive()
-	return holdXTMutex(t, unlock, ns)
+	var once sync.Once
+	release = func() { once.Do(unlock) }
+	t.Cleanup(release)
+	return release
 }
 
 // The userfaultfd ABI (linux/userfaultfd.h), with the ioctl numbers of the
@@ -50,11 +59,8 @@ const (
 	getEntriesHeader = 40
 )
 
-func holdXTMutex(t testing.TB, unlock func(), ns *NS) (stop func()) {
+func holdXTMutex(t testing.TB, release func(), ns *NS) (stop func()) {
 	t.Helper()
-	var once sync.Once
-	release := func() { once.Do(unlock) }
-	t.Cleanup(release)
 	ns.Restore("*filter\n-A INPUT -s 10.0.0.1/32 -j ACCEPT\nCOMMIT\n", "iptables-legacy-restore")
 
 	// A socket keeps the netns it was made in: any thread may use it.
