@@ -152,7 +152,7 @@ func RunFrom(ctx context.Context, h *netns.Handle, namespace string, load Loader
 	res.AllowErr = t.allowErr
 	res.Usage, res.Allowed = t.allow.Apply(res.Usage, namespace, res.Text)
 	if load.Vendors != nil && !res.Usage.Empty() {
-		if !t.started {
+		if t.done == nil {
 			t.vendors, t.vendorErr = load.Vendors()
 		}
 		res.Vendors, res.VendorErr = t.vendors, t.vendorErr
@@ -164,9 +164,8 @@ func RunFrom(ctx context.Context, h *netns.Handle, namespace string, load Loader
 // the look, or during it (early).
 type tables struct {
 	load Loaders
-	// started: early ran; done is closed when its goroutine has set the
-	// fields below, or panicked.
-	started   bool
+	// done is nil until early ran, then closed when its goroutine has set
+	// the fields below, or panicked.
 	done      chan struct{}
 	panicked  any
 	allow     *allowlist.List
@@ -182,10 +181,9 @@ type tables struct {
 // first and hide little. The vendor table is loaded even if the allowlist
 // will leave no usage.
 func (t *tables) early() {
-	if t.started {
+	if t.done != nil {
 		return
 	}
-	t.started = true
 	t.done = make(chan struct{})
 	go func() {
 		defer close(t.done)
@@ -202,7 +200,7 @@ func (t *tables) early() {
 
 // wait gives the allowlist: early's once it is done, else loaded now.
 func (t *tables) wait() {
-	if !t.started {
+	if t.done == nil {
 		t.allow, t.allowErr = t.load.Allow()
 		return
 	}
