@@ -40,7 +40,7 @@ func (v *vendorFlags) load() (*catalog.Table, error) { return catalog.Load(v.pat
 
 // loaders gives the scan step what the allowlist and vendor flags name.
 func loaders(a *allowFlags, v *vendorFlags) scan.Loaders {
-	return scan.Loaders{Allow: a.load, Vendors: v.load}
+	return scan.Loaders{Allow: a.load, Vendors: v.load, Warm: findings.Warm}
 }
 
 // allowFlags are the allowlist flags of every command that scans a netns.

@@ -16,18 +16,25 @@ import (
 // earlyLoaders count their calls and tell, from the stack, whether the
 // allowlist was loaded on a goroutine tables.early started.
 type earlyLoaders struct {
-	allows, vendors atomic.Int32
-	early           atomic.Bool
-	list            *allowlist.List
-	panicWith       any
+	allows, vendors, warms atomic.Int32
+	early, warmEarly       atomic.Bool
+	list                   *allowlist.List
+	panicWith              any
+	// warm, if set, runs inside Warm.
+	warm func()
+}
+
+// onEarly tells whether the caller runs on a goroutine tables.early started.
+func onEarly() bool {
+	buf := make([]byte, 64<<10)
+	return strings.Contains(string(buf[:runtime.Stack(buf, false)]), "created by github.com/iptables-alerter/iptables-alerter/lib/scan.(*tables).early")
 }
 
 func (l *earlyLoaders) loaders() Loaders {
 	return Loaders{
 		Allow: func() (*allowlist.List, error) {
 			l.allows.Add(1)
-			buf := make([]byte, 64<<10)
-			l.early.Store(strings.Contains(string(buf[:runtime.Stack(buf, false)]), "created by github.com/iptables-alerter/iptables-alerter/lib/scan.(*tables).early"))
+			l.early.Store(onEarly())
 			if l.panicWith != nil {
 				panic(l.panicWith)
 			}
@@ -36,6 +43,13 @@ func (l *earlyLoaders) loaders() Loaders {
 		Vendors: func() (*catalog.Table, error) {
 			l.vendors.Add(1)
 			return catalog.Builtin(), nil
+		},
+		Warm: func() {
+			l.warms.Add(1)
+			l.warmEarly.Store(onEarly())
+			if l.warm != nil {
+				l.warm()
+			}
 		},
 	}
 }
@@ -55,8 +69,9 @@ func runEarly(t *testing.T, ns *nstest.NS, l *earlyLoaders, legacyInProcess bool
 // TestRunFromLoadsTablesEarly: a one-shot look that lists an iptables
 // client's table loads the allowlist and the vendor table on a goroutine
 // of their own while it reads the rules, once each, and applies them as
-// before; the agent's look (legacyInProcess) loads them after the look,
-// and a clean netns loads nothing.
+// before, and warms the record step there too (Loaders.Warm); the agent's
+// look (legacyInProcess) loads them after the look and warms nothing, and
+// a clean netns loads nothing.
 func TestRunFromLoadsTablesEarly(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft")
 	list, err := allowlist.New([]allowlist.Entry{{Name: "drop-one", Rule: "-A INPUT -s 10.9.9.9 -j DROP"}}, "test")
@@ -90,6 +105,16 @@ func TestRunFromLoadsTablesEarly(t *testing.T) {
 			if l.early.Load() != tc.early {
 				t.Errorf("allowlist loaded beside the look: %v, want %v", l.early.Load(), tc.early)
 			}
+			// The look does not wait for Warm: wait for it here.
+			var warms int32
+			for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+				if warms = l.warms.Load(); warms != 0 || !tc.early {
+					break
+				}
+			}
+			if want := map[bool]int32{true: 1}[tc.early]; warms != want || l.warmEarly.Load() != tc.early {
+				t.Errorf("Warm ran %d times (beside the look: %v), want %d", warms, l.warmEarly.Load(), want)
+			}
 			if tc.calls == 0 {
 				return
 			}
@@ -119,4 +144,35 @@ func TestRunFromEarlyLoadPanics(t *testing.T) {
 	}()
 	runEarly(t, ns, l, false)
 	t.Error("RunFrom returned")
+}
+
+// TestRunFromDoesNotWaitForWarm: the look returns while Warm is still
+// running, and a Warm that panics is dropped instead of ending the process
+// (the record step, doing the same work, would raise it where it is
+// logged).
+func TestRunFromDoesNotWaitForWarm(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	ns := nstest.New(t)
+	ns.Run("iptables-nft", "-A", "INPUT", "-s", "10.9.9.9", "-j", "DROP")
+	release, ended := make(chan struct{}), make(chan struct{})
+	l := &earlyLoaders{warm: func() {
+		defer close(ended)
+		<-release
+		panic("broken warm-up")
+	}}
+	looked := make(chan Result, 1)
+	go func() { looked <- runEarly(t, ns, l, false) }()
+	select {
+	case res := <-looked:
+		if len(res.Usage.Rules) != 1 {
+			t.Errorf("rules seen %d, want 1", len(res.Usage.Rules))
+		}
+	case <-time.After(30 * time.Second):
+		close(release)
+		t.Fatal("the look waited for Warm")
+	}
+	close(release)
+	<-ended
+	// Had the panic not been recovered, the test binary would end here.
+	time.Sleep(100 * time.Millisecond)
 }

@@ -115,6 +115,10 @@ type Loaders struct {
 	// Detail bounds the rules read in detail, which alone the allowlist
 	// can match (0: inspect's default, 1024); NodeDetail for the node's.
 	Detail int
+	// Warm, if set, is work the record step will do anyway that an early
+	// load (tables.early) does after the tables, beside the rest of the
+	// look (the hook's findings.Warm); the look never waits for it.
+	Warm func()
 }
 
 // Run is Read followed by the allowlist of the pod's namespace, and the
@@ -186,16 +190,29 @@ func (t *tables) early() {
 	}
 	t.done = make(chan struct{})
 	go func() {
-		defer close(t.done)
-		// A panic off the caller's goroutine would end the process
-		// (for the hook, kill the container); wait raises it where the
-		// loaders would have run.
-		defer func() { t.panicked = recover() }()
-		t.allow, t.allowErr = t.load.Allow()
-		if t.load.Vendors != nil {
-			t.vendors, t.vendorErr = t.load.Vendors()
+		t.tables()
+		if t.load.Warm == nil {
+			return
 		}
+		// After done is closed: the look goes on without it. What it
+		// warms is only cached, so a panic here is dropped; the record
+		// step doing the same work again raises it where it is logged.
+		defer func() { _ = recover() }()
+		t.load.Warm()
 	}()
+}
+
+// tables loads both tables for early and closes done.
+func (t *tables) tables() {
+	defer close(t.done)
+	// A panic off the caller's goroutine would end the process (for the
+	// hook, kill the container); wait raises it where the loaders would
+	// have run.
+	defer func() { t.panicked = recover() }()
+	t.allow, t.allowErr = t.load.Allow()
+	if t.load.Vendors != nil {
+		t.vendors, t.vendorErr = t.load.Vendors()
+	}
 }
 
 // wait gives the allowlist: early's once it is done, else loaded now.
