@@ -45,8 +45,9 @@ func (l *earlyLoaders) loaders() Loaders {
 			return catalog.Builtin(), nil
 		},
 		Warm: func() {
-			l.warms.Add(1)
+			// Stored before the count the test polls for.
 			l.warmEarly.Store(onEarly())
+			l.warms.Add(1)
 			if l.warm != nil {
 				l.warm()
 			}
