@@ -7,7 +7,7 @@ import (
 
 // Warm does the one-time work of a process's first record ahead of it:
 // encoding/json builds its encoders for a type at its first use (for a
-// Record and the memory's entry, 0.4 to 1 ms here, where the next
+// Record and the memory's entry, 0.4 to 1.2 ms here, where the next
 // encoding takes microseconds), and the time package reads the local
 // zone the log line is stamped with at its first format. A one-shot look
 // (the hook) calls it beside its dumps, on a core they leave idle

@@ -117,7 +117,9 @@ type Loaders struct {
 	Detail int
 	// Warm, if set, is work the record step will do anyway that an early
 	// load (tables.early) does after the tables, beside the rest of the
-	// look (the hook's findings.Warm); the look never waits for it.
+	// look (findings.Warm, given by the hook and the scan command, where
+	// it is wasted on text output but costs only the idle core); the look
+	// never waits for it.
 	Warm func()
 }
 
