@@ -42,6 +42,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/procstat"
 )
 
 //go:linkname entersyscall runtime.entersyscall
@@ -445,7 +447,7 @@ func putUint(b []byte, n int, v uint64) int {
 // byte more tells it was cut), stat and cgroup as lib/watch reads them.
 const (
 	MaxCmdline = 4 << 10
-	MaxProc    = 8 << 10
+	MaxProc    = procstat.MaxFile
 )
 
 // Snapshot is what the quiet path reads of a possible tool the moment its

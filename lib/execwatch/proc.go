@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/execquiet"
+	"github.com/iptables-alerter/iptables-alerter/internal/procstat"
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/watch"
@@ -141,7 +142,7 @@ func parseNetns(l string) (uint64, error) {
 var errRunning = errors.New("running")
 
 // zombieStatus is the wait status of a process that ended and is not
-// reaped yet (state Z: the exit_code field of /proc/PID/stat, its last);
+// reaped yet (state Z: the exit_code field of /proc/PID/stat, its 52nd);
 // errRunning while it runs, the open's error when it is gone.
 func zombieStatus(root string, pid int) (uint32, error) {
 	var b [1024]byte
@@ -149,15 +150,14 @@ func zombieStatus(root string, pid int) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	i := bytes.LastIndexByte(st, ')')
-	if i < 0 {
-		return 0, errors.New("unexpected stat")
+	s, err := procstat.Parse(st)
+	if err != nil {
+		return 0, err
 	}
-	f := strings.Fields(string(st[i+1:]))
-	if len(f) < 50 || f[0] != "Z" {
+	if s.Field(3) != "Z" || s.Field(52) == "" {
 		return 0, errRunning
 	}
-	v, err := strconv.ParseUint(f[len(f)-1], 10, 32)
+	v, err := strconv.ParseUint(s.Field(52), 10, 32)
 	return uint32(v), err
 }
 

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/execquiet"
+	"github.com/iptables-alerter/iptables-alerter/internal/procstat"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 )
 
@@ -250,7 +251,7 @@ func TestWatcherMissedZombie(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:])); len(f) > 0 && f[0] == "Z" {
+		if procstat.Of(st).Field(3) == "Z" {
 			break
 		}
 		if time.Now().After(deadline) {

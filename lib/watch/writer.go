@@ -1,7 +1,6 @@
 package watch
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,12 +8,9 @@ import (
 	"strings"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
+	"github.com/iptables-alerter/iptables-alerter/internal/procstat"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
-
-// maxProcFile bounds what is read of one /proc file: a stat line is a few
-// hundred bytes, a cgroup file a few lines.
-const maxProcFile = 8 << 10
 
 // Proc describes writers from the host's /proc (the agent's --host-proc):
 // the pid a commit names is in the host's pid namespace.
@@ -81,7 +77,7 @@ func readProc(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return fileio.ReadLimited(f, maxProcFile)
+	return fileio.ReadLimited(f, procstat.MaxFile)
 }
 
 type stat struct {
@@ -104,20 +100,15 @@ func readStat(dir string) (stat, error) {
 
 // parseStat reads a stat file's fields.
 func parseStat(b []byte) (stat, error) {
-	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-	if open < 0 || end < open {
-		return stat{}, errStat
-	}
-	rest := strings.Fields(string(b[end+1:]))
-	// rest[0] is field 3 (state): ppid is rest[1], starttime rest[19].
-	if len(rest) < 20 {
-		return stat{}, errStat
-	}
-	ppid, err := strconv.Atoi(rest[1])
+	s, err := procstat.Parse(b)
 	if err != nil {
+		return stat{}, err
+	}
+	ppid, err := strconv.Atoi(s.Field(4))
+	if err != nil || s.Field(22) == "" {
 		return stat{}, errStat
 	}
-	return stat{comm: string(b[open+1 : end]), ppid: ppid, start: rest[19]}, nil
+	return stat{comm: s.Comm, ppid: ppid, start: s.Field(22)}, nil
 }
 
 // Container cgroup names by runtime and cgroup driver, as prefixes of the

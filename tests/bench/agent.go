@@ -27,6 +27,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	nrilog "github.com/containerd/nri/pkg/log"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/procstat"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nritest"
 )
 
@@ -861,11 +862,10 @@ func cpuSplit(pid int, ticks float64) (self, children time.Duration, err error) 
 	if err != nil {
 		return 0, 0, err
 	}
-	// Fields after the command's closing parenthesis: cutime and cstime
-	// are the 14th and 15th (fields 16 and 17 of the whole line).
-	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-	cu, _ := strconv.ParseFloat(f[13], 64)
-	cs, _ := strconv.ParseFloat(f[14], 64)
+	// The reaped children's user and system time.
+	s := procstat.Of(stat)
+	cu, _ := strconv.ParseFloat(s.Field(16), 64)
+	cs, _ := strconv.ParseFloat(s.Field(17), 64)
 	return time.Duration(ns), time.Duration((cu + cs) / ticks * float64(time.Second)), nil
 }
 

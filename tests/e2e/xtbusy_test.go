@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/procstat"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 )
@@ -96,13 +97,7 @@ func hookPid(mark string) int {
 		if err != nil {
 			continue
 		}
-		// After the command's closing parenthesis: the state, then
-		// num_threads as the 18th field.
-		f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
-		if len(f) < 18 {
-			continue
-		}
-		if n, err := strconv.Atoi(f[17]); err == nil && n > 1 {
+		if n, err := strconv.Atoi(procstat.Of(st).Field(20)); err == nil && n > 1 {
 			return pid
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/procstat"
 )
 
 // Proc is a process a test left behind.
@@ -40,13 +42,12 @@ func Leftovers(marks ...string) []Proc {
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		s := procstat.Of(stat)
 		// A zombie is dead already, its parent's (or init's) to reap.
-		if len(f) < 2 || f[0] == "Z" {
+		ppid, err := strconv.Atoi(s.Field(4))
+		if err != nil || s.Field(3) == "Z" {
 			continue
 		}
-		ppid, _ := strconv.Atoi(f[1])
 		children[ppid] = append(children[ppid], pid)
 		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		cmd := strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
