@@ -52,14 +52,19 @@ type NS struct {
 	deleted bool
 }
 
-// New creates a fresh namespace and deletes it when the test ends.
+// New creates a fresh namespace and deletes it when the test ends (or,
+// if the test binary dies first, the next test binary's first New does).
 func New(t testing.TB) *NS {
 	t.Helper()
 	NeedRoot(t)
 	xtShare(t)
+	tag, err := ownerTag()
+	if err != nil {
+		t.Fatalf("nstest: this test binary's lock under %s: %v", ownerDir, err)
+	}
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	ns := &NS{Name: "iptalert-" + hex.EncodeToString(b), t: t}
+	ns := &NS{Name: "iptalert-" + tag + "-" + hex.EncodeToString(b), t: t}
 	if out, err := exec.Command("ip", "netns", "add", ns.Name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v: %s", ns.Name, err, out)
 	}

@@ -1,0 +1,123 @@
+package nstest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// A test binary that dies before its cleanups run (the test timeout's
+// panic, a SIGKILL, a crash in a cgo call) leaves its namespaces pinned
+// under /run/netns for good. So each binary names its namespaces
+// iptalert-OWNER-N, OWNER its own random tag, and holds a shared lock on
+// ownerDir/OWNER while it lives; the first New of any later binary deletes
+// the namespaces of every owner whose lock it can take exclusively, that
+// is, of binaries that are gone. A random tag, not the pid: a pid is
+// reused, and a binary in a child pid namespace has another one.
+const ownerDir = "/run/iptalert-nstest"
+
+var owner struct {
+	once sync.Once
+	tag  string
+	lock *os.File
+	err  error
+}
+
+// ownerTag is this binary's tag, its lock taken, and the leftovers of
+// dead binaries deleted, at its first call.
+func ownerTag() (string, error) {
+	owner.once.Do(func() {
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		owner.tag = hex.EncodeToString(b)
+		if err := os.MkdirAll(ownerDir, 0o700); err != nil {
+			owner.err = err
+			return
+		}
+		// Lock first, then sweep: another binary's sweep must already see
+		// this one as alive when its first namespace appears.
+		f, err := os.OpenFile(filepath.Join(ownerDir, owner.tag), os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+		if err == nil {
+			err = unix.Flock(int(f.Fd()), unix.LOCK_SH)
+		}
+		if err != nil {
+			owner.err = err
+			return
+		}
+		owner.lock = f // held, and so locked, until the binary exits
+		sweepLeftovers()
+	})
+	return owner.tag, owner.err
+}
+
+// sweepLeftovers deletes the namespaces, and the lock files, of owners
+// that are gone. Best effort: what it cannot delete is left for the next.
+func sweepLeftovers() {
+	ents, _ := os.ReadDir("/run/netns")
+	byOwner := map[string][]string{}
+	for _, e := range ents {
+		if tag, ok := ownerOf(e.Name()); ok && tag != owner.tag {
+			byOwner[tag] = append(byOwner[tag], e.Name())
+		}
+	}
+	for tag, names := range byOwner {
+		path := filepath.Join(ownerDir, tag)
+		f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		// No lock file: its owner was swept once already, partly (a
+		// lock file is made before the owner's first namespace).
+		if f != nil {
+			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+				f.Close() // alive
+				continue
+			}
+		}
+		for _, n := range names {
+			_ = exec.Command("ip", "netns", "del", n).Run()
+		}
+		if f != nil {
+			_ = os.Remove(path)
+			f.Close()
+		}
+	}
+	// Lock files of owners that left no namespace behind (every binary
+	// that ended well): removed once they can be locked.
+	locks, _ := os.ReadDir(ownerDir)
+	for _, e := range locks {
+		if e.Name() == owner.tag || byOwner[e.Name()] != nil {
+			continue
+		}
+		path := filepath.Join(ownerDir, e.Name())
+		if f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0); err == nil {
+			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+				_ = os.Remove(path)
+			}
+			f.Close()
+		}
+	}
+}
+
+// ownerOf is the owner tag of a namespace New named, false for any other
+// name (the demo's and the bench's, iptalert-demo-..., are not New's).
+func ownerOf(name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, "iptalert-")
+	tag, n, ok2 := strings.Cut(rest, "-")
+	return tag, ok && ok2 && isHex8(tag) && isHex8(n)
+}
+
+func isHex8(s string) bool {
+	if len(s) != 8 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil && strings.ToLower(s) == s
+}
