@@ -85,9 +85,14 @@ func (cfg *hookConfig) run(_ []string, s stdio) (code int) {
 	return 0
 }
 
-// logPanic reports a panic in one line, with where it happened.
+// logPanic reports a panic in one line, with where it happened: a table
+// loader's, raised again by the look, carries its own stack.
 func logPanic(stderr io.Writer, log *logrus.Logger, r any) {
-	stack := strings.Join(strings.Fields(string(debug.Stack())), " ")
+	raw := debug.Stack()
+	if p, ok := r.(*scan.LoaderPanic); ok {
+		r, raw = p.Value, p.Stack
+	}
+	stack := strings.Join(strings.Fields(string(raw)), " ")
 	if len(stack) > 4096 {
 		stack = stack[:4096]
 	}

@@ -2,6 +2,7 @@ package scan
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -20,6 +21,8 @@ type earlyLoaders struct {
 	early, warmEarly       atomic.Bool
 	list                   *allowlist.List
 	panicWith              any
+	// goexit ends the allowlist's loader with runtime.Goexit.
+	goexit bool
 	// warm, if set, runs inside Warm.
 	warm func()
 }
@@ -37,6 +40,9 @@ func (l *earlyLoaders) loaders() Loaders {
 			l.early.Store(onEarly())
 			if l.panicWith != nil {
 				panic(l.panicWith)
+			}
+			if l.goexit {
+				runtime.Goexit()
 			}
 			return l.list, nil
 		},
@@ -136,8 +142,14 @@ func TestRunFromEarlyLoadPanics(t *testing.T) {
 	ns.Run("iptables-nft", "-A", "INPUT", "-s", "10.9.9.9", "-j", "DROP")
 	l := &earlyLoaders{panicWith: "broken loader"}
 	defer func() {
-		if r := recover(); r != "broken loader" {
-			t.Errorf("recovered %v, want the loader's panic", r)
+		r := recover()
+		p, ok := r.(*LoaderPanic)
+		if !ok || p.Value != "broken loader" {
+			t.Fatalf("recovered %v, want the loader's panic", r)
+		}
+		// Where it happened, not where wait raised it again.
+		if !strings.Contains(string(p.Stack), "early_test.go") || !strings.Contains(p.Error(), "broken loader") {
+			t.Errorf("the panic's stack does not show the loader:\n%s", p.Stack)
 		}
 		if !l.early.Load() {
 			t.Error("the loader did not run beside the look")
@@ -145,6 +157,31 @@ func TestRunFromEarlyLoadPanics(t *testing.T) {
 	}()
 	runEarly(t, ns, l, false)
 	t.Error("RunFrom returned")
+}
+
+// TestRunFromEarlyLoaderGoexits: a loader that ends its goroutine without
+// returning (runtime.Goexit) leaves the look with an allowlist error, not
+// an allowlist quietly missing: every rule stays in the usage, and the
+// finding says the allowlist could not be applied.
+func TestRunFromEarlyLoaderGoexits(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	list, err := allowlist.New([]allowlist.Entry{{Name: "drop-one", Rule: "-A INPUT -s 10.9.9.9 -j DROP"}}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := nstest.New(t)
+	ns.Run("iptables-nft", "-A", "INPUT", "-s", "10.9.9.9", "-j", "DROP")
+	l := &earlyLoaders{list: list, goexit: true}
+	res := runEarly(t, ns, l, false)
+	if !l.early.Load() {
+		t.Fatal("the loader did not run beside the look")
+	}
+	if !errors.Is(res.AllowErr, errLoaderEnded) || !errors.Is(res.VendorErr, errLoaderEnded) {
+		t.Errorf("allowlist error %v, vendor table error %v, want %v for both", res.AllowErr, res.VendorErr, errLoaderEnded)
+	}
+	if res.Allowed.Count != 0 || len(res.Usage.Rules) != 1 {
+		t.Errorf("allowlisted %d, rules left %d: want 0 and 1", res.Allowed.Count, len(res.Usage.Rules))
+	}
 }
 
 // TestRunFromDoesNotWaitForWarm: the look returns while Warm is still

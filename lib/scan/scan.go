@@ -2,7 +2,10 @@ package scan
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -171,13 +174,16 @@ func RunFrom(ctx context.Context, h *netns.Handle, namespace string, load Loader
 type tables struct {
 	load Loaders
 	// done is nil until early ran, then closed when its goroutine has set
-	// the fields below, or panicked.
-	done      chan struct{}
-	panicked  any
-	allow     *allowlist.List
-	allowErr  error
-	vendors   *catalog.Table
-	vendorErr error
+	// the fields below, or panicked, or ended otherwise (a loader that
+	// never returned leaves its loaded false).
+	done         chan struct{}
+	allowLoaded  bool
+	vendorLoaded bool
+	panicked     *LoaderPanic
+	allow        *allowlist.List
+	allowErr     error
+	vendors      *catalog.Table
+	vendorErr    error
 }
 
 // early loads both tables on a goroutine of their own while the look goes
@@ -209,13 +215,24 @@ func (t *tables) tables() {
 	defer close(t.done)
 	// A panic off the caller's goroutine would end the process (for the
 	// hook, kill the container); wait raises it where the loaders would
-	// have run.
-	defer func() { t.panicked = recover() }()
+	// have run, with the stack of where it happened.
+	defer func() {
+		if r := recover(); r != nil {
+			t.panicked = &LoaderPanic{Value: r, Stack: debug.Stack()}
+		}
+	}()
 	t.allow, t.allowErr = t.load.Allow()
+	t.allowLoaded = true
 	if t.load.Vendors != nil {
 		t.vendors, t.vendorErr = t.load.Vendors()
 	}
+	t.vendorLoaded = true
 }
+
+// errLoaderEnded is the tables' error when a loader ended its goroutine
+// without returning or panicking (runtime.Goexit): nothing was loaded, and
+// a scan must not apply an allowlist it does not have as if it had none.
+var errLoaderEnded = errors.New("a table loader ended without returning")
 
 // wait gives the allowlist: early's once it is done, else loaded now.
 func (t *tables) wait() {
@@ -227,4 +244,22 @@ func (t *tables) wait() {
 	if t.panicked != nil {
 		panic(t.panicked)
 	}
+	if !t.allowLoaded {
+		t.allowErr = errLoaderEnded
+	}
+	if !t.vendorLoaded {
+		t.vendorErr = errLoaderEnded
+	}
+}
+
+// LoaderPanic is a panic of a table loader that ran beside the look,
+// raised again on the look's goroutine, whose stack no longer shows where
+// it happened: Stack does.
+type LoaderPanic struct {
+	Value any
+	Stack []byte
+}
+
+func (p *LoaderPanic) Error() string {
+	return fmt.Sprintf("in a table loader: %v\n\n%s", p.Value, p.Stack)
 }
