@@ -41,11 +41,17 @@ func ownerTag() (string, error) {
 			owner.err = err
 			return
 		}
-		// Lock first, then sweep: another binary's sweep must already see
-		// this one as alive when its first namespace appears.
-		f, err := os.OpenFile(filepath.Join(ownerDir, owner.tag), os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+		// Locked before it has its name, then renamed: another binary's
+		// sweep never finds it unlocked (it would take this live binary
+		// for a dead one), and it is there before this one's first
+		// namespace.
+		tmp := filepath.Join(ownerDir, ".new-"+owner.tag)
+		f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 		if err == nil {
 			err = unix.Flock(int(f.Fd()), unix.LOCK_SH)
+		}
+		if err == nil {
+			err = os.Rename(tmp, filepath.Join(ownerDir, owner.tag))
 		}
 		if err != nil {
 			owner.err = err
@@ -93,7 +99,8 @@ func sweepLeftovers() {
 	// that ended well): removed once they can be locked.
 	locks, _ := os.ReadDir(ownerDir)
 	for _, e := range locks {
-		if e.Name() == owner.tag || byOwner[e.Name()] != nil {
+		// .new-TAG: a binary's file before it is locked and renamed.
+		if e.Name() == owner.tag || byOwner[e.Name()] != nil || !isHex8(e.Name()) {
 			continue
 		}
 		path := filepath.Join(ownerDir, e.Name())

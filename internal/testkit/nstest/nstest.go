@@ -58,13 +58,7 @@ func New(t testing.TB) *NS {
 	t.Helper()
 	NeedRoot(t)
 	xtShare(t)
-	tag, err := ownerTag()
-	if err != nil {
-		t.Fatalf("nstest: this test binary's lock under %s: %v", ownerDir, err)
-	}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	ns := &NS{Name: "iptalert-" + tag + "-" + hex.EncodeToString(b), t: t}
+	ns := &NS{Name: NewName(t), t: t}
 	if out, err := exec.Command("ip", "netns", "add", ns.Name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v: %s", ns.Name, err, out)
 	}
@@ -77,6 +71,20 @@ func New(t testing.TB) *NS {
 		}
 	})
 	return ns
+}
+
+// NewName is a fresh name for a namespace the caller makes and deletes
+// (New's, or a runtime's under test): if this test binary dies before it
+// deletes it, the next binary's first New or NewName does.
+func NewName(t testing.TB) string {
+	t.Helper()
+	tag, err := ownerTag()
+	if err != nil {
+		t.Fatalf("nstest: this test binary's lock under %s: %v", ownerDir, err)
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return "iptalert-" + tag + "-" + hex.EncodeToString(b)
 }
 
 // Delete removes the namespace now, as a stopping pod's runtime would.

@@ -14,7 +14,6 @@ package critest
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -67,10 +66,8 @@ func newCRI(t testing.TB, name string, cleanup func(*CRI)) *CRI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
 	c := &CRI{Dir: dir, Socket: filepath.Join(dir, "c.sock"), NRISocket: filepath.Join(dir, "nri.sock"),
-		Netns: "ipta-" + name + "-" + hex.EncodeToString(b), t: t, name: name}
+		Netns: nstest.NewName(t), t: t, name: name}
 	t.Cleanup(func() {
 		cleanup(c)
 		c.removeDirAndNetns()
