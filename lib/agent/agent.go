@@ -161,6 +161,9 @@ type Scan struct {
 	// FirstUnreachable is set on the first Unreachable scan of its
 	// sandbox: the one worth a warning, not each scan's.
 	FirstUnreachable bool
+	// RanOut: the look reached the scan's deadline (its counts are lower
+	// bounds); the queue then holds the sandbox to fewer workers.
+	RanOut bool
 }
 
 // Label names how the scan ended in one word, the record step's outcome

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 
@@ -86,5 +87,53 @@ func TestFairness(t *testing.T) {
 		if before[s.Meta.SandboxID]++; before[s.Meta.SandboxID] > 1 {
 			t.Fatalf("crash-looping %s scanned twice before the ordinary pod's event (scans since: %v)", s.Meta.SandboxID, before)
 		}
+	}
+}
+
+// TestFairnessHeavy: two crash-looping pods whose every scan runs to the
+// deadline (a 50,000-rule netns, a 100 ms deadline) hold one of the two
+// workers at most, so an ordinary pod's event is scanned among the next
+// two scans instead of waiting for a heavy one to end. Scans are let
+// through by the hold seam, so which jobs the workers took is the queue's
+// choice alone, whatever the load: a heavier load only makes the big scans
+// run out more surely.
+func TestFairnessHeavy(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft-restore")
+	big := nstest.New(t)
+	big.ManyRules(50000)
+	other := nstest.New(t)
+	rec := newRecorder()
+	a := startAgent(t, t.TempDir(), rec, 100*time.Millisecond)
+	ctx := context.Background()
+	slow := []*api.PodSandbox{pod("slow-a", big.Path()), pod("slow-b", big.Path())}
+	restarts := 0
+	crash := func() {
+		restarts++
+		for _, p := range slow {
+			if err := a.PostStartContainer(ctx, p, &api.Container{Id: fmt.Sprintf("%s-c%d", p.Id, restarts), Name: "app"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Both workers take a slow pod's scan; their next ones wait.
+	crash()
+	crash()
+	release(a, 2)
+	for _, s := range rec.wait(t, 2) {
+		if !s.RanOut {
+			t.Fatalf("the 50,000-rule scan of %s ended in %s, before its 100 ms deadline", s.Meta.SandboxID, s.Duration)
+		}
+	}
+	// Both are heavy now: one worker takes one of them, the other waits
+	// for a job that is not heavy.
+	crash()
+	if err := a.PostStartContainer(ctx, pod("ordinary", other.Path()), &api.Container{Id: "o1", Name: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	release(a, 2)
+	got := rec.wait(t, 2)
+	if got[0].Meta.SandboxID != "ordinary" && got[1].Meta.SandboxID != "ordinary" {
+		t.Fatalf("next two scans %s and %s: the ordinary pod's event waited behind both crash-looping pods",
+			got[0].Meta.SandboxID, got[1].Meta.SandboxID)
 	}
 }

@@ -22,6 +22,12 @@ import (
 //     of each sandbox queued before it.
 //   - Events' jobs are bounded (max); past it an event's scan is dropped,
 //     never waited for. A sweep's jobs are bounded by the pods listed.
+//   - A sandbox whose last scan ran to its deadline is heavy: at most
+//     workers-1 heavy scans run at once (one with a single worker), and a
+//     worker that may not start another takes the oldest job of a sandbox
+//     that is not heavy. Without it, two crash-looping pods whose every
+//     scan takes the whole deadline held both default workers, and another
+//     pod's event waited up to that deadline for its turn.
 type queue struct {
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -32,9 +38,26 @@ type queue struct {
 	events int // waiting jobs from events, bounded by max
 	max    int
 	// long counts the running scans given the stop's longer deadline.
-	long   int
-	closed bool
+	long int
+	// heavy holds the sandboxes whose last scan ran to its deadline (until
+	// one ends in time, the pod stops, or a sweep does not list it);
+	// heavyRunning counts the scans of heavy sandboxes running.
+	heavy        map[string]bool
+	heavyRunning int
+	closed       bool
 }
+
+// scanEnd is how a job's turn ended, as the queue remembers it.
+type scanEnd int
+
+const (
+	// notScanned: the job was not run (no longer wanted).
+	notScanned scanEnd = iota
+	// inTime: the scan ended before its deadline.
+	inTime
+	// ranOut: the scan ran to its deadline.
+	ranOut
+)
 
 // slot is one sandbox's place: the job waiting, if any, and whether a scan
 // of it runs.
@@ -42,10 +65,11 @@ type slot struct {
 	next    *job
 	running bool
 	long    bool
+	heavy   bool
 }
 
 func newQueue(max int) *queue {
-	q := &queue{slots: map[string]*slot{}, max: max}
+	q := &queue{slots: map[string]*slot{}, max: max, heavy: map[string]bool{}}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
@@ -141,6 +165,17 @@ func (q *queue) sweep(jobs []job, synced func(queued int)) {
 			q.drop(id, s)
 		}
 	}
+	// A sandbox the runtime no longer lists is gone: it need not be
+	// remembered as heavy.
+	listed := map[string]bool{}
+	for _, j := range jobs {
+		listed[j.meta.SandboxID] = true
+	}
+	for id := range q.heavy {
+		if !listed[id] && q.slots[id] == nil {
+			delete(q.heavy, id)
+		}
+	}
 	queued := 0
 	for _, j := range jobs {
 		if s := q.slots[j.meta.SandboxID]; s != nil && isEvent(s.next) {
@@ -212,22 +247,26 @@ func (q *queue) drop(id string, s *slot) {
 	}
 }
 
-// take waits for the oldest waiting job and marks its sandbox running;
-// false once the queue is closed. long is whether the scan may take the
-// stop's longer deadline: a stop, with no other job waiting, and a worker
-// other than this one left for whatever comes meanwhile (at most
-// workers-1 such scans run at once).
+// take waits for the oldest waiting job it may start (see next) and
+// marks its sandbox running; false once the queue is closed. long is
+// whether the scan may take the stop's longer deadline: a stop, with no
+// other job waiting, and a worker other than this one left for whatever
+// comes meanwhile (at most workers-1 such scans run at once).
 func (q *queue) take(workers int) (j job, long, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for len(q.order) == 0 && !q.closed {
+	i := -1
+	for !q.closed {
+		if i = q.next(workers); i >= 0 {
+			break
+		}
 		q.cond.Wait()
 	}
 	if q.closed {
 		return job{}, false, false
 	}
-	id := q.order[0]
-	q.order = q.order[1:]
+	id := q.order[i]
+	q.order = append(q.order[:i], q.order[i+1:]...)
 	s := q.slots[id]
 	j = *s.next
 	q.set(s, nil)
@@ -236,13 +275,35 @@ func (q *queue) take(workers int) (j job, long, ok bool) {
 	if s.long {
 		q.long++
 	}
+	s.heavy = q.heavy[id]
+	if s.heavy {
+		q.heavyRunning++
+	}
 	return j, s.long, true
 }
 
+// next is the index in order of the job a worker may start, -1 for none:
+// the oldest, unless heavy scans already run on every worker but one, then
+// the oldest of a sandbox that is not heavy.
+func (q *queue) next(workers int) int {
+	if len(q.order) == 0 {
+		return -1
+	}
+	if q.heavyRunning < max(workers-1, 1) {
+		return 0
+	}
+	for i, id := range q.order {
+		if !q.heavy[id] {
+			return i
+		}
+	}
+	return -1
+}
+
 // done ends the sandbox's running scan, queuing its next job (events that
-// came during the scan) at the back of the line. idle: nothing waits or
-// runs any more.
-func (q *queue) done(j job) (idle bool) {
+// came during the scan) at the back of the line, and remembers whether the
+// sandbox is heavy. idle: nothing waits or runs any more.
+func (q *queue) done(j job, end scanEnd) (idle bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	id := j.meta.SandboxID
@@ -250,7 +311,21 @@ func (q *queue) done(j job) (idle bool) {
 	if s.long {
 		q.long--
 	}
-	s.running, s.long = false, false
+	if s.heavy {
+		q.heavyRunning--
+		// A worker waiting while only heavy jobs wait may take one now.
+		q.cond.Broadcast()
+	}
+	switch {
+	case j.meta.Stage == stageStopPod:
+		// The pod's last scan.
+		delete(q.heavy, id)
+	case end == ranOut:
+		q.heavy[id] = true
+	case end == inTime:
+		delete(q.heavy, id)
+	}
+	s.running, s.long, s.heavy = false, false, false
 	if s.next == nil {
 		delete(q.slots, id)
 		return len(q.slots) == 0

@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
@@ -51,11 +52,11 @@ func TestQueueOneScanPerSandbox(t *testing.T) {
 		t.Fatalf("took %q while slow runs, want other", next.meta.SandboxID)
 	}
 	q.add(qjob(t, "third", SourcePostStart, true))
-	q.done(j)
+	q.done(j, inTime)
 	if !slices.Equal(q.order, []string{"third", "slow"}) {
 		t.Fatalf("after slow's scan: order %v, want slow behind third", q.order)
 	}
-	q.done(next)
+	q.done(next, inTime)
 	q.take(2)
 	j, _, _ = q.take(2)
 	if j.meta.SandboxID != "slow" || j.meta.Source != SourceStop {
@@ -185,10 +186,95 @@ func TestQueueLongStop(t *testing.T) {
 	if _, long, _ := q.take(2); long {
 		t.Error("a second long scan with two workers")
 	}
-	q.done(b)
+	q.done(b, inTime)
 	q.add(qjob(t, "d", SourceStop, true))
 	if _, long, _ := q.take(1); long {
 		t.Error("long deadline with a single worker")
 	}
 	q.close()
+}
+
+// TestQueueHeavy: a sandbox whose last scan ran to its deadline is heavy,
+// and heavy scans take at most workers-1 workers: with one running on two
+// workers, the other takes the oldest job of a sandbox that is not heavy,
+// and waits while only heavy ones wait. A scan in time, the pod's stop or
+// a sweep that does not list it ends the sandbox's heaviness; a single
+// worker runs heavy scans in turn with the others.
+func TestQueueHeavy(t *testing.T) {
+	q := newQueue(10)
+	defer q.close()
+	take := func(want string) job {
+		t.Helper()
+		j, _, ok := q.take(2)
+		if !ok || j.meta.SandboxID != want {
+			t.Fatalf("took %q (%v), want %q; order %v", j.meta.SandboxID, ok, want, q.order)
+		}
+		return j
+	}
+	q.add(qjob(t, "a", SourcePostStart, true))
+	q.add(qjob(t, "b", SourcePostStart, true))
+	a, b := take("a"), take("b")
+	// Crash-looping: each has its next event waiting while it runs.
+	q.add(qjob(t, "a", SourceStop, true))
+	q.add(qjob(t, "b", SourceStop, true))
+	q.done(a, ranOut)
+	a = take("a") // no heavy scan ran: the oldest
+	q.done(b, ranOut)
+	if i := q.next(2); i != -1 {
+		t.Fatalf("a heavy scan runs on one of two workers, yet %q may start", q.order[i])
+	}
+	// An ordinary pod's event is taken past b's older job.
+	got := make(chan job, 1)
+	go func() {
+		j, _, _ := q.take(2)
+		got <- j
+	}()
+	q.add(qjob(t, "c", SourcePostStart, true))
+	var c job
+	select {
+	case c = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ordinary pod's job was not taken")
+	}
+	if c.meta.SandboxID != "c" || !slices.Equal(q.order, []string{"b"}) {
+		t.Fatalf("took %q, order %v: want c, with b left waiting", c.meta.SandboxID, q.order)
+	}
+	q.done(c, inTime)
+	// a's heavy scan ends: b may go.
+	go func() {
+		j, _, _ := q.take(2)
+		got <- j
+	}()
+	q.done(a, ranOut)
+	select {
+	case b = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b was not taken once a's scan ended")
+	}
+	if b.meta.SandboxID != "b" {
+		t.Fatalf("took %q, want b", b.meta.SandboxID)
+	}
+	// b's scan ends in time: no longer heavy. a is, until its pod stops.
+	q.done(b, inTime)
+	if q.heavy["b"] || !q.heavy["a"] {
+		t.Fatalf("heavy %v, want a only", q.heavy)
+	}
+	q.add(qjob(t, "a", SourceStop, true))
+	a = take("a")
+	a.meta.Stage = stageStopPod
+	q.done(a, ranOut)
+	if len(q.heavy) != 0 || q.heavyRunning != 0 {
+		t.Fatalf("heavy %v (%d running) after the pod's stop, want none", q.heavy, q.heavyRunning)
+	}
+	// A sweep that does not list a heavy sandbox forgets it.
+	q.heavy["gone"] = true
+	q.sweep([]job{qjob(t, "d", SourceSweep, false)}, func(int) {})
+	if q.heavy["gone"] {
+		t.Error("a sandbox no sweep lists is still heavy")
+	}
+	// One worker: a heavy job is taken in its turn.
+	q.heavy["d"] = true
+	if j, _, _ := q.take(1); j.meta.SandboxID != "d" {
+		t.Errorf("a single worker took %q, want the heavy d", j.meta.SandboxID)
+	}
 }

@@ -32,21 +32,26 @@ func (a *Agent) work() {
 			if j.h != nil {
 				j.h.Close()
 			}
-			a.doneWith(j)
+			a.doneWith(j, notScanned)
 			continue
 		}
 		if a.hold != nil {
 			<-a.hold
 		}
-		a.scanned(a.scan(j, long))
+		s := a.scan(j, long)
+		a.scanned(s)
 		// After Scanned: an observer sees a sandbox's scans end in order.
-		a.doneWith(j)
+		end := inTime
+		if s.RanOut {
+			end = ranOut
+		}
+		a.doneWith(j, end)
 	}
 }
 
 // doneWith ends j's turn in the queue.
-func (a *Agent) doneWith(j job) {
-	if a.queue.done(j) && a.swept.CompareAndSwap(true, false) {
+func (a *Agent) doneWith(j job, end scanEnd) {
+	if a.queue.done(j, end) && a.swept.CompareAndSwap(true, false) {
 		a.sweptGarbage()
 	}
 }
@@ -92,6 +97,7 @@ func (a *Agent) scan(j job, long bool) Scan {
 	// instead of re-executing the full build for every scan.
 	res := scan.RunFrom(ctx, h, j.meta.Pod.Namespace, a.loaders(j.meta), true)
 	cancel()
+	s.RanOut = errors.Is(res.Err, inspect.ErrDeadline)
 	defer func() { a.noteScan(s, st, stOK, res.Complete()) }()
 	s.AllowErr, s.VendorErr = res.AllowErr, res.VendorErr
 	d := scan.Decide(j.meta, res)
