@@ -86,7 +86,8 @@ type Options struct {
 // no goroutine of its own: the reader thread queues, the caller takes when
 // Ready or Options.Notify says (a watched pod costs no goroutine).
 type Monitor struct {
-	conn *netlink.Conn
+	// fd is the monitor's socket, a duplicate of the one netlink.Dial
+	// made in the namespace (see Open).
 	fd   int
 	id   uint64
 	opt  Options
@@ -146,16 +147,22 @@ func Open(fd int, opt Options) (*Monitor, error) {
 		return nil, fmt.Errorf("open nftables monitor: %w", err)
 	}
 	// The reader thread reads the socket itself, never through the
-	// runtime's poller; the fd stays valid until conn closes, after
-	// unregister.
-	sock := -1
-	if err := rc.Control(func(fd uintptr) { sock = int(fd) }); err != nil {
+	// runtime's poller. The dialled socket is registered with that poller,
+	// which would wake one of the runtime's threads at every commit burst
+	// for nobody: a duplicate, the same socket (its group and buffer
+	// kept), is all the reader needs, and the original closes now.
+	sock, derr := -1, error(nil)
+	if err := rc.Control(func(fd uintptr) { sock, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil || derr != nil {
 		c.Close()
-		return nil, fmt.Errorf("open nftables monitor: %w", err)
+		if sock >= 0 {
+			unix.Close(sock)
+		}
+		return nil, fmt.Errorf("open nftables monitor: %w", errors.Join(err, derr))
 	}
-	m := &Monitor{conn: c, fd: sock, opt: opt, ready: make(chan struct{}, 1)}
+	c.Close()
+	m := &Monitor{fd: sock, opt: opt, ready: make(chan struct{}, 1)}
 	if err := register(m); err != nil {
-		c.Close()
+		unix.Close(sock)
 		return nil, err
 	}
 	return m, nil
@@ -215,7 +222,8 @@ func (m *Monitor) Close() error {
 		m.qmu.Lock()
 		m.closed, m.queue = true, nil
 		m.qmu.Unlock()
-		err = m.conn.Close()
+		// After unregister: the reader no longer reads it.
+		err = unix.Close(m.fd)
 	})
 	return err
 }
