@@ -3,6 +3,7 @@ package procstat
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,10 +39,13 @@ func TestParseRefusesLineWithoutCommand(t *testing.T) {
 	}
 }
 
-// The kernel's own line for this process: its parent and start time where
-// proc(5) puts them.
+// The kernel's own line for this thread: its process's parent and start
+// time where proc(5) puts them. The thread's own line, on a locked
+// thread: the main thread's state is whatever that thread does meanwhile.
 func TestParseOwnStat(t *testing.T) {
-	b, err := os.ReadFile("/proc/self/stat")
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b, err := os.ReadFile("/proc/thread-self/stat")
 	if err != nil {
 		t.Skip(err)
 	}
