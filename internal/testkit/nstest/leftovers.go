@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -54,6 +55,9 @@ func ownerTag() (string, error) {
 			err = os.Rename(tmp, filepath.Join(ownerDir, owner.tag))
 		}
 		if err != nil {
+			if f != nil {
+				f.Close()
+			}
 			owner.err = err
 			return
 		}
@@ -99,7 +103,15 @@ func sweepLeftovers() {
 	// that ended well): removed once they can be locked.
 	locks, _ := os.ReadDir(ownerDir)
 	for _, e := range locks {
-		// .new-TAG: a binary's file before it is locked and renamed.
+		// .new-TAG is a binary's file for the microseconds before it is
+		// locked and renamed; one an hour old is a binary's that died in
+		// between.
+		if strings.HasPrefix(e.Name(), ".new-") {
+			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > time.Hour {
+				_ = os.Remove(filepath.Join(ownerDir, e.Name()))
+			}
+			continue
+		}
 		if e.Name() == owner.tag || byOwner[e.Name()] != nil || !isHex8(e.Name()) {
 			continue
 		}

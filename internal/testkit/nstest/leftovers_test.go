@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -13,7 +14,10 @@ import (
 // TestSweepLeftovers: the namespaces of a test binary that died are
 // deleted by the next binary's sweep, and its lock file with them; those
 // of a binary still alive (its lock held by a flock(1) standing in for
-// it) are left.
+// it) are left. Other test binaries sweep meanwhile too: the stand-ins
+// are made as a binary makes its own (the live one's lock held before its
+// namespace exists), and the dead one's leftovers may be gone by another
+// sweep.
 func TestSweepLeftovers(t *testing.T) {
 	NeedRoot(t, "flock")
 	if _, err := ownerTag(); err != nil {
@@ -27,28 +31,30 @@ func TestSweepLeftovers(t *testing.T) {
 	dead, alive := tag(), tag()
 	deadNS := []string{"iptalert-" + dead + "-00000001", "iptalert-" + dead + "-00000002"}
 	aliveNS := "iptalert-" + alive + "-00000003"
-	for _, n := range append(deadNS, aliveNS) {
+	deadLock, aliveLock := filepath.Join(ownerDir, dead), filepath.Join(ownerDir, alive)
+	t.Cleanup(func() { _ = os.Remove(deadLock); _ = os.Remove(aliveLock) })
+	addNS := func(n string) {
 		if out, err := exec.Command("ip", "netns", "add", n).CombinedOutput(); err != nil {
 			t.Fatalf("ip netns add %s: %v: %s", n, err, out)
 		}
 		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n).Run() })
 	}
-	deadLock, aliveLock := filepath.Join(ownerDir, dead), filepath.Join(ownerDir, alive)
-	for _, p := range []string{deadLock, aliveLock} {
-		if err := os.WriteFile(p, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = os.Remove(p) })
+
+	// The live stand-in: locked under a name no sweep takes, renamed, and
+	// only then its namespace.
+	newLock := filepath.Join(ownerDir, ".new-"+alive)
+	if err := os.WriteFile(newLock, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
-	holder := exec.Command("flock", "--shared", aliveLock, "sleep", "60")
+	holder := exec.Command("flock", "--shared", newLock, "sleep", "60")
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
 	// flock(1) takes the lock after its start: wait until an exclusive
-	// try fails, as the sweep's would.
+	// try fails, as a sweep's would.
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if exec.Command("flock", "--exclusive", "--nonblock", aliveLock, "true").Run() != nil {
+		if exec.Command("flock", "--exclusive", "--nonblock", newLock, "true").Run() != nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -56,16 +62,38 @@ func TestSweepLeftovers(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	if err := os.Rename(newLock, aliveLock); err != nil {
+		t.Fatal(err)
+	}
+	addNS(aliveNS)
+	// The dead one: its lock file unlocked, as a dead binary's is.
+	if err := os.WriteFile(deadLock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range deadNS {
+		addNS(n)
+	}
 
 	sweepLeftovers()
 
-	for _, n := range deadNS {
-		if _, err := os.Stat(filepath.Join("/run/netns", n)); err == nil {
-			t.Errorf("%s of a dead owner is still there", n)
+	// Another binary's sweep may hold the dead one's lock as this one
+	// looks: it deletes what this one skipped, shortly.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		left := 0
+		for _, p := range append([]string{deadLock}, deadNS...) {
+			if !strings.HasPrefix(p, "/") {
+				p = filepath.Join("/run/netns", p)
+			}
+			if _, err := os.Stat(p); err == nil {
+				left++
+			}
 		}
-	}
-	if _, err := os.Stat(deadLock); err == nil {
-		t.Error("the dead owner's lock file is still there")
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the dead owner's namespaces and lock file still there", left)
+		}
 	}
 	if _, err := os.Stat(filepath.Join("/run/netns", aliveNS)); err != nil {
 		t.Errorf("%s of a live owner: %v", aliveNS, err)

@@ -62,12 +62,13 @@ type CRI struct {
 // dir and netns go; it must leave no pod, process or mount behind.
 func newCRI(t testing.TB, name string, cleanup func(*CRI)) *CRI {
 	t.Helper()
+	netnsName := nstest.NewName(t)
 	dir, err := os.MkdirTemp("", "ipta-"+name+"-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &CRI{Dir: dir, Socket: filepath.Join(dir, "c.sock"), NRISocket: filepath.Join(dir, "nri.sock"),
-		Netns: nstest.NewName(t), t: t, name: name}
+		Netns: netnsName, t: t, name: name}
 	t.Cleanup(func() {
 		cleanup(c)
 		c.removeDirAndNetns()
