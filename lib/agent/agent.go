@@ -161,8 +161,9 @@ type Scan struct {
 	// FirstUnreachable is set on the first Unreachable scan of its
 	// sandbox: the one worth a warning, not each scan's.
 	FirstUnreachable bool
-	// RanOut: the look reached the scan's deadline (its counts are lower
-	// bounds); the queue then holds the sandbox to fewer workers.
+	// RanOut: the look's nftables read reached the scan's deadline (its
+	// counts are lower bounds); the queue then holds the sandbox to fewer
+	// workers.
 	RanOut bool
 }
 
@@ -352,12 +353,14 @@ func (a *Agent) connection(up bool, err error) {
 }
 
 // stopped forgets a sandbox that stopped (its stop scanned, its removal
-// heard, or its netns gone): nothing left to re-sweep nor to watch. The
-// watch's socket would otherwise keep the netns of a pod whose stop was
-// missed (while disconnected) alive until the next Synchronize.
+// heard, or its netns gone): nothing left to re-sweep, watch, nor hold to
+// fewer workers (queue.heavy). The watch's socket would otherwise keep the
+// netns of a pod whose stop was missed (while disconnected) alive until
+// the next Synchronize.
 func (a *Agent) stopped(id string) {
 	a.known.forget(id)
 	a.unwatch(id)
+	a.queue.forget(id)
 }
 
 // live tells whether j's scan is still wanted when a worker takes it. A

@@ -124,8 +124,20 @@ func TestFairnessHeavy(t *testing.T) {
 			t.Fatalf("the 50,000-rule scan of %s ended in %s, before its 100 ms deadline", s.Meta.SandboxID, s.Duration)
 		}
 	}
-	// Both are heavy now: one worker takes one of them, the other waits
-	// for a job that is not heavy.
+	// Both are heavy once their turns end (just after Scanned): one worker
+	// has taken one of their next jobs, the other waits for a job that is
+	// not heavy. Without the limit both would have taken theirs by then.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		a.queue.mu.Lock()
+		n := len(a.queue.heavy)
+		a.queue.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the crash-looping pods heavy, want 2", n)
+		}
+	}
 	crash()
 	if err := a.PostStartContainer(ctx, pod("ordinary", other.Path()), &api.Container{Id: "o1", Name: "app"}); err != nil {
 		t.Fatal(err)

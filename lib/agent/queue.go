@@ -22,12 +22,13 @@ import (
 //     of each sandbox queued before it.
 //   - Events' jobs are bounded (max); past it an event's scan is dropped,
 //     never waited for. A sweep's jobs are bounded by the pods listed.
-//   - A sandbox whose last scan ran to its deadline is heavy: at most
-//     workers-1 heavy scans run at once (one with a single worker), and a
-//     worker that may not start another takes the oldest job of a sandbox
-//     that is not heavy. Without it, two crash-looping pods whose every
-//     scan takes the whole deadline held both default workers, and another
-//     pod's event waited up to that deadline for its turn.
+//   - A sandbox whose last scan ran to its deadline is heavy. Heavy scans
+//     and stops given the longer deadline hold at most workers-1 workers
+//     (one with a single worker): a worker that may not start a heavy
+//     scan takes the oldest job of a sandbox that is not heavy. Without
+//     it, two crash-looping pods whose every scan takes the whole
+//     deadline held both default workers, and another pod's event waited
+//     up to that deadline for its turn.
 type queue struct {
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -39,13 +40,18 @@ type queue struct {
 	max    int
 	// long counts the running scans given the stop's longer deadline.
 	long int
-	// heavy holds the sandboxes whose last scan ran to its deadline (until
-	// one ends in time, the pod stops, or a sweep does not list it);
-	// heavyRunning counts the scans of heavy sandboxes running.
-	heavy        map[string]bool
-	heavyRunning int
-	closed       bool
+	// heavy holds the sandboxes whose last scan ran to its deadline, until
+	// one ends in time or the pod stops (at most maxHeavy); hogs counts the
+	// running scans that are heavy or long.
+	heavy  map[string]bool
+	hogs   int
+	closed bool
 }
+
+// maxHeavy bounds the heavy sandboxes remembered: a pod whose stop the
+// agent never saw would stay in the map. Past it the map starts again; a
+// heavy pod forgotten is heavy again after its next scan.
+const maxHeavy = 4096
 
 // scanEnd is how a job's turn ended, as the queue remembers it.
 type scanEnd int
@@ -165,17 +171,6 @@ func (q *queue) sweep(jobs []job, synced func(queued int)) {
 			q.drop(id, s)
 		}
 	}
-	// A sandbox the runtime no longer lists is gone: it need not be
-	// remembered as heavy.
-	listed := map[string]bool{}
-	for _, j := range jobs {
-		listed[j.meta.SandboxID] = true
-	}
-	for id := range q.heavy {
-		if !listed[id] && q.slots[id] == nil {
-			delete(q.heavy, id)
-		}
-	}
 	queued := 0
 	for _, j := range jobs {
 		if s := q.slots[j.meta.SandboxID]; s != nil && isEvent(s.next) {
@@ -276,20 +271,20 @@ func (q *queue) take(workers int) (j job, long, ok bool) {
 		q.long++
 	}
 	s.heavy = q.heavy[id]
-	if s.heavy {
-		q.heavyRunning++
+	if s.heavy || s.long {
+		q.hogs++
 	}
 	return j, s.long, true
 }
 
 // next is the index in order of the job a worker may start, -1 for none:
-// the oldest, unless heavy scans already run on every worker but one, then
-// the oldest of a sandbox that is not heavy.
+// the oldest, unless heavy or long scans already run on every worker but
+// one, then the oldest of a sandbox that is not heavy.
 func (q *queue) next(workers int) int {
 	if len(q.order) == 0 {
 		return -1
 	}
-	if q.heavyRunning < max(workers-1, 1) {
+	if q.hogs < max(workers-1, 1) {
 		return 0
 	}
 	for i, id := range q.order {
@@ -311,8 +306,8 @@ func (q *queue) done(j job, end scanEnd) (idle bool) {
 	if s.long {
 		q.long--
 	}
-	if s.heavy {
-		q.heavyRunning--
+	if s.heavy || s.long {
+		q.hogs--
 		// A worker waiting while only heavy jobs wait may take one now.
 		q.cond.Broadcast()
 	}
@@ -321,6 +316,9 @@ func (q *queue) done(j job, end scanEnd) (idle bool) {
 		// The pod's last scan.
 		delete(q.heavy, id)
 	case end == ranOut:
+		if len(q.heavy) >= maxHeavy {
+			clear(q.heavy)
+		}
 		q.heavy[id] = true
 	case end == inTime:
 		delete(q.heavy, id)
@@ -336,6 +334,13 @@ func (q *queue) done(j job, end scanEnd) (idle bool) {
 	q.order = append(q.order, id)
 	q.cond.Signal()
 	return false
+}
+
+// forget drops the sandbox's heaviness: its pod stopped, or is gone.
+func (q *queue) forget(id string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.heavy, id)
 }
 
 // close wakes the workers to stop and closes the waiting jobs' handles:

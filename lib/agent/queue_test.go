@@ -197,9 +197,10 @@ func TestQueueLongStop(t *testing.T) {
 // TestQueueHeavy: a sandbox whose last scan ran to its deadline is heavy,
 // and heavy scans take at most workers-1 workers: with one running on two
 // workers, the other takes the oldest job of a sandbox that is not heavy,
-// and waits while only heavy ones wait. A scan in time, the pod's stop or
-// a sweep that does not list it ends the sandbox's heaviness; a single
-// worker runs heavy scans in turn with the others.
+// and waits while only heavy ones wait. A stop given the longer deadline
+// counts as such a scan. A scan in time, the pod's stop scan or forget
+// ends the sandbox's heaviness; a single worker runs heavy scans in turn
+// with the others.
 func TestQueueHeavy(t *testing.T) {
 	q := newQueue(10)
 	defer q.close()
@@ -215,8 +216,8 @@ func TestQueueHeavy(t *testing.T) {
 	q.add(qjob(t, "b", SourcePostStart, true))
 	a, b := take("a"), take("b")
 	// Crash-looping: each has its next event waiting while it runs.
-	q.add(qjob(t, "a", SourceStop, true))
-	q.add(qjob(t, "b", SourceStop, true))
+	q.add(qjob(t, "a", SourcePostStart, true))
+	q.add(qjob(t, "b", SourcePostStart, true))
 	q.done(a, ranOut)
 	a = take("a") // no heavy scan ran: the oldest
 	q.done(b, ranOut)
@@ -259,22 +260,35 @@ func TestQueueHeavy(t *testing.T) {
 	if q.heavy["b"] || !q.heavy["a"] {
 		t.Fatalf("heavy %v, want a only", q.heavy)
 	}
+	// A long stop of a pod that is not heavy holds a worker as a heavy
+	// scan does: a heavy job waits, an ordinary one goes.
+	q.add(qjob(t, "d", SourceStop, true))
+	d, long, _ := q.take(2)
+	if d.meta.SandboxID != "d" || !long {
+		t.Fatalf("took %q (long %v), want d's stop with the longer deadline", d.meta.SandboxID, long)
+	}
 	q.add(qjob(t, "a", SourceStop, true))
+	if i := q.next(2); i != -1 {
+		t.Fatalf("a long stop runs on one of two workers, yet the heavy %q may start", q.order[i])
+	}
+	q.add(qjob(t, "e", SourcePostStart, true))
+	take("e")
+	q.done(d, inTime)
 	a = take("a")
 	a.meta.Stage = stageStopPod
 	q.done(a, ranOut)
-	if len(q.heavy) != 0 || q.heavyRunning != 0 {
-		t.Fatalf("heavy %v (%d running) after the pod's stop, want none", q.heavy, q.heavyRunning)
+	if len(q.heavy) != 0 || q.hogs != 0 {
+		t.Fatalf("heavy %v (%d running) after the pod's stop, want none", q.heavy, q.hogs)
 	}
-	// A sweep that does not list a heavy sandbox forgets it.
 	q.heavy["gone"] = true
-	q.sweep([]job{qjob(t, "d", SourceSweep, false)}, func(int) {})
-	if q.heavy["gone"] {
-		t.Error("a sandbox no sweep lists is still heavy")
+	q.forget("gone")
+	if len(q.heavy) != 0 {
+		t.Error("a forgotten sandbox is still heavy")
 	}
 	// One worker: a heavy job is taken in its turn.
-	q.heavy["d"] = true
-	if j, _, _ := q.take(1); j.meta.SandboxID != "d" {
-		t.Errorf("a single worker took %q, want the heavy d", j.meta.SandboxID)
+	q.heavy["f"] = true
+	q.add(qjob(t, "f", SourcePostStart, true))
+	if j, _, _ := q.take(1); j.meta.SandboxID != "f" {
+		t.Errorf("a single worker took %q, want the heavy f", j.meta.SandboxID)
 	}
 }

@@ -97,7 +97,7 @@ func (a *Agent) scan(j job, long bool) Scan {
 	// instead of re-executing the full build for every scan.
 	res := scan.RunFrom(ctx, h, j.meta.Pod.Namespace, a.loaders(j.meta), true)
 	cancel()
-	s.RanOut = errors.Is(res.Err, inspect.ErrDeadline)
+	s.RanOut = inspect.NftRanOut(res.Err)
 	defer func() { a.noteScan(s, st, stOK, res.Complete()) }()
 	s.AllowErr, s.VendorErr = res.AllowErr, res.VendorErr
 	d := scan.Decide(j.meta, res)

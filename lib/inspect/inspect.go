@@ -13,6 +13,14 @@ import (
 // ErrDeadline marks a snapshot cut short by the deadline.
 var ErrDeadline = errors.New("inspection deadline reached")
 
+// NftRanOut tells whether Inspect's error says its nftables read reached
+// the deadline: the namespace's rules took the whole of it. A legacy look
+// the x_tables mutex kept out (ErrLegacyBusy, ErrDeadline too) is not
+// that: it says nothing of the namespace's size.
+func NftRanOut(err error) bool {
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // ErrTooMany marks a snapshot cut short by Options.MaxChains.
 var ErrTooMany = errors.New("too many chains")
 
