@@ -127,17 +127,7 @@ func TestFairnessHeavy(t *testing.T) {
 	// Both are heavy once their turns end (just after Scanned): one worker
 	// has taken one of their next jobs, the other waits for a job that is
 	// not heavy. Without the limit both would have taken theirs by then.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
-		a.queue.mu.Lock()
-		n := len(a.queue.heavy)
-		a.queue.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of the crash-looping pods heavy, want 2", n)
-		}
-	}
+	waitCount(t, &a.queue.mu, func() int { return len(a.queue.heavy) }, 2, "crash-looping pods heavy")
 	crash()
 	if err := a.PostStartContainer(ctx, pod("ordinary", other.Path()), &api.Container{Id: "o1", Name: "app"}); err != nil {
 		t.Fatal(err)

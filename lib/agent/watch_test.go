@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -311,15 +312,22 @@ func TestWatchNoLeak(t *testing.T) {
 // broken test only.
 func waitUnwatched(t *testing.T, a *Agent) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		a.watches.mu.Lock()
-		n := len(a.watches.pods)
-		a.watches.mu.Unlock()
-		if n == 0 {
+	waitCount(t, &a.watches.mu, func() int { return len(a.watches.pods) }, 0, "sandboxes watched")
+}
+
+// waitCount polls count, read under mu, until it is want, for a minute at
+// most.
+func waitCount(t *testing.T, mu *sync.Mutex, count func() int, want int, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := count()
+		mu.Unlock()
+		if n == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d sandboxes still watched", n)
+			t.Fatalf("%d %s, want %d", n, what, want)
 		}
 	}
 }

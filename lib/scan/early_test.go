@@ -61,6 +61,18 @@ func (l *earlyLoaders) loaders() Loaders {
 	}
 }
 
+// allowedRule is a netns holding one rule and an allowlist entry for it.
+func allowedRule(t *testing.T) (*allowlist.List, *nstest.NS) {
+	t.Helper()
+	list, err := allowlist.New([]allowlist.Entry{{Name: "drop-one", Rule: "-A INPUT -s 10.9.9.9 -j DROP"}}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := nstest.New(t)
+	ns.Run("iptables-nft", "-A", "INPUT", "-s", "10.9.9.9", "-j", "DROP")
+	return list, ns
+}
+
 func runEarly(t *testing.T, ns *nstest.NS, l *earlyLoaders, legacyInProcess bool) Result {
 	t.Helper()
 	if runtime.GOMAXPROCS(0) < 2 {
@@ -81,12 +93,7 @@ func runEarly(t *testing.T, ns *nstest.NS, l *earlyLoaders, legacyInProcess bool
 // a clean netns loads nothing.
 func TestRunFromLoadsTablesEarly(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft")
-	list, err := allowlist.New([]allowlist.Entry{{Name: "drop-one", Rule: "-A INPUT -s 10.9.9.9 -j DROP"}}, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := nstest.New(t)
-	ns.Run("iptables-nft", "-A", "INPUT", "-s", "10.9.9.9", "-j", "DROP")
+	list, ns := allowedRule(t)
 	ns.Run("iptables-nft", "-A", "INPUT", "-s", "10.9.9.8", "-j", "DROP")
 	clean := nstest.New(t)
 	for _, tc := range []struct {
@@ -165,12 +172,7 @@ func TestRunFromEarlyLoadPanics(t *testing.T) {
 // finding says the allowlist could not be applied.
 func TestRunFromEarlyLoaderGoexits(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft")
-	list, err := allowlist.New([]allowlist.Entry{{Name: "drop-one", Rule: "-A INPUT -s 10.9.9.9 -j DROP"}}, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := nstest.New(t)
-	ns.Run("iptables-nft", "-A", "INPUT", "-s", "10.9.9.9", "-j", "DROP")
+	list, ns := allowedRule(t)
 	l := &earlyLoaders{list: list, goexit: true}
 	res := runEarly(t, ns, l, false)
 	if !l.early.Load() {
