@@ -197,7 +197,7 @@ fileCheckFrequency: 5s
 		"--root-dir="+filepath.Join(dir, "root"),
 		"--cert-dir="+filepath.Join(dir, "pki"),
 		"--v=2")
-	cmd.Env = []string{"PATH=" + critest.BinDir() + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Env = []string{"PATH=" + critest.BinDir() + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", nstest.OwnerEnvVar()}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -220,8 +220,7 @@ fileCheckFrequency: 5s
 			t.Logf("kubelet log tail:\n%s", tail(filepath.Join(dir, "kubelet.log"), 6000))
 		}
 		// The kubelet's volume mounts (tmpfs, bind) under its root dir.
-		_ = exec.Command("sh", "-c", `grep -o " `+dir+`[^ ]*" /proc/self/mountinfo | sort -r | xargs -r -n1 umount -l`).Run()
-		_ = os.RemoveAll(dir)
+		_ = critest.RemoveMounted(dir)
 	})
 	deadline := time.Now().Add(90 * time.Second)
 	for {

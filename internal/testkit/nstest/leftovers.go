@@ -22,7 +22,16 @@ import (
 // the namespaces of every owner whose lock it can take exclusively, that
 // is, of binaries that are gone. A random tag, not the pid: a pid is
 // reused, and a binary in a child pid namespace has another one.
+//
+// The daemons a test starts (containerd, CRI-O, etcd, kube-apiserver, a
+// kubelet) outlive a dead binary too: they carry OwnerEnv=OWNER in their
+// environment, set in the binary's own once it has its tag, and the same
+// sweep kills them and what they started.
 const ownerDir = "/run/iptalert-nstest"
+
+// OwnerEnv names the environment variable that tells whose a test's
+// process is (see above).
+const OwnerEnv = "IPTALERT_TEST_OWNER"
 
 var owner struct {
 	once sync.Once
@@ -62,14 +71,37 @@ func ownerTag() (string, error) {
 			return
 		}
 		owner.lock = f // held, and so locked, until the binary exits
+		// Inherited by every process this binary starts from now on.
+		owner.err = os.Setenv(OwnerEnv, owner.tag)
 		sweepLeftovers()
 	})
 	return owner.tag, owner.err
 }
 
+// MarkOwner gives the processes this test binary starts from now on its
+// owner tag (OwnerEnv), so that they are killed if the binary dies before
+// its cleanups run. Best effort: without root nothing is marked. A
+// process given an environment of its own needs OwnerEnvVar in it.
+func MarkOwner() { _, _ = ownerTag() }
+
+// Owner is this binary's tag, "" when it has none (not root): what it
+// leaves marked with it is swept once it is gone (OwnerGone).
+func Owner() string {
+	tag, err := ownerTag()
+	if err != nil {
+		return ""
+	}
+	return tag
+}
+
+// OwnerEnvVar is OwnerEnv=Owner(), for a process given an environment of
+// its own.
+func OwnerEnvVar() string { return OwnerEnv + "=" + Owner() }
+
 // sweepLeftovers deletes the namespaces, and the lock files, of owners
 // that are gone. Best effort: what it cannot delete is left for the next.
 func sweepLeftovers() {
+	sweepProcesses()
 	ents, _ := os.ReadDir("/run/netns")
 	byOwner := map[string][]string{}
 	for _, e := range ents {

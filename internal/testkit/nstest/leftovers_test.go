@@ -3,18 +3,22 @@ package nstest
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/procstat"
 )
 
-// TestSweepLeftovers: the namespaces of a test binary that died are
-// deleted by the next binary's sweep, and its lock file with them; those
-// of a binary still alive (its lock held by a flock(1) standing in for
-// it) are left. Other test binaries sweep meanwhile too: the stand-ins
+// TestSweepLeftovers: the namespaces and processes of a test binary that
+// died are deleted and killed by the next binary's sweep, and its lock
+// file with them; those of a binary still alive (its lock held by a
+// flock(1) standing in for it) are left. Other test binaries sweep meanwhile too: the stand-ins
 // are made as a binary makes its own (the live one's lock held before its
 // namespace exists), and the dead one's leftovers may be gone by another
 // sweep.
@@ -74,7 +78,53 @@ func TestSweepLeftovers(t *testing.T) {
 		addNS(n)
 	}
 
+	// Their processes: a daemon marked with its owner's tag, and under
+	// the dead one's a child that is not (a shim's container).
+	daemon := func(tag string) (*exec.Cmd, int) {
+		cmd := exec.Command("sh", "-c", "env -u "+OwnerEnv+" sleep 60 & echo $!; exec sleep 60")
+		cmd.Env = append(os.Environ(), OwnerEnv+"="+tag)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		var child int
+		if _, err := fmt.Fscan(out, &child); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+		return cmd, child
+	}
+	deadDaemon, deadChild := daemon(dead)
+	aliveDaemon, _ := daemon(alive)
+	exited := make(chan error, 1)
+	go func() { exited <- deadDaemon.Wait() }()
+
 	sweepLeftovers()
+
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Error("the dead owner's daemon still runs")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		// Killed, reaped by init (or this test's subreaper): gone, or a
+		// zombie.
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", deadChild))
+		if err != nil || procstat.Of(st).Field(3) == "Z" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Error("the dead owner's daemon's child still runs")
+			break
+		}
+	}
+	if err := aliveDaemon.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the live owner's daemon: %v", err)
+	}
 
 	// Another binary's sweep may hold the dead one's lock as this one
 	// looks: it deletes what this one skipped, shortly.

@@ -273,6 +273,8 @@ func (c *Cluster) stopAll() {
 
 func (c *Cluster) spawn(bin, logPath string, args ...string) *exec.Cmd {
 	c.t.Helper()
+	// Killed by the next test binary's sweep if this one dies first.
+	nstest.MarkOwner()
 	lf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		c.t.Fatalf("open log %q: %v", logPath, err)

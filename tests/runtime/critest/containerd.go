@@ -79,7 +79,7 @@ func Start(t testing.TB) *Containerd {
 		t.Fatal(err)
 	}
 	c.argv = []string{filepath.Join(BinDir(), "containerd"), "--config", filepath.Join(c.Dir, "config.toml")}
-	c.env = []string{"PATH=" + BinDir() + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	c.env = []string{"PATH=" + BinDir() + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", nstest.OwnerEnvVar()}
 	c.start()
 	c.importImage()
 	return c

@@ -14,6 +14,7 @@ package critest
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -63,8 +64,12 @@ type CRI struct {
 func newCRI(t testing.TB, name string, cleanup func(*CRI)) *CRI {
 	t.Helper()
 	netnsName := nstest.NewName(t)
+	sweepDirs(t)
 	dir, err := os.MkdirTemp("", "ipta-"+name+"-")
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(nstest.Owner()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c := &CRI{Dir: dir, Socket: filepath.Join(dir, "c.sock"), NRISocket: filepath.Join(dir, "nri.sock"),
@@ -240,12 +245,61 @@ func (c *CRI) removeDirAndNetns() {
 	if c.conn != nil {
 		c.conn.Close()
 	}
-	if out, err := exec.Command("sh", "-c", `grep -o " `+c.Dir+`[^ ]*" /proc/self/mountinfo | sort -r | xargs -r -n1 umount -l`).CombinedOutput(); err != nil {
-		c.t.Logf("unmount leftovers: %v: %s", err, out)
+	if err := RemoveMounted(c.Dir); err != nil {
+		c.t.Logf("unmount leftovers: %v", err)
 	}
-	_ = os.RemoveAll(c.Dir)
 	if out, err := exec.Command("ip", "netns", "del", c.Netns).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
 		c.t.Errorf("ip netns del %s: %v: %s", c.Netns, err, out)
+	}
+}
+
+// RemoveMounted unmounts what is still mounted under dir (a rootfs, a
+// pinned namespace, a kubelet's volumes), deepest first, and removes it.
+func RemoveMounted(dir string) error {
+	out, err := exec.Command("sh", "-c", `grep -o " `+dir+`[^ ]*" /proc/self/mountinfo | sort -r | xargs -r -n1 umount -l`).CombinedOutput()
+	if err != nil {
+		err = fmt.Errorf("%w: %s", err, out)
+	}
+	return errors.Join(err, os.RemoveAll(dir))
+}
+
+// ownerFile, in a runtime's dir, holds the owner tag of the test binary
+// that made it (nstest.OwnerEnv).
+const ownerFile = "owner"
+
+// sweepDirs removes the runtime dirs of test binaries that died before
+// their cleanups ran (nstest has killed their processes and deleted their
+// netns by now): the containers in their runc roots (their cgroups with
+// them), their mounts, the dirs. Best effort, logged.
+func sweepDirs(t testing.TB) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "ipta-*-*", ownerFile))
+	for _, f := range dirs {
+		tag, err := os.ReadFile(f)
+		if err != nil || !nstest.OwnerGone(string(tag)) {
+			continue
+		}
+		dir := filepath.Dir(f)
+		roots, _ := filepath.Glob(filepath.Join(dir, "runc", "*"))
+		runcs := []string{filepath.Join(CRIOBinDir(), "runc")}
+		if p, err := runc(); err == nil {
+			runcs = append(runcs, p)
+		}
+		for _, root := range append(roots, filepath.Join(dir, "runc")) {
+			for _, r := range runcs {
+				out, err := exec.Command(r, "--root", root, "list", "-q").Output()
+				if err != nil {
+					continue
+				}
+				for _, id := range strings.Fields(string(out)) {
+					_ = exec.Command(r, "--root", root, "delete", "--force", id).Run()
+				}
+				break
+			}
+		}
+		t.Logf("cleanup: %s, left by a test binary that died", dir)
+		if err := RemoveMounted(dir); err != nil {
+			t.Logf("cleanup: %s: %v", dir, err)
+		}
 	}
 }
 

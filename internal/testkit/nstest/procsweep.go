@@ -1,0 +1,100 @@
+package nstest
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/procstat"
+)
+
+// sweepProcesses kills the processes of owners that are gone, those whose
+// environment holds OwnerEnv with a tag whose lock nobody holds, and
+// every process under them (a shim's containers do not carry it): all
+// gathered before any is killed, since a killed parent's children go to
+// init, out of reach.
+func sweepProcesses() {
+	ents, _ := os.ReadDir("/proc")
+	children := map[int][]int{}
+	var roots []int
+	gone := map[string]bool{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		if ppid, err := strconv.Atoi(procstat.Of(stat).Field(4)); err == nil {
+			children[ppid] = append(children[ppid], pid)
+		}
+		tag := ownerOfProcess(pid)
+		if tag == "" || tag == owner.tag {
+			continue
+		}
+		dead, ok := gone[tag]
+		if !ok {
+			dead = OwnerGone(tag)
+			gone[tag] = dead
+		}
+		if dead {
+			roots = append(roots, pid)
+		}
+	}
+	seen := map[int]bool{}
+	var walk func(int)
+	walk = func(pid int) {
+		if seen[pid] {
+			return
+		}
+		seen[pid] = true
+		for _, c := range children[pid] {
+			walk(c)
+		}
+	}
+	for _, pid := range roots {
+		walk(pid)
+	}
+	for pid := range seen {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// ownerOfProcess is the tag in pid's environment, "" for none.
+func ownerOfProcess(pid int) string {
+	env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+	if err != nil {
+		return ""
+	}
+	for _, kv := range bytes.Split(env, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte(OwnerEnv+"=")); ok {
+			return string(v)
+		}
+	}
+	return ""
+}
+
+// OwnerGone tells whether the test binary that tag names is gone: nobody
+// holds its lock, or its lock file is gone (a binary takes it before it
+// marks anything of its own, and it is removed only once nobody holds it).
+func OwnerGone(tag string) bool {
+	if !isHex8(tag) {
+		return false
+	}
+	f, err := os.OpenFile(filepath.Join(ownerDir, tag), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil
+}
