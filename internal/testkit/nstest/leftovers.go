@@ -3,7 +3,6 @@ package nstest
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,26 +109,15 @@ func sweepLeftovers() {
 		}
 	}
 	for tag, names := range byOwner {
-		path := filepath.Join(ownerDir, tag)
-		f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
+		// No lock file counts as gone: its owner was swept once already,
+		// partly (a lock file is made before the owner's first namespace).
+		if !OwnerGone(tag) {
 			continue
-		}
-		// No lock file: its owner was swept once already, partly (a
-		// lock file is made before the owner's first namespace).
-		if f != nil {
-			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-				f.Close() // alive
-				continue
-			}
 		}
 		for _, n := range names {
 			_ = exec.Command("ip", "netns", "del", n).Run()
 		}
-		if f != nil {
-			_ = os.Remove(path)
-			f.Close()
-		}
+		_ = os.Remove(filepath.Join(ownerDir, tag))
 	}
 	// Lock files of owners that left no namespace behind (every binary
 	// that ended well): removed once they can be locked.
@@ -144,15 +132,8 @@ func sweepLeftovers() {
 			}
 			continue
 		}
-		if e.Name() == owner.tag || byOwner[e.Name()] != nil || !isHex8(e.Name()) {
-			continue
-		}
-		path := filepath.Join(ownerDir, e.Name())
-		if f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0); err == nil {
-			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
-				_ = os.Remove(path)
-			}
-			f.Close()
+		if e.Name() != owner.tag && OwnerGone(e.Name()) {
+			_ = os.Remove(filepath.Join(ownerDir, e.Name()))
 		}
 	}
 }

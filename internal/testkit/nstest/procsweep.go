@@ -15,14 +15,35 @@ import (
 
 // sweepProcesses kills the processes of owners that are gone, those whose
 // environment holds OwnerEnv with a tag whose lock nobody holds, and
-// every process under them (a shim's containers do not carry it): all
-// gathered before any is killed, since a killed parent's children go to
-// init, out of reach.
+// every process under them (a shim's containers do not carry it).
 func sweepProcesses() {
+	gone := map[string]bool{}
+	dead := ProcessTrees(func(pid int) bool {
+		tag := ownerOfProcess(pid)
+		if tag == "" || tag == owner.tag {
+			return false
+		}
+		d, ok := gone[tag]
+		if !ok {
+			d = OwnerGone(tag)
+			gone[tag] = d
+		}
+		return d
+	})
+	for _, pid := range dead {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// ProcessTrees lists the processes root picks and every process under
+// them, each picked one before its descendants, all gathered in one read
+// of /proc before the caller kills any: a killed parent's children go to
+// init, out of reach. Zombies are left out (dead already, their parent's
+// or init's to reap), and so is this process.
+func ProcessTrees(root func(pid int) bool) []int {
 	ents, _ := os.ReadDir("/proc")
 	children := map[int][]int{}
 	var roots []int
-	gone := map[string]bool{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == os.Getpid() {
@@ -32,29 +53,25 @@ func sweepProcesses() {
 		if err != nil {
 			continue
 		}
-		if ppid, err := strconv.Atoi(procstat.Of(stat).Field(4)); err == nil {
-			children[ppid] = append(children[ppid], pid)
-		}
-		tag := ownerOfProcess(pid)
-		if tag == "" || tag == owner.tag {
+		s := procstat.Of(stat)
+		ppid, err := strconv.Atoi(s.Field(4))
+		if err != nil || s.Field(3) == "Z" {
 			continue
 		}
-		dead, ok := gone[tag]
-		if !ok {
-			dead = OwnerGone(tag)
-			gone[tag] = dead
-		}
-		if dead {
+		children[ppid] = append(children[ppid], pid)
+		if root(pid) {
 			roots = append(roots, pid)
 		}
 	}
 	seen := map[int]bool{}
+	var out []int
 	var walk func(int)
 	walk = func(pid int) {
 		if seen[pid] {
 			return
 		}
 		seen[pid] = true
+		out = append(out, pid)
 		for _, c := range children[pid] {
 			walk(c)
 		}
@@ -62,9 +79,7 @@ func sweepProcesses() {
 	for _, pid := range roots {
 		walk(pid)
 	}
-	for pid := range seen {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
+	return out
 }
 
 // ownerOfProcess is the tag in pid's environment, "" for none.

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/iptables-alerter/iptables-alerter/internal/procstat"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 )
 
 // Proc is a process a test left behind.
@@ -29,51 +29,21 @@ func (p Proc) String() string { return fmt.Sprintf("%d: %s", p.PID, p.Cmdline) }
 // own processes. Shims and conmon are subreapers, so a container's
 // processes stay under them until they die.
 func Leftovers(marks ...string) []Proc {
-	ents, _ := os.ReadDir("/proc")
-	children := map[int][]int{}
 	cmdlines := map[int]string{}
-	var roots []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := procstat.Of(stat)
-		// A zombie is dead already, its parent's (or init's) to reap.
-		ppid, err := strconv.Atoi(s.Field(4))
-		if err != nil || s.Field(3) == "Z" {
-			continue
-		}
-		children[ppid] = append(children[ppid], pid)
-		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+	pids := nstest.ProcessTrees(func(pid int) bool {
+		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
 		cmd := strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
 		cmdlines[pid] = cmd
 		for _, m := range marks {
 			if m != "" && strings.Contains(cmd, m) {
-				roots = append(roots, pid)
-				break
+				return true
 			}
 		}
-	}
-	seen := map[int]bool{}
-	var out []Proc
-	var walk func(int)
-	walk = func(pid int) {
-		if seen[pid] {
-			return
-		}
-		seen[pid] = true
-		out = append(out, Proc{pid, cmdlines[pid]})
-		for _, c := range children[pid] {
-			walk(c)
-		}
-	}
-	for _, pid := range roots {
-		walk(pid)
+		return false
+	})
+	out := make([]Proc, len(pids))
+	for i, pid := range pids {
+		out[i] = Proc{pid, cmdlines[pid]}
 	}
 	return out
 }
