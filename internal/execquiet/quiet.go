@@ -1,5 +1,6 @@
 // Package execquiet is the exec watch's quiet path (lib/execwatch's
-// reader). Almost every exec on a node is not an iptables tool, and almost
+// reader), and the nftables watch's quiet wait (lib/watch's reader,
+// WatchReader in watch.go). Almost every exec on a node is not an iptables tool, and almost
 // every exit is not a pending tool's; each still wakes the reader. Through
 // the Go runtime each wake-up cost several threads' context switches: the
 // reader's return from poll and its next system call each meet the
@@ -157,13 +158,28 @@ type Reader struct {
 	// fds are the connector's socket, then the descriptor that tells
 	// the reader to stop (readable: Stop).
 	fds [2]unix.PollFd
-	// prefix is the /proc root and a slash, nil when every exec goes to
-	// the Go path.
+	// procFiles' prefix is nil when every exec goes to the Go path.
+	procFiles
+	// timeout is the poll's, here because the quiet path's stack is
+	// bounded (nosplit).
+	timeout unix.Timespec
+}
+
+// procFiles reads a process's /proc files in the system call state.
+type procFiles struct {
+	// prefix is the /proc root and a slash, nil when nothing is read.
 	prefix []byte
 	// path is the /proc path a read is made on, here because the quiet
-	// path's stack is bounded (nosplit); timeout is the poll's.
-	path    [MaxRoot + 32]byte
-	timeout unix.Timespec
+	// path's stack is bounded (nosplit).
+	path [MaxRoot + 32]byte
+}
+
+// setRoot sets the /proc root the files are read under: "" or one
+// longer than MaxRoot reads nothing.
+func (p *procFiles) setRoot(root string) {
+	if root != "" && len(root) <= MaxRoot {
+		p.prefix = []byte(root + "/")
+	}
 }
 
 // NewReader reads the connector's socket fd until stop is readable; the
@@ -172,9 +188,7 @@ type Reader struct {
 func NewReader(fd, stop int, root string) *Reader {
 	q := &Reader{Buf: make([]byte, 64<<10),
 		fds: [2]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(stop), Events: unix.POLLIN}}}
-	if root != "" && len(root) <= MaxRoot {
-		q.prefix = []byte(root + "/")
-	}
+	q.setRoot(root)
 	s := &q.Snap
 	s.Exe.buf = make([]byte, 512)
 	s.Netns.buf = make([]byte, 64)
@@ -360,7 +374,7 @@ func (q *Reader) isPending(pid int) bool {
 //
 //go:nosplit
 //go:norace
-func (q *Reader) procPath(pid int, leaf []byte) int {
+func (q *procFiles) procPath(pid int, leaf []byte) int {
 	n := put(q.path[:], 0, q.prefix)
 	n = putUint(q.path[:], n, uint64(pid))
 	return put(q.path[:], n, leaf)
@@ -462,6 +476,9 @@ type Snapshot struct {
 	PID                                int
 	Exe, Netns                         File
 	Cmdline, Comm, Stat, Cgroup, Stat2 File
+	// Parent is the parent's stat, read by the nftables watch's wait
+	// only (WatchReader): a one-shot writer's shell may end with it.
+	Parent File
 }
 
 // File is one /proc file's bytes (a link's target), or why it could not
@@ -520,7 +537,7 @@ func (q *Reader) snapshot() {
 //
 //go:nosplit
 //go:norace
-func (q *Reader) readLink(pid int, leaf []byte, f *File) {
+func (q *procFiles) readLink(pid int, leaf []byte, f *File) {
 	f.N, f.Err = 0, 0
 	buf := f.buf
 	if q.procPath(pid, leaf) < 0 || len(buf) == 0 {
@@ -543,7 +560,7 @@ func (q *Reader) readLink(pid int, leaf []byte, f *File) {
 //
 //go:nosplit
 //go:norace
-func (q *Reader) readFile(pid int, leaf []byte, f *File) {
+func (q *procFiles) readFile(pid int, leaf []byte, f *File) {
 	f.N, f.Err = 0, 0
 	buf := f.buf
 	if q.procPath(pid, leaf) < 0 || len(buf) == 0 {

@@ -238,6 +238,25 @@ func within(t *testing.T, ch chan waited, d time.Duration) waited {
 	return waited{}
 }
 
+// collects fails unless the runtime collects garbage three times within
+// 10 s, while a Wait holds no P.
+func collects(t *testing.T) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		for range 3 {
+			_ = make([]byte, 1<<20)
+			runtime.GC()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("garbage collection stalled while Wait had no P")
+	}
+}
+
 // TestWait runs the quiet path for real, in its system call: what it dismisses,
 // what it returns for, and that the Go runtime (a garbage collection, other
 // goroutines, the race detector under make test) goes on meanwhile.
@@ -254,19 +273,7 @@ func TestWait(t *testing.T) {
 	send(message(ProcEventExec, self, self, 0), message(ProcEventExit, 9, 9, 0))
 	send(message(ProcEventExec, self, self, 0))
 	// Dismissed without a return: the runtime collects meanwhile.
-	done := make(chan struct{})
-	go func() {
-		for i := 0; i < 3; i++ {
-			_ = make([]byte, 1<<20)
-			runtime.GC()
-		}
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("garbage collection stalled while Wait had no P")
-	}
+	collects(t)
 	select {
 	case w := <-ch:
 		t.Fatalf("returned for dismissed messages: %+v", w)
