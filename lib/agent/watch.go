@@ -418,7 +418,7 @@ func (a *Agent) openMonitor(w *watched) *watch.Monitor {
 		w.ino.Store(st.Ino)
 	}
 	// A writer is described once per debounce window: the scan names one.
-	mon, err := watch.Open(h.Fd(), watch.Options{Writer: a.describe, WriterWindow: a.cfg.WatchDebounce,
+	mon, err := watch.Open(h.Fd(), watch.Options{Writer: a.describe, Proc: a.cfg.HostProc, WriterWindow: a.cfg.WatchDebounce,
 		Notify: func(m *watch.Monitor) { a.heard(w, m) }})
 	if err != nil {
 		return nil
@@ -427,14 +427,15 @@ func (a *Agent) openMonitor(w *watched) *watch.Monitor {
 }
 
 // describe names a commit's process: from the host's /proc when the agent
-// has it (the pid is the host's), else only as the kernel named it. It runs
-// on the watch's reader thread, as the commit arrives: it takes only the
-// containers' lock, never waits for a scan.
-func (a *Agent) describe(pid int, comm string) *findings.Writer {
+// has it (the pid is the host's; f, its files the watch's reader read
+// there as the commit arrived), else only as the kernel named it. It runs
+// on the watch's reader thread: it takes only the containers' lock, never
+// waits for a scan.
+func (a *Agent) describe(pid int, comm string, f *watch.Files) *findings.Writer {
 	if a.cfg.HostProc == "" {
 		return &findings.Writer{PID: pid, Comm: comm}
 	}
-	wr := watch.Proc{Root: a.cfg.HostProc}.Writer(pid, comm)
+	wr := watch.Proc{Root: a.cfg.HostProc}.Describe(pid, comm, f)
 	a.nameContainer(wr)
 	return wr
 }

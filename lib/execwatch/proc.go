@@ -233,12 +233,5 @@ func (p proc) writer(comm string) *findings.Writer {
 	if p.snap == nil {
 		return watch.Proc{Root: p.root}.Writer(p.pid, comm)
 	}
-	whole := func(f *execquiet.File) []byte {
-		b, err := file(f)
-		if err != nil || len(b) > execquiet.MaxProc {
-			return nil
-		}
-		return b
-	}
-	return watch.Proc{Root: p.root}.WriterFrom(p.pid, comm, whole(&p.snap.Stat), whole(&p.snap.Cgroup), whole(&p.snap.Stat2))
+	return watch.Proc{Root: p.root}.Describe(p.pid, comm, watch.FilesOf(p.snap))
 }

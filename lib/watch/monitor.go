@@ -10,6 +10,7 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/execquiet"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
@@ -36,7 +37,7 @@ const (
 	// datagram is the reader's one buffer: nf_tables batches
 	// announcements into datagrams of at most a page or two, and a longer
 	// one is seen (MSG_TRUNC) and taken as touching iptables' tables.
-	datagram = 64 << 10
+	datagram = execquiet.Datagram
 )
 
 // Change is one commit (or, with Overrun, an unknown number of them).
@@ -67,10 +68,18 @@ type Options struct {
 	ReadBuffer int
 	Queue      int
 	// Writer, when set, describes the committing process; called by the
-	// reader thread as soon as the commit's end arrives, before the
-	// process can exit, and only for commits that are delivered. It must
-	// not wait for the monitor's caller.
-	Writer func(pid int, comm string) *findings.Writer
+	// reader thread as soon as the commit's end arrives, and only for
+	// commits that are delivered. It must not wait for the monitor's
+	// caller. f holds the process's files when the reader read them as the
+	// commit's end arrived (Proc), else nil: read /proc now (Proc.Describe).
+	Writer func(pid int, comm string, f *Files) *findings.Writer
+	// Proc, when set, is the /proc the commits' pids live in (the
+	// host's): the reader reads the writer's stat and cgroup there the
+	// moment a commit's end arrives, before it returns to the Go runtime,
+	// which may keep it waiting for a processor while the writer exits.
+	// One root a process: a monitor whose Proc is not that of the monitor
+	// that started the reader gets f nil.
+	Proc string
 	// WriterWindow and MaxWriters bound Writer's calls (see
 	// DefaultWriterWindow).
 	WriterWindow time.Duration
@@ -89,7 +98,7 @@ type Monitor struct {
 	// fd is the monitor's socket, a duplicate of the one netlink.Dial
 	// made in the namespace (see Open).
 	fd   int
-	id   uint64
+	id   uint32
 	opt  Options
 	once sync.Once
 
@@ -97,6 +106,9 @@ type Monitor struct {
 	cur       commit
 	described []described
 	window    time.Time
+	// read is the writer the reader's quiet wait read, while the
+	// datagrams it read with it are taken (arrived).
+	read *readWriter
 
 	// What waits for the caller: the reader appends, Take hands over.
 	qmu     sync.Mutex
@@ -105,6 +117,33 @@ type Monitor struct {
 	failed  bool
 	closed  bool
 	ready   chan struct{}
+}
+
+// Files are a writer's /proc files read as it was seen (Proc.Describe):
+// stat, cgroup and stat again, and its parent's stat; nil for one not read
+// whole (the parent's is then read at Describe).
+type Files struct{ Stat, Cgroup, Again, Parent []byte }
+
+// FilesOf are the files of a quiet path's snapshot (internal/execquiet);
+// a stat or cgroup file longer than Proc reads counts as unread, as there.
+func FilesOf(s *execquiet.Snapshot) *Files {
+	whole := func(f *execquiet.File) []byte {
+		if f.Err != 0 || f.N > execquiet.MaxProc {
+			return nil
+		}
+		return f.Bytes()
+	}
+	f := &Files{Stat: whole(&s.Stat), Cgroup: whole(&s.Cgroup), Again: whole(&s.Stat2)}
+	if s.Parent.N > 0 {
+		f.Parent = whole(&s.Parent)
+	}
+	return f
+}
+
+// readWriter is a writer's pid and files as the quiet wait read them.
+type readWriter struct {
+	pid   int
+	files *Files
 }
 
 // described is one writer read in the current window.
@@ -253,30 +292,71 @@ func (c *commit) add(m message) {
 func (m *Monitor) receive(buf []byte) bool {
 	for range perTurn {
 		n, _, flags, _, err := unix.Recvmsg(m.fd, buf, nil, unix.MSG_DONTWAIT)
-		switch {
-		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
+		if err != nil {
+			if m.readFailed(err) {
+				return false
+			}
+			if errors.Is(err, unix.ENOBUFS) {
+				continue
+			}
 			return true
-		case errors.Is(err, unix.ENOBUFS):
-			// The commit in progress lost announcements; the overrun
-			// stands for it and for whatever else was dropped.
-			m.cur = commit{}
-			m.enqueue(Change{Overrun: true})
-			continue
-		case err != nil:
-			m.qmu.Lock()
-			m.failed = true
-			m.qmu.Unlock()
-			m.signal()
-			return false
 		}
-		if flags&unix.MSG_TRUNC != 0 {
-			m.cur.unsure = true
-		}
-		if ok := parse(buf[:n], m.message); !ok {
-			m.cur.unsure = true
-		}
+		m.datagram(buf[:n], flags&unix.MSG_TRUNC != 0)
 	}
 	return true
+}
+
+// arrived takes the datagrams the reader's quiet wait read from this
+// socket, with the writer it read (when read under the monitor's Proc);
+// false when the socket failed, as receive.
+func (m *Monitor) arrived(q *execquiet.WatchReader, res execquiet.WatchResult, root string) bool {
+	// A read the quiet wait could not make (a file of a stand-in /proc
+	// that is a link, which it does not follow) is made again at
+	// Describe; a writer gone by then is gone either way.
+	if w := &q.Writer; w.PID != 0 && m.opt.Proc == root && w.Stat.Err == 0 && w.Cgroup.Err == 0 {
+		m.read = &readWriter{pid: q.Writer.PID, files: FilesOf(&q.Writer)}
+		defer func() { m.read = nil }()
+	}
+	off := 0
+	for i := range min(res.Count, len(q.Lens)) {
+		n := q.Lens[i]
+		m.datagram(q.Buf[off:off+n], q.Cut[i])
+		off += n
+	}
+	if res.Errno == 0 {
+		return true
+	}
+	return !m.readFailed(res.Errno)
+}
+
+// readFailed takes a read's error: true when the socket failed (every
+// error but EAGAIN, EINTR and ENOBUFS, which is an Overrun).
+func (m *Monitor) readFailed(err error) bool {
+	switch {
+	case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
+		return false
+	case errors.Is(err, unix.ENOBUFS):
+		// The commit in progress lost announcements; the overrun
+		// stands for it and for whatever else was dropped.
+		m.cur = commit{}
+		m.enqueue(Change{Overrun: true})
+		return false
+	}
+	m.qmu.Lock()
+	m.failed = true
+	m.qmu.Unlock()
+	m.signal()
+	return true
+}
+
+// datagram takes one datagram read, cut when the kernel's was longer.
+func (m *Monitor) datagram(b []byte, cut bool) {
+	if cut {
+		m.cur.unsure = true
+	}
+	if ok := parse(b, m.message); !ok {
+		m.cur.unsure = true
+	}
 }
 
 // message takes one parsed message: an object counts into the commit, a
@@ -313,7 +393,11 @@ func (m *Monitor) writer(pid int, comm string) *findings.Writer {
 	if len(m.described) >= m.opt.MaxWriters {
 		return &findings.Writer{PID: pid, Comm: comm}
 	}
-	w := m.opt.Writer(pid, comm)
+	var f *Files
+	if m.read != nil && m.read.pid == pid {
+		f = m.read.files
+	}
+	w := m.opt.Writer(pid, comm, f)
 	if w == nil {
 		return nil
 	}

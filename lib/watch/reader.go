@@ -2,12 +2,15 @@ package watch
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/execquiet"
 )
 
 // The reader: one OS thread reads every monitor's socket and describes each
@@ -21,18 +24,28 @@ import (
 // thousand watched pods cost one thread, and its work per commit is bounded
 // (a few /proc reads per distinct writer and window, Options.MaxWriters).
 // It never waits for a caller: a monitor's queue that is full turns into
-// an Overrun (see Monitor.enqueue).
+// an Overrun (see Monitor.enqueue). Its wait is quiet
+// (execquiet.WatchReader): it reads the first ready socket up to a
+// commit's end, and that writer's files, before it returns to the Go
+// runtime, whose processors the agent's own work may hold for
+// milliseconds (a collection's idle workers, scans).
 type reader struct {
 	epfd int
-	// wake (an eventfd) tells the thread to end: its last monitor closed.
-	wake int
-	done chan struct{}
-	buf  []byte
+	// wake (an eventfd) wakes the thread: to end once ending is set (its
+	// last monitor closed), else to leave a quiet wait (quiesce).
+	wake   int
+	ending atomic.Bool
+	done   chan struct{}
+	// q is the thread's quiet wait: it reads the first ready socket up
+	// to a commit's end, and the writer's files under root, before the
+	// thread returns to Go (internal/execquiet).
+	q    *execquiet.WatchReader
+	root string
 
 	// mu is held while one monitor's socket is read: Close waits for it
 	// before its socket can close.
 	mu   sync.Mutex
-	mons map[uint64]*Monitor
+	mons map[uint32]*Monitor
 }
 
 var (
@@ -41,13 +54,13 @@ var (
 	readerMu sync.Mutex
 	cur      *reader
 	users    int
-	lastID   uint64
+	lastID   uint32
 	// priority is why the newest reader thread runs at normal priority;
 	// nil when it has SCHED_FIFO.
 	priority error
 )
 
-// wakeID is the eventfd's epoll data; monitors' ids start at 1.
+// wakeID is the eventfd's id; monitors' ids start at 1.
 const wakeID = 0
 
 // perTurn bounds the datagrams read from one socket before the next ready
@@ -82,19 +95,22 @@ func register(m *Monitor) error {
 	readerMu.Lock()
 	defer readerMu.Unlock()
 	if cur == nil {
-		r, err := startReader()
+		r, err := startReader(m.opt.Proc)
 		if err != nil {
 			return err
 		}
 		cur = r
 	}
 	users++
-	lastID++
-	m.id = lastID
 	cur.mu.Lock()
+	// Ids are 32 bits (an epoll event holds the socket and the id); one
+	// wrapped round to a monitor still open is skipped.
+	for lastID++; lastID == wakeID || cur.mons[lastID] != nil; lastID++ {
+	}
+	m.id = lastID
 	cur.mons[m.id] = m
 	cur.mu.Unlock()
-	if err := unix.EpollCtl(cur.epfd, unix.EPOLL_CTL_ADD, m.fd, event(m.id)); err != nil {
+	if err := unix.EpollCtl(cur.epfd, unix.EPOLL_CTL_ADD, m.fd, event(m.fd, m.id)); err != nil {
 		cur.mu.Lock()
 		delete(cur.mons, m.id)
 		cur.mu.Unlock()
@@ -116,7 +132,28 @@ func unregister(m *Monitor) {
 		_ = unix.EpollCtl(cur.epfd, unix.EPOLL_CTL_DEL, m.fd, nil)
 	}
 	cur.mu.Unlock()
+	cur.quiesce()
 	release()
+}
+
+// quiesce returns once no quiet wait that began before it runs: one may
+// hold an event of a socket taken out of the epoll set since, and read
+// it (a closed socket's number may be another's by then). Not under mu.
+func (r *reader) quiesce() {
+	g := r.q.Gen()
+	if g%2 == 0 {
+		return
+	}
+	r.poke()
+	for r.q.Gen() == g {
+		time.Sleep(20 * time.Microsecond)
+	}
+}
+
+// poke wakes the thread: an eventfd takes an 8-byte count, any non-zero
+// one makes it readable.
+func (r *reader) poke() {
+	_, _ = unix.Write(r.wake, binary.NativeEndian.AppendUint64(nil, 1))
 }
 
 // release drops one user, ending the reader after the last; readerMu held.
@@ -124,19 +161,21 @@ func release() {
 	if users--; users > 0 {
 		return
 	}
-	// An eventfd takes an 8-byte count; any non-zero one wakes the thread.
-	_, _ = unix.Write(cur.wake, binary.NativeEndian.AppendUint64(nil, 1))
+	cur.ending.Store(true)
+	cur.poke()
 	<-cur.done
 	cur = nil
 }
 
-func event(id uint64) *unix.EpollEvent {
-	return &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
+// event is a socket's epoll event: the descriptor the quiet wait reads,
+// and the monitor's id (execquiet.WatchReader).
+func event(fd int, id uint32) *unix.EpollEvent {
+	return &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd), Pad: int32(id)}
 }
 
-func eventID(ev unix.EpollEvent) uint64 { return uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32 }
+func eventID(ev unix.EpollEvent) uint32 { return uint32(ev.Pad) }
 
-func startReader() (*reader, error) {
+func startReader(root string) (*reader, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("watch nftables monitors: %w", err)
@@ -146,12 +185,12 @@ func startReader() (*reader, error) {
 		unix.Close(epfd)
 		return nil, fmt.Errorf("watch nftables monitors: %w", err)
 	}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, event(wakeID)); err != nil {
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, event(wake, wakeID)); err != nil {
 		unix.Close(epfd)
 		unix.Close(wake)
 		return nil, fmt.Errorf("watch nftables monitors: %w", err)
 	}
-	r := &reader{epfd: epfd, wake: wake, done: make(chan struct{}), buf: make([]byte, datagram), mons: map[uint64]*Monitor{}}
+	r := &reader{epfd: epfd, wake: wake, done: make(chan struct{}), q: execquiet.NewWatchReader(epfd, root), root: root, mons: map[uint32]*Monitor{}}
 	started := make(chan error, 1)
 	go r.run(started)
 	priority = <-started
@@ -166,30 +205,46 @@ func (r *reader) run(started chan<- error) {
 	defer close(r.done)
 	defer unix.Close(r.wake)
 	defer unix.Close(r.epfd)
-	events := make([]unix.EpollEvent, 32)
+	// The Go path reads into the quiet wait's buffer once the datagrams
+	// the wait read there are taken.
+	buf := r.q.Buf[:datagram]
 	for {
-		n, err := unix.EpollWait(r.epfd, events, -1)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
+		res := r.q.Wait()
+		if res.Failed != 0 {
 			// Only a bad epoll fd fails here, which this reader owns.
-			panic(fmt.Sprintf("watch: epoll_wait: %v", err))
+			panic(fmt.Sprintf("watch: epoll_wait: %v", res.Failed))
 		}
-		for _, ev := range events[:n] {
+		r.mu.Lock()
+		if res.Read >= 0 {
+			id := eventID(r.q.Events[res.Read])
+			if m := r.mons[id]; m != nil && !m.arrived(r.q, res, r.root) {
+				r.failed(m)
+			}
+		}
+		for _, ev := range r.q.Events[:res.N] {
 			id := eventID(ev)
 			if id == wakeID {
-				return
+				var b [8]byte
+				_, _ = unix.Read(r.wake, b[:])
+				if r.ending.Load() {
+					r.mu.Unlock()
+					return
+				}
+				continue
 			}
-			r.mu.Lock()
-			if m := r.mons[id]; m != nil && !m.receive(r.buf) {
-				// The socket failed: no more reads; Close unregisters.
-				delete(r.mons, id)
-				_ = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_DEL, m.fd, nil)
+			if m := r.mons[id]; m != nil && !m.receive(buf) {
+				r.failed(m)
 			}
-			r.mu.Unlock()
 		}
+		r.mu.Unlock()
 	}
+}
+
+// failed stops reading m's socket, which failed; Close unregisters. Under
+// mu.
+func (r *reader) failed(m *Monitor) {
+	delete(r.mons, m.id)
+	_ = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_DEL, m.fd, nil)
 }
 
 // realtime puts the calling thread at SCHED_FIFO 1, the lowest real-time

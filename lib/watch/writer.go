@@ -25,29 +25,34 @@ func (p Proc) Writer(pid int, comm string) *findings.Writer {
 		return &findings.Writer{PID: pid, Comm: comm, Gone: true}
 	}
 	dir := filepath.Join(p.Root, strconv.Itoa(pid))
-	// Read in this order, as WriterFrom takes them: stat, cgroup, stat
+	// Read in this order, as Describe takes them: stat, cgroup, stat
 	// again. A read that failed stops the others.
-	st, err := readProc(filepath.Join(dir, "stat"))
-	var cg, again []byte
+	f := &Files{}
+	var err error
+	f.Stat, err = readProc(filepath.Join(dir, "stat"))
 	if err == nil {
-		cg, err = readProc(filepath.Join(dir, "cgroup"))
+		f.Cgroup, err = readProc(filepath.Join(dir, "cgroup"))
 	}
 	if err == nil {
-		again, _ = readProc(filepath.Join(dir, "stat"))
+		f.Again, _ = readProc(filepath.Join(dir, "stat"))
 	}
-	return p.WriterFrom(pid, comm, st, cg, again)
+	return p.Describe(pid, comm, f)
 }
 
-// WriterFrom is Writer from its process's files read already (the exec
-// watch reads them as the exec arrives, before the command can end): its
-// stat, its cgroup and its stat again, nil for a read that failed. Only
-// the parent's stat is read here.
-func (p Proc) WriterFrom(pid int, comm string, stat, cgroup, again []byte) *findings.Writer {
+// Describe is Writer from its process's files read already (the exec
+// watch reads them as the exec arrives, the nftables watch's reader as
+// the commit's end arrives, before the command can end), or, f nil, from
+// /proc now: an Options.Writer. The parent's stat is read here when f
+// does not hold it.
+func (p Proc) Describe(pid int, comm string, f *Files) *findings.Writer {
+	if f == nil {
+		return p.Writer(pid, comm)
+	}
 	w := &findings.Writer{PID: pid, Comm: comm, Gone: true}
-	if pid <= 0 || stat == nil || cgroup == nil {
+	if pid <= 0 || f.Stat == nil || f.Cgroup == nil {
 		return w
 	}
-	st, err := parseStat(stat)
+	st, err := parseStat(f.Stat)
 	if err != nil || st.comm != comm {
 		return w
 	}
@@ -55,19 +60,23 @@ func (p Proc) WriterFrom(pid int, comm string, stat, cgroup, again []byte) *find
 	// process took the pid meanwhile, and the cgroup read was its. Gone
 	// by then, the writer was read while it lived (a pid is not reused
 	// within microseconds).
-	if again != nil {
-		if st2, err := parseStat(again); err == nil && st2.start != st.start {
+	if f.Again != nil {
+		if st2, err := parseStat(f.Again); err == nil && st2.start != st.start {
 			return w
 		}
 	}
 	w.Gone = false
 	w.PPID = st.ppid
 	if st.ppid > 0 {
-		if pst, err := readStat(filepath.Join(p.Root, strconv.Itoa(st.ppid))); err == nil {
+		parent := f.Parent
+		if parent == nil {
+			parent, _ = readProc(filepath.Join(p.Root, strconv.Itoa(st.ppid), "stat"))
+		}
+		if pst, err := parseStat(parent); err == nil {
 			w.ParentComm = pst.comm
 		}
 	}
-	w.ContainerID, w.Unit = placeCgroup(string(cgroup))
+	w.ContainerID, w.Unit = placeCgroup(string(f.Cgroup))
 	return w
 }
 
@@ -87,16 +96,6 @@ type stat struct {
 }
 
 var errStat = errors.New("malformed stat")
-
-// readStat reads dir/stat: "pid (comm) state ppid ... starttime(22) ...".
-// The command may hold spaces and parentheses: it ends at the last ')'.
-func readStat(dir string) (stat, error) {
-	b, err := readProc(filepath.Join(dir, "stat"))
-	if err != nil {
-		return stat{}, err
-	}
-	return parseStat(b)
-}
 
 // parseStat reads a stat file's fields.
 func parseStat(b []byte) (stat, error) {
