@@ -160,6 +160,7 @@ type Reader struct {
 	fds [2]unix.PollFd
 	// procFiles' prefix is nil when every exec goes to the Go path.
 	procFiles
+	sender
 	// timeout is the poll's, here because the quiet path's stack is
 	// bounded (nosplit).
 	timeout unix.Timespec
@@ -265,12 +266,18 @@ func (q *Reader) loop() (res Result, off, n int, dismissed uint64) {
 			return Stop, 0, 0, dismissed
 		}
 		for {
-			m, _, e := syscall.RawSyscall6(unix.SYS_RECVFROM, uintptr(q.fds[0].Fd), uintptr(unsafe.Pointer(&q.Buf[0])), uintptr(len(q.Buf)), unix.MSG_DONTWAIT, 0, 0)
+			m, e := q.recv(int(q.fds[0].Fd), q.Buf, unix.MSG_DONTWAIT)
 			if e == unix.EAGAIN {
 				break
 			}
 			switch e {
 			case 0:
+				if q.foreign() {
+					// Not the kernel's event: a process with
+					// CAP_NET_ADMIN in the host's network
+					// namespace sent it.
+					continue
+				}
 			case unix.EINTR:
 				continue
 			case unix.ENOBUFS:

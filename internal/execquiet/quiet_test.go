@@ -2,6 +2,7 @@ package execquiet
 
 import (
 	"encoding/binary"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -304,6 +305,66 @@ func TestWait(t *testing.T) {
 	stop()
 	if w := within(t, ch, 5*time.Second); w.res != Stop {
 		t.Errorf("stop: %+v", w)
+	}
+}
+
+// TestWaitForeign: an event another process sent to the socket's port
+// (one with CAP_NET_ADMIN in the host's network namespace can) is
+// dropped: a forged acknowledgement, which the Go path would take, is not
+// returned.
+func TestWaitForeign(t *testing.T) {
+	if raceDetector && testing.CoverMode() != "" {
+		t.Skip("coverage of this package under the race detector: its counters need a P")
+	}
+	sock, port := userSocket(t)
+	forger, _ := userSocket(t)
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(wake) })
+	q := NewReader(sock, wake, "/proc")
+	ch := waitAsync(q)
+	forge(t, forger, port, message(ProcEventNone, 0, 0, 0))
+	select {
+	case w := <-ch:
+		t.Fatalf("returned for a forged event: %+v", w)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := unix.Write(wake, binary.NativeEndian.AppendUint64(nil, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if w := within(t, ch, 5*time.Second); w.res != Stop {
+		t.Errorf("stop: %+v", w)
+	}
+}
+
+// userSocket is a NETLINK_USERSOCK socket bound to a port of its own.
+func userSocket(t *testing.T) (fd int, port uint32) {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_USERSOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd, sa.(*unix.SockaddrNetlink).Pid
+}
+
+// forge sends b from the socket fd to port, as a process would.
+func forge(t *testing.T, fd int, port uint32, b []byte) {
+	t.Helper()
+	if err := unix.Sendto(fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Pid: port}); err != nil {
+		if os.Geteuid() != 0 && errors.Is(err, unix.EPERM) {
+			t.Skip("a netlink unicast needs root here")
+		}
+		t.Fatal(err)
 	}
 }
 

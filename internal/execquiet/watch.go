@@ -18,8 +18,8 @@ import (
 // agent's own work held every P (a collection's idle mark workers, scans
 // decoding) its thread parked and the writer ran on: 5 to 19 of 20
 // one-shot writers were gone with a collection running throughout. So its
-// wait is quiet too: it waits, reads the first ready monitor socket's
-// datagrams up to a commit's end, and reads that writer's stat and cgroup
+// wait is quiet too: it waits, reads the ready monitor sockets' datagrams,
+// each up to a commit's end, and reads those writers' stat and cgroup
 // before it returns to Go (WatchReader).
 
 // The nf_tables messages the quiet wait looks for (linux/netfilter/
@@ -39,8 +39,34 @@ const (
 // buffer): a longer one is read cut (WatchReader.Cut).
 const Datagram = 64 << 10
 
-// MaxDatagrams bounds the datagrams one Wait reads.
+// MaxDatagrams bounds the datagrams one Wait reads, every socket together.
 const MaxDatagrams = 32
+
+// MaxReads bounds the sockets one Wait reads: the others ready are left
+// to the Go path, and the next Wait starts with the socket after the
+// first one read (a pod committing all the time takes no other's turn).
+const MaxReads = 4
+
+// The bounds of the writers' reads, four files each (about 30 µs): past
+// them the Go path describes the writer, within its own bounds (lib/watch's
+// MaxWriters a window).
+const (
+	// MaxWriterReads bounds the writers read a second, every monitor
+	// together.
+	MaxWriterReads = 200
+	// MaxMonitorReads bounds them for one monitor: a pod committing from
+	// ever new processes (or sending forged commits' ends) spends its own
+	// budget, not the other pods'.
+	MaxMonitorReads = 20
+	// SameWriter: a monitor's writer read once is not read again within
+	// it (lib/watch's default window, in which the Go path describes one
+	// writer once).
+	SameWriter = 50 * time.Millisecond
+)
+
+// budgetSlots monitors' budgets are kept (a power of two): two monitors
+// open at once whose ids are equal modulo it share one.
+const budgetSlots = 256
 
 // WatchReader is the nftables watch's quiet wait. Its caller writes
 // nothing of it while Wait runs.
@@ -52,33 +78,56 @@ const MaxDatagrams = 32
 type WatchReader struct {
 	// Events are epoll_wait's, the first WatchResult.N of them.
 	Events []unix.EpollEvent
-	// Buf holds the datagrams Wait read from one socket, one after
-	// another: Lens[:Count] long, Cut[i] when the kernel's was longer.
+	// Reads are the sockets read, the first WatchResult.Reads of them.
+	Reads [MaxReads]SocketRead
+	// Buf holds the datagrams Wait read, one after another: datagram i
+	// is Lens[i] long, Cut[i] when the kernel's was longer.
 	Buf  []byte
 	Lens [MaxDatagrams]int
 	Cut  [MaxDatagrams]bool
-	// Writer is what Wait read of the process a read commit's end named
-	// (PID; Stat, Cgroup and Stat2 as lib/watch reads them), PID 0 for
-	// none.
-	Writer Snapshot
 
 	epfd int
 	procFiles
-	// last is the pid whose files were read last: a process committing
-	// in a flood is read once, the Go path then reading /proc or its
-	// window's description. reads counts the writers read since second
-	// began (MaxWriterReads).
-	last   int
-	reads  int
-	second int64
-	gen    atomic.Uint64
+	// turn is where the next Wait starts in the ready events.
+	turn int
+	// reads counts the writers read since second began (MaxWriterReads);
+	// budgets are the monitors' (MaxMonitorReads, SameWriter), by id.
+	reads   int
+	second  int64
+	budgets [budgetSlots]budget
+	sender
+	gen atomic.Uint64
 }
 
-// MaxWriterReads bounds the writers the quiet wait reads a second, every
-// monitor together (four files each, about 30 µs): past it, pods that
-// commit from ever new processes are described by the Go path, within
-// its own bounds (lib/watch's MaxWriters a window).
-const MaxWriterReads = 200
+// SocketRead is what Wait read from one monitor's socket.
+type SocketRead struct {
+	// Event is the socket's index in Events.
+	Event int
+	// Datagrams First to First+Count were read from it, starting at Off
+	// in Buf. A datagram not sent by the kernel (any process with
+	// CAP_NET_ADMIN in the pod's network namespace can send one to the
+	// monitor's port) is dropped, its Lens 0: Foreign counts them.
+	First, Count, Off int
+	Foreign           int
+	// Errno is the error that ended the reading: 0 or EAGAIN, none
+	// waits; ENOBUFS, the kernel dropped announcements after those; any
+	// other, the socket failed.
+	Errno syscall.Errno
+	// Writer is what was read of the process the commit's end named
+	// (PID; Stat, Cgroup, Stat2 and Parent as lib/watch reads them), PID
+	// 0 for none.
+	Writer Snapshot
+}
+
+// budget is one monitor's writer reads.
+type budget struct {
+	id     uint32
+	reads  int
+	second int64
+	// last is the writer read last, at lastAt.
+	last   int
+	lastAt int64
+}
 
 // WatchResult is why Wait returned.
 type WatchResult struct {
@@ -86,13 +135,8 @@ type WatchResult struct {
 	N int
 	// Failed is epoll_wait's error (only a bad epoll descriptor).
 	Failed syscall.Errno
-	// Read is the index in Events of the socket read, -1 for none;
-	// Count datagrams were read from it, and Errno is the error that
-	// ended the reading (0 or EAGAIN: none waits; ENOBUFS: the kernel
-	// dropped announcements after those; any other: the socket failed).
-	Read  int
-	Count int
-	Errno syscall.Errno
+	// Reads sockets were read (WatchReader.Reads).
+	Reads int
 }
 
 // NewWatchReader waits on the epoll set epfd; writers are read under root
@@ -100,10 +144,19 @@ type WatchResult struct {
 func NewWatchReader(epfd int, root string) *WatchReader {
 	q := &WatchReader{Events: make([]unix.EpollEvent, 32), Buf: make([]byte, 2*Datagram), epfd: epfd}
 	q.setRoot(root)
-	q.Writer.Stat.buf = make([]byte, MaxProc+1)
-	q.Writer.Cgroup.buf = make([]byte, MaxProc+1)
-	q.Writer.Stat2.buf = make([]byte, MaxProc+1)
-	q.Writer.Parent.buf = make([]byte, MaxProc+1)
+	// One allocation for every file: its pages are touched only as far
+	// as the files read fill them.
+	const size = MaxProc + 1
+	slab := make([]byte, MaxReads*4*size)
+	take := func() []byte {
+		b := slab[:size:size]
+		slab = slab[size:]
+		return b
+	}
+	for i := range q.Reads {
+		w := &q.Reads[i].Writer
+		w.Stat.buf, w.Cgroup.buf, w.Stat2.buf, w.Parent.buf = take(), take(), take(), take()
+	}
 	return q
 }
 
@@ -112,10 +165,9 @@ func NewWatchReader(epfd int, root string) *WatchReader {
 // changes (wake the reader meanwhile).
 func (q *WatchReader) Gen() uint64 { return q.gen.Load() }
 
-// Wait blocks until an epoll event is ready; the first monitor socket
-// ready is read as WatchResult says.
+// Wait blocks until an epoll event is ready; ready monitor sockets are
+// read as WatchResult says.
 func (q *WatchReader) Wait() WatchResult {
-	q.Writer.PID = 0
 	q.gen.Add(1)
 	res := q.wait()
 	q.gen.Add(1)
@@ -138,7 +190,7 @@ func (q *WatchReader) wait() (res WatchResult) {
 func (q *WatchReader) loop() WatchResult {
 	ev := q.Events
 	if len(ev) == 0 {
-		return WatchResult{Read: -1, Failed: unix.EINVAL}
+		return WatchResult{Failed: unix.EINVAL}
 	}
 	for {
 		// epoll_pwait with no mask: epoll_wait, which arm64 lacks.
@@ -147,84 +199,187 @@ func (q *WatchReader) loop() WatchResult {
 			continue
 		}
 		if e != 0 {
-			return WatchResult{Read: -1, Failed: e}
+			return WatchResult{Failed: e}
 		}
-		res := WatchResult{N: int(r), Read: -1}
+		res := WatchResult{N: int(r)}
 		if res.N > len(ev) {
 			res.N = len(ev)
 		}
-		for i := 0; i < res.N && i < len(ev); i++ {
-			if ev[i].Pad != 0 {
-				res.Read = i
-				res.Count, res.Errno = q.read(int(ev[i].Fd))
-				break
-			}
-		}
+		q.readReady(&res)
 		return res
 	}
 }
 
-// read reads fd's datagrams into Buf until one ends a commit, none waits,
-// or Buf or Lens is full; the commit's writer is read as it arrives.
+// readReady reads the ready monitor sockets, from the turn's on, while
+// Reads, Buf and Lens have room.
 //
 //go:nosplit
 //go:norace
-func (q *WatchReader) read(fd int) (count int, errno syscall.Errno) {
-	rest := q.Buf
-	for count < MaxDatagrams && len(rest) >= Datagram {
-		r, _, e := syscall.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&rest[0])), Datagram, unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
+func (q *WatchReader) readReady(res *WatchResult) {
+	ev := q.Events
+	n := res.N
+	if n > len(ev) {
+		n = len(ev)
+	}
+	if n <= 0 {
+		return
+	}
+	i := q.turn
+	if i >= n || i < 0 {
+		i = 0
+	}
+	first := -1
+	off, datagrams := 0, 0
+	for k := 0; k < n; k++ {
+		if k > 0 {
+			if i++; i >= n {
+				i = 0
+			}
+		}
+		if ev[i].Pad == 0 {
+			continue
+		}
+		if res.Reads >= len(q.Reads) || len(q.Buf)-off < Datagram || datagrams >= MaxDatagrams {
+			break
+		}
+		if first < 0 {
+			first = i
+		}
+		r := &q.Reads[res.Reads]
+		res.Reads++
+		r.Event, r.First, r.Off = i, datagrams, off
+		used, pid := q.read(r, int(ev[i].Fd), off)
+		off += used
+		datagrams += r.Count
+		if pid > 0 {
+			// Here, not in read: the stack is bounded.
+			q.readWriter(&r.Writer, uint32(ev[i].Pad), pid)
+		}
+	}
+	if first >= 0 {
+		q.turn = first + 1
+	}
+}
+
+// read reads fd's datagrams into Buf from off until one ends a commit,
+// none waits, or Buf or Lens is full. It returns the bytes it used and
+// the pid the commit's end named (0: none read).
+//
+//go:nosplit
+//go:norace
+func (q *WatchReader) read(r *SocketRead, fd int, off int) (used, pid int) {
+	r.Count, r.Foreign, r.Errno, r.Writer.PID = 0, 0, 0, 0
+	for r.First+r.Count < MaxDatagrams && off+used >= 0 && len(q.Buf)-(off+used) >= Datagram {
+		rest := q.Buf[off+used:]
+		got, e := q.recv(fd, rest[:Datagram], unix.MSG_DONTWAIT|unix.MSG_TRUNC)
 		if e == unix.EINTR {
 			continue
 		}
 		if e != 0 {
-			return count, e
+			r.Errno = e
+			return used, 0
 		}
 		// MSG_TRUNC: netlink returns the datagram's whole length.
-		n, cut := int(r), false
+		n, cut := int(got), false
 		if n > Datagram {
 			n, cut = Datagram, true
 		}
 		if n < 0 || n > len(rest) {
 			n = len(rest)
 		}
-		q.Lens[count], q.Cut[count] = n, cut
-		count++
-		pid := genPID(rest[:n])
-		rest = rest[n:]
-		if pid > 0 {
-			if pid != q.last && q.prefix != nil && q.budget() {
-				q.last = pid
-				q.Writer.PID = pid
-				q.readFile(pid, statLeaf, &q.Writer.Stat)
-				q.readFile(pid, cgroupLeaf, &q.Writer.Cgroup)
-				q.readFile(pid, statLeaf, &q.Writer.Stat2)
-				q.Writer.Parent.N = 0
-				if st := &q.Writer.Stat; st.Err == 0 && st.N < len(st.buf) {
-					if ppid := ppidOf(st.buf[:st.N]); ppid > 0 {
-						q.readFile(ppid, statLeaf, &q.Writer.Parent)
-					}
-				}
-			}
-			return count, 0
+		i := r.First + r.Count
+		if i < 0 || i >= len(q.Lens) {
+			return used, 0
+		}
+		r.Count++
+		if q.foreign() {
+			// Not the kernel's: dropped, and counted among the
+			// datagrams so that a flood of them ends the read.
+			q.Lens[i], q.Cut[i] = 0, false
+			r.Foreign++
+			continue
+		}
+		q.Lens[i], q.Cut[i] = n, cut
+		used += n
+		if pid := genPID(rest[:n]); pid > 0 {
+			return used, pid
 		}
 	}
-	return count, 0
+	return used, 0
 }
 
-// budget takes one of the second's MaxWriterReads, false when none is
-// left.
+// readWriter reads the files of pid, the writer monitor id's commit
+// named, into w, within the budgets.
 //
 //go:nosplit
 //go:norace
-func (q *WatchReader) budget() bool {
-	if now := monotonic(); now-q.second >= int64(time.Second) {
+func (q *WatchReader) readWriter(w *Snapshot, id uint32, pid int) {
+	if q.prefix == nil {
+		return
+	}
+	now := monotonic()
+	b := &q.budgets[id&(budgetSlots-1)]
+	if b.id != id {
+		*b = budget{id: id}
+	}
+	if b.last == pid && now-b.lastAt < int64(SameWriter) {
+		return
+	}
+	if now-b.second >= int64(time.Second) {
+		b.second, b.reads = now, 0
+	}
+	if now-q.second >= int64(time.Second) {
 		q.second, q.reads = now, 0
 	}
-	if q.reads >= MaxWriterReads {
-		return false
+	if b.reads >= MaxMonitorReads || q.reads >= MaxWriterReads {
+		return
 	}
+	b.reads++
 	q.reads++
-	return true
+	b.last, b.lastAt = pid, now
+	w.PID = pid
+	q.readFile(pid, statLeaf, &w.Stat)
+	q.readFile(pid, cgroupLeaf, &w.Cgroup)
+	q.readFile(pid, statLeaf, &w.Stat2)
+	w.Parent.N, w.Parent.Err = 0, 0
+	if st := &w.Stat; st.Err == 0 && st.N < len(st.buf) {
+		if ppid := ppidOf(st.buf[:st.N]); ppid > 0 {
+			q.readFile(ppid, statLeaf, &w.Parent)
+		}
+	}
+}
+
+// sender is a datagram's sender as recvfrom gives it; here because the
+// quiet path's stack is bounded.
+type sender struct {
+	from    unix.RawSockaddrNetlink
+	fromLen uint32
+}
+
+// recv receives one datagram from fd into b (recvfrom), its sender into
+// s.
+//
+//go:nosplit
+//go:norace
+func (s *sender) recv(fd int, b []byte, flags int) (uintptr, syscall.Errno) {
+	if len(b) == 0 {
+		return 0, unix.EINVAL
+	}
+	s.fromLen = unix.SizeofSockaddrNetlink
+	r, _, e := syscall.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(flags),
+		uintptr(unsafe.Pointer(&s.from)), uintptr(unsafe.Pointer(&s.fromLen)))
+	return r, e
+}
+
+// foreign tells whether the datagram recv received was sent by a process,
+// not the kernel (port 0): with CAP_NET_ADMIN in the socket's network
+// namespace one can address a datagram to the socket's port. Another
+// socket family's sender (a test's stand-in) is not a netlink port.
+//
+//go:nosplit
+//go:norace
+func (s *sender) foreign() bool {
+	return s.fromLen >= unix.SizeofSockaddrNetlink && s.from.Family == unix.AF_NETLINK && s.from.Pid != 0
 }
 
 // genPID is the pid a commit's end in the datagram b names, 0 when it

@@ -2,7 +2,9 @@ package execquiet
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,8 +92,100 @@ func TestPPIDOf(t *testing.T) {
 	}
 }
 
-// TestWatchWait runs the quiet wait for real, in its system call, over a
-// datagram socket standing for a monitor's: it reads up to the commit's
+// watchSet is an epoll set holding two datagram sockets standing for
+// monitors' (ids 1 and 2: send writes to them) and a wake-up eventfd (no
+// id), with a WatchReader over it.
+type watchSet struct {
+	t    *testing.T
+	q    *WatchReader
+	in   [2][2]int
+	wake int
+}
+
+func newWatchSet(t *testing.T) *watchSet {
+	t.Helper()
+	w := &watchSet{t: t}
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(epfd) })
+	add := func(fd int, id int32) {
+		t.Helper()
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd), Pad: id}
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range w.in {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
+		w.in[i] = [2]int{fds[0], fds[1]}
+		add(fds[0], int32(i+1))
+	}
+	if w.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(w.wake) })
+	add(w.wake, 0)
+	w.q = NewWatchReader(epfd, "/proc")
+	return w
+}
+
+// send writes b to monitor id's socket.
+func (w *watchSet) send(id int, b []byte) {
+	w.t.Helper()
+	if _, err := unix.Write(w.in[id-1][1], b); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *watchSet) start() chan WatchResult {
+	ch := make(chan WatchResult, 1)
+	go func() { ch <- w.q.Wait() }()
+	return ch
+}
+
+func (w *watchSet) within(ch chan WatchResult) WatchResult {
+	w.t.Helper()
+	select {
+	case res := <-ch:
+		return res
+	case <-time.After(5 * time.Second):
+		w.t.Fatal("Wait did not return within 5s")
+	}
+	return WatchResult{}
+}
+
+// wait runs one Wait, which must read exactly the monitors ids (in any
+// order); it returns their reads.
+func (w *watchSet) wait(ids ...int) []*SocketRead {
+	w.t.Helper()
+	res := w.within(w.start())
+	var reads []*SocketRead
+	var got []int
+	for i := range res.Reads {
+		r := &w.q.Reads[i]
+		reads = append(reads, r)
+		got = append(got, int(w.q.Events[r.Event].Pad))
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, ids) {
+		w.t.Fatalf("Wait read monitors %v, want %v (%v)", got, ids, res)
+	}
+	return reads
+}
+
+// String is r in a test's message, without its files' buffers.
+func (r *SocketRead) String() string {
+	return fmt.Sprintf("{event %d, datagrams %d+%d at %d, foreign %d, errno %v, writer %d}", r.Event, r.First, r.Count, r.Off, r.Foreign, r.Errno, r.Writer.PID)
+}
+
+// TestWatchWait runs the quiet wait for real, in its system call, over
+// datagram sockets standing for monitors': it reads up to the commit's
 // end and no further, reads the writer's files before it returns, reads
 // one process committing in a flood once, leaves a descriptor whose
 // event has no id alone, and the runtime goes on meanwhile.
@@ -99,115 +193,157 @@ func TestWatchWait(t *testing.T) {
 	if raceDetector && testing.CoverMode() != "" {
 		t.Skip("coverage of this package under the race detector: its counters need a P")
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]); unix.Close(epfd); unix.Close(wake) })
-	for _, ev := range []unix.EpollEvent{{Events: unix.EPOLLIN, Fd: int32(fds[0]), Pad: 1}, {Events: unix.EPOLLIN, Fd: int32(wake)}} {
-		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, int(ev.Fd), &ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	q := NewWatchReader(epfd, "/proc")
-	send := func(b []byte) {
-		t.Helper()
-		if _, err := unix.Write(fds[1], b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	wait := func() chan WatchResult {
-		ch := make(chan WatchResult, 1)
-		go func() { ch <- q.Wait() }()
-		return ch
-	}
-	within := func(ch chan WatchResult) WatchResult {
-		t.Helper()
-		select {
-		case res := <-ch:
-			return res
-		case <-time.After(5 * time.Second):
-			t.Fatal("Wait did not return within 5s")
-		}
-		return WatchResult{}
-	}
+	w := newWatchSet(t)
+	q := w.q
 	self := os.Getpid()
-	poke := func() {
-		t.Helper()
-		if _, err := unix.Write(wake, binary.NativeEndian.AppendUint64(nil, 1)); err != nil {
-			t.Fatal(err)
-		}
-	}
 
 	// Blocked in its system call: the runtime collects meanwhile. Then a
 	// descriptor without an id is returned, never read.
-	ch := wait()
+	ch := w.start()
 	collects(t)
 	if q.Gen()%2 != 1 {
 		t.Errorf("Gen %d while Wait runs, want odd", q.Gen())
 	}
-	poke()
-	if res := within(ch); res.N != 1 || res.Read != -1 || q.Events[0].Fd != int32(wake) {
-		t.Errorf("wake: %+v", res)
+	if _, err := unix.Write(w.wake, binary.NativeEndian.AppendUint64(nil, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if res := w.within(ch); res.N != 1 || res.Reads != 0 || q.Events[0].Fd != int32(w.wake) {
+		t.Errorf("wake: %v", res)
 	}
 	if q.Gen()%2 != 0 {
 		t.Errorf("Gen %d after Wait, want even", q.Gen())
 	}
 	var drain [8]byte
-	_, _ = unix.Read(wake, drain[:])
+	_, _ = unix.Read(w.wake, drain[:])
 
 	// Read up to the commit's end, its writer with it.
 	rule := nftMessage(10<<8|6, attr(1, []byte("filter\x00")))
 	later := nftMessage(10<<8 | 6)
-	send(rule)
-	send(newGen(uint32(self)))
-	send(later)
-	res := within(wait())
-	if res.N != 1 || res.Read != 0 || res.Count != 2 || res.Errno != 0 || q.Lens[0] != len(rule) || q.Lens[1] != len(newGen(0)) || q.Cut[0] || q.Cut[1] {
-		t.Errorf("read %+v, lens %v: want the two datagrams up to the commit's end", res, q.Lens[:2])
+	w.send(1, rule)
+	w.send(1, newGen(uint32(self)))
+	w.send(1, later)
+	r := w.wait(1)[0]
+	if r.First != 0 || r.Off != 0 || r.Count != 2 || r.Errno != 0 || q.Lens[0] != len(rule) || q.Lens[1] != len(newGen(0)) || q.Cut[0] || q.Cut[1] {
+		t.Errorf("read %v, lens %v: want the two datagrams up to the commit's end", r, q.Lens[:2])
 	}
-	if q.Writer.PID != self || !strings.HasPrefix(string(q.Writer.Stat.Bytes()), itoa(self)+" (") ||
-		q.Writer.Cgroup.N == 0 || string(q.Writer.Stat2.Bytes()) == "" {
-		t.Errorf("writer %d read: stat %q, cgroup %d bytes", q.Writer.PID, q.Writer.Stat.Bytes(), q.Writer.Cgroup.N)
+	if r.Writer.PID != self || !strings.HasPrefix(string(r.Writer.Stat.Bytes()), itoa(self)+" (") ||
+		r.Writer.Cgroup.N == 0 || string(r.Writer.Stat2.Bytes()) == "" {
+		t.Errorf("writer %d read: stat %q, cgroup %d bytes", r.Writer.PID, r.Writer.Stat.Bytes(), r.Writer.Cgroup.N)
 	}
-	if p := string(q.Writer.Parent.Bytes()); !strings.HasPrefix(p, itoa(os.Getppid())+" (") {
+	if p := string(r.Writer.Parent.Bytes()); !strings.HasPrefix(p, itoa(os.Getppid())+" (") {
 		t.Errorf("parent's stat %q, want pid %d's", p, os.Getppid())
 	}
 
 	// The datagram after the end was left; then none waits (EAGAIN).
-	res = within(wait())
-	if res.Read != 0 || res.Count != 1 || q.Lens[0] != len(later) || res.Errno != unix.EAGAIN || q.Writer.PID != 0 {
-		t.Errorf("the datagram left: %+v, writer %d", res, q.Writer.PID)
+	if r = w.wait(1)[0]; r.Count != 1 || q.Lens[0] != len(later) || r.Errno != unix.EAGAIN || r.Writer.PID != 0 {
+		t.Errorf("the datagram left: %v", r)
 	}
-	// The same writer again is read once.
-	send(newGen(uint32(self)))
-	if res = within(wait()); res.Count != 1 || q.Writer.PID != 0 {
-		t.Errorf("the same writer again: %+v, writer %d read again", res, q.Writer.PID)
+	// The same writer of the same monitor within SameWriter is read once;
+	// another monitor's is read.
+	w.send(1, newGen(uint32(self)))
+	if r = w.wait(1)[0]; r.Count != 1 || r.Writer.PID != 0 {
+		t.Errorf("the same writer again: %v, read again", r)
 	}
-	// Past MaxWriterReads in a second, no writer is read until the
-	// next.
-	q.reads = MaxWriterReads
-	send(newGen(uint32(os.Getppid())))
-	if res = within(wait()); res.Count != 1 || q.Writer.PID != 0 {
-		t.Errorf("past the budget: %+v, writer %d read", res, q.Writer.PID)
+	w.send(2, newGen(uint32(self)))
+	if r = w.wait(2)[0]; r.Writer.PID != self {
+		t.Errorf("the same writer in another monitor: %v, not read", r)
 	}
-	q.second -= int64(2 * time.Second)
-	send(newGen(uint32(os.Getppid())))
-	if res = within(wait()); res.Count != 1 || q.Writer.PID != os.Getppid() {
-		t.Errorf("the next second: %+v, writer %d, want %d read", res, q.Writer.PID, os.Getppid())
+	q.budgets[1].lastAt -= int64(SameWriter)
+	w.send(1, newGen(uint32(self)))
+	if r = w.wait(1)[0]; r.Writer.PID != self {
+		t.Errorf("the same writer past SameWriter: %v, not read", r)
 	}
 
+	// Past MaxMonitorReads in a second, that monitor's writers are not
+	// read, the other's are; past MaxWriterReads, nobody's; the next
+	// second they are again.
+	q.budgets[1].reads = MaxMonitorReads
+	w.send(1, newGen(uint32(os.Getppid())))
+	if r = w.wait(1)[0]; r.Writer.PID != 0 {
+		t.Errorf("past the monitor's budget: %v, read", r)
+	}
+	w.send(2, newGen(uint32(os.Getppid())))
+	if r = w.wait(2)[0]; r.Writer.PID != os.Getppid() {
+		t.Errorf("the other monitor: %v, not read", r)
+	}
+	q.reads = MaxWriterReads
+	q.budgets[2].last = 0
+	w.send(2, newGen(uint32(os.Getppid())))
+	if r = w.wait(2)[0]; r.Writer.PID != 0 {
+		t.Errorf("past every monitor's budget: %v, read", r)
+	}
+	q.second -= int64(2 * time.Second)
+	q.budgets[1].second -= int64(2 * time.Second)
+	w.send(1, newGen(uint32(os.Getppid())))
+	if r = w.wait(1)[0]; r.Writer.PID != os.Getppid() {
+		t.Errorf("the next second: %v, want %d read", r, os.Getppid())
+	}
+
+	// Two sockets ready are both read, each up to its commit's end with
+	// its writer; the next Wait starts with the event after the first
+	// one read (epoll orders the events itself).
+	q.budgets = [budgetSlots]budget{}
+	w.send(1, rule)
+	w.send(1, newGen(uint32(self)))
+	w.send(2, newGen(uint32(os.Getppid())))
+	reads := w.wait(1, 2)
+	byID := map[int32]*SocketRead{}
+	for _, r := range reads {
+		byID[q.Events[r.Event].Pad] = r
+	}
+	if a, b := byID[1], byID[2]; a.Count != 2 || a.Writer.PID != self || b.Count != 1 || b.Writer.PID != os.Getppid() ||
+		reads[1].First != reads[0].Count || reads[1].Off != q.Lens[0]+q.Lens[1]*(reads[0].Count-1) {
+		t.Errorf("two sockets: %v, %v", reads[0], reads[1])
+	}
+	w.send(1, later)
+	w.send(2, later)
+	turn := (reads[0].Event + 1) % 2
+	if reads = w.wait(1, 2); reads[0].Event != turn || reads[0].Count != 1 || reads[1].Count != 1 {
+		t.Errorf("the next turn: %v, %v, want event %d first", reads[0], reads[1], turn)
+	}
 	// A datagram longer than Datagram is read cut.
-	send(append(newGen(1), make([]byte, Datagram)...))
-	if res = within(wait()); res.Count != 1 || !q.Cut[0] || q.Lens[0] != Datagram {
-		t.Errorf("a long datagram: %+v, cut %v, len %d", res, q.Cut[0], q.Lens[0])
+	w.send(1, append(newGen(1), make([]byte, Datagram)...))
+	if r = w.wait(1)[0]; r.Count != 1 || !q.Cut[0] || q.Lens[0] != Datagram {
+		t.Errorf("a long datagram: %v, cut %v, len %d", r, q.Cut[0], q.Lens[0])
+	}
+}
+
+// TestWatchWaitForeign: a datagram another process sent to the monitor's
+// port (any process with CAP_NET_ADMIN in the pod's network namespace
+// can) is dropped, a forged commit's end with it, and a flood of them
+// ends the read at MaxDatagrams.
+func TestWatchWaitForeign(t *testing.T) {
+	if raceDetector && testing.CoverMode() != "" {
+		t.Skip("coverage of this package under the race detector: its counters need a P")
+	}
+	mon, port := userSocket(t)
+	forger, _ := userSocket(t)
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(epfd) })
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, mon, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(mon), Pad: 1}); err != nil {
+		t.Fatal(err)
+	}
+	q := NewWatchReader(epfd, "/proc")
+	forge := func(n int) {
+		t.Helper()
+		for range n {
+			forge(t, forger, port, newGen(uint32(os.Getpid())))
+		}
+	}
+	forge(1)
+	res := q.Wait()
+	if r := q.Reads[0]; res.Reads != 1 || r.Count != 1 || r.Foreign != 1 || q.Lens[0] != 0 || r.Writer.PID != 0 || r.Errno != unix.EAGAIN {
+		t.Errorf("a forged commit's end: %v, read %v, len %d", res, &r, q.Lens[0])
+	}
+	forge(MaxDatagrams + 8)
+	res = q.Wait()
+	if r := q.Reads[0]; res.Reads != 1 || r.Count != MaxDatagrams || r.Foreign != MaxDatagrams || r.Errno != 0 {
+		t.Errorf("a flood of them: %v, read %v", res, &r)
+	}
+	if res = q.Wait(); q.Reads[0].Foreign != 8 {
+		t.Errorf("the rest: %v, read %v", res, &q.Reads[0])
 	}
 }

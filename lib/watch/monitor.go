@@ -72,13 +72,17 @@ type Options struct {
 	// commits that are delivered. It must not wait for the monitor's
 	// caller. f holds the process's files when the reader read them as the
 	// commit's end arrived (Proc), else nil: read /proc now (Proc.Describe).
+	// f's bytes are the reader's buffers, valid only during the call.
 	Writer func(pid int, comm string, f *Files) *findings.Writer
 	// Proc, when set, is the /proc the commits' pids live in (the
-	// host's): the reader reads the writer's stat and cgroup there the
-	// moment a commit's end arrives, before it returns to the Go runtime,
-	// which may keep it waiting for a processor while the writer exits.
-	// One root a process: a monitor whose Proc is not that of the monitor
-	// that started the reader gets f nil.
+	// host's): the reader reads the writer's stat, cgroup and stat again,
+	// and its parent's stat, there the moment a commit's end arrives,
+	// before it returns to the Go runtime, which may keep it waiting for
+	// a processor while the writer exits (within execquiet's budgets:
+	// MaxMonitorReads, MaxWriterReads, SameWriter). One root a process:
+	// a monitor whose Proc is not that of the monitor that started the
+	// reader gets f nil (its reads spent all the same); a root longer
+	// than execquiet.MaxRoot reads nothing there.
 	Proc string
 	// WriterWindow and MaxWriters bound Writer's calls (see
 	// DefaultWriterWindow).
@@ -286,12 +290,12 @@ func (c *commit) add(m message) {
 
 // receive reads what waits on the socket into buf, at most perTurn
 // datagrams (the reader comes back while more waits); on the reader
-// thread. False when
-// the socket failed: every error but ENOBUFS (an Overrun) ends the
-// monitor, the caller seeing Changes closed and reopening.
+// thread. False when the socket failed: every error but ENOBUFS (an
+// Overrun) ends the monitor, the caller seeing Changes closed and
+// reopening.
 func (m *Monitor) receive(buf []byte) bool {
 	for range perTurn {
-		n, _, flags, _, err := unix.Recvmsg(m.fd, buf, nil, unix.MSG_DONTWAIT)
+		n, _, flags, from, err := unix.Recvmsg(m.fd, buf, nil, unix.MSG_DONTWAIT)
 		if err != nil {
 			if m.readFailed(err) {
 				return false
@@ -301,32 +305,45 @@ func (m *Monitor) receive(buf []byte) bool {
 			}
 			return true
 		}
+		if !fromKernel(from) {
+			continue
+		}
 		m.datagram(buf[:n], flags&unix.MSG_TRUNC != 0)
 	}
 	return true
 }
 
+// fromKernel tells whether a datagram came from the kernel (port 0): any
+// process with CAP_NET_ADMIN in the pod's network namespace can send one
+// to the monitor's port, a forged commit naming any pid among them.
+func fromKernel(from unix.Sockaddr) bool {
+	sa, ok := from.(*unix.SockaddrNetlink)
+	return ok && sa.Pid == 0
+}
+
 // arrived takes the datagrams the reader's quiet wait read from this
 // socket, with the writer it read (when read under the monitor's Proc);
-// false when the socket failed, as receive.
-func (m *Monitor) arrived(q *execquiet.WatchReader, res execquiet.WatchResult, root string) bool {
+// false when the socket failed, as receive. The wait dropped the
+// datagrams another process sent (length 0).
+func (m *Monitor) arrived(q *execquiet.WatchReader, rd *execquiet.SocketRead, root string) bool {
 	// A read the quiet wait could not make (a file of a stand-in /proc
 	// that is a link, which it does not follow) is made again at
 	// Describe; a writer gone by then is gone either way.
-	if w := &q.Writer; w.PID != 0 && m.opt.Proc == root && w.Stat.Err == 0 && w.Cgroup.Err == 0 {
-		m.read = &readWriter{pid: q.Writer.PID, files: FilesOf(&q.Writer)}
+	if w := &rd.Writer; w.PID != 0 && m.opt.Proc == root && w.Stat.Err == 0 && w.Cgroup.Err == 0 {
+		m.read = &readWriter{pid: w.PID, files: FilesOf(w)}
 		defer func() { m.read = nil }()
 	}
-	off := 0
-	for i := range min(res.Count, len(q.Lens)) {
-		n := q.Lens[i]
-		m.datagram(q.Buf[off:off+n], q.Cut[i])
-		off += n
+	off := rd.Off
+	for i := rd.First; i < rd.First+rd.Count && i < len(q.Lens); i++ {
+		if n := q.Lens[i]; n > 0 {
+			m.datagram(q.Buf[off:off+n], q.Cut[i])
+			off += n
+		}
 	}
-	if res.Errno == 0 {
+	if rd.Errno == 0 {
 		return true
 	}
-	return !m.readFailed(res.Errno)
+	return !m.readFailed(rd.Errno)
 }
 
 // readFailed takes a read's error: true when the socket failed (every

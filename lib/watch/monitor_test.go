@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -11,7 +12,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/execquiet"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
@@ -235,12 +238,13 @@ func TestNoLeak(t *testing.T) {
 // the reader needs one of the runtime's processors (P); a collection's
 // idle mark workers hold every idle one, its thread parks, and the writer
 // runs on. So the reader's quiet wait reads the writer's files before it
-// returns to the runtime (Options.Proc): without it 3 to 10 of these 20
+// returns to the runtime (Options.Proc): without it 3 to 11 of these 20
 // writers were gone, with it none. Each writer starts once the last one's
 // change was taken and the reader is back in its wait: a commit made while
 // the reader is parked, or stopped by the collection in Go, is read only
-// when it is back (back-to-back writers: 0 to 12 of 20 gone, 5 to 19
-// without the quiet wait).
+// when it is back (back-to-back writers: 0 to 14 of 20 gone, 5 to 19
+// without the quiet wait). So the back-to-back writers run with no
+// collection (the runtime's collector off, after one collection).
 func TestOneShotWriters(t *testing.T) {
 	for _, collecting := range []bool{false, true} {
 		t.Run(fmt.Sprintf("collecting=%v", collecting), func(t *testing.T) {
@@ -269,6 +273,8 @@ func oneShotWriters(t *testing.T, collecting bool) {
 	}
 	add := func(i int) string { return fmt.Sprintf("iptables-nft -A INPUT -s 10.0.0.%d -j DROP", i+1) }
 	if !collecting {
+		runtime.GC()
+		defer debug.SetGCPercent(debug.SetGCPercent(-1))
 		ns.Run("taskset", "-c", "0", "sh", "-c", fmt.Sprintf("for i in $(seq %d); do iptables-nft -A INPUT -s 10.0.0.$i -j DROP || exit 1; done", n))
 		for i := range n {
 			check(i, next(t, m))
@@ -307,5 +313,55 @@ func waitQuiet(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the reader never went back to its wait")
 		}
+	}
+}
+
+// TestForgedCommits: any process with CAP_NET_ADMIN in the pod's network
+// namespace can send datagrams to the monitor's port; a forged commit
+// (an iptables table, then a commit's end naming pid 1) is dropped, on
+// the quiet wait's path and on the Go path alike (the reader is held
+// while they arrive, so that the quiet wait reads at most MaxDatagrams
+// of them and the Go path the next ones), and the next real commit is
+// the first change.
+func TestForgedCommits(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	ns := nstest.New(t)
+	m := open(t, ns, Options{Proc: "/proc", Writer: Proc{Root: "/proc"}.Describe})
+	sa, err := unix.Getsockname(m.fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := sa.(*unix.SockaddrNetlink).Pid
+	forged := append(nlmsg(0, 2, uint16(attrObjTable), []byte("filter\x00")),
+		nlmsg(msgNewGen, 0, uint16(attrGenID), be32(1), uint16(attrGenPID), be32(1), uint16(attrGenName), []byte("iptables-nft\x00"))...)
+	h := ns.Open()
+	defer h.Close()
+	readerMu.Lock()
+	r := cur
+	readerMu.Unlock()
+	r.mu.Lock()
+	err = h.Do(func() error {
+		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		for range 3 * execquiet.MaxDatagrams {
+			if err := unix.Sendto(fd, forged, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Pid: port}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	r.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", ns.Name, "iptables-nft", "-A", "INPUT", "-j", "ACCEPT")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("iptables-nft: %v: %s", err, out)
+	}
+	if ch := next(t, m); ch.PID != cmd.Process.Pid || ch.Overrun {
+		t.Errorf("first change %+v, want iptables-nft's (pid %d): a forged one went through", ch, cmd.Process.Pid)
 	}
 }

@@ -25,10 +25,11 @@ import (
 // (a few /proc reads per distinct writer and window, Options.MaxWriters).
 // It never waits for a caller: a monitor's queue that is full turns into
 // an Overrun (see Monitor.enqueue). Its wait is quiet
-// (execquiet.WatchReader): it reads the first ready socket up to a
-// commit's end, and that writer's files, before it returns to the Go
+// (execquiet.WatchReader): it reads up to four ready sockets, each up to a
+// commit's end, and those writers' files, before it returns to the Go
 // runtime, whose processors the agent's own work may hold for
-// milliseconds (a collection's idle workers, scans).
+// milliseconds (a collection's idle workers, scans); the other ready
+// sockets, and what follows a commit's end, are read after, in Go.
 type reader struct {
 	epfd int
 	// wake (an eventfd) wakes the thread: to end once ending is set (its
@@ -36,9 +37,9 @@ type reader struct {
 	wake   int
 	ending atomic.Bool
 	done   chan struct{}
-	// q is the thread's quiet wait: it reads the first ready socket up
-	// to a commit's end, and the writer's files under root, before the
-	// thread returns to Go (internal/execquiet).
+	// q is the thread's quiet wait: it reads ready sockets up to a
+	// commit's end, and the writers' files under root, before the thread
+	// returns to Go (internal/execquiet).
 	q    *execquiet.WatchReader
 	root string
 
@@ -215,9 +216,9 @@ func (r *reader) run(started chan<- error) {
 			panic(fmt.Sprintf("watch: epoll_wait: %v", res.Failed))
 		}
 		r.mu.Lock()
-		if res.Read >= 0 {
-			id := eventID(r.q.Events[res.Read])
-			if m := r.mons[id]; m != nil && !m.arrived(r.q, res, r.root) {
+		for i := range res.Reads {
+			rd := &r.q.Reads[i]
+			if m := r.mons[eventID(r.q.Events[rd.Event])]; m != nil && !m.arrived(r.q, rd, r.root) {
 				r.failed(m)
 			}
 		}
