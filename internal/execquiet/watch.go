@@ -65,7 +65,9 @@ const (
 )
 
 // budgetSlots monitors' budgets are kept (a power of two): two monitors
-// open at once whose ids are equal modulo it share one.
+// open at once whose ids are equal modulo it share one (their reads
+// counted together; a slot is never reset for a newcomer, which would
+// let two such monitors lift each other's bound).
 const budgetSlots = 256
 
 // WatchReader is the nftables watch's quiet wait. Its caller writes
@@ -121,10 +123,10 @@ type SocketRead struct {
 
 // budget is one monitor's writer reads.
 type budget struct {
-	id     uint32
 	reads  int
 	second int64
-	// last is the writer read last, at lastAt.
+	// last is the writer of monitor lastID read last, at lastAt.
+	lastID uint32
 	last   int
 	lastAt int64
 }
@@ -319,10 +321,7 @@ func (q *WatchReader) readWriter(w *Snapshot, id uint32, pid int) {
 	}
 	now := monotonic()
 	b := &q.budgets[id&(budgetSlots-1)]
-	if b.id != id {
-		*b = budget{id: id}
-	}
-	if b.last == pid && now-b.lastAt < int64(SameWriter) {
+	if b.lastID == id && b.last == pid && now-b.lastAt < int64(SameWriter) {
 		return
 	}
 	if now-b.second >= int64(time.Second) {
@@ -336,7 +335,7 @@ func (q *WatchReader) readWriter(w *Snapshot, id uint32, pid int) {
 	}
 	b.reads++
 	q.reads++
-	b.last, b.lastAt = pid, now
+	b.lastID, b.last, b.lastAt = id, pid, now
 	w.PID = pid
 	q.readFile(pid, statLeaf, &w.Stat)
 	q.readFile(pid, cgroupLeaf, &w.Cgroup)

@@ -102,7 +102,10 @@ type watchSet struct {
 	wake int
 }
 
-func newWatchSet(t *testing.T) *watchSet {
+func newWatchSet(t *testing.T) *watchSet { return newWatchSetIDs(t, 1, 2) }
+
+// newWatchSetIDs is newWatchSet with the two monitors' ids given.
+func newWatchSetIDs(t *testing.T, ids ...int32) *watchSet {
 	t.Helper()
 	w := &watchSet{t: t}
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
@@ -124,7 +127,7 @@ func newWatchSet(t *testing.T) *watchSet {
 		}
 		t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
 		w.in[i] = [2]int{fds[0], fds[1]}
-		add(fds[0], int32(i+1))
+		add(fds[0], ids[i])
 	}
 	if w.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		t.Fatal(err)
@@ -345,5 +348,30 @@ func TestWatchWaitForeign(t *testing.T) {
 	}
 	if res = q.Wait(); q.Reads[0].Foreign != 8 {
 		t.Errorf("the rest: %v, read %v", res, &q.Reads[0])
+	}
+}
+
+// TestWatchWaitSharedSlot: two monitors whose ids share a budget slot
+// share its MaxMonitorReads (neither resets the other's count), while the
+// same writer is skipped only within one monitor.
+func TestWatchWaitSharedSlot(t *testing.T) {
+	if raceDetector && testing.CoverMode() != "" {
+		t.Skip("coverage of this package under the race detector: its counters need a P")
+	}
+	w := newWatchSetIDs(t, 1, 1+budgetSlots)
+	q := w.q
+	// A second that does not end during the test, whatever the load.
+	q.budgets[1].second = monotonic() + int64(time.Hour)
+	q.second = q.budgets[1].second
+	read := 0
+	for i := range MaxMonitorReads + 6 {
+		id := []int{1, 1 + budgetSlots}[i%2]
+		w.send(i%2+1, newGen(uint32(os.Getpid())))
+		if r := w.wait(id)[0]; r.Writer.PID != 0 {
+			read++
+		}
+	}
+	if read != MaxMonitorReads {
+		t.Errorf("%d writers read by two monitors sharing a slot, want %d", read, MaxMonitorReads)
 	}
 }
