@@ -265,43 +265,61 @@ func (q *Reader) loop() (res Result, off, n int, dismissed uint64) {
 		if q.fds[1].Revents != 0 {
 			return Stop, 0, 0, dismissed
 		}
-		for {
-			m, e := q.recv(int(q.fds[0].Fd), q.Buf, unix.MSG_DONTWAIT)
-			if e == unix.EAGAIN {
-				break
+		res, off, n, d, ret := q.receive()
+		if d > 0 && dismissed == 0 {
+			first = monotonic()
+		}
+		dismissed += d
+		if ret {
+			if res == Message && q.Snap.PID != 0 {
+				// Here, not in receive: the stack is bounded.
+				q.snapshot()
 			}
-			switch e {
-			case 0:
-				if q.foreign() {
-					// Not the kernel's event: a process with
-					// CAP_NET_ADMIN in the host's network
-					// namespace sent it.
-					continue
+			return res, off, n, dismissed
+		}
+	}
+}
+
+// receive reads the datagrams waiting on the socket: ret, with Wait's
+// result, once one holds a message for the Go path or the socket failed;
+// not ret once none waits, or MaxForeign datagrams not the kernel's were
+// dropped (back to the poll, which sees a stop and bounds the time to a
+// publish, whatever floods the socket). d counts the execs it dismissed.
+//
+//go:nosplit
+//go:norace
+func (q *Reader) receive() (res Result, off, n int, d uint64, ret bool) {
+	foreign := 0
+	for {
+		m, e := q.recv(int(q.fds[0].Fd), q.Buf, unix.MSG_DONTWAIT)
+		switch e {
+		case 0:
+			if q.foreign() {
+				// Not the kernel's event: a process with
+				// CAP_NET_ADMIN in the host's network namespace
+				// sent it.
+				if foreign++; foreign >= MaxForeign {
+					return 0, 0, 0, d, false
 				}
-			case unix.EINTR:
 				continue
-			case unix.ENOBUFS:
-				return Overrun, 0, 0, dismissed
-			default:
-				return Stop, 0, 0, dismissed
 			}
-			n := int(m)
-			if n > len(q.Buf) {
-				return Stop, 0, 0, dismissed
-			}
-			off, d := q.dismiss(q.Buf[:n])
-			if d > 0 && dismissed == 0 {
-				first = monotonic()
-			}
-			dismissed += d
-			if off < n {
-				if q.Snap.PID != 0 {
-					// Called here, not in dismiss: the stack is
-					// bounded.
-					q.snapshot()
-				}
-				return Message, off, n, dismissed
-			}
+		case unix.EAGAIN:
+			return 0, 0, 0, d, false
+		case unix.EINTR:
+			continue
+		case unix.ENOBUFS:
+			return Overrun, 0, 0, d, true
+		default:
+			return Stop, 0, 0, d, true
+		}
+		n := int(m)
+		if n > len(q.Buf) {
+			return Stop, 0, 0, d, true
+		}
+		off, more := q.dismiss(q.Buf[:n])
+		d += more
+		if off < n {
+			return Message, off, n, d, true
 		}
 	}
 }

@@ -311,7 +311,8 @@ func TestWait(t *testing.T) {
 // TestWaitForeign: an event another process sent to the socket's port
 // (one with CAP_NET_ADMIN in the host's network namespace can) is
 // dropped: a forged acknowledgement, which the Go path would take, is not
-// returned.
+// returned; a flood of them holds the reader for MaxForeign receives at
+// most before it polls again.
 func TestWaitForeign(t *testing.T) {
 	if raceDetector && testing.CoverMode() != "" {
 		t.Skip("coverage of this package under the race detector: its counters need a P")
@@ -336,6 +337,25 @@ func TestWaitForeign(t *testing.T) {
 	}
 	if w := within(t, ch, 5*time.Second); w.res != Stop {
 		t.Errorf("stop: %+v", w)
+	}
+
+	// A flood of them ends a receive at MaxForeign, back to the poll
+	// (which sees a stop), the rest still waiting.
+	for range MaxForeign + 8 {
+		forge(t, forger, port, message(ProcEventNone, 0, 0, 0))
+	}
+	if _, _, _, d, ret := q.receive(); ret || d != 0 {
+		t.Errorf("a flood: receive returned %v with %d dismissed, want back to the poll", ret, d)
+	}
+	left := 0
+	for {
+		if _, _, err := unix.Recvfrom(sock, q.Buf, unix.MSG_DONTWAIT); err != nil {
+			break
+		}
+		left++
+	}
+	if left != 8 {
+		t.Errorf("%d datagrams left after a flood's receive, want 8", left)
 	}
 }
 

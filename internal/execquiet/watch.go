@@ -39,12 +39,21 @@ const (
 // buffer): a longer one is read cut (WatchReader.Cut).
 const Datagram = 64 << 10
 
-// MaxDatagrams bounds the datagrams one Wait reads, every socket together.
+// MaxDatagrams bounds the kernel's datagrams one Wait reads, every socket
+// together; while more sockets are to be read, each keeps its share of
+// them (MaxDatagrams/MaxReads) and one Datagram of Buf, so that a pod
+// committing a long batch (or read first) leaves the others theirs.
 const MaxDatagrams = 32
 
+// MaxForeign bounds the datagrams not sent by the kernel one socket's read
+// drops (see SocketRead.Foreign): past it the read ends, so a flood of
+// them holds the reader thread for at most that many receives a socket.
+// They take none of the kernel's datagrams' room.
+const MaxForeign = 32
+
 // MaxReads bounds the sockets one Wait reads: the others ready are left
-// to the Go path, and the next Wait starts with the socket after the
-// first one read (a pod committing all the time takes no other's turn).
+// to the Go path, and the next Wait starts with the ready socket after
+// the last one read (by monitor, so that every ready pod takes its turn).
 const MaxReads = 4
 
 // The bounds of the writers' reads, four files each (about 30 µs): past
@@ -82,16 +91,18 @@ type WatchReader struct {
 	Events []unix.EpollEvent
 	// Reads are the sockets read, the first WatchResult.Reads of them.
 	Reads [MaxReads]SocketRead
-	// Buf holds the datagrams Wait read, one after another: datagram i
-	// is Lens[i] long, Cut[i] when the kernel's was longer.
+	// Buf holds the kernel's datagrams Wait read, one after another:
+	// datagram i is Lens[i] long, Cut[i] when the kernel's was longer.
+	// Room for every socket to read one datagram and the first a second.
 	Buf  []byte
 	Lens [MaxDatagrams]int
 	Cut  [MaxDatagrams]bool
 
 	epfd int
 	procFiles
-	// turn is where the next Wait starts in the ready events.
-	turn int
+	// last is the monitor read last: the next Wait starts after it in
+	// the ready events (or at the first, when it is not ready).
+	last uint32
 	// reads counts the writers read since second began (MaxWriterReads);
 	// budgets are the monitors' (MaxMonitorReads, SameWriter), by id.
 	reads   int
@@ -105,10 +116,11 @@ type WatchReader struct {
 type SocketRead struct {
 	// Event is the socket's index in Events.
 	Event int
-	// Datagrams First to First+Count were read from it, starting at Off
-	// in Buf. A datagram not sent by the kernel (any process with
-	// CAP_NET_ADMIN in the pod's network namespace can send one to the
-	// monitor's port) is dropped, its Lens 0: Foreign counts them.
+	// The kernel's datagrams First to First+Count were read from it,
+	// starting at Off in Buf. A datagram not sent by the kernel (a
+	// process with CAP_NET_ADMIN in the pod's network namespace can send
+	// one to the monitor's group) is dropped: Foreign counts them, at
+	// most MaxForeign.
 	First, Count, Off int
 	Foreign           int
 	// Errno is the error that ended the reading: 0 or EAGAIN, none
@@ -144,7 +156,7 @@ type WatchResult struct {
 // NewWatchReader waits on the epoll set epfd; writers are read under root
 // ("" or longer than MaxRoot: never).
 func NewWatchReader(epfd int, root string) *WatchReader {
-	q := &WatchReader{Events: make([]unix.EpollEvent, 32), Buf: make([]byte, 2*Datagram), epfd: epfd}
+	q := &WatchReader{Events: make([]unix.EpollEvent, 32), Buf: make([]byte, (MaxReads+1)*Datagram), epfd: epfd}
 	q.setRoot(root)
 	// One allocation for every file: its pages are touched only as far
 	// as the files read fill them.
@@ -212,8 +224,8 @@ func (q *WatchReader) loop() WatchResult {
 	}
 }
 
-// readReady reads the ready monitor sockets, from the turn's on, while
-// Reads, Buf and Lens have room.
+// readReady reads the ready monitor sockets, at most MaxReads, starting
+// after the one read last.
 //
 //go:nosplit
 //go:norace
@@ -226,13 +238,21 @@ func (q *WatchReader) readReady(res *WatchResult) {
 	if n <= 0 {
 		return
 	}
-	i := q.turn
-	if i >= n || i < 0 {
-		i = 0
-	}
-	first := -1
-	off, datagrams := 0, 0
+	ready, i := 0, 0
 	for k := 0; k < n; k++ {
+		if ev[k].Pad == 0 {
+			continue
+		}
+		ready++
+		if uint32(ev[k].Pad) == q.last && k+1 < n {
+			i = k + 1
+		}
+	}
+	if ready > len(q.Reads) {
+		ready = len(q.Reads)
+	}
+	off, datagrams := 0, 0
+	for k := 0; k < n && res.Reads < ready; k++ {
 		if k > 0 {
 			if i++; i >= n {
 				i = 0
@@ -241,38 +261,39 @@ func (q *WatchReader) readReady(res *WatchResult) {
 		if ev[i].Pad == 0 {
 			continue
 		}
-		if res.Reads >= len(q.Reads) || len(q.Buf)-off < Datagram || datagrams >= MaxDatagrams {
-			break
-		}
-		if first < 0 {
-			first = i
-		}
 		r := &q.Reads[res.Reads]
 		res.Reads++
 		r.Event, r.First, r.Off = i, datagrams, off
-		used, pid := q.read(r, int(ev[i].Fd), off)
+		used, pid := q.read(r, int(ev[i].Fd), ready-res.Reads)
 		off += used
 		datagrams += r.Count
+		q.last = uint32(ev[i].Pad)
 		if pid > 0 {
 			// Here, not in read: the stack is bounded.
 			q.readWriter(&r.Writer, uint32(ev[i].Pad), pid)
 		}
 	}
-	if first >= 0 {
-		q.turn = first + 1
-	}
 }
 
-// read reads fd's datagrams into Buf from off until one ends a commit,
-// none waits, or Buf or Lens is full. It returns the bytes it used and
-// the pid the commit's end named (0: none read).
+// read reads fd's datagrams into Buf from r.Off until one ends a commit,
+// none waits, MaxForeign were dropped, or the kernel's would take what
+// the later sockets still to read keep: their share of the datagrams,
+// and room for one Datagram each (a whole one's room is kept before each
+// receive). It returns the bytes it used and the pid the commit's end
+// named (0: none read).
 //
 //go:nosplit
 //go:norace
-func (q *WatchReader) read(r *SocketRead, fd int, off int) (used, pid int) {
+func (q *WatchReader) read(r *SocketRead, fd int, later int) (used, pid int) {
 	r.Count, r.Foreign, r.Errno, r.Writer.PID = 0, 0, 0, 0
-	for r.First+r.Count < MaxDatagrams && off+used >= 0 && len(q.Buf)-(off+used) >= Datagram {
-		rest := q.Buf[off+used:]
+	off := r.Off
+	limit := MaxDatagrams - later*(MaxDatagrams/MaxReads)
+	if limit > len(q.Lens) {
+		limit = len(q.Lens)
+	}
+	end := len(q.Buf) - later*Datagram
+	for r.First+r.Count < limit && off+used >= 0 && end-(off+used) >= Datagram {
+		rest := q.Buf[off+used : end]
 		got, e := q.recv(fd, rest[:Datagram], unix.MSG_DONTWAIT|unix.MSG_TRUNC)
 		if e == unix.EINTR {
 			continue
@@ -280,6 +301,14 @@ func (q *WatchReader) read(r *SocketRead, fd int, off int) (used, pid int) {
 		if e != 0 {
 			r.Errno = e
 			return used, 0
+		}
+		if q.foreign() {
+			// Not the kernel's: dropped, and a flood of them
+			// ends the read.
+			if r.Foreign++; r.Foreign >= MaxForeign {
+				return used, 0
+			}
+			continue
 		}
 		// MSG_TRUNC: netlink returns the datagram's whole length.
 		n, cut := int(got), false
@@ -294,13 +323,6 @@ func (q *WatchReader) read(r *SocketRead, fd int, off int) (used, pid int) {
 			return used, 0
 		}
 		r.Count++
-		if q.foreign() {
-			// Not the kernel's: dropped, and counted among the
-			// datagrams so that a flood of them ends the read.
-			q.Lens[i], q.Cut[i] = 0, false
-			r.Foreign++
-			continue
-		}
 		q.Lens[i], q.Cut[i] = n, cut
 		used += n
 		if pid := genPID(rest[:n]); pid > 0 {

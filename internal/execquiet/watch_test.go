@@ -92,19 +92,21 @@ func TestPPIDOf(t *testing.T) {
 	}
 }
 
-// watchSet is an epoll set holding two datagram sockets standing for
-// monitors' (ids 1 and 2: send writes to them) and a wake-up eventfd (no
+// watchSet is an epoll set holding datagram sockets standing for
+// monitors' (send writes to the i-th, from 1) and a wake-up eventfd (no
 // id), with a WatchReader over it.
 type watchSet struct {
 	t    *testing.T
 	q    *WatchReader
-	in   [2][2]int
+	epfd int
+	in   [][2]int
 	wake int
 }
 
 func newWatchSet(t *testing.T) *watchSet { return newWatchSetIDs(t, 1, 2) }
 
-// newWatchSetIDs is newWatchSet with the two monitors' ids given.
+// newWatchSetIDs is newWatchSet with a monitor a given id, in the order
+// given.
 func newWatchSetIDs(t *testing.T, ids ...int32) *watchSet {
 	t.Helper()
 	w := &watchSet{t: t}
@@ -113,32 +115,35 @@ func newWatchSetIDs(t *testing.T, ids ...int32) *watchSet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(epfd) })
-	add := func(fd int, id int32) {
-		t.Helper()
-		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd), Pad: id}
-		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range w.in {
+	w.epfd = epfd
+	for _, id := range ids {
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
-		w.in[i] = [2]int{fds[0], fds[1]}
-		add(fds[0], ids[i])
+		w.in = append(w.in, [2]int{fds[0], fds[1]})
+		w.add(fds[0], id)
 	}
 	if w.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(w.wake) })
-	add(w.wake, 0)
+	w.add(w.wake, 0)
 	w.q = NewWatchReader(epfd, "/proc")
 	return w
 }
 
-// send writes b to monitor id's socket.
+// add puts fd in the set as monitor id's socket (0: not one to read).
+func (w *watchSet) add(fd int, id int32) {
+	w.t.Helper()
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd), Pad: id}
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// send writes b to the id-th socket (from 1).
 func (w *watchSet) send(id int, b []byte) {
 	w.t.Helper()
 	if _, err := unix.Write(w.in[id-1][1], b); err != nil {
@@ -283,8 +288,7 @@ func TestWatchWait(t *testing.T) {
 	}
 
 	// Two sockets ready are both read, each up to its commit's end with
-	// its writer; the next Wait starts with the event after the first
-	// one read (epoll orders the events itself).
+	// its writer (TestWatchWaitTurns: more than MaxReads).
 	q.budgets = [budgetSlots]budget{}
 	w.send(1, rule)
 	w.send(1, newGen(uint32(self)))
@@ -300,9 +304,8 @@ func TestWatchWait(t *testing.T) {
 	}
 	w.send(1, later)
 	w.send(2, later)
-	turn := (reads[0].Event + 1) % 2
-	if reads = w.wait(1, 2); reads[0].Event != turn || reads[0].Count != 1 || reads[1].Count != 1 {
-		t.Errorf("the next turn: %v, %v, want event %d first", reads[0], reads[1], turn)
+	if reads = w.wait(1, 2); reads[0].Count != 1 || reads[1].Count != 1 {
+		t.Errorf("the next Wait: %v, %v", reads[0], reads[1])
 	}
 	// A datagram longer than Datagram is read cut.
 	w.send(1, append(newGen(1), make([]byte, Datagram)...))
@@ -312,24 +315,19 @@ func TestWatchWait(t *testing.T) {
 }
 
 // TestWatchWaitForeign: a datagram another process sent to the monitor's
-// port (any process with CAP_NET_ADMIN in the pod's network namespace
-// can) is dropped, a forged commit's end with it, and a flood of them
-// ends the read at MaxDatagrams.
+// socket (any process with CAP_NET_ADMIN in the pod's network namespace
+// can send to its group) is dropped, a forged commit's end with it; a
+// flood of them ends that socket's read at MaxForeign and takes nothing
+// from another socket's.
 func TestWatchWaitForeign(t *testing.T) {
 	if raceDetector && testing.CoverMode() != "" {
 		t.Skip("coverage of this package under the race detector: its counters need a P")
 	}
+	w := newWatchSetIDs(t, 2)
+	q := w.q
 	mon, port := userSocket(t)
 	forger, _ := userSocket(t)
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(epfd) })
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, mon, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(mon), Pad: 1}); err != nil {
-		t.Fatal(err)
-	}
-	q := NewWatchReader(epfd, "/proc")
+	w.add(mon, 1)
 	forge := func(n int) {
 		t.Helper()
 		for range n {
@@ -337,18 +335,112 @@ func TestWatchWaitForeign(t *testing.T) {
 		}
 	}
 	forge(1)
-	res := q.Wait()
-	if r := q.Reads[0]; res.Reads != 1 || r.Count != 1 || r.Foreign != 1 || q.Lens[0] != 0 || r.Writer.PID != 0 || r.Errno != unix.EAGAIN {
-		t.Errorf("a forged commit's end: %v, read %v, len %d", res, &r, q.Lens[0])
+	if r := w.wait(1)[0]; r.Count != 0 || r.Foreign != 1 || r.Writer.PID != 0 || r.Errno != unix.EAGAIN {
+		t.Errorf("a forged commit's end: read %v", r)
 	}
-	forge(MaxDatagrams + 8)
-	res = q.Wait()
-	if r := q.Reads[0]; res.Reads != 1 || r.Count != MaxDatagrams || r.Foreign != MaxDatagrams || r.Errno != 0 {
-		t.Errorf("a flood of them: %v, read %v", res, &r)
+	// The flooded socket is read first (the other was read last).
+	q.last = 2
+	forge(MaxForeign + 8)
+	w.send(1, newGen(uint32(os.Getpid())))
+	reads := w.wait(1, 2)
+	if f, r := reads[0], reads[1]; q.Events[f.Event].Pad != 1 || f.Count != 0 || f.Foreign != MaxForeign || f.Errno != 0 ||
+		r.First != 0 || r.Off != 0 || r.Count != 1 || r.Writer.PID != os.Getpid() {
+		t.Errorf("a flood of them, another socket behind: %v, %v", f, r)
 	}
-	if res = q.Wait(); q.Reads[0].Foreign != 8 {
-		t.Errorf("the rest: %v, read %v", res, &q.Reads[0])
+	if r := w.wait(1)[0]; r.Foreign != 8 || r.Errno != unix.EAGAIN {
+		t.Errorf("the rest: %v", r)
 	}
+}
+
+// TestWatchWaitTurns: of more sockets ready than MaxReads, a Wait reads
+// MaxReads, their datagrams one after another in Buf; the next starts
+// after the last one read, so every ready monitor is read within two.
+func TestWatchWaitTurns(t *testing.T) {
+	if raceDetector && testing.CoverMode() != "" {
+		t.Skip("coverage of this package under the race detector: its counters need a P")
+	}
+	const monitors = MaxReads + 2
+	var ids []int32
+	var all []int
+	for i := range monitors {
+		ids = append(ids, int32(i+1))
+		all = append(all, i+1)
+	}
+	w := newWatchSetIDs(t, ids...)
+	q := w.q
+	rule := nftMessage(10<<8|6, attr(1, []byte("filter\x00")))
+	for i := range monitors {
+		for range 2 {
+			w.send(i+1, rule)
+			w.send(i+1, newGen(uint32(os.Getpid())))
+		}
+	}
+	seen := map[int]int{}
+	for round := range 2 {
+		res := w.within(w.start())
+		if res.Reads != MaxReads {
+			t.Fatalf("round %d: %d sockets read of %d ready, want %d", round, res.Reads, monitors, MaxReads)
+		}
+		first, off := 0, 0
+		for _, r := range q.Reads[:res.Reads] {
+			seen[int(q.Events[r.Event].Pad)]++
+			if r.First != first || r.Off != off || r.Count != 2 || r.Errno != 0 {
+				t.Errorf("round %d: read %v, want datagrams from %d at %d, two", round, &r, first, off)
+			}
+			first += r.Count
+			off += q.Lens[r.First] + q.Lens[r.First+1]
+		}
+	}
+	var read []int
+	for id := range seen {
+		read = append(read, id)
+	}
+	slices.Sort(read)
+	if !slices.Equal(read, all) {
+		t.Errorf("monitors read in two Waits %v, want every one of %v", read, all)
+	}
+}
+
+// TestWatchWaitShares: while more sockets are to be read, the one read
+// first keeps to its share of the datagrams (MaxDatagrams/MaxReads) and
+// leaves room in Buf for a datagram each; its read is cut mid-commit
+// (its writer not read), the sockets behind it are read whole, and the
+// rest of the commit is read next.
+func TestWatchWaitShares(t *testing.T) {
+	if raceDetector && testing.CoverMode() != "" {
+		t.Skip("coverage of this package under the race detector: its counters need a P")
+	}
+	self := uint32(os.Getpid())
+	rule := nftMessage(10<<8|6, attr(1, []byte("filter\x00")))
+	check := func(name string, long []byte, datagrams, want int) {
+		t.Helper()
+		w := newWatchSetIDs(t, 1, 2, 3, 4)
+		q := w.q
+		// Ready in this order, so read in this order (epoll's ready
+		// list, no monitor read before).
+		for range datagrams {
+			w.send(1, long)
+		}
+		w.send(1, newGen(self))
+		for id := 2; id <= MaxReads; id++ {
+			w.send(id, newGen(self))
+		}
+		reads := w.wait(1, 2, 3, 4)
+		if r := reads[0]; q.Events[r.Event].Pad != 1 || r.Count != want || r.Writer.PID != 0 || r.Errno != 0 {
+			t.Errorf("%s: the first read %v, want %d datagrams, no writer", name, r, want)
+		}
+		for _, r := range reads[1:] {
+			if r.Count != 1 || r.Writer.PID != int(self) || r.First < want || r.Off < want*len(long) {
+				t.Errorf("%s: a read behind it %v, want its commit's end and writer", name, r)
+			}
+		}
+		if r := w.wait(1)[0]; r.Count != datagrams+1-want || r.Writer.PID != int(self) {
+			t.Errorf("%s: the rest %v, want %d datagrams and the writer", name, r, datagrams+1-want)
+		}
+	}
+	check("datagrams", rule, MaxDatagrams, MaxDatagrams/MaxReads)
+	// 30 KiB each: room for a Datagram is kept for the three behind.
+	check("bytes", append(rule, make([]byte, 30<<10)...), 4, 3)
 }
 
 // TestWatchWaitSharedSlot: two monitors whose ids share a budget slot

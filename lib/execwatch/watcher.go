@@ -162,6 +162,10 @@ func Open(opts Options) (*Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := kernelOnly(conn); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	w := &Watcher{opts: opts, conn: conn, done: make(chan struct{}), pending: map[int]*Command{}}
 	if err := w.listen(); err != nil {
 		conn.Close()
@@ -198,6 +202,28 @@ func dial(hostProc string) (*netlink.Conn, error) {
 		return nil, fmt.Errorf("open the process events connector in %s/1/ns/net: %w", hostProc, err)
 	}
 	return conn, nil
+}
+
+// kernelOnly connects the socket to the kernel (port 0): it then takes no
+// process's unicast (the kernel refuses it), while the connector's
+// multicast events still arrive. A process with CAP_NET_ADMIN in the
+// host's network namespace can send to the group too, so the reader
+// still drops what the kernel did not send.
+func kernelOnly(conn *netlink.Conn) error {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("open the process events connector: %w", err)
+	}
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cerr = unix.Connect(int(fd), &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+	}); err != nil {
+		return fmt.Errorf("open the process events connector: %w", err)
+	}
+	if cerr != nil {
+		return fmt.Errorf("connect the process events socket to the kernel: %w", cerr)
+	}
+	return nil
 }
 
 // listen asks for events and waits for the answer. The ack is multicast

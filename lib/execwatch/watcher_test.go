@@ -403,3 +403,26 @@ func TestWatcherRecheck(t *testing.T) {
 		t.Errorf("running no longer pending, or evicted %d", w.Stats().Evicted)
 	}
 }
+
+// TestWatcherKernelOnly: the watch's socket is connected to the kernel,
+// so a process's unicast to it (one with CAP_NET_ADMIN in the host's
+// network namespace could forge events) is refused; the reader drops any
+// that arrives by the group (execquiet's TestWaitForeign).
+func TestWatcherKernelOnly(t *testing.T) {
+	nstest.NeedRoot(t)
+	w := openWatcher(t, newCollector())
+	sa, err := unix.Getsockname(w.fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, netlinkConnector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	forged := listenRequest(1, 1, 0, 0)
+	err = unix.Sendto(fd, forged, unix.MSG_DONTWAIT, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Pid: sa.(*unix.SockaddrNetlink).Pid})
+	if !errors.Is(err, unix.ECONNREFUSED) {
+		t.Errorf("a unicast to the watch's port: %v, want ECONNREFUSED", err)
+	}
+}

@@ -203,6 +203,15 @@ func Open(fd int, opt Options) (*Monitor, error) {
 		return nil, fmt.Errorf("open nftables monitor: %w", errors.Join(err, derr))
 	}
 	c.Close()
+	// Connected to the kernel (port 0), the socket takes no process's
+	// unicast (the kernel refuses it); the group's announcements still
+	// arrive, and a process with CAP_NET_ADMIN in the namespace can
+	// send to the group too, so the reader still drops what the kernel
+	// did not send.
+	if err := unix.Connect(sock, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(sock)
+		return nil, fmt.Errorf("open nftables monitor: %w", err)
+	}
 	m := &Monitor{fd: sock, opt: opt, ready: make(chan struct{}, 1)}
 	if err := register(m); err != nil {
 		unix.Close(sock)
@@ -324,7 +333,7 @@ func fromKernel(from unix.Sockaddr) bool {
 // arrived takes the datagrams the reader's quiet wait read from this
 // socket, with the writer it read (when read under the monitor's Proc);
 // false when the socket failed, as receive. The wait dropped the
-// datagrams another process sent (length 0).
+// datagrams another process sent.
 func (m *Monitor) arrived(q *execquiet.WatchReader, rd *execquiet.SocketRead, root string) bool {
 	// A read the quiet wait could not make (a file of a stand-in /proc
 	// that is a link, which it does not follow) is made again at

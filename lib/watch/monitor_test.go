@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"errors"
 	"fmt"
 	"os/exec"
 	"runtime"
@@ -317,12 +318,13 @@ func waitQuiet(t *testing.T) {
 }
 
 // TestForgedCommits: any process with CAP_NET_ADMIN in the pod's network
-// namespace can send datagrams to the monitor's port; a forged commit
-// (an iptables table, then a commit's end naming pid 1) is dropped, on
-// the quiet wait's path and on the Go path alike (the reader is held
-// while they arrive, so that the quiet wait reads at most MaxDatagrams
-// of them and the Go path the next ones), and the next real commit is
-// the first change.
+// namespace can send datagrams to the monitor's group (a unicast to its
+// port is refused: the socket is connected to the kernel); a forged
+// commit (an iptables table, then a commit's end naming pid 1) is
+// dropped, on the quiet wait's path and on the Go path alike (the reader
+// is held while they arrive, so that the quiet wait drops MaxForeign of
+// them and the Go path the next ones), and the next real commit is the
+// first change.
 func TestForgedCommits(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft")
 	ns := nstest.New(t)
@@ -346,8 +348,14 @@ func TestForgedCommits(t *testing.T) {
 			return err
 		}
 		defer unix.Close(fd)
-		for range 3 * execquiet.MaxDatagrams {
-			if err := unix.Sendto(fd, forged, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Pid: port}); err != nil {
+		// Connected to the kernel, the monitor refuses a unicast.
+		if err := unix.Sendto(fd, forged, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Pid: port}); !errors.Is(err, unix.ECONNREFUSED) {
+			return fmt.Errorf("a unicast to the monitor's port: %v, want ECONNREFUSED", err)
+		}
+		// Sent to its group, they arrive (and to the kernel, which
+		// ignores a message that is no request).
+		for range 3 * execquiet.MaxForeign {
+			if err := unix.Sendto(fd, forged, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (nfnlgrpNftables - 1)}); err != nil {
 				return err
 			}
 		}
