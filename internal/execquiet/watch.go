@@ -123,9 +123,10 @@ type SocketRead struct {
 	// most MaxForeign.
 	First, Count, Off int
 	Foreign           int
-	// Errno is the error that ended the reading: 0 or EAGAIN, none
-	// waits; ENOBUFS, the kernel dropped announcements after those; any
-	// other, the socket failed.
+	// Errno is the error that ended the reading: 0, a commit's end,
+	// the socket's share or MaxForeign ended it (the Go path reads on);
+	// EAGAIN, none waits; ENOBUFS, the kernel dropped announcements
+	// after those; any other, the socket failed.
 	Errno syscall.Errno
 	// Writer is what was read of the process the commit's end named
 	// (PID; Stat, Cgroup, Stat2 and Parent as lib/watch reads them), PID
@@ -394,8 +395,9 @@ func (s *sender) recv(fd int, b []byte, flags int) (uintptr, syscall.Errno) {
 
 // foreign tells whether the datagram recv received was sent by a process,
 // not the kernel (port 0): with CAP_NET_ADMIN in the socket's network
-// namespace one can address a datagram to the socket's port. Another
-// socket family's sender (a test's stand-in) is not a netlink port.
+// namespace one can send a datagram to the socket's group (to its port
+// too, were it not connected to the kernel). Another socket family's
+// sender (a test's stand-in) is not a netlink port.
 //
 //go:nosplit
 //go:norace

@@ -305,8 +305,12 @@ func TestWatcherSnapshot(t *testing.T) {
 	}
 	pid := cmd.Process.Pid
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	// The exec is done once the command line reads too: the kernel
+	// switches the binary (exe) before it sets the new arguments.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if l, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe")); err == nil && l == tool {
+		l, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
+		argv, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if err == nil && l == tool && strings.HasSuffix(string(argv), "\x0030\x00") {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -324,7 +324,8 @@ func (m *Monitor) receive(buf []byte) bool {
 
 // fromKernel tells whether a datagram came from the kernel (port 0): any
 // process with CAP_NET_ADMIN in the pod's network namespace can send one
-// to the monitor's port, a forged commit naming any pid among them.
+// to the monitor's group (a unicast is refused: the socket is connected
+// to the kernel), a forged commit naming any pid among them.
 func fromKernel(from unix.Sockaddr) bool {
 	sa, ok := from.(*unix.SockaddrNetlink)
 	return ok && sa.Pid == 0

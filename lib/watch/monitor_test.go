@@ -322,9 +322,9 @@ func waitQuiet(t *testing.T) {
 // port is refused: the socket is connected to the kernel); a forged
 // commit (an iptables table, then a commit's end naming pid 1) is
 // dropped, on the quiet wait's path and on the Go path alike (the reader
-// is held while they arrive, so that the quiet wait drops MaxForeign of
-// them and the Go path the next ones), and the next real commit is the
-// first change.
+// is held while they arrive, so that the quiet wait drops some of them,
+// up to MaxForeign a wake, and the Go path the next ones), and the next
+// real commit is the first change.
 func TestForgedCommits(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft")
 	ns := nstest.New(t)
