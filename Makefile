@@ -32,7 +32,7 @@ AGENTBIN := bin/iptables-alerter-agent
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all build deps demo-deps bench-deps test race-build test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs schema crds chart chart-files set-release pin-image release release-deps registry-login github-release test-s390x
+.PHONY: all build deps demo-deps bench-deps test race-build test-packages test-tools test-early test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs schema crds chart chart-files set-release pin-image release release-deps registry-login github-release test-s390x
 
 all: build
 
@@ -53,16 +53,41 @@ bench-deps:
 # Everything: installs its own packages and tools first.
 # The hookonly build's tests (its dispatcher, the hook run as hooks.d runs
 # it) run again with -tags hookonly; the full build's are tagged !hookonly.
-# On a fresh machine most of its time is tests/install-deps.sh's builds: the
-# checks and the race build of the project's own packages (and of what they
-# import, which the tests then find compiled) run beside them.
+# On a fresh machine most of its time is tests/install-deps.sh's builds, so
+# they start once apt is done and everything that needs no built tool runs
+# beside them: the checks, the race build of the project's own packages (and
+# of what they import, which the tests then find compiled) and then the
+# tests of every package not in TOOL_TESTS. The builds run at nice 10: the
+# tests beside them get the cores when they want them, as on a quiet
+# machine, and the builds take the rest. The TOOL_TESTS run when the tools
+# are built. On a machine whose tools are cached, the tools step is a check.
 test:
-	$(MAKE) --no-print-directory -j3 deps lint race-build
-	$(GO) test -race -count=1 -timeout 40m ./...
+	$(MAKE) --no-print-directory -j4 lint test-early test-tools
+	$(GO) test -race -count=1 -timeout 40m $(TOOL_TESTS:%=./%)
 	$(GO) test -race -count=1 -timeout 20m -tags hookonly ./hook
 
 race-build:
 	$(GO) build -race ./...
+
+# The packages whose tests run a tool tests/install-deps.sh builds
+# (kube-apiserver, kubectl, helm, CRI-O, containerd, cosign, Policy Reporter,
+# the Prometheus Operator). test-early runs the others with neither the
+# cache nor its bin directory in sight, so a test that starts to need a
+# built tool fails there on every machine (CI=true turns its skip into a
+# failure) until its package is added here.
+TOOL_TESTS := hook internal/kubeauth lib/events lib/openreports lib/owner tests/bench tests/cluster \
+	tests/kube/kubetest tests/monitoring tests/packaging tests/release tests/runtime/nri
+MODULE := github.com/iptables-alerter/iptables-alerter
+# Expanded only by test-early: go list takes a moment.
+EARLY_TESTS = $(filter-out $(TOOL_TESTS:%=$(MODULE)/%),$(shell $(GO) list ./...))
+test-packages:
+	tests/install-deps.sh packages
+test-tools: test-packages
+	nice -n 10 tests/install-deps.sh tools
+test-early: test-packages race-build
+	@echo "go test -race -count=1 -timeout 40m (every package not in TOOL_TESTS; no tool cache)"
+	@IPTA_CACHE=$(CURDIR)/bin/no-tools PATH='$(subst $(IPTA_CACHE)/kube/bin:,,$(PATH))' \
+		$(GO) test -race -count=1 -timeout 40m $(EARLY_TESTS)
 
 # Only what needs neither root nor real tools.
 test-unit:
@@ -261,7 +286,7 @@ release:
 		GOOS=$${p%%/*} GOARCH=$${p#*/} $(MAKE) --no-print-directory build BIN=$$ctx/iptables-alerter HOOKBIN=$$ctx/iptables-alerter-hook AGENTBIN=$$ctx/iptables-alerter-agent && \
 		cp hooks.d/iptables-alerter.json $$ctx/ || exit 1; \
 	done
-	$(GO) run ./internal/ociimage -containerfile packaging/Containerfile -ref $(RELEASE_IMAGE):$(VERSION) \
+	CGO_ENABLED=0 $(GO) run -trimpath ./internal/ociimage -containerfile packaging/Containerfile -ref $(RELEASE_IMAGE):$(VERSION) \
 		-created $(or $(COMMIT_DATE),1970-01-01T00:00:00Z) -digest-file $(DIST)/image.digest \
 		-build-arg VERSION=$(VERSION) -build-arg REVISION=$(or $(COMMIT),unknown) -build-arg CREATED=$(or $(COMMIT_DATE),1970-01-01T00:00:00Z) \
 		$(foreach p,$(RELEASE_PLATFORMS),-platform $(p)=$(DIST)/image/$(notdir $(p)))
@@ -318,11 +343,15 @@ github-release:
 test-s390x:
 	$(GO) test -count=1 -timeout 30m -run TestDecodersS390x -v ./tests/release
 
+# vet checks what is shipped (CGO_ENABLED=0, -trimpath, as make build), and
+# the dependencies it compiles for that are the ones make build, the tests'
+# builds (internal/testkit/testbin) and make release then find in the Go
+# build cache: one compilation for all, not one per set of flags.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) vet -tags hookonly ./hook
-	$(GO) vet -tags agentonly ./hook
+	CGO_ENABLED=0 $(GO) vet -trimpath ./...
+	CGO_ENABLED=0 $(GO) vet -trimpath -tags hookonly ./hook
+	CGO_ENABLED=0 $(GO) vet -trimpath -tags agentonly ./hook
 
 clean:
 	rm -rf bin

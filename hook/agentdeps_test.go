@@ -3,7 +3,6 @@
 package main
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -34,9 +33,7 @@ func TestAgentOnlyLinks(t *testing.T) {
 	// The linker's reachability graph: text/template is linked (cobra
 	// imports it), and must stay unreached.
 	bin := filepath.Join(t.TempDir(), "agent")
-	cmd := exec.Command(testbin.GoTool(), "build", "-tags", "agentonly", "-ldflags=-dumpdep", "-o", bin, testbin.Package)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	dep, err := cmd.CombinedOutput()
+	dep, err := testbin.GoBuild("-tags", "agentonly", "-ldflags=-dumpdep", "-o", bin, testbin.Package).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%.2000s", err, dep)
 	}

@@ -4,8 +4,11 @@
 # does not package, built from the Go module proxy into a cache outside the
 # repo (${IPTA_CACHE:-/var/cache/iptables-alerter}).
 #
-# Usage: install-deps.sh [all|demo|bench|release]
-#   all    (default, make test) everything below
+# Usage: install-deps.sh [all|packages|tools|demo|bench|release]
+#   all    (default, make deps) everything below
+#   packages (make test, first) only the apt packages of the all set
+#   tools  (make test, then) only the builds of the all set, its packages
+#          installed; the tests that need no built tool run beside them
 #   demo   (make demo) the iptables clients, etcd, kube-apiserver, kubectl,
 #          python3
 #   bench  (make bench) the iptables clients, etcd, kube-apiserver, GNU time
@@ -15,6 +18,11 @@
 set -euo pipefail
 what=${1:-all}
 here=$(dirname "$0")
+# part: which half of a set to do, apt's or the builds'.
+part=both
+case $what in
+packages|tools) part=$what what=all ;;
+esac
 case $what in
 all)
   pkgs=(
@@ -39,7 +47,7 @@ demo) pkgs=(iptables iproute2 curl openssl python3 etcd-server prometheus-node-e
 bench) pkgs=(iptables iproute2 util-linux etcd-server time) ;;
 # make release: rpmbuild for the RPM (the rest is Go, helm and cosign).
 release) pkgs=(rpm) ;;
-*) echo "install-deps: unknown set $what (all, demo or bench)" >&2; exit 2 ;;
+*) echo "install-deps: unknown set $what (all, packages, tools, demo, bench or release)" >&2; exit 2 ;;
 esac
 # apt_install installs the missing packages of the set. Called where its
 # status is tested (set -e does not apply there), it returns on each failure.
@@ -76,6 +84,10 @@ if [ "$what" = release ]; then
   "$here/kube/build-helm.sh" >/dev/null
   "$here/release/build-cosign.sh" >/dev/null
   "$here/release/build-cyclonedx-gomod.sh" >/dev/null
+  exit 0
+fi
+if [ "$part" = packages ]; then
+  apt_install || { echo "install-deps: failed: apt (its messages are above)" >&2; exit 1; }
   exit 0
 fi
 
@@ -139,7 +151,7 @@ if [ "$what" = all ]; then
 fi
 
 apt_status=0
-apt_install || apt_status=$?
+[ "$part" = tools ] || apt_install || apt_status=$?
 
 if [ "$what" = all ] && [ "$apt_status" -eq 0 ]; then
   # The builds that need apt's C toolchain, libraries and zstd: Policy

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/testbin"
 )
 
 // TestInstallCheckLooksFurther: `install-hook --check-only` on a node
@@ -22,10 +23,8 @@ func TestInstallCheckLooksFurther(t *testing.T) {
 	}
 	nstest.NeedRoot(t, "unshare", "sh")
 	bin := filepath.Join(t.TempDir(), "iptables-alerter")
-	build := exec.Command("go", "build", "-o", bin, "./hook")
-	build.Dir = repo(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := testbin.Build(bin, ""); err != nil {
+		t.Fatal(err)
 	}
 	const etc = "/etc/containers/oci/hooks.d"
 	check := func(t *testing.T, path string, args ...string) (string, int) {

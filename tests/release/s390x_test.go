@@ -28,7 +28,7 @@ func TestDecodersS390x(t *testing.T) {
 	for _, pkg := range decoderPackages {
 		t.Run(strings.ReplaceAll(pkg, "/", "_"), func(t *testing.T) {
 			exe := filepath.Join(bin, filepath.Base(pkg)+".test")
-			build := exec.Command("go", "test", "-c", "-o", exe, "./"+pkg)
+			build := exec.Command("go", "test", "-c", "-trimpath", "-o", exe, "./"+pkg)
 			build.Dir = repo(t)
 			build.Env = append(os.Environ(), "GOOS=linux", "GOARCH=s390x", "CGO_ENABLED=0")
 			if out, err := build.CombinedOutput(); err != nil {
