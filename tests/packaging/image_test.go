@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -60,6 +61,26 @@ func gone(t *testing.T, paths ...string) {
 	}
 }
 
+// TestImageDefaultPlatforms: a plain `make image` builds linux/amd64 and
+// linux/arm64 (TestImage builds amd64 and s390x through the same loop).
+func TestImageDefaultPlatforms(t *testing.T) {
+	cmd := exec.Command("make", "-s", "--no-print-directory", "--eval=print-platforms: ; @echo $(PLATFORMS)", "print-platforms")
+	cmd.Dir = repo(t)
+	// The environment without PLATFORMS (even empty, it is set).
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "PLATFORMS=") && !strings.HasPrefix(e, "MAKEFLAGS=") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("make: %v", err)
+	}
+	if got, want := strings.Fields(string(out)), []string{"linux/amd64", "linux/arm64"}; !slices.Equal(got, want) {
+		t.Errorf("make's PLATFORMS is %v, want %v", got, want)
+	}
+}
+
 // One `make image`, then everything that runs in it: the version, the
 // labels, and the installer against scratch node roots.
 func TestImage(t *testing.T) {
@@ -95,7 +116,7 @@ func TestImage(t *testing.T) {
 		if err := json.Unmarshal(out, &list); err != nil {
 			t.Fatalf("decode manifest list: %v\n%s", err, out)
 		}
-		machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+		machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "s390x": elf.EM_S390}
 		var platforms []string
 		for _, m := range list.Manifests {
 			platforms = append(platforms, m.Platform.OS+"/"+m.Platform.Architecture)
@@ -123,8 +144,8 @@ func TestImage(t *testing.T) {
 				}
 			}
 		}
-		if want := []string{"linux/amd64", "linux/arm64"}; !slices.Equal(platforms, want) {
-			t.Errorf("manifest list platforms %v, want %v", platforms, want)
+		if !slices.Equal(platforms, imagePlatforms) {
+			t.Errorf("manifest list platforms %v, want %v", platforms, imagePlatforms)
 		}
 	})
 

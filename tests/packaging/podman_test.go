@@ -74,14 +74,23 @@ func (p *podman) run(image string, extra []string, args ...string) (string, erro
 	return string(out), err
 }
 
-// makeImage runs `make image` into this podman's store, the per-platform
-// build contexts in a temp dir, and gives the manifest list's name.
+// imagePlatforms are the platforms the test's `make image` builds: amd64,
+// which it runs, and s390x, the cross-build tests/release makes too (the
+// Go build cache then holds one s390x compilation of the dependencies for
+// both). make's default, amd64 and arm64 (TestImageDefaultPlatforms), goes
+// through the same loop; each platform is a cold cross-build of client-go
+// on a fresh machine (minutes of CPU).
+var imagePlatforms = []string{"linux/amd64", "linux/s390x"}
+
+// makeImage runs `make image` of imagePlatforms into this podman's store,
+// the per-platform build contexts in a temp dir, and gives the manifest
+// list's name.
 func (p *podman) makeImage() string {
 	p.t.Helper()
 	tmp := p.t.TempDir()
 	image := "localhost/iptables-alerter:packaging-test"
 	cmd := exec.Command("make", "-C", repo(p.t), "image", "IMAGE="+image, "VERSION=v9.9.9-test", "IMAGE_CONTEXT="+tmp+"/context",
-		"PODMAN=podman "+strings.Join(p.global, " "))
+		"PLATFORMS="+strings.Join(imagePlatforms, " "), "PODMAN=podman "+strings.Join(p.global, " "))
 	cmd.Env = p.env
 	if out, err := cmd.CombinedOutput(); err != nil {
 		p.t.Fatalf("make image: %v\n%s", err, out)
