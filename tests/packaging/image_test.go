@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/inotifytest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/testbin"
 )
 
 const upstreamCRIO = "[crio.runtime]\n# hooks_dir = [\n#   \"/usr/share/containers/oci/hooks.d\",\n# ]\n"
@@ -64,19 +64,11 @@ func gone(t *testing.T, paths ...string) {
 // TestImageDefaultPlatforms: a plain `make image` builds linux/amd64 and
 // linux/arm64 (TestImage builds amd64 and s390x through the same loop).
 func TestImageDefaultPlatforms(t *testing.T) {
-	cmd := exec.Command("make", "-s", "--no-print-directory", "--eval=print-platforms: ; @echo $(PLATFORMS)", "print-platforms")
-	cmd.Dir = repo(t)
-	// The environment without PLATFORMS (even empty, it is set).
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "PLATFORMS=") && !strings.HasPrefix(e, "MAKEFLAGS=") {
-			cmd.Env = append(cmd.Env, e)
-		}
-	}
-	out, err := cmd.Output()
+	got, err := testbin.MakeDefault(repo(t), "PLATFORMS")
 	if err != nil {
-		t.Fatalf("make: %v", err)
+		t.Fatal(err)
 	}
-	if got, want := strings.Fields(string(out)), []string{"linux/amd64", "linux/arm64"}; !slices.Equal(got, want) {
+	if want := []string{"linux/amd64", "linux/arm64"}; !slices.Equal(got, want) {
 		t.Errorf("make's PLATFORMS is %v, want %v", got, want)
 	}
 }

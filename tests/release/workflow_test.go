@@ -2,13 +2,13 @@ package release
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/testbin"
 	"sigs.k8s.io/yaml"
 )
 
@@ -115,19 +115,10 @@ func TestWorkflowCheckRefuses(t *testing.T) {
 // RELEASE_PLATFORMS lists them all (TestRelease builds fewer, by setting
 // it), and the workflow does not narrow it.
 func TestReleaseDefaultPlatforms(t *testing.T) {
-	cmd := exec.Command("make", "-s", "--no-print-directory", "--eval=print-release-platforms: ; @echo $(RELEASE_PLATFORMS)", "print-release-platforms")
-	cmd.Dir = repo(t)
-	// The environment without RELEASE_PLATFORMS (even empty, it is set).
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "RELEASE_PLATFORMS=") && !strings.HasPrefix(e, "MAKEFLAGS=") {
-			cmd.Env = append(cmd.Env, e)
-		}
-	}
-	out, err := cmd.Output()
+	got, err := testbin.MakeDefault(repo(t), "RELEASE_PLATFORMS")
 	if err != nil {
-		t.Fatalf("make: %v", err)
+		t.Fatal(err)
 	}
-	got := strings.Fields(string(out))
 	var want []string
 	for arch := range wantMachine {
 		want = append(want, "linux/"+arch)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // Package is the main package of both builds.
@@ -33,6 +34,25 @@ func GoBuild(args ...string) *exec.Cmd {
 	cmd := exec.Command(GoTool(), append([]string{"build", "-trimpath"}, args...)...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	return cmd
+}
+
+// MakeDefault gives the words of the Makefile's default for variable name,
+// read with make in dir (the repository's root) from an environment
+// without name or MAKEFLAGS: a variable the tests' own make sets, even
+// empty, would hide it.
+func MakeDefault(dir, name string) ([]string, error) {
+	cmd := exec.Command("make", "-s", "--no-print-directory", "--eval=print-default: ; @echo $("+name+")", "print-default")
+	cmd.Dir = dir
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, name+"=") && !strings.HasPrefix(e, "MAKEFLAGS=") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("make: %w", err)
+	}
+	return strings.Fields(string(out)), nil
 }
 
 // GoTool finds the go command of the toolchain running the tests, even
