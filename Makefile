@@ -14,7 +14,8 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
 COMMIT_DATE ?= $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
 # buildinfo holds the -X variables.
-BUILDINFO := github.com/iptables-alerter/iptables-alerter/internal/buildinfo
+MODULE   := github.com/iptables-alerter/iptables-alerter
+BUILDINFO := $(MODULE)/internal/buildinfo
 LDFLAGS  := -s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).commitDate=$(COMMIT_DATE) \
 	-X $(BUILDINFO).modified=$(if $(findstring -dirty,$(VERSION)),true,false)
 GO       ?= go
@@ -77,7 +78,6 @@ race-build:
 # failure) until its package is added here.
 TOOL_TESTS := hook internal/kubeauth lib/events lib/openreports lib/owner tests/bench tests/cluster \
 	tests/kube/kubetest tests/monitoring tests/packaging tests/release tests/runtime/nri
-MODULE := github.com/iptables-alerter/iptables-alerter
 # Expanded only by test-early: go list takes a moment.
 EARLY_TESTS = $(filter-out $(TOOL_TESTS:%=$(MODULE)/%),$(shell $(GO) list ./...))
 test-packages:

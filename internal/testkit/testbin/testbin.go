@@ -1,6 +1,6 @@
 // Package testbin builds iptables-alerter for the tests that run it as a
 // separate process (a runtime's hook, a daemon, a CLI), the one way every
-// such test builds it.
+// such test builds it, and reads the Makefile's build defaults.
 package testbin
 
 import (
