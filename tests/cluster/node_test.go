@@ -44,7 +44,8 @@ func KubeletPath() string {
 }
 
 // kernelTunables are the global sysctls the kubelet sets at start
-// (setupKernelTunables); the test saves and restores them.
+// (setupKernelTunables); the test saves and restores them, and if its
+// binary dies first, the next test binary does (nstest.SaveSysctls).
 var kernelTunables = []string{"vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
 	"kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes"}
 
@@ -76,7 +77,7 @@ func startNode(t *testing.T) *node {
 	need(t)
 	n := &node{}
 	t.Cleanup(func() { n.checkNothingLeft(t) })
-	saveSysctls(t)
+	nstest.SaveSysctls(t, kernelTunables...)
 	hostKube := kubeChains(t, "")
 	t.Cleanup(func() {
 		if got := kubeChains(t, ""); got != hostKube {
@@ -105,28 +106,6 @@ func startNode(t *testing.T) *node {
 	return n
 }
 
-// saveSysctls restores the kubelet's global sysctls when the test ends,
-// failed or not, and checks they are back.
-func saveSysctls(t *testing.T) {
-	saved := map[string]string{}
-	for _, k := range kernelTunables {
-		if b, err := os.ReadFile(sysctlPath(k)); err == nil {
-			saved[k] = string(b)
-		}
-	}
-	t.Cleanup(func() {
-		for k, v := range saved {
-			if b, _ := os.ReadFile(sysctlPath(k)); string(b) != v {
-				t.Logf("restoring %s: kubelet set %q, was %q", k, strings.TrimSpace(string(b)), strings.TrimSpace(v))
-			}
-			_ = os.WriteFile(sysctlPath(k), []byte(v), 0o644)
-			if b, err := os.ReadFile(sysctlPath(k)); err != nil || string(b) != v {
-				t.Errorf("sysctl %s = %q after restore, want %q (%v)", k, b, v, err)
-			}
-		}
-	})
-}
-
 // kubeChains counts the KUBE- chains in the nftables ruleset of netns
 // (empty: the host's, read only).
 func kubeChains(t *testing.T, netns string) int {
@@ -141,8 +120,6 @@ func kubeChains(t *testing.T, netns string) int {
 	}
 	return strings.Count(string(out), "chain KUBE-")
 }
-
-func sysctlPath(k string) string { return "/proc/sys/" + strings.ReplaceAll(k, ".", "/") }
 
 func (n *node) startKubelet(t *testing.T) {
 	t.Helper()

@@ -98,9 +98,11 @@ func Owner() string {
 func OwnerEnvVar() string { return OwnerEnv + "=" + Owner() }
 
 // sweepLeftovers deletes the namespaces, and the lock files, of owners
-// that are gone. Best effort: what it cannot delete is left for the next.
+// that are gone, and writes back the sysctls they saved (SaveSysctls).
+// Best effort: what it cannot delete is left for the next.
 func sweepLeftovers() {
 	sweepProcesses()
+	sweepSysctls(ownerDir)
 	ents, _ := os.ReadDir("/run/netns")
 	byOwner := map[string][]string{}
 	for _, e := range ents {

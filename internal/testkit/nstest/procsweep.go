@@ -99,11 +99,14 @@ func ownerOfProcess(pid int) string {
 // OwnerGone tells whether the test binary that tag names is gone: nobody
 // holds its lock, or its lock file is gone (a binary takes it before it
 // marks anything of its own, and it is removed only once nobody holds it).
-func OwnerGone(tag string) bool {
+func OwnerGone(tag string) bool { return ownerGoneIn(ownerDir, tag) }
+
+// ownerGoneIn is OwnerGone with the lock files in dir.
+func ownerGoneIn(dir, tag string) bool {
 	if !isHex8(tag) {
 		return false
 	}
-	f, err := os.OpenFile(filepath.Join(ownerDir, tag), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	f, err := os.OpenFile(filepath.Join(dir, tag), os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return true
 	}
