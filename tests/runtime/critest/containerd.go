@@ -32,8 +32,10 @@ func cacheBin(override, name string) string {
 }
 
 // Containerd is one running containerd. Pod netns pins go where containerd
-// always puts them, /var/run/netns/cni-*, and are removed with the pods at
-// cleanup.
+// puts them by default, /var/run/netns/cni-*, as on a node (the
+// DaemonSet's agent in tests/cluster reads them there), and are removed
+// with the pods at cleanup; those of a test binary that died, by the next
+// runtime test's sweep (cniNetns).
 type Containerd struct {
 	*CRI
 }

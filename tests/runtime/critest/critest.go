@@ -16,9 +16,11 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -297,10 +299,54 @@ func sweepDirs(t testing.TB) {
 			}
 		}
 		t.Logf("cleanup: %s, left by a test binary that died", dir)
+		for _, ns := range cniNetns(dir) {
+			t.Logf("cleanup: netns %s, its pod's", ns)
+			_ = exec.Command("ip", "netns", "del", ns).Run()
+		}
 		if err := RemoveMounted(dir); err != nil {
 			t.Logf("cleanup: %s: %v", dir, err)
 		}
 	}
+}
+
+// cniPin matches a pod netns pin containerd makes (netns.NewNetNS: its
+// default dir and cni-UUID); CRI-O's go to its namespaces_dir, in dir.
+var cniPin = regexp.MustCompile(`/var/run/netns/(cni-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})`)
+
+// cniNetns names the pod netns pins a dead containerd of dir made, which
+// stay in /var/run/netns when it dies before removing its pods: those its
+// pods' bundles (a task's config.json, in its state dir) or its metadata
+// (meta.db, in its root dir) name. Only those: another runtime's pods'
+// netns are in the same dir.
+func cniNetns(dir string) []string {
+	seen := map[string]bool{}
+	var names []string
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && (d.Name() == "rootfs" || d.Name() == "snapshots") {
+			return fs.SkipDir // the containers' files
+		}
+		if !d.Type().IsRegular() || (d.Name() != "config.json" && d.Name() != "meta.db") {
+			return nil
+		}
+		if info, err := d.Info(); err != nil || info.Size() > 64<<20 {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		for _, m := range cniPin.FindAllSubmatch(b, -1) {
+			if n := string(m[1]); !seen[n] {
+				seen[n] = true
+				names = append(names, n)
+			}
+		}
+		return nil
+	})
+	return names
 }
 
 var (
