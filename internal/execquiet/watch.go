@@ -288,10 +288,8 @@ func (q *WatchReader) readReady(res *WatchResult) {
 func (q *WatchReader) read(r *SocketRead, fd int, later int) (used, pid int) {
 	r.Count, r.Foreign, r.Errno, r.Writer.PID = 0, 0, 0, 0
 	off := r.Off
+	// At most len(q.Lens): later is never negative.
 	limit := MaxDatagrams - later*(MaxDatagrams/MaxReads)
-	if limit > len(q.Lens) {
-		limit = len(q.Lens)
-	}
 	end := len(q.Buf) - later*Datagram
 	for r.First+r.Count < limit && off+used >= 0 && end-(off+used) >= Datagram {
 		rest := q.Buf[off+used : end]
