@@ -221,6 +221,12 @@ const (
 // caller: Wait returns at most this long after the first of them.
 const PublishEvery = time.Second
 
+// MaxRun bounds the kernel's datagrams one receive dismisses before it
+// polls again: execs on many cores can queue them faster than the
+// dismissal's exe look-ups drain them, and the poll is where a stop and
+// the publish deadline are seen.
+const MaxRun = 64
+
 // Wait blocks until a message needs the Go path, dismissing the others
 // (execs of binaries whose name cannot be a tool's, exits of threads and
 // of processes not pending); dismissed counts the execs it dismissed.
@@ -282,14 +288,15 @@ func (q *Reader) loop() (res Result, off, n int, dismissed uint64) {
 
 // receive reads the datagrams waiting on the socket: ret, with Wait's
 // result, once one holds a message for the Go path or the socket failed;
-// not ret once none waits, or MaxForeign datagrams not the kernel's were
-// dropped (back to the poll, which sees a stop and bounds the time to a
-// publish, whatever floods the socket). d counts the execs it dismissed.
+// not ret once none waits, MaxRun of the kernel's were dismissed, or
+// MaxForeign datagrams not the kernel's were dropped (back to the poll,
+// which sees a stop and bounds the time to a publish, whatever floods the
+// socket). d counts the execs it dismissed.
 //
 //go:nosplit
 //go:norace
 func (q *Reader) receive() (res Result, off, n int, d uint64, ret bool) {
-	foreign := 0
+	foreign, run := 0, 0
 	for {
 		m, e := q.recv(int(q.fds[0].Fd), q.Buf, unix.MSG_DONTWAIT)
 		switch e {
@@ -320,6 +327,9 @@ func (q *Reader) receive() (res Result, off, n int, d uint64, ret bool) {
 		d += more
 		if off < n {
 			return Message, off, n, d, true
+		}
+		if run++; run >= MaxRun {
+			return 0, 0, 0, d, false
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package execquiet
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,6 +188,22 @@ func TestBaseHolds(t *testing.T) {
 // and an eventfd for stop.
 func pair(t *testing.T) (q *Reader, send func(...[]byte), stop func()) {
 	t.Helper()
+	q, peer, stop := pairFD(t)
+	send = func(msgs ...[]byte) {
+		var b []byte
+		for _, m := range msgs {
+			b = append(b, m...)
+		}
+		if _, err := unix.Write(peer, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return q, send, stop
+}
+
+// pairFD is pair with the peer's socket, for a test that sends its own way.
+func pairFD(t *testing.T) (q *Reader, peer int, stop func()) {
+	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -194,22 +213,12 @@ func pair(t *testing.T) (q *Reader, send func(...[]byte), stop func()) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]); unix.Close(wake) })
-	q = NewReader(fds[0], wake, "/proc")
-	send = func(msgs ...[]byte) {
-		var b []byte
-		for _, m := range msgs {
-			b = append(b, m...)
-		}
-		if _, err := unix.Write(fds[1], b); err != nil {
-			t.Fatal(err)
-		}
-	}
 	stop = func() {
 		var one [8]byte
 		binary.NativeEndian.PutUint64(one[:], 1)
 		unix.Write(wake, one[:])
 	}
-	return q, send, stop
+	return NewReader(fds[0], wake, "/proc"), fds[1], stop
 }
 
 type waited struct {
@@ -306,6 +315,54 @@ func TestWait(t *testing.T) {
 	if w := within(t, ch, 5*time.Second); w.res != Stop {
 		t.Errorf("stop: %+v", w)
 	}
+}
+
+// TestWaitStopsDuringFlood: with execs it dismisses queued faster than
+// it drains them (each costs it an exe look-up), Wait still sees a stop
+// (MaxRun); without the bound it read on until the flood ended.
+func TestWaitStopsDuringFlood(t *testing.T) {
+	if raceDetector && testing.CoverMode() != "" {
+		t.Skip("coverage of this package under the race detector: its counters need a P")
+	}
+	q, peer, stop := pairFD(t)
+	self := os.Getpid()
+	// Datagrams as long as Wait reads, from two senders, so that the
+	// queue (10 datagrams: net.unix.max_dgram_qlen, with room for them in
+	// the send buffer) stays full while one of them is descheduled.
+	if err := unix.SetsockoptInt(peer, unix.SOL_SOCKET, unix.SO_SNDBUF, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	m := message(ProcEventExec, self, self, 0)
+	b := bytes.Repeat(m, len(q.Buf)/len(m))
+	var done atomic.Bool
+	var flooding sync.WaitGroup
+	for range 2 {
+		flooding.Go(func() {
+			for !done.Load() {
+				if _, err := unix.SendmsgN(peer, b, nil, nil, unix.MSG_DONTWAIT); err != nil {
+					runtime.Gosched() // the queue is full
+				}
+			}
+		})
+	}
+	defer func() { done.Store(true); flooding.Wait() }()
+
+	ch := waitAsync(q)
+	time.Sleep(200 * time.Millisecond) // the flood under way
+	stop()
+	// A loaded machine may let PublishEvery pass first: a publish is a
+	// return too, and the next Wait sees the stop.
+	for range 3 {
+		w := within(t, ch, 5*time.Second)
+		if w.res == Stop {
+			return
+		}
+		if w.res != Publish {
+			t.Fatalf("during the flood: %+v, want Stop", w)
+		}
+		ch = waitAsync(q)
+	}
+	t.Fatal("no Stop in three returns during the flood")
 }
 
 // TestWaitForeign: an event another process sent to the socket's port
