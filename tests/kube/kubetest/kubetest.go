@@ -465,7 +465,7 @@ func tail(path string, n int) string {
 	return strings.TrimSpace(string(b))
 }
 
-// Ctx is a context bounded by the test's deadline, or a minute.
+// Ctx is a context bounded by a minute, cancelled when the test ends.
 func Ctx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
