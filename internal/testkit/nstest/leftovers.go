@@ -97,12 +97,14 @@ func Owner() string {
 // its own.
 func OwnerEnvVar() string { return OwnerEnv + "=" + Owner() }
 
-// sweepLeftovers deletes the namespaces, and the lock files, of owners
-// that are gone, and writes back the sysctls they saved (SaveSysctls).
+// sweepLeftovers deletes the namespaces, the lock files and the port
+// claims (FreePort) of owners that are gone, and writes back the sysctls
+// they saved (SaveSysctls).
 // Best effort: what it cannot delete is left for the next.
 func sweepLeftovers() {
 	sweepProcesses()
 	sweepSysctls(ownerDir)
+	sweepPorts(ownerDir)
 	ents, _ := os.ReadDir("/run/netns")
 	byOwner := map[string][]string{}
 	for _, e := range ents {
