@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 
@@ -167,7 +166,7 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 func agentRegistry(a *agent.Agent) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(a.Collectors()...)
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewBuildInfoCollector(), buildInfoGauge())
+	reg.MustRegister(daemonCollectors()...)
 	return reg
 }
 

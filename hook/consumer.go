@@ -25,15 +25,16 @@ type consumerFlags struct {
 }
 
 // register adds them to fs, the checkpoint directory defaulting to dir;
-// probe is the example --probe-addr the shipped manifests use.
-func (c *consumerFlags) register(fs *pflag.FlagSet, dir, probe string) {
+// health says what --health-addr serves, with the port the shipped
+// manifests give it, and probe is their --probe-addr.
+func (c *consumerFlags) register(fs *pflag.FlagSet, dir, health, probe string) {
 	fs.StringVar(&c.findings, "findings", findings.DefaultPath, "findings file to follow; its rotated generations PATH.N ... PATH.1 are finished first, oldest first")
 	fs.StringVar(&c.checkpointDir, "checkpoint-dir", dir, "directory of this consumer's checkpoint and state (created if missing): where it got to in the findings file, so a restart neither loses nor repeats a finding")
 	// The consumers' directory had the hook's and agent's name for their
 	// per-sandbox memory, a different thing; kept for one release.
 	fs.StringVar(&c.checkpointDir, "state-dir", dir, "deprecated: --checkpoint-dir")
 	_ = fs.MarkDeprecated("state-dir", "use --checkpoint-dir (the same directory); --state-dir goes in the next release")
-	fs.StringVar(&c.healthAddr, "health-addr", "", "serve /healthz on this address, e.g. 127.0.0.1:9756, and forward's /metrics without --secure-metrics-addr (empty: off)")
+	fs.StringVar(&c.healthAddr, "health-addr", "", health+" (empty: off)")
 	registerProbeAddr(fs, &c.probeAddr, probe)
 	fs.DurationVar(&c.poll, "poll", follow.DefaultPoll, "how often to look for new lines")
 }

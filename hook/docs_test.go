@@ -64,10 +64,51 @@ func manPages(t *testing.T) map[string]string {
 	dir := t.TempDir()
 	header := &doc.GenManHeader{Title: "IPTABLES-ALERTER", Section: "8", Date: &manDate,
 		Source: "iptables-alerter", Manual: "System Administration"}
-	if err := doc.GenManTree(docsRoot(), header, dir); err != nil {
+	root := docsRoot()
+	literalMan(root)
+	if err := doc.GenManTree(root, header, dir); err != nil {
 		t.Fatal(err)
 	}
-	return readDir(t, dir)
+	pages := readDir(t, dir)
+	for name, text := range pages {
+		// No help text asks for italics: where md2man made some, a
+		// character of the text was lost to it.
+		if strings.Contains(text, `\fI`) {
+			t.Errorf("%s: italics from the help text's markup: %q", name, text[strings.Index(text, `\fI`):][:min(60, len(text)-strings.Index(text, `\fI`))])
+		}
+	}
+	return pages
+}
+
+// manMarkup escapes what markdown would read as emphasis in help text:
+// the man pages go through md2man, --help does not, and a help text says
+// xt_* or node-role.kubernetes.io/* literally.
+var manMarkup = strings.NewReplacer(`\`, `\\`, "*", `\*`, "_", `\_`)
+
+// manLiteral is s with manMarkup applied outside its `code spans`, which
+// md2man shows as they are.
+func manLiteral(s string) string {
+	parts := strings.Split(s, "`")
+	for i := 0; i < len(parts); i += 2 {
+		parts[i] = manMarkup.Replace(parts[i])
+	}
+	return strings.Join(parts, "`")
+}
+
+// literalMan makes the help texts of c's tree literal for md2man, but for
+// cobra's completion commands, whose texts are markdown. A flag's default
+// needs nothing: one marker alone in its paragraph is no emphasis.
+func literalMan(c *cobra.Command) {
+	if c.Name() == "completion" {
+		return
+	}
+	c.Short, c.Long = manLiteral(c.Short), manLiteral(c.Long)
+	for _, fs := range []*pflag.FlagSet{c.LocalFlags(), c.InheritedFlags()} {
+		fs.VisitAll(func(f *pflag.Flag) { f.Usage = manLiteral(f.Usage) })
+	}
+	for _, sub := range c.Commands() {
+		literalMan(sub)
+	}
 }
 
 func readDir(t *testing.T, dir string) map[string]string {
@@ -205,6 +246,8 @@ func metricsReference(t *testing.T) string {
 		metrics := map[string]*metric{}
 		ch := make(chan *prometheus.Desc)
 		go func() { d.reg.Describe(ch); close(ch) }()
+		// The text above says every daemon serves these.
+		runtime := map[string]bool{"go_goroutines": false, "process_resident_memory_bytes": false}
 		for desc := range ch {
 			m := descRE.FindStringSubmatch(desc.String())
 			if m == nil {
@@ -212,6 +255,9 @@ func metricsReference(t *testing.T) string {
 			}
 			name, _ := strconv.Unquote(m[1])
 			help, _ := strconv.Unquote(m[2])
+			if _, ok := runtime[name]; ok {
+				runtime[name] = true
+			}
 			if !strings.HasPrefix(name, "iptables_alerter_") {
 				continue
 			}
@@ -225,6 +271,11 @@ func metricsReference(t *testing.T) string {
 				metrics[name] = &metric{help: help}
 			}
 			metrics[name].labels = append(metrics[name].labels, labels...)
+		}
+		for name, seen := range runtime {
+			if !seen {
+				t.Errorf("%s's registry does not serve %s", d.name, name)
+			}
 		}
 		names := make([]string, 0, len(metrics))
 		for n := range metrics {

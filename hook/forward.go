@@ -112,7 +112,7 @@ type forwardConfig struct {
 }
 
 func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
-	cfg.consumerFlags.register(fs, defaultForwardStateDir, "127.0.0.1:9760")
+	cfg.consumerFlags.register(fs, defaultForwardStateDir, "serve /healthz on this address, e.g. :9756, and /metrics without --secure-metrics-addr", "127.0.0.1:9760")
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster service account)")
 	fs.StringVar(&cfg.nodeName, "node-name", "", "this node's name, the Events' reportingInstance (default: the hostname)")
 	fs.StringVar(&cfg.nodeLabel, "node-label", nodemark.DefaultLabel, "label kept on this node (--node-name) saying its RHEL 10 readiness from its own and its pods' findings: breaks, unknown, needs-extra or ready (empty: none; RBAC and admission policy in packaging/rbac/node-label.yaml)")
@@ -256,7 +256,8 @@ func forwardMetrics(r *consumer.Runner, ev *events.Consumer, keeper *openreports
 	reg := prometheus.NewRegistry()
 	keeper.Register(reg)
 	ev.Register(reg, r.Malformed, r.Retries)
-	reg.MustRegister(refusals.Collector(), buildInfoGauge())
+	reg.MustRegister(refusals.Collector())
+	reg.MustRegister(daemonCollectors()...)
 	return reg
 }
 

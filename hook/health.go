@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/httpserve"
@@ -25,7 +26,15 @@ func serveHealth(addr, probeAddr string, alive func() time.Time, limit time.Dura
 // registerProbeAddr registers --probe-addr, every daemon's loopback
 // health listener; example is the port the manifests give it.
 func registerProbeAddr(fs *pflag.FlagSet, p *string, example string) {
-	fs.StringVar(p, "probe-addr", "", "also serve /healthz on this loopback address, e.g. "+example+", on a listener of its own that no client of --health-addr can fill: the kubelet's exec probe, `iptables-alerter health --addr "+example+"` (empty: off)")
+	fs.StringVar(p, "probe-addr", "", "also serve /healthz on this loopback address, e.g. "+example+", on a listener of its own that no client of --health-addr can fill: the kubelet's exec probe, 'iptables-alerter health --addr "+example+"' (empty: off)")
+}
+
+// daemonCollectors are what every daemon's /metrics serves beside its own
+// series: the Go runtime's and the process's (memory, CPU, file
+// descriptors: what an admin sets the pod's limits by) and the build.
+func daemonCollectors() []prometheus.Collector {
+	return []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(), buildInfoGauge()}
 }
 
 // buildInfoGauge is iptables_alerter_build_info, 1 with the binary's

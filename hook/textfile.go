@@ -41,7 +41,7 @@ type textfileConfig struct {
 }
 
 func (cfg *textfileConfig) register(fs *pflag.FlagSet) {
-	cfg.consumerFlags.register(fs, textfile.DefaultStateDir, "127.0.0.1:9761")
+	cfg.consumerFlags.register(fs, textfile.DefaultStateDir, "serve /healthz on this address, e.g. 127.0.0.1:9755", "127.0.0.1:9761")
 	fs.StringVar(&cfg.textfileDir, "textfile-dir", textfile.DefaultTextfileDir, "node-exporter --collector.textfile.directory")
 	fs.BoolVar(&cfg.once, "once", false, "handle what is there, write the textfile and exit")
 	fs.DurationVar(&cfg.forgetAfter, "forget-after", textfile.DefaultForgetAfter, "drop a pod this long after its latest finding when whether its netns still exists cannot be told (no netns path, its directory not visible); 0: never. A pod whose netns is gone is dropped at once, one whose netns is there is kept")

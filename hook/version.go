@@ -18,8 +18,8 @@ var versionCommand = command{
 	summary: "print the version, commit, date, Go version and build",
 	long: `Prints the version (git describe --tags at build time), the commit and its
 date, whether the checkout had uncommitted changes, the Go version and the
-build (full, or hookonly: the hook-side commands only). --version prints
-the version alone.`,
+build (full; hookonly: the hook-side commands only; agentonly: the agent
+alone). --version prints the version alone.`,
 	newConfig: func() config { return &versionConfig{} },
 }
 

@@ -32,7 +32,7 @@ type About struct {
 	Date      string `json:"date"`
 	Modified  bool   `json:"modified"`
 	GoVersion string `json:"go_version"`
-	// Build is "full" or "hookonly" (the command's build tags).
+	// Build is "full", "hookonly" or "agentonly" (the command's build tags).
 	Build string `json:"build"`
 }
 

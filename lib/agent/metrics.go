@@ -37,7 +37,7 @@ func newMetrics(h *Health, u *Usage, up func() bool, stats func() (execwatch.Sta
 	return &metrics{
 		scans: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iptables_alerter_agent_scans_total",
-			Help: "Scans by source (sweep, poststart, stop, watch) and outcome (recorded, same, limited, clean, gone, dropped, failed, unreachable).",
+			Help: "Scans by source (sweep, poststart, stop, watch, exec) and outcome (recorded, same, limited, clean, gone, dropped, failed, unreachable).",
 		}, []string{"source", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "iptables_alerter_agent_scan_duration_seconds",
