@@ -21,7 +21,7 @@ LDFLAGS  := -s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(CO
 GO       ?= go
 BIN      := bin/iptables-alerter
 # The same main package built with only the hook-side commands (hook, render,
-# version): the runtime execs it at every container start, and Go runs every
+# scan, version): the runtime execs it at every container start, and Go runs every
 # linked package's init first, client-go's and client_golang's included.
 HOOKBIN  := bin/iptables-alerter-hook
 # The agent alone (agent, health, version): no client-go linked, so about a
