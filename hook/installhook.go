@@ -88,6 +88,17 @@ func (c *installConfig) register(fs *pflag.FlagSet) {
 
 func (c *installConfig) run(_ []string, s stdio) int {
 	say := func(format string, a ...any) { fmt.Fprintf(s.err, "install-hook: "+format+"\n", a...) }
+	// With --wait, SIGTERM is caught from the start, not only once
+	// installed: as a container's pid 1 the process would ignore one that
+	// came while it installs (the kernel drops a signal pid 1 has no
+	// handler for), and the pod's deletion would end in SIGKILL with the
+	// hook left on the node.
+	var stopped <-chan struct{}
+	if c.wait {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		stopped = ctx.Done()
+	}
 	install, note, err := hookinstall.Decide(context.Background(), c.h.root, c.h.hooksDir, c.runtime, c.noCheck, c.checkOnly)
 	if err != nil {
 		say("%v", err)
@@ -100,7 +111,7 @@ func (c *installConfig) run(_ []string, s stdio) int {
 		return 0
 	}
 	if !install {
-		return waitThen(c.wait, func() int { return 0 })
+		return waitThen(stopped, func() int { return 0 })
 	}
 	f := c.h.files()
 	if err := f.Load(c.binary, c.jsonPath, hooksd.JSON, c.noJSON); err != nil {
@@ -112,18 +123,17 @@ func (c *installConfig) run(_ []string, s stdio) int {
 		return 1
 	}
 	say("installed %s, then %s", filepath.Join(c.h.binDir, f.BinaryName), filepath.Join(c.h.hooksDir, f.JSONName))
-	return waitThen(c.wait, func() int { return uninstall(c.h, s.err) })
+	return waitThen(stopped, func() int { return uninstall(c.h, s.err) })
 }
 
-// waitThen, with wait set, blocks until SIGTERM or SIGINT and returns
-// then(); else it returns 0 at once.
-func waitThen(wait bool, then func() int) int {
-	if !wait {
+// waitThen, with stopped set (--wait), blocks until it is closed (SIGTERM
+// or SIGINT, maybe long before) and returns then(); else it returns 0 at
+// once.
+func waitThen(stopped <-chan struct{}, then func() int) int {
+	if stopped == nil {
 		return 0
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	<-ctx.Done()
+	<-stopped
 	return then()
 }
 

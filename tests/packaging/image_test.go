@@ -179,7 +179,17 @@ func TestImage(t *testing.T) {
 		if out, err := p.cmd(ctx, append(append(run, image), append(args, "--wait")...)...).CombinedOutput(); err != nil {
 			t.Fatalf("podman run -d: %v\n%s", err, out)
 		}
-		time.Sleep(2 * time.Second) // let it install (a no-op) and wait for the signal
+		// Installed (a no-op), so it waits for the signal; a SIGTERM
+		// before the Go runtime's handler exists would be dropped (pid 1).
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			logs, _ := p.cmd(ctx, "logs", "hookkeeper").CombinedOutput()
+			if strings.Contains(string(logs), "install-hook: installed") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("hook container did not say it installed within a minute; logs:\n%s", logs)
+			}
+		}
 		if out, err := p.cmd(ctx, "stop", "-t", "20", "hookkeeper").CombinedOutput(); err != nil {
 			t.Fatalf("podman stop: %v\n%s", err, out)
 		}
