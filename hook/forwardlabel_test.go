@@ -65,9 +65,10 @@ func labelPatch(value string) []byte {
 func TestForwardNodeLabel(t *testing.T) {
 	e := newFwdEnv(t)
 	kubetest.Apply(t, e.cs, nodeLabelRBAC)
-	ctx := kubetest.Ctx(t)
+	// A minute for each call, not one for the test: it waits on policies
+	// and two forwarders.
 	for _, n := range []string{"node-a", "node-b"} {
-		if _, err := e.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"team": "x"}}}, metav1.CreateOptions{}); err != nil {
+		if _, err := e.cs.CoreV1().Nodes().Create(kubetest.Ctx(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"team": "x"}}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -81,7 +82,7 @@ func TestForwardNodeLabel(t *testing.T) {
 	a, b := client(boundToken(t, e.cs, "forward-a", "node-a")), client(boundToken(t, e.cs, "forward-b", "node-b"))
 	unbound := client(kubetest.Token(t, e.cs, fwdNS, fwdSA))
 	patch := func(cs kubernetes.Interface, node string, typ types.PatchType, body string) error {
-		_, err := cs.CoreV1().Nodes().Patch(ctx, node, typ, []byte(body), metav1.PatchOptions{})
+		_, err := cs.CoreV1().Nodes().Patch(kubetest.Ctx(t), node, typ, []byte(body), metav1.PatchOptions{})
 		return err
 	}
 	// The policy takes effect a moment after it is created.
@@ -113,7 +114,7 @@ func TestForwardNodeLabel(t *testing.T) {
 			t.Errorf("%s: admitted", r.what)
 		}
 	}
-	n, err := e.cs.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+	n, err := e.cs.CoreV1().Nodes().Get(kubetest.Ctx(t), "node-a", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestForwardNodeLabel(t *testing.T) {
 		{Verb: "get", Resource: "nodes"}, {Verb: "list", Resource: "nodes"}, {Verb: "update", Resource: "nodes"},
 		{Verb: "delete", Resource: "nodes"}, {Verb: "create", Resource: "nodes"}, {Verb: "patch", Resource: "nodes", Subresource: "status"},
 	} {
-		r, err := a.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		r, err := a.AuthorizationV1().SelfSubjectAccessReviews().Create(kubetest.Ctx(t), &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &ra}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -142,7 +143,7 @@ func TestForwardNodeLabel(t *testing.T) {
 	kubetest.Namespace(t, e.cs, "shop")
 	pod := kubetest.Pod(t, e.cs, "shop", "web", nil, "")
 	label := func() string {
-		n, err := e.cs.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		n, err := e.cs.CoreV1().Nodes().Get(kubetest.Ctx(t), "node-a", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,7 +27,9 @@ func TestHookXTMutexHeldByNeighbour(t *testing.T) {
 	h := hookRun{}
 	start := time.Now()
 	runHookProc(t, pod{netns: victim.Path()}.state(t), &h, "--timeout", "1s")
-	if took := time.Since(start); took > 1500*time.Millisecond {
+	// Held, the mutex would hold the hook until the test ends: the margin
+	// is a loaded machine's process start and exit.
+	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("hook took %v with --timeout 1s while a neighbour held the x_tables mutex\n%s", took, h.stderr)
 	}
 	recs := findingstest.Read(t, h.findings)

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -78,7 +79,8 @@ func TestPolicyReporterListsForwarderReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := kubetest.Ctx(t)
+	// Each call gets its own minute: the whole runs behind Policy
+	// Reporter's start and the forwarder's waits.
 	kubetest.Namespace(t, e.cs, "shop")
 	kubetest.Namespace(t, e.cs, "tools")
 	owned := kubetest.Workloads(t, e.cs, "shop")
@@ -86,7 +88,7 @@ func TestPolicyReporterListsForwarderReports(t *testing.T) {
 	webPod := func(name string) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", OwnerReferences: []metav1.OwnerReference{rs}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}
-		got, err := e.cs.CoreV1().Pods("shop").Create(ctx, p, metav1.CreateOptions{})
+		got, err := e.cs.CoreV1().Pods("shop").Create(kubetest.Ctx(t), p, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,6 +113,10 @@ func TestPolicyReporterListsForwarderReports(t *testing.T) {
 	e.append(t, present(p1, findings.ImpactXt), present(p2, findings.ImpactLegacy), present(p4, findings.ImpactXt), present(debug, findings.ImpactNative))
 	fwd := e.start(t)
 	count := func() int {
+		// Polled: a context per call, ended at once (kubetest.Ctx's end
+		// at the test's).
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
 		list, err := rc.OpenreportsV1alpha1().Reports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: openreports.Selector("")})
 		if err != nil {
 			t.Fatal(err)

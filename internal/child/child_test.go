@@ -84,12 +84,13 @@ func TestAbandoned(t *testing.T) {
 	if !errors.Is(p.Lines.Err(), os.ErrDeadlineExceeded) {
 		t.Errorf("read ended with %v, want the deadline", p.Lines.Err())
 	}
-	if late := time.Since(deadline); late > 200*time.Millisecond {
+	// The child blocks for good: the margins are a loaded machine's.
+	if late := time.Since(deadline); late > 2*time.Second {
 		t.Errorf("read ended %v after the deadline", late)
 	}
 	start := time.Now()
 	p.End(false)
-	if time.Since(start) > 100*time.Millisecond {
+	if time.Since(start) > 2*time.Second {
 		t.Error("End waited for an abandoned child")
 	}
 	if fmt.Sprint(got) != "[started]" {

@@ -1,6 +1,7 @@
 package openreports_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -66,8 +67,12 @@ func TestGarbageCollected(t *testing.T) {
 	if err := cs.AppsV1().Deployments("shop").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Each look gets its own minute: the collector's start and sync run
+	// on a loaded machine's time.
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		_, err := rc.OpenreportsV1alpha1().Reports("shop").Get(ctx, res.Name, metav1.GetOptions{})
+		look, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, err := rc.OpenreportsV1alpha1().Reports("shop").Get(look, res.Name, metav1.GetOptions{})
+		cancel()
 		if apierrors.IsNotFound(err) {
 			return
 		}
@@ -107,9 +112,12 @@ func TestViewRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The aggregation controller adds the rules soon after it starts.
+	// The aggregation controller adds the rules soon after it starts;
+	// each look gets its own minute, and what follows a new one.
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		_, err := dev.OpenreportsV1alpha1().Reports("shop").List(ctx, metav1.ListOptions{})
+		look, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, err := dev.OpenreportsV1alpha1().Reports("shop").List(look, metav1.ListOptions{})
+		cancel()
 		if err == nil {
 			break
 		}
@@ -117,6 +125,7 @@ func TestViewRole(t *testing.T) {
 			t.Fatalf("viewer lists reports: %v", err)
 		}
 	}
+	ctx = kubetest.Ctx(t)
 	r, err := dev.OpenreportsV1alpha1().Reports("shop").Get(ctx, res.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("viewer gets the report: %v", err)

@@ -59,14 +59,15 @@ func TestPoolGate(t *testing.T) {
 	c.CRD(t, crd, "machineconfiguration.openshift.io/v1", "machineconfigpools")
 	cs := c.Client()
 	kubetest.Apply(t, cs, filepath.Join(repo(t), "packaging", "pool-gate", "policy.yaml"))
-	ctx := kubetest.Ctx(t)
+	// A minute for each call, not one for the test: the waits for each
+	// policy change to take effect run on a loaded machine's time.
 
 	node := func(name, role, mark string) {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"node-role.kubernetes.io/" + role: ""}}}
 		if mark != "" {
 			n.Labels["iptables-alerter.io/rhel10"] = mark
 		}
-		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		if _, err := cs.CoreV1().Nodes().Create(kubetest.Ctx(t), n, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -90,7 +91,7 @@ func TestPoolGate(t *testing.T) {
 		}
 		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
 			"metadata": map[string]any{"name": name}, "spec": spec}}
-		if _, err := pools.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		if _, err := pools.Create(kubetest.Ctx(t), obj, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create pool %s: %v", name, err)
 		}
 	}
@@ -106,7 +107,7 @@ func TestPoolGate(t *testing.T) {
 	// move is a dry-run update of the pool's stream: admission runs, nothing
 	// changes. It returns the warnings and the error.
 	move := func(name, stream string) ([]string, error) {
-		p, err := pools.Get(ctx, name, metav1.GetOptions{})
+		p, err := pools.Get(kubetest.Ctx(t), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +115,7 @@ func TestPoolGate(t *testing.T) {
 			t.Fatal(err)
 		}
 		warned.take()
-		_, err = pools.Update(ctx, p, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err = pools.Update(kubetest.Ctx(t), p, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 		return warned.take(), err
 	}
 	mentions := func(ws []string, node string) bool {
@@ -174,12 +175,12 @@ func TestPoolGate(t *testing.T) {
 	waitWarn("gpu pool with g1 breaking", "gpu", "g1", true)
 
 	// Deny, as docs/pool-gate.md says to switch it.
-	b, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, "iptables-alerter-pool-gate", metav1.GetOptions{})
+	b, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(kubetest.Ctx(t), "iptables-alerter-pool-gate", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}
-	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Update(ctx, b, metav1.UpdateOptions{}); err != nil {
+	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Update(kubetest.Ctx(t), b, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitDenied(t, func() error { _, err := move("worker", "rhel10-coreos"); return err })
