@@ -280,21 +280,29 @@ func TestWait(t *testing.T) {
 	q, send, stop := pair(t)
 
 	ch := waitAsync(q)
+	sent := time.Now()
 	send(message(ProcEventExec, self, self, 0), message(ProcEventExit, 9, 9, 0))
 	send(message(ProcEventExec, self, self, 0))
 	// Dismissed without a return: the runtime collects meanwhile.
 	collects(t)
+	var counted uint64
 	select {
 	case w := <-ch:
-		t.Fatalf("returned for dismissed messages: %+v", w)
+		// Only the count owed at PublishEvery, where a loaded machine's
+		// collections took that long.
+		if w.res != Publish || time.Since(sent) < PublishEvery-100*time.Millisecond {
+			t.Fatalf("returned for dismissed messages: %+v", w)
+		}
+		counted = w.dismissed
+		ch = waitAsync(q)
 	case <-time.After(100 * time.Millisecond):
 	}
 	tool := message(ProcEventExec, 1<<30, 1<<30, 0)
 	exit := message(ProcEventExit, 9, 9, 0)
 	send(exit, tool)
 	w := within(t, ch, 5*time.Second)
-	if w.res != Message || w.off != len(exit) || w.n != len(exit)+len(tool) || w.dismissed != 2 {
-		t.Errorf("a message for Go: %+v, want Message at %d of %d, 2 dismissed", w, len(exit), len(exit)+len(tool))
+	if w.res != Message || w.off != len(exit) || w.n != len(exit)+len(tool) || counted+w.dismissed != 2 {
+		t.Errorf("a message for Go: %+v (%d counted before), want Message at %d of %d, 2 dismissed", w, counted, len(exit), len(exit)+len(tool))
 	}
 
 	// Dismissed execs are counted back within PublishEvery, with nothing
