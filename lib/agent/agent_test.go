@@ -293,7 +293,9 @@ func TestLegacyBusy(t *testing.T) {
 		if s.Stored != findings.Recorded || !s.Record.Truncated || !strings.Contains(s.Record.Error, "legacy x_tables busy") || s.Record.Nft.Rules != 1 {
 			t.Fatalf("scan under the x_tables mutex: %+v (record %+v), want recorded, truncated, legacy x_tables busy, the nft rule", s, s.Record)
 		}
-		if s.Duration > timeout+time.Second {
+		// Held, the mutex would hold the scan until the test ends: the
+		// margin is a loaded machine's.
+		if s.Duration > timeout+3*time.Second {
 			t.Errorf("scan took %v with a %v deadline", s.Duration, timeout)
 		}
 		if s.Duration < timeout/2 {
