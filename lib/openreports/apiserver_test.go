@@ -185,7 +185,8 @@ func TestWriteRealAPIServer(t *testing.T) {
 // must be there.
 func TestTwoNodesOneWorkload(t *testing.T) {
 	c, rc, owned := start(t)
-	ctx := kubetest.Ctx(t)
+	// A minute for each call: about 100 of them on a loaded machine may
+	// outlast one.
 	cs := c.Client()
 	rs := owned["web-7c9-aaaaa"].Pod.OwnerReferences[0]
 	const perNode = 12
@@ -193,7 +194,7 @@ func TestTwoNodesOneWorkload(t *testing.T) {
 	for i := range 2 * perNode {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-7c9-%02d", i), Namespace: "shop", OwnerReferences: []metav1.OwnerReference{rs}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}
-		got, err := cs.CoreV1().Pods("shop").Create(ctx, p, metav1.CreateOptions{})
+		got, err := cs.CoreV1().Pods("shop").Create(kubetest.Ctx(t), p, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +208,7 @@ func TestTwoNodesOneWorkload(t *testing.T) {
 		for g := range 2 {
 			wg.Go(func() {
 				for i := n*perNode + g; i < (n+1)*perNode; i += 2 {
-					if res, err := w.Write(ctx, record(pods[i], findings.StatePresent, 0, 1, 0)); err != nil || res.Outcome != openreports.Written {
+					if res, err := w.Write(kubetest.Ctx(t), record(pods[i], findings.StatePresent, 0, 1, 0)); err != nil || res.Outcome != openreports.Written {
 						errs <- fmt.Errorf("%s: %+v, %v", pods[i].Name, res, err)
 					}
 				}
@@ -219,7 +220,7 @@ func TestTwoNodesOneWorkload(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	list, err := rc.OpenreportsV1alpha1().Reports("shop").List(ctx, metav1.ListOptions{LabelSelector: openreports.Selector("")})
+	list, err := rc.OpenreportsV1alpha1().Reports("shop").List(kubetest.Ctx(t), metav1.ListOptions{LabelSelector: openreports.Selector("")})
 	if err != nil {
 		t.Fatal(err)
 	}

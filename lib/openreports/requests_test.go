@@ -1,6 +1,7 @@
 package openreports_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -38,7 +39,10 @@ const listPath = "/apis/openreports.io/v1alpha1/reports"
 // a 409, which reads the Report again and keeps both changes.
 func TestForwardRequests(t *testing.T) {
 	c, _, owned := start(t)
-	ctx := kubetest.Ctx(t)
+	// The watch and the keeper live as long as the test; each call gets
+	// its own minute (a loaded machine's 55 calls may outlast one).
+	life, end := context.WithCancel(context.Background())
+	t.Cleanup(end)
 	counted := &calls{n: map[string]int{}}
 	cfg := c.Config(c.AdminToken)
 	cfg.WrapTransport = counted.wrap
@@ -61,7 +65,7 @@ func TestForwardRequests(t *testing.T) {
 	for i := range n + 1 {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-7c9-n%02d", i), Namespace: "shop", OwnerReferences: []metav1.OwnerReference{rs}},
 			Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}
-		got, err := c.Client().CoreV1().Pods("shop").Create(ctx, p, metav1.CreateOptions{})
+		got, err := c.Client().CoreV1().Pods("shop").Create(kubetest.Ctx(t), p, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,8 +73,8 @@ func TestForwardRequests(t *testing.T) {
 	}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	nodePods := kubeapi.WatchNodePods(ctx, cs, "node-a")
-	if !nodePods.WaitSynced(ctx, time.Minute) {
+	nodePods := kubeapi.WatchNodePods(life, cs, "node-a")
+	if !nodePods.WaitSynced(life, time.Minute) {
 		t.Fatal("node's pod watch never synced")
 	}
 	poster := events.New(cs, "node-a", false)
@@ -80,7 +84,7 @@ func TestForwardRequests(t *testing.T) {
 	w.Live = nodePods.LivePod
 	keeper := openreports.NewKeeper(w, rc, cs, log)
 	keeper.Posted = ev.Posted
-	keeper.Start(ctx)
+	keeper.Start(life)
 	if !keeper.Enabled() {
 		t.Fatal("Reports not enabled")
 	}
@@ -104,7 +108,7 @@ func TestForwardRequests(t *testing.T) {
 	}
 	counted.reset()
 	appendLines(pods[:n]...)
-	if err := r.Once(ctx); err != nil {
+	if err := r.Once(kubetest.Ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]int{"POST events": n, "GET replicasets": 1, "GET " + listPath: 1, "POST reports": 1}
@@ -123,11 +127,11 @@ func TestForwardRequests(t *testing.T) {
 
 	// Someone else's change since the forwarder's write.
 	rep.Annotations = map[string]string{"example.com/seen": "yes"}
-	if _, err := admin.OpenreportsV1alpha1().Reports("shop").Update(ctx, rep, metav1.UpdateOptions{}); err != nil {
+	if _, err := admin.OpenreportsV1alpha1().Reports("shop").Update(kubetest.Ctx(t), rep, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	appendLines(pods[n])
-	if err := r.Once(ctx); err != nil {
+	if err := r.Once(kubetest.Ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	want = map[string]int{"POST events": 1, "PUT reports": 2, "GET reports": 1}
