@@ -351,14 +351,15 @@ func (c *Cluster) waitHTTP(url string, pool *x509.CertPool, token string, limit 
 			var b bytes.Buffer
 			_, _ = b.ReadFrom(resp.Body)
 			resp.Body.Close()
-			// A 200 counts once the process outlived it a moment: one
-			// that lost its port exits at once, and the answer was
-			// another server's.
+			// A 200 counts once the process holds the port's listening
+			// socket: until then it came from another server, and the
+			// process, still starting on a loaded machine or about to
+			// exit on its lost port, is looked at again.
 			if resp.StatusCode == http.StatusOK {
-				time.Sleep(100 * time.Millisecond)
-				if cmd.Process.Signal(syscall.Signal(0)) == nil {
+				if listens(cmd.Process.Pid, resp.Request.URL.Port()) {
 					return false
 				}
+				time.Sleep(100 * time.Millisecond)
 				continue
 			}
 			last = fmt.Sprintf("%d %s", resp.StatusCode, b.String())
@@ -368,6 +369,41 @@ func (c *Cluster) waitHTTP(url string, pool *x509.CertPool, token string, limit 
 		time.Sleep(200 * time.Millisecond)
 	}
 	c.t.Fatalf("%s not ready after %s: %s\nlog tail:\n%s", url, limit, last, tail(logPath, 3000))
+	return false
+}
+
+// listens tells whether process pid holds a listening TCP socket on port
+// (decimal) in its network namespace: one of its descriptors is the
+// socket /proc/PID/net/tcp{,6} lists on that local port in state LISTEN.
+func listens(pid int, port string) bool {
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return false
+	}
+	want := fmt.Sprintf(":%04X", p)
+	inodes := map[string]bool{}
+	for _, f := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+			fs := strings.Fields(line)
+			if len(fs) > 9 && strings.HasSuffix(fs[1], want) && fs[3] == "0A" {
+				inodes["socket:["+fs[9]+"]"] = true
+			}
+		}
+	}
+	if len(inodes) == 0 {
+		return false
+	}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && inodes[l] {
+			return true
+		}
+	}
 	return false
 }
 

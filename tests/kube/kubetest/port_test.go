@@ -3,6 +3,7 @@ package kubetest
 import (
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -30,12 +31,36 @@ func TestWaitHTTPLostPort(t *testing.T) {
 	logPath := filepath.Join(dir, "etcd.log")
 	url := "http://127.0.0.1:" + port
 	peer := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
-	etcd := c.spawn(Etcd, logPath, "--name=lost", "--data-dir="+filepath.Join(dir, "etcd"),
+	// etcd slow to start, as on a loaded machine: the other server's
+	// answers come while it lives and holds no port yet. The shell execs
+	// it, so the pid stays the server's.
+	slow := filepath.Join(dir, "slow-etcd")
+	if err := os.WriteFile(slow, []byte("#!/bin/sh\nsleep 0.5\nexec "+Etcd+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	etcd := c.spawn(slow, logPath, "--name=lost", "--data-dir="+filepath.Join(dir, "etcd"),
 		"--listen-client-urls="+url, "--advertise-client-urls="+url,
 		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer, "--initial-cluster=lost="+peer)
 	defer stop(etcd)
 	// Waiting out the limit would fail the test: lost must come first.
 	if lost := c.waitHTTP(url+"/health", nil, "", 60*time.Second, logPath, etcd, true); !lost {
 		t.Fatalf("waitHTTP took the other server's answer for etcd's\nlog tail:\n%s", tail(logPath, 2000))
+	}
+}
+
+// TestListens: a port this process listens on is its; another is not.
+func TestListens(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	mine := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	if !listens(os.Getpid(), mine) {
+		t.Errorf("listens(self, %s) = false for its own listener", mine)
+	}
+	other := strconv.Itoa(freePort(t))
+	if listens(os.Getpid(), other) {
+		t.Errorf("listens(self, %s) = true for a port nobody holds", other)
 	}
 }
