@@ -73,8 +73,8 @@ func manPages(t *testing.T) map[string]string {
 	for name, text := range pages {
 		// No help text asks for italics: where md2man made some, a
 		// character of the text was lost to it.
-		if strings.Contains(text, `\fI`) {
-			t.Errorf("%s: italics from the help text's markup: %q", name, text[strings.Index(text, `\fI`):][:min(60, len(text)-strings.Index(text, `\fI`))])
+		if i := strings.Index(text, `\fI`); i >= 0 {
+			t.Errorf("%s: italics from the help text's markup: %q", name, text[i:min(i+60, len(text))])
 		}
 	}
 	return pages
@@ -97,13 +97,15 @@ func manLiteral(s string) string {
 
 // literalMan makes the help texts of c's tree literal for md2man, but for
 // cobra's completion commands, whose texts are markdown. A flag's default
-// needs nothing: one marker alone in its paragraph is no emphasis.
+// needs nothing: one marker alone in its paragraph is no emphasis. Each
+// flag is escaped once, by the command that defines it: a persistent
+// flag's is the same Flag in every subcommand's inherited set.
 func literalMan(c *cobra.Command) {
 	if c.Name() == "completion" {
 		return
 	}
 	c.Short, c.Long = manLiteral(c.Short), manLiteral(c.Long)
-	for _, fs := range []*pflag.FlagSet{c.LocalFlags(), c.InheritedFlags()} {
+	for _, fs := range []*pflag.FlagSet{c.LocalNonPersistentFlags(), c.PersistentFlags()} {
 		fs.VisitAll(func(f *pflag.Flag) { f.Usage = manLiteral(f.Usage) })
 	}
 	for _, sub := range c.Commands() {
