@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -46,9 +47,23 @@ func fwdGet(t *testing.T, addr, path string) (int, string) {
 
 // fwdResults maps pod name to the result of our Reports in namespace, and
 // the Report's node label.
+//
+// A failed list is tried again, twice: the verdict is what the Reports
+// hold, not one call (CI once saw a list hang for the client's 30 s while
+// the forwarders' writes went on).
 func fwdResults(t *testing.T, rc versioned.Interface, namespace string) map[string][2]string {
 	t.Helper()
-	list, err := rc.OpenreportsV1alpha1().Reports(namespace).List(kubetest.Ctx(t), metav1.ListOptions{LabelSelector: openreports.Selector("")})
+	var list *openreportsv1alpha1.ReportList
+	var err error
+	for try := 0; try < 3; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		list, err = rc.OpenreportsV1alpha1().Reports(namespace).List(ctx, metav1.ListOptions{LabelSelector: openreports.Selector("")})
+		cancel()
+		if err == nil {
+			break
+		}
+		t.Logf("list Reports in %s (try %d of 3): %v", namespace, try+1, err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

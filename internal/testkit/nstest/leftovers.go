@@ -105,6 +105,7 @@ func sweepLeftovers() {
 	sweepProcesses()
 	sweepSysctls(ownerDir)
 	sweepPorts(ownerDir)
+	sweepRAMDirs(shmDir, ownerDir)
 	ents, _ := os.ReadDir("/run/netns")
 	byOwner := map[string][]string{}
 	for _, e := range ents {

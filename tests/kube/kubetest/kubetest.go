@@ -69,7 +69,8 @@ type Cluster struct {
 	CA     []byte
 	// AdminToken authenticates as user "admin" in system:masters.
 	AdminToken string
-	// Dir holds certificates, keys, etcd data and the process logs.
+	// Dir holds certificates, keys and the process logs (etcd's data is
+	// on tmpfs: nstest.RAMDir).
 	Dir string
 
 	t       testing.TB
@@ -111,6 +112,8 @@ func start(t testing.TB, netns string, extra []string) *Cluster {
 	t.Helper()
 	Need(t)
 	dir := t.TempDir()
+	// Before stopAll's cleanup, so removed after etcd is stopped.
+	etcdDir := nstest.RAMDir(t)
 	c := &Cluster{t: t, Dir: dir, AdminToken: randHex(16), netns: netns}
 	t.Cleanup(c.stopAll)
 
@@ -131,7 +134,7 @@ func start(t testing.TB, netns string, extra []string) *Cluster {
 		peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
 		c.etcd = c.spawn(Etcd, c.etcdLog,
 			"--name=kubetest",
-			"--data-dir="+filepath.Join(dir, "etcd"+strconv.Itoa(attempt)),
+			"--data-dir="+filepath.Join(etcdDir, "etcd"+strconv.Itoa(attempt)),
 			"--listen-client-urls="+etcdURL,
 			"--advertise-client-urls="+etcdURL,
 			"--listen-peer-urls="+peerURL,

@@ -1,0 +1,53 @@
+package nstest
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// shmDir is the tmpfs RAMDir makes its directories in.
+const shmDir = "/dev/shm"
+
+// RAMDir is a directory on tmpfs, removed when the test ends, for the
+// data of a server whose reads wait on its fsyncs: etcd's raft loop
+// blocks on every WAL fdatasync, and its linearizable reads (every list
+// kube-apiserver sends it) wait behind that loop. On the shared disk a
+// compiler or another test's image unpack stalled such an fsync for
+// seconds (CI once had a list of Reports hang 30 s); on tmpfs an fsync
+// is a no-op, so a busy disk cannot decide a test's verdict.
+//
+// Without root (no owner tag) or without a tmpfs /dev/shm, it is
+// t.TempDir(). A dead binary's directories are swept by the next one
+// (sweepRAMDirs): their name carries the owner tag.
+func RAMDir(t testing.TB) string {
+	t.Helper()
+	tag := Owner()
+	var st unix.Statfs_t
+	if tag == "" || unix.Statfs(shmDir, &st) != nil || st.Type != unix.TMPFS_MAGIC {
+		return t.TempDir()
+	}
+	dir, err := os.MkdirTemp(shmDir, ramPrefix+tag+"-")
+	if err != nil {
+		t.Fatalf("make a tmpfs directory: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+const ramPrefix = "iptalert-"
+
+// sweepRAMDirs removes the RAMDir directories in shm of binaries that are
+// gone (their owner lock in dir is free or missing).
+func sweepRAMDirs(shm, dir string) {
+	ents, _ := filepath.Glob(filepath.Join(shm, ramPrefix+"*-*"))
+	for _, p := range ents {
+		tag, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(p), ramPrefix), "-")
+		if ok && tag != owner.tag && ownerGoneIn(dir, tag) {
+			_ = os.RemoveAll(p)
+		}
+	}
+}
