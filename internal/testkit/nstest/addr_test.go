@@ -29,22 +29,28 @@ func TestFreeAddrBelowEphemeral(t *testing.T) {
 	}
 }
 
+// liveOwner holds tag's owner lock in dir until the test ends, as a live
+// test binary does.
+func liveOwner(t *testing.T, dir, tag string) {
+	t.Helper()
+	lock, err := os.Create(filepath.Join(dir, tag))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Close() })
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestClaimFile: a port claimed by a live test binary is refused to
 // others; one claimed by a binary that is gone, or torn, is taken over;
 // the sweep removes only the claims of the gone.
 func TestClaimFile(t *testing.T) {
 	dir := t.TempDir()
 	live, gone, me := "0badc0de", "deadbeef", "12345678"
-	for _, tag := range []string{live, me} {
-		lock, err := os.Create(filepath.Join(dir, tag))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lock.Close()
-		if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH); err != nil {
-			t.Fatal(err)
-		}
-	}
+	liveOwner(t, dir, live)
+	liveOwner(t, dir, me)
 	// gone's lock file is there, unlocked: its binary died.
 	if err := os.WriteFile(filepath.Join(dir, gone), nil, 0o600); err != nil {
 		t.Fatal(err)

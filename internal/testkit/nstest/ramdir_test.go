@@ -13,14 +13,7 @@ import (
 func TestSweepRAMDirs(t *testing.T) {
 	shm, dir := t.TempDir(), t.TempDir()
 	live, gone := "0badc0de", "deadbeef"
-	lock, err := os.Create(filepath.Join(dir, live))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH); err != nil {
-		t.Fatal(err)
-	}
+	liveOwner(t, dir, live)
 	names := map[string]bool{ // name: swept
 		ramPrefix + live + "-1": false,
 		ramPrefix + gone + "-2": true, // no lock file: swept before, partly
