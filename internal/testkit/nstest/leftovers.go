@@ -143,8 +143,9 @@ func sweepLeftovers() {
 	}
 }
 
-// ownerOf is the owner tag of a namespace New named, false for any other
-// name (the demo's and the bench's, iptalert-demo-..., are not New's).
+// ownerOf is the owner tag of a name NewName made (New's namespaces,
+// RAMDir's directories), false for any other name (the demo's and the
+// bench's, iptalert-demo-..., are not NewName's).
 func ownerOf(name string) (string, bool) {
 	rest, ok := strings.CutPrefix(name, "iptalert-")
 	tag, n, ok2 := strings.Cut(rest, "-")

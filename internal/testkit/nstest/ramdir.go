@@ -3,7 +3,6 @@ package nstest
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -21,33 +20,29 @@ const shmDir = "/dev/shm"
 // is a no-op, so a busy disk cannot decide a test's verdict.
 //
 // Without root (no owner tag) or without a tmpfs /dev/shm, it is
-// t.TempDir(). A dead binary's directories are swept by the next one
-// (sweepRAMDirs): their name carries the owner tag.
+// t.TempDir(). Its name is NewName's, so a dead binary's directories are
+// swept by the next one as its namespaces are (sweepRAMDirs).
 func RAMDir(t testing.TB) string {
 	t.Helper()
-	tag := Owner()
 	var st unix.Statfs_t
-	if tag == "" || unix.Statfs(shmDir, &st) != nil || st.Type != unix.TMPFS_MAGIC {
+	if Owner() == "" || unix.Statfs(shmDir, &st) != nil || st.Type != unix.TMPFS_MAGIC {
 		return t.TempDir()
 	}
-	dir, err := os.MkdirTemp(shmDir, ramPrefix+tag+"-")
-	if err != nil {
+	dir := filepath.Join(shmDir, NewName(t))
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatalf("make a tmpfs directory: %v", err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
 }
 
-const ramPrefix = "iptalert-"
-
 // sweepRAMDirs removes the RAMDir directories in shm of binaries that are
 // gone (their owner lock in dir is free or missing).
 func sweepRAMDirs(shm, dir string) {
-	ents, _ := filepath.Glob(filepath.Join(shm, ramPrefix+"*-*"))
-	for _, p := range ents {
-		tag, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(p), ramPrefix), "-")
-		if ok && tag != owner.tag && ownerGoneIn(dir, tag) {
-			_ = os.RemoveAll(p)
+	ents, _ := os.ReadDir(shm)
+	for _, e := range ents {
+		if tag, ok := ownerOf(e.Name()); ok && tag != owner.tag && ownerGoneIn(dir, tag) {
+			_ = os.RemoveAll(filepath.Join(shm, e.Name()))
 		}
 	}
 }

@@ -15,10 +15,10 @@ func TestSweepRAMDirs(t *testing.T) {
 	live, gone := "0badc0de", "deadbeef"
 	liveOwner(t, dir, live)
 	names := map[string]bool{ // name: swept
-		ramPrefix + live + "-1": false,
-		ramPrefix + gone + "-2": true, // no lock file: swept before, partly
-		ramPrefix + "notatag-3": false,
-		"other-" + gone + "-4":  false,
+		"iptalert-" + live + "-00000001": false,
+		"iptalert-" + gone + "-00000002": true, // no lock file: swept before, partly
+		"iptalert-demo-dirty-3":          false,
+		"other-" + gone + "-00000004":    false,
 	}
 	for n := range names {
 		if err := os.MkdirAll(filepath.Join(shm, n, "etcd0"), 0o700); err != nil {
@@ -45,8 +45,8 @@ func TestRAMDir(t *testing.T) {
 		if err := unix.Statfs(path, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
 			t.Errorf("%s: not on tmpfs (type %#x, %v)", path, st.Type, err)
 		}
-		if want := filepath.Join(shmDir, ramPrefix+Owner()+"-"); len(path) <= len(want) || path[:len(want)] != want {
-			t.Errorf("%s: want a name starting %s", path, want)
+		if tag, ok := ownerOf(filepath.Base(path)); filepath.Dir(path) != shmDir || !ok || tag != Owner() {
+			t.Errorf("%s: want a name of New's in %s, owner %s", path, shmDir, Owner())
 		}
 		if err := os.WriteFile(filepath.Join(path, "f"), []byte("x"), 0o600); err != nil {
 			t.Fatal(err)
