@@ -273,9 +273,13 @@ func (l *List) Apply(u classify.Usage, namespace string, text func(inspect.Rule)
 	}
 	out.Rules = nil
 	seen := map[string]bool{}
-	for _, r := range u.Rules {
+	for i, r := range u.Rules {
 		name := l.Match(namespace, r, func() string { return text(r) })
 		if name == "" {
+			if out.Rules == nil {
+				// Most rules stay: one allocation, as in classify.
+				out.Rules = make([]inspect.Rule, 0, len(u.Rules)-i)
+			}
 			out.Rules = append(out.Rules, r)
 			continue
 		}

@@ -102,8 +102,14 @@ func Classify(s inspect.Snapshot) Usage {
 			u.Chains = append(u.Chains, ch)
 		}
 	}
-	for _, r := range s.Rules {
+	for i, r := range s.Rules {
 		if shaped[tableKey{r.Family, r.Table}] && !r.Native || hasXT(r) {
+			if u.Rules == nil {
+				// Most kept rules are usage: one allocation for them
+				// all, where growing by appends copied the slice
+				// about twice over (the sweep's 1,000-rule pods).
+				u.Rules = make([]inspect.Rule, 0, len(s.Rules)-i)
+			}
 			u.Rules = append(u.Rules, r)
 		}
 	}
