@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -266,12 +267,39 @@ func (c *Cluster) Kubeconfig(name, token string) string {
 func (c *Cluster) LogTail() string { return tail(c.apiLog, 4000) }
 
 func (c *Cluster) stopAll() {
+	if c.t.Failed() && c.api != nil {
+		c.t.Logf("kube-apiserver goroutines at the end of the failed test:\n%s", c.goroutines())
+	}
 	stop(c.api)
 	stop(c.etcd)
 	if c.t.Failed() {
 		c.t.Logf("kube-apiserver log tail:\n%s", tail(c.apiLog, 1500))
 		c.t.Logf("etcd log tail:\n%s", tail(c.etcdLog, 600))
 	}
+}
+
+// maxGoroutineDump bounds the goroutine dump a failed test logs: the
+// stacks most goroutines share come first.
+const maxGoroutineDump = 30000
+
+// goroutines is the running API server's goroutine profile, grouped by
+// stack: where a request that got no answer waits (CI once saw a list of
+// Reports hang for the client's 30 s with nothing in either log).
+func (c *Cluster) goroutines() string {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.caPool()}, DialContext: c.Dial}}
+	defer client.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodGet, c.URL+"/debug/pprof/goroutine?debug=1", nil)
+	req.Header.Set("Authorization", "Bearer "+c.AdminToken)
+	resp, err := client.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxGoroutineDump))
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%s\n%s", resp.Status, b)
 }
 
 func (c *Cluster) spawn(bin, logPath string, args ...string) *exec.Cmd {
