@@ -117,30 +117,44 @@ var ErrNoMemory = errors.New("per-sandbox memory not usable")
 // recorded.
 func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts Parts, write func() error) (Outcome, error) {
 	state := rec.KnownState()
-	// A gone takes back only what an entry holds: without one (every clean
-	// container start of a pod that never had usage) there is nothing to
-	// open, and none is created.
-	d, f, err := s.open(key, state != StateGone)
-	if errors.Is(err, fs.ErrNotExist) && state == StateGone {
-		return Same, nil
-	}
-	if err != nil && state == StateGone {
-		// Whether there is anything to take back is not known: a clean
-		// look must not write a gone line each time the memory fails.
-		return Same, nil
-	}
-	if err != nil {
-		werr := write()
-		if werr != nil && !errors.Is(werr, ErrNotRotated) {
-			return Failed, werr
+	var d *fileio.Dir
+	var f *os.File
+	for try := 0; ; try++ {
+		var err error
+		// A gone takes back only what an entry holds: without one (every
+		// clean container start of a pod that never had usage) there is
+		// nothing to open, and none is created.
+		d, f, err = s.open(key, state != StateGone)
+		if err != nil && state == StateGone {
+			// Absent: nothing to take back. Otherwise whether there is
+			// anything is not known: a clean look must not write a gone
+			// line each time the memory fails.
+			return Same, nil
 		}
-		return Recorded, errors.Join(fmt.Errorf("%w: %w", ErrNoMemory, err), werr)
+		if err != nil {
+			werr := write()
+			if werr != nil && !errors.Is(werr, ErrNotRotated) {
+				return Failed, werr
+			}
+			return Recorded, errors.Join(fmt.Errorf("%w: %w", ErrNoMemory, err), werr)
+		}
+		if err := lock(ctx, f); err != nil {
+			d.Close()
+			f.Close()
+			return Failed, err
+		}
+		// An entry removed between the open and the lock (by a clean
+		// look of the same sandbox, below, or the sweep) is a file
+		// nobody reads again: what this look saved there would be lost,
+		// and its finding repeated. The name is opened again.
+		if try == maxReopens || linked(f) {
+			break
+		}
+		d.Close()
+		f.Close()
 	}
 	defer d.Close()
 	defer f.Close()
-	if err := lock(ctx, f); err != nil {
-		return Failed, err
-	}
 	var old seenEntry
 	had := false
 	if data, err := fileio.ReadLimited(f, maxEntry); err == nil && len(data) > 0 {
@@ -189,6 +203,18 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 		return Recorded, errors.Join(werr, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err))
 	}
 	return Recorded, werr
+}
+
+// maxReopens bounds the times RecordFinding opens an entry again after
+// finding it removed once locked; past it the look goes on with the one it
+// holds (at worst its finding is repeated).
+const maxReopens = 3
+
+// linked tells whether f still has a name: false only when fstat says it
+// was unlinked.
+func linked(f *os.File) bool {
+	var st unix.Stat_t
+	return unix.Fstat(int(f.Fd()), &st) != nil || st.Nlink > 0
 }
 
 // corrects tells whether a record of state now, after one of state last,

@@ -3,10 +3,13 @@ package findings
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestKnownState: what a record says of its pod's usage, for lines of
@@ -244,4 +247,73 @@ func TestSeenPartialLook(t *testing.T) {
 			t.Errorf("%s %s: %v %v, want %v", st.key, st.name, out, err, st.want)
 		}
 	}
+}
+
+// TestSeenEntryRemovedBeforeLock: a look whose entry another look removed
+// between its open and its lock (a clean look of the same sandbox, or the
+// sweep) saves what it recorded under the entry's name, not into the
+// removed file: otherwise the sandbox keeps no memory of its finding, and
+// the next look records it again.
+func TestSeenEntryRemovedBeforeLock(t *testing.T) {
+	s := Seen{Dir: t.TempDir()}
+	dir := filepath.Join(s.Dir, "sandboxes")
+	if err := os.Mkdir(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, entryName("sb"))
+	// The other look: it holds the entry's lock while the record opens it.
+	held, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := unix.Flock(int(held.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	written := 0
+	done := make(chan Outcome, 1)
+	go func() {
+		out, err := s.RecordFinding(context.Background(), "sb", Record{Fingerprint: "f", State: StatePresent}, Parts{}, func() error { written++; return nil })
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	// The record has the entry open once a second descriptor names it.
+	for deadline := time.Now().Add(time.Minute); openers(t, path) < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the record never opened the entry")
+		}
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	held.Close()
+	if out := <-done; out != Recorded {
+		t.Fatalf("record = %v, want Recorded", out)
+	}
+	var e seenEntry
+	if b, err := os.ReadFile(path); err != nil || json.Unmarshal(b, &e) != nil || e.Fingerprint != "f" {
+		t.Fatalf("entry after the record: %+v, %v; want fingerprint f under its name", e, err)
+	}
+	out, err := s.RecordFinding(context.Background(), "sb", Record{Fingerprint: "f", State: StatePresent}, Parts{}, func() error { written++; return nil })
+	if err != nil || out != Same || written != 1 {
+		t.Errorf("the same finding again: %v, %v after %d writes, want Same after 1", out, err, written)
+	}
+}
+
+// openers counts this process's descriptors open on path.
+func openers(t *testing.T, path string) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if l, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && l == path {
+			n++
+		}
+	}
+	return n
 }
