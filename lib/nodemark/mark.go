@@ -11,13 +11,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 )
 
 // DefaultLabel is the label key the forwarder keeps on its Node.
@@ -267,13 +267,19 @@ func (m *Marker) prune(ctx context.Context) {
 	m.mu.Unlock()
 	var gone []string
 	for uid, e := range pods {
-		pod, err := m.kube.CoreV1().Pods(e.Namespace).Get(ctx, e.Name, metav1.GetOptions{})
+		// As the forwarder finds a finding's pod: a static pod's records
+		// carry its config hash, which only its mirror pod's annotation
+		// names, and a pod no name can belong to is gone too.
+		_, err := kubeapi.LivePod(ctx, m.kube, findings.Pod{Namespace: e.Namespace, Name: e.Name, UID: uid})
 		switch {
-		case apierrors.IsNotFound(err) || (err == nil && string(pod.UID) != uid):
+		case kubeapi.IsPodGone(err) || kubeapi.IsInvalid(err):
 			gone = append(gone, uid)
-		case err != nil:
+		case kubeapi.Retryable(err):
 			m.log.WithError(err).Debug("node label: could not tell whether a pod is gone; will look again")
 			return
+		case err != nil:
+			// Refused for this pod alone: the others are still looked at.
+			m.log.WithError(err).Debug("node label: could not tell whether a pod is gone")
 		}
 	}
 	if len(gone) == 0 {

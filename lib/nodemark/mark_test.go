@@ -4,18 +4,22 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 )
 
 func TestMark(t *testing.T) {
@@ -140,5 +144,54 @@ func TestBound(t *testing.T) {
 	}
 	if _, ok := m.entries[string(rune(0x4e00+MaxEntries))]; ok {
 		t.Errorf("the oldest sighting kept")
+	}
+}
+
+// TestPrune: the prune drops the entries of pods that are gone (deleted,
+// recreated under another UID, or named as no pod can be) and keeps a
+// static pod's, whose records carry the UID its mirror pod's annotation
+// holds; a get refused for one pod does not stop the others' prune.
+func TestPrune(t *testing.T) {
+	ctx := context.Background()
+	pod := func(name, uid string, ann map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(uid), Annotations: ann}}
+	}
+	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+		pod("kube-proxy-n1", "mirror-uid", map[string]string{owner.MirrorAnnotation: "config-hash"}),
+		pod("web", "web-2", nil), pod("refused", "r1", nil))
+	cs.PrependReactor("get", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.GetAction).GetName() == "refused" {
+			return true, nil, apierrors.NewBadRequest("refused for this pod")
+		}
+		return false, nil, nil
+	})
+	log, _ := logtest.NewNullLogger()
+	m, err := New(cs, "n1", DefaultLabel, filepath.Join(t.TempDir(), "state.json"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []findings.Record{
+		{Pod: findings.Pod{Namespace: "ns", Name: "kube-proxy-n1", UID: "config-hash"}, Worst: findings.ImpactLegacy},
+		{Pod: findings.Pod{Namespace: "ns", Name: "web", UID: "web-1"}, Worst: findings.ImpactXt},
+		{Pod: findings.Pod{Namespace: "ns", Name: "deleted", UID: "d1"}, Worst: findings.ImpactXt},
+		{Pod: findings.Pod{Namespace: "ns", Name: "no/such", UID: "x1"}, Worst: findings.ImpactXt},
+		{Pod: findings.Pod{Namespace: "ns", Name: "refused", UID: "r1"}, Worst: findings.ImpactNative},
+	} {
+		r.Schema, r.Time, r.State, r.Nft = findings.Schema, findings.Now(), findings.StatePresent, findings.Nft{Rules: 1}
+		if err := m.Consume(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.prune(ctx)
+	var kept []string
+	for uid := range m.entries {
+		kept = append(kept, uid)
+	}
+	slices.Sort(kept)
+	if want := []string{"config-hash", "r1"}; !slices.Equal(kept, want) {
+		t.Errorf("entries after the prune: %v, want %v", kept, want)
+	}
+	if v := m.Value(); v != Breaks {
+		t.Errorf("label after the prune: %q, want %q (the static pod's legacy rules)", v, Breaks)
 	}
 }
