@@ -119,7 +119,8 @@ func (r *Runner) Run(ctx context.Context) error { return r.follower().Run(ctx, r
 // Once handles what the file holds now and returns.
 func (r *Runner) Once(ctx context.Context) error { return r.follower().Once(ctx, r.handle) }
 
-// Alive is when the follow loop last went round (zero before Run).
+// Alive is when the follow loop last went round or handled a line (zero
+// before Run).
 func (r *Runner) Alive() time.Time { return r.follower().Alive() }
 
 // Offset is how far the file was handled.

@@ -88,8 +88,8 @@ func New(path string, store Store) *Follower {
 // Checkpoint is the position reached so far (handled, maybe not yet saved).
 func (f *Follower) Checkpoint() Checkpoint { return f.cp }
 
-// Alive is when Run last went round its loop; a liveness probe compares it
-// with the clock. Zero before Run starts.
+// Alive is when Run last went round its loop or handled a line; a
+// liveness probe compares it with the clock. Zero before Run starts.
 func (f *Follower) Alive() time.Time {
 	n := f.alive.Load()
 	if n == 0 {
@@ -525,6 +525,11 @@ func (f *Follower) drain(ctx context.Context, x *file, h Handler) (progressed bo
 			return progressed, err
 		}
 		progressed = true
+		// A backlog is drained in one go round Run's loop (a generation
+		// of thousands of lines at the API's pace takes minutes): each
+		// line handled is a sign of life, or the liveness probe would
+		// restart a consumer that is catching up.
+		f.alive.Store(time.Now().UnixNano())
 	}
 }
 

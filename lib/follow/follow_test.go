@@ -341,6 +341,37 @@ func TestRunRetriesWithBackoff(t *testing.T) {
 	}
 }
 
+// TestAliveDuringBacklog: lines handled one after another in one drain of
+// the file keep Alive moving, so a liveness probe does not take a
+// consumer working through a backlog for a stalled one.
+func TestAliveDuringBacklog(t *testing.T) {
+	x := newFixture(t)
+	x.append("a\nb\nc\n")
+	f := New(x.path, FileStore(x.cp))
+	f.Poll = time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var first time.Time
+	var alive []time.Time
+	err := f.Run(ctx, func(_ context.Context, line []byte) error {
+		if first.IsZero() {
+			first = time.Now()
+		}
+		alive = append(alive, f.Alive())
+		time.Sleep(2 * time.Millisecond)
+		if string(line) == "c" {
+			cancel()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(alive) != 3 || !alive[1].After(first) || !alive[2].After(alive[1]) {
+		t.Errorf("Alive at each line %v, first line handled from %v: want it past each line handled", alive, first)
+	}
+}
+
 func TestCheckpointFiles(t *testing.T) {
 	dir := t.TempDir()
 	tests := []struct {
