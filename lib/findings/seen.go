@@ -198,11 +198,23 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 	if werr != nil && !errors.Is(werr, ErrNotRotated) {
 		return Failed, werr
 	}
-	e := seenEntry{Key: key, Netns: rec.Netns, Fingerprint: rec.Fingerprint, State: state, Parts: parts.over(old.Parts), Since: old.Since, Count: old.Count + 1}
+	e := seenEntry{Key: key, Netns: sweptBy(rec), Fingerprint: rec.Fingerprint, State: state, Parts: parts.over(old.Parts), Since: old.Since, Count: old.Count + 1}
 	if err := save(f, e); err != nil {
 		return Recorded, errors.Join(werr, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err))
 	}
 	return Recorded, werr
+}
+
+// sweptBy is the namespace path the sweep judges rec's entry by: none for
+// the node's own, which never goes away and whose path is the agent's
+// (/host/proc/1/ns/net in its container): a hook sweeping from the node's
+// mount namespace finds no such path there and removed the entry, so the
+// node's usage was recorded again and its limit restarted.
+func sweptBy(rec Record) string {
+	if rec.Subject == SubjectNode {
+		return ""
+	}
+	return rec.Netns
 }
 
 // maxReopens bounds the times RecordFinding opens an entry again after

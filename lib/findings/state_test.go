@@ -317,3 +317,33 @@ func openers(t *testing.T, path string) int {
 	}
 	return n
 }
+
+// TestSweepKeepsNodeEntry: the node's own entry is never swept, though the
+// path the agent read its namespace by does not exist where the sweep runs
+// (a hook, in the node's mount namespace); a pod's entry whose namespace
+// is gone is.
+func TestSweepKeepsNodeEntry(t *testing.T) {
+	s := Seen{Dir: t.TempDir()}
+	gone := filepath.Join(t.TempDir(), "no-such-netns")
+	for _, r := range []struct {
+		key string
+		rec Record
+	}{
+		{"node", Record{Subject: SubjectNode, Netns: gone, Fingerprint: "n", State: StatePresent}},
+		{"/exec/x", Record{Subject: SubjectNode, Netns: gone, Fingerprint: "x", State: StatePresent}},
+		{"pod", Record{Netns: gone, Fingerprint: "p", State: StatePresent}},
+	} {
+		if out, err := s.RecordFinding(context.Background(), r.key, r.rec, Parts{}, func() error { return nil }); out != Recorded || err != nil {
+			t.Fatalf("record %s: %v, %v", r.key, out, err)
+		}
+	}
+	if err := s.Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]bool{"node": true, "/exec/x": true, "pod": false} {
+		_, err := os.Stat(filepath.Join(s.Dir, "sandboxes", entryName(key)))
+		if got := err == nil; got != want {
+			t.Errorf("entry %s after the sweep: present %v, want %v", key, got, want)
+		}
+	}
+}
