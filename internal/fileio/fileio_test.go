@@ -96,8 +96,22 @@ func TestOpenDir(t *testing.T) {
 	if err := os.Symlink(real, filepath.Join(dir, "link")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenDir(filepath.Join(dir, "link", "sub"), 0o750); err == nil {
+	if _, err := OpenDir(filepath.Join(dir, "link", "sub", "deeper"), 0o750); err == nil {
 		t.Error("OpenDir went through a symlink")
+	}
+	// Refused before anything is made where the link points.
+	if _, err := os.Lstat(filepath.Join(real, "sub")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("OpenDir made a directory through the symlink: %v", err)
+	}
+	// The missing components of a path without links are made.
+	nested := filepath.Join(dir, "a", "b", "c")
+	d, err := OpenDir(nested, 0o750)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if fi, err := os.Lstat(nested); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o750 {
+		t.Errorf("made %s: %v, %v; want a directory of mode 0750", nested, fi, err)
 	}
 	// A sticky shared directory (/tmp) keeps its mode.
 	sticky := filepath.Join(dir, "sticky")
@@ -107,7 +121,7 @@ func TestOpenDir(t *testing.T) {
 	if err := os.Chmod(sticky, 0o777|os.ModeSticky); err != nil {
 		t.Fatal(err)
 	}
-	d, err := OpenDir(sticky, 0o750)
+	d, err = OpenDir(sticky, 0o750)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,17 +37,19 @@ type Dir struct {
 // owns the directory (see tighten), unless it is a shared sticky directory
 // (/tmp) given on the command line.
 func OpenDir(dir string, perm os.FileMode) (*Dir, error) {
-	if err := os.MkdirAll(dir, perm); err != nil {
-		return nil, fmt.Errorf("create directory %q: %w", dir, err)
-	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("resolve directory %q: %w", dir, err)
 	}
-	fd, err := unix.Openat2(unix.AT_FDCWD, abs, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS,
-	})
+	how := &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS}
+	fd, err := unix.Openat2(unix.AT_FDCWD, abs, how)
+	if errors.Is(err, unix.ENOENT) {
+		// Made only when missing: the common case is one system call.
+		if err := mkdirAll(abs, perm); err != nil {
+			return nil, fmt.Errorf("create directory %q: %w", dir, err)
+		}
+		fd, err = unix.Openat2(unix.AT_FDCWD, abs, how)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open directory %q: %w", dir, err)
 	}
@@ -62,6 +65,34 @@ func OpenDir(dir string, perm os.FileMode) (*Dir, error) {
 		}
 	}
 	return &Dir{fd: fd, path: dir}, nil
+}
+
+// mkdirAll is os.MkdirAll that never goes through a symlink: each
+// component is made and opened inside the one before it (O_NOFOLLOW), so
+// a link planted at a component is refused before anything is made where
+// it points (os.MkdirAll created the directories there, and only the open
+// after it refused the path). abs is absolute and clean.
+func mkdirAll(abs string, perm os.FileMode) error {
+	fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	for _, name := range strings.Split(abs, "/") {
+		if name == "" {
+			continue
+		}
+		if err := unix.Mkdirat(fd, name, uint32(perm.Perm())); err != nil && !errors.Is(err, unix.EEXIST) {
+			unix.Close(fd)
+			return err
+		}
+		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		fd = next
+	}
+	return unix.Close(fd)
 }
 
 // Close closes the directory.
