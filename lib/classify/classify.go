@@ -31,7 +31,8 @@ type Chain struct {
 func (c Chain) Used() bool { return c.User || c.Drop || c.Rules > 0 }
 
 // Legacy is one legacy x_tables table holding more than its untouched
-// entries; Rules counts the extra entries (rules, and two per user chain).
+// entries, or a built-in chain with a drop policy; Rules counts the extra
+// entries (rules, and two per user chain).
 type Legacy struct {
 	Family inspect.Family
 	Table  string
@@ -115,9 +116,17 @@ func Classify(s inspect.Snapshot) Usage {
 	}
 	for _, l := range s.Legacy {
 		untouched := l.Untouched()
-		if l.Entries > untouched {
-			u.Legacy = append(u.Legacy, Legacy{Family: l.Family, Table: l.Name, Rules: int(l.Entries - untouched), Chains: l.Chains,
+		// A built-in chain's drop policy is usage without an entry of
+		// its own, as an nftables chain's is (Chain.Drop).
+		switch {
+		case l.Entries > untouched || len(l.Policies) > 0:
+			u.Legacy = append(u.Legacy, Legacy{Family: l.Family, Table: l.Name, Rules: int(l.Entries) - int(min(untouched, l.Entries)), Chains: l.Chains,
 				Policies: l.Policies, Cut: l.Cut, Sum: l.Sum})
+		case l.Cut:
+			// An untouched table whose entries could not be read: its
+			// policies are not known, so neither is whether it is usage:
+			// never clean (as inspect marks a failed legacy look).
+			u.LegacyPartial, u.Truncated = true, true
 		}
 	}
 	u.LegacyRules = s.LegacyRules

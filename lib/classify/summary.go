@@ -102,7 +102,12 @@ func Summarize(u Usage) Summary {
 	s.Impact.Legacy = s.LegacyRules
 	s.MixedBackends = s.NftRules > 0 && s.LegacyRules > 0
 	s.Worst = s.Impact.Worst()
-	if s.Worst == "" && s.NftChains > 0 {
+	switch {
+	case len(u.Legacy) > 0:
+		// A legacy table is usage at the legacy level even when it
+		// holds no rule, only a drop policy: RHEL 10 has no such table.
+		s.Worst = findings.ImpactLegacy
+	case s.Worst == "" && s.NftChains > 0:
 		s.Worst = findings.ImpactNative
 	}
 	sort.Strings(s.NftTables)

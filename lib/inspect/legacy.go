@@ -72,8 +72,7 @@ type legacySink struct {
 }
 
 // readLegacy lists the legacy tables of the namespace and asks each for its
-// entry count, reads the entries of those holding more than their
-// untouched ones, and hands each rule (up to maxLegacyRules and
+// entry count, reads its entries, and hands each rule (up to maxLegacyRules and
 // maxLegacyRuleBytes) and each table to sink as they are read. It needs the
 // namespace's own view of /proc/net and sockets created inside it, hence
 // the locked thread of Do. It can block in the kernel for as long as
@@ -107,9 +106,10 @@ func readLegacy(h *netns.Handle, fams []legacyFamily, sink legacySink) error {
 					errs = append(errs, err)
 					continue
 				}
-				if t.Entries > t.Untouched() {
-					walkTable(lf, &t, info, rule)
-				}
+				// An untouched table is read too: its entries are its
+				// built-in chains' policies, and a drop policy set
+				// alone (iptables-legacy -P INPUT DROP) adds none.
+				walkTable(lf, &t, info, rule)
 				sink.table(t)
 			}
 		}

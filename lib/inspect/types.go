@@ -142,8 +142,7 @@ type LegacyTable struct {
 	// MaxLegacyEntriesBytes) with every entry's counters zeroed: it stands
 	// for the rules' content in fingerprints, as Chain.Sum does for
 	// nftables, so an edit in place (iptables -R) changes it and traffic
-	// never does. 0 for a table whose entries were not read (no rules
-	// beyond its untouched ones, or a failed read).
+	// never does. 0 for a table whose entries could not be read.
 	Sum uint64
 }
 

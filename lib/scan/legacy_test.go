@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -160,5 +161,32 @@ func TestLegacyFingerprintContent(t *testing.T) {
 		if out, err := s.Record(context.Background(), "sb", st.d); out != st.want || err != nil {
 			t.Errorf("record %d: %v %v, want %v", i, out, err, st.want)
 		}
+	}
+}
+
+// TestLegacyDropPolicyAlone: a drop policy set with iptables-legacy and no
+// rule (the table keeps its untouched entry count) is legacy usage, as the
+// same policy set with iptables-nft is; a table only listed (-L creates it,
+// every policy ACCEPT) is not.
+func TestLegacyDropPolicyAlone(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy", "ip6tables-legacy")
+	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	ns := nstest.New(t)
+	ns.Run("iptables-legacy", "-L", "-n")
+	ns.Run("ip6tables-legacy", "-t", "mangle", "-L", "-n")
+	if d := Decide(testMeta, readNS(t, ns)); !d.Clean() || d.Record.Legacy.Used() {
+		t.Fatalf("tables only listed: %+v (%s), want clean", d.Record.Legacy, d.Why)
+	}
+	ns.Run("iptables-legacy", "-P", "OUTPUT", "DROP")
+	d := Decide(testMeta, readNS(t, ns))
+	rec := d.Record
+	if d.Clean() || rec.KnownState() != findings.StatePresent || rec.Worst != findings.ImpactLegacy || rec.Legacy.Rules != 0 ||
+		!slices.Equal(rec.Legacy.Tables, []string{"ip filter"}) || !d.Parts.Whole() {
+		t.Fatalf("OUTPUT's policy DROP alone: state %s, worst %q, legacy %+v, parts %+v (%s); want present at the legacy level, table ip filter, no rule, a whole look",
+			rec.KnownState(), rec.Worst, rec.Legacy, d.Parts, d.Why)
+	}
+	ns.Run("iptables-legacy", "-P", "OUTPUT", "ACCEPT")
+	if again := Decide(testMeta, readNS(t, ns)); !again.Clean() {
+		t.Errorf("the policy back to ACCEPT: %+v (%s), want clean", again.Record.Legacy, again.Why)
 	}
 }
