@@ -353,21 +353,26 @@ func (a *Agent) connection(up bool, err error) {
 }
 
 // stopped forgets a sandbox that stopped (its stop scanned, its removal
-// heard, or its netns gone): nothing left to re-sweep, watch, nor hold to
-// fewer workers (queue.heavy). The watch's socket would otherwise keep the
-// netns of a pod whose stop was missed (while disconnected) alive until
-// the next Synchronize.
+// heard, or its netns gone): nothing left to re-sweep, watch, hold to
+// fewer workers (queue.heavy), nor report usage of. The watch's socket
+// would otherwise keep the netns of a pod whose stop was missed (while
+// disconnected) alive until the next Synchronize, and the pod's series
+// stay as long.
 func (a *Agent) stopped(id string) {
 	a.known.forget(id)
 	a.unwatch(id)
 	a.queue.forget(id)
+	a.usage.Stopped(id)
 }
 
 // live tells whether j's scan is still wanted when a worker takes it. A
-// re-sweep's or the watch's scan queued just before the sandbox's stop
-// would run after the stop's scan, the pod's last: its finding would
-// follow the pod's end, and its usage stay in the metrics until the next
-// Synchronize. An event's scan (a stop's above all) always runs.
+// sweep's, re-sweep's or the watch's scan queued just before the
+// sandbox's stop would run after the stop's scan, the pod's last: its
+// finding would follow the pod's end, and its usage stay in the metrics
+// until the next Synchronize. With the netns removed meanwhile, a sweep's
+// scan would fail to open it and count as unreachable: for a sweep of one
+// pod, every pod of the sweep, the agent degraded (blind) until another
+// scan reaches a netns. An event's scan (a stop's above all) always runs.
 func (a *Agent) live(j job) bool {
 	switch {
 	case isNodeJob(j.meta):
@@ -375,7 +380,9 @@ func (a *Agent) live(j job) bool {
 		return true
 	case j.meta.Source == SourceWatch || j.meta.Source == SourceExec:
 		return a.watching(j.meta.SandboxID)
-	case j.meta.Stage == StageResweep:
+	case j.meta.Source == SourceSweep:
+		// The sweep listed it as known (sweep), and an event since
+		// (add); stopped forgets it.
 		return a.known.has(j.meta.SandboxID)
 	}
 	return true

@@ -17,6 +17,8 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/ipset"
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
 // TestMain lets the scans re-execute this test binary as their probes.
@@ -377,5 +379,160 @@ func TestMemorySweptOncePerInterval(t *testing.T) {
 	}
 	if !stale() {
 		t.Fatal("the memory was swept again within memorySweepEvery")
+	}
+}
+
+// TestStopEndsUsage: a pod's usage and command counts leave with its stop:
+// at its StopPodSandbox scan, a StopContainer that came while that scan
+// waited joining it (the pod's stop stays the pod's), and at
+// RemovePodSandbox.
+func TestStopEndsUsage(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	dir := t.TempDir()
+	rec := newRecorder()
+	// One worker, held by another pod's scan: the pod's stop waits.
+	a := startAgentWith(t, dir, rec, func(c *Config) { c.Workers = 1 })
+	stopping, removed := nstest.New(t), nstest.New(t)
+	for _, ns := range []*nstest.NS{stopping, removed} {
+		ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	}
+	ctx := context.Background()
+	pods := []*api.PodSandbox{pod("stopping", stopping.Path()), pod("removed", removed.Path())}
+	if _, err := a.Synchronize(ctx, pods, nil); err != nil {
+		t.Fatal(err)
+	}
+	release(a, 2)
+	for _, s := range rec.wait(t, 2) {
+		if s.Stored != findings.Recorded {
+			t.Fatalf("sweep scan %+v, want recorded", s)
+		}
+	}
+	// usage tells whether the sandbox's pod has usage, and command counts.
+	usage := func(id string) (rules, execs bool) {
+		for _, p := range a.Usage().Pods() {
+			rules = rules || p.SandboxID == id
+		}
+		for _, p := range a.usage.execCounts() {
+			execs = execs || p.name == "pod-"+id
+		}
+		return rules, execs
+	}
+	// The sweep's scans reported are not yet done with: a job queued
+	// meanwhile would wait behind the stop's.
+	if !queueIdle(a) {
+		t.Fatal("the sweep's scans never ended")
+	}
+	for _, p := range pods {
+		a.usage.Exec(scan.Meta{SandboxID: p.Id, Pod: findings.Pod{Namespace: p.Namespace, Name: p.Name}}, false)
+		if rules, execs := usage(p.Id); !rules || !execs {
+			t.Fatalf("pod %s: usage %v, command counts %v; want both", p.Id, rules, execs)
+		}
+	}
+
+	if err := a.PostStartContainer(ctx, pods[1], &api.Container{Id: "c2", Name: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.StopPodSandbox(ctx, pods[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.StopContainer(ctx, pods[0], &api.Container{Id: "c1", Name: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	release(a, 2)
+	if s := rec.wait(t, 2)[1]; s.Meta.SandboxID != "stopping" || s.Meta.Stage != stageStopPod || s.Meta.ContainerID != "" {
+		t.Errorf("stop scan %+v, want the pod's stop", s.Meta)
+	}
+	if rules, execs := usage("stopping"); rules || execs || a.known.has("stopping") {
+		t.Errorf("after the pod's stop: usage %v, command counts %v, known %v; want none", rules, execs, a.known.has("stopping"))
+	}
+
+	if err := a.RemovePodSandbox(ctx, pods[1]); err != nil {
+		t.Fatal(err)
+	}
+	if rules, execs := usage("removed"); rules || execs {
+		t.Errorf("after the pod's removal: usage %v, command counts %v; want none", rules, execs)
+	}
+}
+
+// TestSweepAfterStop: a sweep's scan still queued when its pod stops and
+// its netns is removed (CRI-O removes it before StopPodSandbox, whose open
+// then finds it gone) does not run: run, it found the netns missing, was
+// unreachable, and the sweep's only pod unreachable left the agent
+// degraded until another scan reached a netns.
+func TestSweepAfterStop(t *testing.T) {
+	nstest.NeedRoot(t)
+	dir := t.TempDir()
+	rec := newRecorder()
+	// One worker, held by another pod's scan: the sweep's job waits.
+	a := startAgentWith(t, dir, rec, func(c *Config) { c.Workers = 1 })
+	ns, other := nstest.New(t), nstest.New(t)
+	ctx := context.Background()
+	if err := a.PostStartContainer(ctx, pod("other", other.Path()), &api.Container{Id: "c-other", Name: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	p := pod("stopping", ns.Path())
+	if _, err := a.Synchronize(ctx, []*api.PodSandbox{p}, []*api.Container{running(p.Id)}); err != nil {
+		t.Fatal(err)
+	}
+	ns.Delete()
+	if err := a.StopPodSandbox(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if s := rec.wait(t, 1)[0]; s.Meta.Stage != stageStopPod || s.Outcome != Gone {
+		t.Fatalf("stop of a removed netns: %+v, want gone", s)
+	}
+	release(a, 1)
+	if s := rec.wait(t, 1)[0]; s.Meta.SandboxID != "other" {
+		t.Fatalf("scan %+v, want the other pod's", s.Meta)
+	}
+	// The worker takes the sweep's job next: skipped, the queue empties.
+	if !queueIdle(a) {
+		release(a, 1)
+		t.Fatalf("the stopped pod's sweep scan ran: %+v; degraded %q", rec.wait(t, 1)[0], a.Health().Degraded())
+	}
+	if why := a.Health().Degraded(); why != "" {
+		t.Errorf("degraded: %s", why)
+	}
+}
+
+// queueIdle waits up to 10 s for a's queue to hold no job, waiting or
+// running, and tells whether it does.
+func queueIdle(a *Agent) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		a.queue.mu.Lock()
+		idle := len(a.queue.slots) == 0
+		a.queue.mu.Unlock()
+		if idle {
+			return true
+		}
+	}
+	return false
+}
+
+// TestOpenFailed: a netns missing at a stop, or at a scan the watch or
+// the exec watch queued (the sandbox stopped since), is gone, benign;
+// missing while the runtime says the pod runs, unreachable, an error.
+func TestOpenFailed(t *testing.T) {
+	_, missing := netns.Open(filepath.Join(t.TempDir(), "cni-gone"))
+	if missing == nil {
+		t.Fatal("opened a netns that does not exist")
+	}
+	for _, tc := range []struct {
+		source string
+		want   Outcome
+	}{
+		{SourceStop, Gone},
+		{SourceWatch, Gone},
+		{SourceExec, Gone},
+		{SourceSweep, Unreachable},
+		{SourcePostStart, Unreachable},
+	} {
+		out, err := openFailed(tc.source, missing)
+		if out != tc.want || (err == nil) != (tc.want == Gone) {
+			t.Errorf("source %s: %s, %v; want %s", tc.source, out, err, tc.want)
+		}
+	}
+	if out, err := openFailed(SourceStop, os.ErrPermission); out != Failed || err == nil {
+		t.Errorf("a stop's open denied: %s, %v; want failed", out, err)
 	}
 }

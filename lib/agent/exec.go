@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,8 +34,10 @@ import (
 //     tooling, a record of its own once per pod and command shape.
 //
 // Records of their own are kept apart from the sandbox's scans in the
-// per-sandbox memory (execKey): a clean scan never takes them back, and
-// a pod running `iptables -C` every second gives one finding.
+// per-sandbox memory, one entry per sandbox for all of them (execKey): a
+// clean scan never takes them back, a pod running `iptables -C` every
+// second gives one finding, and the sandbox's limit bounds them all
+// together, whatever chains and tables the pod's commands name.
 //
 // The watch opens before the agent's first scan: a command run in a netns
 // the agent does not know yet waits for its sandbox, bounded (parked).
@@ -519,8 +522,9 @@ func (a *Agent) placeWriter(wr *findings.Writer) *findings.Writer {
 	return &c
 }
 
-// recordExec records a command's own finding, once per sandbox and
-// command shape (execKey).
+// recordExec records a command's own finding, once per command shape
+// the sandbox remembers (watched.shapes) and within the sandbox's limit
+// for all its commands' records (execKey).
 func (a *Agent) recordExec(w *watched, e *findings.Exec, writer *findings.Writer) {
 	m := w.meta
 	m.Source, m.Stage = SourceExec, stageExit
@@ -534,18 +538,50 @@ func (a *Agent) recordExec(w *watched, e *findings.Exec, writer *findings.Writer
 		// As the node watch's records: the node's, no sandbox.
 		rec.SandboxID = ""
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-	defer cancel()
-	out, err := a.store.Record(ctx, execKey(m.SandboxID, rec.Fingerprint), scan.Decision{Record: rec})
-	s := Scan{Meta: m, Outcome: Found, Stored: out, Record: &rec, Err: err}
+	s := Scan{Meta: m, Outcome: Found, Stored: findings.Same, Record: &rec}
+	if !w.shapes.has(rec.Fingerprint) {
+		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		s.Stored, s.Err = a.store.Record(ctx, execKey(m.SandboxID), scan.Decision{Record: rec})
+		cancel()
+		// Only a shape on the file: a limited or failed one may be
+		// recorded at its next run.
+		if s.Stored == findings.Recorded || s.Stored == findings.Same {
+			w.shapes.add(rec.Fingerprint)
+		}
+	}
 	a.metrics.scanned(s)
 	a.cfg.Observer.Scanned(s)
 }
 
-// execKey keys a command shape's entry in the per-sandbox memory, apart
-// from the sandbox's scans (keyed by its id): the memory's sweep removes
-// it with the sandbox's netns.
-func execKey(sandbox, fingerprint string) string { return sandbox + "/exec/" + fingerprint }
+// execKey keys the sandbox's commands' own records in the per-sandbox
+// memory, apart from its scans (keyed by its id), and the memory's sweep
+// removes it with the sandbox's netns. One key for all of them: keyed by
+// shape, a pod naming a new chain in each command (`iptables -L x$i`)
+// had a new limit each time, so unbounded findings and memory entries.
+func execKey(sandbox string) string { return sandbox + "/exec" }
+
+// maxShapes bounds the command shapes a sandbox remembers recorded; past
+// it the oldest is forgotten (recorded again, within the limit, should
+// it run again).
+const maxShapes = 64
+
+// shapes are the fingerprints of the command shapes a sandbox's records
+// of their own reported, oldest first, at most maxShapes. The memory's
+// one entry per sandbox holds only the last: without these a pod running
+// two checks in turn would record each run, up to its limit every
+// interval. Kept in the agent only: after a restart each shape is
+// recorded at most once more. Used by the exec watch's one goroutine
+// (handleExecs) only.
+type shapes []string
+
+func (s *shapes) has(fp string) bool { return slices.Contains(*s, fp) }
+
+func (s *shapes) add(fp string) {
+	if len(*s) >= maxShapes {
+		*s = (*s)[1:]
+	}
+	*s = append(*s, fp)
+}
 
 // execLevel is the impact level of a command's own record: what a RHEL 10
 // node does to it. A failure for missing kernel support is the breakage

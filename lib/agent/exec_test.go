@@ -3,15 +3,19 @@ package agent
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/execwatch"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -386,5 +390,74 @@ func TestAliveWriter(t *testing.T) {
 		if got := a.aliveWriter(tc.wr); got != tc.wr {
 			t.Errorf("%s: aliveWriter(%+v) = %+v, want it unchanged", tc.name, tc.wr, got)
 		}
+	}
+}
+
+// TestExecRecordsBounded: a pod naming a new chain in each command
+// (`iptables -L x$i`) gets at most the sandbox's limit of records of their
+// own an interval and one memory entry for them all, the others limited;
+// a command it ran before is not recorded again, two run in turn neither;
+// another pod's commands are still recorded.
+func TestExecRecordsBounded(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy")
+	const limit = 3
+	dir := t.TempDir()
+	rec := newRecorder()
+	a := startWatching(t, dir, rec, func(c *Config) { c.ExecWatch, c.Seen.Limit, c.Seen.Interval = true, limit, time.Hour })
+	flood, other := nstest.New(t), nstest.New(t)
+	for _, p := range []*api.PodSandbox{pod("flood", flood.Path()), pod("other", other.Path())} {
+		if err := a.RunPodSandbox(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+		ready(t, a, p.Id)
+	}
+	execUp(t, a)
+	// run runs iptables-legacy -L chain in ns and gives what became of its
+	// record.
+	run := func(ns *nstest.NS, chain string) findings.Outcome {
+		t.Helper()
+		if out, err := heldLegacy(t, a, ns, "-L", chain); err == nil {
+			t.Fatalf("-L %s of no such chain worked: %s", chain, out)
+		}
+		s := execScan(t, rec, chain)
+		if s.Err != nil || s.Record.Exec.Chain != chain || s.Record.SandboxID == "" {
+			t.Fatalf("-L %s: %s %v exec %+v", chain, s.Label(), s.Err, s.Record.Exec)
+		}
+		return s.Stored
+	}
+	got := map[findings.Outcome]int{}
+	for i := range limit + 5 {
+		got[run(flood, fmt.Sprintf("flood-%02d", i))]++
+	}
+	if got[findings.Recorded] != limit || got[findings.Limited] != 5 {
+		t.Errorf("%d chains named: %v, want %d recorded, the rest limited", limit+5, got, limit)
+	}
+	if out := run(flood, "flood-00"); out != findings.Same {
+		t.Errorf("a command recorded before, run again: %s, want same", out)
+	}
+	if out := run(flood, "flood-07"); out != findings.Limited {
+		t.Errorf("a limited command run again: %s, want limited", out)
+	}
+	got = map[findings.Outcome]int{}
+	for range 3 {
+		for _, c := range []string{"other-a", "other-b"} {
+			got[run(other, c)]++
+		}
+	}
+	if got[findings.Recorded] != 2 || got[findings.Same] != 4 {
+		t.Errorf("another pod's two commands run in turn, three times: %v, want 2 recorded, 4 same", got)
+	}
+	perPod := map[string]int{}
+	for _, r := range findingstest.Read(t, filepath.Join(dir, "findings.jsonl")) {
+		if r.Source == SourceExec {
+			perPod[r.SandboxID]++
+		}
+	}
+	if perPod["flood"] != limit || perPod["other"] != 2 {
+		t.Errorf("exec lines per sandbox %v, want flood %d, other 2", perPod, limit)
+	}
+	entries, err := filepath.Glob(filepath.Join(dir, "state", "sandboxes", "*.json"))
+	if err != nil || len(entries) != 2 {
+		t.Errorf("memory entries %q (%v), want one per sandbox", entries, err)
 	}
 }

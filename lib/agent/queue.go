@@ -82,14 +82,16 @@ func newQueue(max int) *queue {
 
 // merged folds the newer job j into the waiting one. A stop stays a stop:
 // it is the last look at the container, and it may have the longer
-// deadline. A container's event stays that event when the watch's job
-// joins it: the finding then still names the container (the watch's job
-// names none) and carries the watch's writer. Otherwise the newer job's
-// meta wins, and its writer if it has one. One handle is enough, the
-// sandbox having one netns for its whole life: the older is closed.
+// deadline. The pod's stop stays the pod's, a container's stop coming
+// after it too: its stage ends the pod (Agent.scanned). A container's
+// event stays that event when the watch's job joins it: the finding then
+// still names the container (the watch's job names none) and carries the
+// watch's writer. Otherwise the newer job's meta wins, and its writer if
+// it has one. One handle is enough, the sandbox having one netns for its
+// whole life: the older is closed.
 func merged(old, j job) job {
 	switch {
-	case old.meta.Source == SourceStop && j.meta.Source != SourceStop:
+	case old.meta.Source == SourceStop && (j.meta.Source != SourceStop || old.meta.Stage == stageStopPod):
 		j.meta = old.meta
 	case j.meta.Source == SourceWatch && old.meta.Source != SourceWatch && old.meta.ContainerID != "":
 		j.meta = old.meta

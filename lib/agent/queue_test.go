@@ -69,28 +69,38 @@ func TestQueueOneScanPerSandbox(t *testing.T) {
 }
 
 // TestQueueMerge: the newer event's job replaces the waiting one, except
-// that a stop stays a stop; one netns handle is kept, the other closed.
-// join folds an event into a waiting job holding a handle.
+// that a stop stays a stop, and the pod's stop the pod's; one netns handle
+// is kept, the other closed. join folds an event into a waiting job
+// holding a handle.
 func TestQueueMerge(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		old, new   string
+		oldStage   string
 		wantSource string
+		// wantOld: the old job's meta is kept, else the newer's.
+		wantOld bool
 	}{
-		{"poststart then stop", SourcePostStart, SourceStop, SourceStop},
-		{"stop then poststart", SourceStop, SourcePostStart, SourceStop},
-		{"stop then stop", SourceStop, SourceStop, SourceStop},
-		{"sweep then poststart", SourceSweep, SourcePostStart, SourcePostStart},
+		{"poststart then stop", SourcePostStart, SourceStop, "", SourceStop, false},
+		{"stop then poststart", SourceStop, SourcePostStart, "", SourceStop, true},
+		{"stop then stop", SourceStop, SourceStop, "", SourceStop, false},
+		{"pod's stop then a container's", SourceStop, SourceStop, stageStopPod, SourceStop, true},
+		{"sweep then poststart", SourceSweep, SourcePostStart, "", SourcePostStart, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := newQueue(10)
 			old, nw := qjob(t, "a", tc.old, tc.old != SourceSweep), qjob(t, "a", tc.new, true)
-			nw.meta.ContainerID = "new"
+			old.meta.Stage = tc.oldStage
+			nw.meta.ContainerID, nw.meta.Stage = "new", "new"
 			q.add(old)
 			q.add(nw)
 			j, _, _ := q.take(2)
-			if j.meta.Source != tc.wantSource || (tc.wantSource == tc.new && j.meta.ContainerID != "new") {
-				t.Errorf("job %+v, want source %s", j.meta, tc.wantSource)
+			want := nw.meta
+			if tc.wantOld {
+				want = old.meta
+			}
+			if j.meta.Source != tc.wantSource || j.meta != want {
+				t.Errorf("job %+v, want %+v", j.meta, want)
 			}
 			if j.h != nw.h {
 				t.Errorf("the newer handle was not kept")

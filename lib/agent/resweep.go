@@ -39,8 +39,9 @@ const StageResweep = "Resweep"
 
 // maxKnown bounds the sandboxes remembered: sandbox ids come from the
 // runtime, one per pod ever started, and a stop may be missed while
-// disconnected. Past it a new sandbox is not remembered (its scans still
-// run; the re-sweep does not look at it) until a sweep lists the pods anew.
+// disconnected. Past it a new sandbox is not remembered (its events' scans
+// still run; no sweep's, and the re-sweep does not look at it) until a
+// sweep lists the pods anew.
 const maxKnown = 4096
 
 // ResweepObserver hears about each re-sweep and each CRI sweep: an

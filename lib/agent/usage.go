@@ -76,8 +76,7 @@ func (u *Usage) Scanned(s Scan) {
 	switch {
 	case s.Meta.Stage == stageStopPod || s.Outcome == Gone:
 		// The pod stops, whatever its last look found.
-		delete(u.pods, id)
-		delete(u.execs, id)
+		u.forget(id)
 	case s.Outcome == Clean:
 		delete(u.pods, id)
 	case s.Outcome == Found && s.Record.KnownState() == findings.StatePresent:
@@ -93,6 +92,19 @@ func (u *Usage) Scanned(s Scan) {
 	}
 	// Unknown, failed, unreachable, dropped: what the pod uses now is not
 	// known; the last usage seen stays.
+}
+
+// Stopped drops the sandbox's pod: its usage and its command counts.
+func (u *Usage) Stopped(id string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.forget(id)
+}
+
+// forget drops the sandbox's pod; called with mu held.
+func (u *Usage) forget(id string) {
+	delete(u.pods, id)
+	delete(u.execs, id)
 }
 
 // Listed drops every pod whose sandbox is not in running: the runtime's

@@ -117,6 +117,9 @@ type watched struct {
 	pending []pendingWriter
 	// retry is the scan at the end of a limited interval (see limited).
 	retry *time.Timer
+	// shapes are the commands' own records the exec watch made (exec.go),
+	// its goroutine's only.
+	shapes shapes
 }
 
 func newWatches() *watches {

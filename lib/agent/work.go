@@ -143,8 +143,9 @@ func openFailed(source string, err error) (Outcome, error) {
 	switch {
 	case !gone:
 		return Failed, err
-	case source == SourceStop || source == SourceWatch:
-		// The watch's sandbox stopped between its commit and the scan.
+	case source == SourceStop || source == SourceWatch || source == SourceExec:
+		// The watch's sandbox stopped between its commit (or the exec
+		// watch's command) and the scan.
 		return Gone, nil
 	}
 	return Unreachable, err

@@ -109,7 +109,8 @@ func (e *Exec) Status() string {
 // ShapeFingerprint identifies the command's shape, never its values: the
 // tool, operation, command option, table and chain, and for a failure its
 // status. The exec watch records a read or a failure once per pod and
-// shape with it.
+// shape with it, within the pod's limit for all its commands: table and
+// chain are the pod's to choose.
 func (e *Exec) ShapeFingerprint() string {
 	h := sha256.New()
 	for _, s := range []string{"exec", e.Tool, e.Backend, e.Operation, e.Command, e.Table, e.Chain, strconv.FormatBool(e.Failed), e.Status()} {
