@@ -2,8 +2,8 @@ package openreports
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +20,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/consumer"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 )
 
 // How often the keeper prunes, and looks again while Reports are off: for
@@ -39,11 +40,38 @@ var Verbs = []string{"get", "list", "create", "update", "delete"}
 // missing, or the forwarder not allowed to use it).
 const Off Outcome = "off"
 
+// ErrUnknown is wrapped, with the look's error, by Consume's error while
+// no look has told whether Reports (or the node's ClusterReport) may be
+// written: the line is kept and tried again, and with it the look.
+var ErrUnknown = errors.New("cannot tell yet whether to write OpenReports Reports")
+
+// state is what the looks learnt of Reports or of ClusterReports. It is
+// unknown until a look gets an answer and stays as it was when a look
+// fails for a passing reason: a finding handled while off never gets its
+// Report, so only a definite answer (the API serves no such resource, an
+// access review says no, or a refusal for good) turns them off.
+type state int32
+
+const (
+	unknown state = iota
+	on
+	off
+)
+
+// switched is a state the loop and the line's calls both read and set.
+type switched struct{ v atomic.Int32 }
+
+func (s *switched) load() state   { return state(s.v.Load()) }
+func (s *switched) store(v state) { s.v.Store(int32(v)) }
+
 // Keeper decides whether Reports are written and keeps them: it looks for
 // the Report CRD and asks the API server whether the forwarder may use it
 // (at start, after an authorizer's 403 and again while off), and prunes
 // results of pods long gone. While off, Write does nothing and the Events
 // go on: a missing CRD or RBAC rule must not hold the node's Events.
+// While it cannot tell yet (the API out of reach at start), each line
+// that needs a Report is held and looks again: handled as off, its
+// Report would never be written.
 type Keeper struct {
 	w                          *Writer
 	disc                       versioned.Interface
@@ -52,19 +80,21 @@ type Keeper struct {
 	Prune                      time.Duration
 	LookMissing, LookForbidden time.Duration
 
-	enabled atomic.Bool
-	// nodeOn: node records go into ClusterReports (lookNode); nodeWarned
-	// makes each reason they are off one log line.
-	nodeOn     atomic.Bool
-	nodeWarned string
-	// mu guards denied, the verbs RBAC refuses (empty while allowed), and
-	// warnedForbidden: the loop and the line's writes both set them.
+	// reports: Write writes (lookReports); node: node records go into
+	// ClusterReports (lookNode).
+	reports, node switched
+	// looking lets one look run at a time: the loop's, and a line's
+	// while unknown or after a 403. It guards nodeWarned, which makes
+	// each reason ClusterReports are off one log line, and
+	// warnedMissing, which makes "CRD missing" one until the CRD is there.
+	looking       sync.Mutex
+	nodeWarned    string
+	warnedMissing bool
+	// mu guards denied, the verbs RBAC refuses (empty while allowed),
+	// which /metrics and /healthz read, and warnedForbidden.
 	mu              sync.Mutex
 	denied          []string
 	warnedForbidden bool
-	// warnedMissing makes "CRD missing" one log line until the CRD is
-	// there (the loop alone looks).
-	warnedMissing bool
 
 	byOutcome *prometheus.CounterVec
 	pruned    prometheus.Counter
@@ -102,7 +132,7 @@ func (k *Keeper) Register(reg prometheus.Registerer) {
 		Name: "iptables_alerter_forward_reports_enabled",
 		Help: "1 while the forwarder writes OpenReports Reports, 0 while it posts Events only (--reports=false, the Report CRD missing, or RBAC refusing the forwarder reports).",
 	}, func() float64 {
-		if k != nil && k.enabled.Load() {
+		if k.Enabled() {
 			return 1
 		}
 		return 0
@@ -118,7 +148,7 @@ func (k *Keeper) Register(reg prometheus.Registerer) {
 }
 
 // Enabled tells whether Write writes.
-func (k *Keeper) Enabled() bool { return k != nil && k.enabled.Load() }
+func (k *Keeper) Enabled() bool { return k != nil && k.reports.load() == on }
 
 // Denied lists the verbs on reports RBAC refuses the forwarder.
 func (k *Keeper) Denied() []string {
@@ -140,67 +170,117 @@ func (k *Keeper) Degraded() string {
 
 // Start looks once, then keeps looking and pruning until ctx ends.
 func (k *Keeper) Start(ctx context.Context) {
-	k.look(ctx)
+	k.look(ctx, k.lookAll)
 	go k.loop(ctx)
 }
 
-// look turns Reports on when the API serves them and the forwarder may use
-// them, off otherwise, and says each change once.
-func (k *Keeper) look(ctx context.Context) {
+// look runs what (a look, one at a time) for the loop and Start, and
+// says when it could not tell: its findings are held meanwhile (settle).
+func (k *Keeper) look(ctx context.Context, what func(context.Context) error) {
+	k.looking.Lock()
+	defer k.looking.Unlock()
+	if err := what(ctx); err != nil {
+		k.log.WithError(err).Warn("could not tell whether to write OpenReports Reports; holding the findings that need them, will look again")
+	}
+}
+
+// settle gives s, looked at first with what while it is unknown: a line
+// is not handled as off because a look failed for a passing reason. An
+// error (ErrUnknown) means try the line again, which looks again.
+func (k *Keeper) settle(ctx context.Context, s *switched, what func(context.Context) error) (state, error) {
+	if v := s.load(); v != unknown {
+		return v, nil
+	}
+	k.looking.Lock()
+	defer k.looking.Unlock()
+	// The loop may have got the answer while this waited.
+	if v := s.load(); v != unknown {
+		return v, nil
+	}
+	if err := what(ctx); err != nil {
+		return unknown, fmt.Errorf("%w: %w", ErrUnknown, err)
+	}
+	return s.load(), nil
+}
+
+// lookAll looks at Reports and, when they are on, at ClusterReports.
+func (k *Keeper) lookAll(ctx context.Context) error {
+	if err := k.lookReports(ctx); err != nil || k.reports.load() != on {
+		return err
+	}
+	return k.lookNode(ctx)
+}
+
+// lookReports turns Reports on when the API serves them and the
+// forwarder may use them, off when it does not or may not, and says each
+// change once. An error is a look that failed for a passing reason (see
+// final): Reports stay as they were. Callers hold looking.
+func (k *Keeper) lookReports(ctx context.Context) error {
 	ok, err := Available(ctx, k.disc)
 	if err != nil {
-		k.log.WithError(err).Warn("could not tell whether the API serves OpenReports Reports; will look again")
-		return
+		return k.final(&k.reports, err)
 	}
 	if !ok {
-		k.enabled.Store(false)
+		k.reports.store(off)
 		if !k.warnedMissing {
 			k.warnedMissing = true
 			k.log.Warn("the API serves no OpenReports Reports (openreports.io/v1alpha1 CRD missing; kubectl apply -k packaging/crds): posting Events only, looking again every " + k.LookMissing.String())
 		}
-		return
+		return nil
 	}
 	k.warnedMissing = false
 	denied, err := k.access(ctx)
 	if err != nil {
-		k.log.WithError(err).Warn("could not ask whether the forwarder may write OpenReports Reports; will look again")
-		return
+		return k.final(&k.reports, err)
 	}
 	if k.setDenied(denied) {
-		return
+		return nil
 	}
-	if !k.enabled.Load() {
-		k.enabled.Store(true)
+	if k.reports.load() != on {
+		k.reports.store(on)
 		k.log.Info("writing OpenReports Reports (openreports.io/v1alpha1) beside the Events")
 	}
-	k.lookNode(ctx)
+	return nil
+}
+
+// final returns a look's error when it may pass (kubeapi.Retryable),
+// leaving s as it was; any other is the API's answer for good, which
+// turns s off (said; the loop looks again) so that it holds no line.
+func (k *Keeper) final(s *switched, err error) error {
+	if kubeapi.Retryable(err) {
+		return err
+	}
+	s.store(off)
+	k.log.WithError(err).Warn("the API server refused to tell whether the forwarder may write OpenReports reports: writing none of these, looking again later")
+	return nil
 }
 
 // lookNode turns ClusterReports for node records on when the API serves
 // them and RBAC lets the forwarder use them, off otherwise: then node
-// records go to the Node's Events only.
-func (k *Keeper) lookNode(ctx context.Context) {
+// records go to the Node's Events only. An error is as lookReports'.
+// Callers hold looking.
+func (k *Keeper) lookNode(ctx context.Context) error {
 	why := ""
 	ok, err := served(ctx, k.disc, "clusterreports")
 	switch {
 	case err != nil:
-		k.log.WithError(err).Warn("could not tell whether the API serves OpenReports ClusterReports; will look again")
-		return
+		return k.final(&k.node, err)
 	case !ok:
 		why = "the API serves no OpenReports ClusterReports (CRD missing; kubectl apply -k packaging/crds)"
 	default:
 		denied, err := k.review(ctx, "clusterreports", ClusterVerbs)
 		if err != nil {
-			k.log.WithError(err).Warn("could not ask whether the forwarder may write OpenReports ClusterReports; will look again")
-			return
+			return k.final(&k.node, err)
 		}
 		if len(denied) > 0 {
 			why = "RBAC refuses the forwarder " + strings.Join(denied, ", ") + " on clusterreports.openreports.io (the openreports.io rule of packaging/rbac)"
 		}
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.nodeOn.Store(why == "")
+	if why == "" {
+		k.node.store(on)
+	} else {
+		k.node.store(off)
+	}
 	switch {
 	case why != "" && why != k.nodeWarned:
 		k.log.Warn(why + ": the node's own findings go to its Events only, looking again every " + k.Prune.String())
@@ -208,6 +288,7 @@ func (k *Keeper) lookNode(ctx context.Context) {
 		k.log.Info("writing the node's own findings into an OpenReports ClusterReport")
 	}
 	k.nodeWarned = why
+	return nil
 }
 
 // setDenied records what RBAC refuses; true when Reports must stay off.
@@ -219,7 +300,7 @@ func (k *Keeper) setDenied(denied []string) bool {
 		k.warnedForbidden = false
 		return false
 	}
-	k.enabled.Store(false)
+	k.reports.store(off)
 	if !k.warnedForbidden {
 		k.warnedForbidden = true
 		k.log.WithField("verbs", strings.Join(denied, ",")).Warn("RBAC refuses the forwarder OpenReports Reports (the openreports.io rule of packaging/rbac is missing from its ClusterRole): posting Events only, looking again every " + k.LookForbidden.String())
@@ -259,7 +340,7 @@ func (k *Keeper) loop(ctx context.Context) {
 		switch {
 		case len(k.Denied()) > 0:
 			wait = k.LookForbidden
-		case !k.enabled.Load():
+		case k.reports.load() != on:
 			wait = k.LookMissing
 		}
 		t := time.NewTimer(wait)
@@ -269,12 +350,12 @@ func (k *Keeper) loop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if !k.enabled.Load() {
-			k.look(ctx)
+		if k.reports.load() != on {
+			k.look(ctx, k.lookAll)
 			continue
 		}
-		if !k.nodeOn.Load() {
-			k.lookNode(ctx)
+		if k.node.load() != on {
+			k.look(ctx, k.lookNode)
 		}
 		n, err := k.w.Prune(ctx)
 		k.pruned.Add(float64(n))
@@ -294,6 +375,8 @@ func (k *Keeper) loop(ctx context.Context) {
 // 403 was about this object or namespace alone) or the review failed
 // (err set: try again later).
 func (k *Keeper) forbidden(ctx context.Context, cause error) (bool, error) {
+	k.looking.Lock()
+	defer k.looking.Unlock()
 	denied, err := k.access(ctx)
 	if err != nil {
 		return false, err
@@ -307,15 +390,31 @@ func (k *Keeper) forbidden(ctx context.Context, cause error) (bool, error) {
 
 // stage puts rec into its Report after its Event's post (see
 // Writer.Stage), or does nothing (Off) while Reports are off. An error
-// means try the line again; an authorizer's 403 confirmed by an access
-// review switches Reports off instead, and one the review does not
-// confirm is this object's refusal (Rejected), so neither holds the line.
+// means try the line again (so does not knowing yet whether Reports are
+// off); an authorizer's 403 confirmed by an access review switches
+// Reports off instead, and one the review does not confirm is this
+// object's refusal (Rejected), so neither holds the line.
 func (k *Keeper) stage(ctx context.Context, rec findings.Record, posted owner.Owned) (Result, error) {
-	if !k.Enabled() {
+	switch s, err := k.settle(ctx, &k.reports, k.lookReports); {
+	case err != nil:
+		return Result{}, err
+	case s == off:
 		return Result{Outcome: Off}, nil
 	}
 	if rec.KnownSubject() == findings.SubjectNode {
 		return k.writeNode(ctx, rec)
+	}
+	if rec.KnownState() == findings.StateGone {
+		// The gone record takes the pod's results out at once: what is
+		// staged goes first, or a result staged for the pod would come
+		// back after; each Report counted and said as Flush's.
+		if err := k.Flush(ctx); err != nil {
+			return Result{}, err
+		}
+		// Flush's 403 may have switched Reports off.
+		if !k.Enabled() {
+			return Result{Outcome: Off}, nil
+		}
 	}
 	res, err := k.w.Stage(ctx, rec, posted)
 	if err != nil && kubeapi.IsForbiddenToUs(err) {
@@ -353,9 +452,10 @@ func (k *Keeper) Consume(ctx context.Context, rec findings.Record) error {
 // Flush writes the Reports staged since the last checkpoint save (a
 // lib/consumer Flusher): one write a Report for all its findings. An
 // error keeps them staged and is retried; a Report refused for good is
-// said and dropped, an authorizer's 403 handled as Write's.
+// said and dropped, an authorizer's 403 handled as Write's. Only Reports
+// switched off drop what is staged: while unknown, stage staged nothing.
 func (k *Keeper) Flush(ctx context.Context) error {
-	if !k.Enabled() {
+	if k.reports.load() == off {
 		k.w.Unstage("", "")
 		return nil
 	}
@@ -405,17 +505,25 @@ func (k *Keeper) finished(entry *logrus.Entry, res Result, n int) {
 	}
 }
 
-// writeNode is Write for a node record: Off while ClusterReports are; a
-// 403 looks again (lookNode), and one RBAC does not confirm is this
-// object's refusal.
+// writeNode is Write for a node record: Off while ClusterReports are,
+// an error (try again) while that is unknown; a 403 looks again
+// (lookNode), and one RBAC does not confirm is this object's refusal.
 func (k *Keeper) writeNode(ctx context.Context, rec findings.Record) (Result, error) {
-	if !k.nodeOn.Load() {
+	switch s, err := k.settle(ctx, &k.node, k.lookNode); {
+	case err != nil:
+		return Result{}, err
+	case s == off:
 		return Result{Outcome: Off}, nil
 	}
 	res, err := k.w.writeNode(ctx, rec)
 	if err != nil && kubeapi.IsForbiddenToUs(err) {
-		k.lookNode(ctx)
-		if !k.nodeOn.Load() {
+		k.looking.Lock()
+		lerr := k.lookNode(ctx)
+		k.looking.Unlock()
+		switch {
+		case lerr != nil:
+			return Result{}, fmt.Errorf("%w (and %w)", err, lerr)
+		case k.node.load() == off:
 			return Result{Outcome: Off, Why: err}, nil
 		}
 		return Result{Outcome: Rejected, Why: err}, nil

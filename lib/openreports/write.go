@@ -168,7 +168,7 @@ func (w *Writer) Write(ctx context.Context, rec findings.Record) (Result, error)
 // owner that the post read (posted.Pod non-nil) are used as they are,
 // saving a pod lookup and the owner's for each finding.
 func (w *Writer) WriteAfter(ctx context.Context, rec findings.Record, posted owner.Owned) (Result, error) {
-	res, change, err := w.route(ctx, rec, posted, nil)
+	res, change, err := w.route(ctx, rec, posted)
 	if change == nil {
 		return res, err
 	}
@@ -179,19 +179,13 @@ func (w *Writer) WriteAfter(ctx context.Context, rec findings.Record, posted own
 
 // route is what WriteAfter and Stage share: a node's record goes to its
 // ClusterReport and a gone one takes the pod's results out, both at once
-// (a final Result and no change; beforeGone, when given, runs first and
-// an error of it is returned); any other gets plan's change.
-func (w *Writer) route(ctx context.Context, rec findings.Record, posted owner.Owned, beforeGone func() (Result, error)) (Result, func(*openreportsv1alpha1.Report) int, error) {
+// (a final Result and no change); any other gets plan's change.
+func (w *Writer) route(ctx context.Context, rec findings.Record, posted owner.Owned) (Result, func(*openreportsv1alpha1.Report) int, error) {
 	switch {
 	case rec.KnownSubject() == findings.SubjectNode:
 		res, err := w.writeNode(ctx, rec)
 		return res, nil, err
 	case rec.KnownState() == findings.StateGone:
-		if beforeGone != nil {
-			if res, err := beforeGone(); err != nil {
-				return res, nil, err
-			}
-		}
 		res, err := w.gone(ctx, rec)
 		return res, nil, err
 	}
@@ -201,12 +195,11 @@ func (w *Writer) route(ctx context.Context, rec findings.Record, posted owner.Ow
 // Stage is WriteAfter kept back for Flush: the findings of one Report
 // between two checkpoint saves cost one write. A present record's
 // Outcome is Written once staged (Flush says how the write went); the
-// others are final as WriteAfter's, a gone one flushing first.
+// others are final as WriteAfter's. A gone record is written at once:
+// Flush before staging it (Keeper.stage does, and accounts for each
+// Report Flush wrote), or a result staged for its pod comes back after.
 func (w *Writer) Stage(ctx context.Context, rec findings.Record, posted owner.Owned) (Result, error) {
-	res, change, err := w.route(ctx, rec, posted, func() (Result, error) {
-		_, failed, err := w.Flush(ctx)
-		return failed, err
-	})
+	res, change, err := w.route(ctx, rec, posted)
 	if change == nil {
 		return res, err
 	}

@@ -1,0 +1,324 @@
+package openreports_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/consumer"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/follow"
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+)
+
+// discoveryPath is the openreports.io group version's discovery, which
+// tells whether Reports and ClusterReports are served.
+const discoveryPath = "/apis/openreports.io/v1alpha1"
+
+// outage refuses, while down, the requests refuse picks, as an API
+// server out of reach would (no HTTP answer).
+type outage struct {
+	down   atomic.Bool
+	refuse func(*http.Request) bool
+}
+
+func (o *outage) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTrip(func(r *http.Request) (*http.Response, error) {
+		if o.down.Load() && o.refuse(r) {
+			return nil, errors.New("connection refused (test outage)")
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+// forwarder is the forwarder's Reports path over clients through cfg: a
+// keeper (started) and the runner following its own findings file.
+type forwarder struct {
+	keeper *openreports.Keeper
+	runner *consumer.Runner
+	reg    *prometheus.Registry
+	file   string
+}
+
+func newForwarder(t *testing.T, life context.Context, cfg func() (kubernetes.Interface, versioned.Interface), node string, refusals *kubeapi.Refusals) *forwarder {
+	t.Helper()
+	cs, rc := cfg()
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	keeper := openreports.NewKeeper(openreports.New(cs, rc, node), rc, cs, log)
+	keeper.Refusals = refusals
+	// The loop must not be what brings Reports on: the held line does.
+	keeper.Prune, keeper.LookMissing, keeper.LookForbidden = time.Hour, time.Hour, time.Hour
+	reg := prometheus.NewRegistry()
+	keeper.Register(reg)
+	if refusals != nil {
+		reg.MustRegister(refusals.Collector())
+	}
+	keeper.Start(life)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "findings.jsonl")
+	r := &consumer.Runner{Findings: file, Store: follow.FileStore(filepath.Join(dir, "checkpoint.json")), Batch: 64, Log: log,
+		Consumers: []consumer.Named{{Name: "reports", Consumer: keeper}}}
+	return &forwarder{keeper: keeper, runner: r, reg: reg, file: file}
+}
+
+func (f *forwarder) append(t *testing.T, recs ...findings.Record) {
+	t.Helper()
+	fd, err := os.OpenFile(f.file, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	for _, rec := range recs {
+		line, err := findings.Encode(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fd.Write(line); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// counts gives the values of the counter family name by its labels'
+// values, joined with ",".
+func (f *forwarder) counts(t *testing.T, name string) map[string]float64 {
+	t.Helper()
+	fams, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, fam := range fams {
+		if fam.GetName() != name {
+			continue
+		}
+		for _, m := range fam.GetMetric() {
+			var values []string
+			for _, l := range m.GetLabel() {
+				values = append(values, l.GetValue())
+			}
+			out[strings.Join(values, ",")] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// nodeRecord is the agent's node-mode finding about node's own netns.
+func nodeRecord(node string) findings.Record {
+	return findings.Record{Schema: findings.Schema, Time: findings.Now(), Node: node, Subject: findings.SubjectNode, Source: "watch", Stage: "nftables commit",
+		State: findings.StatePresent, Nft: findings.Nft{Tables: []string{"ip nat"}, Chains: 1, Rules: 1},
+		Impact: findings.Impact{Xt: 1}, Worst: findings.ImpactXt,
+		Examples:    []findings.Example{{Family: "ip", Table: "nat", Chain: "POSTROUTING", Rule: "-A POSTROUTING -s 10.8.0.0/16 -j MASQUERADE", Impact: findings.ImpactXt}},
+		Fingerprint: "fp-node-" + node}
+}
+
+// resultPods names the pods with a result in node's Reports in namespace.
+func resultPods(t *testing.T, rc versioned.Interface, namespace, node string) []string {
+	t.Helper()
+	list, err := rc.OpenreportsV1alpha1().Reports(namespace).List(kubetest.Ctx(t), metav1.ListOptions{LabelSelector: openreports.Selector(node)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []string
+	for _, r := range list.Items {
+		for _, x := range r.Results {
+			if s, ok := openreports.PodSubject(x); ok {
+				pods = append(pods, s.Name)
+			}
+		}
+	}
+	sort.Strings(pods)
+	return pods
+}
+
+// TestKeeperStartsDuringOutage: the forwarder starts while the API server
+// cannot say whether Reports (or the node's ClusterReport) may be
+// written. Its findings were taken for "Reports off" and never got their
+// Report; now their line is held (ErrUnknown), the look tried again with
+// it, and once the API answers every Report is written.
+func TestKeeperStartsDuringOutage(t *testing.T) {
+	c, admin, owned := start(t)
+	c.CRD(t, clusterCRDPath, openreportsv1alpha1.SchemeGroupVersion.String(), "clusterreports")
+	web, db := owned["web-7c9-aaaaa"].Pod, owned["db-0"].Pod
+	isDiscovery := func(r *http.Request) bool { return r.URL.Path == discoveryPath }
+	for _, tc := range []struct {
+		name string
+		// refuse picks the requests the outage refuses; nil: the API
+		// server itself is stopped.
+		refuse func(*http.Request) bool
+		// reportsOn: the pods' Reports are on during the outage, the
+		// node's ClusterReport alone unknown.
+		reportsOn bool
+	}{
+		{name: "api server stopped"},
+		{name: "discovery refused", refuse: isDiscovery},
+		{name: "access reviews refused", refuse: func(r *http.Request) bool {
+			return strings.HasSuffix(r.URL.Path, "/selfsubjectaccessreviews")
+		}},
+		{name: "clusterreports discovery refused", reportsOn: true, refuse: func() func(*http.Request) bool {
+			// The first discovery (for Reports) answered, the next
+			// (for ClusterReports) not.
+			var n atomic.Int32
+			return func(r *http.Request) bool { return isDiscovery(r) && n.Add(1) > 1 }
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := "node-" + strings.ReplaceAll(tc.name, " ", "-")
+			life, end := context.WithCancel(context.Background())
+			t.Cleanup(end)
+			o := &outage{refuse: tc.refuse}
+			stopped := tc.refuse == nil
+			if stopped {
+				o.refuse = func(*http.Request) bool { return false }
+				c.StopAPIServer()
+				// The next cases need it, whatever becomes of this one.
+				t.Cleanup(func() {
+					if stopped {
+						c.StartAPIServer()
+					}
+				})
+			}
+			o.down.Store(true)
+			f := newForwarder(t, life, func() (kubernetes.Interface, versioned.Interface) {
+				cfg := c.Config(c.AdminToken)
+				cfg.WrapTransport = o.wrap
+				cs, err := kubernetes.NewForConfig(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rc, err := versioned.NewForConfig(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return cs, rc
+			}, node, nil)
+			if f.keeper.Enabled() != tc.reportsOn {
+				t.Errorf("Reports enabled %v during the outage, want %v", f.keeper.Enabled(), tc.reportsOn)
+			}
+			f.append(t, record(web, findings.StatePresent, 0, 1, 0), nodeRecord(node), record(db, findings.StatePresent, 1, 0, 0))
+			// Twice: the line held is tried again, and so is the look.
+			for range 2 {
+				if err := f.runner.Once(kubetest.Ctx(t)); !errors.Is(err, openreports.ErrUnknown) || !kubeapi.Retryable(err) {
+					t.Errorf("Once during the outage = %v, want a retryable ErrUnknown", err)
+				}
+			}
+
+			o.down.Store(false)
+			if stopped {
+				c.StartAPIServer()
+				stopped = false
+				// Ready may come before the CRDs' discovery: a 404
+				// then is the API's word that Reports are not served.
+				for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+					if ok, _ := openreports.Available(kubetest.Ctx(t), admin); ok {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("Reports not served after the API server's restart")
+					}
+				}
+			}
+			if err := f.runner.Once(kubetest.Ctx(t)); err != nil {
+				t.Fatalf("Once after the outage: %v", err)
+			}
+			if !f.keeper.Enabled() {
+				t.Error("Reports not enabled after the outage")
+			}
+			if diff := cmp.Diff([]string{db.Name, web.Name}, resultPods(t, admin, "shop", node)); diff != "" {
+				t.Errorf("pods with a result (-want +got):\n%s", diff)
+			}
+			cr, err := admin.OpenreportsV1alpha1().ClusterReports().Get(kubetest.Ctx(t), openreports.NodeReportName(node), metav1.GetOptions{})
+			if err != nil || len(cr.Results) != 1 {
+				t.Errorf("node's ClusterReport: %v, %v", cr, err)
+			}
+			if diff := cmp.Diff(map[string]float64{"written": 3}, f.counts(t, "iptables_alerter_forward_reports_total")); diff != "" {
+				t.Errorf("reports by outcome (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestGoneFlushCounted: a gone record flushes the Reports staged before
+// it (a result staged for its pod would come back after): what that
+// flush wrote is counted, and a Report refused for good is counted and
+// recorded as a refusal, as the checkpoint's Flush does; the gone record
+// itself is removed, not taken for the refused Report.
+func TestGoneFlushCounted(t *testing.T) {
+	c, admin, owned := start(t)
+	ctx := kubetest.Ctx(t)
+	cs := c.Client()
+	kubetest.Namespace(t, cs, "full")
+	hard := corev1.ResourceList{"count/reports.openreports.io": resource.MustParse("0")}
+	q, err := cs.CoreV1().ResourceQuotas("full").Create(ctx, &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-reports", Namespace: "full"}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No controller-manager runs: the test sets the status its quota
+	// controller would, and waits until admission uses it.
+	q.Status = corev1.ResourceQuotaStatus{Hard: hard, Used: corev1.ResourceList{"count/reports.openreports.io": resource.MustParse("0")}}
+	if _, err := cs.CoreV1().ResourceQuotas("full").UpdateStatus(ctx, q, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	probe := &openreportsv1alpha1.Report{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "full"}}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		_, err := admin.OpenreportsV1alpha1().Reports("full").Create(ctx, probe, metav1.CreateOptions{})
+		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota") {
+			break
+		}
+		if err == nil {
+			_ = admin.OpenreportsV1alpha1().Reports("full").Delete(ctx, probe.Name, metav1.DeleteOptions{})
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the quota refuses no Report: %v", err)
+		}
+	}
+	full := kubetest.Pod(t, cs, "full", "a", nil, "")
+	web, other := owned["web-7c9-aaaaa"].Pod, owned["web-7c9-bbbbb"].Pod
+
+	life, end := context.WithCancel(context.Background())
+	t.Cleanup(end)
+	f := newForwarder(t, life, func() (kubernetes.Interface, versioned.Interface) { return cs, admin }, "node-a", kubeapi.NewRefusals())
+	if !f.keeper.Enabled() {
+		t.Fatal("Reports not enabled")
+	}
+	// All in one batch: the gone record comes while full's and shop's
+	// Reports are staged.
+	f.append(t, record(full, findings.StatePresent, 0, 1, 0), record(web, findings.StatePresent, 0, 1, 0),
+		record(other, findings.StatePresent, 0, 0, 1), record(web, findings.StateGone, 0, 0, 0))
+	if err := f.runner.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{other.Name}, resultPods(t, admin, "shop", "node-a")); diff != "" {
+		t.Errorf("pods with a result in shop (-want +got):\n%s", diff)
+	}
+	want := map[string]float64{"written": 2, "rejected": 1, "removed": 1}
+	if diff := cmp.Diff(want, f.counts(t, "iptables_alerter_forward_reports_total")); diff != "" {
+		t.Errorf("reports by outcome (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]float64{"report,quota": 1}, f.counts(t, "iptables_alerter_forward_refused_total")); diff != "" {
+		t.Errorf("refusals by kind and reason (-want +got):\n%s", diff)
+	}
+}
