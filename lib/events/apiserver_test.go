@@ -1,17 +1,26 @@
 package events_test
 
 import (
+	"errors"
 	"github.com/iptables-alerter/iptables-alerter/lib/wording"
+	"io"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 )
 
 func record(pod findings.Pod, fingerprint string) findings.Record {
@@ -191,3 +200,80 @@ func TestUnknownRealAPIServer(t *testing.T) {
 		t.Fatalf("events on the pod: %+v, want one %s Warning with the unknown note", evs, events.UnknownReason)
 	}
 }
+
+// TestNodeSummaryRetryCounted: the pod Event is created, then the node
+// summary's create fails (no answer) and the line is tried again; the
+// pod Event then answers AlreadyExists. It was counted as a duplicate
+// and never as created (created_total, the Events by impact); the Poster
+// remembers it was its own and counts it as created once.
+func TestNodeSummaryRetryCounted(t *testing.T) {
+	c := kubetest.Start(t)
+	ctx := kubetest.Ctx(t)
+	kubetest.Namespace(t, c.Client(), "shop")
+	live := kubetest.Pod(t, c.Client(), "shop", "cart", nil, "")
+	var left atomic.Int32
+	left.Store(1)
+	cfg := c.Config(c.AdminToken)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTrip(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/namespaces/"+events.NodeEventNamespace+"/events") && left.Add(-1) >= 0 {
+				return nil, errors.New("connection refused (test fault)")
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	ev := events.NewConsumer(events.New(cs, "node-a", true), log, kubeapi.NewRefusals())
+	reg := prometheus.NewRegistry()
+	ev.Register(reg, func() int64 { return 0 }, func() int64 { return 0 })
+
+	rec := record(findings.Pod{Namespace: "shop", Name: "cart", UID: string(live.UID)}, "fp")
+	rec.Impact, rec.Worst = findings.Impact{Xt: 1}, findings.ImpactXt
+	if err := ev.Consume(ctx, rec); !kubeapi.Retryable(err) {
+		t.Fatalf("Consume with the node summary refused = %v, want a retryable error", err)
+	}
+	if err := ev.Consume(ctx, rec); err != nil {
+		t.Fatalf("Consume again: %v", err)
+	}
+	// Another line with the same Event is a duplicate again.
+	if err := ev.Consume(ctx, rec); err != nil {
+		t.Fatalf("Consume a replay: %v", err)
+	}
+	got := ev.Fields()
+	if got["created_total"] != int64(1) || got["duplicate_total"] != int64(1) {
+		t.Errorf("created_total %v, duplicate_total %v; want 1 and 1", got["created_total"], got["duplicate_total"])
+	}
+	byImpact := map[string]float64{}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range fams {
+		if fam.GetName() == "iptables_alerter_forward_events_by_impact_total" {
+			for _, m := range fam.GetMetric() {
+				var labels []string
+				for _, l := range m.GetLabel() {
+					labels = append(labels, l.GetName()+"="+l.GetValue())
+				}
+				byImpact[strings.Join(labels, ",")] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if diff := cmp.Diff(map[string]float64{"impact=xt,vendor=unknown": 1}, byImpact); diff != "" {
+		t.Errorf("pod Events by impact (-want +got):\n%s", diff)
+	}
+	for _, e := range []struct{ namespace, name string }{{"shop", events.PodEventName(rec)}, {events.NodeEventNamespace, events.NodeEventName("node-a", rec.Fingerprint)}} {
+		if _, err := c.Client().EventsV1().Events(e.namespace).Get(ctx, e.name, metav1.GetOptions{}); err != nil {
+			t.Errorf("event %s/%s: %v", e.namespace, e.name, err)
+		}
+	}
+}
+
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

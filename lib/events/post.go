@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/iptables-alerter/iptables-alerter/lib/wording"
+	"sync"
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
@@ -45,13 +46,17 @@ const (
 
 	// instanceLimit is the API's limit on reportingInstance.
 	instanceLimit = 128
+	// maxOwed bounds Poster.owed: the runner retries one line at a time,
+	// so it holds one entry unless a line is never retried.
+	maxOwed = 64
 )
 
 // Outcome says what became of a record.
 type Outcome string
 
 const (
-	// Created: the API stored a new Event.
+	// Created: the API stored a new Event, now or on an earlier try of
+	// the same record that failed on its node summary.
 	Created Outcome = "created"
 	// Duplicate: the Event existed already (a replay after a restart).
 	Duplicate Outcome = "duplicate"
@@ -97,12 +102,19 @@ type Poster struct {
 	node      string
 	nodeEvent bool
 	now       func() time.Time
+
+	// owed holds the pod Events (namespace/name) a Post created before
+	// their node summary failed: the retry finds them there
+	// (AlreadyExists) and must still say Created, or they are never
+	// counted as created.
+	mu   sync.Mutex
+	owed map[string]bool
 }
 
 // New gives a Poster reporting as node; nodeEvent adds the summary Event on
 // the Node object.
 func New(client kubernetes.Interface, node string, nodeEvent bool) *Poster {
-	return &Poster{client: client, owners: owner.New(client), node: node, nodeEvent: nodeEvent, now: time.Now,
+	return &Poster{client: client, owners: owner.New(client), node: node, nodeEvent: nodeEvent, now: time.Now, owed: map[string]bool{},
 		Live: func(ctx context.Context, want findings.Pod) (*corev1.Pod, error) {
 			return kubeapi.LivePod(ctx, client, want)
 		}}
@@ -126,11 +138,40 @@ func (p *Poster) Post(ctx context.Context, rec findings.Record) (Result, error) 
 	// The node summary is posted even when the pod is gone: the node did
 	// run a workload using iptables, which is what the summary says.
 	out, err := p.create(ctx, p.nodeEventFor(rec, res))
+	podEvent := res.Namespace + "/" + res.Name
 	if out == "" {
+		if res.Outcome == Created {
+			p.owe(podEvent)
+		}
 		return Result{}, err
+	}
+	if p.paid(podEvent) && res.Outcome == Duplicate {
+		res.Outcome = Created
 	}
 	res.Node, res.NodeWhy = out, err
 	return res, nil
+}
+
+// owe remembers that a Post created the pod Event named so and failed
+// on its node summary.
+func (p *Poster) owe(podEvent string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.owed) >= maxOwed {
+		// Crude but bounded: a forgotten one is counted a duplicate.
+		clear(p.owed)
+	}
+	p.owed[podEvent] = true
+}
+
+// paid forgets podEvent (its node summary is done) and says whether an
+// earlier Post had created it.
+func (p *Poster) paid(podEvent string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	was := p.owed[podEvent]
+	delete(p.owed, podEvent)
+	return was
 }
 
 // noEvent tells a record that gets no Event, and why: its usage gone (the
@@ -163,7 +204,14 @@ func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, erro
 	case err != nil:
 		return Result{Outcome: Rejected, Why: err}, nil
 	}
-	res := Result{Namespace: pod.Namespace, PodUID: pod.UID, Mirror: kubeapi.IsMirror(pod, rec.Pod), Name: PodEventName(rec), Owned: p.owners.Owned(ctx, pod)}
+	owned, err := p.owners.Owned(ctx, pod)
+	if kubeapi.Retryable(err) {
+		// Not the ReplicaSet in its stead: the Event would name it, and
+		// the Report it is handed to would file the pod under it while
+		// its later findings go under the Deployment.
+		return Result{}, err
+	}
+	res := Result{Namespace: pod.Namespace, PodUID: pod.UID, Mirror: kubeapi.IsMirror(pod, rec.Pod), Name: PodEventName(rec), Owned: owned}
 	res.Outcome, err = p.create(ctx, p.podEvent(rec, pod, res.Name, res.Owner))
 	if res.Outcome == "" {
 		return Result{}, err

@@ -52,6 +52,9 @@ func TestPostFake(t *testing.T) {
 			cs.PrependReactor(verb, resource, func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, err })
 		}
 	}
+	// A ReplicaSet's pod: its Deployment is looked up.
+	ofReplicaSet := livePod(rec.Pod.UID, nil)
+	ofReplicaSet.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "cart-7d9", UID: "rs-uid", Controller: new(true)}}
 
 	cases := []struct {
 		name       string
@@ -78,6 +81,8 @@ func TestPostFake(t *testing.T) {
 		{name: "rbac missing", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewForbidden(events, "x", errors.New(`User "system:serviceaccount:a:b" cannot create resource "events" in API group "events.k8s.io" in the namespace "shop"`))), wantRetry: true},
 		{name: "quota", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewForbidden(events, "x", errors.New("exceeded quota: q, requested: count/events.events.k8s.io=1, used: count/events.events.k8s.io=0, limited: count/events.events.k8s.io=0"))), want: Rejected, wantUID: types.UID(rec.Pod.UID)},
 		{name: "invalid", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewInvalid(schema.GroupKind{Group: "events.k8s.io", Kind: "Event"}, "x", field.ErrorList{field.Required(field.NewPath("note"), "")})), want: Rejected, wantUID: types.UID(rec.Pod.UID)},
+		{name: "owner lookup unavailable", pod: ofReplicaSet, rec: rec, setup: fail("get", "replicasets", apierrors.NewServiceUnavailable("down")), wantRetry: true},
+		{name: "owner gone: its pod's controller named", pod: ofReplicaSet, rec: rec, want: Created, wantUID: types.UID(rec.Pod.UID), wantEvents: 1},
 		{name: "already exists", pod: livePod(rec.Pod.UID, nil), rec: rec, setup: fail("create", "events", apierrors.NewAlreadyExists(events, "x")), want: Duplicate, wantUID: types.UID(rec.Pod.UID)},
 	}
 	for _, tc := range cases {

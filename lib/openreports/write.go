@@ -310,7 +310,11 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 		case err != nil:
 			return Result{Outcome: Rejected, Why: err}, nil, nil
 		}
-		posted = w.owners.Owned(ctx, pod)
+		if posted, err = w.owners.Owned(ctx, pod); kubeapi.Retryable(err) {
+			// The nearest owner would file the pod under its ReplicaSet
+			// now and under the Deployment for its next finding.
+			return Result{}, nil, err
+		}
 	}
 	pod, o, ref := posted.Pod, posted.Owner, posted.Ref
 	res := Result{Namespace: pod.Namespace, Name: Name(o, w.node), Owner: o}

@@ -3,6 +3,7 @@ package owner_test
 import (
 	"testing"
 
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 	appsv1 "k8s.io/api/apps/v1"
@@ -43,8 +44,9 @@ func TestResolveRealAPIServer(t *testing.T) {
 	if got := r.Resolve(ctx, web); got.String() != "Deployment/web" {
 		t.Errorf("cached owner %s, want Deployment/web", got)
 	}
-	if got := owner.New(sa).Resolve(ctx, web); got.String() != "ReplicaSet/web-7c9" {
-		t.Errorf("owner with the ReplicaSet gone %s, want ReplicaSet/web-7c9", got)
+	// Its 404 is a final answer: no error comes with the fallback.
+	if got, _, err := owner.New(sa).Reference(ctx, web); got.String() != "ReplicaSet/web-7c9" || err != nil {
+		t.Errorf("owner with the ReplicaSet gone %s, %v; want ReplicaSet/web-7c9 and no error", got, err)
 	}
 	// A ReplicaSet of the same name but another object (another
 	// Deployment's) is not the pod's: the pod's own reference is named.
@@ -63,5 +65,40 @@ func TestResolveRealAPIServer(t *testing.T) {
 	// Without any client only the pod's own references are read.
 	if got := owner.New(nil).Resolve(ctx, pods["nightly-2901-ddddd"].Pod); got.String() != "Job/nightly-2901" {
 		t.Errorf("owner without client %s, want Job/nightly-2901", got)
+	}
+}
+
+// TestReferenceLookupFails: a ReplicaSet that cannot be read (the API
+// server down) is no answer: Reference says so with an error the callers
+// retry (else the pod is filed under its ReplicaSet now and under its
+// Deployment next time), and the failure is not cached, so the next call
+// names the Deployment. A name no object can have is an answer: it is not
+// asked for (client-go refuses it with an error that looks like an
+// outage, which would be retried forever).
+func TestReferenceLookupFails(t *testing.T) {
+	c := kubetest.Start(t)
+	ctx := kubetest.Ctx(t)
+	kubetest.Namespace(t, c.Client(), "shop")
+	web := kubetest.Workloads(t, c.Client(), "shop")["web-7c9-aaaaa"].Pod
+	r := owner.New(c.Client())
+
+	c.StopAPIServer()
+	o, ref, err := r.Reference(ctx, web)
+	c.StartAPIServer()
+	if !kubeapi.Retryable(err) {
+		t.Errorf("Reference with the API server down: error %v, want a retryable one", err)
+	}
+	// Beside the error, the nearest owner known, for callers that take it.
+	if o.String() != "ReplicaSet/web-7c9" || ref.UID != web.OwnerReferences[0].UID {
+		t.Errorf("Reference with the API server down = %s, %+v; want the ReplicaSet", o, ref)
+	}
+	if o, ref, err := r.Reference(ctx, web); o.String() != "Deployment/web" || ref.Kind != "Deployment" || err != nil {
+		t.Errorf("Reference after the outage = %s, %+v, %v; want Deployment/web", o, ref, err)
+	}
+
+	odd := web.DeepCopy()
+	odd.OwnerReferences[0].Name = "a/b"
+	if o, _, err := r.Reference(ctx, odd); o.String() != "ReplicaSet/a/b" || err != nil {
+		t.Errorf("Reference through an impossible name = %s, %v; want the ReplicaSet and no error", o, err)
 	}
 }

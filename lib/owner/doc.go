@@ -3,10 +3,14 @@
 // to CronJob, ReplicationController to OpenShift's DeploymentConfig) and
 // says "StaticPod" for a mirror pod and "Pod" for a bare one.
 //
-// Invariants: Resolve never fails: when a lookup is refused, times out or
-// finds nothing it answers the nearest owner it knows (the ReplicaSet, say),
-// never a guess from the pod's name. Lookups are cached (bounded entries,
-// bounded age), so a node's forwarder asks about each ReplicaSet once.
+// Invariants: it never guesses from the pod's name. When the controller is
+// gone, is another object now or has no controller itself, the answer is
+// the nearest owner known (the ReplicaSet, say). When a lookup is refused
+// or times out, Reference and Owned say so with an error beside that
+// answer, which a caller filing pods by owner retries rather than take
+// (else one pod lands under two owners); Resolve drops the error. What a
+// lookup found is cached (bounded entries, bounded age), a 404 or a
+// failure not, so a node's forwarder asks about each ReplicaSet once.
 //
 // API calls made, which packaging/rbac must allow: get on replicasets and
 // replicationcontrollers (to see their Deployment or DeploymentConfig) and

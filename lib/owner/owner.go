@@ -2,10 +2,14 @@ package owner
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
@@ -61,9 +65,10 @@ func New(client kubernetes.Interface) *Resolver {
 	return &Resolver{client: client, now: time.Now, cache: map[key]entry{}}
 }
 
-// Resolve names the owner of pod.
+// Resolve names the owner of pod, the nearest one known when a lookup
+// failed (Reference's error is dropped).
 func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) Owner {
-	o, _ := r.Reference(ctx, pod)
+	o, _, _ := r.Reference(ctx, pod)
 	return o
 }
 
@@ -72,30 +77,40 @@ func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) Owner {
 // with the workload: a bare or static pod refers to the pod itself. The
 // reference never sets controller or blockOwnerDeletion (OpenShift's
 // admission refuses the latter without finalizer rights on the owner).
-func (r *Resolver) Reference(ctx context.Context, pod *corev1.Pod) (Owner, metav1.OwnerReference) {
+//
+// err is set when the pod's controller (a ReplicaSet, say) could not be
+// read for a reason other than its absence: an outage, throttling, a
+// refusal. Owner and the reference then name that controller, the
+// nearest owner known. A caller filing the pod under its owner must not
+// take them when err may pass (lib/kubeapi.Retryable) but try again: the
+// pod's later findings would name the workload (the Deployment), and the
+// pod would be filed under two owners.
+func (r *Resolver) Reference(ctx context.Context, pod *corev1.Pod) (Owner, metav1.OwnerReference, error) {
 	self := metav1.OwnerReference{APIVersion: "v1", Kind: KindPod, Name: pod.Name, UID: pod.UID}
 	ref := metav1.GetControllerOf(pod)
 	if ref == nil {
 		if _, ok := pod.Annotations[MirrorAnnotation]; ok {
-			return Owner{Kind: KindStaticPod, Name: pod.Name}, self
+			return Owner{Kind: KindStaticPod, Name: pod.Name}, self, nil
 		}
-		return Bare(pod.Name), self
+		return Bare(pod.Name), self, nil
 	}
 	// The kubelet makes a mirror pod's controller its Node.
 	if ref.Kind == "Node" {
-		return Owner{Kind: KindStaticPod, Name: pod.Name}, self
+		return Owner{Kind: KindStaticPod, Name: pod.Name}, self, nil
 	}
 	top := *ref
+	var err error
 	switch {
 	case ref.Kind == "ReplicaSet" && isGroup(ref.APIVersion, "apps"),
 		ref.Kind == "Job" && isGroup(ref.APIVersion, "batch"),
 		ref.Kind == "ReplicationController" && isGroup(ref.APIVersion, ""):
-		if p := r.parent(ctx, key{pod.Namespace, ref.Kind, ref.Name, string(ref.UID)}); p != nil {
+		var p *metav1.OwnerReference
+		if p, err = r.parent(ctx, key{pod.Namespace, ref.Kind, ref.Name, string(ref.UID)}); p != nil {
 			top = *p
 		}
 	}
 	top.Controller, top.BlockOwnerDeletion = nil, nil
-	return Owner{Kind: top.Kind, Name: top.Name}, top
+	return Owner{Kind: top.Kind, Name: top.Name}, top, err
 }
 
 // isGroup checks the API group: a CRD may reuse a kind name.
@@ -105,16 +120,20 @@ func isGroup(apiVersion, group string) bool {
 }
 
 // parent returns the controller of a ReplicaSet, Job or
-// ReplicationController, nil when it has none or cannot be read.
-func (r *Resolver) parent(ctx context.Context, k key) *metav1.OwnerReference {
-	if r.client == nil {
-		return nil
+// ReplicationController, nil when it has none, is gone or is another
+// object now; the error of a lookup that failed otherwise.
+func (r *Resolver) parent(ctx context.Context, k key) (*metav1.OwnerReference, error) {
+	// An ownerReference's name is not validated as an object name, and
+	// client-go refuses an impossible one before sending anything, with
+	// an error that looks like a lost connection: no such object exists.
+	if r.client == nil || k.name == "" || len(path.IsValidPathSegmentName(k.name)) > 0 {
+		return nil, nil
 	}
 	r.mu.Lock()
 	e, ok := r.cache[k]
 	r.mu.Unlock()
 	if ok && r.now().Sub(e.at) < maxAge {
-		return e.parent
+		return e.parent, nil
 	}
 	var meta *metav1.ObjectMeta
 	var err error
@@ -138,9 +157,14 @@ func (r *Resolver) parent(ctx context.Context, k key) *metav1.OwnerReference {
 		}
 		err = e
 	}
-	if err != nil || meta == nil {
+	switch {
+	case apierrors.IsNotFound(err) || err == nil && meta == nil:
+		// Final: the pod's controller is the nearest owner there is. Not
+		// cached, as no failed lookup is.
+		return nil, nil
+	case err != nil:
 		// Not cached: a refusal or an outage may pass.
-		return nil
+		return nil, fmt.Errorf("get %s %q: %w", strings.ToLower(k.kind), k.namespace+"/"+k.name, err)
 	}
 	var p *metav1.OwnerReference
 	// Another object under the pod's owner's name says nothing of the pod.
@@ -159,7 +183,7 @@ func (r *Resolver) parent(ctx context.Context, k key) *metav1.OwnerReference {
 		clear(r.cache)
 	}
 	r.cache[k] = entry{parent: p, at: r.now()}
-	return p
+	return p, nil
 }
 
 // Owned is a live pod with its owning workload and a reference to the
@@ -172,8 +196,9 @@ type Owned struct {
 	Ref   metav1.OwnerReference
 }
 
-// Owned reads pod's owner and its reference (Reference).
-func (r *Resolver) Owned(ctx context.Context, pod *corev1.Pod) Owned {
-	o, ref := r.Reference(ctx, pod)
-	return Owned{Pod: pod, Owner: o, Ref: ref}
+// Owned reads pod's owner and its reference; err and what comes with it
+// are Reference's.
+func (r *Resolver) Owned(ctx context.Context, pod *corev1.Pod) (Owned, error) {
+	o, ref, err := r.Reference(ctx, pod)
+	return Owned{Pod: pod, Owner: o, Ref: ref}, err
 }
