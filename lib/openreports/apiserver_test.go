@@ -316,6 +316,23 @@ func (c *calls) wrap(rt http.RoundTripper) http.RoundTripper {
 	})
 }
 
+// wrappedClients are the admin's clients with every request going through
+// wrap (counted, refused or failed by the test).
+func wrappedClients(t *testing.T, c *kubetest.Cluster, wrap func(http.RoundTripper) http.RoundTripper) (kubernetes.Interface, versioned.Interface) {
+	t.Helper()
+	cfg := c.Config(c.AdminToken)
+	cfg.WrapTransport = wrap
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, rc
+}
+
 // take gives the counts since the last take or reset, and resets them.
 func (c *calls) take() map[string]int {
 	c.mu.Lock()
@@ -340,16 +357,7 @@ func TestWriteAfterPost(t *testing.T) {
 	web := owned["web-7c9-aaaaa"].Pod
 	ctx := kubetest.Ctx(t)
 	counted := &calls{n: map[string]int{}}
-	cfg := c.Config(c.AdminToken)
-	cfg.WrapTransport = counted.wrap
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := versioned.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, rc := wrappedClients(t, c, counted.wrap)
 	rec := record(web, findings.StatePresent, 0, 1, 0)
 	posted, err := events.New(cs, "node-a", false).Post(ctx, rec)
 	if err != nil || posted.Outcome != events.Created {

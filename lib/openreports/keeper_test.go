@@ -202,17 +202,7 @@ func TestKeeperStartsDuringOutage(t *testing.T) {
 			}
 			o.down.Store(true)
 			f := newForwarder(t, life, func() (kubernetes.Interface, versioned.Interface) {
-				cfg := c.Config(c.AdminToken)
-				cfg.WrapTransport = o.wrap
-				cs, err := kubernetes.NewForConfig(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				rc, err := versioned.NewForConfig(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return cs, rc
+				return wrappedClients(t, c, o.wrap)
 			}, node, nil)
 			if f.keeper.Enabled() != tc.reportsOn {
 				t.Errorf("Reports enabled %v during the outage, want %v", f.keeper.Enabled(), tc.reportsOn)

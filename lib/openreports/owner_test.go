@@ -86,16 +86,8 @@ func TestOwnerLookupRetried(t *testing.T) {
 			f.left.Store(1)
 			var cs kubernetes.Interface
 			fwd := newForwarder(t, life, func() (kubernetes.Interface, versioned.Interface) {
-				cfg := c.Config(c.AdminToken)
-				cfg.WrapTransport = f.wrap
-				var err error
-				if cs, err = kubernetes.NewForConfig(cfg); err != nil {
-					t.Fatal(err)
-				}
-				rc, err := versioned.NewForConfig(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
+				var rc versioned.Interface
+				cs, rc = wrappedClients(t, c, f.wrap)
 				return cs, rc
 			}, node, nil)
 			ev := fwd.withEvents(cs, node)
@@ -159,12 +151,7 @@ func TestWriteOwnerLookupFails(t *testing.T) {
 		return r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/replicasets/")
 	}}
 	f.left.Store(1)
-	cfg := c.Config(c.AdminToken)
-	cfg.WrapTransport = f.wrap
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, _ := wrappedClients(t, c, f.wrap)
 	w := openreports.New(cs, admin, "node-a")
 	rec := record(web, findings.StatePresent, 0, 1, 0)
 	if res, err := w.Write(ctx, rec); !kubeapi.Retryable(err) {

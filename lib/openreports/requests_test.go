@@ -14,7 +14,6 @@ import (
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/consumer"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
@@ -44,16 +43,7 @@ func TestForwardRequests(t *testing.T) {
 	life, end := context.WithCancel(context.Background())
 	t.Cleanup(end)
 	counted := &calls{n: map[string]int{}}
-	cfg := c.Config(c.AdminToken)
-	cfg.WrapTransport = counted.wrap
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := versioned.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, rc := wrappedClients(t, c, counted.wrap)
 	// The test's own reads and writes go uncounted.
 	admin, err := versioned.NewForConfig(c.Config(c.AdminToken))
 	if err != nil {
