@@ -27,9 +27,18 @@ func TestResolveRealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every lookup here gets an answer: an error is the test's failure.
+	resolve := func(r *owner.Resolver, pod *corev1.Pod) owner.Owner {
+		t.Helper()
+		o, _, err := r.Reference(ctx, pod)
+		if err != nil {
+			t.Fatalf("owner of %s: %v", pod.Name, err)
+		}
+		return o
+	}
 	r := owner.New(sa)
 	for name, want := range pods {
-		got := r.Resolve(ctx, want.Pod)
+		got := resolve(r, want.Pod)
 		if got.Kind != want.Kind || got.Name != want.Owner {
 			t.Errorf("%s: owner %s, want %s/%s", name, got, want.Kind, want.Owner)
 		}
@@ -41,7 +50,7 @@ func TestResolveRealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	web := pods["web-7c9-aaaaa"].Pod
-	if got := r.Resolve(ctx, web); got.String() != "Deployment/web" {
+	if got := resolve(r, web); got.String() != "Deployment/web" {
 		t.Errorf("cached owner %s, want Deployment/web", got)
 	}
 	// Its 404 is a final answer: no error comes with the fallback.
@@ -59,11 +68,11 @@ func TestResolveRealAPIServer(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := owner.New(sa).Resolve(ctx, web); got.String() != "ReplicaSet/web-7c9" {
+	if got := resolve(owner.New(sa), web); got.String() != "ReplicaSet/web-7c9" {
 		t.Errorf("owner through a recreated ReplicaSet %s, want ReplicaSet/web-7c9", got)
 	}
 	// Without any client only the pod's own references are read.
-	if got := owner.New(nil).Resolve(ctx, pods["nightly-2901-ddddd"].Pod); got.String() != "Job/nightly-2901" {
+	if got := resolve(owner.New(nil), pods["nightly-2901-ddddd"].Pod); got.String() != "Job/nightly-2901" {
 		t.Errorf("owner without client %s, want Job/nightly-2901", got)
 	}
 }

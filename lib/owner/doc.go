@@ -8,7 +8,7 @@
 // the nearest owner known (the ReplicaSet, say). When a lookup is refused
 // or times out, Reference and Owned say so with an error beside that
 // answer, which a caller filing pods by owner retries rather than take
-// (else one pod lands under two owners); Resolve drops the error. What a
+// (else one pod lands under two owners). What a
 // lookup found is cached (bounded entries, bounded age), a 404 or a
 // failure not, so a node's forwarder asks about each ReplicaSet once.
 //

@@ -65,13 +65,6 @@ func New(client kubernetes.Interface) *Resolver {
 	return &Resolver{client: client, now: time.Now, cache: map[key]entry{}}
 }
 
-// Resolve names the owner of pod, the nearest one known when a lookup
-// failed (Reference's error is dropped).
-func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) Owner {
-	o, _, _ := r.Reference(ctx, pod)
-	return o
-}
-
 // Reference names the owner of pod and gives a reference to that object
 // (its API version and UID), for objects that must be garbage-collected
 // with the workload: a bare or static pod refers to the pod itself. The

@@ -379,7 +379,14 @@ func ResolveOwners(ctx context.Context, client kubernetes.Interface, items []Ite
 			continue
 		}
 		if string(pod.UID) == it.PodUID || pod.Annotations[owner.MirrorAnnotation] == it.PodUID {
-			it.Owner = r.Resolve(ctx, pod)
+			// As a failed pod GET: the nearest owner (the ReplicaSet)
+			// would list the pod under another workload than its
+			// Deployment's other pods.
+			o, _, err := r.Reference(ctx, pod)
+			if err != nil {
+				return fmt.Errorf("owner of pod %q: %w", it.Namespace+"/"+it.Pod, err)
+			}
+			it.Owner = o
 		}
 	}
 	return nil
