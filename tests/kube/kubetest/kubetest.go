@@ -286,10 +286,15 @@ const maxGoroutineDump = 30000
 // stack: where a request that got no answer waits (CI once saw a list of
 // Reports hang for the client's 30 s with nothing in either log).
 func (c *Cluster) goroutines() string {
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.caPool()}, DialContext: c.Dial}}
+	// The admin's client (Config): its CA, token and netns dialer.
+	client, err := rest.HTTPClientFor(c.Config(c.AdminToken))
+	if err != nil {
+		return err.Error()
+	}
 	defer client.CloseIdleConnections()
-	req, _ := http.NewRequest(http.MethodGet, c.URL+"/debug/pprof/goroutine?debug=1", nil)
-	req.Header.Set("Authorization", "Bearer "+c.AdminToken)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.URL+"/debug/pprof/goroutine?debug=1", nil)
 	resp, err := client.Do(req)
 	if err != nil {
 		return err.Error()
