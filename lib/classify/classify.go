@@ -120,7 +120,7 @@ func Classify(s inspect.Snapshot) Usage {
 		// its own, as an nftables chain's is (Chain.Drop).
 		switch {
 		case l.Entries > untouched || len(l.Policies) > 0:
-			u.Legacy = append(u.Legacy, Legacy{Family: l.Family, Table: l.Name, Rules: int(l.Entries) - int(min(untouched, l.Entries)), Chains: l.Chains,
+			u.Legacy = append(u.Legacy, Legacy{Family: l.Family, Table: l.Name, Rules: max(int(l.Entries)-int(untouched), 0), Chains: l.Chains,
 				Policies: l.Policies, Cut: l.Cut, Sum: l.Sum})
 		case l.Cut:
 			// An untouched table whose entries could not be read: its
