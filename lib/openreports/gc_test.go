@@ -2,11 +2,18 @@ package openreports_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -49,6 +56,90 @@ func TestPrune(t *testing.T) {
 	r := get(t, rc, "shop", name)
 	if len(r.Results) != 1 || r.Results[0].Subjects[1].Name != b.Name {
 		t.Errorf("after prune: %+v", r.Results)
+	}
+}
+
+// TestPruneBounded: Prune reads the node's Reports a page at a time and
+// remembers no more of them than maxKnownBytes allows (each may hold
+// about 600 KiB, the forwarder's limit is 128Mi), and still prunes a
+// result on the last page.
+func TestPruneBounded(t *testing.T) {
+	c, rc, owned := start(t)
+	ctx := kubetest.Ctx(t)
+	cs := c.Client()
+	w := openreports.New(cs, rc, "node-a")
+	res, err := w.Write(ctx, record(owned["web-7c9-aaaaa"].Pod, findings.StatePresent, 0, 1, 0))
+	if err != nil || res.Outcome != openreports.Written {
+		t.Fatalf("Write = %+v, %v", res, err)
+	}
+	tmpl := get(t, rc, "shop", res.Name)
+	// 60 Reports of 40 results, each 1 KiB of text, of pods still seen;
+	// the last (listed last) also holds a pod gone two hours ago.
+	const reports, results = 60, 40
+	now := time.Now().UTC()
+	for i := range reports {
+		r := &openreportsv1alpha1.Report{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("bulk-%02d", i), Labels: tmpl.Labels}}
+		for j := range results {
+			x := *tmpl.Results[0].DeepCopy()
+			x.Description = strings.Repeat("d", 1024)
+			x.Properties[openreports.PropPodUID] = fmt.Sprintf("uid-%d-%d", i, j)
+			x.Properties[openreports.PropLastSeen] = now.Format(time.RFC3339)
+			r.Results = append(r.Results, x)
+		}
+		if i == reports-1 {
+			x := *tmpl.Results[0].DeepCopy()
+			for k := range x.Subjects {
+				if openreports.IsPod(x.Subjects[k].APIVersion, x.Subjects[k].Kind) {
+					x.Subjects[k].Name, x.Subjects[k].UID = "gone-pod", "uid-gone"
+				}
+			}
+			x.Properties[openreports.PropPodUID] = "uid-gone"
+			x.Properties[openreports.PropLastSeen] = now.Add(-2 * time.Hour).Format(time.RFC3339)
+			r.Results = append(r.Results, x)
+		}
+		made, err := rc.OpenreportsV1alpha1().Reports("shop").Create(ctx, r, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if raw, _ := json.Marshal(made); openreports.Footprint(made) < len(raw) {
+			t.Fatalf("footprint %d below the Report's %d bytes of JSON", openreports.Footprint(made), len(raw))
+		}
+	}
+
+	const bound = 1 << 20
+	openreports.SetMaxKnownBytes(t, bound)
+	var lists []string
+	var mu sync.Mutex
+	_, counted := wrappedClients(t, c, func(rt http.RoundTripper) http.RoundTripper {
+		return roundTrip(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/reports") {
+				mu.Lock()
+				lists = append(lists, r.URL.Query().Get("limit"))
+				mu.Unlock()
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	p := openreports.New(cs, counted, "node-a")
+	p.Grace = time.Hour
+	if n, err := p.Prune(ctx); n != 1 || err != nil {
+		t.Fatalf("Prune = %d, %v; want 1", n, err)
+	}
+	// 61 Reports: two pages.
+	if diff := cmp.Diff([]string{"50", "50"}, lists); diff != "" {
+		t.Errorf("LIST requests' limits (-want +got):\n%s", diff)
+	}
+	if n, bytes := p.Known(); bytes > bound || n == 0 {
+		t.Errorf("remembers %d Reports of %d bytes, want some and at most %d bytes", n, bytes, bound)
+	}
+	last := get(t, rc, "shop", fmt.Sprintf("bulk-%02d", reports-1))
+	for _, x := range last.Results {
+		if x.Properties[openreports.PropPodUID] == "uid-gone" {
+			t.Error("the gone pod's result on the last page is still there")
+		}
+	}
+	if len(last.Results) != results {
+		t.Errorf("last Report holds %d results, want %d", len(last.Results), results)
 	}
 }
 

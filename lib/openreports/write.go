@@ -88,7 +88,9 @@ type Writer struct {
 	mu sync.Mutex
 	// known holds the Reports as this writer last wrote or listed them:
 	// their resourceVersion makes a write by anyone else since a 409.
-	known map[string]*openreportsv1alpha1.Report
+	// knownBytes is what they hold (footprint), bounded by maxKnownBytes.
+	known      map[string]knownReport
+	knownBytes int
 	// staged holds the changes Stage kept back for Flush, by Report
 	// (namespace/name), in order.
 	staged map[string]*staged
@@ -104,7 +106,7 @@ type Writer struct {
 // New gives a Writer for node.
 func New(kube kubernetes.Interface, reports versioned.Interface, node string) *Writer {
 	return &Writer{kube: kube, reports: reports, owners: owner.New(kube), node: node, Grace: DefaultGrace, now: time.Now,
-		known: map[string]*openreportsv1alpha1.Report{}, staged: map[string]*staged{},
+		known: map[string]knownReport{}, staged: map[string]*staged{},
 		Live: func(ctx context.Context, want findings.Pod) (*corev1.Pod, error) {
 			return kubeapi.LivePod(ctx, kube, want)
 		}}
@@ -381,13 +383,32 @@ func (w *Writer) remove(ctx context.Context, namespace, podUID string) (Result, 
 func (w *Writer) Prune(ctx context.Context) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	list, err := w.reports.OpenreportsV1alpha1().Reports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: Selector(w.node)})
-	if err != nil {
-		return 0, fmt.Errorf("list reports: %w", err)
-	}
+	// A page at a time: the node's Reports together may hold hundreds of
+	// MB (MaxResults each), past the forwarder's memory limit.
 	removed := 0
-	w.rememberAll(list.Items)
-	for _, r := range list.Items {
+	opts := metav1.ListOptions{LabelSelector: Selector(w.node), Limit: listPage}
+	for {
+		list, err := w.reports.OpenreportsV1alpha1().Reports(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return removed, fmt.Errorf("list reports: %w", err)
+		}
+		n, err := w.prunePage(ctx, list.Items)
+		removed += n
+		if err != nil || list.Continue == "" {
+			return removed, err
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+// listPage is how many Reports one LIST asks for.
+const listPage = 50
+
+// prunePage is Prune's work on one page of Reports.
+func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Report) (int, error) {
+	removed := 0
+	w.rememberAll(items)
+	for _, r := range items {
 		stale := map[string]bool{}
 		for _, x := range r.Results {
 			if _, ok := PodSubject(x); x.Rule == CutRule || !ok || w.now().Sub(Seen(x)) < w.Grace {
@@ -431,22 +452,55 @@ func (w *Writer) podGone(ctx context.Context, x openreportsv1alpha1.ReportResult
 	return false, nil
 }
 
-// maxKnown bounds the Reports remembered; a node's forwarder writes one a
-// workload, and each is at most about 600 KiB (MaxResults).
+// maxKnown bounds the Reports remembered (a node's forwarder writes one a
+// workload), and maxKnownBytes what they hold: each may hold about
+// 600 KiB (MaxResults), and the forwarder's memory limit is 128Mi.
 const maxKnown = 512
+
+// maxKnownBytes is a variable for the tests.
+var maxKnownBytes = 16 << 20
+
+// knownReport is a remembered Report and its footprint.
+type knownReport struct {
+	r    *openreportsv1alpha1.Report
+	size int
+}
 
 // remember keeps r as the API server last served it (nil: forget it).
 func (w *Writer) remember(namespace, name string, r *openreportsv1alpha1.Report) {
 	k := namespace + "/" + name
+	w.knownBytes -= w.known[k].size
+	delete(w.known, k)
 	if r == nil {
-		delete(w.known, k)
 		return
 	}
-	if _, ok := w.known[k]; !ok && len(w.known) >= maxKnown {
+	size := footprint(r)
+	if len(w.known) >= maxKnown || w.knownBytes+size > maxKnownBytes {
 		// Crude but bounded: each forgotten Report costs one GET.
 		clear(w.known)
+		w.knownBytes = 0
 	}
-	w.known[k] = r
+	if size > maxKnownBytes {
+		return
+	}
+	w.known[k] = knownReport{r: r, size: size}
+	w.knownBytes += size
+}
+
+// footprint estimates the bytes r holds in memory: its results' texts
+// (what a pod's findings make large) and a fixed part for each object.
+func footprint(r *openreportsv1alpha1.Report) int {
+	n := 2048
+	for _, x := range r.Results {
+		n += 512 + len(x.Description) + len(x.Policy) + len(x.Rule) + len(x.Category)
+		for k, v := range x.Properties {
+			n += 64 + len(k) + len(v)
+		}
+		for _, s := range x.Subjects {
+			n += 128 + len(s.Namespace) + len(s.Name) + len(s.UID)
+		}
+	}
+	return n
 }
 
 // rememberAll keeps the Reports of a list, the freshest copies there are.
@@ -467,7 +521,7 @@ func (w *Writer) listNames(ctx context.Context) {
 		return
 	}
 	names := map[string]bool{}
-	opts := metav1.ListOptions{LabelSelector: Selector(w.node), Limit: 50}
+	opts := metav1.ListOptions{LabelSelector: Selector(w.node), Limit: listPage}
 	for {
 		l, err := w.reports.OpenreportsV1alpha1().Reports(metav1.NamespaceAll).List(ctx, opts)
 		if err != nil || len(names)+len(l.Items) > maxNames {
@@ -504,8 +558,8 @@ func (w *Writer) named(namespace, name string, exists bool) {
 // the node's Reports were listed without it; else a GET (create when the
 // API server has none).
 func (w *Writer) read(ctx context.Context, namespace, name string, fresh bool) (r *openreportsv1alpha1.Report, create bool, err error) {
-	if r, ok := w.known[namespace+"/"+name]; ok {
-		return r.DeepCopy(), false, nil
+	if k, ok := w.known[namespace+"/"+name]; ok {
+		return k.r.DeepCopy(), false, nil
 	}
 	if w.listNames(ctx); !fresh && w.listed && !w.names[namespace+"/"+name] {
 		return &openreportsv1alpha1.Report{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}, true, nil
