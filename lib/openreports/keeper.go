@@ -59,7 +59,13 @@ const (
 )
 
 // switched is a state the loop and the line's calls both read and set.
-type switched struct{ v atomic.Int32 }
+// refused is the API's last refusal for good that turned it off (final),
+// said once until another answer: the loop looks again every minute.
+// Keeper.looking guards it.
+type switched struct {
+	v       atomic.Int32
+	refused string
+}
 
 func (s *switched) load() state   { return state(s.v.Load()) }
 func (s *switched) store(v state) { s.v.Store(int32(v)) }
@@ -221,6 +227,7 @@ func (k *Keeper) lookReports(ctx context.Context) error {
 		return k.final(&k.reports, err)
 	}
 	if !ok {
+		k.reports.refused = ""
 		k.reports.store(off)
 		if !k.warnedMissing {
 			k.warnedMissing = true
@@ -233,6 +240,7 @@ func (k *Keeper) lookReports(ctx context.Context) error {
 	if err != nil {
 		return k.final(&k.reports, err)
 	}
+	k.reports.refused = ""
 	if k.setDenied(denied) {
 		return nil
 	}
@@ -251,7 +259,13 @@ func (k *Keeper) final(s *switched, err error) error {
 		return err
 	}
 	s.store(off)
-	k.log.WithError(err).Warn("the API server refused to tell whether the forwarder may write OpenReports reports: writing none of these, looking again later")
+	entry := k.log.WithError(err)
+	if s.refused == err.Error() {
+		entry.Debug("the API server still refuses to tell whether the forwarder may write OpenReports reports")
+		return nil
+	}
+	s.refused = err.Error()
+	entry.Warn("the API server refused to tell whether the forwarder may write OpenReports reports: writing none of these, looking again later")
 	return nil
 }
 
@@ -276,6 +290,7 @@ func (k *Keeper) lookNode(ctx context.Context) error {
 			why = "RBAC refuses the forwarder " + strings.Join(denied, ", ") + " on clusterreports.openreports.io (the openreports.io rule of packaging/rbac)"
 		}
 	}
+	k.node.refused = ""
 	if why == "" {
 		k.node.store(on)
 	} else {

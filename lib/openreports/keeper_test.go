@@ -18,6 +18,7 @@ import (
 	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -310,5 +311,60 @@ func TestGoneFlushCounted(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]float64{"report,quota": 1}, f.counts(t, "iptables_alerter_forward_refused_total")); diff != "" {
 		t.Errorf("refusals by kind and reason (-want +got):\n%s", diff)
+	}
+}
+
+// TestKeeperRefusedOnce: a discovery the API server refuses for good (a
+// 400) turns Reports off without holding the line, and is said once
+// however often the loop looks again; Reports come on once it answers.
+func TestKeeperRefusedOnce(t *testing.T) {
+	c, admin, owned := start(t)
+	var refusing atomic.Bool
+	var refused atomic.Int32
+	refusing.Store(true)
+	cs, rc := wrappedClients(t, c, func(rt http.RoundTripper) http.RoundTripper {
+		return roundTrip(func(r *http.Request) (*http.Response, error) {
+			if r.URL.Path == discoveryPath && refusing.Load() {
+				refused.Add(1)
+				body := `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"refused (test)","reason":"BadRequest","code":400}`
+				return &http.Response{StatusCode: http.StatusBadRequest, Header: http.Header{"Content-Type": {"application/json"}},
+					Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	log, hook := logtest.NewNullLogger()
+	log.SetLevel(logrus.DebugLevel)
+	keeper := openreports.NewKeeper(openreports.New(cs, rc, "node-a"), rc, cs, log)
+	keeper.LookMissing = 10 * time.Millisecond
+	life, end := context.WithCancel(context.Background())
+	t.Cleanup(end)
+	keeper.Start(life)
+	for deadline := time.Now().Add(time.Minute); refused.Load() < 5; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the loop looked %d times in a minute", refused.Load())
+		}
+	}
+	web := owned["web-7c9-aaaaa"].Pod
+	if err := keeper.Consume(kubetest.Ctx(t), record(web, findings.StatePresent, 0, 1, 0)); err != nil {
+		t.Errorf("Consume while refused = %v, want the line handled (Reports off)", err)
+	}
+	warned := 0
+	for _, e := range hook.AllEntries() {
+		if e.Level == logrus.WarnLevel && strings.Contains(e.Message, "refused to tell") {
+			warned++
+		}
+	}
+	if warned != 1 {
+		t.Errorf("%d warnings over %d refused looks, want 1", warned, refused.Load())
+	}
+	refusing.Store(false)
+	for deadline := time.Now().Add(time.Minute); !keeper.Enabled(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Reports not on a minute after discovery answered")
+		}
+	}
+	if pods := resultPods(t, admin, "shop", "node-a"); len(pods) != 0 {
+		t.Errorf("pods with a result while Reports were off: %v", pods)
 	}
 }
