@@ -86,16 +86,18 @@ func (g *RecordLog) Log(l *logrus.Entry, key string, rec findings.Record, out fi
 		}
 		return
 	}
-	if err != nil {
-		// Recorded anyway; rotation or the per-sandbox memory is broken.
-		l.WithError(err).Error("finding recorded, but the findings directory or the per-sandbox memory needs attention")
-	}
+	lvl, msg := logrus.InfoLevel, "iptables usage recorded"
 	switch {
 	case gone:
-		l.Info("iptables usage gone, recorded")
+		msg = "iptables usage gone, recorded"
 	case rec.Truncated:
-		l.Warn("iptables usage recorded, incomplete: the counts are a lower bound")
-	default:
-		l.Info("iptables usage recorded")
+		lvl, msg = logrus.WarnLevel, "iptables usage recorded, incomplete: the counts are a lower bound"
 	}
+	if err != nil {
+		// Recorded anyway; rotation or the per-sandbox memory is broken.
+		// One line still: the hook logs one line a container.
+		l.WithError(err).Error(msg + "; but the findings directory or the per-sandbox memory needs attention")
+		return
+	}
+	l.Log(lvl, msg)
 }

@@ -31,7 +31,7 @@ func TestRecordLog(t *testing.T) {
 		{name: "recorded", rec: full, out: findings.Recorded, want: []string{"info iptables usage recorded"}},
 		{name: "recorded incomplete", rec: cut, out: findings.Recorded, want: []string{"warning iptables usage recorded, incomplete: the counts are a lower bound"}},
 		{name: "recorded, memory broken", rec: full, out: findings.Recorded, err: findings.ErrNoMemory, want: []string{
-			"error finding recorded, but the findings directory or the per-sandbox memory needs attention", "info iptables usage recorded"}},
+			"error iptables usage recorded; but the findings directory or the per-sandbox memory needs attention"}},
 		{name: "same", rec: full, out: findings.Same, want: []string{"debug same usage already recorded for this sandbox"}},
 		{name: "limited", rec: full, out: findings.Limited, want: []string{`warning finding dropped: this sandbox wrote its limit of findings this hour; its further drops this hour are logged at debug and counted in iptables_alerter_agent_scans_total{outcome=\"limited\"}`}},
 		{name: "gone", rec: gone, out: findings.Recorded, want: []string{"info iptables usage gone, recorded"}},
