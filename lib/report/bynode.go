@@ -58,11 +58,16 @@ type PoolRow struct {
 	Blocking []string `json:"blocking"`
 }
 
-// groupReadiness is a workload's readiness: an unfinished check or
+// groupReadiness is a workload's readiness: an unfinished check (a look
+// that stopped early too: its worst level is a lower bound) or
 // unclassified usage is unknown.
 func groupReadiness(g Group) string {
 	if g.State == findings.StateUnknown {
 		return findings.ReadinessUnknown
+	}
+	if g.Truncated {
+		// What breaks stays breaks.
+		return findings.WorseReadiness(findings.Readiness(g.Worst), findings.ReadinessUnknown)
 	}
 	return findings.Readiness(g.Worst)
 }

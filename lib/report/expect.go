@@ -158,7 +158,9 @@ func Cover(exps []Expectation, it Item, level string) ([]string, bool) {
 			shown = append(shown, ex.Rule)
 		}
 	}
-	if level == "" || len(ruled) == 0 || len(shown) == 0 || len(shown) != it.Impact.Count(level) {
+	// A look that stopped early (Truncated) counts a lower bound: its
+	// examples cannot be known to show every rule.
+	if level == "" || len(ruled) == 0 || len(shown) == 0 || len(shown) != it.Impact.Count(level) || it.Truncated {
 		return nil, false
 	}
 	used := make([]bool, len(ruled))

@@ -44,6 +44,11 @@ type Group struct {
 	// there is nothing to say.
 	Modules []string `json:"modules"`
 	Kernel  string   `json:"kernel"`
+	// Truncated is true when a pod's latest look at its rules stopped
+	// early (Item.Truncated: a rule over 32 KiB hides the later ones, the
+	// x_tables lock kept busy hides the legacy ones): Worst is then a lower
+	// bound, and under --fail-on breaks the group is not known to be safe.
+	Truncated bool `json:"truncated"`
 	// MixedBackends is true when a pod of the group held iptables rules
 	// in both legacy x_tables and nftables: tools reading one backend
 	// (iptables-legacy-save, iptables-nft-save, a CNI's own check) do not
@@ -155,12 +160,16 @@ type groupKey struct {
 
 type groupSets struct{ nodes, reasons, vendors, writers, modules map[string]bool }
 
-// look is what newer and the impact's sum read of a pod's item.
+// look is what newer and the impact's sum read of a pod's item; latest
+// and latestCut are the time of the pod's latest look at its rules and
+// whether it stopped early (Group.Truncated), whichever look counts.
 type look struct {
 	impact      findings.Impact
 	truncated   bool
 	commandOnly bool
 	time        time.Time
+	latest      time.Time
+	latestCut   bool
 }
 
 func lookOf(it Item) look {
@@ -231,9 +240,20 @@ func (gr *grouping) add(it Item) {
 		g.Error = it.Error
 	}
 	p, l := podOf(it), lookOf(it)
-	if had, ok := gr.looks[i][p]; !ok || newer(l, had) {
-		gr.looks[i][p] = l
+	had, ok := gr.looks[i][p]
+	keep := had
+	if !ok || newer(l, had) {
+		keep = l
+		keep.latest, keep.latestCut = had.latest, had.latestCut
 	}
+	// A complete look counts before a cut one (newer), but a cut look
+	// after it says the pod's rules are no longer all seen: a pod can
+	// show a native rule, then hide the rules that break behind one over
+	// 32 KiB or the busy x_tables lock.
+	if !l.commandOnly && (!ok || !l.time.Before(had.latest)) {
+		keep.latest, keep.latestCut = l.time, l.truncated
+	}
+	gr.looks[i][p] = keep
 }
 
 // groups judges and sorts the groups folded.
@@ -244,6 +264,7 @@ func (gr *grouping) groups() []Group {
 			gs[i].Impact.Legacy += l.impact.Legacy
 			gs[i].Impact.Xt += l.impact.Xt
 			gs[i].Impact.Native += l.impact.Native
+			gs[i].Truncated = gs[i].Truncated || l.latestCut && gs[i].State != findings.StateUnknown
 		}
 		expect(&gs[i], gr.members[i], gr.exps, gr.ss[i].reasons)
 		if !gs[i].Expected {
@@ -498,7 +519,8 @@ var FailModes = []string{FailNever, FailUnexpected, FailBreaks}
 // Judge sets each group's Fails by mode and reports whether any fails.
 // Under FailBreaks an unclassified group fails too: an impact not known is
 // not known to be safe; so does an unknown group, under either mode (it is
-// never expected).
+// never expected), and one whose look stopped early (Truncated: its worst
+// level is a lower bound).
 func Judge(gs []Group, mode string) bool {
 	any := false
 	for i := range gs {
@@ -507,7 +529,7 @@ func Judge(gs []Group, mode string) bool {
 		case FailUnexpected:
 			g.Fails = !g.Expected
 		case FailBreaks:
-			g.Fails = !g.Expected && (findings.Breaks(g.Worst) || g.Worst == "" || g.State == findings.StateUnknown)
+			g.Fails = !g.Expected && (findings.Breaks(g.Worst) || g.Worst == "" || g.State == findings.StateUnknown || g.Truncated)
 		default:
 			g.Fails = false
 		}

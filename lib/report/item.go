@@ -305,9 +305,18 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 	if !ours || controller != events.Controller || (obj.Kind != "Pod" && !node) {
 		return Item{}, false
 	}
+	// The Event's own namespace is who could write it: the API server
+	// accepts an Event (with an eventTime) in one namespace regarding a pod
+	// of another, or a Node. Ours are posted in the pod's namespace, a
+	// node's in events.NodeEventNamespace; any other is not ours, and must
+	// not put findings under another namespace's workloads or a node.
 	ns := obj.Namespace
-	if ns == "" {
-		ns = ev.Metadata.Namespace
+	if own := ev.Metadata.Namespace; own != "" {
+		if node && own != events.NodeEventNamespace || !node && ns != "" && ns != own {
+			sk.Invalid++
+			return Item{}, false
+		}
+		ns = own
 	}
 	it := Item{Namespace: ns, Pod: obj.Name, PodUID: string(obj.UID), Node: ev.ReportingInstance, Owner: owner.Bare(obj.Name), Source: source, State: state,
 		Time: ev.EventTime.Time}
@@ -324,7 +333,9 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 		sk.Malformed++
 		return it, true
 	}
-	if s.Owner.Kind != "" && s.Owner.Name != "" {
+	// A node's finding is the node's (podOf keys it by KindNode): an
+	// owner its summary names does not move it under a workload.
+	if s.Owner.Kind != "" && s.Owner.Name != "" && !node {
 		it.Owner = s.Owner
 	}
 	// A node record's Event: the Node it regards is the node.

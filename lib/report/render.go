@@ -91,6 +91,10 @@ func columns(g Group, fleet bool, esc func(string) string) []string {
 	if g.ExampleImpact != "" && g.ExampleImpact != g.Worst {
 		example = "(" + g.ExampleImpact + ") " + example
 	}
+	if g.Truncated {
+		// Worst is a lower bound: say so where the level is read.
+		worst += " (incomplete)"
+	}
 	if g.State == findings.StateUnknown {
 		worst, example = "unknown", unknownWords(g)
 	}
