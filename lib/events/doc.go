@@ -3,7 +3,9 @@
 // It takes a findings.Record and a Kubernetes client and gives, by the
 // record's state: present, one events.k8s.io/v1 Event on the live Pod
 // (reason IPTablesUsageObserved, type Warning), plus optionally a summary
-// Event on the Node; unknown, one Event on the live Pod (reason
+// Event on the Node (not for a command's own finding, the exec watch's
+// failed write or read: it holds no rules, its note names the command);
+// unknown, one Event on the live Pod (reason
 // IPTablesUsageUnknown, type Warning) saying the inspection could not
 // finish and why; gone, none.
 //

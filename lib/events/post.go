@@ -132,7 +132,9 @@ func (p *Poster) Post(ctx context.Context, rec findings.Record) (Result, error) 
 		return p.postNode(ctx, rec)
 	}
 	res, err := p.postPod(ctx, rec)
-	if err != nil || !p.nodeEvent || res.Outcome == NoPod || rec.State == findings.StateUnknown {
+	// No summary for a record without rules (unknown, a command's own):
+	// it says the pod created rules.
+	if err != nil || !p.nodeEvent || res.Outcome == NoPod || rec.State == findings.StateUnknown || commandOnly(rec) {
 		return res, err
 	}
 	// The node summary is posted even when the pod is gone: the node did
@@ -181,12 +183,18 @@ func noEvent(rec findings.Record) (Result, bool) {
 	case findings.StateGone:
 		return Result{Outcome: NoPod, Why: errors.New("usage gone: no Event for it, the earlier ones stay")}, true
 	case findings.StatePresent:
-		if !rec.HasUsage() {
+		// A command's own finding (the exec watch's failed write or read)
+		// holds no rules and is still usage: a legacy write the kernel
+		// refused is the RHEL 10 breakage itself (wording.Note words it).
+		if !rec.HasUsage() && !commandOnly(rec) {
 			return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, true
 		}
 	}
 	return Result{}, false
 }
+
+// commandOnly tells a command's own finding: no rules, only the command.
+func commandOnly(rec findings.Record) bool { return rec.Exec != nil && !rec.HasUsage() }
 
 func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, error) {
 	if rec.Pod.Namespace == "" || rec.Pod.Name == "" || rec.Pod.UID == "" {

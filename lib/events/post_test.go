@@ -226,3 +226,39 @@ func TestUnknownEvent(t *testing.T) {
 		t.Errorf("node Events for an unknown record: %d", len(l.Items))
 	}
 }
+
+// TestCommandEvent: a command's own finding (the exec watch's failed write
+// or read: state present, no rules) is no "usage gone": a legacy write the
+// kernel refused is the RHEL 10 breakage itself and gets the pod's Event,
+// with the command and its own wording; the node summary, which says the
+// pod created rules, is not posted, and a node record's gets its Event.
+func TestCommandEvent(t *testing.T) {
+	rec := findingstest.Sample()
+	rec.Nft, rec.Legacy, rec.Examples, rec.Vendors = findings.Nft{}, findings.Legacy{}, nil, nil
+	rec.Source, rec.State, rec.Worst, rec.Fingerprint = findings.SourceExec, findings.StatePresent, findings.ImpactLegacy, "0123456789abcdef0123456789abcdef"
+	rec.Exec = &findings.Exec{Argv: []string{"iptables-legacy", "-t", "nat", "-A", "OUTPUT"}, Backend: "legacy", Operation: "write",
+		Exited: true, ExitCode: 3, Failed: true, MissingKernelSupport: true}
+	cs := fake.NewClientset(livePod(rec.Pod.UID, nil))
+	p := New(cs, "node-a", true)
+	res, err := p.Post(context.Background(), rec)
+	if err != nil || res.Outcome != Created || res.Node != "" {
+		t.Fatalf("Post = %+v, %v; want created, no node summary", res, err)
+	}
+	got, err := cs.EventsV1().Events("shop").Get(context.Background(), PodEventName(rec), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Command: FAILED", "iptables-legacy -t nat -A OUTPUT", "runs iptables commands"} {
+		if !strings.Contains(got.Note, want) {
+			t.Errorf("note lacks %q:\n%s", want, got.Note)
+		}
+	}
+	if l, _ := cs.EventsV1().Events(NodeEventNamespace).List(context.Background(), metav1.ListOptions{}); len(l.Items) != 0 {
+		t.Errorf("node summary Events for a command's own finding: %d", len(l.Items))
+	}
+	node := rec
+	node.Subject, node.Pod, node.SandboxID = findings.SubjectNode, findings.Pod{}, ""
+	if res, err := p.Post(context.Background(), node); err != nil || res.Outcome != Created {
+		t.Errorf("node record's Post = %+v, %v; want created", res, err)
+	}
+}

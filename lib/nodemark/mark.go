@@ -134,6 +134,11 @@ func Mark(entries map[string]Entry) string {
 	return mark
 }
 
+// worse reports whether level a makes the label worse than b, or as bad.
+func worse(a, b string) bool {
+	return Mark(map[string]Entry{"a": {Level: a}, "b": {Level: b}}) == Mark(map[string]Entry{"a": {Level: a}})
+}
+
 // Value is the label's value now.
 func (m *Marker) Value() string {
 	m.mu.Lock()
@@ -155,6 +160,20 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 	m.mu.Lock()
 	old, had := m.entries[key]
 	switch st := rec.KnownState(); {
+	case st == findings.StatePresent && rec.Exec != nil && !rec.HasUsage():
+		// A command's own finding (the exec watch's read or failed
+		// write) says nothing of the rules: clearing the pod's level
+		// would label a pod with legacy rules ready the moment it ran
+		// `iptables -L`. Its own level (a write refused for missing
+		// kernel support is the RHEL 10 breakage itself) counts when it
+		// is worse; one without a level changes nothing.
+		if e.Level = rec.WorstLevel(); e.Level == "" {
+			break
+		}
+		if had && worse(old.Level, e.Level) {
+			e.Level = old.Level
+		}
+		m.entries[key] = e
 	case st == findings.StateGone || (st == findings.StatePresent && !rec.HasUsage()):
 		delete(m.entries, key)
 	case st == findings.StateUnknown:
@@ -164,6 +183,13 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 		e.Level = rec.WorstLevel()
 		if e.Level == "" {
 			e.Level = "unclassified"
+		}
+		// A look that stopped early (Truncated: the x_tables lock kept
+		// busy, the deadline, a rule hiding the later ones) saw part of
+		// the usage: native rules seen say nothing of the rest, so the
+		// pod is unknown unless what was seen is already worse.
+		if rec.Truncated && !worse(e.Level, Unknown) {
+			e.Level = Unknown
 		}
 		m.entries[key] = e
 	}

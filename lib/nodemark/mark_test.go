@@ -195,3 +195,88 @@ func TestPrune(t *testing.T) {
 		t.Errorf("label after the prune: %q, want %q (the static pod's legacy rules)", v, Breaks)
 	}
 }
+
+// TestCommandOnlyKeepsLevel: a command's own finding (the exec watch's
+// read or failed write: state present, no rules) says nothing of the
+// rules. It must not clear a pod's level (a pod with legacy rules running
+// `iptables -L` stays breaks), and its own level counts: a legacy write
+// refused for missing kernel support is the RHEL 10 breakage itself.
+func TestCommandOnlyKeepsLevel(t *testing.T) {
+	ctx := context.Background()
+	log, _ := logtest.NewNullLogger()
+	command := func(uid, worst string, e findings.Exec) findings.Record {
+		r := findings.Record{Schema: findings.Schema, Time: findings.Now(), State: findings.StatePresent, Source: findings.SourceExec,
+			Pod: findings.Pod{Namespace: "ns", Name: "p-" + uid, UID: uid}, Worst: worst, Exec: &e}
+		return r
+	}
+	read := findings.Exec{Argv: []string{"iptables-nft", "-L"}, Backend: "nft", Operation: "read", Exited: true}
+	refused := findings.Exec{Argv: []string{"iptables-legacy", "-A", "X"}, Backend: "legacy", Operation: "write",
+		Exited: true, ExitCode: 3, Failed: true, MissingKernelSupport: true}
+	other := findings.Exec{Argv: []string{"iptables-nft", "-A", "X"}, Backend: "nft", Operation: "write", Exited: true, ExitCode: 2, Failed: true}
+	for _, c := range []struct {
+		name string
+		recs []findings.Record
+		want string
+	}{
+		{"read after legacy rules", []findings.Record{rec("u1", findings.StatePresent, findings.ImpactLegacy), command("u1", findings.ImpactNative, read)}, Breaks},
+		{"other failure after xt rules", []findings.Record{rec("u1", findings.StatePresent, findings.ImpactXt), command("u1", "", other)}, NeedsExtra},
+		{"refused legacy write alone", []findings.Record{command("u1", findings.ImpactLegacy, refused)}, Breaks},
+		{"refused legacy write after native rules", []findings.Record{rec("u1", findings.StatePresent, findings.ImpactNative), command("u1", findings.ImpactLegacy, refused)}, Breaks},
+		{"unknown, then a read", []findings.Record{rec("u1", findings.StateUnknown, ""), command("u1", findings.ImpactNative, read)}, Unknown},
+		{"gone after a refused write", []findings.Record{command("u1", findings.ImpactLegacy, refused), rec("u1", findings.StateGone, "")}, Ready},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+			m, err := New(cs, "n1", DefaultLabel, filepath.Join(t.TempDir(), "state.json"), log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range c.recs {
+				if err := m.Consume(ctx, r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if v := m.Value(); v != c.want {
+				t.Errorf("label %q, want %q", v, c.want)
+			}
+		})
+	}
+}
+
+// TestIncompleteLookNotReady: a look that stopped early but saw some usage
+// is present with Truncated set (the counts a lower bound): native rules
+// seen while a pod keeps the x_tables lock busy say nothing of its legacy
+// rules, so the node is unknown, never ready or needs-extra; legacy rules
+// seen still break it.
+func TestIncompleteLookNotReady(t *testing.T) {
+	ctx := context.Background()
+	log, _ := logtest.NewNullLogger()
+	for _, c := range []struct {
+		worst, want string
+	}{
+		{findings.ImpactNative, Unknown},
+		{findings.ImpactXt, Unknown},
+		{findings.ImpactLegacy, Breaks},
+	} {
+		cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+		m, err := New(cs, "n1", DefaultLabel, filepath.Join(t.TempDir(), "state.json"), log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rec("u1", findings.StatePresent, c.worst)
+		r.Truncated, r.Error = true, "inspect legacy: legacy x_tables busy"
+		if err := m.Consume(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if v := m.Value(); v != c.want {
+			t.Errorf("incomplete look with worst %q: label %q, want %q", c.worst, v, c.want)
+		}
+		// The next complete look decides again.
+		if err := m.Consume(ctx, rec("u1", findings.StatePresent, findings.ImpactNative)); err != nil {
+			t.Fatal(err)
+		}
+		if v := m.Value(); v != Ready {
+			t.Errorf("after a complete look: label %q, want %q", v, Ready)
+		}
+	}
+}

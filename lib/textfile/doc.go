@@ -4,6 +4,9 @@
 // The latest finding's state decides a pod's series: present, its rule
 // counts; unknown (the inspection could not finish, no usage seen),
 // iptables_alerter_pod_usage_unknown 1 and no rule series; gone, none.
+// A command's own finding (the exec watch's read or failed write: no
+// rules) is no look at the rules: a present pod keeps its counts, an
+// unknown one stays unknown.
 //
 // Takes: findings lines (as a follow.Handler); the Collector is the
 // follower's checkpoint store (follow.Store). Gives: FileName in the

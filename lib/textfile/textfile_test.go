@@ -539,3 +539,27 @@ func TestStateFileBeforeStates(t *testing.T) {
 		t.Errorf("states %q %q, want present, unknown", s.Pods["u1"].State, s.Pods["u2"].State)
 	}
 }
+
+// TestCommandAfterUnknown: a command's own finding (the exec watch's read
+// or failed write: present, no rules) says nothing of the rules, so after
+// an unknown look the pod stays unknown: `iptables -L` run by a pod that
+// keeps the x_tables lock busy must not clear its usage_unknown series
+// and show it with zero rules.
+func TestCommandAfterUnknown(t *testing.T) {
+	e := newEnv(t)
+	hider := rec("team-a", "hider", "u2", e.netns("b"), 0, 0, t0)
+	hider.Truncated, hider.Error, hider.State = true, "legacy x_tables busy", findings.StateUnknown
+	read := rec("team-a", "hider", "u2", e.netns("b"), 0, 0, t0.Add(time.Second))
+	read.Source, read.State, read.Worst, read.Fingerprint = findings.SourceExec, findings.StatePresent, findings.ImpactNative, "fp-read"
+	read.Exec = &findings.Exec{Argv: []string{"iptables-nft", "-L"}, Backend: "nft", Operation: "read", Exited: true}
+	e.append(hider, read)
+	c := e.once(t0.Add(time.Minute))
+	prom := e.prom()
+	if !strings.Contains(prom, `iptables_alerter_pod_usage_unknown{pod_name="hider",pod_namespace="team-a"} 1`+"\n") ||
+		strings.Contains(prom, `iptables_alerter_pod_iptables_rules{backend="legacy",pod_name="hider"`) {
+		t.Errorf("a read after an unknown look:\n%s", prom)
+	}
+	if f, _ := c.Counts(); f != 2 {
+		t.Errorf("%d findings counted, want 2", f)
+	}
+}
