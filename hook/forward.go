@@ -216,6 +216,18 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		if err != nil {
 			return err
 		}
+		if marker.Fresh() {
+			// No state: the findings before the checkpoint are unknown to
+			// the marker, and labelling now would say ready of a node whose
+			// pods it never read. It reads them all first, alone.
+			marker.Hold()
+			replay := &consumer.Runner{Findings: cfg.findings, Store: follow.NoStore{}, Log: log.WithFields(fields),
+				Consumers: []consumer.Named{{Name: "node-label", Consumer: marker}}}
+			if err := replay.Once(ctx); err != nil {
+				return fmt.Errorf("read the findings for the node label: %w", err)
+			}
+			marker.Release()
+		}
 		marker.Start(ctx)
 		// Last: it never fails a line.
 		r.Consumers = append(r.Consumers, consumer.Named{Name: "node-label", Consumer: marker})

@@ -182,3 +182,35 @@ func TestForwardNodeLabel(t *testing.T) {
 	}
 	f.stop(t, syscall.SIGTERM)
 }
+
+// TestForwardNodeLabelReplay: the label turned on for a forwarder that
+// already has a checkpoint (or whose label state was lost) reads the
+// findings again before labelling: the legacy pod handled while the label
+// was off makes the node breaks, not ready.
+func TestForwardNodeLabelReplay(t *testing.T) {
+	e := newFwdEnv(t)
+	kubetest.Apply(t, e.cs, nodeLabelRBAC)
+	if _, err := e.cs.CoreV1().Nodes().Create(kubetest.Ctx(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.kubeconfig = e.c.Kubeconfig("forward-a", boundToken(t, e.cs, "forward-a", "node-a"))
+	kubetest.Namespace(t, e.cs, "shop")
+	pod := kubetest.Pod(t, e.cs, "shop", "web", nil, "")
+	legacy := fwdRecord(pod, string(pod.UID), "fp-legacy", "app")
+	legacy.State, legacy.Nft, legacy.Legacy = findings.StatePresent, findings.Nft{}, findings.Legacy{Tables: []string{"ip filter"}, Rules: 3}
+	legacy.Impact, legacy.Worst = findings.Impact{Legacy: 3}, findings.ImpactLegacy
+	e.append(t, legacy)
+	f := e.start(t, "--node-label=")
+	e.waitDelivered(t, 30*time.Second, []*corev1.Pod{pod}, 1)
+	f.stop(t, syscall.SIGTERM)
+
+	f = e.start(t)
+	waitForLong(t, "label breaks", 30*time.Second, func() bool {
+		n, err := e.cs.CoreV1().Nodes().Get(kubetest.Ctx(t), "node-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Labels[nodemark.DefaultLabel] == nodemark.Breaks
+	})
+	f.stop(t, syscall.SIGTERM)
+}

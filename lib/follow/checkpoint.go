@@ -59,6 +59,17 @@ var ErrDamaged = errors.New("saved checkpoint is damaged")
 // maxCheckpoint bounds a checkpoint file read back.
 const maxCheckpoint = 64 << 10
 
+// NoStore keeps no checkpoint: a follower with it reads from the oldest
+// line each time, for a one-off pass over what the file holds (a consumer
+// that lost its own state reading the findings again).
+type NoStore struct{}
+
+// Load gives the zero checkpoint.
+func (NoStore) Load() (Checkpoint, error) { return Checkpoint{}, nil }
+
+// Save keeps nothing.
+func (NoStore) Save(Checkpoint) error { return nil }
+
 // FileStore is a Store in one JSON file.
 type FileStore string
 

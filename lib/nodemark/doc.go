@@ -12,10 +12,14 @@
 // removes it. A command's own finding (the exec watch's read or failed
 // write: present, no rules) never clears a level; its own, when it has
 // one, counts if it is worse. A present finding whose look stopped early
-// (Truncated) is unknown unless what it saw is worse (breaks). The levels are kept in a state file beside the checkpoint,
-// so a restart, which resumes after the checkpoint, keeps the pods seen
-// before it; pods deleted without a gone record are dropped when a GET
-// says they are gone (every Prune).
+// (Truncated) is unknown unless what it saw is worse (breaks). The
+// levels are kept in a state file beside the checkpoint, so a restart,
+// which resumes after the checkpoint, keeps the pods seen before it.
+// Without that file (a first start, the label turned on later, a lost
+// file) the marker is Fresh: the forwarder reads the whole findings file
+// into it, Held (no save, no patch), before it labels anything. Pods
+// deleted without a gone record are dropped when a GET says they are
+// gone (every Prune).
 //
 // Invariants:
 //   - Only this node's label is written, with a JSON merge patch of that

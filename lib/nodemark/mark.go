@@ -78,6 +78,9 @@ type Marker struct {
 	applied, warned string
 	// failed is the value whose patch failed last, "" when none.
 	failed string
+	// fresh: New found no state file. held: Consume neither saves nor
+	// labels (Hold, a replay).
+	fresh, held bool
 
 	patches *prometheus.CounterVec
 }
@@ -90,6 +93,7 @@ func New(kube kubernetes.Interface, node, label, path string, log logrus.FieldLo
 	data, err := fileio.ReadFile(path, maxState)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
+		m.fresh = true
 		return m, nil
 	case err != nil:
 		return nil, fmt.Errorf("read node label state: %w", err)
@@ -137,6 +141,31 @@ func Mark(entries map[string]Entry) string {
 // worse reports whether level a makes the label worse than b, or as bad.
 func worse(a, b string) bool {
 	return Mark(map[string]Entry{"a": {Level: a}, "b": {Level: b}}) == Mark(map[string]Entry{"a": {Level: a}})
+}
+
+// Fresh reports whether New found no state file: the findings handled
+// before (up to the checkpoint of the consumers it joins) are unknown to
+// the marker, so labelling now could say ready of a node whose pods'
+// usage it never read (a first start, the label turned on later, a lost
+// file). The caller reads the findings again into it, held.
+func (m *Marker) Fresh() bool { return m.fresh }
+
+// Hold makes Consume keep the levels without saving or labelling, while
+// the findings are read again; Release ends it and saves the state once.
+// A replay cut short leaves no state file, so the next start replays.
+func (m *Marker) Hold() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.held = true
+}
+
+// Release ends Hold: the state is saved; Start labels.
+func (m *Marker) Release() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.held, m.fresh = false, false
+	m.bound()
+	m.save()
 }
 
 // Value is the label's value now.
@@ -194,6 +223,11 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 		m.entries[key] = e
 	}
 	now, has := m.entries[key]
+	if m.held {
+		m.bound()
+		m.mu.Unlock()
+		return nil
+	}
 	if had != has || old.Level != now.Level {
 		m.bound()
 		m.save()

@@ -3,6 +3,7 @@ package nodemark
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -278,5 +279,40 @@ func TestIncompleteLookNotReady(t *testing.T) {
 		if v := m.Value(); v != Ready {
 			t.Errorf("after a complete look: label %q, want %q", v, Ready)
 		}
+	}
+}
+
+// TestHoldRelease: a marker without a state file is Fresh; held, it
+// keeps levels without patching the Node or writing the state, so a
+// replay cut short leaves the marker fresh at the next start; Release
+// saves once, and the next New is not fresh.
+func TestHoldRelease(t *testing.T) {
+	ctx := context.Background()
+	log, _ := logtest.NewNullLogger()
+	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	path := filepath.Join(t.TempDir(), "state.json")
+	m, err := New(cs, "n1", DefaultLabel, path, log)
+	if err != nil || !m.Fresh() {
+		t.Fatalf("New without a state file: fresh %v, %v", m != nil && m.Fresh(), err)
+	}
+	m.Hold()
+	for _, r := range []findings.Record{rec("u1", findings.StatePresent, findings.ImpactLegacy), rec("u2", findings.StatePresent, findings.ImpactNative)} {
+		if err := m.Consume(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(cs.Actions()); n != 0 {
+		t.Errorf("%d API calls while held, want none", n)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("state file written while held: %v", err)
+	}
+	if v := m.Value(); v != Breaks {
+		t.Errorf("value while held %q, want %q", v, Breaks)
+	}
+	m.Release()
+	again, err := New(cs, "n1", DefaultLabel, path, log)
+	if err != nil || again.Fresh() || again.Value() != Breaks {
+		t.Fatalf("New after Release: fresh %v, value %q, %v", again.Fresh(), again.Value(), err)
 	}
 }
