@@ -96,6 +96,11 @@ func (r *Runner) makeFollower() {
 		f.Batch = r.Batch
 	}
 	f.Skipped = func(s follow.Skip) {
+		if s.Size < 0 {
+			// A gap: lines may be lost, counted with what was skipped.
+			r.countSkipped(fmt.Errorf("gap in %q after offset %d: %s", s.File, s.Offset, s.Reason), "findings lines may be lost")
+			return
+		}
 		r.countMalformed(fmt.Errorf("skip %q offset %d (%d bytes): %s", s.File, s.Offset, s.Size, s.Reason))
 	}
 	f.Reset = func(err error) {
@@ -131,9 +136,13 @@ func (r *Runner) Offset() int64 { return r.follower().Checkpoint().Offset }
 func (r *Runner) Malformed() int64 { return r.malformed.Load() }
 func (r *Runner) Retries() int64   { return r.retries.Load() }
 
-func (r *Runner) countMalformed(err error) {
+func (r *Runner) countMalformed(err error) { r.countSkipped(err, "skipping malformed findings line") }
+
+// countSkipped counts a line (or a gap) not handed to the consumers and
+// logs it with msg.
+func (r *Runner) countSkipped(err error, msg string) {
 	r.malformed.Add(1)
-	r.Log.WithError(err).WithField("findings", r.Findings).Warn("skipping malformed findings line")
+	r.Log.WithError(err).WithField("findings", r.Findings).Warn(msg)
 	if r.OnMalformed != nil {
 		r.OnMalformed(err)
 	}

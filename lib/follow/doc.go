@@ -50,6 +50,7 @@
 //
 // What cannot be delivered: lines destroyed before the follower read them
 // (a file rotated past the last generation, or truncated in place without a
-// copy, while the follower was behind or not running). A file that does not
-// exist yet is waited for.
+// copy, while the follower was behind or not running): the follower says
+// each such gap to Skipped (Size -1), so it is counted and logged. A file
+// that does not exist yet is waited for.
 package follow

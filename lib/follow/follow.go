@@ -20,7 +20,9 @@ import (
 // means "not handled": the same line comes again later.
 type Handler func(ctx context.Context, line []byte) error
 
-// Skip describes a line the follower did not hand to the handler.
+// Skip describes a line the follower did not hand to the handler, or,
+// with Size -1, a gap: the file it was in went before it was read to its
+// end.
 type Skip struct {
 	File   string
 	Offset int64
@@ -416,7 +418,13 @@ func (f *Follower) choose(files []*file) (int, error) {
 	}
 	// Gone: truncated in place, removed, or rotated past the last
 	// generation. Go on after the file that came before it, if that is
-	// still there; otherwise everything left is newer.
+	// still there; otherwise everything left is newer. Lines it held past
+	// the checkpoint, if any, were never handed over: said, as a skip, so
+	// the consumer counts and logs the gap instead of going on silently.
+	if f.Skipped != nil {
+		f.Skipped(Skip{File: f.path, Offset: f.cp.Offset, Size: -1,
+			Reason: "the file the checkpoint was in is gone (rotated past the last generation, removed or truncated) before it was read to its end: its lines past the offset, if any, were lost"})
+	}
 	prev := f.cp.Rotated
 	for i, x := range files[:len(files)-1] {
 		if !x.sameInode(prev.Dev, prev.Inode) {

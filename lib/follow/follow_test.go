@@ -158,6 +158,10 @@ func TestEdges(t *testing.T) {
 			x.rotate()
 			x.append("c\n")
 			x.want("b", "c")
+			// The gap is said, not passed over in silence.
+			if len(x.skips) != 1 || x.skips[0].Size != -1 || x.skips[0].Offset != 2 {
+				x.t.Errorf("skips = %+v, want the gap after offset 2", x.skips)
+			}
 		}},
 		{"torn tail of a rotated file is skipped and reported", func(x *fixture) {
 			x.append("a\ntorn")
