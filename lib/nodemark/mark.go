@@ -39,7 +39,7 @@ const (
 )
 
 // MaxEntries bounds the pods kept (a node runs at most a few hundred);
-// beyond it the oldest sighting goes.
+// beyond it the mildest level's oldest sighting goes (bound).
 const MaxEntries = 4096
 
 // maxState bounds the state file read.
@@ -242,17 +242,34 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 	return nil
 }
 
-// bound drops the oldest sightings beyond MaxEntries; m.mu held.
+// bound drops entries beyond MaxEntries, the mildest level first, then
+// the oldest sighting: pods churned through the node (a hostile
+// namespace's short-lived pods, each with a finding) must not push out
+// the one that breaks it and so label it ready. m.mu held.
 func (m *Marker) bound() {
 	for len(m.entries) > MaxEntries {
-		oldest := ""
+		victim, vr := "", ""
 		for k, e := range m.entries {
-			if oldest == "" || e.Seen.Before(m.entries[oldest].Seen) {
-				oldest = k
+			r := readiness(e.Level)
+			switch {
+			case victim == "":
+			case r == vr && e.Seen.Before(m.entries[victim].Seen):
+			case r != vr && findings.WorseReadiness(r, vr) == vr:
+			default:
+				continue
 			}
+			victim, vr = k, r
 		}
-		delete(m.entries, oldest)
+		delete(m.entries, victim)
 	}
+}
+
+// readiness is the label an entry's level alone gives.
+func readiness(level string) string {
+	if level == Unknown {
+		return findings.ReadinessUnknown
+	}
+	return findings.Readiness(level)
 }
 
 // save writes the state file; m.mu held. A failure is logged: the label

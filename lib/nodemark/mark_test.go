@@ -148,6 +148,41 @@ func TestBound(t *testing.T) {
 	}
 }
 
+// TestBoundKeepsWorst: pods churned past MaxEntries with a milder level
+// (a hostile namespace's short-lived pods) push out none of the entries
+// that decide the label, however old: the mildest go first.
+func TestBoundKeepsWorst(t *testing.T) {
+	m := &Marker{entries: map[string]Entry{}, log: logrus.New(), path: filepath.Join(t.TempDir(), "s")}
+	base := findings.Now()
+	m.entries["legacy"] = Entry{Level: findings.ImpactLegacy, Seen: base.Add(-time.Hour)}
+	m.entries["unknown"] = Entry{Level: Unknown, Seen: base.Add(-time.Hour)}
+	for i := range MaxEntries {
+		level := findings.ImpactNative
+		if i%2 == 0 {
+			level = findings.ImpactXt
+		}
+		m.entries[string(rune(0x4e00+i))] = Entry{Level: level, Seen: base.Add(time.Duration(i))}
+		m.bound()
+	}
+	if len(m.entries) != MaxEntries {
+		t.Fatalf("%d entries", len(m.entries))
+	}
+	for _, k := range []string{"legacy", "unknown"} {
+		if _, ok := m.entries[k]; !ok {
+			t.Errorf("the %s entry was pushed out", k)
+		}
+	}
+	// The two dropped are the oldest native ones.
+	for _, i := range []int{1, 3} {
+		if _, ok := m.entries[string(rune(0x4e00+i))]; ok {
+			t.Errorf("native entry %d kept, want it dropped first", i)
+		}
+	}
+	if v := Mark(m.entries); v != Breaks {
+		t.Errorf("label %q, want %q", v, Breaks)
+	}
+}
+
 // TestPrune: the prune drops the entries of pods that are gone (deleted,
 // recreated under another UID, or named as no pod can be) and keeps a
 // static pod's, whose records carry the UID its mirror pod's annotation
