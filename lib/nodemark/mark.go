@@ -86,21 +86,28 @@ type Marker struct {
 }
 
 // New gives the marker of node's label, its state kept in path (read
-// now: a missing file is an empty state, an unreadable one an error).
+// now: a missing file is an empty state, Fresh; so is a damaged one, said:
+// failing would stop the forwarder's Events too, at every start; a file
+// that cannot be read is an error).
 func New(kube kubernetes.Interface, node, label, path string, log logrus.FieldLogger) (*Marker, error) {
 	m := &Marker{kube: kube, node: node, label: label, path: path, log: log, Retry: DefaultRetry, Prune: DefaultPrune,
 		entries: map[string]Entry{}, patches: newPatches()}
 	data, err := fileio.ReadFile(path, maxState)
+	var s state
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		m.fresh = true
 		return m, nil
+	case errors.Is(err, fileio.ErrTooLarge):
 	case err != nil:
 		return nil, fmt.Errorf("read node label state: %w", err)
+	default:
+		err = json.Unmarshal(data, &s)
 	}
-	var s state
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("read node label state %q: %w", path, err)
+	if err != nil {
+		log.WithError(err).WithField("state", path).Warn("the node label's state is damaged: reading the findings again before labelling")
+		m.fresh = true
+		return m, nil
 	}
 	for k, e := range s.Entries {
 		m.entries[k] = e

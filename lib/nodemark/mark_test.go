@@ -351,3 +351,26 @@ func TestHoldRelease(t *testing.T) {
 		t.Fatalf("New after Release: fresh %v, value %q, %v", again.Fresh(), again.Value(), err)
 	}
 }
+
+// TestDamagedStateFresh: a damaged state file (torn, garbage, too large)
+// makes a fresh marker, said in the log, not an error that would stop the
+// forwarder at every start.
+func TestDamagedStateFresh(t *testing.T) {
+	for name, data := range map[string][]byte{"torn": []byte(`{"entries":{"u1":{"lev`), "garbage": {0, 0, 0},
+		"too large": append([]byte(`{"entries":{}, "x":"`), make([]byte, maxState)...)} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "state.json")
+			if err := os.WriteFile(path, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			log, hook := logtest.NewNullLogger()
+			m, err := New(fake.NewClientset(), "n1", DefaultLabel, path, log)
+			if err != nil || !m.Fresh() {
+				t.Fatalf("New = fresh %v, %v; want a fresh marker", m != nil && m.Fresh(), err)
+			}
+			if e := hook.LastEntry(); e == nil || e.Level != logrus.WarnLevel {
+				t.Errorf("no warning about the damaged state: %v", hook.AllEntries())
+			}
+		})
+	}
+}
