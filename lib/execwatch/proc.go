@@ -143,22 +143,35 @@ var errRunning = errors.New("running")
 
 // zombieStatus is the wait status of a process that ended and is not
 // reaped yet (state Z: the exit_code field of /proc/PID/stat, its 52nd);
-// errRunning while it runs, the open's error when it is gone.
-func zombieStatus(root string, pid int) (uint32, error) {
+// errRunning while it runs, the open's error when it is gone. start is
+// the process's start time (field 22), read with it: the pid's process
+// may not be the one the caller knew.
+func zombieStatus(root string, pid int) (raw uint32, start string, err error) {
 	var b [1024]byte
 	st, err := procFile(root+"/"+strconv.Itoa(pid)+"/stat", b[:])
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	s, err := procstat.Parse(st)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	if s.Field(3) != "Z" || s.Field(52) == "" {
-		return 0, errRunning
+		return 0, s.Field(22), errRunning
 	}
 	v, err := strconv.ParseUint(s.Field(52), 10, 32)
-	return uint32(v), err
+	return uint32(v), s.Field(22), err
+}
+
+// startTime is the process's start time (stat's field 22), "" when it
+// cannot be read.
+func startTime(root string, pid int) string {
+	var b [1024]byte
+	st, err := procFile(root+"/"+strconv.Itoa(pid)+"/stat", b[:])
+	if err != nil {
+		return ""
+	}
+	return procstat.Of(st).Field(22)
 }
 
 // proc reads one process's files for the exec watch: from the quiet
@@ -224,6 +237,19 @@ func (p proc) netns() (uint64, error) {
 		return 0, err
 	}
 	return parseNetns(string(b))
+}
+
+// start is the process's start time (stat's field 22): the snapshot's
+// stat, else /proc's now; "" when unread.
+func (p proc) start() string {
+	if p.snap == nil {
+		return startTime(p.root, p.pid)
+	}
+	b, err := file(&p.snap.Stat)
+	if err != nil {
+		return ""
+	}
+	return procstat.Of(b).Field(22)
 }
 
 // writer places the process (watch.Proc.Writer); a stat or cgroup file

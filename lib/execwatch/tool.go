@@ -108,7 +108,64 @@ func (s Shape) Answers() bool {
 var longCommands = map[string]byte{
 	"--append": 'A', "--check": 'C', "--delete": 'D', "--insert": 'I', "--replace": 'R',
 	"--list": 'L', "--list-rules": 'S', "--flush": 'F', "--zero": 'Z', "--new-chain": 'N',
-	"--new": 'N', "--delete-chain": 'X', "--policy": 'P', "--rename-chain": 'E',
+	"--delete-chain": 'X', "--policy": 'P', "--rename-chain": 'E',
+}
+
+// The tools' own long options (iptables(8), iptables-restore(8)), beside
+// the commands: getopt_long takes any prefix of one that names no other
+// ("--app" is --append, "--tab nat" --table nat, "--tes" a restore's
+// --test; both backends, 1.8.9), so a command is told by its prefix among
+// all of them, and a prefix several share is refused by the tool as by
+// longOption.
+var (
+	longOptions = []string{"--table", "--source", "--src", "--destination", "--dst", "--protocol",
+		"--in-interface", "--out-interface", "--jump", "--goto", "--match", "--numeric", "--verbose",
+		"--wait", "--wait-interval", "--exact", "--fragment", "--line-numbers", "--modprobe",
+		"--set-counters", "--ipv4", "--ipv6", "--version", "--help"}
+	restoreOptions = []string{"--counters", "--verbose", "--version", "--test", "--help", "--noflush",
+		"--wait", "--wait-interval", "--table", "--modprobe", "--ipv4", "--ipv6"}
+)
+
+// longOption is the option name stands for: itself when it is one, else
+// the one option it is a prefix of; "" when none or several.
+func longOption(name string, restore bool) string {
+	found := ""
+	match := func(o string) bool {
+		if o == name {
+			found = o
+			return true
+		}
+		if strings.HasPrefix(o, name) && len(name) > 2 {
+			if found != "" && found != o {
+				found = "-"
+			} else {
+				found = o
+			}
+		}
+		return false
+	}
+	if restore {
+		for _, o := range restoreOptions {
+			if match(o) {
+				return o
+			}
+		}
+	} else {
+		for _, o := range longOptions {
+			if match(o) {
+				return o
+			}
+		}
+		for o := range longCommands {
+			if match(o) {
+				return o
+			}
+		}
+	}
+	if found == "-" {
+		return ""
+	}
+	return found
 }
 
 // writes are the commands that change rules; every other is a read.
@@ -118,8 +175,10 @@ const writes = "ADIRFZNXPE"
 // next word, is that argument.
 const withArg = "jmpsdiogwWMt"
 
-// ParseArgv reads a command line (argv[0] first). Only the first command
-// option counts, as the tools refuse a second one.
+// ParseArgv reads a command line (argv[0] first). The tools refuse a
+// second command option, so a second one seen is an option's argument
+// (getopt hands "-L" to --comment as its text) or the first was: a write
+// among them decides (its command and chain), never a read before it.
 func ParseArgv(argv []string) Shape {
 	if len(argv) == 0 {
 		return Shape{}
@@ -137,6 +196,18 @@ func ParseArgv(argv []string) Shape {
 	case strings.HasSuffix(tool, "-restore"):
 		s.Operation = OpRestore
 	}
+	restore := s.Operation == OpRestore
+	commands := s.Operation != OpSave && !restore
+	// command takes a command option: the first, unless a write follows a
+	// read.
+	command := func(name string, c byte) bool {
+		if s.Command != "" && (s.Operation == OpWrite || strings.IndexByte(writes, c) < 0) {
+			return false
+		}
+		s.Command, s.Chain = name, ""
+		s.setOp(c)
+		return true
+	}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		next := func() string {
@@ -151,23 +222,24 @@ func ParseArgv(argv []string) Shape {
 			i = len(args)
 		case strings.HasPrefix(a, "--"):
 			name, val, hasVal := strings.Cut(a, "=")
+			name = longOption(name, restore)
 			if name == "--table" {
 				if !hasVal {
 					val = next()
 				}
 				s.Table = val
-			} else if name == "--test" && s.Operation == OpRestore {
+			} else if name == "--test" && restore {
 				s.Test = true
-			} else if c, ok := longCommands[name]; ok && s.Command == "" {
-				s.Command = name
-				s.setOp(c)
-				s.Chain = next()
+			} else if c, ok := longCommands[name]; ok && commands && command(name, c) {
+				if s.Chain = val; !hasVal {
+					s.Chain = next()
+				}
 			}
 		case strings.HasPrefix(a, "-") && len(a) > 1:
 			for j := 1; j < len(a); j++ {
 				c := a[j]
 				if c == 't' {
-					if s.Operation == OpRestore {
+					if restore {
 						s.Test = true
 						continue
 					}
@@ -182,9 +254,7 @@ func ParseArgv(argv []string) Shape {
 					}
 					break
 				}
-				if c >= 'A' && c <= 'Z' && s.Command == "" && s.Operation != OpSave && s.Operation != OpRestore {
-					s.Command = "-" + string(c)
-					s.setOp(c)
+				if c >= 'A' && c <= 'Z' && commands && command("-"+string(c), c) {
 					if j == len(a)-1 {
 						s.Chain = next()
 					}

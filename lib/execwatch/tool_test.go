@@ -97,3 +97,39 @@ func BenchmarkDecide(b *testing.B) {
 		}
 	})
 }
+
+// TestParseArgvAbbreviated: the tools read their options with
+// getopt_long, which takes any unambiguous prefix of a long option and an
+// option's argument whatever it starts with. Each command line below was
+// run with iptables-legacy and iptables-nft 1.8.9 in a test netns: each
+// exited 0 and wrote its rule (the restore only checked its input).
+func TestParseArgvAbbreviated(t *testing.T) {
+	for _, tc := range []struct {
+		argv  []string
+		want  Shape
+		write bool
+	}{
+		{[]string{"iptables-legacy", "--app", "INPUT", "-j", "ACCEPT"},
+			Shape{Tool: "iptables-legacy", Family: "iptables", Operation: OpWrite, Command: "--append", Table: "filter", Chain: "INPUT"}, true},
+		{[]string{"iptables-nft", "--ins", "INPUT", "-j", "ACCEPT"},
+			Shape{Tool: "iptables-nft", Family: "iptables", Operation: OpWrite, Command: "--insert", Table: "filter", Chain: "INPUT"}, true},
+		{[]string{"iptables-legacy", "--tab", "nat", "--app", "OUTPUT", "-j", "ACCEPT"},
+			Shape{Tool: "iptables-legacy", Family: "iptables", Operation: OpWrite, Command: "--append", Table: "nat", Chain: "OUTPUT"}, true},
+		{[]string{"iptables-nft", "--app=INPUT", "-j", "ACCEPT"},
+			Shape{Tool: "iptables-nft", Family: "iptables", Operation: OpWrite, Command: "--append", Table: "filter", Chain: "INPUT"}, true},
+		// --comment takes "-L" as its argument: the command is -A.
+		{[]string{"iptables-legacy", "-m", "comment", "--comment", "-L", "-A", "INPUT", "-j", "DROP"},
+			Shape{Tool: "iptables-legacy", Family: "iptables", Operation: OpWrite, Command: "-A", Table: "filter", Chain: "INPUT"}, true},
+		{[]string{"iptables-legacy-restore", "--tes"},
+			Shape{Tool: "iptables-legacy-restore", Family: "iptables", Operation: OpRestore, Test: true}, false},
+		// Ambiguous (--delete, --delete-chain, --destination): the tool
+		// refuses it, as it refuses --lis (--list, --list-rules).
+		{[]string{"iptables", "--de", "INPUT"},
+			Shape{Tool: "iptables", Family: "iptables", Operation: OpRead, Table: "filter"}, false},
+	} {
+		got := ParseArgv(tc.argv)
+		if got != tc.want || got.Write() != tc.write {
+			t.Errorf("%q:\n got %+v (write %v)\nwant %+v", tc.argv, got, got.Write(), tc.want)
+		}
+	}
+}

@@ -92,6 +92,11 @@ type Command struct {
 	// Exited: the exit was seen, and Code or Signal is its status.
 	Exited       bool
 	Code, Signal int
+
+	// start is the process's start time as its exec was read (stat's
+	// field 22), "" when unread: after an overrun its pid may be another
+	// process's (recheck).
+	start string
 }
 
 // Stats counts the watch's work since Open.
@@ -524,6 +529,7 @@ func (w *Watcher) exec(pid int, snap *execquiet.Snapshot) {
 	cmd.Backend = backend
 	cmd.Shape = ParseArgv(cmd.Argv)
 	cmd.Writer = p.writer(c)
+	cmd.start = p.start()
 	w.tools.Add(1)
 	w.add(cmd)
 }
@@ -573,20 +579,32 @@ func (w *Watcher) add(cmd *Command) {
 // messages may be their exits: a command that ended is a zombie until
 // reaped, whose status /proc still gives; one already reaped is given up
 // without a status (Done, Exited false), never kept waiting for an exit
-// that will not come.
+// that will not come. A pid whose process started at another time than
+// the command's is another process's (the command's exit lost, the
+// command reaped, the pid taken since): given up too, never kept for that
+// process's exit nor given its status.
 func (w *Watcher) recheck() {
 	w.mu.Lock()
-	pids := append([]int(nil), w.order...)
+	type run struct {
+		pid   int
+		start string
+	}
+	runs := make([]run, 0, len(w.order))
+	for _, pid := range w.order {
+		runs = append(runs, run{pid, w.pending[pid].start})
+	}
 	w.mu.Unlock()
-	for _, pid := range pids {
-		switch raw, err := zombieStatus(w.opts.Proc, pid); {
-		case err == nil:
-			w.exit(pid, raw)
-		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH):
+	for _, r := range runs {
+		pid, start := r.pid, r.start
+		raw, now, err := zombieStatus(w.opts.Proc, pid)
+		switch {
+		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) || start != "" && now != "" && now != start:
 			if c := w.take(pid); c != nil {
 				w.evicted.Add(1)
 				w.opts.Done(*c)
 			}
+		case err == nil:
+			w.exit(pid, raw)
 		}
 	}
 }

@@ -354,7 +354,7 @@ func zombie(t *testing.T, argv ...string) *exec.Cmd {
 	}
 	t.Cleanup(func() { _ = cmd.Wait() })
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if _, err := zombieStatus("/proc", cmd.Process.Pid); err != errRunning {
+		if _, _, err := zombieStatus("/proc", cmd.Process.Pid); err != errRunning {
 			return cmd
 		}
 		if time.Now().After(deadline) {
@@ -428,5 +428,69 @@ func TestWatcherKernelOnly(t *testing.T) {
 	err = unix.Sendto(fd, forged, unix.MSG_DONTWAIT, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Pid: sa.(*unix.SockaddrNetlink).Pid})
 	if !errors.Is(err, unix.ECONNREFUSED) {
 		t.Errorf("a unicast to the watch's port: %v, want ECONNREFUSED", err)
+	}
+}
+
+// standIn writes a stand-in /proc entry for pid running an iptables tool:
+// its binary, netns, command line, name, cgroup, and a stat line of state
+// and start time with exit code code (field 52).
+func standIn(t *testing.T, root string, pid int, state, start string, code int) {
+	t.Helper()
+	dir := filepath.Join(root, strconv.Itoa(pid))
+	if err := os.MkdirAll(filepath.Join(dir, "ns"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Remove(filepath.Join(dir, "exe"))
+	_ = os.Remove(filepath.Join(dir, "ns", "net"))
+	if err := os.Symlink("/usr/sbin/xtables-legacy-multi", filepath.Join(dir, "exe")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("net:[4026531999]", filepath.Join(dir, "ns", "net")); err != nil {
+		t.Fatal(err)
+	}
+	stat := strconv.Itoa(pid) + " (iptables-legacy) " + state + " 1" + strings.Repeat(" 0", 21-4) + " " + start +
+		strings.Repeat(" 0", 51-22) + " " + strconv.Itoa(code) + "\n"
+	for name, data := range map[string]string{"cmdline": "iptables-legacy\x00-A\x00INPUT\x00-j\x00DROP\x00",
+		"comm": "iptables-legacy\n", "stat": stat, "cgroup": "0::/kubepods/pod1/x\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestWatcherRecheckReused: after an overrun, a pending tool's pid may be
+// another process's already (the tool's exit lost, the tool reaped, the pid
+// taken): its stat's start time differs from the one the exec read. That
+// process, running or a zombie, is not the tool: the tool is given up
+// without a status, never kept for the other's exit nor given its status.
+func TestWatcherRecheckReused(t *testing.T) {
+	root := t.TempDir()
+	c := newCollector()
+	w := &Watcher{opts: Options{Proc: root, Done: c.done, Missed: func(Command, string) {}, MaxPending: 8}, pending: map[int]*Command{}}
+	// 300 runs, then its pid is a running process started later.
+	standIn(t, root, 300, "R", "1000", 0)
+	w.exec(300, nil)
+	// 301 ended (exit 1: a write that failed), its pid a zombie started
+	// later that exited 0.
+	standIn(t, root, 301, "R", "1000", 0)
+	w.exec(301, nil)
+	if st := w.Stats(); st.Tools != 2 {
+		t.Fatalf("stats %+v, want the two tools pending", st)
+	}
+	standIn(t, root, 300, "S", "2000", 0)
+	standIn(t, root, 301, "Z", "2000", 0)
+	w.recheck()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.cmds) != 2 {
+		t.Fatalf("reported %+v, want both tools given up", c.cmds)
+	}
+	for _, cmd := range c.cmds {
+		if cmd.Exited {
+			t.Errorf("pid %d: %+v, want no status (its pid is another process's)", cmd.PID, cmd)
+		}
+	}
+	if len(w.pending) != 0 || w.Stats().Evicted != 2 {
+		t.Errorf("pending %v, evicted %d", w.pending, w.Stats().Evicted)
 	}
 }
