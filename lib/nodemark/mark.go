@@ -136,18 +136,15 @@ func (m *Marker) Register(reg prometheus.Registerer) {
 func Mark(entries map[string]Entry) string {
 	mark := Ready
 	for _, e := range entries {
-		level := e.Level
-		if level == Unknown {
-			level = ""
-		}
-		mark = findings.WorseReadiness(mark, findings.Readiness(level))
+		mark = findings.WorseReadiness(mark, readiness(e.Level))
 	}
 	return mark
 }
 
 // worse reports whether level a makes the label worse than b, or as bad.
 func worse(a, b string) bool {
-	return Mark(map[string]Entry{"a": {Level: a}, "b": {Level: b}}) == Mark(map[string]Entry{"a": {Level: a}})
+	ra := readiness(a)
+	return findings.WorseReadiness(ra, readiness(b)) == ra
 }
 
 // Fresh reports whether New found no state file: the findings handled
