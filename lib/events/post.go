@@ -134,7 +134,7 @@ func (p *Poster) Post(ctx context.Context, rec findings.Record) (Result, error) 
 	res, err := p.postPod(ctx, rec)
 	// No summary for a record without rules (unknown, a command's own):
 	// it says the pod created rules.
-	if err != nil || !p.nodeEvent || res.Outcome == NoPod || rec.State == findings.StateUnknown || commandOnly(rec) {
+	if err != nil || !p.nodeEvent || res.Outcome == NoPod || rec.State == findings.StateUnknown || rec.CommandOnly() {
 		return res, err
 	}
 	// The node summary is posted even when the pod is gone: the node did
@@ -186,15 +186,12 @@ func noEvent(rec findings.Record) (Result, bool) {
 		// A command's own finding (the exec watch's failed write or read)
 		// holds no rules and is still usage: a legacy write the kernel
 		// refused is the RHEL 10 breakage itself (wording.Note words it).
-		if !rec.HasUsage() && !commandOnly(rec) {
+		if !rec.HasUsage() && !rec.CommandOnly() {
 			return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, true
 		}
 	}
 	return Result{}, false
 }
-
-// commandOnly tells a command's own finding: no rules, only the command.
-func commandOnly(rec findings.Record) bool { return rec.Exec != nil && !rec.HasUsage() }
 
 func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, error) {
 	if rec.Pod.Namespace == "" || rec.Pod.Name == "" || rec.Pod.UID == "" {

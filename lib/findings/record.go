@@ -211,6 +211,13 @@ func Now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
 // only carries an inspection error does not.
 func (r Record) HasUsage() bool { return r.Nft.Used() || r.Legacy.Used() }
 
+// CommandOnly tells a command's own finding: the exec watch's failed
+// write or read, with the command and no rules. It says nothing of the
+// pod's rules, so a consumer keeps what the pod's last look said; a
+// write refused for missing kernel support (its Worst) is the RHEL 10
+// breakage itself.
+func (r Record) CommandOnly() bool { return r.Exec != nil && !r.HasUsage() }
+
 // Used reports whether iptables-nft usage was found.
 func (n Nft) Used() bool { return n.Rules > 0 || n.Chains > 0 || len(n.Tables) > 0 }
 

@@ -193,7 +193,7 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 	m.mu.Lock()
 	old, had := m.entries[key]
 	switch st := rec.KnownState(); {
-	case st == findings.StatePresent && rec.Exec != nil && !rec.HasUsage():
+	case st == findings.StatePresent && rec.CommandOnly():
 		// A command's own finding (the exec watch's read or failed
 		// write) says nothing of the rules: clearing the pod's level
 		// would label a pod with legacy rules ready the moment it ran

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
@@ -45,7 +46,7 @@ func (w *Writer) writeNode(ctx context.Context, rec findings.Record) (Result, er
 	case findings.StateGone:
 		res.Outcome = Removed
 	case findings.StatePresent:
-		if !rec.HasUsage() {
+		if !rec.HasUsage() && !rec.CommandOnly() {
 			return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil
 		}
 		fallthrough
@@ -75,15 +76,19 @@ func (w *Writer) writeNode(ctx context.Context, rec findings.Record) (Result, er
 			if x == nil {
 				return true
 			}
+			// A copy each try: a conflict calls this again.
+			y := *x
+			y.Properties = maps.Clone(x.Properties)
 			if len(r.Results) > 0 {
 				// The first sighting of the usage the report held.
-				if first := firstSeen(r.Results[0]); !first.IsZero() && first.Before(Seen(*x)) {
-					x.Properties[PropFirstSeen] = first.Format(time.RFC3339)
+				if first := firstSeen(r.Results[0]); !first.IsZero() && first.Before(Seen(y)) {
+					y.Properties[PropFirstSeen] = first.Format(time.RFC3339)
 				}
+				y = after(r.Results[0], y, rec.CommandOnly())
 			}
 			r.Source = Source
 			r.Scope = &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: w.node}
-			r.Results = []openreportsv1alpha1.ReportResult{*x}
+			r.Results = []openreportsv1alpha1.ReportResult{y}
 			r.Summary = summary(r.Results)
 			return false
 		})

@@ -1,7 +1,8 @@
 package openreports
 
 import (
-	"github.com/iptables-alerter/iptables-alerter/lib/wording"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 )
 
 // Names in the Report objects.
@@ -267,4 +269,53 @@ func SeenAt(v string) time.Time {
 func firstSeen(r openreportsv1alpha1.ReportResult) time.Time {
 	t, _ := time.Parse(time.RFC3339, r.Properties[PropFirstSeen])
 	return t
+}
+
+// after is the pod's (or the node's) result once rec is in, given the
+// result it had (old) and the one rec alone makes (x). A look at the
+// rules replaces old, keeping the last command seen when rec has none: a
+// failed write leaves no rule, and a later look must not erase that it
+// was tried. A command's own finding (findings.Record.CommandOnly) says
+// nothing of the rules: old stays, with the command added and rec's level
+// when worse (a write refused for missing kernel support breaks).
+func after(old, x openreportsv1alpha1.ReportResult, commandOnly bool) openreportsv1alpha1.ReportResult {
+	cmd, had := old.Properties[PropCommand]
+	if !commandOnly {
+		if _, ok := x.Properties[PropCommand]; !ok && had {
+			x.Properties[PropCommand] = cmd
+		}
+		return x
+	}
+	out := old
+	out.Properties = maps.Clone(old.Properties)
+	if out.Properties == nil {
+		out.Properties = map[string]string{}
+	}
+	// A failed command says more than one that worked or read: it stays
+	// until another fails.
+	if c := x.Properties[PropCommand]; !had || !wording.FailedLine(cmd) || wording.FailedLine(c) {
+		out.Properties[PropCommand] = c
+	}
+	if seen := Seen(x); seen.After(Seen(old)) {
+		out.Properties[PropLastSeen] = x.Properties[PropLastSeen]
+		out.Timestamp = x.Timestamp
+	}
+	if graver(x.Rule, old.Rule) {
+		out.Rule, out.Result, out.Severity, out.Description = x.Rule, x.Result, x.Severity, x.Description
+	}
+	return out
+}
+
+// graver reports whether rule a says worse of a pod than rule b: what
+// breaks first (legacy, then xt), then unknown (it may hide either), then
+// native, then unclassified.
+func graver(a, b string) bool {
+	order := []string{findings.ImpactLegacy, findings.ImpactXt, RuleUnknown, findings.ImpactNative, RuleUnclassified}
+	rank := func(r string) int {
+		if i := slices.Index(order, r); i >= 0 {
+			return i
+		}
+		return len(order)
+	}
+	return rank(a) < rank(b)
 }

@@ -299,7 +299,7 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 	if res, ok := checkPod(rec); !ok {
 		return res, nil, nil
 	}
-	if rec.KnownState() == findings.StatePresent && !rec.HasUsage() {
+	if rec.KnownState() == findings.StatePresent && !rec.HasUsage() && !rec.CommandOnly() {
 		return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil, nil
 	}
 	if posted.Pod == nil {
@@ -324,14 +324,19 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 		r.OwnerReferences = []metav1.OwnerReference{ref}
 		r.Scope = &corev1.ObjectReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: pod.Namespace, Name: ref.Name, UID: ref.UID}
 		var first time.Time
+		var old *openreportsv1alpha1.ReportResult
 		r.Results = slices.DeleteFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool {
 			mine := x.Properties[PropPodUID] == prop(rec.Pod.UID)
 			if mine {
-				first = firstSeen(x)
+				first, old = firstSeen(x), &x
 			}
 			return mine
 		})
-		r.Results = append(r.Results, resultOf(rec, pod, o, ref, w.node, first))
+		x := resultOf(rec, pod, o, ref, w.node, first)
+		if old != nil {
+			x = after(*old, x, rec.CommandOnly())
+		}
+		r.Results = append(r.Results, x)
 		return bound(r)
 	}, nil
 }

@@ -2,11 +2,19 @@ package report
 
 import (
 	"bytes"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 )
 
 // TestExecCommands (issue 28): a workload's findings of the exec watch show
@@ -44,5 +52,35 @@ func TestExecCommands(t *testing.T) {
 		if !strings.Contains(b.String(), "FAILED") || strings.Contains(b.String(), "\x1b") {
 			t.Errorf("%s: no FAILED command, or an escape let through:\n%s", format, b.String())
 		}
+	}
+}
+
+// TestExecCommandsFromReports: the command a Report's result holds
+// (openreports.PropCommand) is read back, so --source reports shows a
+// failed write as the Events do; a binary named FAILED is no failure.
+func TestExecCommandsFromReports(t *testing.T) {
+	failed := &findings.Exec{Argv: []string{"iptables-legacy", "-A", "INPUT", "-j", "DROP"}, Backend: "legacy",
+		Exited: true, ExitCode: 3, Failed: true, MissingKernelSupport: true}
+	result := func(pod, rule, cmd string) Item {
+		x := openreportsv1alpha1.ReportResult{Source: openreports.Source, Rule: rule, Result: "fail",
+			Subjects: []corev1.ObjectReference{{APIVersion: "v1", Kind: "Pod", Name: pod, UID: types.UID("u-" + pod)}},
+			Properties: map[string]string{openreports.PropOwner: "Deployment/web", openreports.PropNodes: "n",
+				openreports.PropLastSeen: "2026-12-01T00:00:00Z", openreports.PropCommand: cmd}}
+		l := leanOf(x)
+		it, ok := resultItem("shop", &l, &Skipped{})
+		if !ok {
+			t.Fatalf("result %+v not read", x)
+		}
+		return it
+	}
+	line := wording.ExecLine(failed)
+	var items []Item
+	for i := 1; i <= MaxWriters; i++ {
+		items = append(items, result("web-"+strconv.Itoa(i), openreports.RuleUnclassified, "FAILED -L x"+strconv.Itoa(i)+" (exit 0)"))
+	}
+	items = append(items, result("web-0", findings.ImpactLegacy, line))
+	gs := GroupItems(items, nil)
+	if len(gs) != 1 || !slices.Contains(gs[0].Commands, line) {
+		t.Fatalf("groups %+v: want the failed command %q kept", gs, line)
 	}
 }

@@ -3,7 +3,6 @@ package report
 import (
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -548,11 +547,11 @@ func addCommand(cs *[]string, c string) {
 		*cs = append(*cs, c)
 		return
 	}
-	if !strings.HasPrefix(c, wording.FailedMark) {
+	if !wording.FailedLine(c) {
 		return
 	}
 	for i := len(*cs) - 1; i >= 0; i-- {
-		if !strings.HasPrefix((*cs)[i], wording.FailedMark) {
+		if !wording.FailedLine((*cs)[i]) {
 			(*cs)[i] = c
 			return
 		}

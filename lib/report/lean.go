@@ -32,10 +32,10 @@ type leanSubject struct{ Name, UID string }
 // leanProps are the properties resultItem reads; Seen is lastSeen read
 // as openreports.Seen reads it.
 type leanProps struct {
-	Cut, Nodes, Truncated, Mixed, Modules, PodUID, Owner, Error, Rules, Writer, Vendor, Hint, Doc string
-	Seen                                                                                          time.Time
-	Examples                                                                                      [openreports.MaxExamples]string
-	HasExample                                                                                    [openreports.MaxExamples]bool
+	Cut, Nodes, Truncated, Mixed, Modules, PodUID, Owner, Error, Rules, Writer, Command, Vendor, Hint, Doc string
+	Seen                                                                                                   time.Time
+	Examples                                                                                               [openreports.MaxExamples]string
+	HasExample                                                                                             [openreports.MaxExamples]bool
 }
 
 // pageReader decodes list pages of Reports (listReports) into leanResults
@@ -337,6 +337,8 @@ func propField(lp *leanProps, key []byte) *string {
 		return &lp.Rules
 	case openreports.PropWriter:
 		return &lp.Writer
+	case openreports.PropCommand:
+		return &lp.Command
 	case openreports.PropVendor:
 		return &lp.Vendor
 	case openreports.PropHint:

@@ -31,7 +31,7 @@ func leanOf(x openreportsv1alpha1.ReportResult) leanResult {
 	p := x.Properties
 	l.Props = leanProps{Cut: p["cut"], Nodes: p[openreports.PropNodes], Truncated: p[openreports.PropTruncated], Mixed: p[openreports.PropMixedBackends],
 		Modules: p[openreports.PropModules], PodUID: p[openreports.PropPodUID], Owner: p[openreports.PropOwner], Error: p[openreports.PropError],
-		Rules: p[openreports.PropRules], Writer: p[openreports.PropWriter], Vendor: p[openreports.PropVendor], Hint: p[openreports.PropHint],
+		Rules: p[openreports.PropRules], Writer: p[openreports.PropWriter], Command: p[openreports.PropCommand], Vendor: p[openreports.PropVendor], Hint: p[openreports.PropHint],
 		Doc: p[openreports.PropDoc], Seen: openreports.Seen(x)}
 	for i := range l.Props.Examples {
 		l.Props.Examples[i], l.Props.HasExample[i] = p[openreports.PropExample+strconv.Itoa(i+1)]
@@ -49,7 +49,7 @@ func TestPageReaderAsEncodingJSON(t *testing.T) {
 		"Deployment/web", "legacy=1 xt=2 native=3 total=6", "[ip nat, xt] -A OUTPUT -j REDIRECT", "2026-03-01T12:00:00Z", "not a time", "true"}
 	pick := func() string { return odd[rng.Intn(len(odd))] }
 	keys := []string{"cut", openreports.PropNodes, openreports.PropTruncated, openreports.PropMixedBackends, openreports.PropModules, openreports.PropPodUID,
-		openreports.PropOwner, openreports.PropError, openreports.PropRules, openreports.PropWriter, openreports.PropVendor, openreports.PropHint,
+		openreports.PropOwner, openreports.PropError, openreports.PropRules, openreports.PropWriter, openreports.PropCommand, openreports.PropVendor, openreports.PropHint,
 		openreports.PropDoc, openreports.PropLastSeen, "example1", "example2", "example3", "example4", "example0", "example01", "example+1", "other", "Owner"}
 	for round := 0; round < 40; round++ {
 		var list openreportsv1alpha1.ReportList

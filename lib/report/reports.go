@@ -160,7 +160,7 @@ func resultShared(namespace string, x *leanResult, sk *Skipped) (Item, bool) {
 		it.State, it.Worst, it.Error = findings.StateUnknown, "", p.Error
 	}
 	it.Impact = impactOf(p.Rules)
-	it.Writer = p.Writer
+	it.Writer, it.Command = p.Writer, p.Command
 	if names := p.Vendor; names != "" {
 		for i, n := range strings.Split(names, ",") {
 			v := findings.Vendor{Name: n}

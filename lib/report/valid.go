@@ -85,6 +85,7 @@ func validShared(it Item, sk *Skipped) (Item, bool) {
 	}
 	it.Error = safetext.Cut(it.Error, maxText)
 	it.Writer = safetext.Cut(it.Writer, maxText)
+	it.Command = safetext.Cut(it.Command, maxText)
 
 	if bad(len(it.Vendors) <= findings.MaxVendors) {
 		it.Vendors = it.Vendors[:findings.MaxVendors]

@@ -178,14 +178,14 @@ func (c *Collector) Consume(_ context.Context, r findings.Record) error {
 	// Replayed or out-of-order lines must not replace a newer finding.
 	if old, ok := c.state.Pods[r.Pod.UID]; !ok || !r.Time.Before(old.Time) {
 		p := podOf(r)
-		if ok && old.State == findings.StateUnknown && r.KnownState() == findings.StatePresent && r.Exec != nil && !r.HasUsage() {
+		if ok && old.State == findings.StateUnknown && r.KnownState() == findings.StatePresent && r.CommandOnly() {
 			// Nor does it answer what the unknown look could not see:
 			// zero rule series would say "no legacy rules" of a pod
 			// that hid them (keeping the x_tables lock busy). It stays
 			// unknown until a look at the rules says otherwise.
 			p = old
 			p.Time = r.Time
-		} else if ok && old.State == findings.StatePresent && r.Exec != nil && !r.HasUsage() {
+		} else if ok && old.State == findings.StatePresent && r.CommandOnly() {
 			// A command's own finding (the exec watch's failed write or
 			// read) says nothing of the rules: the pod's counts stay,
 			// its worst level the worse of both.

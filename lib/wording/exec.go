@@ -1,6 +1,8 @@
 package wording
 
 import (
+	"strings"
+
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
@@ -11,6 +13,12 @@ const MaxExecLine = 240
 // FailedMark starts the line of a command that failed: every consumer
 // shows it first, where no one can miss it.
 const FailedMark = "FAILED"
+
+// FailedLine tells whether an ExecLine is a failed command's. Its mark
+// is followed by " (": a command line that merely starts with a word
+// FAILED (a binary of that name) cannot have it, as CommandLine quotes
+// an argument holding a space or a parenthesis.
+func FailedLine(line string) bool { return strings.HasPrefix(line, FailedMark+" (") }
 
 // ExecLine says in one line, escaped and bounded, which iptables command
 // the exec watch saw and how it ended: "FAILED (exit 3, missing kernel
