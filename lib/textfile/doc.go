@@ -3,7 +3,9 @@
 //
 // The latest finding's state decides a pod's series: present, its rule
 // counts; unknown (the inspection could not finish, no usage seen),
-// iptables_alerter_pod_usage_unknown 1 and no rule series; gone, none.
+// iptables_alerter_pod_usage_unknown 1 and no rule series; gone, none. A
+// present look cut short (truncated) adds pod_usage_incomplete 1: its
+// counts are a lower bound.
 // A command's own finding (the exec watch's read or failed write: no
 // rules) is no look at the rules: a present pod keeps its counts, an
 // unknown one stays unknown.

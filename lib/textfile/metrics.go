@@ -31,6 +31,9 @@ var (
 	unknownDesc = prometheus.NewDesc("iptables_alerter_pod_usage_unknown",
 		"1 for a pod still on this node whose latest finding has state unknown: the inspection could not finish and saw no iptables usage, so whether the pod uses iptables is not known (it has no rule series).",
 		[]string{"pod_namespace", "pod_name"}, nil)
+	incompleteDesc = prometheus.NewDesc("iptables_alerter_pod_usage_incomplete",
+		"1 for a pod still on this node whose latest look at the rules stopped early (truncated): its rule series are a lower bound, and rules that break on RHEL 10 may be among those not seen.",
+		[]string{"pod_namespace", "pod_name"}, nil)
 	flaggedDesc = prometheus.NewDesc("iptables_alerter_flagged_pods",
 		"Pods on this node whose latest finding shows iptables usage.", nil, nil)
 	findingsDesc = prometheus.NewDesc("iptables_alerter_findings_total",
@@ -49,7 +52,7 @@ type snapshot struct {
 }
 
 func (s snapshot) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{podRulesDesc, podImpactDesc, impactVendorDesc, unknownDesc, flaggedDesc, findingsDesc, malformedDesc, lastDesc} {
+	for _, d := range []*prometheus.Desc{podRulesDesc, podImpactDesc, impactVendorDesc, unknownDesc, incompleteDesc, flaggedDesc, findingsDesc, malformedDesc, lastDesc} {
 		ch <- d
 	}
 }
@@ -63,6 +66,12 @@ func (s snapshot) Collect(ch chan<- prometheus.Metric) {
 		if p.State == findings.StateUnknown {
 			ch <- prometheus.MustNewConstMetric(unknownDesc, prometheus.GaugeValue, 1, p.Namespace, p.Name)
 			continue
+		}
+		// A pod can hide its legacy rules behind a native one (a rule over
+		// 32 KiB, the x_tables lock kept busy): zero legacy rules from a
+		// cut look is no answer.
+		if p.Truncated {
+			ch <- prometheus.MustNewConstMetric(incompleteDesc, prometheus.GaugeValue, 1, p.Namespace, p.Name)
 		}
 		ch <- prometheus.MustNewConstMetric(podRulesDesc, prometheus.GaugeValue, float64(p.NftRules), p.Namespace, p.Name, "nft")
 		ch <- prometheus.MustNewConstMetric(podRulesDesc, prometheus.GaugeValue, float64(p.LegacyRules), p.Namespace, p.Name, "legacy")

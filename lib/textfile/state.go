@@ -40,6 +40,10 @@ type Pod struct {
 	Impact  findings.Impact `json:"impact"`
 	Worst   string          `json:"worst"`
 	Vendors []string        `json:"vendors"`
+	// Truncated: the latest look at the rules stopped early (the x_tables
+	// lock kept busy, the deadline, a rule hiding the later ones), so the
+	// counts are a lower bound: pod_usage_incomplete.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // State is everything that must survive a restart.
@@ -120,5 +124,6 @@ func podOf(r findings.Record) Pod {
 		Impact:      r.Levels(),
 		Worst:       r.WorstLevel(),
 		Vendors:     findings.VendorLabels(r.Vendors),
+		Truncated:   r.Truncated,
 	}
 }

@@ -189,7 +189,7 @@ func (c *Collector) Consume(_ context.Context, r findings.Record) error {
 			// A command's own finding (the exec watch's failed write or
 			// read) says nothing of the rules: the pod's counts stay,
 			// its worst level the worse of both.
-			p.NftRules, p.LegacyRules, p.Impact, p.Vendors = old.NftRules, old.LegacyRules, old.Impact, old.Vendors
+			p.NftRules, p.LegacyRules, p.Impact, p.Vendors, p.Truncated = old.NftRules, old.LegacyRules, old.Impact, old.Vendors, old.Truncated
 			if findings.ImpactRank(old.Worst) < findings.ImpactRank(p.Worst) {
 				p.Worst = old.Worst
 			}

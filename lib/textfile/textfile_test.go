@@ -563,3 +563,29 @@ func TestCommandAfterUnknown(t *testing.T) {
 		t.Errorf("%d findings counted, want 2", f)
 	}
 }
+
+// TestIncompleteLook: a present look that stopped early (truncated: a
+// rule over 32 KiB hiding the later ones, the x_tables lock kept busy)
+// showed the pod with its native rule and 0 legacy rules, as if complete;
+// it now has pod_usage_incomplete 1 beside its counts, kept through a
+// command's own finding and gone after a complete look.
+func TestIncompleteLook(t *testing.T) {
+	e := newEnv(t)
+	ns := e.netns("a")
+	cut := rec("team-a", "hider", "u1", ns, 1, 0, t0)
+	cut.Truncated = true
+	read := rec("team-a", "hider", "u1", ns, 0, 0, t0.Add(time.Second))
+	read.Source, read.State, read.Fingerprint = findings.SourceExec, findings.StatePresent, "fp-read"
+	read.Exec = &findings.Exec{Argv: []string{"iptables-nft", "-L"}, Backend: "nft", Operation: "read", Exited: true}
+	e.append(cut, read)
+	e.once(t0.Add(time.Minute))
+	want := `iptables_alerter_pod_usage_incomplete{pod_name="hider",pod_namespace="team-a"} 1` + "\n"
+	if prom := e.prom(); !strings.Contains(prom, want) || !strings.Contains(prom, `iptables_alerter_pod_iptables_rules{backend="nft",pod_name="hider",pod_namespace="team-a"} 1`) {
+		t.Errorf("a cut look, then a read: want %s beside the counts:\n%s", want, prom)
+	}
+	e.append(rec("team-a", "hider", "u1", ns, 1, 0, t0.Add(2*time.Minute)))
+	e.once(t0.Add(3 * time.Minute))
+	if prom := e.prom(); strings.Contains(prom, "iptables_alerter_pod_usage_incomplete{") {
+		t.Errorf("after a complete look:\n%s", prom)
+	}
+}
