@@ -24,7 +24,8 @@ import (
 //
 //   - a legacy write that worked: a scan of the sandbox at once, its
 //     record naming the command and its writer (x_tables announce nothing;
-//     the re-sweep stays the safety net);
+//     the re-sweep stays the safety net); an ebtables-legacy one, which no
+//     look can read, a record of its own at the legacy level;
 //   - an iptables-nft write that worked: nothing of its own; the nftables
 //     watch's scan of its commit carries the command (queueWatch), one
 //     finding, not two;
@@ -441,6 +442,13 @@ func (a *Agent) execDone(c execwatch.Command) bool {
 	switch {
 	case e.Failed:
 		a.metrics.execs.WithLabelValues("failed").Inc()
+		a.recordExec(w, e, writer)
+	case c.Shape.Write() && c.Backend == execwatch.BackendLegacy && c.Shape.Family == "ebtables":
+		// The legacy look cannot read the kernel's ebtables (no list of
+		// its tables; asking makes one: docs/limitations.md), so a scan
+		// would find nothing and the write would go unrecorded: it is
+		// the command's own finding, at the legacy level (execLevel).
+		a.metrics.execs.WithLabelValues("legacy write").Inc()
 		a.recordExec(w, e, writer)
 	case c.Shape.Write() && c.Backend == execwatch.BackendLegacy:
 		a.metrics.execs.WithLabelValues("legacy write").Inc()

@@ -461,3 +461,80 @@ func TestExecRecordsBounded(t *testing.T) {
 		t.Errorf("memory entries %q (%v), want one per sandbox", entries, err)
 	}
 }
+
+// standInTool is the name this test binary answers to as a stand-in for
+// an ebtables-legacy that works: this kernel (like RHEL 10's) has no
+// legacy ebtables, so the real tool's writes all fail.
+const standInTool = "ebtables-legacy"
+
+// standIn waits for the file $STANDIN_RELEASE (the exec watch has read the
+// command line), then exits 0 as a write that worked.
+func standIn() {
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(os.Getenv("STANDIN_RELEASE")); err == nil {
+			os.Exit(0)
+		}
+	}
+	os.Exit(2)
+}
+
+// TestExecEbtablesLegacy: an ebtables-legacy write that worked was taken
+// for a legacy write and scanned, and the scan, which cannot read the
+// kernel's ebtables, found nothing: no finding at all. It is now the
+// command's own finding, breaking (legacy). ebtables' -C changes counters:
+// a write too, not a check.
+func TestExecEbtablesLegacy(t *testing.T) {
+	nstest.NeedRoot(t)
+	dir := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := filepath.Join(dir, standInTool)
+	if err := os.Link(self, tool); err != nil {
+		data, err := os.ReadFile(self)
+		if err != nil || os.WriteFile(tool, data, 0o755) != nil {
+			t.Fatalf("stand-in: %v", err)
+		}
+	}
+	rec := newRecorder()
+	a := startWatching(t, dir, rec, func(c *Config) { c.ExecWatch = true })
+	ns := nstest.New(t)
+	p := pod("eb", ns.Path())
+	if err := a.RunPodSandbox(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	ready(t, a, p.Id)
+	execUp(t, a)
+	for i, args := range [][]string{{"-A", "FORWARD", "--logical-in", "eb-append", "-j", "DROP"}, {"-C", "FORWARD", "1", "0", "0", "--logical-in", "eb-counters"}} {
+		release := filepath.Join(dir, fmt.Sprintf("release-%d", i))
+		cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name, tool}, args...)...)
+		cmd.Env = append(os.Environ(), "STANDIN_RELEASE="+release)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for end := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+			if w := a.execs.w.Load(); w != nil {
+				if c, ok := w.Lookup(cmd.Process.Pid); ok && strings.HasSuffix(c.Exe, standInTool) {
+					break
+				}
+			}
+			if time.Now().After(end) {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				t.Fatalf("%q was not read in a minute", args)
+			}
+		}
+		if err := os.WriteFile(release, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("stand-in %q: %v", args, err)
+		}
+		s := execScan(t, rec, args[len(args)-1])
+		r := s.Record
+		if s.Stored != findings.Recorded || r.Worst != findings.ImpactLegacy || r.Exec.Operation != "write" || r.Exec.Failed || r.Pod.UID != p.Uid {
+			t.Errorf("%q: %s worst %q exec %+v", args, s.Label(), r.Worst, r.Exec)
+		}
+	}
+}

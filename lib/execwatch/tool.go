@@ -96,9 +96,12 @@ func (s Shape) Write() bool {
 
 // Answers tells whether an exit status of 1 is an answer, not a failure:
 // -C (does a matching rule exist) and -D (a rule to delete) say no with it.
+// ebtables' -C changes counters: a write, whose 1 is a failure.
 func (s Shape) Answers() bool {
 	switch s.Command {
-	case "-C", "--check", "-D", "--delete":
+	case "-C":
+		return s.Family != "ebtables"
+	case "--check", "-D", "--delete":
 		return true
 	}
 	return false
@@ -110,6 +113,31 @@ var longCommands = map[string]byte{
 	"--list": 'L', "--list-rules": 'S', "--flush": 'F', "--zero": 'Z', "--new-chain": 'N',
 	"--delete-chain": 'X', "--policy": 'P', "--rename-chain": 'E',
 }
+
+// ebtables' commands differ (ebtables(8), both backends 1.8.9): -C and
+// --change-counters change a rule's counters, as -Z zeroes them (a
+// write); --init-table and --atomic-commit replace the kernel's table
+// (writes, without a short letter: 'T' and 'K' stand for them here, no
+// ebtables option uses either); --check exists only long.
+var ebCommands = map[string]byte{
+	"--append": 'A', "--delete": 'D', "--insert": 'I', "--list": 'L', "--flush": 'F', "--zero": 'Z',
+	"--policy": 'P', "--new-chain": 'N', "--rename-chain": 'E', "--delete-chain": 'X',
+	"--change-counters": 'C', "--check": 'c', "--init-table": 'T', "--atomic-commit": 'K',
+}
+
+// ebShort are ebtables' short command letters; ebWrites those that write.
+const (
+	ebShort  = "ADILFZPNEXC"
+	ebWrites = "ADIFZPNEXCTK"
+)
+
+// ebOptions are ebtables' own long options beside its commands, for the
+// prefix match (the extensions' options, such as --ip-src, join them
+// when loaded and are not modelled).
+var ebOptions = []string{"--table", "--proto", "--protocol", "--src", "--source", "--dst", "--destination",
+	"--in-if", "--in-interface", "--out-if", "--out-interface", "--logical-in", "--logical-out",
+	"--jump", "--match", "--set-counters", "--modprobe", "--concurrent", "--verbose", "--version", "--help",
+	"--atomic-file", "--atomic-init", "--atomic-save", "--Ln", "--Lc", "--Lx", "--Lmac2"}
 
 // The tools' own long options (iptables(8), iptables-restore(8)), beside
 // the commands: getopt_long takes any prefix of one that names no other
@@ -128,7 +156,7 @@ var (
 
 // longOption is the option name stands for: itself when it is one, else
 // the one option it is a prefix of; "" when none or several.
-func longOption(name string, restore bool) string {
+func longOption(name string, restore, eb bool) string {
 	found := ""
 	match := func(o string) bool {
 		if o == name {
@@ -144,13 +172,25 @@ func longOption(name string, restore bool) string {
 		}
 		return false
 	}
-	if restore {
+	switch {
+	case restore:
 		for _, o := range restoreOptions {
 			if match(o) {
 				return o
 			}
 		}
-	} else {
+	case eb:
+		for _, o := range ebOptions {
+			if match(o) {
+				return o
+			}
+		}
+		for o := range ebCommands {
+			if match(o) {
+				return o
+			}
+		}
+	default:
 		for _, o := range longOptions {
 			if match(o) {
 				return o
@@ -198,14 +238,22 @@ func ParseArgv(argv []string) Shape {
 	}
 	restore := s.Operation == OpRestore
 	commands := s.Operation != OpSave && !restore
+	eb := s.Family == "ebtables"
+	longs, shorts, written := longCommands, "ABCDEFGHIJKLMNOPQRSTUVWXYZ", writes
+	if eb {
+		longs, shorts, written = ebCommands, ebShort, ebWrites
+	}
 	// command takes a command option: the first, unless a write follows a
 	// read.
 	command := func(name string, c byte) bool {
-		if s.Command != "" && (s.Operation == OpWrite || strings.IndexByte(writes, c) < 0) {
+		w := strings.IndexByte(written, c) >= 0
+		if s.Command != "" && (s.Operation == OpWrite || !w) {
 			return false
 		}
-		s.Command, s.Chain = name, ""
-		s.setOp(c)
+		s.Command, s.Chain, s.Operation = name, "", OpRead
+		if w {
+			s.Operation = OpWrite
+		}
 		return true
 	}
 	for i := 0; i < len(args); i++ {
@@ -222,7 +270,7 @@ func ParseArgv(argv []string) Shape {
 			i = len(args)
 		case strings.HasPrefix(a, "--"):
 			name, val, hasVal := strings.Cut(a, "=")
-			name = longOption(name, restore)
+			name = longOption(name, restore, eb)
 			if name == "--table" {
 				if !hasVal {
 					val = next()
@@ -230,7 +278,7 @@ func ParseArgv(argv []string) Shape {
 				s.Table = val
 			} else if name == "--test" && restore {
 				s.Test = true
-			} else if c, ok := longCommands[name]; ok && commands && command(name, c) {
+			} else if c, ok := longs[name]; ok && commands && command(name, c) {
 				if s.Chain = val; !hasVal {
 					s.Chain = next()
 				}
@@ -254,7 +302,7 @@ func ParseArgv(argv []string) Shape {
 					}
 					break
 				}
-				if c >= 'A' && c <= 'Z' && commands && command("-"+string(c), c) {
+				if strings.IndexByte(shorts, c) >= 0 && commands && command("-"+string(c), c) {
 					if j == len(a)-1 {
 						s.Chain = next()
 					}
@@ -269,14 +317,6 @@ func ParseArgv(argv []string) Shape {
 		s.Table = "filter"
 	}
 	return s
-}
-
-func (s *Shape) setOp(c byte) {
-	if strings.IndexByte(writes, c) >= 0 {
-		s.Operation = OpWrite
-	} else {
-		s.Operation = OpRead
-	}
 }
 
 // familyOf is the tool family a name belongs to, "" for none.

@@ -60,6 +60,20 @@ func TestParseArgv(t *testing.T) {
 			Shape{Tool: "iptables", Family: "iptables", Operation: OpWrite, Command: "-F", Table: "filter"}, true, false},
 		{[]string{"ebtables", "-t", "broute", "-L"},
 			Shape{Tool: "ebtables", Family: "ebtables", Operation: OpRead, Command: "-L", Table: "broute"}, false, false},
+		// ebtables' -C changes a rule's counters (a write, its exit 1 a
+		// failure); --init-table empties the table; --check is long only.
+		{[]string{"ebtables-nft", "-C", "INPUT", "1", "5", "6"},
+			Shape{Tool: "ebtables-nft", Family: "ebtables", Operation: OpWrite, Command: "-C", Table: "filter", Chain: "INPUT"}, true, false},
+		{[]string{"ebtables", "--change-counters", "FORWARD", "1", "0", "0"},
+			Shape{Tool: "ebtables", Family: "ebtables", Operation: OpWrite, Command: "--change-counters", Table: "filter", Chain: "FORWARD"}, true, false},
+		{[]string{"ebtables-nft", "-t", "nat", "--init"},
+			Shape{Tool: "ebtables-nft", Family: "ebtables", Operation: OpWrite, Command: "--init-table", Table: "nat"}, true, false},
+		{[]string{"ebtables-legacy", "--atomic-file", "/tmp/t", "--atomic-commit"},
+			Shape{Tool: "ebtables-legacy", Family: "ebtables", Operation: OpWrite, Command: "--atomic-commit", Table: "filter"}, true, false},
+		{[]string{"ebtables-nft", "--check", "INPUT", "-j", "ACCEPT"},
+			Shape{Tool: "ebtables-nft", Family: "ebtables", Operation: OpRead, Command: "--check", Table: "filter", Chain: "INPUT"}, false, true},
+		{[]string{"ebtables-nft", "-L", "--Lc"},
+			Shape{Tool: "ebtables-nft", Family: "ebtables", Operation: OpRead, Command: "-L", Table: "filter"}, false, false},
 		{[]string{"iptables", "--version"},
 			Shape{Tool: "iptables", Family: "iptables", Operation: OpRead, Table: "filter"}, false, false},
 		{[]string{"iptables", "-A", "-X"}, // a chain named like an option is no chain
