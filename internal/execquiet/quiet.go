@@ -154,6 +154,9 @@ type Reader struct {
 	// Snap is what was read of the process whose exec Wait returned
 	// for, when its binary's name may be a tool's (Snapshot).
 	Snap Snapshot
+	// Errno is why the socket failed when Wait returned Stop for it (0
+	// for the stop descriptor): the reader is then deaf, and says so.
+	Errno unix.Errno
 
 	// fds are the connector's socket, then the descriptor that tells
 	// the reader to stop (readable: Stop).
@@ -263,6 +266,7 @@ func (q *Reader) loop() (res Result, off, n int, dismissed uint64) {
 		}
 		r, _, e := syscall.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&q.fds[0])), 2, tp, 0, 0, 0)
 		if e != 0 && e != unix.EINTR {
+			q.Errno = e
 			return Stop, 0, 0, dismissed
 		}
 		if r == 0 || e != 0 {
@@ -317,10 +321,12 @@ func (q *Reader) receive() (res Result, off, n int, d uint64, ret bool) {
 		case unix.ENOBUFS:
 			return Overrun, 0, 0, d, true
 		default:
+			q.Errno = e
 			return Stop, 0, 0, d, true
 		}
 		n := int(m)
 		if n > len(q.Buf) {
+			q.Errno = unix.EMSGSIZE
 			return Stop, 0, 0, d, true
 		}
 		off, more := q.dismiss(q.Buf[:n])

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -173,7 +174,13 @@ func (a *Agent) startExecs() {
 				a.execMissed(c, missQueue)
 			}
 		},
-		Missed: a.execMissed})
+		Missed: a.execMissed,
+		// Deaf from then on: said on /healthz (degraded) and by
+		// exec_watch_up 0, never a silent watch that reads as up.
+		Failed: func(err error) {
+			e.up.Store(false)
+			a.execOff(fmt.Errorf("the exec watch stopped: %w", err))
+		}})
 	if err != nil {
 		a.execOff(err)
 		return

@@ -64,6 +64,10 @@ type Options struct {
 	// Writer what of it could still be read. Called on the reader thread:
 	// it must not block.
 	Missed func(cmd Command, reason string)
+	// Failed hears that the socket failed (an error but ENOBUFS, which is
+	// an overrun): the reader has stopped, and no command is seen until
+	// the watch is opened again. Called once, on the reader thread.
+	Failed func(error)
 	// AckTimeout and MaxPending: DefaultAckTimeout and DefaultMaxPending
 	// for 0.
 	AckTimeout time.Duration
@@ -424,6 +428,9 @@ func (w *Watcher) read(ready chan<- struct{}) {
 		w.execs.Add(dismissed)
 		switch res {
 		case execquiet.Stop:
+			if q.Errno != 0 && w.opts.Failed != nil {
+				w.opts.Failed(fmt.Errorf("process events socket: %w", q.Errno))
+			}
 			return
 		case execquiet.Overrun:
 			w.overruns.Add(1)

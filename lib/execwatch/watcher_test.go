@@ -494,3 +494,52 @@ func TestWatcherRecheckReused(t *testing.T) {
 		t.Errorf("pending %v, evicted %d", w.pending, w.Stats().Evicted)
 	}
 }
+
+// TestWatcherSocketFails: a socket error other than an overrun stopped
+// the reader in silence, so the agent said the exec watch was up while it
+// saw nothing. Failed now hears it, once. The socket is swapped for a
+// pipe under the reader (dup3): its next receive fails with ENOTSOCK.
+func TestWatcherSocketFails(t *testing.T) {
+	nstest.NeedRoot(t)
+	failed := make(chan error, 4)
+	w, err := Open(Options{HostProc: "/proc", Failed: func(err error) { failed <- err }})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { w.Close() })
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	if err := unix.Dup3(p[0], w.fd, unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Write(p[1], []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// The reader may sit in a poll of the socket itself: an exec wakes it.
+	for end := time.Now().Add(30 * time.Second); ; {
+		_ = exec.Command("/bin/true").Run()
+		select {
+		case err := <-failed:
+			if !errors.Is(err, unix.ENOTSOCK) {
+				t.Errorf("Failed heard %v, want ENOTSOCK", err)
+			}
+			select {
+			case <-w.done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the reader did not stop")
+			}
+			if len(failed) != 0 {
+				t.Errorf("Failed heard more than once")
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(end) {
+			t.Fatal("Failed never heard the socket fail")
+		}
+	}
+}
