@@ -461,9 +461,7 @@ func (a *Agent) execDone(c execwatch.Command) bool {
 		a.metrics.execs.WithLabelValues("legacy write").Inc()
 		m := w.meta
 		m.Source, m.Stage = SourceExec, stageExec
-		if writer != nil && writer.ContainerID != "" && !w.node {
-			m.ContainerID, m.Container = writer.ContainerID, writer.Container
-		}
+		inContainer(&m, writer, w.node)
 		if w.stopped() || !a.queue.add(job{meta: m, writer: writer, exec: e}) {
 			a.scanned(Scan{Meta: m, Outcome: Dropped})
 		}
@@ -543,9 +541,7 @@ func (a *Agent) placeWriter(wr *findings.Writer) *findings.Writer {
 func (a *Agent) recordExec(w *watched, e *findings.Exec, writer *findings.Writer) {
 	m := w.meta
 	m.Source, m.Stage = SourceExec, stageExit
-	if writer != nil && writer.ContainerID != "" && !w.node {
-		m.ContainerID, m.Container = writer.ContainerID, writer.Container
-	}
+	inContainer(&m, writer, w.node)
 	rec := findings.Record{Time: findings.Now(), Node: m.Node, Subject: m.Subject, Source: m.Source, Stage: m.Stage,
 		ContainerID: m.ContainerID, SandboxID: m.SandboxID, Pod: m.Pod, Container: m.Container, Image: m.Image, Netns: m.Netns,
 		State: findings.StatePresent, Fingerprint: e.ShapeFingerprint(), Worst: execLevel(e), Writer: writer, Exec: e}

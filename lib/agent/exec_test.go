@@ -538,3 +538,35 @@ func TestExecEbtablesLegacy(t *testing.T) {
 		}
 	}
 }
+
+// TestExecWriterOtherPod: a command placed in pod a by its netns whose
+// cgroup names pod b's container (a nested cgroup a pod with a writable
+// cgroupfs can name so) was recorded as pod a's finding in b's container.
+// A container is named only when it is the placed pod's.
+func TestExecWriterOtherPod(t *testing.T) {
+	nstest.NeedRoot(t)
+	rec := newRecorder()
+	a := startWatching(t, t.TempDir(), rec, func(*Config) {})
+	nsA, nsB := nstest.New(t), nstest.New(t)
+	pa, pb := pod("a", nsA.Path()), pod("b", nsB.Path())
+	for _, p := range []*api.PodSandbox{pa, pb} {
+		if err := a.StartContainer(context.Background(), p, &api.Container{Id: "ctr-" + p.Id, Name: "app-" + p.Id}); err != nil {
+			t.Fatal(err)
+		}
+		ready(t, a, p.Id)
+	}
+	for _, tc := range []struct{ writer, want string }{{"ctr-b", ""}, {"ctr-a", "ctr-a"}} {
+		argv := []string{"iptables-legacy", "-L", "mark-" + tc.writer}
+		c := execwatch.Command{PID: 1, Argv: argv, Exe: "/usr/sbin/xtables-legacy-multi", Backend: execwatch.BackendLegacy,
+			Shape: execwatch.ParseArgv(argv), Netns: pathIno(nsA.Path()), Exited: true,
+			Writer: &findings.Writer{PID: 1, Comm: "iptables-legacy", ContainerID: tc.writer}}
+		if !a.execDone(c) {
+			t.Fatalf("%s: not placed", tc.writer)
+		}
+		s := execScan(t, rec, "mark-"+tc.writer)
+		if s.Record.Pod.UID != pa.Uid || s.Record.ContainerID != tc.want || s.Meta.ContainerID != tc.want {
+			t.Errorf("writer in %s: pod %s, container %q (meta %q), want pod %s, container %q",
+				tc.writer, s.Record.Pod.UID, s.Record.ContainerID, s.Meta.ContainerID, pa.Uid, tc.want)
+		}
+	}
+}

@@ -457,6 +457,16 @@ func (a *Agent) nameContainer(wr *findings.Writer) {
 	}
 }
 
+// inContainer names in m the container the writer ran in, when it is one
+// of m's pod: the writer's cgroup is the pod's to name (a writable
+// cgroupfs makes a nested cgroup named after another pod's container), and
+// the pod is the one whose netns was changed. The node's records name none.
+func inContainer(m *scan.Meta, writer *findings.Writer, node bool) {
+	if writer != nil && writer.ContainerID != "" && writer.Pod.UID != "" && writer.Pod.UID == m.Pod.UID && !node {
+		m.ContainerID, m.Container = writer.ContainerID, writer.Container
+	}
+}
+
 // noted takes one change: the newest writer is kept, and the first change
 // of a window arms the scan at its end. The window is not extended by
 // later changes, so a pod that never pauses still gets its scans.
@@ -500,9 +510,7 @@ func (a *Agent) queueWatch(w *watched, stage string, writer *findings.Writer) {
 	m := w.meta
 	m.Stage = stage
 	writer = a.aliveWriter(writer)
-	if writer != nil && writer.ContainerID != "" && writer.Pod.UID == m.Pod.UID && !w.node {
-		m.ContainerID, m.Container = writer.ContainerID, writer.Container
-	}
+	inContainer(&m, writer, w.node)
 	if !a.queue.add(job{meta: m, writer: writer, exec: a.execOf(writer)}) {
 		a.scanned(Scan{Meta: m, Outcome: Dropped})
 	}
