@@ -503,10 +503,28 @@ func (a *Agent) placeExec(c execwatch.Command) (*watched, string) {
 	}
 	for _, w := range ws.pods {
 		if ino := w.ino.Load(); ino == c.Netns || ino == 0 && pathIno(w.meta.Netns) == c.Netns {
+			if madeAfter(w.meta.Netns, c.Started) {
+				// The kernel gives a freed netns's inode to the next one:
+				// a command of a short-lived netns (`unshare -n iptables
+				// ...`) waiting for its sandbox would be this new pod's.
+				return nil, missNowhere
+			}
 			return w, ""
 		}
 	}
 	return nil, missNowhere
+}
+
+// madeAfter tells whether the netns pinned at path was made after t: its
+// nsfs inode's change time is when the runtime pinned it, right after
+// making it. A /proc path pins nothing (its inode may be made when first
+// looked at), so it is never judged; nor is a zero t.
+func madeAfter(path string, t time.Time) bool {
+	var st unix.Stat_t
+	if t.IsZero() || path == "" || strings.HasPrefix(path, "/proc/") || unix.Stat(path, &st) != nil {
+		return false
+	}
+	return time.Unix(st.Ctim.Unix()).After(t)
 }
 
 // pathIno is the inode of the netns at path, 0 when it cannot be read.

@@ -570,3 +570,56 @@ func TestExecWriterOtherPod(t *testing.T) {
 		}
 	}
 }
+
+// TestExecNetnsReused: a command that ran in a short-lived netns (`unshare
+// -n iptables ...`, here a netns deleted after it) waits for a sandbox of
+// its netns's inode; the kernel gives that inode to the next netns made,
+// so a pod made then got the command. A netns made after the command ran
+// is not its.
+func TestExecNetnsReused(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy")
+	rec := newRecorder()
+	a := startWatching(t, t.TempDir(), rec, func(c *Config) { c.ExecWatch = true })
+	execUp(t, a)
+	old := nstest.New(t)
+	ino := pathIno(old.Path())
+	if _, err := heldLegacy(t, a, old, "-C", "INPUT", "-m", "comment", "--comment", "reused-marker", "-j", "DROP"); err == nil {
+		t.Fatal("-C of an absent rule exited 0")
+	}
+	old.Delete()
+	// The freed inode goes to the next netns once the kernel has cleaned
+	// the old one up (a work queue): new ones are made until one has it.
+	var reused *nstest.NS
+	for end := time.Now().Add(20 * time.Second); reused == nil; {
+		ns := nstest.New(t)
+		if pathIno(ns.Path()) == ino {
+			reused = ns
+			break
+		}
+		ns.Delete()
+		if time.Now().After(end) {
+			t.Fatalf("no new netns took the freed inode %d in 20 s", ino)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p := pod("reused", reused.Path())
+	if err := a.RunPodSandbox(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	ready(t, a, p.Id)
+	a.execs.synced.Store(time.Now().UnixNano())
+	// Past execPlaceWait the parked command is missed, never placed.
+	deadline := time.Now().Add(execPlaceWait + 10*time.Second)
+	for counter(a.metrics.execMissed.WithLabelValues(missNowhere)) < 1 {
+		select {
+		case s := <-rec.ch:
+			if s.Record != nil && s.Record.Exec != nil && strings.Contains(strings.Join(s.Record.Exec.Argv, " "), "reused-marker") {
+				t.Fatalf("a command of the deleted netns was recorded as pod %s's", s.Record.Pod.UID)
+			}
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command was neither placed nor missed")
+		}
+	}
+}
