@@ -154,9 +154,10 @@ var (
 		"--wait", "--wait-interval", "--table", "--modprobe", "--ipv4", "--ipv6"}
 )
 
-// longOption is the option name stands for: itself when it is one, else
-// the one option it is a prefix of; "" when none or several.
-func longOption(name string, restore, eb bool) string {
+// longOption is the option name stands for among a tool's options and
+// commands: itself when it is one, else the one option it is a prefix
+// of; "" when none or several.
+func longOption(name string, options []string, commands map[string]byte) string {
 	found := ""
 	match := func(o string) bool {
 		if o == name {
@@ -172,34 +173,14 @@ func longOption(name string, restore, eb bool) string {
 		}
 		return false
 	}
-	switch {
-	case restore:
-		for _, o := range restoreOptions {
-			if match(o) {
-				return o
-			}
+	for _, o := range options {
+		if match(o) {
+			return o
 		}
-	case eb:
-		for _, o := range ebOptions {
-			if match(o) {
-				return o
-			}
-		}
-		for o := range ebCommands {
-			if match(o) {
-				return o
-			}
-		}
-	default:
-		for _, o := range longOptions {
-			if match(o) {
-				return o
-			}
-		}
-		for o := range longCommands {
-			if match(o) {
-				return o
-			}
+	}
+	for o := range commands {
+		if match(o) {
+			return o
 		}
 	}
 	if found == "-" {
@@ -238,10 +219,13 @@ func ParseArgv(argv []string) Shape {
 	}
 	restore := s.Operation == OpRestore
 	commands := s.Operation != OpSave && !restore
-	eb := s.Family == "ebtables"
-	longs, shorts, written := longCommands, "ABCDEFGHIJKLMNOPQRSTUVWXYZ", writes
-	if eb {
-		longs, shorts, written = ebCommands, ebShort, ebWrites
+	options, longs, shorts, written := longOptions, longCommands, "ABCDEFGHIJKLMNOPQRSTUVWXYZ", writes
+	switch {
+	case restore:
+		// A restore takes no command: its options alone.
+		options, longs = restoreOptions, nil
+	case s.Family == "ebtables":
+		options, longs, shorts, written = ebOptions, ebCommands, ebShort, ebWrites
 	}
 	// command takes a command option: the first, unless a write follows a
 	// read.
@@ -270,7 +254,7 @@ func ParseArgv(argv []string) Shape {
 			i = len(args)
 		case strings.HasPrefix(a, "--"):
 			name, val, hasVal := strings.Cut(a, "=")
-			name = longOption(name, restore, eb)
+			name = longOption(name, options, longs)
 			if name == "--table" {
 				if !hasVal {
 					val = next()
