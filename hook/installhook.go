@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -44,6 +45,9 @@ without CRI-O (containerd) gets neither binary nor JSON; with
 
 With --wait it then stays until SIGTERM or SIGINT and uninstalls (JSON
 first), so a DaemonSet pod being deleted takes the hook off its node.
+On an error, --wait reports it at once and exits 1 only 30 s later (or
+at SIGTERM or SIGINT): a sidecar that exits before the kubelet saw it
+running keeps the pod's other containers from starting.
 
 Exit status: 0 installed (or skipped), 1 on an error or a hooks directory
 CRI-O does not read, 2 on bad flags.`
@@ -99,10 +103,21 @@ func (c *installConfig) run(_ []string, s stdio) int {
 		defer stop()
 		stopped = ctx.Done()
 	}
+	// fail reports err and exits 1; with --wait only after failHold (or
+	// at SIGTERM or SIGINT, if sooner). As a DaemonSet's sidecar an
+	// installer that exits at once is never seen running by the kubelet,
+	// which then never starts the pod's other containers (it only restarts
+	// an exited sidecar until one is): a hooks directory CRI-O does not
+	// read, or a read-only one, took the agent and the forwarder off the
+	// node with the hook. Held, the other containers start; the sidecar
+	// still exits 1 and restarts (CrashLoopBackOff, the pod not ready).
+	fail := func(err error) int {
+		say("%v", err)
+		return holdThen(stopped, failHold, 1)
+	}
 	install, note, err := hookinstall.Decide(context.Background(), c.h.root, c.h.hooksDir, c.runtime, c.noCheck, c.checkOnly)
 	if err != nil {
-		say("%v", err)
-		return 1
+		return fail(err)
 	}
 	if note != "" {
 		say("%s", note)
@@ -115,15 +130,33 @@ func (c *installConfig) run(_ []string, s stdio) int {
 	}
 	f := c.h.files()
 	if err := f.Load(c.binary, c.jsonPath, hooksd.JSON, c.noJSON); err != nil {
-		say("%v", err)
-		return 1
+		return fail(err)
 	}
 	if err := hookinstall.Install(f); err != nil {
-		say("%v", err)
-		return 1
+		return fail(err)
 	}
 	say("installed %s, then %s", filepath.Join(c.h.binDir, f.BinaryName), filepath.Join(c.h.hooksDir, f.JSONName))
 	return waitThen(stopped, func() int { return uninstall(c.h, s.err) })
+}
+
+// failHold is how long install-hook --wait stays up after an error before
+// it exits 1: well past the kubelet's next look at the pod (its PLEG
+// relists every second), so the sidecar has been seen running.
+var failHold = 30 * time.Second
+
+// holdThen, with stopped set (--wait), blocks until it is closed or hold
+// has passed and returns code; else it returns code at once.
+func holdThen(stopped <-chan struct{}, hold time.Duration, code int) int {
+	if stopped == nil {
+		return code
+	}
+	t := time.NewTimer(hold)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+	}
+	return code
 }
 
 // waitThen, with stopped set (--wait), blocks until it is closed (SIGTERM
