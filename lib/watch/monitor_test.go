@@ -373,3 +373,60 @@ func TestForgedCommits(t *testing.T) {
 		t.Errorf("first change %+v, want iptables-nft's (pid %d): a forged one went through", ch, cmd.Process.Pid)
 	}
 }
+
+// TestBudgetSlots: the quiet wait keeps the writers' read budgets
+// (execquiet.MaxMonitorReads a second) by monitor id modulo 256. Ids were
+// handed out in turn, so once 255 monitors had come and gone since pod a's
+// opened (pods restarting), pod b's shared a's budget: b committing from
+// ever new processes spent it, and a's next writer was left to the Go
+// path. Open monitors now hold distinct slots while any is free.
+func TestBudgetSlots(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "nsenter")
+	nsA, nsB := nstest.New(t), nstest.New(t)
+	var mu sync.Mutex
+	var quietA, quietB int
+	counter := func(n *int) func(int, string, *Files) *findings.Writer {
+		return func(pid int, comm string, f *Files) *findings.Writer {
+			if f != nil {
+				mu.Lock()
+				*n++
+				mu.Unlock()
+			}
+			return &findings.Writer{PID: pid, Comm: comm}
+		}
+	}
+	const burst = 30
+	a := open(t, nsA, Options{Proc: "/proc", Writer: counter(&quietA), MaxWriters: burst})
+	// Pods that came and went meanwhile.
+	h, err := netns.Open(nsA.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for range budgetSlots - 1 {
+		m, err := Open(h.Fd(), Options{Proc: "/proc"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Close()
+	}
+	b := open(t, nsB, Options{Proc: "/proc", Writer: counter(&quietB), MaxWriters: burst})
+	if a.id%budgetSlots == b.id%budgetSlots {
+		t.Errorf("monitors %d and %d share budget slot %d", a.id, b.id, a.id%budgetSlots)
+	}
+	// b's burst of new writers, then a's one writer within the same
+	// second.
+	nsB.Run("sh", "-c", fmt.Sprintf("for i in $(seq %d); do iptables-nft -A INPUT -s 10.0.0.$i -j DROP || exit 1; done; nsenter --net=%s iptables-nft -A INPUT -j DROP", burst, nsA.Path()))
+	for range burst {
+		next(t, b)
+	}
+	next(t, a)
+	mu.Lock()
+	defer mu.Unlock()
+	if quietB < execquiet.MaxMonitorReads {
+		t.Fatalf("b's writers read in the quiet wait: %d, want its budget (%d) spent", quietB, execquiet.MaxMonitorReads)
+	}
+	if quietA != 1 {
+		t.Errorf("a's writer read in the quiet wait: %d times, want 1 (b spent a's budget)", quietA)
+	}
+}

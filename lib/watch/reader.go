@@ -64,6 +64,11 @@ var (
 // wakeID is the eventfd's id; monitors' ids start at 1.
 const wakeID = 0
 
+// budgetSlots is internal/execquiet's count of writer-read budgets, kept
+// by monitor id modulo it (unexported there): register gives open
+// monitors ids in distinct slots while it can.
+const budgetSlots = 256
+
 // perTurn bounds the datagrams read from one socket before the next ready
 // socket gets its turn: a pod flooding announcements delays no other.
 const perTurn = 64
@@ -105,8 +110,18 @@ func register(m *Monitor) error {
 	users++
 	cur.mu.Lock()
 	// Ids are 32 bits (an epoll event holds the socket and the id); one
-	// wrapped round to a monitor still open is skipped.
-	for lastID++; lastID == wakeID || cur.mons[lastID] != nil; lastID++ {
+	// wrapped round to a monitor still open is skipped. The quiet wait
+	// keeps the writers' read budgets by id modulo budgetSlots, so while
+	// a slot is free an id whose slot an open monitor holds is skipped
+	// too: else, after pods came and went, two open pods would share one
+	// budget, and one committing from ever new processes would spend the
+	// other's.
+	var held [budgetSlots]bool
+	for id := range cur.mons {
+		held[id%budgetSlots] = true
+	}
+	spare := len(cur.mons) < budgetSlots
+	for lastID++; lastID == wakeID || cur.mons[lastID] != nil || spare && held[lastID%budgetSlots]; lastID++ {
 	}
 	m.id = lastID
 	cur.mons[m.id] = m
