@@ -120,9 +120,17 @@ func parseStat(b []byte) (stat, error) {
 var idPrefixes = []string{"cri-containerd-", "crio-", "docker-", "libpod-"}
 
 // placeCgroup reads a /proc/PID/cgroup file: the container id its path
-// names (the innermost element that is one), else the innermost systemd
-// unit (service or scope). The unified (v2, "0::") line is preferred, then
-// v1's systemd one, then the first.
+// names, else the innermost systemd unit (service or scope). The unified
+// (v2, "0::") line is preferred, then v1's systemd one, then the first.
+//
+// The id is the first one below the first element naming kubepods (the
+// kubelet's own cgroup, under whatever --cgroup-root), or the outermost
+// where none does. The runtime makes the container's cgroup, the
+// container only what lies below it: a pod with a writable cgroupfs can
+// nest a cgroup named after another pod's container and run there, and
+// the innermost id would be that container's. Starting below kubepods
+// keeps a node that is itself a container and shows above it (kind on
+// cgroup v1 in the host's cgroup namespace) from naming every writer.
 func placeCgroup(file string) (containerID, unit string) {
 	path, rank := "", 0
 	for _, line := range strings.Split(file, "\n") {
@@ -142,8 +150,15 @@ func placeCgroup(file string) (containerID, unit string) {
 		}
 	}
 	elems := strings.Split(path, "/")
-	for i := len(elems) - 1; i >= 0; i-- {
-		if id := containerOf(elems[i]); id != "" {
+	from := 0
+	for i, e := range elems {
+		if strings.Contains(e, "kubepods") {
+			from = i + 1
+			break
+		}
+	}
+	for _, e := range elems[from:] {
+		if id := containerOf(e); id != "" {
 			return id, ""
 		}
 	}

@@ -3,13 +3,16 @@ package watch
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
@@ -25,6 +28,11 @@ func TestPlaceCgroup(t *testing.T) {
 		{name: "crio cgroupfs", file: "0::/crio/crio-" + ctrID + "\n", id: ctrID},
 		{name: "crio cgroupfs, cgroup v1", file: "9:name=systemd:/crio/crio-" + ctrID + "\n1:cpu:/crio/crio-" + ctrID + "\n0::/crio/crio-" + ctrID + "\n", id: ctrID},
 		{name: "conmon cgroupfs is not the container", file: "0::/crio/crio-conmon-" + ctrID + "\n"},
+		{name: "nested cgroup named after another container", file: "0::/kubepods/besteffort/pod1/cri-containerd-" + ctrID + ".scope/cri-containerd-" + strings.Repeat("f", 64) + ".scope\n", id: ctrID},
+		{name: "kind node on cgroup v1, above the kubelet's tree", file: "0::/docker/" + strings.Repeat("e", 64) + "/kubepods/besteffort/pod1/" + ctrID + "\n", id: ctrID},
+		{name: "kind node, systemd driver under --cgroup-root", file: "0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod1.slice/cri-containerd-" + ctrID + ".scope\n", id: ctrID},
+		{name: "nested kubepods below a container", file: "0::/kubepods/pod1/cri-containerd-" + ctrID + ".scope/kubepods/cri-containerd-" + strings.Repeat("f", 64) + ".scope\n", id: ctrID},
+		{name: "docker container outside kubernetes", file: "0::/docker/" + ctrID + "\n", id: ctrID},
 		{name: "crio nested cgroup", file: "0::/kubepods.slice/kubepods-pod1.slice/crio-" + ctrID + ".scope/init.scope\n", id: ctrID},
 		{name: "conmon is a unit, not the container", file: "0::/system.slice/crio-conmon-" + ctrID + ".scope\n", unit: "crio-conmon-" + ctrID + ".scope"},
 		{name: "host service", file: "0::/system.slice/kubelet.service\n", unit: "kubelet.service"},
@@ -102,5 +110,53 @@ func TestWriterReal(t *testing.T) {
 	w := Proc{Root: "/proc"}.Writer(os.Getpid(), comm)
 	if w.Gone || w.PPID != os.Getppid() || w.ParentComm == "" {
 		t.Errorf("writer %+v, want ppid %d and its command", w, os.Getppid())
+	}
+}
+
+// TestWriterNestedCgroup: a process of a container that can write its
+// cgroupfs makes a cgroup below its own named after another container
+// and moves there; it is still its own container's, the one the runtime
+// made above (it was named the nested one's). A real cgroup v2 tree,
+// removed at the end.
+func TestWriterNestedCgroup(t *testing.T) {
+	nstest.NeedRoot(t, "sleep")
+	root := "/sys/fs/cgroup/unified"
+	if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
+		root = "/sys/fs/cgroup"
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(root, &fs); err != nil || fs.Type != unix.CGROUP2_SUPER_MAGIC {
+		t.Skip("no cgroup v2 hierarchy")
+	}
+	other := strings.Repeat("f", 64)
+	top, err := os.MkdirTemp(root, "ipta-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := filepath.Join(top, "cri-containerd-"+ctrID+".scope")
+	nested := filepath.Join(own, "cri-containerd-"+other+".scope")
+	if err := os.MkdirAll(nested, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		// A cgroup is removed once empty (the dead process leaves it).
+		for _, d := range []string{nested, own, top} {
+			if err := os.Remove(d); err != nil {
+				t.Errorf("remove %s: %v", d, err)
+			}
+		}
+	})
+	if err := os.WriteFile(filepath.Join(nested, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := Proc{Root: "/proc"}.Writer(cmd.Process.Pid, "sleep")
+	if w.Gone || w.ContainerID != ctrID {
+		t.Errorf("writer %+v, want container %s (the outer cgroup's)", w, ctrID)
 	}
 }
