@@ -2,6 +2,7 @@ package hookinstall
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -136,8 +138,10 @@ func writeFile(root, dir, name string, data []byte, mode uint32) error {
 	if same(dfd, name, data, mode) {
 		return nil
 	}
-	// Not ending in ".json": CRI-O's hooks.d watcher ignores it.
-	tmp := "." + name + ".tmp" + strconv.Itoa(os.Getpid())
+	// Not ending in ".json": CRI-O's hooks.d watcher ignores it. Random,
+	// not the pid: two installers in containers are both pid 1, and one
+	// would rename the other's half-written file into place.
+	tmp := "." + name + ".tmp" + rand.Text()
 	removeTemps(dfd, name)
 	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -179,9 +183,18 @@ func same(dfd int, name string, data []byte, mode uint32) bool {
 	if err != nil || !st.Mode().IsRegular() || uint32(st.Mode().Perm()) != mode || st.Size() != int64(len(data)) {
 		return false
 	}
-	buf := make([]byte, len(data)+1)
-	n, _ := io.ReadFull(fl, buf)
-	return n == len(data) && bytes.Equal(buf[:n], data)
+	// In pieces: the binary is held once already, and the installer's
+	// sidecar has a small memory limit.
+	buf := make([]byte, 64<<10)
+	for len(data) > 0 {
+		n, err := io.ReadFull(fl, buf[:min(len(buf), len(data))])
+		if err != nil || !bytes.Equal(buf[:n], data[:n]) {
+			return false
+		}
+		data = data[n:]
+	}
+	n, _ := fl.Read(buf[:1])
+	return n == 0
 }
 
 // removeFile unlinks dir/name and syncs dir, so the removal is durable
@@ -204,15 +217,24 @@ func removeFile(root, dir, name string) error {
 	return nil
 }
 
+// staleTemp is the age past which a temporary file is an installer's
+// killed mid-write: a live one writes its file in seconds.
+const staleTemp = 10 * time.Minute
+
 // removeTemps removes the temporary files of name that an installer
-// killed mid-write left behind (any pid: the pod that wrote them is gone).
+// killed mid-write left behind (any installer: the pod that wrote them is
+// gone), older than staleTemp so as not to pull one from under another
+// installer writing it now.
 func removeTemps(dfd int, name string) {
 	ents, err := os.ReadDir("/proc/self/fd/" + strconv.Itoa(dfd))
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "."+name+".tmp") && e.Type().IsRegular() {
+		if !strings.HasPrefix(e.Name(), "."+name+".tmp") || !e.Type().IsRegular() {
+			continue
+		}
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTemp {
 			_ = unix.Unlinkat(dfd, e.Name(), 0)
 		}
 	}

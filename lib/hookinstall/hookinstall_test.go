@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/inotifytest"
 )
 
@@ -38,11 +40,26 @@ func TestInstallModesAndIdempotence(t *testing.T) {
 	if err := os.WriteFile(stale, []byte("half"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	// Another installer's, being written now: left to it.
+	live := filepath.Join(root, "usr/local/bin/.iptables-alerter-hook.tmpLIVE")
+	if err := os.WriteFile(live, []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := Install(f); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stale temporary file left: %v", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("another installer's temporary file, being written, removed: %v", err)
+	}
+	if err := os.Remove(live); err != nil {
+		t.Fatal(err)
 	}
 	bin := filepath.Join(root, "usr/local/bin/iptables-alerter-hook")
 	js := filepath.Join(root, "etc/containers/oci/hooks.d/iptables-alerter.json")
@@ -212,5 +229,43 @@ func TestBinaryPath(t *testing.T) {
 	want := `{"path": "/usr/libexec/oci/hooks.d/iptables-alerter-hook", "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/bin"]}`
 	if got != want {
 		t.Errorf("got %s", got)
+	}
+}
+
+// TestSameInPieces: the installed copy is compared in 64 KiB pieces (the
+// sidecar's memory limit), so a difference in any piece, or a longer or
+// shorter file, still counts.
+func TestSameInPieces(t *testing.T) {
+	dir := t.TempDir()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 20000) // 320,000 bytes: five pieces
+	dfd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dfd)
+	put := func(b []byte) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, "f"), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(dir, "f"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(data)
+	if !same(dfd, "f", data, 0o755) {
+		t.Errorf("same content: not same")
+	}
+	for _, at := range []int{0, 65535, 65536, len(data) - 1} {
+		b := bytes.Clone(data)
+		b[at] ^= 1
+		put(b)
+		if same(dfd, "f", data, 0o755) {
+			t.Errorf("byte %d differs: same", at)
+		}
+	}
+	put(data[:len(data)-1])
+	if same(dfd, "f", data, 0o755) {
+		t.Errorf("shorter file: same")
 	}
 }
