@@ -264,6 +264,18 @@ func crioFiles(root string) ([]string, error) {
 		files = append(files, crioConf)
 	case !errors.Is(err, unix.ENOENT):
 		return nil, fmt.Errorf("look up CRI-O configuration %q: %w", crioConf, err)
+	default:
+		// Seen from a container (a DaemonSet mounts only /etc/crio), a
+		// symlink whose target is missing may name a file the node has:
+		// CRI-O reads it there. On the node itself it is dangling, and CRI-O
+		// skips it as absent.
+		if filepath.Clean(root) == "/" {
+			break
+		}
+		if fd, err := openInRoot(root, crioConf, unix.O_PATH|unix.O_NOFOLLOW); err == nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("CRI-O configuration %q is a symlink to a file not seen under %s: mount its target there too, or pass --no-check", crioConf, root)
+		}
 	}
 	switch fd, err := openInRoot(root, crioConfDir, unix.O_PATH); {
 	case errors.Is(err, unix.ENOENT):

@@ -163,6 +163,9 @@ func TestReadCRIOConfigBroken(t *testing.T) {
 		{"a key twice", map[string]string{"etc/crio/crio.conf.d/10": "[crio.runtime]\nhooks_dir = [\"/a\"]\nhooks_dir = [\"/b\"]\n"}},
 		// filepath.Walk does not follow it: CRI-O reads it as a file and fails.
 		{"crio.conf.d a symlink to a directory", map[string]string{"etc/crio/crio.conf.d": "-> /usr/lib/crio", "usr/lib/crio/10": "\n"}},
+		// The DaemonSet mounts only /etc/crio: its target is not seen, and
+		// the node's CRI-O reads it (taken as absent before).
+		{"crio.conf a symlink out of sight", map[string]string{"etc/crio/crio.conf": "-> /usr/share/crio/crio.conf", "usr/bin/crio": ""}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if c, err := ReadCRIOConfig(tree(t, tc.files)); err == nil {
