@@ -38,7 +38,9 @@ everything under crio.conf.d, as CRI-O reads them) and refuses a
 --hooks-dir that CRI-O does not read, naming the ones it does. A crio
 binary (in a standard directory or on PATH), socket or running process
 without any configuration file is CRI-O on its built-in default
-(/usr/share/containers/oci/hooks.d only). With --runtime auto, a node
+(/usr/share/containers/oci/hooks.d only). A running crio's --hooks-dir
+or CONTAINER_HOOKS_DIR wins over the files and ` + "`crio config`" + `, as in CRI-O;
+its --config or --config-dir elsewhere is an error. With --runtime auto, a node
 without CRI-O (containerd) gets neither binary nor JSON; with
 --check-only it says "not checked" (--runtime none says so on purpose,
 --runtime crio checks against CRI-O's default).

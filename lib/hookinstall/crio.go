@@ -63,14 +63,25 @@ type crioTOML struct {
 // On the node itself (root "/") with crio on PATH, it asks `crio config`
 // (the effective configuration: defaults, files, environment); elsewhere
 // it reads the files, as ReadCRIOConfig.
+// A running crio's command line and environment override both (see
+// fromProcess): `crio config` is another crio, started without them.
 func NodeCRIO(ctx context.Context, root string) (CRIO, error) {
 	if filepath.Clean(root) == "/" {
 		if bin, err := exec.LookPath("crio"); err == nil {
-			return crioConfig(ctx, bin)
+			c, err := crioConfig(ctx, bin)
+			if err != nil {
+				return c, err
+			}
+			return c, c.fromProcess(nodeProc)
 		}
 	}
 	return ReadCRIOConfig(root)
 }
+
+// nodeProc is the root whose /proc NodeCRIO searches for a running crio on
+// the node itself: "/" (a test points it at a tree of its own, so that a
+// crio another test runs on this machine is not seen).
+var nodeProc = "/"
 
 // crioConfig runs `crio config`, which prints the effective configuration
 // as TOML on stdout (and logs on stderr).
@@ -125,9 +136,6 @@ func ReadCRIOConfig(root string) (CRIO, error) {
 			c.Found, c.Source = true, "CRI-O's built-in default: "+m+" and no configuration file"
 		}
 	}
-	if c.Found {
-		return c, nil
-	}
 	return c, c.fromProcess(root)
 }
 
@@ -146,11 +154,12 @@ func pathCRIO(path string) []string {
 // fromProcess looks for a running crio among ROOT/proc (the node's
 // processes when root is "/" on the node, or a host mount with /proc in
 // it), in the node's mount namespace (nodeMountNS): a CRI-O started from
-// anywhere. Found then means
-// CRI-O's built-in default, unless its command line sets the hooks
-// directories (--hooks-dir, used as they are) or names configuration
-// files elsewhere (--config, --config-dir: an error, since this does not
-// know what they say).
+// anywhere. It makes c Found (on CRI-O's built-in default, when nothing
+// else did), and its command line and environment win over what c says,
+// as they do in CRI-O: --hooks-dir, else CONTAINER_HOOKS_DIR, are the
+// hooks directories; --config or --config-dir (CONTAINER_CONFIG,
+// CONTAINER_CONFIG_DIR) other than the defaults are an error, since this
+// does not know what those files say.
 func (c *CRIO) fromProcess(root string) error {
 	fd, err := openInRoot(root, "/proc", unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
@@ -174,23 +183,51 @@ func (c *CRIO) fromProcess(root string) error {
 		}
 		cmdline, _ := readInRoot(root, "/proc/"+n+"/cmdline")
 		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		c.Found, c.Source = true, "CRI-O's built-in default: crio running (pid "+n+") and no configuration file"
-		if dirs := flagValues(args, "--hooks-dir"); len(dirs) > 0 {
+		// Its environment needs ptrace access, as its namespace did.
+		environ, _ := readInRoot(root, "/proc/"+n+"/environ")
+		env := strings.Split(strings.TrimRight(string(environ), "\x00"), "\x00")
+		if !c.Found {
+			c.Found, c.Source = true, "CRI-O's built-in default: crio running (pid "+n+") and no configuration file"
+		}
+		if dirs, how := crioSetting(args, env, "hooks-dir", "CONTAINER_HOOKS_DIR"); len(dirs) > 0 {
+			// One value with commas is a list, as CRI-O splits it.
+			if len(dirs) == 1 && strings.Contains(dirs[0], ",") {
+				dirs = strings.Split(dirs[0], ",")
+			}
 			c.HooksDirs = c.HooksDirs[:0]
 			for _, dir := range dirs {
-				c.HooksDirs = append(c.HooksDirs, filepath.Clean(dir))
+				c.HooksDirs = append(c.HooksDirs, filepath.Clean(strings.TrimSpace(dir)))
 			}
-			c.Source = "--hooks-dir of the running crio (pid " + n + ")"
+			c.Source = how + " of the running crio (pid " + n + ")"
 			return nil
 		}
-		for _, f := range []string{"--config", "--config-dir"} {
-			if v := flagValues(args, f); len(v) > 0 {
-				return fmt.Errorf("crio (pid %s) runs with %s %s, which is not read here: run install-hook on the node with crio on PATH (it asks `crio config`), or pass --no-check", n, f, v[len(v)-1])
+		for _, f := range []struct{ name, env, def string }{{"config", "CONTAINER_CONFIG", crioConf}, {"config-dir", "CONTAINER_CONFIG_DIR", crioConfDir}} {
+			if v, how := crioSetting(args, env, f.name, f.env); len(v) > 0 && filepath.Clean(v[len(v)-1]) != f.def {
+				return fmt.Errorf("crio (pid %s) runs with %s %s, which is not read here: run install-hook on the node with crio on PATH (it asks `crio config`), or pass --no-check", n, how, v[len(v)-1])
 			}
 		}
 		return nil
 	}
 	return nil
+}
+
+// crioSetting is a CRI-O option from its command line (--name, and -c for
+// config), else from its environment variable: the values and which of
+// the two set them.
+func crioSetting(args, env []string, name, envName string) ([]string, string) {
+	v := flagValues(args, "--"+name)
+	if name == "config" {
+		v = append(v, flagValues(args, "--c")...)
+	}
+	if len(v) > 0 {
+		return v, "--" + name
+	}
+	for _, e := range env {
+		if val, ok := strings.CutPrefix(e, envName+"="); ok {
+			return []string{val}, envName
+		}
+	}
+	return nil, ""
 }
 
 // nodeMountNS says whether process pid runs in the node's mount

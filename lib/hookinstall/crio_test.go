@@ -211,12 +211,25 @@ func TestNodeCRIOCrioConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin+":/usr/bin:/bin")
+	// The node's processes: none here, then a crio run with --hooks-dir
+	// (which `crio config`, another crio, does not know).
+	old := nodeProc
+	t.Cleanup(func() { nodeProc = old })
+	nodeProc = t.TempDir()
 	c, err := NodeCRIO(context.Background(), "/")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !c.Found || strings.Join(c.HooksDirs, " ") != "/etc/containers/oci/hooks.d /odd]name" || !strings.Contains(c.Source, "crio config") {
 		t.Errorf("crio config: %+v", c)
+	}
+	nodeProc = tree(t, map[string]string{
+		"proc/1/comm": "systemd\n", "proc/1/ns/mnt": "-> mnt:[1]",
+		"proc/77/comm": "crio\n", "proc/77/ns/mnt": "-> mnt:[1]", "proc/77/cmdline": "/usr/bin/crio\x00--hooks-dir=/run/h\x00",
+	})
+	c, err = NodeCRIO(context.Background(), "/")
+	if err != nil || strings.Join(c.HooksDirs, " ") != "/run/h" || !strings.Contains(c.Source, "--hooks-dir of the running crio (pid 77)") {
+		t.Errorf("crio config, crio running with --hooks-dir: %+v, %v", c, err)
 	}
 
 	if err := os.WriteFile(filepath.Join(bin, "crio"), []byte("#!/bin/sh\necho 'bad config' >&2\nexit 1\n"), 0o755); err != nil {
@@ -269,12 +282,15 @@ func TestReadCRIOConfigPath(t *testing.T) {
 // must share the mount namespace of the node's pid 1; its --hooks-dir is
 // what it reads; a --config elsewhere cannot be checked.
 func TestReadCRIOConfigProcess(t *testing.T) {
-	proc := func(comm, ns, cmdline string) map[string]string {
+	procEnv := func(comm, ns, cmdline, environ string) map[string]string {
 		return map[string]string{
 			"proc/1/comm": "systemd\n", "proc/1/ns/mnt": "-> mnt:[1]", "proc/1/cmdline": "/sbin/init\x00",
-			"proc/4242/comm": comm, "proc/4242/ns/mnt": "-> " + ns, "proc/4242/cmdline": cmdline,
+			"proc/4242/comm": comm, "proc/4242/ns/mnt": "-> " + ns, "proc/4242/cmdline": cmdline, "proc/4242/environ": environ,
 		}
 	}
+	proc := func(comm, ns, cmdline string) map[string]string { return procEnv(comm, ns, cmdline, "PATH=/usr/bin\x00") }
+	withConf := proc("crio\n", "mnt:[1]", "/usr/bin/crio\x00--hooks-dir\x00/run/h\x00")
+	withConf["etc/crio/crio.conf"] = "[crio.runtime]\nhooks_dir = [\"/etc/containers/oci/hooks.d\"]\n"
 	for _, tc := range []struct {
 		name    string
 		files   map[string]string
@@ -286,6 +302,14 @@ func TestReadCRIOConfigProcess(t *testing.T) {
 		{name: "crio on its default", files: proc("crio\n", "mnt:[1]", "/opt/crio\x00--log-level\x00info\x00"), found: true, dirs: builtin, source: "crio running (pid 4242)"},
 		{name: "crio with --hooks-dir", files: proc("crio\n", "mnt:[1]", "/opt/crio\x00--hooks-dir\x00/etc/h\x00--hooks-dir=/run/h/\x00"), found: true, dirs: "/etc/h /run/h", source: "--hooks-dir of the running crio (pid 4242)"},
 		{name: "crio with --config", files: proc("crio\n", "mnt:[1]", "/opt/crio\x00-config\x00/opt/crio.conf\x00"), found: true, dirs: builtin, errText: "--config /opt/crio.conf"},
+		{name: "crio with one comma-separated --hooks-dir", files: proc("crio\n", "mnt:[1]", "/opt/crio\x00--hooks-dir=/etc/h, /run/h\x00"), found: true, dirs: "/etc/h /run/h", source: "--hooks-dir of the running crio"},
+		{name: "crio with CONTAINER_HOOKS_DIR", files: procEnv("crio\n", "mnt:[1]", "/opt/crio\x00", "A=1\x00CONTAINER_HOOKS_DIR=/etc/h,/run/h\x00"), found: true, dirs: "/etc/h /run/h", source: "CONTAINER_HOOKS_DIR of the running crio (pid 4242)"},
+		{name: "--hooks-dir over CONTAINER_HOOKS_DIR", files: procEnv("crio\n", "mnt:[1]", "/opt/crio\x00--hooks-dir\x00/etc/h\x00", "CONTAINER_HOOKS_DIR=/run/h\x00"), found: true, dirs: "/etc/h", source: "--hooks-dir"},
+		// CRI-O's command line wins over its files (read before, taken as
+		// they said before).
+		{name: "--hooks-dir over crio.conf", files: withConf, found: true, dirs: "/run/h", source: "--hooks-dir of the running crio"},
+		{name: "crio with --config at its default", files: proc("crio\n", "mnt:[1]", "/opt/crio\x00-c\x00/etc/crio/crio.conf\x00"), found: true, dirs: builtin, source: "crio running"},
+		{name: "crio with CONTAINER_CONFIG_DIR", files: procEnv("crio\n", "mnt:[1]", "/opt/crio\x00", "CONTAINER_CONFIG_DIR=/opt/crio.d\x00"), found: true, dirs: builtin, errText: "CONTAINER_CONFIG_DIR /opt/crio.d"},
 		{name: "a pod's process named crio", files: proc("crio\n", "mnt:[2]", "crio\x00"), dirs: builtin},
 		{name: "another process", files: proc("conmon\n", "mnt:[1]", "conmon\x00"), dirs: builtin},
 	} {
