@@ -1,4 +1,4 @@
-//go:build !hookonly
+//go:build !hookonly && !agentonly
 
 package main
 
