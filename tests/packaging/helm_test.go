@@ -225,7 +225,8 @@ func TestHelmMatchesKustomize(t *testing.T) {
 	kps := filepath.Join(repo(t), "packaging/helm/values-kube-prometheus-stack.yaml")
 	for _, tc := range []struct {
 		name string
-		// kustomize is the directory under the repo, or "secure-metrics".
+		// kustomize is the directory under the repo, or "secure-metrics",
+		// or "no-hook" (the base with that component).
 		kustomize string
 		set       []string
 		// dashboard: the chart's dashboard ConfigMap is expected beside
@@ -237,12 +238,17 @@ func TestHelmMatchesKustomize(t *testing.T) {
 		{name: "openshift", kustomize: "packaging/openshift", set: withAPI("namespace.create=true", "openshift.enabled=true")},
 		// The MachineConfig route: the hook from boot, no installer sidecar.
 		{name: "openshift-no-sidecar", kustomize: "packaging/openshift-no-sidecar", set: withAPI("namespace.create=true", "openshift.enabled=true", "hook.enabled=false")},
+		// A containerd-only cluster with a read-only /usr: no sidecar.
+		{name: "kubernetes-no-hook", kustomize: "no-hook", set: []string{"namespace.create=true", "hook.enabled=false"}, dashboard: true},
 		{name: "secure-metrics", kustomize: "secure-metrics", set: withAPI("namespace.create=true", "metrics.secure.enabled=true")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(repo(t), tc.kustomize)
-			if tc.kustomize == "secure-metrics" {
+			switch tc.kustomize {
+			case "secure-metrics":
 				dir = secureOverlay(t)
+			case "no-hook":
+				dir = ownOverlay(t, "", "packaging/kubernetes", "packaging/kubernetes/components/no-hook")
 			}
 			want := objects(t, kustomize(t, dir))
 			if tc.dashboard {

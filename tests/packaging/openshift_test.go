@@ -2,6 +2,7 @@ package packaging
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -147,32 +148,45 @@ func TestSCC(t *testing.T) {
 	}
 }
 
-// TestNoSidecar: the overlay for nodes whose hook the MachineConfig
-// installs is the OpenShift overlay without the hook container and the
-// volumes only it mounts; the other containers are the same.
+// TestNoSidecar: the no-hook component takes the hook container and the
+// volumes only it mounts off the DaemonSet, and leaves the other
+// containers as they are: in the overlay for nodes whose hook the
+// MachineConfig installs, and on the plain base (containerd-only nodes
+// with a read-only /usr, where the kubelet could not create the hooks
+// directory and the pod would not start).
 func TestNoSidecar(t *testing.T) {
-	with := renderedDaemonSet(t, "packaging/openshift").Spec.Template.Spec
-	without := renderedDaemonSet(t, "packaging/openshift-no-sidecar").Spec.Template.Spec
-	if len(without.InitContainers) != 0 {
-		t.Errorf("init containers %d, want none", len(without.InitContainers))
-	}
-	mounted := map[string]bool{}
-	for _, c := range without.Containers {
-		for _, m := range c.VolumeMounts {
-			mounted[m.Name] = true
-		}
-	}
-	for _, v := range without.Volumes {
-		if !mounted[v.Name] {
-			t.Errorf("volume %s: no container mounts it", v.Name)
-		}
-	}
-	for _, v := range with.Volumes {
-		if mounted[v.Name] != slices.ContainsFunc(without.Volumes, func(w corev1.Volume) bool { return w.Name == v.Name }) {
-			t.Errorf("volume %s: kept %v, mounted %v", v.Name, !mounted[v.Name], mounted[v.Name])
-		}
-	}
-	if diff := cmp.Diff(with.Containers, without.Containers); diff != "" {
-		t.Errorf("containers differ from the OpenShift overlay's (-with +without):\n%s", diff)
+	for _, tc := range []struct{ name, with, without string }{
+		{"openshift-no-sidecar", "packaging/openshift", "packaging/openshift-no-sidecar"},
+		{"kubernetes with components/no-hook", "packaging/kubernetes", ownOverlay(t, "", "packaging/kubernetes", "packaging/kubernetes/components/no-hook")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			with := renderedDaemonSet(t, tc.with).Spec.Template.Spec
+			without := renderedDaemonSet(t, tc.without).Spec.Template.Spec
+			if len(without.InitContainers) != 0 {
+				t.Errorf("init containers %d, want none", len(without.InitContainers))
+			}
+			mounted := map[string]bool{}
+			for _, c := range without.Containers {
+				for _, m := range c.VolumeMounts {
+					mounted[m.Name] = true
+				}
+			}
+			for _, v := range without.Volumes {
+				if !mounted[v.Name] {
+					t.Errorf("volume %s: no container mounts it", v.Name)
+				}
+				if h := v.HostPath; h != nil && (strings.HasPrefix(h.Path, "/usr/") || strings.HasPrefix(h.Path, "/etc/crio")) {
+					t.Errorf("volume %s: host path %s kept", v.Name, h.Path)
+				}
+			}
+			for _, v := range with.Volumes {
+				if mounted[v.Name] != slices.ContainsFunc(without.Volumes, func(w corev1.Volume) bool { return w.Name == v.Name }) {
+					t.Errorf("volume %s: kept %v, mounted %v", v.Name, !mounted[v.Name], mounted[v.Name])
+				}
+			}
+			if diff := cmp.Diff(with.Containers, without.Containers); diff != "" {
+				t.Errorf("containers differ from %s's (-with +without):\n%s", tc.with, diff)
+			}
+		})
 	}
 }
