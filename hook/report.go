@@ -38,8 +38,11 @@ Inputs, any mix:
 - --events FILE: a saved 'kubectl get events -A -o json' (repeatable);
 - none of these: the live cluster's OpenReports Reports of ours
   (reports.openreports.io, labelled managed-by iptables-alerter; they last
-  while the workload does), else, when it serves no Report CRD or holds
-  none of ours, its Events (kept an hour by default).
+  while the workload does) in each namespace that holds one, and its
+  Events (kept an hour by default) for every other namespace and for the
+  nodes; the Events alone when it serves no Report CRD or holds none of
+  ours. By namespace, so that a Report written in one namespace by anyone
+  allowed to create Reports there hides no other namespace's Events.
 
 --source picks one input instead: reports or events (the cluster's only),
 files (only the files and --events given). With the Report CRD served but
@@ -110,7 +113,7 @@ func (c *reportConfig) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.allContexts, "all-contexts", false, "report over the cluster of every context of the kubeconfig, with a CLUSTER column")
 	fs.StringVarP(&c.namespace, "namespace", "n", "", "report this namespace only, from every input (default: the context's namespace when it sets one and the cluster is read, else all)")
 	fs.BoolVarP(&c.allNamespaces, "all-namespaces", "A", false, "report every namespace, whatever the context's namespace")
-	fs.Var(newEnum(&c.source, report.SourceAuto, report.Sources...), "source", "what to read: auto (files and --events given, else the cluster's Reports, else its Events), reports or events (the cluster's only), files (only those given)")
+	fs.Var(newEnum(&c.source, report.SourceAuto, report.Sources...), "source", "what to read: auto (files and --events given, else the cluster's Reports, and its Events where a namespace has none), reports or events (the cluster's only), files (only those given)")
 	fs.StringVar(&c.expectations, "expectations", "", "YAML file of expected usage (namespace glob, owner, vendor, level, rule, ruleRegexp, reason)")
 	fs.VarP(newEnum(&c.format, "text", report.Formats...), "format", "o", "output format: "+strings.Join(report.Formats, ", "))
 	fs.Var(newEnum(&c.fo, report.FailNever, report.FailModes...), "fail-on", "exit 1 when: never (warn only), unexpected (any usage not expected), breaks (unexpected usage that breaks on RHEL 10)")
@@ -153,6 +156,10 @@ func (c *reportConfig) run(files []string, s stdio) int {
 		// Never "clean" from Events that hold only the last hour: the
 		// fallback is the reader's explicit choice.
 		fmt.Fprintf(stderr, "iptables-alerter report: %v\nThe cluster serves Reports but these credentials may not %s them: grant that, or run with --source events to read only the Events (the API server keeps them --event-ttl, 1h by default, so older findings are left out).\n", fe, fe.Verb)
+		return 2
+	}
+	if fe, ok := report.IsForbidden(err, report.ResourceEvents); ok && c.source == report.SourceAuto {
+		fmt.Fprintf(stderr, "iptables-alerter report: %v\nThe Reports are read by namespace, and the Events for the namespaces and nodes without one: grant that, or run with --source reports to read only the Reports.\n", fe)
 		return 2
 	}
 	if err != nil {

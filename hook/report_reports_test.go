@@ -4,6 +4,7 @@ package main
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -242,5 +243,51 @@ func TestReportSourceForbidden(t *testing.T) {
 				t.Errorf("from %v, groups %v; want %s, %s", r.Origin.From, gs, tc.from, tc.groups)
 			}
 		})
+	}
+}
+
+// TestReportForgedReportByNamespace: on a cluster whose forwarder posts
+// Events only, one Report with our labels, written by anyone allowed to
+// create Reports in their own namespace, took the whole cluster's report
+// off the Events: shop's legacy pod was gone, and --fail-on breaks passed.
+// The Reports now stand only for the namespaces holding them; every other
+// namespace still comes from its Events, and Origin.From says both.
+func TestReportForgedReportByNamespace(t *testing.T) {
+	c, cs, rc, owned := reportsCluster(t)
+	ctx := kubetest.Ctx(t)
+	db := owned["db-0"].Pod
+	createPodEvent(t, cs, "usage-db", events.Reason, "usage", events.Summary{Node: "node-a", Owner: owner.Owner{Kind: "StatefulSet", Name: "db"},
+		Pod: findings.Pod{Namespace: "shop", Name: db.Name, UID: string(db.UID)}, State: findings.StatePresent, Impact: findings.Impact{Legacy: 1}, Worst: findings.ImpactLegacy})
+	kubetest.Namespace(t, cs, "tenant")
+	_, err := rc.OpenreportsV1alpha1().Reports("tenant").Create(ctx, &openreportsv1alpha1.Report{
+		ObjectMeta: metav1.ObjectMeta{Name: "decoy", Labels: map[string]string{openreports.ManagedByLabel: openreports.ManagedBy, openreports.NodeLabel: "node-a"}},
+		Results: []openreportsv1alpha1.ReportResult{{Source: openreports.Source, Policy: openreports.Policy, Result: "pass", Severity: "info", Rule: findings.ImpactNative,
+			Subjects:   []corev1.ObjectReference{{Kind: "Pod", Namespace: "tenant", Name: "quiet", UID: "u-quiet"}},
+			Properties: map[string]string{openreports.PropOwner: "Deployment/quiet", openreports.PropRules: "native=1"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Events in tenant are the decoy's to hide: its own namespace.
+	createPodEvent(t, cs, "usage-tenant", events.Reason, "usage", events.Summary{Node: "node-a", Owner: owner.Owner{Kind: "Deployment", Name: "hidden"},
+		Pod: findings.Pod{Namespace: "tenant", Name: "hidden-1", UID: "u-hidden"}, State: findings.StatePresent, Impact: findings.Impact{Legacy: 1}, Worst: findings.ImpactLegacy})
+
+	kubetest.Namespace(t, cs, fwdNS)
+	kubetest.Apply(t, cs, "../packaging/rbac/report.yaml")
+	kc := c.Kubeconfig("report", kubetest.Token(t, cs, fwdNS, "iptables-alerter-report"))
+	out, code := runReportCmd(t, "--kubeconfig", kc, "--format", "json", "--fail-on", "breaks")
+	if code != 1 {
+		t.Errorf("--fail-on breaks: exit %d, want 1 (shop's db breaks)\n%s", code, out)
+	}
+	_, r := groupsOf(t, out)
+	if got := strings.Join(r.Origin.From, ","); got != "reports,events" {
+		t.Errorf("from %q, want reports,events", got)
+	}
+	var gs []string
+	for _, g := range r.Groups {
+		gs = append(gs, g.Namespace+"/"+g.Owner.String())
+	}
+	slices.Sort(gs)
+	if got := strings.Join(gs, " "); got != "shop/StatefulSet/db tenant/Deployment/quiet" {
+		t.Errorf("groups %q, want shop's db from its Event and tenant's Report alone", got)
 	}
 }

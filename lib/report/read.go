@@ -137,7 +137,7 @@ func Read(ctx context.Context, in Inputs) (Report, error) {
 			if err != nil {
 				return Report{}, err
 			}
-			origin.From = append(origin.From, from)
+			origin.From = append(origin.From, from...)
 		} else {
 			if err := ResolveOwners(ctx, cl.Client, items); err != nil {
 				return Report{}, err

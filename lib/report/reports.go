@@ -51,6 +51,12 @@ func overHTTP1(cfg *rest.Config) *rest.Config {
 // labels: the namespace is the Report's (never a result's subject's), only
 // results whose source is ours count, and every value goes through valid.
 func ClusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
+	return clusterReports(ctx, c, sk, add, nil)
+}
+
+// clusterReports is ClusterReports; held, unless nil, is told the
+// namespace of each Report of ours read, whatever its results.
+func clusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item), held func(namespace string)) error {
 	rc, err := versioned.NewForConfig(overHTTP1(c.Config))
 	if err != nil {
 		return fmt.Errorf("make reports client: %w", err)
@@ -71,6 +77,9 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item))
 	for {
 		next, err := p.listReports(ctx, rc, c.Namespace, opts, func(namespace string, results []leanResult) {
 			found = true
+			if held != nil {
+				held(namespace)
+			}
 			for i := range results {
 				if it, ok := cache.item(namespace, &results[i], sk); ok {
 					add(it)

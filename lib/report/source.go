@@ -91,6 +91,9 @@ type ClusterSource struct {
 	// not hold this source (not served, none written), nothing was
 	// handed, and the next one is tried.
 	Read func(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error
+	// Also, unless nil, names the other sources Read took items from
+	// (after it returned), for Origin.From.
+	Also func() []string
 }
 
 // ErrNoSource is what a ClusterSource returns when the cluster holds none
@@ -172,13 +175,49 @@ func SourcesOf(source string) []ClusterSource {
 	case SourceFiles:
 		return nil
 	}
-	return ClusterSources
+	return []ClusterSource{reportsByNamespace(), ClusterSources[1]}
 }
 
-// ClusterSources are read in order, the first the cluster holds wins:
+// reportsByNamespace is auto's first source: the Reports of every
+// namespace that holds one of ours, and the Events of every other
+// namespace and of the nodes (which only Events tell of here). Per
+// namespace, not for the whole cluster: anyone allowed to create Reports
+// in one namespace can write one with our labels, and the whole cluster's
+// Events (the only source of a forwarder run without --reports) would
+// then give way to it; now only that namespace's do, where writing Reports
+// is already that user's to do. A cluster with no Report of ours (or no
+// Report CRD) gives ErrNoSource, so the Events alone are read next.
+func reportsByNamespace() ClusterSource {
+	var fromEvents bool
+	return ClusterSource{Name: SourceReports,
+		Read: func(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
+			held := map[string]bool{}
+			if err := clusterReports(ctx, c, sk, add, func(ns string) { held[ns] = true }); err != nil {
+				return err
+			}
+			items, err := ClusterEvents(ctx, c.Client, c.Namespace, sk)
+			for _, it := range items {
+				if !held[it.Namespace] {
+					fromEvents = true
+					add(it)
+				}
+			}
+			return err
+		},
+		Also: func() []string {
+			if fromEvents {
+				return []string{SourceEvents}
+			}
+			return nil
+		},
+	}
+}
+
+// ClusterSources are the cluster's two sources, Reports and Events:
 // Reports stay until deleted, where the API server keeps Events an hour by
-// default, so Events are the fallback for a cluster without Reports (no
-// CRD, or none of ours).
+// default. Auto reads the Reports first, by namespace (reportsByNamespace),
+// and the Events alone for a cluster without Reports (no CRD, or none of
+// ours).
 var ClusterSources = []ClusterSource{
 	{Name: "reports", Read: ClusterReports},
 	{Name: "events", Read: func(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
@@ -191,8 +230,8 @@ var ClusterSources = []ClusterSource{
 }
 
 // ReadCluster reads the first of sources the cluster holds, handing its
-// findings to add, and says which.
-func ReadCluster(ctx context.Context, c Cluster, sources []ClusterSource, sk *Skipped, add func(Item)) (string, error) {
+// findings to add, and says which (with the others it took items from).
+func ReadCluster(ctx context.Context, c Cluster, sources []ClusterSource, sk *Skipped, add func(Item)) ([]string, error) {
 	last := errors.New("no source to read")
 	for _, s := range sources {
 		err := s.Read(ctx, c, sk, add)
@@ -200,9 +239,13 @@ func ReadCluster(ctx context.Context, c Cluster, sources []ClusterSource, sk *Sk
 			last = err
 			continue
 		}
-		return s.Name, err
+		from := []string{s.Name}
+		if s.Also != nil {
+			from = append(from, s.Also()...)
+		}
+		return from, err
 	}
-	return "", fmt.Errorf("read cluster: none of its sources holds findings: %w", last)
+	return nil, fmt.Errorf("read cluster: none of its sources holds findings: %w", last)
 }
 
 // CheckNamespace refuses a --namespace value that is not a namespace name.

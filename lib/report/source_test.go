@@ -27,7 +27,7 @@ func TestReadClusterFallsBack(t *testing.T) {
 	)
 	collect := func(it Item) { items = append(items, it) }
 	from, err := ReadCluster(context.Background(), Cluster{Namespace: "shop"}, []ClusterSource{none, evs}, &sk, collect)
-	if err != nil || from != "events" || len(items) != 1 || items[0].Namespace != "shop" {
+	if err != nil || strings.Join(from, ",") != "events" || len(items) != 1 || items[0].Namespace != "shop" {
 		t.Errorf("fallback: %v, %q, %v", items, from, err)
 	}
 	if _, err := ReadCluster(context.Background(), Cluster{}, []ClusterSource{broken, evs}, &sk, collect); err == nil {
