@@ -288,7 +288,9 @@ func TestReadCRIOConfigProcess(t *testing.T) {
 			"proc/4242/comm": comm, "proc/4242/ns/mnt": "-> " + ns, "proc/4242/cmdline": cmdline, "proc/4242/environ": environ,
 		}
 	}
-	proc := func(comm, ns, cmdline string) map[string]string { return procEnv(comm, ns, cmdline, "PATH=/usr/bin\x00") }
+	proc := func(comm, ns, cmdline string) map[string]string {
+		return procEnv(comm, ns, cmdline, "PATH=/usr/bin\x00")
+	}
 	withConf := proc("crio\n", "mnt:[1]", "/usr/bin/crio\x00--hooks-dir\x00/run/h\x00")
 	withConf["etc/crio/crio.conf"] = "[crio.runtime]\nhooks_dir = [\"/etc/containers/oci/hooks.d\"]\n"
 	for _, tc := range []struct {
