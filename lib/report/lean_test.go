@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand"
 	"reflect"
 	"strconv"
@@ -280,5 +281,50 @@ func TestPlainSubdomain(t *testing.T) {
 	}
 	if !plainSubdomain("big0-7c9f8-p000") || !plainSubdomain("a.b-c.d") {
 		t.Error("a plain name is not plain")
+	}
+}
+
+// chunks reads at most n bytes a call.
+type chunks struct {
+	r io.Reader
+	n int
+}
+
+func (c chunks) Read(p []byte) (int, error) { return c.r.Read(p[:min(len(p), c.n)]) }
+
+// TestStringBackslashRuns: runs of backslashes before quotes, split across
+// reads anywhere (a run's count is carried from one read to the next),
+// end a string exactly where encoding/json ends it.
+func TestStringBackslashRuns(t *testing.T) {
+	var cases []string
+	for _, k := range []int{0, 1, 2, 3, 4, 7, 8, 70000, 70001} {
+		for _, tail := range []string{`"`, `x"`, `\\"`} {
+			// A value of k backslashes, an escaped quote if k is odd (so
+			// the JSON stays valid), then the tail.
+			v := strings.Repeat(`\\`, k/2)
+			if k%2 == 1 {
+				v += `\"`
+			}
+			cases = append(cases, `"a`+v+tail[:len(tail)-1]+`"`)
+		}
+	}
+	for _, js := range cases {
+		var want string
+		if err := json.Unmarshal([]byte(js), &want); err != nil {
+			t.Fatalf("case %.40q: %v", js, err)
+		}
+		for _, n := range []int{1, 2, 3, 5, 64 << 10, 1 << 20} {
+			s := newScanner(chunks{strings.NewReader(js + `,`), n}, 0)
+			if s.peek() != '"' {
+				t.Fatalf("case %.40q: no quote first", js)
+			}
+			got, err := s.stringValue()
+			if err != nil || string(got) != want {
+				t.Fatalf("case %.40q, %d bytes a read: %.40q, %v; want %.40q", js, n, got, err, want)
+			}
+			if err := s.expect(','); err != nil {
+				t.Fatalf("case %.40q, %d bytes a read: not at the comma after the string: %v", js, n, err)
+			}
+		}
 	}
 }

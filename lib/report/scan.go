@@ -239,18 +239,25 @@ func plain(b []byte) bool {
 
 // stringEnd finds the closing quote of the string whose bytes start at
 // s.i (s.mark set to keep them, or -1 to let them go), leaving s.i there.
-// A quote ends it unless an odd run of backslashes comes before it.
+// A quote ends it unless an odd run of backslashes comes before it. A run
+// that reaches the end of what was read is carried as a count into the
+// next fill, not scanned again: a string of megabytes of backslashes
+// (a hostile API server's) costs one pass.
 func (s *scanner) stringEnd() (int, error) {
+	carry := 0 // backslashes just before s.i, scanned already
 	for {
 		q := bytes.IndexByte(s.buf[s.i:s.n], '"')
 		if q < 0 {
-			// A backslash run at the end may escape what comes next:
-			// scanned again with it.
 			run := 0
 			for run < s.n-s.i && s.buf[s.n-1-run] == '\\' {
 				run++
 			}
-			s.i = s.n - run
+			if run == s.n-s.i {
+				carry += run
+			} else {
+				carry = run
+			}
+			s.i = s.n
 			if !s.fill() {
 				return 0, s.fail("a closing quote")
 			}
@@ -261,11 +268,14 @@ func (s *scanner) stringEnd() (int, error) {
 		for q-1-run >= s.i && s.buf[q-1-run] == '\\' {
 			run++
 		}
+		if q-run == s.i {
+			run += carry
+		}
 		if run%2 == 0 {
 			s.i = q
 			return q, nil
 		}
-		s.i = q + 1
+		s.i, carry = q+1, 0
 	}
 }
 
