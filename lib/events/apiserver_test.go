@@ -1,10 +1,14 @@
 package events_test
 
 import (
+	"encoding/json"
 	"errors"
 	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,7 +21,9 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -277,3 +283,94 @@ func TestNodeSummaryRetryCounted(t *testing.T) {
 type roundTrip func(*http.Request) (*http.Response, error)
 
 func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestOwnerRefusedInOneNamespace: a webhook authorizer (in front of RBAC,
+// which grants the forwarder its ClusterRole) refuses the forwarder the
+// ReplicaSets of one namespace. That 403 held the node's whole forwarder
+// for good, every namespace behind one namespace's rule. An access review
+// now says the call is allowed everywhere, so the refusal is that
+// namespace's: the Event is posted with the pod's ReplicaSet, the nearest
+// owner read. Missing RBAC (a Role in one namespace only, no ClusterRole)
+// still holds the line for an admin to fix.
+func TestOwnerRefusedInOneNamespace(t *testing.T) {
+	kubetest.Need(t)
+	var refused atomic.Int64
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var sar authorizationv1.SubjectAccessReview
+		if err := json.NewDecoder(r.Body).Decode(&sar); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if a := sar.Spec.ResourceAttributes; a != nil && a.Resource == "replicasets" && a.Namespace == "walled" && strings.HasSuffix(sar.Spec.User, ":iptables-alerter-forward") {
+			sar.Status = authorizationv1.SubjectAccessReviewStatus{Denied: true, Reason: "walled off by policy"}
+			refused.Add(1)
+		}
+		_ = json.NewEncoder(w).Encode(sar)
+	}))
+	t.Cleanup(hook.Close)
+	cfg := filepath.Join(t.TempDir(), "authz.kubeconfig")
+	kc := "apiVersion: v1\nkind: Config\nclusters:\n- name: authz\n  cluster: {server: " + hook.URL + "}\nusers:\n- name: apiserver\n  user: {}\n" +
+		"contexts:\n- name: authz\n  context: {cluster: authz, user: apiserver}\ncurrent-context: authz\n"
+	if err := os.WriteFile(cfg, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := kubetest.StartArgs(t, "--authorization-mode=Webhook,RBAC", "--authorization-webhook-config-file="+cfg, "--authorization-webhook-version=v1")
+	cs := c.Client()
+	ctx := kubetest.Ctx(t)
+	kubetest.Apply(t, cs, "../../packaging/rbac/forward.yaml")
+	fwd, err := kubernetes.NewForConfig(c.Config(kubetest.Token(t, cs, "iptables-alerter", "iptables-alerter-forward")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Namespace(t, cs, "walled")
+	kubetest.Namespace(t, cs, "open")
+	walled, open := kubetest.Workloads(t, cs, "walled")["web-7c9-aaaaa"], kubetest.Workloads(t, cs, "open")["web-7c9-aaaaa"]
+	p := events.New(fwd, "node-a", false)
+	for _, tc := range []struct {
+		pod   kubetest.Owned
+		owner string
+	}{{open, "Deployment/web"}, {walled, "ReplicaSet/web-7c9"}} {
+		pod := findings.Pod{Namespace: tc.pod.Pod.Namespace, Name: tc.pod.Pod.Name, UID: string(tc.pod.Pod.UID)}
+		res, err := p.Post(ctx, record(pod, "fp-"+pod.Namespace))
+		if err != nil || res.Outcome != events.Created {
+			t.Fatalf("%s: %+v, %v: want created (a refusal of one namespace held the forwarder)", pod.Namespace, res, err)
+		}
+		if got := res.Owner.String(); got != tc.owner {
+			t.Errorf("%s: owner %s, want %s", pod.Namespace, got, tc.owner)
+		}
+		if (res.OwnerWhy != nil) != (pod.Namespace == "walled") {
+			t.Errorf("%s: OwnerWhy %v", pod.Namespace, res.OwnerWhy)
+		}
+	}
+	if refused.Load() == 0 {
+		t.Error("the webhook refused nothing: the test did not test")
+	}
+
+	// Missing RBAC: the ClusterRoleBinding gone, the ReplicaSet get is
+	// refused everywhere, and the finding is held (an error to retry).
+	if err := cs.RbacV1().ClusterRoleBindings().Delete(ctx, "iptables-alerter-forward", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "pods-only"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "pods-only"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "pods-only"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "iptables-alerter-forward", Namespace: "iptables-alerter"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := findings.Pod{Namespace: "open", Name: open.Pod.Name, UID: string(open.Pod.UID)}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// A fresh poster: the owner cache holds the ReplicaSet's answer.
+		res, err := events.New(fwd, "node-a", false).Post(ctx, record(pod, "fp-norbac"))
+		if err != nil && kubeapi.IsForbiddenToUs(err) && kubeapi.Retryable(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("missing RBAC: %+v, %v; want a retryable 403", res, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -140,6 +140,9 @@ func (c *Consumer) Consume(ctx context.Context, rec findings.Record) error {
 	if res.NodeWhy != nil {
 		fields["node_event_error"] = res.NodeWhy.Error()
 	}
+	if res.OwnerWhy != nil {
+		fields["owner_error"] = res.OwnerWhy.Error()
+	}
 	entry := c.log.WithFields(fields)
 	if res.Why != nil {
 		entry = entry.WithError(res.Why)

@@ -90,6 +90,10 @@ type Result struct {
 	NodeWhy error
 	// Why explains PodGone, NoPod and Rejected.
 	Why error
+	// OwnerWhy says why Owner is only the pod's controller (a ReplicaSet,
+	// a Job): the API refused to show what owns it, in this namespace
+	// alone.
+	OwnerWhy error
 }
 
 // Poster posts Events through one client for one node.
@@ -209,14 +213,14 @@ func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, erro
 	case err != nil:
 		return Result{Outcome: Rejected, Why: err}, nil
 	}
-	owned, err := p.owners.Owned(ctx, pod)
+	owned, ownerWhy, err := kubeapi.Owned(ctx, p.client, p.owners, pod)
 	if kubeapi.Retryable(err) {
 		// Not the ReplicaSet in its stead: the Event would name it, and
 		// the Report it is handed to would file the pod under it while
 		// its later findings go under the Deployment.
 		return Result{}, err
 	}
-	res := Result{Namespace: pod.Namespace, PodUID: pod.UID, Mirror: kubeapi.IsMirror(pod, rec.Pod), Name: PodEventName(rec), Owned: owned}
+	res := Result{Namespace: pod.Namespace, PodUID: pod.UID, Mirror: kubeapi.IsMirror(pod, rec.Pod), Name: PodEventName(rec), Owned: owned, OwnerWhy: ownerWhy}
 	res.Outcome, err = p.create(ctx, p.podEvent(rec, pod, res.Name, res.Owner))
 	if res.Outcome == "" {
 		return Result{}, err

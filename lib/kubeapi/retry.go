@@ -1,13 +1,20 @@
 package kubeapi
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 )
 
 // Retryable tells whether an API error may go away by itself or by an admin
@@ -74,6 +81,57 @@ func IsForbiddenToUs(err error) bool {
 		return false
 	}
 	return authorizerDenial.MatchString(status.Status().Message)
+}
+
+// deniedCall reads the call an authorizer's 403 names: its verb, resource
+// and API group ("" for the core group).
+var deniedCall = regexp.MustCompile(`User ".*" cannot ([^ ]+) resource "([^"]+)" in API group "([^"]*)"`)
+
+// AllowedEverywhere tells, for an authorizer's 403 (IsForbiddenToUs),
+// whether the same call is allowed in every namespace (one
+// SelfSubjectAccessReview): then the refusal is about this object or its
+// namespace alone (a webhook authorizer's rule), not missing RBAC, and
+// holding every later call behind it would fix nothing. False for any
+// other error, or a 403 that names no call; an error when the review
+// could not be made.
+func AllowedEverywhere(ctx context.Context, client kubernetes.Interface, err error) (bool, error) {
+	var status apierrors.APIStatus
+	if !IsForbiddenToUs(err) || !errors.As(err, &status) {
+		return false, nil
+	}
+	m := deniedCall.FindStringSubmatch(status.Status().Message)
+	if m == nil {
+		return false, nil
+	}
+	r, rerr := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb: m[1], Resource: m[2], Group: m[3]}},
+	}, metav1.CreateOptions{})
+	if rerr != nil {
+		return false, fmt.Errorf("ask whether the forwarder may %s %s everywhere: %w", m[1], m[2], rerr)
+	}
+	return r.Status.Allowed, nil
+}
+
+// Owned is r.Owned of pod, but for an authorizer's 403 on the way up
+// that AllowedEverywhere says is about this namespace or object alone:
+// then the nearest owner read (the pod's controller) stands, refused says
+// why, and err is nil. Missing RBAC stays an error, retried until an admin
+// grants it; a refusal of one namespace would hold every later finding of
+// the node for good.
+func Owned(ctx context.Context, client kubernetes.Interface, r *owner.Resolver, pod *corev1.Pod) (o owner.Owned, refused, err error) {
+	o, err = r.Owned(ctx, pod)
+	if !IsForbiddenToUs(err) {
+		return o, nil, err
+	}
+	everywhere, rerr := AllowedEverywhere(ctx, client, err)
+	switch {
+	case rerr != nil:
+		return o, nil, rerr
+	case everywhere:
+		return o, err, nil
+	}
+	return o, nil, err
 }
 
 // notReady is the admission plugins' 403 while their informers start.

@@ -312,7 +312,9 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 		case err != nil:
 			return Result{Outcome: Rejected, Why: err}, nil, nil
 		}
-		if posted, err = w.owners.Owned(ctx, pod); kubeapi.Retryable(err) {
+		// A refusal of this namespace alone leaves the pod's controller,
+		// as the Events side does.
+		if posted, _, err = kubeapi.Owned(ctx, w.kube, w.owners, pod); kubeapi.Retryable(err) {
 			// The nearest owner would file the pod under its ReplicaSet
 			// now and under the Deployment for its next finding.
 			return Result{}, nil, err

@@ -167,6 +167,16 @@ func start(t testing.TB, netns string, extra []string) *Cluster {
 		"--event-ttl=1h",
 		"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
 	}
+	// A flag given again wins: the default is dropped (a list flag such as
+	// --authorization-mode would take both), and --authorization-config
+	// replaces --authorization-mode, which it may not meet.
+	for _, e := range extra {
+		name, _, _ := strings.Cut(e, "=")
+		if name == "--authorization-config" {
+			name = "--authorization-mode"
+		}
+		args = slices.DeleteFunc(args, func(a string) bool { return strings.HasPrefix(a, name+"=") })
+	}
 	args = append(args, extra...)
 	for attempt := 0; ; attempt++ {
 		c.apiPort = freePort(t)
