@@ -87,16 +87,15 @@ func IsForbiddenToUs(err error) bool {
 // and API group ("" for the core group).
 var deniedCall = regexp.MustCompile(`User ".*" cannot ([^ ]+) resource "([^"]+)" in API group "([^"]*)"`)
 
-// AllowedEverywhere tells, for an authorizer's 403 (IsForbiddenToUs),
+// allowedEverywhere tells, for an authorizer's 403 (IsForbiddenToUs),
 // whether the same call is allowed in every namespace (one
 // SelfSubjectAccessReview): then the refusal is about this object or its
 // namespace alone (a webhook authorizer's rule), not missing RBAC, and
-// holding every later call behind it would fix nothing. False for any
-// other error, or a 403 that names no call; an error when the review
-// could not be made.
-func AllowedEverywhere(ctx context.Context, client kubernetes.Interface, err error) (bool, error) {
+// holding every later call behind it would fix nothing. False for a 403
+// that names no call; an error when the review could not be made.
+func allowedEverywhere(ctx context.Context, client kubernetes.Interface, err error) (bool, error) {
 	var status apierrors.APIStatus
-	if !IsForbiddenToUs(err) || !errors.As(err, &status) {
+	if !errors.As(err, &status) {
 		return false, nil
 	}
 	m := deniedCall.FindStringSubmatch(status.Status().Message)
@@ -114,7 +113,7 @@ func AllowedEverywhere(ctx context.Context, client kubernetes.Interface, err err
 }
 
 // Owned is r.Owned of pod, but for an authorizer's 403 on the way up
-// that AllowedEverywhere says is about this namespace or object alone:
+// that allowedEverywhere says is about this namespace or object alone:
 // then the nearest owner read (the pod's controller) stands, refused says
 // why, and err is nil. Missing RBAC stays an error, retried until an admin
 // grants it; a refusal of one namespace would hold every later finding of
@@ -124,7 +123,7 @@ func Owned(ctx context.Context, client kubernetes.Interface, r *owner.Resolver, 
 	if !IsForbiddenToUs(err) {
 		return o, nil, err
 	}
-	everywhere, rerr := AllowedEverywhere(ctx, client, err)
+	everywhere, rerr := allowedEverywhere(ctx, client, err)
 	switch {
 	case rerr != nil:
 		return o, nil, rerr

@@ -1,10 +1,10 @@
 // Package report is the cluster-wide view of RHEL 10 readiness: it reads
-// findings from any mix of findings files, a live cluster's Reports (else
-// its Events) and a saved `kubectl get events -A -o json`, groups them by
+// findings from any mix of findings files, a live cluster's Reports (its
+// Events where a namespace has none) and a saved `kubectl get events -A -o json`, groups them by
 // owning workload, marks what an expectations file says is expected, and
 // renders a table, Markdown, JSON, JUnit XML or a self-contained HTML page
-// with a verdict for CI. A cluster is read through ClusterSources (source.go), the first
-// it holds, or the one SourcesOf picks; a list refused is a ForbiddenError
+// with a verdict for CI. A cluster is read through the sources SourcesOf
+// picks (source.go), the first it holds; a list refused is a ForbiddenError
 // naming the permission, never a fallback; Origin is the header naming
 // cluster, time and inputs.
 //

@@ -145,7 +145,8 @@ const (
 // Sources --source selects from.
 const (
 	// SourceAuto reads the findings files and saved Events given, else the
-	// cluster's Reports, else its Events (ClusterSources).
+	// cluster's Reports by namespace and its Events elsewhere, else its
+	// Events alone (SourcesOf).
 	SourceAuto = "auto"
 	// SourceReports and SourceEvents read only that source of the
 	// cluster; SourceFiles only the files given.
@@ -158,8 +159,9 @@ const (
 var Sources = []string{SourceAuto, SourceReports, SourceEvents, SourceFiles}
 
 // SourcesOf gives the cluster sources a --source value reads, in order:
-// ClusterSources for auto, one of them for reports or events (Reports
-// served but none of ours is then a report of nothing), none for files.
+// for auto reportsByNamespace then eventsSource, one source for reports
+// or events (Reports served but none of ours is then a report of
+// nothing), none for files.
 func SourcesOf(source string) []ClusterSource {
 	switch source {
 	case SourceReports:
@@ -171,11 +173,11 @@ func SourcesOf(source string) []ClusterSource {
 			return err
 		}}}
 	case SourceEvents:
-		return ClusterSources[1:]
+		return []ClusterSource{eventsSource}
 	case SourceFiles:
 		return nil
 	}
-	return []ClusterSource{reportsByNamespace(), ClusterSources[1]}
+	return []ClusterSource{reportsByNamespace(), eventsSource}
 }
 
 // reportsByNamespace is auto's first source: the Reports of every
@@ -213,21 +215,17 @@ func reportsByNamespace() ClusterSource {
 	}
 }
 
-// ClusterSources are the cluster's two sources, Reports and Events:
-// Reports stay until deleted, where the API server keeps Events an hour by
-// default. Auto reads the Reports first, by namespace (reportsByNamespace),
-// and the Events alone for a cluster without Reports (no CRD, or none of
-// ours).
-var ClusterSources = []ClusterSource{
-	{Name: "reports", Read: ClusterReports},
-	{Name: "events", Read: func(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
-		items, err := ClusterEvents(ctx, c.Client, c.Namespace, sk)
-		for _, it := range items {
-			add(it)
-		}
-		return err
-	}},
-}
+// eventsSource is the cluster's Events. Reports stay until deleted, where
+// the API server keeps Events an hour by default: auto reads the Reports
+// first, by namespace (reportsByNamespace), and the Events alone for a
+// cluster without Reports (no CRD, or none of ours).
+var eventsSource = ClusterSource{Name: SourceEvents, Read: func(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
+	items, err := ClusterEvents(ctx, c.Client, c.Namespace, sk)
+	for _, it := range items {
+		add(it)
+	}
+	return err
+}}
 
 // ReadCluster reads the first of sources the cluster holds, handing its
 // findings to add, and says which (with the others it took items from).
