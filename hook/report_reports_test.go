@@ -7,10 +7,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -271,6 +273,31 @@ func TestReportForgedReportByNamespace(t *testing.T) {
 	createPodEvent(t, cs, "usage-tenant", events.Reason, "usage", events.Summary{Node: "node-a", Owner: owner.Owner{Kind: "Deployment", Name: "hidden"},
 		Pod: findings.Pod{Namespace: "tenant", Name: "hidden-1", UID: "u-hidden"}, State: findings.StatePresent, Impact: findings.Impact{Legacy: 1}, Worst: findings.ImpactLegacy})
 
+	// A Report in the nodes' Events namespace hides its pods' Events,
+	// never the nodes' (the API server is asked to leave the Report
+	// namespaces' Events out: that one must stay in).
+	_, err = rc.OpenreportsV1alpha1().Reports(events.NodeEventNamespace).Create(ctx, &openreportsv1alpha1.Report{
+		ObjectMeta: metav1.ObjectMeta{Name: "default-pods", Labels: map[string]string{openreports.ManagedByLabel: openreports.ManagedBy, openreports.NodeLabel: "node-a"}},
+		Results: []openreportsv1alpha1.ReportResult{{Source: openreports.Source, Policy: openreports.Policy, Result: "pass", Severity: "info", Rule: findings.ImpactNative,
+			Subjects:   []corev1.ObjectReference{{Kind: "Pod", Namespace: events.NodeEventNamespace, Name: "web-1", UID: "u-web"}},
+			Properties: map[string]string{openreports.PropOwner: "Deployment/web", openreports.PropRules: "native=1"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createPodEvent(t, cs, "usage-default", events.Reason, "usage", events.Summary{Node: "node-a", Owner: owner.Owner{Kind: "Deployment", Name: "hidden-too"},
+		Pod: findings.Pod{Namespace: events.NodeEventNamespace, Name: "hidden-2", UID: "u-hidden-2"}, State: findings.StatePresent, Impact: findings.Impact{Legacy: 1}, Worst: findings.ImpactLegacy})
+	_, err = cs.EventsV1().Events(events.NodeEventNamespace).Create(ctx, &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: "usage-node-b", Namespace: events.NodeEventNamespace,
+			Annotations: map[string]string{events.SubjectAnnotation: string(findings.SubjectNode),
+				events.SummaryAnnotation: events.Summary{Node: "node-b", State: findings.StatePresent, Impact: findings.Impact{Legacy: 1}, Worst: findings.ImpactLegacy}.JSON()}},
+		EventTime: metav1.NewMicroTime(time.Now()), ReportingController: events.Controller, ReportingInstance: "node-b",
+		Action: events.Action, Reason: events.Reason, Type: corev1.EventTypeWarning, Note: "usage",
+		Regarding: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: "node-b"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	kubetest.Namespace(t, cs, fwdNS)
 	kubetest.Apply(t, cs, "../packaging/rbac/report.yaml")
 	kc := c.Kubeconfig("report", kubetest.Token(t, cs, fwdNS, "iptables-alerter-report"))
@@ -287,7 +314,7 @@ func TestReportForgedReportByNamespace(t *testing.T) {
 		gs = append(gs, g.Namespace+"/"+g.Owner.String())
 	}
 	slices.Sort(gs)
-	if got := strings.Join(gs, " "); got != "shop/StatefulSet/db tenant/Deployment/quiet" {
-		t.Errorf("groups %q, want shop's db from its Event and tenant's Report alone", got)
+	if got := strings.Join(gs, " "); got != "/Node/node-b default/Deployment/web shop/StatefulSet/db tenant/Deployment/quiet" {
+		t.Errorf("groups %q, want node-b and shop's db from their Events, default's and tenant's Reports alone", got)
 	}
 }

@@ -197,12 +197,10 @@ func reportsByNamespace() ClusterSource {
 			if err := clusterReports(ctx, c, sk, add, func(ns string) { held[ns] = true }); err != nil {
 				return err
 			}
-			items, err := ClusterEvents(ctx, c.Client, c.Namespace, sk)
+			items, err := clusterEventsBeside(ctx, c.Client, c.Namespace, held, sk)
 			for _, it := range items {
-				if !held[it.Namespace] {
-					fromEvents = true
-					add(it)
-				}
+				fromEvents = true
+				add(it)
 			}
 			return err
 		},
