@@ -17,8 +17,8 @@ import (
 // legacy rules after its containers started is seen only by a later look. Every ResweepInterval the agent looks at
 // each sandbox it knows again, but scans only those whose rules may have
 // changed since their last complete scan: the namespace's nftables
-// generation and legacy fingerprint (inspect.State) read before that scan
-// differ from now, or its last scan did not complete (a finding of state
+// generation and legacy fingerprint (inspect.State) that scan's look read
+// (the generation it began with, the legacy tables it read) differ from now, or its last scan did not complete (a finding of state
 // unknown, a netns it could not read). Reading a State is a netlink round
 // trip plus, with legacy tables listed, one copy of each (no process, no
 // parse), so a re-sweep of hundreds of unchanged pods costs next to nothing.
@@ -63,7 +63,7 @@ type Resweep struct {
 }
 
 // sandbox is what the agent remembers of a running sandbox: what to queue
-// for it, and the State read just before its last complete scan.
+// for it, and the State its last complete scan read.
 type sandbox struct {
 	meta  scan.Meta
 	state inspect.State
@@ -137,7 +137,7 @@ func (k *sandboxes) forget(id string) {
 	delete(k.m, id)
 }
 
-// scanned notes the State read before a scan of the sandbox, and whether
+// scanned notes the State a scan of the sandbox read, and whether
 // that scan completed: only then may a later look skip it.
 func (k *sandboxes) scanned(id string, st inspect.State, complete bool) {
 	k.mu.Lock()
@@ -172,13 +172,6 @@ func (k *sandboxes) all() []scan.Meta {
 		metas = append(metas, s.meta)
 	}
 	return metas
-}
-
-// stateOf reads the State of the job's namespace before its scan, by the
-// scan's deadline; ok is false when it could not be read.
-func stateOf(ctx context.Context, h *netns.Handle) (inspect.State, bool) {
-	st, err := inspect.ReadState(ctx, h)
-	return st, err == nil
 }
 
 // withResweep runs loop with the re-sweep running beside it every

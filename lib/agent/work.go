@@ -84,19 +84,17 @@ func (a *Agent) scan(j job, long bool) Scan {
 	if long {
 		timeout = a.cfg.StopScanTimeout
 	}
-	// Before the look: a change after this read changes the State, so a
-	// re-sweep never skips what this scan did not see. A quarter of the
-	// deadline at most: a neighbour holding the x_tables mutex must cost
-	// the State, not the scan's nftables part.
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	sctx, scancel := context.WithTimeout(ctx, timeout/4)
-	st, stOK := stateOf(sctx, h)
-	scancel()
 	// The agent is a daemon off the start path: its legacy look runs on a
 	// thread of its own, abandoned if a neighbour holds the x_tables mutex,
 	// instead of re-executing the full build for every scan.
 	res := scan.RunFrom(ctx, h, j.meta.Pod.Namespace, a.loaders(j.meta), true)
 	cancel()
+	// The State the look read (the generation its nftables read began
+	// with, the legacy tables it read): a change after it changes the
+	// State, so a re-sweep never skips what this scan did not see. A
+	// separate read before the look cost each scan a tenth of a sweep's.
+	st, stOK := res.State, res.StateOK
 	s.RanOut = inspect.NftRanOut(res.Err)
 	defer func() { a.noteScan(s, st, stOK, res.Complete()) }()
 	s.AllowErr, s.VendorErr = res.AllowErr, res.VendorErr

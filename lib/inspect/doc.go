@@ -19,7 +19,9 @@
 //
 // ReadState gives, for a fraction of that cost, what tells whether the
 // rules may have changed since: the namespace's nftables generation and a
-// hash of its legacy tables (read the bounded in-process way).
+// hash of its legacy tables (read the bounded in-process way). An
+// in-process look gives the State it read itself (Snapshot.State), the
+// same as a ReadState before it: a daemon reads no State apart.
 //
 // Invariant: it never creates a table, chain or rule in the namespace. It
 // sends only dump requests, and queries legacy tables only when the

@@ -65,10 +65,12 @@ func (lf legacyFamily) loaded() bool {
 }
 
 // legacySink takes a look's answer: a table's rules, in order, then the
-// table itself.
+// table itself, and, if state is set, after each table its part of
+// State.Legacy (statePart), nil when its entries were not read whole.
 type legacySink struct {
 	table func(LegacyTable)
 	rule  func(LegacyRule)
+	state func(part []byte)
 }
 
 // readLegacy lists the legacy tables of the namespace and asks each for its
@@ -109,8 +111,11 @@ func readLegacy(h *netns.Handle, fams []legacyFamily, sink legacySink) error {
 				// An untouched table is read too: its entries are its
 				// built-in chains' policies, and a drop policy set
 				// alone (iptables-legacy -P INPUT DROP) adds none.
-				walkTable(lf, &t, info, rule)
+				part := walkTable(lf, &t, info, rule)
 				sink.table(t)
+				if sink.state != nil {
+					sink.state(part)
+				}
 			}
 		}
 		return errors.Join(errs...)
@@ -167,7 +172,7 @@ func getInfo(lf legacyFamily, name string) (LegacyTable, legacyInfo, error) {
 		return LegacyTable{}, legacyInfo{}, fmt.Errorf("get info of legacy %s table %q: %w", lf.fam, name, errno)
 	}
 	u32 := func(off int) uint32 { return binary.NativeEndian.Uint32(buf[off:]) }
-	info := legacyInfo{size: u32(32 + 4 + 8*lf.hooks + 4)}
+	info := legacyInfo{size: u32(32 + 4 + 8*lf.hooks + 4), raw: buf}
 	info.hooks.valid = u32(32)
 	for h := 0; h < lf.hooks; h++ {
 		info.hooks.entry = append(info.hooks.entry, u32(36+4*h))
@@ -186,6 +191,8 @@ func getInfo(lf legacyFamily, name string) (LegacyTable, legacyInfo, error) {
 type legacyInfo struct {
 	size  uint32
 	hooks tableHooks
+	// raw is the GET_INFO answer as the kernel gave it, for State.
+	raw []byte
 }
 
 // readEntries reads a listed table's entries, size bytes by GET_INFO, of
@@ -234,8 +241,9 @@ func readEntries(lf legacyFamily, name string, size uint32) (blob []byte, cut bo
 // walkTable reads a table's entries and hands its rules to rule until rule
 // returns false; it fills t's user chains and says whether t was cut (not
 // every rule handed on). A table that keeps changing between GET_INFO and
-// GET_ENTRIES is cut.
-func walkTable(lf legacyFamily, t *LegacyTable, info legacyInfo, rule func(LegacyRule) bool) {
+// GET_ENTRIES is cut. It returns the table's part of State.Legacy
+// (statePart), nil when the entries were not read whole.
+func walkTable(lf legacyFamily, t *LegacyTable, info legacyInfo, rule func(LegacyRule) bool) []byte {
 	for try := 0; ; try++ {
 		blob, cut, err := readEntries(lf, t.Name, info.size)
 		if errors.Is(err, unix.EAGAIN) && try < 2 {
@@ -247,11 +255,17 @@ func walkTable(lf legacyFamily, t *LegacyTable, info legacyInfo, rule func(Legac
 		}
 		if err != nil {
 			t.Cut = true
-			return
+			return nil
 		}
 		chains, complete := walkEntries(lf.fam, t.Name, blob, info.hooks, rule)
 		t.Cut = cut || !complete
-		t.Sum = contentSum(blob, lf.fam)
+		digest := contentDigest(blob, lf.fam)
+		t.Sum = binary.NativeEndian.Uint64(digest[:8])
+		var part []byte
+		// ReadState takes no table over the bound (ErrTooBig) either.
+		if !cut && info.size <= MaxLegacyEntriesBytes {
+			part = statePart(lf.fam, info.raw, digest)
+		}
 		t.Chains = nil
 		for _, c := range chains {
 			if !c.Builtin && len(t.Chains) < maxLegacyChains {
@@ -261,16 +275,15 @@ func walkTable(lf legacyFamily, t *LegacyTable, info legacyInfo, rule func(Legac
 				t.Policies = append(t.Policies, c)
 			}
 		}
-		return
+		return part
 	}
 }
 
-// contentSum is LegacyTable.Sum of a table's entries; it zeroes their
-// counters in blob.
-func contentSum(blob []byte, fam Family) uint64 {
+// contentDigest hashes a table's entries with their counters zeroed (in
+// blob): LegacyTable.Sum is its first 8 bytes, State.Legacy takes it all.
+func contentDigest(blob []byte, fam Family) [sha256.Size]byte {
 	zeroCounters(blob, entryLayouts[fam])
-	sum := sha256.Sum256(blob)
-	return binary.NativeEndian.Uint64(sum[:8])
+	return sha256.Sum256(blob)
 }
 
 func cstring(b []byte) string {

@@ -367,7 +367,9 @@ func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Optio
 	// With one processor the two goroutines would take turns: only the
 	// hand-overs' cost would be left.
 	n.ahead = opt.ReadAhead && runtime.GOMAXPROCS(0) > 1
-	if err := n.dump(unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC, nil, "generation", func(byte, []byte) {}); err != nil {
+	if err := n.dump(unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC, nil, "generation", func(_ byte, b []byte) {
+		s.State.Gen, s.StateOK = genOf(b)
+	}); err != nil {
 		return err
 	}
 	if err := n.dump(unix.NFT_MSG_GETTABLE, unix.NLM_F_DUMP, unix.AF_UNSPEC, nil, "tables", func(fam byte, b []byte) {

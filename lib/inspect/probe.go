@@ -1,9 +1,11 @@
 package inspect
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"os"
 	"strings"
 	"sync"
@@ -80,22 +82,39 @@ type legacyLook struct {
 	err error
 }
 
-// legacyAnswer collects a look's answer.
+// legacyAnswer collects a look's answer: its tables and rules, and the
+// State.Legacy they make, lost when a table was not read whole.
 type legacyAnswer struct {
-	tables []LegacyTable
-	rules  []LegacyRule
+	tables    []LegacyTable
+	rules     []LegacyRule
+	state     hash.Hash
+	stateLost bool
 }
 
 func (a *legacyAnswer) sink() legacySink {
+	a.state = sha256.New()
 	return legacySink{
 		table: func(t LegacyTable) { a.tables = append(a.tables, t) },
 		rule:  func(r LegacyRule) { a.rules = append(a.rules, r) },
+		state: func(part []byte) {
+			if part == nil {
+				a.stateLost = true
+			}
+			a.state.Write(part)
+		},
 	}
 }
 
-func (a *legacyAnswer) into(s *Snapshot) {
+// into adds the answer to s; known says the look read every table it
+// listed without error, so its State.Legacy is s's.
+func (a *legacyAnswer) into(s *Snapshot, known bool) {
 	s.Legacy = append(s.Legacy, a.tables...)
 	s.LegacyRules = append(s.LegacyRules, a.rules...)
+	if !known || a.state == nil || a.stateLost {
+		s.StateOK = false
+		return
+	}
+	a.state.Sum(s.State.Legacy[:0])
 }
 
 // startLegacy starts the legacy look: nothing when no x_tables module is
@@ -188,19 +207,26 @@ func (p *legacyLook) wait(s *Snapshot) error {
 		// What the look read before it failed; nothing once abandoned
 		// (its goroutine may still write p.ans then).
 		if !errors.Is(err, ErrDeadline) {
-			p.ans.into(s)
+			p.ans.into(s, err == nil)
+		} else {
+			s.StateOK = false
 		}
 		return err
 	}
-	if p.peek != nil {
+	// Only an in-process look gives its State; a probe's answer crosses
+	// a pipe without it (the hook, which keeps none).
+	peeked := p.peek != nil
+	if peeked {
 		if err := p.peeked(s); err != nil {
+			s.StateOK = false
 			return err
 		}
 	}
 	if p.proc == nil {
-		p.ans.into(s)
+		p.ans.into(s, p.err == nil && !peeked)
 		return p.err
 	}
+	s.StateOK = false
 	answered := false
 	defer func() { p.proc.End(answered) }()
 	sc := p.proc.Lines

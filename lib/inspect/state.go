@@ -48,11 +48,7 @@ func Generation(ctx context.Context, h *netns.Handle) (uint32, error) {
 	var gen uint32
 	found := false
 	err = n.dump(unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC, nil, "generation", func(_ byte, b []byte) {
-		eachAttr(b, func(typ uint16, v []byte) {
-			if typ == unix.NFTA_GEN_ID && len(v) == 4 {
-				gen, found = be32(v), true
-			}
-		})
+		gen, found = genOf(b)
 	})
 	if err != nil {
 		return 0, err
@@ -61,6 +57,16 @@ func Generation(ctx context.Context, h *netns.Handle) (uint32, error) {
 		return 0, fmt.Errorf("read nftables generation in netns %q: no generation in the answer", h.Path)
 	}
 	return gen, nil
+}
+
+// genOf reads the generation of a NFT_MSG_NEWGEN payload.
+func genOf(b []byte) (gen uint32, found bool) {
+	eachAttr(b, func(typ uint16, v []byte) {
+		if typ == unix.NFTA_GEN_ID && len(v) == 4 {
+			gen, found = be32(v), true
+		}
+	})
+	return gen, found
 }
 
 // ReadState reads the namespace's State by the context's deadline. The
@@ -135,11 +141,21 @@ func legacySum(fams []legacyFamily) ([sha256.Size]byte, error) {
 	return sum, nil
 }
 
-// sumTable adds one table to h: its name, its GET_INFO answer (hooks,
-// hook entry and underflow offsets, entry count, size) and its entries with
-// every entry's counters zeroed. The table may be replaced between the two
-// calls: the kernel then refuses the entries (EAGAIN, the size differs),
-// and the read is tried again, a few times.
+// statePart is one legacy table's part of State.Legacy: its family, its
+// GET_INFO answer (name, hooks, hook entry and underflow offsets, entry
+// count, size) and the digest of its entries with every entry's counters
+// zeroed (contentDigest). ReadState and an in-process look
+// (Snapshot.State) hash the same parts, so the State a scan read and a
+// later ReadState compare.
+func statePart(fam Family, info []byte, entries [sha256.Size]byte) []byte {
+	part := make([]byte, 0, len(fam)+1+len(info)+len(entries))
+	part = append(append(append(part, fam...), 0), info...)
+	return append(part, entries[:]...)
+}
+
+// sumTable adds one table's statePart to h. The table may be replaced
+// between GET_INFO and GET_ENTRIES: the kernel then refuses the entries
+// (EAGAIN, the size differs), and the read is tried again, a few times.
 func sumTable(h hash.Hash, lf legacyFamily, name string) error {
 	fd, err := unix.Socket(lf.domain, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -173,10 +189,7 @@ func sumTable(h hash.Hash, lf legacyFamily, name string) error {
 		if errno != 0 {
 			return fmt.Errorf("get entries of legacy %s table %q: %w", lf.fam, name, errno)
 		}
-		zeroCounters(buf[hdr:], entryLayouts[lf.fam])
-		h.Write([]byte(string(lf.fam) + "\x00"))
-		h.Write(info)
-		h.Write(buf[hdr:])
+		h.Write(statePart(lf.fam, info, contentDigest(buf[hdr:], lf.fam)))
 		return nil
 	}
 }

@@ -31,6 +31,19 @@ func readState(t *testing.T, ns *nstest.NS) inspect.State {
 	if after := ns.Ruleset(); after != before {
 		t.Fatalf("reading the state changed the netns ruleset:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
+	// The agent takes the State its scan's look read instead of reading
+	// one apart: the two must be the same, or a re-sweep would scan every
+	// pod again (or skip a changed one).
+	snap, err := inspect.Inspect(ctx, h, inspect.Options{LegacyInProcess: true})
+	if err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+	if !snap.StateOK {
+		t.Fatal("an in-process look gave no State")
+	}
+	if snap.State != st {
+		t.Fatalf("the look's State %+v, ReadState's %+v", snap.State, st)
+	}
 	return st
 }
 
@@ -160,6 +173,14 @@ func TestStateLegacyBusy(t *testing.T) {
 	if _, err, took := read(10 * time.Second); took > 2*time.Second || !errors.Is(err, inspect.ErrLegacyBusy) {
 		t.Fatalf("second read took %v, err=%v, want busy at once", took, err)
 	}
+	// Nor does a look that could not read the legacy tables know the
+	// State.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	snap, err := inspect.Inspect(ctx, h, inspect.Options{LegacyInProcess: true})
+	cancel()
+	if !errors.Is(err, inspect.ErrLegacyBusy) || snap.StateOK {
+		t.Fatalf("a look while the mutex is held: err=%v, StateOK=%v; want busy and no State", err, snap.StateOK)
+	}
 	stop()
 	for end := time.Now().Add(30 * time.Second); ; {
 		if _, err, _ := read(5 * time.Second); err == nil {
@@ -169,5 +190,27 @@ func TestStateLegacyBusy(t *testing.T) {
 			t.Fatalf("30 s after the mutex was freed: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A legacy look in a probe process (the hook's) gives no State: its
+// answer crosses a pipe without the tables' parts.
+func TestStateNotFromProbe(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy")
+	needXTLoaded(t)
+	ns := nstest.New(t)
+	ns.Run("iptables-legacy", "-A", "OUTPUT", "-j", "ACCEPT")
+	h := ns.Open()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	snap, err := inspect.Inspect(ctx, h, inspect.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Legacy) == 0 {
+		t.Fatal("the look read no legacy table: the test tests nothing")
+	}
+	if snap.StateOK {
+		t.Fatal("a probe's look claims a State")
 	}
 }

@@ -58,6 +58,15 @@ type Snapshot struct {
 	// not marked was read whole, and what it holds can be compared with
 	// an earlier look's.
 	NftPartial, LegacyPartial bool
+	// State is the namespace's State as this look read it: the nftables
+	// generation its read began with, and the legacy tables its legacy
+	// look read. StateOK says it is known: the generation was read, and
+	// the legacy look, if any x_tables module is loaded, ran in this
+	// process (Options.LegacyInProcess) and read every table it listed
+	// whole. A change after the look began changes it, as it changes a
+	// ReadState made before the look: a daemon reads no State apart.
+	State   State
+	StateOK bool
 }
 
 // Table is an nftables table.

@@ -40,6 +40,10 @@ type Result struct {
 	// VendorErr is the admin vendor file's load error; the built-in table
 	// is used then.
 	VendorErr error
+	// State is the namespace's State as the look read it, known when
+	// StateOK (inspect.Snapshot.State: a legacyInProcess look).
+	State   inspect.State
+	StateOK bool
 }
 
 // Text renders a rule of the result, naming its ipsets.
@@ -92,6 +96,7 @@ func readFrom(ctx context.Context, h *netns.Handle, legacyInProcess bool, detail
 		ReadAhead: !legacyInProcess,
 		MaxDetail: detail, MaxDetailBytes: detail << 10, FirstListed: firstListed})
 	res.Err = err
+	res.State, res.StateOK = snap.State, snap.StateOK
 	res.Usage = classify.Classify(snap)
 	// Only rules with -m set need a name, and asking costs a process.
 	ids := render.SetIndexes(res.Usage.Rules)
