@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	nri "github.com/containerd/nri/pkg/adaptation"
@@ -189,13 +190,16 @@ func (b *agentBench) sweep() error {
 	outcomes, _ := r.outcomes()
 	fmt.Printf("agent sweep of %d pod netns (NRI Synchronize, %s), vs OpenShift's per-netns nsenter iptables-save + ip6tables-save:\n", len(b.netns), outcomes)
 	fmt.Printf("  %-34s %10s %10s\n", "", "wall", "CPU")
-	fmt.Printf("  %-34s %10s %10s\n", "agent (Synchronize to last scan)", wall.Round(time.Millisecond), cpu.Round(time.Millisecond))
+	// The sweep is what the agent spends from Synchronize on; its start
+	// (the runtime, flags, the connection) is printed apart below.
+	sweepCPU := cpu - r.syncCPU
+	fmt.Printf("  %-34s %10s %10s\n", "agent (Synchronize to last scan)", wall.Round(time.Millisecond), sweepCPU.Round(time.Millisecond))
 	fmt.Printf("  %-34s %10s %10s\n", "nsenter + iptables-save x2", osWall.Round(time.Millisecond), osCPU.Round(time.Millisecond))
 	fmt.Printf("  %-34s %10s %10s\n", "floor: the kernel's nftables dumps", "", floor.Round(time.Millisecond))
-	fmt.Printf("  %-34s %9.3fx %9.3fx   (goal <= 0.1x CPU)\n", "ratio agent / saves", float64(wall)/float64(osWall), float64(cpu)/float64(osCPU))
-	fmt.Printf("  %-34s %10s %9.3fx   (floor / saves %.3fx; where 0.1x is below the floor, goal <= 1.5x the floor)\n", "ratio agent / floor", "", float64(cpu)/float64(floor), float64(floor)/float64(osCPU))
-	fmt.Printf("  agent CPU from its start: %s its own, %s its child processes (none since the agent reads legacy x_tables in-process); peak RSS %d KiB\n",
-		self.Round(time.Millisecond), children.Round(time.Millisecond), rss)
+	fmt.Printf("  %-34s %9.3fx %9.3fx   (goal <= 0.1x CPU)\n", "ratio agent / saves", float64(wall)/float64(osWall), float64(sweepCPU)/float64(osCPU))
+	fmt.Printf("  %-34s %10s %9.3fx   (floor / saves %.3fx; where 0.1x is below the floor, goal <= 1.5x the floor)\n", "ratio agent / floor", "", float64(sweepCPU)/float64(floor), float64(floor)/float64(osCPU))
+	fmt.Printf("  agent CPU from its start: %s (%s before Synchronize), %s its own, %s its child processes (none since the agent reads legacy x_tables in-process); ratio to the saves counting its start %.3fx; peak RSS %d KiB\n",
+		cpu.Round(time.Millisecond), r.syncCPU.Round(time.Millisecond), self.Round(time.Millisecond), children.Round(time.Millisecond), float64(cpu)/float64(osCPU), rss)
 	return nil
 }
 
@@ -646,6 +650,14 @@ type agentRun struct {
 	synced   time.Time
 	swept    time.Time
 	syncCh   chan time.Time
+	// ready is set once the runtime side started, whose Start
+	// synchronizes its pre-installed plugins (none) first; pid is the
+	// agent's, set once it started; syncCPU is its CPU when the runtime's
+	// Synchronize of it began (its start, flags and connection).
+	ready   atomic.Bool
+	pid     atomic.Int64
+	syncCPU time.Duration
+	cpuCh   chan time.Duration
 }
 
 func (b *agentBench) startAgent(pods []*api.PodSandbox, args ...string) (*agentRun, error) {
@@ -661,10 +673,20 @@ func (b *agentBench) startAgentWith(pods []*api.PodSandbox, ctrs []*api.Containe
 	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
 		return nil, err
 	}
-	r := &agentRun{syncCh: make(chan time.Time, 1)}
+	r := &agentRun{syncCh: make(chan time.Time, 1), cpuCh: make(chan time.Duration, 1)}
 	ad, sock, err := nritest.Start(dir, func(ctx context.Context, cb nri.SyncCB) error {
+		if !r.ready.Load() {
+			_, err := cb(ctx, pods, ctrs)
+			return err
+		}
+		// Read before the sweep begins: the read is the bench's work.
+		var cpu time.Duration
+		if pid := int(r.pid.Load()); pid != 0 {
+			cpu, _ = cpuOf(pid, b.ticks)
+		}
 		select {
 		case r.syncCh <- time.Now():
+			r.cpuCh <- cpu
 		default:
 		}
 		_, err := cb(ctx, pods, ctrs)
@@ -673,6 +695,7 @@ func (b *agentBench) startAgentWith(pods []*api.PodSandbox, ctrs []*api.Containe
 	if err != nil {
 		return nil, err
 	}
+	r.ready.Store(true)
 	r.ad = ad
 	port, err := freePort()
 	if err != nil {
@@ -701,6 +724,7 @@ func (b *agentBench) startAgentWith(pods []*api.PodSandbox, ctrs []*api.Containe
 		ad.Stop()
 		return nil, fmt.Errorf("start agent: %w", err)
 	}
+	r.pid.Store(int64(r.cmd.Process.Pid))
 	return r, nil
 }
 
@@ -734,6 +758,7 @@ func (r *agentRun) waitSweep(n int, limit time.Duration) error {
 	case <-time.After(limit):
 		return fmt.Errorf("agent did not register with the NRI runtime in %s", limit)
 	}
+	r.syncCPU = <-r.cpuCh
 	return r.waitSwept(n, limit)
 }
 
