@@ -18,7 +18,10 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -344,6 +347,18 @@ func TestOwnerRefusedInOneNamespace(t *testing.T) {
 	}
 	if refused.Load() == 0 {
 		t.Error("the webhook refused nothing: the test did not test")
+	}
+	// The Reports side, on its own (a forwarder not posting Events),
+	// takes the same stand and says why.
+	c.CRD(t, "../../packaging/crds/openreports.io_reports.yaml", openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
+	rc, err := versioned.NewForConfig(c.Config(kubetest.Token(t, cs, "iptables-alerter", "iptables-alerter-forward")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wpod := findings.Pod{Namespace: "walled", Name: walled.Pod.Name, UID: string(walled.Pod.UID)}
+	wres, err := openreports.New(fwd, rc, "node-a").Write(ctx, record(wpod, "fp-reports"))
+	if err != nil || wres.Outcome != openreports.Written || wres.Owner.String() != "ReplicaSet/web-7c9" || wres.OwnerWhy == nil {
+		t.Errorf("Reports: %+v, %v; want written under ReplicaSet/web-7c9 with the refusal said", wres, err)
 	}
 
 	// Missing RBAC: the ClusterRoleBinding gone, the ReplicaSet get is

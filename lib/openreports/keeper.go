@@ -455,6 +455,11 @@ func (k *Keeper) Consume(ctx context.Context, rec findings.Record) error {
 		posted, _ = k.Posted(rec)
 	}
 	res, err := k.stage(ctx, rec, posted)
+	if res.OwnerWhy != nil {
+		// Said here, with the finding: Flush says each Report once.
+		k.log.WithFields(consumer.LogFields(rec)).WithField("owner_error", res.OwnerWhy.Error()).
+			Warn("pod owner refused in its namespace: the pod's controller stands as its owner")
+	}
 	if err != nil || res.Outcome == Off || (res.Outcome == Written && rec.KnownSubject() != findings.SubjectNode) {
 		// A staged result is counted and said when Flush wrote it (a
 		// node's ClusterReport is written at once).

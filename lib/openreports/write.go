@@ -69,6 +69,10 @@ type Result struct {
 	Records int
 	// Why explains PodGone, NoPod and Rejected.
 	Why error
+	// OwnerWhy says why Owner is only the pod's controller (a ReplicaSet,
+	// a Job): the authorizer refused the owner's GET in this namespace
+	// alone (kubeapi.Owned).
+	OwnerWhy error
 }
 
 // Writer writes one node's Reports.
@@ -302,6 +306,7 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 	if rec.KnownState() == findings.StatePresent && !rec.HasUsage() && !rec.CommandOnly() {
 		return Result{Outcome: NoPod, Why: errors.New("record holds no iptables usage")}, nil, nil
 	}
+	var ownerWhy error
 	if posted.Pod == nil {
 		pod, err := w.Live(ctx, rec.Pod)
 		switch {
@@ -314,14 +319,14 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 		}
 		// A refusal of this namespace alone leaves the pod's controller,
 		// as the Events side does.
-		if posted, _, err = kubeapi.Owned(ctx, w.kube, w.owners, pod); kubeapi.Retryable(err) {
+		if posted, ownerWhy, err = kubeapi.Owned(ctx, w.kube, w.owners, pod); kubeapi.Retryable(err) {
 			// The nearest owner would file the pod under its ReplicaSet
 			// now and under the Deployment for its next finding.
 			return Result{}, nil, err
 		}
 	}
 	pod, o, ref := posted.Pod, posted.Owner, posted.Ref
-	res := Result{Namespace: pod.Namespace, Name: Name(o, w.node), Owner: o}
+	res := Result{Namespace: pod.Namespace, Name: Name(o, w.node), Owner: o, OwnerWhy: ownerWhy}
 	return res, func(r *openreportsv1alpha1.Report) int {
 		r.OwnerReferences = []metav1.OwnerReference{ref}
 		r.Scope = &corev1.ObjectReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: pod.Namespace, Name: ref.Name, UID: ref.UID}
