@@ -34,7 +34,7 @@ all)
     libxml2-utils
     chromium
     containernetworking-plugins
-    jq gcc libc6-dev make pkg-config libsqlite3-dev zstd
+    jq gcc libc6-dev make pkg-config libsqlite3-dev zstd python3
     qemu-user-static
   ) ;;
 # tests/demo.sh: the iptables clients write the rules, etcd and kube-apiserver
