@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
@@ -16,12 +17,23 @@ import (
 // not exist.
 func Read(t testing.TB, path string) []findings.Record {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatalf("read findings: %v", err)
+	var data []byte
+	// A read beside a writer's append may see part of its line: a read
+	// is not atomic with a write on a regular file. The line a writer
+	// left torn stays torn, so only a partial line still there a second
+	// later fails.
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		data, err = os.ReadFile(path)
+		if os.IsNotExist(err) {
+			return nil
+		}
+		if err != nil {
+			t.Fatalf("read findings: %v", err)
+		}
+		if len(data) == 0 || data[len(data)-1] == '\n' || time.Now().After(deadline) {
+			break
+		}
 	}
 	if len(data) > 0 && data[len(data)-1] != '\n' {
 		t.Fatalf("findings file %s ends with a partial line: %q", path, data[bytes.LastIndexByte(data, '\n')+1:])
