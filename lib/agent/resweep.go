@@ -18,8 +18,9 @@ import (
 // each sandbox it knows again, but scans only those whose rules may have
 // changed since their last complete scan: the namespace's nftables
 // generation and legacy fingerprint (inspect.State) that scan's look read
-// (the generation it began with, the legacy tables it read) differ from now, or its last scan did not complete (a finding of state
-// unknown, a netns it could not read). Reading a State is a netlink round
+// (the generation it began with, the legacy tables it read) differ from
+// now, or its last scan did not complete (a finding of state unknown, a
+// netns it could not read). Reading a State is a netlink round
 // trip plus, with legacy tables listed, one copy of each (no process, no
 // parse), so a re-sweep of hundreds of unchanged pods costs next to nothing.
 // The scans it wants go through the one fair queue, as a sweep's do. Every
