@@ -15,6 +15,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
@@ -316,5 +317,60 @@ func TestReportForgedReportByNamespace(t *testing.T) {
 	slices.Sort(gs)
 	if got := strings.Join(gs, " "); got != "/Node/node-b default/Deployment/web shop/StatefulSet/db tenant/Deployment/quiet" {
 		t.Errorf("groups %q, want node-b and shop's db from their Events, default's and tenant's Reports alone", got)
+	}
+}
+
+// TestReportCutReportReadsEvents: a Report keeps at most MaxResults-1
+// pods. Under auto, a namespace whose Report left results out is read from
+// its Events too: the pod cut from the Report shows from its Event, a pod
+// in both counts once, and the cut stays counted. A namespace whose Report
+// left nothing out keeps its Events hidden.
+func TestReportCutReportReadsEvents(t *testing.T) {
+	c, cs, rc, _ := reportsCluster(t)
+	ctx := kubetest.Ctx(t)
+	result := func(ns, pod, level, rules string) openreportsv1alpha1.ReportResult {
+		return openreportsv1alpha1.ReportResult{Source: openreports.Source, Policy: openreports.Policy, Result: "fail", Severity: "high", Rule: level,
+			Subjects:   []corev1.ObjectReference{{Kind: "Pod", Namespace: ns, Name: pod, UID: types.UID("u-" + pod)}},
+			Properties: map[string]string{openreports.PropOwner: "Deployment/web", openreports.PropRules: rules}}
+	}
+	for _, ns := range []string{"crowd", "tidy"} {
+		kubetest.Namespace(t, cs, ns)
+		results := []openreportsv1alpha1.ReportResult{result(ns, "web-1", findings.ImpactNative, "native=1")}
+		if ns == "crowd" {
+			results = append(results, openreportsv1alpha1.ReportResult{Source: openreports.Source, Policy: openreports.Policy, Rule: openreports.CutRule,
+				Category: openreports.Category, Result: "skip", Severity: "info", Properties: map[string]string{"cut": "1"}})
+		}
+		_, err := rc.OpenreportsV1alpha1().Reports(ns).Create(ctx, &openreportsv1alpha1.Report{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{openreports.ManagedByLabel: openreports.ManagedBy, openreports.NodeLabel: "node-a"}},
+			Results:    results}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// web-1 is in the Report too; web-2 only in its Event.
+		for _, p := range []struct {
+			name   string
+			impact findings.Impact
+			worst  string
+		}{{"web-1", findings.Impact{Native: 1}, findings.ImpactNative}, {"web-2", findings.Impact{Legacy: 1}, findings.ImpactLegacy}} {
+			createPodEvent(t, cs, "usage-"+p.name, events.Reason, "usage", events.Summary{Node: "node-a", Owner: owner.Owner{Kind: "Deployment", Name: "web"},
+				Pod: findings.Pod{Namespace: ns, Name: p.name, UID: "u-" + p.name}, State: findings.StatePresent, Impact: p.impact, Worst: p.worst})
+		}
+	}
+
+	kubetest.Namespace(t, cs, fwdNS)
+	kubetest.Apply(t, cs, "../packaging/rbac/report.yaml")
+	kc := c.Kubeconfig("report", kubetest.Token(t, cs, fwdNS, "iptables-alerter-report"))
+	out, _ := runReportCmd(t, "--kubeconfig", kc, "--format", "json")
+	lines, r := groupsOf(t, out)
+	if got := strings.Join(lines, " "); got != "crowd/Deployment/web pods=web-1,web-2 nodes=node-a tidy/Deployment/web pods=web-1 nodes=" {
+		t.Errorf("groups %q, want crowd's web with the pod its Report left out (from its Event), tidy's from its Report alone", got)
+	}
+	for _, g := range r.Groups {
+		if g.Namespace == "crowd" && (g.Impact != findings.Impact{Native: 1, Legacy: 1} || g.Worst != findings.ImpactLegacy) {
+			t.Errorf("crowd's web: impact %+v, worst %q; want each pod once (native 1, legacy 1), worst legacy", g.Impact, g.Worst)
+		}
+	}
+	if r.Skipped.Cut != 1 || strings.Join(r.Origin.From, ",") != "reports,events" {
+		t.Errorf("cut %d from %v, want 1 from reports,events", r.Skipped.Cut, r.Origin.From)
 	}
 }

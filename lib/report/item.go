@@ -83,7 +83,9 @@ type Skipped struct {
 	// owner, a link) that were replaced or dropped: see valid.
 	Invalid int `json:"invalid"`
 	// Cut counts results the Reports read had no room for (their
-	// results-cut notes): the pods' Events or findings files hold them.
+	// results-cut notes). Under SourceAuto their namespaces' Events are
+	// read too, which hold those pods while the API server keeps them;
+	// the findings files hold them all.
 	Cut int `json:"cut"`
 }
 

@@ -187,7 +187,7 @@ func summary(r Report) string {
 		b.WriteString("\n" + w)
 	}
 	if r.Skipped.Cut > 0 {
-		fmt.Fprintf(&b, "\nLeft out: %d results the Reports had no room for; the pods' Events or the findings files hold them.", r.Skipped.Cut)
+		fmt.Fprintf(&b, "\nLeft out: %d results the Reports had no room for. Under --source auto (the default) their namespaces' Events are read beside the Reports and show those pods while the API server keeps them (an hour by default); the findings files hold them all.", r.Skipped.Cut)
 	}
 	return b.String()
 }

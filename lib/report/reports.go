@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -55,8 +56,9 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item))
 }
 
 // clusterReports is ClusterReports; held, unless nil, is told the
-// namespace of each Report of ours read, whatever its results.
-func clusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item), held func(namespace string)) error {
+// namespace of each Report of ours read, whatever its results, and whether
+// that Report holds a cut note (results it had no room for).
+func clusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item), held func(namespace string, cut bool)) error {
 	rc, err := versioned.NewForConfig(overHTTP1(c.Config))
 	if err != nil {
 		return fmt.Errorf("make reports client: %w", err)
@@ -78,7 +80,7 @@ func clusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item),
 		next, err := p.listReports(ctx, rc, c.Namespace, opts, func(namespace string, results []leanResult) {
 			found = true
 			if held != nil {
-				held(namespace)
+				held(namespace, slices.ContainsFunc(results, func(x leanResult) bool { return x.Ours && x.Rule == openreports.CutRule }))
 			}
 			for i := range results {
 				if it, ok := cache.item(namespace, &results[i], sk); ok {

@@ -182,7 +182,8 @@ func SourcesOf(source string) []ClusterSource {
 
 // reportsByNamespace is auto's first source: the Reports of every
 // namespace that holds one of ours, and the Events of every other
-// namespace and of the nodes (which only Events tell of here). Per
+// namespace, of the nodes (which only Events tell of here) and of the
+// namespaces whose Reports had no room for every pod. Per
 // namespace, not for the whole cluster: anyone allowed to create Reports
 // in one namespace can write one with our labels, and the whole cluster's
 // Events (the only source of a forwarder run without --reports) would
@@ -193,9 +194,21 @@ func reportsByNamespace() ClusterSource {
 	var fromEvents bool
 	return ClusterSource{Name: SourceReports,
 		Read: func(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
-			held := map[string]bool{}
-			if err := clusterReports(ctx, c, sk, add, func(ns string) { held[ns] = true }); err != nil {
+			held, cut := map[string]bool{}, map[string]bool{}
+			if err := clusterReports(ctx, c, sk, add, func(ns string, wasCut bool) {
+				held[ns] = true
+				if wasCut {
+					cut[ns] = true
+				}
+			}); err != nil {
 				return err
+			}
+			// A Report keeps at most MaxResults-1 pods: the Events of a
+			// namespace whose Report left some out are read too, and
+			// give those pods while the API server keeps them (a pod in
+			// both is one pod: its newest look counts, grouping).
+			for ns := range cut {
+				delete(held, ns)
 			}
 			items, err := clusterEventsBeside(ctx, c.Client, c.Namespace, held, sk)
 			for _, it := range items {
