@@ -198,7 +198,8 @@ type legacyInfo struct {
 // readEntries reads a listed table's entries, size bytes by GET_INFO, of
 // which at most MaxLegacyEntriesBytes: the kernel copies a table only
 // whole, under the host-wide x_tables mutex, into a buffer of exactly its
-// size, so the buffer is that size of address space but only its first
+// size. A table within the bound is read into the heap; for a larger one
+// the buffer is that size of address space but only its first
 // MaxLegacyEntriesBytes are memory; the rest is mapped PROT_NONE, the
 // kernel's copy faults there (EFAULT) and stops, and what it copied
 // before is read. cut is set then. EAGAIN (the table changed since
@@ -213,16 +214,23 @@ func readEntries(lf legacyFamily, name string, size uint32) (blob []byte, cut bo
 	// entries, aligned as their u64 counters are.
 	hdr := (32 + 4 + int(unsafe.Alignof(uint64(0))) - 1) &^ (int(unsafe.Alignof(uint64(0))) - 1)
 	total := hdr + int(size)
-	page := unix.Getpagesize()
-	mapped := (total + page - 1) &^ (page - 1)
-	buf, err := unix.Mmap(-1, 0, mapped, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
-	if err != nil {
-		return nil, false, err
-	}
-	defer unix.Munmap(buf)
-	usable := min(mapped, (hdr+MaxLegacyEntriesBytes+page-1)&^(page-1))
-	if err := unix.Mprotect(buf[:usable], unix.PROT_READ|unix.PROT_WRITE); err != nil {
-		return nil, false, err
+	buf, usable := []byte(nil), total
+	if size <= MaxLegacyEntriesBytes {
+		// A mapping of its own costs a small table more than its read
+		// (mmap, mprotect, the first touch's faults, munmap).
+		buf = make([]byte, total)
+	} else {
+		page := unix.Getpagesize()
+		mapped := (total + page - 1) &^ (page - 1)
+		buf, err = unix.Mmap(-1, 0, mapped, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+		if err != nil {
+			return nil, false, err
+		}
+		defer unix.Munmap(buf)
+		usable = min(total, (hdr+MaxLegacyEntriesBytes+page-1)&^(page-1))
+		if err := unix.Mprotect(buf[:usable], unix.PROT_READ|unix.PROT_WRITE); err != nil {
+			return nil, false, err
+		}
 	}
 	copy(buf, name)
 	binary.NativeEndian.PutUint32(buf[32:], size)
@@ -235,7 +243,11 @@ func readEntries(lf legacyFamily, name string, size uint32) (blob []byte, cut bo
 	case errno != 0:
 		return nil, false, errno
 	}
-	return clone(buf[hdr:min(usable, total)]), cut, nil
+	if size <= MaxLegacyEntriesBytes {
+		return buf[hdr:], false, nil
+	}
+	// The mapping goes at return.
+	return clone(buf[hdr:usable]), cut, nil
 }
 
 // walkTable reads a table's entries and hands its rules to rule until rule

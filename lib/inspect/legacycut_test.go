@@ -1,6 +1,8 @@
 package inspect
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -13,7 +15,8 @@ import (
 // the cap (the kernel's copy stops where the buffer's memory ends), its
 // whole entries before the cut are its first rules, and the table says it
 // was cut; a table under the cap with more rules than the rule bound hands
-// on the bound's worth and says so too.
+// on the bound's worth and says so too. ReadState gives no State for the
+// table over the cap.
 func TestLegacyCut(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-legacy-restore")
 	ns := nstest.New(t)
@@ -93,5 +96,10 @@ func TestLegacyCut(t *testing.T) {
 		if !tb.Cut {
 			t.Errorf("table %s not cut", tb.Name)
 		}
+	}
+	// No State for a table over the cap: a re-sweep never takes it as
+	// unchanged.
+	if _, err := ReadState(context.Background(), h); !errors.Is(err, ErrTooBig) {
+		t.Errorf("ReadState with a table over the cap: %v, want ErrTooBig", err)
 	}
 }

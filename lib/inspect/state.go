@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -153,43 +152,29 @@ func statePart(fam Family, info []byte, entries [sha256.Size]byte) []byte {
 	return append(part, entries[:]...)
 }
 
-// sumTable adds one table's statePart to h. The table may be replaced
-// between GET_INFO and GET_ENTRIES: the kernel then refuses the entries
-// (EAGAIN, the size differs), and the read is tried again, a few times.
+// sumTable adds one table's statePart to h, read as a look reads it
+// (getInfo, readEntries) but for the bound: a table over
+// MaxLegacyEntriesBytes has no State (ErrTooBig), where a look reads its
+// first part. The table may be replaced between GET_INFO and GET_ENTRIES:
+// the kernel then refuses the entries (EAGAIN, the size differs), and the
+// read is tried again, a few times.
 func sumTable(h hash.Hash, lf legacyFamily, name string) error {
-	fd, err := unix.Socket(lf.domain, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open socket for legacy %s table %q: %w", lf.fam, name, err)
-	}
-	defer unix.Close(fd)
 	for try := 0; ; try++ {
-		info := make([]byte, 32+4+8*lf.hooks+8)
-		copy(info, name)
-		l := uint32(len(info))
-		if _, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(lf.level), uintptr(lf.opt),
-			uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&l)), 0); errno != 0 {
-			return fmt.Errorf("get info of legacy %s table %q: %w", lf.fam, name, errno)
+		_, info, err := getInfo(lf, name)
+		if err != nil {
+			return err
 		}
-		size := binary.NativeEndian.Uint32(info[len(info)-4:])
-		if size > MaxLegacyEntriesBytes {
-			return fmt.Errorf("legacy %s table %q of %d bytes: %w", lf.fam, name, size, ErrTooBig)
+		if info.size > MaxLegacyEntriesBytes {
+			return fmt.Errorf("legacy %s table %q of %d bytes: %w", lf.fam, name, info.size, ErrTooBig)
 		}
-		// struct {ip,ip6,arp}t_get_entries: name[32], size u32, then the
-		// entries, aligned as their u64 counters are.
-		hdr := (32 + 4 + int(unsafe.Alignof(uint64(0))) - 1) &^ (int(unsafe.Alignof(uint64(0))) - 1)
-		buf := make([]byte, hdr+int(size))
-		copy(buf, name)
-		binary.NativeEndian.PutUint32(buf[32:], size)
-		l = uint32(len(buf))
-		_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(lf.level), uintptr(lf.opt+soGetEntries),
-			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&l)), 0)
-		if errno == unix.EAGAIN && try < 3 {
+		blob, _, err := readEntries(lf, name, info.size)
+		if errors.Is(err, unix.EAGAIN) && try < 3 {
 			continue
 		}
-		if errno != 0 {
-			return fmt.Errorf("get entries of legacy %s table %q: %w", lf.fam, name, errno)
+		if err != nil {
+			return fmt.Errorf("get entries of legacy %s table %q: %w", lf.fam, name, err)
 		}
-		h.Write(statePart(lf.fam, info, contentDigest(buf[hdr:], lf.fam)))
+		h.Write(statePart(lf.fam, info.raw, contentDigest(blob, lf.fam)))
 		return nil
 	}
 }
