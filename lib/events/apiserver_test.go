@@ -3,6 +3,7 @@ package events_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"io"
 	"net/http"
@@ -24,6 +25,7 @@ import (
 	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -359,6 +361,23 @@ func TestOwnerRefusedInOneNamespace(t *testing.T) {
 	wres, err := openreports.New(fwd, rc, "node-a").Write(ctx, record(wpod, "fp-reports"))
 	if err != nil || wres.Outcome != openreports.Written || wres.Owner.String() != "ReplicaSet/web-7c9" || wres.OwnerWhy == nil {
 		t.Errorf("Reports: %+v, %v; want written under ReplicaSet/web-7c9 with the refusal said", wres, err)
+	}
+	// The forwarder's Reports path (its Keeper) logs the refusal with
+	// the finding, where no Event says it.
+	klog, logged := logtest.NewNullLogger()
+	keeper := openreports.NewKeeper(openreports.New(fwd, rc, "node-a"), rc, fwd, klog)
+	keeper.Start(ctx)
+	if err := keeper.Consume(ctx, record(wpod, "fp-keeper")); err != nil {
+		t.Fatalf("Reports keeper: %v", err)
+	}
+	said, lines := false, []string{}
+	for _, e := range logged.AllEntries() {
+		why, _ := e.Data["owner_error"].(string)
+		said = said || e.Level == logrus.WarnLevel && strings.Contains(why, "walled off by policy") && e.Data["pod_name"] == wpod.Name
+		lines = append(lines, fmt.Sprintf("%s %s %v", e.Level, e.Message, e.Data))
+	}
+	if !said {
+		t.Errorf("the Reports keeper did not log the refusal (owner_error with the pod); log:\n%s", strings.Join(lines, "\n"))
 	}
 
 	// Missing RBAC: the ClusterRoleBinding gone, the ReplicaSet get is
