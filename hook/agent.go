@@ -46,7 +46,8 @@ Legacy x_tables have no change notification: every --resweep-interval the
 agent looks at each pod netns it knows again (stage "Resweep") and scans
 only those whose nftables generation or legacy tables changed since their
 last complete scan, or whose last scan could not finish; CRI sweeps skip
-unchanged pods the same way.`
+unchanged pods the same way. A re-sweep also runs at once when the exec
+watch lost a command that may have written legacy rules.`
 
 type agentConfig struct {
 	agent       agent.Config
@@ -85,7 +86,7 @@ func (cfg *agentConfig) register(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&cfg.agent.Platforms, "platform", nil, "node mode: the network plugins this node runs, comma-separated ("+strings.Join(allowlist.Plugins(), ", ")+"), whose entries of the platform allowlist apply besides kube-proxy's and the kubelet's; an unknown name stops the agent")
 	fs.StringVar(&cfg.criEndpoint, "cri-endpoint", "", "where NRI is off: sweep through this CRI socket (e.g. /run/containerd/containerd.sock, /var/run/crio/crio.sock) every --interval instead of using NRI")
 	fs.DurationVar(&cfg.interval, "interval", 15*time.Minute, "with --cri-endpoint: time between sweeps")
-	fs.DurationVar(&cfg.agent.ResweepInterval, "resweep-interval", agent.DefaultResweepInterval, "time between re-sweeps: every known pod netns is looked at again and scanned only if its nftables generation or legacy x_tables changed since its last complete scan, or that scan could not finish (legacy x_tables tell nobody of a change); 0: off")
+	fs.DurationVar(&cfg.agent.ResweepInterval, "resweep-interval", agent.DefaultResweepInterval, "time between re-sweeps: every known pod netns is looked at again and scanned only if its nftables generation or legacy x_tables changed since its last complete scan, or that scan could not finish (legacy x_tables tell nobody of a change); sooner after the exec watch lost a command; 0: off")
 	fs.IntVar(&cfg.agent.MaxUsage, "max-pod-series", agent.DefaultMaxUsage, "pods with usage given metrics series at most; past it a pod is left out (counted in iptables_alerter_agent_pod_series_left_out_total)")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "127.0.0.1:9757", "serve /healthz and /metrics here (empty: off)")
 	registerProbeAddr(fs, &cfg.probeAddr, "127.0.0.1:9759")
@@ -190,13 +191,17 @@ func (m agentLog) ExecOff(err error) {
 }
 
 func (m agentLog) ExecLost(l agent.ExecLosses) {
-	lg := m.log.WithFields(logrus.Fields{"missed": l.Missed, "examples": l.Examples, "unread": l.Unread, "overruns": l.Overruns})
+	lg := m.log.WithFields(logrus.Fields{"missed": l.Missed, "examples": l.Examples, "unread": l.Unread, "overruns": l.Overruns, "resweep": l.Resweep})
+	then := ""
+	if l.Resweep {
+		then = "; re-sweeping the pod netns now for legacy rules they may have written"
+	}
 	if len(l.Missed) == 0 && l.Overruns == 0 {
 		// Programs gone before they were read: most are no iptables tool.
-		lg.Info("exec watch: programs ended before the agent could read what they were (iptables_alerter_agent_exec_unread_total)")
+		lg.Info("exec watch: programs ended before the agent could read what they were (iptables_alerter_agent_exec_unread_total)" + then)
 		return
 	}
-	lg.Warn("exec watch: iptables commands ran that it could not record (iptables_alerter_agent_exec_missed_total; overruns: process events the kernel dropped)")
+	lg.Warn("exec watch: iptables commands ran that it could not record (iptables_alerter_agent_exec_missed_total; overruns: process events the kernel dropped)" + then)
 }
 
 func (agentLog) Handled(string, time.Duration) {}

@@ -200,6 +200,9 @@ type Agent struct {
 	// known holds the running sandboxes and the State of their last
 	// complete scan, for the re-sweep.
 	known *sandboxes
+	// resweepNow asks the re-sweep loop for a re-sweep before its
+	// interval ends (resweepSoon).
+	resweepNow chan struct{}
 	// watches are the watched sandboxes (Config.Watch). Not one registry
 	// with known: a watch starts at RunPodSandbox, before any container
 	// (known starts at the first scan's event, its State then meaningful),
@@ -281,7 +284,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Load.Allow = func() (*allowlist.List, error) { return allowlist.Join(), nil }
 	}
 	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage),
-		health: NewHealth(), known: newSandboxes(), watches: newWatches(), execs: &execs{}}
+		health: NewHealth(), known: newSandboxes(), resweepNow: make(chan struct{}, 1), watches: newWatches(), execs: &execs{}}
 	a.metrics = newMetrics(a.health, a.usage, a.execs.up.Load, a.execStats)
 	if cfg.HostProc != "" {
 		// An agent that cannot tell the node's namespace from a pod's

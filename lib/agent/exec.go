@@ -138,6 +138,11 @@ type ExecLosses struct {
 	// read: what they ran is not known. Overruns counts the times the
 	// kernel dropped process events (the socket's buffer full).
 	Unread, Overruns uint64
+	// Resweep is set when the losses may hide a legacy write, which tells
+	// nobody else (nftables commits have their watch), and a re-sweep
+	// runs now for it (Config.ResweepInterval on): rules a lost command
+	// wrote are found at once, not an interval later.
+	Resweep bool
 }
 
 // Empty tells whether there is nothing to report.
@@ -350,9 +355,27 @@ func (a *Agent) reportLosses() {
 	if l.Empty() {
 		return
 	}
+	if mayHideWrite(l) {
+		l.Resweep = a.resweepSoon()
+	}
 	if o, ok := a.cfg.Observer.(ExecObserver); ok {
 		o.ExecLost(l)
 	}
+}
+
+// mayHideWrite tells whether losses may include an iptables-legacy write
+// to a pod's netns: all but commands run where no watched sandbox is,
+// which a re-sweep of the sandboxes would not look at either.
+func mayHideWrite(l ExecLosses) bool {
+	if l.Unread > 0 || l.Overruns > 0 {
+		return true
+	}
+	for why, n := range l.Missed {
+		if n > 0 && why != missNowhere {
+			return true
+		}
+	}
+	return false
 }
 
 // execStats are the watch's counters and receive buffer, zero while it

@@ -176,8 +176,8 @@ func (k *sandboxes) all() []scan.Meta {
 }
 
 // withResweep runs loop with the re-sweep running beside it every
-// ResweepInterval (none for 0), sooner after one that backed off, and
-// returns once both ended.
+// ResweepInterval (none for 0), sooner after one that backed off or when
+// asked (resweepSoon), and returns once both ended.
 func (a *Agent) withResweep(ctx context.Context, loop func() error) error {
 	if a.cfg.ResweepInterval <= 0 {
 		return loop()
@@ -194,13 +194,28 @@ func (a *Agent) withResweep(ctx context.Context, loop func() error) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				t.Reset(nextResweep(a.cfg.ResweepInterval, a.resweep(ctx).Busy > 0))
+			case <-a.resweepNow:
 			}
+			t.Reset(nextResweep(a.cfg.ResweepInterval, a.resweep(ctx).Busy > 0))
 		}
 	}()
 	defer wg.Wait()
 	defer cancel()
 	return loop()
+}
+
+// resweepSoon asks for a re-sweep now, the interval counted again after
+// it; false when the re-sweep is off. Asked again before it ran, it runs
+// once. It never waits.
+func (a *Agent) resweepSoon() bool {
+	if a.cfg.ResweepInterval <= 0 {
+		return false
+	}
+	select {
+	case a.resweepNow <- struct{}{}:
+	default:
+	}
+	return true
 }
 
 // nextResweep is the wait before the next re-sweep, after one that found

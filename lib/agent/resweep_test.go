@@ -13,6 +13,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/execwatch"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
@@ -324,5 +325,64 @@ func TestResweepAfterStop(t *testing.T) {
 	}
 	if r := resweepOnce(t, a, rec); r.Known != 1 || r.Skipped != 1 {
 		t.Fatalf("re-sweep after the stop: %+v, want only the other pod known, and skipped", r)
+	}
+}
+
+// lossSweepRecorder hears the exec watch's losses and the re-sweeps.
+type lossSweepRecorder struct {
+	resweepRecorder
+	lost chan ExecLosses
+}
+
+func (l lossSweepRecorder) ExecLost(x ExecLosses) { l.lost <- x }
+func (l lossSweepRecorder) ExecOff(error)         {}
+
+// TestResweepAfterExecLosses: with the re-sweep an hour away, an exec
+// watch loss that may hide a legacy write (an iptables command gone
+// before it was read) brings a re-sweep at once, which finds the legacy
+// rule written meanwhile; a loss only where no watched sandbox is brings
+// none.
+func TestResweepAfterExecLosses(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy")
+	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	rec := lossSweepRecorder{resweepRecorder{newRecorder(), make(chan Resweep, 10)}, make(chan ExecLosses, 10)}
+	a := startAgentWith(t, t.TempDir(), rec, func(c *Config) { c.ResweepInterval = time.Hour })
+	ns := nstest.New(t)
+	if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{pod("p", ns.Path())}, nil); err != nil {
+		t.Fatal(err)
+	}
+	scannedIDs(t, a, rec.resweepRecorder, 1)
+	// Written by a command the exec watch lost: nothing else tells.
+	ns.Run("iptables-legacy", "-A", "OUTPUT", "-s", "10.0.0.1", "-j", "ACCEPT")
+
+	losses := func(c execwatch.Command, why string) ExecLosses {
+		t.Helper()
+		a.execMissed(c, why)
+		a.reportLosses()
+		select {
+		case l := <-rec.lost:
+			return l
+		case <-time.After(30 * time.Second):
+			t.Fatal("no loss report")
+		}
+		return ExecLosses{}
+	}
+	if l := losses(execwatch.Command{PID: 43, Argv: []string{"iptables-legacy", "-S"}}, missNowhere); l.Resweep {
+		t.Errorf("a loss in no watched sandbox's netns: %+v, want no re-sweep", l)
+	}
+	if l := losses(execwatch.Command{PID: 42, Argv: []string{"iptables-legacy"}}, missGone); !l.Resweep {
+		t.Errorf("a tool gone before read: %+v, want a re-sweep", l)
+	}
+	select {
+	case r := <-rec.sweeps:
+		if r.Known != 1 || r.Queued != 1 {
+			t.Fatalf("re-sweep after the loss: %+v, want the pod queued", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no re-sweep after the loss")
+	}
+	_, scans := scannedIDs(t, a, rec.resweepRecorder, 1)
+	if s := scans[0]; s.Meta.Stage != StageResweep || s.Record == nil || s.Record.Legacy.Rules != 1 || s.Stored != findings.Recorded {
+		t.Errorf("re-sweep's scan: %+v (record %+v), want the legacy rule recorded", s, s.Record)
 	}
 }
