@@ -5,10 +5,14 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	hooksd "github.com/iptables-alerter/iptables-alerter/hooks.d"
 	"github.com/iptables-alerter/iptables-alerter/lib/hookinstall"
@@ -77,5 +81,69 @@ func TestInstallHookWaitHoldsOnError(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "etc/containers/oci/hooks.d/iptables-alerter.json")); !os.IsNotExist(err) {
 		t.Errorf("refused hooks directory got the JSON: %v", err)
+	}
+}
+
+// TestInstallHookWaitTermWhileInstalling: a SIGTERM that comes while
+// install-hook --wait is still installing (here while it reads the hook
+// binary from a pipe the test holds) is not lost and does not kill it
+// halfway: the install ends, the uninstall follows, exit 0, and the node
+// keeps neither file. A pod deleted while its sidecar installs must not
+// leave the hook behind.
+func TestInstallHookWaitTermWhileInstalling(t *testing.T) {
+	root := t.TempDir()
+	fifo := filepath.Join(t.TempDir(), "iptables-alerter-hook")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "install-hook", "--root", root, "--bin-dir", "/opt/ipta/bin", "--hooks-dir", "/etc/containers/oci/hooks.d",
+		"--runtime", "crio", "--no-check", "--binary", fifo, "--wait")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	// A pipe opens for writing only once a reader has it: install-hook
+	// is then reading the binary, its signal handler set long before.
+	var w *os.File
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		fd, err := unix.Open(fifo, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err == nil {
+			w = os.NewFile(uintptr(fd), fifo)
+			break
+		}
+		if err != unix.ENXIO || time.Now().After(deadline) {
+			t.Fatalf("open the pipe for writing: %v; install-hook stderr:\n%s", err, errb.String())
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte("#!/bin/sh\nexit 0\n")); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	select {
+	case err := <-done:
+		done <- err
+		if err != nil {
+			t.Fatalf("install-hook --wait, SIGTERM while installing: %v (want exit 0: installed, then uninstalled)\n%s", err, errb.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("install-hook --wait still running 30 s after a SIGTERM that came while it installed\n%s", errb.String())
+	}
+	if s := errb.String(); !strings.Contains(s, "install-hook: installed") || !strings.Contains(s, "uninstall-hook: removed") {
+		t.Errorf("stderr %q, want the install then the uninstall", s)
+	}
+	for _, p := range []string{"opt/ipta/bin/iptables-alerter-hook", "etc/containers/oci/hooks.d/iptables-alerter.json"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); !os.IsNotExist(err) {
+			t.Errorf("%s left on the node: %v", p, err)
+		}
 	}
 }
