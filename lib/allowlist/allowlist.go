@@ -271,17 +271,12 @@ func (l *List) Apply(u classify.Usage, namespace string, text func(inspect.Rule)
 	for i, c := range out.Chains {
 		chains[[3]string{string(c.Family), c.Table, c.Name}] = i
 	}
-	out.Rules = nil
 	seen := map[string]bool{}
-	for i, r := range u.Rules {
+	// Most rules stay: then out.Rules is u.Rules, not a copy.
+	out.Rules = inspect.Kept(u.Rules, func(r inspect.Rule) bool {
 		name := l.Match(namespace, r, func() string { return text(r) })
 		if name == "" {
-			if out.Rules == nil {
-				// Most rules stay: one allocation, as in classify.
-				out.Rules = make([]inspect.Rule, 0, len(u.Rules)-i)
-			}
-			out.Rules = append(out.Rules, r)
-			continue
+			return true
 		}
 		res.Count++
 		if !seen[name] {
@@ -291,7 +286,8 @@ func (l *List) Apply(u classify.Usage, namespace string, text func(inspect.Rule)
 		if i, ok := chains[[3]string{string(r.Family), r.Table, r.Chain}]; ok {
 			out.Chains[i].Remove(r)
 		}
-	}
+		return false
+	})
 	// A user chain is usage by its mere existence: one left without rules
 	// is taken away by an entry matching its declaration, "-N NAME" (as
 	// iptables -S prints it), so a platform's empty canary chains can be

@@ -103,17 +103,10 @@ func Classify(s inspect.Snapshot) Usage {
 			u.Chains = append(u.Chains, ch)
 		}
 	}
-	for i, r := range s.Rules {
-		if shaped[tableKey{r.Family, r.Table}] && !r.Native || hasXT(r) {
-			if u.Rules == nil {
-				// Most kept rules are usage: one allocation for them
-				// all, where growing by appends copied the slice
-				// about twice over (the sweep's 1,000-rule pods).
-				u.Rules = make([]inspect.Rule, 0, len(s.Rules)-i)
-			}
-			u.Rules = append(u.Rules, r)
-		}
-	}
+	// Most kept rules are usage: then u.Rules is s.Rules, not a copy.
+	u.Rules = inspect.Kept(s.Rules, func(r inspect.Rule) bool {
+		return shaped[tableKey{r.Family, r.Table}] && !r.Native || hasXT(r)
+	})
 	for _, l := range s.Legacy {
 		untouched := l.Untouched()
 		// A built-in chain's drop policy is usage without an entry of

@@ -130,6 +130,33 @@ type Rule struct {
 	Sum uint64
 }
 
+// Kept gives the rules keep says to keep, in order, calling keep once per
+// rule in order: rules itself when it keeps them all, as the classifying
+// and the allowlist do for most scans, else a new slice (nil when none is
+// kept). A 1,000-rule scan copied its rules twice before (about 190 KB).
+func Kept(rules []Rule, keep func(Rule) bool) []Rule {
+	for i, r := range rules {
+		if keep(r) {
+			continue
+		}
+		out := make([]Rule, i, len(rules)-1)
+		copy(out, rules[:i])
+		for _, r := range rules[i+1:] {
+			if keep(r) {
+				out = append(out, r)
+			}
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		return out
+	}
+	if len(rules) == 0 {
+		return nil
+	}
+	return rules
+}
+
 // LegacyTable is a legacy x_tables table listed in the netns.
 type LegacyTable struct {
 	Family  Family // ip, ip6 or arp
