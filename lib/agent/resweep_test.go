@@ -39,13 +39,21 @@ func startResweeping(t *testing.T, change func(*Config)) (*Agent, resweepRecorde
 func resweepOnce(t *testing.T, a *Agent, rec resweepRecorder) Resweep {
 	t.Helper()
 	a.resweep(context.Background())
+	return receive(t, rec.sweeps, "re-sweep report")
+}
+
+// receive gives what comes on ch within 30 s, and fails the test without
+// it.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
 	select {
-	case r := <-rec.sweeps:
-		return r
+	case v := <-ch:
+		return v
 	case <-time.After(30 * time.Second):
-		t.Fatal("no re-sweep report")
+		t.Fatalf("no %s within 30 s", what)
 	}
-	return Resweep{}
+	var zero T
+	return zero
 }
 
 // scannedIDs lets n scans run and returns their sandboxes, sorted.
@@ -359,13 +367,7 @@ func TestResweepAfterExecLosses(t *testing.T) {
 		t.Helper()
 		a.execMissed(c, why)
 		a.reportLosses()
-		select {
-		case l := <-rec.lost:
-			return l
-		case <-time.After(30 * time.Second):
-			t.Fatal("no loss report")
-		}
-		return ExecLosses{}
+		return receive(t, rec.lost, "loss report")
 	}
 	if l := losses(execwatch.Command{PID: 43, Argv: []string{"iptables-legacy", "-S"}}, missNowhere); l.Resweep {
 		t.Errorf("a loss in no watched sandbox's netns: %+v, want no re-sweep", l)
@@ -373,13 +375,8 @@ func TestResweepAfterExecLosses(t *testing.T) {
 	if l := losses(execwatch.Command{PID: 42, Argv: []string{"iptables-legacy"}}, missGone); !l.Resweep {
 		t.Errorf("a tool gone before read: %+v, want a re-sweep", l)
 	}
-	select {
-	case r := <-rec.sweeps:
-		if r.Known != 1 || r.Queued != 1 {
-			t.Fatalf("re-sweep after the loss: %+v, want the pod queued", r)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("no re-sweep after the loss")
+	if r := receive(t, rec.sweeps, "re-sweep after the loss"); r.Known != 1 || r.Queued != 1 {
+		t.Fatalf("re-sweep after the loss: %+v, want the pod queued", r)
 	}
 	_, scans := scannedIDs(t, a, rec.resweepRecorder, 1)
 	if s := scans[0]; s.Meta.Stage != StageResweep || s.Record == nil || s.Record.Legacy.Rules != 1 || s.Stored != findings.Recorded {
