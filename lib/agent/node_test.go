@@ -166,3 +166,39 @@ func readFile(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// TestNodeResweep: in node mode the re-sweep looks at the node's namespace
+// too, once its first scan is queued. A legacy rule written there after
+// that scan tells the watch nothing; the next re-sweep scans the node and
+// records it as the node's; an unchanged node is skipped.
+func TestNodeResweep(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy")
+	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	node := nstest.New(t)
+	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
+	a := startWatching(t, t.TempDir(), rec, func(cfg *Config) {
+		cfg.HostProc, cfg.HostNetns = nstest.HostProc(t, node.Path()), node.Path()
+	})
+	if s := nodeScan(t, rec.recorder); s.Meta.Stage != stageNodeStart || s.Outcome != Clean {
+		t.Fatalf("first node scan: stage %q, %s (%v), want %q clean", s.Meta.Stage, s.Label(), s.Err, stageNodeStart)
+	}
+	if r := resweepOnce(t, a, rec); r.Known != 1 || r.Skipped != 1 || r.Queued != 0 {
+		t.Fatalf("re-sweep of the unchanged node: %+v, want it known and skipped", r)
+	}
+
+	node.Run("iptables-legacy", "-A", "OUTPUT", "-s", "10.0.0.1", "-j", "ACCEPT")
+	if r := resweepOnce(t, a, rec); r.Known != 1 || r.Queued != 1 || r.Gone != 0 {
+		t.Fatalf("re-sweep after a legacy write: %+v, want the node queued", r)
+	}
+	s := nodeScan(t, rec.recorder)
+	if s.Meta.Source != SourceSweep || s.Meta.Stage != StageResweep || s.Stored != findings.Recorded {
+		t.Fatalf("re-sweep's scan of the node: source %q stage %q, %s (%v), want source sweep, stage %s, recorded",
+			s.Meta.Source, s.Meta.Stage, s.Label(), s.Err, StageResweep)
+	}
+	if r := s.Record; r.Legacy.Rules != 1 || r.Subject != findings.SubjectNode || r.SandboxID != "" || r.Pod != (findings.Pod{}) {
+		t.Errorf("record: %d legacy rules, subject %q, sandbox %q, pod %+v; want 1, the node's", r.Legacy.Rules, r.Subject, r.SandboxID, r.Pod)
+	}
+	if r := resweepOnce(t, a, rec); r.Skipped != 1 || r.Queued != 0 {
+		t.Fatalf("re-sweep after the node's scan: %+v, want it skipped", r)
+	}
+}

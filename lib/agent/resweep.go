@@ -14,19 +14,20 @@ import (
 
 // The re-sweep. Legacy x_tables tell nobody of a change (nftables commits
 // are heard only with the watch on, see watch.go), so a pod that writes
-// legacy rules after its containers started is seen only by a later look. Every ResweepInterval the agent looks at
-// each sandbox it knows again, but scans only those whose rules may have
-// changed since their last complete scan: the namespace's nftables
-// generation and legacy fingerprint (inspect.State) that scan's look read
-// (the generation it began with, the legacy tables it read) differ from
-// now, or its last scan did not complete (a finding of state unknown, a
-// netns it could not read). Reading a State is a netlink round
+// legacy rules after its containers started is seen only by a later look.
+// Every ResweepInterval the agent looks at each sandbox it knows again (in
+// node mode the node's namespace too), but scans only those whose rules
+// may have changed since their last complete scan: the namespace's
+// nftables generation and legacy fingerprint (inspect.State) that scan's
+// look read (the generation it began with, the legacy tables it read)
+// differ from now, or its last scan did not complete (a finding of state
+// unknown, a netns it could not read). Reading a State is a netlink round
 // trip plus, with legacy tables listed, one copy of each (no process, no
-// parse), so a re-sweep of hundreds of unchanged pods costs next to nothing.
-// The scans it wants go through the one fair queue, as a sweep's do. Every
-// scan notes its State (noteScan), the watch's too: a pod the watch just
-// scanned is skipped, and one whose re-sweep scan waits has the watch's
-// folded into it (queue.put).
+// parse), so a re-sweep of hundreds of unchanged pods costs next to
+// nothing. The scans it wants go through the one fair queue, as a sweep's
+// do. Every scan notes its State (noteScan), the watch's too: a pod the
+// watch just scanned is skipped, and one whose re-sweep scan waits has the
+// watch's folded into it (queue.put).
 
 // DefaultResweepInterval is the time between re-sweeps: legacy rules a pod
 // writes after its start are found within it. Ten minutes costs a node of
@@ -80,6 +81,25 @@ type sandbox struct {
 type sandboxes struct {
 	mu sync.Mutex
 	m  map[string]*sandbox
+	// node is the node's namespace in node mode (key nodeKey), nil
+	// otherwise: re-swept as a sandbox is, but never listed by a sweep,
+	// never stopped nor forgotten. Its legacy rules tell nobody either.
+	node *sandbox
+}
+
+// get is the sandbox remembered under id, nil when none.
+func (k *sandboxes) get(id string) *sandbox {
+	if id == nodeKey {
+		return k.node
+	}
+	return k.m[id]
+}
+
+// watchNode remembers the node's namespace, m being its watch's meta.
+func (k *sandboxes) watchNode(m scan.Meta) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.node = &sandbox{meta: podMeta(m, StageResweep)}
 }
 
 func newSandboxes() *sandboxes { return &sandboxes{m: map[string]*sandbox{}} }
@@ -116,7 +136,7 @@ func (k *sandboxes) list(metas []scan.Meta) {
 func (k *sandboxes) add(meta scan.Meta) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if s := k.m[meta.SandboxID]; s != nil {
+	if s := k.get(meta.SandboxID); s != nil {
 		s.meta = podMeta(meta, StageResweep)
 		return
 	}
@@ -129,7 +149,7 @@ func (k *sandboxes) add(meta scan.Meta) {
 func (k *sandboxes) has(id string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.m[id] != nil
+	return k.get(id) != nil
 }
 
 func (k *sandboxes) forget(id string) {
@@ -143,7 +163,7 @@ func (k *sandboxes) forget(id string) {
 func (k *sandboxes) scanned(id string, st inspect.State, complete bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if s := k.m[id]; s != nil {
+	if s := k.get(id); s != nil {
 		s.state, s.complete, s.looked = st, complete, true
 	}
 }
@@ -152,7 +172,7 @@ func (k *sandboxes) scanned(id string, st inspect.State, complete bool) {
 func (k *sandboxes) looked(id string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	s := k.m[id]
+	s := k.get(id)
 	return s != nil && s.looked
 }
 
@@ -160,17 +180,20 @@ func (k *sandboxes) looked(id string) bool {
 func (k *sandboxes) unchanged(id string, st inspect.State) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	s := k.m[id]
+	s := k.get(id)
 	return s != nil && s.complete && s.state == st
 }
 
-// all is the known sandboxes' metas.
+// all is the known sandboxes' metas, the node's last.
 func (k *sandboxes) all() []scan.Meta {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	metas := make([]scan.Meta, 0, len(k.m))
+	metas := make([]scan.Meta, 0, len(k.m)+1)
 	for _, s := range k.m {
 		metas = append(metas, s.meta)
+	}
+	if k.node != nil {
+		metas = append(metas, k.node.meta)
 	}
 	return metas
 }
@@ -290,10 +313,11 @@ func (a *Agent) resweep(ctx context.Context) Resweep {
 // changed reads the State of j's namespace and says what to do with j:
 // queue it when its rules may have changed since its last complete scan,
 // or there was none, or its State cannot be read for any reason but a busy
-// x_tables mutex. A job to queue is given the open handle.
+// x_tables mutex. A job to queue is given the open handle. The node's
+// namespace never vanishes: gone, it is scanned, and the scan reports why.
 func (a *Agent) changed(ctx context.Context, j job) (job, verdict) {
 	h, err := netns.Open(j.meta.Netns)
-	if errors.Is(err, netns.ErrNotExist) || errors.Is(err, netns.ErrNotNetns) {
+	if (errors.Is(err, netns.ErrNotExist) || errors.Is(err, netns.ErrNotNetns)) && !isNodeJob(j.meta) {
 		return j, vanished
 	}
 	if err != nil {

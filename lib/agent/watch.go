@@ -339,6 +339,10 @@ func (a *Agent) follow(w *watched, first bool) {
 	a.heard(w, mon)
 	if first && w.node {
 		a.queueWatch(w, stageNodeStart, nil)
+		// The re-sweep looks at the node's namespace from now on: legacy
+		// rules written there tell the watch nothing either. Its first
+		// re-sweep job, if one comes while this scan waits, is dropped.
+		a.known.watchNode(w.meta)
 	}
 	if !first {
 		a.noted(w, watch.Change{Overrun: true}, stageReopen)
