@@ -66,6 +66,20 @@ func (r *recorder) wait(t *testing.T, n int) []Scan {
 	return got
 }
 
+// receive gives what comes on ch within 30 s, and fails the test without
+// it.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s within 30 s", what)
+	}
+	var zero T
+	return zero
+}
+
 // release lets n queued scans run.
 // checkHandlers: every handler the recorder saw answered within the
 // runtime's NRI request timeout (2 s, past which the runtime drops the

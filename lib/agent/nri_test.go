@@ -123,11 +123,7 @@ func TestSlowPodsNRI(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	select {
-	case <-synced:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the agent did not register with the runtime")
-	}
+	receive(t, synced, "registration with the runtime")
 
 	// The crash loops, until the 20 pods are swept.
 	stop := make(chan struct{})

@@ -5,7 +5,6 @@ import (
 	"os"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
@@ -241,12 +240,7 @@ func TestQueueHeavy(t *testing.T) {
 		got <- j
 	}()
 	q.add(qjob(t, "c", SourcePostStart, true))
-	var c job
-	select {
-	case c = <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the ordinary pod's job was not taken")
-	}
+	c := receive(t, got, "take of the ordinary pod's job")
 	if c.meta.SandboxID != "c" || !slices.Equal(q.order, []string{"b"}) {
 		t.Fatalf("took %q, order %v: want c, with b left waiting", c.meta.SandboxID, q.order)
 	}
@@ -257,11 +251,7 @@ func TestQueueHeavy(t *testing.T) {
 		got <- j
 	}()
 	q.done(a, ranOut)
-	select {
-	case b = <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatal("b was not taken once a's scan ended")
-	}
+	b = receive(t, got, "take of b once a's scan ended")
 	if b.meta.SandboxID != "b" {
 		t.Fatalf("took %q, want b", b.meta.SandboxID)
 	}

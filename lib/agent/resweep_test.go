@@ -42,20 +42,6 @@ func resweepOnce(t *testing.T, a *Agent, rec resweepRecorder) Resweep {
 	return receive(t, rec.sweeps, "re-sweep report")
 }
 
-// receive gives what comes on ch within 30 s, and fails the test without
-// it.
-func receive[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no %s within 30 s", what)
-	}
-	var zero T
-	return zero
-}
-
 // scannedIDs lets n scans run and returns their sandboxes, sorted.
 func scannedIDs(t *testing.T, a *Agent, rec resweepRecorder, n int) ([]string, []Scan) {
 	t.Helper()
