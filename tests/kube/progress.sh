@@ -70,3 +70,27 @@ cached() {
 built() {
 	[ -x "$1" ] && [ -f "$2" ] && [ "$(cat "$2")" = "$3" ]
 }
+
+# go_tool NAME VERSION DIR ESTIMATE PACKAGE [ARG...]: builds PACKAGE (a
+# command's import path) at VERSION from the Go module proxy with `go
+# install` into DIR/NAME, its stamp DIR/NAME.version, unless cached; prints
+# the binary's path and ends the script. ARGs go to go install before the
+# package (-ldflags). The tool is not a dependency of the module: go
+# install builds it from its own go.mod. It is built into a directory of its
+# own, then renamed: a half-built tool is never on PATH. -p=2 bounds the
+# compiles at once, and their memory, on a machine with more cores.
+go_tool() {
+	_g_name=$1 _g_version=$2 _g_dir=$3 _g_est=$4 _g_pkg=$5
+	shift 5
+	cached "$_g_dir/$_g_name" "$_g_dir/$_g_name.version" "$_g_version"
+	command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
+	mkdir -p "$_g_dir"
+	_g_tmp=$(mktemp -d "$_g_dir/.$_g_name-build.XXXXXX")
+	trap 'rm -rf "$_g_tmp"' EXIT
+	export CGO_ENABLED=0 GOBIN="$_g_tmp" GOFLAGS="-mod=mod -p=2"
+	progress "$_g_name $_g_version" "$_g_dir/$_g_name" "$_g_est" go install -trimpath -gcflags=all=-dwarf=false "$@" "$_g_pkg@$_g_version" >&2
+	mv "$_g_tmp/$_g_name" "$_g_dir/$_g_name"
+	echo "$_g_version" >"$_g_dir/$_g_name.version"
+	echo "$_g_dir/$_g_name"
+	exit 0
+}
