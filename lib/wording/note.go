@@ -172,8 +172,17 @@ func exampleLines(exs []findings.Example, room int) string {
 	return b.String()
 }
 
+// Count is n and noun, the noun in the plural (an s added) unless n is 1:
+// "1 rule", "3 rules".
+func Count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 func leftOut(n int) string {
-	return fmt.Sprintf("\n(%d more example rules left out: an Event note holds %d bytes)", n, NoteLimit)
+	return fmt.Sprintf("\n(%s left out: an Event note holds %d bytes)", Count(n, "more example rule"), NoteLimit)
 }
 
 // counts states what the hook found; the record's numbers are its own, so
@@ -181,10 +190,10 @@ func leftOut(n int) string {
 func counts(rec findings.Record) string {
 	var parts []string
 	if rec.Nft.Used() {
-		parts = append(parts, fmt.Sprintf("iptables-nft: %d rules, %d chains%s", rec.Nft.Rules, rec.Nft.Chains, tableList(rec.Nft.Tables)))
+		parts = append(parts, fmt.Sprintf("iptables-nft: %s, %s%s", Count(rec.Nft.Rules, "rule"), Count(rec.Nft.Chains, "chain"), tableList(rec.Nft.Tables)))
 	}
 	if rec.Legacy.Used() {
-		parts = append(parts, fmt.Sprintf("iptables-legacy: %d rules%s", rec.Legacy.Rules, tableList(rec.Legacy.Tables)))
+		parts = append(parts, fmt.Sprintf("iptables-legacy: %s%s", Count(rec.Legacy.Rules, "rule"), tableList(rec.Legacy.Tables)))
 	}
 	if len(parts) == 0 {
 		parts = append(parts, "no rule counts reported")
@@ -205,7 +214,7 @@ func counts(rec findings.Record) string {
 		s += " The check stopped early: the counts are a lower bound."
 	}
 	if rec.Allowlisted > 0 {
-		s += fmt.Sprintf(" %d allowlisted rules not counted.", rec.Allowlisted)
+		s += fmt.Sprintf(" %s not counted.", Count(rec.Allowlisted, "allowlisted rule"))
 	}
 	return s
 }

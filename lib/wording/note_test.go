@@ -86,7 +86,7 @@ func TestNoteLimit(t *testing.T) {
 		contains []string
 	}{
 		{name: "many examples", rec: many, contains: []string{examplesHeading, "more example rules left out"}},
-		{name: "one huge multibyte rule", rec: huge, contains: []string{deprecation, "(1 more example rules left out"}},
+		{name: "one huge multibyte rule", rec: huge, contains: []string{deprecation, "(1 more example rule left out"}},
 		{name: "many tables", rec: tables, contains: []string{deprecation, safetext.Ellipsis}},
 		{name: "no examples", rec: func() findings.Record { r := findingstest.Sample(); r.Examples = nil; return r }(), contains: []string{"iptables-nft: 12 rules"}},
 	}
@@ -125,7 +125,7 @@ func noCutRule(t *testing.T, note string, exs []findings.Example) {
 		whole[ExampleLine(ex)] = true
 	}
 	for _, l := range strings.Split(after, "\n") {
-		if !whole[l] && !strings.Contains(l, "more example rules left out") {
+		if !whole[l] && !strings.Contains(l, "left out: an Event note holds") {
 			t.Errorf("note line is not a whole rule: %q", l)
 		}
 	}
@@ -189,6 +189,14 @@ func TestPlainWhy(t *testing.T) {
 	} {
 		if got := UnknownNote(findings.Record{Error: tc.err, Truncated: true}, owner.Owner{}); !strings.Contains(got, tc.want) {
 			t.Errorf("error %q: note\n%s\nlacks %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestCount(t *testing.T) {
+	for n, want := range map[int]string{0: "0 rules", 1: "1 rule", 2: "2 rules", 1000: "1000 rules"} {
+		if got := Count(n, "rule"); got != want {
+			t.Errorf("Count(%d) = %q, want %q", n, got, want)
 		}
 	}
 }
