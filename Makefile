@@ -246,10 +246,10 @@ image:
 	done
 
 # A release: set-release before tagging, so the tagged kustomize base
-# pulls the tag's image; pin-image after `podman manifest push --all
-# --digestfile`, so the MachineConfig's boot-time pull names that image
-# by digest (a commit after the tag: the image's labels name the tagged
-# commit). docs/install-openshift.md#releases.
+# pulls the tag's image; pin-image after `make release` pushed it (its
+# digest in dist/image.digest), so the MachineConfig's boot-time pull
+# names that image by digest (a commit after the tag: the image's labels
+# name the tagged commit). docs/install-openshift.md#releases-tag-and-digest.
 set-release:
 	@case '$(RELEASE)' in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo 'RELEASE=vX.Y.Z'; exit 1;; esac
 	sed -i 's|^    newTag: .*|    newTag: $(RELEASE)|' packaging/kubernetes/kustomization.yaml
