@@ -112,7 +112,7 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 		// Not fatal: the hook reports with the built-in entries too.
 		log.WithError(err).Error("cannot load the allowlist, reporting without it until it is fixed")
 	}
-	cfg.agent.Observer = agentLog{log: log, records: new(scan.RecordLog)}
+	cfg.agent.Observer = agentLog{log: log, records: new(scan.RecordLog), criEndpoint: cfg.criEndpoint}
 	cfg.agent.NRILogger = nriLogger{log.WithField("component", "nri")}
 	a, err := agent.New(cfg.agent)
 	if err != nil {
@@ -177,6 +177,17 @@ type agentLog struct {
 	log *logrus.Logger
 	// records warns once per sandbox and limit window of the drops.
 	records *scan.RecordLog
+	// criEndpoint is --cri-endpoint: what the agent connects to instead
+	// of NRI when set.
+	criEndpoint string
+}
+
+// runtime names what the agent connects to, for the connection's log.
+func (m agentLog) runtime() string {
+	if m.criEndpoint == "" {
+		return "the runtime's NRI socket"
+	}
+	return "the runtime's CRI endpoint " + m.criEndpoint
 }
 
 // The re-sweep's counts and the exec watch's misses are heard, or the
@@ -222,7 +233,7 @@ func (m agentLog) Resweeped(r agent.Resweep) {
 
 func (m agentLog) Connection(up bool, err error) {
 	if !up {
-		m.log.WithError(err).Warn("not connected to the runtime's NRI socket, retrying")
+		m.log.WithError(err).Warn("not connected to " + m.runtime() + ", retrying")
 	}
 }
 

@@ -3,12 +3,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -185,4 +187,33 @@ func TestAgentPodSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the series gone", func() bool { return !strings.Contains(metrics(), "iptables_alerter_agent_pod_rules{") })
+}
+
+// TestAgentNotConnectedNamesCRI: with --cri-endpoint the agent's
+// not-connected warning names that endpoint, not an NRI socket it does not
+// use (the runbook tells the admin to look for it).
+func TestAgentNotConnectedNamesCRI(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "no-cri.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "agent", "--cri-endpoint", sock, "--interval", "100ms",
+		"--findings", filepath.Join(dir, "findings.jsonl"), "--state-dir", filepath.Join(dir, "state"),
+		"--allowlist", "", "--host-proc", "", "--health-addr", "")
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	want := "not connected to the runtime's CRI endpoint " + sock + ", retrying"
+	var seen []string
+	for sc := bufio.NewScanner(out); sc.Scan(); {
+		if seen = append(seen, sc.Text()); strings.Contains(sc.Text(), want) {
+			return
+		}
+	}
+	t.Fatalf("no %q in the agent's log within 30 s:\n%s", want, strings.Join(seen, "\n"))
 }

@@ -63,7 +63,7 @@ func newMetrics(h *Health, u *Usage, up func() bool, stats func() (execwatch.Sta
 		}, []string{"stage", "result"}),
 		connected: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "iptables_alerter_agent_connected",
-			Help: "1 while connected to the runtime's NRI socket.",
+			Help: "1 while connected to the runtime: its NRI socket, or with --cri-endpoint its CRI endpoint's last listing worked.",
 		}, func() float64 { return one(h.Connected()) }),
 		degraded: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "iptables_alerter_agent_degraded",
