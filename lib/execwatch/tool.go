@@ -270,11 +270,13 @@ func ParseArgv(argv []string) Shape {
 		case strings.HasPrefix(a, "-") && len(a) > 1:
 			for j := 1; j < len(a); j++ {
 				c := a[j]
-				if c == 't' {
-					if restore {
-						s.Test = true
-						continue
-					}
+				// -t names the table, but for a restore it is --test,
+				// and -T (--table) names the one table it restores.
+				if c == 't' && restore {
+					s.Test = true
+					continue
+				}
+				if c == 't' || (c == 'T' && restore) {
 					if s.Table = a[j+1:]; s.Table == "" {
 						s.Table = next()
 					}

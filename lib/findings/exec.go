@@ -34,7 +34,7 @@ type Exec struct {
 	Operation string `json:"operation"`
 	Command   string `json:"command"`
 	// Table and Chain are what argv names ("filter" when it names no
-	// table; "" for save and restore without -t).
+	// table; "" for a save without -t and a restore without -T).
 	Table string `json:"table"`
 	Chain string `json:"chain"`
 	// Exited tells that the exit was seen: ExitCode, or Signal when a
