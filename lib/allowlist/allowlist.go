@@ -23,8 +23,11 @@ const maxFileBytes = 1 << 20
 // match anything; an entry needs Rule or RuleRegexp so that it can never
 // allow a whole table by accident.
 type Entry struct {
-	Name   string `json:"name"`
-	Reason string `json:"reason"`
+	Name string `json:"name"`
+	// Reason says why the rules are harmless, for the reader; an entry
+	// without one still loads (refusing the file would report every rule
+	// it was written to take away).
+	Reason string `json:"reason,omitempty"`
 	// Source says where the rules come from (a URL or file of the project
 	// that writes them); optional, for the reader.
 	Source string `json:"source,omitempty"`

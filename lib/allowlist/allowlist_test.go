@@ -30,6 +30,18 @@ func TestParseRejects(t *testing.T) {
 	}
 }
 
+// TestParseNoReason: reason is for the reader; an entry without one loads
+// and matches (the schema and docs/allowlist.md say it is optional).
+func TestParseNoReason(t *testing.T) {
+	l, err := Parse([]byte(`{"entries": [{"name": "a", "rule": "-A OUTPUT -j ACCEPT"}]}`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Match("ns", inspect.Rule{Chain: "OUTPUT"}, func() string { return "-A OUTPUT -j ACCEPT" }); got != "a" {
+		t.Errorf("Match = %q, want a", got)
+	}
+}
+
 func TestMatch(t *testing.T) {
 	l, err := Parse([]byte(`{"entries": [
 	  {"name": "exact", "family": "ip", "table": "filter", "chain": "OUTPUT", "rule": "-A OUTPUT -j DROP"},
