@@ -80,7 +80,7 @@ func newMetrics(h *Health, u *Usage, up func() bool, stats func() (execwatch.Sta
 		execWatch: execWatchCollector{stats},
 		execUp: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "iptables_alerter_agent_exec_watch_up",
-			Help: "1 while the exec watch listens to the kernel's process events; 0 when off (its reason on /healthz: no hostPID, no CAP_NET_ADMIN, --exec-watch=false, or its socket failed: it stopped, and a restart opens it again).",
+			Help: "1 while the exec watch listens to the kernel's process events; 0 when off: turned off (--exec-watch=false, or --watch=false), or for a reason /healthz names (no hostPID, no CAP_NET_ADMIN, or its socket failed: it stopped, and a restart opens it again).",
 		}, func() float64 { return one(up()) }),
 		usage: usageCollector{u},
 	}
