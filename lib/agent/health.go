@@ -75,6 +75,11 @@ func (h *Health) Alive() time.Time {
 // tells whether it is the first unreachable scan of its sandbox, the one
 // to warn about.
 func (h *Health) Scanned(s Scan) (warn bool) {
+	if isNodeJob(s.Meta) {
+		// The node's namespace says nothing of whether the pods' are
+		// reachable: its scans would clear blind on every node commit.
+		return false
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	unreachable := s.Outcome == Unreachable

@@ -21,6 +21,8 @@ func TestHealthDegraded(t *testing.T) {
 		source  string
 		outcome Outcome
 		stored  findings.Outcome
+		// node makes the scan the node's namespace's (node mode).
+		node bool
 		// degraded is whether the agent is degraded after the step.
 		degraded bool
 	}
@@ -58,6 +60,12 @@ func TestHealthDegraded(t *testing.T) {
 			{synced: 1}, sweep(Unreachable, true),
 			{synced: 2, degraded: true}, sweep(Clean, false), sweep(Unreachable, false),
 		}},
+		{name: "the node's scans say nothing of the pods' netns", steps: []step{
+			{synced: 2}, sweep(Unreachable, false),
+			{source: SourceSweep, outcome: Clean, node: true, degraded: false},
+			sweep(Unreachable, true),
+			{source: SourceWatch, outcome: Found, stored: findings.Recorded, node: true, degraded: true},
+		}},
 		{name: "an empty sweep says nothing", steps: []step{
 			{synced: 0}, sweep(Unreachable, false),
 		}},
@@ -69,7 +77,11 @@ func TestHealthDegraded(t *testing.T) {
 				if s.synced > 0 || s.source == "" {
 					h.Synced(s.synced)
 				} else {
-					h.Scanned(Scan{Meta: scan.Meta{Source: s.source, SandboxID: fmt.Sprint("sb", i)}, Outcome: s.outcome, Stored: s.stored})
+					m := scan.Meta{Source: s.source, SandboxID: fmt.Sprint("sb", i)}
+					if s.node {
+						m.SandboxID, m.Subject = nodeKey, findings.SubjectNode
+					}
+					h.Scanned(Scan{Meta: m, Outcome: s.outcome, Stored: s.stored})
 				}
 				if why := h.Degraded(); (why != "") != s.degraded {
 					t.Fatalf("step %d %+v: degraded %q, want %v", i, s, why, s.degraded)

@@ -115,6 +115,13 @@ func merged(old, j job) job {
 
 func isEvent(j *job) bool { return j != nil && j.meta.Source != SourceSweep }
 
+// oldSweep tells whether a new sweep replaces j: an earlier sweep's or
+// re-sweep's job of a pod, which the new sweep queues again if it still
+// runs. Not the node's re-sweep job: no sweep lists the node.
+func oldSweep(j *job) bool {
+	return j != nil && j.meta.Source == SourceSweep && !isNodeJob(j.meta)
+}
+
 // join folds meta into the sandbox's waiting job when that job holds an open
 // netns already, so the handler need not open another; false when there is
 // none such (nothing waits, or only a sweep's job, which opens at its scan).
@@ -160,7 +167,7 @@ func (q *queue) sweep(jobs []job, synced func(queued int)) {
 	}
 	kept := q.order[:0]
 	for _, id := range q.order {
-		if s := q.slots[id]; s.next.meta.Source == SourceSweep {
+		if s := q.slots[id]; oldSweep(s.next) {
 			q.drop(id, s)
 			continue
 		}
@@ -169,7 +176,7 @@ func (q *queue) sweep(jobs []job, synced func(queued int)) {
 	q.order = kept
 	for id, s := range q.slots {
 		// The old sweep's next scan of a sandbox being scanned.
-		if s.running && s.next != nil && s.next.meta.Source == SourceSweep {
+		if s.running && oldSweep(s.next) {
 			q.drop(id, s)
 		}
 	}

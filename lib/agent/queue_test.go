@@ -178,6 +178,21 @@ func TestQueueSweep(t *testing.T) {
 	}
 }
 
+// TestQueueSweepKeepsNodeJob: a sweep replaces the pods' waiting sweep and
+// re-sweep jobs, which it queues again, but not the node's re-sweep job:
+// no sweep lists the node, so its legacy change would wait another
+// interval.
+func TestQueueSweepKeepsNodeJob(t *testing.T) {
+	q := newQueue(10)
+	node := qjob(t, nodeKey, SourceSweep, false)
+	node.meta.Subject = findings.SubjectNode
+	q.more([]job{node, qjob(t, "pod", SourceSweep, false)})
+	q.sweep([]job{qjob(t, "other", SourceSweep, false)}, func(int) {})
+	if !slices.Equal(q.order, []string{nodeKey, "other"}) || q.slots["pod"] != nil {
+		t.Fatalf("order %v, want the node's job kept, the pod's replaced by the sweep's", q.order)
+	}
+}
+
 // TestQueueLongStop: a stop gets the longer deadline only when no other job
 // waits and another worker is left for what comes meanwhile.
 func TestQueueLongStop(t *testing.T) {

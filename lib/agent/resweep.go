@@ -397,12 +397,14 @@ func closeAll(jobs []job) {
 
 // noteScan remembers what a scan of the sandbox started from: the State
 // read before it (ok: read), kept as the one to compare with only when the
-// scan completed and its finding, if any, was stored.
+// scan completed and its finding, if any, was stored. A finding over the
+// sandbox's limit was not: noted, every later look would skip the usage
+// it dropped (without the watch, nothing else looks again).
 func (a *Agent) noteScan(s Scan, st inspect.State, ok, complete bool) {
 	switch s.Outcome {
 	case Clean:
 	case Found:
-		complete = complete && s.Stored != findings.Failed
+		complete = complete && s.Stored != findings.Failed && s.Stored != findings.Limited
 	default:
 		complete = false
 	}

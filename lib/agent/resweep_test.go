@@ -369,3 +369,30 @@ func TestResweepAfterExecLosses(t *testing.T) {
 		t.Errorf("re-sweep's scan: %+v (record %+v), want the legacy rule recorded", s, s.Record)
 	}
 }
+
+// TestResweepAfterLimited: a scan whose finding the sandbox's limit
+// dropped is not a complete look to skip from: the next re-sweep scans the
+// pod again (without the watch nothing else would), until a finding of
+// its usage is stored.
+func TestResweepAfterLimited(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy")
+	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	a, rec := startResweeping(t, func(cfg *Config) { cfg.Seen.Limit, cfg.Seen.Interval = 1, time.Hour })
+	ns := nstest.New(t)
+	ns.Run("iptables-legacy", "-A", "OUTPUT", "-s", "10.0.0.1", "-j", "ACCEPT")
+	if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{pod("busy", ns.Path())}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, scans := scannedIDs(t, a, rec, 1); scans[0].Stored != findings.Recorded {
+		t.Fatalf("sweep: %s, want recorded", scans[0].Label())
+	}
+	ns.Run("iptables-legacy", "-A", "OUTPUT", "-s", "10.0.0.2", "-j", "ACCEPT")
+	for i := 0; i < 2; i++ {
+		if r := resweepOnce(t, a, rec); r.Queued != 1 {
+			t.Fatalf("re-sweep %d after the new rule: %+v, want the pod queued (its last finding was dropped)", i+1, r)
+		}
+		if _, scans := scannedIDs(t, a, rec, 1); scans[0].Stored != findings.Limited {
+			t.Fatalf("re-sweep %d's scan: %s, want limited", i+1, scans[0].Label())
+		}
+	}
+}

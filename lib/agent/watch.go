@@ -338,11 +338,13 @@ func (a *Agent) follow(w *watched, first bool) {
 	// failed then found no monitor to reopen (reopen), this call does.
 	a.heard(w, mon)
 	if first && w.node {
-		a.queueWatch(w, stageNodeStart, nil)
 		// The re-sweep looks at the node's namespace from now on: legacy
-		// rules written there tell the watch nothing either. Its first
-		// re-sweep job, if one comes while this scan waits, is dropped.
+		// rules written there tell the watch nothing either. Known before
+		// the first scan is queued, so that scan's State is noted; a
+		// re-sweep job queued in between takes this scan's stage
+		// (merged).
 		a.known.watchNode(w.meta)
+		a.queueWatch(w, stageNodeStart, nil)
 	}
 	if !first {
 		a.noted(w, watch.Change{Overrun: true}, stageReopen)
