@@ -126,9 +126,11 @@ var ebCommands = map[string]byte{
 }
 
 // ebShort are ebtables' short command letters; ebWrites those that write.
+// -R (replace, a write) and -S (list as commands) came with 1.8.11's
+// shared parser; an older ebtables refuses them either way.
 const (
-	ebShort  = "ADILFZPNEXC"
-	ebWrites = "ADIFZPNEXCTK"
+	ebShort  = "ADILFZPNEXCRS"
+	ebWrites = "ADIFZPNEXCTKR"
 )
 
 // ebOptions are ebtables' own long options beside its commands, for the
@@ -206,11 +208,22 @@ func ParseArgv(argv []string) Shape {
 	}
 	tool := path.Base(argv[0])
 	args := argv[1:]
-	// Run as the multi binary itself, the applet is the first argument.
+	// Run as the multi binary itself, the applet is the first argument,
+	// compared whole (a path there names no applet); main4, save6 and the
+	// like are the short names of the iptables and ip6tables applets.
 	if strings.HasPrefix(tool, "xtables-") && len(args) > 0 {
-		tool, args = path.Base(args[0]), args[1:]
+		tool, args = args[0], args[1:]
+		if t, ok := applets[tool]; ok {
+			tool = t
+		}
 	}
 	s := Shape{Tool: tool, Family: familyOf(tool)}
+	if strings.HasSuffix(tool, "-translate") {
+		// iptables-translate and the like print nftables syntax and
+		// change nothing, whatever the command they translate.
+		s.Operation = OpRead
+		return s
+	}
 	switch {
 	case strings.HasSuffix(tool, "-save"):
 		s.Operation = OpSave
@@ -240,6 +253,7 @@ func ParseArgv(argv []string) Shape {
 		}
 		return true
 	}
+	exts := loaded(args)
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		next := func() string {
@@ -254,6 +268,10 @@ func ParseArgv(argv []string) Shape {
 			i = len(args)
 		case strings.HasPrefix(a, "--"):
 			name, val, hasVal := strings.Cut(a, "=")
+			if extOption(name, exts) {
+				// An extension's own option, not the command it abbreviates.
+				continue
+			}
 			name = longOption(name, options, longs)
 			if name == "--table" {
 				if !hasVal {
@@ -282,16 +300,30 @@ func ParseArgv(argv []string) Shape {
 					}
 					break
 				}
+				if restore && (c == 'w' || c == 'W') {
+					// A restore's wait takes no argument in its word,
+					// only a number as the next one.
+					if j == len(a)-1 {
+						next()
+					}
+					continue
+				}
 				if strings.IndexByte(withArg, c) >= 0 {
 					if j == len(a)-1 {
 						next()
 					}
 					break
 				}
-				if strings.IndexByte(shorts, c) >= 0 && commands && command("-"+string(c), c) {
-					if j == len(a)-1 {
-						s.Chain = next()
+				if strings.IndexByte(shorts, c) >= 0 && commands {
+					// The rest of the word is the command's argument
+					// (getopt's "A:", "L::"): -LINPUT lists INPUT, its
+					// I is no insert.
+					if command("-"+string(c), c) {
+						if s.Chain = a[j+1:]; s.Chain == "" {
+							s.Chain = next()
+						}
 					}
+					break
 				}
 			}
 		}
@@ -303,6 +335,42 @@ func ParseArgv(argv []string) Shape {
 		s.Table = "filter"
 	}
 	return s
+}
+
+// applets are the multi binaries' short applet names (xtables-multi.c).
+var applets = map[string]string{
+	"main4": "iptables", "main6": "ip6tables",
+	"save4": "iptables-save", "save6": "ip6tables-save",
+	"restore4": "iptables-restore", "restore6": "ip6tables-restore",
+}
+
+// extAbbrevs are extension options whose names are also prefixes of a
+// command, by the extension that brings them: with it loaded (-m policy,
+// -j CLUSTERIP) getopt takes the exact option, not the command ("--pol
+// ipsec" is xt_policy's, not --policy). No other extension option of
+// iptables 1.8.11 names a command's prefix.
+var extAbbrevs = map[string]string{"--pol": "policy", "--new": "CLUSTERIP"}
+
+// loaded is the set of extensions argv loads with -m/--match and
+// -j/--jump (their options join the tool's when it reads them).
+func loaded(args []string) map[string]bool {
+	exts := map[string]bool{}
+	for i, a := range args {
+		switch {
+		case (a == "-m" || a == "--match" || a == "-j" || a == "--jump") && i+1 < len(args):
+			exts[args[i+1]] = true
+		case len(a) > 2 && (strings.HasPrefix(a, "-m") || strings.HasPrefix(a, "-j")) && a[1] != '-':
+			exts[a[2:]] = true
+		}
+	}
+	return exts
+}
+
+// extOption tells whether the long option name is an extension's own
+// that argv loaded.
+func extOption(name string, exts map[string]bool) bool {
+	ext, ok := extAbbrevs[name]
+	return ok && exts[ext]
 }
 
 // familyOf is the tool family a name belongs to, "" for none.

@@ -56,6 +56,33 @@ func TestParseArgv(t *testing.T) {
 			Shape{Tool: "iptables-restore", Family: "iptables", Operation: OpRestore}, true, false},
 		{[]string{"iptables-nft-restore", "-t"},
 			Shape{Tool: "iptables-nft-restore", Family: "iptables", Operation: OpRestore, Test: true}, false, false},
+		// A command's letter takes the rest of its word as its chain.
+		{[]string{"iptables", "-LINPUT"},
+			Shape{Tool: "iptables", Family: "iptables", Operation: OpRead, Command: "-L", Table: "filter", Chain: "INPUT"}, false, false},
+		{[]string{"iptables", "-CINPUT", "-j", "ACCEPT"},
+			Shape{Tool: "iptables", Family: "iptables", Operation: OpRead, Command: "-C", Table: "filter", Chain: "INPUT"}, false, true},
+		{[]string{"iptables", "-Atest", "-j", "ACCEPT"},
+			Shape{Tool: "iptables", Family: "iptables", Operation: OpWrite, Command: "-A", Table: "filter", Chain: "test"}, true, false},
+		// An extension's exact option is not the command it abbreviates.
+		{[]string{"iptables", "-C", "FORWARD", "-m", "policy", "--dir", "in", "--pol", "ipsec", "-j", "ACCEPT"},
+			Shape{Tool: "iptables", Family: "iptables", Operation: OpRead, Command: "-C", Table: "filter", Chain: "FORWARD"}, false, true},
+		{[]string{"iptables", "--pol", "FORWARD", "DROP"},
+			Shape{Tool: "iptables", Family: "iptables", Operation: OpWrite, Command: "--policy", Table: "filter", Chain: "FORWARD"}, true, false},
+		// translate prints nftables syntax: no write.
+		{[]string{"iptables-translate", "-A", "INPUT", "-j", "ACCEPT"},
+			Shape{Tool: "iptables-translate", Family: "iptables", Operation: OpRead}, false, false},
+		// The multi binaries' short applet names; a path is no applet.
+		{[]string{"xtables-legacy-multi", "restore4", "--noflush"},
+			Shape{Tool: "iptables-restore", Family: "iptables", Operation: OpRestore}, true, false},
+		{[]string{"xtables-nft-multi", "main6", "-t", "nat", "-A", "OUTPUT", "-j", "ACCEPT"},
+			Shape{Tool: "ip6tables", Family: "ip6tables", Operation: OpWrite, Command: "-A", Table: "nat", Chain: "OUTPUT"}, true, false},
+		// A restore's -w takes no argument in its word.
+		{[]string{"iptables-restore", "-wt"},
+			Shape{Tool: "iptables-restore", Family: "iptables", Operation: OpRestore, Test: true}, false, false},
+		{[]string{"iptables-restore", "-w", "5", "--noflush"},
+			Shape{Tool: "iptables-restore", Family: "iptables", Operation: OpRestore}, true, false},
+		{[]string{"ebtables-nft", "-R", "FORWARD", "1", "-j", "ACCEPT"},
+			Shape{Tool: "ebtables-nft", Family: "ebtables", Operation: OpWrite, Command: "-R", Table: "filter", Chain: "FORWARD"}, true, false},
 		{[]string{"iptables-legacy-restore", "-T", "nat", "--noflush"},
 			Shape{Tool: "iptables-legacy-restore", Family: "iptables", Operation: OpRestore, Table: "nat"}, true, false},
 		{[]string{"ip6tables-restore", "-Tmangle"},
