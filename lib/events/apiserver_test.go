@@ -295,7 +295,9 @@ func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f
 // for good, every namespace behind one namespace's rule. An access review
 // now says the call is allowed everywhere, so the refusal is that
 // namespace's: the Event is posted with the pod's ReplicaSet, the nearest
-// owner read. Missing RBAC (a Role in one namespace only, no ClusterRole)
+// owner read. Its refusal of Events in another namespace held the node
+// the same way: that Event is now rejected (the namespace's refusal),
+// not retried. Missing RBAC (a Role in one namespace only, no ClusterRole)
 // still holds the line for an admin to fix.
 func TestOwnerRefusedInOneNamespace(t *testing.T) {
 	kubetest.Need(t)
@@ -306,7 +308,9 @@ func TestOwnerRefusedInOneNamespace(t *testing.T) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		if a := sar.Spec.ResourceAttributes; a != nil && a.Resource == "replicasets" && a.Namespace == "walled" && strings.HasSuffix(sar.Spec.User, ":iptables-alerter-forward") {
+		a := sar.Spec.ResourceAttributes
+		if a != nil && (a.Resource == "replicasets" && a.Namespace == "walled" || a.Resource == "events" && a.Verb == "create" && a.Namespace == "muted") &&
+			strings.HasSuffix(sar.Spec.User, ":iptables-alerter-forward") {
 			sar.Status = authorizationv1.SubjectAccessReviewStatus{Denied: true, Reason: "walled off by policy"}
 			refused.Add(1)
 		}
@@ -349,6 +353,12 @@ func TestOwnerRefusedInOneNamespace(t *testing.T) {
 	}
 	if refused.Load() == 0 {
 		t.Error("the webhook refused nothing: the test did not test")
+	}
+	kubetest.Namespace(t, cs, "muted")
+	muted := kubetest.Workloads(t, cs, "muted")["web-7c9-aaaaa"]
+	mpod := findings.Pod{Namespace: "muted", Name: muted.Pod.Name, UID: string(muted.Pod.UID)}
+	if res, err := p.Post(ctx, record(mpod, "fp-muted")); err != nil || res.Outcome != events.Rejected || kubeapi.Refusal(res.Why) != kubeapi.RefusedForbidden {
+		t.Errorf("muted: %+v, %v: want the Event rejected as this namespace's refusal (forbidden), not an error that holds the line", res, err)
 	}
 	// The Reports side, on its own (a forwarder not posting Events),
 	// takes the same stand and says why.

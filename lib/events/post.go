@@ -240,6 +240,16 @@ func (p *Poster) create(ctx context.Context, ev *eventsv1.Event) (Outcome, error
 		return Duplicate, nil
 	}
 	err = fmt.Errorf("create event %q: %w", ev.Namespace+"/"+ev.Name, err)
+	// An authorizer's 403 in one namespace, where an access review says
+	// the forwarder may create Events everywhere, is that namespace's rule
+	// (a webhook authorizer's): refused there for good, as owners' GETs
+	// and Reports are, instead of holding every later finding of the node.
+	switch here, rerr := kubeapi.RefusedHere(ctx, p.client, err); {
+	case rerr != nil:
+		return "", errors.Join(err, rerr)
+	case here:
+		return Rejected, err
+	}
 	if kubeapi.Retryable(err) {
 		return "", err
 	}

@@ -112,6 +112,18 @@ func allowedEverywhere(ctx context.Context, client kubernetes.Interface, err err
 	return r.Status.Allowed, nil
 }
 
+// RefusedHere tells whether err, an authorizer's 403, is about its
+// namespace or object alone: the same call is allowed in every namespace
+// (allowedEverywhere), so a webhook authorizer's rule refused it, for
+// good. False for any other error and for missing RBAC (retried until an
+// admin grants it); an error when the review could not be made (retry).
+func RefusedHere(ctx context.Context, client kubernetes.Interface, err error) (bool, error) {
+	if !IsForbiddenToUs(err) {
+		return false, nil
+	}
+	return allowedEverywhere(ctx, client, err)
+}
+
 // Owned is r.Owned of pod, but for an authorizer's 403 on the way up
 // that allowedEverywhere says is about this namespace or object alone:
 // then the nearest owner read (the pod's controller) stands, refused says
