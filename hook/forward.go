@@ -199,7 +199,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 			return fmt.Errorf("make reports client: %w", err)
 		}
 		w := openreports.New(client, rcs, cfg.nodeName)
-		w.Grace, w.Live = cfg.reportsGrace, pods.LivePod
+		w.Grace, w.Live, w.Progress = cfg.reportsGrace, pods.LivePod, r.Touch
 		keeper = openreports.NewKeeper(w, rcs, client, log)
 		keeper.Posted, keeper.Refusals = ev.Posted, refusals
 		if cfg.reportsLook > 0 {

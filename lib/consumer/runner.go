@@ -128,6 +128,9 @@ func (r *Runner) Once(ctx context.Context) error { return r.follower().Once(ctx,
 // before Run).
 func (r *Runner) Alive() time.Time { return r.follower().Alive() }
 
+// Touch is a sign of life from a consumer's long work (see follow's).
+func (r *Runner) Touch() { r.follower().Touch() }
+
 // Offset is how far the file was handled.
 func (r *Runner) Offset() int64 { return r.follower().Checkpoint().Offset }
 

@@ -100,6 +100,11 @@ func (f *Follower) Alive() time.Time {
 	return time.Unix(0, n)
 }
 
+// Touch is a sign of life from a handler's or a Flush's long work (the
+// Reports of a batch written one by one at the API's pace): the liveness
+// probe must not restart a consumer that is getting on.
+func (f *Follower) Touch() { f.alive.Store(time.Now().UnixNano()) }
+
 // Run follows the file until ctx is done, then saves the checkpoint and
 // returns nil. Handler, read and save errors are retried with backoff; only
 // a checkpoint that cannot be loaded (other than damaged, see Reset), or a

@@ -60,6 +60,8 @@ type forwarder struct {
 	runner *consumer.Runner
 	reg    *prometheus.Registry
 	file   string
+	// flushed counts the Reports Flush wrote (Writer.Progress).
+	flushed atomic.Int64
 }
 
 func newForwarder(t *testing.T, life context.Context, cfg func() (kubernetes.Interface, versioned.Interface), node string, refusals *kubeapi.Refusals) *forwarder {
@@ -67,7 +69,8 @@ func newForwarder(t *testing.T, life context.Context, cfg func() (kubernetes.Int
 	cs, rc := cfg()
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	keeper := openreports.NewKeeper(openreports.New(cs, rc, node), rc, cs, log)
+	w := openreports.New(cs, rc, node)
+	keeper := openreports.NewKeeper(w, rc, cs, log)
 	keeper.Refusals = refusals
 	// The loop must not be what brings Reports on: the held line does.
 	keeper.Prune, keeper.LookMissing, keeper.LookForbidden = time.Hour, time.Hour, time.Hour
@@ -81,7 +84,10 @@ func newForwarder(t *testing.T, life context.Context, cfg func() (kubernetes.Int
 	file := filepath.Join(dir, "findings.jsonl")
 	r := &consumer.Runner{Findings: file, Store: follow.FileStore(filepath.Join(dir, "checkpoint.json")), Batch: 64, Log: log,
 		Consumers: []consumer.Named{{Name: "reports", Consumer: keeper}}}
-	return &forwarder{keeper: keeper, runner: r, reg: reg, file: file}
+	f := &forwarder{keeper: keeper, runner: r, reg: reg, file: file}
+	// As the forwarder wires it; counted, for the tests that ask.
+	w.Progress = func() { f.flushed.Add(1); r.Touch() }
+	return f
 }
 
 func (f *forwarder) append(t *testing.T, recs ...findings.Record) {
@@ -308,6 +314,10 @@ func TestGoneFlushCounted(t *testing.T) {
 	want := map[string]float64{"written": 2, "rejected": 1, "removed": 1}
 	if diff := cmp.Diff(want, f.counts(t, "iptables_alerter_forward_reports_total")); diff != "" {
 		t.Errorf("reports by outcome (-want +got):\n%s", diff)
+	}
+	// Each Report written is a sign of life (the liveness probe's).
+	if f.flushed.Load() == 0 {
+		t.Error("Progress never called, though Reports were written")
 	}
 	if diff := cmp.Diff(map[string]float64{"report,quota": 1}, f.counts(t, "iptables_alerter_forward_refused_total")); diff != "" {
 		t.Errorf("refusals by kind and reason (-want +got):\n%s", diff)

@@ -86,7 +86,12 @@ type Writer struct {
 	node    string
 	// Grace is how long a gone pod's result stays (Prune).
 	Grace time.Duration
-	now   func() time.Time
+	// Progress, when set, is called after each Report Flush wrote: a
+	// batch's Reports (up to one per line) written at the API's pace may
+	// take minutes, which is progress to a liveness probe (the forwarder
+	// sets its runner's Touch).
+	Progress func()
+	now      func() time.Time
 	// mu serialises this writer's read-modify-writes: Write and Prune run
 	// in different goroutines. It guards known and staged.
 	mu sync.Mutex
@@ -252,6 +257,9 @@ func (w *Writer) Flush(ctx context.Context) (done []Result, failed Result, err e
 		}
 		w.unstageLocked(s.namespace, s.name)
 		done = append(done, res)
+		if w.Progress != nil {
+			w.Progress()
+		}
 	}
 	return done, Result{}, nil
 }
