@@ -292,7 +292,7 @@ func TestUnreachable(t *testing.T) {
 // are complete again.
 func TestLegacyBusy(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
-	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	nstest.NeedIPTables(t)
 	dir := t.TempDir()
 	rec := newRecorder()
 	const timeout = 500 * time.Millisecond

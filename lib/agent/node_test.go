@@ -173,7 +173,7 @@ func readFile(t *testing.T, path string) string {
 // records it as the node's; an unchanged node is skipped.
 func TestNodeResweep(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-legacy")
-	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	nstest.NeedIPTables(t)
 	node := nstest.New(t)
 	rec := resweepRecorder{newRecorder(), make(chan Resweep, 10)}
 	a := startWatching(t, t.TempDir(), rec, func(cfg *Config) {

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -75,7 +74,7 @@ func manyChains() string {
 // whose netns is gone is forgotten by the re-sweep.
 func TestResweep(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy", "nft")
-	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	nstest.NeedIPTables(t)
 	a, rec := startResweeping(t, func(*Config) {})
 	ns := map[string]*nstest.NS{}
 	for _, id := range []string{"clean", "legacy", "native", "nft", "same", "unknown"} {
@@ -188,7 +187,7 @@ func TestResweepCRI(t *testing.T) {
 // the gone that resolves it. Records are counted in the findings file.
 func TestResweepBusy(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy", "iptables-legacy-restore")
-	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	nstest.NeedIPTables(t)
 	a, rec := startResweeping(t, func(cfg *Config) { cfg.ScanTimeout = 500 * time.Millisecond })
 	x, y, l, holder := nstest.New(t), nstest.New(t), nstest.New(t), nstest.New(t)
 	x.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
@@ -338,7 +337,7 @@ func (l lossSweepRecorder) ExecOff(error)         {}
 // none.
 func TestResweepAfterExecLosses(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-legacy")
-	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	nstest.NeedIPTables(t)
 	rec := lossSweepRecorder{resweepRecorder{newRecorder(), make(chan Resweep, 10)}, make(chan ExecLosses, 10)}
 	a := startAgentWith(t, t.TempDir(), rec, func(c *Config) { c.ResweepInterval = time.Hour })
 	ns := nstest.New(t)
@@ -376,7 +375,7 @@ func TestResweepAfterExecLosses(t *testing.T) {
 // its usage is stored.
 func TestResweepAfterLimited(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-legacy")
-	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	nstest.NeedIPTables(t)
 	a, rec := startResweeping(t, func(cfg *Config) { cfg.Seen.Limit, cfg.Seen.Interval = 1, time.Hour })
 	ns := nstest.New(t)
 	ns.Run("iptables-legacy", "-A", "OUTPUT", "-s", "10.0.0.1", "-j", "ACCEPT")

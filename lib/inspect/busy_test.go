@@ -17,7 +17,7 @@ import (
 // that Inspect abandons, and the snapshot says it is truncated.
 func TestInspectLegacyBusyKeepsDeadline(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
-	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	nstest.NeedIPTables(t)
 	victim := nstest.New(t)
 	victim.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
 	h, err := netns.Open(victim.Path())
@@ -71,7 +71,7 @@ func TestInspectLegacyBusyKeepsDeadline(t *testing.T) {
 // and says busy at once; once the mutex is free, inspections are complete.
 func TestInspectLegacyInProcessBusy(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
-	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	nstest.NeedIPTables(t)
 	victim := nstest.New(t)
 	h, err := netns.Open(victim.Path())
 	if err != nil {

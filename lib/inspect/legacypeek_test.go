@@ -2,7 +2,6 @@ package inspect_test
 
 import (
 	"errors"
-	"os"
 	"testing"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/child"
@@ -17,7 +16,7 @@ import (
 // is truncated with the probe's error, never reported clean.
 func TestLegacyPeekSparesProbe(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy")
-	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	nstest.NeedIPTables(t)
 	clean := nstest.New(t)
 	clean.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
 	legacy := nstest.New(t)

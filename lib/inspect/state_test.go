@@ -3,7 +3,6 @@ package inspect_test
 import (
 	"context"
 	"errors"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,7 +56,7 @@ type stateStep struct {
 
 func needXTLoaded(t *testing.T) {
 	t.Helper()
-	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	nstest.NeedIPTables(t)
 }
 
 // The nftables generation is the namespace's own: it moves with every

@@ -3,7 +3,6 @@ package scan
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -121,7 +120,7 @@ func TestLegacyRender(t *testing.T) {
 // record step writes a new record.
 func TestLegacyFingerprintContent(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-legacy", "iptables-legacy-save", "ip", "bash")
-	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	nstest.NeedIPTables(t)
 	ns := nstest.New(t)
 	ns.Run("ip", "link", "set", "lo", "up")
 	ns.Run("iptables-legacy", "-A", "OUTPUT", "-o", "lo", "-p", "udp", "-j", "ACCEPT")
@@ -170,7 +169,7 @@ func TestLegacyFingerprintContent(t *testing.T) {
 // every policy ACCEPT) is not.
 func TestLegacyDropPolicyAlone(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-legacy", "ip6tables-legacy")
-	nstest.Need(t, func() bool { _, err := os.Stat("/proc/self/net/ip_tables_names"); return err == nil }(), "needs the ip_tables module loaded")
+	nstest.NeedIPTables(t)
 	ns := nstest.New(t)
 	ns.Run("iptables-legacy", "-L", "-n")
 	ns.Run("ip6tables-legacy", "-t", "mangle", "-L", "-n")

@@ -45,6 +45,14 @@ func NeedRoot(t testing.TB, cmds ...string) {
 	}
 }
 
+// NeedIPTables is Need for the kernel's ip_tables module: the legacy
+// tests write and read x_tables, which a kernel without it cannot hold.
+func NeedIPTables(t testing.TB) {
+	t.Helper()
+	_, err := os.Stat("/proc/self/net/ip_tables_names")
+	Need(t, err == nil, "needs the ip_tables module loaded")
+}
+
 // NS is a named network namespace pinned under /run/netns.
 type NS struct {
 	Name    string
