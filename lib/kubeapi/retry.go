@@ -125,21 +125,17 @@ func RefusedHere(ctx context.Context, client kubernetes.Interface, err error) (b
 }
 
 // Owned is r.Owned of pod, but for an authorizer's 403 on the way up
-// that allowedEverywhere says is about this namespace or object alone:
+// that RefusedHere says is about this namespace or object alone:
 // then the nearest owner read (the pod's controller) stands, refused says
 // why, and err is nil. Missing RBAC stays an error, retried until an admin
 // grants it; a refusal of one namespace would hold every later finding of
 // the node for good.
 func Owned(ctx context.Context, client kubernetes.Interface, r *owner.Resolver, pod *corev1.Pod) (o owner.Owned, refused, err error) {
 	o, err = r.Owned(ctx, pod)
-	if !IsForbiddenToUs(err) {
-		return o, nil, err
-	}
-	everywhere, rerr := allowedEverywhere(ctx, client, err)
-	switch {
+	switch here, rerr := RefusedHere(ctx, client, err); {
 	case rerr != nil:
 		return o, nil, rerr
-	case everywhere:
+	case here:
 		return o, err, nil
 	}
 	return o, nil, err
