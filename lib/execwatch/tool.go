@@ -253,7 +253,6 @@ func ParseArgv(argv []string) Shape {
 		}
 		return true
 	}
-	exts := loaded(args)
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		next := func() string {
@@ -268,7 +267,7 @@ func ParseArgv(argv []string) Shape {
 			i = len(args)
 		case strings.HasPrefix(a, "--"):
 			name, val, hasVal := strings.Cut(a, "=")
-			if extOption(name, exts) {
+			if extOption(name, args) {
 				// An extension's own option, not the command it abbreviates.
 				continue
 			}
@@ -351,26 +350,25 @@ var applets = map[string]string{
 // iptables 1.8.11 names a command's prefix.
 var extAbbrevs = map[string]string{"--pol": "policy", "--new": "CLUSTERIP"}
 
-// loaded is the set of extensions argv loads with -m/--match and
-// -j/--jump (their options join the tool's when it reads them).
-func loaded(args []string) map[string]bool {
-	exts := map[string]bool{}
+// extOption tells whether the long option name is the own option of an
+// extension args load with -m/--match or -j/--jump (its options join the
+// tool's when it reads them). args are read only for the two such names.
+func extOption(name string, args []string) bool {
+	ext, ok := extAbbrevs[name]
+	if !ok {
+		return false
+	}
 	for i, a := range args {
-		switch {
-		case (a == "-m" || a == "--match" || a == "-j" || a == "--jump") && i+1 < len(args):
-			exts[args[i+1]] = true
-		case len(a) > 2 && (strings.HasPrefix(a, "-m") || strings.HasPrefix(a, "-j")) && a[1] != '-':
-			exts[a[2:]] = true
+		switch a {
+		case "-m", "--match", "-j", "--jump":
+			if i+1 < len(args) && args[i+1] == ext {
+				return true
+			}
+		case "-m" + ext, "-j" + ext:
+			return true
 		}
 	}
-	return exts
-}
-
-// extOption tells whether the long option name is an extension's own
-// that argv loaded.
-func extOption(name string, exts map[string]bool) bool {
-	ext, ok := extAbbrevs[name]
-	return ok && exts[ext]
+	return false
 }
 
 // familyOf is the tool family a name belongs to, "" for none.

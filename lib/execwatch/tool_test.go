@@ -66,6 +66,8 @@ func TestParseArgv(t *testing.T) {
 		// An extension's exact option is not the command it abbreviates.
 		{[]string{"iptables", "-C", "FORWARD", "-m", "policy", "--dir", "in", "--pol", "ipsec", "-j", "ACCEPT"},
 			Shape{Tool: "iptables", Family: "iptables", Operation: OpRead, Command: "-C", Table: "filter", Chain: "FORWARD"}, false, true},
+		{[]string{"iptables", "-C", "FORWARD", "-mpolicy", "--pol", "ipsec", "-j", "ACCEPT"},
+			Shape{Tool: "iptables", Family: "iptables", Operation: OpRead, Command: "-C", Table: "filter", Chain: "FORWARD"}, false, true},
 		{[]string{"iptables", "--pol", "FORWARD", "DROP"},
 			Shape{Tool: "iptables", Family: "iptables", Operation: OpWrite, Command: "--policy", Table: "filter", Chain: "FORWARD"}, true, false},
 		// translate prints nftables syntax: no write.
