@@ -100,9 +100,10 @@ func (f *Follower) Alive() time.Time {
 	return time.Unix(0, n)
 }
 
-// Touch is a sign of life from a handler's or a Flush's long work (the
-// Reports of a batch written one by one at the API's pace): the liveness
-// probe must not restart a consumer that is getting on.
+// Touch marks the follower alive now (Alive): Run does at each round and
+// each line handled, and a consumer's long work does (the Reports of a
+// batch written one by one at the API's pace): the liveness probe must not
+// restart a consumer that is getting on.
 func (f *Follower) Touch() { f.alive.Store(time.Now().UnixNano()) }
 
 // Run follows the file until ctx is done, then saves the checkpoint and
@@ -115,7 +116,7 @@ func (f *Follower) Run(ctx context.Context, h Handler) error {
 	}
 	var wait time.Duration
 	for {
-		f.alive.Store(time.Now().UnixNano())
+		f.Touch()
 		progressed, err := f.step(ctx, h)
 		if perr := f.persist(ctx); err == nil {
 			err = perr
@@ -542,7 +543,7 @@ func (f *Follower) drain(ctx context.Context, x *file, h Handler) (progressed bo
 		// of thousands of lines at the API's pace takes minutes): each
 		// line handled is a sign of life, or the liveness probe would
 		// restart a consumer that is catching up.
-		f.alive.Store(time.Now().UnixNano())
+		f.Touch()
 	}
 }
 
