@@ -378,3 +378,51 @@ func TestKeeperRefusedOnce(t *testing.T) {
 		t.Errorf("pods with a result while Reports were off: %v", pods)
 	}
 }
+
+// TestFlushRefusedInOneNamespace: a webhook authorizer refuses the Report
+// writes in one namespace, where RBAC lets the forwarder write Reports
+// everywhere. That Report is refused for good (forbidden) and the other
+// Reports staged with it in the same batch are still written.
+func TestFlushRefusedInOneNamespace(t *testing.T) {
+	c, admin, owned := start(t)
+	ctx := kubetest.Ctx(t)
+	kubetest.Namespace(t, c.Client(), "muted")
+	muted := kubetest.Pod(t, c.Client(), "muted", "a", nil, "")
+	var denied atomic.Int32
+	cs, rc := wrappedClients(t, c, func(rt http.RoundTripper) http.RoundTripper {
+		return roundTrip(func(r *http.Request) (*http.Response, error) {
+			if r.Method != http.MethodGet && strings.Contains(r.URL.Path, "/namespaces/muted/reports") {
+				denied.Add(1)
+				body := `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,` +
+					`"message":"reports.openreports.io is forbidden: User \"system:serviceaccount:iptables-alerter:iptables-alerter-forward\" cannot create resource \"reports\" in API group \"openreports.io\" in the namespace \"muted\": walled off by policy"}`
+				return &http.Response{StatusCode: http.StatusForbidden, Header: http.Header{"Content-Type": {"application/json"}},
+					Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	life, end := context.WithCancel(context.Background())
+	t.Cleanup(end)
+	f := newForwarder(t, life, func() (kubernetes.Interface, versioned.Interface) { return cs, rc }, "node-a", kubeapi.NewRefusals())
+	web := owned["web-7c9-aaaaa"].Pod
+	// One batch: muted's Report is flushed first, shop's after it.
+	f.append(t, record(muted, findings.StatePresent, 0, 1, 0), record(web, findings.StatePresent, 0, 1, 0))
+	if err := f.runner.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if denied.Load() == 0 {
+		t.Fatal("no Report write was refused: the test did not test")
+	}
+	if diff := cmp.Diff([]string{web.Name}, resultPods(t, admin, "shop", "node-a")); diff != "" {
+		t.Errorf("pods with a result in shop (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]float64{"written": 1, "rejected": 1}, f.counts(t, "iptables_alerter_forward_reports_total")); diff != "" {
+		t.Errorf("reports by outcome (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]float64{"report,forbidden": 1}, f.counts(t, "iptables_alerter_forward_refused_total")); diff != "" {
+		t.Errorf("refusals by kind and reason (-want +got):\n%s", diff)
+	}
+	if got := f.keeper.Refusals.Degraded(); !strings.Contains(got, "namespace muted") {
+		t.Errorf("/healthz says %q, want namespace muted named", got)
+	}
+}

@@ -251,9 +251,11 @@ func (w *Writer) Flush(ctx context.Context) (done []Result, failed Result, err e
 				res.Cut += c(r)
 			}
 		})
-		res, err = w.finish(res, err)
-		if err != nil {
-			return done, res, err
+		if res, err = w.finish(res, err); err != nil {
+			// finish keeps no Result for an error that may pass; the
+			// caller still needs to know which Report failed (to drop
+			// it alone when it turns out to be refused for good).
+			return done, Result{Namespace: s.namespace, Name: s.name, Records: len(s.changes)}, err
 		}
 		w.unstageLocked(s.namespace, s.name)
 		done = append(done, res)
