@@ -48,7 +48,10 @@ retried with backoff and later findings wait behind it. A finding whose
 pod is gone is logged, counted and skipped; an Event or Report one
 namespace refuses for good (a ResourceQuota, an admission webhook or
 policy: 403, 422) is logged once per namespace and reason, counted and
-shown on /healthz, and the next finding goes.
+shown on /healthz, and the next finding goes. So is one an admission
+webhook that the API server cannot call has failed in its namespace for
+--webhook-hold: the webhook's namespaceSelector may match that namespace
+alone, and the node's other findings must not wait on it for good.
 
 With --secure-metrics-addr it serves its metrics, and with
 --agent-metrics the agent's (fetched from the agent on localhost), over
@@ -102,6 +105,7 @@ type forwardConfig struct {
 	kubeconfig, nodeName, nodeLabel   string
 	nodeEvent, reports                bool
 	maxBackoff, timeout, reportsGrace time.Duration
+	webhookHold                       time.Duration
 	// reportsLook, when set, is how often Reports are looked for again
 	// while off (tests; no flag).
 	reportsLook time.Duration
@@ -121,6 +125,7 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&cfg.reportsGrace, "reports-grace", openreports.DefaultGrace, "how long a Report keeps the result of a pod that is gone")
 	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
 	fs.DurationVar(&cfg.timeout, "request-timeout", 30*time.Second, "timeout of one API request")
+	fs.DurationVar(&cfg.webhookHold, "webhook-hold", kubeapi.DefaultHold, "how long a finding waits on an admission webhook the API server cannot call (failurePolicy Fail: 500 \"failed calling webhook\") in its namespace, later findings behind it; then that namespace's Events or Reports are refused, counted and said, until one gets through (0: wait for ever, losing nothing)")
 	fs.Float32Var(&cfg.qps, "kube-api-qps", defaultQPS, "API requests a second this forwarder sends at most, sustained, Events and Reports together: a finding costs about 1.4 (its Event, the owner's lookup once a workload, and one Report write for a workload's findings between two checkpoint saves; pods come from one watch of the node), so the default keeps up with about 14 findings a second (client-go's default, 5 for each of its two clients, held it to about 2.5), under the kubelet's own 50; the API server's Priority and Fairness still bounds all nodes' forwarders together")
 	fs.IntVar(&cfg.burst, "kube-api-burst", defaultBurst, "API requests sent at once above --kube-api-qps: the default lets about 10 findings (a node's burst of pod starts) through without waiting")
 	cfg.secure.register(fs)
@@ -130,6 +135,10 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 func (cfg *forwardConfig) run(_ []string, s stdio) int {
 	if cfg.poll <= 0 || cfg.maxBackoff <= 0 || cfg.timeout <= 0 || cfg.reportsGrace <= 0 || cfg.qps <= 0 || cfg.burst <= 0 {
 		fmt.Fprintln(s.err, "iptables-alerter forward: --poll, --max-backoff, --request-timeout, --reports-grace, --kube-api-qps and --kube-api-burst must be positive")
+		return 2
+	}
+	if cfg.webhookHold < 0 {
+		fmt.Fprintln(s.err, "iptables-alerter forward: --webhook-hold must not be negative")
 		return 2
 	}
 	if err := cfg.secure.check(); err != nil {
@@ -172,6 +181,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 	}
 	fields := logrus.Fields{"findings": cfg.findings, "state_dir": cfg.checkpointDir, "node": cfg.nodeName, "api_server": rc.Host}
 	refusals := kubeapi.NewRefusals()
+	refusals.Hold = cfg.webhookHold
 	// The node's pods from one watch, not a GET per finding. Its client
 	// has no --request-timeout: that cuts a watch (its whole body) short,
 	// and the reflector would list and watch again every timeout.

@@ -37,8 +37,12 @@ type Consumer struct {
 	}
 }
 
-// NewConsumer posts through p; refusals is shared with the Reports.
+// NewConsumer posts through p; refusals is shared with the Reports, and
+// with p.
 func NewConsumer(p *Poster, log logrus.FieldLogger, refusals *kubeapi.Refusals) *Consumer {
+	if p != nil {
+		p.refusals = refusals
+	}
 	return &Consumer{poster: p, log: log, refusals: refusals, byImpact: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "iptables_alerter_forward_events_by_impact_total",
 		Help: "Pod Events created, by the finding's worst RHEL 10 impact (legacy, xt, native; unclassified findings left out) and recognised vendor (unknown: none; other: an admin-added vendor; a finding naming two vendors counts under both).",
@@ -169,9 +173,6 @@ func (c *Consumer) Consume(ctx context.Context, rec findings.Record) error {
 			break
 		}
 		entry.Error("event rejected by the API server, finding skipped")
-	}
-	if res.Outcome == Created || res.Outcome == Duplicate {
-		c.refusals.Clear(kubeapi.KindEvent, res.Namespace)
 	}
 	return nil
 }

@@ -106,6 +106,10 @@ type Poster struct {
 	node      string
 	nodeEvent bool
 	now       func() time.Time
+	// refusals is the Consumer's (NewConsumer): a write that got
+	// through clears its namespace's, and it bounds how long a webhook
+	// that cannot be called holds the line (Outlasted). Nil: no bound.
+	refusals *kubeapi.Refusals
 
 	// owed holds the pod Events (namespace/name) a Post created before
 	// their node summary failed: the retry finds them there
@@ -235,8 +239,10 @@ func (p *Poster) create(ctx context.Context, ev *eventsv1.Event) (Outcome, error
 	_, err := p.client.EventsV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 	switch {
 	case err == nil:
+		p.refusals.Clear(kubeapi.KindEvent, ev.Namespace)
 		return Created, nil
 	case apierrors.IsAlreadyExists(err):
+		p.refusals.Clear(kubeapi.KindEvent, ev.Namespace)
 		return Duplicate, nil
 	}
 	err = fmt.Errorf("create event %q: %w", ev.Namespace+"/"+ev.Name, err)
@@ -250,7 +256,9 @@ func (p *Poster) create(ctx context.Context, ev *eventsv1.Event) (Outcome, error
 	case here:
 		return Rejected, err
 	}
-	if kubeapi.Retryable(err) {
+	// A webhook that cannot be called, for longer than the hold: that
+	// namespace's refusal, for the same reason.
+	if kubeapi.Retryable(err) && !p.refusals.Outlasted(kubeapi.KindEvent, ev.Namespace, err) {
 		return "", err
 	}
 	return Rejected, err

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
@@ -25,17 +26,61 @@ const maxRefusals = 256
 // gets through: so each is logged once, and /healthz can say which
 // namespaces refuse what.
 type Refusals struct {
-	mu      sync.Mutex
-	last    map[refusalKey]string
+	// Hold bounds how long the writes of one kind in one namespace wait
+	// on an admission webhook that cannot be called (Outlasted); 0 waits
+	// for ever. NewRefusals sets DefaultHold.
+	Hold time.Duration
+
+	mu   sync.Mutex
+	last map[refusalKey]string
+	// failing holds, per kind and namespace (no reason), when a webhook
+	// that cannot be called first failed a write there since one last
+	// got through.
+	failing map[refusalKey]time.Time
+	now     func() time.Time
 	counter *prometheus.CounterVec
 }
 
+// DefaultHold is Refusals.Hold unless set: long enough for a webhook's
+// rollout or restart, short enough that a namespace's broken webhook
+// does not hold the node's findings for hours.
+const DefaultHold = 10 * time.Minute
+
 // NewRefusals gives an empty Refusals with its metric.
 func NewRefusals() *Refusals {
-	return &Refusals{counter: prometheus.NewCounterVec(prometheus.CounterOpts{
+	return &Refusals{Hold: DefaultHold, now: time.Now, counter: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "iptables_alerter_forward_refused_total",
-		Help: "Events and Reports the API server refused for good in their namespace, by kind (event, report) and reason (quota: a ResourceQuota; admission: a webhook or policy; invalid: 422; forbidden: a 403 RBAC does not confirm; other); the finding's line moved on.",
+		Help: "Events and Reports the API server refused for good in their namespace, by kind (event, report) and reason (quota: a ResourceQuota; admission: a webhook or policy; invalid: 422; forbidden: a 403 RBAC does not confirm; webhook: a webhook that cannot be called, failing for longer than --webhook-hold; other); the finding's line moved on.",
 	}, []string{"kind", "reason"})}
+}
+
+// Outlasted tells whether err, an admission webhook that cannot be called
+// (WebhookFailed), has failed the writes of kind in namespace for Hold or
+// longer, none getting through since: then it is that namespace's
+// refusal (RefusedWebhook), and the node's later findings go on instead
+// of waiting for it. The first failure starts the clock; Clear (a write
+// got through) stops it, so once outlasted, the namespace's next writes
+// are tried once each until one passes. False, so the write is retried
+// and nothing is lost, for any other error, with Hold 0, on a nil
+// Refusals, and while the table holds maxRefusals namespaces.
+func (r *Refusals) Outlasted(kind, namespace string, err error) bool {
+	if r == nil || r.Hold <= 0 || !WebhookFailed(err) {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := refusalKey{kind: kind, namespace: namespace}
+	since, ok := r.failing[k]
+	switch {
+	case ok:
+		return r.now().Sub(since) >= r.Hold
+	case len(r.failing) < maxRefusals:
+		if r.failing == nil {
+			r.failing = map[refusalKey]time.Time{}
+		}
+		r.failing[k] = r.now()
+	}
+	return false
 }
 
 // Collector is the refusals' metric.
@@ -75,10 +120,15 @@ func (r *Refusals) Note(kind, namespace, reason string, err error) bool {
 	return !seen
 }
 
-// Clear forgets the refusals of kind in namespace: a write got through.
+// Clear forgets the refusals of kind in namespace, and stops the clock
+// of a webhook failing there: a write got through.
 func (r *Refusals) Clear(kind, namespace string) {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	delete(r.failing, refusalKey{kind: kind, namespace: namespace})
 	for k := range r.last {
 		if k.kind == kind && k.namespace == namespace {
 			delete(r.last, k)

@@ -141,6 +141,21 @@ func Owned(ctx context.Context, client kubernetes.Interface, r *owner.Resolver, 
 	return o, nil, err
 }
 
+// WebhookFailed tells an admission webhook that the API server could not
+// call (down, timing out, a malformed answer) and whose failurePolicy is
+// Fail: a 500 "failed calling webhook" (k8s.io/apiserver's webhook
+// dispatchers). It is Retryable, as the webhook may come back, but its
+// namespaceSelector may match one namespace alone, so Refusals.Outlasted
+// bounds how long it holds the node's line.
+func WebhookFailed(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	s := status.Status()
+	return s.Code == http.StatusInternalServerError && strings.Contains(s.Message, "failed calling webhook")
+}
+
 // notReady is the admission plugins' 403 while their informers start.
 func notReady(status apierrors.APIStatus) bool {
 	return strings.Contains(status.Status().Message, "not yet ready to handle request")
@@ -152,28 +167,34 @@ const (
 	RefusedAdmission = "admission"
 	RefusedInvalid   = "invalid"
 	RefusedForbidden = "forbidden"
+	RefusedWebhook   = "webhook"
 	RefusedOther     = "other"
 )
 
 // RefusedReasons lists every reason Refusal gives.
-var RefusedReasons = []string{RefusedQuota, RefusedAdmission, RefusedInvalid, RefusedForbidden, RefusedOther}
+var RefusedReasons = []string{RefusedQuota, RefusedAdmission, RefusedInvalid, RefusedForbidden, RefusedWebhook, RefusedOther}
 
 // Refusal names why the API server refused an object for good in its
 // namespace: a 403 that is neither the authorizer's nor a namespace going
 // away or starting up (a ResourceQuota, an admission webhook or policy),
-// or a 422; and RefusedForbidden for the authorizer's 403, which callers
+// or a 422; RefusedForbidden for the authorizer's 403, which callers
 // take for the object's refusal only once an access review said the call
-// is allowed. Empty for every other error: those are retried (Retryable),
-// or say something other than "this namespace will not take it".
+// is allowed; and RefusedWebhook for a webhook that cannot be called
+// (WebhookFailed), taken for one only once it outlasted Refusals.Hold.
+// Empty for every other error: those are retried (Retryable), or say
+// something other than "this namespace will not take it".
 func Refusal(err error) string {
 	var status apierrors.APIStatus
 	if err == nil || !errors.As(err, &status) {
 		return ""
 	}
-	if IsForbiddenToUs(err) {
+	switch {
+	case IsForbiddenToUs(err):
 		// Retryable, but when a SelfSubjectAccessReview said the
 		// forwarder may make the call, the 403 is about this object.
 		return RefusedForbidden
+	case WebhookFailed(err):
+		return RefusedWebhook
 	}
 	if Retryable(err) {
 		return ""

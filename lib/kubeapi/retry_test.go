@@ -21,6 +21,9 @@ var (
 	quota   = apierrors.NewForbidden(events, "x", errors.New("exceeded quota: q, requested: count/events.events.k8s.io=1, used: count/events.events.k8s.io=0, limited: count/events.events.k8s.io=0"))
 	webhook = apierrors.NewForbidden(events, "x", errors.New(`admission webhook "deny.example.com" denied the request: no`))
 	policy  = apierrors.NewForbidden(events, "x", errors.New(`ValidatingAdmissionPolicy 'deny' with binding 'deny' denied request: no`))
+	// failedCall is what kube-apiserver answers when a webhook with
+	// failurePolicy Fail cannot be called (its dispatcher's NewInternalError).
+	failedCall = apierrors.NewInternalError(errors.New(`failed calling webhook "check.example.com": failed to call webhook: Post "https://check.example.svc:443/validate?timeout=10s": dial tcp 10.96.0.9:443: connect: connection refused`))
 )
 
 func TestRetryable(t *testing.T) {
@@ -82,6 +85,7 @@ func TestRefusal(t *testing.T) {
 		{"422", invalid, RefusedInvalid},
 		{"other 403", apierrors.NewForbidden(events, "x", errors.New("something else")), RefusedOther},
 		{"rbac", rbac, RefusedForbidden},
+		{"webhook cannot be called", fmt.Errorf("create: %w", failedCall), RefusedWebhook},
 		{"not ready is retried", apierrors.NewForbidden(events, "x", errors.New("not yet ready to handle request")), ""},
 		{"503", apierrors.NewServiceUnavailable("later"), ""},
 		{"404", apierrors.NewNotFound(events, "x"), ""},

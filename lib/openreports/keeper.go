@@ -432,6 +432,12 @@ func (k *Keeper) stage(ctx context.Context, rec findings.Record, posted owner.Ow
 		}
 	}
 	res, err := k.w.Stage(ctx, rec, posted)
+	// A gone record's removal writes at once: a refusal of its namespace
+	// is said as Flush's.
+	refused := Result{Outcome: Rejected, Namespace: rec.Pod.Namespace, Why: err}
+	if k.Refusals.Outlasted(kubeapi.KindReport, rec.Pod.Namespace, err) {
+		return refused, nil
+	}
 	if err != nil && kubeapi.IsForbiddenToUs(err) {
 		off, rerr := k.forbidden(ctx, err)
 		switch {
@@ -441,7 +447,7 @@ func (k *Keeper) stage(ctx context.Context, rec findings.Record, posted owner.Ow
 			k.w.Unstage("", "")
 			return Result{Outcome: Off, Why: err}, nil
 		}
-		return Result{Outcome: Rejected, Why: err}, nil
+		return refused, nil
 	}
 	return res, err
 }
@@ -484,6 +490,12 @@ func (k *Keeper) Flush(ctx context.Context) error {
 		for _, res := range done {
 			k.finished(k.log.WithFields(nil), res, res.Records)
 		}
+		if k.Refusals.Outlasted(kubeapi.KindReport, failed.Namespace, err) {
+			// A webhook that cannot be called, for longer than the
+			// hold: this Report's refusal, as below.
+			k.refuse(failed, err)
+			continue
+		}
 		if err == nil || !kubeapi.IsForbiddenToUs(err) {
 			return err
 		}
@@ -495,11 +507,16 @@ func (k *Keeper) Flush(ctx context.Context) error {
 			k.w.Unstage("", "")
 			return nil
 		}
-		// This object's refusal: said, dropped, the rest written.
-		k.w.Unstage(failed.Namespace, failed.Name)
-		failed.Outcome, failed.Why = Rejected, err
-		k.finished(k.log.WithFields(nil), failed, failed.Records)
+		k.refuse(failed, err)
 	}
+}
+
+// refuse drops the staged Report Flush failed on (this object's refusal):
+// said and counted, and the rest written.
+func (k *Keeper) refuse(failed Result, why error) {
+	k.w.Unstage(failed.Namespace, failed.Name)
+	failed.Outcome, failed.Why = Rejected, why
+	k.finished(k.log.WithFields(nil), failed, failed.Records)
 }
 
 // finished counts and says a final Result of n findings.

@@ -1,0 +1,61 @@
+package kubeapi
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// TestOutlasted: a webhook that cannot be called holds the writes of one
+// kind in one namespace for Hold, counted from its first failure there,
+// and from then on is that namespace's refusal until a write gets
+// through; other errors, other kinds and other namespaces have clocks of
+// their own or none.
+func TestOutlasted(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	r := NewRefusals()
+	r.now = func() time.Time { return now }
+	r.Hold = time.Minute
+	err := fmt.Errorf("create event: %w", failedCall)
+	step := func(d time.Duration) { now = now.Add(d) }
+	check := func(what string, got, want bool) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s: Outlasted = %v, want %v", what, got, want)
+		}
+	}
+	check("first failure", r.Outlasted(KindEvent, "shop", err), false)
+	step(59 * time.Second)
+	check("within the hold", r.Outlasted(KindEvent, "shop", err), false)
+	check("another namespace's first", r.Outlasted(KindEvent, "bank", err), false)
+	check("the Reports' first", r.Outlasted(KindReport, "shop", err), false)
+	step(time.Second)
+	check("a hold later", r.Outlasted(KindEvent, "shop", err), true)
+	check("the next write there", r.Outlasted(KindEvent, "shop", err), true)
+	check("another namespace, a second in", r.Outlasted(KindEvent, "bank", err), false)
+	check("a 503 is no webhook's", r.Outlasted(KindEvent, "shop", apierrors.NewServiceUnavailable("later")), false)
+	check("a 500 of something else", r.Outlasted(KindEvent, "shop", apierrors.NewInternalError(errors.New("etcd"))), false)
+	r.Clear(KindEvent, "shop")
+	check("after a write got through", r.Outlasted(KindEvent, "shop", err), false)
+	step(time.Hour)
+	check("its clock started again", r.Outlasted(KindEvent, "shop", err), true)
+
+	r.Hold = 0
+	check("Hold 0 waits for ever", r.Outlasted(KindEvent, "shop", err), false)
+	var none *Refusals
+	check("nil Refusals", none.Outlasted(KindEvent, "shop", err), false)
+	none.Clear(KindEvent, "shop")
+
+	// A full table keeps the rest waiting (retried, nothing lost).
+	full := NewRefusals()
+	full.now = func() time.Time { return now }
+	for i := range maxRefusals {
+		full.Outlasted(KindEvent, fmt.Sprint("ns-", i), err)
+	}
+	step(time.Hour)
+	check("a namespace past the table", full.Outlasted(KindEvent, "late", err) || full.Outlasted(KindEvent, "late", err), false)
+	check("one in the table", full.Outlasted(KindEvent, "ns-0", err), true)
+}

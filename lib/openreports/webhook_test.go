@@ -1,0 +1,174 @@
+package openreports_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/consumer"
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/follow"
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+)
+
+// TestWebhookDownInOneNamespace: a validating webhook for Events and
+// Reports in one namespace cannot be called (nothing listens at its URL)
+// and fails closed. The forwarder's line (Events, then Reports) holds
+// that namespace's finding for the hold, with later findings behind it,
+// then refuses its Event and its Report there (counted, on /healthz) and
+// delivers the finding behind it. Once the webhook is gone, that
+// namespace's next finding is delivered and its refusals cleared.
+func TestWebhookDownInOneNamespace(t *testing.T) {
+	c, admin, owned := start(t)
+	ctx := kubetest.Ctx(t)
+	cs := c.Client()
+	kubetest.Namespace(t, cs, "down")
+	downPod := kubetest.Pod(t, cs, "down", "a", nil, "")
+	web := owned["web-7c9-aaaaa"].Pod
+
+	fail, none := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
+	timeout := int32(2)
+	url := "https://127.0.0.1:1/validate"
+	hook := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "down"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:         "check.down.example.com",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{"", "events.k8s.io", "openreports.io"},
+					APIVersions: []string{"*"}, Resources: []string{"events", "reports"}},
+			}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "down"}},
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          &timeout,
+		}},
+	}
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, hook, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The API server picks the webhook up from its informer: wait until
+	// an Event create in "down" fails calling it.
+	probe := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: "down"}, EventTime: metav1.NowMicro(),
+		ReportingController: "example.com/probe", ReportingInstance: "probe", Action: "Probe", Reason: "Probe", Type: corev1.EventTypeNormal,
+		Regarding: corev1.ObjectReference{Kind: "Pod", Namespace: "down", Name: downPod.Name}}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		ev, err := cs.EventsV1().Events("down").Create(ctx, probe, metav1.CreateOptions{})
+		if kubeapi.WebhookFailed(err) {
+			break
+		}
+		if err == nil {
+			_ = cs.EventsV1().Events("down").Delete(ctx, ev.Name, metav1.DeleteOptions{})
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the webhook fails no Event create in \"down\": %v", err)
+		}
+	}
+
+	life, end := context.WithCancel(context.Background())
+	t.Cleanup(end)
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	refusals := kubeapi.NewRefusals()
+	const hold = 3 * time.Second
+	refusals.Hold = hold
+	ev := events.NewConsumer(events.New(cs, "node-a", false), log, refusals)
+	keeper := openreports.NewKeeper(openreports.New(cs, admin, "node-a"), admin, cs, log)
+	keeper.Posted, keeper.Refusals = ev.Posted, refusals
+	keeper.Start(life)
+	if !keeper.Enabled() {
+		t.Fatal("Reports not enabled")
+	}
+	reg := prometheus.NewRegistry()
+	keeper.Register(reg)
+	reg.MustRegister(refusals.Collector())
+	f := &forwarder{keeper: keeper, reg: reg, file: filepath.Join(t.TempDir(), "findings.jsonl")}
+	f.runner = &consumer.Runner{Findings: f.file, Store: follow.FileStore(filepath.Join(t.TempDir(), "checkpoint.json")), Batch: 64, Log: log,
+		Consumers: []consumer.Named{{Name: "events", Consumer: ev}, {Name: "reports", Consumer: keeper}}}
+	// until runs the line until it has gone through, and says how long
+	// that took and how many times it was held.
+	until := func() (time.Duration, int) {
+		t.Helper()
+		begin, held := time.Now(), 0
+		for deadline := begin.Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			err := f.runner.Once(ctx)
+			if err == nil {
+				return time.Since(begin), held
+			}
+			if !kubeapi.WebhookFailed(errors.Unwrap(err)) && !strings.Contains(err.Error(), "failed calling webhook") {
+				t.Fatalf("the line failed otherwise: %v", err)
+			}
+			held++
+			if time.Now().After(deadline) {
+				t.Fatalf("the line still held after a minute: %v", err)
+			}
+		}
+	}
+
+	f.append(t, record(downPod, findings.StatePresent, 0, 1, 0), record(web, findings.StatePresent, 0, 1, 0))
+	took, held := until()
+	if held == 0 || took < hold {
+		t.Errorf("the line went through in %v, held %d times: want it held for the hold (%v) first", took, held, hold)
+	}
+	if diff := cmp.Diff([]string{web.Name}, resultPods(t, admin, "shop", "node-a")); diff != "" {
+		t.Errorf("pods with a result in shop, behind the held finding (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]float64{"event,webhook": 1, "report,webhook": 1}, f.counts(t, "iptables_alerter_forward_refused_total")); diff != "" {
+		t.Errorf("refusals by kind and reason (-want +got):\n%s", diff)
+	}
+	if got := refusals.Degraded(); !strings.Contains(got, "event refused in namespace down (webhook)") || !strings.Contains(got, "report refused in namespace down (webhook)") {
+		t.Errorf("/healthz says %q, want down's Events and Reports named", got)
+	}
+
+	// Once outlasted, the namespace's next finding is tried once, not
+	// held again.
+	f.append(t, record(downPod, findings.StateUnknown, 0, 0, 0))
+	if took, held := until(); held > 0 || took > hold {
+		t.Errorf("the next finding in down took %v, held %d times: want it refused at once", took, held)
+	}
+
+	// The webhook gone, the next finding there is delivered and the
+	// refusals are cleared.
+	if err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, hook.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		ev, err := cs.EventsV1().Events("down").Create(ctx, probe, metav1.CreateOptions{})
+		if err == nil {
+			_ = cs.EventsV1().Events("down").Delete(ctx, ev.Name, metav1.DeleteOptions{})
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Event creates in \"down\" still fail with the webhook deleted: %v", err)
+		}
+	}
+	rec := record(downPod, findings.StatePresent, 0, 2, 0)
+	rec.Fingerprint = "fp-down-again"
+	f.append(t, rec)
+	if _, held := until(); held > 0 {
+		t.Errorf("held %d times with the webhook gone", held)
+	}
+	if diff := cmp.Diff([]string{downPod.Name}, resultPods(t, admin, "down", "node-a")); diff != "" {
+		t.Errorf("pods with a result in down once the webhook is gone (-want +got):\n%s", diff)
+	}
+	if got := refusals.Degraded(); got != "" {
+		t.Errorf("/healthz still says %q", got)
+	}
+}
