@@ -29,6 +29,12 @@ func checkProbes(t *testing.T, containers []corev1.Container) {
 		if c.Name == "agent" && bin != "/usr/bin/iptables-alerter-agent" {
 			t.Errorf("agent: runs %s, want the agent-only build /usr/bin/iptables-alerter-agent", bin)
 		}
+		// The forwarder's probe port listens only after its first API
+		// calls (whether to write Reports); a slow API server must not
+		// get it killed before then.
+		if s := c.StartupProbe; c.Name == "forward" && (s == nil || s.PeriodSeconds*s.FailureThreshold < 300) {
+			t.Errorf("forward: startup probe %+v, want one allowing 5 minutes or more before liveness", s)
+		}
 		for kind, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe, "startup": c.StartupProbe} {
 			if p == nil {
 				continue
