@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -377,6 +378,7 @@ func (k *Keeper) loop(ctx context.Context) {
 		switch {
 		case err != nil && kubeapi.IsForbiddenToUs(err):
 			k.forbidden(ctx, err)
+		case k.crdGone(ctx, err):
 		case err != nil:
 			k.log.WithError(err).Warn("pruning reports of gone pods stopped; will try again")
 		case n > 0:
@@ -432,6 +434,9 @@ func (k *Keeper) stage(ctx context.Context, rec findings.Record, posted owner.Ow
 		}
 	}
 	res, err := k.w.Stage(ctx, rec, posted)
+	if res.Outcome == Rejected && k.crdGone(ctx, res.Why) {
+		return Result{Outcome: Off, Why: res.Why}, nil
+	}
 	// A gone record's removal writes at once: a refusal of its namespace
 	// is said as Flush's.
 	refused := Result{Outcome: Rejected, Namespace: rec.Pod.Namespace, Why: err}
@@ -490,6 +495,14 @@ func (k *Keeper) Flush(ctx context.Context) error {
 		for _, res := range done {
 			k.finished(k.log.WithFields(nil), res, res.Records)
 		}
+		if k.crdGone(ctx, err) {
+			return nil
+		}
+		if apierrors.IsNotFound(err) {
+			// This Report's namespace is gone: final.
+			k.refuse(failed, err)
+			continue
+		}
 		if k.Refusals.Outlasted(kubeapi.KindReport, failed.Namespace, err) {
 			// A webhook that cannot be called, for longer than the
 			// hold: this Report's refusal, as below.
@@ -509,6 +522,24 @@ func (k *Keeper) Flush(ctx context.Context) error {
 		}
 		k.refuse(failed, err)
 	}
+}
+
+// crdGone tells whether err, a Report call's 404, came from the Report
+// CRD deleted under the running forwarder: then one look finds Reports
+// no longer served and turns them off (lookReports says so once and looks
+// again every LookMissing), and what is staged is dropped. Each finding
+// is not rejected with an error line of its own. False for any other
+// error, and for a 404 while the CRD is served (a namespace gone).
+func (k *Keeper) crdGone(ctx context.Context, err error) bool {
+	if !apierrors.IsNotFound(err) {
+		return false
+	}
+	k.look(ctx, k.lookReports)
+	if k.reports.load() != off {
+		return false
+	}
+	k.w.Unstage("", "")
+	return true
 }
 
 // refuse drops the staged Report Flush failed on (this object's refusal):

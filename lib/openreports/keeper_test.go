@@ -3,6 +3,7 @@ package openreports_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -62,13 +63,14 @@ type forwarder struct {
 	file   string
 	// flushed counts the Reports Flush wrote (Writer.Progress).
 	flushed atomic.Int64
+	// logged holds the keeper's and runner's log.
+	logged *logtest.Hook
 }
 
 func newForwarder(t *testing.T, life context.Context, cfg func() (kubernetes.Interface, versioned.Interface), node string, refusals *kubeapi.Refusals) *forwarder {
 	t.Helper()
 	cs, rc := cfg()
-	log := logrus.New()
-	log.SetOutput(io.Discard)
+	log, logged := logtest.NewNullLogger()
 	w := openreports.New(cs, rc, node)
 	keeper := openreports.NewKeeper(w, rc, cs, log)
 	keeper.Refusals = refusals
@@ -84,7 +86,7 @@ func newForwarder(t *testing.T, life context.Context, cfg func() (kubernetes.Int
 	file := filepath.Join(dir, "findings.jsonl")
 	r := &consumer.Runner{Findings: file, Store: follow.FileStore(filepath.Join(dir, "checkpoint.json")), Batch: 64, Log: log,
 		Consumers: []consumer.Named{{Name: "reports", Consumer: keeper}}}
-	f := &forwarder{keeper: keeper, runner: r, reg: reg, file: file}
+	f := &forwarder{keeper: keeper, runner: r, reg: reg, file: file, logged: logged}
 	// As the forwarder wires it; counted, for the tests that ask.
 	w.Progress = func() { f.flushed.Add(1); r.Touch() }
 	return f
@@ -424,5 +426,50 @@ func TestFlushRefusedInOneNamespace(t *testing.T) {
 	}
 	if got := f.keeper.Refusals.Degraded(); !strings.Contains(got, "namespace muted") {
 		t.Errorf("/healthz says %q, want namespace muted named", got)
+	}
+}
+
+// TestCRDRemovedWhileRunning: the Report CRD is deleted under a running
+// forwarder (Policy Reporter uninstalled with it, say). Its findings'
+// Reports are not rejected one by one, each with an error line: the
+// keeper looks again, finds the CRD gone, says so once and goes on with
+// Reports off until it is back.
+func TestCRDRemovedWhileRunning(t *testing.T) {
+	c, admin, owned := start(t)
+	ctx := kubetest.Ctx(t)
+	life, end := context.WithCancel(context.Background())
+	t.Cleanup(end)
+	f := newForwarder(t, life, func() (kubernetes.Interface, versioned.Interface) { return c.Client(), admin }, "node-a", kubeapi.NewRefusals())
+	web, other, db := owned["web-7c9-aaaaa"].Pod, owned["web-7c9-bbbbb"].Pod, owned["db-0"].Pod
+	f.append(t, record(web, findings.StatePresent, 0, 1, 0))
+	if err := f.runner.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{web.Name}, resultPods(t, admin, "shop", "node-a")); diff != "" {
+		t.Fatalf("pods with a result before (-want +got):\n%s", diff)
+	}
+	c.RemoveCRD(t, "reports.openreports.io", openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
+	f.append(t, record(other, findings.StatePresent, 0, 0, 1), record(db, findings.StatePresent, 1, 0, 0), record(web, findings.StateGone, 0, 0, 0))
+	if err := f.runner.Once(ctx); err != nil {
+		t.Fatalf("with the CRD gone: %v, want the lines handled (Reports off)", err)
+	}
+	if f.keeper.Enabled() {
+		t.Error("Reports still on with the CRD gone")
+	}
+	counts := f.counts(t, "iptables_alerter_forward_reports_total")
+	if counts["rejected"] != 0 {
+		t.Errorf("reports by outcome %v: want none rejected", counts)
+	}
+	var errs, said []string
+	for _, e := range f.logged.AllEntries() {
+		switch {
+		case e.Level <= logrus.ErrorLevel:
+			errs = append(errs, e.Message+" "+fmt.Sprint(e.Data))
+		case e.Level == logrus.WarnLevel && strings.Contains(e.Message, "serves no OpenReports Reports"):
+			said = append(said, e.Message)
+		}
+	}
+	if len(errs) > 0 || len(said) != 1 {
+		t.Errorf("errors logged %q and %d warnings of the missing CRD: want none and one", errs, len(said))
 	}
 }

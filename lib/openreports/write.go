@@ -1,6 +1,7 @@
 package openreports
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -237,8 +238,9 @@ type staged struct {
 // Flush writes the staged changes, one write a Report, in the order
 // first staged. done has the Reports finished with (Written, Records the
 // findings in it; or Rejected for good); on an error that may pass
-// (kubeapi.Retryable, a conflict that outlasted its tries) it stops,
-// failed names that Report, and it and the rest stay staged.
+// (kubeapi.Retryable, a conflict that outlasted its tries) or a 404 (the
+// CRD may be gone) it stops, failed names that Report, and it and the
+// rest stay staged.
 func (w *Writer) Flush(ctx context.Context) (done []Result, failed Result, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -251,11 +253,13 @@ func (w *Writer) Flush(ctx context.Context) (done []Result, failed Result, err e
 				res.Cut += c(r)
 			}
 		})
-		if res, err = w.finish(res, err); err != nil {
+		if res, err = w.finish(res, err); err != nil || res.Outcome == Rejected && apierrors.IsNotFound(res.Why) {
 			// finish keeps no Result for an error that may pass; the
 			// caller still needs to know which Report failed (to drop
-			// it alone when it turns out to be refused for good).
-			return done, Result{Namespace: s.namespace, Name: s.name, Records: len(s.changes)}, err
+			// it alone when it turns out to be refused for good). A
+			// 404 may be the CRD deleted: the caller looks before the
+			// rest are tried.
+			return done, Result{Namespace: s.namespace, Name: s.name, Records: len(s.changes)}, cmp.Or(err, res.Why)
 		}
 		w.unstageLocked(s.namespace, s.name)
 		done = append(done, res)

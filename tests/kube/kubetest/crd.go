@@ -2,6 +2,7 @@ package kubetest
 
 import (
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,6 +49,33 @@ func (c *Cluster) CRD(t testing.TB, path, groupVersion, resource string) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("CRD %s: %s/%s not served after a minute: %v", path, groupVersion, resource, err)
+		}
+	}
+}
+
+// RemoveCRD deletes the CRD name and waits until discovery of
+// groupVersion no longer serves resource.
+func (c *Cluster) RemoveCRD(t testing.TB, name, groupVersion, resource string) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(c.Config(c.AdminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	if err := dyn.Resource(gvr).Delete(Ctx(t), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete CRD %s: %v", name, err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(c.Config(c.AdminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		list, err := disc.ServerResourcesForGroupVersion(groupVersion)
+		if err != nil || !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == resource }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CRD %s still served a minute after its deletion", name)
 		}
 	}
 }
