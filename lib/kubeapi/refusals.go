@@ -21,25 +21,33 @@ const (
 // cluster's, but a cluster may have thousands.
 const maxRefusals = 256
 
+// forgetAfter is how long a refusal, or a failing webhook's clock, is
+// kept without being seen again: nothing clears a deleted namespace's,
+// and a webhook outage seen a day ago says nothing of the next one.
+const forgetAfter = 24 * time.Hour
+
 // Refusals remembers, per kind of object, namespace and reason, the last
 // refusal (Refusal) until a later write of that kind in that namespace
-// gets through: so each is logged once, and /healthz can say which
-// namespaces refuse what.
+// gets through, or none is seen there for forgetAfter: so each is logged
+// once, and /healthz can say which namespaces refuse what.
 type Refusals struct {
 	// Hold bounds how long the writes of one kind in one namespace wait
 	// on an admission webhook that cannot be called (Outlasted); 0 waits
 	// for ever. NewRefusals sets DefaultHold.
 	Hold time.Duration
 
-	mu   sync.Mutex
-	last map[refusalKey]string
+	mu sync.Mutex
+	// last holds when each refusal was last seen.
+	last map[refusalKey]time.Time
 	// failing holds, per kind and namespace (no reason), when a webhook
 	// that cannot be called first failed a write there since one last
-	// got through.
-	failing map[refusalKey]time.Time
+	// got through, and when it last did.
+	failing map[refusalKey]failure
 	now     func() time.Time
 	counter *prometheus.CounterVec
 }
+
+type failure struct{ since, last time.Time }
 
 // DefaultHold is Refusals.Hold unless set: long enough for a webhook's
 // rollout or restart, short enough that a namespace's broken webhook
@@ -62,25 +70,49 @@ func NewRefusals() *Refusals {
 // got through) stops it, so once outlasted, the namespace's next writes
 // are tried once each until one passes. False, so the write is retried
 // and nothing is lost, for any other error, with Hold 0, on a nil
-// Refusals, and while the table holds maxRefusals namespaces.
+// Refusals, and while the table holds maxRefusals namespaces. A clock
+// whose webhook has not failed there for forgetAfter starts again.
 func (r *Refusals) Outlasted(kind, namespace string, err error) bool {
 	if r == nil || r.Hold <= 0 || !WebhookFailed(err) {
 		return false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := r.now()
 	k := refusalKey{kind: kind, namespace: namespace}
-	since, ok := r.failing[k]
+	f, ok := r.failing[k]
 	switch {
-	case ok:
-		return r.now().Sub(since) >= r.Hold
-	case len(r.failing) < maxRefusals:
+	case ok && now.Sub(f.last) < forgetAfter:
+		f.last = now
+		r.failing[k] = f
+		return now.Sub(f.since) >= r.Hold
+	case ok || r.room(now, func() int { return len(r.failing) }):
 		if r.failing == nil {
-			r.failing = map[refusalKey]time.Time{}
+			r.failing = map[refusalKey]failure{}
 		}
-		r.failing[k] = r.now()
+		r.failing[k] = failure{since: now, last: now}
 	}
 	return false
+}
+
+// room tells whether the table size measures may take one more entry,
+// forgetting what was not seen for forgetAfter when it is full. Callers
+// hold mu.
+func (r *Refusals) room(now time.Time, size func() int) bool {
+	if size() < maxRefusals {
+		return true
+	}
+	for k, at := range r.last {
+		if now.Sub(at) >= forgetAfter {
+			delete(r.last, k)
+		}
+	}
+	for k, f := range r.failing {
+		if now.Sub(f.last) >= forgetAfter {
+			delete(r.failing, k)
+		}
+	}
+	return size() < maxRefusals
 }
 
 // Collector is the refusals' metric.
@@ -94,7 +126,7 @@ func (r *Refusals) Refused(entry *logrus.Entry, kind, namespace string, why erro
 	reason := Refusal(why)
 	r.counter.WithLabelValues(kind, reason).Inc()
 	entry = entry.WithError(why).WithFields(logrus.Fields{"kind": kind, "namespace": namespace, "reason": reason})
-	if r.Note(kind, namespace, reason, why) {
+	if r.note(kind, namespace, reason) {
 		entry.Error(kind + " refused by the API server in this namespace, finding's " + kind + " skipped (said once per namespace and reason; /healthz and iptables_alerter_forward_refused_total count the rest)")
 		return
 	}
@@ -103,20 +135,23 @@ func (r *Refusals) Refused(entry *logrus.Entry, kind, namespace string, why erro
 
 type refusalKey struct{ kind, namespace, reason string }
 
-// Note records a refusal; true the first time for its kind, namespace
-// and reason since they last got through (log it then, debug after).
-func (r *Refusals) Note(kind, namespace, reason string, err error) bool {
+// note records a refusal; true the first time for its kind, namespace
+// and reason since they last got through or were last seen forgetAfter
+// ago (log it then, debug after).
+func (r *Refusals) note(kind, namespace, reason string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := r.now()
 	if r.last == nil {
-		r.last = map[refusalKey]string{}
+		r.last = map[refusalKey]time.Time{}
 	}
 	k := refusalKey{kind, namespace, reason}
-	_, seen := r.last[k]
-	if !seen && len(r.last) >= maxRefusals {
+	at, seen := r.last[k]
+	seen = seen && now.Sub(at) < forgetAfter
+	if !seen && !r.room(now, func() int { return len(r.last) }) {
 		return false
 	}
-	r.last[k] = err.Error()
+	r.last[k] = now
 	return !seen
 }
 
@@ -145,7 +180,11 @@ func (r *Refusals) Degraded() string {
 		return ""
 	}
 	var parts []string
-	for k := range r.last {
+	now := r.now()
+	for k, at := range r.last {
+		if now.Sub(at) >= forgetAfter {
+			continue
+		}
 		parts = append(parts, fmt.Sprintf("%s refused in namespace %s (%s)", k.kind, k.namespace, k.reason))
 	}
 	sort.Strings(parts)

@@ -59,3 +59,53 @@ func TestOutlasted(t *testing.T) {
 	check("a namespace past the table", full.Outlasted(KindEvent, "late", err) || full.Outlasted(KindEvent, "late", err), false)
 	check("one in the table", full.Outlasted(KindEvent, "ns-0", err), true)
 }
+
+// TestRefusalsForgotten: a refusal not seen again for forgetAfter (its
+// namespace deleted, say: nothing clears it) leaves /healthz, is said
+// again when it comes back, and frees its place in a full table; a
+// webhook's clock unseen as long starts again.
+func TestRefusalsForgotten(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	r := NewRefusals()
+	r.now = func() time.Time { return now }
+	if !r.note(KindEvent, "gone", RefusedQuota) || r.note(KindEvent, "gone", RefusedQuota) {
+		t.Fatal("a refusal is not said once")
+	}
+	if got := r.Degraded(); got != "event refused in namespace gone (quota)" {
+		t.Errorf("Degraded = %q", got)
+	}
+	now = now.Add(forgetAfter - time.Minute)
+	if r.note(KindEvent, "gone", RefusedQuota) {
+		t.Error("a refusal seen again within forgetAfter is said again")
+	}
+	now = now.Add(forgetAfter)
+	if got := r.Degraded(); got != "" {
+		t.Errorf("Degraded = %q a day after the last refusal, want empty", got)
+	}
+	if !r.note(KindEvent, "gone", RefusedQuota) {
+		t.Error("a refusal forgotten is not said again")
+	}
+	// A full table makes room by forgetting the stale.
+	for i := range maxRefusals - 1 {
+		r.note(KindReport, fmt.Sprint("ns-", i), RefusedQuota)
+	}
+	if r.note(KindReport, "late", RefusedQuota) {
+		t.Error("a full table took one more")
+	}
+	now = now.Add(forgetAfter)
+	if !r.note(KindReport, "late", RefusedQuota) {
+		t.Error("a full table of stale refusals made no room")
+	}
+
+	err := fmt.Errorf("create event: %w", failedCall)
+	r.Hold = time.Minute
+	r.Outlasted(KindEvent, "shop", err)
+	now = now.Add(2 * time.Minute)
+	if !r.Outlasted(KindEvent, "shop", err) {
+		t.Fatal("not outlasted after the hold")
+	}
+	now = now.Add(forgetAfter)
+	if r.Outlasted(KindEvent, "shop", err) {
+		t.Error("a clock unseen for forgetAfter did not start again")
+	}
+}
