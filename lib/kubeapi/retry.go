@@ -38,6 +38,8 @@ import (
 //   - every other 403 (Refusal): a ResourceQuota, an admission webhook or
 //     policy refused this object in its namespace; retrying would hold
 //     every later finding of the node behind one namespace's rule;
+//   - an admission webhook's denial with any code (the webhook chooses
+//     it: a 500 or 503 from its failing backend is common);
 //   - 404 Not Found: the namespace is gone;
 //   - 400, 405, 406, 409 other than AlreadyExists, 410, 413, 415, 422 and any
 //     other 4xx: the request itself is wrong and will stay wrong.
@@ -51,6 +53,10 @@ func Retryable(err error) bool {
 	}
 	code := int(status.Status().Code)
 	switch {
+	case webhookDenied(status):
+		// Whatever its code: the API server passes on the webhook's
+		// own, which may be a 5xx, a 429 or a 401.
+		return false
 	case apierrors.IsTooManyRequests(err), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err):
 		return true
 	case apierrors.IsUnauthorized(err):
@@ -156,6 +162,13 @@ func WebhookFailed(err error) bool {
 	return s.Code == http.StatusInternalServerError && strings.Contains(s.Message, "failed calling webhook")
 }
 
+// webhookDenied is an admission webhook's answer "no" (k8s.io/apiserver's
+// webhook errors.ToStatusErr), which carries the code the webhook chose.
+func webhookDenied(status apierrors.APIStatus) bool {
+	msg := status.Status().Message
+	return strings.Contains(msg, "admission webhook") && strings.Contains(msg, "denied the request")
+}
+
 // notReady is the admission plugins' 403 while their informers start.
 func notReady(status apierrors.APIStatus) bool {
 	return strings.Contains(status.Status().Message, "not yet ready to handle request")
@@ -201,6 +214,8 @@ func Refusal(err error) string {
 	}
 	msg := status.Status().Message
 	switch {
+	case webhookDenied(status):
+		return RefusedAdmission
 	case apierrors.IsInvalid(err):
 		if strings.Contains(msg, "denied request") {
 			return RefusedAdmission

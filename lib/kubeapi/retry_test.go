@@ -23,6 +23,10 @@ var (
 	policy  = apierrors.NewForbidden(events, "x", errors.New(`ValidatingAdmissionPolicy 'deny' with binding 'deny' denied request: no`))
 	// failedCall is what kube-apiserver answers when a webhook with
 	// failurePolicy Fail cannot be called (its dispatcher's NewInternalError).
+	// denied500 is a webhook's denial with the code it chose, passed on
+	// by the API server.
+	denied500 = &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 500,
+		Message: `admission webhook "check.example.com" denied the request: backend error`}}
 	failedCall = apierrors.NewInternalError(errors.New(`failed calling webhook "check.example.com": failed to call webhook: Post "https://check.example.svc:443/validate?timeout=10s": dial tcp 10.96.0.9:443: connect: connection refused`))
 )
 
@@ -50,6 +54,8 @@ func TestRetryable(t *testing.T) {
 		{name: "403 namespace not ready", err: apierrors.NewForbidden(events, "x", errors.New("not yet ready to handle request")), want: true},
 		{name: "403 quota", err: quota, want: false},
 		{name: "403 webhook", err: webhook, want: false},
+		{name: "webhook denies with a 500", err: denied500, want: false},
+		{name: "webhook cannot be called", err: failedCall, want: true},
 		{name: "403 policy", err: policy, want: false},
 		{name: "403 namespace terminating", err: fmt.Errorf("create event: %w", terminating), want: false},
 		{name: "404 namespace gone", err: apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "shop"), want: false},
@@ -86,6 +92,9 @@ func TestRefusal(t *testing.T) {
 		{"other 403", apierrors.NewForbidden(events, "x", errors.New("something else")), RefusedOther},
 		{"rbac", rbac, RefusedForbidden},
 		{"webhook cannot be called", fmt.Errorf("create: %w", failedCall), RefusedWebhook},
+		{"webhook denies with a 500", fmt.Errorf("create: %w", denied500), RefusedAdmission},
+		{"webhook denies with a 429", &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 429, Reason: metav1.StatusReasonTooManyRequests,
+			Message: `admission webhook "check.example.com" denied the request: slow down`}}, RefusedAdmission},
 		{"not ready is retried", apierrors.NewForbidden(events, "x", errors.New("not yet ready to handle request")), ""},
 		{"503", apierrors.NewServiceUnavailable("later"), ""},
 		{"404", apierrors.NewNotFound(events, "x"), ""},

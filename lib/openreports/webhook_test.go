@@ -2,16 +2,22 @@ package openreports_test
 
 import (
 	"context"
+	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -170,5 +176,80 @@ func TestWebhookDownInOneNamespace(t *testing.T) {
 	}
 	if got := refusals.Degraded(); got != "" {
 		t.Errorf("/healthz still says %q", got)
+	}
+}
+
+// TestWebhookDeniesWith5xx: a validating webhook says no to Events and
+// Reports in one namespace with code 503 (its backend failing; the API
+// server passes the webhook's code on). That is the namespace's
+// refusal (admission), not an outage to wait out: neither the Event nor
+// the Report holds the line.
+func TestWebhookDeniesWith5xx(t *testing.T) {
+	c, admin, _ := start(t)
+	ctx := kubetest.Ctx(t)
+	cs := c.Client()
+	kubetest.Namespace(t, cs, "strict")
+	pod := kubetest.Pod(t, cs, "strict", "a", nil, "")
+	var asked atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var review admissionv1.AdmissionReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+			http.Error(w, "no review", http.StatusBadRequest)
+			return
+		}
+		asked.Add(1)
+		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: false,
+			Result: &metav1.Status{Code: http.StatusServiceUnavailable, Message: "policy backend unavailable"}}
+		review.Request = nil
+		_ = json.NewEncoder(w).Encode(review)
+	}))
+	t.Cleanup(srv.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	fail, none := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
+	url := srv.URL + "/validate"
+	hook := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "strict"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:         "check.strict.example.com",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{"", "events.k8s.io", "openreports.io"},
+					APIVersions: []string{"*"}, Resources: []string{"events", "reports"}},
+			}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "strict"}},
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, hook, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := events.New(cs, "node-a", false)
+	rec := record(pod, findings.StatePresent, 0, 1, 0)
+	var res events.Result
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		var err error
+		res, err = p.Post(ctx, rec)
+		if err == nil && asked.Load() > 0 {
+			break
+		}
+		if err == nil {
+			// Created before the API server had the webhook: another
+			// finding.
+			rec.Fingerprint += "x"
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Post: %v; want the webhook's 503 taken as the namespace's refusal", err)
+		}
+	}
+	if res.Outcome != events.Rejected || kubeapi.Refusal(res.Why) != kubeapi.RefusedAdmission {
+		t.Errorf("Post = %+v; want rejected, refused by admission", res)
+	}
+	wres, err := openreports.New(cs, admin, "node-a").Write(ctx, rec)
+	if err != nil || wres.Outcome != openreports.Rejected || kubeapi.Refusal(wres.Why) != kubeapi.RefusedAdmission {
+		t.Errorf("Write = %+v, %v; want rejected, refused by admission", wres, err)
 	}
 }
