@@ -309,7 +309,8 @@ func TestOwnerRefusedInOneNamespace(t *testing.T) {
 			return
 		}
 		a := sar.Spec.ResourceAttributes
-		if a != nil && (a.Resource == "replicasets" && a.Namespace == "walled" || a.Resource == "events" && a.Verb == "create" && a.Namespace == "muted") &&
+		if a != nil && (a.Resource == "replicasets" && a.Namespace == "walled" || a.Resource == "events" && a.Verb == "create" && a.Namespace == "muted" ||
+			a.Resource == "pods" && a.Verb == "get" && a.Namespace == "hidden") &&
 			strings.HasSuffix(sar.Spec.User, ":iptables-alerter-forward") {
 			sar.Status = authorizationv1.SubjectAccessReviewStatus{Denied: true, Reason: "walled off by policy"}
 			refused.Add(1)
@@ -360,12 +361,22 @@ func TestOwnerRefusedInOneNamespace(t *testing.T) {
 	if res, err := p.Post(ctx, record(mpod, "fp-muted")); err != nil || res.Outcome != events.Rejected || kubeapi.Refusal(res.Why) != kubeapi.RefusedForbidden {
 		t.Errorf("muted: %+v, %v: want the Event rejected as this namespace's refusal (forbidden), not an error that holds the line", res, err)
 	}
+	// The pod's own GET refused in one namespace: the same.
+	kubetest.Namespace(t, cs, "hidden")
+	hidden := kubetest.Workloads(t, cs, "hidden")["web-7c9-aaaaa"]
+	hpod := findings.Pod{Namespace: "hidden", Name: hidden.Pod.Name, UID: string(hidden.Pod.UID)}
+	if res, err := p.Post(ctx, record(hpod, "fp-hidden")); err != nil || res.Outcome != events.Rejected || kubeapi.Refusal(res.Why) != kubeapi.RefusedForbidden || res.Namespace != "hidden" {
+		t.Errorf("hidden: %+v, %v: want the Event rejected as this namespace's refusal (forbidden), not an error that holds the line", res, err)
+	}
 	// The Reports side, on its own (a forwarder not posting Events),
 	// takes the same stand and says why.
 	c.CRD(t, "../../packaging/crds/openreports.io_reports.yaml", openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
 	rc, err := versioned.NewForConfig(c.Config(kubetest.Token(t, cs, "iptables-alerter", "iptables-alerter-forward")))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if res, err := openreports.New(fwd, rc, "node-a").Write(ctx, record(hpod, "fp-hidden-report")); err != nil || res.Outcome != openreports.Rejected || kubeapi.Refusal(res.Why) != kubeapi.RefusedForbidden {
+		t.Errorf("hidden, Reports: %+v, %v: want the Report rejected as this namespace's refusal (forbidden)", res, err)
 	}
 	wpod := findings.Pod{Namespace: "walled", Name: walled.Pod.Name, UID: string(walled.Pod.UID)}
 	wres, err := openreports.New(fwd, rc, "node-a").Write(ctx, record(wpod, "fp-reports"))

@@ -209,13 +209,13 @@ func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, erro
 		return res, nil
 	}
 	pod, err := p.Live(ctx, rec.Pod)
-	switch {
-	case kubeapi.IsPodGone(err):
+	switch gone, final, retry := kubeapi.PodRead(ctx, p.client, err); {
+	case gone:
 		return Result{Outcome: PodGone, Why: err}, nil
-	case kubeapi.Retryable(err):
-		return Result{}, err
-	case err != nil:
-		return Result{Outcome: Rejected, Why: err}, nil
+	case retry != nil:
+		return Result{}, retry
+	case final:
+		return Result{Outcome: Rejected, Namespace: rec.Pod.Namespace, Why: err}, nil
 	}
 	owned, ownerWhy, err := kubeapi.Owned(ctx, p.client, p.owners, pod)
 	if kubeapi.Retryable(err) {

@@ -74,3 +74,26 @@ func LivePod(ctx context.Context, client kubernetes.Interface, want findings.Pod
 // IsMirror tells that the live pod is the mirror of the finding's static
 // pod: its UID is not the finding's.
 func IsMirror(pod *corev1.Pod, want findings.Pod) bool { return string(pod.UID) != want.UID }
+
+// PodRead sorts the error of a read of the live pod (LivePod,
+// NodePods.LivePod) for a finding's consumer: gone (IsPodGone), final
+// (refused for good, an authorizer's 403 about its namespace alone
+// included: RefusedHere), or retry, the error to try again with (an
+// access review that could not be made joins it). All false and nil for
+// a nil err.
+func PodRead(ctx context.Context, client kubernetes.Interface, err error) (gone, final bool, retry error) {
+	if err == nil {
+		return false, false, nil
+	}
+	if IsPodGone(err) {
+		return true, false, nil
+	}
+	here, rerr := RefusedHere(ctx, client, err)
+	switch {
+	case rerr != nil:
+		return false, false, errors.Join(err, rerr)
+	case Retryable(err) && !here:
+		return false, false, err
+	}
+	return false, true, nil
+}

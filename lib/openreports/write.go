@@ -323,13 +323,13 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 	var ownerWhy error
 	if posted.Pod == nil {
 		pod, err := w.Live(ctx, rec.Pod)
-		switch {
-		case kubeapi.IsPodGone(err):
+		switch gone, final, retry := kubeapi.PodRead(ctx, w.kube, err); {
+		case gone:
 			return Result{Outcome: PodGone, Why: err}, nil, nil
-		case kubeapi.Retryable(err):
-			return Result{}, nil, err
-		case err != nil:
-			return Result{Outcome: Rejected, Why: err}, nil, nil
+		case retry != nil:
+			return Result{}, nil, retry
+		case final:
+			return Result{Outcome: Rejected, Namespace: rec.Pod.Namespace, Why: err}, nil, nil
 		}
 		// A refusal of this namespace alone leaves the pod's controller,
 		// as the Events side does.
