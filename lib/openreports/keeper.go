@@ -545,6 +545,11 @@ func (k *Keeper) crdGone(ctx context.Context, err error) bool {
 // refuse drops the staged Report Flush failed on (this object's refusal):
 // said and counted, and the rest written.
 func (k *Keeper) refuse(failed Result, why error) {
+	if k.w.Progress != nil {
+		// Each answer a sign of life: after a webhook's hold, each of
+		// its namespace's Reports may take its timeout to be refused.
+		k.w.Progress()
+	}
 	k.w.Unstage(failed.Namespace, failed.Name)
 	failed.Outcome, failed.Why = Rejected, why
 	k.finished(k.log.WithFields(nil), failed, failed.Records)

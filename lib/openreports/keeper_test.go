@@ -424,6 +424,9 @@ func TestFlushRefusedInOneNamespace(t *testing.T) {
 	if diff := cmp.Diff(map[string]float64{"report,forbidden": 1}, f.counts(t, "iptables_alerter_forward_refused_total")); diff != "" {
 		t.Errorf("refusals by kind and reason (-want +got):\n%s", diff)
 	}
+	if got := f.flushed.Load(); got != 2 {
+		t.Errorf("Progress called %d times for a Report written and one refused, want 2 (each a sign of life)", got)
+	}
 	if got := f.keeper.Refusals.Degraded(); !strings.Contains(got, "namespace muted") {
 		t.Errorf("/healthz says %q, want namespace muted named", got)
 	}

@@ -87,10 +87,11 @@ type Writer struct {
 	node    string
 	// Grace is how long a gone pod's result stays (Prune).
 	Grace time.Duration
-	// Progress, when set, is called after each Report Flush wrote: a
-	// batch's Reports (up to one per line) written at the API's pace may
-	// take minutes, which is progress to a liveness probe (the forwarder
-	// sets its runner's Touch).
+	// Progress, when set, is called after each Report Flush wrote, and
+	// each the Keeper dropped as refused: a batch's Reports (up to one
+	// per line) written or refused at the API's pace (a slow webhook's)
+	// may take minutes, which is progress to a liveness probe (the
+	// forwarder sets its runner's Touch).
 	Progress func()
 	now      func() time.Time
 	// mu serialises this writer's read-modify-writes: Write and Prune run
