@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,12 +47,12 @@ func TestPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Within the grace nothing goes.
-	if n, err := w.Prune(ctx); n != 0 || err != nil {
-		t.Fatalf("Prune within grace = %d, %v", n, err)
+	if n, skipped, err := w.Prune(ctx); n != 0 || err != nil || skipped != nil {
+		t.Fatalf("Prune within grace = %d, %v, %v", n, skipped, err)
 	}
 	w.Grace = time.Nanosecond
-	if n, err := w.Prune(ctx); n != 1 || err != nil {
-		t.Fatalf("Prune = %d, %v; want 1", n, err)
+	if n, skipped, err := w.Prune(ctx); n != 1 || err != nil || skipped != nil {
+		t.Fatalf("Prune = %d, %v, %v; want 1", n, skipped, err)
 	}
 	r := get(t, rc, "shop", name)
 	if len(r.Results) != 1 || r.Results[0].Subjects[1].Name != b.Name {
@@ -122,8 +123,8 @@ func TestPruneBounded(t *testing.T) {
 	})
 	p := openreports.New(cs, counted, "node-a")
 	p.Grace = time.Hour
-	if n, err := p.Prune(ctx); n != 1 || err != nil {
-		t.Fatalf("Prune = %d, %v; want 1", n, err)
+	if n, skipped, err := p.Prune(ctx); n != 1 || err != nil || skipped != nil {
+		t.Fatalf("Prune = %d, %v, %v; want 1", n, skipped, err)
 	}
 	// 61 Reports: two pages.
 	if diff := cmp.Diff([]string{"50", "50"}, lists); diff != "" {
@@ -230,5 +231,61 @@ func TestViewRole(t *testing.T) {
 	}
 	if _, err := dev.OpenreportsV1alpha1().Reports("other").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("viewer lists another namespace: %v, want forbidden", err)
+	}
+}
+
+// TestPrunePastARefusal: a webhook denies Report updates and deletes in one namespace
+// that the node's Reports list first (namespace "a-strict"). Prune skips
+// that Report, says why, and still prunes the Reports after it: stopping
+// there would leave them unpruned for good, the list's order being the
+// same each time.
+func TestPrunePastARefusal(t *testing.T) {
+	c, rc, owned := start(t)
+	ctx := kubetest.Ctx(t)
+	cs := c.Client()
+	kubetest.Namespace(t, cs, "a-strict")
+	strict := kubetest.Pod(t, cs, "a-strict", "x", nil, "")
+	web := owned["web-7c9-aaaaa"].Pod
+	w := openreports.New(cs, rc, "node-a")
+	for _, p := range []*corev1.Pod{strict, web} {
+		if res, err := w.Write(ctx, record(p, findings.StatePresent, 0, 1, 0)); err != nil || res.Outcome != openreports.Written {
+			t.Fatalf("Write = %+v, %v", res, err)
+		}
+	}
+	for _, p := range []*corev1.Pod{strict, web} {
+		if err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	denyingWebhook(t, cs, "a-strict", http.StatusForbidden, admissionregistrationv1.Update, admissionregistrationv1.Delete)
+	// The API server picks the webhook up from its informer: wait until
+	// it denies an update of a Report there.
+	probe, err := rc.OpenreportsV1alpha1().Reports("a-strict").Create(ctx, &openreportsv1alpha1.Report{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		probe.Annotations = map[string]string{"try": time.Now().String()}
+		got, err := rc.OpenreportsV1alpha1().Reports("a-strict").Update(ctx, probe, metav1.UpdateOptions{})
+		if apierrors.IsForbidden(err) {
+			break
+		}
+		if err == nil {
+			probe = got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the webhook denies no Report update in a-strict: %v", err)
+		}
+	}
+	w.Grace = time.Nanosecond
+	n, skipped, err := w.Prune(ctx)
+	if err != nil {
+		t.Fatalf("Prune: %v", err)
+	}
+	if n != 1 || len(skipped) != 1 || !strings.Contains(skipped[0].Error(), "a-strict") {
+		t.Errorf("Prune = %d, %v; want shop's result pruned and a-strict's Report skipped", n, skipped)
+	}
+	if pods := resultPods(t, rc, "shop", "node-a"); len(pods) != 0 {
+		t.Errorf("shop still has results of %v", pods)
 	}
 }

@@ -373,8 +373,11 @@ func (k *Keeper) loop(ctx context.Context) {
 		if k.node.load() != on {
 			k.look(ctx, k.lookNode)
 		}
-		n, err := k.w.Prune(ctx)
+		n, skipped, err := k.w.Prune(ctx)
 		k.pruned.Add(float64(n))
+		if len(skipped) > 0 {
+			k.log.WithError(skipped[0]).WithField("skipped", len(skipped)).Warn("some results of gone pods not pruned, refused in their namespace; will try again")
+		}
 		switch {
 		case err != nil && kubeapi.IsForbiddenToUs(err):
 			k.forbidden(ctx, err)

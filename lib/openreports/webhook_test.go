@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/consumer"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
@@ -179,6 +180,50 @@ func TestWebhookDownInOneNamespace(t *testing.T) {
 	}
 }
 
+// denyingWebhook installs a validating webhook (served here, over TLS)
+// that denies ops on Events and Reports in namespace with code, and
+// returns how many requests it was asked about.
+func denyingWebhook(t *testing.T, cs kubernetes.Interface, namespace string, code int32, ops ...admissionregistrationv1.OperationType) *atomic.Int32 {
+	t.Helper()
+	var asked atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var review admissionv1.AdmissionReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+			http.Error(w, "no review", http.StatusBadRequest)
+			return
+		}
+		asked.Add(1)
+		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: false,
+			Result: &metav1.Status{Code: code, Message: "policy says no (test)"}}
+		review.Request = nil
+		_ = json.NewEncoder(w).Encode(review)
+	}))
+	t.Cleanup(srv.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	fail, none := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
+	url := srv.URL + "/validate"
+	hook := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-" + namespace},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:         "deny." + namespace + ".example.com",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: ops,
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{"", "events.k8s.io", "openreports.io"},
+					APIVersions: []string{"*"}, Resources: []string{"events", "reports"}},
+			}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": namespace}},
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(kubetest.Ctx(t), hook, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &asked
+}
+
 // TestWebhookDeniesWith5xx: a validating webhook says no to Events and
 // Reports in one namespace with code 503 (its backend failing; the API
 // server passes the webhook's code on). That is the namespace's
@@ -190,42 +235,7 @@ func TestWebhookDeniesWith5xx(t *testing.T) {
 	cs := c.Client()
 	kubetest.Namespace(t, cs, "strict")
 	pod := kubetest.Pod(t, cs, "strict", "a", nil, "")
-	var asked atomic.Int32
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var review admissionv1.AdmissionReview
-		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
-			http.Error(w, "no review", http.StatusBadRequest)
-			return
-		}
-		asked.Add(1)
-		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: false,
-			Result: &metav1.Status{Code: http.StatusServiceUnavailable, Message: "policy backend unavailable"}}
-		review.Request = nil
-		_ = json.NewEncoder(w).Encode(review)
-	}))
-	t.Cleanup(srv.Close)
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	fail, none := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
-	url := srv.URL + "/validate"
-	hook := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "strict"},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:         "check.strict.example.com",
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{"", "events.k8s.io", "openreports.io"},
-					APIVersions: []string{"*"}, Resources: []string{"events", "reports"}},
-			}},
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "strict"}},
-			FailurePolicy:           &fail,
-			SideEffects:             &none,
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}
-	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, hook, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	asked := denyingWebhook(t, cs, "strict", http.StatusServiceUnavailable, admissionregistrationv1.Create, admissionregistrationv1.Update)
 	p := events.New(cs, "node-a", false)
 	rec := record(pod, findings.StatePresent, 0, 1, 0)
 	var res events.Result

@@ -406,23 +406,25 @@ func (w *Writer) remove(ctx context.Context, namespace, podUID string) (Result, 
 
 // Prune removes, from this node's Reports, the results of pods that are
 // gone (or are another pod now) and were last seen longer than Grace ago.
-// It returns how many results it removed.
-func (w *Writer) Prune(ctx context.Context) (int, error) {
+// It returns how many results it removed; skipped says why some were
+// not (final answers about one Report or pod: its namespace's refusal),
+// err why it stopped (an error that may pass).
+func (w *Writer) Prune(ctx context.Context) (removed int, skipped []error, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// A page at a time: the node's Reports together may hold hundreds of
 	// MB (MaxResults each), past the forwarder's memory limit.
-	removed := 0
 	opts := metav1.ListOptions{LabelSelector: Selector(w.node), Limit: listPage}
 	for {
 		list, err := w.reports.OpenreportsV1alpha1().Reports(metav1.NamespaceAll).List(ctx, opts)
 		if err != nil {
-			return removed, fmt.Errorf("list reports: %w", err)
+			return removed, skipped, fmt.Errorf("list reports: %w", err)
 		}
-		n, err := w.prunePage(ctx, list.Items)
+		n, refused, err := w.prunePage(ctx, list.Items)
 		removed += n
+		skipped = append(skipped, refused...)
 		if err != nil || list.Continue == "" {
-			return removed, err
+			return removed, skipped, err
 		}
 		opts.Continue = list.Continue
 	}
@@ -431,9 +433,12 @@ func (w *Writer) Prune(ctx context.Context) (int, error) {
 // listPage is how many Reports one LIST asks for.
 const listPage = 50
 
-// prunePage is Prune's work on one page of Reports.
-func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Report) (int, error) {
-	removed := 0
+// prunePage is Prune's work on one page of Reports. An error that may
+// pass (an outage) stops it (err); one final for a Report or a pod (its
+// namespace's refusal) skips that one and is said in skipped: the list's
+// order is the same each time, and stopping there would leave every
+// later Report unpruned for good.
+func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Report) (removed int, skipped []error, err error) {
 	w.rememberAll(items)
 	for _, r := range items {
 		stale := map[string]bool{}
@@ -441,11 +446,13 @@ func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Repo
 			if _, ok := PodSubject(x); x.Rule == CutRule || !ok || w.now().Sub(Seen(x)) < w.Grace {
 				continue
 			}
-			gone, err := w.podGone(ctx, x)
-			if err != nil {
-				return removed, err
-			}
-			if gone {
+			gone, refused, err := w.podGone(ctx, x)
+			switch {
+			case err != nil:
+				return removed, skipped, err
+			case refused != nil:
+				skipped = append(skipped, refused)
+			case gone:
 				stale[x.Properties[PropPodUID]] = true
 			}
 		}
@@ -458,25 +465,39 @@ func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Repo
 			})
 			bound(r)
 		})
-		if err != nil {
-			return removed, err
+		if err == nil {
+			removed += len(stale)
+			continue
 		}
-		removed += len(stale)
+		// This namespace's alone (a webhook authorizer's 403, a webhook
+		// that cannot be called): the next Prune tries it again.
+		here, rerr := kubeapi.RefusedHere(ctx, w.kube, err)
+		switch {
+		case rerr != nil:
+			return removed, skipped, errors.Join(err, rerr)
+		case !here && !kubeapi.WebhookFailed(err) && (kubeapi.Retryable(err) || apierrors.IsConflict(err)):
+			return removed, skipped, err
+		}
+		skipped = append(skipped, fmt.Errorf("report %s/%s: %w", r.Namespace, r.Name, err))
 	}
-	return removed, nil
+	return removed, skipped, nil
 }
 
-// podGone reports whether the result's pod no longer exists as that pod.
-func (w *Writer) podGone(ctx context.Context, x openreportsv1alpha1.ReportResult) (bool, error) {
+// podGone reports whether the result's pod no longer exists as that pod;
+// refused is a final answer about it (kubeapi.PodRead: its namespace's
+// refusal), err one that may pass.
+func (w *Writer) podGone(ctx context.Context, x openreportsv1alpha1.ReportResult) (gone bool, refused, err error) {
 	s, _ := PodSubject(x)
-	_, err := w.Live(ctx, findings.Pod{Namespace: s.Namespace, Name: s.Name, UID: string(s.UID)})
-	switch {
-	case kubeapi.IsPodGone(err) || kubeapi.IsInvalid(err):
-		return true, nil
-	case err != nil:
-		return false, err
+	_, err = w.Live(ctx, findings.Pod{Namespace: s.Namespace, Name: s.Name, UID: string(s.UID)})
+	switch g, final, retry := kubeapi.PodRead(ctx, w.kube, err); {
+	case g || kubeapi.IsInvalid(err):
+		return true, nil, nil
+	case retry != nil:
+		return false, nil, retry
+	case final:
+		return false, err, nil
 	}
-	return false, nil
+	return false, nil, nil
 }
 
 // maxKnown bounds the Reports remembered (a node's forwarder writes one a
