@@ -534,7 +534,7 @@ func (k *Keeper) Flush(ctx context.Context) error {
 // is not rejected with an error line of its own. False for any other
 // error, and for a 404 while the CRD is served (a namespace gone).
 func (k *Keeper) crdGone(ctx context.Context, err error) bool {
-	if !apierrors.IsNotFound(err) {
+	if !apierrors.IsNotFound(err) || namespaceGone(err) {
 		return false
 	}
 	k.look(ctx, k.lookReports)
@@ -543,6 +543,17 @@ func (k *Keeper) crdGone(ctx context.Context, err error) bool {
 	}
 	k.w.Unstage("", "")
 	return true
+}
+
+// namespaceGone tells a 404 about the object's namespace (the
+// NamespaceLifecycle admission's), which needs no look at the CRD.
+func namespaceGone(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	d := status.Status().Details
+	return d != nil && d.Kind == "namespaces"
 }
 
 // refuse drops the staged Report Flush failed on (this object's refusal):
@@ -592,6 +603,14 @@ func (k *Keeper) writeNode(ctx context.Context, rec findings.Record) (Result, er
 		return Result{Outcome: Off}, nil
 	}
 	res, err := k.w.writeNode(ctx, rec)
+	if res.Outcome == Rejected && apierrors.IsNotFound(res.Why) {
+		// The ClusterReport CRD deleted under the running forwarder, as
+		// crdGone for Reports: one look, said once.
+		k.look(ctx, k.lookNode)
+		if k.node.load() == off {
+			return Result{Outcome: Off, Why: res.Why}, nil
+		}
+	}
 	if err != nil && kubeapi.IsForbiddenToUs(err) {
 		k.looking.Lock()
 		lerr := k.lookNode(ctx)

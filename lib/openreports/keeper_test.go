@@ -439,20 +439,26 @@ func TestFlushRefusedInOneNamespace(t *testing.T) {
 // Reports off until it is back.
 func TestCRDRemovedWhileRunning(t *testing.T) {
 	c, admin, owned := start(t)
+	c.CRD(t, clusterCRDPath, openreportsv1alpha1.SchemeGroupVersion.String(), "clusterreports")
 	ctx := kubetest.Ctx(t)
 	life, end := context.WithCancel(context.Background())
 	t.Cleanup(end)
 	f := newForwarder(t, life, func() (kubernetes.Interface, versioned.Interface) { return c.Client(), admin }, "node-a", kubeapi.NewRefusals())
 	web, other, db := owned["web-7c9-aaaaa"].Pod, owned["web-7c9-bbbbb"].Pod, owned["db-0"].Pod
-	f.append(t, record(web, findings.StatePresent, 0, 1, 0))
+	f.append(t, record(web, findings.StatePresent, 0, 1, 0), nodeRecord("node-a"))
 	if err := f.runner.Once(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]string{web.Name}, resultPods(t, admin, "shop", "node-a")); diff != "" {
 		t.Fatalf("pods with a result before (-want +got):\n%s", diff)
 	}
+	if got := f.counts(t, "iptables_alerter_forward_reports_total")["written"]; got != 2 {
+		t.Fatalf("%v Reports written before, want 2 (the pod's and the node's)", got)
+	}
+	c.RemoveCRD(t, "clusterreports.openreports.io", openreportsv1alpha1.SchemeGroupVersion.String(), "clusterreports")
 	c.RemoveCRD(t, "reports.openreports.io", openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
-	f.append(t, record(other, findings.StatePresent, 0, 0, 1), record(db, findings.StatePresent, 1, 0, 0), record(web, findings.StateGone, 0, 0, 0))
+	// The node's finding first: its ClusterReport's 404 is the first.
+	f.append(t, nodeRecord("node-a"), record(other, findings.StatePresent, 0, 0, 1), record(db, findings.StatePresent, 1, 0, 0), record(web, findings.StateGone, 0, 0, 0))
 	if err := f.runner.Once(ctx); err != nil {
 		t.Fatalf("with the CRD gone: %v, want the lines handled (Reports off)", err)
 	}
@@ -468,11 +474,11 @@ func TestCRDRemovedWhileRunning(t *testing.T) {
 		switch {
 		case e.Level <= logrus.ErrorLevel:
 			errs = append(errs, e.Message+" "+fmt.Sprint(e.Data))
-		case e.Level == logrus.WarnLevel && strings.Contains(e.Message, "serves no OpenReports Reports"):
+		case e.Level == logrus.WarnLevel && strings.Contains(e.Message, "serves no OpenReports"):
 			said = append(said, e.Message)
 		}
 	}
-	if len(errs) > 0 || len(said) != 1 {
-		t.Errorf("errors logged %q and %d warnings of the missing CRD: want none and one", errs, len(said))
+	if len(errs) > 0 || len(said) != 2 {
+		t.Errorf("errors logged %q and warnings of the missing CRDs %q: want none, and one for each CRD", errs, said)
 	}
 }
