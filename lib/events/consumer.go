@@ -174,5 +174,10 @@ func (c *Consumer) Consume(ctx context.Context, rec findings.Record) error {
 		}
 		entry.Error("event rejected by the API server, finding skipped")
 	}
+	if res.Node == Rejected && kubeapi.Refusal(res.NodeWhy) != "" {
+		// The node's summary Event refused in its namespace: said and
+		// counted as the pod's would be.
+		c.refusals.Refused(c.log.WithFields(consumer.LogFields(rec)), kubeapi.KindEvent, NodeEventNamespace, res.NodeWhy)
+	}
 	return nil
 }

@@ -39,15 +39,19 @@ type Refusals struct {
 	mu sync.Mutex
 	// last holds when each refusal was last seen.
 	last map[refusalKey]time.Time
-	// failing holds, per kind and namespace (no reason), when a webhook
-	// that cannot be called first failed a write there since one last
-	// got through, and when it last did.
+	// failing holds, per kind and namespace (no reason), the clock of a
+	// webhook that cannot be called (Outlasted).
 	failing map[refusalKey]failure
 	now     func() time.Time
 	counter *prometheus.CounterVec
 }
 
-type failure struct{ since, last time.Time }
+// failure is a webhook's clock in one namespace for one kind: its first
+// and last failure, and whether it outlasted the hold.
+type failure struct {
+	since, last time.Time
+	out         bool
+}
 
 // DefaultHold is Refusals.Hold unless set: long enough for a webhook's
 // rollout or restart, short enough that a namespace's broken webhook
@@ -64,14 +68,18 @@ func NewRefusals() *Refusals {
 
 // Outlasted tells whether err, an admission webhook that cannot be called
 // (WebhookFailed), has failed the writes of kind in namespace for Hold or
-// longer, none getting through since: then it is that namespace's
-// refusal (RefusedWebhook), and the node's later findings go on instead
-// of waiting for it. The first failure starts the clock; Clear (a write
-// got through) stops it, so once outlasted, the namespace's next writes
-// are tried once each until one passes. False, so the write is retried
-// and nothing is lost, for any other error, with Hold 0, on a nil
-// Refusals, and while the table holds maxRefusals namespaces. A clock
-// whose webhook has not failed there for forgetAfter starts again.
+// longer: then it is that namespace's refusal (RefusedWebhook), and the
+// node's later findings go on instead of waiting for it. The first
+// failure starts the clock. Once outlasted, the namespace's next writes
+// of that kind are tried once each, until one passes (Clear) or none
+// fails there for forgetAfter; before, a pause in the failures longer
+// than Hold (a held line retries at least every --max-backoff) starts it
+// again: a new outage gets its own hold. One kind's outlasted clock
+// outlasts the other's in the same namespace at its first failure: a
+// webhook on Events and Reports holds a finding once, not twice. False,
+// so the write is retried and nothing is lost, for any other error, with
+// Hold 0, on a nil Refusals, and while the table holds maxRefusals
+// namespaces.
 func (r *Refusals) Outlasted(kind, namespace string, err error) bool {
 	if r == nil || r.Hold <= 0 || !WebhookFailed(err) {
 		return false
@@ -81,16 +89,28 @@ func (r *Refusals) Outlasted(kind, namespace string, err error) bool {
 	now := r.now()
 	k := refusalKey{kind: kind, namespace: namespace}
 	f, ok := r.failing[k]
-	switch {
-	case ok && now.Sub(f.last) < forgetAfter:
-		f.last = now
-		r.failing[k] = f
-		return now.Sub(f.since) >= r.Hold
-	case ok || r.room(now, func() int { return len(r.failing) }):
-		if r.failing == nil {
-			r.failing = map[refusalKey]failure{}
+	if !ok && !r.room(now, func() int { return len(r.failing) }) {
+		return false
+	}
+	if !ok || now.Sub(f.last) >= forgetAfter || !f.out && now.Sub(f.last) > r.Hold {
+		f = failure{since: now}
+	}
+	f.last = now
+	f.out = f.out || now.Sub(f.since) >= r.Hold || r.outBeside(k, now)
+	if r.failing == nil {
+		r.failing = map[refusalKey]failure{}
+	}
+	r.failing[k] = f
+	return f.out
+}
+
+// outBeside tells whether another kind's clock in k's namespace has
+// outlasted its hold and is still current. Callers hold mu.
+func (r *Refusals) outBeside(k refusalKey, now time.Time) bool {
+	for o, f := range r.failing {
+		if o.namespace == k.namespace && o.kind != k.kind && f.out && now.Sub(f.last) < forgetAfter {
+			return true
 		}
-		r.failing[k] = failure{since: now, last: now}
 	}
 	return false
 }

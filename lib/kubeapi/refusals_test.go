@@ -12,8 +12,9 @@ import (
 // TestOutlasted: a webhook that cannot be called holds the writes of one
 // kind in one namespace for Hold, counted from its first failure there,
 // and from then on is that namespace's refusal until a write gets
-// through; other errors, other kinds and other namespaces have clocks of
-// their own or none.
+// through; a pause in the failures longer than Hold before that is a new
+// outage. Other errors and namespaces have clocks of their own or none;
+// the other kind's clock in the same namespace is outlasted with it.
 func TestOutlasted(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	r := NewRefusals()
@@ -28,20 +29,36 @@ func TestOutlasted(t *testing.T) {
 		}
 	}
 	check("first failure", r.Outlasted(KindEvent, "shop", err), false)
-	step(59 * time.Second)
+	step(30 * time.Second)
 	check("within the hold", r.Outlasted(KindEvent, "shop", err), false)
+	step(29 * time.Second)
+	check("still within", r.Outlasted(KindEvent, "shop", err), false)
 	check("another namespace's first", r.Outlasted(KindEvent, "bank", err), false)
 	check("the Reports' first", r.Outlasted(KindReport, "shop", err), false)
 	step(time.Second)
 	check("a hold later", r.Outlasted(KindEvent, "shop", err), true)
 	check("the next write there", r.Outlasted(KindEvent, "shop", err), true)
 	check("another namespace, a second in", r.Outlasted(KindEvent, "bank", err), false)
+	check("the Reports there, once the Events outlasted", r.Outlasted(KindReport, "shop", err), true)
 	check("a 503 is no webhook's", r.Outlasted(KindEvent, "shop", apierrors.NewServiceUnavailable("later")), false)
 	check("a 500 of something else", r.Outlasted(KindEvent, "shop", apierrors.NewInternalError(errors.New("etcd"))), false)
+	step(2 * time.Hour)
+	check("outlasted, after a pause", r.Outlasted(KindEvent, "shop", err), true)
 	r.Clear(KindEvent, "shop")
-	check("after a write got through", r.Outlasted(KindEvent, "shop", err), false)
-	step(time.Hour)
-	check("its clock started again", r.Outlasted(KindEvent, "shop", err), true)
+	r.Clear(KindReport, "shop")
+	check("after writes got through", r.Outlasted(KindEvent, "shop", err), false)
+	step(30 * time.Second)
+	check("the new clock, within", r.Outlasted(KindEvent, "shop", err), false)
+	step(30 * time.Second)
+	check("the new clock, a hold later", r.Outlasted(KindEvent, "shop", err), true)
+
+	// Failures that pause for longer than the hold before it ran out:
+	// the next is a new outage's first.
+	check("gap: first", r.Outlasted(KindEvent, "gap", err), false)
+	step(2 * time.Minute)
+	check("gap: after a pause", r.Outlasted(KindEvent, "gap", err), false)
+	step(time.Minute)
+	check("gap: a hold after the pause", r.Outlasted(KindEvent, "gap", err), true)
 
 	r.Hold = 0
 	check("Hold 0 waits for ever", r.Outlasted(KindEvent, "shop", err), false)
@@ -51,11 +68,11 @@ func TestOutlasted(t *testing.T) {
 
 	// A full table keeps the rest waiting (retried, nothing lost).
 	full := NewRefusals()
-	full.now = func() time.Time { return now }
+	full.now, full.Hold = func() time.Time { return now }, time.Minute
 	for i := range maxRefusals {
 		full.Outlasted(KindEvent, fmt.Sprint("ns-", i), err)
 	}
-	step(time.Hour)
+	step(time.Minute)
 	check("a namespace past the table", full.Outlasted(KindEvent, "late", err) || full.Outlasted(KindEvent, "late", err), false)
 	check("one in the table", full.Outlasted(KindEvent, "ns-0", err), true)
 }
@@ -100,7 +117,7 @@ func TestRefusalsForgotten(t *testing.T) {
 	err := fmt.Errorf("create event: %w", failedCall)
 	r.Hold = time.Minute
 	r.Outlasted(KindEvent, "shop", err)
-	now = now.Add(2 * time.Minute)
+	now = now.Add(time.Minute)
 	if !r.Outlasted(KindEvent, "shop", err) {
 		t.Fatal("not outlasted after the hold")
 	}
