@@ -125,7 +125,7 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&cfg.reportsGrace, "reports-grace", openreports.DefaultGrace, "how long a Report keeps the result of a pod that is gone")
 	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
 	fs.DurationVar(&cfg.timeout, "request-timeout", 30*time.Second, "timeout of one API request")
-	fs.DurationVar(&cfg.webhookHold, "webhook-hold", kubeapi.DefaultHold, "how long a finding waits on an admission webhook the API server cannot call (failurePolicy Fail: 500 \"failed calling webhook\") in its namespace, later findings behind it; then that namespace's Events or Reports are refused, counted and said, until one gets through (0: wait for ever, losing nothing; else at least --max-backoff)")
+	fs.DurationVar(&cfg.webhookHold, "webhook-hold", kubeapi.DefaultHold, "how long a finding waits on an admission webhook the API server cannot call (failurePolicy Fail: 500 \"failed calling webhook\") in its namespace, later findings behind it; then that namespace's Events or Reports are refused, counted and said, until one gets through (0: wait for ever, losing nothing; a hold shorter than --max-backoff is --max-backoff)")
 	fs.Float32Var(&cfg.qps, "kube-api-qps", defaultQPS, "API requests a second this forwarder sends at most, sustained, Events and Reports together: a finding costs about 1.4 (its Event, the owner's lookup once a workload, and one Report write for a workload's findings between two checkpoint saves; pods come from one watch of the node), so the default keeps up with about 14 findings a second (client-go's default, 5 for each of its two clients, held it to about 2.5), under the kubelet's own 50; the API server's Priority and Fairness still bounds all nodes' forwarders together")
 	fs.IntVar(&cfg.burst, "kube-api-burst", defaultBurst, "API requests sent at once above --kube-api-qps: the default lets about 10 findings (a node's burst of pod starts) through without waiting")
 	cfg.secure.register(fs)
@@ -137,11 +137,14 @@ func (cfg *forwardConfig) run(_ []string, s stdio) int {
 		fmt.Fprintln(s.err, "iptables-alerter forward: --poll, --max-backoff, --request-timeout, --reports-grace, --kube-api-qps and --kube-api-burst must be positive")
 		return 2
 	}
-	if cfg.webhookHold < 0 || cfg.webhookHold > 0 && cfg.webhookHold < cfg.maxBackoff {
+	if cfg.webhookHold < 0 {
+		fmt.Fprintln(s.err, "iptables-alerter forward: --webhook-hold must not be negative")
+		return 2
+	}
+	if cfg.webhookHold > 0 {
 		// A pause in the failures longer than the hold is a new outage,
 		// and a held finding is tried again every --max-backoff at most.
-		fmt.Fprintln(s.err, "iptables-alerter forward: --webhook-hold must be 0 or at least --max-backoff")
-		return 2
+		cfg.webhookHold = max(cfg.webhookHold, cfg.maxBackoff)
 	}
 	if err := cfg.secure.check(); err != nil {
 		fmt.Fprintln(s.err, "iptables-alerter forward: "+err.Error())
