@@ -48,29 +48,8 @@ func TestWebhookDownInOneNamespace(t *testing.T) {
 	downPod := kubetest.Pod(t, cs, "down", "a", nil, "")
 	web := owned["web-7c9-aaaaa"].Pod
 
-	fail, none := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
-	timeout := int32(2)
-	url := "https://127.0.0.1:1/validate"
-	hook := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "down"},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:         "check.down.example.com",
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{"", "events.k8s.io", "openreports.io"},
-					APIVersions: []string{"*"}, Resources: []string{"events", "reports"}},
-			}},
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "down"}},
-			FailurePolicy:           &fail,
-			SideEffects:             &none,
-			AdmissionReviewVersions: []string{"v1"},
-			TimeoutSeconds:          &timeout,
-		}},
-	}
-	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, hook, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// Nothing listens at its URL: the API server cannot call it.
+	hook := installWebhook(t, cs, "down", "https://127.0.0.1:1/validate", nil, admissionregistrationv1.Create, admissionregistrationv1.Update)
 	// The API server picks the webhook up from its informer: wait until
 	// an Event create in "down" fails calling it.
 	probe := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: "down"}, EventTime: metav1.NowMicro(),
@@ -182,6 +161,36 @@ func TestWebhookDownInOneNamespace(t *testing.T) {
 	}
 }
 
+// installWebhook installs a validating webhook at url (trusting ca) on
+// ops of Events and Reports in namespace, failing closed, with a 2 s
+// timeout.
+func installWebhook(t *testing.T, cs kubernetes.Interface, namespace, url string, ca []byte, ops ...admissionregistrationv1.OperationType) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	t.Helper()
+	fail, none := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
+	timeout := int32(2)
+	hook := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "check-" + namespace},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:         "check." + namespace + ".example.com",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: ops,
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{"", "events.k8s.io", "openreports.io"},
+					APIVersions: []string{"*"}, Resources: []string{"events", "reports"}},
+			}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": namespace}},
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          &timeout,
+		}},
+	}
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(kubetest.Ctx(t), hook, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return hook
+}
+
 // denyingWebhook installs a validating webhook (served here, over TLS)
 // that denies ops on Events and Reports in namespace with code, and
 // returns how many requests it was asked about.
@@ -202,27 +211,7 @@ func denyingWebhook(t *testing.T, cs kubernetes.Interface, namespace string, cod
 	}))
 	t.Cleanup(srv.Close)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	fail, none := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
-	url := srv.URL + "/validate"
-	hook := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "deny-" + namespace},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:         "deny." + namespace + ".example.com",
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: ops,
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{"", "events.k8s.io", "openreports.io"},
-					APIVersions: []string{"*"}, Resources: []string{"events", "reports"}},
-			}},
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": namespace}},
-			FailurePolicy:           &fail,
-			SideEffects:             &none,
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}
-	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(kubetest.Ctx(t), hook, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	installWebhook(t, cs, namespace, srv.URL+"/validate", ca, ops...)
 	return &asked
 }
 
