@@ -415,12 +415,13 @@ func (w *Writer) Prune(ctx context.Context) (removed int, skipped []error, err e
 	// A page at a time: the node's Reports together may hold hundreds of
 	// MB (MaxResults each), past the forwarder's memory limit.
 	opts := metav1.ListOptions{LabelSelector: Selector(w.node), Limit: listPage}
+	refusing := map[string]bool{}
 	for {
 		list, err := w.reports.OpenreportsV1alpha1().Reports(metav1.NamespaceAll).List(ctx, opts)
 		if err != nil {
 			return removed, skipped, fmt.Errorf("list reports: %w", err)
 		}
-		n, refused, err := w.prunePage(ctx, list.Items)
+		n, refused, err := w.prunePage(ctx, list.Items, refusing)
 		removed += n
 		skipped = append(skipped, refused...)
 		if err != nil || list.Continue == "" {
@@ -434,16 +435,18 @@ func (w *Writer) Prune(ctx context.Context) (removed int, skipped []error, err e
 const listPage = 50
 
 // prunePage is Prune's work on one page of Reports. An error that may
-// pass (an outage) stops it (err); one final for a Report or a pod (its
-// namespace's refusal) skips that one and is said in skipped: the list's
-// order is the same each time, and stopping there would leave every
-// later Report unpruned for good.
-func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Report) (removed int, skipped []error, err error) {
+// pass stops it (err): an outage, a webhook that cannot be called (each
+// try may take its timeout, under w.mu), a 404 that may be the CRD
+// deleted. One final for a Report or a pod (its namespace's refusal)
+// skips the rest of that namespace for this Prune (refusing) and is said
+// in skipped: the list's order is the same each time, and stopping there
+// would leave every later Report unpruned for good.
+func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Report, refusing map[string]bool) (removed int, skipped []error, err error) {
 	w.rememberAll(items)
 	for _, r := range items {
 		stale := map[string]bool{}
 		for _, x := range r.Results {
-			if _, ok := PodSubject(x); x.Rule == CutRule || !ok || w.now().Sub(Seen(x)) < w.Grace {
+			if _, ok := PodSubject(x); refusing[r.Namespace] || x.Rule == CutRule || !ok || w.now().Sub(Seen(x)) < w.Grace {
 				continue
 			}
 			gone, refused, err := w.podGone(ctx, x)
@@ -451,12 +454,13 @@ func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Repo
 			case err != nil:
 				return removed, skipped, err
 			case refused != nil:
+				refusing[r.Namespace] = true
 				skipped = append(skipped, refused)
 			case gone:
 				stale[x.Properties[PropPodUID]] = true
 			}
 		}
-		if len(stale) == 0 {
+		if len(stale) == 0 || refusing[r.Namespace] {
 			continue
 		}
 		err := w.update(ctx, r.Namespace, r.Name, func(r *openreportsv1alpha1.Report) {
@@ -469,15 +473,17 @@ func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Repo
 			removed += len(stale)
 			continue
 		}
-		// This namespace's alone (a webhook authorizer's 403, a webhook
-		// that cannot be called): the next Prune tries it again.
+		// This namespace's alone (an admission denial, a webhook
+		// authorizer's 403): the next Prune tries it again.
 		here, rerr := kubeapi.RefusedHere(ctx, w.kube, err)
 		switch {
 		case rerr != nil:
 			return removed, skipped, errors.Join(err, rerr)
-		case !here && !kubeapi.WebhookFailed(err) && (kubeapi.Retryable(err) || apierrors.IsConflict(err)):
+		case kubeapi.WebhookFailed(err), apierrors.IsNotFound(err) && !namespaceGone(err),
+			!here && (kubeapi.Retryable(err) || apierrors.IsConflict(err)):
 			return removed, skipped, err
 		}
+		refusing[r.Namespace] = true
 		skipped = append(skipped, fmt.Errorf("report %s/%s: %w", r.Namespace, r.Name, err))
 	}
 	return removed, skipped, nil
