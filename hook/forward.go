@@ -125,7 +125,7 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&cfg.reportsGrace, "reports-grace", openreports.DefaultGrace, "how long a Report keeps the result of a pod that is gone")
 	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
 	fs.DurationVar(&cfg.timeout, "request-timeout", 30*time.Second, "timeout of one API request")
-	fs.DurationVar(&cfg.webhookHold, "webhook-hold", kubeapi.DefaultHold, "how long a finding waits on an admission webhook the API server cannot call (failurePolicy Fail: 500 \"failed calling webhook\") in its namespace, later findings behind it; then that namespace's Events or Reports are refused, counted and said, until one gets through (0: wait for ever, losing nothing; a hold shorter than --max-backoff is --max-backoff)")
+	fs.DurationVar(&cfg.webhookHold, "webhook-hold", kubeapi.DefaultHold, "how long a finding waits on an admission webhook the API server cannot call (failurePolicy Fail: 500 \"failed calling webhook\") in its namespace, later findings behind it; then that namespace's Events or Reports are refused, counted and said, until one gets through (0: wait for ever, losing nothing; one shorter than 2×(--max-backoff + 4×--request-timeout), 5m by default, is taken as that)")
 	fs.Float32Var(&cfg.qps, "kube-api-qps", defaultQPS, "API requests a second this forwarder sends at most, sustained, Events and Reports together: a finding costs about 1.4 (its Event, the owner's lookup once a workload, and one Report write for a workload's findings between two checkpoint saves; pods come from one watch of the node), so the default keeps up with about 14 findings a second (client-go's default, 5 for each of its two clients, held it to about 2.5), under the kubelet's own 50; the API server's Priority and Fairness still bounds all nodes' forwarders together")
 	fs.IntVar(&cfg.burst, "kube-api-burst", defaultBurst, "API requests sent at once above --kube-api-qps: the default lets about 10 findings (a node's burst of pod starts) through without waiting")
 	cfg.secure.register(fs)
@@ -142,9 +142,11 @@ func (cfg *forwardConfig) run(_ []string, s stdio) int {
 		return 2
 	}
 	if cfg.webhookHold > 0 {
-		// A pause in the failures longer than the hold is a new outage,
-		// and a held finding is tried again every --max-backoff at most.
-		cfg.webhookHold = max(cfg.webhookHold, cfg.maxBackoff)
+		// A pause in the failures longer than the hold is a new outage.
+		// Two tries of a held finding are --max-backoff apart at most,
+		// plus the try's own calls (each up to --request-timeout): a
+		// shorter hold would start again at every try and never run out.
+		cfg.webhookHold = max(cfg.webhookHold, minWebhookHold(cfg.maxBackoff, cfg.timeout))
 	}
 	if err := cfg.secure.check(); err != nil {
 		fmt.Fprintln(s.err, "iptables-alerter forward: "+err.Error())
@@ -161,6 +163,15 @@ func (cfg *forwardConfig) run(_ []string, s stdio) int {
 	}
 	fields := logrus.Fields{"findings": cfg.findings, "state_dir": cfg.checkpointDir}
 	return runConsumer(log, fields, "event forwarder", func(ctx context.Context) error { return forwardLoop(ctx, *cfg, log) })
+}
+
+// minWebhookHold is the shortest --webhook-hold that can run out: twice
+// the longest pause between two tries of a held finding, --max-backoff
+// plus a try's calls (a pod GET, owner GETs, the Event, a Report's read
+// and write: four at most before the one that fails, each up to
+// --request-timeout).
+func minWebhookHold(maxBackoff, timeout time.Duration) time.Duration {
+	return 2 * (maxBackoff + 4*timeout)
 }
 
 func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) error {

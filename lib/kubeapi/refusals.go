@@ -51,6 +51,8 @@ type Refusals struct {
 type failure struct {
 	since, last time.Time
 	out         bool
+	// hook is the webhook's name, from the API server's message.
+	hook string
 }
 
 // DefaultHold is Refusals.Hold unless set: long enough for a webhook's
@@ -75,8 +77,9 @@ func NewRefusals() *Refusals {
 // fails there for forgetAfter; before, a pause in the failures longer
 // than Hold (a held line retries at least every --max-backoff) starts it
 // again: a new outage gets its own hold. One kind's outlasted clock
-// outlasts the other's in the same namespace at its first failure: a
-// webhook on Events and Reports holds a finding once, not twice. False,
+// outlasts the other's in the same namespace, of the same webhook, at
+// its first failure: a webhook on Events and Reports holds a finding
+// once, not twice. False,
 // so the write is retried and nothing is lost, for any other error, with
 // Hold 0, on a nil Refusals, and while the table holds maxRefusals
 // namespaces.
@@ -95,8 +98,8 @@ func (r *Refusals) Outlasted(kind, namespace string, err error) bool {
 	if !ok || now.Sub(f.last) >= forgetAfter || !f.out && now.Sub(f.last) > r.Hold {
 		f = failure{since: now}
 	}
-	f.last = now
-	f.out = f.out || now.Sub(f.since) >= r.Hold || r.outBeside(k, now)
+	f.last, f.hook = now, webhookName(err)
+	f.out = f.out || now.Sub(f.since) >= r.Hold || r.outBeside(k, f.hook, now)
 	if r.failing == nil {
 		r.failing = map[refusalKey]failure{}
 	}
@@ -104,15 +107,27 @@ func (r *Refusals) Outlasted(kind, namespace string, err error) bool {
 	return f.out
 }
 
-// outBeside tells whether another kind's clock in k's namespace has
-// outlasted its hold and is still current. Callers hold mu.
-func (r *Refusals) outBeside(k refusalKey, now time.Time) bool {
+// outBeside tells whether another kind's clock in k's namespace, of the
+// same webhook, has outlasted its hold and is still current. Callers
+// hold mu.
+func (r *Refusals) outBeside(k refusalKey, hook string, now time.Time) bool {
 	for o, f := range r.failing {
-		if o.namespace == k.namespace && o.kind != k.kind && f.out && now.Sub(f.last) < forgetAfter {
+		if o.namespace == k.namespace && o.kind != k.kind && f.out && f.hook == hook && now.Sub(f.last) < forgetAfter {
 			return true
 		}
 	}
 	return false
+}
+
+// webhookName is the webhook a WebhookFailed error names ("failed calling
+// webhook \"NAME\""), "" when it names none.
+func webhookName(err error) string {
+	_, rest, ok := strings.Cut(err.Error(), `failed calling webhook "`)
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, `"`)
+	return name
 }
 
 // room tells whether the table size measures may take one more entry,

@@ -60,6 +60,13 @@ func TestOutlasted(t *testing.T) {
 	step(time.Minute)
 	check("gap: a hold after the pause", r.Outlasted(KindEvent, "gap", err), true)
 
+	// Another webhook on the other kind has its own hold.
+	other := apierrors.NewInternalError(errors.New(`failed calling webhook "other.example.com": context deadline exceeded`))
+	r.Outlasted(KindReport, "two", err)
+	step(time.Minute)
+	check("two: the Reports' webhook outlasted", r.Outlasted(KindReport, "two", err), true)
+	check("two: another webhook's first on the Events", r.Outlasted(KindEvent, "two", other), false)
+
 	r.Hold = 0
 	check("Hold 0 waits for ever", r.Outlasted(KindEvent, "shop", err), false)
 	var none *Refusals
