@@ -528,21 +528,28 @@ func (k *Keeper) Flush(ctx context.Context) error {
 }
 
 // crdGone tells whether err, a Report call's 404, came from the Report
-// CRD deleted under the running forwarder: then one look finds Reports
-// no longer served and turns them off (lookReports says so once and looks
-// again every LookMissing), and what is staged is dropped. Each finding
-// is not rejected with an error line of its own. False for any other
-// error, and for a 404 while the CRD is served (a namespace gone).
+// CRD deleted under the running forwarder (unserved), and then drops
+// what is staged.
 func (k *Keeper) crdGone(ctx context.Context, err error) bool {
-	if !apierrors.IsNotFound(err) || namespaceGone(err) {
-		return false
-	}
-	k.look(ctx, k.lookReports)
-	if k.reports.load() != off {
+	if !k.unserved(ctx, err, &k.reports, k.lookReports) {
 		return false
 	}
 	k.w.Unstage("", "")
 	return true
+}
+
+// unserved tells whether err, a 404 of a call on what s switches
+// (Reports or ClusterReports), came from its CRD deleted under the running
+// forwarder: then one look finds it no longer served and turns s off
+// (the look says so once and the loop looks again), and each finding is
+// not rejected with an error line of its own. False for any other error,
+// and for a 404 while the CRD is served (a namespace gone).
+func (k *Keeper) unserved(ctx context.Context, err error, s *switched, look func(context.Context) error) bool {
+	if !apierrors.IsNotFound(err) || namespaceGone(err) {
+		return false
+	}
+	k.look(ctx, look)
+	return s.load() == off
 }
 
 // namespaceGone tells a 404 about the object's namespace (the
@@ -603,13 +610,8 @@ func (k *Keeper) writeNode(ctx context.Context, rec findings.Record) (Result, er
 		return Result{Outcome: Off}, nil
 	}
 	res, err := k.w.writeNode(ctx, rec)
-	if res.Outcome == Rejected && apierrors.IsNotFound(res.Why) {
-		// The ClusterReport CRD deleted under the running forwarder, as
-		// crdGone for Reports: one look, said once.
-		k.look(ctx, k.lookNode)
-		if k.node.load() == off {
-			return Result{Outcome: Off, Why: res.Why}, nil
-		}
+	if res.Outcome == Rejected && k.unserved(ctx, res.Why, &k.node, k.lookNode) {
+		return Result{Outcome: Off, Why: res.Why}, nil
 	}
 	if err != nil && kubeapi.IsForbiddenToUs(err) {
 		k.looking.Lock()
