@@ -142,11 +142,7 @@ func (cfg *forwardConfig) run(_ []string, s stdio) int {
 		return 2
 	}
 	if cfg.webhookHold > 0 {
-		// A pause in the failures longer than the hold is a new outage.
-		// Two tries of a held finding are --max-backoff apart at most,
-		// plus the try's own calls (each up to --request-timeout): a
-		// shorter hold would start again at every try and never run out.
-		cfg.webhookHold = max(cfg.webhookHold, minWebhookHold(cfg.maxBackoff, cfg.timeout))
+		cfg.webhookHold = max(cfg.webhookHold, kubeapi.MinHold(cfg.maxBackoff, cfg.timeout))
 	}
 	if err := cfg.secure.check(); err != nil {
 		fmt.Fprintln(s.err, "iptables-alerter forward: "+err.Error())
@@ -163,15 +159,6 @@ func (cfg *forwardConfig) run(_ []string, s stdio) int {
 	}
 	fields := logrus.Fields{"findings": cfg.findings, "state_dir": cfg.checkpointDir}
 	return runConsumer(log, fields, "event forwarder", func(ctx context.Context) error { return forwardLoop(ctx, *cfg, log) })
-}
-
-// minWebhookHold is the shortest --webhook-hold that can run out: twice
-// the longest pause between two tries of a held finding, --max-backoff
-// plus a try's calls (a pod GET, owner GETs, the Event, a Report's read
-// and write: four at most before the one that fails, each up to
-// --request-timeout).
-func minWebhookHold(maxBackoff, timeout time.Duration) time.Duration {
-	return 2 * (maxBackoff + 4*timeout)
 }
 
 func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) error {

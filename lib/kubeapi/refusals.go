@@ -60,6 +60,16 @@ type failure struct {
 // does not hold the node's findings for hours.
 const DefaultHold = 10 * time.Minute
 
+// MinHold is the shortest Hold that can run out for a line held with
+// backoff up to maxBackoff and requests of up to timeout: twice the
+// longest pause between two tries of a held finding, maxBackoff plus a
+// try's calls (a pod GET, owner GETs, the Event, a Report's read and
+// write: four at most before the one that fails). A shorter one would
+// start again at every try (Outlasted) and never run out.
+func MinHold(maxBackoff, timeout time.Duration) time.Duration {
+	return 2 * (maxBackoff + 4*timeout)
+}
+
 // NewRefusals gives an empty Refusals with its metric.
 func NewRefusals() *Refusals {
 	return &Refusals{Hold: DefaultHold, now: time.Now, counter: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -79,10 +89,9 @@ func NewRefusals() *Refusals {
 // again: a new outage gets its own hold. One kind's outlasted clock
 // outlasts the other's in the same namespace, of the same webhook, at
 // its first failure: a webhook on Events and Reports holds a finding
-// once, not twice. False,
-// so the write is retried and nothing is lost, for any other error, with
-// Hold 0, on a nil Refusals, and while the table holds maxRefusals
-// namespaces.
+// once, not twice. False, so the write is retried and nothing is lost,
+// for any other error, with Hold 0, on a nil Refusals, and while the
+// table holds maxRefusals namespaces.
 func (r *Refusals) Outlasted(kind, namespace string, err error) bool {
 	if r == nil || r.Hold <= 0 || !WebhookFailed(err) {
 		return false
