@@ -91,14 +91,15 @@ func IsForbiddenToUs(err error) bool {
 
 // deniedCall reads the call an authorizer's 403 names: its verb, resource
 // and API group ("" for the core group).
-var deniedCall = regexp.MustCompile(`User ".*" cannot ([^ ]+) resource "([^"]+)" in API group "([^"]*)"`)
+var deniedCall = regexp.MustCompile(`User ".*" cannot ([^ ]+) resource "([^"]+)" in API group "([^"]*)"(?: in the namespace "([^"]*)")?`)
 
 // allowedEverywhere tells, for an authorizer's 403 (IsForbiddenToUs),
-// whether the same call is allowed in every namespace (one
-// SelfSubjectAccessReview): then the refusal is about this object or its
-// namespace alone (a webhook authorizer's rule), not missing RBAC, and
-// holding every later call behind it would fix nothing. False for a 403
-// that names no call; an error when the review could not be made.
+// whether the same call is allowed in every namespace and still refused
+// for this object in its namespace (two SelfSubjectAccessReviews): then
+// the refusal is about this object or its namespace alone (a webhook
+// authorizer's rule), not missing RBAC, and holding every later call
+// behind it would fix nothing. False for a 403 that names no call; an
+// error when a review could not be made.
 func allowedEverywhere(ctx context.Context, client kubernetes.Interface, err error) (bool, error) {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
@@ -108,14 +109,29 @@ func allowedEverywhere(ctx context.Context, client kubernetes.Interface, err err
 	if m == nil {
 		return false, nil
 	}
-	r, rerr := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
-		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Verb: m[1], Resource: m[2], Group: m[3]}},
-	}, metav1.CreateOptions{})
-	if rerr != nil {
-		return false, fmt.Errorf("ask whether the forwarder may %s %s everywhere: %w", m[1], m[2], rerr)
+	ask := func(namespace, name string) (bool, error) {
+		r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: m[1], Resource: m[2], Group: m[3], Namespace: namespace, Name: name}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return false, fmt.Errorf("ask whether the forwarder may %s %s: %w", m[1], m[2], err)
+		}
+		return r.Status.Allowed, nil
 	}
-	return r.Status.Allowed, nil
+	everywhere, err := ask("", "")
+	if err != nil || !everywhere {
+		return false, err
+	}
+	// And still refused here: a 403 the authorizers gave while starting
+	// (RBAC's informers not yet synced after an API server restart) is
+	// allowed by now, and is retried, not taken for a rule.
+	name := ""
+	if d := status.Status().Details; d != nil {
+		name = d.Name
+	}
+	here, err := ask(m[4], name)
+	return err == nil && !here, err
 }
 
 // RefusedHere tells whether err, an authorizer's 403, is about its

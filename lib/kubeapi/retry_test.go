@@ -9,11 +9,15 @@ import (
 	"net/url"
 	"testing"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 var (
@@ -108,5 +112,39 @@ func TestRefusal(t *testing.T) {
 	}
 	if !IsForbiddenToUs(fmt.Errorf("get: %w", rbac)) || IsForbiddenToUs(quota) || IsForbiddenToUs(errors.New(`User "u" cannot get resource "x"`)) {
 		t.Error("IsForbiddenToUs: want true for the authorizer's 403 only")
+	}
+}
+
+// TestRefusedHereOnlyWhileRefused: an authorizer's 403 whose call the
+// access reviews now allow here too (RBAC's informers not yet synced
+// when it was given, after an API server restart) is no namespace's
+// rule: retried, not refused for good. One the review still refuses in
+// its namespace, while allowing it everywhere, is.
+func TestRefusedHereOnlyWhileRefused(t *testing.T) {
+	err := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "web-30",
+		errors.New(`User "system:serviceaccount:a:b" cannot get resource "pods" in API group "" in the namespace "shop"`))
+	for _, tc := range []struct {
+		name        string
+		deniedInNS  bool
+		wantRefused bool
+	}{{"allowed by now", false, false}, {"still refused there", true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			var asked []authorizationv1.ResourceAttributes
+			cs.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+				attrs := *r.Spec.ResourceAttributes
+				asked = append(asked, attrs)
+				r.Status.Allowed = !(tc.deniedInNS && attrs.Namespace == "shop")
+				return true, r, nil
+			})
+			here, rerr := RefusedHere(context.Background(), cs, err)
+			if rerr != nil || here != tc.wantRefused {
+				t.Errorf("RefusedHere = %v, %v; want %v", here, rerr, tc.wantRefused)
+			}
+			if len(asked) != 2 || asked[1].Namespace != "shop" || asked[1].Name != "web-30" || asked[0].Namespace != "" {
+				t.Errorf("reviews asked %+v; want everywhere, then pods/web-30 in shop", asked)
+			}
+		})
 	}
 }
