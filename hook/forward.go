@@ -50,7 +50,9 @@ namespace refuses for good (a ResourceQuota, an admission webhook or
 policy: 403, 422) is logged once per namespace and reason, counted and
 shown on /healthz, and the next finding goes. So is one an admission
 webhook that the API server cannot call has failed in its namespace for
---webhook-hold: the webhook's namespaceSelector may match that namespace
+--webhook-hold (or whose writes there ran out of time while the API
+server answered /readyz, as when its webhooks hang past
+--request-timeout): the webhook's namespaceSelector may match that namespace
 alone, and the node's other findings must not wait on it for good.
 
 With --secure-metrics-addr it serves its metrics, and with
@@ -125,7 +127,7 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&cfg.reportsGrace, "reports-grace", openreports.DefaultGrace, "how long a Report keeps the result of a pod that is gone")
 	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
 	fs.DurationVar(&cfg.timeout, "request-timeout", 30*time.Second, "timeout of one API request")
-	fs.DurationVar(&cfg.webhookHold, "webhook-hold", kubeapi.DefaultHold, "how long a finding waits on an admission webhook the API server cannot call (failurePolicy Fail: 500 \"failed calling webhook\") in its namespace, later findings behind it; then that namespace's Events or Reports are refused, counted and said, until one gets through (0: wait for ever, losing nothing; one shorter than 2×(--max-backoff + 4×--request-timeout), 5m by default, is taken as that)")
+	fs.DurationVar(&cfg.webhookHold, "webhook-hold", kubeapi.DefaultHold, "how long a finding waits on an admission webhook the API server cannot call (failurePolicy Fail: 500 \"failed calling webhook\") in its namespace (or a write there that ran out of time while the API server was ready), later findings behind it; then that namespace's Events or Reports are refused, counted and said, until one gets through (0: wait for ever, losing nothing; one shorter than 2×(--max-backoff + 4×--request-timeout), 5m by default, is taken as that)")
 	fs.Float32Var(&cfg.qps, "kube-api-qps", defaultQPS, "API requests a second this forwarder sends at most, sustained, Events and Reports together: a finding costs about 1.4 (its Event, the owner's lookup once a workload, and one Report write for a workload's findings between two checkpoint saves; pods come from one watch of the node), so the default keeps up with about 14 findings a second (client-go's default, 5 for each of its two clients, held it to about 2.5), under the kubelet's own 50; the API server's Priority and Fairness still bounds all nodes' forwarders together")
 	fs.IntVar(&cfg.burst, "kube-api-burst", defaultBurst, "API requests sent at once above --kube-api-qps: the default lets about 10 findings (a node's burst of pod starts) through without waiting")
 	cfg.secure.register(fs)

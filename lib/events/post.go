@@ -256,8 +256,10 @@ func (p *Poster) create(ctx context.Context, ev *eventsv1.Event) (Outcome, error
 	case here:
 		return Rejected, err
 	}
-	// A webhook that cannot be called, for longer than the hold: that
+	// A webhook that cannot be called, or a create that ran out of time
+	// while the API server was ready, for longer than the hold: that
 	// namespace's refusal, for the same reason.
+	err = kubeapi.HeldUp(ctx, p.client, err)
 	if kubeapi.Retryable(err) && !p.refusals.Outlasted(kubeapi.KindEvent, ev.Namespace, err) {
 		return "", err
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -166,16 +168,75 @@ func Owned(ctx context.Context, client kubernetes.Interface, r *owner.Resolver, 
 // WebhookFailed tells an admission webhook that the API server could not
 // call (down, timing out, a malformed answer) and whose failurePolicy is
 // Fail: a 500 "failed calling webhook" (k8s.io/apiserver's webhook
-// dispatchers). It is Retryable, as the webhook may come back, but its
+// dispatchers); or a call that ran out of time while the API server was
+// ready (HeldUp), as a webhook chain longer than the request timeout
+// does. It is Retryable, as the webhook may come back, but its
 // namespaceSelector may match one namespace alone, so Refusals.Outlasted
 // bounds how long it holds the node's line.
 func WebhookFailed(err error) bool {
+	var held *heldUpError
+	if errors.As(err, &held) {
+		return true
+	}
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return false
 	}
 	s := status.Status()
 	return s.Code == http.StatusInternalServerError && strings.Contains(s.Message, "failed calling webhook")
+}
+
+// heldUpError is a call that ran out of time while the API server was
+// ready (HeldUp).
+type heldUpError struct{ err error }
+
+func (e *heldUpError) Error() string {
+	return e.err.Error() + " (the API server is ready: held up in admission)"
+}
+
+func (e *heldUpError) Unwrap() error { return e.err }
+
+// readyWithin bounds HeldUp's readiness check: a server slower than this
+// to say it is ready is not.
+const readyWithin = 5 * time.Second
+
+// HeldUp returns err marked for WebhookFailed when it is a call that ran
+// out of time (the client's --request-timeout, or the API server's 504)
+// while the API server answers its readiness check (/readyz, which checks
+// etcd) at once: the call was held up on its way, by admission webhooks.
+// A webhook that hangs is cut by its own timeout (10 s by default, 30 s
+// at most) with a 500 "failed calling webhook", but the client's timeout
+// (30 s) ends the call first when the webhook's is as long, and a chain
+// of webhooks that each pass in time may add up to more. Without this
+// such a namespace's finding was retried for good and held every later
+// finding of the node. err unchanged otherwise, and when ctx is done (its
+// own deadline is no server's) or the check could not be made (a server
+// down or slow is retried as before, for good: nothing is lost).
+func HeldUp(ctx context.Context, client kubernetes.Interface, err error) error {
+	if err == nil || ctx.Err() != nil || !timedOut(err) || client == nil {
+		return err
+	}
+	rc := client.Discovery().RESTClient()
+	if rc == nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyWithin)
+	defer cancel()
+	if rc.Get().AbsPath("/readyz").Do(ctx).Error() != nil {
+		return err
+	}
+	return &heldUpError{err}
+}
+
+// timedOut tells a call that ran out of time: the client's deadline (no
+// answer in --request-timeout) or the API server's own (504, or a 500
+// ServerTimeout).
+func timedOut(err error) bool {
+	if apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // webhookDenied is an admission webhook's answer "no" (k8s.io/apiserver's
@@ -213,17 +274,18 @@ var RefusedReasons = []string{RefusedQuota, RefusedAdmission, RefusedInvalid, Re
 // Empty for every other error: those are retried (Retryable), or say
 // something other than "this namespace will not take it".
 func Refusal(err error) string {
+	if WebhookFailed(err) {
+		// HeldUp's has no status.
+		return RefusedWebhook
+	}
 	var status apierrors.APIStatus
 	if err == nil || !errors.As(err, &status) {
 		return ""
 	}
-	switch {
-	case IsForbiddenToUs(err):
+	if IsForbiddenToUs(err) {
 		// Retryable, but when a SelfSubjectAccessReview said the
 		// forwarder may make the call, the 403 is about this object.
 		return RefusedForbidden
-	case WebhookFailed(err):
-		return RefusedWebhook
 	}
 	if Retryable(err) {
 		return ""

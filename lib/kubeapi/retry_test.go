@@ -2,12 +2,16 @@ package kubeapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,7 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 )
 
@@ -144,6 +150,81 @@ func TestRefusedHereOnlyWhileRefused(t *testing.T) {
 			}
 			if len(asked) != 2 || asked[1].Namespace != "shop" || asked[1].Name != "web-30" || asked[0].Namespace != "" {
 				t.Errorf("reviews asked %+v; want everywhere, then pods/web-30 in shop", asked)
+			}
+		})
+	}
+}
+
+// TestHeldUp: against a stand-in API server, a create that runs out of
+// time (the client's deadline, or the server's 504) is marked for the
+// webhook hold while the server says it is ready, and left as it is
+// (retried for good) when the server is not, cannot say, or the call
+// failed otherwise.
+func TestHeldUp(t *testing.T) {
+	reasons := map[int]metav1.StatusReason{http.StatusGatewayTimeout: metav1.StatusReasonTimeout,
+		http.StatusInternalServerError: metav1.StatusReasonInternalError, http.StatusForbidden: metav1.StatusReasonForbidden}
+	for _, tc := range []struct {
+		name   string
+		create int // status of the create; 0: no answer
+		readyz int // status of /readyz; 0: no answer
+		done   bool
+		held   bool
+	}{
+		{name: "timeout, server ready", readyz: http.StatusOK, held: true},
+		{name: "504, server ready", create: http.StatusGatewayTimeout, readyz: http.StatusOK, held: true},
+		{name: "timeout, server not ready", readyz: http.StatusInternalServerError},
+		{name: "timeout, no readiness answer"},
+		{name: "timeout, readiness refused", readyz: http.StatusForbidden},
+		{name: "another 500, server ready", create: http.StatusInternalServerError, readyz: http.StatusOK},
+		{name: "timeout, caller gone", readyz: http.StatusOK, done: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			quit := make(chan struct{})
+			answer := func(w http.ResponseWriter, r *http.Request, code int) {
+				if code == 0 {
+					select {
+					case <-quit:
+					case <-r.Context().Done():
+					}
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(code)
+				_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+					Status: metav1.StatusFailure, Code: int32(code), Reason: reasons[code], Message: "stand-in"})
+			}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/readyz" {
+					if tc.readyz == http.StatusOK {
+						_, _ = io.WriteString(w, "ok")
+						return
+					}
+					answer(w, r, tc.readyz)
+					return
+				}
+				answer(w, r, tc.create)
+			}))
+			t.Cleanup(srv.Close)
+			t.Cleanup(func() { close(quit) })
+			client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, Timeout: 300 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			_, err = client.CoreV1().ConfigMaps("shop").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+			if err == nil || !Retryable(err) {
+				t.Fatalf("the create gave %v, want a retryable error", err)
+			}
+			if tc.done {
+				cancel()
+			}
+			got := HeldUp(ctx, client, err)
+			if WebhookFailed(got) != tc.held || (Refusal(got) == RefusedWebhook) != tc.held {
+				t.Errorf("HeldUp(%v) = %v: WebhookFailed %v, Refusal %q; want held %v", err, got, WebhookFailed(got), Refusal(got), tc.held)
+			}
+			if !errors.Is(got, err) || !Retryable(got) {
+				t.Errorf("HeldUp(%v) = %v: want the same error, still retryable", err, got)
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -33,13 +34,22 @@ import (
 )
 
 // TestWebhookDownInOneNamespace: a validating webhook for Events and
-// Reports in one namespace cannot be called (nothing listens at its URL)
-// and fails closed. The forwarder's line (Events, then Reports) holds
-// that namespace's finding for the hold, with later findings behind it,
-// then refuses its Event and its Report there (counted, on /healthz) and
-// delivers the finding behind it. Once the webhook is gone, that
-// namespace's next finding is delivered and its refusals cleared.
+// Reports in one namespace fails closed, and the API server cannot call
+// it: nothing listens at its URL ("refused"), or it never answers and its
+// timeout outlasts the client's ("hangs": no 500 comes back, the client's
+// deadline ends each call). The forwarder's line (Events, then Reports)
+// holds that namespace's finding for the hold, with later findings
+// behind it, then refuses its Event and its Report there (counted, on
+// /healthz) and delivers the finding behind it. Once the webhook is
+// gone, that namespace's next finding is delivered and its refusals
+// cleared.
 func TestWebhookDownInOneNamespace(t *testing.T) {
+	for _, hangs := range []bool{false, true} {
+		t.Run(map[bool]string{false: "refused", true: "hangs"}[hangs], func(t *testing.T) { webhookDown(t, hangs) })
+	}
+}
+
+func webhookDown(t *testing.T, hangs bool) {
 	c, admin, owned := start(t)
 	ctx := kubetest.Ctx(t)
 	cs := c.Client()
@@ -48,7 +58,37 @@ func TestWebhookDownInOneNamespace(t *testing.T) {
 	web := owned["web-7c9-aaaaa"].Pod
 
 	// Nothing listens at its URL: the API server cannot call it.
-	hook := installWebhook(t, cs, "down", "https://127.0.0.1:1/validate", nil, admissionregistrationv1.Create, admissionregistrationv1.Update)
+	url, ca := "https://127.0.0.1:1/validate", []byte(nil)
+	// The forwarder's client, and what a try of a held finding may take
+	// beyond the line's pauses.
+	fwd, rfwd, slack := cs, versioned.Interface(admin), time.Duration(0)
+	if hangs {
+		// A webhook that never answers, with a timeout (installWebhook's
+		// 2 s) longer than the forwarder's client's.
+		stop := make(chan struct{})
+		srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-stop:
+			case <-r.Context().Done():
+			}
+		}))
+		t.Cleanup(srv.Close)
+		t.Cleanup(func() { close(stop) })
+		url, ca = srv.URL+"/validate", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+		cfg := c.Config(c.AdminToken)
+		cfg.Timeout = time.Second
+		var err error
+		if fwd, err = kubernetes.NewForConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if rfwd, err = versioned.NewForConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
+		// The clock starts at the first call's timeout, and the Report's
+		// call times out once more before it is refused.
+		slack = 2 * cfg.Timeout
+	}
+	hook := installWebhook(t, cs, "down", url, ca, admissionregistrationv1.Create, admissionregistrationv1.Update)
 	// The API server picks the webhook up from its informer: wait until
 	// an Event create in "down" fails calling it.
 	probe := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: "down"}, EventTime: metav1.NowMicro(),
@@ -72,10 +112,10 @@ func TestWebhookDownInOneNamespace(t *testing.T) {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	refusals := kubeapi.NewRefusals()
-	const hold = 4 * time.Second
+	const hold = 6 * time.Second
 	refusals.Hold = hold
-	ev := events.NewConsumer(events.New(cs, "node-a", false), log, refusals)
-	keeper := openreports.NewKeeper(openreports.New(cs, admin, "node-a"), admin, cs, log)
+	ev := events.NewConsumer(events.New(fwd, "node-a", false), log, refusals)
+	keeper := openreports.NewKeeper(openreports.New(fwd, rfwd, "node-a"), rfwd, fwd, log)
 	keeper.Posted, keeper.Refusals = ev.Posted, refusals
 	keeper.Start(life)
 	if !keeper.Enabled() {
@@ -111,7 +151,7 @@ func TestWebhookDownInOneNamespace(t *testing.T) {
 	took, held := until()
 	// One hold for the finding, not one for its Event and another for
 	// its Report: the Reports' clock is outlasted with the Events'.
-	if held == 0 || took < hold || took > hold*7/4 {
+	if held == 0 || took < hold || took > hold*7/4+slack {
 		t.Errorf("the line went through in %v, held %d times: want it held for the hold (%v) once first", took, held, hold)
 	}
 	if diff := cmp.Diff([]string{web.Name}, resultPods(t, admin, "shop", "node-a")); diff != "" {
