@@ -107,7 +107,12 @@ func (r *Refusals) Outlasted(kind, namespace string, err error) bool {
 	if !ok || now.Sub(f.last) >= forgetAfter || !f.out && now.Sub(f.last) > r.Hold {
 		f = failure{since: now}
 	}
-	f.last, f.hook = now, webhookName(err)
+	f.last = now
+	if name := webhookName(err); f.hook == "" {
+		// The first name stays: a webhook as slow as the client's
+		// timeout fails with its name or times out without one.
+		f.hook = name
+	}
 	f.out = f.out || now.Sub(f.since) >= r.Hold || r.outBeside(k, f.hook, now)
 	if r.failing == nil {
 		r.failing = map[refusalKey]failure{}
@@ -117,9 +122,14 @@ func (r *Refusals) Outlasted(kind, namespace string, err error) bool {
 }
 
 // outBeside tells whether another kind's clock in k's namespace, of the
-// same webhook, has outlasted its hold and is still current. Callers
-// hold mu.
+// same webhook, has outlasted its hold and is still current. A write that
+// timed out (HeldUp) names no webhook, and ties to none: each kind then
+// waits its own hold, as a timeout of one kind says nothing of the
+// other's. Callers hold mu.
 func (r *Refusals) outBeside(k refusalKey, hook string, now time.Time) bool {
+	if hook == "" {
+		return false
+	}
 	for o, f := range r.failing {
 		if o.namespace == k.namespace && o.kind != k.kind && f.out && f.hook == hook && now.Sub(f.last) < forgetAfter {
 			return true

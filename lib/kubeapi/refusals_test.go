@@ -1,6 +1,7 @@
 package kubeapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -66,6 +67,20 @@ func TestOutlasted(t *testing.T) {
 	step(time.Minute)
 	check("two: the Reports' webhook outlasted", r.Outlasted(KindReport, "two", err), true)
 	check("two: another webhook's first on the Events", r.Outlasted(KindEvent, "two", other), false)
+
+	// A write that timed out names no webhook: it ties to no other
+	// kind's clock, timed out or named.
+	held := fmt.Errorf("write report: %w", &heldUpError{err: context.DeadlineExceeded})
+	r.Outlasted(KindEvent, "slow", held)
+	step(time.Minute)
+	check("slow: the Events' timeouts outlasted", r.Outlasted(KindEvent, "slow", held), true)
+	check("slow: the Reports' first timeout", r.Outlasted(KindReport, "slow", held), false)
+	check("slow: the Reports' first named failure", r.Outlasted(KindReport, "slow", err), false)
+	// A clock keeps the first webhook it was told of: once both kinds'
+	// clocks name the same, one outlasted outlasts the other, whatever
+	// the next failure.
+	check("slow: the Events' named failure, outlasted", r.Outlasted(KindEvent, "slow", err), true)
+	check("slow: a timeout of the Reports, both clocks named alike", r.Outlasted(KindReport, "slow", held), true)
 
 	r.Hold = 0
 	check("Hold 0 waits for ever", r.Outlasted(KindEvent, "shop", err), false)

@@ -200,18 +200,19 @@ func (e *heldUpError) Unwrap() error { return e.err }
 // to say it is ready is not.
 const readyWithin = 5 * time.Second
 
-// HeldUp returns err marked for WebhookFailed when it is a call that ran
-// out of time (the client's --request-timeout, or the API server's 504)
-// while the API server answers its readiness check (/readyz, which checks
-// etcd) at once: the call was held up on its way, by admission webhooks.
-// A webhook that hangs is cut by its own timeout (10 s by default, 30 s
-// at most) with a 500 "failed calling webhook", but the client's timeout
-// (30 s) ends the call first when the webhook's is as long, and a chain
-// of webhooks that each pass in time may add up to more. Without this
-// such a namespace's finding was retried for good and held every later
-// finding of the node. err unchanged otherwise, and when ctx is done (its
-// own deadline is no server's) or the check could not be made (a server
-// down or slow is retried as before, for good: nothing is lost).
+// HeldUp returns err, the error of a write (reads pass no admission),
+// marked for WebhookFailed when the write ran out of time (timedOut) while
+// the API server answers its readiness check (/readyz, which checks etcd)
+// at once: admission webhooks held it up. A hanging webhook is cut by its
+// own timeout (10 s by default, 30 s at most) with a 500 "failed calling
+// webhook", but the client's --request-timeout (30 s) ends the write
+// first when the webhook's is as long, and a chain of webhooks that each
+// answer in time may add up to more; such a namespace's finding was
+// retried for good, every later finding of the node behind it. err is
+// unchanged otherwise: when ctx is done (its own deadline is no
+// server's), and when the check fails or cannot be made (a server down
+// or slow is retried for good: nothing is lost). Left: an etcd whose
+// writes alone are slow passes the check and is taken for admission.
 func HeldUp(ctx context.Context, client kubernetes.Interface, err error) error {
 	if err == nil || ctx.Err() != nil || !timedOut(err) || client == nil {
 		return err
@@ -230,8 +231,16 @@ func HeldUp(ctx context.Context, client kubernetes.Interface, err error) error {
 
 // timedOut tells a call that ran out of time: the client's deadline (no
 // answer in --request-timeout) or the API server's own (504, or a 500
-// ServerTimeout).
+// ServerTimeout). Not one client-go tried again within the deadline: the
+// server answered it, with a 429 or a Retry-After, and an overloaded
+// server sheds load that way (while its /readyz, exempt from priority
+// and fairness, answers at once). client-go says so only in the text:
+// its wrapper of the earlier try's error is unexported, and the rate
+// limiter's wait ends in the deadline.
 func timedOut(err error) bool {
+	if msg := err.Error(); strings.Contains(msg, "error from a previous attempt") || strings.Contains(msg, "client rate limiter Wait returned an error") {
+		return false
+	}
 	if apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) {
 		return true
 	}
@@ -274,18 +283,20 @@ var RefusedReasons = []string{RefusedQuota, RefusedAdmission, RefusedInvalid, Re
 // Empty for every other error: those are retried (Retryable), or say
 // something other than "this namespace will not take it".
 func Refusal(err error) string {
-	if WebhookFailed(err) {
-		// HeldUp's has no status.
-		return RefusedWebhook
-	}
-	var status apierrors.APIStatus
-	if err == nil || !errors.As(err, &status) {
+	switch {
+	case err == nil:
 		return ""
-	}
-	if IsForbiddenToUs(err) {
+	case IsForbiddenToUs(err):
 		// Retryable, but when a SelfSubjectAccessReview said the
 		// forwarder may make the call, the 403 is about this object.
 		return RefusedForbidden
+	case WebhookFailed(err):
+		// Before the status: HeldUp's has none.
+		return RefusedWebhook
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return ""
 	}
 	if Retryable(err) {
 		return ""

@@ -177,6 +177,9 @@ func TestHeldUp(t *testing.T) {
 		{name: "timeout, readiness refused", readyz: http.StatusForbidden},
 		{name: "another 500, server ready", create: http.StatusInternalServerError, readyz: http.StatusOK},
 		{name: "timeout, caller gone", readyz: http.StatusOK, done: true},
+		// Priority and fairness shedding load: client-go waits and tries
+		// again until the deadline, while /readyz is exempt.
+		{name: "429s until the deadline, server ready", create: http.StatusTooManyRequests, readyz: http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			quit := make(chan struct{})
@@ -189,6 +192,9 @@ func TestHeldUp(t *testing.T) {
 					return
 				}
 				w.Header().Set("Content-Type", "application/json")
+				if code == http.StatusTooManyRequests {
+					w.Header().Set("Retry-After", "1")
+				}
 				w.WriteHeader(code)
 				_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 					Status: metav1.StatusFailure, Code: int32(code), Reason: reasons[code], Message: "stand-in"})
@@ -206,7 +212,7 @@ func TestHeldUp(t *testing.T) {
 			}))
 			t.Cleanup(srv.Close)
 			t.Cleanup(func() { close(quit) })
-			client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, Timeout: 300 * time.Millisecond})
+			client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, Timeout: time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,6 +225,8 @@ func TestHeldUp(t *testing.T) {
 			if tc.done {
 				cancel()
 			}
+			// As the callers pass it, wrapped.
+			err = fmt.Errorf("create configmap: %w", err)
 			got := HeldUp(ctx, client, err)
 			if WebhookFailed(got) != tc.held || (Refusal(got) == RefusedWebhook) != tc.held {
 				t.Errorf("HeldUp(%v) = %v: WebhookFailed %v, Refusal %q; want held %v", err, got, WebhookFailed(got), Refusal(got), tc.held)

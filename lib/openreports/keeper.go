@@ -440,7 +440,6 @@ func (k *Keeper) stage(ctx context.Context, rec findings.Record, posted owner.Ow
 	if res.Outcome == Rejected && k.crdGone(ctx, res.Why) {
 		return Result{Outcome: Off, Why: res.Why}, nil
 	}
-	err = kubeapi.HeldUp(ctx, k.kube, err)
 	// A gone record's removal writes at once: a refusal of its namespace
 	// is said as Flush's.
 	refused := Result{Outcome: Rejected, Namespace: rec.Pod.Namespace, Why: err}
@@ -496,7 +495,6 @@ func (k *Keeper) Flush(ctx context.Context) error {
 	}
 	for {
 		done, failed, err := k.w.Flush(ctx)
-		err = kubeapi.HeldUp(ctx, k.kube, err)
 		for _, res := range done {
 			k.finished(k.log.WithFields(nil), res, res.Records)
 		}

@@ -634,9 +634,14 @@ func (w *Writer) read(ctx context.Context, namespace, name string, fresh bool) (
 // conflict (someone else wrote it, or it is gone or there already) reads
 // it again and applies change anew. A Report left without results is
 // deleted.
+//
+// A write (not a read) that runs out of time while the API server is
+// ready comes back marked by kubeapi.HeldUp: admission held it up.
 func (w *Writer) update(ctx context.Context, namespace, name string, change func(*openreportsv1alpha1.Report)) error {
-	return upsert(ctx, w.reports.OpenreportsV1alpha1().Reports(namespace), namespace+"/"+name, w.node,
+	writing := false
+	err := upsert(ctx, w.reports.OpenreportsV1alpha1().Reports(namespace), namespace+"/"+name, w.node,
 		func(fresh bool) (*openreportsv1alpha1.Report, bool, error) {
+			writing = false
 			return w.read(ctx, namespace, name, fresh)
 		},
 		func(r *openreportsv1alpha1.Report, a afterWrite) {
@@ -650,6 +655,7 @@ func (w *Writer) update(ctx context.Context, namespace, name string, change func
 			default:
 				// Whatever went wrong, the remembered copy may be stale now.
 				w.remember(namespace, name, nil)
+				writing = true
 			}
 		},
 		func(r *openreportsv1alpha1.Report) bool {
@@ -657,6 +663,10 @@ func (w *Writer) update(ctx context.Context, namespace, name string, change func
 			change(r)
 			return len(r.Results) == 0
 		})
+	if writing {
+		err = kubeapi.HeldUp(ctx, w.kube, err)
+	}
+	return err
 }
 
 // reportAPI is the part of the Report and ClusterReport clients upsert
