@@ -1,6 +1,8 @@
 package owner_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
@@ -8,8 +10,14 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // TestResolveRealAPIServer resolves pods of every controller kind, made
@@ -58,7 +66,8 @@ func TestResolveRealAPIServer(t *testing.T) {
 		t.Errorf("owner with the ReplicaSet gone %s, %v; want ReplicaSet/web-7c9 and no error", got, err)
 	}
 	// A ReplicaSet of the same name but another object (another
-	// Deployment's) is not the pod's: the pod's own reference is named.
+	// Deployment's) is not the pod's: the pod is bare, as its reference's
+	// UID is no live object's.
 	if _, err := admin.AppsV1().ReplicaSets("shop").Create(ctx, &appsv1.ReplicaSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "web-7c9", Labels: map[string]string{"app": "x"}, OwnerReferences: []metav1.OwnerReference{
 			{APIVersion: "apps/v1", Kind: "Deployment", Name: "impostor", UID: "00000000-0000-0000-0000-000000000001", Controller: new(true)}}},
@@ -68,8 +77,27 @@ func TestResolveRealAPIServer(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := resolve(owner.New(sa), web); got.String() != "ReplicaSet/web-7c9" {
-		t.Errorf("owner through a recreated ReplicaSet %s, want ReplicaSet/web-7c9", got)
+	if got, ref, err := owner.New(sa).Reference(ctx, web); got.String() != "Pod/"+web.Name || ref.UID != web.UID || err != nil {
+		t.Errorf("owner through a recreated ReplicaSet %s (%+v), %v; want the pod itself", got, ref, err)
+	}
+
+	// A pod naming a StatefulSet or DaemonSet with a UID that is not
+	// the set's (made up by whoever created the pod) is bare: the set's
+	// Report must not get that UID as its owner, which the garbage
+	// collector would find dangling and delete the Report. The set's
+	// own pods keep it, with its UID.
+	for _, name := range []string{"db-0", "agent-x1z2q"} {
+		real := pods[name].Pod
+		r := owner.New(sa)
+		if got, ref, err := r.Reference(ctx, real); got.Kind != pods[name].Kind || ref.UID != real.OwnerReferences[0].UID || err != nil {
+			t.Errorf("%s: owner %s (%+v), %v; want its %s with its UID", name, got, ref, err, pods[name].Kind)
+		}
+		fake := real.DeepCopy()
+		fake.Name, fake.UID = "impostor-"+name, "00000000-0000-0000-0000-0000000000aa"
+		fake.OwnerReferences[0].UID = "00000000-0000-0000-0000-0000000000bb"
+		if got, ref, err := r.Reference(ctx, fake); got.String() != "Pod/"+fake.Name || ref.UID != fake.UID || err != nil {
+			t.Errorf("%s with a made-up owner UID: owner %s (%+v), %v; want the pod itself", name, got, ref, err)
+		}
 	}
 	// Without any client only the pod's own references are read.
 	if got := resolve(owner.New(nil), pods["nightly-2901-ddddd"].Pod); got.String() != "Job/nightly-2901" {
@@ -109,5 +137,26 @@ func TestReferenceLookupFails(t *testing.T) {
 	odd.OwnerReferences[0].Name = "a/b"
 	if o, _, err := r.Reference(ctx, odd); o.String() != "ReplicaSet/a/b" || err != nil {
 		t.Errorf("Reference through an impossible name = %s, %v; want the ReplicaSet and no error", o, err)
+	}
+}
+
+// TestUncheckedWithoutRole: a role from before the StatefulSet and
+// DaemonSet checks (no get on them) leaves those references unchecked,
+// as before, instead of failing every such pod's lookup: the pod is
+// filed under its set, with no error to retry.
+func TestUncheckedWithoutRole(t *testing.T) {
+	uid := types.UID("00000000-0000-0000-0000-0000000000cc")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db-0", UID: "pod-uid",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: uid, Controller: new(true)}}}}
+	cs := fake.NewClientset()
+	asked := 0
+	cs.PrependReactor("get", "statefulsets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		asked++
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "statefulsets"}, "db",
+			errors.New(`User "system:serviceaccount:iptables-alerter:iptables-alerter-forward" cannot get resource "statefulsets" in API group "apps" in the namespace "shop"`))
+	})
+	got, ref, err := owner.New(cs).Reference(context.Background(), pod)
+	if got.String() != "StatefulSet/db" || ref.UID != uid || err != nil || asked != 1 {
+		t.Errorf("Reference = %s (%+v), %v after %d gets; want StatefulSet/db with its reference's UID, no error, after one get", got, ref, err, asked)
 	}
 }

@@ -4,8 +4,12 @@
 // says "StaticPod" for a mirror pod and "Pod" for a bare one.
 //
 // Invariants: it never guesses from the pod's name. When the controller is
-// gone, is another object now or has no controller itself, the answer is
-// the nearest owner known (the ReplicaSet, say). When a lookup is refused
+// gone or has no controller itself, the answer is the nearest owner known
+// (the ReplicaSet, say). When an object of the controller's name has
+// another UID than the pod's reference (stale, or made up by whoever
+// created the pod), the pod is answered as bare: filed under the
+// workload, it would write a UID the garbage collector finds dangling
+// into the workload's Report as its owner. When a lookup is refused
 // or times out, Reference and Owned say so with an error beside that
 // answer, which a caller filing pods by owner retries rather than take
 // (else one pod lands under two owners). What a
@@ -13,7 +17,8 @@
 // failure not, so a node's forwarder asks about each ReplicaSet once.
 //
 // API calls made, which packaging/rbac must allow: get on replicasets and
-// replicationcontrollers (to see their Deployment or DeploymentConfig) and
-// on jobs (to see their CronJob). Nothing else: the other kinds are read
-// from the pod's own ownerReferences.
+// replicationcontrollers (to see their Deployment or DeploymentConfig), on
+// jobs (to see their CronJob), and on statefulsets and daemonsets (to
+// check the UID; where a role lacks it, they are not checked). Nothing
+// else: the other kinds are read from the pod's own ownerReferences.
 package owner

@@ -57,6 +57,7 @@ type key struct{ namespace, kind, name, uid string }
 
 type entry struct {
 	parent *metav1.OwnerReference
+	other  bool
 	at     time.Time
 }
 
@@ -93,14 +94,33 @@ func (r *Resolver) Reference(ctx context.Context, pod *corev1.Pod) (Owner, metav
 	}
 	top := *ref
 	var err error
+	var other bool
+	k := key{pod.Namespace, ref.Kind, ref.Name, string(ref.UID)}
 	switch {
 	case ref.Kind == "ReplicaSet" && isGroup(ref.APIVersion, "apps"),
 		ref.Kind == "Job" && isGroup(ref.APIVersion, "batch"),
 		ref.Kind == "ReplicationController" && isGroup(ref.APIVersion, ""):
 		var p *metav1.OwnerReference
-		if p, err = r.parent(ctx, key{pod.Namespace, ref.Kind, ref.Name, string(ref.UID)}); p != nil {
+		if p, other, err = r.parent(ctx, k); p != nil {
 			top = *p
 		}
+	case (ref.Kind == "StatefulSet" || ref.Kind == "DaemonSet") && isGroup(ref.APIVersion, "apps"):
+		// Read only to check the reference's UID (the pod is filed under
+		// the set itself, whatever owns the set). A role from before
+		// this check (no get on them) leaves it unchecked, as it was,
+		// instead of holding the pod's findings.
+		if _, other, err = r.parent(ctx, k); apierrors.IsForbidden(err) {
+			err = nil
+		}
+	}
+	if other {
+		// The object of that name has another UID: the reference is
+		// stale, or made up by whoever created the pod (a pod's owner
+		// references are not checked when it is created). Filed under
+		// it, the pod would write that UID into the workload's Report as
+		// its owner, and the garbage collector would delete the Report,
+		// with every other pod's results, as it deletes the pod.
+		return Bare(pod.Name), self, nil
 	}
 	top.Controller, top.BlockOwnerDeletion = nil, nil
 	return Owner{Kind: top.Kind, Name: top.Name}, top, err
@@ -112,24 +132,24 @@ func isGroup(apiVersion, group string) bool {
 	return err == nil && gv.Group == group
 }
 
-// parent returns the controller of a ReplicaSet, Job or
-// ReplicationController, nil when it has none, is gone or is another
-// object now; the error of a lookup that failed otherwise.
-func (r *Resolver) parent(ctx context.Context, k key) (*metav1.OwnerReference, error) {
+// parent returns the controller of a ReplicaSet, Job, ReplicationController,
+// StatefulSet or DaemonSet, nil when it has none or is gone; other when an
+// object of that name has another UID than k's; the error of a lookup that
+// failed otherwise.
+func (r *Resolver) parent(ctx context.Context, k key) (p *metav1.OwnerReference, other bool, err error) {
 	// An ownerReference's name is not validated as an object name, and
 	// client-go refuses an impossible one before sending anything, with
 	// an error that looks like a lost connection: no such object exists.
 	if r.client == nil || k.name == "" || len(path.IsValidPathSegmentName(k.name)) > 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 	r.mu.Lock()
 	e, ok := r.cache[k]
 	r.mu.Unlock()
 	if ok && r.now().Sub(e.at) < maxAge {
-		return e.parent, nil
+		return e.parent, e.other, nil
 	}
 	var meta *metav1.ObjectMeta
-	var err error
 	switch k.kind {
 	case "ReplicaSet":
 		rs, e := r.client.AppsV1().ReplicaSets(k.namespace).Get(ctx, k.name, metav1.GetOptions{})
@@ -149,22 +169,31 @@ func (r *Resolver) parent(ctx context.Context, k key) (*metav1.OwnerReference, e
 			meta = &rc.ObjectMeta
 		}
 		err = e
+	case "StatefulSet":
+		ss, e := r.client.AppsV1().StatefulSets(k.namespace).Get(ctx, k.name, metav1.GetOptions{})
+		if e == nil {
+			meta = &ss.ObjectMeta
+		}
+		err = e
+	case "DaemonSet":
+		ds, e := r.client.AppsV1().DaemonSets(k.namespace).Get(ctx, k.name, metav1.GetOptions{})
+		if e == nil {
+			meta = &ds.ObjectMeta
+		}
+		err = e
 	}
 	switch {
 	case apierrors.IsNotFound(err) || err == nil && meta == nil:
 		// Final: the pod's controller is the nearest owner there is. Not
 		// cached, as no failed lookup is.
-		return nil, nil
+		return nil, false, nil
 	case err != nil:
 		// Not cached: a refusal or an outage may pass.
-		return nil, fmt.Errorf("get %s %q: %w", strings.ToLower(k.kind), k.namespace+"/"+k.name, err)
+		return nil, false, fmt.Errorf("get %s %q: %w", strings.ToLower(k.kind), k.namespace+"/"+k.name, err)
 	}
-	var p *metav1.OwnerReference
 	// Another object under the pod's owner's name says nothing of the pod.
-	if string(meta.UID) != k.uid {
-		meta = &metav1.ObjectMeta{}
-	}
-	if ref := metav1.GetControllerOfNoCopy(meta); ref != nil {
+	other = string(meta.UID) != k.uid
+	if ref := metav1.GetControllerOfNoCopy(meta); ref != nil && !other {
 		c := *ref
 		p = &c
 	}
@@ -175,8 +204,8 @@ func (r *Resolver) parent(ctx context.Context, k key) (*metav1.OwnerReference, e
 		// with one GET per workload.
 		clear(r.cache)
 	}
-	r.cache[k] = entry{parent: p, at: r.now()}
-	return p, nil
+	r.cache[k] = entry{parent: p, other: other, at: r.now()}
+	return p, other, nil
 }
 
 // Owned is a live pod with its owning workload and a reference to the

@@ -373,7 +373,7 @@ func benchForward(b *testing.B, c *kubetest.Cluster, bin, kubeconfig string, rec
 
 // forwarderResource are the resources the forwarder touches; the API
 // server's own (leases, flow control) are left out.
-var forwarderResource = map[string]bool{"pods": true, "events": true, "replicasets": true, "reports": true}
+var forwarderResource = map[string]bool{"pods": true, "events": true, "replicasets": true, "statefulsets": true, "daemonsets": true, "reports": true}
 
 // nodeResource are the node's own writes: its label, its ClusterReport.
 var nodeResource = map[string]bool{"nodes": true, "clusterreports": true}
