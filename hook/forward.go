@@ -51,7 +51,7 @@ policy: 403, 422) is logged once per namespace and reason, counted and
 shown on /healthz, and the next finding goes. So is one an admission
 webhook that the API server cannot call has failed in its namespace for
 --webhook-hold (or whose writes there ran out of time while the API
-server answered /readyz, as when its webhooks hang past
+server answered /readyz and /version, as when its webhooks hang past
 --request-timeout): the webhook's namespaceSelector may match that namespace
 alone, and the node's other findings must not wait on it for good.
 

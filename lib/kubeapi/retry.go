@@ -203,7 +203,8 @@ const readyWithin = 5 * time.Second
 // HeldUp returns err, the error of a write (reads pass no admission),
 // marked for WebhookFailed when the write ran out of time (timedOut) while
 // the API server answers its readiness check (/readyz, which checks etcd)
-// at once: admission webhooks held it up. A hanging webhook is cut by its
+// at once, and /version, which waits in the write's priority and fairness
+// queues, too: admission webhooks held it up. A hanging webhook is cut by its
 // own timeout (10 s by default, 30 s at most) with a 500 "failed calling
 // webhook", but the client's --request-timeout (30 s) ends the write
 // first when the webhook's is as long, and a chain of webhooks that each
@@ -223,8 +224,13 @@ func HeldUp(ctx context.Context, client kubernetes.Interface, err error) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, readyWithin)
 	defer cancel()
-	if rc.Get().AbsPath("/readyz").Do(ctx).Error() != nil {
-		return err
+	// /readyz sees etcd, but priority and fairness exempt it: /version,
+	// asked as the write was, waits in the same queues, where an
+	// overloaded server holds a write until its deadline.
+	for _, path := range []string{"/readyz", "/version"} {
+		if rc.Get().AbsPath(path).Do(ctx).Error() != nil {
+			return err
+		}
 	}
 	return &heldUpError{err}
 }

@@ -168,6 +168,9 @@ func TestHeldUp(t *testing.T) {
 		create int // status of the create; 0: no answer
 		readyz int // status of /readyz; 0: no answer
 		done   bool
+		// queued: /version waits past the deadline (priority and
+		// fairness queues, which exempt /readyz).
+		queued bool
 		held   bool
 	}{
 		{name: "timeout, server ready", readyz: http.StatusOK, held: true},
@@ -180,6 +183,7 @@ func TestHeldUp(t *testing.T) {
 		// Priority and fairness shedding load: client-go waits and tries
 		// again until the deadline, while /readyz is exempt.
 		{name: "429s until the deadline, server ready", create: http.StatusTooManyRequests, readyz: http.StatusOK},
+		{name: "timeout, server ready but queueing", readyz: http.StatusOK, queued: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			quit := make(chan struct{})
@@ -193,13 +197,22 @@ func TestHeldUp(t *testing.T) {
 				}
 				w.Header().Set("Content-Type", "application/json")
 				if code == http.StatusTooManyRequests {
-					w.Header().Set("Retry-After", "1")
+					// Past the client's deadline: it ends in the wait.
+					w.Header().Set("Retry-After", "2")
 				}
 				w.WriteHeader(code)
 				_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 					Status: metav1.StatusFailure, Code: int32(code), Reason: reasons[code], Message: "stand-in"})
 			}
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/version" {
+					if tc.queued {
+						answer(w, r, 0)
+						return
+					}
+					_, _ = io.WriteString(w, `{"major":"1","minor":"35"}`)
+					return
+				}
 				if r.URL.Path == "/readyz" {
 					if tc.readyz == http.StatusOK {
 						_, _ = io.WriteString(w, "ok")
