@@ -343,8 +343,21 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 	pod, o, ref := posted.Pod, posted.Owner, posted.Ref
 	res := Result{Namespace: pod.Namespace, Name: Name(o, w.node), Owner: o, OwnerWhy: ownerWhy}
 	return res, func(r *openreportsv1alpha1.Report) int {
-		r.OwnerReferences = []metav1.OwnerReference{ref}
-		r.Scope = &corev1.ObjectReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: pod.Namespace, Name: ref.Name, UID: ref.UID}
+		own := ref
+		if cur := r.OwnerReferences; len(cur) == 1 && cur[0].Kind == ref.Kind && cur[0].Name == ref.Name && !posted.Checked {
+			// The Report is the workload's, shared by its pods: a UID
+			// the pod names and the API did not confirm (a Deployment
+			// named by the pod itself, a custom resource; made up by
+			// whoever created the pod, or a previous object's) must not
+			// replace the one it has. The garbage collector would find
+			// it dangling and delete the Report, every pod's results
+			// with it. A workload recreated under the name leaves the
+			// Report to the old one's collection; the next write makes
+			// it anew.
+			own = cur[0]
+		}
+		r.OwnerReferences = []metav1.OwnerReference{own}
+		r.Scope = &corev1.ObjectReference{APIVersion: own.APIVersion, Kind: own.Kind, Namespace: pod.Namespace, Name: own.Name, UID: own.UID}
 		var first time.Time
 		var old *openreportsv1alpha1.ReportResult
 		r.Results = slices.DeleteFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool {

@@ -45,10 +45,17 @@ func TestResolveRealAPIServer(t *testing.T) {
 		return o
 	}
 	r := owner.New(sa)
+	// A reference is checked when its UID was read from the API: the
+	// pod's own, or its controller's matching the pod's; not what the
+	// controller names above it (a Deployment, a CronJob: not read).
+	unchecked := map[string]bool{"Deployment": true, "CronJob": true}
 	for name, want := range pods {
 		got := resolve(r, want.Pod)
 		if got.Kind != want.Kind || got.Name != want.Owner {
 			t.Errorf("%s: owner %s, want %s/%s", name, got, want.Kind, want.Owner)
+		}
+		if o, err := r.Owned(ctx, want.Pod); err != nil || o.Checked == unchecked[want.Kind] {
+			t.Errorf("%s: Owned checked %v, %v; want %v", name, o.Checked, err, !unchecked[want.Kind])
 		}
 	}
 
@@ -99,6 +106,33 @@ func TestResolveRealAPIServer(t *testing.T) {
 			t.Errorf("%s with a made-up owner UID: owner %s (%+v), %v; want the pod itself", name, got, ref, err)
 		}
 	}
+
+	// A set deleted and made again under its name: its old pods' answer,
+	// cached while it matched, goes once the new set has been read.
+	old := pods["db-0"].Pod
+	r = owner.New(sa)
+	if got := resolve(r, old); got.String() != "StatefulSet/db" {
+		t.Fatalf("db-0: owner %s, want StatefulSet/db", got)
+	}
+	if err := admin.AppsV1().StatefulSets("shop").Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := admin.AppsV1().StatefulSets("shop").Create(ctx, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db"},
+		Spec: appsv1.StatefulSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db2"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "db2"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed := old.DeepCopy()
+	renewed.Name, renewed.UID = "db-0-new", "00000000-0000-0000-0000-0000000000dd"
+	renewed.OwnerReferences[0].UID = sts.UID
+	if o, err := r.Owned(ctx, renewed); o.Owner.String() != "StatefulSet/db" || o.Ref.UID != sts.UID || !o.Checked || err != nil {
+		t.Errorf("the new set's pod: %+v, %v; want StatefulSet/db, its new UID, checked", o, err)
+	}
+	if got := resolve(r, old); got.String() != "Pod/db-0" {
+		t.Errorf("the old set's pod, once the new set was read: owner %s, want Pod/db-0", got)
+	}
 	// Without any client only the pod's own references are read.
 	if got := resolve(owner.New(nil), pods["nightly-2901-ddddd"].Pod); got.String() != "Job/nightly-2901" {
 		t.Errorf("owner without client %s, want Job/nightly-2901", got)
@@ -143,7 +177,8 @@ func TestReferenceLookupFails(t *testing.T) {
 // TestUncheckedWithoutRole: a role from before the StatefulSet and
 // DaemonSet checks (no get on them) leaves those references unchecked,
 // as before, instead of failing every such pod's lookup: the pod is
-// filed under its set, with no error to retry.
+// filed under its set, with no error to retry, and the set is not asked
+// about again for each pod.
 func TestUncheckedWithoutRole(t *testing.T) {
 	uid := types.UID("00000000-0000-0000-0000-0000000000cc")
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db-0", UID: "pod-uid",
@@ -155,8 +190,16 @@ func TestUncheckedWithoutRole(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "statefulsets"}, "db",
 			errors.New(`User "system:serviceaccount:iptables-alerter:iptables-alerter-forward" cannot get resource "statefulsets" in API group "apps" in the namespace "shop"`))
 	})
-	got, ref, err := owner.New(cs).Reference(context.Background(), pod)
-	if got.String() != "StatefulSet/db" || ref.UID != uid || err != nil || asked != 1 {
-		t.Errorf("Reference = %s (%+v), %v after %d gets; want StatefulSet/db with its reference's UID, no error, after one get", got, ref, err, asked)
+	r := owner.New(cs)
+	for range 2 {
+		got, ref, err := r.Reference(context.Background(), pod)
+		if got.String() != "StatefulSet/db" || ref.UID != uid || err != nil {
+			t.Errorf("Reference = %s (%+v), %v; want StatefulSet/db with its reference's UID, no error", got, ref, err)
+		}
+	}
+	// The refusal is cached as the answer: the set's next pod sends no
+	// refused GET of its own.
+	if asked != 1 {
+		t.Errorf("%d gets for two pods of the set, want 1", asked)
 	}
 }

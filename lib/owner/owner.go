@@ -56,9 +56,8 @@ type Resolver struct {
 type key struct{ namespace, kind, name, uid string }
 
 type entry struct {
-	parent *metav1.OwnerReference
-	other  bool
-	at     time.Time
+	look
+	at time.Time
 }
 
 // New gives a Resolver; a nil client resolves from the pod alone.
@@ -80,50 +79,66 @@ func New(client kubernetes.Interface) *Resolver {
 // pod's later findings would name the workload (the Deployment), and the
 // pod would be filed under two owners.
 func (r *Resolver) Reference(ctx context.Context, pod *corev1.Pod) (Owner, metav1.OwnerReference, error) {
+	o, ref, _, err := r.reference(ctx, pod)
+	return o, ref, err
+}
+
+// reference is Reference, and tells whether the reference's UID is a
+// live object's (checked): the pod itself, or its controller read from the
+// API with the UID the pod names. Not for what that controller names above
+// it (a Deployment: not read, to spare a GET a finding), nor for a kind it
+// does not read (a custom resource) or could not (gone, no role).
+func (r *Resolver) reference(ctx context.Context, pod *corev1.Pod) (Owner, metav1.OwnerReference, bool, error) {
 	self := metav1.OwnerReference{APIVersion: "v1", Kind: KindPod, Name: pod.Name, UID: pod.UID}
 	ref := metav1.GetControllerOf(pod)
 	if ref == nil {
 		if _, ok := pod.Annotations[MirrorAnnotation]; ok {
-			return Owner{Kind: KindStaticPod, Name: pod.Name}, self, nil
+			return Owner{Kind: KindStaticPod, Name: pod.Name}, self, true, nil
 		}
-		return Bare(pod.Name), self, nil
+		return Bare(pod.Name), self, true, nil
 	}
 	// The kubelet makes a mirror pod's controller its Node.
 	if ref.Kind == "Node" {
-		return Owner{Kind: KindStaticPod, Name: pod.Name}, self, nil
+		return Owner{Kind: KindStaticPod, Name: pod.Name}, self, true, nil
 	}
 	top := *ref
 	var err error
-	var other bool
+	var l look
 	k := key{pod.Namespace, ref.Kind, ref.Name, string(ref.UID)}
 	switch {
 	case ref.Kind == "ReplicaSet" && isGroup(ref.APIVersion, "apps"),
 		ref.Kind == "Job" && isGroup(ref.APIVersion, "batch"),
 		ref.Kind == "ReplicationController" && isGroup(ref.APIVersion, ""):
-		var p *metav1.OwnerReference
-		if p, other, err = r.parent(ctx, k); p != nil {
-			top = *p
+		if l, err = r.parent(ctx, k); l.parent != nil {
+			// Read from the ReplicaSet, not checked: whoever made it
+			// wrote it.
+			top, l.checked = *l.parent, false
 		}
 	case (ref.Kind == "StatefulSet" || ref.Kind == "DaemonSet") && isGroup(ref.APIVersion, "apps"):
 		// Read only to check the reference's UID (the pod is filed under
-		// the set itself, whatever owns the set). A role from before
-		// this check (no get on them) leaves it unchecked, as it was,
-		// instead of holding the pod's findings.
-		if _, other, err = r.parent(ctx, k); apierrors.IsForbidden(err) {
-			err = nil
-		}
+		// the set itself, whatever owns the set).
+		l, err = r.parent(ctx, k)
 	}
-	if other {
+	if l.other {
 		// The object of that name has another UID: the reference is
 		// stale, or made up by whoever created the pod (a pod's owner
 		// references are not checked when it is created). Filed under
 		// it, the pod would write that UID into the workload's Report as
 		// its owner, and the garbage collector would delete the Report,
 		// with every other pod's results, as it deletes the pod.
-		return Bare(pod.Name), self, nil
+		return Bare(pod.Name), self, true, nil
 	}
 	top.Controller, top.BlockOwnerDeletion = nil, nil
-	return Owner{Kind: top.Kind, Name: top.Name}, top, err
+	return Owner{Kind: top.Kind, Name: top.Name}, top, l.checked && err == nil, err
+}
+
+// look is what parent learnt of a controller: its own controller
+// (parent, nil when none), whether an object of that name has another
+// UID than the pod's reference (other), and whether the UID was read
+// from the API at all (checked; not for a refused read, see parent).
+type look struct {
+	parent         *metav1.OwnerReference
+	other, checked bool
 }
 
 // isGroup checks the API group: a CRD may reuse a kind name.
@@ -132,24 +147,24 @@ func isGroup(apiVersion, group string) bool {
 	return err == nil && gv.Group == group
 }
 
-// parent returns the controller of a ReplicaSet, Job, ReplicationController,
-// StatefulSet or DaemonSet, nil when it has none or is gone; other when an
-// object of that name has another UID than k's; the error of a lookup that
-// failed otherwise.
-func (r *Resolver) parent(ctx context.Context, k key) (p *metav1.OwnerReference, other bool, err error) {
+// parent looks up a ReplicaSet, Job, ReplicationController, StatefulSet or
+// DaemonSet: what it found (a zero look when it is gone), or the error of
+// a lookup that failed otherwise.
+func (r *Resolver) parent(ctx context.Context, k key) (look, error) {
 	// An ownerReference's name is not validated as an object name, and
 	// client-go refuses an impossible one before sending anything, with
 	// an error that looks like a lost connection: no such object exists.
 	if r.client == nil || k.name == "" || len(path.IsValidPathSegmentName(k.name)) > 0 {
-		return nil, false, nil
+		return look{}, nil
 	}
 	r.mu.Lock()
 	e, ok := r.cache[k]
 	r.mu.Unlock()
 	if ok && r.now().Sub(e.at) < maxAge {
-		return e.parent, e.other, nil
+		return e.look, nil
 	}
 	var meta *metav1.ObjectMeta
+	var err error
 	switch k.kind {
 	case "ReplicaSet":
 		rs, e := r.client.AppsV1().ReplicaSets(k.namespace).Get(ctx, k.name, metav1.GetOptions{})
@@ -182,20 +197,27 @@ func (r *Resolver) parent(ctx context.Context, k key) (p *metav1.OwnerReference,
 		}
 		err = e
 	}
+	var l look
 	switch {
 	case apierrors.IsNotFound(err) || err == nil && meta == nil:
 		// Final: the pod's controller is the nearest owner there is. Not
 		// cached, as no failed lookup is.
-		return nil, false, nil
+		return look{}, nil
+	case apierrors.IsForbidden(err) && (k.kind == "StatefulSet" || k.kind == "DaemonSet"):
+		// A role from before the UID check (no get on them): unchecked,
+		// as it was, instead of holding the pod's findings; cached, so a
+		// set's pods do not each send a refused GET.
 	case err != nil:
 		// Not cached: a refusal or an outage may pass.
-		return nil, false, fmt.Errorf("get %s %q: %w", strings.ToLower(k.kind), k.namespace+"/"+k.name, err)
-	}
-	// Another object under the pod's owner's name says nothing of the pod.
-	other = string(meta.UID) != k.uid
-	if ref := metav1.GetControllerOfNoCopy(meta); ref != nil && !other {
-		c := *ref
-		p = &c
+		return look{}, fmt.Errorf("get %s %q: %w", strings.ToLower(k.kind), k.namespace+"/"+k.name, err)
+	default:
+		// Another object under the pod's owner's name says nothing of
+		// the pod.
+		l = look{other: string(meta.UID) != k.uid, checked: true}
+		if ref := metav1.GetControllerOfNoCopy(meta); ref != nil && !l.other {
+			c := *ref
+			l.parent = &c
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -204,8 +226,18 @@ func (r *Resolver) parent(ctx context.Context, k key) (p *metav1.OwnerReference,
 		// with one GET per workload.
 		clear(r.cache)
 	}
-	r.cache[k] = entry{parent: p, other: other, at: r.now()}
-	return p, other, nil
+	if meta != nil {
+		// The object read is the one of that name now: what was learnt
+		// of other UIDs under its name (a previous object's pods, once
+		// the object matching them) is stale.
+		for o := range r.cache {
+			if o.namespace == k.namespace && o.kind == k.kind && o.name == k.name && o.uid != string(meta.UID) && o != k {
+				delete(r.cache, o)
+			}
+		}
+	}
+	r.cache[k] = entry{look: l, at: r.now()}
+	return l, nil
 }
 
 // Owned is a live pod with its owning workload and a reference to the
@@ -216,11 +248,15 @@ type Owned struct {
 	Pod   *corev1.Pod
 	Owner Owner
 	Ref   metav1.OwnerReference
+	// Checked is set when Ref's UID is a live object's, read from the API
+	// (Resolver.reference): only such a reference may replace another UID
+	// as a shared object's owner.
+	Checked bool
 }
 
 // Owned reads pod's owner and its reference; err and what comes with it
 // are Reference's.
 func (r *Resolver) Owned(ctx context.Context, pod *corev1.Pod) (Owned, error) {
-	o, ref, err := r.Reference(ctx, pod)
-	return Owned{Pod: pod, Owner: o, Ref: ref}, err
+	o, ref, checked, err := r.reference(ctx, pod)
+	return Owned{Pod: pod, Owner: o, Ref: ref, Checked: checked}, err
 }

@@ -1,0 +1,97 @@
+package openreports_test
+
+import (
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+)
+
+// TestReportOwnerKept: a workload's Report is shared by its pods, and its
+// owner reference is what the garbage collector deletes it with. A pod
+// naming the workload with a UID the API did not confirm (here made up,
+// naming the Deployment itself) is filed there but leaves the Report's
+// owner as it was; a pod whose StatefulSet was read with its UID (the
+// set made again under its name) gives the Report the new UID.
+func TestReportOwnerKept(t *testing.T) {
+	c, rc, pods := start(t)
+	ctx := kubetest.Ctx(t)
+	cs := c.Client()
+	w := openreports.New(cs, rc, "node-a")
+	owner := func(name string) types.UID {
+		t.Helper()
+		r := get(t, rc, "shop", name)
+		if len(r.OwnerReferences) != 1 || r.Scope == nil || r.Scope.UID != r.OwnerReferences[0].UID {
+			t.Fatalf("report %s: owners %+v, scope %+v", name, r.OwnerReferences, r.Scope)
+		}
+		return r.OwnerReferences[0].UID
+	}
+	write := func(pod *corev1.Pod) string {
+		t.Helper()
+		res, err := w.Write(ctx, record(pod, findings.StatePresent, 1, 0, 0))
+		if err != nil || res.Outcome != openreports.Written {
+			t.Fatalf("write %s: %+v, %v", pod.Name, res, err)
+		}
+		return res.Name
+	}
+
+	web := pods["web-7c9-aaaaa"].Pod
+	name := write(web)
+	deploy, err := cs.AppsV1().Deployments("shop").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := owner(name); got != deploy.UID {
+		t.Fatalf("web's Report owned by %s, want the Deployment's %s", got, deploy.UID)
+	}
+	evil, err := cs.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "evil", OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "00000000-0000-0000-0000-0000000000ee", Controller: new(true)}}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}, NodeName: "node-a"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := write(evil); got != name {
+		t.Fatalf("the pod naming Deployment web went to Report %s, want %s", got, name)
+	}
+	if got := owner(name); got != deploy.UID {
+		t.Errorf("after the made-up UID's pod, web's Report is owned by %s, want still %s", got, deploy.UID)
+	}
+
+	db := pods["db-0"].Pod
+	name = write(db)
+	if got := owner(name); got != db.OwnerReferences[0].UID {
+		t.Fatalf("db's Report owned by %s, want the set's %s", got, db.OwnerReferences[0].UID)
+	}
+	if err := cs.AppsV1().StatefulSets("shop").Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := cs.AppsV1().StatefulSets("shop").Create(ctx, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db"},
+		Spec: appsv1.StatefulSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db2"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "db2"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := cs.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "db-0-new", OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: sts.UID, Controller: new(true)}}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}, NodeName: "node-a"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := write(renewed); got != name {
+		t.Fatalf("the new set's pod went to Report %s, want %s", got, name)
+	}
+	if got := owner(name); got != sts.UID {
+		t.Errorf("after the new set's pod, db's Report is owned by %s, want the new set's %s", got, sts.UID)
+	}
+}
