@@ -3,7 +3,6 @@ package openreports_test
 import (
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -50,14 +49,8 @@ func TestReportOwnerKept(t *testing.T) {
 	if got := owner(name); got != deploy.UID {
 		t.Fatalf("web's Report owned by %s, want the Deployment's %s", got, deploy.UID)
 	}
-	evil, err := cs.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "evil", OwnerReferences: []metav1.OwnerReference{
-			{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "00000000-0000-0000-0000-0000000000ee", Controller: new(true)}}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}, NodeName: "node-a"},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	evil := kubetest.OwnedPod(t, cs, "shop", "evil", "node-a",
+		metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "00000000-0000-0000-0000-0000000000ee"})
 	if got := write(evil); got != name {
 		t.Fatalf("the pod naming Deployment web went to Report %s, want %s", got, name)
 	}
@@ -70,24 +63,9 @@ func TestReportOwnerKept(t *testing.T) {
 	if got := owner(name); got != db.OwnerReferences[0].UID {
 		t.Fatalf("db's Report owned by %s, want the set's %s", got, db.OwnerReferences[0].UID)
 	}
-	if err := cs.AppsV1().StatefulSets("shop").Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	sts, err := cs.AppsV1().StatefulSets("shop").Create(ctx, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db"},
-		Spec: appsv1.StatefulSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db2"}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "db2"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	renewed, err := cs.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "db-0-new", OwnerReferences: []metav1.OwnerReference{
-			{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: sts.UID, Controller: new(true)}}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}, NodeName: "node-a"},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sts := kubetest.RemakeStatefulSet(t, cs, "shop", "db")
+	renewed := kubetest.OwnedPod(t, cs, "shop", "db-0-new", "node-a",
+		metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: sts.UID})
 	if got := write(renewed); got != name {
 		t.Fatalf("the new set's pod went to Report %s, want %s", got, name)
 	}

@@ -114,16 +114,7 @@ func TestResolveRealAPIServer(t *testing.T) {
 	if got := resolve(r, old); got.String() != "StatefulSet/db" {
 		t.Fatalf("db-0: owner %s, want StatefulSet/db", got)
 	}
-	if err := admin.AppsV1().StatefulSets("shop").Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	sts, err := admin.AppsV1().StatefulSets("shop").Create(ctx, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db"},
-		Spec: appsv1.StatefulSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db2"}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "db2"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sts := kubetest.RemakeStatefulSet(t, admin, "shop", "db")
 	renewed := old.DeepCopy()
 	renewed.Name, renewed.UID = "db-0-new", "00000000-0000-0000-0000-0000000000dd"
 	renewed.OwnerReferences[0].UID = sts.UID

@@ -132,6 +132,14 @@ func (r *Resolver) reference(ctx context.Context, pod *corev1.Pod) (Owner, metav
 	return Owner{Kind: top.Kind, Name: top.Name}, top, l.checked && err == nil, err
 }
 
+// found is a typed client's Get as a metav1.Object: nil with its error.
+func found[T metav1.Object](o T, err error) (metav1.Object, error) {
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
 // look is what parent learnt of a controller: its own controller
 // (parent, nil when none), whether an object of that name has another
 // UID than the pod's reference (other), and whether the UID was read
@@ -163,43 +171,24 @@ func (r *Resolver) parent(ctx context.Context, k key) (look, error) {
 	if ok && r.now().Sub(e.at) < maxAge {
 		return e.look, nil
 	}
-	var meta *metav1.ObjectMeta
+	var obj metav1.Object
 	var err error
+	get := metav1.GetOptions{}
 	switch k.kind {
 	case "ReplicaSet":
-		rs, e := r.client.AppsV1().ReplicaSets(k.namespace).Get(ctx, k.name, metav1.GetOptions{})
-		if e == nil {
-			meta = &rs.ObjectMeta
-		}
-		err = e
+		obj, err = found(r.client.AppsV1().ReplicaSets(k.namespace).Get(ctx, k.name, get))
 	case "Job":
-		j, e := r.client.BatchV1().Jobs(k.namespace).Get(ctx, k.name, metav1.GetOptions{})
-		if e == nil {
-			meta = &j.ObjectMeta
-		}
-		err = e
+		obj, err = found(r.client.BatchV1().Jobs(k.namespace).Get(ctx, k.name, get))
 	case "ReplicationController":
-		rc, e := r.client.CoreV1().ReplicationControllers(k.namespace).Get(ctx, k.name, metav1.GetOptions{})
-		if e == nil {
-			meta = &rc.ObjectMeta
-		}
-		err = e
+		obj, err = found(r.client.CoreV1().ReplicationControllers(k.namespace).Get(ctx, k.name, get))
 	case "StatefulSet":
-		ss, e := r.client.AppsV1().StatefulSets(k.namespace).Get(ctx, k.name, metav1.GetOptions{})
-		if e == nil {
-			meta = &ss.ObjectMeta
-		}
-		err = e
+		obj, err = found(r.client.AppsV1().StatefulSets(k.namespace).Get(ctx, k.name, get))
 	case "DaemonSet":
-		ds, e := r.client.AppsV1().DaemonSets(k.namespace).Get(ctx, k.name, metav1.GetOptions{})
-		if e == nil {
-			meta = &ds.ObjectMeta
-		}
-		err = e
+		obj, err = found(r.client.AppsV1().DaemonSets(k.namespace).Get(ctx, k.name, get))
 	}
 	var l look
 	switch {
-	case apierrors.IsNotFound(err) || err == nil && meta == nil:
+	case apierrors.IsNotFound(err) || err == nil && obj == nil:
 		// Final: the pod's controller is the nearest owner there is. Not
 		// cached, as no failed lookup is.
 		return look{}, nil
@@ -213,8 +202,8 @@ func (r *Resolver) parent(ctx context.Context, k key) (look, error) {
 	default:
 		// Another object under the pod's owner's name says nothing of
 		// the pod.
-		l = look{other: string(meta.UID) != k.uid, checked: true}
-		if ref := metav1.GetControllerOfNoCopy(meta); ref != nil && !l.other {
+		l = look{other: string(obj.GetUID()) != k.uid, checked: true}
+		if ref := metav1.GetControllerOfNoCopy(obj); ref != nil && !l.other {
 			c := *ref
 			l.parent = &c
 		}
@@ -226,12 +215,12 @@ func (r *Resolver) parent(ctx context.Context, k key) (look, error) {
 		// with one GET per workload.
 		clear(r.cache)
 	}
-	if meta != nil {
+	if obj != nil {
 		// The object read is the one of that name now: what was learnt
 		// of other UIDs under its name (a previous object's pods, once
 		// the object matching them) is stale.
 		for o := range r.cache {
-			if o.namespace == k.namespace && o.kind == k.kind && o.name == k.name && o.uid != string(meta.UID) && o != k {
+			if o.namespace == k.namespace && o.kind == k.kind && o.name == k.name && o.uid != string(obj.GetUID()) && o != k {
 				delete(r.cache, o)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -103,19 +104,52 @@ func Namespace(t testing.TB, cs kubernetes.Interface, name string) {
 // pod (annotation kubernetes.io/config.mirror) must name its node.
 func Pod(t testing.TB, cs kubernetes.Interface, namespace, name string, annotations map[string]string, node string) *corev1.Pod {
 	t.Helper()
+	return createPod(t, cs, metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: annotations}, node)
+}
+
+// OwnedPod creates a pod object whose controller is ref, as given: the
+// API server checks no owner reference, and no garbage collector runs.
+func OwnedPod(t testing.TB, cs kubernetes.Interface, namespace, name, node string, ref metav1.OwnerReference) *corev1.Pod {
+	t.Helper()
+	ref.Controller = new(true)
+	return createPod(t, cs, metav1.ObjectMeta{Name: name, Namespace: namespace, OwnerReferences: []metav1.OwnerReference{ref}}, node)
+}
+
+func createPod(t testing.TB, cs kubernetes.Interface, meta metav1.ObjectMeta, node string) *corev1.Pod {
+	t.Helper()
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: annotations},
+		ObjectMeta: meta,
 		Spec: corev1.PodSpec{
 			Containers:                   []corev1.Container{{Name: "app", Image: "registry.example/app:1"}},
 			AutomountServiceAccountToken: new(bool),
 			NodeName:                     node,
 		},
 	}
-	out, err := cs.CoreV1().Pods(namespace).Create(Ctx(t), p, metav1.CreateOptions{})
+	out, err := cs.CoreV1().Pods(meta.Namespace).Create(Ctx(t), p, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("create pod %s/%s: %v", namespace, name, err)
+		t.Fatalf("create pod %s/%s: %v", meta.Namespace, meta.Name, err)
 	}
 	return out
+}
+
+// RemakeStatefulSet deletes StatefulSet name and makes one again under
+// its name: another object, with another UID. Its pods are left as they
+// are (no controller runs to adopt or delete them).
+func RemakeStatefulSet(t testing.TB, cs kubernetes.Interface, namespace, name string) *appsv1.StatefulSet {
+	t.Helper()
+	ctx := Ctx(t)
+	if err := cs.AppsV1().StatefulSets(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete statefulset %s/%s: %v", namespace, name, err)
+	}
+	labels := map[string]string{"app": name + "-again"}
+	sts, err := cs.AppsV1().StatefulSets(namespace).Create(ctx, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.StatefulSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create statefulset %s/%s: %v", namespace, name, err)
+	}
+	return sts
 }
 
 // Events lists the Events about an object the way `kubectl describe` finds
