@@ -214,7 +214,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 			return fmt.Errorf("make reports client: %w", err)
 		}
 		w := openreports.New(client, rcs, cfg.nodeName)
-		w.Grace, w.Live, w.Progress = cfg.reportsGrace, pods.LivePod, r.Touch
+		w.Grace, w.Live, w.Progress, w.Owners = cfg.reportsGrace, pods.LivePod, r.Touch, poster.Owners
 		keeper = openreports.NewKeeper(w, rcs, client, log)
 		keeper.Posted, keeper.Refusals = ev.Posted, refusals
 		if cfg.reportsLook > 0 {

@@ -101,8 +101,11 @@ type Poster struct {
 	client kubernetes.Interface
 	// Live finds the live pod a finding names (kubeapi.LivePod by
 	// default; the forwarder sets a kubeapi.NodePods' LivePod).
-	Live      func(context.Context, findings.Pod) (*corev1.Pod, error)
-	owners    *owner.Resolver
+	Live func(context.Context, findings.Pod) (*corev1.Pod, error)
+	// Owners names each pod's owner (owner.New of the client by
+	// default); the forwarder gives the Reports' Writer the same one, so
+	// both learn of a workload made again under its name at once.
+	Owners    *owner.Resolver
 	node      string
 	nodeEvent bool
 	now       func() time.Time
@@ -122,7 +125,7 @@ type Poster struct {
 // New gives a Poster reporting as node; nodeEvent adds the summary Event on
 // the Node object.
 func New(client kubernetes.Interface, node string, nodeEvent bool) *Poster {
-	return &Poster{client: client, owners: owner.New(client), node: node, nodeEvent: nodeEvent, now: time.Now, owed: map[string]bool{},
+	return &Poster{client: client, Owners: owner.New(client), node: node, nodeEvent: nodeEvent, now: time.Now, owed: map[string]bool{},
 		Live: func(ctx context.Context, want findings.Pod) (*corev1.Pod, error) {
 			return kubeapi.LivePod(ctx, client, want)
 		}}
@@ -217,7 +220,7 @@ func (p *Poster) postPod(ctx context.Context, rec findings.Record) (Result, erro
 	case final:
 		return Result{Outcome: Rejected, Namespace: rec.Pod.Namespace, Why: err}, nil
 	}
-	owned, ownerWhy, err := kubeapi.Owned(ctx, p.client, p.owners, pod)
+	owned, ownerWhy, err := kubeapi.Owned(ctx, p.client, p.Owners, pod)
 	if kubeapi.Retryable(err) {
 		// Not the ReplicaSet in its stead: the Event would name it, and
 		// the Report it is handed to would file the pod under it while

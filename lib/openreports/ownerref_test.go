@@ -57,6 +57,20 @@ func TestReportOwnerKept(t *testing.T) {
 	if got := owner(name); got != deploy.UID {
 		t.Errorf("after the made-up UID's pod, web's Report is owned by %s, want still %s", got, deploy.UID)
 	}
+	// Such a pod first, under an API version no collector resolves: the
+	// Report would never be collected; the workload's own pod replaces
+	// it.
+	if err := rc.OpenreportsV1alpha1().Reports("shop").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	odd := kubetest.OwnedPod(t, cs, "shop", "odd", "node-a",
+		metav1.OwnerReference{APIVersion: "apps/v999", Kind: "Deployment", Name: "web", UID: "00000000-0000-0000-0000-0000000000ff"})
+	if got := write(odd); got != name {
+		t.Fatalf("the pod naming apps/v999 Deployment web went to Report %s, want %s", got, name)
+	}
+	if write(web); owner(name) != deploy.UID {
+		t.Errorf("after web's pod, its Report is owned by %s, want %s", owner(name), deploy.UID)
+	}
 
 	db := pods["db-0"].Pod
 	name = write(db)

@@ -83,8 +83,10 @@ type Writer struct {
 	// default; the forwarder sets a kubeapi.NodePods' LivePod).
 	Live    func(context.Context, findings.Pod) (*corev1.Pod, error)
 	reports versioned.Interface
-	owners  *owner.Resolver
-	node    string
+	// Owners names each pod's owner (owner.New of kube by default; the
+	// forwarder sets the Events' Poster's).
+	Owners *owner.Resolver
+	node   string
 	// Grace is how long a gone pod's result stays (Prune).
 	Grace time.Duration
 	// Progress, when set, is called after each Report Flush wrote, and
@@ -116,7 +118,7 @@ type Writer struct {
 
 // New gives a Writer for node.
 func New(kube kubernetes.Interface, reports versioned.Interface, node string) *Writer {
-	return &Writer{kube: kube, reports: reports, owners: owner.New(kube), node: node, Grace: DefaultGrace, now: time.Now,
+	return &Writer{kube: kube, reports: reports, Owners: owner.New(kube), node: node, Grace: DefaultGrace, now: time.Now,
 		known: map[string]knownReport{}, staged: map[string]*staged{},
 		Live: func(ctx context.Context, want findings.Pod) (*corev1.Pod, error) {
 			return kubeapi.LivePod(ctx, kube, want)
@@ -334,7 +336,7 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 		}
 		// A refusal of this namespace alone leaves the pod's controller,
 		// as the Events side does.
-		if posted, ownerWhy, err = kubeapi.Owned(ctx, w.kube, w.owners, pod); kubeapi.Retryable(err) {
+		if posted, ownerWhy, err = kubeapi.Owned(ctx, w.kube, w.Owners, pod); kubeapi.Retryable(err) {
 			// The nearest owner would file the pod under its ReplicaSet
 			// now and under the Deployment for its next finding.
 			return Result{}, nil, err
@@ -344,7 +346,7 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 	res := Result{Namespace: pod.Namespace, Name: Name(o, w.node), Owner: o, OwnerWhy: ownerWhy}
 	return res, func(r *openreportsv1alpha1.Report) int {
 		own := ref
-		if cur := r.OwnerReferences; len(cur) == 1 && cur[0].Kind == ref.Kind && cur[0].Name == ref.Name && !posted.Checked {
+		if cur := r.OwnerReferences; len(cur) == 1 && cur[0].APIVersion == ref.APIVersion && cur[0].Kind == ref.Kind && cur[0].Name == ref.Name && !posted.Checked {
 			// The Report is the workload's, shared by its pods: a UID
 			// the pod names and the API did not confirm (a Deployment
 			// named by the pod itself, a custom resource; made up by
@@ -353,7 +355,8 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 			// it dangling and delete the Report, every pod's results
 			// with it. A workload recreated under the name leaves the
 			// Report to the old one's collection; the next write makes
-			// it anew.
+			// it anew. Only the same API version: one no collector
+			// resolves would never be collected, nor replaced.
 			own = cur[0]
 		}
 		r.OwnerReferences = []metav1.OwnerReference{own}

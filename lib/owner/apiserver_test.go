@@ -194,3 +194,29 @@ func TestUncheckedWithoutRole(t *testing.T) {
 		t.Errorf("%d gets for two pods of the set, want 1", asked)
 	}
 }
+
+// TestMismatchCached: pods naming a set with UIDs that are not its own
+// are each answered as bare once and from the cache after: reading the
+// set for one does not drop what was learnt of the other.
+func TestMismatchCached(t *testing.T) {
+	set := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db", UID: "00000000-0000-0000-0000-000000000001"}}
+	cs := fake.NewClientset(set)
+	asked := 0
+	cs.PrependReactor("get", "statefulsets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		asked++
+		return false, nil, nil
+	})
+	r := owner.New(cs)
+	for range 3 {
+		for _, uid := range []types.UID{"00000000-0000-0000-0000-0000000000a1", "00000000-0000-0000-0000-0000000000a2"} {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "x-" + string(uid[len(uid)-2:]), UID: "pod-" + uid,
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: uid, Controller: new(true)}}}}
+			if got, _, err := r.Reference(context.Background(), pod); got.Kind != owner.KindPod || err != nil {
+				t.Fatalf("a pod naming db with UID %s: %s, %v; want it bare", uid, got, err)
+			}
+		}
+	}
+	if asked != 2 {
+		t.Errorf("%d gets for two made-up UIDs asked about three times each, want 2", asked)
+	}
+}

@@ -217,10 +217,10 @@ func (r *Resolver) parent(ctx context.Context, k key) (look, error) {
 	}
 	if obj != nil {
 		// The object read is the one of that name now: what was learnt
-		// of other UIDs under its name (a previous object's pods, once
-		// the object matching them) is stale.
-		for o := range r.cache {
-			if o.namespace == k.namespace && o.kind == k.kind && o.name == k.name && o.uid != string(obj.GetUID()) && o != k {
+		// of other UIDs under its name as matching (a previous object's
+		// pods) is stale. A mismatch stays one: no UID comes back.
+		for o, e := range r.cache {
+			if o.namespace == k.namespace && o.kind == k.kind && o.name == k.name && o.uid != string(obj.GetUID()) && !e.other {
 				delete(r.cache, o)
 			}
 		}
