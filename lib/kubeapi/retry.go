@@ -236,8 +236,8 @@ func HeldUp(ctx context.Context, client kubernetes.Interface, err error) error {
 }
 
 // timedOut tells a call that ran out of time: the client's deadline (no
-// answer in --request-timeout) or the API server's own (504, or a 500
-// ServerTimeout). Not one client-go tried again within the deadline: the
+// answer in --request-timeout) or the API server's own (504, a 500
+// ServerTimeout, or its stream reset: serverAborted). Not one client-go tried again within the deadline: the
 // server answered it, with a 429 or a Retry-After, and an overloaded
 // server sheds load that way (while its /readyz, exempt from priority
 // and fairness, answers at once). client-go says so only in the text:
@@ -247,11 +247,21 @@ func timedOut(err error) bool {
 	if msg := err.Error(); strings.Contains(msg, "error from a previous attempt") || strings.Contains(msg, "client rate limiter Wait returned an error") {
 		return false
 	}
-	if apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) {
+	if apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || serverAborted(err) {
 		return true
 	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// serverAborted tells the API server's own deadline met after its answer
+// had begun (a webhook's 500 being written as the deadline passed): its
+// timeout filter then aborts the handler, and HTTP/2 resets the stream
+// with INTERNAL_ERROR. The error's type is net/http's unexported copy of
+// x/net/http2's; only its text says so.
+func serverAborted(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "stream error: ") && strings.Contains(msg, "INTERNAL_ERROR; received from peer")
 }
 
 // webhookDenied is an admission webhook's answer "no" (k8s.io/apiserver's

@@ -3,6 +3,7 @@ package kubeapi
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -171,7 +172,10 @@ func TestHeldUp(t *testing.T) {
 		// queued: /version waits past the deadline (priority and
 		// fairness queues, which exempt /readyz).
 		queued bool
-		held   bool
+		// abort: the create's handler is aborted after its answer began,
+		// as the API server's timeout filter does (an HTTP/2 reset).
+		abort bool
+		held  bool
 	}{
 		{name: "timeout, server ready", readyz: http.StatusOK, held: true},
 		{name: "504, server ready", create: http.StatusGatewayTimeout, readyz: http.StatusOK, held: true},
@@ -184,6 +188,8 @@ func TestHeldUp(t *testing.T) {
 		// again until the deadline, while /readyz is exempt.
 		{name: "429s until the deadline, server ready", create: http.StatusTooManyRequests, readyz: http.StatusOK},
 		{name: "timeout, server ready but queueing", readyz: http.StatusOK, queued: true},
+		{name: "the server's deadline after its answer began, server ready", readyz: http.StatusOK, abort: true, held: true},
+		{name: "the server's deadline after its answer began, server not ready", readyz: http.StatusInternalServerError, abort: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			quit := make(chan struct{})
@@ -204,7 +210,8 @@ func TestHeldUp(t *testing.T) {
 				_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 					Status: metav1.StatusFailure, Code: int32(code), Reason: reasons[code], Message: "stand-in"})
 			}
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Over TLS and HTTP/2, as client-go speaks to an API server.
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.URL.Path == "/version" {
 					if tc.queued {
 						answer(w, r, 0)
@@ -221,11 +228,19 @@ func TestHeldUp(t *testing.T) {
 					answer(w, r, tc.readyz)
 					return
 				}
+				if tc.abort {
+					w.WriteHeader(http.StatusInternalServerError)
+					w.(http.Flusher).Flush()
+					panic(http.ErrAbortHandler)
+				}
 				answer(w, r, tc.create)
 			}))
+			srv.EnableHTTP2 = true
+			srv.StartTLS()
 			t.Cleanup(srv.Close)
 			t.Cleanup(func() { close(quit) })
-			client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, Timeout: time.Second})
+			ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+			client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, Timeout: time.Second, TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
 			if err != nil {
 				t.Fatal(err)
 			}
