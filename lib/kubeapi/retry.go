@@ -237,30 +237,30 @@ func HeldUp(ctx context.Context, client kubernetes.Interface, err error) error {
 
 // timedOut tells a call that ran out of time: the client's deadline (no
 // answer in --request-timeout) or the API server's own (504, a 500
-// ServerTimeout, or its stream reset: serverAborted). Not one client-go tried again within the deadline: the
-// server answered it, with a 429 or a Retry-After, and an overloaded
-// server sheds load that way (while its /readyz, exempt from priority
-// and fairness, answers at once). client-go says so only in the text:
-// its wrapper of the earlier try's error is unexported, and the rate
-// limiter's wait ends in the deadline.
+// ServerTimeout, or its stream reset: serverAborted). Not one client-go
+// tried again within the deadline: the server answered it, with a 429 or
+// a Retry-After, and an overloaded server sheds load that way (while its
+// /readyz, exempt from priority and fairness, answers at once). client-go
+// says so only in the text: its wrapper of the earlier try's error is
+// unexported, and the rate limiter's wait ends in the deadline.
 func timedOut(err error) bool {
-	if msg := err.Error(); strings.Contains(msg, "error from a previous attempt") || strings.Contains(msg, "client rate limiter Wait returned an error") {
+	msg := err.Error()
+	if strings.Contains(msg, "error from a previous attempt") || strings.Contains(msg, "client rate limiter Wait returned an error") {
 		return false
 	}
-	if apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || serverAborted(err) {
+	if apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || serverAborted(msg) {
 		return true
 	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// serverAborted tells the API server's own deadline met after its answer
-// had begun (a webhook's 500 being written as the deadline passed): its
-// timeout filter then aborts the handler, and HTTP/2 resets the stream
-// with INTERNAL_ERROR. The error's type is net/http's unexported copy of
-// x/net/http2's; only its text says so.
-func serverAborted(err error) bool {
-	msg := err.Error()
+// serverAborted tells, from an error's text, the API server's own
+// deadline met after its answer had begun (a webhook's 500 being written
+// as the deadline passed): its timeout filter then aborts the handler,
+// and HTTP/2 resets the stream with INTERNAL_ERROR. The error's type is
+// net/http's unexported copy of x/net/http2's; only its text says so.
+func serverAborted(msg string) bool {
 	return strings.Contains(msg, "stream error: ") && strings.Contains(msg, "INTERNAL_ERROR; received from peer")
 }
 
