@@ -195,7 +195,16 @@ func (m agentLog) runtime() string {
 var (
 	_ agent.ResweepObserver = agentLog{}
 	_ agent.ExecObserver    = agentLog{}
+	_ agent.SweptObserver   = agentLog{}
 )
+
+func (m agentLog) SweptWritten(path string, err error) {
+	if err != nil {
+		m.log.WithError(err).WithField("path", path).Warn("cannot write the word that every pod was looked at: the forwarder's node label says unknown until it is written")
+		return
+	}
+	m.log.WithField("path", path).Info("the word that every pod was looked at is written again")
+}
 
 func (m agentLog) ExecOff(err error) {
 	m.log.WithError(err).Warn("exec watch off: iptables commands (failed writes, reads, legacy writes as they happen) are not seen; the rest of the agent works")

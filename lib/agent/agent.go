@@ -323,6 +323,18 @@ func (a *Agent) Usage() *Usage { return a.usage }
 // caller's /healthz.
 func (a *Agent) Health() *Health { return a.health }
 
+// Looked tells whether the agent has looked at every pod the runtime
+// runs, and how many (see sandboxes.everyLooked): connected now, and each
+// pod's usage, if any, in the findings. The caller writes it down for the
+// node label (findings.Swept): a clean pod leaves no finding, so without
+// it no finding would read as clean.
+func (a *Agent) Looked() (pods int, ok bool) {
+	if !a.health.Connected() {
+		return 0, false
+	}
+	return a.known.everyLooked()
+}
+
 // scanned reports one ended scan: to the usage, health and metrics first,
 // so that an observer hearing of it finds them updated.
 func (a *Agent) scanned(s Scan) {
@@ -350,6 +362,7 @@ func (a *Agent) synced(pods, queued int) {
 func (a *Agent) connection(up bool, err error) {
 	a.health.Connection(up)
 	if !up {
+		a.known.unlist()
 		a.metrics.errors.WithLabelValues("connection").Inc()
 	}
 	a.cfg.Observer.Connection(up, err)
@@ -421,7 +434,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.startExecs()
 		defer a.stopExecs()
 		a.watchNode()
-		return a.withResweep(ctx, func() error { return a.nriLoop(ctx) })
+		return a.withSwept(ctx, func() error {
+			return a.withResweep(ctx, func() error { return a.nriLoop(ctx) })
+		})
 	})
 }
 

@@ -34,7 +34,11 @@ func (a *Agent) RunCRI(ctx context.Context, endpoint string, interval time.Durat
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	defer client.Close()
-	return a.withWorkers(func() error { return a.withResweep(ctx, func() error { return a.pollCRI(ctx, client, interval) }) })
+	return a.withWorkers(func() error {
+		return a.withSwept(ctx, func() error {
+			return a.withResweep(ctx, func() error { return a.pollCRI(ctx, client, interval) })
+		})
+	})
 }
 
 // pollCRI lists the pods every interval and sweeps those that changed.

@@ -18,7 +18,9 @@ type metrics struct {
 	handler  *prometheus.HistogramVec
 	errors   *prometheus.CounterVec
 	lastSync prometheus.Gauge
-	resweep  *prometheus.CounterVec
+	// looked is set by the Swept loop (swept.go).
+	looked  prometheus.Gauge
+	resweep *prometheus.CounterVec
 	// execs counts the exec watch's commands by what became of them;
 	// execUp is read at each scrape.
 	execs  *prometheus.CounterVec
@@ -51,8 +53,12 @@ func newMetrics(h *Health, u *Usage, up func() bool, stats func() (execwatch.Sta
 		}, []string{"event"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iptables_alerter_agent_errors_total",
-			Help: "Errors by kind: scan (netns not readable, finding not written), unreachable (a running pod's netns path not in the agent's view), incomplete (a finding recorded truncated), allowlist, vendors, connection.",
+			Help: "Errors by kind: scan (netns not readable, finding not written), unreachable (a running pod's netns path not in the agent's view), incomplete (a finding recorded truncated), allowlist, vendors, connection, swept (the word that every pod was looked at, beside the findings, not written).",
 		}, []string{"kind"}),
+		looked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "iptables_alerter_agent_looked",
+			Help: "1 while the agent has looked at every pod the runtime runs (connected, its sweep done, each pod's last scan complete, its finding written) and says so beside the findings file for the node label; 0 makes the label unknown within 3 minutes.",
+		}),
 		lastSync: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "iptables_alerter_agent_last_sync_timestamp_seconds",
 			Help: "When the runtime last synchronized (registration, reconnect), Unix time.",
@@ -89,7 +95,7 @@ func newMetrics(h *Health, u *Usage, up func() bool, stats func() (execwatch.Sta
 // Collectors are the agent's metrics, for the caller's registry.
 func (a *Agent) Collectors() []prometheus.Collector {
 	m := a.metrics
-	return []prometheus.Collector{m.scans, m.duration, m.handler, m.errors, m.lastSync, m.resweep, m.connected, m.degraded, m.usage, m.execs, m.execUp, m.execMissed, m.execWatch}
+	return []prometheus.Collector{m.scans, m.duration, m.handler, m.errors, m.lastSync, m.looked, m.resweep, m.connected, m.degraded, m.usage, m.execs, m.execUp, m.execMissed, m.execWatch}
 }
 
 // scanned counts one ended scan.

@@ -85,6 +85,10 @@ type sandboxes struct {
 	// otherwise: re-swept as a sandbox is, but never listed by a sweep,
 	// never stopped nor forgotten. Its legacy rules tell nobody either.
 	node *sandbox
+	// listed: a sweep listed the runtime's pods since the connection was
+	// last lost (unlist). overflow: a sandbox was not remembered
+	// (maxKnown) since that sweep. Both for everyLooked.
+	listed, overflow bool
 }
 
 // get is the sandbox remembered under id, nil when none.
@@ -118,6 +122,7 @@ func (k *sandboxes) list(metas []scan.Meta) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	m := make(map[string]*sandbox, len(metas))
+	k.listed, k.overflow = true, len(metas) > maxKnown
 	for _, meta := range metas {
 		if len(m) >= maxKnown {
 			break
@@ -140,9 +145,39 @@ func (k *sandboxes) add(meta scan.Meta) {
 		s.meta = podMeta(meta, StageResweep)
 		return
 	}
-	if len(k.m) < maxKnown {
-		k.m[meta.SandboxID] = &sandbox{meta: podMeta(meta, StageResweep)}
+	if len(k.m) >= maxKnown {
+		k.overflow = true
+		return
 	}
+	k.m[meta.SandboxID] = &sandbox{meta: podMeta(meta, StageResweep)}
+}
+
+// unlist notes the connection to the runtime lost: until the next sweep,
+// pods may start and stop unseen.
+func (k *sandboxes) unlist() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.listed = false
+}
+
+// everyLooked tells whether every pod the runtime runs has been looked
+// at, and how many: a sweep listed them since the connection was last
+// lost, none was left out (maxKnown), and each one's last scan, and each
+// one an event named since, completed with its finding written (see
+// noteScan). A scan that could not open the netns (unreachable, failed)
+// leaves the pod not looked at.
+func (k *sandboxes) everyLooked() (int, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.listed || k.overflow {
+		return 0, false
+	}
+	for _, s := range k.m {
+		if !s.complete {
+			return 0, false
+		}
+	}
+	return len(k.m), true
 }
 
 // has tells whether the sandbox is known (not stopped, not forgotten).

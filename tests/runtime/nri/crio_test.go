@@ -15,6 +15,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/tests/runtime/critest"
 )
 
@@ -236,5 +237,12 @@ func TestCRIONotReadySandbox(t *testing.T) {
 	}
 	if got := forPod(findingstest.Read(t, f.findings), "stopped"); len(got) != 0 {
 		t.Errorf("stopped pod flagged: %+v", got)
+	}
+	// Its sweep done, the agent says beside the findings that it looked at
+	// every running pod (the stopped one is none), for the node label.
+	a.waitMetric(t, 1, "iptables_alerter_agent_looked")
+	s, err := findings.ReadSwept(findings.SweptPath(f.findings), "test-node", time.Now())
+	if err != nil || s.Pods != 1 {
+		t.Errorf("the agent's word: %+v, %v; want one pod looked at; agent log:\n%s", s, err, a.log)
 	}
 }

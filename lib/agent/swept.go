@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+)
+
+// sweptCheck is how often the agent asks itself whether it has looked at
+// every pod (Looked): soon after a sweep ends, the word is written.
+const sweptCheck = 5 * time.Second
+
+// SweptObserver hears when the agent's word that it looked at every pod
+// (findings.Swept) could first not be written, and when it was again (err
+// nil): meanwhile the node label says unknown. (Optional, as
+// ResweepObserver.)
+type SweptObserver interface {
+	SweptWritten(path string, err error)
+}
+
+// withSwept runs loop while keeping findings.Swept beside the findings
+// file: written as soon as the look is complete, again every
+// findings.SweptRefresh while it stays so. A look lost writes nothing: the
+// word lapses on its own (findings.SweptValid), so an agent killed at
+// once is no different from one that lost the runtime.
+func (a *Agent) withSwept(ctx context.Context, loop func() error) error {
+	if a.cfg.Log.Path == "" {
+		return loop()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.keepSwept(ctx, findings.SweptPath(a.cfg.Log.Path))
+	}()
+	defer wg.Wait()
+	defer cancel()
+	return loop()
+}
+
+func (a *Agent) keepSwept(ctx context.Context, path string) {
+	t := time.NewTicker(sweptCheck)
+	defer t.Stop()
+	var since, last time.Time
+	var failed bool
+	for {
+		pods, ok := a.Looked()
+		a.metrics.looked.Set(one(ok))
+		now := time.Now()
+		switch {
+		case !ok:
+			since = time.Time{}
+		case since.IsZero() || now.Sub(last) >= findings.SweptRefresh:
+			if since.IsZero() {
+				since, last = now, time.Time{}
+			}
+			err := findings.WriteSwept(path, findings.Swept{Node: a.cfg.Node, Since: since, Until: now.Add(findings.SweptValid), Pods: pods})
+			if err != nil {
+				a.metrics.errors.WithLabelValues("swept").Inc()
+			} else {
+				last = now
+			}
+			// Told of the first failure and of the recovery, not of
+			// each try in between (every sweptCheck).
+			if o, is := a.cfg.Observer.(SweptObserver); is && (err != nil) != failed {
+				o.SweptWritten(path, err)
+			}
+			failed = err != nil
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

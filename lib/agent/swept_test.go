@@ -1,0 +1,57 @@
+package agent
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+)
+
+// TestEveryLooked: the agent says it looked at every pod only once a
+// sweep listed them since the connection, each listed or started pod's
+// last scan completed, and none was left out.
+func TestEveryLooked(t *testing.T) {
+	k := newSandboxes()
+	meta := func(id string) scan.Meta { return scan.Meta{SandboxID: id} }
+	check := func(step string, wantPods int, want bool) {
+		t.Helper()
+		if pods, ok := k.everyLooked(); ok != want || pods != wantPods {
+			t.Errorf("%s: everyLooked = %d, %v; want %d, %v", step, pods, ok, wantPods, want)
+		}
+	}
+	check("no sweep yet", 0, false)
+	k.list([]scan.Meta{meta("a"), meta("b")})
+	check("listed, not scanned", 0, false)
+	k.scanned("a", inspect.State{}, true)
+	check("one scanned", 0, false)
+	k.scanned("b", inspect.State{}, false)
+	check("one scan incomplete", 0, false)
+	k.scanned("b", inspect.State{}, true)
+	check("both complete", 2, true)
+	k.add(meta("c"))
+	check("a pod started since", 0, false)
+	k.forget("c")
+	check("that pod stopped", 2, true)
+	k.unlist()
+	check("connection lost", 0, false)
+	k.list([]scan.Meta{meta("a"), meta("b")})
+	check("listed again, scans remembered", 2, true)
+
+	many := make([]scan.Meta, maxKnown+1)
+	for i := range many {
+		many[i] = meta(fmt.Sprint(i))
+	}
+	k.list(many)
+	for i := range many {
+		k.scanned(fmt.Sprint(i), inspect.State{}, true)
+	}
+	check("past maxKnown", 0, false)
+	k.list(many[:maxKnown])
+	for _, m := range many[:maxKnown] {
+		k.scanned(m.SandboxID, inspect.State{}, true)
+	}
+	check("at maxKnown", maxKnown, true)
+	k.add(meta("one more"))
+	check("one more started past maxKnown", 0, false)
+}
