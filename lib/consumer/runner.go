@@ -131,6 +131,10 @@ func (r *Runner) Alive() time.Time { return r.follower().Alive() }
 // Touch is a sign of life from a consumer's long work (see follow's).
 func (r *Runner) Touch() { r.follower().Touch() }
 
+// CaughtUp is the latest moment every line written before it was handed
+// to every consumer (see follow's).
+func (r *Runner) CaughtUp() time.Time { return r.follower().CaughtUp() }
+
 // Offset is how far the file was handled.
 func (r *Runner) Offset() int64 { return r.follower().Checkpoint().Offset }
 

@@ -63,6 +63,9 @@ type Follower struct {
 	cp, saved Checkpoint
 	pending   int
 	alive     atomic.Int64
+	// caughtUp is when the files were last opened for a look that then
+	// handled every complete line in them (CaughtUp), Unix nanoseconds.
+	caughtUp atomic.Int64
 }
 
 // Defaults for the zero values of the exported fields.
@@ -94,6 +97,17 @@ func (f *Follower) Checkpoint() Checkpoint { return f.cp }
 // liveness probe compares it with the clock. Zero before Run starts.
 func (f *Follower) Alive() time.Time {
 	n := f.alive.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// CaughtUp is the latest moment every line written before it was handled
+// (zero before the first such look): a reader of the handlers' results
+// can then tell they rest on everything a writer wrote up to a moment.
+func (f *Follower) CaughtUp() time.Time {
+	n := f.caughtUp.Load()
 	if n == 0 {
 		return time.Time{}
 	}
@@ -472,18 +486,29 @@ func (f *Follower) startsAt(files []*file, i int) (bool, error) {
 // step reads what it can from the chosen file; progressed is false when
 // there was nothing to do, so Run may sleep.
 func (f *Follower) step(ctx context.Context, h Handler) (progressed bool, err error) {
+	opened := time.Now()
 	files, err := openAll(f.path)
 	if err != nil {
 		return false, err
 	}
 	defer closeAll(files)
 	i, err := f.choose(files)
-	if err != nil || i < 0 {
+	if err != nil {
 		return false, err
+	}
+	if i < 0 {
+		// No file yet: nothing was written to read.
+		f.caughtUp.Store(opened.UnixNano())
+		return false, nil
 	}
 	target := files[i]
 	progressed, err = f.drain(ctx, target, h)
 	if err != nil || i == len(files)-1 {
+		if err == nil {
+			// Every line written before the files were opened is
+			// handled (a torn tail was still being written then).
+			f.caughtUp.Store(opened.UnixNano())
+		}
 		return progressed, err
 	}
 	// A rotated file gets no more writes (the hook renames under its lock,

@@ -477,3 +477,45 @@ func TestFlushBeforeSave(t *testing.T) {
 		t.Errorf("saved offset %d, want 10", cp.Offset)
 	}
 }
+
+// TestCaughtUp: CaughtUp moves to the moment a look opened the files
+// only when that look handled every complete line in them: not while a
+// handler refuses a line, nor past a line written after it; with no file
+// at all, there is nothing to read.
+func TestCaughtUp(t *testing.T) {
+	x := newFixture(t)
+	f := New(x.path, FileStore(x.cp))
+	refuse := "b"
+	h := func(_ context.Context, line []byte) error {
+		if string(line) == refuse {
+			return errors.New("refused")
+		}
+		return nil
+	}
+	if !f.CaughtUp().IsZero() {
+		t.Fatal("CaughtUp set before any look")
+	}
+	before := time.Now()
+	if err := f.Once(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.CaughtUp(); c.Before(before) {
+		t.Errorf("no file: CaughtUp %v, want at least %v", c, before)
+	}
+	x.append("a\nb\n")
+	written := time.Now()
+	if err := f.Once(context.Background(), h); err == nil {
+		t.Fatal("Once with a refused line: nil error")
+	}
+	if c := f.CaughtUp(); !c.Before(written) {
+		t.Errorf("a line refused: CaughtUp %v moved past the line written at %v", c, written)
+	}
+	refuse = ""
+	x.append("c")
+	if err := f.Once(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.CaughtUp(); c.Before(written) {
+		t.Errorf("every complete line handled (a torn one left): CaughtUp %v, want past %v", c, written)
+	}
+}
