@@ -25,6 +25,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/internal/httpserve"
 	"github.com/iptables-alerter/iptables-alerter/lib/consumer"
 	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
 	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 	"github.com/iptables-alerter/iptables-alerter/lib/nodemark"
@@ -75,8 +76,11 @@ a 403) likewise, looking again every 5 minutes.
 
 With --node-label (iptables-alerter.io/rhel10 by default) it keeps a label
 on its own Node from the node's and its pods' findings, worst first:
-breaks (legacy rules), unknown (a check that could not finish), needs-extra
-(xt rules: kernel-modules-extra), ready. packaging/rbac/node-label.yaml
+breaks (legacy rules), unknown (a check that could not finish, or not
+everything seen), needs-extra (xt rules: kernel-modules-extra), ready: only
+while the agent's word beside the findings (FINDINGS.swept) says it looked
+at every pod and every finding before that look was read, since a clean
+pod leaves no finding. packaging/rbac/node-label.yaml
 grants the patch and admits it only on the Node the service account's
 bound token names; a refused patch is logged and tried again every minute,
 never holding a finding.
@@ -231,6 +235,9 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		if err != nil {
 			return err
 		}
+		// Ready only under the agent's word that it looked at every pod,
+		// with every finding since read by this runner.
+		marker.Swept, marker.CaughtUp = findings.SweptPath(cfg.findings), r.CaughtUp
 		if marker.Fresh() {
 			// No state: the findings before the checkpoint are unknown to
 			// the marker, and labelling now would say ready of a node whose

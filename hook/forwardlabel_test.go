@@ -162,8 +162,13 @@ func TestForwardNodeLabel(t *testing.T) {
 		r.State, r.Nft, r.Legacy, r.Impact, r.Worst, r.Examples = findings.StateGone, findings.Nft{}, findings.Legacy{}, findings.Impact{}, "", nil
 		return r
 	}
-	e.append(t, podXt)
+	// No word from the agent (findings.Swept), no findings file: nobody
+	// looked at the node, and no finding says nothing. (Failed before the
+	// marker read the agent's word: ready.)
 	f := e.start(t)
+	want(f, nodemark.Unknown)
+	keepSwept(t, e.findings, "node-a")
+	e.append(t, podXt)
 	want(f, nodemark.NeedsExtra)
 	e.append(t, node)
 	want(f, nodemark.Breaks)
@@ -213,4 +218,31 @@ func TestForwardNodeLabelReplay(t *testing.T) {
 		return n.Labels[nodemark.DefaultLabel] == nodemark.Breaks
 	})
 	f.stop(t, syscall.SIGTERM)
+}
+
+// keepSwept writes the agent's word that it looked at every pod beside
+// the findings, as the agent does, until the test ends.
+func keepSwept(t *testing.T, findingsPath, node string) {
+	t.Helper()
+	since := time.Now()
+	write := func() {
+		now := time.Now()
+		if err := findings.WriteSwept(findings.SweptPath(findingsPath), findings.Swept{Node: node, Since: since, Until: now.Add(findings.SweptValid)}); err != nil {
+			t.Error(err)
+		}
+	}
+	write()
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Second):
+				write()
+			}
+		}
+	}()
+	t.Cleanup(func() { close(done); <-ended })
 }

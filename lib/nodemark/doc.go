@@ -4,7 +4,11 @@
 // ip_tables), unknown (an inspection that could not finish, or usage not
 // classified: never ready when not everything was seen), needs-extra (xt
 // rules: they load only with kernel-modules-extra), ready (native rules or
-// none). The worst wins, in that order. A platform can then gate a change
+// none). The worst wins, in that order. Ready needs more than no finding
+// (a clean pod leaves none): the agent's word that it looked at every pod
+// (findings.Swept), valid, and every finding written before that look
+// read by the forwarder (CaughtUp), no more than MaxLag ago; otherwise
+// unknown at best. A platform can then gate a change
 // on it (packaging/pool-gate).
 //
 // It takes findings.Records (a lib/consumer Consumer after the Events and
@@ -33,5 +37,6 @@
 //     (once per reason), and tried again with the next record and every
 //     Retry until it succeeds.
 //
-// API calls made: nodes patch (its own), pods get (Prune).
+// API calls made: nodes patch (its own; again every Prune, as nothing
+// may read the Node to see it removed), pods get (Prune).
 package nodemark

@@ -62,6 +62,11 @@ type state struct {
 	Entries map[string]Entry `json:"entries"`
 }
 
+// MaxLag is how long the forwarder may go without having read every
+// finding written (CaughtUp) before the label says unknown: a finding held
+// behind an API server or webhook that refuses it may be a pod's usage.
+const MaxLag = 5 * time.Minute
+
 // Marker keeps the label of one node.
 type Marker struct {
 	kube        kubernetes.Interface
@@ -70,6 +75,13 @@ type Marker struct {
 	log         logrus.FieldLogger
 	Retry       time.Duration
 	Prune       time.Duration
+	// Swept is the agent's word that it looked at every pod
+	// (findings.SweptPath of the findings): without a valid one the label
+	// is never better than unknown. Empty: not asked for (tests).
+	Swept string
+	// CaughtUp is the moment up to which every finding was handed to the
+	// marker (consumer.Runner's); nil: not asked for.
+	CaughtUp func() time.Time
 
 	mu      sync.Mutex
 	entries map[string]Entry
@@ -81,6 +93,11 @@ type Marker struct {
 	// fresh: New found no state file. held: Consume neither saves nor
 	// labels (Hold, a replay).
 	fresh, held bool
+	// appliedAt is when the API last took applied; started when Start
+	// ran; unseen why the last look could not vouch ("" it could), logged
+	// when it changes.
+	appliedAt, started time.Time
+	unseen             string
 
 	patches *prometheus.CounterVec
 }
@@ -176,7 +193,53 @@ func (m *Marker) Release() {
 func (m *Marker) Value() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return Mark(m.entries)
+	return m.value(time.Now())
+}
+
+// value is the label's value at now: the pods' levels, and unknown while
+// the agent's look cannot vouch that they are all there is (look). m.mu
+// held.
+func (m *Marker) value(now time.Time) string {
+	v := Mark(m.entries)
+	err := m.look(now)
+	why := ""
+	if err != nil {
+		v, why = findings.WorseReadiness(v, Unknown), err.Error()
+	}
+	if why != m.unseen {
+		if why != "" {
+			m.log.WithError(err).Warn("node label: not everything on the node was seen, so it says unknown at best")
+		} else {
+			m.log.Info("node label: the agent looked at every pod and every finding was read")
+		}
+		m.unseen = why
+	}
+	return v
+}
+
+// look tells why the label cannot say that the pods' levels are all there
+// is, or nil: the agent's word that it looked at every pod (Swept) is
+// valid, and every finding written before that look began was read, the
+// reading no more than MaxLag behind. A clean pod leaves no finding: no
+// finding reads as clean only with both.
+func (m *Marker) look(now time.Time) error {
+	if m.Swept == "" {
+		return nil
+	}
+	s, err := findings.ReadSwept(m.Swept, m.node, now)
+	if err != nil {
+		return err
+	}
+	if m.CaughtUp == nil {
+		return nil
+	}
+	switch c := m.CaughtUp(); {
+	case c.Before(s.Since):
+		return fmt.Errorf("the findings written before the agent's look of %s are not all read yet", s.Since.UTC().Format(time.RFC3339))
+	case now.Sub(c) > MaxLag:
+		return fmt.Errorf("the findings were last all read at %s, more than %v ago: one held (API server, webhook) may be a pod's usage", c.UTC().Format(time.RFC3339), MaxLag)
+	}
+	return nil
 }
 
 // Consume sets rec's pod's (or the node's) level and patches the label
@@ -238,7 +301,7 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 	}
 	// A value whose patch failed is left to the retry ticker: a refused
 	// patch (no RBAC, no such Node) cost a request a finding.
-	retry := m.failed != "" && Mark(m.entries) == m.failed
+	retry := m.failed != "" && m.value(time.Now()) == m.failed
 	m.mu.Unlock()
 	if !retry {
 		m.apply(ctx)
@@ -288,12 +351,20 @@ func (m *Marker) save() {
 	}
 }
 
-// apply patches the label when the API does not hold its value yet.
+// apply patches the label when the API does not hold its value yet, or
+// last took it a Prune ago: anyone may have removed or changed it since
+// (the forwarder may not read Nodes), and a gate must see it. Not in the
+// first MaxLag after Start while the findings were never all read: the
+// label the last run left stays until this run can say better.
 func (m *Marker) apply(ctx context.Context) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	v := Mark(m.entries)
-	if v == m.applied {
+	now := time.Now()
+	if m.waitingAt(now) {
+		return
+	}
+	v := m.value(now)
+	if v == m.applied && now.Sub(m.appliedAt) < m.Prune {
 		return
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{m.label: v}}})
@@ -308,20 +379,50 @@ func (m *Marker) apply(ctx context.Context) {
 		return
 	}
 	m.patches.WithLabelValues("ok").Inc()
-	if m.warned != "" || m.applied != "" || v != Ready {
+	// The first ready is no news, nor is a value taken again.
+	if m.warned != "" || (v != m.applied && (m.applied != "" || v != Ready)) {
 		m.log.WithField("label", m.label+"="+v).Info("node labelled")
 	}
-	m.applied, m.warned, m.failed = v, "", ""
+	m.applied, m.appliedAt, m.warned, m.failed = v, now, "", ""
 }
 
-// Start labels the node now, then tries failed patches again every
-// Retry and drops deleted pods every Prune until ctx ends.
+// waiting tells whether apply still waits for the findings to be read
+// once after Start (at most MaxLag).
+func (m *Marker) waiting() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.waitingAt(time.Now())
+}
+
+// waitingAt is waiting at now; m.mu held.
+func (m *Marker) waitingAt(now time.Time) bool {
+	return m.CaughtUp != nil && m.CaughtUp().IsZero() && now.Sub(m.started) < MaxLag
+}
+
+// Start labels the node once the findings were read once (CaughtUp; the
+// label the last run left stays until then, at most MaxLag), then tries
+// failed patches again and looks at the agent's word every Retry, and
+// drops deleted pods and patches the label again every Prune, until ctx
+// ends.
 func (m *Marker) Start(ctx context.Context) {
+	m.mu.Lock()
+	m.started = time.Now()
+	m.mu.Unlock()
 	m.apply(ctx)
 	go func() {
 		retry, prune := time.NewTicker(m.Retry), time.NewTicker(m.Prune)
 		defer retry.Stop()
 		defer prune.Stop()
+		// Labelled as soon as the findings were read once (apply waits
+		// for that), not a Retry later.
+		for m.waiting() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			m.apply(ctx)
+		}
 		for {
 			select {
 			case <-ctx.Done():

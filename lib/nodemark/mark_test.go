@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -372,5 +373,159 @@ func TestDamagedStateFresh(t *testing.T) {
 				t.Errorf("no warning about the damaged state: %v", hook.AllEntries())
 			}
 		})
+	}
+}
+
+// TestLookVouches: no finding reads as ready only under the agent's valid
+// word that it looked at every pod (findings.Swept) and with every finding
+// since that look read: otherwise unknown, or worse when a pod's level is.
+func TestLookVouches(t *testing.T) {
+	// Failed before the marker read the agent's word: a node nobody
+	// looked at (no agent, no findings file) was labelled ready.
+	now := time.Now()
+	dir := t.TempDir()
+	swept := filepath.Join(dir, "findings.jsonl.swept")
+	caught := now
+	m := newLookMarker(t, swept, func() time.Time { return caught })
+	word := func(s findings.Swept) {
+		t.Helper()
+		if err := findings.WriteSwept(swept, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := findings.Swept{Node: "n1", Since: now.Add(-time.Minute), Until: now.Add(2 * time.Minute), Pods: 3}
+	for _, c := range []struct {
+		name   string
+		set    func()
+		levels []string
+		want   string
+	}{
+		{"no word", func() {}, nil, Unknown},
+		{"no word, a pod's xt rules", func() {}, []string{findings.ImpactXt}, Unknown},
+		{"no word, a pod's legacy rules", func() {}, []string{findings.ImpactLegacy}, Breaks},
+		{"valid word", func() { word(good) }, nil, Ready},
+		{"valid word, a pod's xt rules", func() { word(good) }, []string{findings.ImpactXt}, NeedsExtra},
+		{"another node's", func() { s := good; s.Node = "n2"; word(s) }, nil, Unknown},
+		{"lapsed", func() { s := good; s.Until = now.Add(-time.Second); word(s) }, nil, Unknown},
+		{"dated ahead", func() { s := good; s.Until = now.Add(time.Hour); word(s) }, nil, Unknown},
+		{"not valid JSON", func() {
+			if err := os.WriteFile(swept, []byte("{"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, nil, Unknown},
+		{"a link", func() {
+			other := filepath.Join(dir, "other")
+			word(good)
+			if err := os.Rename(swept, other); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(other, swept); err != nil {
+				t.Fatal(err)
+			}
+		}, nil, Unknown},
+		{"findings since the look not read", func() { word(good); caught = good.Since.Add(-time.Second) }, nil, Unknown},
+		{"reading stalled", func() { word(good); caught = now.Add(-MaxLag - time.Second) }, nil, Unknown},
+		{"never read", func() { word(good); caught = time.Time{} }, nil, Unknown},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_ = os.Remove(swept)
+			caught = now
+			c.set()
+			m.entries = map[string]Entry{}
+			for i, l := range c.levels {
+				m.entries[string(rune('a'+i))] = Entry{Level: l}
+			}
+			if got := m.Value(); got != c.want {
+				t.Errorf("label %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+func newLookMarker(t *testing.T, swept string, caughtUp func() time.Time) *Marker {
+	t.Helper()
+	log, _ := logtest.NewNullLogger()
+	m, err := New(fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}), "n1", DefaultLabel,
+		filepath.Join(t.TempDir(), "state.json"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Swept, m.CaughtUp = swept, caughtUp
+	return m
+}
+
+// TestStartWaitsForReading: a forwarder that starts does not label before
+// it has read the findings once (the label the last run left stays), at
+// most MaxLag; then it does.
+func TestStartWaitsForReading(t *testing.T) {
+	now := time.Now()
+	swept := filepath.Join(t.TempDir(), "findings.jsonl.swept")
+	if err := findings.WriteSwept(swept, findings.Swept{Node: "n1", Since: now, Until: now.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	var caught time.Time
+	m := newLookMarker(t, swept, func() time.Time { return caught })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := m.kube.(*fake.Clientset)
+	m.Start(ctx)
+	if err := m.Consume(ctx, rec("u1", findings.StatePresent, findings.ImpactNative)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(patches(cs)); n != 0 {
+		t.Fatalf("%d patches before the findings were read once, want none", n)
+	}
+	caught = time.Now()
+	m.apply(ctx)
+	if p := patches(cs); len(p) != 1 || !strings.Contains(string(p[0].GetPatch()), `"`+Ready+`"`) {
+		t.Fatalf("patches once read: %v, want one of %q", p, Ready)
+	}
+	// Past MaxLag without a reading: unknown, said.
+	m.mu.Lock()
+	m.started, caught = now.Add(-MaxLag-time.Second), time.Time{}
+	m.mu.Unlock()
+	m.apply(ctx)
+	if p := patches(cs); len(p) != 2 || !strings.Contains(string(p[1].GetPatch()), `"`+Unknown+`"`) {
+		t.Fatalf("patches never read past MaxLag: %v, want a second of %q", p, Unknown)
+	}
+}
+
+func patches(cs *fake.Clientset) []k8stesting.PatchAction {
+	var out []k8stesting.PatchAction
+	for _, a := range cs.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestReassert: a label removed by someone else comes back within Prune
+// of its last patch, though its value did not change.
+func TestReassert(t *testing.T) {
+	// Failed before apply patched again after Prune: the removed label
+	// stayed away until the value changed.
+	ctx := context.Background()
+	m := newLookMarker(t, "", nil)
+	cs := m.kube.(*fake.Clientset)
+	m.Prune = time.Hour
+	m.apply(ctx)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, "n1", types.MergePatchType, []byte(`{"metadata":{"labels":{"`+DefaultLabel+`":null}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.apply(ctx)
+	if n := len(patches(cs)); n != 2 {
+		t.Fatalf("%d patches within Prune, want 2 (ours, the removal)", n)
+	}
+	m.mu.Lock()
+	m.appliedAt = m.appliedAt.Add(-m.Prune)
+	m.mu.Unlock()
+	m.apply(ctx)
+	n, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := n.Labels[DefaultLabel]; v != Ready {
+		t.Errorf("label %q a Prune after the removal, want %q", v, Ready)
 	}
 }
