@@ -49,8 +49,9 @@ var mcpGVR = schema.GroupVersionResource{Group: "machineconfiguration.openshift.
 // to a RHEL 10 stream warns while a node its spec.nodeSelector selects
 // (matchLabels or matchExpressions) carries iptables-alerter.io/rhel10=breaks,
 // and only then: not another pool, not another stream, not a pool already
-// on the stream, not once the node is ready; with the binding switched to
-// Deny the move is refused.
+// on the stream, not once the node is ready; a pool on the stream whose
+// new selector takes a breaking node in warns too; with the binding
+// switched to Deny the move is refused.
 func TestPoolGate(t *testing.T) {
 	crd := filepath.Join(repo(t), "..", "shared", "openshift-api", "v1-0000_80_machine-config_01_machineconfigpools.crd.yaml")
 	_, err := os.Stat(crd)
@@ -120,7 +121,8 @@ func TestPoolGate(t *testing.T) {
 	}
 	mentions := func(ws []string, node string) bool {
 		for _, w := range ws {
-			if strings.Contains(w, "iptables-alerter-pool-gate") && strings.Contains(w, "rhel10-coreos") && strings.Contains(w, "node "+node+" ") {
+			if strings.Contains(w, "iptables-alerter-pool-gate") && strings.Contains(w, "rhel10-coreos") &&
+				(strings.Contains(w, "node "+node+" ") || strings.Contains(w, "node "+node+",")) {
 				return true
 			}
 		}
@@ -152,6 +154,30 @@ func TestPoolGate(t *testing.T) {
 		if err != nil || len(ws) > 0 {
 			t.Errorf("%s: warnings %q, error %v", q.what, ws, err)
 		}
+	}
+	// A pool already on the stream whose selector comes to take a
+	// breaking node in (a canary widened) warns; one whose new selector
+	// takes none in does not. (Failed before the policy compared the
+	// selector with the old one: the stream unchanged, it said nothing.)
+	pool("canary", map[string]any{"matchLabels": map[string]any{"canary": "yes"}}, "rhel10-coreos")
+	reselect := func(name string, selector map[string]any) ([]string, error) {
+		p, err := pools.Get(kubetest.Ctx(t), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unstructured.SetNestedMap(p.Object, selector, "spec", "nodeSelector"); err != nil {
+			t.Fatal(err)
+		}
+		warned.take()
+		_, err = pools.Update(kubetest.Ctx(t), p, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return warned.take(), err
+	}
+	if ws, err := reselect("canary", role("worker")); err != nil || !mentions(ws, "w2") {
+		t.Errorf("canary on rhel10-coreos widened to the workers, w2 breaking: warnings %q, error %v", ws, err)
+	}
+	narrowed := map[string]any{"matchLabels": map[string]any{"node-role.kubernetes.io/worker": "", "canary": "yes"}}
+	if ws, err := reselect("worker-rhel10", narrowed); err != nil || len(ws) > 0 {
+		t.Errorf("worker-rhel10 narrowed: warnings %q, error %v", ws, err)
 	}
 	// A breaking node selected by matchExpressions.
 	setMark(t, cs, "g1", "breaks")
