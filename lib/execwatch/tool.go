@@ -48,9 +48,17 @@ func commCandidate(comm string) bool {
 // binaries) is legacy; 1.8 names its multi binaries by backend. A shell or
 // any other interpreter running a script named like a tool (kube-proxy's
 // iptables-wrapper, an alternatives link to it) is not one: the wrapper's
-// own exec of the real tool is a second exec, which is.
+// own exec of the real tool is a second exec, which is. Nor is a binary
+// named as a wrapper: kubernetes-sigs/iptables-wrappers' Go
+// iptables-wrapper (flannel's, kube-router's images link iptables* to it)
+// runs the real tool as its child and exits with its status, so taking it
+// for a tool would report each command twice, the wrapper's copy legacy
+// whatever the backend, and an nft failure a legacy one.
 func toolOf(exe string) (backend string, ok bool) {
 	base := path.Base(strings.TrimSuffix(exe, " (deleted)"))
+	if strings.Contains(base, "wrapper") {
+		return "", false
+	}
 	switch base {
 	case "xtables-nft-multi":
 		return BackendNft, true

@@ -15,8 +15,13 @@ func TestToolOf(t *testing.T) {
 		"/usr/sbin/iptables":                      BackendLegacy,
 		"/usr/sbin/xtables-nft-multi (deleted)":   BackendNft,
 		"/usr/bin/bash":                           "",
-		"/usr/sbin/iptables-wrapper-installer.sh": BackendLegacy, // named like one: a binary of that name is taken as one
-		"/usr/bin/true":                           "",
+		"/usr/sbin/iptables-wrapper-installer.sh": "",
+		// kubernetes-sigs/iptables-wrappers' Go binary runs the real tool
+		// as its child: that one is the tool. (Failed before toolOf set
+		// wrappers aside: legacy.)
+		"/usr/sbin/iptables-wrapper": "",
+		"/usr/sbin/iptables-legacy":  BackendLegacy,
+		"/usr/bin/true":              "",
 	} {
 		got, ok := toolOf(exe)
 		if got != want || ok != (want != "") {

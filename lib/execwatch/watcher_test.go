@@ -2,6 +2,7 @@ package execwatch
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,6 +111,25 @@ func TestWatcherRealLegacy(t *testing.T) {
 	// to end before it is read.
 	_ = nstest.RunHeld(t, exec.Command("ip", "netns", "exec", ns.Name, wrapper, "-w", "60", "-S", "wrapper-marker"), read)
 
+	// A binary named as a wrapper that runs the tool as its child and
+	// exits with its status, as kubernetes-sigs/iptables-wrappers' Go
+	// iptables-wrapper (timeout runs its command so): the child is the
+	// tool, the wrapper none. Held until the child is read.
+	binWrapper := filepath.Join(t.TempDir(), "iptables-wrapper")
+	if b, err := os.ReadFile("/usr/bin/timeout"); err != nil || os.WriteFile(binWrapper, b, 0o755) != nil {
+		t.Fatalf("copy timeout: %v", err)
+	}
+	_ = nstest.RunHeld(t, exec.Command("ip", "netns", "exec", ns.Name, binWrapper, "60", "iptables-legacy", "-w", "60", "-S", "binwrap-marker"),
+		func(pid int) bool {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+			for _, f := range strings.Fields(string(b)) {
+				if child, err := strconv.Atoi(f); err == nil && read(child) {
+					return true
+				}
+			}
+			return false
+		})
+
 	ok := c.wait(t, "ok-marker")
 	if !ok.Exited || ok.Code != 0 || ok.Signal != 0 {
 		t.Errorf("write: exited %v code %d signal %d, want 0", ok.Exited, ok.Code, ok.Signal)
@@ -138,10 +158,18 @@ func TestWatcherRealLegacy(t *testing.T) {
 	if wr.Shape.Tool != "iptables-legacy" || wr.Shape.Operation != OpRead || !wr.Exited {
 		t.Errorf("wrapper: %+v", wr)
 	}
+	if bw := c.wait(t, "binwrap-marker"); bw.Shape.Tool != "iptables-legacy" || bw.Backend != BackendLegacy || !bw.Exited {
+		t.Errorf("wrapper binary's child: %+v", bw)
+	}
 	c.mu.Lock()
 	for _, cmd := range c.cmds {
 		if cmd.Argv[0] == wrapper {
 			t.Errorf("the wrapper script itself was taken for a tool: %+v", cmd)
+		}
+		// Failed before toolOf set wrappers aside: a legacy tool of
+		// its own, the command reported twice.
+		if strings.HasSuffix(cmd.Exe, "iptables-wrapper") {
+			t.Errorf("the wrapper binary itself was taken for a tool: %+v", cmd)
 		}
 	}
 	c.mu.Unlock()
