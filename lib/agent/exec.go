@@ -396,14 +396,24 @@ func (a *Agent) ExecWatching() (bool, string) {
 }
 
 // execOf is the command the exec watch saw run as writer's process: an
-// iptables-nft commit's, to join to the watch's record. Nil when none.
-func (a *Agent) execOf(writer *findings.Writer) *findings.Exec {
+// iptables-nft commit's in ws's netns, to join to the watch's record. Nil
+// when none. A pid is reused: the command must have run in ws's netns, and
+// not ended before the commit's window (WatchDebounce, with as much again
+// and a second for a loaded machine), or another pod's command line (its
+// comments, its failure) would land in this pod's record.
+func (a *Agent) execOf(writer *findings.Writer, ws *watched) *findings.Exec {
 	w := a.execs.w.Load()
 	if writer == nil || w == nil {
 		return nil
 	}
 	c, ok := w.Lookup(writer.PID)
 	if !ok {
+		return nil
+	}
+	if ino := ws.ino.Load(); c.Netns == 0 || ino == 0 || c.Netns != ino {
+		return nil
+	}
+	if !c.Ended.IsZero() && time.Since(c.Ended) > 2*a.cfg.WatchDebounce+time.Second {
 		return nil
 	}
 	return execRecord(c)

@@ -628,3 +628,37 @@ func TestExecNetnsReused(t *testing.T) {
 		}
 	}
 }
+
+// TestExecOfOtherNetns: a commit's writer is joined to the command the
+// exec watch saw at its pid only when that command ran in the watched
+// pod's netns: a pid reused by another pod's process must not carry the
+// first pod's command line (its comments, its failure) into its record.
+func TestExecOfOtherNetns(t *testing.T) {
+	// Failed before execOf compared netns: pod B's commit at the pid of
+	// pod A's failed command was given A's command.
+	nstest.NeedRoot(t, "iptables-legacy")
+	a := startWatching(t, t.TempDir(), newRecorder(), func(c *Config) { c.ExecWatch = true })
+	nsA, nsB := nstest.New(t), nstest.New(t)
+	pa, pb := pod("a", nsA.Path()), pod("b", nsB.Path())
+	for _, p := range []*api.PodSandbox{pa, pb} {
+		if err := a.RunPodSandbox(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+		ready(t, a, p.Id)
+	}
+	execUp(t, a)
+	var seen execwatch.Command
+	cmd := exec.Command("ip", "netns", "exec", nsA.Name, "iptables-legacy", "-w", "60", "-t", "bogus", "-A", "INPUT", "-m", "comment", "--comment", "pod-a-secret", "-j", "DROP")
+	_ = nstest.RunHeld(t, cmd, func(pid int) bool {
+		c, ok := a.execs.w.Load().Lookup(pid)
+		seen = c
+		return ok && strings.HasSuffix(c.Exe, "xtables-legacy-multi")
+	})
+	writer := &findings.Writer{PID: seen.PID, Comm: "nft"}
+	if e := a.execOf(writer, a.watchOf(scan.Meta{SandboxID: pb.Id})); e != nil {
+		t.Errorf("pod b's commit at pid %d was given pod a's command %q", seen.PID, e.CommandLine(200))
+	}
+	if e := a.execOf(writer, a.watchOf(scan.Meta{SandboxID: pa.Id})); e == nil || !strings.Contains(e.CommandLine(200), "pod-a-secret") {
+		t.Errorf("pod a's own commit at pid %d: %+v, want its command", seen.PID, e)
+	}
+}

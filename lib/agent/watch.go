@@ -517,7 +517,7 @@ func (a *Agent) queueWatch(w *watched, stage string, writer *findings.Writer) {
 	m.Stage = stage
 	writer = a.aliveWriter(writer)
 	inContainer(&m, writer, w.node)
-	if !a.queue.add(job{meta: m, writer: writer, exec: a.execOf(writer)}) {
+	if !a.queue.add(job{meta: m, writer: writer, exec: a.execOf(writer, w)}) {
 		a.scanned(Scan{Meta: m, Outcome: Dropped})
 	}
 }
