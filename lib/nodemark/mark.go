@@ -299,15 +299,32 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 		m.bound()
 		m.save()
 	}
-	// A value whose patch failed is left to the retry ticker: a refused
-	// patch (no RBAC, no such Node) cost a request a finding.
-	retry := m.failed != "" && m.value(time.Now()) == m.failed
+	retry := m.refused()
 	m.mu.Unlock()
 	if !retry {
 		m.apply(ctx)
 	}
 	return nil
 }
+
+// Flush labels after the runner handled a batch of lines (a
+// consumer.Flusher): the findings read up to a later moment may let the
+// agent's word vouch now where it could not while a line of the batch
+// was consumed. Never an error, as Consume. Nothing while held.
+func (m *Marker) Flush(ctx context.Context) error {
+	m.mu.Lock()
+	skip := m.held || m.refused()
+	m.mu.Unlock()
+	if !skip {
+		m.apply(ctx)
+	}
+	return nil
+}
+
+// refused tells whether the value now is the one whose patch failed
+// last: the retry ticker's to try again, or a refused patch (no RBAC, no
+// such Node) would cost a request a finding. m.mu held.
+func (m *Marker) refused() bool { return m.failed != "" && m.value(time.Now()) == m.failed }
 
 // bound drops entries beyond MaxEntries, the mildest level first, then
 // the oldest sighting: pods churned through the node (a hostile
@@ -421,8 +438,8 @@ func (m *Marker) Start(ctx context.Context) {
 				return
 			case <-time.After(time.Second):
 			}
-			m.apply(ctx)
 		}
+		m.apply(ctx)
 		for {
 			select {
 			case <-ctx.Done():

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -527,5 +528,32 @@ func TestReassert(t *testing.T) {
 	}
 	if v := n.Labels[DefaultLabel]; v != Ready {
 		t.Errorf("label %q a Prune after the removal, want %q", v, Ready)
+	}
+}
+
+// TestStartLabelsOnceRead: the findings read between Start's own try and
+// its loop's first look: the label is patched then, not a Retry later.
+func TestStartLabelsOnceRead(t *testing.T) {
+	// Failed before the loop patched after its wait whatever it waited:
+	// no patch until the Retry ticker's.
+	now := time.Now()
+	swept := filepath.Join(t.TempDir(), "findings.jsonl.swept")
+	if err := findings.WriteSwept(swept, findings.Swept{Node: "n1", Since: now, Until: now.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	m := newLookMarker(t, swept, func() time.Time {
+		if calls.Add(1) == 1 {
+			return time.Time{}
+		}
+		return time.Now()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m.Start(ctx)
+	for deadline := time.Now().Add(10 * time.Second); len(patches(m.kube.(*fake.Clientset))) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no patch within 10 s of the findings read")
+		}
 	}
 }
