@@ -157,6 +157,10 @@ type Reader struct {
 	// Errno is why the socket failed when Wait returned Stop for it (0
 	// for the stop descriptor): the reader is then deaf, and says so.
 	Errno unix.Errno
+	// ReportDrained makes Wait return Drained when the socket has no
+	// datagram left: set after an Overrun, whose ENOBUFS the kernel
+	// reports before the datagrams queued ahead of the drop.
+	ReportDrained bool
 
 	// fds are the connector's socket, then the descriptor that tells
 	// the reader to stop (readable: Stop).
@@ -216,6 +220,8 @@ const (
 	Publish
 	// Overrun: the kernel dropped messages (ENOBUFS).
 	Overrun
+	// Drained: with ReportDrained, no datagram is left on the socket.
+	Drained
 	// Stop: the stop descriptor is readable, or the socket failed.
 	Stop
 )
@@ -315,6 +321,9 @@ func (q *Reader) receive() (res Result, off, n int, d uint64, ret bool) {
 				continue
 			}
 		case unix.EAGAIN:
+			if q.ReportDrained {
+				return Drained, 0, 0, d, true
+			}
 			return 0, 0, 0, d, false
 		case unix.EINTR:
 			continue

@@ -419,7 +419,13 @@ func (w *Watcher) read(ready chan<- struct{}) {
 	w.realtime = watch.RealtimeThread()
 	close(ready)
 	q := execquiet.NewReader(w.fd, w.wake, w.opts.Proc)
+	// overrun is when the first overrun not rechecked yet came.
+	var overrun time.Time
 	for {
+		if q.ReportDrained && time.Since(overrun) > time.Second {
+			q.ReportDrained = false
+			w.recheck()
+		}
 		// One system call while the messages need nothing of Go
 		// (internal/execquiet). The pending tools change only here, on
 		// the reader.
@@ -433,7 +439,16 @@ func (w *Watcher) read(ready chan<- struct{}) {
 			}
 			return
 		case execquiet.Overrun:
+			// The kernel says so before the datagrams queued ahead of
+			// the drop, the exits of pending commands among them: look
+			// at the pending once those are read (Drained), or a
+			// second on if a storm keeps the socket full.
 			w.overruns.Add(1)
+			if !q.ReportDrained {
+				q.ReportDrained, overrun = true, time.Now()
+			}
+		case execquiet.Drained:
+			q.ReportDrained = false
 			w.recheck()
 		case execquiet.Message:
 			w.datagram(q.Buf[off:n], &q.Snap)

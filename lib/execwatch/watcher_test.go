@@ -571,3 +571,98 @@ func TestWatcherSocketFails(t *testing.T) {
 		}
 	}
 }
+
+// socketDrops is the kernel's count of messages dropped on w's socket
+// (/proc/net/netlink, the line of its inode).
+func socketDrops(t *testing.T, w *Watcher) int {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Fstat(w.fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/net/netlink")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 10 && f[9] == strconv.FormatUint(st.Ino, 10) {
+			n, _ := strconv.Atoi(f[8])
+			return n
+		}
+	}
+	t.Fatalf("socket inode %d not in /proc/net/netlink", st.Ino)
+	return 0
+}
+
+// TestOverrunKeepsQueuedExit: the kernel reports an overrun (ENOBUFS)
+// before the datagrams queued ahead of the drop; a pending tool's exit
+// among them keeps its status, instead of the tool being given up as
+// reaped by a look at the pending run before they were read.
+func TestOverrunKeepsQueuedExit(t *testing.T) {
+	// Failed before the re-check waited for the socket to drain: the
+	// tool was reported exited false, code 0 (helper-40's review).
+	nstest.NeedRoot(t)
+	dir := t.TempDir()
+	slow := filepath.Join(dir, "iptables-legacy")
+	if b, err := os.ReadFile("/bin/sh"); err != nil || os.WriteFile(slow, b, 0o755) != nil {
+		t.Fatalf("copy sh: %v", err)
+	}
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unblock()
+	c := newCollector()
+	w, err := Open(Options{HostProc: "/proc", Done: func(cmd Command) {
+		c.done(cmd)
+		if strings.Contains(strings.Join(cmd.Argv, " "), "block-marker") {
+			<-release
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unblock(); w.Close() })
+	tool := exec.Command(slow, "-c", "read x; exit 3", "slow-marker")
+	in, err := tool.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tool.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tool.Process.Kill(); _ = tool.Wait() }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, ok := w.Lookup(tool.Process.Pid); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the tool was never pending")
+		}
+	}
+	// The reader is held in Done by a second tool; the first one ends
+	// and is reaped meanwhile, its exit queued; then the socket overflows.
+	if err := exec.Command(slow, "-c", "true", "block-marker").Run(); err != nil {
+		t.Fatal(err)
+	}
+	c.wait(t, "block-marker")
+	in.Close()
+	if err := tool.Wait(); err == nil {
+		t.Fatal("the tool exited 0")
+	}
+	for deadline := time.Now().Add(2 * time.Minute); socketDrops(t, w) == 0; {
+		for i := 0; i < 50; i++ {
+			_ = exec.Command("/bin/true").Run()
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the socket never overflowed")
+		}
+	}
+	unblock()
+	got := c.wait(t, "slow-marker")
+	if !got.Exited || got.Code != 3 {
+		t.Errorf("the tool's exit, queued before the overrun: exited %v code %d, want 3", got.Exited, got.Code)
+	}
+	if st := w.Stats(); st.Overruns == 0 {
+		t.Errorf("no overrun counted: %+v", st)
+	}
+}
