@@ -205,14 +205,32 @@ func (c *CRI) Restart() {
 // removePods stops and removes every pod, so the runtime removes their
 // netns pins and their shims or monitors exit. A removal refused while a
 // container is still starting (a call of a client that went away, still
-// running in the runtime) is tried again until the bound.
+// running in the runtime) is tried again until the bound. The containers
+// are killed first (a stop of timeout 0): a test's pods need no grace,
+// and CRI-O takes a pod stop's grace from the call's deadline, so one
+// container slow to end on SIGTERM under load held the stop to the bound
+// and left every other pod unstopped (CI saw it). Each call has its own
+// deadline, within the bound.
 func (c *CRI) removePods() {
 	if c.cmd == nil || c.Runtime == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 20*time.Second) }
 	for {
+		lctx, lcancel := call()
+		cl, err := c.Runtime.ListContainers(lctx, &rt.ListContainersRequest{})
+		lcancel()
+		if err == nil {
+			for _, ct := range cl.Containers {
+				if ct.State == rt.ContainerState_CONTAINER_RUNNING {
+					sctx, scancel := call()
+					_, _ = c.Runtime.StopContainer(sctx, &rt.StopContainerRequest{ContainerId: ct.Id, Timeout: 0})
+					scancel()
+				}
+			}
+		}
 		l, err := c.Runtime.ListPodSandbox(ctx, &rt.ListPodSandboxRequest{})
 		if err != nil {
 			c.t.Logf("list pods at cleanup: %v", err)
@@ -220,7 +238,10 @@ func (c *CRI) removePods() {
 		}
 		var failed []error
 		for _, p := range l.Items {
-			if _, err := c.Runtime.StopPodSandbox(ctx, &rt.StopPodSandboxRequest{PodSandboxId: p.Id}); err != nil {
+			sctx, scancel := call()
+			_, err := c.Runtime.StopPodSandbox(sctx, &rt.StopPodSandboxRequest{PodSandboxId: p.Id})
+			scancel()
+			if err != nil {
 				failed = append(failed, fmt.Errorf("stop pod %s: %w", p.Id, err))
 				continue
 			}
@@ -234,7 +255,8 @@ func (c *CRI) removePods() {
 		select {
 		case <-ctx.Done():
 			// Not a verdict: the runtime's cleanup ends what is left.
-			c.t.Logf("pods left at cleanup: %v", failed)
+			// Its log says why the stops hung.
+			c.t.Logf("pods left at cleanup: %v; %s log:\n%s", failed, c.name, c.Log())
 			return
 		case <-time.After(500 * time.Millisecond):
 		}
