@@ -241,10 +241,17 @@ type file struct {
 	size       int64
 }
 
+// errNotRegular: a directory, FIFO or device where a findings file
+// should be (a link is not followed: ELOOP).
+var errNotRegular = errors.New("not a regular file")
+
 func open(name string) (*file, error) {
 	fd, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
+	}
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("open findings %q: a link: %w", name, errNotRegular)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open findings %q: %w", name, err)
@@ -257,7 +264,7 @@ func open(name string) (*file, error) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok || !fi.Mode().IsRegular() {
 		fd.Close()
-		return nil, fmt.Errorf("open findings %q: not a regular file", name)
+		return nil, fmt.Errorf("open findings %q: %w", name, errNotRegular)
 	}
 	return &file{File: fd, name: name, dev: uint64(st.Dev), inode: st.Ino, size: fi.Size()}, nil
 }
@@ -310,9 +317,18 @@ func openAll(path string) ([]*file, error) {
 		var files []*file
 		byName := map[string][2]uint64{}
 		seen := map[[2]uint64]bool{}
+		// aside are rotated names that hold no file (a directory or a
+		// link planted there): no writer's lines are in them, and
+		// failing on them would stop every consumer for good while the
+		// writer goes on (it appends when it cannot rotate).
+		aside := map[string]bool{}
 		moving := false
 		for _, n := range names {
 			x, err := open(n)
+			if errors.Is(err, errNotRegular) && n != path {
+				aside[n] = true
+				continue
+			}
 			if err != nil {
 				closeAll(files)
 				return nil, err
@@ -337,7 +353,7 @@ func openAll(path string) ([]*file, error) {
 			closeAll(files)
 			continue
 		}
-		ok, err := unmoved(path, names, byName)
+		ok, err := unmoved(path, names, byName, aside)
 		if ok || err != nil {
 			if err != nil {
 				closeAll(files)
@@ -357,7 +373,7 @@ const maxOpenTries = 50
 // unmoved reports whether the generations are still the names listed, each
 // naming the file opened under it (the current file may be missing again:
 // openAll took the set only when every rotated name was there).
-func unmoved(path string, names []string, byName map[string][2]uint64) (bool, error) {
+func unmoved(path string, names []string, byName map[string][2]uint64, aside map[string]bool) (bool, error) {
 	again, err := findings.Generations(path)
 	if err != nil || !slices.Equal(again, names) {
 		return false, err
@@ -373,6 +389,10 @@ func unmoved(path string, names []string, byName map[string][2]uint64) (bool, er
 			}
 		case err != nil:
 			return false, nil
+		case aside[n]:
+			if st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+				return false, nil
+			}
 		case !opened || k != [2]uint64{uint64(st.Dev), st.Ino}:
 			return false, nil
 		}

@@ -519,3 +519,31 @@ func TestCaughtUp(t *testing.T) {
 		t.Errorf("every complete line handled (a torn one left): CaughtUp %v, want past %v", c, written)
 	}
 }
+
+// TestPlantedGenerationSetAside: a rotated name that holds no file (a
+// directory, a link) is set aside: the files around it are read, instead
+// of every look failing for good while the writer goes on appending.
+func TestPlantedGenerationSetAside(t *testing.T) {
+	// Failed before openAll set such names aside: "not a regular file",
+	// and nothing handed over.
+	for _, plant := range []struct {
+		name string
+		do   func(x *fixture, at string) error
+	}{
+		{"directory", func(_ *fixture, at string) error { return os.Mkdir(at, 0o755) }},
+		{"link", func(x *fixture, at string) error { return os.Symlink(x.path, at) }},
+	} {
+		t.Run(plant.name, func(t *testing.T) {
+			x := newFixture(t)
+			x.append("a\n")
+			x.rotate()
+			if err := plant.do(x, x.path+".2"); err != nil {
+				t.Fatal(err)
+			}
+			x.append("b\n")
+			x.want("a", "b")
+			x.append("c\n")
+			x.want("c")
+		})
+	}
+}
