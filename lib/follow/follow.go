@@ -443,7 +443,10 @@ func (f *Follower) choose(files []*file) (int, error) {
 	}
 	// A copy of it under another inode: logrotate's copytruncate copies
 	// the file to PATH.1 and truncates it in place. The copy holds the rest
-	// of the lines; the truncated original comes after it.
+	// of the lines; the truncated original comes after it. A copy shorter
+	// than the checkpoint was taken before lines the follower then read
+	// from the original, ahead of the truncate: it holds nothing unread,
+	// and reading goes on at the start of the file after it.
 	if f.cp.Offset > 0 {
 		for i, x := range files {
 			ok, err := x.holds(f.cp)
@@ -453,6 +456,13 @@ func (f *Follower) choose(files []*file) (int, error) {
 			if ok {
 				f.cp.Dev, f.cp.Inode = x.dev, x.inode
 				return i, nil
+			}
+			if x.sameInode(f.cp.Dev, f.cp.Inode) || i == len(files)-1 {
+				continue
+			}
+			if id, err := x.id(); err == nil && id.FirstLine != "" && id.FirstLine == f.cp.FirstLine {
+				f.cp = files[i+1].start(id)
+				return i + 1, nil
 			}
 		}
 	}

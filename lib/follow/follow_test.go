@@ -547,3 +547,35 @@ func TestPlantedGenerationSetAside(t *testing.T) {
 		})
 	}
 }
+
+// TestCopytruncateShortCopy: logrotate copies the file, the writer
+// appends, the follower reads that line from the original, then logrotate
+// truncates: the copy is shorter than the checkpoint and holds nothing
+// unread, so reading goes on at the truncated file's start, with no line
+// twice and no gap said.
+func TestCopytruncateShortCopy(t *testing.T) {
+	// Failed before choose knew a short copy: "a" twice, and a gap.
+	x := newFixture(t)
+	x.append("0\n")
+	x.rotate()
+	x.append("a\n")
+	x.want("0", "a")
+	copied, err := os.ReadFile(x.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(x.path+".1", x.path+".2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(x.path+".1", copied, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	x.append("b\n")
+	x.want("b")
+	x.truncate()
+	x.append("c\n")
+	x.want("c")
+	if len(x.skips) != 0 {
+		t.Errorf("skips %+v, want none", x.skips)
+	}
+}
