@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -225,6 +226,26 @@ func TestPoolGate(t *testing.T) {
 			t.Fatalf("worker's move still refused with every node ready: %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+
+	// The stricter binding docs/pool-gate.md gives: unknown (and
+	// needs-extra) nodes gate too, and the message names the mark.
+	b, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(kubetest.Ctx(t), "iptables-alerter-pool-gate", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Warn}
+	b.Spec.ParamRef.Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: "iptables-alerter.io/rhel10", Operator: metav1.LabelSelectorOpIn, Values: []string{"breaks", "needs-extra", "unknown"}}}}
+	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Update(kubetest.Ctx(t), b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	setMark(t, cs, "i1", "unknown")
+	waitWarn("infra with i1 unknown, the stricter binding", "infra", "i1", true)
+	if ws, _ := move("infra", "rhel10-coreos"); !slices.ContainsFunc(ws, func(w string) bool {
+		return strings.Contains(w, "iptables-alerter.io/rhel10=unknown: not everything on it was seen")
+	}) {
+		t.Errorf("the stricter binding's warning for i1: %q", ws)
 	}
 }
 
