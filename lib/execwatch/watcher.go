@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -140,6 +141,9 @@ type Watcher struct {
 	mu      sync.Mutex
 	pending map[int]*Command
 	order   []int
+	// perNetns counts the pending commands by netns inode: a full table
+	// gives up one of the netns holding most (add).
+	perNetns map[uint64]int
 	// recent are the last runs that ended, oldest first (Lookup).
 	recent []Command
 
@@ -578,18 +582,26 @@ func (w *Watcher) miss(cmd *Command, name string) {
 	w.opts.Missed(*cmd, MissGone)
 }
 
+// add makes cmd pending. A full table gives up the oldest command of the
+// netns with the most pending, not the oldest of all: a pod starting tools
+// that never end (a sleep named iptables) must not push every other pod's
+// running commands, and their failures, out.
 func (w *Watcher) add(cmd *Command) {
 	w.mu.Lock()
+	if w.perNetns == nil {
+		w.perNetns = map[uint64]int{}
+	}
 	var evicted *Command
-	if _, ok := w.pending[cmd.PID]; !ok {
+	if old, ok := w.pending[cmd.PID]; ok {
+		w.count(old.Netns, -1)
+	} else {
 		if len(w.order) >= w.opts.MaxPending {
-			evicted = w.pending[w.order[0]]
-			delete(w.pending, w.order[0])
-			w.order = w.order[1:]
+			evicted = w.drop(w.hog())
 		}
 		w.order = append(w.order, cmd.PID)
 	}
 	w.pending[cmd.PID] = cmd
+	w.count(cmd.Netns, 1)
 	w.mu.Unlock()
 	if evicted != nil {
 		w.evicted.Add(1)
@@ -635,18 +647,46 @@ func (w *Watcher) recheck() {
 func (w *Watcher) take(pid int) *Command {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	c, ok := w.pending[pid]
-	if !ok {
+	return w.drop(slices.Index(w.order, pid))
+}
+
+// drop removes the pending command at w.order[i] (none for -1); w.mu
+// held.
+func (w *Watcher) drop(i int) *Command {
+	if i < 0 {
 		return nil
 	}
+	pid := w.order[i]
+	c := w.pending[pid]
 	delete(w.pending, pid)
-	for i, p := range w.order {
-		if p == pid {
-			w.order = append(w.order[:i], w.order[i+1:]...)
-			break
+	w.order = append(w.order[:i], w.order[i+1:]...)
+	w.count(c.Netns, -1)
+	return c
+}
+
+// count adds d to netns's pending commands; w.mu held.
+func (w *Watcher) count(netns uint64, d int) {
+	if w.perNetns[netns] += d; w.perNetns[netns] <= 0 {
+		delete(w.perNetns, netns)
+	}
+}
+
+// hog is the index in w.order of the oldest pending command of the netns
+// with the most; w.mu held, the table not empty.
+func (w *Watcher) hog() int {
+	var most uint64
+	n := 0
+	for ns, c := range w.perNetns {
+		if c > n {
+			most, n = ns, c
 		}
 	}
-	return c
+	for i, pid := range w.order {
+		if w.pending[pid].Netns == most {
+			return i
+		}
+	}
+	return 0
 }
 
 // forget drops pid's pending command: the pid executed another program,

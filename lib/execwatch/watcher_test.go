@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -664,5 +665,28 @@ func TestOverrunKeepsQueuedExit(t *testing.T) {
 	}
 	if st := w.Stats(); st.Overruns == 0 {
 		t.Errorf("no overrun counted: %+v", st)
+	}
+}
+
+// TestPendingFullFair: a full table gives up the oldest command of the
+// netns holding the most, not the oldest of all: one pod's tools that
+// never end do not push another pod's running command out.
+func TestPendingFullFair(t *testing.T) {
+	// Failed before add chose by netns: pod b's command, the oldest,
+	// was given up.
+	var given []int
+	w := &Watcher{pending: map[int]*Command{}, opts: Options{MaxPending: 3, Done: func(c Command) { given = append(given, c.PID) }}}
+	w.add(&Command{PID: 1, Netns: 200}) // pod b's, the oldest
+	for pid := 2; pid <= 5; pid++ {
+		w.add(&Command{PID: pid, Netns: 100}) // pod a's, never ending
+	}
+	if !slices.Equal(given, []int{2, 3}) {
+		t.Errorf("given up %v, want pod a's oldest: [2 3]", given)
+	}
+	if _, ok := w.Lookup(1); !ok {
+		t.Error("pod b's command is no longer pending")
+	}
+	if c := w.take(1); c == nil || w.perNetns[200] != 0 || w.perNetns[100] != 2 {
+		t.Errorf("after taking pod b's: %v, counts %v", c, w.perNetns)
 	}
 }
