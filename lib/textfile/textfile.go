@@ -276,15 +276,23 @@ func (c *Collector) prune() int {
 // never holds two series with the same labels (node-exporter would refuse
 // the whole file). A pod whose usage is gone has no series.
 func (c *Collector) exported() []Pod {
-	var pods []Pod
+	// The newest per name first, gone ones with the rest: a pod made again
+	// under its name whose newest finding says gone must not leave the
+	// older pod's usage exported in its place.
+	all := make([]Pod, 0, len(c.state.Pods))
 	for _, p := range c.state.Pods {
+		all = append(all, p)
+	}
+	newest := findings.NewestPerPod(all, func(p Pod) findings.PodKey {
+		return findings.PodKey{Namespace: p.Namespace, Name: p.Name, Time: p.Time, ID: p.UID}
+	})
+	pods := newest[:0]
+	for _, p := range newest {
 		if p.State != findings.StateGone {
 			pods = append(pods, p)
 		}
 	}
-	return findings.NewestPerPod(pods, func(p Pod) findings.PodKey {
-		return findings.PodKey{Namespace: p.Namespace, Name: p.Name, Time: p.Time, ID: p.UID}
-	})
+	return pods
 }
 
 func (c *Collector) write() error {

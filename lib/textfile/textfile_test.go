@@ -589,3 +589,21 @@ func TestIncompleteLook(t *testing.T) {
 		t.Errorf("after a complete look:\n%s", prom)
 	}
 }
+
+// TestRecreatedPodGone: a pod made again under its name whose newest
+// finding says gone exports nothing of the older pod of that name, whose
+// netns is still there (the check could not tell it gone).
+func TestRecreatedPodGone(t *testing.T) {
+	// Failed before the newest per name was chosen with the gone ones:
+	// the older pod's 7 legacy rules were exported, and it was flagged.
+	e := newEnv(t)
+	old := rec("team-a", "db-0", "u1", e.netns("a"), 0, 7, t0)
+	gone := rec("team-a", "db-0", "u2", e.netns("b"), 0, 0, t0.Add(time.Minute))
+	gone.State = findings.StateGone
+	e.append(old, gone)
+	e.once(t0.Add(2 * time.Minute))
+	prom := e.prom()
+	if strings.Contains(prom, `pod_name="db-0"`) || !strings.Contains(prom, "iptables_alerter_flagged_pods 0\n") {
+		t.Errorf("the older db-0 exported in place of the newer, gone one:\n%s", prom)
+	}
+}
