@@ -240,11 +240,7 @@ func (a *Agent) withResweep(ctx context.Context, loop func() error) error {
 	if a.cfg.ResweepInterval <= 0 {
 		return loop()
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	return beside(ctx, loop, func(ctx context.Context) {
 		t := time.NewTimer(a.cfg.ResweepInterval)
 		defer t.Stop()
 		for {
@@ -256,6 +252,18 @@ func (a *Agent) withResweep(ctx context.Context, loop func() error) error {
 			}
 			t.Reset(nextResweep(a.cfg.ResweepInterval, a.resweep(ctx).Busy > 0))
 		}
+	})
+}
+
+// beside runs loop with side in a goroutine of its own, whose ctx ends
+// when loop returns, and returns once both ended.
+func beside(ctx context.Context, loop func() error, side func(context.Context)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		side(ctx)
 	}()
 	defer wg.Wait()
 	defer cancel()

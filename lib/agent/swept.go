@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -29,16 +28,7 @@ func (a *Agent) withSwept(ctx context.Context, loop func() error) error {
 	if a.cfg.Log.Path == "" {
 		return loop()
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		a.keepSwept(ctx, findings.SweptPath(a.cfg.Log.Path))
-	}()
-	defer wg.Wait()
-	defer cancel()
-	return loop()
+	return beside(ctx, loop, func(ctx context.Context) { a.keepSwept(ctx, findings.SweptPath(a.cfg.Log.Path)) })
 }
 
 func (a *Agent) keepSwept(ctx context.Context, path string) {
