@@ -164,12 +164,13 @@ func (k *sandboxes) unlist() {
 // at, and how many: a sweep listed them since the connection was last
 // lost, none was left out (maxKnown), and each one's last scan, and each
 // one an event named since, completed with its finding written (see
-// noteScan). A scan that could not open the netns (unreachable, failed)
-// leaves the pod not looked at.
+// noteScan); in node mode, the node's netns's too. A scan that could not
+// open the netns (unreachable, failed) leaves the pod not looked at.
 func (k *sandboxes) everyLooked() (int, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if !k.listed || k.overflow {
+	// In node mode, the node's own netns is looked at too.
+	if !k.listed || k.overflow || k.node != nil && !k.node.complete {
 		return 0, false
 	}
 	for _, s := range k.m {

@@ -54,4 +54,10 @@ func TestEveryLooked(t *testing.T) {
 	check("at maxKnown", maxKnown, true)
 	k.add(meta("one more"))
 	check("one more started past maxKnown", 0, false)
+
+	k.list(nil)
+	k.watchNode(scan.Meta{SandboxID: nodeKey})
+	check("node mode, the node's netns not scanned", 0, false)
+	k.scanned(nodeKey, inspect.State{}, true)
+	check("node mode, the node's netns scanned", 0, true)
 }
