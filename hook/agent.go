@@ -85,7 +85,7 @@ func (cfg *agentConfig) register(fs *pflag.FlagSet) {
 	fs.Lookup("host-netns").NoOptDefVal = hostNetnsNode
 	fs.StringSliceVar(&cfg.agent.Platforms, "platform", nil, "node mode: the network plugins this node runs, comma-separated ("+strings.Join(allowlist.Plugins(), ", ")+"), whose entries of the platform allowlist apply besides kube-proxy's and the kubelet's; an unknown name stops the agent")
 	fs.StringVar(&cfg.criEndpoint, "cri-endpoint", "", "where NRI is off: sweep through this CRI socket (e.g. /run/containerd/containerd.sock, /var/run/crio/crio.sock) every --interval instead of using NRI")
-	fs.DurationVar(&cfg.interval, "interval", 15*time.Minute, "with --cri-endpoint: time between sweeps")
+	fs.DurationVar(&cfg.interval, "interval", 15*time.Minute, "with --cri-endpoint: time between sweeps (30 s after a listing that failed)")
 	fs.DurationVar(&cfg.agent.ResweepInterval, "resweep-interval", agent.DefaultResweepInterval, "time between re-sweeps: every known pod netns is looked at again and scanned only if its nftables generation or legacy x_tables changed since its last complete scan, or that scan could not finish (legacy x_tables tell nobody of a change); sooner after the exec watch lost a command; 0: off")
 	fs.IntVar(&cfg.agent.MaxUsage, "max-pod-series", agent.DefaultMaxUsage, "pods with usage given metrics series at most; past it a pod is left out (counted in iptables_alerter_agent_pod_series_left_out_total)")
 	fs.StringVar(&cfg.healthAddr, "health-addr", "127.0.0.1:9757", "serve /healthz and /metrics here (empty: off)")

@@ -324,13 +324,14 @@ func (a *Agent) Usage() *Usage { return a.usage }
 func (a *Agent) Health() *Health { return a.health }
 
 // Looked tells whether the agent has looked at every pod the runtime
-// runs, and how many (see sandboxes.everyLooked): connected now, and each
-// pod's usage, if any, in the findings. The caller writes it down for the
-// node label (findings.Swept): a clean pod leaves no finding, so without
-// it no finding would read as clean.
-func (a *Agent) Looked() (pods int, ok bool) {
+// runs, how many, and since when the findings it rests on were all
+// written (see sandboxes.everyLooked): connected now, and each pod's
+// usage, if any, in the findings. keepSwept writes it down for the node
+// label (findings.Swept): a clean pod leaves no finding, so without it no
+// finding would read as clean.
+func (a *Agent) Looked() (pods int, since time.Time, ok bool) {
 	if !a.health.Connected() {
-		return 0, false
+		return 0, time.Time{}, false
 	}
 	return a.known.everyLooked()
 }
@@ -340,6 +341,8 @@ func (a *Agent) Looked() (pods int, ok bool) {
 func (a *Agent) scanned(s Scan) {
 	if s.Meta.Stage == stageStopPod || s.Outcome == Gone {
 		a.stopped(s.Meta.SandboxID)
+	} else if (s.Outcome == Unreachable || s.Outcome == Failed) && !isNodeJob(s.Meta) && s.Meta.Source != SourceStop {
+		a.known.markUnseen(s.Meta.SandboxID)
 	}
 	if !isNodeJob(s.Meta) {
 		// Usage follows pods: the node's is in its findings.
@@ -375,7 +378,7 @@ func (a *Agent) connection(up bool, err error) {
 // disconnected) alive until the next Synchronize, and the pod's series
 // stay as long.
 func (a *Agent) stopped(id string) {
-	a.known.forget(id)
+	a.known.ended(id)
 	a.unwatch(id)
 	a.queue.forget(id)
 	a.usage.Stopped(id)

@@ -282,6 +282,10 @@ func TestUnreachable(t *testing.T) {
 	if recs := findingstest.Read(t, filepath.Join(dir, "findings.jsonl")); len(recs) != 0 {
 		t.Fatalf("findings %+v, want none", recs)
 	}
+	// Pod b still runs, unseen: the agent has not looked at every pod.
+	if _, _, ok := a.known.everyLooked(); ok {
+		t.Error("every pod looked at, with pod b's netns never opened")
+	}
 }
 
 // TestLegacyBusy: the agent reads legacy x_tables in-process. While a

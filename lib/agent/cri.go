@@ -19,12 +19,17 @@ import (
 // StageCRI is the stage of the fallback's findings (source "sweep").
 const StageCRI = "CRI"
 
-// criTimeout bounds one CRI call.
-const criTimeout = 30 * time.Second
+// criTimeout bounds one CRI call; criRetry is the wait after a list that
+// failed.
+const (
+	criTimeout = 30 * time.Second
+	criRetry   = 30 * time.Second
+)
 
 // RunCRI sweeps every interval through the CRI at endpoint (a socket path
 // or unix:// URL) until ctx ends. A runtime that does not answer is
-// reported and tried again at the next interval.
+// reported and tried again 30 s later (or at the next interval, if
+// shorter).
 func (a *Agent) RunCRI(ctx context.Context, endpoint string, interval time.Duration) error {
 	if endpoint == "" || interval <= 0 {
 		return fmt.Errorf("%w: CRI endpoint %q, interval %v", ErrConfig, endpoint, interval)
@@ -45,8 +50,12 @@ func (a *Agent) RunCRI(ctx context.Context, endpoint string, interval time.Durat
 func (a *Agent) pollCRI(ctx context.Context, client *cri.Client, interval time.Duration) error {
 	for {
 		jobs, pods, err := a.listCRI(ctx, client)
+		wait := interval
 		if err != nil {
 			a.connection(false, err)
+			// Soon again: until a list works, the agent has not looked
+			// at every pod, and the node label says unknown.
+			wait = min(interval, criRetry)
 		} else {
 			a.connection(true, nil)
 			// Each sweep replaces the last one's remainder; a pod
@@ -56,7 +65,7 @@ func (a *Agent) pollCRI(ctx context.Context, client *cri.Client, interval time.D
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(interval):
+		case <-time.After(wait):
 		}
 	}
 }

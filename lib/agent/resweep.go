@@ -87,8 +87,13 @@ type sandboxes struct {
 	node *sandbox
 	// listed: a sweep listed the runtime's pods since the connection was
 	// last lost (unlist). overflow: a sandbox was not remembered
-	// (maxKnown) since that sweep. Both for everyLooked.
+	// (maxKnown) since that sweep. unseen: the sandboxes the runtime says
+	// run whose netns a scan could not open (see markUnseen). lastLook:
+	// when a scan last completed, or a sweep listed the pods. All for
+	// everyLooked.
 	listed, overflow bool
+	unseen           map[string]bool
+	lastLook         time.Time
 }
 
 // get is the sandbox remembered under id, nil when none.
@@ -106,7 +111,7 @@ func (k *sandboxes) watchNode(m scan.Meta) {
 	k.node = &sandbox{meta: podMeta(m, StageResweep)}
 }
 
-func newSandboxes() *sandboxes { return &sandboxes{m: map[string]*sandbox{}} }
+func newSandboxes() *sandboxes { return &sandboxes{m: map[string]*sandbox{}, unseen: map[string]bool{}} }
 
 // podMeta is m as a re-sweep's scan of the whole pod records it: no
 // container, source sweep.
@@ -122,7 +127,17 @@ func (k *sandboxes) list(metas []scan.Meta) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	m := make(map[string]*sandbox, len(metas))
-	k.listed, k.overflow = true, len(metas) > maxKnown
+	k.listed, k.overflow, k.lastLook = true, len(metas) > maxKnown, time.Now()
+	listed := make(map[string]bool, len(metas))
+	for _, meta := range metas {
+		listed[meta.SandboxID] = true
+	}
+	// A pod the runtime no longer lists stopped: not unseen any more.
+	for id := range k.unseen {
+		if !listed[id] {
+			delete(k.unseen, id)
+		}
+	}
 	for _, meta := range metas {
 		if len(m) >= maxKnown {
 			break
@@ -161,24 +176,29 @@ func (k *sandboxes) unlist() {
 }
 
 // everyLooked tells whether every pod the runtime runs has been looked
-// at, and how many: a sweep listed them since the connection was last
-// lost, none was left out (maxKnown), and each one's last scan, and each
-// one an event named since, completed with its finding written (see
-// noteScan); in node mode, the node's netns's too. A scan that could not
-// open the netns (unreachable, failed) leaves the pod not looked at.
-func (k *sandboxes) everyLooked() (int, bool) {
+// at, how many, and since when every finding the look rests on was
+// written (the last complete scan, or the sweep's list, clamped to now: a
+// clock set back must not date it ahead): a sweep listed them since the
+// connection was last lost, none was left out (maxKnown), none is unseen
+// (markUnseen), and each one's last scan, and each one an event named
+// since, completed with its finding written (see noteScan); in node mode,
+// the node's netns's too.
+func (k *sandboxes) everyLooked() (pods int, since time.Time, ok bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	// In node mode, the node's own netns is looked at too.
-	if !k.listed || k.overflow || k.node != nil && !k.node.complete {
-		return 0, false
+	if !k.listed || k.overflow || len(k.unseen) > 0 || k.node != nil && !k.node.complete {
+		return 0, time.Time{}, false
 	}
 	for _, s := range k.m {
 		if !s.complete {
-			return 0, false
+			return 0, time.Time{}, false
 		}
 	}
-	return len(k.m), true
+	if now := time.Now(); k.lastLook.After(now) {
+		k.lastLook = now
+	}
+	return len(k.m), k.lastLook, true
 }
 
 // has tells whether the sandbox is known (not stopped, not forgotten).
@@ -188,10 +208,28 @@ func (k *sandboxes) has(id string) bool {
 	return k.get(id) != nil
 }
 
-func (k *sandboxes) forget(id string) {
+// ended forgets a sandbox the runtime said stopped (its stop scanned, its
+// removal heard), unseen or not.
+func (k *sandboxes) ended(id string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.m, id)
+	delete(k.unseen, id)
+}
+
+// markUnseen notes a sandbox the runtime says runs whose netns a scan
+// could not open (unreachable, failed; or gone from the agent's view at a
+// re-sweep): nobody looked at it, and the re-sweep forgets it, so it is
+// kept here until a scan opens its netns, the runtime says it stopped, or
+// a sweep no longer lists it.
+func (k *sandboxes) markUnseen(id string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.unseen) >= maxKnown {
+		k.overflow = true
+		return
+	}
+	k.unseen[id] = true
 }
 
 // scanned notes the State a scan of the sandbox read, and whether
@@ -199,8 +237,12 @@ func (k *sandboxes) forget(id string) {
 func (k *sandboxes) scanned(id string, st inspect.State, complete bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	delete(k.unseen, id)
 	if s := k.get(id); s != nil {
 		s.state, s.complete, s.looked = st, complete, true
+		if complete {
+			k.lastLook = time.Now()
+		}
 	}
 }
 
@@ -336,7 +378,10 @@ func (a *Agent) resweep(ctx context.Context) Resweep {
 		j, v := a.changed(ctx, job{meta: m})
 		switch v {
 		case vanished:
+			// Its stop missed while disconnected, or its netns out
+			// of the agent's view: unseen until the runtime says.
 			a.stopped(m.SandboxID)
+			a.known.markUnseen(m.SandboxID)
 			r.Gone++
 		case rescan:
 			jobs = append(jobs, j)

@@ -34,25 +34,25 @@ func (a *Agent) withSwept(ctx context.Context, loop func() error) error {
 func (a *Agent) keepSwept(ctx context.Context, path string) {
 	t := time.NewTicker(sweptCheck)
 	defer t.Stop()
-	var since, last time.Time
+	var written, last time.Time
 	var failed bool
 	for {
-		pods, ok := a.Looked()
-		a.metrics.looked.Set(one(ok))
+		pods, since, ok := a.Looked()
 		now := time.Now()
 		switch {
 		case !ok:
-			since = time.Time{}
-		case since.IsZero() || now.Sub(last) >= findings.SweptRefresh:
-			if since.IsZero() {
-				since, last = now, time.Time{}
-			}
+			a.metrics.looked.Set(0)
+		case !since.Equal(written) || now.Sub(last) >= findings.SweptRefresh:
+			// At once when a later scan moved since: the word must not
+			// vouch for a pod whose finding the reader has not read.
 			err := findings.WriteSwept(path, findings.Swept{Node: a.cfg.Node, Since: since, Until: now.Add(findings.SweptValid), Pods: pods})
 			if err != nil {
 				a.metrics.errors.WithLabelValues("swept").Inc()
 			} else {
-				last = now
+				written, last = since, now
 			}
+			// Said once the file holds it (a reader may look at once).
+			a.metrics.looked.Set(one(err == nil))
 			// Told of the first failure and of the recovery, not of
 			// each try in between (every sweptCheck).
 			if o, is := a.cfg.Observer.(SweptObserver); is && (err != nil) != failed {

@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
@@ -14,10 +15,18 @@ import (
 func TestEveryLooked(t *testing.T) {
 	k := newSandboxes()
 	meta := func(id string) scan.Meta { return scan.Meta{SandboxID: id} }
+	var since time.Time
 	check := func(step string, wantPods int, want bool) {
 		t.Helper()
-		if pods, ok := k.everyLooked(); ok != want || pods != wantPods {
+		pods, s, ok := k.everyLooked()
+		if ok != want || pods != wantPods {
 			t.Errorf("%s: everyLooked = %d, %v; want %d, %v", step, pods, ok, wantPods, want)
+		}
+		if ok && (s.Before(since) || s.After(time.Now())) {
+			t.Errorf("%s: since %v, want from %v to now", step, s, since)
+		}
+		if ok {
+			since = s
 		}
 	}
 	check("no sweep yet", 0, false)
@@ -31,8 +40,27 @@ func TestEveryLooked(t *testing.T) {
 	check("both complete", 2, true)
 	k.add(meta("c"))
 	check("a pod started since", 0, false)
-	k.forget("c")
+	k.ended("c")
 	check("that pod stopped", 2, true)
+	// A netns the agent cannot open: not looked at until a scan opens
+	// it, the runtime says it stopped, or a sweep no longer lists it.
+	// (Failed before sandboxes kept the unseen: a pod started unseen, or
+	// forgotten by the re-sweep, left the word true.)
+	k.markUnseen("a")
+	check("a's netns not opened", 0, false)
+	before := time.Now()
+	k.scanned("a", inspect.State{}, true)
+	check("a's netns opened again", 2, true)
+	if _, s, _ := k.everyLooked(); s.Before(before) {
+		t.Errorf("since %v, not moved by the scan at %v", s, before)
+	}
+	k.markUnseen("d")
+	check("d started, its netns never opened", 0, false)
+	k.ended("d")
+	check("d stopped", 2, true)
+	k.markUnseen("e")
+	k.list([]scan.Meta{meta("a"), meta("b")})
+	check("e not listed any more", 2, true)
 	k.unlist()
 	check("connection lost", 0, false)
 	k.list([]scan.Meta{meta("a"), meta("b")})

@@ -94,10 +94,11 @@ type Marker struct {
 	// labels (Hold, a replay).
 	fresh, held bool
 	// appliedAt is when the API last took applied; started when Start
-	// ran; unseen why the last look could not vouch ("" it could), logged
-	// when it changes.
-	appliedAt, started time.Time
-	unseen             string
+	// ran; vouched when the reading was last found up to the agent's word
+	// (look); unseen why the last look could not vouch ("" it could),
+	// logged when it changes.
+	appliedAt, started, vouched time.Time
+	unseen                      string
 
 	patches *prometheus.CounterVec
 }
@@ -234,13 +235,26 @@ func (m *Marker) look(now time.Time) error {
 		return nil
 	}
 	switch c := m.CaughtUp(); {
-	case c.Before(s.Since):
-		return fmt.Errorf("the findings written before the agent's look of %s are not all read yet", s.Since.UTC().Format(time.RFC3339))
 	case now.Sub(c) > MaxLag:
 		return fmt.Errorf("the findings were last all read at %s, more than %v ago: one held (API server, webhook) may be a pod's usage", c.UTC().Format(time.RFC3339), MaxLag)
+	case !c.Before(s.Since):
+		m.vouched = now
+	case m.vouched.IsZero() || now.Sub(m.vouched) > readGrace:
+		// A word moved on by a later scan (a pod started) while its
+		// finding is being read gets readGrace: the label does not
+		// flap for each new pod.
+		return fmt.Errorf("the findings written before the agent's look of %s are not all read yet", s.Since.UTC().Format(time.RFC3339))
 	}
 	return nil
 }
+
+// readGrace is how long the reading may stay behind a word that moved on
+// before the label says unknown; lookEvery how often the label looks at
+// the word (and the reading) again.
+const (
+	readGrace = 30 * time.Second
+	lookEvery = 5 * time.Second
+)
 
 // Consume sets rec's pod's (or the node's) level and patches the label
 // when its value changes. It never returns an error: the label must not
@@ -427,9 +441,10 @@ func (m *Marker) Start(ctx context.Context) {
 	m.mu.Unlock()
 	m.apply(ctx)
 	go func() {
-		retry, prune := time.NewTicker(m.Retry), time.NewTicker(m.Prune)
+		retry, prune, look := time.NewTicker(m.Retry), time.NewTicker(m.Prune), time.NewTicker(lookEvery)
 		defer retry.Stop()
 		defer prune.Stop()
+		defer look.Stop()
 		// Labelled as soon as the findings were read once (apply waits
 		// for that), not a Retry later.
 		for m.waiting() {
@@ -446,6 +461,11 @@ func (m *Marker) Start(ctx context.Context) {
 				return
 			case <-retry.C:
 				m.apply(ctx)
+			case <-look.C:
+				// The agent's word or the reading moved: the label
+				// follows within lookEvery, a refused value left to
+				// the retry.
+				_ = m.Flush(ctx)
 			case <-prune.C:
 				m.prune(ctx)
 				m.apply(ctx)

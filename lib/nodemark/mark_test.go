@@ -430,7 +430,7 @@ func TestLookVouches(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_ = os.Remove(swept)
-			caught = now
+			caught, m.vouched = now, time.Time{}
 			c.set()
 			m.entries = map[string]Entry{}
 			for i, l := range c.levels {
@@ -440,6 +440,36 @@ func TestLookVouches(t *testing.T) {
 				t.Errorf("label %q, want %q", got, c.want)
 			}
 		})
+	}
+}
+
+// TestLookGrace: a word moved on by a later scan (a pod started) while
+// its finding is being read keeps the label for readGrace after the
+// reading last reached a word, then says unknown.
+func TestLookGrace(t *testing.T) {
+	now := time.Now()
+	swept := filepath.Join(t.TempDir(), "findings.jsonl.swept")
+	caught := now.Add(-2 * time.Second)
+	m := newLookMarker(t, swept, func() time.Time { return caught })
+	word := findings.Swept{Node: "n1", Since: now.Add(-time.Minute), Until: now.Add(time.Minute)}
+	if err := findings.WriteSwept(swept, word); err != nil {
+		t.Fatal(err)
+	}
+	if v := m.Value(); v != Ready {
+		t.Fatalf("read up to the word: %q", v)
+	}
+	word.Since = now.Add(-time.Second)
+	if err := findings.WriteSwept(swept, word); err != nil {
+		t.Fatal(err)
+	}
+	if v := m.Value(); v != Ready {
+		t.Errorf("a later word, within readGrace: %q, want %q", v, Ready)
+	}
+	m.mu.Lock()
+	m.vouched = m.vouched.Add(-readGrace - time.Second)
+	m.mu.Unlock()
+	if v := m.Value(); v != Unknown {
+		t.Errorf("a later word, past readGrace: %q, want %q", v, Unknown)
 	}
 }
 

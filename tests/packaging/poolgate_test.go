@@ -176,6 +176,11 @@ func TestPoolGate(t *testing.T) {
 	if ws, err := reselect("canary", role("worker")); err != nil || !mentions(ws, "w2") {
 		t.Errorf("canary on rhel10-coreos widened to the workers, w2 breaking: warnings %q, error %v", ws, err)
 	}
+	// An empty selector selects no node, as the machine-config operator
+	// reads it.
+	if ws, err := reselect("canary", map[string]any{}); err != nil || len(ws) > 0 {
+		t.Errorf("canary's selector emptied: warnings %q, error %v", ws, err)
+	}
 	narrowed := map[string]any{"matchLabels": map[string]any{"node-role.kubernetes.io/worker": "", "canary": "yes"}}
 	if ws, err := reselect("worker-rhel10", narrowed); err != nil || len(ws) > 0 {
 		t.Errorf("worker-rhel10 narrowed: warnings %q, error %v", ws, err)
