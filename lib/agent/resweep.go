@@ -111,7 +111,9 @@ func (k *sandboxes) watchNode(m scan.Meta) {
 	k.node = &sandbox{meta: podMeta(m, StageResweep)}
 }
 
-func newSandboxes() *sandboxes { return &sandboxes{m: map[string]*sandbox{}, unseen: map[string]bool{}} }
+func newSandboxes() *sandboxes {
+	return &sandboxes{m: map[string]*sandbox{}, unseen: map[string]bool{}}
+}
 
 // podMeta is m as a re-sweep's scan of the whole pod records it: no
 // container, source sweep.
