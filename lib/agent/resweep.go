@@ -227,6 +227,12 @@ func (k *sandboxes) ended(id string) {
 func (k *sandboxes) markUnseen(id string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	// Scanned again at the next re-sweep, not skipped as unchanged: a
+	// passing failure (a descriptor limit) must not keep it unseen for
+	// the pod's life.
+	if s := k.m[id]; s != nil {
+		s.complete = false
+	}
 	if len(k.unseen) >= maxKnown {
 		k.overflow = true
 		return

@@ -48,6 +48,9 @@ func TestEveryLooked(t *testing.T) {
 	// forgotten by the re-sweep, left the word true.)
 	k.markUnseen("a")
 	check("a's netns not opened", 0, false)
+	if k.unchanged("a", inspect.State{}) {
+		t.Error("a, unseen, would be skipped by the re-sweep as unchanged")
+	}
 	before := time.Now()
 	k.scanned("a", inspect.State{}, true)
 	check("a's netns opened again", 2, true)
