@@ -333,15 +333,24 @@ func (a *Agent) Looked() (pods int, since time.Time, ok bool) {
 	if !a.health.Connected() {
 		return 0, time.Time{}, false
 	}
+	// Node mode whose watch of the node's netns never started: the
+	// node's own rules were never read.
+	if _, node := a.known.blind(); a.cfg.HostNetns != "" && !node {
+		return 0, time.Time{}, false
+	}
 	return a.known.everyLooked()
 }
 
 // scanned reports one ended scan: to the usage, health and metrics first,
 // so that an observer hearing of it finds them updated.
 func (a *Agent) scanned(s Scan) {
-	if s.Meta.Stage == stageStopPod || s.Outcome == Gone {
+	switch {
+	case s.Meta.Stage == stageStopPod:
 		a.stopped(s.Meta.SandboxID)
-	} else if (s.Outcome == Unreachable || s.Outcome == Failed) && !isNodeJob(s.Meta) && s.Meta.Source != SourceStop {
+		a.known.ended(s.Meta.SandboxID)
+	case s.Outcome == Gone:
+		a.stopped(s.Meta.SandboxID)
+	case (s.Outcome == Unreachable || s.Outcome == Failed) && !isNodeJob(s.Meta) && s.Meta.Source != SourceStop:
 		a.known.markUnseen(s.Meta.SandboxID)
 	}
 	if !isNodeJob(s.Meta) {
@@ -378,7 +387,7 @@ func (a *Agent) connection(up bool, err error) {
 // disconnected) alive until the next Synchronize, and the pod's series
 // stay as long.
 func (a *Agent) stopped(id string) {
-	a.known.ended(id)
+	a.known.forget(id)
 	a.unwatch(id)
 	a.queue.forget(id)
 	a.usage.Stopped(id)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -49,7 +50,7 @@ func (a *Agent) RunCRI(ctx context.Context, endpoint string, interval time.Durat
 // pollCRI lists the pods every interval and sweeps those that changed.
 func (a *Agent) pollCRI(ctx context.Context, client *cri.Client, interval time.Duration) error {
 	for {
-		jobs, pods, err := a.listCRI(ctx, client)
+		jobs, unread, pods, err := a.listCRI(ctx, client)
 		wait := interval
 		if err != nil {
 			a.connection(false, err)
@@ -61,6 +62,7 @@ func (a *Agent) pollCRI(ctx context.Context, client *cri.Client, interval time.D
 			// Each sweep replaces the last one's remainder; a pod
 			// unchanged since its last complete scan is skipped.
 			a.sweepChanged(ctx, jobs, pods)
+			a.known.markListedUnseen(unread)
 		}
 		select {
 		case <-ctx.Done():
@@ -70,24 +72,34 @@ func (a *Agent) pollCRI(ctx context.Context, client *cri.Client, interval time.D
 	}
 }
 
-// listCRI lists the ready sandboxes and reads each one's netns path.
-func (a *Agent) listCRI(ctx context.Context, c *cri.Client) ([]job, int, error) {
+// listCRI lists the ready sandboxes and reads each one's netns path;
+// unread are those whose status could not be read (not looked at).
+func (a *Agent) listCRI(ctx context.Context, c *cri.Client) (jobs []job, unread []string, pods int, err error) {
 	lctx, cancel := context.WithTimeout(ctx, criTimeout)
 	defer cancel()
 	list, err := c.ListReady(lctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
-	var jobs []job
 	for _, p := range list {
 		path, err := c.Netns(lctx, p.ID)
-		if err != nil || path == "" {
-			// Gone since the list, or host network.
+		if errors.Is(err, cri.ErrNotFound) {
+			// Gone since the list.
+			continue
+		}
+		if err != nil {
+			// Its status not read: not looked at, until a list that
+			// reads it.
+			unread = append(unread, p.ID)
+			continue
+		}
+		if path == "" {
+			// Host network.
 			continue
 		}
 		jobs = append(jobs, job{meta: scan.Meta{Node: a.cfg.Node, Source: SourceSweep, Stage: StageCRI, SandboxID: p.ID,
 			Pod: findings.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID}, Netns: path,
 			Owner: ownerOf(p.Labels, p.Name)}})
 	}
-	return jobs, len(list), nil
+	return jobs, unread, len(list), nil
 }

@@ -107,6 +107,11 @@ func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage str
 	h, err := netns.Open(m.Netns)
 	if err != nil {
 		out, err := openFailed(source, err)
+		if source != SourceStop {
+			// Known, not complete: unseen (scanned), and tried again
+			// by the re-sweep.
+			a.known.add(m)
+		}
 		a.scanned(Scan{Meta: m, Outcome: out, Err: err})
 		return
 	}

@@ -210,8 +210,17 @@ func (k *sandboxes) has(id string) bool {
 	return k.get(id) != nil
 }
 
-// ended forgets a sandbox the runtime said stopped (its stop scanned, its
-// removal heard), unseen or not.
+// forget drops a sandbox whose netns was found gone (a container's stop,
+// the watch): an unseen one stays unseen, since a netns the agent cannot
+// see is gone to it too. Only the runtime's word ends it (ended).
+func (k *sandboxes) forget(id string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.m, id)
+}
+
+// ended forgets a sandbox the runtime said stopped (its pod's stop
+// scanned, its removal heard), unseen or not.
 func (k *sandboxes) ended(id string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -219,20 +228,58 @@ func (k *sandboxes) ended(id string) {
 	delete(k.unseen, id)
 }
 
-// markUnseen notes a sandbox the runtime says runs whose netns a scan
-// could not open (unreachable, failed; or gone from the agent's view at a
-// re-sweep): nobody looked at it, and the re-sweep forgets it, so it is
-// kept here until a scan opens its netns, the runtime says it stopped, or
-// a sweep no longer lists it.
+// markUnseen notes a known sandbox whose netns a scan could not open
+// (unreachable, failed): nobody looked at it. Kept until a scan opens its
+// netns, the runtime says it stopped, or a sweep no longer lists it; a
+// sandbox ended meanwhile (its stop raced the scan) is not marked. It is
+// scanned again at the next re-sweep, not skipped as unchanged: a passing
+// failure (a descriptor limit) must not keep it unseen for the pod's
+// life.
 func (k *sandboxes) markUnseen(id string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	// Scanned again at the next re-sweep, not skipped as unchanged: a
-	// passing failure (a descriptor limit) must not keep it unseen for
-	// the pod's life.
-	if s := k.m[id]; s != nil {
-		s.complete = false
+	s := k.m[id]
+	if s == nil {
+		return
 	}
+	s.complete = false
+	k.unseenLocked(id)
+}
+
+// vanish forgets a known sandbox whose netns path is gone from the
+// agent's view at a re-sweep, and marks it unseen: its stop missed while
+// disconnected, or its netns out of reach. False when it ended meanwhile.
+func (k *sandboxes) vanish(id string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m[id] == nil {
+		return false
+	}
+	delete(k.m, id)
+	k.unseenLocked(id)
+	return true
+}
+
+// unseen marks sandboxes the runtime lists but the agent could not read
+// (a CRI status that failed): not looked at.
+func (k *sandboxes) markListedUnseen(ids []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, id := range ids {
+		k.unseenLocked(id)
+	}
+}
+
+// blind tells whether a pod the runtime runs is out of the agent's reach
+// (unseen) or was left out (overflow), and whether the node's netns is
+// watched (node mode).
+func (k *sandboxes) blind() (blind, node bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.unseen) > 0 || k.overflow, k.node != nil
+}
+
+func (k *sandboxes) unseenLocked(id string) {
 	if len(k.unseen) >= maxKnown {
 		k.overflow = true
 		return
@@ -388,8 +435,9 @@ func (a *Agent) resweep(ctx context.Context) Resweep {
 		case vanished:
 			// Its stop missed while disconnected, or its netns out
 			// of the agent's view: unseen until the runtime says.
-			a.stopped(m.SandboxID)
-			a.known.markUnseen(m.SandboxID)
+			if a.known.vanish(m.SandboxID) {
+				a.stopped(m.SandboxID)
+			}
 			r.Gone++
 		case rescan:
 			jobs = append(jobs, j)

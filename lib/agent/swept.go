@@ -35,13 +35,21 @@ func (a *Agent) keepSwept(ctx context.Context, path string) {
 	t := time.NewTicker(sweptCheck)
 	defer t.Stop()
 	var written, last time.Time
-	var failed bool
+	var failed, revoked bool
 	for {
 		pods, since, ok := a.Looked()
 		now := time.Now()
 		switch {
 		case !ok:
 			a.metrics.looked.Set(0)
+			// A pod out of reach takes the word back at once (a new
+			// pod not scanned yet, a lost connection only let it
+			// lapse: those pass).
+			if blind, _ := a.known.blind(); blind && !revoked && !last.IsZero() {
+				if err := findings.WriteSwept(path, findings.Swept{Node: a.cfg.Node, Since: written, Until: now}); err == nil {
+					revoked, last, written = true, time.Time{}, time.Time{}
+				}
+			}
 		case !since.Equal(written) || now.Sub(last) >= findings.SweptRefresh:
 			// At once when a later scan moved since: the word must not
 			// vouch for a pod whose finding the reader has not read.
@@ -49,7 +57,7 @@ func (a *Agent) keepSwept(ctx context.Context, path string) {
 			if err != nil {
 				a.metrics.errors.WithLabelValues("swept").Inc()
 			} else {
-				written, last = since, now
+				written, last, revoked = since, now, false
 			}
 			// Said once the file holds it (a reader may look at once).
 			a.metrics.looked.Set(one(err == nil))

@@ -48,6 +48,9 @@ func TestEveryLooked(t *testing.T) {
 	// forgotten by the re-sweep, left the word true.)
 	k.markUnseen("a")
 	check("a's netns not opened", 0, false)
+	if blind, _ := k.blind(); !blind {
+		t.Error("not blind with a unseen: the word would only lapse")
+	}
 	if k.unchanged("a", inspect.State{}) {
 		t.Error("a, unseen, would be skipped by the re-sweep as unchanged")
 	}
@@ -57,13 +60,36 @@ func TestEveryLooked(t *testing.T) {
 	if _, s, _ := k.everyLooked(); s.Before(before) {
 		t.Errorf("since %v, not moved by the scan at %v", s, before)
 	}
+	// A pod started whose netns was never opened: known (queueOpen adds
+	// it), so the re-sweep tries again; its container's stop finding the
+	// netns gone does not end it, the runtime's pod stop does. (Failed
+	// before: not known, and forgotten at a container's stop.)
+	k.add(meta("d"))
 	k.markUnseen("d")
 	check("d started, its netns never opened", 0, false)
+	k.forget("d")
+	check("d's container stopped, its netns gone to the agent", 0, false)
 	k.ended("d")
 	check("d stopped", 2, true)
-	k.markUnseen("e")
+	// A re-sweep's vanished netns marks the pod unseen, unless it ended
+	// meanwhile.
+	k.add(meta("e"))
+	if !k.vanish("e") {
+		t.Error("vanish of a known pod: false")
+	}
+	check("e vanished from the agent's view", 0, false)
 	k.list([]scan.Meta{meta("a"), meta("b")})
 	check("e not listed any more", 2, true)
+	k.add(meta("f"))
+	k.ended("f")
+	if k.vanish("f") {
+		t.Error("vanish of an ended pod: true")
+	}
+	k.markUnseen("f")
+	check("f's stop raced its scans", 2, true)
+	k.markListedUnseen([]string{"g"})
+	check("g's status not read", 0, false)
+	k.list([]scan.Meta{meta("a"), meta("b")})
 	k.unlist()
 	check("connection lost", 0, false)
 	k.list([]scan.Meta{meta("a"), meta("b")})

@@ -148,6 +148,7 @@ func (a *Agent) RunPodSandbox(_ context.Context, p *api.PodSandbox) error {
 func (a *Agent) RemovePodSandbox(_ context.Context, p *api.PodSandbox) error {
 	defer a.handled("RemovePodSandbox", time.Now())
 	a.stopped(p.GetId())
+	a.known.ended(p.GetId())
 	return nil
 }
 

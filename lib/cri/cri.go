@@ -273,6 +273,13 @@ func fields(b []byte, f func(n protowire.Number, b []byte, v uint64) error) erro
 
 // call makes one unary call of the runtime service: the request message
 // req, the answer's message (at most MaxResponse bytes).
+// ErrNotFound is the runtime's answer for what it does not have (gRPC
+// NOT_FOUND): a sandbox gone since the list.
+var ErrNotFound = errors.New("not found")
+
+// grpcNotFound is gRPC's NOT_FOUND status code.
+const grpcNotFound = "5"
+
 func (c *Client) call(ctx context.Context, method string, req []byte) ([]byte, error) {
 	body := make([]byte, 5, 5+len(req))
 	binary.BigEndian.PutUint32(body[1:], uint32(len(req)))
@@ -322,6 +329,9 @@ func (c *Client) call(ctx context.Context, method string, req []byte) ([]byte, e
 	if status != "0" {
 		if t, err := url.PathUnescape(text); err == nil {
 			text = t
+		}
+		if status == grpcNotFound {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, text)
 		}
 		return nil, fmt.Errorf("gRPC status %q: %s", status, text)
 	}

@@ -104,8 +104,11 @@ func TestCalls(t *testing.T) {
 			t.Errorf("netns of bad: %v, want a decode error", err)
 		}
 		// An error status is an error, with its message.
-		if _, err := c.Netns(ctx, "gone"); err == nil || !strings.Contains(err.Error(), `sandbox "gone": not found`) {
-			t.Errorf("netns of gone: %v, want the runtime's not found", err)
+		if _, err := c.Netns(ctx, "gone"); err == nil || !strings.Contains(err.Error(), `sandbox "gone": not found`) || !errors.Is(err, ErrNotFound) {
+			t.Errorf("netns of gone: %v, want the runtime's not found, ErrNotFound", err)
+		}
+		if _, err := c.Netns(ctx, "bad"); errors.Is(err, ErrNotFound) {
+			t.Errorf("netns of bad: %v, not ErrNotFound", err)
 		}
 	}
 }
