@@ -168,11 +168,29 @@ func (c *CRI) StopContainer(id string) {
 	}
 }
 
-// StopPod stops the pod sandbox (the runtime tears the netns down).
+// StopPod stops the pod sandbox (the runtime tears the netns down). Its
+// containers are stopped first with a grace of 2 s: CRI-O gives a pod
+// stop's containers the whole call's deadline as their grace, and a
+// container stopped right after its start, its shell not yet past its
+// `trap`, ignores SIGTERM (pid 1 of its pid namespace): the stop then
+// ran to the deadline and failed (loaded CI of 00a1a4f,
+// TestCRIONotReadySandbox).
 func (c *CRI) StopPod(p *Pod) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
+	l, err := c.Runtime.ListContainers(ctx, &rt.ListContainersRequest{Filter: &rt.ContainerFilter{PodSandboxId: p.ID}})
+	if err != nil {
+		c.t.Fatalf("ListContainers of %s: %v", p.Name, err)
+	}
+	for _, ct := range l.Containers {
+		if ct.State != rt.ContainerState_CONTAINER_RUNNING {
+			continue
+		}
+		if _, err := c.Runtime.StopContainer(ctx, &rt.StopContainerRequest{ContainerId: ct.Id, Timeout: 2}); err != nil {
+			c.t.Fatalf("StopContainer %s of %s: %v", ct.Id, p.Name, err)
+		}
+	}
 	if _, err := c.Runtime.StopPodSandbox(ctx, &rt.StopPodSandboxRequest{PodSandboxId: p.ID}); err != nil {
 		c.t.Fatalf("StopPodSandbox %s: %v", p.Name, err)
 	}
