@@ -313,11 +313,8 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 		m.bound()
 		m.save()
 	}
-	retry := m.refused()
 	m.mu.Unlock()
-	if !retry {
-		m.apply(ctx)
-	}
+	m.apply(ctx, false)
 	return nil
 }
 
@@ -327,18 +324,13 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 // was consumed. Never an error, as Consume. Nothing while held.
 func (m *Marker) Flush(ctx context.Context) error {
 	m.mu.Lock()
-	skip := m.held || m.refused()
+	held := m.held
 	m.mu.Unlock()
-	if !skip {
-		m.apply(ctx)
+	if !held {
+		m.apply(ctx, false)
 	}
 	return nil
 }
-
-// refused tells whether the value now is the one whose patch failed
-// last: the retry ticker's to try again, or a refused patch (no RBAC, no
-// such Node) would cost a request a finding. m.mu held.
-func (m *Marker) refused() bool { return m.failed != "" && m.value(time.Now()) == m.failed }
 
 // bound drops entries beyond MaxEntries, the mildest level first, then
 // the oldest sighting: pods churned through the node (a hostile
@@ -387,7 +379,7 @@ func (m *Marker) save() {
 // (the forwarder may not read Nodes), and a gate must see it. Not in the
 // first MaxLag after Start while the findings were never all read: the
 // label the last run left stays until this run can say better.
-func (m *Marker) apply(ctx context.Context) {
+func (m *Marker) apply(ctx context.Context, retry bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
@@ -396,6 +388,12 @@ func (m *Marker) apply(ctx context.Context) {
 	}
 	v := m.value(now)
 	if v == m.applied && now.Sub(m.appliedAt) < m.Prune {
+		return
+	}
+	// A value whose patch failed is the retry ticker's to try again: a
+	// refused patch (no RBAC, no such Node) would cost a request a
+	// finding.
+	if !retry && m.failed != "" && v == m.failed {
 		return
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{m.label: v}}})
@@ -439,7 +437,7 @@ func (m *Marker) Start(ctx context.Context) {
 	m.mu.Lock()
 	m.started = time.Now()
 	m.mu.Unlock()
-	m.apply(ctx)
+	m.apply(ctx, true)
 	go func() {
 		retry, prune, look := time.NewTicker(m.Retry), time.NewTicker(m.Prune), time.NewTicker(lookEvery)
 		defer retry.Stop()
@@ -454,13 +452,13 @@ func (m *Marker) Start(ctx context.Context) {
 			case <-time.After(time.Second):
 			}
 		}
-		m.apply(ctx)
+		m.apply(ctx, true)
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-retry.C:
-				m.apply(ctx)
+				m.apply(ctx, true)
 			case <-look.C:
 				// The agent's word or the reading moved: the label
 				// follows within lookEvery, a refused value left to
@@ -468,7 +466,7 @@ func (m *Marker) Start(ctx context.Context) {
 				_ = m.Flush(ctx)
 			case <-prune.C:
 				m.prune(ctx)
-				m.apply(ctx)
+				m.apply(ctx, true)
 			}
 		}
 	}()

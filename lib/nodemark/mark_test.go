@@ -128,7 +128,7 @@ func TestConsume(t *testing.T) {
 		t.Fatalf("label %q while refused", got)
 	}
 	refuse = false
-	again.apply(ctx)
+	again.apply(ctx, true)
 	if got := label(); got != Ready {
 		t.Errorf("after the retry: label %q, want %q", got, Ready)
 	}
@@ -507,7 +507,7 @@ func TestStartWaitsForReading(t *testing.T) {
 		t.Fatalf("%d patches before the findings were read once, want none", n)
 	}
 	caught = time.Now()
-	m.apply(ctx)
+	m.apply(ctx, true)
 	if p := patches(cs); len(p) != 1 || !strings.Contains(string(p[0].GetPatch()), `"`+Ready+`"`) {
 		t.Fatalf("patches once read: %v, want one of %q", p, Ready)
 	}
@@ -515,7 +515,7 @@ func TestStartWaitsForReading(t *testing.T) {
 	m.mu.Lock()
 	m.started, caught = now.Add(-MaxLag-time.Second), time.Time{}
 	m.mu.Unlock()
-	m.apply(ctx)
+	m.apply(ctx, true)
 	if p := patches(cs); len(p) != 2 || !strings.Contains(string(p[1].GetPatch()), `"`+Unknown+`"`) {
 		t.Fatalf("patches never read past MaxLag: %v, want a second of %q", p, Unknown)
 	}
@@ -540,18 +540,18 @@ func TestReassert(t *testing.T) {
 	m := newLookMarker(t, "", nil)
 	cs := m.kube.(*fake.Clientset)
 	m.Prune = time.Hour
-	m.apply(ctx)
+	m.apply(ctx, true)
 	if _, err := cs.CoreV1().Nodes().Patch(ctx, "n1", types.MergePatchType, []byte(`{"metadata":{"labels":{"`+DefaultLabel+`":null}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m.apply(ctx)
+	m.apply(ctx, true)
 	if n := len(patches(cs)); n != 2 {
 		t.Fatalf("%d patches within Prune, want 2 (ours, the removal)", n)
 	}
 	m.mu.Lock()
 	m.appliedAt = m.appliedAt.Add(-m.Prune)
 	m.mu.Unlock()
-	m.apply(ctx)
+	m.apply(ctx, true)
 	n, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
