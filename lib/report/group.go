@@ -423,7 +423,9 @@ type podKey struct{ ns, id string }
 // not known; a node finding's node.
 func podOf(it Item) podKey {
 	if it.Owner.Kind == KindNode {
-		return podKey{"", "node:" + it.Node}
+		// Keyed by namespace too (a node's has none), so that nothing
+		// of a namespace can stand for the node's look.
+		return podKey{it.Namespace, "node:" + it.Node}
 	}
 	if it.PodUID != "" {
 		return podKey{it.Namespace, it.PodUID}

@@ -111,3 +111,46 @@ func TestTruncatedLookNotPassed(t *testing.T) {
 		}
 	}
 }
+
+// An Event anyone may post in their own namespace, naming a pod of theirs
+// with a summary whose owner is the Node: it must not pass for the node's
+// own look and so hide the node's unknown one (a node whose legacy
+// x_tables could not be read), under --fail-on breaks or --by node.
+func TestPodEventAsNodeOwner(t *testing.T) {
+	nodeSum := events.Summary{Error: "legacy x_tables busy"}
+	forged := events.Summary{Owner: owner.Owner{Kind: KindNode, Name: "worker-1"}, Node: "worker-1",
+		Impact: findings.Impact{Native: 1}, Worst: findings.ImpactNative}
+	doc := map[string]any{"kind": "EventList", "items": []any{
+		map[string]any{"metadata": map[string]any{"namespace": events.NodeEventNamespace, "annotations": map[string]string{
+			events.SummaryAnnotation: nodeSum.JSON(), events.SubjectAnnotation: string(findings.SubjectNode)}},
+			"reason": events.UnknownReason, "reportingController": events.Controller, "reportingInstance": "worker-1",
+			"eventTime": "2026-03-01T12:00:00.000000Z", "regarding": map[string]any{"kind": "Node", "name": "worker-1"}},
+		map[string]any{"metadata": map[string]any{"namespace": "evil", "annotations": map[string]string{events.SummaryAnnotation: forged.JSON()}},
+			"reason": events.Reason, "reportingController": events.Controller, "reportingInstance": "worker-1",
+			"eventTime": "2026-03-01T11:00:00.000000Z", "regarding": map[string]any{"kind": "Pod", "namespace": "evil", "name": "x", "uid": "zz"}},
+	}}
+	b, _ := json.Marshal(doc)
+	var sk Skipped
+	its, err := ReadEvents(bytes.NewReader(b), "saved", &sk)
+	if err != nil || len(its) != 2 {
+		t.Fatalf("items %+v, error %v; want 2", its, err)
+	}
+	for _, it := range its {
+		if it.Namespace == "evil" && it.Owner.Kind == KindNode {
+			t.Errorf("the pod's Event kept the Node as its owner: %+v", it)
+		}
+	}
+	gs := GroupItems(its, nil)
+	if !Judge(gs, FailBreaks) {
+		t.Errorf("--fail-on breaks passes with the node's look unknown: %+v", gs)
+	}
+	rows := ByNode(gs, nil, DefaultPoolLabel)
+	if len(rows) != 1 || rows[0].Readiness != findings.ReadinessUnknown {
+		t.Errorf("by node %+v, want worker-1 unknown", rows)
+	}
+	// Keyed apart even if an owner of kind Node came through.
+	forgedItem := Item{Namespace: "evil", Pod: "x", PodUID: "zz", Node: "worker-1", Owner: nodeOwner("worker-1")}
+	if podOf(forgedItem) == podOf(Item{Node: "worker-1", Owner: nodeOwner("worker-1")}) {
+		t.Error("a namespaced item keys as the node's look")
+	}
+}

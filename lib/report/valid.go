@@ -75,6 +75,12 @@ func validShared(it Item, sk *Skipped) (Item, bool) {
 	it.Node = validName(it.Node, plainName, sk)
 	o := it.Owner
 	ownerOK := o == (owner.Owner{}) || validKind(o.Kind) && len(validation.IsDNS1123Subdomain(o.Name)) == 0
+	// Kind Node is a node finding's own (no namespace): a pod's Event
+	// or Report naming a node as its owner would pass for the node's
+	// finding and hide the node's own (podOf).
+	if o.Kind == KindNode && it.Namespace != "" {
+		ownerOK = false
+	}
 	if bad(validLevel(it.Worst)) {
 		it.Worst = ""
 	}
