@@ -65,7 +65,7 @@ func groupReadiness(g Group) string {
 	if g.State == findings.StateUnknown {
 		return findings.ReadinessUnknown
 	}
-	if g.Truncated {
+	if g.Truncated || g.Unclassified {
 		// What breaks stays breaks.
 		return findings.WorseReadiness(findings.Readiness(g.Worst), findings.ReadinessUnknown)
 	}

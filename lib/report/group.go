@@ -48,6 +48,11 @@ type Group struct {
 	// x_tables lock kept busy hides the legacy ones): Worst is then a lower
 	// bound, and under --fail-on breaks the group is not known to be safe.
 	Truncated bool `json:"truncated"`
+	// Unclassified is true when a pod's latest look at its rules held
+	// rules of no known level beside the ones Worst counts (an item whose
+	// Worst is ""): they may break, so under --fail-on breaks the group
+	// is not known to be safe, as a group whose Worst is "" is not.
+	Unclassified bool `json:"unclassified"`
 	// MixedBackends is true when a pod of the group held iptables rules
 	// in both legacy x_tables and nftables: tools reading one backend
 	// (iptables-legacy-save, iptables-nft-save, a CNI's own check) do not
@@ -159,20 +164,23 @@ type groupKey struct {
 
 type groupSets struct{ nodes, reasons, vendors, writers, modules map[string]bool }
 
-// look is what newer and the impact's sum read of a pod's item; latest
-// and latestCut are the time of the pod's latest look at its rules and
-// whether it stopped early (Group.Truncated), whichever look counts.
+// look is what newer and the impact's sum read of a pod's item; latest,
+// latestCut and latestRaw are the time of the pod's latest look at its
+// rules, whether it stopped early (Group.Truncated) and whether it held
+// rules not classified (Group.Unclassified), whichever look counts.
 type look struct {
-	impact      findings.Impact
-	truncated   bool
-	commandOnly bool
-	time        time.Time
-	latest      time.Time
-	latestCut   bool
+	impact       findings.Impact
+	truncated    bool
+	unclassified bool
+	commandOnly  bool
+	time         time.Time
+	latest       time.Time
+	latestCut    bool
+	latestRaw    bool
 }
 
 func lookOf(it Item) look {
-	return look{impact: it.Impact, truncated: it.Truncated, commandOnly: commandOnly(it), time: it.Time}
+	return look{impact: it.Impact, truncated: it.Truncated, unclassified: it.Worst == "", commandOnly: commandOnly(it), time: it.Time}
 }
 
 func newGrouping(exps []Expectation) *grouping {
@@ -243,14 +251,15 @@ func (gr *grouping) add(it Item) {
 	keep := had
 	if !ok || newer(l, had) {
 		keep = l
-		keep.latest, keep.latestCut = had.latest, had.latestCut
+		keep.latest, keep.latestCut, keep.latestRaw = had.latest, had.latestCut, had.latestRaw
 	}
 	// A complete look counts before a cut one (newer), but a cut look
 	// after it says the pod's rules are no longer all seen: a pod can
 	// show a native rule, then hide the rules that break behind one over
-	// 32 KiB or the busy x_tables lock.
+	// 32 KiB or the busy x_tables lock. So with rules not classified: a
+	// group's Worst ranks them below native.
 	if !l.commandOnly && (!ok || !l.time.Before(had.latest)) {
-		keep.latest, keep.latestCut = l.time, l.truncated
+		keep.latest, keep.latestCut, keep.latestRaw = l.time, l.truncated, l.unclassified
 	}
 	gr.looks[i][p] = keep
 }
@@ -264,6 +273,7 @@ func (gr *grouping) groups() []Group {
 			gs[i].Impact.Xt += l.impact.Xt
 			gs[i].Impact.Native += l.impact.Native
 			gs[i].Truncated = gs[i].Truncated || l.latestCut && gs[i].State != findings.StateUnknown
+			gs[i].Unclassified = gs[i].Unclassified || l.latestRaw && gs[i].State != findings.StateUnknown
 		}
 		expect(&gs[i], gr.members[i], gr.exps, gr.ss[i].reasons)
 		if !gs[i].Expected {
@@ -520,8 +530,9 @@ var FailModes = []string{FailNever, FailUnexpected, FailBreaks}
 // Judge sets each group's Fails by mode and reports whether any fails.
 // Under FailBreaks an unclassified group fails too: an impact not known is
 // not known to be safe; so does an unknown group, under either mode (it is
-// never expected), and one whose look stopped early (Truncated: its worst
-// level is a lower bound).
+// never expected), one whose look stopped early (Truncated: its worst
+// level is a lower bound) and one with rules not classified beside
+// classified ones (Unclassified).
 func Judge(gs []Group, mode string) bool {
 	any := false
 	for i := range gs {
@@ -530,7 +541,7 @@ func Judge(gs []Group, mode string) bool {
 		case FailUnexpected:
 			g.Fails = !g.Expected
 		case FailBreaks:
-			g.Fails = !g.Expected && (findings.Breaks(g.Worst) || g.Worst == "" || g.State == findings.StateUnknown || g.Truncated)
+			g.Fails = !g.Expected && (findings.Breaks(g.Worst) || g.Worst == "" || g.Unclassified || g.State == findings.StateUnknown || g.Truncated)
 		default:
 			g.Fails = false
 		}

@@ -154,3 +154,42 @@ func TestPodEventAsNodeOwner(t *testing.T) {
 		t.Error("a namespaced item keys as the node's look")
 	}
 }
+
+// Rules of no known level rank below native in a group's Worst: a pod
+// whose latest look held some beside native ones must not pass --fail-on
+// breaks (they may break), nor read ready by node, as a look of
+// unclassified rules alone does not. A later look that classified every
+// rule is all known again.
+func TestUnclassifiedBesideNative(t *testing.T) {
+	at := func(min int) time.Time { return time.Date(2026, 1, 2, 3, min, 0, 0, time.UTC) }
+	look := func(min int, worst string) Item {
+		it := item("shop", "Deployment", "web", "web-1", worst, nil, "-A OUTPUT -j ACCEPT")
+		it.PodUID, it.Time, it.Impact = "web-1-uid", at(min), findings.Impact{Native: 1}
+		return it
+	}
+	for _, tc := range []struct {
+		name  string
+		items []Item
+		fails bool
+	}{
+		{"unclassified after native", []Item{look(0, findings.ImpactNative), look(5, "")}, true},
+		{"unclassified alone", []Item{look(5, "")}, true},
+		{"native after unclassified", []Item{look(0, ""), look(5, findings.ImpactNative)}, false},
+	} {
+		gs := GroupItems(tc.items, nil)
+		if failing := Judge(gs, FailBreaks); failing != tc.fails {
+			t.Errorf("%s: failing %v, want %v: %+v", tc.name, failing, tc.fails, gs)
+		}
+		want := findings.ReadinessReady
+		if tc.fails {
+			want = findings.ReadinessUnknown
+		}
+		if rows := ByNode(gs, nil, DefaultPoolLabel); len(rows) != 1 || rows[0].Readiness != want {
+			t.Errorf("%s: by node %+v, want %s", tc.name, rows, want)
+		}
+		var b bytes.Buffer
+		if err := Write(&b, Report{Groups: gs, FailOn: FailBreaks}, "text"); err != nil || tc.fails != (strings.Contains(b.String(), "native + unclassified") || tc.name == "unclassified alone") {
+			t.Errorf("%s: the text does not say unclassified (%v):\n%s", tc.name, err, b.String())
+		}
+	}
+}

@@ -91,6 +91,9 @@ func columns(g Group, fleet bool, esc func(string) string) []string {
 	if g.ExampleImpact != "" && g.ExampleImpact != g.Worst {
 		example = "(" + g.ExampleImpact + ") " + example
 	}
+	if g.Unclassified && g.Worst != "" {
+		worst += " + unclassified"
+	}
 	if g.Truncated {
 		// Worst is a lower bound: say so where the level is read.
 		worst += " (incomplete)"
