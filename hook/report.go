@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os/signal"
 	"slices"
@@ -93,7 +94,8 @@ Exit status: 0 when nothing fails under --fail-on (the default, never,
 only warns), 1 when a workload fails (unexpected: any workload the
 expectations do not cover; breaks: a workload not covered whose worst
 level is legacy, xt or unclassified), 2 on bad flags or an input that
-cannot be read.`
+cannot be read, and under --fail-on unexpected or breaks when a findings
+line or Event could not be read (torn, not JSON, over the bound).`
 
 type reportConfig struct {
 	events                               []string
@@ -173,6 +175,18 @@ func (c *reportConfig) run(files []string, s stdio) int {
 		fmt.Fprintf(stderr, "iptables-alerter report: %v\n", err)
 		return 2
 	}
+	return exitStatus(r, stderr)
+}
+
+// exitStatus is the report's exit status once written: 2 under a --fail-on
+// gate when lines or Events could not be read (a torn line may have been
+// the finding that fails: the gate must not pass on what it did not see),
+// else 1 when a workload fails, else 0.
+func exitStatus(r report.Report, stderr io.Writer) int {
+	if r.FailOn != report.FailNever && r.Skipped.Malformed > 0 {
+		fmt.Fprintf(stderr, "iptables-alerter report: %d findings lines or Events could not be read: --fail-on %s cannot tell they pass (the report says what it read; fix or remove the damaged input, or let the Events expire)\n", r.Skipped.Malformed, r.FailOn)
+		return 2
+	}
 	if r.Failing {
 		return 1
 	}
@@ -223,10 +237,7 @@ func (c *reportConfig) runFleet(ctx context.Context, in report.Inputs, s stdio) 
 		fmt.Fprintf(s.err, "iptables-alerter report: %d of %d clusters could not be read: the report is not complete\n", len(unread), len(r.Clusters))
 		return 2
 	}
-	if r.Failing {
-		return 1
-	}
-	return 0
+	return exitStatus(r, s.err)
 }
 
 // allContextNames lists the kubeconfig's contexts, sorted.
@@ -314,8 +325,5 @@ func (c *reportConfig) writeBy(ctx context.Context, r report.Report, files []str
 		fmt.Fprintf(s.err, "iptables-alerter report: %v\n", err)
 		return 2
 	}
-	if r.Failing {
-		return 1
-	}
-	return 0
+	return exitStatus(r, s.err)
 }

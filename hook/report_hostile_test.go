@@ -3,11 +3,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -227,5 +229,40 @@ func checkHostileReport(t *testing.T, name, format, out string) {
 				break
 			}
 		}
+	}
+}
+
+// A findings line the report could not read (torn by a crash mid-write, a
+// copy taken while the agent wrote) may have been the finding that fails:
+// under a --fail-on gate the report exits 2 instead of passing on what it
+// read, and says why; without a gate it reports what it read (exit 0).
+func TestReportGateTornLine(t *testing.T) {
+	rec := findings.Record{Schema: findings.Schema, Time: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), State: findings.StatePresent,
+		Pod: findings.Pod{Namespace: "shop", Name: "web-1", UID: "u1"}, Node: "n1", Impact: findings.Impact{Native: 1}, Worst: findings.ImpactNative, Fingerprint: "f1"}
+	line, err := findings.Encode(rec)
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "findings.jsonl")
+	whole := append(append([]byte{}, line...), '\n')
+	if err := os.WriteFile(path, append(append([]byte{}, whole...), line[:80]...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		failOn string
+		want   int
+	}{{report.FailBreaks, 2}, {report.FailUnexpected, 2}, {report.FailNever, 0}} {
+		code, _, stderr := runCmd(t, "report", "--fail-on", tc.failOn, path)
+		if code != tc.want || (tc.want == 2) != strings.Contains(stderr, "could not be read") {
+			t.Errorf("--fail-on %s over a torn line: exit %d, want %d; stderr %q", tc.failOn, code, tc.want, stderr)
+		}
+	}
+	// The same file whole passes the breaks gate: native keeps loading.
+	if err := os.WriteFile(path, whole, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCmd(t, "report", "--fail-on", report.FailBreaks, path); code != 0 {
+		t.Errorf("--fail-on breaks over a whole native line: exit %d; stderr %q", code, stderr)
 	}
 }
