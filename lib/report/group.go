@@ -315,19 +315,22 @@ func (c *collector) add(it Item) {
 }
 
 func (c *collector) groups() []Group {
-	// The pods with a present item: the looks of the present groups.
-	present := map[podKey]bool{}
+	// The pods with a present item: the latest look of the present
+	// groups at their rules.
+	present := map[podKey]time.Time{}
 	if len(c.held) > 0 {
 		for i, g := range c.g.gs {
 			if g.State == findings.StatePresent {
-				for p := range c.g.looks[i] {
-					present[p] = true
+				for p, l := range c.g.looks[i] {
+					if t, ok := present[p]; !ok || l.latest.After(t) {
+						present[p] = l.latest
+					}
 				}
 			}
 		}
 	}
 	for _, it := range c.held {
-		if it.State == findings.StateGone || it.State == findings.StateUnknown && present[podOf(it)] {
+		if it.State == findings.StateGone || it.State == findings.StateUnknown && sawLater(present, it) {
 			continue
 		}
 		c.g.add(it)
@@ -396,7 +399,8 @@ func judged(it Item, worst string) []string {
 // Settle keeps what the items still say of each pod (by namespace and UID,
 // or name when the UID is not known): a gone item takes away the pod's
 // items up to its time, and itself; an unknown item is dropped when the
-// pod has a present one, which says more. Order is kept.
+// pod has a present look at its rules as new or newer, which says more
+// (sawLater). Order is kept.
 func Settle(items []Item) []Item {
 	gone := map[podKey]time.Time{}
 	for _, it := range items {
@@ -407,23 +411,37 @@ func Settle(items []Item) []Item {
 	// Room for all at once: grown by append, a cluster's 100,000 Items
 	// left copies of twice their size behind.
 	kept := make([]Item, 0, len(items))
-	present := map[podKey]bool{}
+	present := map[podKey]time.Time{}
 	for _, it := range items {
 		k := podOf(it)
 		if t, ok := gone[k]; it.State == findings.StateGone || ok && !it.Time.After(t) {
 			continue
 		}
-		present[k] = present[k] || it.State == findings.StatePresent
+		if t, ok := present[k]; it.State == findings.StatePresent && !commandOnly(it) && (!ok || it.Time.After(t)) {
+			present[k] = it.Time
+		}
 		kept = append(kept, it)
 	}
 	out := kept[:0]
 	for _, it := range kept {
-		if it.State == findings.StateUnknown && present[podOf(it)] {
+		if it.State == findings.StateUnknown && sawLater(present, it) {
 			continue
 		}
 		out = append(out, it)
 	}
 	return out
+}
+
+// sawLater tells whether the unknown item it's pod has a present look at
+// its rules (present: the latest, by pod) as new as it or newer: that look
+// says more. A look that could not finish after the last complete one
+// says the pod's rules are no longer all seen (a pod can show a native
+// rule, then keep the x_tables lock busy over its legacy ones): it stays,
+// its own unknown group, beside the usage seen before. A command's own
+// finding (no rules) is no look at the rules.
+func sawLater(present map[podKey]time.Time, it Item) bool {
+	t, ok := present[podOf(it)]
+	return ok && !t.Before(it.Time)
 }
 
 // podKey names the pod (or node) an item is about.

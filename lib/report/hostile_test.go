@@ -193,3 +193,41 @@ func TestUnclassifiedBesideNative(t *testing.T) {
 		}
 	}
 }
+
+// A look that could not finish after the pod's last complete one says its
+// rules are no longer all seen (the x_tables lock kept busy while legacy
+// rules were added): it stays beside the usage seen before, and fails
+// --fail-on breaks, from files and from a cluster's items (the collector)
+// alike. An unknown look followed by a complete one says nothing more.
+func TestUnknownAfterPresent(t *testing.T) {
+	at := func(min int) time.Time { return time.Date(2026, 1, 2, 3, min, 0, 0, time.UTC) }
+	present := func(min int) Item {
+		it := item("shop", "Deployment", "web", "web-1", findings.ImpactNative, nil, "-A OUTPUT -j ACCEPT")
+		it.PodUID, it.Time, it.Impact, it.State = "web-1-uid", at(min), findings.Impact{Native: 1}, findings.StatePresent
+		return it
+	}
+	unknown := func(min int) Item {
+		it := Item{Namespace: "shop", Owner: owner.Owner{Kind: "Deployment", Name: "web"}, Pod: "web-1", PodUID: "web-1-uid", Node: "node-a",
+			State: findings.StateUnknown, Error: "legacy x_tables busy", Time: at(min)}
+		return it
+	}
+	for _, tc := range []struct {
+		name  string
+		items []Item
+		fails bool
+	}{
+		{"unknown after present", []Item{present(0), unknown(9)}, true},
+		{"present after unknown", []Item{unknown(0), present(9)}, false},
+		{"at the same time", []Item{present(9), unknown(9)}, false},
+	} {
+		col := newCollector("", nil)
+		for _, it := range tc.items {
+			col.add(it)
+		}
+		for how, gs := range map[string][]Group{"files": GroupItems(tc.items, nil), "cluster": col.groups()} {
+			if failing := Judge(gs, FailBreaks); failing != tc.fails {
+				t.Errorf("%s (%s): failing %v, want %v: %+v", tc.name, how, failing, tc.fails, gs)
+			}
+		}
+	}
+}
