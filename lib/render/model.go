@@ -25,7 +25,19 @@ const (
 	rankModule   = 100
 	rankOpaque   = 800
 	rankTarget   = 1000
+	// rankAfter is added to the rank of every part decoded after the
+	// target, so that those parts come after it, behind an
+	// afterTargetToken, instead of moving in front of it.
+	rankAfter = 2000
 )
+
+// afterTargetToken marks the expressions of a rule that come after its
+// target. iptables-nft writes the target last (only the counter may come
+// between it and the matches), and the kernel stops a rule at its first
+// verdict: a rule shaped otherwise does not do what its matches would say
+// in front of the target, so its text must never be that of a rule
+// iptables-nft writes (an allowlist entry would hide it).
+const afterTargetToken = "-m unknown:after-target"
 
 // part is one option group of the text, e.g. "-m mark --mark 0x1".
 type part struct {
@@ -42,6 +54,10 @@ type builder struct {
 	regs  map[uint32]*source
 	proto int // the -p protocol seen so far, -1 when none
 	names Names
+	// targeted is set once a part of rank rankTarget was added; after is
+	// rankAfter once an expression other than a counter followed it.
+	targeted bool
+	after    int
 }
 
 func newBuilder(fam inspect.Family) *builder {
@@ -49,7 +65,8 @@ func newBuilder(fam inspect.Family) *builder {
 }
 
 func (b *builder) add(rank int, key, text string) int {
-	b.parts = append(b.parts, part{rank: rank, key: key, text: text})
+	b.targeted = b.targeted || rank == rankTarget
+	b.parts = append(b.parts, part{rank: b.after + rank, key: key, text: text})
 	return len(b.parts) - 1
 }
 

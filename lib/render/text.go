@@ -25,6 +25,13 @@ func (n Names) Text(r inspect.Rule) (out string) {
 	b := newBuilder(r.Family)
 	b.names = n
 	for _, e := range r.Exprs {
+		if b.targeted && b.after == 0 && e.Name != "counter" {
+			// A counter after the target carries no meaning; anything
+			// else there is marked and rendered after it
+			// (afterTargetToken).
+			b.after = rankAfter
+			b.add(0, "", afterTargetToken)
+		}
 		b.expr(e)
 	}
 	return b.text(head)
