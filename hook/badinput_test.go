@@ -12,6 +12,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
 // mountTmpfs mounts a small tmpfs for disk-full and read-only cases.
@@ -333,5 +334,31 @@ func TestHookBigAnnotation(t *testing.T) {
 	// it passes, never the whole state decoded into maps.
 	if grew := h.maxRSS - small.maxRSS; grew > 8<<10 {
 		t.Errorf("peak RSS %d KiB on a %d-byte state, %d KiB on a small one: grew by %d KiB, want under 8 MiB", h.maxRSS, len(st), small.maxRSS, grew)
+	}
+}
+
+// A pod netns there that cannot be opened (an LSM's denial, no file
+// descriptor left; here a path through a regular file, ENOTDIR) is not a
+// clean pod: the hook records it unknown, with why, still exits 0 with
+// one log line. A pod whose netns is gone records nothing (above).
+func TestHookNetnsUnopenedRecordsUnknown(t *testing.T) {
+	nstest.NeedRoot(t)
+	plain := filepath.Join(t.TempDir(), "plain")
+	if err := os.WriteFile(plain, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := hookRun{}
+	runHookProc(t, pod{netns: filepath.Join(plain, "net"), sandbox: "sb-unopened"}.state(t), &h)
+	if n := strings.Count(strings.TrimSpace(h.stderr), "\n") + 1; n != 1 || !strings.Contains(h.stderr, "not a directory") {
+		t.Errorf("want one log line naming the error, got %d:\n%s", n, h.stderr)
+	}
+	data, err := os.ReadFile(h.findings)
+	if err != nil {
+		t.Fatalf("no finding recorded: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	rec, err := findings.Parse([]byte(lines[0]))
+	if len(lines) != 1 || err != nil || rec.KnownState() != findings.StateUnknown || !strings.Contains(rec.Error, "cannot open the pod netns") || rec.SandboxID != "sb-unopened" {
+		t.Errorf("want one unknown finding naming the open error, got %d lines (%v): %+v", len(lines), err, rec)
 	}
 }

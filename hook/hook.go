@@ -140,13 +140,19 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 	inspectCtx, cancelInspect := context.WithDeadline(ctx, start.Add(cfg.timeout*4/5))
 	res, err := scan.Run(inspectCtx, c.Netns, c.PodNamespace, loaders(&cfg.allow, &cfg.vendors))
 	cancelInspect()
-	if err != nil {
-		if errors.Is(err, netns.ErrNotExist) {
-			l.Info("netns is gone (pod already stopped), nothing to inspect")
-		} else {
-			l.WithError(err).Error("cannot open the pod netns")
-		}
+	switch {
+	case errors.Is(err, netns.ErrNotExist):
+		l.Info("netns is gone (pod already stopped), nothing to inspect")
 		return
+	case err != nil && (errors.Is(err, netns.ErrNotNetns) || c.SandboxID == ""):
+		// Nothing names what could not be seen: no record.
+		l.WithError(err).Error("cannot open the pod netns")
+		return
+	case err != nil:
+		// A netns there that could not be opened (an LSM's denial, no
+		// file descriptor left) is not a clean pod: its record says
+		// unknown, as a look that could not finish does.
+		res = scan.Result{Err: fmt.Errorf("cannot open the pod netns: %w", err)}
 	}
 	if res.AllowErr != nil {
 		// A broken allowlist must not hide usage: report with the rest.
