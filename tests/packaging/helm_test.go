@@ -759,6 +759,19 @@ func TestHelmInstall(t *testing.T) {
 		t.Errorf("after upgrade with forward.enabled=false: the forwarder's ClusterRoleBinding is still there")
 	}
 
+	// The notes warn where the defaults leave the metrics unread: an
+	// agent turned off (the alerts read its metrics), and metrics behind
+	// TLS with nobody allowed to read them. The first install had neither.
+	if strings.Contains(out, "WARNING") {
+		t.Errorf("helm install with the defaults warned:\n%s", out)
+	}
+	out = run("upgrade", "iptables-alerter", chartDir(t), "--reuse-values", "--set", "forward.enabled=true", "--set", "agent.enabled=false", "--set", "metrics.secure.enabled=true")
+	for _, want := range []string{"WARNING: agent.enabled=false", "WARNING: metrics.secure.readers is empty"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("helm upgrade with the agent off and metrics behind TLS printed no %q:\n%s", want, out)
+		}
+	}
+
 	run("uninstall", "iptables-alerter")
 	if exists("-n", "iptables-alerter", "daemonset/iptables-alerter") || exists("clusterrole/iptables-alerter-reports-view") {
 		t.Errorf("after uninstall: the DaemonSet or a ClusterRole is still there")
