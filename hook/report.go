@@ -295,6 +295,9 @@ func (c *reportConfig) writeBy(ctx context.Context, r report.Report, files []str
 		return 2
 	}
 	var nodes []corev1.Node
+	// unread: the nodes were asked for and could not be read, so nodes
+	// no finding names are missing from the rows (exit 2 once written).
+	unread := false
 	if (len(files) == 0 && len(c.events) == 0) || c.kubeconfig != "" || len(c.contexts) > 0 {
 		cl, err := c.cluster(c.kubeContext())
 		var list *corev1.NodeList
@@ -306,7 +309,8 @@ func (c *reportConfig) writeBy(ctx context.Context, r report.Report, files []str
 			fmt.Fprintf(s.err, "iptables-alerter report: --by pool reads the nodes' labels: %v\n", err)
 			return 2
 		case err != nil:
-			fmt.Fprintf(s.err, "iptables-alerter report: the nodes could not be read (%v): showing the findings' nodes only, without their label\n", err)
+			fmt.Fprintf(s.err, "iptables-alerter report: the nodes could not be read (%v): showing the findings' nodes only, without their label; the nodes no finding names are missing, so the report is not complete\n", err)
+			unread = true
 		default:
 			nodes = list.Items
 		}
@@ -323,6 +327,9 @@ func (c *reportConfig) writeBy(ctx context.Context, r report.Report, files []str
 	}
 	if err != nil {
 		fmt.Fprintf(s.err, "iptables-alerter report: %v\n", err)
+		return 2
+	}
+	if unread {
 		return 2
 	}
 	return exitStatus(r, s.err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -80,5 +81,26 @@ func TestReportByNodeAndPool(t *testing.T) {
 	}
 	if _, code := runReportCmd(t, "--by", "node", "--format", "html", file); code != 2 {
 		t.Errorf("--by node --format html: exit %d, want 2", code)
+	}
+	// Nodes asked for and not read (here the credentials may read pods
+	// and their owners, not nodes): the rows miss every node no finding
+	// names (w2 above), so the report says what it read and exits 2.
+	kubetest.Namespace(t, cs, "viewers")
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "pods-viewer"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"", "apps", "batch"}, Verbs: []string{"get", "list"},
+			Resources: []string{"pods", "replicationcontrollers", "replicasets", "deployments", "statefulsets", "daemonsets", "jobs", "cronjobs"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ServiceAccounts("viewers").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "viewer"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "viewer"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "pods-viewer"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "viewers", Name: "viewer"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	viewer := c.Kubeconfig("viewer", kubetest.Token(t, cs, "viewers", "viewer"))
+	if out, code := runReportCmd(t, "--by", "node", "--kubeconfig", viewer, file); code != 2 || !strings.Contains(out, "w1") || strings.Contains(out, "w2") {
+		t.Errorf("--by node with the nodes unread: exit %d, want 2 with the findings' nodes only\n%s", code, out)
 	}
 }
