@@ -380,7 +380,7 @@ func (k *Keeper) loop(ctx context.Context) {
 		}
 		switch {
 		case err != nil && kubeapi.IsForbiddenToUs(err):
-			k.forbidden(ctx, err)
+			k.look(ctx, k.lookAccess)
 		case k.crdGone(ctx, err):
 		case err != nil:
 			k.log.WithError(err).Warn("pruning reports of gone pods stopped; will try again")
@@ -390,30 +390,52 @@ func (k *Keeper) loop(ctx context.Context) {
 	}
 }
 
-// forbidden handles an authorizer's 403 on a Report call: when an access
-// review confirms it, Reports go off; false when they may be used (the
-// 403 was about this object or namespace alone) or the review failed
-// (err set: try again later).
-func (k *Keeper) forbidden(ctx context.Context, cause error) (bool, error) {
-	k.looking.Lock()
-	defer k.looking.Unlock()
+// lookAccess asks the access reviews again and switches Reports off when
+// RBAC refuses the forwarder a call on them (setDenied). Callers hold
+// looking.
+func (k *Keeper) lookAccess(ctx context.Context) error {
 	denied, err := k.access(ctx)
 	if err != nil {
-		return false, err
+		return err
 	}
-	if k.setDenied(denied) {
-		k.log.WithError(cause).Debug("report call refused by RBAC")
+	k.setDenied(denied)
+	return nil
+}
+
+// forbidden handles an authorizer's 403 (cause) on a call on what s
+// switches (Reports, looked at with lookAccess, or ClusterReports, with
+// lookNode). refused is true when the 403 is this object's refusal for
+// good: the same call is allowed in every namespace and still refused in
+// its own (kubeapi.RefusedHere, as an Event's create), a webhook
+// authorizer's rule. Else look asks whether RBAC refuses the forwarder
+// these objects, and s is off when it does. Any other 403 is returned,
+// so the line is tried again: an API server still starting behind the
+// load balancer, its RBAC not yet synced, refuses calls an access review
+// allows, and taking that for a refusal would drop the Report for good.
+func (k *Keeper) forbidden(ctx context.Context, cause error, s *switched, look func(context.Context) error) (refused bool, err error) {
+	switch here, err := kubeapi.RefusedHere(ctx, k.kube, cause); {
+	case err != nil:
+		return false, fmt.Errorf("%w (and %w)", cause, err)
+	case here:
 		return true, nil
 	}
-	return false, nil
+	k.looking.Lock()
+	defer k.looking.Unlock()
+	if err := look(ctx); err != nil {
+		return false, fmt.Errorf("%w (and %w)", cause, err)
+	}
+	if s.load() == off {
+		return false, nil
+	}
+	return false, cause
 }
 
 // stage puts rec into its Report after its Event's post (see
 // Writer.Stage), or does nothing (Off) while Reports are off. An error
 // means try the line again (so does not knowing yet whether Reports are
 // off); an authorizer's 403 confirmed by an access review switches
-// Reports off instead, and one the review does not confirm is this
-// object's refusal (Rejected), so neither holds the line.
+// Reports off instead, and one refused in its namespace alone is this
+// object's refusal (Rejected), so neither holds the line (forbidden).
 func (k *Keeper) stage(ctx context.Context, rec findings.Record, posted owner.Owned) (Result, error) {
 	switch s, err := k.settle(ctx, &k.reports, k.lookReports); {
 	case err != nil:
@@ -447,15 +469,14 @@ func (k *Keeper) stage(ctx context.Context, rec findings.Record, posted owner.Ow
 		return refused, nil
 	}
 	if err != nil && kubeapi.IsForbiddenToUs(err) {
-		off, rerr := k.forbidden(ctx, err)
-		switch {
-		case rerr != nil:
-			return Result{}, fmt.Errorf("%w (and %w)", err, rerr)
-		case off:
-			k.w.Unstage("", "")
-			return Result{Outcome: Off, Why: err}, nil
+		switch here, ferr := k.forbidden(ctx, err, &k.reports, k.lookAccess); {
+		case ferr != nil:
+			return Result{}, ferr
+		case here:
+			return refused, nil
 		}
-		return refused, nil
+		k.w.Unstage("", "")
+		return Result{Outcome: Off, Why: err}, nil
 	}
 	return res, err
 }
@@ -515,15 +536,15 @@ func (k *Keeper) Flush(ctx context.Context) error {
 		if err == nil || !kubeapi.IsForbiddenToUs(err) {
 			return err
 		}
-		off, rerr := k.forbidden(ctx, err)
-		switch {
-		case rerr != nil:
-			return fmt.Errorf("%w (and %w)", err, rerr)
-		case off:
-			k.w.Unstage("", "")
-			return nil
+		switch here, ferr := k.forbidden(ctx, err, &k.reports, k.lookAccess); {
+		case ferr != nil:
+			return ferr
+		case here:
+			k.refuse(failed, err)
+			continue
 		}
-		k.refuse(failed, err)
+		k.w.Unstage("", "")
+		return nil
 	}
 }
 
@@ -600,8 +621,8 @@ func (k *Keeper) finished(entry *logrus.Entry, res Result, n int) {
 }
 
 // writeNode is Write for a node record: Off while ClusterReports are,
-// an error (try again) while that is unknown; a 403 looks again
-// (lookNode), and one RBAC does not confirm is this object's refusal.
+// an error (try again) while that is unknown; a 403 is handled as a
+// Report's (forbidden), looking again with lookNode.
 func (k *Keeper) writeNode(ctx context.Context, rec findings.Record) (Result, error) {
 	switch s, err := k.settle(ctx, &k.node, k.lookNode); {
 	case err != nil:
@@ -614,16 +635,13 @@ func (k *Keeper) writeNode(ctx context.Context, rec findings.Record) (Result, er
 		return Result{Outcome: Off, Why: res.Why}, nil
 	}
 	if err != nil && kubeapi.IsForbiddenToUs(err) {
-		k.looking.Lock()
-		lerr := k.lookNode(ctx)
-		k.looking.Unlock()
-		switch {
-		case lerr != nil:
-			return Result{}, fmt.Errorf("%w (and %w)", err, lerr)
-		case k.node.load() == off:
-			return Result{Outcome: Off, Why: err}, nil
+		switch here, ferr := k.forbidden(ctx, err, &k.node, k.lookNode); {
+		case ferr != nil:
+			return Result{}, ferr
+		case here:
+			return Result{Outcome: Rejected, Why: err}, nil
 		}
-		return Result{Outcome: Rejected, Why: err}, nil
+		return Result{Outcome: Off, Why: err}, nil
 	}
 	return res, err
 }

@@ -1,7 +1,9 @@
 package openreports_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,11 +22,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/consumer"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -383,8 +387,9 @@ func TestKeeperRefusedOnce(t *testing.T) {
 
 // TestFlushRefusedInOneNamespace: a webhook authorizer refuses the Report
 // writes in one namespace, where RBAC lets the forwarder write Reports
-// everywhere. That Report is refused for good (forbidden) and the other
-// Reports staged with it in the same batch are still written.
+// everywhere (and its access reviews say so: allowed cluster-wide,
+// refused there). That Report is refused for good (forbidden) and the
+// other Reports staged with it in the same batch are still written.
 func TestFlushRefusedInOneNamespace(t *testing.T) {
 	c, admin, owned := start(t)
 	ctx := kubetest.Ctx(t)
@@ -393,6 +398,9 @@ func TestFlushRefusedInOneNamespace(t *testing.T) {
 	var denied atomic.Int32
 	cs, rc := wrappedClients(t, c, func(rt http.RoundTripper) http.RoundTripper {
 		return roundTrip(func(r *http.Request) (*http.Response, error) {
+			if strings.HasSuffix(r.URL.Path, "/selfsubjectaccessreviews") {
+				return mutedReview(r, rt)
+			}
 			if r.Method != http.MethodGet && strings.Contains(r.URL.Path, "/namespaces/muted/reports") {
 				denied.Add(1)
 				body := `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,` +
@@ -430,6 +438,31 @@ func TestFlushRefusedInOneNamespace(t *testing.T) {
 	if got := f.keeper.Refusals.Degraded(); !strings.Contains(got, "namespace muted") {
 		t.Errorf("/healthz says %q, want namespace muted named", got)
 	}
+}
+
+// mutedReview answers an access review as the webhook authorizer of
+// TestFlushRefusedInOneNamespace would: not allowed in namespace muted,
+// as the API server says anywhere else.
+func mutedReview(r *http.Request, rt http.RoundTripper) (*http.Response, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, err
+	}
+	// The client sends protobuf; the answer may be JSON.
+	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, nil)
+	review, ok := obj.(*authorizationv1.SelfSubjectAccessReview)
+	if err != nil || !ok || review.Spec.ResourceAttributes == nil || review.Spec.ResourceAttributes.Namespace != "muted" {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		return rt.RoundTrip(r)
+	}
+	review.APIVersion, review.Kind = "authorization.k8s.io/v1", "SelfSubjectAccessReview"
+	review.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: false, Reason: "walled off by policy"}
+	out, err := json.Marshal(review)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Response{StatusCode: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(bytes.NewReader(out)), Request: r}, nil
 }
 
 // TestCRDRemovedWhileRunning: the Report CRD is deleted under a running
