@@ -1,6 +1,7 @@
 package openreports
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,10 +63,12 @@ const (
 // switched is a state the loop and the line's calls both read and set.
 // refused is the API's last refusal for good that turned it off (final),
 // said once until another answer: the loop looks again every minute.
-// Keeper.looking guards it.
+// unserved is when a look first found the CRD not served while on, and
+// no look since found it served (missing). Keeper.looking guards both.
 type switched struct {
-	v       atomic.Int32
-	refused string
+	v        atomic.Int32
+	refused  string
+	unserved time.Time
 }
 
 func (s *switched) load() state   { return state(s.v.Load()) }
@@ -227,6 +230,9 @@ func (k *Keeper) lookReports(ctx context.Context) error {
 	if err != nil {
 		return k.final(&k.reports, err)
 	}
+	if err := k.missing(&k.reports, ok, "Reports"); err != nil {
+		return err
+	}
 	if !ok {
 		k.reports.refused = ""
 		k.reports.store(off)
@@ -270,6 +276,29 @@ func (k *Keeper) final(s *switched, err error) error {
 	return nil
 }
 
+// missing is a look's answer whether s's CRD is served (ok), and tells
+// whether to take a "not served" for the CRD's absence: at once while s
+// is not on (at start, and while off), else only once looks LookMissing
+// apart or more all found it so. Until then the error says look again
+// and keep what waits for it: an API server restarting answers 404 for
+// its CRDs' group until it serves them, and taken at its word, each
+// Report of the batch in hand would be dropped for good. Callers hold
+// looking.
+func (k *Keeper) missing(s *switched, ok bool, what string) error {
+	if ok || s.load() != on {
+		s.unserved = time.Time{}
+		return nil
+	}
+	now := time.Now()
+	if s.unserved.IsZero() {
+		s.unserved = now
+	}
+	if since := now.Sub(s.unserved); since < k.LookMissing {
+		return fmt.Errorf("the API server has not served OpenReports %s for %s (a restarting one serves its CRDs late): looking again before taking the CRD for deleted", what, since.Round(time.Millisecond))
+	}
+	return nil
+}
+
 // lookNode turns ClusterReports for node records on when the API serves
 // them and RBAC lets the forwarder use them, off otherwise: then node
 // records go to the Node's Events only. An error is as lookReports'.
@@ -277,9 +306,13 @@ func (k *Keeper) final(s *switched, err error) error {
 func (k *Keeper) lookNode(ctx context.Context) error {
 	why := ""
 	ok, err := served(ctx, k.disc, "clusterreports")
-	switch {
-	case err != nil:
+	if err != nil {
 		return k.final(&k.node, err)
+	}
+	if err := k.missing(&k.node, ok, "ClusterReports"); err != nil {
+		return err
+	}
+	switch {
 	case !ok:
 		why = "the API serves no OpenReports ClusterReports (CRD missing; kubectl apply -k packaging/crds)"
 	default:
@@ -378,12 +411,13 @@ func (k *Keeper) loop(ctx context.Context) {
 		if len(skipped) > 0 {
 			k.log.WithError(skipped[0]).WithField("skipped", len(skipped)).Warn("some results of gone pods not pruned, refused in their namespace; will try again")
 		}
+		gone, gerr := k.crdGone(ctx, err)
 		switch {
 		case err != nil && kubeapi.IsForbiddenToUs(err):
 			k.look(ctx, k.lookAccess)
-		case k.crdGone(ctx, err):
+		case gone:
 		case err != nil:
-			k.log.WithError(err).Warn("pruning reports of gone pods stopped; will try again")
+			k.log.WithError(cmp.Or(gerr, err)).Warn("pruning reports of gone pods stopped; will try again")
 		case n > 0:
 			k.log.WithField("results", n).Info("pruned reports of pods gone longer than the grace")
 		}
@@ -459,8 +493,13 @@ func (k *Keeper) stage(ctx context.Context, rec findings.Record, posted owner.Ow
 		}
 	}
 	res, err := k.w.Stage(ctx, rec, posted)
-	if res.Outcome == Rejected && k.crdGone(ctx, res.Why) {
-		return Result{Outcome: Off, Why: res.Why}, nil
+	if res.Outcome == Rejected {
+		switch gone, gerr := k.crdGone(ctx, res.Why); {
+		case gerr != nil:
+			return Result{}, gerr
+		case gone:
+			return Result{Outcome: Off, Why: res.Why}, nil
+		}
 	}
 	// A gone record's removal writes at once: a refusal of its namespace
 	// is said as Flush's.
@@ -519,7 +558,10 @@ func (k *Keeper) Flush(ctx context.Context) error {
 		for _, res := range done {
 			k.finished(k.log.WithFields(nil), res, res.Records)
 		}
-		if k.crdGone(ctx, err) {
+		switch gone, gerr := k.crdGone(ctx, err); {
+		case gerr != nil:
+			return gerr
+		case gone:
 			return nil
 		}
 		if apierrors.IsNotFound(err) {
@@ -550,27 +592,35 @@ func (k *Keeper) Flush(ctx context.Context) error {
 
 // crdGone tells whether err, a Report call's 404, came from the Report
 // CRD deleted under the running forwarder (unserved), and then drops
-// what is staged.
-func (k *Keeper) crdGone(ctx context.Context, err error) bool {
-	if !k.unserved(ctx, err, &k.reports, k.lookReports) {
-		return false
+// what is staged: those findings were forwarded while the CRD was
+// missing, which gets them no Report, as at a start without it, and
+// holding them would hold the node's Events until the CRD is back.
+func (k *Keeper) crdGone(ctx context.Context, err error) (bool, error) {
+	gone, err := k.unserved(ctx, err, &k.reports, k.lookReports)
+	if gone {
+		k.w.Unstage("", "")
 	}
-	k.w.Unstage("", "")
-	return true
+	return gone, err
 }
 
 // unserved tells whether err, a 404 of a call on what s switches
 // (Reports or ClusterReports), came from its CRD deleted under the running
-// forwarder: then one look finds it no longer served and turns s off
-// (the look says so once and the loop looks again), and each finding is
-// not rejected with an error line of its own. False for any other error,
-// and for a 404 while the CRD is served (a namespace gone).
-func (k *Keeper) unserved(ctx context.Context, err error, s *switched, look func(context.Context) error) bool {
+// forwarder: then looks find it no longer served and turn s off (the
+// look says so once and the loop looks again), and each finding is not
+// rejected with an error line of its own. False for any other error,
+// and for a 404 while the CRD is served (a namespace gone). An error
+// (err with the look's) while the looks cannot tell yet, or have not
+// found it missing for long enough (missing): try again, losing nothing.
+func (k *Keeper) unserved(ctx context.Context, err error, s *switched, look func(context.Context) error) (bool, error) {
 	if !apierrors.IsNotFound(err) || namespaceGone(err) {
-		return false
+		return false, nil
 	}
-	k.look(ctx, look)
-	return s.load() == off
+	k.looking.Lock()
+	defer k.looking.Unlock()
+	if lerr := look(ctx); lerr != nil {
+		return false, fmt.Errorf("%w (and %w)", err, lerr)
+	}
+	return s.load() == off, nil
 }
 
 // namespaceGone tells a 404 about the object's namespace (the
@@ -631,8 +681,13 @@ func (k *Keeper) writeNode(ctx context.Context, rec findings.Record) (Result, er
 		return Result{Outcome: Off}, nil
 	}
 	res, err := k.w.writeNode(ctx, rec)
-	if res.Outcome == Rejected && k.unserved(ctx, res.Why, &k.node, k.lookNode) {
-		return Result{Outcome: Off, Why: res.Why}, nil
+	if res.Outcome == Rejected {
+		switch gone, gerr := k.unserved(ctx, res.Why, &k.node, k.lookNode); {
+		case gerr != nil:
+			return Result{}, gerr
+		case gone:
+			return Result{Outcome: Off, Why: res.Why}, nil
+		}
 	}
 	if err != nil && kubeapi.IsForbiddenToUs(err) {
 		switch here, ferr := k.forbidden(ctx, err, &k.node, k.lookNode); {

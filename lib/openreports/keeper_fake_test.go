@@ -3,8 +3,10 @@ package openreports_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
 
@@ -128,4 +131,73 @@ func TestFlushForbiddenWhileRBACSyncs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFlushNotFoundWhileCRDsLoad: a Report write answered 404 while the
+// discovery says the Report CRD is not served, as an API server that
+// just restarted says until it serves its CRDs. The batch's Reports are
+// kept and Flush fails, so it is tried again: Reports stay on, and once
+// the CRD is served the Reports are written. Only looks LookMissing
+// apart that all find the CRD missing switch Reports off, and then say so
+// once, reject nothing and let the line go on.
+func TestFlushNotFoundWhileCRDsLoad(t *testing.T) {
+	notFound := apierrors.NewNotFound(schema.GroupResource{Group: "openreports.io", Resource: "reports"}, "")
+	t.Run("restarting", func(t *testing.T) {
+		api := newFakeAPI()
+		life, end := context.WithCancel(context.Background())
+		t.Cleanup(end)
+		f := newForwarder(t, life, api.clients, "node-a", kubeapi.NewRefusals())
+		created, looked := api.once("create", "reports", notFound), api.once("get", "resource", notFound)
+		f.append(t, record(api.pod, findings.StatePresent, 0, 1, 0))
+		if err := f.runner.Once(kubetest.Ctx(t)); !apierrors.IsNotFound(err) {
+			t.Fatalf("Once with the CRD not yet served = %v, want the 404 (retried)", err)
+		}
+		if created.Load() == 0 || looked.Load() == 0 {
+			t.Fatal("no 404 answered: the test did not test")
+		}
+		if !f.keeper.Enabled() {
+			t.Error("Reports switched off by one look")
+		}
+		if err := f.runner.Once(kubetest.Ctx(t)); err != nil {
+			t.Fatalf("Once after: %v", err)
+		}
+		if diff := cmp.Diff([]string{api.pod.Name}, resultPods(t, api.reports, "shop", "node-a")); diff != "" {
+			t.Errorf("pods with a result (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff(map[string]float64{"written": 1}, f.counts(t, "iptables_alerter_forward_reports_total")); diff != "" {
+			t.Errorf("reports by outcome (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("deleted", func(t *testing.T) {
+		api := newFakeAPI()
+		life, end := context.WithCancel(context.Background())
+		t.Cleanup(end)
+		const look = 100 * time.Millisecond
+		f := newForwarder(t, life, api.clients, "node-a", kubeapi.NewRefusals(), func(k *openreports.Keeper) { k.LookMissing = look })
+		api.reports.PrependReactor("create", "reports", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, notFound })
+		api.reports.PrependReactor("get", "resource", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, notFound })
+		f.append(t, record(api.pod, findings.StatePresent, 0, 1, 0))
+		if err := f.runner.Once(kubetest.Ctx(t)); !apierrors.IsNotFound(err) {
+			t.Fatalf("Once at the first look = %v, want the 404 (retried)", err)
+		}
+		time.Sleep(look)
+		if err := f.runner.Once(kubetest.Ctx(t)); err != nil {
+			t.Fatalf("Once a look later = %v, want the line handled (Reports off)", err)
+		}
+		if f.keeper.Enabled() {
+			t.Error("Reports still on with the CRD gone")
+		}
+		if got := f.counts(t, "iptables_alerter_forward_reports_total"); len(got) != 0 {
+			t.Errorf("reports by outcome %v, want none", got)
+		}
+		said := 0
+		for _, e := range f.logged.AllEntries() {
+			if strings.Contains(e.Message, "serves no OpenReports Reports") {
+				said++
+			}
+		}
+		if said != 1 {
+			t.Errorf("CRD missing said %d times, want once", said)
+		}
+	})
 }

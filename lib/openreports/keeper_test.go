@@ -59,7 +59,8 @@ func (o *outage) wrap(rt http.RoundTripper) http.RoundTripper {
 }
 
 // forwarder is the forwarder's Reports path over clients through cfg: a
-// keeper (started) and the runner following its own findings file.
+// keeper (started, after set changed it) and the runner following its
+// own findings file.
 type forwarder struct {
 	keeper *openreports.Keeper
 	runner *consumer.Runner
@@ -71,7 +72,7 @@ type forwarder struct {
 	logged *logtest.Hook
 }
 
-func newForwarder(t *testing.T, life context.Context, cfg func() (kubernetes.Interface, versioned.Interface), node string, refusals *kubeapi.Refusals) *forwarder {
+func newForwarder(t *testing.T, life context.Context, cfg func() (kubernetes.Interface, versioned.Interface), node string, refusals *kubeapi.Refusals, set ...func(*openreports.Keeper)) *forwarder {
 	t.Helper()
 	cs, rc := cfg()
 	log, logged := logtest.NewNullLogger()
@@ -80,6 +81,9 @@ func newForwarder(t *testing.T, life context.Context, cfg func() (kubernetes.Int
 	keeper.Refusals = refusals
 	// The loop must not be what brings Reports on: the held line does.
 	keeper.Prune, keeper.LookMissing, keeper.LookForbidden = time.Hour, time.Hour, time.Hour
+	for _, set := range set {
+		set(keeper)
+	}
 	reg := prometheus.NewRegistry()
 	keeper.Register(reg)
 	if refusals != nil {
@@ -468,15 +472,18 @@ func mutedReview(r *http.Request, rt http.RoundTripper) (*http.Response, error) 
 // TestCRDRemovedWhileRunning: the Report CRD is deleted under a running
 // forwarder (Policy Reporter uninstalled with it, say). Its findings'
 // Reports are not rejected one by one, each with an error line: the
-// keeper looks again, finds the CRD gone, says so once and goes on with
-// Reports off until it is back.
+// keeper looks again, holding the line until looks LookMissing apart
+// found the CRD gone, says so once and goes on with Reports off until it
+// is back.
 func TestCRDRemovedWhileRunning(t *testing.T) {
 	c, admin, owned := start(t)
 	c.CRD(t, clusterCRDPath, openreportsv1alpha1.SchemeGroupVersion.String(), "clusterreports")
 	ctx := kubetest.Ctx(t)
 	life, end := context.WithCancel(context.Background())
 	t.Cleanup(end)
-	f := newForwarder(t, life, func() (kubernetes.Interface, versioned.Interface) { return c.Client(), admin }, "node-a", kubeapi.NewRefusals())
+	const look = 200 * time.Millisecond
+	f := newForwarder(t, life, func() (kubernetes.Interface, versioned.Interface) { return c.Client(), admin }, "node-a", kubeapi.NewRefusals(),
+		func(k *openreports.Keeper) { k.LookMissing = look })
 	web, other, db := owned["web-7c9-aaaaa"].Pod, owned["web-7c9-bbbbb"].Pod, owned["db-0"].Pod
 	f.append(t, record(web, findings.StatePresent, 0, 1, 0), nodeRecord("node-a"))
 	if err := f.runner.Once(ctx); err != nil {
@@ -492,8 +499,16 @@ func TestCRDRemovedWhileRunning(t *testing.T) {
 	c.RemoveCRD(t, "reports.openreports.io", openreportsv1alpha1.SchemeGroupVersion.String(), "reports")
 	// The node's finding first: its ClusterReport's 404 is the first.
 	f.append(t, nodeRecord("node-a"), record(other, findings.StatePresent, 0, 0, 1), record(db, findings.StatePresent, 1, 0, 0), record(web, findings.StateGone, 0, 0, 0))
-	if err := f.runner.Once(ctx); err != nil {
-		t.Fatalf("with the CRD gone: %v, want the lines handled (Reports off)", err)
+	// Held while the looks are not LookMissing apart: once for the
+	// ClusterReport, once for the batch's Reports.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(look) {
+		err := f.runner.Once(ctx)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with the CRD gone: %v, want the lines handled (Reports off)", err)
+		}
 	}
 	if f.keeper.Enabled() {
 		t.Error("Reports still on with the CRD gone")
