@@ -20,8 +20,19 @@ import (
 // ErrIncomplete marks a dump the kernel ended before its end: a chain holds
 // more rules or references than the rules dumped account for. It happens
 // when one rule does not fit in the kernel's largest dump batch (32 KiB):
-// the kernel then ends the dump there for every dumper, nft included.
+// the kernel then ends the dump there for every dumper, nft included. It
+// also marks a look at a ruleset that kept changing while it was read
+// (errChanged).
 var ErrIncomplete = errors.New("nftables dump incomplete")
+
+// errChanged marks a look the ruleset changed under: a dump message the
+// kernel flagged NLM_F_DUMP_INTR, or a generation that moved between the
+// look's start and its end. A dump resumes at the position where its last
+// batch ended, so a rule deleted ahead of that position shifts the next
+// rule into it unseen, and a rule added in its place keeps every chain's
+// count right: the look may have missed a rule without anything else
+// showing it. readNft looks again.
+var errChanged = fmt.Errorf("%w: the ruleset changed while it was read", ErrIncomplete)
 
 type chainKey struct {
 	fam          Family
@@ -328,6 +339,13 @@ func eachMessage(b []byte, seq uint32, fn func(fam byte, b []byte)) (done bool, 
 		if mseq != seq {
 			continue // a late answer to an earlier request
 		}
+		// The kernel flags a dump's message when the ruleset's generation
+		// moved since its previous batch (nl_dump_check_consistent), the
+		// closing NLMSG_DONE included: what the dump gave may lack rules.
+		// nft itself dumps again then.
+		if flags&unix.NLM_F_DUMP_INTR != 0 {
+			return true, errChanged
+		}
 		switch typ {
 		case unix.NLMSG_DONE:
 			return true, nil
@@ -350,10 +368,42 @@ func eachMessage(b []byte, seq uint32, fn func(fam byte, b []byte)) (done bool, 
 	return false, nil
 }
 
-// readNft reads tables, chains and rules with our own streamed dumps: a
+// maxLooks bounds the looks readNft takes at a ruleset that changes while
+// it is read: a pod that rewrites its rules in a loop gets an incomplete
+// look (errChanged), not a hook that looks until the deadline.
+const maxLooks = 3
+
+// readNft reads tables, chains and rules (readNftOnce) and looks again, up
+// to maxLooks in all, when the ruleset changed while it was read. A look
+// is taken again only if the time left before the deadline is more than
+// the last one took: one that could not end would turn a change the kernel
+// reported into a deadline reached, and wait for it.
+func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Options, s *Snapshot) error {
+	if f := opt.FirstListed; f != nil {
+		// Once for the whole read, not once a look.
+		called := false
+		opt.FirstListed = func() {
+			if !called {
+				called = true
+				f()
+			}
+		}
+	}
+	for looks := 1; ; looks++ {
+		start := time.Now()
+		err := readNftOnce(ctx, h, deadline, opt, s)
+		if !errors.Is(err, errChanged) || looks == maxLooks || time.Until(deadline) < time.Since(start) {
+			return err
+		}
+		// The snapshot holds nothing but this read's yet.
+		*s = Snapshot{}
+	}
+}
+
+// readNftOnce reads tables, chains and rules with our own streamed dumps: a
 // library listing would hold every message in memory and has no deadline
 // inside it, so a namespace with 300,000 chains gave nothing at all.
-func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Options, s *Snapshot) error {
+func readNftOnce(ctx context.Context, h *netns.Handle, deadline time.Time, opt Options, s *Snapshot) error {
 	// The buffer size matters for completeness, not just speed: the kernel
 	// sizes each dump batch by the largest buffer recvmsg was given (up to
 	// 32 KiB), and a message that does not fit an empty batch ends the
@@ -413,10 +463,36 @@ func readNft(ctx context.Context, h *netns.Handle, deadline time.Time, opt Optio
 		return err
 	}
 	err = d.check(n)
+	// Only after dumps that all ended: a chain short of rules included, as
+	// a rule deleted while it was read makes one, and a look again then
+	// sees it whole.
+	if s.StateOK && (err == nil || errors.Is(err, ErrIncomplete) && !errors.Is(err, errChanged)) {
+		err = errors.Join(err, n.sameGeneration(s.State.Gen))
+	}
 	if d.tooMany {
 		err = errors.Join(err, fmt.Errorf("track nftables chains in netns %q: %w: more than %d, the rest not counted", h.Path, ErrTooMany, opt.MaxChains))
 	}
 	return err
+}
+
+// sameGeneration reads the generation again after the look's last dump,
+// and returns errChanged if it is not gen, the one the look began with. A
+// dump flags a change made while it ran, not one made between two dumps:
+// a rule moved from a table whose rules are read later to one read
+// already was in neither dump. The kernel bumps the generation at every
+// commit in the namespace. It is the one round trip a look at an unchanged
+// ruleset pays for this.
+func (n *nlSession) sameGeneration(gen uint32) error {
+	now, found := uint32(0), false
+	if err := n.dump(unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC, nil, "generation", func(_ byte, b []byte) {
+		now, found = genOf(b)
+	}); err != nil {
+		return err
+	}
+	if !found || now != gen {
+		return fmt.Errorf("read nftables in netns %q: %w (generation %d at its start, %d at its end)", n.path, errChanged, gen, now)
+	}
+	return nil
 }
 
 // tableRules dumps the rules of the tables one by one.

@@ -40,6 +40,7 @@ var plainWhy = []struct{ class, words string }{
 	{"legacy x_tables busy", "the kernel's x_tables lock, which every pod on the node shares, stayed busy, so the legacy iptables tables could not be read"},
 	{"inspection deadline reached", "the check ran out of time"},
 	{"too many chains", "the namespace holds more chains than the check reads"},
+	{"the ruleset changed while it was read", "the pod's rules changed while they were read, at every look"},
 	{"nftables dump incomplete", "the kernel could not list every rule (one is too big to list)"},
 }
 

@@ -185,6 +185,8 @@ func TestPlainWhy(t *testing.T) {
 	for _, tc := range []struct{ err, want string }{
 		{"", "Why: a size bound was reached."},
 		{"list chains: EPERM", "Why: the check failed (list chains: EPERM)."},
+		// lib/inspect's unexported errChanged, which wraps ErrIncomplete.
+		{"dump nftables rules: nftables dump incomplete: the ruleset changed while it was read", "Why: the pod's rules changed while they were read"},
 		{"list rules: inspection deadline reached", "Why: the check ran out of time (list rules: inspection deadline reached)."},
 	} {
 		if got := UnknownNote(findings.Record{Error: tc.err, Truncated: true}, owner.Owner{}); !strings.Contains(got, tc.want) {
