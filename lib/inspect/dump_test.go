@@ -102,3 +102,26 @@ add rule ip t a tcp dport 22 jump { counter; accept; }`)
 		t.Fatalf("ip filter X = %+v, want 1 rule", c)
 	}
 }
+
+// The verdict maps whose jumps a table's use check counts are held by
+// name, up to MaxChains of them: a pod's 200,000 maps of long names held
+// tens of MB. Past the bound the check cannot conclude, and the look is
+// incomplete.
+func TestInspectTooManyVerdictMapsIsTruncated(t *testing.T) {
+	nstest.NeedRoot(t, "nft")
+	ns := nstest.New(t)
+	var batch strings.Builder
+	batch.WriteString("add table ip t; add chain ip t a; add chain ip t b\n")
+	for i := range 5 {
+		fmt.Fprintf(&batch, "add map ip t m%d { type inet_service : verdict; elements = { 90 : jump b } }\n", i)
+	}
+	ns.Restore(batch.String(), "nft", "-f", "-")
+	s, err := lookErr(t, ns, inspect.Options{MaxChains: 4})
+	if !errors.Is(err, inspect.ErrIncomplete) || !s.Truncated {
+		t.Fatalf("5 verdict maps, MaxChains 4: err=%v truncated=%v, want ErrIncomplete and truncated", err, s.Truncated)
+	}
+	// Within the bound the jumps account for chain b's use.
+	if s := look(t, ns, inspect.Options{MaxChains: 5}); s.Truncated {
+		t.Fatal("5 verdict maps, MaxChains 5: complete dump marked truncated")
+	}
+}

@@ -46,7 +46,8 @@ type Options struct {
 	// is rendered and matched too. A rule not kept is still counted; it
 	// only cannot be allowlisted, so the bound never hides usage.
 	MaxDetailBytes int
-	// MaxChains bounds the chains tracked; beyond it the snapshot is
+	// MaxChains bounds the chains tracked, and the verdict maps of a table
+	// whose jumps the use check counts; beyond it the snapshot is
 	// truncated.
 	MaxChains int
 	// LegacyInProcess reads legacy x_tables on a locked thread of this

@@ -22,7 +22,8 @@ import (
 // when one rule does not fit in the kernel's largest dump batch (32 KiB):
 // the kernel then ends the dump there for every dumper, nft included. It
 // also marks a look at a ruleset that kept changing while it was read
-// (errChanged).
+// (errChanged), and a table with more verdict maps than the check counts
+// the jumps of (countSetJumps).
 var ErrIncomplete = errors.New("nftables dump incomplete")
 
 // errChanged marks a look the ruleset changed under: a dump message the
@@ -975,27 +976,40 @@ func (d *dumper) shortTables() map[tableKey]bool {
 // verdictData is NFT_DATA_VERDICT, the data type of a verdict map.
 const verdictData = 0xffffff00
 
-// countSetJumps adds the jumps held in the table's verdict maps.
+// countSetJumps adds the jumps held in the table's verdict maps. It holds
+// the maps' names, up to Options.MaxChains of them (a pod's 200,000 maps of
+// long names held tens of MB); past it the chains' use counts cannot be
+// checked, and the look is incomplete.
 func (d *dumper) countSetJumps(n *nlSession, tk tableKey) error {
 	tableAttr := attr(unix.NFTA_SET_TABLE, append([]byte(tk.table), 0))
 	var maps []string
+	tooMany := false
 	err := n.dump(unix.NFT_MSG_GETSET, unix.NLM_F_DUMP, tk.fam.Number(), tableAttr, "sets", func(_ byte, b []byte) {
-		var name string
+		var name []byte
 		var dataType uint32
 		eachAttr(b, func(typ uint16, v []byte) {
 			switch typ {
 			case unix.NFTA_SET_NAME:
-				name = string(trimNUL(v))
+				name = trimNUL(v)
 			case unix.NFTA_SET_DATA_TYPE:
 				dataType = be32(v)
 			}
 		})
-		if dataType == verdictData {
-			maps = append(maps, name)
+		switch {
+		case dataType != verdictData:
+		case len(maps) >= d.opt.MaxChains:
+			tooMany = true
+		default:
+			maps = append(maps, string(name))
 		}
 	})
 	if err != nil {
 		return err
+	}
+	if tooMany {
+		d.s.Truncated = true
+		return fmt.Errorf("dump nftables sets in netns %q: %w: table %s %s holds more than %d verdict maps, the jumps in them not counted",
+			n.path, ErrIncomplete, tk.fam, quote(tk.table), d.opt.MaxChains)
 	}
 	for _, m := range maps {
 		req := append(attr(unix.NFTA_SET_ELEM_LIST_TABLE, append([]byte(tk.table), 0)), attr(unix.NFTA_SET_ELEM_LIST_SET, append([]byte(m), 0))...)

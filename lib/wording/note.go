@@ -41,7 +41,7 @@ var plainWhy = []struct{ class, words string }{
 	{"inspection deadline reached", "the check ran out of time"},
 	{"too many chains", "the namespace holds more chains than the check reads"},
 	{"the ruleset changed while it was read", "the pod's rules changed while they were read, at every look"},
-	{"nftables dump incomplete", "the kernel could not list every rule (one is too big to list)"},
+	{"nftables dump incomplete", "the kernel could not list every rule, or the check could not count them all (a rule too big to list, too many verdict maps)"},
 }
 
 // maxVendorLine bounds one vendor's line, so two vendors' hints and some
