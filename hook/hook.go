@@ -107,13 +107,28 @@ func logPanic(stderr io.Writer, log *logrus.Logger, r any) {
 // blocked on (a stdin never closed, a stuck filesystem): the container's
 // start must never wait on us.
 func watchdog(log *logrus.Logger, timeout time.Duration, writing *sync.Mutex) *time.Timer {
-	return time.AfterFunc(timeout+time.Second, func() {
-		for i := 0; i < 100 && !writing.TryLock(); i++ {
-			time.Sleep(10 * time.Millisecond)
-		}
+	return time.AfterFunc(timeout+time.Second, func() { giveUp(log, timeout, writing, os.Exit) })
+}
+
+// giveUp waits up to a second for a finding being written, logs that the
+// hook gives up, and exits 0. The log line gets a moment, not a wait: the
+// logger holds its lock while it writes, and the goroutine that is stuck
+// may be the one writing to --log-file (a frozen filesystem, a hard NFS
+// mount), holding it.
+func giveUp(log *logrus.Logger, timeout time.Duration, writing *sync.Mutex, exit func(int)) {
+	for i := 0; i < 100 && !writing.TryLock(); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	logged := make(chan struct{})
+	go func() {
 		log.WithField("timeout", timeout.String()).Error("hook still running past its deadline, giving up")
-		os.Exit(0)
-	})
+		close(logged)
+	}()
+	select {
+	case <-logged:
+	case <-time.After(200 * time.Millisecond):
+	}
+	exit(0)
 }
 
 func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Time, writing *sync.Mutex) {

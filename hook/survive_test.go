@@ -7,10 +7,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
@@ -133,5 +136,34 @@ func TestHookLogFileFIFO(t *testing.T) {
 				t.Fatalf("%d findings, want 1\n%s", len(recs), stderr.String())
 			}
 		})
+	}
+}
+
+// TestGiveUpLogStuck: the watchdog exits even when its log line cannot be
+// written (the logger's writer blocked, as a --log-file on a frozen
+// filesystem blocks, the stuck goroutine holding the logger's lock), and
+// while a finding is being written it waits for it up to a second.
+func TestGiveUpLogStuck(t *testing.T) {
+	r, w := io.Pipe() // never read: every write blocks
+	defer r.Close()
+	log := logrus.New()
+	log.SetOutput(w)
+	go log.Error("the stuck line, holding the logger's lock")
+	time.Sleep(50 * time.Millisecond)
+	var writing sync.Mutex
+	writing.Lock()
+	exited := make(chan int, 1)
+	start := time.Now()
+	go giveUp(log, time.Second, &writing, func(code int) { exited <- code })
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Errorf("exit %d, want 0", code)
+		}
+		if d := time.Since(start); d < time.Second {
+			t.Errorf("gave up after %v, while a finding was being written: want a second's wait", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watchdog did not exit with its log line blocked")
 	}
 }
