@@ -53,7 +53,8 @@ func (a *Agent) keepSwept(ctx context.Context, path string) {
 		case !since.Equal(written) || now.Sub(last) >= findings.SweptRefresh:
 			// At once when a later scan moved since: the word must not
 			// vouch for a pod whose finding the reader has not read.
-			err := findings.WriteSwept(path, findings.Swept{Node: a.cfg.Node, Since: since, Until: now.Add(findings.SweptValid), Pods: pods})
+			err := findings.WriteSwept(path, findings.Swept{Node: a.cfg.Node, Since: since, Until: now.Add(findings.SweptValid), Pods: pods,
+				Readiness: a.usage.Readiness()})
 			if err != nil {
 				a.metrics.errors.WithLabelValues("swept").Inc()
 			} else {

@@ -28,6 +28,8 @@ type PodUsage struct {
 	// label values (findings.VendorLabels), bounded.
 	Impact  findings.Impact
 	Vendors []string
+	// Worst is the finding's worst level, "" when not classified.
+	Worst string
 	// Time is the finding's: of two sandboxes of one pod name (a pod
 	// recreated before the old sandbox's stop was seen), the newer wins.
 	Time time.Time
@@ -86,7 +88,7 @@ func (u *Usage) Scanned(s Scan) {
 		}
 		r := s.Record
 		u.pods[id] = PodUsage{SandboxID: id, Namespace: r.Pod.Namespace, Name: r.Pod.Name, Owner: s.Meta.Owner,
-			Impact: r.Levels(), Vendors: findings.VendorLabels(r.Vendors), Time: r.Time}
+			Impact: r.Levels(), Vendors: findings.VendorLabels(r.Vendors), Worst: r.WorstLevel(), Time: r.Time}
 	case s.Outcome == Found && s.Record.KnownState() == findings.StateGone:
 		delete(u.pods, id)
 	}
@@ -205,6 +207,23 @@ func (u *Usage) Pods() []PodUsage {
 	return findings.NewestPerPod(pods, func(p PodUsage) findings.PodKey {
 		return findings.PodKey{Namespace: p.Namespace, Name: p.Name, Time: p.Time, ID: p.SandboxID}
 	})
+}
+
+// Readiness is the node's RHEL 10 readiness by the pods followed, each by
+// its latest scan's finding: ready with none, unknown for usage not
+// classified, and unknown once a pod was left out (max), its usage not
+// known.
+func (u *Usage) Readiness() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.left > 0 {
+		return findings.ReadinessUnknown
+	}
+	r := findings.ReadinessReady
+	for _, p := range u.pods {
+		r = findings.WorseReadiness(r, findings.Readiness(p.Worst))
+	}
+	return r
 }
 
 // Left counts the findings of pods left out because max pods were

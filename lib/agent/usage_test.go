@@ -114,3 +114,39 @@ func TestOwnerOf(t *testing.T) {
 		})
 	}
 }
+
+// Readiness is what the agent's word (findings.Swept) carries: the worst
+// of the pods' latest findings, the node's own included; unknown for usage
+// not classified and once a pod was left out.
+func TestUsageReadiness(t *testing.T) {
+	found := func(id string, impact findings.Impact, worst string) Scan {
+		return Scan{Meta: scan.Meta{SandboxID: id}, Outcome: Found, Record: &findings.Record{State: findings.StatePresent,
+			Pod: findings.Pod{Namespace: "ns", Name: id}, Impact: impact, Worst: worst}}
+	}
+	u := NewUsage(2)
+	if r := u.Readiness(); r != findings.ReadinessReady {
+		t.Errorf("no pods: %s, want ready", r)
+	}
+	u.Scanned(found("a", findings.Impact{Xt: 1}, findings.ImpactXt))
+	if r := u.Readiness(); r != findings.ReadinessNeedsExtra {
+		t.Errorf("a pod's xt rules: %s, want needs-extra", r)
+	}
+	u.Scanned(found("b", findings.Impact{Legacy: 1}, findings.ImpactLegacy))
+	if r := u.Readiness(); r != findings.ReadinessBreaks {
+		t.Errorf("a pod's legacy rules: %s, want breaks", r)
+	}
+	u.Scanned(Scan{Meta: scan.Meta{SandboxID: "b"}, Outcome: Clean})
+	u.Scanned(found("a", findings.Impact{Native: 1}, ""))
+	if r := u.Readiness(); r != findings.ReadinessUnknown {
+		t.Errorf("usage not classified: %s, want unknown", r)
+	}
+	u.Scanned(found("a", findings.Impact{Native: 1}, findings.ImpactNative))
+	if r := u.Readiness(); r != findings.ReadinessReady {
+		t.Errorf("native rules only: %s, want ready", r)
+	}
+	u.Scanned(found("b", findings.Impact{Native: 1}, findings.ImpactNative))
+	u.Scanned(found("c", findings.Impact{Native: 1}, findings.ImpactNative))
+	if r := u.Readiness(); r != findings.ReadinessUnknown {
+		t.Errorf("a pod left out: %s, want unknown", r)
+	}
+}

@@ -32,6 +32,13 @@ type Swept struct {
 	Until time.Time `json:"until"`
 	// Pods counts the pods looked at (their own netns).
 	Pods int `json:"pods"`
+	// Readiness is the node's RHEL 10 readiness as the agent's latest
+	// scans found its pods (one of Readinesses; "" from an older agent):
+	// the node label takes the worse of it and of the findings it read,
+	// so a line the reader lost (rotated away unread, torn) does not make
+	// a breaking pod's node ready, which no finding would ever correct
+	// (a pod's usage is recorded once).
+	Readiness string `json:"readiness,omitempty"`
 }
 
 // How often the agent writes Swept, and how long each write holds: three

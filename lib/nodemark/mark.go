@@ -1,6 +1,7 @@
 package nodemark
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -202,7 +203,10 @@ func (m *Marker) Value() string {
 // held.
 func (m *Marker) value(now time.Time) string {
 	v := Mark(m.entries)
-	err := m.look(now)
+	agent, err := m.look(now)
+	// The agent's own readiness counts as a finding would: a line this
+	// reader lost must not leave a breaking pod's node ready.
+	v = findings.WorseReadiness(v, agent)
 	why := ""
 	if err != nil {
 		v, why = findings.WorseReadiness(v, Unknown), err.Error()
@@ -222,30 +226,32 @@ func (m *Marker) value(now time.Time) string {
 // is, or nil: the agent's word that it looked at every pod (Swept) is
 // valid, and every finding written before that look began was read, the
 // reading no more than MaxLag behind. A clean pod leaves no finding: no
-// finding reads as clean only with both.
-func (m *Marker) look(now time.Time) error {
+// finding reads as clean only with both. agent is the readiness a valid
+// word gives (Swept.Readiness), ready when it gives none.
+func (m *Marker) look(now time.Time) (agent string, err error) {
 	if m.Swept == "" {
-		return nil
+		return Ready, nil
 	}
 	s, err := findings.ReadSwept(m.Swept, m.node, now)
 	if err != nil {
-		return err
+		return Ready, err
 	}
+	agent = cmp.Or(s.Readiness, Ready)
 	if m.CaughtUp == nil {
-		return nil
+		return agent, nil
 	}
 	switch c := m.CaughtUp(); {
 	case now.Sub(c) > MaxLag:
-		return fmt.Errorf("the findings were last all read at %s, more than %v ago: one held (API server, webhook) may be a pod's usage", c.UTC().Format(time.RFC3339), MaxLag)
+		return agent, fmt.Errorf("the findings were last all read at %s, more than %v ago: one held (API server, webhook) may be a pod's usage", c.UTC().Format(time.RFC3339), MaxLag)
 	case !c.Before(s.Since):
 		m.vouched = now
 	case m.vouched.IsZero() || now.Sub(m.vouched) > readGrace:
 		// A word moved on by a later scan (a pod started) while its
 		// finding is being read gets readGrace: the label does not
 		// flap for each new pod.
-		return fmt.Errorf("the findings written before the agent's look of %s are not all read yet", s.Since.UTC().Format(time.RFC3339))
+		return agent, fmt.Errorf("the findings written before the agent's look of %s are not all read yet", s.Since.UTC().Format(time.RFC3339))
 	}
-	return nil
+	return agent, nil
 }
 
 // readGrace is how long the reading may stay behind a word that moved on

@@ -427,6 +427,18 @@ func TestLookVouches(t *testing.T) {
 		{"findings since the look not read", func() { word(good); caught = good.Since.Add(-time.Second) }, nil, Unknown},
 		{"reading stalled", func() { word(good); caught = now.Add(-MaxLag - time.Second) }, nil, Unknown},
 		{"never read", func() { word(good); caught = time.Time{} }, nil, Unknown},
+		// The agent's own readiness: a pod's finding this reader lost
+		// (rotated away unread, a torn line) left no level here. Failed
+		// before the word carried it: the node read ready.
+		{"valid word, the agent's scans found legacy rules", func() { s := good; s.Readiness = Breaks; word(s) }, nil, Breaks},
+		{"valid word, the agent's xt, a finding's legacy", func() { s := good; s.Readiness = NeedsExtra; word(s) }, []string{findings.ImpactLegacy}, Breaks},
+		{"valid word, the agent's xt, reading behind", func() {
+			s := good
+			s.Readiness = NeedsExtra
+			word(s)
+			caught = good.Since.Add(-time.Second)
+		}, nil, Unknown},
+		{"lapsed word's legacy rules", func() { s := good; s.Readiness, s.Until = Breaks, now.Add(-time.Second); word(s) }, nil, Unknown},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_ = os.Remove(swept)

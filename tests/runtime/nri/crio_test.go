@@ -245,4 +245,8 @@ func TestCRIONotReadySandbox(t *testing.T) {
 	if err != nil || s.Pods != 1 {
 		t.Errorf("the agent's word: %+v, %v; want one pod looked at; agent log:\n%s", s, err, a.log)
 	}
+	// And the readiness its scans found: the used pod's finding's.
+	if got := forPod(findingstest.Read(t, f.findings), "used"); len(got) == 0 || s.Readiness != findings.Readiness(got[len(got)-1].WorstLevel()) {
+		t.Errorf("the agent's word says readiness %q; the used pod's findings %+v", s.Readiness, got)
+	}
 }
