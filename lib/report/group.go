@@ -177,6 +177,9 @@ type look struct {
 	latest       time.Time
 	latestCut    bool
 	latestRaw    bool
+	// rules: latest is a look at the rules' (a command's own finding is
+	// none), which a zero time cannot tell.
+	rules bool
 }
 
 func lookOf(it Item) look {
@@ -251,7 +254,7 @@ func (gr *grouping) add(it Item) {
 	keep := had
 	if !ok || newer(l, had) {
 		keep = l
-		keep.latest, keep.latestCut, keep.latestRaw = had.latest, had.latestCut, had.latestRaw
+		keep.latest, keep.latestCut, keep.latestRaw, keep.rules = had.latest, had.latestCut, had.latestRaw, had.rules
 	}
 	// A complete look counts before a cut one (newer), but a cut look
 	// after it says the pod's rules are no longer all seen: a pod can
@@ -259,7 +262,7 @@ func (gr *grouping) add(it Item) {
 	// 32 KiB or the busy x_tables lock. So with rules not classified: a
 	// group's Worst ranks them below native.
 	if !l.commandOnly && (!ok || !l.time.Before(had.latest)) {
-		keep.latest, keep.latestCut, keep.latestRaw = l.time, l.truncated, l.unclassified
+		keep.latest, keep.latestCut, keep.latestRaw, keep.rules = l.time, l.truncated, l.unclassified, true
 	}
 	gr.looks[i][p] = keep
 }
@@ -322,7 +325,7 @@ func (c *collector) groups() []Group {
 		for i, g := range c.g.gs {
 			if g.State == findings.StatePresent {
 				for p, l := range c.g.looks[i] {
-					if t, ok := present[p]; !ok || l.latest.After(t) {
+					if t, ok := present[p]; l.rules && (!ok || l.latest.After(t)) {
 						present[p] = l.latest
 					}
 				}

@@ -219,6 +219,13 @@ func TestUnknownAfterPresent(t *testing.T) {
 		{"unknown after present", []Item{present(0), unknown(9)}, true},
 		{"present after unknown", []Item{unknown(0), present(9)}, false},
 		{"at the same time", []Item{present(9), unknown(9)}, false},
+		// A command's own finding is no look at the rules, whatever
+		// the times (an older forwarder's Event has none).
+		{"a command's finding, no times", []Item{func() Item {
+			it := present(0)
+			it.Time, it.Impact, it.Examples, it.Command = time.Time{}, findings.Impact{}, nil, "iptables -L"
+			return it
+		}(), func() Item { it := unknown(0); it.Time = time.Time{}; return it }()}, true},
 	} {
 		col := newCollector("", nil)
 		for _, it := range tc.items {
