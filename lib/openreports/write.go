@@ -510,7 +510,13 @@ func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Repo
 // refusal), err one that may pass.
 func (w *Writer) podGone(ctx context.Context, x openreportsv1alpha1.ReportResult) (gone bool, refused, err error) {
 	s, _ := PodSubject(x)
-	_, err = w.Live(ctx, findings.Pod{Namespace: s.Namespace, Name: s.Name, UID: string(s.UID)})
+	// As the finding's pod was found: by the finding's UID, which for a
+	// static pod is its config hash, named by whichever mirror pod stands
+	// for it now. The subject's UID is the mirror pod's when the result
+	// was written: a mirror pod deleted and made again by the kubelet
+	// has another, and the running static pod's result would go.
+	uid := cmp.Or(x.Properties[PropPodUID], string(s.UID))
+	_, err = w.Live(ctx, findings.Pod{Namespace: s.Namespace, Name: s.Name, UID: uid})
 	switch g, final, retry := kubeapi.PodRead(ctx, w.kube, err); {
 	case g || kubeapi.IsInvalid(err):
 		return true, nil, nil

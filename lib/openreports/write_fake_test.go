@@ -1,0 +1,77 @@
+package openreports_test
+
+import (
+	"testing"
+	"time"
+
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
+)
+
+// TestPruneKeepsRecreatedMirrorPod: `kubectl delete pod` on a static
+// pod's mirror pod; the kubelet makes the mirror pod again under a new
+// UID while the static pod runs on, and the agent sends no new finding.
+// Prune, past the grace, must find the static pod by the finding's UID
+// (its config hash, which the new mirror pod's annotation names) and
+// keep its result: the result's subject names the old mirror pod's UID.
+func TestPruneKeepsRecreatedMirrorPod(t *testing.T) {
+	api := newFakeAPI()
+	ctx := kubetest.Ctx(t)
+	mirror := func(uid string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "etcd-node-a", UID: types.UID(uid),
+			Annotations: map[string]string{owner.MirrorAnnotation: "config-hash", "kubernetes.io/config.hash": "config-hash"}}}
+	}
+	pod, err := api.kube.CoreV1().Pods("shop").Create(ctx, mirror("mirror-1"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := openreports.New(api.kube, api.reports, "node-a")
+	rec := record(pod, findings.StatePresent, 0, 1, 0)
+	rec.Pod.UID = "config-hash"
+	res, err := w.Write(ctx, rec)
+	if err != nil || res.Outcome != openreports.Written {
+		t.Fatalf("Write = %+v, %v", res, err)
+	}
+	if err := api.kube.CoreV1().Pods("shop").Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.kube.CoreV1().Pods("shop").Create(ctx, mirror("mirror-2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.Grace = time.Nanosecond
+	if n, skipped, err := w.Prune(ctx); n != 0 || err != nil || skipped != nil {
+		t.Errorf("Prune = %d, %v, %v; want the running static pod's result kept", n, skipped, err)
+	}
+	r, err := api.reports.OpenreportsV1alpha1().Reports("shop").Get(ctx, res.Name, metav1.GetOptions{})
+	if err != nil || len(r.Results) != 1 {
+		t.Fatalf("after Prune: %v, %v; want the static pod's one result", resultsOf(r), err)
+	}
+	// A static pod removed from the node takes its mirror pod with it:
+	// then the result goes.
+	if err := api.kube.CoreV1().Pods("shop").Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n, skipped, err := w.Prune(ctx); n != 1 || err != nil || skipped != nil {
+		t.Errorf("Prune after the static pod went = %d, %v, %v; want 1", n, skipped, err)
+	}
+}
+
+// resultsOf names r's results by their pod subjects, for messages.
+func resultsOf(r *openreportsv1alpha1.Report) []string {
+	if r == nil {
+		return nil
+	}
+	var out []string
+	for _, x := range r.Results {
+		s, _ := openreports.PodSubject(x)
+		out = append(out, s.Name+"/"+string(s.UID)+" "+x.Properties[openreports.PropPodUID])
+	}
+	return out
+}
