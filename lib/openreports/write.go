@@ -114,12 +114,20 @@ type Writer struct {
 	// first (AlreadyExists reads it).
 	names  map[string]bool
 	listed bool
+	// filed names, by pod (namespace/podUID, the UID as PropPodUID holds
+	// it), the Report its result was last staged or written in or listed
+	// in (by listNames), up to maxFiled pods: a pod whose owner changed
+	// (a bare pod adopted by a ReplicaSet or orphaned, its Deployment's
+	// lookup refused then allowed) is filed in another workload's
+	// Report, and its result in the old one must go, or the pod stays
+	// listed twice while it lives.
+	filed map[string]string
 }
 
 // New gives a Writer for node.
 func New(kube kubernetes.Interface, reports versioned.Interface, node string) *Writer {
 	return &Writer{kube: kube, reports: reports, Owners: owner.New(kube), node: node, Grace: DefaultGrace, now: time.Now,
-		known: map[string]knownReport{}, staged: map[string]*staged{},
+		known: map[string]knownReport{}, staged: map[string]*staged{}, filed: map[string]string{},
 		Live: func(ctx context.Context, want findings.Pod) (*corev1.Pod, error) {
 			return kubeapi.LivePod(ctx, kube, want)
 		}}
@@ -189,7 +197,20 @@ func (w *Writer) WriteAfter(ctx context.Context, rec findings.Record, posted own
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.finish(res, w.update(ctx, res.Namespace, res.Name, func(r *openreportsv1alpha1.Report) { res.Cut = change(r) }))
+	pod, from := w.moved(ctx, res.Namespace, res.Name, rec.Pod.UID)
+	err = w.update(ctx, res.Namespace, res.Name, func(r *openreportsv1alpha1.Report) { res.Cut = change(r) })
+	if res, err = w.finish(res, err); err != nil || res.Outcome != Written {
+		return res, err
+	}
+	if from != "" {
+		// After the new result is in, as Flush does; the pod stays filed
+		// where it was until then, so a retry takes it out again.
+		if err := w.update(ctx, res.Namespace, from, without(pod)); err != nil {
+			return w.finish(Result{Namespace: res.Namespace, Name: from}, err)
+		}
+	}
+	w.file(res.Namespace, pod, res.Name)
+	return res, nil
 }
 
 // route is what WriteAfter and Stage share: a node's record goes to its
@@ -220,23 +241,47 @@ func (w *Writer) Stage(ctx context.Context, rec findings.Record, posted owner.Ow
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	k := res.Namespace + "/" + res.Name
+	s := w.stage(res.Namespace, res.Name, change)
+	s.records++
+	pod, from := w.moved(ctx, res.Namespace, res.Name, rec.Pod.UID)
+	if from != "" {
+		s.moves = append(s.moves, move{pod: pod, from: from})
+	}
+	// Filed at once: the pod's next finding in this batch, under another
+	// owner again, takes it out of this Report.
+	w.file(res.Namespace, pod, res.Name)
+	res.Outcome = Written
+	return res, nil
+}
+
+// stage keeps change back for the Report's Flush, after those staged.
+func (w *Writer) stage(namespace, name string, change func(*openreportsv1alpha1.Report) int) *staged {
+	k := namespace + "/" + name
 	s := w.staged[k]
 	if s == nil {
-		s = &staged{namespace: res.Namespace, name: res.Name}
+		s = &staged{namespace: namespace, name: name}
 		w.staged[k] = s
 		w.order = append(w.order, k)
 	}
 	s.changes = append(s.changes, change)
-	res.Outcome = Written
-	return res, nil
+	return s
 }
 
 // staged is one Report's changes kept back for Flush.
 type staged struct {
 	namespace, name string
 	changes         []func(*openreportsv1alpha1.Report) int
+	// records counts the findings among changes (a move's removal is
+	// none).
+	records int
+	// moves are the pods whose results this Report's write takes from
+	// other Reports.
+	moves []move
 }
+
+// move is a pod's result to take out of Report from once it is written in
+// another (Writer.filed).
+type move struct{ pod, from string }
 
 // Flush writes the staged changes, one write a Report, in the order
 // first staged. done has the Reports finished with (Written, Records the
@@ -249,7 +294,7 @@ func (w *Writer) Flush(ctx context.Context) (done []Result, failed Result, err e
 	defer w.mu.Unlock()
 	for len(w.order) > 0 {
 		s := w.staged[w.order[0]]
-		res := Result{Namespace: s.namespace, Name: s.name, Records: len(s.changes)}
+		res := Result{Namespace: s.namespace, Name: s.name, Records: s.records}
 		err := w.update(ctx, s.namespace, s.name, func(r *openreportsv1alpha1.Report) {
 			res.Cut = 0
 			for _, c := range s.changes {
@@ -262,9 +307,22 @@ func (w *Writer) Flush(ctx context.Context) (done []Result, failed Result, err e
 			// it alone when it turns out to be refused for good). A
 			// 404 may be the CRD deleted: the caller looks before the
 			// rest are tried.
-			return done, Result{Namespace: s.namespace, Name: s.name, Records: len(s.changes)}, cmp.Or(err, res.Why)
+			return done, Result{Namespace: s.namespace, Name: s.name, Records: s.records}, cmp.Or(err, res.Why)
 		}
 		w.unstageLocked(s.namespace, s.name)
+		if res.Outcome == Written {
+			// The moved pods' old results go only once the new ones are
+			// in: a write refused for good leaves them where they were,
+			// not nowhere. Staged, each is written (or retried, or
+			// refused) as any Report.
+			for _, m := range s.moves {
+				w.stage(s.namespace, m.from, func(r *openreportsv1alpha1.Report) int {
+					// Taking results out cuts none.
+					without(m.pod)(r)
+					return 0
+				})
+			}
+		}
 		done = append(done, res)
 		if w.Progress != nil {
 			w.Progress()
@@ -409,15 +467,56 @@ func (w *Writer) remove(ctx context.Context, namespace, podUID string) (Result, 
 			continue
 		}
 		res.Name = r.Name
-		err := w.update(ctx, namespace, r.Name, func(r *openreportsv1alpha1.Report) {
-			r.Results = slices.DeleteFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool { return x.Properties[PropPodUID] == podUID })
-			bound(r)
-		})
-		if err != nil {
+		if err := w.update(ctx, namespace, r.Name, without(podUID)); err != nil {
 			return w.finish(res, err)
 		}
+		w.unfile(namespace, podUID, r.Name)
 	}
 	return res, nil
+}
+
+// without is the change taking a pod's results (podUID as PropPodUID
+// holds it) out of a Report.
+func without(podUID string) func(*openreportsv1alpha1.Report) {
+	return func(r *openreportsv1alpha1.Report) {
+		r.Results = slices.DeleteFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool { return x.Properties[PropPodUID] == podUID })
+		bound(r)
+	}
+}
+
+// maxFiled bounds the pods filed: each costs about 150 bytes (a Report's
+// name may take 253), and a node runs at most a few thousand pods.
+const maxFiled = 1 << 14
+
+// moved gives the pod's UID as PropPodUID holds it, and from, the Report
+// in namespace its result was filed in when not name (empty when none
+// or the same). The node's Reports, listed once a writer (listNames),
+// file the pods of results written before this writer started.
+func (w *Writer) moved(ctx context.Context, namespace, name, podUID string) (pod, from string) {
+	w.listNames(ctx)
+	pod = prop(podUID)
+	if f := w.filed[namespace+"/"+pod]; f != name {
+		from = f
+	}
+	return pod, from
+}
+
+// file notes that the pod's result is in Report name.
+func (w *Writer) file(namespace, pod, name string) {
+	if len(w.filed) >= maxFiled {
+		// Crude but bounded, as remember: a pod moved while forgotten
+		// stays listed in its old Report until it is gone (Prune).
+		clear(w.filed)
+	}
+	w.filed[namespace+"/"+pod] = name
+}
+
+// unfile forgets the pod's result taken out of Report name (a gone pod
+// will not be filed again).
+func (w *Writer) unfile(namespace, pod, name string) {
+	if k := namespace + "/" + pod; w.filed[k] == name {
+		delete(w.filed, k)
+	}
 }
 
 // Prune removes, from this node's Reports, the results of pods that are
@@ -487,6 +586,9 @@ func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Repo
 		})
 		if err == nil {
 			removed += len(stale)
+			for pod := range stale {
+				w.unfile(r.Namespace, pod, r.Name)
+			}
 			continue
 		}
 		// This namespace's alone (an admission denial, a webhook
@@ -605,6 +707,11 @@ func (w *Writer) listNames(ctx context.Context) {
 		}
 		for _, r := range l.Items {
 			names[r.Namespace+"/"+r.Name] = true
+			for _, x := range r.Results {
+				if pod := x.Properties[PropPodUID]; pod != "" && x.Rule != CutRule {
+					w.file(r.Namespace, pod, r.Name)
+				}
+			}
 		}
 		if l.Continue == "" {
 			break

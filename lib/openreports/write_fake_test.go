@@ -1,15 +1,19 @@
 package openreports_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
@@ -74,4 +78,74 @@ func resultsOf(r *openreportsv1alpha1.Report) []string {
 		out = append(out, s.Name+"/"+string(s.UID)+" "+x.Properties[openreports.PropPodUID])
 	}
 	return out
+}
+
+// TestMovedPodListedOnce: a bare pod with a result in its own Report is
+// adopted by a ReplicaSet, and its next finding files it in the
+// ReplicaSet's Report. Its result in the bare pod's Report must go (the
+// Report with it, left empty), by the forwarder that wrote it, by one
+// started since (which knows the old Report from its list at start) and
+// by Write: the pod was listed twice, in two workloads, for as long as it
+// lived.
+func TestMovedPodListedOnce(t *testing.T) {
+	for _, way := range []string{"staged", "staged after a restart", "written"} {
+		t.Run(way, func(t *testing.T) {
+			api := newFakeAPI()
+			ctx := kubetest.Ctx(t)
+			rs, err := api.kube.AppsV1().ReplicaSets("shop").Create(ctx, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-7c9", UID: "rs-uid"}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			life, end := context.WithCancel(context.Background())
+			t.Cleanup(end)
+			f := newForwarder(t, life, api.clients, "node-a", kubeapi.NewRefusals())
+			w := openreports.New(api.kube, api.reports, "node-a")
+			forward := func(rec findings.Record) {
+				t.Helper()
+				if way == "written" {
+					if res, err := w.Write(ctx, rec); err != nil || res.Outcome != openreports.Written {
+						t.Fatalf("Write = %+v, %v", res, err)
+					}
+					return
+				}
+				f.append(t, rec)
+				if err := f.runner.Once(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			forward(record(api.pod, findings.StatePresent, 0, 1, 0))
+			bare := openreports.Name(owner.Bare("web"), "node-a")
+			if _, err := api.reports.OpenreportsV1alpha1().Reports("shop").Get(ctx, bare, metav1.GetOptions{}); err != nil {
+				t.Fatalf("the bare pod's Report: %v", err)
+			}
+
+			pod := api.pod.DeepCopy()
+			pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: new(true)}}
+			if _, err := api.kube.CoreV1().Pods("shop").Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			written := 2.0
+			if way == "staged after a restart" {
+				f, written = newForwarder(t, life, api.clients, "node-a", kubeapi.NewRefusals()), 1
+			}
+			forward(record(pod, findings.StatePresent, 1, 1, 0))
+			list, err := api.reports.OpenreportsV1alpha1().Reports("shop").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range list.Items {
+				for _, s := range resultsOf(&r) {
+					got = append(got, r.Name+": "+s)
+				}
+			}
+			want := []string{openreports.Name(owner.Owner{Kind: "ReplicaSet", Name: "web-7c9"}, "node-a") + ": web/web-uid web-uid"}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("results after the pod moved (-want +got):\n%s", diff)
+			}
+			if got := f.counts(t, "iptables_alerter_forward_reports_total"); way != "written" && got["written"] != written {
+				t.Errorf("reports_total = %v, want written %v: the move's removal is no finding", got, written)
+			}
+		})
+	}
 }
