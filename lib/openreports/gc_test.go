@@ -63,7 +63,8 @@ func TestPrune(t *testing.T) {
 // TestPruneBounded: Prune reads the node's Reports a page at a time and
 // remembers no more of them than maxKnownBytes allows (each may hold
 // about 600 KiB, the forwarder's limit is 128Mi), and still prunes a
-// result on the last page.
+// result on the last page. A gone record's removal reads its namespace's
+// Reports a page at a time too, and finds the pod's result on the last.
 func TestPruneBounded(t *testing.T) {
 	c, rc, owned := start(t)
 	ctx := kubetest.Ctx(t)
@@ -141,6 +142,23 @@ func TestPruneBounded(t *testing.T) {
 	}
 	if len(last.Results) != results {
 		t.Errorf("last Report holds %d results, want %d", len(last.Results), results)
+	}
+
+	lists = nil
+	gone := fmt.Sprintf("uid-%d-0", reports-1)
+	res, err = p.Write(ctx, findings.Record{Schema: findings.Schema, Time: findings.Now(), State: findings.StateGone,
+		Pod: findings.Pod{Namespace: "shop", Name: "gone-pod", UID: gone}})
+	if err != nil || res.Outcome != openreports.Removed || res.Name != last.Name {
+		t.Fatalf("Write of the gone record = %+v, %v; want its result removed from %s", res, err, last.Name)
+	}
+	if diff := cmp.Diff([]string{"50", "50"}, lists); diff != "" {
+		t.Errorf("LIST requests' limits of the gone record's removal (-want +got):\n%s", diff)
+	}
+	last = get(t, rc, "shop", last.Name)
+	for _, x := range last.Results {
+		if x.Properties[openreports.PropPodUID] == gone {
+			t.Error("the gone record's result on the last page is still there")
+		}
 	}
 }
 

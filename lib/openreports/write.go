@@ -456,21 +456,27 @@ func (w *Writer) finish(res Result, err error) (Result, error) {
 func (w *Writer) remove(ctx context.Context, namespace, podUID string) (Result, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	list, err := w.reports.OpenreportsV1alpha1().Reports(namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector(w.node)})
-	if err != nil {
-		return w.finish(Result{}, fmt.Errorf("list reports in %q: %w", namespace, err))
-	}
 	res := Result{Outcome: Removed, Namespace: namespace}
-	w.rememberAll(list.Items)
-	for _, r := range list.Items {
-		if !slices.ContainsFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool { return x.Properties[PropPodUID] == podUID }) {
-			continue
+	var werr error
+	err := w.pages(ctx, namespace, func(items []openreportsv1alpha1.Report) bool {
+		w.rememberAll(items)
+		for _, r := range items {
+			if !slices.ContainsFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool { return x.Properties[PropPodUID] == podUID }) {
+				continue
+			}
+			res.Name = r.Name
+			if werr = w.update(ctx, namespace, r.Name, without(podUID)); werr != nil {
+				return false
+			}
+			w.unfile(namespace, podUID, r.Name)
 		}
-		res.Name = r.Name
-		if err := w.update(ctx, namespace, r.Name, without(podUID)); err != nil {
-			return w.finish(res, err)
-		}
-		w.unfile(namespace, podUID, r.Name)
+		return true
+	})
+	switch {
+	case err != nil:
+		return w.finish(Result{}, fmt.Errorf("list reports in %q: %w", namespace, err))
+	case werr != nil:
+		return w.finish(res, werr)
 	}
 	return res, nil
 }
@@ -527,27 +533,41 @@ func (w *Writer) unfile(namespace, pod, name string) {
 func (w *Writer) Prune(ctx context.Context) (removed int, skipped []error, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	// A page at a time: the node's Reports together may hold hundreds of
-	// MB (MaxResults each), past the forwarder's memory limit.
-	opts := metav1.ListOptions{LabelSelector: Selector(w.node), Limit: listPage}
 	refusing := map[string]bool{}
-	for {
-		list, err := w.reports.OpenreportsV1alpha1().Reports(metav1.NamespaceAll).List(ctx, opts)
-		if err != nil {
-			return removed, skipped, fmt.Errorf("list reports: %w", err)
-		}
-		n, refused, err := w.prunePage(ctx, list.Items, refusing)
+	var perr error
+	if err := w.pages(ctx, metav1.NamespaceAll, func(items []openreportsv1alpha1.Report) bool {
+		var n int
+		var refused []error
+		n, refused, perr = w.prunePage(ctx, items, refusing)
 		removed += n
 		skipped = append(skipped, refused...)
-		if err != nil || list.Continue == "" {
-			return removed, skipped, err
-		}
-		opts.Continue = list.Continue
+		return perr == nil
+	}); err != nil {
+		return removed, skipped, fmt.Errorf("list reports: %w", err)
 	}
+	return removed, skipped, perr
 }
 
 // listPage is how many Reports one LIST asks for.
 const listPage = 50
+
+// pages lists the node's Reports in namespace (metav1.NamespaceAll: in
+// all) a page at a time, each page to each until it says stop (false):
+// the node's Reports together, or one namespace's, may hold hundreds of
+// MB (MaxResults each), past the forwarder's memory limit.
+func (w *Writer) pages(ctx context.Context, namespace string, each func([]openreportsv1alpha1.Report) bool) error {
+	opts := metav1.ListOptions{LabelSelector: Selector(w.node), Limit: listPage}
+	for {
+		l, err := w.reports.OpenreportsV1alpha1().Reports(namespace).List(ctx, opts)
+		if err != nil {
+			return err
+		}
+		if !each(l.Items) || l.Continue == "" {
+			return nil
+		}
+		opts.Continue = l.Continue
+	}
+}
 
 // prunePage is Prune's work on one page of Reports. An error that may
 // pass stops it (err): an outage, a webhook that cannot be called (each
@@ -699,13 +719,12 @@ func (w *Writer) listNames(ctx context.Context) {
 		return
 	}
 	names := map[string]bool{}
-	opts := metav1.ListOptions{LabelSelector: Selector(w.node), Limit: listPage}
-	for {
-		l, err := w.reports.OpenreportsV1alpha1().Reports(metav1.NamespaceAll).List(ctx, opts)
-		if err != nil || len(names)+len(l.Items) > maxNames {
-			return
+	full := false
+	err := w.pages(ctx, metav1.NamespaceAll, func(items []openreportsv1alpha1.Report) bool {
+		if full = len(names)+len(items) > maxNames; full {
+			return false
 		}
-		for _, r := range l.Items {
+		for _, r := range items {
 			names[r.Namespace+"/"+r.Name] = true
 			for _, x := range r.Results {
 				if pod := x.Properties[PropPodUID]; pod != "" && x.Rule != CutRule {
@@ -713,12 +732,11 @@ func (w *Writer) listNames(ctx context.Context) {
 				}
 			}
 		}
-		if l.Continue == "" {
-			break
-		}
-		opts.Continue = l.Continue
+		return true
+	})
+	if err == nil && !full {
+		w.names, w.listed = names, true
 	}
-	w.names, w.listed = names, true
 }
 
 // named records that the Report exists or not, while names are kept.
