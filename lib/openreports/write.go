@@ -317,6 +317,13 @@ func (w *Writer) Flush(ctx context.Context) (done []Result, failed Result, err e
 			// refused) as any Report.
 			for _, m := range s.moves {
 				w.stage(s.namespace, m.from, func(r *openreportsv1alpha1.Report) int {
+					// Not out of the Report the pod is filed in when
+					// this is written: a pod moved back within one
+					// batch (its owner's lookup refused, then allowed)
+					// was put back in it, and would be in none.
+					if w.filed[s.namespace+"/"+m.pod] == m.from {
+						return 0
+					}
 					// Taking results out cuts none.
 					without(m.pod)(r)
 					return 0

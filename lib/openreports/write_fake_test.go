@@ -149,3 +149,50 @@ func TestMovedPodListedOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestMovedBackInOneBatch: a pod filed in its Deployment's Report whose
+// next finding goes to its ReplicaSet's (the Deployment's lookup refused)
+// and the one after back to the Deployment's, all in one batch: one
+// result must stay, in the Deployment's Report. Each Report's write took
+// the pod out of the other, and the pod was in none.
+func TestMovedBackInOneBatch(t *testing.T) {
+	api := newFakeAPI()
+	ctx := kubetest.Ctx(t)
+	w := openreports.New(api.kube, api.reports, "node-a")
+	dep := owner.Owned{Pod: api.pod, Owner: owner.Owner{Kind: "Deployment", Name: "web"}, Ref: metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d"}}
+	rs := owner.Owned{Pod: api.pod, Owner: owner.Owner{Kind: "ReplicaSet", Name: "web-7c9"}, Ref: metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-7c9", UID: "r"}}
+	stage := func(xt int, o owner.Owned) {
+		t.Helper()
+		if _, err := w.Stage(ctx, record(api.pod, findings.StatePresent, xt, 0, 0), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush := func() {
+		t.Helper()
+		// The moves' removals are staged by the Flush that wrote the
+		// new results, and written by the next.
+		for i := 0; i < 2; i++ {
+			if _, _, err := w.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stage(1, dep)
+	flush()
+	stage(2, rs)
+	stage(3, dep)
+	flush()
+	list, err := api.reports.OpenreportsV1alpha1().Reports("shop").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in []string
+	for _, r := range list.Items {
+		for range r.Results {
+			in = append(in, r.Name)
+		}
+	}
+	if len(in) != 1 || in[0] != openreports.Name(dep.Owner, "node-a") {
+		t.Errorf("the pod's results are in %v, want one, in the Deployment's Report", in)
+	}
+}
