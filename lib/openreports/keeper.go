@@ -64,11 +64,13 @@ const (
 // refused is the API's last refusal for good that turned it off (final),
 // said once until another answer: the loop looks again every minute.
 // unserved is when a look first found the CRD not served while on, and
-// no look since found it served (missing). Keeper.looking guards both.
+// no look or write since found it served (missing, served), in Unix
+// nanoseconds, 0 for none. Keeper.looking guards refused and the looks'
+// use of unserved; a write clears it without waiting for a look.
 type switched struct {
 	v        atomic.Int32
 	refused  string
-	unserved time.Time
+	unserved atomic.Int64
 }
 
 func (s *switched) load() state   { return state(s.v.Load()) }
@@ -286,14 +288,12 @@ func (k *Keeper) final(s *switched, err error) error {
 // looking.
 func (k *Keeper) missing(s *switched, ok bool, what string) error {
 	if ok || s.load() != on {
-		s.unserved = time.Time{}
+		s.unserved.Store(0)
 		return nil
 	}
 	now := time.Now()
-	if s.unserved.IsZero() {
-		s.unserved = now
-	}
-	if since := now.Sub(s.unserved); since < k.LookMissing {
+	s.unserved.CompareAndSwap(0, now.UnixNano())
+	if since := now.Sub(time.Unix(0, s.unserved.Load())); since < k.LookMissing {
 		return fmt.Errorf("the API server has not served OpenReports %s for %s (a restarting one serves its CRDs late): looking again before taking the CRD for deleted", what, since.Round(time.Millisecond))
 	}
 	return nil
@@ -493,6 +493,10 @@ func (k *Keeper) stage(ctx context.Context, rec findings.Record, posted owner.Ow
 		}
 	}
 	res, err := k.w.Stage(ctx, rec, posted)
+	if res.Outcome == Removed {
+		// A gone record's removal, written at once.
+		wentThrough(&k.reports, err)
+	}
 	if res.Outcome == Rejected {
 		switch gone, gerr := k.crdGone(ctx, res.Why); {
 		case gerr != nil:
@@ -555,6 +559,9 @@ func (k *Keeper) Flush(ctx context.Context) error {
 	}
 	for {
 		done, failed, err := k.w.Flush(ctx)
+		if len(done) > 0 {
+			wentThrough(&k.reports, nil)
+		}
 		for _, res := range done {
 			k.finished(k.log.WithFields(nil), res, res.Records)
 		}
@@ -601,6 +608,17 @@ func (k *Keeper) crdGone(ctx context.Context, err error) (bool, error) {
 		k.w.Unstage("", "")
 	}
 	return gone, err
+}
+
+// wentThrough notes a call on what s switches that went through (err nil): its
+// CRD is served, so a 404 after starts a count of its own (missing). A
+// restart's 404 followed by writes that work would otherwise leave the
+// first look's time, and the next restart's first look, a minute or more
+// later, would take the CRD for deleted.
+func wentThrough(s *switched, err error) {
+	if err == nil && s.unserved.Load() != 0 {
+		s.unserved.Store(0)
+	}
 }
 
 // unserved tells whether err, a 404 of a call on what s switches
@@ -681,6 +699,9 @@ func (k *Keeper) writeNode(ctx context.Context, rec findings.Record) (Result, er
 		return Result{Outcome: Off}, nil
 	}
 	res, err := k.w.writeNode(ctx, rec)
+	if res.Outcome == Written {
+		wentThrough(&k.node, err)
+	}
 	if res.Outcome == Rejected {
 		switch gone, gerr := k.unserved(ctx, res.Why, &k.node, k.lookNode); {
 		case gerr != nil:

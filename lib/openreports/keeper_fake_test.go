@@ -201,3 +201,40 @@ func TestFlushNotFoundWhileCRDsLoad(t *testing.T) {
 		}
 	})
 }
+
+// TestFlushNotFoundSecondRestart: two API server restarts more than
+// LookMissing apart, each answering 404 for the Report CRD's group for a
+// moment. Writes that work between them must end the first's count: the
+// second restart's first look found the first look's time LookMissing
+// old, took the CRD for deleted and dropped the line's Report.
+func TestFlushNotFoundSecondRestart(t *testing.T) {
+	notFound := apierrors.NewNotFound(schema.GroupResource{Group: "openreports.io", Resource: "reports"}, "")
+	api := newFakeAPI()
+	life, end := context.WithCancel(context.Background())
+	t.Cleanup(end)
+	const look = 100 * time.Millisecond
+	f := newForwarder(t, life, api.clients, "node-a", kubeapi.NewRefusals(), func(k *openreports.Keeper) { k.LookMissing = look })
+	for i := 0; i < 2; i++ {
+		var fails atomic.Int32
+		fails.Store(int32(1 + 2*i))
+		failN := func(k8stesting.Action) (bool, runtime.Object, error) {
+			if fails.Add(-1) >= 0 {
+				return true, nil, notFound
+			}
+			return false, nil, nil
+		}
+		api.reports.PrependReactor("update", "reports", failN)
+		api.reports.PrependReactor("create", "reports", failN)
+		api.reports.PrependReactor("get", "reports", failN)
+		api.once("get", "resource", notFound)
+		f.append(t, record(api.pod, findings.StatePresent, 0, 1+i, 0))
+		_ = f.runner.Once(kubetest.Ctx(t))
+		if !f.keeper.Enabled() {
+			t.Fatalf("restart %d: Reports switched off by one look", i)
+		}
+		if err := f.runner.Once(kubetest.Ctx(t)); err != nil {
+			t.Fatalf("restart %d: the line again: %v", i, err)
+		}
+		time.Sleep(2 * look)
+	}
+}
