@@ -47,8 +47,12 @@ type Usage struct {
 	mu   sync.Mutex
 	max  int
 	pods map[string]PodUsage
-	// left counts findings of pods left out for the bound.
-	left uint64
+	// left counts findings of pods left out for the bound; out holds the
+	// running pods left out (Readiness), up to max of them, outFull once
+	// more were: their usage is not known.
+	left    uint64
+	out     map[string]bool
+	outFull bool
 	// execs counts each running pod's iptables commands (the exec
 	// watch), within the same bound; nil until the first.
 	execs map[string]*podExecs
@@ -81,16 +85,20 @@ func (u *Usage) Scanned(s Scan) {
 		u.forget(id)
 	case s.Outcome == Clean:
 		delete(u.pods, id)
+		delete(u.out, id)
 	case s.Outcome == Found && s.Record.KnownState() == findings.StatePresent:
 		if _, ok := u.pods[id]; !ok && len(u.pods) >= u.max {
 			u.left++
+			u.leaveOut(id)
 			return
 		}
+		delete(u.out, id)
 		r := s.Record
 		u.pods[id] = PodUsage{SandboxID: id, Namespace: r.Pod.Namespace, Name: r.Pod.Name, Owner: s.Meta.Owner,
 			Impact: r.Levels(), Vendors: findings.VendorLabels(r.Vendors), Worst: r.WorstLevel(), Time: r.Time}
 	case s.Outcome == Found && s.Record.KnownState() == findings.StateGone:
 		delete(u.pods, id)
+		delete(u.out, id)
 	}
 	// Unknown, failed, unreachable, dropped: what the pod uses now is not
 	// known; the last usage seen stays.
@@ -107,6 +115,20 @@ func (u *Usage) Stopped(id string) {
 func (u *Usage) forget(id string) {
 	delete(u.pods, id)
 	delete(u.execs, id)
+	delete(u.out, id)
+}
+
+// leaveOut notes a running pod whose usage was left out; called with mu
+// held.
+func (u *Usage) leaveOut(id string) {
+	if len(u.out) >= u.max {
+		u.outFull = true
+		return
+	}
+	if u.out == nil {
+		u.out = map[string]bool{}
+	}
+	u.out[id] = true
 }
 
 // Listed drops every pod whose sandbox is not in running: the runtime's
@@ -122,6 +144,11 @@ func (u *Usage) Listed(running map[string]bool) {
 	for id := range u.execs {
 		if !running[id] {
 			delete(u.execs, id)
+		}
+	}
+	for id := range u.out {
+		if !running[id] {
+			delete(u.out, id)
 		}
 	}
 }
@@ -211,12 +238,14 @@ func (u *Usage) Pods() []PodUsage {
 
 // Readiness is the node's RHEL 10 readiness by the pods followed, each by
 // its latest scan's finding: ready with none, unknown for usage not
-// classified, and unknown once a pod was left out (max), its usage not
-// known.
+// classified, and unknown while a running pod's usage was left out (max),
+// until a later scan of it finds none or it stops (for good past max such
+// pods). A pod left out of the command counts alone (exec) changes
+// nothing: its rules are not.
 func (u *Usage) Readiness() string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.left > 0 {
+	if len(u.out) > 0 || u.outFull {
 		return findings.ReadinessUnknown
 	}
 	r := findings.ReadinessReady

@@ -149,4 +149,21 @@ func TestUsageReadiness(t *testing.T) {
 	if r := u.Readiness(); r != findings.ReadinessUnknown {
 		t.Errorf("a pod left out: %s, want unknown", r)
 	}
+	// Only while it runs: a lifetime count kept the node unknown after
+	// it stopped, and so did a pod left out of the command counts.
+	u.Stopped("c")
+	if r := u.Readiness(); r != findings.ReadinessReady {
+		t.Errorf("the pod left out stopped: %s, want ready", r)
+	}
+	u.Exec(scan.Meta{SandboxID: "d"}, false)
+	u.Exec(scan.Meta{SandboxID: "e"}, false)
+	u.Exec(scan.Meta{SandboxID: "f"}, false)
+	if r := u.Readiness(); r != findings.ReadinessReady {
+		t.Errorf("a pod left out of the command counts: %s, want ready", r)
+	}
+	u.Scanned(found("g", findings.Impact{Legacy: 1}, findings.ImpactLegacy))
+	u.Listed(map[string]bool{"a": true, "b": true})
+	if r := u.Readiness(); r != findings.ReadinessReady {
+		t.Errorf("the pod left out no longer listed: %s, want ready", r)
+	}
 }
