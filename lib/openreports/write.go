@@ -536,10 +536,11 @@ func (w *Writer) unfile(namespace, pod, name string) {
 // gone (or are another pod now) and were last seen longer than Grace ago.
 // It returns how many results it removed; skipped says why some were
 // not (final answers about one Report or pod: its namespace's refusal),
-// err why it stopped (an error that may pass).
+// err why it stopped (an error that may pass). It holds the writer's lock
+// only to write a Report, not while it lists them or asks whether pods
+// are gone (a pod GET each, as a gone pod is in no cache): a long prune
+// after an outage, thousands of results, must not hold the findings back.
 func (w *Writer) Prune(ctx context.Context) (removed int, skipped []error, err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	refusing := map[string]bool{}
 	var perr error
 	if err := w.pages(ctx, metav1.NamespaceAll, func(items []openreportsv1alpha1.Report) bool {
@@ -584,7 +585,9 @@ func (w *Writer) pages(ctx context.Context, namespace string, each func([]openre
 // in skipped: the list's order is the same each time, and stopping there
 // would leave every later Report unpruned for good.
 func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Report, refusing map[string]bool) (removed int, skipped []error, err error) {
+	w.mu.Lock()
 	w.rememberAll(items)
+	w.mu.Unlock()
 	for _, r := range items {
 		stale := map[string]bool{}
 		for _, x := range r.Results {
@@ -605,6 +608,7 @@ func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Repo
 		if len(stale) == 0 || refusing[r.Namespace] {
 			continue
 		}
+		w.mu.Lock()
 		err := w.update(ctx, r.Namespace, r.Name, func(r *openreportsv1alpha1.Report) {
 			r.Results = slices.DeleteFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool {
 				return x.Rule != CutRule && stale[x.Properties[PropPodUID]]
@@ -612,10 +616,13 @@ func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Repo
 			bound(r)
 		})
 		if err == nil {
-			removed += len(stale)
 			for pod := range stale {
 				w.unfile(r.Namespace, pod, r.Name)
 			}
+		}
+		w.mu.Unlock()
+		if err == nil {
+			removed += len(stale)
 			continue
 		}
 		// This namespace's alone (an admission denial, a webhook

@@ -2,6 +2,7 @@ package openreports_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,7 +11,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
@@ -194,5 +197,59 @@ func TestMovedBackInOneBatch(t *testing.T) {
 	}
 	if len(in) != 1 || in[0] != openreports.Name(dep.Owner, "node-a") {
 		t.Errorf("the pod's results are in %v, want one, in the Deployment's Report", in)
+	}
+}
+
+// TestPruneHoldsNoFindings: Prune asks the API whether each old result's
+// pod is gone, a GET each, which after an outage may take minutes; a
+// finding's Report write meanwhile must not wait for it. Prune held the
+// writer's lock throughout.
+func TestPruneHoldsNoFindings(t *testing.T) {
+	api := newFakeAPI()
+	ctx := kubetest.Ctx(t)
+	w := openreports.New(api.kube, api.reports, "node-a")
+	old, err := api.kube.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "old", UID: "old-uid"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := w.Write(ctx, record(old, findings.StatePresent, 0, 1, 0)); err != nil || res.Outcome != openreports.Written {
+		t.Fatalf("Write = %+v, %v", res, err)
+	}
+	if err := api.kube.CoreV1().Pods("shop").Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.Grace = time.Nanosecond
+	asked, release := make(chan struct{}), make(chan struct{})
+	var once atomic.Bool
+	api.kube.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if once.CompareAndSwap(false, true) {
+			close(asked)
+			<-release
+		}
+		return false, nil, nil
+	})
+	pruned := make(chan error, 1)
+	go func() { _, _, err := w.Prune(ctx); pruned <- err }()
+	<-asked
+	wrote := make(chan error, 1)
+	go func() {
+		dep := owner.Owned{Pod: api.pod, Owner: owner.Owner{Kind: "Deployment", Name: "web"}, Ref: metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d"}}
+		_, err := w.Stage(ctx, record(api.pod, findings.StatePresent, 0, 1, 0), dep)
+		if err == nil {
+			_, _, err = w.Flush(ctx)
+		}
+		wrote <- err
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Errorf("a finding's write during Prune: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("a finding's write waited for Prune's pod lookups")
+	}
+	close(release)
+	if err := <-pruned; err != nil {
+		t.Errorf("Prune: %v", err)
 	}
 }
