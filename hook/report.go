@@ -178,13 +178,12 @@ func (c *reportConfig) run(files []string, s stdio) int {
 	return exitStatus(r, stderr)
 }
 
-// exitStatus is the report's exit status once written: 2 under a --fail-on
-// gate when lines or Events could not be read (a torn line may have been
-// the finding that fails: the gate must not pass on what it did not see),
-// else 1 when a workload fails, else 0.
+// exitStatus is the report's exit status once written: 2 when a --fail-on
+// gate cannot pass it (report.GateBlind), else 1 when a workload fails,
+// else 0.
 func exitStatus(r report.Report, stderr io.Writer) int {
-	if r.FailOn != report.FailNever && r.Skipped.Malformed > 0 {
-		fmt.Fprintf(stderr, "iptables-alerter report: %d findings lines or Events could not be read: --fail-on %s cannot tell they pass (the report says what it read; fix or remove the damaged input, or let the Events expire)\n", r.Skipped.Malformed, r.FailOn)
+	if why := r.GateBlind(); why != "" {
+		fmt.Fprintf(stderr, "iptables-alerter report: %s\n", why)
 		return 2
 	}
 	if r.Failing {

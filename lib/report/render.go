@@ -50,6 +50,18 @@ type Report struct {
 	Failing bool `json:"failing"`
 }
 
+// GateBlind says why a --fail-on gate cannot pass the report whatever its
+// groups say, "" when it can: findings lines or Events it could not read
+// (torn, not JSON, over the bound) may have been the finding that fails.
+// Results a Report had no room for (Cut) do not count: their pods' Events
+// are read beside the Reports.
+func (r Report) GateBlind() string {
+	if r.FailOn == FailNever || r.Skipped.Malformed == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d findings lines or Events could not be read: --fail-on %s cannot tell they pass (the report says what it read; fix or remove the damaged input, or let the Events expire)", r.Skipped.Malformed, r.FailOn)
+}
+
 // Write renders r in format.
 func Write(w io.Writer, r Report, format string) error {
 	for _, wr := range writers {
