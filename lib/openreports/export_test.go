@@ -2,6 +2,7 @@ package openreports
 
 import (
 	"testing"
+	"time"
 
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 )
@@ -23,3 +24,10 @@ func (w *Writer) Known() (reports, bytes int) {
 
 // Footprint is footprint, the estimate Known counts.
 func Footprint(r *openreportsv1alpha1.Report) int { return footprint(r) }
+
+// SetNow gives w the clock now.
+func (w *Writer) SetNow(now func() time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.now = now
+}

@@ -114,6 +114,10 @@ type Writer struct {
 	// first (AlreadyExists reads it).
 	names  map[string]bool
 	listed bool
+	// listTried is when listNames last failed: it tries again a
+	// listRetry later, not at each finding (an API server down or a
+	// LIST refused would cost every finding a failing request).
+	listTried time.Time
 	// filed names, by pod (namespace/podUID, the UID as PropPodUID holds
 	// it), the Report its result was last staged or written in or listed
 	// in (by listNames), up to maxFiled pods: a pod whose owner changed
@@ -310,6 +314,9 @@ func (w *Writer) Flush(ctx context.Context) (done []Result, failed Result, err e
 			return done, Result{Namespace: s.namespace, Name: s.name, Records: s.records}, cmp.Or(err, res.Why)
 		}
 		w.unstageLocked(s.namespace, s.name)
+		if res.Outcome == Rejected {
+			w.refiled(s)
+		}
 		if res.Outcome == Written {
 			// The moved pods' old results go only once the new ones are
 			// in: a write refused for good leaves them where they were,
@@ -344,11 +351,40 @@ func (w *Writer) Unstage(namespace, name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if name == "" {
+		for _, s := range w.staged {
+			w.refiled(s)
+		}
 		clear(w.staged)
 		w.order = nil
 		return
 	}
-	w.unstageLocked(namespace, name)
+	if s := w.staged[namespace+"/"+name]; s != nil {
+		w.unstageLocked(namespace, name)
+		w.refiled(s)
+	}
+}
+
+// refiled puts back the filing of the pods that s, dropped unwritten,
+// would have moved: their results are still in the Reports they came
+// from, and a later move must take them out of there. A pod that moved
+// on within the batch is taken out of there by its later move instead.
+func (w *Writer) refiled(s *staged) {
+	for _, m := range s.moves {
+		if k := s.namespace + "/" + m.pod; w.filed[k] == s.name {
+			w.filed[k] = m.from
+			continue
+		}
+		for _, o := range w.staged {
+			if o.namespace != s.namespace {
+				continue
+			}
+			for i := range o.moves {
+				if o.moves[i].pod == m.pod && o.moves[i].from == s.name {
+					o.moves[i].from = m.from
+				}
+			}
+		}
+	}
 }
 
 func (w *Writer) unstageLocked(namespace, name string) {
@@ -727,9 +763,10 @@ func (w *Writer) rememberAll(items []openreportsv1alpha1.Report) {
 const maxNames = 1 << 16
 
 // listNames lists the node's Reports once, a page at a time, for names.
-// A failure leaves listed false: each new Report then costs a GET.
+// A failure leaves listed false: each new Report then costs a GET, and
+// the list is tried again listRetry later.
 func (w *Writer) listNames(ctx context.Context) {
-	if w.listed {
+	if w.listed || !w.listTried.IsZero() && w.now().Sub(w.listTried) < listRetry {
 		return
 	}
 	names := map[string]bool{}
@@ -748,10 +785,16 @@ func (w *Writer) listNames(ctx context.Context) {
 		}
 		return true
 	})
-	if err == nil && !full {
+	switch {
+	case err == nil && !full:
 		w.names, w.listed = names, true
+	case err != nil:
+		w.listTried = w.now()
 	}
 }
+
+// listRetry is how long a failed listNames waits before it lists again.
+const listRetry = time.Minute
 
 // named records that the Report exists or not, while names are kept.
 func (w *Writer) named(namespace, name string, exists bool) {

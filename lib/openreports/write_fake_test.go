@@ -10,8 +10,10 @@ import (
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -251,5 +253,92 @@ func TestPruneHoldsNoFindings(t *testing.T) {
 	close(release)
 	if err := <-pruned; err != nil {
 		t.Errorf("Prune: %v", err)
+	}
+}
+
+// TestRefusedMoveKeepsFiling: a pod's result is in its Deployment's
+// Report; its next finding, under a ReplicaSet (the Deployment's lookup
+// refused), goes to a Report whose write is refused for good, so the
+// result stays in the Deployment's. The writer filed the pod under the
+// ReplicaSet's Report all the same, and the pod's next move (to a
+// StatefulSet here) took it out of that one, where it was not: the
+// Deployment's Report listed the pod for as long as it ran.
+func TestRefusedMoveKeepsFiling(t *testing.T) {
+	api := newFakeAPI()
+	ctx := kubetest.Ctx(t)
+	w := openreports.New(api.kube, api.reports, "node-a")
+	owned := func(kind, name string) owner.Owned {
+		return owner.Owned{Pod: api.pod, Owner: owner.Owner{Kind: kind, Name: name}, Ref: metav1.OwnerReference{APIVersion: "apps/v1", Kind: kind, Name: name, UID: types.UID(name)}}
+	}
+	dep, rs, sts := owned("Deployment", "web"), owned("ReplicaSet", "web-7c9"), owned("StatefulSet", "web")
+	stage := func(xt int, o owner.Owned) {
+		t.Helper()
+		if _, err := w.Stage(ctx, record(api.pod, findings.StatePresent, xt, 0, 0), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush := func() {
+		t.Helper()
+		for i := 0; i < 2; i++ {
+			done, _, err := w.Flush(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range done {
+				t.Logf("flushed %s: %s %v", d.Name, d.Outcome, d.Why)
+			}
+		}
+	}
+	stage(1, dep)
+	flush()
+	api.once("create", "reports", apierrors.NewInvalid(schema.GroupKind{Group: "openreports.io", Kind: "Report"}, "x", nil))
+	stage(2, rs)
+	flush()
+	stage(3, sts)
+	flush()
+	list, err := api.reports.OpenreportsV1alpha1().Reports("shop").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in []string
+	for _, r := range list.Items {
+		for range r.Results {
+			in = append(in, r.Name)
+		}
+	}
+	if len(in) != 1 || in[0] != openreports.Name(sts.Owner, "node-a") {
+		t.Errorf("the pod's results are in %v, want one, in the StatefulSet's Report", in)
+	}
+}
+
+// TestListNamesFailureBacksOff: the node's Reports are listed once for
+// their names; a LIST that fails (an API server down, a LIST refused)
+// was tried again at every finding, a failing request each.
+func TestListNamesFailureBacksOff(t *testing.T) {
+	api := newFakeAPI()
+	ctx := kubetest.Ctx(t)
+	w := openreports.New(api.kube, api.reports, "node-a")
+	now := time.Now()
+	w.SetNow(func() time.Time { return now })
+	var lists atomic.Int32
+	api.reports.PrependReactor("list", "reports", func(k8stesting.Action) (bool, runtime.Object, error) {
+		lists.Add(1)
+		return true, nil, apierrors.NewServiceUnavailable("starting")
+	})
+	dep := owner.Owned{Pod: api.pod, Owner: owner.Owner{Kind: "Deployment", Name: "web"}, Ref: metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d"}}
+	for i := 0; i < 5; i++ {
+		if _, err := w.Stage(ctx, record(api.pod, findings.StatePresent, i+1, 0, 0), dep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := lists.Load(); n != 1 {
+		t.Errorf("5 findings listed the Reports %d times while the LIST failed, want 1", n)
+	}
+	now = now.Add(2 * time.Minute)
+	if _, err := w.Stage(ctx, record(api.pod, findings.StatePresent, 9, 0, 0), dep); err != nil {
+		t.Fatal(err)
+	}
+	if n := lists.Load(); n != 2 {
+		t.Errorf("a finding 2 minutes later: %d LISTs in all, want 2 (tried again)", n)
 	}
 }
