@@ -124,8 +124,15 @@ func podMeta(m scan.Meta, stage string) scan.Meta {
 }
 
 // list makes the listed sandboxes the known ones: a sweep lists every pod
-// that runs. What is remembered of those listed before stays.
-func (k *sandboxes) list(metas []scan.Meta) {
+// that runs. What is remembered of those listed before stays, except,
+// when fresh (NRI's Synchronize), that their last scans were complete:
+// Synchronize follows a (re)connection, and while the agent was not
+// connected a container may have restarted and written rules, so each
+// listed pod needs a scan after this list (the sweep queues one) before
+// the word vouches for it again. The CRI fallback's list (not fresh)
+// keeps them: it sees no container start at any time, and skips the pods
+// whose State is unchanged since their last complete scan.
+func (k *sandboxes) list(metas []scan.Meta, fresh bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	m := make(map[string]*sandbox, len(metas))
@@ -149,6 +156,9 @@ func (k *sandboxes) list(metas []scan.Meta) {
 			s = &sandbox{}
 		}
 		s.meta = podMeta(meta, StageResweep)
+		if fresh {
+			s.complete = false
+		}
 		m[meta.SandboxID] = s
 	}
 	k.m = m
@@ -495,7 +505,7 @@ func (a *Agent) sweepChanged(ctx context.Context, jobs []job, pods int) {
 		metas[i] = j.meta
 		listed[j.meta.SandboxID] = true
 	}
-	a.known.list(metas)
+	a.known.list(metas, false)
 	a.usage.Listed(listed)
 	r := Resweep{Stage: StageCRI, Known: len(jobs)}
 	var queued []job

@@ -1,10 +1,16 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
@@ -30,7 +36,7 @@ func TestEveryLooked(t *testing.T) {
 		}
 	}
 	check("no sweep yet", 0, false)
-	k.list([]scan.Meta{meta("a"), meta("b")})
+	k.list([]scan.Meta{meta("a"), meta("b")}, true)
 	check("listed, not scanned", 0, false)
 	k.scanned("a", inspect.State{}, true)
 	check("one scanned", 0, false)
@@ -78,7 +84,7 @@ func TestEveryLooked(t *testing.T) {
 		t.Error("vanish of a known pod: false")
 	}
 	check("e vanished from the agent's view", 0, false)
-	k.list([]scan.Meta{meta("a"), meta("b")})
+	k.list([]scan.Meta{meta("a"), meta("b")}, false)
 	check("e not listed any more", 2, true)
 	k.add(meta("f"))
 	k.ended("f")
@@ -89,22 +95,33 @@ func TestEveryLooked(t *testing.T) {
 	check("f's stop raced its scans", 2, true)
 	k.markListedUnseen([]string{"g"})
 	check("g's status not read", 0, false)
-	k.list([]scan.Meta{meta("a"), meta("b")})
+	k.list([]scan.Meta{meta("a"), meta("b")}, false)
 	k.unlist()
 	check("connection lost", 0, false)
-	k.list([]scan.Meta{meta("a"), meta("b")})
-	check("listed again, scans remembered", 2, true)
+	// The CRI fallback's list keeps the scans: it skips unchanged pods.
+	k.list([]scan.Meta{meta("a"), meta("b")}, false)
+	check("CRI listed again, scans remembered", 2, true)
+	// NRI's Synchronize after a reconnect does not: a container may have
+	// restarted and written rules while the agent was not connected.
+	// (Failed before: the word vouched at once, with a new since, before
+	// the sweep's scans ran.)
+	k.unlist()
+	k.list([]scan.Meta{meta("a"), meta("b")}, true)
+	check("synchronized again, not scanned since", 0, false)
+	k.scanned("a", inspect.State{}, true)
+	k.scanned("b", inspect.State{}, true)
+	check("synchronized again, both scanned since", 2, true)
 
 	many := make([]scan.Meta, maxKnown+1)
 	for i := range many {
 		many[i] = meta(fmt.Sprint(i))
 	}
-	k.list(many)
+	k.list(many, true)
 	for i := range many {
 		k.scanned(fmt.Sprint(i), inspect.State{}, true)
 	}
 	check("past maxKnown", 0, false)
-	k.list(many[:maxKnown])
+	k.list(many[:maxKnown], true)
 	for _, m := range many[:maxKnown] {
 		k.scanned(m.SandboxID, inspect.State{}, true)
 	}
@@ -112,9 +129,47 @@ func TestEveryLooked(t *testing.T) {
 	k.add(meta("one more"))
 	check("one more started past maxKnown", 0, false)
 
-	k.list(nil)
+	k.list(nil, true)
 	k.watchNode(scan.Meta{SandboxID: nodeKey})
 	check("node mode, the node's netns not scanned", 0, false)
 	k.scanned(nodeKey, inspect.State{}, true)
 	check("node mode, the node's netns scanned", 0, true)
+}
+
+// TestSynchronizeNeedsScans: after a reconnect, the runtime's Synchronize
+// does not bring the word back before the sweep's scan of each pod ran: a
+// container may have restarted and written rules while the agent was not
+// connected. Proven by order: the sweep's scan is held. (Failed before:
+// the list kept each pod's last scan as complete, and the word vouched at
+// once with a new since.)
+func TestSynchronizeNeedsScans(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	rec := newRecorder()
+	a := startAgent(t, t.TempDir(), rec)
+	ns := nstest.New(t)
+	ctx := context.Background()
+	if _, err := a.Synchronize(ctx, []*api.PodSandbox{pod("a", ns.Path())}, nil); err != nil {
+		t.Fatal(err)
+	}
+	release(a, 1)
+	rec.wait(t, 1)
+	if _, _, ok := a.known.everyLooked(); !ok {
+		t.Fatal("not every pod looked at after the first sweep's scan")
+	}
+	a.connection(false, errors.New("runtime restarted"))
+	// Written while the agent was not connected: nobody heard it.
+	ns.Run("iptables-nft", "-A", "INPUT", "-j", "DROP")
+	if _, err := a.Synchronize(ctx, []*api.PodSandbox{pod("a", ns.Path())}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := a.known.everyLooked(); ok {
+		t.Error("every pod looked at after the reconnect's Synchronize, before its sweep's scan ran")
+	}
+	release(a, 1)
+	if s := rec.wait(t, 1)[0]; s.Stored != findings.Recorded {
+		t.Fatalf("the sweep's scan: %s, want the rule written meanwhile recorded", s.Label())
+	}
+	if _, _, ok := a.known.everyLooked(); !ok {
+		t.Error("not every pod looked at after the sweep's scan")
+	}
 }
