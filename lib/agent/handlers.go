@@ -99,6 +99,13 @@ func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage str
 	if !ok {
 		return
 	}
+	event := source != SourceStop
+	if event {
+		// Before the job can be taken: a container started, its init
+		// may write rules, and neither the last scan nor one running
+		// now saw them.
+		a.known.touch(m.SandboxID)
+	}
 	// A scan of the sandbox waits with its netns open already: it
 	// covers this event too, and will see the latest rules.
 	if a.queue.join(m) {
@@ -107,7 +114,7 @@ func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage str
 	h, err := netns.Open(m.Netns)
 	if err != nil {
 		out, err := openFailed(source, err)
-		if source != SourceStop {
+		if event {
 			// Known, not complete: unseen (scanned), and tried again
 			// by the re-sweep.
 			a.known.add(m)
@@ -119,7 +126,7 @@ func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage str
 		h.Close()
 		return
 	}
-	if source != SourceStop {
+	if event {
 		a.known.add(m)
 	}
 	if !a.queue.add(job{meta: m, h: h}) {

@@ -70,8 +70,16 @@ type sandbox struct {
 	meta  scan.Meta
 	state inspect.State
 	// complete is set when state is that of a complete scan; never for a
-	// scan that was truncated, unknown, or whose State could not be read.
+	// scan that was truncated, unknown, or whose State could not be read,
+	// nor for one that began before the sandbox's latest event.
 	complete bool
+	// events counts what may have changed the sandbox's rules unseen
+	// since it became known (a container's start, a fresh list), from 1:
+	// a scan notes it as it begins (begin), and its look counts as
+	// complete only if none came after (scanned). A scan that began
+	// before a container started read the rules from before the
+	// container's init wrote any.
+	events uint64
 	// looked is set once a scan of the sandbox ended, complete or not.
 	looked bool
 }
@@ -108,7 +116,7 @@ func (k *sandboxes) get(id string) *sandbox {
 func (k *sandboxes) watchNode(m scan.Meta) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.node = &sandbox{meta: podMeta(m, StageResweep)}
+	k.node = &sandbox{meta: podMeta(m, StageResweep), events: 1}
 }
 
 func newSandboxes() *sandboxes {
@@ -153,11 +161,11 @@ func (k *sandboxes) list(metas []scan.Meta, fresh bool) {
 		}
 		s := k.m[meta.SandboxID]
 		if s == nil {
-			s = &sandbox{}
+			s = &sandbox{events: 1}
 		}
 		s.meta = podMeta(meta, StageResweep)
 		if fresh {
-			s.complete = false
+			s.event()
 		}
 		m[meta.SandboxID] = s
 	}
@@ -176,7 +184,35 @@ func (k *sandboxes) add(meta scan.Meta) {
 		k.overflow = true
 		return
 	}
-	k.m[meta.SandboxID] = &sandbox{meta: podMeta(meta, StageResweep)}
+	k.m[meta.SandboxID] = &sandbox{meta: podMeta(meta, StageResweep), events: 1}
+}
+
+// touch notes an event of a known sandbox that may change its rules (a
+// container started): its last scan no longer vouches for it, nor does
+// one running now (see sandbox.events), until a scan begun after it
+// completes.
+func (k *sandboxes) touch(id string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if s := k.get(id); s != nil {
+		s.event()
+	}
+}
+
+func (s *sandbox) event() {
+	s.complete = false
+	s.events++
+}
+
+// begin is what a scan of the sandbox beginning now notes, for scanned:
+// its events so far, 0 when it is not known.
+func (k *sandboxes) begin(id string) uint64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if s := k.get(id); s != nil {
+		return s.events
+	}
+	return 0
 }
 
 // unlist notes the connection to the runtime lost: until the next sweep,
@@ -298,12 +334,14 @@ func (k *sandboxes) unseenLocked(id string) {
 }
 
 // scanned notes the State a scan of the sandbox read, and whether
-// that scan completed: only then may a later look skip it.
-func (k *sandboxes) scanned(id string, st inspect.State, complete bool) {
+// that scan completed: only then may a later look skip it, and only if
+// no event came since the scan began (began, from begin).
+func (k *sandboxes) scanned(id string, st inspect.State, complete bool, began uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.unseen, id)
 	if s := k.get(id); s != nil {
+		complete = complete && s.events == began
 		s.state, s.complete, s.looked = st, complete, true
 		if complete {
 			k.lastLook = time.Now()
@@ -552,10 +590,11 @@ func closeAll(jobs []job) {
 
 // noteScan remembers what a scan of the sandbox started from: the State
 // read before it (ok: read), kept as the one to compare with only when the
-// scan completed and its finding, if any, was stored. A finding over the
+// scan completed and its finding, if any, was stored, and no event came
+// since it began (began, see sandboxes.begin). A finding over the
 // sandbox's limit was not: noted, every later look would skip the usage
 // it dropped (without the watch, nothing else looks again).
-func (a *Agent) noteScan(s Scan, st inspect.State, ok, complete bool) {
+func (a *Agent) noteScan(s Scan, st inspect.State, ok, complete bool, began uint64) {
 	switch s.Outcome {
 	case Clean:
 	case Found:
@@ -563,5 +602,5 @@ func (a *Agent) noteScan(s Scan, st inspect.State, ok, complete bool) {
 	default:
 		complete = false
 	}
-	a.known.scanned(s.Meta.SandboxID, st, ok && complete)
+	a.known.scanned(s.Meta.SandboxID, st, ok && complete, began)
 }

@@ -38,12 +38,24 @@ func TestEveryLooked(t *testing.T) {
 	check("no sweep yet", 0, false)
 	k.list([]scan.Meta{meta("a"), meta("b")}, true)
 	check("listed, not scanned", 0, false)
-	k.scanned("a", inspect.State{}, true)
+	k.scanned("a", inspect.State{}, true, k.begin("a"))
 	check("one scanned", 0, false)
-	k.scanned("b", inspect.State{}, false)
+	k.scanned("b", inspect.State{}, false, k.begin("b"))
 	check("one scan incomplete", 0, false)
-	k.scanned("b", inspect.State{}, true)
+	k.scanned("b", inspect.State{}, true, k.begin("b"))
 	check("both complete", 2, true)
+	// A container of a starts (its init may write rules) while a scan of
+	// a runs: neither a's last scan nor that one, which read the rules
+	// from before, vouches for it; a scan begun after the start does.
+	// (Failed before: the start left a complete, and a scan running
+	// across it made it complete.)
+	began := k.begin("a")
+	k.touch("a")
+	check("a's container started", 0, false)
+	k.scanned("a", inspect.State{}, true, began)
+	check("a's scan begun before the start ended", 0, false)
+	k.scanned("a", inspect.State{}, true, k.begin("a"))
+	check("a's scan begun after the start ended", 2, true)
 	k.add(meta("c"))
 	check("a pod started since", 0, false)
 	k.ended("c")
@@ -61,7 +73,7 @@ func TestEveryLooked(t *testing.T) {
 		t.Error("a, unseen, would be skipped by the re-sweep as unchanged")
 	}
 	before := time.Now()
-	k.scanned("a", inspect.State{}, true)
+	k.scanned("a", inspect.State{}, true, k.begin("a"))
 	check("a's netns opened again", 2, true)
 	if _, s, _ := k.everyLooked(); s.Before(before) {
 		t.Errorf("since %v, not moved by the scan at %v", s, before)
@@ -108,8 +120,8 @@ func TestEveryLooked(t *testing.T) {
 	k.unlist()
 	k.list([]scan.Meta{meta("a"), meta("b")}, true)
 	check("synchronized again, not scanned since", 0, false)
-	k.scanned("a", inspect.State{}, true)
-	k.scanned("b", inspect.State{}, true)
+	k.scanned("a", inspect.State{}, true, k.begin("a"))
+	k.scanned("b", inspect.State{}, true, k.begin("b"))
 	check("synchronized again, both scanned since", 2, true)
 
 	many := make([]scan.Meta, maxKnown+1)
@@ -118,12 +130,12 @@ func TestEveryLooked(t *testing.T) {
 	}
 	k.list(many, true)
 	for i := range many {
-		k.scanned(fmt.Sprint(i), inspect.State{}, true)
+		k.scanned(fmt.Sprint(i), inspect.State{}, true, k.begin(fmt.Sprint(i)))
 	}
 	check("past maxKnown", 0, false)
 	k.list(many[:maxKnown], true)
 	for _, m := range many[:maxKnown] {
-		k.scanned(m.SandboxID, inspect.State{}, true)
+		k.scanned(m.SandboxID, inspect.State{}, true, k.begin(m.SandboxID))
 	}
 	check("at maxKnown", maxKnown, true)
 	k.add(meta("one more"))
@@ -132,7 +144,7 @@ func TestEveryLooked(t *testing.T) {
 	k.list(nil, true)
 	k.watchNode(scan.Meta{SandboxID: nodeKey})
 	check("node mode, the node's netns not scanned", 0, false)
-	k.scanned(nodeKey, inspect.State{}, true)
+	k.scanned(nodeKey, inspect.State{}, true, k.begin(nodeKey))
 	check("node mode, the node's netns scanned", 0, true)
 }
 
@@ -171,5 +183,40 @@ func TestSynchronizeNeedsScans(t *testing.T) {
 	}
 	if _, _, ok := a.known.everyLooked(); !ok {
 		t.Error("not every pod looked at after the sweep's scan")
+	}
+}
+
+// TestContainerStartNeedsScan: a container of a pod looked at starts (its
+// init may write rules): the word waits for the start's scan. Proven by
+// order: that scan is held. (Failed before: the pod stayed complete, and
+// the word vouched for rules nobody had read.)
+func TestContainerStartNeedsScan(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	rec := newRecorder()
+	a := startAgent(t, t.TempDir(), rec)
+	ns := nstest.New(t)
+	ctx := context.Background()
+	if _, err := a.Synchronize(ctx, []*api.PodSandbox{pod("a", ns.Path())}, nil); err != nil {
+		t.Fatal(err)
+	}
+	release(a, 1)
+	rec.wait(t, 1)
+	if _, _, ok := a.known.everyLooked(); !ok {
+		t.Fatal("not every pod looked at after the sweep's scan")
+	}
+	// The restarted container's init writes a rule.
+	ns.Run("iptables-nft", "-A", "INPUT", "-j", "DROP")
+	if err := a.PostStartContainer(ctx, pod("a", ns.Path()), &api.Container{Id: "c2", Name: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := a.known.everyLooked(); ok {
+		t.Error("every pod looked at while the started container's scan waits")
+	}
+	release(a, 1)
+	if s := rec.wait(t, 1)[0]; s.Stored != findings.Recorded {
+		t.Fatalf("the start's scan: %s, want the init's rule recorded", s.Label())
+	}
+	if _, _, ok := a.known.everyLooked(); !ok {
+		t.Error("not every pod looked at after the start's scan")
 	}
 }

@@ -71,6 +71,8 @@ func (a *Agent) scan(j job, long bool) Scan {
 	start := time.Now()
 	s := Scan{Meta: j.meta}
 	defer func() { s.Duration = time.Since(start) }()
+	// Before the look: an event after it makes its State no proof.
+	began := a.known.begin(j.meta.SandboxID)
 	h := j.h
 	if h == nil {
 		var err error
@@ -96,7 +98,7 @@ func (a *Agent) scan(j job, long bool) Scan {
 	// separate read before the look cost each scan a tenth of a sweep's.
 	st, stOK := res.State, res.StateOK
 	s.RanOut = inspect.NftRanOut(res.Err)
-	defer func() { a.noteScan(s, st, stOK, res.Complete()) }()
+	defer func() { a.noteScan(s, st, stOK, res.Complete(), began) }()
 	s.AllowErr, s.VendorErr = res.AllowErr, res.VendorErr
 	d := scan.Decide(j.meta, res)
 	d.Record.Writer = a.writerOf(j, st, stOK, func() (uint32, bool) {
