@@ -426,7 +426,7 @@ func (a *Agent) sweep(jobs []job, pods int) {
 		metas[i] = j.meta
 	}
 	a.usage.Listed(listed)
-	a.known.list(metas, true)
+	a.known.list(metas, nil, true)
 	a.queue.sweep(jobs, func(queued int) {
 		if queued > 0 {
 			a.swept.Store(true)

@@ -61,8 +61,7 @@ func (a *Agent) pollCRI(ctx context.Context, client *cri.Client, interval time.D
 			a.connection(true, nil)
 			// Each sweep replaces the last one's remainder; a pod
 			// unchanged since its last complete scan is skipped.
-			a.sweepChanged(ctx, jobs, pods)
-			a.known.markListedUnseen(unread)
+			a.sweepChanged(ctx, jobs, unread, pods)
 		}
 		select {
 		case <-ctx.Done():

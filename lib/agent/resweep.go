@@ -140,7 +140,12 @@ func podMeta(m scan.Meta, stage string) scan.Meta {
 // the word vouches for it again. The CRI fallback's list (not fresh)
 // keeps them: it sees no container start at any time, and skips the pods
 // whose State is unchanged since their last complete scan.
-func (k *sandboxes) list(metas []scan.Meta, fresh bool) {
+//
+// unread are the pods the runtime lists whose netns path could not be
+// read (a CRI status that failed): not looked at, so unseen, marked under
+// the same lock as the list is taken, or the word would vouch for them
+// while the sweep reads the others' States.
+func (k *sandboxes) list(metas []scan.Meta, unread []string, fresh bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	m := make(map[string]*sandbox, len(metas))
@@ -154,6 +159,9 @@ func (k *sandboxes) list(metas []scan.Meta, fresh bool) {
 		if !listed[id] {
 			delete(k.unseen, id)
 		}
+	}
+	for _, id := range unread {
+		k.unseenLocked(id)
 	}
 	for _, meta := range metas {
 		if len(m) >= maxKnown {
@@ -304,16 +312,6 @@ func (k *sandboxes) vanish(id string) bool {
 	delete(k.m, id)
 	k.unseenLocked(id)
 	return true
-}
-
-// unseen marks sandboxes the runtime lists but the agent could not read
-// (a CRI status that failed): not looked at.
-func (k *sandboxes) markListedUnseen(ids []string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, id := range ids {
-		k.unseenLocked(id)
-	}
 }
 
 // blind tells whether a pod the runtime runs is out of the agent's reach
@@ -534,8 +532,9 @@ func (a *Agent) changed(ctx context.Context, j job) (job, verdict) {
 
 // sweepChanged is sweep for the CRI fallback: every listed pod stays
 // known and followed, but only those changed since their last complete
-// scan are queued.
-func (a *Agent) sweepChanged(ctx context.Context, jobs []job, pods int) {
+// scan are queued; unread are listed pods whose netns path could not be
+// read.
+func (a *Agent) sweepChanged(ctx context.Context, jobs []job, unread []string, pods int) {
 	start := time.Now()
 	metas := make([]scan.Meta, len(jobs))
 	listed := make(map[string]bool, len(jobs))
@@ -543,7 +542,7 @@ func (a *Agent) sweepChanged(ctx context.Context, jobs []job, pods int) {
 		metas[i] = j.meta
 		listed[j.meta.SandboxID] = true
 	}
-	a.known.list(metas, false)
+	a.known.list(metas, unread, false)
 	a.usage.Listed(listed)
 	r := Resweep{Stage: StageCRI, Known: len(jobs)}
 	var queued []job

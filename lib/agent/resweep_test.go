@@ -156,7 +156,7 @@ func TestResweepCRI(t *testing.T) {
 	}
 	sweep := func() Resweep {
 		t.Helper()
-		a.sweepChanged(context.Background(), jobs(), 2)
+		a.sweepChanged(context.Background(), jobs(), nil, 2)
 		return <-rec.sweeps
 	}
 	if r := sweep(); r.Stage != StageCRI || r.Skipped != 0 || r.Queued != 2 {

@@ -36,7 +36,7 @@ func TestEveryLooked(t *testing.T) {
 		}
 	}
 	check("no sweep yet", 0, false)
-	k.list([]scan.Meta{meta("a"), meta("b")}, true)
+	k.list([]scan.Meta{meta("a"), meta("b")}, nil, true)
 	check("listed, not scanned", 0, false)
 	k.scanned("a", inspect.State{}, true, k.begin("a"))
 	check("one scanned", 0, false)
@@ -96,7 +96,7 @@ func TestEveryLooked(t *testing.T) {
 		t.Error("vanish of a known pod: false")
 	}
 	check("e vanished from the agent's view", 0, false)
-	k.list([]scan.Meta{meta("a"), meta("b")}, false)
+	k.list([]scan.Meta{meta("a"), meta("b")}, nil, false)
 	check("e not listed any more", 2, true)
 	k.add(meta("f"))
 	k.ended("f")
@@ -105,20 +105,20 @@ func TestEveryLooked(t *testing.T) {
 	}
 	k.markUnseen("f")
 	check("f's stop raced its scans", 2, true)
-	k.markListedUnseen([]string{"g"})
-	check("g's status not read", 0, false)
-	k.list([]scan.Meta{meta("a"), meta("b")}, false)
+	k.list([]scan.Meta{meta("a"), meta("b")}, []string{"g"}, false)
+	check("g listed, its status not read", 0, false)
+	k.list([]scan.Meta{meta("a"), meta("b")}, nil, false)
 	k.unlist()
 	check("connection lost", 0, false)
 	// The CRI fallback's list keeps the scans: it skips unchanged pods.
-	k.list([]scan.Meta{meta("a"), meta("b")}, false)
+	k.list([]scan.Meta{meta("a"), meta("b")}, nil, false)
 	check("CRI listed again, scans remembered", 2, true)
 	// NRI's Synchronize after a reconnect does not: a container may have
 	// restarted and written rules while the agent was not connected.
 	// (Failed before: the word vouched at once, with a new since, before
 	// the sweep's scans ran.)
 	k.unlist()
-	k.list([]scan.Meta{meta("a"), meta("b")}, true)
+	k.list([]scan.Meta{meta("a"), meta("b")}, nil, true)
 	check("synchronized again, not scanned since", 0, false)
 	k.scanned("a", inspect.State{}, true, k.begin("a"))
 	k.scanned("b", inspect.State{}, true, k.begin("b"))
@@ -128,12 +128,12 @@ func TestEveryLooked(t *testing.T) {
 	for i := range many {
 		many[i] = meta(fmt.Sprint(i))
 	}
-	k.list(many, true)
+	k.list(many, nil, true)
 	for i := range many {
 		k.scanned(fmt.Sprint(i), inspect.State{}, true, k.begin(fmt.Sprint(i)))
 	}
 	check("past maxKnown", 0, false)
-	k.list(many[:maxKnown], true)
+	k.list(many[:maxKnown], nil, true)
 	for _, m := range many[:maxKnown] {
 		k.scanned(m.SandboxID, inspect.State{}, true, k.begin(m.SandboxID))
 	}
@@ -141,7 +141,7 @@ func TestEveryLooked(t *testing.T) {
 	k.add(meta("one more"))
 	check("one more started past maxKnown", 0, false)
 
-	k.list(nil, true)
+	k.list(nil, nil, true)
 	k.watchNode(scan.Meta{SandboxID: nodeKey})
 	check("node mode, the node's netns not scanned", 0, false)
 	k.scanned(nodeKey, inspect.State{}, true, k.begin(nodeKey))
