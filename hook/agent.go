@@ -200,7 +200,13 @@ var (
 	_ agent.ResweepObserver = agentLog{}
 	_ agent.ExecObserver    = agentLog{}
 	_ agent.SweptObserver   = agentLog{}
+	_ agent.WatchObserver   = agentLog{}
 )
+
+func (m agentLog) WatchFailed(p scan.Meta, err error) {
+	m.log.WithError(err).WithFields(logrus.Fields{"sandbox_id": p.SandboxID, "pod_namespace": p.Pod.Namespace, "pod_name": p.Pod.Name,
+		"netns": p.Netns}).Warn("cannot watch the pod netns for nftables commits: they are not heard until a re-sweep scans the pod and watches it again (iptables_alerter_agent_errors_total{kind=\"watch\"})")
+}
 
 func (m agentLog) SweptWritten(path string, err error) {
 	if err != nil {

@@ -359,6 +359,7 @@ func (a *Agent) scanned(s Scan) {
 	}
 	s.FirstUnreachable = a.health.Scanned(s)
 	a.metrics.scanned(s)
+	a.rewatch(s)
 	a.cfg.Observer.Scanned(s)
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -222,10 +223,27 @@ func (a *Agent) watchPod(p *api.PodSandbox) {
 	if !a.cfg.Watch {
 		return
 	}
-	m, ok := a.meta(p, nil, SourceWatch, stageCommit)
-	if !ok {
+	if m, ok := a.meta(p, nil, SourceWatch, stageCommit); ok {
+		a.watchSandbox(m)
+	}
+}
+
+// rewatch watches again the sandbox a scan just read, if its watch ended
+// while the runtime still runs it (see watchFailed): the scan found its
+// netns there. A stopped sandbox is not known any more.
+func (a *Agent) rewatch(s Scan) {
+	if !a.cfg.Watch || (s.Outcome != Clean && s.Outcome != Found) || s.Meta.Source == SourceStop ||
+		isNodeJob(s.Meta) || !a.known.has(s.Meta.SandboxID) {
 		return
 	}
+	m := podMeta(s.Meta, stageCommit)
+	m.Source = SourceWatch
+	a.watchSandbox(m)
+}
+
+// watchSandbox starts watching m's netns (m as meta gives it a watch's)
+// unless it is watched already.
+func (a *Agent) watchSandbox(m scan.Meta) {
 	ws := a.watches
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -415,7 +433,12 @@ func (a *Agent) openMonitor(w *watched) *watch.Monitor {
 		return nil
 	}
 	h, err := netns.Open(w.meta.Netns)
+	if errors.Is(err, netns.ErrNotExist) || errors.Is(err, netns.ErrNotNetns) {
+		// The sandbox stopped; its scans say so if it did not.
+		return nil
+	}
 	if err != nil {
+		a.watchFailed(w, err)
 		return nil
 	}
 	// The socket holds the netns once open: the handle is not kept.
@@ -431,9 +454,30 @@ func (a *Agent) openMonitor(w *watched) *watch.Monitor {
 	mon, err := watch.Open(h.Fd(), watch.Options{Writer: a.describe, Proc: a.cfg.HostProc, WriterWindow: a.cfg.WatchDebounce,
 		Notify: func(m *watch.Monitor) { a.heard(w, m) }})
 	if err != nil {
+		a.watchFailed(w, err)
 		return nil
 	}
 	return mon
+}
+
+// WatchObserver hears of a watch that could not be opened in a running
+// sandbox's netns (optional, as ResweepObserver).
+type WatchObserver interface {
+	WatchFailed(m scan.Meta, err error)
+}
+
+// watchFailed: w's monitor could not be opened though its netns is there
+// (a descriptor or memory limit): the sandbox's nftables commits go
+// unheard, and its watch ends. Counted and told, and its last scan no
+// longer vouches for it (nor one running now): the next re-sweep scans
+// it, and that scan watches it again (rewatch). Not queued at once: a
+// limit that stays would make it a loop.
+func (a *Agent) watchFailed(w *watched, err error) {
+	a.metrics.errors.WithLabelValues("watch").Inc()
+	a.known.touch(w.meta.SandboxID)
+	if o, ok := a.cfg.Observer.(WatchObserver); ok {
+		o.WatchFailed(w.meta, err)
+	}
 }
 
 // describe names a commit's process: from the host's /proc when the agent

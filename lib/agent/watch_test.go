@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 	"github.com/iptables-alerter/iptables-alerter/lib/watch"
 )
 
@@ -483,4 +485,80 @@ func TestWatchWriterToStop(t *testing.T) {
 	if !strings.Contains(line, `"source":"stop"`) || !strings.Contains(line, `"comm":"iptables-nft-re"`) {
 		t.Errorf("stop finding without its writer: %s", line)
 	}
+}
+
+// watchFailRecorder hears the re-sweeps and the watches that failed.
+type watchFailRecorder struct {
+	resweepRecorder
+	failed chan error
+}
+
+func (w watchFailRecorder) WatchFailed(_ scan.Meta, err error) { w.failed <- err }
+
+// TestWatchFailed: a running pod's watch that cannot be opened (here a
+// socket planted at its netns path, which open refuses with ENXIO as it
+// would with EMFILE) is counted and told, and takes back the pod's
+// complete scan: its commits go unheard, so the word waits for a scan, the
+// re-sweep's, which watches it again. (Failed before: the watch ended
+// silently, and the word kept vouching.)
+func TestWatchFailed(t *testing.T) {
+	nstest.NeedRoot(t)
+	dir := t.TempDir()
+	rec := watchFailRecorder{resweepRecorder{newRecorder(), make(chan Resweep, 10)}, make(chan error, 10)}
+	a := startAgentWith(t, dir, rec, func(c *Config) { c.Watch = true })
+	ns := nstest.New(t)
+	link := filepath.Join(dir, "netns-a")
+	point := func(to string) {
+		t.Helper()
+		os.Remove(link)
+		if err := os.Symlink(to, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	point(ns.Path())
+	ctx := context.Background()
+	p := pod("a", link)
+	if _, err := a.Synchronize(ctx, []*api.PodSandbox{p}, nil); err != nil {
+		t.Fatal(err)
+	}
+	scannedIDs(t, a, rec.resweepRecorder, 1)
+	ready(t, a, "a")
+	if _, _, ok := a.known.everyLooked(); !ok {
+		t.Fatal("not every pod looked at after the sweep's scan")
+	}
+
+	// The watch ends, as when its socket failed, and opening it again
+	// fails.
+	a.unwatch("a")
+	l, err := net.Listen("unix", filepath.Join(dir, "sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	point(filepath.Join(dir, "sock"))
+	if err := a.StartContainer(ctx, p, &api.Container{Id: "c2", Name: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := receive(t, rec.failed, "watch failure"); err == nil {
+		t.Fatal("watch failure told without its error")
+	}
+	if n := counter(a.metrics.errors.WithLabelValues("watch")); n != 1 {
+		t.Errorf("errors_total{kind=watch} = %v, want 1", n)
+	}
+	if _, _, ok := a.known.everyLooked(); ok {
+		t.Error("every pod looked at, with the pod's commits unheard since its last scan")
+	}
+
+	point(ns.Path())
+	if r := resweepOnce(t, a, rec.resweepRecorder); r.Queued != 1 {
+		t.Fatalf("re-sweep after the watch failed: %+v, want the pod queued", r)
+	}
+	scannedIDs(t, a, rec.resweepRecorder, 1)
+	if _, _, ok := a.known.everyLooked(); !ok {
+		t.Error("not every pod looked at after the re-sweep's scan")
+	}
+	if !a.watching("a") {
+		t.Error("the re-sweep's scan did not watch the pod again")
+	}
+	ready(t, a, "a")
 }
