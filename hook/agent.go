@@ -111,6 +111,7 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 		cfg.agent.HostNetns = filepath.Join(cfg.agent.HostProc, "1", "ns", "net")
 	}
 	cfg.agent.Log, cfg.agent.Seen = cfg.record.log, cfg.record.seen
+	cfg.agent.CRIEndpoint = cfg.criEndpoint
 	cfg.agent.Load = loaders(&cfg.allow, &cfg.vendors)
 	if _, err := cfg.allow.load(); err != nil {
 		// Not fatal: the hook reports with the built-in entries too.
@@ -154,7 +155,7 @@ func (cfg *agentConfig) run(_ []string, s stdio) int {
 	run := a.Run
 	if cfg.criEndpoint != "" {
 		log.WithFields(logrus.Fields{"cri_endpoint": cfg.criEndpoint, "interval": cfg.interval.String()}).Info("agent starting, sweeping through the CRI")
-		run = func(ctx context.Context) error { return a.RunCRI(ctx, cfg.criEndpoint, cfg.interval) }
+		run = func(ctx context.Context) error { return a.RunCRI(ctx, cfg.interval) }
 	} else {
 		log.WithFields(logrus.Fields{"nri_socket": cfg.agent.Socket, "plugin": cfg.agent.PluginIndex + "-" + cfg.agent.PluginName}).Info("agent starting")
 	}

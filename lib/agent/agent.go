@@ -92,8 +92,13 @@ type Config struct {
 	// HostNetns, when set, is node mode (node.go): the watch also holds a
 	// monitor in this network namespace, taken as the node's, with the
 	// platform allowlist. It needs Watch; with HostProc set it must be
-	// the namespace of HostProc's pid 1. Empty: off.
+	// the namespace of HostProc's pid 1. Empty: off. It needs NRI: the
+	// CRI fallback (CRIEndpoint) never watches, so the node's netns would
+	// never be looked at, and New refuses the two together.
 	HostNetns string
+	// CRIEndpoint is the CRI socket RunCRI sweeps through, where NRI is
+	// off (see cri.go).
+	CRIEndpoint string
 	// ExecWatch listens to the kernel's process events for every run of
 	// an iptables tool on the node (exec.go); it needs Watch (the sandboxes
 	// and containers the commands are placed in) and the initial pid
@@ -300,6 +305,9 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if cfg.HostNetns != "" {
+		if cfg.CRIEndpoint != "" {
+			return nil, fmt.Errorf("%w: the node's watch (host netns %q) needs NRI, not the CRI endpoint %q", ErrConfig, cfg.HostNetns, cfg.CRIEndpoint)
+		}
 		if !cfg.Watch {
 			return nil, fmt.Errorf("%w: the node's watch (host netns %q) needs the watch on", ErrConfig, cfg.HostNetns)
 		}

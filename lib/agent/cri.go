@@ -27,11 +27,12 @@ const (
 	criRetry   = 30 * time.Second
 )
 
-// RunCRI sweeps every interval through the CRI at endpoint (a socket path
-// or unix:// URL) until ctx ends. A runtime that does not answer is
-// reported and tried again 30 s later (or at the next interval, if
-// shorter).
-func (a *Agent) RunCRI(ctx context.Context, endpoint string, interval time.Duration) error {
+// RunCRI sweeps every interval through the CRI at Config.CRIEndpoint (a
+// socket path or unix:// URL) until ctx ends. A runtime that does not
+// answer is reported and tried again 30 s later (or at the next interval,
+// if shorter).
+func (a *Agent) RunCRI(ctx context.Context, interval time.Duration) error {
+	endpoint := a.cfg.CRIEndpoint
 	if endpoint == "" || interval <= 0 {
 		return fmt.Errorf("%w: CRI endpoint %q, interval %v", ErrConfig, endpoint, interval)
 	}

@@ -116,6 +116,7 @@ func startCRI(t *testing.T, f *fakeCRI, interval time.Duration, change func(*Con
 	t.Helper()
 	rec := &criRecorder{recorder: newRecorder(), cri: f, looks: make(chan criLook, 100)}
 	cfg := testConfig(t.TempDir(), rec)
+	cfg.CRIEndpoint = serveCRI(t, f)
 	change(&cfg)
 	a, err := New(cfg)
 	if err != nil {
@@ -125,8 +126,7 @@ func startCRI(t *testing.T, f *fakeCRI, interval time.Duration, change func(*Con
 	a.hold = make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	endpoint := serveCRI(t, f)
-	go func() { done <- a.RunCRI(ctx, endpoint, interval) }()
+	go func() { done <- a.RunCRI(ctx, interval) }()
 	t.Cleanup(func() {
 		cancel()
 		close(a.hold)

@@ -128,8 +128,10 @@ func TestNodeWatch(t *testing.T) {
 	}
 }
 
-// TestNodeWatchConfig: node mode needs the watch, and a namespace that is
-// the node's as the host /proc names it; --platform known plugins.
+// TestNodeWatchConfig: node mode needs the watch, NRI (the CRI fallback
+// never watches: the node's netns would never be looked at, and the word
+// never given), and a namespace that is the node's as the host /proc
+// names it; --platform known plugins.
 func TestNodeWatchConfig(t *testing.T) {
 	nstest.NeedRoot(t)
 	dir := t.TempDir()
@@ -139,6 +141,9 @@ func TestNodeWatchConfig(t *testing.T) {
 		change func(*Config)
 	}{
 		{"no watch", func(cfg *Config) { cfg.HostNetns = node.Path() }},
+		{"through the CRI", func(cfg *Config) {
+			cfg.Watch, cfg.HostNetns, cfg.CRIEndpoint = true, node.Path(), "/run/containerd/containerd.sock"
+		}},
 		{"not a netns", func(cfg *Config) { cfg.Watch, cfg.HostNetns = true, dir }},
 		{"not the node's", func(cfg *Config) {
 			cfg.Watch, cfg.HostNetns, cfg.HostProc = true, other.Path(), nstest.HostProc(t, node.Path())
