@@ -208,6 +208,9 @@ type Agent struct {
 	// resweepNow asks the re-sweep loop for a re-sweep before its
 	// interval ends (resweepSoon).
 	resweepNow chan struct{}
+	// listNow asks the CRI fallback for a list of the pods before its
+	// interval ends (listSoon).
+	listNow chan struct{}
 	// watches are the watched sandboxes (Config.Watch). Not one registry
 	// with known: a watch starts at RunPodSandbox, before any container
 	// (known starts at the first scan's event, its State then meaningful),
@@ -289,7 +292,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Load.Allow = func() (*allowlist.List, error) { return allowlist.Join(), nil }
 	}
 	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage),
-		health: NewHealth(), known: newSandboxes(), resweepNow: make(chan struct{}, 1), watches: newWatches(), execs: &execs{}}
+		health: NewHealth(), known: newSandboxes(), resweepNow: make(chan struct{}, 1), listNow: make(chan struct{}, 1), watches: newWatches(), execs: &execs{}}
 	a.metrics = newMetrics(a.health, a.usage, a.execs.up.Load, a.execStats)
 	if cfg.HostProc != "" {
 		// An agent that cannot tell the node's namespace from a pod's

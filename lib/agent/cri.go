@@ -68,7 +68,21 @@ func (a *Agent) pollCRI(ctx context.Context, client *cri.Client, interval time.D
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
+		case <-a.listNow:
 		}
+	}
+}
+
+// listSoon asks pollCRI for a list of the pods now, the interval counted
+// again after it; asked again before it ran, it runs once. It never
+// waits. With NRI it does nothing: the runtime tells of each stop.
+func (a *Agent) listSoon() {
+	if a.cfg.CRIEndpoint == "" {
+		return
+	}
+	select {
+	case a.listNow <- struct{}{}:
+	default:
 	}
 }
 

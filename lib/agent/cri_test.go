@@ -170,3 +170,32 @@ func TestCRIUnreadNotVouched(t *testing.T) {
 		t.Error("every pod looked at, with g's status never read")
 	}
 }
+
+// TestCRIListAfterVanished: with the CRI fallback, which hears of no
+// stop, a re-sweep that finds a pod's netns gone lists the pods at once,
+// instead of keeping the pod unseen (the word taken back) until the next
+// interval's list: a pod deleted is no longer listed, and the word is
+// given again. (Failed before: no list until the interval, 15 minutes by
+// default.)
+func TestCRIListAfterVanished(t *testing.T) {
+	nstest.NeedRoot(t)
+	kept, deleted := nstest.New(t), nstest.New(t)
+	f := &fakeCRI{netns: map[string]string{"kept": kept.Path(), "deleted": deleted.Path()}, failing: map[string]bool{}}
+	a, rec := startCRI(t, f, time.Hour, func(*Config) {})
+	if l := rec.lookAfter(t, 0); l.r.Queued != 2 {
+		t.Fatalf("first CRI sweep: %+v, want both queued", l.r)
+	}
+	release(a, 2)
+	rec.wait(t, 2)
+	if _, _, ok := a.known.everyLooked(); !ok {
+		t.Fatal("not every pod looked at after the first CRI sweep")
+	}
+	n := f.set(func() { delete(f.netns, "deleted") })
+	deleted.Delete()
+	if r := a.resweep(context.Background()); r.Gone != 1 {
+		t.Fatalf("re-sweep after the pod's deletion: %+v, want its netns gone", r)
+	}
+	if l := rec.lookAfter(t, n); l.r.Stage != StageCRI || l.r.Known != 1 || !l.looked {
+		t.Fatalf("after the re-sweep: %+v (every pod looked at: %v), want a CRI sweep of the kept pod, every pod looked at", l.r, l.looked)
+	}
+}

@@ -480,9 +480,13 @@ func (a *Agent) resweep(ctx context.Context) Resweep {
 		switch v {
 		case vanished:
 			// Its stop missed while disconnected, or its netns out
-			// of the agent's view: unseen until the runtime says.
+			// of the agent's view: unseen until the runtime says. The
+			// CRI fallback hears of no stop, and every pod deleted
+			// would take the word back until its next list: it lists
+			// now.
 			if a.known.vanish(m.SandboxID) {
 				a.stopped(m.SandboxID)
+				a.listSoon()
 			}
 			r.Gone++
 		case rescan:
