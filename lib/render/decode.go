@@ -28,11 +28,11 @@ func (b *builder) expr(e inspect.Expr) {
 	x := newExpr(e.Name)
 	// notrack and a plain masq carry no attribute at all.
 	if x == nil || e.Data == nil && e.Name != "notrack" && e.Name != "masq" {
-		b.opaqueExpr(e)
+		b.opaqueWrite(e)
 		return
 	}
 	if err := expr.Unmarshal(b.famB, e.Data, x); err != nil {
-		b.opaqueExpr(e)
+		b.opaqueWrite(e)
 		return
 	}
 	// A verdict is an immediate into register 0 whose data is a verdict,
@@ -52,8 +52,17 @@ func (b *builder) expr(e inspect.Expr) {
 		}
 	}
 	if !b.native(x) {
-		b.opaqueExpr(e)
+		b.opaqueWrite(e)
 	}
+}
+
+// opaqueWrite is the token of a native expression not decoded. Its
+// registers are forgotten too: it may have written any of them (exthdr,
+// rt, socket, a load into a register the kernel would refuse), and a
+// compare after it must not read as the load before it.
+func (b *builder) opaqueWrite(e inspect.Expr) {
+	b.opaqueExpr(e)
+	b.clobberRegs()
 }
 
 // newExpr is the name→type table over google/nftables expression types.

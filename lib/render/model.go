@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"golang.org/x/sys/unix"
 )
 
 // This file is the model a rule is decoded into: the parts of its text,
@@ -51,7 +52,7 @@ type builder struct {
 	fam   inspect.Family
 	famB  byte
 	parts []part
-	regs  map[uint32]*source
+	regs  regFile
 	proto int // the -p protocol seen so far, -1 when none
 	names Names
 	// targeted is set once a part of rank rankTarget was added; after is
@@ -61,7 +62,7 @@ type builder struct {
 }
 
 func newBuilder(fam inspect.Family) *builder {
-	return &builder{fam: fam, famB: fam.Number(), regs: map[uint32]*source{}, proto: -1}
+	return &builder{fam: fam, famB: fam.Number(), proto: -1}
 }
 
 func (b *builder) add(rank int, key, text string) int {
@@ -98,7 +99,76 @@ type source struct {
 	mangled    bool   // a transform we do not model (shift, second bitwise)
 	rangePart  int    // index of a port part opened by cmp gte, -1 if none
 	rangeLoTxt string
+	// word and words are where the load sits in the register file.
+	word, words int
 }
+
+// regFile is the kernel's register file as nft_parse_register lays it
+// out: sixteen 32-bit words, which NFT_REG_1..4 (16 bytes each) and
+// NFT_REG32_00..15 both name (reg 1 is words 0-3, the same storage as
+// reg32 8-11; reg 2 is reg32 12-15). Each word points at the load that
+// last wrote it, whatever name it was written under, so a rule cannot
+// load into one name and compare the other's older content.
+type regFile [16]*source
+
+// regWord is the word register reg starts at, -1 for a register the
+// kernel refuses for data (the verdict register, 5-7, past 23).
+func regWord(reg uint32) int {
+	switch {
+	case reg >= unix.NFT_REG_1 && reg <= unix.NFT_REG_4:
+		return int(reg-unix.NFT_REG_1) * 4
+	case reg >= unix.NFT_REG32_00 && reg <= unix.NFT_REG32_15:
+		return int(reg - unix.NFT_REG32_00)
+	}
+	return -1
+}
+
+// wordsOf is how many words n bytes fill: the kernel rounds every load up
+// to whole words.
+func wordsOf(n uint32) int { return int((uint64(n) + 3) / 4) }
+
+// setReg records that s wrote n bytes from register reg on. Whatever load
+// it overlaps is gone as a whole: the kernel leaves the rest of it in
+// place, but a compare reading it reads a mix no iptables option names.
+// False when the kernel refuses the write (bad register, past the file).
+func (b *builder) setReg(reg, n uint32, s *source) bool {
+	w, k := regWord(reg), wordsOf(n)
+	if w < 0 || k == 0 || w+k > len(b.regs) {
+		return false
+	}
+	for _, old := range b.regs[w : w+k] {
+		if old != nil {
+			clear(b.regs[old.word : old.word+old.words])
+		}
+	}
+	s.word, s.words = w, k
+	for i := w; i < w+k; i++ {
+		b.regs[i] = s
+	}
+	return true
+}
+
+// reg is the load a read of n bytes from register reg sees, or nil when
+// those bytes are not one recorded load from its start (a load under
+// another name, one partly overwritten, two loads side by side, or none):
+// such a read has no iptables meaning, and rendering it as the load the
+// register was last named with would let a pod's rule read as one the
+// allowlist holds. A read may be shorter than the load: iptables-nft
+// compares only the prefix of a 16-byte interface name for "-i eth+".
+func (b *builder) reg(reg, n uint32) *source {
+	w := regWord(reg)
+	if w < 0 || n == 0 {
+		return nil
+	}
+	if s := b.regs[w]; s != nil && s.word == w && wordsOf(n) <= s.words {
+		return s
+	}
+	return nil
+}
+
+// clobberRegs forgets every register: an expression not decoded may have
+// written any of them, with any length.
+func (b *builder) clobberRegs() { clear(b.regs[:]) }
 
 // desc is a safe (digits, letters, punctuation we choose) description of a
 // source for opaque tokens.

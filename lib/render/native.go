@@ -27,26 +27,23 @@ func (b *builder) native(x expr.Any) bool {
 		// Counters carry no meaning; iptables-nft adds one to every rule.
 		return true
 	case *expr.Payload:
-		if x.OperationType != expr.PayloadLoad || x.DestRegister == 0 {
+		if x.OperationType != expr.PayloadLoad {
 			return false
 		}
-		b.regs[x.DestRegister] = &source{kind: "payload", base: uint32(x.Base), off: x.Offset, len: x.Len, rangePart: -1}
-		return true
+		return b.setReg(x.DestRegister, x.Len, &source{kind: "payload", base: uint32(x.Base), off: x.Offset, len: x.Len, rangePart: -1})
 	case *expr.Meta:
 		if x.SourceRegister {
 			return b.metaSet(x)
 		}
-		b.regs[x.Register] = &source{kind: "meta", key: uint32(x.Key), rangePart: -1}
-		return true
+		return b.setReg(x.Register, metaLen(x.Key), &source{kind: "meta", key: uint32(x.Key), rangePart: -1})
 	case *expr.Ct:
 		if x.SourceRegister {
 			return b.ctSet(x)
 		}
-		b.regs[x.Register] = &source{kind: "ct", key: uint32(x.Key), dir: x.Direction, rangePart: -1}
-		return true
+		return b.setReg(x.Register, ctLen(x.Key), &source{kind: "ct", key: uint32(x.Key), dir: x.Direction, rangePart: -1})
 	case *expr.Bitwise:
-		s, ok := b.regs[x.SourceRegister]
-		if !ok {
+		s := b.reg(x.SourceRegister, x.Len)
+		if s == nil {
 			return false
 		}
 		n := *s
@@ -56,21 +53,19 @@ func (b *builder) native(x expr.Any) bool {
 		} else {
 			n.mask, n.xor = x.Mask, x.Xor
 		}
-		b.regs[x.DestRegister] = &n
-		return true
+		return b.setReg(x.DestRegister, x.Len, &n)
 	case *expr.Immediate:
-		b.regs[x.Register] = &source{kind: "imm", data: x.Data, rangePart: -1}
-		return true
+		return b.setReg(x.Register, uint32(len(x.Data)), &source{kind: "imm", data: x.Data, rangePart: -1})
 	case *expr.Cmp:
-		s, ok := b.regs[x.Register]
-		if !ok {
+		s := b.reg(x.Register, uint32(len(x.Data)))
+		if s == nil {
 			return false
 		}
 		b.cmp(s, x.Op, x.Data)
 		return true
 	case *expr.Range:
-		s, ok := b.regs[x.Register]
-		if !ok {
+		s := b.reg(x.Register, uint32(len(x.FromData)))
+		if s == nil {
 			return false
 		}
 		b.rangeCmp(s, x.Op, x.FromData, x.ToData)
@@ -80,11 +75,17 @@ func (b *builder) native(x expr.Any) bool {
 		if x.Invert {
 			neg = "! "
 		}
-		s := b.regs[x.SourceRegister]
+		// The key's length is the set's, not in the rule: a read from a
+		// load's first word is the best description there is.
+		s := b.reg(x.SourceRegister, 1)
 		if s == nil {
 			s = &source{}
 		}
 		b.add(rankOpaque, "", "-m unknown:nft["+s.desc()+",lookup] "+neg+"--set "+safetext.Name(x.SetName, MaxField))
+		if x.IsDestRegSet {
+			// A map writes its value, as long as the set says, into dreg.
+			b.clobberRegs()
+		}
 		return true
 	case *expr.Limit:
 		return b.nativeLimit(x)
@@ -135,8 +136,31 @@ func (b *builder) fib(f *expr.Fib) bool {
 	default:
 		return false
 	}
-	b.regs[f.Register] = &source{kind: "fib", key: kind, dir: flags, rangePart: -1}
-	return true
+	// Both results decoded are a u32 (an address type, an ifindex).
+	return b.setReg(f.Register, 4, &source{kind: "fib", key: kind, dir: flags, rangePart: -1})
+}
+
+// metaLen is how many bytes a meta load writes (nft_meta_get_init),
+// counted in whole words: exact for the keys a compare decodes, the widest
+// any key has (an interface name) for the others, since a write counted
+// too wide only makes reads of its neighbours opaque, and one counted too
+// narrow would leave them decoded after the kernel overwrote them.
+func metaLen(k expr.MetaKey) uint32 {
+	switch k {
+	case expr.MetaKeyPROTOCOL, expr.MetaKeyL4PROTO, expr.MetaKeyMARK, expr.MetaKeySKUID, expr.MetaKeySKGID, expr.MetaKeyPKTTYPE:
+		return 4
+	}
+	return unix.IFNAMSIZ
+}
+
+// ctLen is metaLen for ct loads (nft_ct_get_init): state, status and mark
+// are a u32; no key is wider than 16 bytes (an IPv6 address, labels).
+func ctLen(k expr.CtKey) uint32 {
+	switch k {
+	case expr.CtKeySTATE, expr.CtKeySTATUS, expr.CtKeyMARK:
+		return 4
+	}
+	return 16
 }
 
 func (b *builder) fibCmp(s *source, neg bool, data []byte) bool {
@@ -577,7 +601,12 @@ func (b *builder) verdict(v *expr.Verdict) bool {
 // metaSet: "meta mark set ..." is what newer iptables-nft writes for MARK
 // and CONNMARK --restore-mark.
 func (b *builder) metaSet(m *expr.Meta) bool {
-	s := b.regs[m.Register]
+	// nftrace is read as a u8, mark as a u32 (nft_meta_set_init).
+	n := uint32(4)
+	if m.Key == expr.MetaKeyNFTRACE {
+		n = 1
+	}
+	s := b.reg(m.Register, n)
 	if s == nil || s.mangled {
 		return false
 	}
@@ -604,7 +633,7 @@ func (b *builder) metaSet(m *expr.Meta) bool {
 }
 
 func (b *builder) ctSet(c *expr.Ct) bool {
-	s := b.regs[c.Register]
+	s := b.reg(c.Register, 4)
 	if c.Key != expr.CtKeyMARK || s == nil || s.mangled {
 		return false
 	}
@@ -678,16 +707,22 @@ func (b *builder) nativeLog(l *expr.Log) bool {
 	return true
 }
 
+// regAddr is the address an immediate put in reg for nat or tproxy, which
+// read as many bytes as the table's family has in an address.
 func (b *builder) regAddr(reg uint32) (netip.Addr, bool) {
-	s := b.regs[reg]
-	if s == nil || s.kind != "imm" {
+	_, _, n, ok := addrSpan(b.fam)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	s := b.reg(reg, n)
+	if s == nil || s.kind != "imm" || uint32(len(s.data)) != n {
 		return netip.Addr{}, false
 	}
 	return netip.AddrFromSlice(s.data)
 }
 
 func (b *builder) regPort(reg uint32) (uint16, bool) {
-	s := b.regs[reg]
+	s := b.reg(reg, 2)
 	if s == nil || s.kind != "imm" || len(s.data) != 2 {
 		return 0, false
 	}
