@@ -41,13 +41,18 @@ func (b *builder) xtMatchKnown(x xtInfo) bool {
 	case x.name == "comment" && x.rev == 0 && len(i) >= 1:
 		b.module("comment", "--comment "+safetext.Quote(cString(i), MaxField))
 	case x.name == "mark" && x.rev == 1 && len(i) >= 9:
-		b.module("mark", negPrefix(i[8] != 0)+"--mark "+markText(u32(i, 0), u32(i, 4)))
-	case x.name == "mark" && x.rev == 0 && len(i) >= 17:
-		m, k := u64(i, 0), u64(i, 8)
-		if m > math.MaxUint32 || k > math.MaxUint32 {
+		neg, ok := xorInvert(uint32(i[8]))
+		if !ok {
 			return false
 		}
-		b.module("mark", negPrefix(i[16] != 0)+"--mark "+markText(uint32(m), uint32(k)))
+		b.module("mark", negPrefix(neg)+"--mark "+markText(u32(i, 0), u32(i, 4)))
+	case x.name == "mark" && x.rev == 0 && len(i) >= 17:
+		m, k := u64(i, 0), u64(i, 8)
+		neg, ok := xorInvert(uint32(i[16]))
+		if m > math.MaxUint32 || k > math.MaxUint32 || !ok {
+			return false
+		}
+		b.module("mark", negPrefix(neg)+"--mark "+markText(uint32(m), uint32(k)))
 	case x.name == "limit" && x.rev == 0 && len(i) >= 8:
 		b.limit(u32(i, 0), u32(i, 4), false)
 	case x.name == "state" && x.rev == 0 && len(i) >= 4:
@@ -280,6 +285,15 @@ func (b *builder) set(rev uint32, i []byte) bool {
 	return true
 }
 
+// xorInvert reads the invert field of a match whose kernel code returns
+// "(test) ^ info->invert" and never checks the field when the rule is
+// loaded (xt_mark, xt_connmark, xt_length, xt_tcpmss, xt_realm,
+// xt_pkttype, xt_mac, xt_u32): 1 negates the test, but 2 or more makes
+// the match true for every packet, which no "!" spells, so ok is false
+// and the match stays opaque. dscp, tos and ebtables' pkttype are not
+// among them: their kernel code uses !!invert or refuses other values.
+func xorInvert(v uint32) (neg, ok bool) { return v == 1, v <= 1 }
+
 // xtMatchDecoder renders one xt match from its revision and info blob;
 // false means "not understood" (the match then shows as an opaque token).
 // Each checks the size it reads.
@@ -292,7 +306,11 @@ var xtMatches = map[string]xtMatchDecoder{
 		if rev != 1 || len(i) < 9 {
 			return false
 		}
-		b.module("connmark", negPrefix(i[8] != 0)+"--mark "+markText(u32(i, 0), u32(i, 4)))
+		neg, ok := xorInvert(uint32(i[8]))
+		if !ok {
+			return false
+		}
+		b.module("connmark", negPrefix(neg)+"--mark "+markText(u32(i, 0), u32(i, 4)))
 		return true
 	},
 	"recent":    xtRecent,
@@ -320,14 +338,22 @@ var xtMatches = map[string]xtMatchDecoder{
 		if rev != 0 || len(i) < 8 {
 			return false
 		}
-		b.module("pkttype", negPrefix(u32(i, 4) != 0)+"--pkt-type "+pktTypeName(u32(i, 0)))
+		neg, ok := xorInvert(u32(i, 4))
+		if !ok {
+			return false
+		}
+		b.module("pkttype", negPrefix(neg)+"--pkt-type "+pktTypeName(u32(i, 0)))
 		return true
 	},
 	"mac": func(b *builder, rev uint32, i []byte) bool {
 		if rev != 0 || len(i) < 12 {
 			return false
 		}
-		b.module("mac", negPrefix(u32(i, 8) != 0)+"--mac-source "+macText(i[:6]))
+		neg, ok := xorInvert(u32(i, 8))
+		if !ok {
+			return false
+		}
+		b.module("mac", negPrefix(neg)+"--mac-source "+macText(i[:6]))
 		return true
 	},
 	"rpfilter": func(b *builder, rev uint32, i []byte) bool {
@@ -353,14 +379,22 @@ var xtMatches = map[string]xtMatchDecoder{
 		if rev != 0 || len(i) < 5 {
 			return false
 		}
-		b.module("tcpmss", negPrefix(i[4] != 0)+"--mss "+portRange(u16(i, 0), u16(i, 2)))
+		neg, ok := xorInvert(uint32(i[4]))
+		if !ok {
+			return false
+		}
+		b.module("tcpmss", negPrefix(neg)+"--mss "+portRange(u16(i, 0), u16(i, 2)))
 		return true
 	},
 	"length": func(b *builder, rev uint32, i []byte) bool {
 		if rev != 0 || len(i) < 5 {
 			return false
 		}
-		b.module("length", negPrefix(i[4] != 0)+"--length "+portRange(u16(i, 0), u16(i, 2)))
+		neg, ok := xorInvert(uint32(i[4]))
+		if !ok {
+			return false
+		}
+		b.module("length", negPrefix(neg)+"--length "+portRange(u16(i, 0), u16(i, 2)))
 		return true
 	},
 	"dscp": func(b *builder, rev uint32, i []byte) bool {
@@ -500,11 +534,15 @@ var xtMatches = map[string]xtMatchDecoder{
 		if rev != 0 || len(i) < 9 {
 			return false
 		}
+		neg, ok := xorInvert(uint32(i[8]))
+		if !ok {
+			return false
+		}
 		s := fmt.Sprintf("0x%x", u32(i, 0))
 		if m := u32(i, 4); m != 0xffffffff {
 			s += fmt.Sprintf("/0x%x", m)
 		}
-		b.module("realm", negPrefix(i[8] != 0)+"--realm "+s)
+		b.module("realm", negPrefix(neg)+"--realm "+s)
 		return true
 	},
 	"helper": func(b *builder, rev uint32, i []byte) bool {
@@ -1277,7 +1315,11 @@ func xtU32(b *builder, rev uint32, i []byte) bool {
 		}
 		tests = append(tests, s)
 	}
-	b.module("u32", negPrefix(i[11*test+1] != 0)+`--u32 "`+strings.Join(tests, "&&")+`"`)
+	neg, ok := xorInvert(uint32(i[11*test+1]))
+	if !ok {
+		return false
+	}
+	b.module("u32", negPrefix(neg)+`--u32 "`+strings.Join(tests, "&&")+`"`)
 	return true
 }
 
