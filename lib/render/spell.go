@@ -143,9 +143,11 @@ func tcpFlagList(f byte) string {
 }
 
 // tcpFlagsText prints --syn for its exact meaning (mask FIN,SYN,RST,ACK,
-// compare SYN) and --tcp-flags otherwise.
+// compare SYN) and --tcp-flags otherwise. The compare is printed whole, as
+// iptables does: the kernel tests "flags & mask == cmp" (xt_tcp, and the
+// native bitwise and cmp), so a compare bit outside the mask makes a test
+// that never matches, not the test of the bits inside it.
 func tcpFlagsText(neg bool, mask, cmp byte) string {
-	cmp &= mask
 	if mask == 0x17 && cmp == 0x02 {
 		return negPrefix(neg) + "--syn"
 	}

@@ -27,7 +27,9 @@ func (b *builder) xtMatchKnown(x xtInfo) bool {
 	case x.name == "tcp" && x.rev == 0 && len(i) >= 12:
 		inv := i[11]
 		b.xtPorts(u16(i, 0), u16(i, 2), inv&1 != 0, u16(i, 4), u16(i, 6), inv&2 != 0)
-		if i[9] != 0 || inv&4 != 0 {
+		// A mask of 0 with a compare that is not is a test that never
+		// matches (flags & 0 == cmp): it is no default to leave out.
+		if i[9] != 0 || i[10] != 0 || inv&4 != 0 {
 			b.add(rankProtoOpt, optKey["flags"], tcpFlagsText(inv&4 != 0, i[9], i[10]))
 		}
 		if i[8] != 0 {

@@ -50,3 +50,45 @@ func TestXorInvert(t *testing.T) {
 		})
 	}
 }
+
+// TestTCPFlagsNeverMatch: the kernel tests "flags & mask == cmp", so a
+// compare bit outside the mask (a mask of 0 above all) makes a test that
+// never matches. It must stay in the text, whole, not read as no test or
+// as --syn, the test the machine config server block is allowlisted with.
+func TestTCPFlagsNeverMatch(t *testing.T) {
+	native := func(mask, cmp byte) []expr.Any {
+		return []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{mask}, Xor: []byte{0}},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{cmp}},
+		}
+	}
+	cases := []struct {
+		name  string
+		exprs []expr.Any
+		want  string
+	}{{
+		name:  "xt mask 0",
+		exprs: cat(l4proto(6), xtTCP(0, 0xffff, 22623, 22623, 0, 0x02, 0)),
+		want:  "-A OUTPUT -p tcp --dport 22623 --tcp-flags NONE SYN -j REJECT",
+	}, {
+		name:  "xt SYN,URG under FIN,SYN,RST,ACK",
+		exprs: cat(l4proto(6), xtTCP(0, 0xffff, 22623, 22623, 0x17, 0x22, 0)),
+		want:  "-A OUTPUT -p tcp --dport 22623 --tcp-flags FIN,SYN,RST,ACK SYN,URG -j REJECT",
+	}, {
+		name:  "native SYN,URG under FIN,SYN,RST,ACK",
+		exprs: cat(l4proto(6), native(0x17, 0x22)),
+		want:  "-A OUTPUT -p tcp --tcp-flags FIN,SYN,RST,ACK SYN,URG -j REJECT",
+	}, {
+		name:  "xt without a flags test",
+		exprs: cat(l4proto(6), xtTCP(0, 0xffff, 22623, 22623, 0, 0, 0)),
+		want:  "-A OUTPUT -p tcp --dport 22623 -j REJECT",
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Text(ruleOf(t, inspect.IP, "filter", "OUTPUT", cat(tc.exprs, xtREJECT(3)))); got != tc.want {
+				t.Errorf("\n got %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
