@@ -144,7 +144,10 @@ var perFamily = map[string]map[inspect.Family]string{
 	"ah":       {inspect.IP: "ipt_ah", inspect.IP6: "ip6t_ah"},
 	"rpfilter": {inspect.IP: "ipt_rpfilter", inspect.IP6: "ip6t_rpfilter"},
 	"SYNPROXY": {inspect.IP: "ipt_SYNPROXY", inspect.IP6: "ip6t_SYNPROXY"},
-	"NPT":      {inspect.IP6: "ip6t_NPT"},
+	// ip6t_NPT.c registers the targets SNPT and DNPT; no extension is
+	// named NPT.
+	"SNPT": {inspect.IP6: "ip6t_NPT"},
+	"DNPT": {inspect.IP6: "ip6t_NPT"},
 }
 
 // nativeModules names the module of a native expression kept out of

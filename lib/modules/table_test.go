@@ -66,6 +66,7 @@ func TestExtension(t *testing.T) {
 		{inspect.IP, "DNAT", "xt_nat"}, {inspect.IP, "tcp", "xt_tcpudp"}, {inspect.IP, "icmp", "xt_tcpudp"},
 		{inspect.IP, "REJECT", "ipt_REJECT"}, {inspect.IP6, "REJECT", "ip6t_REJECT"}, {inspect.IP, "CT", "xt_CT"},
 		{inspect.IP, "NOTRACK", "xt_CT"}, {inspect.Bridge, "among", "ebt_among"}, {inspect.ARP, "mangle", "arpt_mangle"},
+		{inspect.IP6, "SNPT", "ip6t_NPT"}, {inspect.IP6, "DNPT", "ip6t_NPT"},
 	} {
 		if got := Extension(tc.fam, tc.name); got[0] != tc.want {
 			t.Errorf("Extension(%s, %s) = %v, want %s", tc.fam, tc.name, got, tc.want)
