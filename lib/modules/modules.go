@@ -37,11 +37,15 @@ func Of(u classify.Usage) findings.Modules {
 		add(findings.ImpactLegacy, LegacyTable(l.Family, l.Table)...)
 	}
 	for _, r := range u.LegacyRules {
-		for _, x := range append(slices.Clone(r.Matches), r.Target) {
-			if x.Name != "" {
-				add(findings.ImpactLegacy, Extension(r.Family, x.Name)...)
+		ext := func(kind, name string) {
+			if name != "" {
+				add(findings.ImpactLegacy, Extension(r.Family, kind, name)...)
 			}
 		}
+		for _, x := range r.Matches {
+			ext("match", x.Name)
+		}
+		ext("target", r.Target.Name)
 	}
 	list := func(level string) []string {
 		out := make([]string, 0, len(sets[level]))
@@ -73,7 +77,7 @@ func Rule(r inspect.Rule) []string {
 		}
 	}
 	for _, x := range render.Extensions(r) {
-		out = append(out, Extension(r.Family, x.Name)...)
+		out = append(out, Extension(r.Family, x.Kind, x.Name)...)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
@@ -94,11 +98,11 @@ func LegacyTable(fam inspect.Family, table string) []string {
 }
 
 // Extension names the module (and, for ipset matches, the ipset core) the
-// kernel loads for an xt extension in a table of family fam. The name is
-// the kernel's (it accepted the rule), never the pod's text.
-func Extension(fam inspect.Family, name string) []string {
-	if fam == inspect.Bridge {
-		// ebtables' own extensions, ebt_NAME (net/bridge/netfilter).
+// kernel loads for an xt extension of kind "match" or "target" in a table
+// of family fam. The name is the kernel's (it accepted the rule), never
+// the pod's text.
+func Extension(fam inspect.Family, kind, name string) []string {
+	if fam == inspect.Bridge && ebtables[kind][name] {
 		return []string{"ebt_" + name}
 	}
 	if m, ok := perFamily[name]; ok {
@@ -112,6 +116,18 @@ func Extension(fam inspect.Family, name string) []string {
 	// Most extensions live in xt_NAME: the kernel's naming rule for
 	// everything net/netfilter holds.
 	return []string{"xt_" + name}
+}
+
+// ebtables lists ebtables' own extensions (net/bridge/netfilter/ebt_*.c,
+// module ebt_NAME) by the list the kernel keeps them in: the watchers log
+// and nflog are targets. Any other extension in a bridge table is an xt
+// one of no family, which xt_find_match and xt_find_target fall back to
+// (-m comment is xt_comment), and a match named mark is xt_mark: the
+// ebtables mark match is mark_m, and the target mark is not a match.
+var ebtables = map[string]map[string]bool{
+	"match": {"802_3": true, "among": true, "arp": true, "ip": true, "ip6": true, "limit": true, "mark_m": true,
+		"pkttype": true, "stp": true, "vlan": true},
+	"target": {"arpreply": true, "dnat": true, "log": true, "mark": true, "nflog": true, "redirect": true, "snat": true},
 }
 
 // extensions maps the xt extension names whose module is not xt_NAME (or

@@ -55,21 +55,29 @@ func TestLoadRefuses(t *testing.T) {
 	}
 }
 
-// TestExtension: module names follow the kernel's MODULE_ALIAS lines.
+// TestExtension: module names follow the kernel's MODULE_ALIAS lines, and
+// in a bridge table only ebtables' own extensions are ebt_ ones: nft_compat
+// finds any other in the xt extensions of no family.
 func TestExtension(t *testing.T) {
 	for _, tc := range []struct {
-		fam        inspect.Family
-		name, want string
+		fam              inspect.Family
+		kind, name, want string
 	}{
-		{inspect.IP, "owner", "xt_owner"}, {inspect.IP, "REDIRECT", "xt_REDIRECT"}, {inspect.IP, "MASQUERADE", "xt_MASQUERADE"},
-		{inspect.IP, "MARK", "xt_mark"}, {inspect.IP, "mark", "xt_mark"}, {inspect.IP, "state", "xt_state"},
-		{inspect.IP, "DNAT", "xt_nat"}, {inspect.IP, "tcp", "xt_tcpudp"}, {inspect.IP, "icmp", "xt_tcpudp"},
-		{inspect.IP, "REJECT", "ipt_REJECT"}, {inspect.IP6, "REJECT", "ip6t_REJECT"}, {inspect.IP, "CT", "xt_CT"},
-		{inspect.IP, "NOTRACK", "xt_CT"}, {inspect.Bridge, "among", "ebt_among"}, {inspect.ARP, "mangle", "arpt_mangle"},
-		{inspect.IP6, "SNPT", "ip6t_NPT"}, {inspect.IP6, "DNPT", "ip6t_NPT"},
+		{inspect.IP, "match", "owner", "xt_owner"}, {inspect.IP, "target", "REDIRECT", "xt_REDIRECT"},
+		{inspect.IP, "target", "MASQUERADE", "xt_MASQUERADE"}, {inspect.IP, "target", "MARK", "xt_mark"},
+		{inspect.IP, "match", "mark", "xt_mark"}, {inspect.IP, "match", "state", "xt_state"},
+		{inspect.IP, "target", "DNAT", "xt_nat"}, {inspect.IP, "match", "tcp", "xt_tcpudp"}, {inspect.IP, "match", "icmp", "xt_tcpudp"},
+		{inspect.IP, "target", "REJECT", "ipt_REJECT"}, {inspect.IP6, "target", "REJECT", "ip6t_REJECT"}, {inspect.IP, "target", "CT", "xt_CT"},
+		{inspect.IP, "target", "NOTRACK", "xt_CT"}, {inspect.ARP, "target", "mangle", "arpt_mangle"},
+		{inspect.IP6, "target", "SNPT", "ip6t_NPT"}, {inspect.IP6, "target", "DNPT", "ip6t_NPT"},
+		{inspect.Bridge, "match", "among", "ebt_among"}, {inspect.Bridge, "match", "mark_m", "ebt_mark_m"},
+		{inspect.Bridge, "match", "limit", "ebt_limit"}, {inspect.Bridge, "target", "nflog", "ebt_nflog"},
+		{inspect.Bridge, "target", "mark", "ebt_mark"}, {inspect.Bridge, "match", "mark", "xt_mark"},
+		{inspect.Bridge, "match", "comment", "xt_comment"}, {inspect.Bridge, "target", "AUDIT", "xt_AUDIT"},
+		{inspect.Bridge, "match", "set", "xt_set"},
 	} {
-		if got := Extension(tc.fam, tc.name); got[0] != tc.want {
-			t.Errorf("Extension(%s, %s) = %v, want %s", tc.fam, tc.name, got, tc.want)
+		if got := Extension(tc.fam, tc.kind, tc.name); got[0] != tc.want {
+			t.Errorf("Extension(%s, %s, %s) = %v, want %s", tc.fam, tc.kind, tc.name, got, tc.want)
 		}
 	}
 }
