@@ -3,6 +3,7 @@ package findings
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 )
@@ -58,5 +59,18 @@ func TestHasUsage(t *testing.T) {
 		if got := tt.rec.HasUsage(); got != tt.want {
 			t.Errorf("%s: HasUsage = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestModulesLeftOut: a module list cut at MaxModules says so in the
+// line, on top of what the writer's lists already left out.
+func TestModulesLeftOut(t *testing.T) {
+	var xt []string
+	for i := range MaxModules + 6 {
+		xt = append(xt, fmt.Sprintf("xt_m%02d", i))
+	}
+	b := Modules{Xt: xt, LeftOut: 2}.bounded()
+	if len(b.Xt) != MaxModules || b.LeftOut != 8 || b.Legacy == nil || b.Native == nil {
+		t.Errorf("bounded: %d xt names, %d left out, legacy %v, native %v; want %d, 8, [] and []", len(b.Xt), b.LeftOut, b.Legacy, b.Native, MaxModules)
 	}
 }

@@ -18,13 +18,17 @@ type Modules struct {
 	Legacy []string `json:"legacy"`
 	Xt     []string `json:"xt"`
 	Native []string `json:"native"`
+	// LeftOut counts the names the lists leave out, past MaxModules a
+	// level (lib/modules keeps the ones its release table verifies);
+	// 0 in lines of older writers, which cut without saying so.
+	LeftOut int `json:"left_out"`
 }
 
 // Bounds of the module lists: module names are the kernel's (an xt
 // extension must be registered for the kernel to accept the rule), but a
 // reader must not trust the line.
 const (
-	maxModules    = 24
+	MaxModules    = 24
 	maxModuleName = 32
 )
 
@@ -67,15 +71,19 @@ func (m Modules) Judged() []string {
 	return slices.Compact(out)
 }
 
-// bounded is m with every list present (never null), at most maxModules
-// names of at most maxModuleName bytes each.
+// bounded is m with every list present (never null), at most MaxModules
+// names of at most maxModuleName bytes each, and LeftOut counting what it
+// cut besides what the lists already left out. lib/modules.Of chooses
+// which names to keep; here a longer list loses its last names.
 func (m Modules) bounded() Modules {
+	left := max(m.LeftOut, 0)
 	cut := func(l []string) []string {
-		out := make([]string, 0, min(len(l), maxModules))
-		for _, s := range l[:min(len(l), maxModules)] {
+		out := make([]string, 0, min(len(l), MaxModules))
+		for _, s := range l[:min(len(l), MaxModules)] {
 			out = append(out, safetext.Cut(s, maxModuleName))
 		}
+		left += len(l) - len(out)
 		return out
 	}
-	return Modules{Legacy: cut(m.Legacy), Xt: cut(m.Xt), Native: cut(m.Native)}
+	return Modules{Legacy: cut(m.Legacy), Xt: cut(m.Xt), Native: cut(m.Native), LeftOut: left}
 }

@@ -1,6 +1,7 @@
 package modules
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
@@ -47,15 +48,24 @@ func Of(u classify.Usage) findings.Modules {
 		}
 		ext("target", r.Target.Name)
 	}
+	leftOut := 0
 	list := func(level string) []string {
-		out := make([]string, 0, len(sets[level]))
-		for n := range sets[level] {
-			out = append(out, n)
+		out := slices.Sorted(maps.Keys(sets[level]))
+		if len(out) <= findings.MaxModules {
+			return out
 		}
-		slices.Sort(out)
-		return out
+		// Past the bound the modules the release table verifies (moved
+		// to a package, or gone) go first: they are the ones a reader
+		// acts on, and by name ebt_*, ip6t_* and ipt_* came before
+		// nft_compat and xt_CT.
+		keep := append(slices.DeleteFunc(slices.Clone(out), func(n string) bool { return !Releases.Verified(n) }),
+			slices.DeleteFunc(out, Releases.Verified)...)
+		leftOut += len(keep) - findings.MaxModules
+		keep = keep[:findings.MaxModules]
+		slices.Sort(keep)
+		return keep
 	}
-	return findings.Modules{Legacy: list(findings.ImpactLegacy), Xt: list(findings.ImpactXt), Native: list(findings.ImpactNative)}
+	return findings.Modules{Legacy: list(findings.ImpactLegacy), Xt: list(findings.ImpactXt), Native: list(findings.ImpactNative), LeftOut: leftOut}
 }
 
 // Rule names the modules one nftables rule needs, sorted, without

@@ -8,6 +8,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/xt"
+	"github.com/iptables-alerter/iptables-alerter/lib/classify"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/mdlayher/netlink"
 )
@@ -33,6 +35,48 @@ func TestBridgeXtModules(t *testing.T) {
 	want := []string{"ebt_mark", "nf_tables", "nft_compat", "xt_comment"}
 	if d := cmp.Diff(want, Rule(r)); d != "" {
 		t.Errorf("modules (-want +got):\n%s", d)
+	}
+}
+
+// TestOfKeepsVerifiedModules: a pod whose xt rules need more modules than
+// a level lists keeps the ones the release table verifies (nft_compat and
+// xt_CT move to kernel-modules-extra in 10.2), which by name came after
+// every ebt_* and ip6t_* one and were cut, and the record says how many
+// names it left out.
+func TestOfKeepsVerifiedModules(t *testing.T) {
+	var u classify.Usage
+	rule := func(fam inspect.Family, xs ...expr.Any) {
+		r := inspect.Rule{Family: fam, Table: "filter", Chain: "FORWARD"}
+		for _, x := range xs {
+			b, err := expr.Marshal(byte(fam.Number()), x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Exprs = append(r.Exprs, exprOf(t, b))
+		}
+		u.Rules = append(u.Rules, r)
+	}
+	blob := xt.Unknown(make([]byte, 8))
+	for _, n := range []string{"802_3", "among", "arp", "ip", "ip6", "limit", "mark_m", "pkttype", "stp", "vlan"} {
+		rule(inspect.Bridge, &expr.Match{Name: n, Info: &blob})
+	}
+	for _, n := range []string{"arpreply", "dnat", "log", "mark", "nflog", "redirect", "snat"} {
+		rule(inspect.Bridge, &expr.Target{Name: n, Info: &blob})
+	}
+	for _, n := range []string{"ah", "frag", "hbh", "rt", "mh", "srh", "eui64", "ipv6header"} {
+		rule(inspect.IP6, &expr.Match{Name: n, Info: &blob})
+	}
+	rule(inspect.IP, &expr.Target{Name: "CT", Info: &blob})
+	m := Of(u)
+	if len(m.Xt) != findings.MaxModules || !slices.IsSorted(m.Xt) {
+		t.Fatalf("xt modules %v: want %d, sorted", m.Xt, findings.MaxModules)
+	}
+	// 17 ebt_, 8 ip6t_, nf_tables, nft_compat, xt_CT.
+	if !slices.Contains(m.Xt, "nft_compat") || !slices.Contains(m.Xt, "xt_CT") || m.LeftOut != 28-findings.MaxModules {
+		t.Errorf("xt modules %v, %d left out: want nft_compat and xt_CT kept, %d left out", m.Xt, m.LeftOut, 28-findings.MaxModules)
+	}
+	if j := m.Judged(); !slices.Contains(j, "nft_compat") || !slices.Contains(j, "xt_CT") {
+		t.Errorf("judged modules lost nft_compat or xt_CT: %v", j)
 	}
 }
 

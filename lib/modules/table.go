@@ -122,6 +122,13 @@ func Load(b []byte) (*Table, error) {
 	return &t, nil
 }
 
+// Verified is true when the table verifies where the module is (a
+// package, or absent) in some release.
+func (t *Table) Verified(module string) bool {
+	t.ready()
+	return slices.ContainsFunc(t.Entries, func(e Entry) bool { return e.Module == module && e.Package != PackageUnverified })
+}
+
 // Lookup is the table's entry for a module in a release; Package
 // unverified (and no source) when the table has none.
 func (t *Table) Lookup(release, module string) Entry {
