@@ -1,6 +1,7 @@
 package release
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,6 +27,7 @@ type workflow struct {
 	// YAML 1.1 (sigs.k8s.io/yaml's) reads the key on as true.
 	OnAsTrue map[string]any `json:"true"`
 	Jobs     map[string]struct {
+		Env   map[string]any   `json:"env"`
 		Steps []map[string]any `json:"steps"`
 	} `json:"jobs"`
 }
@@ -103,6 +105,7 @@ func TestWorkflowCheckRefuses(t *testing.T) {
 		{"uses": "actions/checkout@v4", "run": "make"},
 	} {
 		w := workflow{Jobs: map[string]struct {
+			Env   map[string]any   `json:"env"`
 			Steps []map[string]any `json:"steps"`
 		}{"j": {Steps: []map[string]any{step}}}}
 		if bad := checkWorkflow(w); len(bad) == 0 {
@@ -134,5 +137,47 @@ func TestReleaseDefaultPlatforms(t *testing.T) {
 	}
 	if strings.Contains(string(data), "PLATFORMS") {
 		t.Errorf("the release workflow sets PLATFORMS: a real release builds make's default")
+	}
+}
+
+// runnerCache is where the release job keeps make's tools: the runner's
+// temp directory, its own user's.
+const runnerCache = "${{ runner.temp }}/ipta-cache"
+
+// The release job's make steps that read the tools' cache (every one but
+// github-release) name a cache the runner's user may write: make's
+// default, /var/cache/iptables-alerter, is root's, and the runner is not
+// root (tests/kube/progress.sh's go_tool mkdirs there, only apt goes
+// through sudo), so make release-deps failed before anything was made. The
+// runner context is refused in a job's env (it exists only once a runner
+// took the job), so each step sets it.
+func TestWorkflowCacheIsRunners(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repo(t), ".github", "workflows", "release.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w workflow
+	if err := yaml.Unmarshal(data, &w); err != nil {
+		t.Fatal(err)
+	}
+	for name, j := range w.Jobs {
+		for k, v := range j.Env {
+			if strings.Contains(fmt.Sprint(v), "runner.") {
+				t.Errorf("%s: env %s: %v: the runner context is not available in a job's env", name, k, v)
+			}
+		}
+		for _, s := range j.Steps {
+			run, _ := s["run"].(string)
+			if !strings.HasPrefix(run, "make ") || run == "make github-release" {
+				continue
+			}
+			cache := j.Env["IPTA_CACHE"]
+			if env, ok := s["env"].(map[string]any); ok && env["IPTA_CACHE"] != nil {
+				cache = env["IPTA_CACHE"]
+			}
+			if cache != runnerCache {
+				t.Errorf("%s: %s runs with IPTA_CACHE %v, want %s (make's default is root's)", name, run, cache, runnerCache)
+			}
+		}
 	}
 }
