@@ -747,7 +747,7 @@ func TestHelmInstall(t *testing.T) {
 		}
 	}
 
-	run("upgrade", "iptables-alerter", chartDir(t), "--reuse-values", "--set", "forward.enabled=false")
+	run("upgrade", "iptables-alerter", chartDir(t), "--reset-then-reuse-values", "--set", "forward.enabled=false")
 	var ds appsv1.DaemonSet
 	if err := json.Unmarshal(kubectl(t, kc, "-n", "iptables-alerter", "get", "daemonset/iptables-alerter", "-o", "json"), &ds); err != nil {
 		t.Fatal(err)
@@ -765,7 +765,7 @@ func TestHelmInstall(t *testing.T) {
 	if strings.Contains(out, "WARNING") {
 		t.Errorf("helm install with the defaults warned:\n%s", out)
 	}
-	out = run("upgrade", "iptables-alerter", chartDir(t), "--reuse-values", "--set", "forward.enabled=true", "--set", "agent.enabled=false", "--set", "metrics.secure.enabled=true")
+	out = run("upgrade", "iptables-alerter", chartDir(t), "--reset-then-reuse-values", "--set", "forward.enabled=true", "--set", "agent.enabled=false", "--set", "metrics.secure.enabled=true")
 	for _, want := range []string{"WARNING: agent.enabled=false", "WARNING: metrics.secure.readers is empty"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("helm upgrade with the agent off and metrics behind TLS printed no %q:\n%s", want, out)
@@ -864,4 +864,107 @@ func TestHelmChartVersion(t *testing.T) {
 			t.Errorf("packaging/kubernetes pins the image tag %s, the chart's appVersion is %s", img.NewTag, chart.AppVersion)
 		}
 	}
+}
+
+// make release's chart pins the image it released by digest, and an
+// upgrade to the next release's chart runs the next image even with the
+// old release's values: `helm upgrade --reuse-values` (which
+// docs/install-helm.md said to run) renders the new chart with the old
+// release's values in place of its defaults. The digest was in
+// values.yaml, so the new appVersion's tag came with the old digest, which
+// the runtime pulls: every node back on the old binaries. Rendered here
+// with the old chart's values given as the user's (what --reuse-values
+// keeps, and more). A digest is kept off an image it is not of: another
+// repository, another tag.
+func TestReleaseChartUpgrade(t *testing.T) {
+	if _, err := helm(t, "version"); err != nil {
+		t.Fatal(err)
+	}
+	const reg = "registry.example/team"
+	image := reg + "/iptables-alerter"
+	release := func(version, digest string) string {
+		t.Helper()
+		dist := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dist, "image.digest"), []byte(digest+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("make", "-s", "-C", repo(t), "release-chart", "VERSION="+version, "REGISTRY="+reg, "DIST="+dist)
+		cmd.Env = helmEnv(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("make release-chart VERSION=%s: %v\n%s", version, err, out)
+		}
+		return filepath.Join(dist, "iptables-alerter-"+strings.TrimPrefix(version, "v")+".tgz")
+	}
+	oldDigest, newDigest := "sha256:"+strings.Repeat("a", 64), "sha256:"+strings.Repeat("b", 64)
+	oldChart, newChart := release("v1.0.0", oldDigest), release("v1.1.0", newDigest)
+	oldValues := filepath.Join(t.TempDir(), "old-values.yaml")
+	out, err := helm(t, "show", "values", oldChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(oldValues, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"defaults", nil, image + ":v1.1.0@" + newDigest},
+		{"the old release's values", []string{"-f", oldValues}, image + ":v1.1.0@" + newDigest},
+		{"another repository", []string{"--set", "image.repository=mirror.example/iptables-alerter"}, "mirror.example/iptables-alerter:v1.1.0"},
+		{"another tag", []string{"--set", "image.tag=v1.0.0"}, image + ":v1.0.0"},
+		{"the user's digest", []string{"--set", "image.digest=sha256:" + strings.Repeat("c", 64)}, image + ":v1.1.0@sha256:" + strings.Repeat("c", 64)},
+	} {
+		args := append([]string{"template", "iptables-alerter", newChart, "--namespace", "iptables-alerter", "--kube-version", chartKubeVersion}, tc.args...)
+		out, err := helm(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := daemonSetPod(t, objects(t, out))
+		for _, c := range append(pod.InitContainers, pod.Containers...) {
+			if c.Image != tc.want {
+				t.Errorf("%s: container %s runs %s, want %s", tc.name, c.Name, c.Image, tc.want)
+			}
+		}
+	}
+	// The tree's chart pins nothing: no release made it.
+	pod := daemonSetPod(t, objects(t, helmTemplate(t)))
+	if got := pod.Containers[0].Image; strings.Contains(got, "@") {
+		t.Errorf("the tree's chart pins %s", got)
+	}
+
+	// The upgrade itself, with both flags, against a real kube-apiserver.
+	t.Run("helm upgrade", func(t *testing.T) {
+		_, err := exec.LookPath("kubectl")
+		nstest.Need(t, err == nil, "needs kubectl on PATH (tests/kube/build-kube.sh kubectl)")
+		c := kubetest.Start(t)
+		kc := c.Kubeconfig("admin", c.AdminToken)
+		kubectl(t, kc, "create", "namespace", "iptables-alerter")
+		kubectl(t, kc, "label", "namespace", "iptables-alerter", "pod-security.kubernetes.io/enforce=privileged")
+		run := func(args ...string) {
+			t.Helper()
+			if out, err := helm(t, append(args, "--kubeconfig", kc, "--namespace", "iptables-alerter")...); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+		}
+		dsImage := func() string {
+			var ds appsv1.DaemonSet
+			if err := json.Unmarshal(kubectl(t, kc, "-n", "iptables-alerter", "get", "daemonset/iptables-alerter", "-o", "json"), &ds); err != nil {
+				t.Fatal(err)
+			}
+			return ds.Spec.Template.Spec.Containers[0].Image
+		}
+		run("install", "iptables-alerter", oldChart)
+		if got, want := dsImage(), image+":v1.0.0@"+oldDigest; got != want {
+			t.Errorf("install: %s, want %s", got, want)
+		}
+		for _, flag := range []string{"--reuse-values", "--reset-then-reuse-values"} {
+			run("upgrade", "iptables-alerter", newChart, flag)
+			if got, want := dsImage(), image+":v1.1.0@"+newDigest; got != want {
+				t.Errorf("upgrade %s: %s, want %s", flag, got, want)
+			}
+			run("rollback", "iptables-alerter", "1")
+		}
+	})
 }

@@ -23,14 +23,26 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end -}}
 
-{{/* The image by tag, never latest, and by digest when one is given. */}}
+{{/*
+The image by tag, never latest, and by digest: image.digest when given,
+else the one make release recorded in Chart.yaml's iptables-alerter.io/image,
+as long as the repository is that image's and the tag the chart's own (a
+digest is of one image: another repository or tag is not it). Read from the
+chart, not its values: an upgrade with --reuse-values renders the new chart
+with the old release's values.
+*/}}
 {{- define "ipta.image" -}}
 {{- $tag := default .Chart.AppVersion .Values.image.tag -}}
 {{- if eq $tag "latest" -}}
 {{- fail "image.tag: latest is refused; set the version to run (every node must run the same build)" -}}
 {{- end -}}
-{{- if .Values.image.digest -}}
-{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest -}}
+{{- $digest := .Values.image.digest -}}
+{{- $released := splitList "@" (index .Chart.Annotations "iptables-alerter.io/image" | default "") -}}
+{{- if and (not $digest) (eq (len $released) 2) (eq $tag .Chart.AppVersion) (eq (first $released) .Values.image.repository) -}}
+{{- $digest = last $released -}}
+{{- end -}}
+{{- if $digest -}}
+{{- printf "%s:%s@%s" .Values.image.repository $tag $digest -}}
 {{- else -}}
 {{- printf "%s:%s" .Values.image.repository $tag -}}
 {{- end -}}
