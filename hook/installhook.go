@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os/signal"
@@ -46,7 +47,9 @@ without CRI-O (containerd) gets neither binary nor JSON; with
 --runtime crio checks against CRI-O's default).
 
 With --wait it then stays until SIGTERM or SIGINT and uninstalls (JSON
-first), so a DaemonSet pod being deleted takes the hook off its node.
+first), so a DaemonSet pod being deleted takes the hook off its node,
+except on a node where --owner-file exists (the OpenShift MachineConfig
+route's): the files are that route's, and stay.
 On an error, --wait reports it at once and exits 1 only 30 s later (or
 at SIGTERM or SIGINT): a sidecar that exits before the kubelet saw it
 running keeps the pod's other containers from starting.
@@ -56,22 +59,31 @@ CRI-O does not read, 2 on bad flags.`
 
 const uninstallHookLong = `Removes the hooks.d JSON, syncs its directory, then removes the hook
 binary: a JSON whose binary is gone would break container creation.
-Files already gone are fine. Exit status: 0 done, 1 on an error.`
+Files already gone are fine. While --owner-file exists (by default the
+environment file the OpenShift MachineConfig route writes) it removes
+nothing: the files are that route's, and its MachineConfig removes them. Exit status: 0 done, 1 on an error.`
 
 // hookFlags are the flags both commands share: where things go.
 type hookFlags struct {
-	root, binDir, hooksDir string
+	root, binDir, hooksDir, ownerFile string
 }
+
+// machineConfigEnv is the file the OpenShift MachineConfig route writes
+// (packaging/openshift/machineconfig, iptables-alerter-install.service's
+// EnvironmentFile): on a node that has it, the hook's binary and JSON are
+// that route's.
+const machineConfigEnv = "/etc/iptables-alerter/install.env"
 
 func (h *hookFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&h.root, "root", "/", "where the node's root filesystem is seen")
 	fs.StringVar(&h.binDir, "bin-dir", "/usr/local/bin", "node directory for the hook binary")
 	fs.StringVar(&h.hooksDir, "hooks-dir", "/etc/containers/oci/hooks.d", "node directory for the hooks.d JSON: one CRI-O reads")
+	fs.StringVar(&h.ownerFile, "owner-file", machineConfigEnv, "node file that says another installer (the OpenShift MachineConfig) owns the hook: while it exists, the uninstall removes nothing; empty: always remove")
 }
 
 func (h hookFlags) files() hookinstall.Files {
 	return hookinstall.Files{Root: h.root, BinDir: h.binDir, HooksDir: h.hooksDir,
-		BinaryName: "iptables-alerter-hook", JSONName: "iptables-alerter.json"}
+		BinaryName: "iptables-alerter-hook", JSONName: "iptables-alerter.json", Owner: h.ownerFile}
 }
 
 type installConfig struct {
@@ -178,7 +190,11 @@ func (h *hookFlags) run(_ []string, s stdio) int {
 
 func uninstall(h hookFlags, stderr io.Writer) int {
 	f := h.files()
-	if err := hookinstall.Uninstall(f); err != nil {
+	if err := hookinstall.Uninstall(f); errors.Is(err, hookinstall.ErrOwnedElsewhere) {
+		fmt.Fprintf(stderr, "uninstall-hook: left %s and %s: %v (the OpenShift MachineConfig route's: deleting the MachineConfig removes them)\n",
+			filepath.Join(h.hooksDir, f.JSONName), filepath.Join(h.binDir, f.BinaryName), err)
+		return 0
+	} else if err != nil {
 		fmt.Fprintf(stderr, "uninstall-hook: %v\n", err)
 		return 1
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	hooksd "github.com/iptables-alerter/iptables-alerter/hooks.d"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/hookinstall"
 )
 
@@ -144,6 +145,72 @@ func TestInstallHookWaitTermWhileInstalling(t *testing.T) {
 	for _, p := range []string{"opt/ipta/bin/iptables-alerter-hook", "etc/containers/oci/hooks.d/iptables-alerter.json"} {
 		if _, err := os.Lstat(filepath.Join(root, p)); !os.IsNotExist(err) {
 			t.Errorf("%s left on the node: %v", p, err)
+		}
+	}
+}
+
+// TestInstallHookWaitLeavesMachineConfigFiles: the sidecar on a node of
+// the OpenShift MachineConfig route (its /etc/iptables-alerter/install.env
+// there, the JSON and binary already in place) installs, and at SIGTERM
+// leaves both: they are the MachineConfig's. A switch from the sidecar
+// route to the MachineConfig one stopped the sidecars after the
+// MachineConfig had rolled out, and each took the hook off its node until
+// the next reboot.
+func TestInstallHookWaitLeavesMachineConfigFiles(t *testing.T) {
+	root := t.TempDir()
+	binary := filepath.Join(t.TempDir(), "iptables-alerter-hook")
+	if err := os.WriteFile(binary, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mcJSON := hookinstall.BinaryPath(hooksd.JSON, "/usr/local/bin")
+	for p, data := range map[string][]byte{
+		"etc/iptables-alerter/install.env":                 []byte("IPTABLES_ALERTER_IMAGE=ghcr.io/iptables-alerter/iptables-alerter@sha256:0\n"),
+		"etc/containers/oci/hooks.d/iptables-alerter.json": mcJSON,
+	} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bin, "install-hook", "--root", root, "--bin-dir", "/usr/local/bin", "--hooks-dir", "/etc/containers/oci/hooks.d",
+		"--runtime", "crio", "--no-check", "--binary", binary, "--wait")
+	// Read while the process writes it.
+	var errb nstest.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(errb.String(), "install-hook: installed"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("install-hook --wait did not install in 30 s:\n%s", errb.String())
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		done <- err
+		if err != nil {
+			t.Fatalf("install-hook --wait, SIGTERM: %v\n%s", err, errb.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("install-hook --wait still running 30 s after SIGTERM\n%s", errb.String())
+	}
+	if s := errb.String(); !strings.Contains(s, "uninstall-hook: left") {
+		t.Errorf("stderr %q, want the files left", s)
+	}
+	for _, p := range []string{"usr/local/bin/iptables-alerter-hook", "etc/containers/oci/hooks.d/iptables-alerter.json"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); err != nil {
+			t.Errorf("%s: %v, want it left on the node (the MachineConfig's)", p, err)
 		}
 	}
 }

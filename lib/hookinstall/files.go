@@ -27,7 +27,21 @@ type Files struct {
 	// JSON is the hooks.d file's content, installed as JSONName.
 	JSON     []byte
 	JSONName string
+	// Owner, if set, is a node file whose presence says that another
+	// installer put the binary and the JSON on this node and owns them:
+	// Uninstall then removes neither. The OpenShift MachineConfig route
+	// writes the JSON and its unit's environment file from the
+	// MachineConfig and installs the binary at every boot; the sidecar
+	// route installs the same names, often the same bytes, so neither
+	// their content nor who wrote them last tells the routes apart, and a
+	// sidecar stopped after the MachineConfig came took the hook off the
+	// node until its next reboot (and the JSON the MachineConfig manages).
+	Owner string
 }
+
+// ErrOwnedElsewhere is Uninstall's error when Files.Owner exists: it
+// removed nothing.
+var ErrOwnedElsewhere = errors.New("owned by another installer")
 
 // Install writes the binary, then the JSON. With no JSON (a node where no
 // runtime reads hooks.d) it writes only the binary.
@@ -45,10 +59,21 @@ func Install(f Files) error {
 }
 
 // Uninstall removes the JSON, syncs its directory, then removes the
-// binary. Files already gone are not an error.
+// binary. Files already gone are not an error. While f.Owner exists it
+// removes nothing and returns ErrOwnedElsewhere.
 func Uninstall(f Files) error {
 	if err := f.validate(); err != nil {
 		return err
+	}
+	if f.Owner != "" {
+		owned, err := exists(f.Root, f.Owner)
+		if err != nil {
+			// Unknown: keep the files, as an error does.
+			return err
+		}
+		if owned {
+			return fmt.Errorf("%s exists: %w", f.Owner, ErrOwnedElsewhere)
+		}
 	}
 	if err := removeFile(f.Root, f.HooksDir, f.JSONName); err != nil {
 		return err
@@ -61,6 +86,9 @@ func (f Files) validate() error {
 		if !filepath.IsAbs(d) {
 			return fmt.Errorf("check directory %q: not an absolute path", d)
 		}
+	}
+	if f.Owner != "" && (!filepath.IsAbs(f.Owner) || filepath.Clean(f.Owner) == "/") {
+		return fmt.Errorf("check owner file %q: not an absolute path to a file", f.Owner)
 	}
 	// The binary directory is written into the hooks.d JSON's /bin/sh
 	// command line and into a JSON string: only characters that need no
@@ -195,6 +223,29 @@ func same(dfd int, name string, data []byte, mode uint32) bool {
 	}
 	n, _ := fl.Read(buf[:1])
 	return n == 0
+}
+
+// exists reports whether the node path (a file of any type, a link not
+// followed) is there, seen inside root.
+func exists(root, path string) (bool, error) {
+	path = filepath.Clean(path)
+	dfd, err := openDir(root, filepath.Dir(path), false)
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(dfd)
+	var st unix.Stat_t
+	err = unix.Fstatat(dfd, filepath.Base(path), &st, unix.AT_SYMLINK_NOFOLLOW)
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look for %q in %q: %w", path, root, err)
+	}
+	return true, nil
 }
 
 // removeFile unlinks dir/name and syncs dir, so the removal is durable

@@ -269,3 +269,81 @@ func TestSameInPieces(t *testing.T) {
 		t.Errorf("shorter file: same")
 	}
 }
+
+// A node whose Owner file exists is another installer's: the OpenShift
+// MachineConfig route writes the same JSON and binary names, often the
+// same bytes, and a sidecar stopped after a switch to that route removed
+// them. Install there writes nothing new (the files are what it would
+// write), and Uninstall leaves both; once the Owner file is gone (the
+// MachineConfig deleted), Uninstall removes them as before.
+func TestUninstallLeavesOwnedFiles(t *testing.T) {
+	root := t.TempDir()
+	f := files(root)
+	f.Owner = "/etc/iptables-alerter/install.env"
+	owner := filepath.Join(root, "etc/iptables-alerter/install.env")
+	if err := os.MkdirAll(filepath.Dir(owner), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(owner, []byte("IPTABLES_ALERTER_IMAGE=x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The MachineConfig's JSON and its unit's binary, already there.
+	bin := filepath.Join(root, "usr/local/bin/iptables-alerter-hook")
+	json := filepath.Join(root, "etc/containers/oci/hooks.d/iptables-alerter.json")
+	for path, data := range map[string][]byte{bin: f.Binary, json: f.JSON} {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := Install(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := Uninstall(f); !errors.Is(err, ErrOwnedElsewhere) {
+		t.Errorf("Uninstall with %s there: %v, want ErrOwnedElsewhere", f.Owner, err)
+	}
+	for _, p := range []string{bin, json} {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("Uninstall with %s there: %s: %v", f.Owner, p, err)
+		}
+	}
+	// A link is the file's presence too: not followed, not read.
+	if err := os.Remove(owner); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/nonexistent", owner); err != nil {
+		t.Fatal(err)
+	}
+	if err := Uninstall(f); !errors.Is(err, ErrOwnedElsewhere) {
+		t.Errorf("Uninstall with %s a dangling link: %v, want ErrOwnedElsewhere", f.Owner, err)
+	}
+	if err := os.Remove(owner); err != nil {
+		t.Fatal(err)
+	}
+	if err := Uninstall(f); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{bin, json} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("Uninstall with no %s: %s still there: %v", f.Owner, p, err)
+		}
+	}
+	// No Owner directory at all (the sidecar's mount missing): removed.
+	if err := os.RemoveAll(filepath.Dir(owner)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Install(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := Uninstall(f); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(json); !os.IsNotExist(err) {
+		t.Errorf("Uninstall with no %s directory: the JSON is still there: %v", f.Owner, err)
+	}
+}
