@@ -33,7 +33,7 @@ AGENTBIN := bin/iptables-alerter-agent
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all build deps demo-deps bench-deps test race-build test-packages test-tools test-early test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs schema crds chart chart-files set-release pin-image release release-chart release-deps registry-login github-release test-s390x
+.PHONY: all build deps demo-deps bench-deps test race-build test-packages test-tools test-early test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs schema crds chart chart-files set-release pin-image release release-key release-chart release-deps registry-login github-release test-s390x
 
 all: build
 
@@ -286,6 +286,7 @@ release:
 	@case '$(COSIGN_KEY)' in env://?*) ;; *) [ -f '$(COSIGN_KEY)' ] || { echo 'COSIGN_KEY=FILE or env://VAR: a cosign private key'; exit 1; };; esac
 	@case '$(DIST)' in ''|/) echo 'DIST=a directory of its own'; exit 1;; esac
 	rm -rf $(DIST) && mkdir -p $(DIST)/image $(DIST)/chart
+	$(MAKE) --no-print-directory release-key
 	for p in $(RELEASE_PLATFORMS); do \
 		ctx=$(DIST)/image/$${p#*/} && mkdir -p $$ctx && \
 		GOOS=$${p%%/*} GOARCH=$${p#*/} $(MAKE) --no-print-directory build BIN=$$ctx/iptables-alerter HOOKBIN=$$ctx/iptables-alerter-hook AGENTBIN=$$ctx/iptables-alerter-agent && \
@@ -317,6 +318,22 @@ release:
 	cd $(DIST) && sha256sum *.rpm *.tgz index.yaml iptables-alerter.cdx.json >SHA256SUMS
 	$(COSIGN) sign-blob --yes --key $(COSIGN_KEY) --tlog-upload=false --output-signature $(DIST)/SHA256SUMS.sig $(DIST)/SHA256SUMS
 	rm -rf $(DIST)/image $(DIST)/chart $(DIST)/rpmbuild $(DIST)/chart.push
+
+# The release's public key, DIST/cosign.pub (a file of the GitHub release,
+# what its users verify with), from COSIGN_KEY. Once the owners committed
+# the project's key as RELEASE_KEY_PUB (cosign.pub at the top), a release
+# signed with any other key stops here, before anything is pushed: a
+# leaked or mistaken CI secret cannot sign a release users would check
+# against a key they do not have. RELEASE_KEY_PUB= (empty) skips the check:
+# the tests, whose key is their own.
+RELEASE_KEY_PUB ?= cosign.pub
+release-key:
+	@case '$(DIST)' in ''|/) echo 'DIST=a directory of its own'; exit 1;; esac
+	mkdir -p $(DIST) && $(COSIGN) public-key --key $(COSIGN_KEY) --outfile $(DIST)/cosign.pub
+	@if [ -n '$(RELEASE_KEY_PUB)' ] && [ -f '$(RELEASE_KEY_PUB)' ] && \
+		[ "$$(tr -d '[:space:]' <'$(RELEASE_KEY_PUB)')" != "$$(tr -d '[:space:]' <$(DIST)/cosign.pub)" ]; then \
+		echo 'COSIGN_KEY is not the key of $(RELEASE_KEY_PUB): refusing to sign a release with it'; rm -f $(DIST)/cosign.pub; exit 1; \
+	fi
 
 # The release's chart, packaged into DIST: its default image is the
 # release's repository, pinned to the digest in DIST/image.digest by the
@@ -353,7 +370,8 @@ github-release:
 	awk '/^## /{p = index($$0, "[$(patsubst v%,%,$(VERSION))]") > 0; next} p' CHANGELOG.md >$(DIST)/RELEASE_NOTES.md
 	@[ -s $(DIST)/RELEASE_NOTES.md ] || { echo 'CHANGELOG.md has no section ## [$(patsubst v%,%,$(VERSION))]'; exit 1; }
 	gh release create $(VERSION) --verify-tag --title $(VERSION) --notes-file $(DIST)/RELEASE_NOTES.md \
-		$(DIST)/*.rpm $(DIST)/*.tgz $(DIST)/index.yaml $(DIST)/iptables-alerter.cdx.json $(DIST)/SHA256SUMS $(DIST)/SHA256SUMS.sig
+		$(DIST)/*.rpm $(DIST)/*.tgz $(DIST)/index.yaml $(DIST)/iptables-alerter.cdx.json $(DIST)/SHA256SUMS $(DIST)/SHA256SUMS.sig \
+		$(DIST)/cosign.pub
 
 # The kernel-structure decoders' tests built for linux/s390x (big-endian)
 # and run under qemu-s390x-static (tests/release's TestDecodersS390x).

@@ -112,7 +112,8 @@ func TestRelease(t *testing.T) {
 	t.Run("image", func(t *testing.T) { checkImage(t, image+":"+version, digest) })
 
 	t.Run("signatures", func(t *testing.T) {
-		pub, otherPub := filepath.Join(keys, "cosign.pub"), filepath.Join(other, "cosign.pub")
+		// The public key the release wrote, as its users get it.
+		pub, otherPub := filepath.Join(dist, "cosign.pub"), filepath.Join(other, "cosign.pub")
 		for _, ref := range []string{image + "@" + digest, image + ":" + version, chart + ":" + chartVersion} {
 			run(t, tmp, env, cosign, "verify", "--key", pub, "--insecure-ignore-tlog=true", ref)
 			if out, err := runErr(tmp, env, cosign, "verify", "--key", otherPub, "--insecure-ignore-tlog=true", ref); err == nil {
@@ -370,4 +371,53 @@ func startChartRepo(t *testing.T, dir, tag string) string {
 		http.Redirect(w, r, "/download/"+tag+"/"+r.PathValue("file"), http.StatusFound)
 	})
 	return "http://" + serve(t, mux)
+}
+
+// make release writes its public key, dist/cosign.pub, from COSIGN_KEY
+// (SECURITY.md and docs/release.md say to verify with the release's
+// cosign.pub, and no release had one), and github-release uploads it.
+// Once the project's key is committed (RELEASE_KEY_PUB, cosign.pub at the
+// top), another key stops the release before it signs anything.
+func TestReleaseKey(t *testing.T) {
+	cosign := reltest.Cosign(t)
+	_, err := exec.LookPath("make")
+	nstest.Need(t, err == nil, "needs make on PATH")
+	tmp := t.TempDir()
+	env := reltest.Env(t, filepath.Join(tmp, "home"))
+	keys, other := filepath.Join(tmp, "keys"), filepath.Join(tmp, "other")
+	reltest.KeyPair(t, cosign, env, keys)
+	reltest.KeyPair(t, cosign, env, other)
+	committed := filepath.Join(keys, "cosign.pub")
+	makeKey := func(key string, vars ...string) (string, string, error) {
+		dist := filepath.Join(t.TempDir(), "dist")
+		out, err := runErr(repo(t), env, "make", append([]string{"--no-print-directory", "release-key", "COSIGN=" + cosign,
+			"COSIGN_KEY=" + filepath.Join(key, "cosign.key"), "DIST=" + dist}, vars...)...)
+		return dist, out, err
+	}
+	dist, out, err := makeKey(keys, "RELEASE_KEY_PUB="+committed)
+	if err != nil {
+		t.Fatalf("make release-key with the committed key's pair: %v\n%s", err, out)
+	}
+	got, err := os.ReadFile(filepath.Join(dist, "cosign.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(committed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(strings.Fields(string(got)), "") != strings.Join(strings.Fields(string(want)), "") {
+		t.Errorf("dist/cosign.pub:\n%s\nwant the key pair's:\n%s", got, want)
+	}
+	dist, out, err = makeKey(other, "RELEASE_KEY_PUB="+committed)
+	if err == nil || !strings.Contains(out, "refusing to sign") {
+		t.Errorf("make release-key with another key than the committed one: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dist, "cosign.pub")); !os.IsNotExist(err) {
+		t.Errorf("the refused key's cosign.pub left in dist: %v", err)
+	}
+	// No key committed (a fork, the tests): any key.
+	if _, out, err := makeKey(other, "RELEASE_KEY_PUB="+filepath.Join(tmp, "none.pub")); err != nil {
+		t.Errorf("make release-key with no committed key: %v\n%s", err, out)
+	}
 }

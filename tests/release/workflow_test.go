@@ -3,6 +3,7 @@ package release
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -179,5 +180,30 @@ func TestWorkflowCacheIsRunners(t *testing.T) {
 				t.Errorf("%s: %s runs with IPTA_CACHE %v, want %s (make's default is root's)", name, run, cache, runnerCache)
 			}
 		}
+	}
+}
+
+// The release's public key is a file of the GitHub release (what
+// SECURITY.md says to verify with), and the workflow never turns off the
+// check against the committed cosign.pub (RELEASE_KEY_PUB, which only the
+// tests, with keys of their own, set empty).
+func TestReleaseUploadsKey(t *testing.T) {
+	cmd := exec.Command("make", "-s", "-n", "--no-print-directory", "-C", repo(t), "github-release", "VERSION=v1.2.3", "DIST=/dist")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n github-release: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "/dist/cosign.pub") {
+		t.Errorf("make github-release uploads no cosign.pub:\n%s", out)
+	}
+	if got, err := testbin.MakeDefault(repo(t), "RELEASE_KEY_PUB"); err != nil || strings.Join(got, " ") != "cosign.pub" {
+		t.Errorf("make's RELEASE_KEY_PUB is %v (%v), want cosign.pub", got, err)
+	}
+	data, err := os.ReadFile(filepath.Join(repo(t), ".github", "workflows", "release.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "RELEASE_KEY_PUB") {
+		t.Errorf("the release workflow sets RELEASE_KEY_PUB: a release is checked against the committed cosign.pub")
 	}
 }

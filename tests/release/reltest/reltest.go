@@ -25,6 +25,20 @@ func Repo() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
 }
 
+// Cosign is the cache's cosign (tests/release/build-cosign.sh), skipping
+// without it (a failure under CI=true).
+func Cosign(t *testing.T) string {
+	t.Helper()
+	cache := os.Getenv("IPTA_CACHE")
+	if cache == "" {
+		cache = "/var/cache/iptables-alerter"
+	}
+	cosign := filepath.Join(cache, "release", "bin", "cosign")
+	_, err := os.Stat(cosign)
+	nstest.Need(t, err == nil, "needs "+cosign+" (tests/release/build-cosign.sh)")
+	return cosign
+}
+
 // Need checks what make release runs besides Go (cosign and
 // cyclonedx-gomod from the cache, helm, rpmbuild, sha256sum and make on
 // PATH), skipping without it (a failure under CI=true), and gives cosign's
@@ -93,7 +107,9 @@ func KeyPair(t *testing.T, cosign string, env []string, dir string) {
 func Make(t *testing.T, env []string, version, registry, dist, keyDir string, platforms []string, vars ...string) string {
 	t.Helper()
 	args := append([]string{"--no-print-directory", "-C", Repo(), "release", "VERSION=" + version, "REGISTRY=" + registry, "DIST=" + dist,
-		"COSIGN_KEY=" + filepath.Join(keyDir, "cosign.key"), "RPMBUILDFLAGS=--nodeps", "RELEASE_PLATFORMS=" + strings.Join(platforms, " ")}, vars...)
+		"COSIGN_KEY=" + filepath.Join(keyDir, "cosign.key"), "RPMBUILDFLAGS=--nodeps", "RELEASE_PLATFORMS=" + strings.Join(platforms, " "),
+		// The test's key is its own, not the project's cosign.pub.
+		"RELEASE_KEY_PUB="}, vars...)
 	cmd := exec.Command("make", args...)
 	cmd.Env = append(os.Environ(), env...)
 	start := time.Now()
