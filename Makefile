@@ -285,6 +285,8 @@ release:
 	@case '$(REGISTRY)' in ?*/?*) ;; *) echo 'REGISTRY=HOST[:PORT]/PATH'; exit 1;; esac
 	@case '$(COSIGN_KEY)' in env://?*) ;; *) [ -f '$(COSIGN_KEY)' ] || { echo 'COSIGN_KEY=FILE or env://VAR: a cosign private key'; exit 1; };; esac
 	@case '$(DIST)' in ''|/) echo 'DIST=a directory of its own'; exit 1;; esac
+	@[ -n '$(RELEASE_DIRTY_OK)' ] || [ -z "$$(git status --porcelain 2>/dev/null)" ] || \
+		{ git status --short; echo 'the tree has changes: a release is of HEAD, and its binaries, image and RPM say so (an explicit VERSION has no -dirty); commit them or move them away'; exit 1; }
 	rm -rf $(DIST) && mkdir -p $(DIST)/image $(DIST)/chart
 	$(MAKE) --no-print-directory release-key
 	for p in $(RELEASE_PLATFORMS); do \
@@ -327,6 +329,9 @@ release:
 # against a key they do not have. RELEASE_KEY_PUB= (empty) skips the check:
 # the tests, whose key is their own.
 RELEASE_KEY_PUB ?= cosign.pub
+# Set (to anything), make release goes on in a tree with changes, which it
+# otherwise refuses: only for the tests, which release the tree they test.
+RELEASE_DIRTY_OK ?=
 release-key:
 	@case '$(DIST)' in ''|/) echo 'DIST=a directory of its own'; exit 1;; esac
 	mkdir -p $(DIST) && $(COSIGN) public-key --key $(COSIGN_KEY) --outfile $(DIST)/cosign.pub

@@ -421,3 +421,67 @@ func TestReleaseKey(t *testing.T) {
 		t.Errorf("make release-key with no committed key: %v\n%s", err, out)
 	}
 }
+
+// make release refuses a tree with changes, tracked or not: it releases
+// HEAD, whose commit its binaries, image labels and RPM name, and with an
+// explicit VERSION (no -dirty) nothing said the binaries held other
+// code. RELEASE_DIRTY_OK (the tests') lets it go on. Run on a repository
+// of the Makefile alone: the check comes before anything is built.
+func TestReleaseRefusesDirtyTree(t *testing.T) {
+	for _, c := range []string{"make", "git"} {
+		_, err := exec.LookPath(c)
+		nstest.Need(t, err == nil, "needs "+c+" on PATH")
+	}
+	dir := t.TempDir()
+	mk, err := os.ReadFile(filepath.Join(repo(t), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "Makefile"), mk, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(t.TempDir(), "cosign.key")
+	if err := os.WriteFile(key, []byte("not read: the release stops before"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gitEnv := []string{"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com",
+		"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1"}
+	run(t, dir, gitEnv, "git", "init", "-q")
+	run(t, dir, gitEnv, "git", "add", "Makefile")
+	run(t, dir, gitEnv, "git", "commit", "-q", "-m", "x")
+	const refused = "the tree has changes"
+	release := func(vars ...string) (string, bool) {
+		t.Helper()
+		dist := filepath.Join(dir, "out")
+		os.RemoveAll(dist)
+		// COSIGN=false: a release past the check stops at its first tool.
+		out, err := runErr(dir, nil, "make", append([]string{"--no-print-directory", "release", "VERSION=v1.2.3", "REGISTRY=registry.example/team",
+			"COSIGN_KEY=" + key, "DIST=" + dist, "COSIGN=false"}, vars...)...)
+		if err == nil {
+			t.Fatalf("make release with COSIGN=false passed:\n%s", out)
+		}
+		_, statErr := os.Stat(dist)
+		return out, statErr == nil
+	}
+	if out, started := release(); strings.Contains(out, refused) || !started {
+		t.Errorf("a clean tree: refused or stopped before it started (dist made: %v):\n%s", started, out)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "extra.go"), []byte("package main\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, started := release(); !strings.Contains(out, refused) || !strings.Contains(out, "extra.go") || started {
+		t.Errorf("a file not committed: not refused, or dist made (%v):\n%s", started, out)
+	}
+	if out, started := release("RELEASE_DIRTY_OK=1"); strings.Contains(out, refused) || !started {
+		t.Errorf("RELEASE_DIRTY_OK=1: refused (dist made: %v):\n%s", started, out)
+	}
+	if err := os.Remove(filepath.Join(dir, "extra.go")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "Makefile"), append(mk, "# changed\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, started := release(); !strings.Contains(out, refused) || started {
+		t.Errorf("a committed file changed: not refused, or dist made (%v):\n%s", started, out)
+	}
+}

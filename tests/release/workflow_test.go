@@ -206,4 +206,7 @@ func TestReleaseUploadsKey(t *testing.T) {
 	if strings.Contains(string(data), "RELEASE_KEY_PUB") {
 		t.Errorf("the release workflow sets RELEASE_KEY_PUB: a release is checked against the committed cosign.pub")
 	}
+	if strings.Contains(string(data), "RELEASE_DIRTY_OK") {
+		t.Errorf("the release workflow sets RELEASE_DIRTY_OK: a release is of a clean tree")
+	}
 }
