@@ -266,7 +266,8 @@ pin-image:
 # both and the image's SBOM with cosign (key-based, no transparency log:
 # the reasons are in docs/release.md), and leaves in DIST the chart's .tgz
 # and index.yaml for a static chart repository at CHART_REPO_URL, the RPM,
-# the SBOM, SHA256SUMS and its signature, and a kustomize overlay of
+# a tar.gz of the full binary per platform (the krew plugin's), the SBOM,
+# SHA256SUMS and its signature, and a kustomize overlay of
 # KUSTOMIZE_BASE that pulls the pushed image by digest. COSIGN_PASSWORD
 # (environment) unlocks the key. Plain HTTP only to a loopback registry.
 DIST ?= dist
@@ -280,6 +281,12 @@ KUSTOMIZE_BASE ?= $(CURDIR)/packaging/kubernetes
 RELEASE_IMAGE = $(REGISTRY)/iptables-alerter
 PLAIN_HTTP = $(if $(filter localhost:% 127.0.0.1:% [::1]:%,$(REGISTRY)),--plain-http)
 COSIGN_SIGN = $(COSIGN) sign --yes --key $(COSIGN_KEY) --tlog-upload=false
+# The archive of the full binary and LICENSE for a platform (os/arch), as
+# packaging/krew/iptables-alerter.yaml names it: `kubectl iptables-alerter`.
+release_archive = iptables-alerter-$(VERSION)-$(subst /,-,$(1)).tar.gz
+# Owner, order, modes and times fixed, and gzip -n (no name, no time): the
+# same commit gives the same archives.
+RELEASE_TAR = --sort=name --owner=0 --group=0 --numeric-owner --mode=a+rX,u+w,go-w --mtime=$(or $(COMMIT_DATE),1970-01-01T00:00:00Z) -c
 release:
 	@case '$(VERSION)' in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo 'VERSION=vX.Y.Z'; exit 1;; esac
 	@case '$(REGISTRY)' in ?*/?*) ;; *) echo 'REGISTRY=HOST[:PORT]/PATH'; exit 1;; esac
@@ -311,13 +318,16 @@ release:
 	$(HELM) repo index $(DIST) --url $(CHART_REPO_URL)
 	$(MAKE) --no-print-directory rpm RPM_VERSION=$(patsubst v%,%,$(VERSION)) RPMDIR=$(abspath $(DIST))/rpmbuild
 	cp $(DIST)/rpmbuild/RPMS/*/*.rpm $(DIST)/
+	$(foreach p,$(RELEASE_PLATFORMS),tar $(RELEASE_TAR) -f $(DIST)/$(basename $(call release_archive,$(p))) \
+		-C $(DIST)/image/$(notdir $(p)) iptables-alerter -C $(CURDIR) LICENSE && \
+		gzip -n -9 $(DIST)/$(basename $(call release_archive,$(p))) &&) true
 	mkdir -p $(DIST)/kustomize && base='$(KUSTOMIZE_BASE)' && \
 		{ [ ! -d "$$base" ] || base=$$(realpath --relative-to=$(DIST)/kustomize "$$base"); } && printf '%s\n' \
 		'# kubectl apply -k DIR: the $(VERSION) manifests with the image pushed by make release, by digest.' \
 		'apiVersion: kustomize.config.k8s.io/v1beta1' 'kind: Kustomization' \
 		'resources:' "  - $$base" 'images:' '  - name: ghcr.io/iptables-alerter/iptables-alerter' \
 		'    newName: $(RELEASE_IMAGE)' "    digest: $$(cat $(DIST)/image.digest)" >$(DIST)/kustomize/kustomization.yaml
-	cd $(DIST) && sha256sum *.rpm *.tgz index.yaml iptables-alerter.cdx.json >SHA256SUMS
+	cd $(DIST) && sha256sum *.rpm *.tgz *.tar.gz index.yaml iptables-alerter.cdx.json >SHA256SUMS
 	$(COSIGN) sign-blob --yes --key $(COSIGN_KEY) --tlog-upload=false --output-signature $(DIST)/SHA256SUMS.sig $(DIST)/SHA256SUMS
 	rm -rf $(DIST)/image $(DIST)/chart $(DIST)/rpmbuild $(DIST)/chart.push
 
@@ -375,7 +385,7 @@ github-release:
 	awk '/^## /{p = index($$0, "[$(patsubst v%,%,$(VERSION))]") > 0; next} p' CHANGELOG.md >$(DIST)/RELEASE_NOTES.md
 	@[ -s $(DIST)/RELEASE_NOTES.md ] || { echo 'CHANGELOG.md has no section ## [$(patsubst v%,%,$(VERSION))]'; exit 1; }
 	gh release create $(VERSION) --verify-tag --title $(VERSION) --notes-file $(DIST)/RELEASE_NOTES.md \
-		$(DIST)/*.rpm $(DIST)/*.tgz $(DIST)/index.yaml $(DIST)/iptables-alerter.cdx.json $(DIST)/SHA256SUMS $(DIST)/SHA256SUMS.sig \
+		$(DIST)/*.rpm $(DIST)/*.tgz $(DIST)/*.tar.gz $(DIST)/index.yaml $(DIST)/iptables-alerter.cdx.json $(DIST)/SHA256SUMS $(DIST)/SHA256SUMS.sig \
 		$(DIST)/cosign.pub
 
 # The kernel-structure decoders' tests built for linux/s390x (big-endian)

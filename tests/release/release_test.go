@@ -2,6 +2,7 @@ package release
 
 import (
 	"archive/tar"
+	"compress/gzip"
 	"debug/elf"
 	"encoding/binary"
 	"encoding/json"
@@ -128,6 +129,7 @@ func TestRelease(t *testing.T) {
 	})
 
 	t.Run("files", func(t *testing.T) { checkFiles(t, dist, env, chartURL, chartVersion) })
+	t.Run("archives", func(t *testing.T) { checkArchives(t, dist, version) })
 
 	// The OpenShift console's route (packaging/openshift/helmchartrepository.yaml):
 	// an http(s) repository's index.yaml at the latest release's download
@@ -483,5 +485,64 @@ func TestReleaseRefusesDirtyTree(t *testing.T) {
 	}
 	if out, started := release(); !strings.Contains(out, refused) || started {
 		t.Errorf("a committed file changed: not refused, or dist made (%v):\n%s", started, out)
+	}
+}
+
+// checkArchives opens the krew plugin's archive of each platform built:
+// the full binary, built for it, and LICENSE, owned by root; SHA256SUMS
+// lists it.
+func checkArchives(t *testing.T, dist, version string) {
+	sums, err := os.ReadFile(filepath.Join(dist, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range testPlatforms {
+		arch := strings.TrimPrefix(p, "linux/")
+		name := "iptables-alerter-" + version + "-linux-" + arch + ".tar.gz"
+		if !strings.Contains(string(sums), "  "+name+"\n") {
+			t.Errorf("SHA256SUMS does not list %s", name)
+		}
+		f, err := os.Open(filepath.Join(dist, name))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		defer f.Close()
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(zr)
+		files := map[string]bool{}
+		for {
+			h, err := tr.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[h.Name] = true
+			if h.Uid != 0 || h.Gid != 0 {
+				t.Errorf("%s: %s owned by %d:%d", name, h.Name, h.Uid, h.Gid)
+			}
+			if h.Name != "iptables-alerter" {
+				continue
+			}
+			head := make([]byte, 20)
+			if _, err := io.ReadFull(tr, head); err != nil {
+				t.Fatal(err)
+			}
+			var order binary.ByteOrder = binary.LittleEndian
+			if elf.Data(head[elf.EI_DATA]) == elf.ELFDATA2MSB {
+				order = binary.BigEndian
+			}
+			if m := elf.Machine(order.Uint16(head[18:20])); string(head[:4]) != elf.ELFMAG || m != wantMachine[arch].m || h.Mode&0o111 == 0 {
+				t.Errorf("%s: iptables-alerter is machine %v mode %o, want an executable for %v", name, m, h.Mode, wantMachine[arch].m)
+			}
+		}
+		if !files["iptables-alerter"] || !files["LICENSE"] || len(files) != 2 {
+			t.Errorf("%s holds %v, want iptables-alerter and LICENSE", name, files)
+		}
 	}
 }

@@ -210,3 +210,71 @@ func TestReleaseUploadsKey(t *testing.T) {
 		t.Errorf("the release workflow sets RELEASE_DIRTY_OK: a release is of a clean tree")
 	}
 }
+
+// The krew manifest's archives are files a release has: make release
+// writes iptables-alerter-VERSION-OS-ARCH.tar.gz for each of its platforms
+// (TestRelease opens them), lists them in SHA256SUMS, and github-release
+// attaches them. The manifest named archives no target made.
+func TestKrewArchivesReleased(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repo(t), "packaging", "krew", "iptables-alerter.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plugin struct {
+		Spec struct {
+			Platforms []struct {
+				Selector struct {
+					MatchLabels map[string]string `json:"matchLabels"`
+				} `json:"selector"`
+				URI string `json:"uri"`
+			} `json:"platforms"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(data, &plugin); err != nil {
+		t.Fatal(err)
+	}
+	platforms, err := testbin.MakeDefault(repo(t), "RELEASE_PLATFORMS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const version = "v1.2.3"
+	var eval []string
+	for _, p := range platforms {
+		eval = append(eval, "$(call release_archive,"+p+")")
+	}
+	out, err := exec.Command("make", "-s", "--no-print-directory", "-C", repo(t), "--eval=print-archives: ; @echo "+strings.Join(eval, " "),
+		"print-archives", "VERSION="+version).Output()
+	if err != nil {
+		t.Fatalf("make release_archive: %v", err)
+	}
+	made := map[string]bool{}
+	for _, a := range strings.Fields(string(out)) {
+		made[a] = true
+	}
+	if len(made) != len(platforms) {
+		t.Fatalf("make's archives %v for platforms %v", made, platforms)
+	}
+	if len(plugin.Spec.Platforms) == 0 {
+		t.Fatalf("the krew manifest has no platforms")
+	}
+	for _, p := range plugin.Spec.Platforms {
+		name := strings.ReplaceAll(filepath.Base(p.URI), "VERSION", version)
+		if !made[name] {
+			t.Errorf("krew platform %v: %s, which make release does not write (it writes %v)", p.Selector.MatchLabels, name, made)
+		}
+		if dir := filepath.Dir(p.URI); !strings.HasSuffix(dir, "/releases/download/VERSION") {
+			t.Errorf("krew platform %v: %s is not a GitHub release's file", p.Selector.MatchLabels, p.URI)
+		}
+	}
+	cmd := exec.Command("make", "-s", "-n", "--no-print-directory", "-C", repo(t), "github-release", "VERSION="+version, "DIST=/dist")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "/dist/*.tar.gz") {
+		t.Errorf("make github-release does not attach the archives (%v):\n%s", err, out)
+	}
+	mk, err := os.ReadFile(filepath.Join(repo(t), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(mk), "sha256sum *.rpm *.tgz *.tar.gz ") {
+		t.Errorf("make release's SHA256SUMS does not list the archives")
+	}
+}
