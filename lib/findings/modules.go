@@ -20,8 +20,9 @@ type Modules struct {
 	Native []string `json:"native"`
 	// LeftOut counts the names the lists leave out, past MaxModules a
 	// level (lib/modules keeps the ones its release table verifies);
-	// 0 in lines of older writers, which cut without saying so.
-	LeftOut int `json:"left_out"`
+	// absent when none (and in lines of older writers, which cut without
+	// saying so).
+	LeftOut int `json:"left_out,omitempty"`
 }
 
 // Bounds of the module lists: module names are the kernel's (an xt
