@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -292,7 +293,7 @@ func operatorEndToEnd(t *testing.T, v opVariant) {
 		return true
 	})
 	for k, v := range map[string]string{"job": svc, "service": svc, "namespace": "iptables-alerter", "pod": agentPodName,
-		"node": opNode, "pod_namespace": "shop"} {
+		"node": opNode, "component": "agent", "pod_namespace": "shop"} {
 		if series[k] != v {
 			t.Errorf("usage series label %s = %q, want %q (%v)", k, series[k], v, series)
 		}
@@ -322,6 +323,30 @@ func operatorEndToEnd(t *testing.T, v opVariant) {
 			up[tg.ScrapeURL] = tg.Health == "up"
 		}
 		return maps.Equal(up, targets)
+	})
+	// Each target writes an up series of its own, told apart by its
+	// component: behind TLS the agent's and the forwarder's targets share
+	// the pod's address and port, and with the same labels they wrote one
+	// series, its value whichever was scraped last (IPTablesAlerterAgentDown
+	// missed a target down).
+	components := []string{"agent"}
+	if v.secure {
+		components = []string{"agent", "forward"}
+	}
+	within(t, opWait, fmt.Sprintf("up series not one per component %v", components), func() bool {
+		r := prom.query(t, `up{job="`+svc+`"} == 1`)
+		var got []string
+		for _, raw := range r.Data.Result {
+			var s struct {
+				Metric map[string]string `json:"metric"`
+			}
+			if err := json.Unmarshal(raw, &s); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, s.Metric["component"])
+		}
+		sort.Strings(got)
+		return slices.Equal(got, components)
 	})
 
 	// The rules evaluate on those series: the workload's alert fires.

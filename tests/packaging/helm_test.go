@@ -289,6 +289,31 @@ func keys(m map[string]map[string]any) []string {
 	return ks
 }
 
+// TestHelmServiceMonitorTargets: as TestServiceMonitorNode for the chart's
+// ServiceMonitor in each setup, including those no kustomization has (no
+// agent, no forwarder).
+func TestHelmServiceMonitorTargets(t *testing.T) {
+	for name, set := range map[string][]string{
+		"plain":                  withAPI(),
+		"secure":                 withAPI("metrics.secure.enabled=true"),
+		"openshift":              withAPI("openshift.enabled=true"),
+		"secure without agent":   withAPI("metrics.secure.enabled=true", "agent.enabled=false"),
+		"no forward":             withAPI("forward.enabled=false"),
+		"secure with relabeling": withAPI("metrics.secure.enabled=true", "metrics.serviceMonitor.relabelings[0].targetLabel=cluster", "metrics.serviceMonitor.relabelings[0].replacement=east"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			var sm struct {
+				Spec struct{ Endpoints []smEndpoint }
+			}
+			b, _ := json.Marshal(objects(t, helmTemplate(t, set...))["ServiceMonitor/iptables-alerter/iptables-alerter"])
+			if err := json.Unmarshal(b, &sm); err != nil || len(sm.Spec.Endpoints) == 0 {
+				t.Fatalf("no ServiceMonitor endpoints (%v): %s", err, b)
+			}
+			checkEndpoints(t, sm.Spec.Endpoints)
+		})
+	}
+}
+
 // The chart's copies of the CRD and the alerts (a chart cannot read outside
 // its directory) are the files packaging ships, byte for byte.
 func TestHelmFilesInSync(t *testing.T) {
@@ -429,7 +454,7 @@ func TestHelmValues(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, e := range sm.Spec.Endpoints {
-					if len(e.Relabelings) != 2 || e.Relabelings[0]["targetLabel"] != "node" || e.Relabelings[1]["targetLabel"] != "cluster" ||
+					if len(e.Relabelings) != 3 || e.Relabelings[0]["targetLabel"] != "node" || e.Relabelings[1]["targetLabel"] != "component" || e.Relabelings[2]["targetLabel"] != "cluster" ||
 						len(e.MetricRelabelings) != 1 || e.MetricRelabelings[0]["regex"] != "go_.*" {
 						t.Errorf("endpoint relabelings %v, metricRelabelings %v", e.Relabelings, e.MetricRelabelings)
 					}

@@ -128,10 +128,18 @@ type relabeling struct {
 	Action       string
 	SourceLabels []string `json:"sourceLabels"`
 	TargetLabel  string   `json:"targetLabel"`
+	Replacement  *string  `json:"replacement"`
+}
+
+// smEndpoint is what the tests read of a ServiceMonitor endpoint.
+type smEndpoint struct {
+	Port, Path  string
+	Relabelings []relabeling
 }
 
 // TestServiceMonitorNode: every endpoint of every ServiceMonitor shipped
-// labels its series with the node the pod runs on.
+// labels its series with the node the pod runs on and the component it
+// scrapes, and no two endpoints give their targets the same labels.
 func TestServiceMonitorNode(t *testing.T) {
 	for _, k := range append(slices.Clone(monitored), "secure-metrics") {
 		t.Run(filepath.Base(k), func(t *testing.T) {
@@ -140,25 +148,50 @@ func TestServiceMonitorNode(t *testing.T) {
 				dir = secureOverlay(t)
 			}
 			var sm struct {
-				Spec struct {
-					Endpoints []struct {
-						Path        string
-						Relabelings []relabeling
-					}
-				}
+				Spec struct{ Endpoints []smEndpoint }
 			}
 			renderedLoose(t, dir, "ServiceMonitor", "iptables-alerter", &sm)
 			if len(sm.Spec.Endpoints) != 2 {
 				t.Errorf("%d endpoints, want the agent's and the forwarder's", len(sm.Spec.Endpoints))
 			}
-			for _, e := range sm.Spec.Endpoints {
-				if !slices.ContainsFunc(e.Relabelings, func(r relabeling) bool {
-					return r.Action == "replace" && slices.Equal(r.SourceLabels, []string{"__meta_kubernetes_pod_node_name"}) && r.TargetLabel == "node"
-				}) {
-					t.Errorf("endpoint %s: no relabelling of __meta_kubernetes_pod_node_name to node: %+v", e.Path, e.Relabelings)
-				}
-			}
+			checkEndpoints(t, sm.Spec.Endpoints)
 		})
+	}
+}
+
+// checkEndpoints: each endpoint relabels the pod's node to node and says
+// which component it scrapes, and the endpoints' targets differ in their
+// labels. The Prometheus Operator puts no path in a target's labels: two
+// endpoints on one port (the forwarder's TLS port serves /metrics/agent and
+// /metrics) with nothing else between them write one up series, and one of
+// every go_*, process_* and build_info series, each sample from whichever
+// target was scraped last.
+func checkEndpoints(t *testing.T, eps []smEndpoint) {
+	t.Helper()
+	seen := map[string]string{}
+	for _, e := range eps {
+		if !slices.ContainsFunc(e.Relabelings, func(r relabeling) bool {
+			return r.Action == "replace" && slices.Equal(r.SourceLabels, []string{"__meta_kubernetes_pod_node_name"}) && r.TargetLabel == "node"
+		}) {
+			t.Errorf("endpoint %s %s: no relabelling of __meta_kubernetes_pod_node_name to node: %+v", e.Port, e.Path, e.Relabelings)
+		}
+		// The port is in the target's instance; the rest is what the
+		// relabellings set to a fixed value.
+		labels := []string{"port=" + e.Port}
+		for _, r := range e.Relabelings {
+			if (r.Action == "" || r.Action == "replace") && len(r.SourceLabels) == 0 && r.Replacement != nil {
+				labels = append(labels, r.TargetLabel+"="+*r.Replacement)
+			}
+		}
+		if !strings.Contains(strings.Join(labels, ","), ",component=") {
+			t.Errorf("endpoint %s %s: no component label (%v)", e.Port, e.Path, labels)
+		}
+		slices.Sort(labels)
+		key := strings.Join(labels, ",")
+		if other, dup := seen[key]; dup {
+			t.Errorf("endpoints %s and %s %s: their targets both get the labels {%s}", other, e.Port, e.Path, key)
+		}
+		seen[key] = e.Port + " " + e.Path
 	}
 }
 
