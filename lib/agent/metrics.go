@@ -174,7 +174,7 @@ func (c execWatchCollector) Collect(ch chan<- prometheus.Metric) {
 
 var (
 	podRulesDesc = prometheus.NewDesc("iptables_alerter_agent_pod_rules",
-		"Rules the agent's latest scan found in a running pod's network namespace, by RHEL 10 impact (legacy: breaks; xt: breaks unless kernel-modules-extra is installed; native: keeps loading) and recognised vendor (unknown: none; other: an admin-added one; a pod naming two has a series for each); only levels with rules, only pods with usage, each until it stops or its usage is gone. owner is the workload its labels name (Deployment/x, StatefulSet/x, Job/x), empty when they do not say.",
+		"Rules the agent's latest scan found in a running pod's network namespace, by RHEL 10 impact (legacy: breaks; xt: breaks unless kernel-modules-extra is installed; native: keeps loading) and recognised vendor (unknown: none; other: an admin-added one; a pod naming two has a series for each); only levels with rules, only pods with usage, each until it stops or its usage is gone. owner is the workload its labels name (Deployment/x, StatefulSet/x, DaemonSet/x, Job/x; a CronJob's Job as itself), empty when they do not say.",
 		[]string{"pod_namespace", "pod_name", "owner", "impact", "vendor"}, nil)
 	podExecsDesc = prometheus.NewDesc("iptables_alerter_agent_pod_iptables_commands_total",
 		"iptables commands a running pod ran that the exec watch saw end, by result (ok, failed: a write that did not work, or missing kernel support; missed: it ran in the pod, by its cgroup, and ended before the agent could read it); within --max-pod-series pods, each until the pod stops.",

@@ -10,15 +10,33 @@ const (
 	labelJobNameOld  = "job-name"
 	labelStatefulPod = "statefulset.kubernetes.io/pod-name"
 	labelTemplate    = "pod-template-hash"
+	// The DaemonSet controller sets both; a StatefulSet's pods have the
+	// revision hash but no template generation.
+	labelRevision   = "controller-revision-hash"
+	labelGeneration = "pod-template-generation"
+)
+
+// The API server makes a generateName pod's name as the base, cut to
+// maxGeneratedBase characters, and genSuffix random ones (apiserver's
+// names.SimpleNameGenerator): a name of maxGeneratedBase+genSuffix
+// characters may hold a cut base, a shorter one holds it whole.
+const (
+	maxGeneratedBase = 63 - genSuffix
+	genSuffix        = 5
 )
 
 // ownerOf names the workload of a pod from its labels, as "Kind/name", where
 // a controller's label proves it: the Job controller's job name; a
 // StatefulSet's pod-name label, the set's name being the pod's before
 // "-ordinal"; a Deployment's pod-template-hash, found in the pod's name as
-// "<deployment>-<hash>-<suffix>". Otherwise "" (a DaemonSet's, a bare
-// pod's, a name too long to hold the hash): never a guess from the name
-// alone. The forwarder, with API access, resolves owners for Events.
+// "<deployment>-<hash>-<suffix>"; a DaemonSet's revision hash and template
+// generation, the set's name being the pod's before "-<suffix>" where the
+// name is short enough for the base to be whole (a DaemonSet on 300 nodes
+// is one workload, not 300 pods each alerting as its own). Otherwise ""
+// (a bare pod's, a name too long to hold the hash or a whole base): never
+// a guess from the name alone. A Job's CronJob is not named: only the
+// Job's name, not a label, would say it. The forwarder, with API access,
+// resolves owners for Events.
 func ownerOf(labels map[string]string, pod string) string {
 	if j := labels[labelJobName]; j != "" {
 		return "Job/" + j
@@ -34,6 +52,11 @@ func ownerOf(labels map[string]string, pod string) string {
 	if h := labels[labelTemplate]; h != "" {
 		if i := strings.LastIndex(pod, "-"+h+"-"); i > 0 {
 			return "Deployment/" + pod[:i]
+		}
+	}
+	if labels[labelRevision] != "" && labels[labelGeneration] != "" && len(pod) < maxGeneratedBase+genSuffix {
+		if i := len(pod) - genSuffix - 1; i > 0 && strings.LastIndexByte(pod, '-') == i {
+			return "DaemonSet/" + pod[:i]
 		}
 	}
 	return ""

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -103,7 +104,16 @@ func TestOwnerOf(t *testing.T) {
 		{name: "statefulset label of another pod", labels: map[string]string{labelStatefulPod: "db-1"}, pod: "db-12"},
 		{name: "job", labels: map[string]string{labelJobName: "backup-29001", labelJobNameOld: "backup-29001"}, pod: "backup-29001-abcde", want: "Job/backup-29001"},
 		{name: "job, old label only", labels: map[string]string{labelJobNameOld: "migrate"}, pod: "migrate-abcde", want: "Job/migrate"},
-		{name: "daemonset or bare pod", labels: map[string]string{"controller-revision-hash": "5f8d"}, pod: "agent-7xq2p"},
+		{name: "daemonset", labels: map[string]string{labelRevision: "5f8d9c7b6", labelGeneration: "3"}, pod: "kube-proxy-7xq2p", want: "DaemonSet/kube-proxy"},
+		// A pod name of 62 characters holds its base whole; one of 63
+		// holds a cut base for any DaemonSet name of 58 or more.
+		{name: "daemonset, longest whole name", labels: map[string]string{labelRevision: "5f8d9c7b6", labelGeneration: "1"}, pod: strings.Repeat("d", 56) + "-7xq2p", want: "DaemonSet/" + strings.Repeat("d", 56)},
+		{name: "daemonset, name maybe cut", labels: map[string]string{labelRevision: "5f8d9c7b6", labelGeneration: "1"}, pod: strings.Repeat("d", 57) + "-7xq2p"},
+		{name: "daemonset label, no generated suffix", labels: map[string]string{labelRevision: "5f8d9c7b6", labelGeneration: "1"}, pod: "agent-x"},
+		// A StatefulSet's pod whose pod-name label is not its own has the
+		// revision hash but no template generation.
+		{name: "revision hash only", labels: map[string]string{labelRevision: "5f8d"}, pod: "agent-7xq2p"},
+		{name: "job of a cronjob", labels: map[string]string{labelJobName: "backup-29001"}, pod: "backup-29001-abcde", want: "Job/backup-29001"},
 		{name: "no labels", pod: "web"},
 	}
 	for _, tt := range tests {
