@@ -9,12 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	nri "github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
+	"sigs.k8s.io/yaml"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nritest"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
@@ -142,8 +145,18 @@ type result struct {
 
 func (p server) query(t *testing.T, expr string) result {
 	t.Helper()
+	return p.queryAt(t, expr, time.Time{})
+}
+
+// queryAt is query evaluated at a given time (zero: now).
+func (p server) queryAt(t *testing.T, expr string, at time.Time) result {
+	t.Helper()
+	q := url.Values{"query": {expr}}
+	if !at.IsZero() {
+		q.Set("time", strconv.FormatInt(at.Unix(), 10))
+	}
 	var r result
-	if !p.api("/api/v1/query", url.Values{"query": {expr}}, &r) && r.Status == "" {
+	if !p.api("/api/v1/query", q, &r) && r.Status == "" {
 		t.Fatalf("query %q: no answer", expr)
 	}
 	return r
@@ -156,7 +169,8 @@ func (p server) query(t *testing.T, expr string) result {
 // holds an xt rule. The breaking-usage alert fires for its workload, with
 // its namespace, owner and impact (the recorded per-pod series names the pod), and every query of the dashboard
 // runs, the usage ones with results; when the pod's sandbox stops, its
-// series leaves the agent's /metrics and the alert resolves.
+// series leaves the agent's /metrics, the alert stays for the rules' hold,
+// and the per-pod rule evaluated past the hold gives nothing.
 func TestAlertEndToEnd(t *testing.T) {
 	needTool(t, prometheus)
 	nstest.NeedRoot(t, "iptables-nft")
@@ -219,14 +233,46 @@ scrape_configs:
 	eventually(t, "the pod's series still scraped after its sandbox stopped", func() bool {
 		return len(prom.query(t, `iptables_alerter_agent_pod_rules{pod_name="`+pod.Name+`"}`).Data.Result) == 0
 	})
-	eventually(t, "IPTablesBreakingOnRHEL10 still active after the pod stopped", func() bool {
-		for _, a := range prom.breaking(t) {
-			if a.Labels["owner"] == "Deployment/web" {
-				return false
+	// The rules hold the pod's series 10 minutes (an agent's rollout
+	// leaves such a gap): the alert stays now, and the per-pod rule, as
+	// Prometheus evaluates it past the hold, gives nothing (the alert then
+	// resolves: promtool's TestRules).
+	stopped := time.Now()
+	time.Sleep(5 * time.Second) // five evaluations: without the hold, the alert is gone
+	if !slices.ContainsFunc(prom.breaking(t), func(a alert) bool { return a.Labels["owner"] == "Deployment/web" && a.State == "firing" }) {
+		t.Errorf("IPTablesBreakingOnRHEL10 resolved as soon as the pod's series left: %+v", prom.breaking(t))
+	}
+	expr := recordExpr(t, filepath.Join(dir, "rules.yaml"), "pod:iptables_alerter_breaking_rules:max")
+	if r := prom.queryAt(t, expr, stopped.Add(11*time.Minute)); r.Status != "success" || len(r.Data.Result) != 0 {
+		t.Errorf("the per-pod rule 11 minutes after the pod stopped: %+v", r)
+	}
+}
+
+// recordExpr is the expression of the recording rule record in the rule
+// file at path.
+func recordExpr(t *testing.T, path, record string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec struct {
+		Groups []struct {
+			Rules []struct{ Record, Expr string } `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &spec); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range spec.Groups {
+		for _, r := range g.Rules {
+			if r.Record == record {
+				return r.Expr
 			}
 		}
-		return true
-	})
+	}
+	t.Fatalf("%s: no recording rule %s", path, record)
+	return ""
 }
 
 // startAgent runs a real agent (built from the tree, its metrics on
