@@ -161,35 +161,65 @@ func TestMovedPodListedOnce(t *testing.T) {
 // result must stay, in the Deployment's Report. Each Report's write took
 // the pod out of the other, and the pod was in none.
 func TestMovedBackInOneBatch(t *testing.T) {
+	b := newBatch(t)
+	dep, rs := b.owned("Deployment", "web"), b.owned("ReplicaSet", "web-7c9")
+	b.stage(1, dep)
+	b.flush()
+	b.stage(2, rs)
+	b.stage(3, dep)
+	b.flush()
+	if in := b.holding(); len(in) != 1 || in[0] != openreports.Name(dep.Owner, "node-a") {
+		t.Errorf("the pod's results are in %v, want one, in the Deployment's Report", in)
+	}
+}
+
+// batch stages findings of one pod under owners and flushes them, as
+// the Keeper does between two checkpoint saves.
+type batch struct {
+	t   *testing.T
+	ctx context.Context
+	api *fakeAPI
+	w   *openreports.Writer
+}
+
+func newBatch(t *testing.T) *batch {
 	api := newFakeAPI()
-	ctx := kubetest.Ctx(t)
-	w := openreports.New(api.kube, api.reports, "node-a")
-	dep := owner.Owned{Pod: api.pod, Owner: owner.Owner{Kind: "Deployment", Name: "web"}, Ref: metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d"}}
-	rs := owner.Owned{Pod: api.pod, Owner: owner.Owner{Kind: "ReplicaSet", Name: "web-7c9"}, Ref: metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-7c9", UID: "r"}}
-	stage := func(xt int, o owner.Owned) {
-		t.Helper()
-		if _, err := w.Stage(ctx, record(api.pod, findings.StatePresent, xt, 0, 0), o); err != nil {
-			t.Fatal(err)
+	return &batch{t: t, ctx: kubetest.Ctx(t), api: api, w: openreports.New(api.kube, api.reports, "node-a")}
+}
+
+// owned is the pod under an apps/v1 owner.
+func (b *batch) owned(kind, name string) owner.Owned {
+	return owner.Owned{Pod: b.api.pod, Owner: owner.Owner{Kind: kind, Name: name}, Ref: metav1.OwnerReference{APIVersion: "apps/v1", Kind: kind, Name: name, UID: types.UID(name)}}
+}
+
+func (b *batch) stage(xt int, o owner.Owned) {
+	b.t.Helper()
+	if _, err := b.w.Stage(b.ctx, record(b.api.pod, findings.StatePresent, xt, 0, 0), o); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// flush flushes twice: the moves' removals are staged by the Flush that
+// wrote the new results, and written by the next.
+func (b *batch) flush() {
+	b.t.Helper()
+	for i := 0; i < 2; i++ {
+		done, _, err := b.w.Flush(b.ctx)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		for _, d := range done {
+			b.t.Logf("flushed %s: %s %v", d.Name, d.Outcome, d.Why)
 		}
 	}
-	flush := func() {
-		t.Helper()
-		// The moves' removals are staged by the Flush that wrote the
-		// new results, and written by the next.
-		for i := 0; i < 2; i++ {
-			if _, _, err := w.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	stage(1, dep)
-	flush()
-	stage(2, rs)
-	stage(3, dep)
-	flush()
-	list, err := api.reports.OpenreportsV1alpha1().Reports("shop").List(ctx, metav1.ListOptions{})
+}
+
+// holding names the Report of each result in shop.
+func (b *batch) holding() []string {
+	b.t.Helper()
+	list, err := b.api.reports.OpenreportsV1alpha1().Reports("shop").List(b.ctx, metav1.ListOptions{})
 	if err != nil {
-		t.Fatal(err)
+		b.t.Fatal(err)
 	}
 	var in []string
 	for _, r := range list.Items {
@@ -197,9 +227,7 @@ func TestMovedBackInOneBatch(t *testing.T) {
 			in = append(in, r.Name)
 		}
 	}
-	if len(in) != 1 || in[0] != openreports.Name(dep.Owner, "node-a") {
-		t.Errorf("the pod's results are in %v, want one, in the Deployment's Report", in)
-	}
+	return in
 }
 
 // TestPruneHoldsNoFindings: Prune asks the API whether each old result's
@@ -264,49 +292,16 @@ func TestPruneHoldsNoFindings(t *testing.T) {
 // StatefulSet here) took it out of that one, where it was not: the
 // Deployment's Report listed the pod for as long as it ran.
 func TestRefusedMoveKeepsFiling(t *testing.T) {
-	api := newFakeAPI()
-	ctx := kubetest.Ctx(t)
-	w := openreports.New(api.kube, api.reports, "node-a")
-	owned := func(kind, name string) owner.Owned {
-		return owner.Owned{Pod: api.pod, Owner: owner.Owner{Kind: kind, Name: name}, Ref: metav1.OwnerReference{APIVersion: "apps/v1", Kind: kind, Name: name, UID: types.UID(name)}}
-	}
-	dep, rs, sts := owned("Deployment", "web"), owned("ReplicaSet", "web-7c9"), owned("StatefulSet", "web")
-	stage := func(xt int, o owner.Owned) {
-		t.Helper()
-		if _, err := w.Stage(ctx, record(api.pod, findings.StatePresent, xt, 0, 0), o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	flush := func() {
-		t.Helper()
-		for i := 0; i < 2; i++ {
-			done, _, err := w.Flush(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, d := range done {
-				t.Logf("flushed %s: %s %v", d.Name, d.Outcome, d.Why)
-			}
-		}
-	}
-	stage(1, dep)
-	flush()
-	api.once("create", "reports", apierrors.NewInvalid(schema.GroupKind{Group: "openreports.io", Kind: "Report"}, "x", nil))
-	stage(2, rs)
-	flush()
-	stage(3, sts)
-	flush()
-	list, err := api.reports.OpenreportsV1alpha1().Reports("shop").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var in []string
-	for _, r := range list.Items {
-		for range r.Results {
-			in = append(in, r.Name)
-		}
-	}
-	if len(in) != 1 || in[0] != openreports.Name(sts.Owner, "node-a") {
+	b := newBatch(t)
+	dep, rs, sts := b.owned("Deployment", "web"), b.owned("ReplicaSet", "web-7c9"), b.owned("StatefulSet", "web")
+	b.stage(1, dep)
+	b.flush()
+	b.api.once("create", "reports", apierrors.NewInvalid(schema.GroupKind{Group: "openreports.io", Kind: "Report"}, "x", nil))
+	b.stage(2, rs)
+	b.flush()
+	b.stage(3, sts)
+	b.flush()
+	if in := b.holding(); len(in) != 1 || in[0] != openreports.Name(sts.Owner, "node-a") {
 		t.Errorf("the pod's results are in %v, want one, in the StatefulSet's Report", in)
 	}
 }
