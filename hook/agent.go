@@ -244,7 +244,11 @@ func (m agentLog) Synced(pods, queued int) {
 func (m agentLog) Resweeped(r agent.Resweep) {
 	l := m.log.WithFields(logrus.Fields{"stage": r.Stage, "known": r.Known, "skipped": r.Skipped, "queued": r.Queued,
 		"gone": r.Gone, "busy": r.Busy, "duration": r.Duration.String()})
-	if r.Busy > 0 {
+	switch {
+	case r.Blind:
+		l.Warn("re-sweep: the host-wide x_tables mutex has been held at every re-sweep for an interval or more (by a pod or host process reading or writing legacy tables): the pods' legacy tables are not looked at again, and the agent no longer vouches that it looked at every pod (the node label is unknown) until a re-sweep gets past it")
+		return
+	case r.Busy > 0:
 		l.Info("re-sweep: the host-wide x_tables mutex is held (by a pod or host process reading or writing legacy tables); the pod netns behind it are looked at again sooner")
 		return
 	}

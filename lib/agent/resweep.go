@@ -62,6 +62,10 @@ type Resweep struct {
 	Stage                              string
 	Known, Skipped, Queued, Gone, Busy int
 	Duration                           time.Duration
+	// Blind is set while the re-sweeps have found the mutex held for
+	// an interval or more (see sandboxes.noteBusy): the word is taken
+	// back until one gets past it.
+	Blind bool
 }
 
 // sandbox is what the agent remembers of a running sandbox: what to queue
@@ -102,6 +106,11 @@ type sandboxes struct {
 	listed, overflow bool
 	unseen           map[string]bool
 	lastLook         time.Time
+	// busySince is when the re-sweeps began to find the x_tables
+	// mutex held, each one since (zero when the last got past it);
+	// legacyBlind once that lasted a re-sweep interval (noteBusy).
+	busySince   time.Time
+	legacyBlind bool
 }
 
 // get is the sandbox remembered under id, nil when none.
@@ -243,7 +252,7 @@ func (k *sandboxes) everyLooked() (pods int, since time.Time, ok bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	// In node mode, the node's own netns is looked at too.
-	if !k.listed || k.overflow || len(k.unseen) > 0 || k.node != nil && !k.node.complete {
+	if !k.listed || k.overflow || k.legacyBlind || len(k.unseen) > 0 || k.node != nil && !k.node.complete {
 		return 0, time.Time{}, false
 	}
 	for _, s := range k.m {
@@ -255,6 +264,27 @@ func (k *sandboxes) everyLooked() (pods int, since time.Time, ok bool) {
 		k.lastLook = now
 	}
 	return len(k.m), k.lastLook, true
+}
+
+// noteBusy notes whether the re-sweep that began at start found the
+// x_tables mutex held, and tells whether the re-sweeps are now blind to
+// legacy tables. Nothing but a re-sweep (and the exec watch) sees a
+// legacy write: while a process holding the mutex (a pod reading a huge
+// legacy table in a loop, say) keeps every re-sweep from reading the
+// pods behind it, their last complete scans grow old unseen. A re-sweep
+// interval of that, and the word is taken back until one gets past.
+func (k *sandboxes) noteBusy(busy bool, start time.Time, interval time.Duration) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch {
+	case !busy:
+		k.busySince, k.legacyBlind = time.Time{}, false
+	case k.busySince.IsZero():
+		k.busySince = start
+	case start.Sub(k.busySince) >= interval:
+		k.legacyBlind = true
+	}
+	return k.legacyBlind
 }
 
 // has tells whether the sandbox is known (not stopped, not forgotten).
@@ -315,12 +345,12 @@ func (k *sandboxes) vanish(id string) bool {
 }
 
 // blind tells whether a pod the runtime runs is out of the agent's reach
-// (unseen) or was left out (overflow), and whether the node's netns is
-// watched (node mode).
+// (unseen), was left out (overflow), or the pods' legacy tables are
+// (legacyBlind), and whether the node's netns is watched (node mode).
 func (k *sandboxes) blind() (blind, node bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return len(k.unseen) > 0 || k.overflow, k.node != nil
+	return len(k.unseen) > 0 || k.overflow || k.legacyBlind, k.node != nil
 }
 
 func (k *sandboxes) unseenLocked(id string) {
@@ -501,6 +531,7 @@ func (a *Agent) resweep(ctx context.Context) Resweep {
 	r.Queued = len(jobs)
 	a.queue.more(jobs)
 	r.Duration = time.Since(start)
+	r.Blind = a.known.noteBusy(r.Busy > 0, start, a.cfg.ResweepInterval)
 	a.resweeped(r)
 	return r
 }

@@ -220,3 +220,45 @@ func TestContainerStartNeedsScan(t *testing.T) {
 		t.Error("not every pod looked at after the start's scan")
 	}
 }
+
+// TestLegacyBlind: re-sweeps that find the host-wide x_tables mutex
+// held leave the pods behind it unread, and nothing else sees a legacy
+// write: one busy re-sweep passes (the next comes sooner), but a
+// re-sweep interval of them takes the word back, at once (blind), until
+// a re-sweep gets past the mutex. (Failed before: the word vouched for
+// as long as the mutex was held.)
+func TestLegacyBlind(t *testing.T) {
+	k := newSandboxes()
+	k.list([]scan.Meta{{SandboxID: "a"}}, nil, true)
+	k.scanned("a", inspect.State{}, true, k.begin("a"))
+	looked := func(step string, want bool) {
+		t.Helper()
+		if _, _, ok := k.everyLooked(); ok != want {
+			t.Errorf("%s: everyLooked %v, want %v", step, ok, want)
+		}
+		if blind, _ := k.blind(); blind == want {
+			t.Errorf("%s: blind %v, want %v (the word taken back at once)", step, blind, !want)
+		}
+	}
+	const interval = 10 * time.Minute
+	t0 := time.Now()
+	looked("before", true)
+	for i, at := range []time.Duration{0, interval / 8, interval / 2, interval - time.Second} {
+		if k.noteBusy(true, t0.Add(at), interval) {
+			t.Errorf("busy re-sweep %d, %v after the first: blind already", i, at)
+		}
+	}
+	looked("busy for less than an interval", true)
+	if !k.noteBusy(true, t0.Add(interval), interval) {
+		t.Error("busy for an interval: not blind")
+	}
+	looked("busy for an interval", false)
+	if k.noteBusy(false, t0.Add(interval+interval/8), interval) {
+		t.Error("a re-sweep got past the mutex: still blind")
+	}
+	looked("a re-sweep got past", true)
+	// The count starts again.
+	if k.noteBusy(true, t0.Add(2*interval), interval) {
+		t.Error("the first busy re-sweep after one got past: blind")
+	}
+}
