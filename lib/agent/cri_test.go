@@ -199,3 +199,22 @@ func TestCRIListAfterVanished(t *testing.T) {
 		t.Fatalf("after the re-sweep: %+v (every pod looked at: %v), want a CRI sweep of the kept pod, every pod looked at", l.r, l.looked)
 	}
 }
+
+// TestCRINotWatched: the CRI fallback hears of no stop, so it watches no
+// pod: a watch would keep a deleted pod's netns alive (its socket holds
+// it) once the pod left the list. A scan's rewatch watched every pod it
+// read. (Failed before: watching after the first sweep's scan.)
+func TestCRINotWatched(t *testing.T) {
+	nstest.NeedRoot(t)
+	ns := nstest.New(t)
+	f := &fakeCRI{netns: map[string]string{"a": ns.Path()}, failing: map[string]bool{}}
+	a, rec := startCRI(t, f, 100*time.Millisecond, func(c *Config) { c.Watch = true })
+	if l := rec.lookAfter(t, 0); l.r.Queued != 1 {
+		t.Fatalf("first CRI sweep: %+v, want a queued", l.r)
+	}
+	release(a, 1)
+	rec.wait(t, 1)
+	if a.watching("a") {
+		t.Error("the CRI fallback watches a after its scan")
+	}
+}

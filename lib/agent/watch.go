@@ -80,6 +80,11 @@ type watches struct {
 	node    *watched
 	opening chan struct{}
 	wg      sync.WaitGroup
+	// failed are the sandboxes whose watch could not be opened
+	// (watchFailed), up to maxKnown: the next complete scan watches
+	// them again (rewatch), and no other; a sandbox never watched (the
+	// CRI fallback's) is not watched by a scan.
+	failed map[string]bool
 }
 
 type ctrInfo struct {
@@ -124,7 +129,7 @@ type watched struct {
 }
 
 func newWatches() *watches {
-	return &watches{pods: map[string]*watched{}, ctrs: map[string]ctrInfo{}, opening: make(chan struct{}, maxOpening)}
+	return &watches{pods: map[string]*watched{}, ctrs: map[string]ctrInfo{}, opening: make(chan struct{}, maxOpening), failed: map[string]bool{}}
 }
 
 // The watch's NRI events, besides Synchronize and the container events
@@ -236,6 +241,14 @@ func (a *Agent) rewatch(s Scan) {
 		isNodeJob(s.Meta) || !a.known.has(s.Meta.SandboxID) {
 		return
 	}
+	ws := a.watches
+	ws.mu.Lock()
+	failed := ws.failed[s.Meta.SandboxID]
+	delete(ws.failed, s.Meta.SandboxID)
+	ws.mu.Unlock()
+	if !failed {
+		return
+	}
 	m := podMeta(s.Meta, stageCommit)
 	m.Source = SourceWatch
 	a.watchSandbox(m)
@@ -274,6 +287,7 @@ func (a *Agent) unwatch(id string) {
 	ws.mu.Lock()
 	w := ws.pods[id]
 	delete(ws.pods, id)
+	delete(ws.failed, id)
 	for cid, c := range ws.ctrs {
 		if c.sandbox == id {
 			delete(ws.ctrs, cid)
@@ -474,6 +488,13 @@ type WatchObserver interface {
 // limit that stays would make it a loop.
 func (a *Agent) watchFailed(w *watched, err error) {
 	a.metrics.errors.WithLabelValues("watch").Inc()
+	if ws := a.watches; !w.node {
+		ws.mu.Lock()
+		if len(ws.failed) < maxKnown {
+			ws.failed[w.meta.SandboxID] = true
+		}
+		ws.mu.Unlock()
+	}
 	a.known.touch(w.meta.SandboxID)
 	if o, ok := a.cfg.Observer.(WatchObserver); ok {
 		o.WatchFailed(w.meta, err)
