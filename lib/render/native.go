@@ -707,11 +707,18 @@ func (b *builder) nativeLog(l *expr.Log) bool {
 	return true
 }
 
-// regAddr is the address an immediate put in reg for nat or tproxy, which
-// read as many bytes as the table's family has in an address.
-func (b *builder) regAddr(reg uint32) (netip.Addr, bool) {
-	_, _, n, ok := addrSpan(b.fam)
-	if !ok {
+// regAddr is the address an immediate put in reg for nat or tproxy, of
+// the expression's family (fam, NFPROTO_IPV4 or _IPV6): the kernel sizes
+// the address by it, not by the table's, which in an inet table is
+// neither.
+func (b *builder) regAddr(reg, fam uint32) (netip.Addr, bool) {
+	var n uint32
+	switch fam {
+	case unix.NFPROTO_IPV4:
+		n = 4
+	case unix.NFPROTO_IPV6:
+		n = 16
+	default:
 		return netip.Addr{}, false
 	}
 	s := b.reg(reg, n)
@@ -752,13 +759,13 @@ func (b *builder) regPorts(r *natRange, min, max uint32) bool {
 func (b *builder) nativeNAT(n *expr.NAT) bool {
 	var r natRange
 	if n.RegAddrMin != 0 {
-		lo, ok := b.regAddr(n.RegAddrMin)
+		lo, ok := b.regAddr(n.RegAddrMin, n.Family)
 		if !ok {
 			return false
 		}
 		hi := lo
 		if n.RegAddrMax != 0 && n.RegAddrMax != n.RegAddrMin {
-			if hi, ok = b.regAddr(n.RegAddrMax); !ok {
+			if hi, ok = b.regAddr(n.RegAddrMax, n.Family); !ok {
 				return false
 			}
 		}
@@ -818,7 +825,7 @@ func (b *builder) nativeTProxy(t *expr.TProxy) bool {
 	}
 	var ip netip.Addr
 	if t.RegAddr != 0 {
-		if ip, ok = b.regAddr(t.RegAddr); !ok {
+		if ip, ok = b.regAddr(t.RegAddr, uint32(t.Family)); !ok {
 			return false
 		}
 	}

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"golang.org/x/sys/unix"
 )
 
 // Registers 1-4 (16 bytes) and 8-23 (4 bytes) are two names of one
@@ -154,4 +156,45 @@ func counted(t *testing.T, r inspect.Rule) int {
 		return int(c.Packets)
 	}
 	return -1
+}
+
+// TestNATAddressInInet: a nat or tproxy expression's address is as long
+// as the expression's own family says (the kernel sizes it so), not the
+// table's: in an inet table, which has no address length of its own,
+// snat and tproxy with an address rendered as unknown: tokens.
+func TestNATAddressInInet(t *testing.T) {
+	cases := []struct {
+		name  string
+		exprs []expr.Any
+		want  string
+	}{{
+		name: "snat ip to 10.0.0.2",
+		exprs: []expr.Any{
+			&expr.Immediate{Register: 1, Data: []byte{10, 0, 0, 2}},
+			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, Specified: true},
+		},
+		want: "-A POSTROUTING -j SNAT --to-source 10.0.0.2",
+	}, {
+		name: "snat ip6 to fd00::2",
+		exprs: []expr.Any{
+			&expr.Immediate{Register: 1, Data: netip.MustParseAddr("fd00::2").AsSlice()},
+			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV6, RegAddrMin: 1, Specified: true},
+		},
+		want: "-A POSTROUTING -j SNAT --to-source fd00::2",
+	}, {
+		name: "an address of the other family's length",
+		exprs: []expr.Any{
+			&expr.Immediate{Register: 1, Data: []byte{10, 0, 0, 2}},
+			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV6, RegAddrMin: 1, Specified: true},
+		},
+		want: "-A POSTROUTING -m unknown:expr/nat[",
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Text(ruleOf(t, inspect.INet, "nat", "POSTROUTING", tc.exprs))
+			if !strings.HasPrefix(got, tc.want) {
+				t.Errorf("text\n got %s\nwant %s", got, tc.want)
+			}
+		})
+	}
 }
