@@ -763,8 +763,8 @@ func (w *Writer) rememberAll(items []openreportsv1alpha1.Report) {
 const maxNames = 1 << 16
 
 // listNames lists the node's Reports once, a page at a time, for names.
-// A failure leaves listed false: each new Report then costs a GET, and
-// the list is tried again listRetry later.
+// A failure (or a list past maxNames) leaves listed false: each new
+// Report then costs a GET, and the list is tried again listRetry later.
 func (w *Writer) listNames(ctx context.Context) {
 	if w.listed || !w.listTried.IsZero() && w.now().Sub(w.listTried) < listRetry {
 		return
@@ -785,10 +785,10 @@ func (w *Writer) listNames(ctx context.Context) {
 		}
 		return true
 	})
-	switch {
-	case err == nil && !full:
+	if err == nil && !full {
 		w.names, w.listed = names, true
-	case err != nil:
+	} else {
+		// A list past maxNames is as long again next time.
 		w.listTried = w.now()
 	}
 }
