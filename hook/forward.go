@@ -262,7 +262,7 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 		if cfg.secure.agentMetrics != "" {
 			routes["/metrics/agent"] = httpserve.Upstream(cfg.secure.agentMetrics)
 		}
-		srv, err := serveSecure(cfg.secure.addr, cfg.secure.certFile, cfg.secure.keyFile, rc, routes)
+		srv, err := serveSecure(cfg.secure.addr, cfg.secure.certFile, cfg.secure.keyFile, rc, routes, log.WithFields(fields))
 		if err != nil {
 			return err
 		}

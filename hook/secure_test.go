@@ -133,6 +133,10 @@ func TestSecureMetrics(t *testing.T) {
 		{name: "no token", path: "/metrics", want: 401},
 		{name: "bad token", path: "/metrics", token: "not-a-token", want: 401},
 		{name: "forged token", path: "/metrics", token: prom[:len(prom)-4] + "AAAA", want: 401},
+		// A path not served is 404 before any review: made-up paths
+		// spend no review budget and fill no verdict cache.
+		{name: "path not served, no token", path: "/metrics/x", want: 404},
+		{name: "path not served, bad token", path: "/debug", token: "not-a-token", want: 404},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 
+	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 
@@ -52,8 +53,9 @@ func (f *secureFlags) check() error {
 // serveSecure serves routes over TLS on addr, each request let through
 // only when the API server (asked with rc's credentials, through a client
 // and a review budget of the guard's own, never the delivery client's)
-// authenticates its bearer token and authorises its user to GET the path.
-func serveSecure(addr, certFile, keyFile string, rc *rest.Config, routes map[string]http.Handler) (*http.Server, error) {
+// authenticates its bearer token and authorises its user to GET the path;
+// log hears why a review could not be made.
+func serveSecure(addr, certFile, keyFile string, rc *rest.Config, routes map[string]http.Handler, log logrus.FieldLogger) (*http.Server, error) {
 	certs, err := httpserve.LoadCertFiles(certFile, keyFile)
 	if err != nil {
 		return nil, err
@@ -62,9 +64,13 @@ func serveSecure(addr, certFile, keyFile string, rc *rest.Config, routes map[str
 	if err != nil {
 		return nil, err
 	}
+	guard.Log = func(err error) { log.WithError(err).Warn("secure metrics: cannot review a scraper's token") }
+	// Each route is guarded, not the mux: a path it does not serve is
+	// answered 404 without a review, so asking for made-up paths spends
+	// no review budget and fills no verdict cache.
 	mux := http.NewServeMux()
 	for path, h := range routes {
-		mux.Handle(path, h)
+		mux.Handle(path, guard.Wrap(h))
 	}
-	return httpserve.Start(httpserve.Options{Addr: addr, TLS: &tls.Config{GetCertificate: certs.GetCertificate}, Handler: guard.Wrap(mux)})
+	return httpserve.Start(httpserve.Options{Addr: addr, TLS: &tls.Config{GetCertificate: certs.GetCertificate}, Handler: mux})
 }

@@ -36,6 +36,15 @@ const (
 	ReviewBurst = 10
 )
 
+// The renewal budget: reviews of a token whose last verdict, now
+// expired, let it through. Only a token the API server allowed gets it,
+// so a flood of new tokens, which spends the review budget, cannot keep
+// a scraper from renewing its verdict (and its scrapes from passing).
+const (
+	RenewQPS   = 1
+	RenewBurst = 10
+)
+
 // reviewTimeout bounds one review: the server's write timeout is longer.
 const reviewTimeout = 10 * time.Second
 
@@ -67,10 +76,15 @@ type Guard struct {
 	ttl    time.Duration
 	now    func() time.Time
 	budget flowcontrol.RateLimiter
-	mu     sync.Mutex
+	renew  flowcontrol.RateLimiter
+	// Log, when set, hears why a review could not be made (the client
+	// is told only that it could not).
+	Log func(error)
+	mu  sync.Mutex
 	// known holds the verdicts of authenticated tokens (200, 403) by
-	// verb, path and token; unknown the tokens the API server does not
-	// authenticate (401), by token alone.
+	// verb, path and token, expired ones until room is needed (a 200
+	// expired marks the token for the renewal budget); unknown the tokens
+	// the API server does not authenticate (401), by token alone.
 	known, unknown cache
 }
 
@@ -106,6 +120,7 @@ func NewForConfig(rc *rest.Config) (*Guard, error) {
 func newGuard(r reviewer) *Guard {
 	return &Guard{r: r, ttl: CacheTTL, now: time.Now,
 		budget:  flowcontrol.NewTokenBucketRateLimiter(ReviewQPS, ReviewBurst),
+		renew:   flowcontrol.NewTokenBucketRateLimiter(RenewQPS, RenewBurst),
 		known:   cache{size: CacheSize, m: map[[sha256.Size]byte]verdict{}},
 		unknown: cache{size: CacheSize, m: map[[sha256.Size]byte]verdict{}}}
 }
@@ -130,7 +145,12 @@ func (g *Guard) Wrap(h http.Handler) http.Handler {
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, err.Error(), http.StatusTooManyRequests)
 		case err != nil:
-			http.Error(w, "cannot review the token: "+err.Error(), http.StatusServiceUnavailable)
+			// The error names the API server and the daemon's own
+			// identity: the log, not the client, hears it.
+			if g.Log != nil {
+				g.Log(err)
+			}
+			http.Error(w, "cannot review the token now (the API server did not answer)", http.StatusServiceUnavailable)
 		case code == http.StatusUnauthorized:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="iptables-alerter"`)
 			http.Error(w, "Unauthorized: the API server does not authenticate this token", code)
@@ -158,7 +178,10 @@ func (g *Guard) Check(ctx context.Context, token, verb, path string) (int, error
 	if ok {
 		return v.code, nil
 	}
-	if !g.budget.TryAccept() {
+	g.mu.Lock()
+	renewing := g.known.m[key].code == http.StatusOK
+	g.mu.Unlock()
+	if !(renewing && g.renew.TryAccept()) && !g.budget.TryAccept() {
 		return 0, ErrBusy
 	}
 	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
@@ -200,20 +223,28 @@ func (c *cache) get(key [sha256.Size]byte, now time.Time) (verdict, bool) {
 	return v, ok && now.Before(v.expires)
 }
 
-// put keeps v, making room when the cache is full: the expired first,
-// else any one (a flood of fresh tokens evicts, it does not grow).
+// put keeps v, making room when the cache is full (a flood of fresh
+// tokens evicts, it does not grow): refusals, expired then live, before
+// passes, expired then live. Any pod's token is authenticated, so
+// refusals are what a flood from inside the cluster fills the cache
+// with; a scraper's pass, even expired (it marks the token for the
+// renewal budget), goes last.
 func (c *cache) put(key [sha256.Size]byte, v verdict, now time.Time) {
 	if _, ok := c.m[key]; !ok && len(c.m) >= c.size {
-		for k, old := range c.m {
-			if !now.Before(old.expires) {
-				delete(c.m, k)
+		for _, evict := range []func(verdict) bool{
+			func(old verdict) bool { return old.code != http.StatusOK && !now.Before(old.expires) },
+			func(old verdict) bool { return old.code != http.StatusOK },
+			func(old verdict) bool { return !now.Before(old.expires) },
+			func(verdict) bool { return true },
+		} {
+			for k, old := range c.m {
+				if len(c.m) < c.size {
+					break
+				}
+				if evict(old) {
+					delete(c.m, k)
+				}
 			}
-		}
-		for k := range c.m {
-			if len(c.m) < c.size {
-				break
-			}
-			delete(c.m, k)
 		}
 	}
 	c.m[key] = v

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -184,5 +185,74 @@ func TestUnavailable(t *testing.T) {
 	h.ServeHTTP(w, r)
 	if w.Code != http.StatusServiceUnavailable {
 		t.Fatalf("status %d, want 503", w.Code)
+	}
+	// The error names the API server and the daemon's identity: the
+	// log hears it, the client (unauthenticated) does not.
+	if strings.Contains(w.Body.String(), "connection refused") {
+		t.Errorf("503 body %q gives the client the review's error", w.Body.String())
+	}
+	var logged []error
+	g.Log = func(err error) { logged = append(logged, err) }
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if len(logged) != 1 || !strings.Contains(logged[0].Error(), "connection refused") {
+		t.Errorf("logged %v, want the review's error once", logged)
+	}
+}
+
+// TestRenewDuringFlood: a scraper's verdict expires every CacheTTL; a
+// flood of new tokens spends the review budget, and the scraper's token,
+// a miss again, was answered 429 for as long as the flood lasted (its
+// metrics gone dark). A token whose expired verdict passed is reviewed
+// on a budget of its own.
+func TestRenewDuringFlood(t *testing.T) {
+	f := &fake{users: map[string]User{"good": {Name: "prom"}, "other": {Name: "pod"}}, allowed: map[string]map[string]bool{"prom": {"/metrics": true}}}
+	g := newGuard(f)
+	now := time.Now()
+	g.now = func() time.Time { return now }
+	ctx := context.Background()
+	if code, err := g.Check(ctx, "good", "get", "/metrics"); code != 200 || err != nil {
+		t.Fatal(code, err)
+	}
+	if code, err := g.Check(ctx, "other", "get", "/metrics"); code != http.StatusForbidden || err != nil {
+		t.Fatal(code, err)
+	}
+	for round := range 3 {
+		now = now.Add(CacheTTL + time.Second)
+		for i := range 50 {
+			_, _ = g.Check(ctx, fmt.Sprintf("junk-%d-%d", round, i), "get", "/metrics")
+		}
+		if code, err := g.Check(ctx, "good", "get", "/metrics"); err != nil || code != 200 {
+			t.Fatalf("the scraper, its verdict expired, during a flood (round %d): %d, %v; want 200", round, code, err)
+		}
+	}
+	// A token refused before has no renewal: the flood's budget holds.
+	if _, err := g.Check(ctx, "other", "get", "/metrics"); !errors.Is(err, ErrBusy) {
+		t.Errorf("a refused token, its verdict expired, during a flood: %v, want ErrBusy", err)
+	}
+}
+
+// TestEvictRefusalsFirst: any pod's token is authenticated, so a flood
+// from inside the cluster (one token, made-up paths) fills the cache
+// with refusals; room is made among them, not by evicting the scraper's
+// pass, which would cost it a review (and, in a flood, a 429).
+func TestEvictRefusalsFirst(t *testing.T) {
+	f := &fake{users: map[string]User{"good": {Name: "prom"}, "pod": {Name: "pod"}}, allowed: map[string]map[string]bool{"prom": {"/metrics": true}}}
+	g := newGuard(f)
+	g.budget = flowcontrol.NewFakeAlwaysRateLimiter()
+	ctx := context.Background()
+	if code, err := g.Check(ctx, "good", "get", "/metrics"); code != 200 || err != nil {
+		t.Fatal(code, err)
+	}
+	for i := range 3 * CacheSize {
+		if code, err := g.Check(ctx, "pod", "get", fmt.Sprintf("/x%d", i)); code != http.StatusForbidden || err != nil {
+			t.Fatalf("pod on /x%d: %d, %v", i, code, err)
+		}
+	}
+	calls := f.calls
+	if code, err := g.Check(ctx, "good", "get", "/metrics"); code != 200 || err != nil || f.calls != calls {
+		t.Errorf("the scraper after the flood: %d, %v, %d reviews; want 200 from the cache", code, err, f.calls-calls)
+	}
+	if n := len(g.known.m); n > CacheSize {
+		t.Errorf("cache holds %d verdicts, want at most %d", n, CacheSize)
 	}
 }
