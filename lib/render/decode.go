@@ -25,6 +25,12 @@ func (b *builder) expr(e inspect.Expr) {
 		b.xt(e, "target", rankTarget, b.xtTargetKnown)
 		return
 	}
+	if e.Name == "tproxy" {
+		if t, ok := tproxyOf(e.Data); !ok || !b.native(t) {
+			b.opaqueWrite(e)
+		}
+		return
+	}
 	x := newExpr(e.Name)
 	// notrack and a plain masq carry no attribute at all.
 	if x == nil || e.Data == nil && e.Name != "notrack" && e.Name != "masq" {
@@ -102,8 +108,6 @@ func newExpr(name string) expr.Any {
 		return &expr.Masq{}
 	case "redir":
 		return &expr.Redir{}
-	case "tproxy":
-		return &expr.TProxy{}
 	case "notrack":
 		return &expr.Notrack{}
 	case "fib":
@@ -126,6 +130,32 @@ func attrU32(data []byte, typ uint16) (uint32, bool) {
 		}
 	}
 	return 0, false
+}
+
+// tproxyOf reads a tproxy expression from its raw attributes:
+// google/nftables v0.3.0 reads NFTA_TPROXY_FAMILY as one byte, but the
+// kernel writes it as a be32 (nft_tproxy_dump), so every tproxy failed
+// to decode. An attribute it does not know makes it opaque.
+func tproxyOf(data []byte) (*expr.TProxy, bool) {
+	ad, err := netlink.NewAttributeDecoder(data)
+	if err != nil {
+		return nil, false
+	}
+	ad.ByteOrder = binary.BigEndian
+	t := &expr.TProxy{}
+	for ad.Next() {
+		switch ad.Type() {
+		case expr.NFTA_TPROXY_FAMILY:
+			t.Family = byte(ad.Uint32())
+		case expr.NFTA_TPROXY_REG_ADDR:
+			t.RegAddr = ad.Uint32()
+		case expr.NFTA_TPROXY_REG_PORT:
+			t.RegPort = ad.Uint32()
+		default:
+			return nil, false
+		}
+	}
+	return t, ad.Err() == nil
 }
 
 func parseXT(data []byte) (xtInfo, bool) {

@@ -197,6 +197,23 @@ func TestNATAddressInInet(t *testing.T) {
 			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV6, RegAddrMin: 1, Specified: true},
 		},
 		want: "-A POSTROUTING -m unknown:expr/nat[",
+	}, {
+		// google/nftables reads NFTA_TPROXY_FAMILY as one byte, the
+		// kernel writes four: every tproxy was an unknown: token.
+		name: "tproxy ip to 10.0.0.1:15001",
+		exprs: []expr.Any{
+			&expr.Immediate{Register: 1, Data: []byte{10, 0, 0, 1}},
+			&expr.Immediate{Register: 2, Data: []byte{0x3a, 0x99}},
+			&expr.TProxy{Family: unix.NFPROTO_IPV4, RegAddr: 1, RegPort: 2},
+		},
+		want: "-A POSTROUTING -j TPROXY --on-port 15001 --on-ip 10.0.0.1",
+	}, {
+		name: "tproxy to :15001",
+		exprs: []expr.Any{
+			&expr.Immediate{Register: 1, Data: []byte{0x3a, 0x99}},
+			&expr.TProxy{Family: unix.NFPROTO_UNSPEC, RegPort: 1},
+		},
+		want: "-A POSTROUTING -j TPROXY --on-port 15001",
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
