@@ -62,9 +62,9 @@ type Resweep struct {
 	Stage                              string
 	Known, Skipped, Queued, Gone, Busy int
 	Duration                           time.Duration
-	// Blind is set while the re-sweeps have found the mutex held for
-	// an interval or more (see sandboxes.noteBusy): the word is taken
-	// back until one gets past it.
+	// Blind is set on the re-sweep that found the mutex held for an
+	// interval of re-sweeps (see sandboxes.noteBusy): the word is taken
+	// back until one gets past it. Told once, not at each re-sweep.
 	Blind bool
 }
 
@@ -272,8 +272,9 @@ func (k *sandboxes) everyLooked() (pods int, since time.Time, ok bool) {
 // legacy write: while a process holding the mutex (a pod reading a huge
 // legacy table in a loop, say) keeps every re-sweep from reading the
 // pods behind it, their last complete scans grow old unseen. A re-sweep
-// interval of that, and the word is taken back until one gets past.
-func (k *sandboxes) noteBusy(busy bool, start time.Time, interval time.Duration) bool {
+// interval of that, and the word is taken back until one gets past. It
+// tells whether the re-sweeps became blind at this one.
+func (k *sandboxes) noteBusy(busy bool, start time.Time, interval time.Duration) (became bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	switch {
@@ -281,10 +282,11 @@ func (k *sandboxes) noteBusy(busy bool, start time.Time, interval time.Duration)
 		k.busySince, k.legacyBlind = time.Time{}, false
 	case k.busySince.IsZero():
 		k.busySince = start
-	case start.Sub(k.busySince) >= interval:
+	case start.Sub(k.busySince) >= interval && !k.legacyBlind:
 		k.legacyBlind = true
+		return true
 	}
-	return k.legacyBlind
+	return false
 }
 
 // has tells whether the sandbox is known (not stopped, not forgotten).

@@ -247,18 +247,24 @@ func TestLegacyBlind(t *testing.T) {
 		if k.noteBusy(true, t0.Add(at), interval) {
 			t.Errorf("busy re-sweep %d, %v after the first: blind already", i, at)
 		}
+		looked(fmt.Sprintf("busy re-sweep %d", i), true)
 	}
 	looked("busy for less than an interval", true)
 	if !k.noteBusy(true, t0.Add(interval), interval) {
 		t.Error("busy for an interval: not blind")
 	}
 	looked("busy for an interval", false)
-	if k.noteBusy(false, t0.Add(interval+interval/8), interval) {
-		t.Error("a re-sweep got past the mutex: still blind")
+	if k.noteBusy(true, t0.Add(interval+interval/8), interval) {
+		t.Error("busy again: told it became blind again (it is told once)")
+	}
+	looked("busy still", false)
+	if k.noteBusy(false, t0.Add(interval+interval/4), interval) {
+		t.Error("a re-sweep got past the mutex: told it became blind")
 	}
 	looked("a re-sweep got past", true)
 	// The count starts again.
 	if k.noteBusy(true, t0.Add(2*interval), interval) {
 		t.Error("the first busy re-sweep after one got past: blind")
 	}
+	looked("the first busy re-sweep after one got past", true)
 }

@@ -216,6 +216,11 @@ func (a *Agent) watchSynced(pods []*api.PodSandbox, ctrs []*api.Container) {
 			gone = append(gone, id)
 		}
 	}
+	for id := range a.watches.failed {
+		if byID[id] == nil {
+			delete(a.watches.failed, id)
+		}
+	}
 	a.watches.mu.Unlock()
 	for _, id := range gone {
 		a.unwatch(id)
@@ -237,8 +242,7 @@ func (a *Agent) watchPod(p *api.PodSandbox) {
 // while the runtime still runs it (see watchFailed): the scan found its
 // netns there. A stopped sandbox is not known any more.
 func (a *Agent) rewatch(s Scan) {
-	if !a.cfg.Watch || (s.Outcome != Clean && s.Outcome != Found) || s.Meta.Source == SourceStop ||
-		isNodeJob(s.Meta) || !a.known.has(s.Meta.SandboxID) {
+	if !a.cfg.Watch || (s.Outcome != Clean && s.Outcome != Found) || s.Meta.Source == SourceStop || isNodeJob(s.Meta) {
 		return
 	}
 	ws := a.watches
@@ -246,7 +250,7 @@ func (a *Agent) rewatch(s Scan) {
 	failed := ws.failed[s.Meta.SandboxID]
 	delete(ws.failed, s.Meta.SandboxID)
 	ws.mu.Unlock()
-	if !failed {
+	if !failed || !a.known.has(s.Meta.SandboxID) {
 		return
 	}
 	m := podMeta(s.Meta, stageCommit)
@@ -489,9 +493,15 @@ type WatchObserver interface {
 func (a *Agent) watchFailed(w *watched, err error) {
 	a.metrics.errors.WithLabelValues("watch").Inc()
 	if ws := a.watches; !w.node {
+		// Only while w is the sandbox's watch (not unwatched meanwhile),
+		// and out of pods at once: a scan that ends before w's goroutine
+		// drops it would find it watched and not watch it again.
 		ws.mu.Lock()
-		if len(ws.failed) < maxKnown {
-			ws.failed[w.meta.SandboxID] = true
+		if id := w.meta.SandboxID; ws.pods[id] == w {
+			delete(ws.pods, id)
+			if len(ws.failed) < maxKnown {
+				ws.failed[id] = true
+			}
 		}
 		ws.mu.Unlock()
 	}
