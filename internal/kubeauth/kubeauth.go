@@ -121,7 +121,7 @@ func newGuard(r reviewer) *Guard {
 	return &Guard{r: r, ttl: CacheTTL, now: time.Now,
 		budget:  flowcontrol.NewTokenBucketRateLimiter(ReviewQPS, ReviewBurst),
 		renew:   flowcontrol.NewTokenBucketRateLimiter(RenewQPS, RenewBurst),
-		known:   cache{size: CacheSize, m: map[[sha256.Size]byte]verdict{}},
+		known:   cache{size: CacheSize, keep: CacheTTL, m: map[[sha256.Size]byte]verdict{}},
 		unknown: cache{size: CacheSize, m: map[[sha256.Size]byte]verdict{}}}
 }
 
@@ -214,6 +214,10 @@ func (g *Guard) Check(ctx context.Context, token, verb, path string) (int, error
 // it.
 type cache struct {
 	size int
+	// keep is how long an expired pass still marks its token for the
+	// renewal budget before it is evicted as readily as a refusal: a
+	// token rotated away leaves its passes behind for good.
+	keep time.Duration
 	m    map[[sha256.Size]byte]verdict
 }
 
@@ -228,11 +232,13 @@ func (c *cache) get(key [sha256.Size]byte, now time.Time) (verdict, bool) {
 // passes, expired then live. Any pod's token is authenticated, so
 // refusals are what a flood from inside the cluster fills the cache
 // with; a scraper's pass, even expired (it marks the token for the
-// renewal budget), goes last.
+// renewal budget), goes last, unless it expired more than keep ago.
 func (c *cache) put(key [sha256.Size]byte, v verdict, now time.Time) {
 	if _, ok := c.m[key]; !ok && len(c.m) >= c.size {
 		for _, evict := range []func(verdict) bool{
-			func(old verdict) bool { return old.code != http.StatusOK && !now.Before(old.expires) },
+			func(old verdict) bool {
+				return !now.Before(old.expires) && (old.code != http.StatusOK || !now.Before(old.expires.Add(c.keep)))
+			},
 			func(old verdict) bool { return old.code != http.StatusOK },
 			func(old verdict) bool { return !now.Before(old.expires) },
 			func(verdict) bool { return true },
