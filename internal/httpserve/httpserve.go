@@ -11,6 +11,7 @@
 package httpserve
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -33,6 +34,11 @@ const (
 	writeTimeout      = 30 * time.Second
 	idleTimeout       = 30 * time.Second
 	maxHeaderBytes    = 16 << 10
+	// handlerTimeout ends a request's context this long after its
+	// handler began, before the write timeout cuts the reply: what the
+	// handler waits for (a token review, then the agent's page) is cut
+	// short with time left to answer a whole 502, not a cut reply.
+	handlerTimeout = writeTimeout - 5*time.Second
 )
 
 // Options says what to serve.
@@ -145,13 +151,22 @@ func newServer(o Options, addr string) *http.Server {
 	}
 	return &http.Server{
 		Addr:              addr,
-		Handler:           mux,
+		Handler:           withDeadline(mux),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idle,
 		MaxHeaderBytes:    maxHeaderBytes,
 	}
+}
+
+// withDeadline gives each request's context handlerTimeout.
+func withDeadline(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), handlerTimeout)
+		defer cancel()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 // health answers /healthz from o.Alive and o.Degraded.

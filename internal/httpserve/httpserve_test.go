@@ -158,3 +158,31 @@ func listenAddr(t *testing.T) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// TestHandlerDeadline: what a handler waits for (a token review of up to
+// 10 s, then the agent's page of up to 20 s) ends before the server's
+// write timeout, 30 s after the headers, cuts the reply: the request's
+// context ends with time left to answer a whole 502.
+func TestHandlerDeadline(t *testing.T) {
+	seen := make(chan time.Duration, 1)
+	srv, err := Start(Options{Addr: "127.0.0.1:0", Handler: http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		d, ok := r.Context().Deadline()
+		if !ok {
+			seen <- -1
+			return
+		}
+		seen <- time.Until(d)
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	resp, err := http.Get("http://" + srv.Addr + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if left := <-seen; left <= 0 || left > writeTimeout-time.Second {
+		t.Errorf("the handler's context has %v left, want a deadline a few seconds inside the write timeout (%v)", left, writeTimeout)
+	}
+}

@@ -8,7 +8,10 @@ import (
 )
 
 // upstreamTimeout bounds one fetch from the upstream: less than the
-// server's write timeout, so a hung upstream gives a 502, not a cut reply.
+// server's write timeout, so a hung upstream gives a 502, not a cut reply;
+// the request's context (handlerTimeout) also bounds it, counted from the
+// handler's start, so a slow token review before it leaves the 502 time
+// too.
 const upstreamTimeout = 20 * time.Second
 
 // Upstream serves the page at url (a plain-HTTP /metrics on localhost),
