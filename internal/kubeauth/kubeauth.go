@@ -174,13 +174,12 @@ func (g *Guard) Check(ctx context.Context, token, verb, path string) (int, error
 	if !ok {
 		v, ok = g.known.get(key, now)
 	}
+	// A miss whose expired verdict passed: the renewal budget.
+	renewing := !ok && g.known.m[key].code == http.StatusOK
 	g.mu.Unlock()
 	if ok {
 		return v.code, nil
 	}
-	g.mu.Lock()
-	renewing := g.known.m[key].code == http.StatusOK
-	g.mu.Unlock()
 	if !(renewing && g.renew.TryAccept()) && !g.budget.TryAccept() {
 		return 0, ErrBusy
 	}
