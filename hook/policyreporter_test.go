@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -129,7 +131,27 @@ func TestPolicyReporterListsForwarderReports(t *testing.T) {
 	}
 	waitForLong(t, "the forwarder's 4 results", 60*time.Second, func() bool { return count() == 4 })
 
-	base := startPolicyReporter(t, e.c.Kubeconfig("policy-reporter", e.c.AdminToken))
+	// A webhook target, as an admin's Slack or Teams: Policy Reporter
+	// sends it each result whose resultID is new to its Report.
+	var hookMu sync.Mutex
+	var notified []prResult
+	hookSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var x prResult
+		if err := json.NewDecoder(r.Body).Decode(&x); err == nil {
+			hookMu.Lock()
+			notified = append(notified, x)
+			hookMu.Unlock()
+		}
+	}))
+	t.Cleanup(hookSrv.Close)
+	notifiedOf := func(pod, rule string) bool {
+		hookMu.Lock()
+		defer hookMu.Unlock()
+		return slices.ContainsFunc(notified, func(x prResult) bool {
+			return x.Properties[openreports.PropPods] == pod && x.Rule == rule
+		})
+	}
+	base := startPolicyReporter(t, e.c.Kubeconfig("policy-reporter", e.c.AdminToken), hookSrv.URL)
 	get := func(path string, q url.Values, v any) {
 		t.Helper()
 		resp, err := http.Get(base + path + "?" + q.Encode())
@@ -226,19 +248,43 @@ func TestPolicyReporterListsForwarderReports(t *testing.T) {
 	if rs := resources(); len(rs) != 1 || rs[0].Kind != "Deployment" || rs[0].Name != "web" || rs[0].Status["fail"] != 3 {
 		t.Errorf("resource view after the rollout: %+v, want still one entry, Deployment web with 3 fail", rs)
 	}
+	// A pod whose rules got worse (p4: xt, then legacy) is news to the
+	// webhook, as its first finding was; it stays one result.
+	waitForLong(t, "the webhook told of p4's xt", 90*time.Second, func() bool { return notifiedOf("web-7c9-p4", findings.ImpactXt) })
+	e.append(t, present(p4, findings.ImpactLegacy))
+	waitForLong(t, "the webhook told that p4 got worse (legacy)", 90*time.Second, func() bool { return notifiedOf("web-7c9-p4", findings.ImpactLegacy) })
+	var p4s []string
+	for _, r := range results(url.Values{"namespaces": {"shop"}}) {
+		if r.Properties[openreports.PropPods] == "web-7c9-p4" {
+			p4s = append(p4s, r.Rule)
+		}
+	}
+	if !slices.Equal(p4s, []string{findings.ImpactLegacy}) {
+		t.Errorf("Policy Reporter's results of p4 after it got worse: rules %v, want one, legacy", p4s)
+	}
 	fwd.stop(t, syscall.SIGTERM)
 }
 
 // startPolicyReporter runs Policy Reporter with its REST API on a free
 // loopback port until the test ends, and returns the API's base URL once
-// /healthz answers (its informers synced).
-func startPolicyReporter(t *testing.T, kubeconfig string) string {
+// /healthz answers (its informers synced). A webhook URL, if any, is its
+// one notification target (results already there at its start included).
+func startPolicyReporter(t *testing.T, kubeconfig, webhook string) string {
 	t.Helper()
 	addr := nstest.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
 	dir := t.TempDir()
-	cmd := exec.Command(policyReporterPath(), "run", "--kubeconfig", kubeconfig, "--rest-enabled", "--port", port,
-		"--dbfile", filepath.Join(dir, "pr.db"), "--template-dir", dir, "--lease-name", "pr-test")
+	args := []string{"run", "--kubeconfig", kubeconfig, "--rest-enabled", "--port", port,
+		"--dbfile", filepath.Join(dir, "pr.db"), "--template-dir", dir, "--lease-name", "pr-test"}
+	if webhook != "" {
+		conf := filepath.Join(dir, "config.yaml")
+		y := "target:\n  webhook:\n    name: test\n    skipExistingOnStartup: false\n    config:\n      webhook: " + strconv.Quote(webhook) + "\n"
+		if err := os.WriteFile(conf, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--config", conf)
+	}
+	cmd := exec.Command(policyReporterPath(), args...)
 	logf, err := os.Create(filepath.Join(dir, "policy-reporter.log"))
 	if err != nil {
 		t.Fatal(err)

@@ -129,4 +129,8 @@ func TestNodeCommandMerged(t *testing.T) {
 	if x.Rule != findings.ImpactLegacy || x.Properties[openreports.PropCommand] != wording.ExecLine(cmd.Exec) || x.Properties[openreports.PropExample+"1"] == "" {
 		t.Errorf("node result: rule %s, command %q, example %q", x.Rule, x.Properties[openreports.PropCommand], x.Properties[openreports.PropExample+"1"])
 	}
+	// Keyed by its level, not by its message (which holds counts).
+	if id, want := x.Properties[openreports.PropResultID], openreports.ResultID(x.Rule, "node-a", cr.Name); id != want {
+		t.Errorf("node result's resultID %q, want %q", id, want)
+	}
 }

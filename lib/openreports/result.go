@@ -63,7 +63,7 @@ const (
 	// v1alpha2.ResultIDKey): without it, it derives a key from the
 	// Report's scope (the workload), policy, rule, status, category and
 	// message, the same for every pod of a workload at one level, and
-	// keeps one of them. The pod's UID, as in PropPodUID: one result a pod.
+	// keeps one of them. ResultID makes it.
 	PropResultID = "resultID"
 	// PropCommand is the iptables command the exec watch saw
 	// (wording.ExecLine: FAILED first when it failed); absent when none.
@@ -136,11 +136,23 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, ref metav1.Ow
 	x.Properties[PropPodUID] = prop(rec.Pod.UID)
 	x.Properties[PropOwner] = prop(o.String())
 	x.Properties[PropPods] = prop(pod.Name)
-	x.Properties[PropResultID] = prop(rec.Pod.UID)
 	if rec.Container != "" {
 		x.Properties[PropContainer] = prop(rec.Container)
 	}
 	return x
+}
+
+// ResultID is a result's PropResultID: its rule (the level), its subject
+// (a pod's UID, a node's name) and its Report's name. Policy Reporter
+// keys results by it in all Reports at once (its database's primary key,
+// a row whose key is taken is dropped) and notifies its targets of a key
+// new to a Report: with the rule in it, a pod whose rules got worse is
+// news (a key of the pod alone notified only its first level); with the
+// Report in it, a pod moved to another Report is not dropped there while
+// its old Report still holds it. Cut, if ever, at the Report's name
+// (UIDs and levels are short).
+func ResultID(rule, subject, report string) string {
+	return prop(rule + "/" + subject + "/" + report)
 }
 
 // common is the part of a result a pod's and a node's share: verdict,

@@ -124,10 +124,37 @@ func TestBound(t *testing.T) {
 	if r.Summary.Fail != (MaxResults+10)/10 || r.Summary.Skip != 1 || len(r.Results) != MaxResults || r.Annotations[CutAnnotation] != "11" {
 		t.Errorf("summary %+v, %d results, annotation %q", r.Summary, len(r.Results), r.Annotations[CutAnnotation])
 	}
+	note := func() openreportsv1alpha1.ReportResult {
+		t.Helper()
+		for _, x := range r.Results {
+			if x.Rule == CutRule {
+				return x
+			}
+		}
+		t.Fatal("no cut note")
+		return openreportsv1alpha1.ReportResult{}
+	}
+	// Dated (Policy Reporter shows 1970 for none) and keyed by the
+	// Report: its description changes with the count.
+	first := note()
+	if first.Timestamp.Seconds == 0 || first.Properties[PropResultID] != ResultID(CutRule, r.Namespace, r.Name) {
+		t.Errorf("cut note: timestamp %v, resultID %q", first.Timestamp, first.Properties[PropResultID])
+	}
+	// As if written a second before: the second bound must keep it.
+	for i := range r.Results {
+		if r.Results[i].Rule == CutRule {
+			r.Results[i].Timestamp.Seconds--
+			first.Timestamp = r.Results[i].Timestamp
+		}
+	}
 	// Another result later: the cut note stays and the total grows.
 	r.Results = append(r.Results, openreportsv1alpha1.ReportResult{Rule: "native", Result: "warn", Properties: map[string]string{PropPodUID: "new"}})
 	if cut := bound(r); cut != 1 || r.Annotations[CutAnnotation] != "12" || len(r.Results) != MaxResults {
 		t.Errorf("second bound: cut %d, annotation %q, %d results", cut, r.Annotations[CutAnnotation], len(r.Results))
+	}
+	if second := note(); second.Timestamp != first.Timestamp || second.Properties[PropResultID] != first.Properties[PropResultID] || second.Description == first.Description {
+		t.Errorf("cut note after the count grew: timestamp %v, resultID %q, description %q; want the first's timestamp and resultID, a new count",
+			second.Timestamp, second.Properties[PropResultID], second.Description)
 	}
 }
 

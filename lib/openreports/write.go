@@ -475,6 +475,8 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 		if old != nil {
 			x = after(*old, x, rec.CommandOnly())
 		}
+		// After after: it may keep the old rule.
+		x.Properties[PropResultID] = ResultID(x.Rule, rec.Pod.UID, r.Name)
 		r.Results = append(r.Results, x)
 		return bound(r)
 	}, nil
@@ -952,7 +954,13 @@ func upsert[T metav1.Object](ctx context.Context, api reportAPI[T], what, node s
 // results this call cut.
 func bound(r *openreportsv1alpha1.Report) int {
 	total, _ := strconv.Atoi(r.Annotations[CutAnnotation])
-	r.Results = slices.DeleteFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool { return x.Rule == CutRule })
+	var since *metav1.Timestamp
+	r.Results = slices.DeleteFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool {
+		if x.Rule == CutRule && x.Timestamp.Seconds > 0 {
+			since = &x.Timestamp
+		}
+		return x.Rule == CutRule
+	})
 	cut := 0
 	if len(r.Results) > MaxResults-1 && (total > 0 || len(r.Results) > MaxResults) {
 		slices.SortStableFunc(r.Results, func(a, b openreportsv1alpha1.ReportResult) int {
@@ -973,10 +981,17 @@ func bound(r *openreportsv1alpha1.Report) int {
 			r.Annotations = map[string]string{}
 		}
 		r.Annotations[CutAnnotation] = strconv.Itoa(total)
+		// Dated when the first cut was (Policy Reporter shows 1970 for
+		// none) and keyed by its Report: its description changes with
+		// the count, which would make a new result of it each time.
+		if since == nil {
+			since = &metav1.Timestamp{Seconds: time.Now().Unix()}
+		}
 		r.Results = append(r.Results, openreportsv1alpha1.ReportResult{
 			Source: Source, Policy: Policy, Rule: CutRule, Category: Category, Result: "skip", Severity: "info",
+			Timestamp:   *since,
 			Description: fmt.Sprintf("%d results were left out of this Report since it was made: it keeps at most %d, the worst and newest. Run `iptables-alerter report` or read the pods' Events for the rest.", total, MaxResults-1),
-			Properties:  map[string]string{"cut": strconv.Itoa(total)},
+			Properties:  map[string]string{"cut": strconv.Itoa(total), PropResultID: ResultID(CutRule, r.Namespace, r.Name)},
 		})
 	}
 	r.Summary = summary(r.Results)

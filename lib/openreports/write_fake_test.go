@@ -173,6 +173,41 @@ func TestMovedBackInOneBatch(t *testing.T) {
 	}
 }
 
+// TestResultIDs: Policy Reporter notifies a result whose resultID is new
+// to its Report and keys results by it in all Reports at once. A pod that
+// got worse gets a new one (it was its UID alone: no notification); a pod
+// moved to another Report gets one its old Report's row does not hold
+// (Policy Reporter dropped it there until the new Report changed again).
+func TestResultIDs(t *testing.T) {
+	b := newBatch(t)
+	dep, rs := b.owned("Deployment", "web"), b.owned("ReplicaSet", "web-7c9")
+	id := func() string {
+		b.t.Helper()
+		list, err := b.api.reports.OpenreportsV1alpha1().Reports("shop").List(b.ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 || len(list.Items[0].Results) != 1 {
+			b.t.Fatalf("want one Report with one result: %v, %v", list, err)
+		}
+		return list.Items[0].Results[0].Properties[openreports.PropResultID]
+	}
+	if _, err := b.w.Stage(b.ctx, record(b.api.pod, findings.StatePresent, 0, 1, 0), dep); err != nil {
+		t.Fatal(err)
+	}
+	b.flush()
+	xt := id()
+	b.stage(1, dep) // a legacy rule
+	b.flush()
+	legacy := id()
+	b.stage(1, rs)
+	b.flush()
+	moved := id()
+	uid := string(b.api.pod.UID)
+	depName, rsName := openreports.Name(dep.Owner, "node-a"), openreports.Name(rs.Owner, "node-a")
+	want := []string{"xt/" + uid + "/" + depName, "legacy/" + uid + "/" + depName, "legacy/" + uid + "/" + rsName}
+	if diff := cmp.Diff(want, []string{xt, legacy, moved}); diff != "" {
+		t.Errorf("resultIDs: xt, then legacy, then moved (-want +got):\n%s", diff)
+	}
+}
+
 // batch stages findings of one pod under owners and flushes them, as
 // the Keeper does between two checkpoint saves.
 type batch struct {
