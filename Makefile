@@ -33,7 +33,7 @@ AGENTBIN := bin/iptables-alerter-agent
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all build deps demo-deps bench-deps test race-build test-packages test-tools test-early test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs schema crds chart chart-files set-release pin-image release release-key release-chart release-deps registry-login github-release test-s390x
+.PHONY: all build deps demo-deps bench-deps test race-build test-packages test-tools test-early test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs dashboards schema crds chart chart-files set-release pin-image release release-key release-chart release-deps registry-login github-release test-s390x
 
 all: build
 
@@ -164,6 +164,14 @@ uninstall:
 machineconfig:
 	$(GO) test -count=1 -run TestMachineConfig ./tests/packaging -update
 
+# Regenerate the OpenShift console's copy of the dashboard
+# (packaging/monitoring/console/console-dashboard.json) from
+# packaging/monitoring/grafana-dashboard.json, in the panel types and
+# variables the console's dashboards read (tests/packaging's
+# TestConsoleDashboard fails while it is stale).
+dashboards:
+	$(GO) test -count=1 -run 'TestConsoleDashboard$$' ./tests/packaging -update
+
 # Regenerate the man pages (docs/man/), docs/cli.md and the README's CLI
 # reference from the flag definitions, and docs/metrics.md from the metric
 # registries (after a change to a command's flags or help, or to a
@@ -189,11 +197,13 @@ crds:
 	$(MAKE) --no-print-directory chart-files
 
 # The Helm chart (packaging/helm/iptables-alerter) carries copies of the
-# OpenReports CRDs and the alerts, as a chart reads nothing outside its directory;
+# OpenReports CRDs, the alerts and the dashboard (Grafana's and, regenerated
+# first, the console's), as a chart reads nothing outside its directory;
 # tests/packaging's TestHelmFilesInSync fails when they differ.
 CHART := packaging/helm/iptables-alerter
-chart-files:
-	cp $(addprefix packaging/crds/,$(CRDS)) packaging/monitoring/prometheusrule.yaml packaging/monitoring/grafana-dashboard.json $(CHART)/files/
+chart-files: dashboards
+	cp $(addprefix packaging/crds/,$(CRDS)) packaging/monitoring/prometheusrule.yaml packaging/monitoring/grafana-dashboard.json \
+		packaging/monitoring/console/console-dashboard.json $(CHART)/files/
 
 # The chart's package in bin/, its appVersion (the default image tag) the
 # version `make image` tags the image with, its version the same made

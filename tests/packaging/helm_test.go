@@ -318,10 +318,11 @@ func TestHelmServiceMonitorTargets(t *testing.T) {
 // its directory) are the files packaging ships, byte for byte.
 func TestHelmFilesInSync(t *testing.T) {
 	for src, dst := range map[string]string{
-		"packaging/crds/openreports.io_reports.yaml":        "openreports.io_reports.yaml",
-		"packaging/crds/openreports.io_clusterreports.yaml": "openreports.io_clusterreports.yaml",
-		"packaging/monitoring/prometheusrule.yaml":          "prometheusrule.yaml",
-		"packaging/monitoring/grafana-dashboard.json":       "grafana-dashboard.json",
+		"packaging/crds/openreports.io_reports.yaml":          "openreports.io_reports.yaml",
+		"packaging/crds/openreports.io_clusterreports.yaml":   "openreports.io_clusterreports.yaml",
+		"packaging/monitoring/prometheusrule.yaml":            "prometheusrule.yaml",
+		"packaging/monitoring/grafana-dashboard.json":         "grafana-dashboard.json",
+		"packaging/monitoring/console/console-dashboard.json": "console-dashboard.json",
 	} {
 		want, err := os.ReadFile(filepath.Join(repo(t), src))
 		if err != nil {

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-var update = flag.Bool("update", false, "rewrite the MachineConfig YAML from its Butane source")
+var update = flag.Bool("update", false, "rewrite the MachineConfig YAML from its Butane source, the console dashboard from the Grafana one")
 
 // butane is the part of Butane's openshift variant the sources use.
 type butane struct {
