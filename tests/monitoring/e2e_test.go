@@ -168,9 +168,11 @@ func (p server) queryAt(t *testing.T, expr string, at time.Time) result {
 // of NRI in this process tells of a running pod whose network namespace
 // holds an xt rule. The breaking-usage alert fires for its workload, with
 // its namespace, owner and impact (the recorded per-pod series names the pod), and every query of the dashboard
-// runs, the usage ones with results; when the pod's sandbox stops, its
-// series leaves the agent's /metrics, the alert stays for the rules' hold,
-// and the per-pod rule evaluated past the hold gives nothing.
+// runs, the usage ones with results, and each of the console's copy (All
+// as .+, on series with no cluster label) where the Grafana copy's gave
+// some; when the pod's sandbox stops, its series leaves the agent's
+// /metrics, the alert stays for the rules' hold, and the per-pod rule
+// evaluated past the hold gives nothing.
 func TestAlertEndToEnd(t *testing.T) {
 	needTool(t, prometheus)
 	nstest.NeedRoot(t, "iptables-nft")
@@ -216,7 +218,9 @@ scrape_configs:
 
 	// Every dashboard query runs on the real server; those on the usage
 	// series see the pod (the others may rightly be empty: no error yet).
-	for _, e := range loadDashboard(t) {
+	exprs := loadDashboard(t)
+	answered := make([]bool, len(exprs))
+	for i, e := range exprs {
 		var r result
 		eventually(t, fmt.Sprintf("dashboard query %q: no result", e), func() bool {
 			r = prom.query(t, e)
@@ -224,6 +228,31 @@ scrape_configs:
 		})
 		if r.Status != "success" {
 			t.Errorf("dashboard query %q: %s %s: %s", e, r.Status, r.ErrorType, r.Error)
+		}
+		answered[i] = len(r.Data.Result) > 0
+	}
+	// The console's copy, as the console sends it (All as .+), on series
+	// with no cluster label, as OpenShift's: each query answers where the
+	// Grafana copy's did, and the namespace variable lists the pod's.
+	if r := prom.query(t, `count({job="`+job+`", cluster!=""})`); r.Status != "success" || len(r.Data.Result) != 0 {
+		t.Fatalf("series with a cluster label: %+v", r)
+	}
+	console, variables := loadConsoleDashboard(t)
+	if len(console) != len(exprs) {
+		t.Fatalf("%d queries in the console's copy, %d in the Grafana copy", len(console), len(exprs))
+	}
+	for i, e := range console {
+		r := prom.query(t, e)
+		if r.Status != "success" || answered[i] && len(r.Data.Result) == 0 {
+			t.Errorf("console query %q: %s %s %s, %d results (the Grafana copy's %q answered: %v)", e, r.Status, r.ErrorType, r.Error, len(r.Data.Result), exprs[i], answered[i])
+		}
+	}
+	for _, e := range variables {
+		r := prom.query(t, e)
+		if r.Status != "success" || !slices.ContainsFunc(r.Data.Result, func(m json.RawMessage) bool {
+			return strings.Contains(string(m), `"`+pod.Namespace+`"`)
+		}) {
+			t.Errorf("console variable query %q: %s %s %s %s, want the pod's namespace %q", e, r.Status, r.ErrorType, r.Error, r.Data.Result, pod.Namespace)
 		}
 	}
 

@@ -20,6 +20,9 @@ const (
 	prometheus = "/usr/bin/prometheus"
 	ruleCR     = "../../packaging/monitoring/prometheusrule.yaml"
 	dashboard  = "../../packaging/monitoring/grafana-dashboard.json"
+	// consoleDash is the OpenShift console's copy, generated from
+	// dashboard (tests/packaging's TestConsoleDashboard).
+	consoleDash = "../../packaging/monitoring/console/console-dashboard.json"
 	// job is the job label the ServiceMonitor gives: the Service's name.
 	job = "iptables-alerter-metrics"
 )
@@ -243,6 +246,67 @@ func loadDashboard(t *testing.T) (exprs []string) {
 	return exprs
 }
 
+// loadConsoleDashboard is every query of the console's copy, as the
+// console sends it with All chosen (openshift/monitoring-plugin's
+// evaluateVariableTemplate): its panels' queries, in the order of
+// loadDashboard's, then its variables' (label_values(X, l) sent as
+// count(X) by (l)), each variable as .+ and the range and interval
+// variables as durations of its default 30 minutes.
+func loadConsoleDashboard(t *testing.T) (panels, variables []string) {
+	t.Helper()
+	b, err := os.ReadFile(consoleDash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Templating struct {
+			List []struct{ Name, Type, Query string } `json:"list"`
+		} `json:"templating"`
+		Panels []panel `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("%s: %v", consoleDash, err)
+	}
+	values := map[string]string{"__range": "1800s", "__range_ms": "1800000", "__range_s": "1800", "__interval": "5m", "__rate_interval": "5m"}
+	for _, v := range d.Templating.List {
+		values[v.Name] = ".+"
+	}
+	eval := func(expr string) string {
+		e := variable.ReplaceAllStringFunc(expr, func(m string) string {
+			if v, ok := values[m[1:]]; ok {
+				return v
+			}
+			if strings.HasPrefix(m, "$__auto_interval_") {
+				return "5m"
+			}
+			return m
+		})
+		if strings.Contains(e, "$") {
+			t.Errorf("%s: query %q: a variable the console does not substitute", consoleDash, expr)
+		}
+		return e
+	}
+	for _, p := range d.Panels {
+		for _, q := range p.Targets {
+			panels = append(panels, eval(q.Expr))
+		}
+	}
+	for _, v := range d.Templating.List {
+		if v.Type == "query" {
+			variables = append(variables, labelValues.ReplaceAllString(eval(v.Query), "count($1) by ($2)"))
+		}
+	}
+	return panels, variables
+}
+
+// variable matches a variable in a query, as the console does ($name not
+// followed by a name's character).
+var variable = regexp.MustCompile(`\$[a-zA-Z0-9_]+`)
+
+// labelValues is the console's rewriting of label_values (greedy, as its
+// JavaScript regular expression).
+var labelValues = regexp.MustCompile(`label_values\((.*), (.*)\)`)
+
 // selector matches a series selector of a dashboard query: the metric
 // and what is between the braces.
 var selector = regexp.MustCompile(`\b(up|iptables_alerter_[a-z_]+)\{([^}]*)\}`)
@@ -250,13 +314,20 @@ var selector = regexp.MustCompile(`\b(up|iptables_alerter_[a-z_]+)\{([^}]*)\}`)
 // metricName matches the project's metric names in a query.
 var metricName = regexp.MustCompile(`\biptables_alerter_[a-z_]+`)
 
-// TestDashboard: the dashboard's structure, and every query parses
-// (promtool check rules, each as a recording rule) and names only metrics
-// the agent or forwarder serve. TestAlertEndToEnd runs each against a
+// TestDashboard: the dashboard's structure, and every query, and every
+// query of the console's copy as the console sends it, parses (promtool
+// check rules, each as a recording rule) and names only metrics the agent
+// or forwarder serve. TestAlertEndToEnd runs each against a
 // real Prometheus scraping a real agent.
 func TestDashboard(t *testing.T) {
 	needTool(t, promtool)
 	exprs := loadDashboard(t)
+	// The console's copy's, as the console sends them.
+	console, variables := loadConsoleDashboard(t)
+	if len(console) != len(exprs) || len(variables) == 0 {
+		t.Errorf("%s: %d panel queries and %d variable queries, want the Grafana copy's %d and a variable's", consoleDash, len(console), len(variables), len(exprs))
+	}
+	exprs = append(append(exprs, console...), variables...)
 	var rules strings.Builder
 	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
 	for i, e := range exprs {
