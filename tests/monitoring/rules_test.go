@@ -250,8 +250,9 @@ func loadDashboard(t *testing.T) (exprs []string) {
 // console sends it with All chosen (openshift/monitoring-plugin's
 // evaluateVariableTemplate): its panels' queries, in the order of
 // loadDashboard's, then its variables' (label_values(X, l) sent as
-// count(X) by (l)), each variable as .+ and the range and interval
-// variables as durations of its default 30 minutes.
+// count(X) by (l)), each variable as .+ (but one named namespace, as the
+// console does) and the range and interval variables as durations of its
+// default 30 minutes.
 func loadConsoleDashboard(t *testing.T) (panels, variables []string) {
 	t.Helper()
 	b, err := os.ReadFile(consoleDash)
@@ -270,6 +271,12 @@ func loadConsoleDashboard(t *testing.T) (panels, variables []string) {
 	values := map[string]string{"__range": "1800s", "__range_ms": "1800000", "__range_s": "1800", "__interval": "5m", "__rate_interval": "5m"}
 	for _, v := range d.Templating.List {
 		values[v.Name] = ".+"
+		if v.Name == "namespace" {
+			// The console's own rule for a variable so named: its
+			// value, which is All's key, not .+, unless the project
+			// picker says All Projects (variable-utils.ts).
+			values[v.Name] = "ALL_OPTION_KEY"
+		}
 	}
 	eval := func(expr string) string {
 		e := variable.ReplaceAllStringFunc(expr, func(m string) string {

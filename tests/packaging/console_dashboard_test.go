@@ -39,8 +39,24 @@ const (
 // comma joining it to the selector's other matchers.
 var clusterMatcher = regexp.MustCompile(`\s*,\s*cluster=~"\$cluster"|cluster=~"\$cluster"\s*,\s*|\{\s*cluster=~"\$cluster"\s*\}`)
 
-// withoutCluster is expr with the cluster variable's matchers taken out.
-func withoutCluster(expr string) string { return clusterMatcher.ReplaceAllString(expr, "") }
+// nsVar is the Grafana copy's namespace variable, which the console copy
+// names consoleNSVar: the console treats a variable named namespace as
+// the project picker's (openshift/monitoring-plugin variable-utils.ts):
+// a project picked hides it and filters every panel to that project, and
+// with All Projects its own All went into the queries as the literal
+// ALL_OPTION_KEY instead of .+ (the pod count read 0).
+const (
+	nsVar        = "namespace"
+	consoleNSVar = "pod_namespace"
+)
+
+var nsRef = regexp.MustCompile(`\$` + nsVar + `\b`)
+
+// consoleExpr is expr as the console copy holds it: the cluster
+// variable's matchers taken out, the namespace variable renamed.
+func consoleExpr(expr string) string {
+	return nsRef.ReplaceAllString(clusterMatcher.ReplaceAllString(expr, ""), "$$"+consoleNSVar)
+}
 
 // dashboardMeta is what the two copies share but for their description:
 // the dashboard's identity and defaults.
@@ -211,7 +227,7 @@ func toConsole(t *testing.T, src []byte) []byte {
 	}
 	c := cDashboard{dashboardMeta: g.dashboardMeta}
 	desc, _, _ := strings.Cut(g.Description, " Variables:")
-	c.Description = desc + " Variables: the namespace of the pods (the project, in the developer perspective)." +
+	c.Description = desc + " Variables: the namespace of the pods." +
 		" The OpenShift console's copy, generated from grafana-dashboard.json by make dashboards; do not edit."
 	for _, v := range g.Templating.List {
 		if v.Type == "datasource" || v.Name == clusterVar {
@@ -226,9 +242,13 @@ func toConsole(t *testing.T, src []byte) []byte {
 				t.Fatalf("variable %q: query %s", v.Name, v.Query)
 			}
 		}
-		query := withoutCluster(q.Query)
+		query := consoleExpr(q.Query)
+		name := v.Name
+		if name == nsVar {
+			name = consoleNSVar
+		}
 		c.Templating.List = append(c.Templating.List, cVariable{
-			Name: v.Name, Label: v.Label, Type: v.Type, Query: query, Definition: query, IncludeAll: v.IncludeAll,
+			Name: name, Label: v.Label, Type: v.Type, Query: query, Definition: query, IncludeAll: v.IncludeAll,
 			Options: []string{}, Refresh: v.Refresh, Sort: v.Sort, Hide: v.Hide,
 		})
 	}
@@ -259,7 +279,7 @@ func consolePanel(t *testing.T, p gfPanel) cPanel {
 	}
 	c := cPanel{ID: p.ID, Title: p.Title, Description: p.Description, Span: max(1, (p.GridPos.W+1)/2), GridPos: p.GridPos}
 	for _, q := range p.Targets {
-		q.Expr = withoutCluster(q.Expr)
+		q.Expr = consoleExpr(q.Expr)
 		c.Targets = append(c.Targets, q)
 	}
 	switch {
@@ -507,7 +527,7 @@ func TestConsoleDashboardPanels(t *testing.T) {
 	for _, p := range g.Panels {
 		gTitles = append(gTitles, p.Title)
 		for _, q := range p.Targets {
-			gQueries = append(gQueries, withoutCluster(q.Expr))
+			gQueries = append(gQueries, consoleExpr(q.Expr))
 		}
 	}
 	if !slices.Equal(titles, gTitles) {
@@ -517,9 +537,8 @@ func TestConsoleDashboardPanels(t *testing.T) {
 		t.Errorf("queries\n%q\nwant the Grafana copy's without cluster matchers\n%q", queries, gQueries)
 	}
 
-	// The namespace variable: what the console fills with the project in
-	// the developer perspective; label_values, which it rewrites to
-	// count(...) by (...).
+	// The pods' namespace variable, not named namespace (see nsVar);
+	// label_values, which the console rewrites to count(...) by (...).
 	var names []string
 	for _, v := range d.Templating.List {
 		names = append(names, fmt.Sprint(v["name"]))
@@ -530,14 +549,14 @@ func TestConsoleDashboardPanels(t *testing.T) {
 		if v["hide"] != float64(0) {
 			t.Errorf("variable %v: hide %v, and the console hides a variable whose hide is not 0", v["name"], v["hide"])
 		}
-		if v["name"] == "namespace" {
+		if v["name"] == consoleNSVar {
 			want := `label_values(iptables_alerter_agent_pod_rules{job="iptables-alerter-metrics"}, pod_namespace)`
 			if q != want || v["includeAll"] != true {
-				t.Errorf("variable namespace: query %q, includeAll %v: want %s with All", q, v["includeAll"], want)
+				t.Errorf("variable %s: query %q, includeAll %v: want %s with All", consoleNSVar, q, v["includeAll"], want)
 			}
 		}
 	}
-	if !slices.Equal(names, []string{"namespace"}) {
-		t.Errorf("variables %v, want namespace alone", names)
+	if !slices.Equal(names, []string{consoleNSVar}) {
+		t.Errorf("variables %v, want %s alone (a variable named namespace is the console's project picker's)", names, consoleNSVar)
 	}
 }
