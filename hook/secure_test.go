@@ -85,8 +85,9 @@ func waitGet(t *testing.T, c *http.Client, url, token string) (int, string) {
 // binaries and a real API server. The agent serves /metrics on localhost
 // only, the forwarder serves its own and the agent's over TLS to tokens
 // the API server authenticates and, through the shipped RBAC, authorises;
-// the plain ports keep /healthz for the kubelet and serve no metrics; a
-// rotated certificate is served without a restart.
+// the plain ports (on loopback, as the manifests bind them behind TLS)
+// keep /healthz and serve no metrics; a rotated certificate is served
+// without a restart.
 func TestSecureMetrics(t *testing.T) {
 	e := newFwdEnv(t)
 	for _, f := range []string{"../packaging/rbac/metrics.yaml", "../packaging/openshift/monitoring.yaml", "../packaging/secure-metrics/review.yaml"} {

@@ -196,10 +196,10 @@ func checkEndpoints(t *testing.T, eps []smEndpoint) {
 }
 
 // TestSecureMetricsArgs: the secure-metrics component restates each
-// container's args (a merge replaces the list whole): they are the base's
-// with exactly the TLS flags added (and, on OpenShift, its network plugin
-// for node mode), so a flag added to the base is not lost where metrics
-// are behind TLS.
+// container's args (a merge replaces the list whole): they are the base's,
+// --health-addr on loopback (same port), with exactly the TLS flags added
+// (and, on OpenShift, its network plugin for node mode), so a flag added
+// to the base is not lost where metrics are behind TLS.
 func TestSecureMetricsArgs(t *testing.T) {
 	base := renderedDaemonSet(t, "packaging/kubernetes").Spec.Template.Spec
 	for _, dir := range []string{"", "packaging/openshift"} {
@@ -217,9 +217,15 @@ func TestSecureMetricsArgs(t *testing.T) {
 			"forward": {"--secure-metrics-addr=:9443", "--tls-cert-file=/etc/iptables-alerter/tls/tls.crt",
 				"--tls-private-key-file=/etc/iptables-alerter/tls/tls.key", "--agent-metrics=http://127.0.0.1:9758/metrics"},
 		} {
-			want := append(slices.Clone(container(t, base, name).Args), added...)
+			want := slices.Clone(container(t, base, name).Args)
+			for i, a := range want {
+				if port, ok := strings.CutPrefix(a, "--health-addr=:"); ok {
+					want[i] = "--health-addr=127.0.0.1:" + port
+				}
+			}
+			want = append(want, added...)
 			if got := container(t, spec, name).Args; !slices.Equal(got, want) {
-				t.Errorf("%s args:\n%q\nwant the base's and the TLS flags:\n%q", name, got, want)
+				t.Errorf("%s args:\n%q\nwant the base's, --health-addr on loopback, and the TLS flags:\n%q", name, got, want)
 			}
 		}
 	}

@@ -169,10 +169,16 @@ func TestMetricsReach(t *testing.T) {
 			}
 
 			agent, fwd := container(t, spec, "agent"), container(t, spec, "forward")
-			// The kubelet probes the agent on the pod IP: --health-addr
-			// must not be localhost.
-			if h, _ := argValue(agent.Args, "health-addr"); h != ":9757" {
-				t.Errorf("agent --health-addr=%q, want :9757 (the kubelet's probe)", h)
+			// /healthz is on the pod's IP only where /metrics is on the
+			// same plain port; behind TLS on loopback
+			// (TestHealthOnLoopback). The kubelet's probes exec on
+			// --probe-addr either way.
+			wantHealth := ":9757"
+			if tc.secure {
+				wantHealth = "127.0.0.1:9757"
+			}
+			if h, _ := argValue(agent.Args, "health-addr"); h != wantHealth {
+				t.Errorf("agent --health-addr=%q, want %s", h, wantHealth)
 			}
 			var sm struct {
 				Spec struct {
@@ -239,4 +245,123 @@ func TestMetricsReach(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHealthOnLoopback: where the metrics are behind TLS (the base with
+// the secure-metrics component, the OpenShift overlays, which use it, and
+// the chart with metrics.secure or openshift) every container's /healthz
+// (--health-addr, and its --probe-addr) listens on loopback only, and no
+// containerPort, Service port or NetworkPolicy port names a health port:
+// the forwarder's degraded text names namespaces, and where no
+// NetworkPolicy is enforced anyone reaching the pod's IP would read it.
+// The kubelet's probes exec on --probe-addr (TestProbes), and 9443 is the
+// one port left.
+func TestHealthOnLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// dir is a kustomization under the repo, or "secure-metrics"
+		// (the base with that component); empty: the chart with set.
+		dir string
+		set []string
+	}{
+		{name: "secure-metrics", dir: "secure-metrics"},
+		{name: "openshift", dir: "packaging/openshift"},
+		{name: "openshift-no-sidecar", dir: "packaging/openshift-no-sidecar"},
+		{name: "openshift-user-workload", dir: "packaging/openshift-user-workload"},
+		{name: "helm metrics.secure", set: withAPI("metrics.secure.enabled=true")},
+		{name: "helm metrics.secure without agent", set: withAPI("metrics.secure.enabled=true", "agent.enabled=false")},
+		{name: "helm openshift", set: withAPI("openshift.enabled=true")},
+		{name: "helm openshift without hook", set: withAPI("openshift.enabled=true", "hook.enabled=false")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var objs map[string]map[string]any
+			switch tc.dir {
+			case "":
+				objs = objects(t, helmTemplate(t, tc.set...))
+			case "secure-metrics":
+				objs = objects(t, kustomize(t, secureOverlay(t)))
+			default:
+				objs = objects(t, kustomize(t, filepath.Join(repo(t), tc.dir)))
+			}
+			spec := daemonSetPod(t, objs)
+			health := checkHealthLoopback(t, spec.Containers, "agent", "forward")
+			// byName resolves a named port to the container port it is.
+			byName := map[string]int32{}
+			for _, c := range spec.Containers {
+				for _, p := range c.Ports {
+					if health[p.ContainerPort] {
+						t.Errorf("container %s: containerPort %d %q is a health port", c.Name, p.ContainerPort, p.Name)
+					}
+					byName[p.Name] = p.ContainerPort
+				}
+			}
+			var svc corev1.Service
+			if !decoded(t, objs, "Service/iptables-alerter/iptables-alerter-metrics", &svc) {
+				t.Fatal("no metrics Service")
+			}
+			svcPorts := map[string]bool{}
+			for _, p := range svc.Spec.Ports {
+				target := p.TargetPort.IntVal
+				if p.TargetPort.StrVal != "" {
+					target = byName[p.TargetPort.StrVal]
+				}
+				if health[p.Port] || health[target] {
+					t.Errorf("Service port %+v reaches a health port", p)
+				}
+				svcPorts[p.Name] = true
+			}
+			var np networkingv1.NetworkPolicy
+			if !decoded(t, objs, "NetworkPolicy/iptables-alerter/iptables-alerter", &np) {
+				t.Fatal("no NetworkPolicy")
+			}
+			for _, rule := range np.Spec.Ingress {
+				for _, p := range rule.Ports {
+					if p.Port != nil && (health[p.Port.IntVal] || health[byName[p.Port.StrVal]]) {
+						t.Errorf("NetworkPolicy admits health port %s", p.Port)
+					}
+				}
+			}
+			// The ServiceMonitor scrapes the Service's ports, none else.
+			var sm struct {
+				Spec struct{ Endpoints []smEndpoint }
+			}
+			if !decoded(t, objs, "ServiceMonitor/iptables-alerter/iptables-alerter", &sm) {
+				t.Fatal("no ServiceMonitor")
+			}
+			for _, e := range sm.Spec.Endpoints {
+				if !svcPorts[e.Port] {
+					t.Errorf("ServiceMonitor endpoint %s %s: not a port of the Service %v", e.Port, e.Path, svcPorts)
+				}
+			}
+		})
+	}
+}
+
+// checkHealthLoopback: each container's --health-addr and --probe-addr are
+// on loopback, and each container named in want, where it runs, has a
+// --health-addr (the check is not passed by a flag left out). It gives
+// the ports they listen on.
+func checkHealthLoopback(t *testing.T, containers []corev1.Container, want ...string) map[int32]bool {
+	t.Helper()
+	ports := map[int32]bool{}
+	for _, c := range containers {
+		for _, flag := range []string{"health-addr", "probe-addr"} {
+			addr, ok := argValue(c.Args, flag)
+			if !ok {
+				if flag == "health-addr" && slices.Contains(want, c.Name) {
+					t.Errorf("container %s: no --health-addr", c.Name)
+				}
+				continue
+			}
+			host, port, err := net.SplitHostPort(addr)
+			ip := net.ParseIP(host)
+			if err != nil || ip == nil || !ip.IsLoopback() {
+				t.Errorf("container %s: --%s=%s, want a loopback address (127.0.0.1:PORT)", c.Name, flag, addr)
+			}
+			if n, err := strconv.ParseInt(port, 10, 32); err == nil {
+				ports[int32(n)] = true
+			}
+		}
+	}
+	return ports
 }
