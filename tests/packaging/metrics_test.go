@@ -255,7 +255,8 @@ func TestMetricsReach(t *testing.T) {
 // the forwarder's degraded text names namespaces, and where no
 // NetworkPolicy is enforced anyone reaching the pod's IP would read it.
 // The kubelet's probes exec on --probe-addr (TestProbes), and 9443 is the
-// one port left.
+// one port left. The textfile container, for node-exporter's usually
+// hostNetwork pod, binds its health port to loopback too.
 func TestHealthOnLoopback(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -335,6 +336,9 @@ func TestHealthOnLoopback(t *testing.T) {
 			}
 		})
 	}
+	t.Run("textfile container", func(t *testing.T) {
+		checkHealthLoopback(t, textfileContainers(t), "iptables-alerter-textfile")
+	})
 }
 
 // checkHealthLoopback: each container's --health-addr and --probe-addr are

@@ -68,15 +68,20 @@ func TestProbes(t *testing.T) {
 			checkProbes(t, daemonSetPod(t, objects(t, helmTemplate(t, set...))).Containers)
 		}
 	})
-	t.Run("textfile container", func(t *testing.T) {
-		b, err := os.ReadFile(filepath.Join(repo(t), "packaging/kubernetes/textfile-container.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var cs []corev1.Container
-		if err := yaml.UnmarshalStrict(b, &cs); err != nil {
-			t.Fatal(err)
-		}
-		checkProbes(t, cs)
-	})
+	t.Run("textfile container", func(t *testing.T) { checkProbes(t, textfileContainers(t)) })
+}
+
+// textfileContainers is packaging/kubernetes/textfile-container.yaml, the
+// container an admin adds to node-exporter's DaemonSet.
+func textfileContainers(t *testing.T) []corev1.Container {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repo(t), "packaging/kubernetes/textfile-container.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []corev1.Container
+	if err := yaml.UnmarshalStrict(b, &cs); err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
