@@ -88,7 +88,11 @@ func (w *Writer) writeNode(ctx context.Context, rec findings.Record) (Result, er
 			}
 			// Without one, Policy Reporter's key holds the message, whose
 			// counts change: a new result, and a notification, at each.
-			y.Properties[PropResultID] = ResultID(y.Rule, w.node, r.Name)
+			rule := y.Rule
+			if len(r.Results) > 0 {
+				rule = idRule(r.Results[0], y.Rule, w.node, r.Name)
+			}
+			y.Properties[PropResultID] = ResultID(rule, w.node, r.Name)
 			r.Source = Source
 			r.Scope = &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: w.node}
 			r.Results = []openreportsv1alpha1.ReportResult{y}

@@ -1,6 +1,8 @@
 package openreports
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"maps"
 	"slices"
 	"strconv"
@@ -142,17 +144,39 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, ref metav1.Ow
 	return x
 }
 
-// ResultID is a result's PropResultID: its rule (the level), its subject
+// ResultID is a result's PropResultID: a level (idRule's), its subject
 // (a pod's UID, a node's name) and its Report's name. Policy Reporter
 // keys results by it in all Reports at once (its database's primary key,
 // a row whose key is taken is dropped) and notifies its targets of a key
-// new to a Report: with the rule in it, a pod whose rules got worse is
+// new to a Report: with the level in it, a pod whose rules got worse is
 // news (a key of the pod alone notified only its first level); with the
 // Report in it, a pod moved to another Report is not dropped there while
-// its old Report still holds it. Cut, if ever, at the Report's name
-// (UIDs and levels are short).
+// its old Report still holds it. One too long for a property is the level
+// and a hash of the whole: cut, it would lose the end of a long Report
+// name, the hash that tells it from others (kubeapi.ObjectName).
 func ResultID(rule, subject, report string) string {
-	return prop(rule + "/" + subject + "/" + report)
+	id := safetext.Display(rule + "/" + subject + "/" + report)
+	if len(id) > MaxProperty {
+		h := sha256.Sum256([]byte(id))
+		id = prop(rule) + "/" + hex.EncodeToString(h[:16])
+	}
+	return id
+}
+
+// idRule is the level of the resultID a result of rule gets whose previous
+// result in this Report was old: the level now if it is graver than the
+// one old's key holds (news), else the old key's level, so that a pod is
+// notified once each time its rules get worse, not when they get better,
+// when an inspection fails (unknown: the agent's own alerts tell that) or
+// again when they flap back. A key not of this form (another release's)
+// gives the level now.
+func idRule(old openreportsv1alpha1.ReportResult, rule, subject, report string) string {
+	key := old.Properties[PropResultID]
+	was, _, _ := strings.Cut(key, "/")
+	if key == "" || key != ResultID(was, subject, report) || rule != RuleUnknown && graver(rule, was) {
+		return rule
+	}
+	return was
 }
 
 // common is the part of a result a pod's and a node's share: verdict,

@@ -158,6 +158,21 @@ func TestBound(t *testing.T) {
 	}
 }
 
+// TestResultIDLong: a key too long for a property is a hash of it whole,
+// so two Reports whose long names differ at their end (kubeapi.ObjectName's
+// hash) keep apart (cut, they would share one key in Policy Reporter,
+// which drops the second row).
+func TestResultIDLong(t *testing.T) {
+	long := strings.Repeat("a", 236) // kubeapi.ObjectName's longest readable part and more
+	a, b := ResultID("legacy", "uid", long+".iptalert-1111"), ResultID("legacy", "uid", long+".iptalert-2222")
+	if a == b || len(a) > MaxProperty || len(b) > MaxProperty || !strings.HasPrefix(a, "legacy/") {
+		t.Errorf("keys %q and %q: want two, each at most %d bytes, led by the level", a, b, MaxProperty)
+	}
+	if short := ResultID("xt", "uid", "r"); short != "xt/uid/r" {
+		t.Errorf("short key %q", short)
+	}
+}
+
 func TestName(t *testing.T) {
 	long := strings.Repeat("a", 250)
 	for _, tc := range []struct{ kind, name, node string }{

@@ -475,8 +475,11 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 		if old != nil {
 			x = after(*old, x, rec.CommandOnly())
 		}
-		// After after: it may keep the old rule.
-		x.Properties[PropResultID] = ResultID(x.Rule, rec.Pod.UID, r.Name)
+		rule := x.Rule
+		if old != nil {
+			rule = idRule(*old, x.Rule, rec.Pod.UID, r.Name)
+		}
+		x.Properties[PropResultID] = ResultID(rule, rec.Pod.UID, r.Name)
 		r.Results = append(r.Results, x)
 		return bound(r)
 	}, nil

@@ -197,14 +197,29 @@ func TestResultIDs(t *testing.T) {
 	b.stage(1, dep) // a legacy rule
 	b.flush()
 	legacy := id()
+	// Better, then not inspected, then worse again: nothing new to tell.
+	if _, err := b.w.Stage(b.ctx, record(b.api.pod, findings.StatePresent, 0, 1, 0), dep); err != nil {
+		t.Fatal(err)
+	}
+	b.flush()
+	better := id()
+	if _, err := b.w.Stage(b.ctx, record(b.api.pod, findings.StateUnknown, 0, 0, 0), dep); err != nil {
+		t.Fatal(err)
+	}
+	b.flush()
+	unknown := id()
+	b.stage(1, dep)
+	b.flush()
+	again := id()
 	b.stage(1, rs)
 	b.flush()
 	moved := id()
 	uid := string(b.api.pod.UID)
 	depName, rsName := openreports.Name(dep.Owner, "node-a"), openreports.Name(rs.Owner, "node-a")
-	want := []string{"xt/" + uid + "/" + depName, "legacy/" + uid + "/" + depName, "legacy/" + uid + "/" + rsName}
-	if diff := cmp.Diff(want, []string{xt, legacy, moved}); diff != "" {
-		t.Errorf("resultIDs: xt, then legacy, then moved (-want +got):\n%s", diff)
+	inDep := "legacy/" + uid + "/" + depName
+	want := []string{"xt/" + uid + "/" + depName, inDep, inDep, inDep, inDep, "legacy/" + uid + "/" + rsName}
+	if diff := cmp.Diff(want, []string{xt, legacy, better, unknown, again, moved}); diff != "" {
+		t.Errorf("resultIDs: xt, legacy, xt, unknown, legacy, then moved (-want +got):\n%s", diff)
 	}
 }
 
