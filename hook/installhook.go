@@ -46,10 +46,14 @@ without CRI-O (containerd) gets neither binary nor JSON; with
 --check-only it says "not checked" (--runtime none says so on purpose,
 --runtime crio checks against CRI-O's default).
 
+On a node where --owner-file exists (the OpenShift MachineConfig route's)
+it writes nothing: the files are that route's, and its operator marks a
+node degraded whose files it manages were changed.
+
 With --wait it then stays until SIGTERM or SIGINT and uninstalls (JSON
 first), so a DaemonSet pod being deleted takes the hook off its node,
-except on a node where --owner-file exists (the OpenShift MachineConfig
-route's): the files are that route's, and stay.
+except where --owner-file exists (at its start or at the stop): the
+files stay.
 On an error, --wait reports it at once and exits 1 only 30 s later (or
 at SIGTERM or SIGINT): a sidecar that exits before the kubelet saw it
 running keeps the pod's other containers from starting.
@@ -78,7 +82,7 @@ func (h *hookFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&h.root, "root", "/", "where the node's root filesystem is seen")
 	fs.StringVar(&h.binDir, "bin-dir", "/usr/local/bin", "node directory for the hook binary")
 	fs.StringVar(&h.hooksDir, "hooks-dir", "/etc/containers/oci/hooks.d", "node directory for the hooks.d JSON: one CRI-O reads")
-	fs.StringVar(&h.ownerFile, "owner-file", machineConfigEnv, "node file that says another installer (the OpenShift MachineConfig) owns the hook: while it exists, the uninstall removes nothing; empty: always remove")
+	fs.StringVar(&h.ownerFile, "owner-file", machineConfigEnv, "node file that says another installer (the OpenShift MachineConfig) owns the hook: while it exists, install and uninstall write and remove nothing; empty: always act")
 }
 
 func (h hookFlags) files() hookinstall.Files {
@@ -146,7 +150,13 @@ func (c *installConfig) run(_ []string, s stdio) int {
 	if err := f.Load(c.binary, c.jsonPath, hooksd.JSON, c.noJSON); err != nil {
 		return fail(err)
 	}
-	if err := hookinstall.Install(f); err != nil {
+	switch err := hookinstall.Install(f); {
+	case errors.Is(err, hookinstall.ErrOwnedElsewhere):
+		// Nothing written, so nothing to take off at the stop either.
+		say("left %s and %s as they are: %v (the OpenShift MachineConfig route's: writing over them is drift its operator marks the node degraded for)",
+			filepath.Join(c.h.binDir, f.BinaryName), filepath.Join(c.h.hooksDir, f.JSONName), err)
+		return waitThen(stopped, func() int { return 0 })
+	case err != nil:
 		return fail(err)
 	}
 	say("installed %s, then %s", filepath.Join(c.h.binDir, f.BinaryName), filepath.Join(c.h.hooksDir, f.JSONName))

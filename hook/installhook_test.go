@@ -151,22 +151,28 @@ func TestInstallHookWaitTermWhileInstalling(t *testing.T) {
 
 // TestInstallHookWaitLeavesMachineConfigFiles: the sidecar on a node of
 // the OpenShift MachineConfig route (its /etc/iptables-alerter/install.env
-// there, the JSON and binary already in place) installs, and at SIGTERM
-// leaves both: they are the MachineConfig's. A switch from the sidecar
-// route to the MachineConfig one stopped the sidecars after the
-// MachineConfig had rolled out, and each took the hook off its node until
-// the next reboot.
+// there, the JSON and binary of another version already in place) writes
+// neither, and at SIGTERM leaves both: they are the MachineConfig's. A
+// switch from the sidecar route to the MachineConfig one stopped the
+// sidecars after the MachineConfig had rolled out, and each took the hook
+// off its node until the next reboot; a sidecar of another version wrote
+// its JSON over the MachineConfig's, drift the Machine Config Operator
+// marks the node degraded for.
 func TestInstallHookWaitLeavesMachineConfigFiles(t *testing.T) {
 	root := t.TempDir()
 	binary := filepath.Join(t.TempDir(), "iptables-alerter-hook")
 	if err := os.WriteFile(binary, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	mcJSON := hookinstall.BinaryPath(hooksd.JSON, "/usr/local/bin")
-	for p, data := range map[string][]byte{
+	// Another version's: the sidecar's would differ.
+	mcJSON := append(hookinstall.BinaryPath(hooksd.JSON, "/usr/local/bin"), '\n')
+	mcBinary := []byte("#!/bin/sh\n# the MachineConfig route's\nexit 0\n")
+	mc := map[string][]byte{
 		"etc/iptables-alerter/install.env":                 []byte("IPTABLES_ALERTER_IMAGE=ghcr.io/iptables-alerter/iptables-alerter@sha256:0\n"),
 		"etc/containers/oci/hooks.d/iptables-alerter.json": mcJSON,
-	} {
+		"usr/local/bin/iptables-alerter-hook":              mcBinary,
+	}
+	for p, data := range mc {
 		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -188,9 +194,9 @@ func TestInstallHookWaitLeavesMachineConfigFiles(t *testing.T) {
 		_ = cmd.Process.Kill()
 		<-done
 	})
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(errb.String(), "install-hook: installed"); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(errb.String(), "install-hook: left"); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("install-hook --wait did not install in 30 s:\n%s", errb.String())
+			t.Fatalf("install-hook --wait did not say in 30 s that it left the files:\n%s", errb.String())
 		}
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -205,12 +211,12 @@ func TestInstallHookWaitLeavesMachineConfigFiles(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("install-hook --wait still running 30 s after SIGTERM\n%s", errb.String())
 	}
-	if s := errb.String(); !strings.Contains(s, "uninstall-hook: left") {
-		t.Errorf("stderr %q, want the files left", s)
+	if s := errb.String(); strings.Contains(s, "installed") || strings.Contains(s, "uninstall-hook") {
+		t.Errorf("stderr %q, want neither an install nor an uninstall", s)
 	}
-	for _, p := range []string{"usr/local/bin/iptables-alerter-hook", "etc/containers/oci/hooks.d/iptables-alerter.json"} {
-		if _, err := os.Lstat(filepath.Join(root, p)); err != nil {
-			t.Errorf("%s: %v, want it left on the node (the MachineConfig's)", p, err)
+	for p, want := range mc {
+		if got, err := os.ReadFile(filepath.Join(root, p)); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: %v, changed: want the MachineConfig's left as it was", p, err)
 		}
 	}
 }

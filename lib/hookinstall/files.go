@@ -36,17 +36,40 @@ type Files struct {
 	// their content nor who wrote them last tells the routes apart, and a
 	// sidecar stopped after the MachineConfig came took the hook off the
 	// node until its next reboot (and the JSON the MachineConfig manages).
+	// Install writes neither while it exists: a JSON of another version
+	// written over the MachineConfig's is drift the Machine Config
+	// Operator marks the node degraded for, which stalls its pool.
 	Owner string
 }
 
-// ErrOwnedElsewhere is Uninstall's error when Files.Owner exists: it
-// removed nothing.
+// ErrOwnedElsewhere is Install's and Uninstall's error when Files.Owner
+// exists: they wrote or removed nothing.
 var ErrOwnedElsewhere = errors.New("owned by another installer")
 
+// owned returns ErrOwnedElsewhere (wrapped) while f.Owner exists, and an
+// error when that cannot be told (the files are then left alone too).
+func (f Files) owned() error {
+	if f.Owner == "" {
+		return nil
+	}
+	owned, err := exists(f.Root, f.Owner)
+	if err != nil {
+		return err
+	}
+	if owned {
+		return fmt.Errorf("%s exists: %w", f.Owner, ErrOwnedElsewhere)
+	}
+	return nil
+}
+
 // Install writes the binary, then the JSON. With no JSON (a node where no
-// runtime reads hooks.d) it writes only the binary.
+// runtime reads hooks.d) it writes only the binary. While f.Owner exists
+// it writes nothing and returns ErrOwnedElsewhere.
 func Install(f Files) error {
 	if err := f.validate(); err != nil {
+		return err
+	}
+	if err := f.owned(); err != nil {
 		return err
 	}
 	if err := writeFile(f.Root, f.BinDir, f.BinaryName, f.Binary, 0o755); err != nil {
@@ -65,15 +88,8 @@ func Uninstall(f Files) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	if f.Owner != "" {
-		owned, err := exists(f.Root, f.Owner)
-		if err != nil {
-			// Unknown: keep the files, as an error does.
-			return err
-		}
-		if owned {
-			return fmt.Errorf("%s exists: %w", f.Owner, ErrOwnedElsewhere)
-		}
+	if err := f.owned(); err != nil {
+		return err
 	}
 	if err := removeFile(f.Root, f.HooksDir, f.JSONName); err != nil {
 		return err

@@ -273,9 +273,9 @@ func TestSameInPieces(t *testing.T) {
 // A node whose Owner file exists is another installer's: the OpenShift
 // MachineConfig route writes the same JSON and binary names, often the
 // same bytes, and a sidecar stopped after a switch to that route removed
-// them. Install there writes nothing new (the files are what it would
-// write), and Uninstall leaves both; once the Owner file is gone (the
-// MachineConfig deleted), Uninstall removes them as before.
+// them. Install there writes nothing (not even another version's), and
+// Uninstall leaves both; once the Owner file is gone (the MachineConfig
+// deleted), Uninstall removes them as before.
 func TestUninstallLeavesOwnedFiles(t *testing.T) {
 	root := t.TempDir()
 	f := files(root)
@@ -301,8 +301,17 @@ func TestUninstallLeavesOwnedFiles(t *testing.T) {
 	if err := os.Chmod(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := Install(f); err != nil {
-		t.Fatal(err)
+	// Install writes nothing over them (another version's JSON is drift
+	// the Machine Config Operator degrades the node for).
+	other := f
+	other.Binary, other.JSON = []byte("another version"), []byte("{}")
+	if err := Install(other); !errors.Is(err, ErrOwnedElsewhere) {
+		t.Errorf("Install with %s there: %v, want ErrOwnedElsewhere", f.Owner, err)
+	}
+	for path, data := range map[string][]byte{bin: f.Binary, json: f.JSON} {
+		if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, data) {
+			t.Errorf("Install with %s there: %s changed (%v)", f.Owner, path, err)
+		}
 	}
 	if err := Uninstall(f); !errors.Is(err, ErrOwnedElsewhere) {
 		t.Errorf("Uninstall with %s there: %v, want ErrOwnedElsewhere", f.Owner, err)

@@ -218,6 +218,12 @@ func TestInstallUnitImage(t *testing.T) {
 				t.Errorf("%s: %s: no %s (want ExecStart=/usr/bin/podman run --pull=missing --authfile=/var/lib/kubelet/config.json ... ${IPTABLES_ALERTER_IMAGE})", name, cmds[0], want)
 			}
 		}
+		// This route owns the files: install-hook's default owner file is
+		// its own environment file, whose presence makes install-hook
+		// write nothing (the sidecar's rule).
+		if !slices.Contains(args, "--owner-file=") {
+			t.Errorf("%s: %s: no --owner-file= (the unit is the owner; install-hook writes nothing while %s exists)", name, cmds[0], installEnv)
+		}
 	}
 }
 
