@@ -11,6 +11,7 @@ import (
 	"io"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -65,7 +66,9 @@ const uninstallHookLong = `Removes the hooks.d JSON, syncs its directory, then r
 binary: a JSON whose binary is gone would break container creation.
 Files already gone are fine. While --owner-file exists (by default the
 environment file the OpenShift MachineConfig route writes) it removes
-nothing: the files are that route's, and its MachineConfig removes them. Exit status: 0 done, 1 on an error.`
+nothing: the files are that route's (deleting its MachineConfigs removes
+the JSON; the binary its unit copied stays). Exit status: 0 done, 1 on an
+error.`
 
 // hookFlags are the flags both commands share: where things go.
 type hookFlags struct {
@@ -105,7 +108,7 @@ func (c *installConfig) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.noCheck, "no-check", false, "install even into a hooks directory CRI-O does not read")
 	fs.BoolVar(&c.checkOnly, "check-only", false, "only check that CRI-O reads --hooks-dir; write nothing")
 	fs.BoolVar(&c.noJSON, "no-json", false, "install only the binary: the JSON comes from elsewhere (a MachineConfig)")
-	fs.BoolVar(&c.wait, "wait", false, "after installing, wait for SIGTERM or SIGINT, then uninstall")
+	fs.BoolVar(&c.wait, "wait", false, "after installing, wait for SIGTERM or SIGINT, then uninstall (on a node --owner-file marks, neither)")
 }
 
 func (c *installConfig) run(_ []string, s stdio) int {
@@ -150,16 +153,29 @@ func (c *installConfig) run(_ []string, s stdio) int {
 	if err := f.Load(c.binary, c.jsonPath, hooksd.JSON, c.noJSON); err != nil {
 		return fail(err)
 	}
+	if f.OwnerUnseen() {
+		say("warning: %s's directory is not under %s: a node of the OpenShift MachineConfig route cannot be told apart, and its files would be written over (mount the node's %s)",
+			c.h.ownerFile, c.h.root, filepath.Dir(c.h.ownerFile))
+	}
 	switch err := hookinstall.Install(f); {
 	case errors.Is(err, hookinstall.ErrOwnedElsewhere):
 		// Nothing written, so nothing to take off at the stop either.
 		say("left %s and %s as they are: %v (the OpenShift MachineConfig route's: writing over them is drift its operator marks the node degraded for)",
 			filepath.Join(c.h.binDir, f.BinaryName), filepath.Join(c.h.hooksDir, f.JSONName), err)
+		if missing := f.Missing(); len(missing) > 0 {
+			// Its unit failed (an image not pulled) or an older
+			// sidecar removed them: the node has no hook.
+			say("warning: %s missing: the MachineConfig route has not installed the hook on this node (journalctl -u iptables-alerter-install)", strings.Join(missing, " and "))
+		}
 		return waitThen(stopped, func() int { return 0 })
 	case err != nil:
 		return fail(err)
 	}
-	say("installed %s, then %s", filepath.Join(c.h.binDir, f.BinaryName), filepath.Join(c.h.hooksDir, f.JSONName))
+	if f.JSON == nil {
+		say("installed %s (--no-json: no hooks.d JSON)", filepath.Join(c.h.binDir, f.BinaryName))
+	} else {
+		say("installed %s, then %s", filepath.Join(c.h.binDir, f.BinaryName), filepath.Join(c.h.hooksDir, f.JSONName))
+	}
 	return waitThen(stopped, func() int { return uninstall(c.h, s.err) })
 }
 
@@ -201,7 +217,7 @@ func (h *hookFlags) run(_ []string, s stdio) int {
 func uninstall(h hookFlags, stderr io.Writer) int {
 	f := h.files()
 	if err := hookinstall.Uninstall(f); errors.Is(err, hookinstall.ErrOwnedElsewhere) {
-		fmt.Fprintf(stderr, "uninstall-hook: left %s and %s: %v (the OpenShift MachineConfig route's: deleting the MachineConfig removes them)\n",
+		fmt.Fprintf(stderr, "uninstall-hook: left %s and %s: %v (the OpenShift MachineConfig route's: deleting its MachineConfigs removes the JSON, not the binary)\n",
 			filepath.Join(h.hooksDir, f.JSONName), filepath.Join(h.binDir, f.BinaryName), err)
 		return 0
 	} else if err != nil {

@@ -219,4 +219,43 @@ func TestInstallHookWaitLeavesMachineConfigFiles(t *testing.T) {
 			t.Errorf("%s: %v, changed: want the MachineConfig's left as it was", p, err)
 		}
 	}
+	if strings.Contains(errb.String(), "missing") {
+		t.Errorf("stderr %q: a warning of missing files, with both there", errb.String())
+	}
+	// The MachineConfig's unit has not put the binary in place (its image
+	// not pulled): still nothing written, and said.
+	if err := os.Remove(filepath.Join(root, "usr/local/bin/iptables-alerter-hook")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "install-hook", "--root", root, "--bin-dir", "/usr/local/bin", "--hooks-dir", "/etc/containers/oci/hooks.d",
+		"--runtime", "crio", "--no-check", "--binary", binary).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "warning: /usr/local/bin/iptables-alerter-hook missing") {
+		t.Errorf("install-hook with the MachineConfig's binary missing: %v, %q; want exit 0 and a warning naming it", err, out)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "usr/local/bin/iptables-alerter-hook")); !os.IsNotExist(err) {
+		t.Errorf("install-hook wrote the binary on a node the MachineConfig owns: %v", err)
+	}
+}
+
+// TestInstallHookWarnsOwnerUnseen: a container given the node's hooks
+// directories but not its /etc/iptables-alerter cannot tell a node of the
+// MachineConfig route: it installs, and says so.
+func TestInstallHookWarnsOwnerUnseen(t *testing.T) {
+	root := t.TempDir()
+	binary := filepath.Join(t.TempDir(), "iptables-alerter-hook")
+	if err := os.WriteFile(binary, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"install-hook", "--root", root, "--bin-dir", "/usr/local/bin", "--hooks-dir", "/etc/containers/oci/hooks.d",
+		"--runtime", "crio", "--no-check", "--binary", binary}
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "warning: /etc/iptables-alerter/install.env's directory is not under "+root) {
+		t.Errorf("install-hook without the owner file's directory: %v, %q; want exit 0 and a warning", err, out)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "etc/iptables-alerter"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil || strings.Contains(string(out), "warning") {
+		t.Errorf("install-hook with the owner file's directory: %v, %q; want no warning", err, out)
+	}
 }

@@ -62,6 +62,36 @@ func (f Files) owned() error {
 	return nil
 }
 
+// OwnerUnseen tells whether f.Owner's directory cannot be seen inside a
+// Root other than "/" (a container that was not given the node's
+// /etc/iptables-alerter): the owner file's absence then says nothing, and
+// Install would write over another installer's files. Under "/" a missing
+// directory is a missing file.
+func (f Files) OwnerUnseen() bool {
+	if f.Owner == "" || filepath.Clean(f.Root) == "/" {
+		return false
+	}
+	fd, err := openDir(f.Root, filepath.Dir(filepath.Clean(f.Owner)), false)
+	if err != nil {
+		return true
+	}
+	unix.Close(fd)
+	return false
+}
+
+// Missing names the node paths of the binary and the JSON that are not
+// there (or cannot be looked at): on a node whose files another installer
+// owns, what that installer has not put in place.
+func (f Files) Missing() []string {
+	var out []string
+	for _, p := range []string{filepath.Join(f.BinDir, f.BinaryName), filepath.Join(f.HooksDir, f.JSONName)} {
+		if ok, err := exists(f.Root, p); !ok || err != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Install writes the binary, then the JSON. With no JSON (a node where no
 // runtime reads hooks.d) it writes only the binary. While f.Owner exists
 // it writes nothing and returns ErrOwnedElsewhere.

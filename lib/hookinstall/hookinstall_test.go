@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -342,9 +343,21 @@ func TestUninstallLeavesOwnedFiles(t *testing.T) {
 			t.Errorf("Uninstall with no %s: %s still there: %v", f.Owner, p, err)
 		}
 	}
-	// No Owner directory at all (the sidecar's mount missing): removed.
+	if f.OwnerUnseen() {
+		t.Errorf("OwnerUnseen with %s's directory there", f.Owner)
+	}
+	// No Owner directory at all (the sidecar's mount missing): removed,
+	// and said to be unseen (the owner file could be there, not shown).
 	if err := os.RemoveAll(filepath.Dir(owner)); err != nil {
 		t.Fatal(err)
+	}
+	if !f.OwnerUnseen() {
+		t.Errorf("OwnerUnseen with no %s directory under %s: false", f.Owner, root)
+	}
+	atRoot := f
+	atRoot.Root, atRoot.Owner = "/", "/nonexistent-ipta/install.env"
+	if atRoot.OwnerUnseen() {
+		t.Errorf("OwnerUnseen under /: a missing directory is a missing file there")
 	}
 	if err := Install(f); err != nil {
 		t.Fatal(err)
@@ -354,5 +367,28 @@ func TestUninstallLeavesOwnedFiles(t *testing.T) {
 	}
 	if _, err := os.Lstat(json); !os.IsNotExist(err) {
 		t.Errorf("Uninstall with no %s directory: the JSON is still there: %v", f.Owner, err)
+	}
+}
+
+// Missing names the binary and the JSON not in place: on a node another
+// installer owns, install-hook warns that the hook is absent.
+func TestMissing(t *testing.T) {
+	root := t.TempDir()
+	f := files(root)
+	bin, json := "/usr/local/bin/iptables-alerter-hook", "/etc/containers/oci/hooks.d/iptables-alerter.json"
+	if got := f.Missing(); !slices.Equal(got, []string{bin, json}) {
+		t.Errorf("Missing on an empty node = %q", got)
+	}
+	if err := Install(f); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Missing(); got != nil {
+		t.Errorf("Missing after Install = %q", got)
+	}
+	if err := os.Remove(filepath.Join(root, json)); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Missing(); !slices.Equal(got, []string{json}) {
+		t.Errorf("Missing without the JSON = %q", got)
 	}
 }

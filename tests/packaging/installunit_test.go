@@ -221,8 +221,8 @@ func TestInstallUnitImage(t *testing.T) {
 		// This route owns the files: install-hook's default owner file is
 		// its own environment file, whose presence makes install-hook
 		// write nothing (the sidecar's rule).
-		if !slices.Contains(args, "--owner-file=") {
-			t.Errorf("%s: %s: no --owner-file= (the unit is the owner; install-hook writes nothing while %s exists)", name, cmds[0], installEnv)
+		if i := slices.Index(args, "install-hook"); i < 0 || !slices.Contains(args[i:], "--owner-file=") {
+			t.Errorf("%s: %s: no --owner-file= after install-hook (the unit is the owner; install-hook writes nothing while %s exists)", name, cmds[0], installEnv)
 		}
 	}
 }
@@ -241,5 +241,61 @@ func TestInstallUnitVerifies(t *testing.T) {
 	out, err := exec.Command("systemd-analyze", "verify", unitFile).CombinedOutput()
 	if err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Errorf("systemd-analyze verify %s: %v\n%s", filepath.Base(unitFile), err, out)
+	}
+}
+
+// TestHookSidecarSeesOwnerFile: every rendered hook installer (install-hook
+// in a container of the DaemonSet, with --root /host) mounts the node's
+// /etc/iptables-alerter at /host/etc/iptables-alerter from a hostPath:
+// without it, the MachineConfig route's install.env is unseen, and the
+// sidecar writes its JSON over the MachineConfig's (drift the Machine
+// Config Operator marks the node Degraded for).
+func TestHookSidecarSeesOwnerFile(t *testing.T) {
+	for _, tc := range []struct {
+		name, dir string
+		set       []string
+	}{
+		{name: "kubernetes", dir: "packaging/kubernetes"},
+		{name: "openshift", dir: "packaging/openshift"},
+		{name: "helm", set: withAPI()},
+		{name: "helm openshift", set: withAPI("openshift.enabled=true")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var objs map[string]map[string]any
+			if tc.dir != "" {
+				objs = objects(t, kustomize(t, filepath.Join(repo(t), tc.dir)))
+			} else {
+				objs = objects(t, helmTemplate(t, tc.set...))
+			}
+			spec := daemonSetPod(t, objs)
+			hostPaths := map[string]string{}
+			for _, v := range spec.Volumes {
+				if v.HostPath != nil {
+					hostPaths[v.Name] = v.HostPath.Path
+				}
+			}
+			found := 0
+			for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+				if !slices.Contains(c.Args, "install-hook") {
+					continue
+				}
+				found++
+				if !slices.Contains(c.Args, "--root=/host") && !slices.Contains(c.Args, "/host") {
+					t.Errorf("container %s: install-hook args %q: want --root=/host", c.Name, c.Args)
+				}
+				seen := false
+				for _, m := range c.VolumeMounts {
+					if m.MountPath == "/host/etc/iptables-alerter" && hostPaths[m.Name] == "/etc/iptables-alerter" {
+						seen = true
+					}
+				}
+				if !seen {
+					t.Errorf("container %s runs install-hook without the node's /etc/iptables-alerter at /host/etc/iptables-alerter", c.Name)
+				}
+			}
+			if found != 1 {
+				t.Errorf("%d containers run install-hook, want the hook sidecar", found)
+			}
+		})
 	}
 }
