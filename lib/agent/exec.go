@@ -430,7 +430,8 @@ func execRecord(c execwatch.Command) *findings.Exec {
 
 // failure decides from the status alone (the watch sees no message): a
 // write fails when it exits non-zero or is killed, except -C and -D
-// exiting 1, which answer "no such rule". Exit 3 (VERSION_PROBLEM: "can't
+// exiting 1, which answer "no such rule", and -N, -X and -F exiting 1
+// (the chain there, or not, already: execwatch.Shape.Answers). Exit 3 (VERSION_PROBLEM: "can't
 // initialize iptables table ... do you need to insmod?") and 4
 // (RESOURCE_PROBLEM: iptables-nft and the restore tools when the kernel
 // refuses, as for "Extension X revision 0 not supported, missing kernel

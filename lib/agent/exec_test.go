@@ -211,6 +211,13 @@ func TestExecFailure(t *testing.T) {
 		{cmd(1, 0, "iptables", "-C", "INPUT", "-j", "DROP"), false, false},
 		{cmd(1, 0, "iptables", "-D", "INPUT", "-j", "DROP"), false, false},
 		{cmd(2, 0, "iptables", "-D", "INPUT", "-j", "DROP"), true, false},
+		// An idempotent script's: the chain there already, or gone.
+		{cmd(1, 0, "iptables", "-t", "nat", "-N", "ISTIO_REDIRECT"), false, false},
+		{cmd(1, 0, "iptables", "--new-chain", "X"), false, false},
+		{cmd(1, 0, "iptables-nft", "-t", "nat", "-X", "ISTIO_REDIRECT"), false, false},
+		{cmd(1, 0, "iptables-legacy", "-F", "NOPE"), false, false},
+		{cmd(4, 0, "iptables-nft", "-N", "X"), true, true},
+		{cmd(1, 0, "iptables", "-A", "NOPE", "-j", "ACCEPT"), true, false},
 		{cmd(0, 9, "iptables-restore"), true, false},
 		{cmd(3, 0, "iptables-legacy", "-t", "nat", "-L"), true, true},
 		{cmd(1, 0, "iptables", "-L", "NOPE"), false, false},

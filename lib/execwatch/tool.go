@@ -103,13 +103,19 @@ func (s Shape) Write() bool {
 }
 
 // Answers tells whether an exit status of 1 is an answer, not a failure:
-// -C (does a matching rule exist) and -D (a rule to delete) say no with it.
-// ebtables' -C changes counters: a write, whose 1 is a failure.
+// -C (does a matching rule exist) and -D (a rule to delete) say no with it;
+// -N of a chain that exists, and -X and -F of one that does not, find the
+// state asked for already there (idempotent scripts run them at every
+// container start, the pod's netns outliving a restarted container), and
+// a refused -X (a chain still referenced) leaves the rules as they were.
+// Checked with iptables-nft and iptables-legacy 1.8.9: each exits 1, and
+// never for missing kernel support (3 or 4). ebtables' -C changes
+// counters: a write, whose 1 is a failure.
 func (s Shape) Answers() bool {
 	switch s.Command {
 	case "-C":
 		return s.Family != "ebtables"
-	case "--check", "-D", "--delete":
+	case "--check", "-D", "--delete", "-N", "--new-chain", "-X", "--delete-chain", "-F", "--flush":
 		return true
 	}
 	return false

@@ -95,7 +95,7 @@ func TestParseArgv(t *testing.T) {
 		{[]string{"ip6tables-restore", "-Tmangle"},
 			Shape{Tool: "ip6tables-restore", Family: "ip6tables", Operation: OpRestore, Table: "mangle"}, true, false},
 		{[]string{"xtables-legacy-multi", "iptables", "-F"},
-			Shape{Tool: "iptables", Family: "iptables", Operation: OpWrite, Command: "-F", Table: "filter"}, true, false},
+			Shape{Tool: "iptables", Family: "iptables", Operation: OpWrite, Command: "-F", Table: "filter"}, true, true},
 		{[]string{"ebtables", "-t", "broute", "-L"},
 			Shape{Tool: "ebtables", Family: "ebtables", Operation: OpRead, Command: "-L", Table: "broute"}, false, false},
 		// ebtables' -C changes a rule's counters (a write, its exit 1 a
