@@ -152,6 +152,18 @@ type panel struct {
 		Expr       string `json:"expr"`
 		Datasource source `json:"datasource"`
 	} `json:"targets"`
+	// A table's sort and the columns its transformations rename.
+	Options struct {
+		SortBy []struct {
+			DisplayName string `json:"displayName"`
+		} `json:"sortBy"`
+	} `json:"options"`
+	Transformations []struct {
+		ID      string `json:"id"`
+		Options struct {
+			RenameByName map[string]string `json:"renameByName"`
+		} `json:"options"`
+	} `json:"transformations"`
 }
 
 // source is a panel's or query's data source: the dashboard's variable,
@@ -216,6 +228,15 @@ func loadDashboard(t *testing.T) (exprs []string) {
 		}
 		if p.Datasource != prometheusVar {
 			t.Errorf("%s: datasource %+v, want %+v", where, p.Datasource, prometheusVar)
+		}
+		// Grafana sorts by the name a column shows, after renames: one
+		// renamed away sorts nothing.
+		for _, tr := range p.Transformations {
+			for _, by := range p.Options.SortBy {
+				if _, gone := tr.Options.RenameByName[by.DisplayName]; gone {
+					t.Errorf("%s: sorted by %q, which %s renames to %q", where, by.DisplayName, tr.ID, tr.Options.RenameByName[by.DisplayName])
+				}
+			}
 		}
 		refs := map[string]bool{}
 		if len(p.Targets) == 0 {
