@@ -79,20 +79,18 @@ func (w *Writer) writeNode(ctx context.Context, rec findings.Record) (Result, er
 			// A copy each try: a conflict calls this again.
 			y := *x
 			y.Properties = maps.Clone(x.Properties)
+			var old *openreportsv1alpha1.ReportResult
 			if len(r.Results) > 0 {
+				old = &r.Results[0]
 				// The first sighting of the usage the report held.
-				if first := firstSeen(r.Results[0]); !first.IsZero() && first.Before(Seen(y)) {
+				if first := firstSeen(*old); !first.IsZero() && first.Before(Seen(y)) {
 					y.Properties[PropFirstSeen] = first.Format(time.RFC3339)
 				}
-				y = after(r.Results[0], y, rec.CommandOnly())
+				y = after(*old, y, rec.CommandOnly())
 			}
 			// Without one, Policy Reporter's key holds the message, whose
 			// counts change: a new result, and a notification, at each.
-			rule := y.Rule
-			if len(r.Results) > 0 {
-				rule = idRule(r.Results[0], y.Rule, w.node, r.Name)
-			}
-			y.Properties[PropResultID] = ResultID(rule, w.node, r.Name)
+			y.Properties[PropResultID] = resultKey(old, y.Rule, w.node, r.Name)
 			r.Source = Source
 			r.Scope = &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: w.node}
 			r.Results = []openreportsv1alpha1.ReportResult{y}

@@ -144,7 +144,7 @@ func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, ref metav1.Ow
 	return x
 }
 
-// ResultID is a result's PropResultID: a level (idRule's), its subject
+// ResultID is a result's PropResultID: a level (resultKey's), its subject
 // (a pod's UID, a node's name) and its Report's name. Policy Reporter
 // keys results by it in all Reports at once (its database's primary key,
 // a row whose key is taken is dropped) and notifies its targets of a key
@@ -163,20 +163,22 @@ func ResultID(rule, subject, report string) string {
 	return id
 }
 
-// idRule is the level of the resultID a result of rule gets whose previous
-// result in this Report was old: the level now if it is graver than the
-// one old's key holds (news), else the old key's level, so that a pod is
-// notified once each time its rules get worse, not when they get better,
-// when an inspection fails (unknown: the agent's own alerts tell that) or
-// again when they flap back. A key not of this form (another release's)
-// gives the level now.
-func idRule(old openreportsv1alpha1.ReportResult, rule, subject, report string) string {
-	key := old.Properties[PropResultID]
-	was, _, _ := strings.Cut(key, "/")
-	if key == "" || key != ResultID(was, subject, report) || rule != RuleUnknown && graver(rule, was) {
-		return rule
+// resultKey is the resultID of a result of rule whose previous result of
+// the subject in this Report was old (nil: none). Its level is the level
+// now if it is graver than the one old's key holds (news), else the old
+// key's, so that a pod is notified once each time its rules get worse,
+// not when they get better, when an inspection fails (unknown: the
+// agent's own alerts tell that) or again when they flap back. A key not
+// of this form (another release's) gives the level now.
+func resultKey(old *openreportsv1alpha1.ReportResult, rule, subject, report string) string {
+	if old != nil {
+		key := old.Properties[PropResultID]
+		was, _, _ := strings.Cut(key, "/")
+		if key != "" && key == ResultID(was, subject, report) && (rule == RuleUnknown || !graver(rule, was)) {
+			rule = was
+		}
 	}
-	return was
+	return ResultID(rule, subject, report)
 }
 
 // common is the part of a result a pod's and a node's share: verdict,

@@ -475,11 +475,7 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 		if old != nil {
 			x = after(*old, x, rec.CommandOnly())
 		}
-		rule := x.Rule
-		if old != nil {
-			rule = idRule(*old, x.Rule, rec.Pod.UID, r.Name)
-		}
-		x.Properties[PropResultID] = ResultID(rule, rec.Pod.UID, r.Name)
+		x.Properties[PropResultID] = resultKey(old, x.Rule, rec.Pod.UID, r.Name)
 		r.Results = append(r.Results, x)
 		return bound(r)
 	}, nil
