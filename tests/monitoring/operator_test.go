@@ -82,12 +82,12 @@ func TestPrometheusOperator(t *testing.T) {
 		// kubectl apply -k packaging/prometheus-operator, as
 		// docs/monitoring.md says (server-side: the CRDs are large, and
 		// it is what the packaging tests apply too).
-		{name: "kustomize", selectors: kpsSelectors, install: func(e *opEnv) {
+		{name: "kustomize", selectors: kpsSelectors, alertNamespace: "shop", install: func(e *opEnv) {
 			e.kubectl("apply", "--server-side", "-k", "../../packaging/prometheus-operator")
 		}},
 		// The chart with the documented kube-prometheus-stack values, in
 		// the namespace made as docs/install-helm.md says.
-		{name: "helm", selectors: kpsSelectors, install: func(e *opEnv) {
+		{name: "helm", selectors: kpsSelectors, alertNamespace: "shop", install: func(e *opEnv) {
 			e.kubectl("create", "namespace", "iptables-alerter")
 			e.kubectl("label", "namespace", "iptables-alerter", "pod-security.kubernetes.io/enforce=privileged")
 			e.run("helm", "install", "iptables-alerter", "../../packaging/helm/iptables-alerter", "--kubeconfig", e.kc,
@@ -97,7 +97,7 @@ func TestPrometheusOperator(t *testing.T) {
 		// ServiceMonitor and PrometheusRule outside the platform's
 		// namespaces; the metrics are behind the forwarder's TLS port,
 		// scraped with the scraper ServiceAccount's token.
-		{name: "openshift-user-workload", selectors: uwmSelectors, secure: true, install: func(e *opEnv) {
+		{name: "openshift-user-workload", selectors: uwmSelectors, alertNamespace: "iptables-alerter", secure: true, install: func(e *opEnv) {
 			// OpenShift's SCC kind (the overlay holds one) from a
 			// stand-in CRD; the console's dashboard namespace.
 			crd := filepath.Join(e.dir, "scc-crd.yaml")
@@ -118,7 +118,9 @@ func TestPrometheusOperator(t *testing.T) {
 // The Prometheus object's selectors. kube-prometheus-stack's (release
 // "kps"): by label, in every namespace. OpenShift user-workload
 // monitoring's: every object, in the namespaces platform monitoring does
-// not own.
+// not own, with the namespace label enforced as the cluster monitoring
+// operator sets it for UWM (each rule's expression made to select its
+// PrometheusRule's namespace, and its output labelled with it).
 const (
 	kpsSelectors = `  serviceMonitorSelector: {matchLabels: {release: kps}}
   serviceMonitorNamespaceSelector: {}
@@ -129,6 +131,7 @@ const (
   serviceMonitorNamespaceSelector: {matchExpressions: [{key: openshift.io/cluster-monitoring, operator: NotIn, values: ["true"]}]}
   ruleSelector: {}
   ruleNamespaceSelector: {matchExpressions: [{key: openshift.io/cluster-monitoring, operator: NotIn, values: ["true"]}]}
+  enforcedNamespaceLabel: namespace
 `
 )
 
@@ -137,6 +140,9 @@ type opVariant struct {
 	name string
 	// selectors is the Prometheus object's spec lines that select.
 	selectors string
+	// alertNamespace is the namespace label the workload's alert has:
+	// its pod's, or the PrometheusRule's where the label is enforced.
+	alertNamespace string
 	// secure: the metrics are served by the forwarder over TLS
 	// (packaging/secure-metrics), the agent's on localhost only.
 	secure  bool
@@ -349,15 +355,22 @@ func operatorEndToEnd(t *testing.T, v opVariant) {
 		return slices.Equal(got, components)
 	})
 
-	// The rules evaluate on those series: the workload's alert fires.
+	// The rules evaluate on those series: the workload's alert fires, in
+	// the namespace Alertmanager will route it by.
+	var fired alert
 	within(t, opWait, "IPTablesBreakingOnRHEL10 not firing for Deployment/web", func() bool {
 		for _, a := range prom.breaking(t) {
 			if a.Labels["owner"] == "Deployment/web" && a.State == "firing" {
+				fired = a
 				return true
 			}
 		}
 		return false
 	})
+	if fired.Labels["namespace"] != v.alertNamespace || fired.Labels["pod_namespace"] != "shop" {
+		t.Errorf("IPTablesBreakingOnRHEL10's namespace %q and pod_namespace %q, want %q and \"shop\" (%v)",
+			fired.Labels["namespace"], fired.Labels["pod_namespace"], v.alertNamespace, fired.Labels)
+	}
 }
 
 // clusterNetns makes the network namespace the variant's cluster runs in:

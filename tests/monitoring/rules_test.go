@@ -421,12 +421,12 @@ func TestRulesPerWorkload(t *testing.T) {
 		if legacy > 0 {
 			impact, count = "legacy", legacy
 		}
-		fmt.Fprintf(&alerts, `          - exp_labels: {severity: warning, pod_namespace: %s, owner: %s, impact: %s}
+		fmt.Fprintf(&alerts, `          - exp_labels: {severity: warning, namespace: %s, pod_namespace: %s, owner: %s, impact: %s}
             exp_annotations:
               summary: "%s in namespace %s has iptables rules that break on RHEL 10 (%s)"
               description: "The iptables-alerter agents found rules of impact %s in the network namespaces of %d pods of %s in namespace %s (the pods: pod:iptables_alerter_breaking_rules:max{pod_namespace=\"%s\", owner=\"%s\"}). legacy: iptables-legacy (x_tables) rules, which RHEL 10 kernels cannot load; xt: iptables-nft rules with xt matches or targets, which need kernel-modules-extra on RHEL 10. The workload must move to native nftables (or a newer release of its vendor's image) before its nodes move to RHEL 10."
               runbook_url: https://github.com/iptables-alerter/iptables-alerter/blob/main/docs/runbooks.md#iptablesbreakingonrhel10
-`, ns, owner, impact, owner, ns, impact, impact, count, owner, ns, ns, owner)
+`, ns, ns, owner, impact, owner, ns, impact, impact, count, owner, ns, ns, owner)
 	}
 	test := fmt.Sprintf(`rule_files: [rules.yaml]
 evaluation_interval: 1m
