@@ -588,6 +588,60 @@ func TestHelmValues(t *testing.T) {
 	}
 }
 
+// metrics.dashboard's labels and annotations go on the Grafana copy's
+// ConfigMap, for a Grafana sidecar set to its own label or to a folder
+// annotation (kube-prometheus-stack's grafana.sidecar.dashboards.label,
+// labelValue, folderAnnotation): beside the chart's labels, which they
+// never replace, and over grafana_dashboard's "1". Not on the console's
+// copy, which the console selects by its own label.
+func TestHelmDashboardValues(t *testing.T) {
+	values := []string{"--set-string=metrics.dashboard.additionalLabels.team_dashboards=1", "metrics.dashboard.annotations.grafana_folder=Network",
+		"metrics.dashboard.additionalLabels.app\\.kubernetes\\.io/name=other"}
+	for _, tc := range []struct {
+		name        string
+		set         []string
+		key         string
+		labels, ann map[string]string
+	}{
+		{
+			name: "defaults", key: "ConfigMap/iptables-alerter/iptables-alerter-dashboard",
+			labels: map[string]string{"app.kubernetes.io/name": "iptables-alerter", "grafana_dashboard": "1"},
+		},
+		{
+			name: "grafana", set: values, key: "ConfigMap/iptables-alerter/iptables-alerter-dashboard",
+			labels: map[string]string{"app.kubernetes.io/name": "iptables-alerter", "grafana_dashboard": "1", "team_dashboards": "1"},
+			ann:    map[string]string{"grafana_folder": "Network"},
+		},
+		{
+			name: "grafana_dashboard's value", set: []string{"metrics.dashboard.additionalLabels.grafana_dashboard=yes"}, key: "ConfigMap/iptables-alerter/iptables-alerter-dashboard",
+			labels: map[string]string{"app.kubernetes.io/name": "iptables-alerter", "grafana_dashboard": "yes"},
+		},
+		{
+			name: "openshift", set: append([]string{"openshift.enabled=true"}, values...), key: "ConfigMap/openshift-config-managed/iptables-alerter-dashboard",
+			labels: map[string]string{"app.kubernetes.io/name": "iptables-alerter", "console.openshift.io/dashboard": "true"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cm corev1.ConfigMap
+			if !decoded(t, objects(t, helmTemplate(t, tc.set...)), tc.key, &cm) {
+				t.Fatalf("no %s", tc.key)
+			}
+			labels := map[string]string{}
+			for k, v := range cm.Labels {
+				if !slices.Contains(helmLabels, k) || k == "app.kubernetes.io/name" {
+					labels[k] = v
+				}
+			}
+			if d := cmp.Diff(tc.labels, labels); d != "" {
+				t.Errorf("labels (-want +got, Helm's aside):\n%s", d)
+			}
+			if d := cmp.Diff(tc.ann, cm.Annotations); d != "" {
+				t.Errorf("annotations (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
 // Values the chart refuses, each with an error that names the value: a
 // misspelt or mistyped value is an error, never silently ignored.
 func TestHelmRefuses(t *testing.T) {
@@ -832,7 +886,7 @@ func TestHelmValuesDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Maps whose keys are the user's, documented as one row.
-	freeForm := map[string]bool{"nodeSelector": true, "affinity": true, "resources": true, "podLabels": true, "podAnnotations": true, "additionalLabels": true}
+	freeForm := map[string]bool{"nodeSelector": true, "affinity": true, "resources": true, "podLabels": true, "podAnnotations": true, "additionalLabels": true, "annotations": true}
 	want := map[string]bool{}
 	var walk func(prefix string, m map[string]any)
 	walk = func(prefix string, m map[string]any) {
