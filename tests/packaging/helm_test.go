@@ -874,6 +874,81 @@ func TestHelmInstall(t *testing.T) {
 	}
 }
 
+// The install notes say when kube-prometheus-stack would read neither
+// the ServiceMonitor nor the PrometheusRule: each rendered (its kind
+// served) without the release label the stack's Prometheus selects by
+// default, naming those and the --set for each. Not where the kinds are
+// not served (nothing rendered), nor with the label, nor on OpenShift
+// (its Prometheus select without it). helm install --dry-run=server
+// against a real kube-apiserver: helm template prints no notes, and
+// they read the cluster's kinds.
+func TestHelmNotesReleaseLabel(t *testing.T) {
+	_, err := exec.LookPath("kubectl")
+	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/kube/build-kube.sh kubectl)")
+	if _, err := helm(t, "version"); err != nil {
+		t.Fatal(err)
+	}
+	c := kubetest.Start(t)
+	kc := c.Kubeconfig("admin", c.AdminToken)
+	kubectl(t, kc, "create", "namespace", "iptables-alerter")
+	kps := filepath.Join(repo(t), "packaging/helm/values-kube-prometheus-stack.yaml")
+	const (
+		note    = "No release label on "
+		smSet   = "--set metrics.serviceMonitor.additionalLabels.release=kps"
+		ruleSet = "--set metrics.prometheusRule.additionalLabels.release=kps"
+	)
+	notes := func(t *testing.T, args ...string) string {
+		t.Helper()
+		args = append([]string{"install", "iptables-alerter", chartDir(t), "--dry-run=server", "--kubeconfig", kc, "--namespace", "iptables-alerter"}, args...)
+		out, err := helm(t, args...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		_, n, ok := strings.Cut(string(out), "\nNOTES:\n")
+		if !ok {
+			t.Fatalf("helm %v printed no notes:\n%s", args, out)
+		}
+		return n
+	}
+	check := func(t *testing.T, n string, want, absent []string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(n, w) {
+				t.Errorf("notes have no %q:\n%s", w, n)
+			}
+		}
+		for _, a := range absent {
+			if strings.Contains(n, a) {
+				t.Errorf("notes have %q:\n%s", a, n)
+			}
+		}
+	}
+
+	// Before the operator's CRDs: nothing rendered, nothing to label.
+	t.Run("kinds not served", func(t *testing.T) {
+		check(t, notes(t), []string{"No ServiceMonitor or PrometheusRule"}, []string{note})
+	})
+	operatorCRDs(t, kc)
+	for _, tc := range []struct {
+		name         string
+		args         []string
+		want, absent []string
+	}{
+		{"defaults", nil, []string{note + "the ServiceMonitor and the PrometheusRule.", "nothing is scraped and no alert is loaded", "values-kube-prometheus-stack.yaml", smSet, ruleSet}, nil},
+		{"values file", []string{"-f", kps}, nil, []string{note}},
+		{"rule unlabelled", []string{"--set", "metrics.serviceMonitor.additionalLabels.release=stack"},
+			[]string{note + "the PrometheusRule.", "\nno alert is loaded.", ruleSet}, []string{smSet, "scraped"}},
+		{"no ServiceMonitor", []string{"--set", "metrics.serviceMonitor.enabled=false", "--set", "metrics.prometheusRule.additionalLabels.release=stack"}, nil, []string{note}},
+		{"another label", []string{"--set", "metrics.serviceMonitor.additionalLabels.team=net", "--set", "metrics.prometheusRule.additionalLabels.team=net"},
+			[]string{note + "the ServiceMonitor and the PrometheusRule"}, nil},
+		{"openshift", []string{"--set", "openshift.enabled=true"}, nil, []string{note}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			check(t, notes(t, tc.args...), tc.want, tc.absent)
+		})
+	}
+}
+
 // docs/install-helm.md's table has a row for every value of values.yaml,
 // and no row for a value that is not there.
 func TestHelmValuesDocumented(t *testing.T) {
