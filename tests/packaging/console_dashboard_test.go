@@ -306,9 +306,10 @@ func consolePanel(t *testing.T, p gfPanel) cPanel {
 	return c
 }
 
-// byLabels matches an aggregation by labels, the outermost operator of a
-// table's query: its labels are the table's label columns.
-var byLabels = regexp.MustCompile(`^\s*[a-z_]+\s+by\s*\(([^)]*)\)`)
+// byLabels matches a table's query: an aggregation by labels, outermost
+// or inside label_replace calls (which rewrite values of its labels, as
+// the owner's, and add none): its labels are the table's label columns.
+var byLabels = regexp.MustCompile(`^(?:\s*label_replace\()*\s*[a-z_]+\s+by\s*\(([^)]*)\)`)
 
 // tableStyles are the old table's columns for the new table p: a column
 // per label its queries aggregate by, then one per query's value, as p's

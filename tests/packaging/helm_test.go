@@ -934,7 +934,7 @@ func TestHelmNotesReleaseLabel(t *testing.T) {
 		args         []string
 		want, absent []string
 	}{
-		{"defaults", nil, []string{note + "the ServiceMonitor and the PrometheusRule.", "nothing is scraped and no alert is loaded", "values-kube-prometheus-stack.yaml", smSet, ruleSet}, nil},
+		{"defaults", nil, []string{note + "the ServiceMonitor and the PrometheusRule.", "nothing is scraped and no alert is loaded", "--reuse-values", smSet, ruleSet}, nil},
 		{"values file", []string{"-f", kps}, nil, []string{note}},
 		{"rule unlabelled", []string{"--set", "metrics.serviceMonitor.additionalLabels.release=stack"},
 			[]string{note + "the PrometheusRule.", "\nno alert is loaded.", ruleSet}, []string{smSet, "scraped"}},
