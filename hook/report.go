@@ -95,7 +95,11 @@ only warns), 1 when a workload fails (unexpected: any workload the
 expectations do not cover; breaks: a workload not covered whose worst
 level is legacy, xt or unclassified), 2 on bad flags or an input that
 cannot be read, and under --fail-on unexpected or breaks when a findings
-line or Event could not be read (torn, not JSON, over the bound).`
+line or Event could not be read (torn, not JSON, over the bound) or a
+Report left results out (99 a Report) in a namespace whose Events were
+not read (--source reports): run with --source auto, which reads them,
+or from the findings files. A pod left out of a Report whose Events
+expired (1h by default) is in no source but the findings files.`
 
 type reportConfig struct {
 	events                               []string

@@ -373,4 +373,15 @@ func TestReportCutReportReadsEvents(t *testing.T) {
 	if r.Skipped.Cut != 1 || strings.Join(r.Origin.From, ",") != "reports,events" {
 		t.Errorf("cut %d from %v, want 1 from reports,events", r.Skipped.Cut, r.Origin.From)
 	}
+
+	// A gate sees web-2 from its Event and fails it; reading the Reports
+	// alone, it cannot see web-2 and says so (exit 2, never 0), naming
+	// the namespace whose Report left it out.
+	if _, code := runReportCmd(t, "--kubeconfig", kc, "--fail-on", "breaks"); code != 1 {
+		t.Errorf("--fail-on breaks: exit %d, want 1 (crowd's web-2 from its Event)", code)
+	}
+	code, out, stderr := runCmd(t, "report", "--kubeconfig", kc, "--source", "reports", "--fail-on", "breaks", "--format", "json")
+	if _, r = groupsOf(t, out); code != 2 || r.Skipped.CutUnseen != 1 || !strings.Contains(stderr, "namespaces crowd)") || !strings.Contains(stderr, "--source auto") {
+		t.Errorf("--source reports --fail-on breaks: exit %d, skipped %+v, stderr %q; want 2 naming crowd", code, r.Skipped, stderr)
+	}
 }

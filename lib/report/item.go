@@ -87,6 +87,25 @@ type Skipped struct {
 	// read too, which hold those pods while the API server keeps them;
 	// the findings files hold them all.
 	Cut int `json:"cut"`
+	// CutUnseen counts those of Cut whose namespace's Events the report
+	// did not read (SourceReports): no input it read shows those pods, so
+	// a --fail-on gate cannot pass it (GateBlind).
+	CutUnseen int `json:"cut_unseen"`
+	// CutUnseenIn names the namespaces of CutUnseen, sorted; over several
+	// clusters, "NAMESPACE (context NAME)".
+	CutUnseenIn []string `json:"cut_unseen_in,omitempty"`
+}
+
+// cutUnseen counts the results the Reports of each namespace of cut left
+// out (cut[namespace]) as unseen: the report reads none of those
+// namespaces' Events.
+func (sk *Skipped) cutUnseen(cut map[string]int) {
+	for _, ns := range slices.Sorted(maps.Keys(cut)) {
+		if cut[ns] > 0 {
+			sk.CutUnseen += cut[ns]
+			sk.CutUnseenIn = append(sk.CutUnseenIn, ns)
+		}
+	}
 }
 
 // ReadFindings reads a findings file: one Item per record, whatever its

@@ -200,7 +200,7 @@ func TestResultCacheAsResultItem(t *testing.T) {
 				wit = valid(wit, &want)
 			}
 			git, gok := cache.item("shop", &xs[i], &got)
-			if gok != wok || got != want || !reflect.DeepEqual(git, wit) {
+			if gok != wok || !reflect.DeepEqual(got, want) || !reflect.DeepEqual(git, wit) {
 				t.Fatalf("result %+v:\ncached %v %+v %+v\n  made %v %+v %+v", xs[i], gok, got, git, wok, want, wit)
 			}
 		}

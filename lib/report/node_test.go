@@ -6,6 +6,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +67,7 @@ func TestNodeFindings(t *testing.T) {
 		t.Fatalf("events: %+v, %v; want the node record's only", evItems, err)
 	}
 	items = append(items, evItems...)
-	if sk != (Skipped{}) {
+	if !reflect.DeepEqual(sk, Skipped{}) {
 		t.Errorf("skipped %+v", sk)
 	}
 

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
@@ -52,14 +53,41 @@ type Report struct {
 
 // GateBlind says why a --fail-on gate cannot pass the report whatever its
 // groups say, "" when it can: findings lines or Events it could not read
-// (torn, not JSON, over the bound) may have been the finding that fails.
-// Results a Report had no room for (Cut) do not count: their pods' Events
-// are read beside the Reports.
+// (torn, not JSON, over the bound) may have been the finding that fails,
+// and so may a pod a Report had no room for where the report read no
+// Events of its namespace (Skipped.CutUnseen: --source reports). Where it
+// read them (--source auto), the results cut (Skipped.Cut) do not count:
+// those pods' Events are read beside the Reports. That holds while the
+// API server keeps the Events (an hour by default): a pod whose Events
+// expired is in neither, and nothing in a Report says when its results
+// were cut, so the summary says so rather than fail every gate for good.
 func (r Report) GateBlind() string {
-	if r.FailOn == FailNever || r.Skipped.Malformed == 0 {
+	if r.FailOn == FailNever {
 		return ""
 	}
-	return fmt.Sprintf("%d findings lines or Events could not be read: --fail-on %s cannot tell they pass (the report says what it read; fix or remove the damaged input, or let the Events expire)", r.Skipped.Malformed, r.FailOn)
+	var why []string
+	if r.Skipped.Malformed > 0 {
+		why = append(why, fmt.Sprintf("%d findings lines or Events could not be read: --fail-on %s cannot tell they pass (the report says what it read; fix or remove the damaged input, or let the Events expire)", r.Skipped.Malformed, r.FailOn))
+	}
+	if r.Skipped.CutUnseen > 0 {
+		why = append(why, fmt.Sprintf("%s: --fail-on %s cannot tell those pods pass (run with --source auto, the default, which reads those namespaces' Events beside the Reports while the API server keeps them, 1h by default; or report from the nodes' findings files, which hold every pod)", cutUnseenWords(r.Skipped), r.FailOn))
+	}
+	return safetext.Display(strings.Join(why, "; "))
+}
+
+// maxNamed bounds the namespaces cutUnseenWords names.
+const maxNamed = 10
+
+// cutUnseenWords say how many results the Reports left out where the
+// report read no Events, and in which namespaces.
+func cutUnseenWords(sk Skipped) string {
+	names := sk.CutUnseenIn
+	more := ""
+	if len(names) > maxNamed {
+		names, more = names[:maxNamed], fmt.Sprintf(" and %d more", len(names)-maxNamed)
+	}
+	return fmt.Sprintf("%d results were left out of full Reports (namespaces %s%s) and this run read no Events there (--source reports)",
+		sk.CutUnseen, strings.Join(names, ", "), more)
 }
 
 // Write renders r in format.
@@ -202,7 +230,10 @@ func summary(r Report) string {
 		b.WriteString("\n" + w)
 	}
 	if r.Skipped.Cut > 0 {
-		fmt.Fprintf(&b, "\nLeft out: %d results the Reports had no room for. Under --source auto (the default) their namespaces' Events are read beside the Reports and show those pods while the API server keeps them (an hour by default); the findings files hold them all.", r.Skipped.Cut)
+		fmt.Fprintf(&b, "\nLeft out: %d results the Reports had no room for. Under --source auto (the default) their namespaces' Events are read beside the Reports and show those pods while the API server keeps them (an hour by default): a pod whose Events expired shows in neither, and --fail-on cannot see it; the findings files hold them all.", r.Skipped.Cut)
+		if r.Skipped.CutUnseen > 0 {
+			b.WriteString(" " + safetext.Display(cutUnseenWords(r.Skipped)) + ": those pods are in nothing this report read.")
+		}
 	}
 	return b.String()
 }

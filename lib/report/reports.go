@@ -3,7 +3,6 @@ package report
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -56,9 +55,10 @@ func ClusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item))
 }
 
 // clusterReports is ClusterReports; held, unless nil, is told the
-// namespace of each Report of ours read, whatever its results, and whether
-// that Report holds a cut note (results it had no room for).
-func clusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item), held func(namespace string, cut bool)) error {
+// namespace of each Report of ours read, whatever its results, and how
+// many results its cut note counts (results it had no room for; 0 for
+// none).
+func clusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item), held func(namespace string, cut int)) error {
 	rc, err := versioned.NewForConfig(overHTTP1(c.Config))
 	if err != nil {
 		return fmt.Errorf("make reports client: %w", err)
@@ -80,7 +80,13 @@ func clusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item),
 		next, err := p.listReports(ctx, rc, c.Namespace, opts, func(namespace string, results []leanResult) {
 			found = true
 			if held != nil {
-				held(namespace, slices.ContainsFunc(results, func(x leanResult) bool { return x.Ours && x.Rule == openreports.CutRule }))
+				cut := 0
+				for i := range results {
+					if results[i].Ours && results[i].Rule == openreports.CutRule {
+						cut += cutCount(&results[i])
+					}
+				}
+				held(namespace, cut)
 			}
 			for i := range results {
 				if it, ok := cache.item(namespace, &results[i], sk); ok {
@@ -131,6 +137,16 @@ func withPod(it Item, x *leanResult) Item {
 	return it
 }
 
+// cutCount is how many results a cut note says its Report left out: 1
+// when it says no valid count (a note means at least one).
+func cutCount(x *leanResult) int {
+	n, err := strconv.Atoi(x.Props.Cut)
+	if err != nil || n <= 0 || n > maxCut {
+		return 1
+	}
+	return n
+}
+
 // resultShared is resultItem but for what withPod adds.
 func resultShared(namespace string, x *leanResult, sk *Skipped) (Item, bool) {
 	if !x.Ours {
@@ -138,11 +154,7 @@ func resultShared(namespace string, x *leanResult, sk *Skipped) (Item, bool) {
 	}
 	p := &x.Props
 	if x.Rule == openreports.CutRule {
-		n, err := strconv.Atoi(p.Cut)
-		if err != nil || n <= 0 || n > maxCut {
-			n = 1
-		}
-		sk.Cut += n
+		sk.Cut += cutCount(x)
 		return Item{}, false
 	}
 	if !x.HasPod {

@@ -166,7 +166,11 @@ func SourcesOf(source string) []ClusterSource {
 	switch source {
 	case SourceReports:
 		return []ClusterSource{{Name: SourceReports, Read: func(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
-			err := ClusterReports(ctx, c, sk, add)
+			// No Event is read: the pods a Report left out are in no
+			// input, and a --fail-on gate is blind to them.
+			cut := map[string]int{}
+			err := clusterReports(ctx, c, sk, add, func(ns string, n int) { cut[ns] += n })
+			sk.cutUnseen(cut)
 			if errors.Is(err, errNoneOfOurs) {
 				return nil
 			}
@@ -195,9 +199,9 @@ func reportsByNamespace() ClusterSource {
 	return ClusterSource{Name: SourceReports,
 		Read: func(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
 			held, cut := map[string]bool{}, map[string]bool{}
-			if err := clusterReports(ctx, c, sk, add, func(ns string, wasCut bool) {
+			if err := clusterReports(ctx, c, sk, add, func(ns string, n int) {
 				held[ns] = true
-				if wasCut {
+				if n > 0 {
 					cut[ns] = true
 				}
 			}); err != nil {
