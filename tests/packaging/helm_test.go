@@ -788,18 +788,26 @@ func TestHelmPackage(t *testing.T) {
 	}
 }
 
-// What docs/install-helm.md says to run, with the real helm against a real
-// kube-apiserver: install into a labelled namespace, upgrade to the agent
-// alone (helm deletes what no longer renders), uninstall (everything goes
-// but the Report CRD, which is kept).
-func TestHelmInstall(t *testing.T) {
+// helmCluster starts a kube-apiserver for a test that runs helm and
+// kubectl against it, once both are found (a skip without them, a failure
+// under CI=true), and returns its admin kubeconfig.
+func helmCluster(t *testing.T) string {
+	t.Helper()
 	_, err := exec.LookPath("kubectl")
 	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/kube/build-kube.sh kubectl)")
 	if _, err := helm(t, "version"); err != nil {
 		t.Fatal(err)
 	}
 	c := kubetest.Start(t)
-	kc := c.Kubeconfig("admin", c.AdminToken)
+	return c.Kubeconfig("admin", c.AdminToken)
+}
+
+// What docs/install-helm.md says to run, with the real helm against a real
+// kube-apiserver: install into a labelled namespace, upgrade to the agent
+// alone (helm deletes what no longer renders), uninstall (everything goes
+// but the Report CRD, which is kept).
+func TestHelmInstall(t *testing.T) {
+	kc := helmCluster(t)
 	operatorCRDs(t, kc)
 
 	kubectl(t, kc, "create", "namespace", "iptables-alerter")
@@ -883,13 +891,7 @@ func TestHelmInstall(t *testing.T) {
 // against a real kube-apiserver: helm template prints no notes, and
 // they read the cluster's kinds.
 func TestHelmNotesReleaseLabel(t *testing.T) {
-	_, err := exec.LookPath("kubectl")
-	nstest.Need(t, err == nil, "needs kubectl on PATH (tests/kube/build-kube.sh kubectl)")
-	if _, err := helm(t, "version"); err != nil {
-		t.Fatal(err)
-	}
-	c := kubetest.Start(t)
-	kc := c.Kubeconfig("admin", c.AdminToken)
+	kc := helmCluster(t)
 	kubectl(t, kc, "create", "namespace", "iptables-alerter")
 	kps := filepath.Join(repo(t), "packaging/helm/values-kube-prometheus-stack.yaml")
 	const (
