@@ -165,7 +165,7 @@ func (c *reportConfig) run(files []string, s stdio) int {
 		return 2
 	}
 	if fe, ok := report.IsForbidden(err, report.ResourceEvents); ok && c.source == report.SourceAuto {
-		fmt.Fprintf(stderr, "iptables-alerter report: %v\nThe Reports are read by namespace, and the Events for the namespaces and nodes without one: grant that, or run with --source reports to read only the Reports.\n", fe)
+		fmt.Fprintf(stderr, "iptables-alerter report: %v\nThe Reports are read by namespace, and the Events for the namespaces and nodes without one: grant that, or run with --source reports to read only the Reports (under --fail-on a namespace whose Report left results out then exits 2: those pods are in no Report).\n", fe)
 		return 2
 	}
 	if err != nil {

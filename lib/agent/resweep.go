@@ -31,7 +31,7 @@ import (
 
 // DefaultResweepInterval is the time between re-sweeps: legacy rules a pod
 // writes after its start are found within it. Ten minutes costs a node of
-// 250 unchanged pods about 31 ms of CPU per re-sweep (make bench), 0.2 s an
+// 250 unchanged pods about 28 ms of CPU per re-sweep (make bench), 0.2 s an
 // hour; it is under the 15 minutes the CRI fallback sweeps at, and short
 // against how long a pod that sets up rules at runtime keeps them.
 const DefaultResweepInterval = 10 * time.Minute

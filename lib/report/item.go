@@ -91,8 +91,9 @@ type Skipped struct {
 	// did not read (SourceReports): no input it read shows those pods, so
 	// a --fail-on gate cannot pass it (GateBlind).
 	CutUnseen int `json:"cut_unseen"`
-	// CutUnseenIn names the namespaces of CutUnseen, sorted; over several
-	// clusters, "NAMESPACE (context NAME)".
+	// CutUnseenIn names the namespaces of CutUnseen, sorted within a
+	// cluster; over several clusters, "NAMESPACE (context NAME)", cluster
+	// after cluster.
 	CutUnseenIn []string `json:"cut_unseen_in,omitempty"`
 }
 

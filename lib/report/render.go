@@ -70,7 +70,7 @@ func (r Report) GateBlind() string {
 		why = append(why, fmt.Sprintf("%d findings lines or Events could not be read: --fail-on %s cannot tell they pass (the report says what it read; fix or remove the damaged input, or let the Events expire)", r.Skipped.Malformed, r.FailOn))
 	}
 	if r.Skipped.CutUnseen > 0 {
-		why = append(why, fmt.Sprintf("%s: --fail-on %s cannot tell those pods pass (run with --source auto, the default, which reads those namespaces' Events beside the Reports while the API server keeps them, 1h by default; or report from the nodes' findings files, which hold every pod)", cutUnseenWords(r.Skipped), r.FailOn))
+		why = append(why, fmt.Sprintf("%s: --fail-on %s cannot tell those pods pass (run with --source auto, the default, which reads those namespaces' Events beside the Reports while the API server keeps them, 1h by default, and needs list on Events there; or report from the nodes' findings files, which hold every pod; a Report's count of results left out only grows while it lives)", cutUnseenWords(r.Skipped), r.FailOn))
 	}
 	return safetext.Display(strings.Join(why, "; "))
 }
