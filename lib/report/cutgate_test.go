@@ -111,3 +111,23 @@ func TestCutUnseenGateBlind(t *testing.T) {
 		t.Errorf("fleet: %+v, blind %q", r.Skipped, r.GateBlind())
 	}
 }
+
+// TestJUnitGateBlind: a gate that cannot pass what it read (exit 2) is an
+// error case of the JUnit suite, so a CI job reading the suite does not
+// show it green; not without --fail-on.
+func TestJUnitGateBlind(t *testing.T) {
+	for _, tc := range []struct {
+		failOn string
+		want   bool
+	}{{FailBreaks, true}, {FailUnexpected, true}, {FailNever, false}} {
+		r := Report{FailOn: tc.failOn, Skipped: Skipped{Cut: 3, CutUnseen: 3, CutUnseenIn: []string{"shop"}}}
+		var b strings.Builder
+		if err := Write(&b, r, "junit"); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		if got := strings.Contains(out, `type="GateBlind"`) && strings.Contains(out, `errors="1"`) && strings.Contains(out, "shop"); got != tc.want {
+			t.Errorf("--fail-on %s: a GateBlind error case %v, want %v:\n%s", tc.failOn, got, tc.want, out)
+		}
+	}
+}

@@ -82,6 +82,13 @@ func writeJUnit(w io.Writer, r Report) error {
 			Error: &junitMessage{Message: c.Line(), Type: "ClusterNotRead"}})
 		s.Errors++
 	}
+	// So is a gate that cannot pass what it read (GateBlind: exit 2): a
+	// CI job reading only the suite would otherwise see it green.
+	if why := r.GateBlind(); why != "" {
+		s.Cases = append(s.Cases, junitCase{Name: "input not read whole", Classname: "report", Time: "0",
+			Error: &junitMessage{Message: why, Type: "GateBlind"}})
+		s.Errors++
+	}
 	head := tableHeader(r.Fleet())
 	for _, g := range r.Groups {
 		// encoding/xml escapes markup and replaces characters XML cannot
