@@ -518,3 +518,56 @@ func TestDashboardOwners(t *testing.T) {
 	}
 	run(t, promtool, "test", "rules", p)
 }
+
+// TestDashboardClusters: with All clusters picked, the same pod name in
+// two clusters is two pods in every panel that counts pods, and two rows
+// of the table, not one (a central Prometheus or Thanos, the cluster
+// label set by each cluster's). promtool, each query with All picked.
+func TestDashboardClusters(t *testing.T) {
+	needTool(t, promtool)
+	var in strings.Builder
+	for _, c := range []string{"east", "west"} {
+		fmt.Fprintf(&in, "      - series: 'iptables_alerter_agent_pod_rules{job=%q,cluster=%q,instance=\"n1\",pod_namespace=\"shop\",pod_name=\"web-0\",owner=\"StatefulSet/web\",impact=\"xt\",vendor=\"istio\"}'\n        values: '4x10'\n", job, c)
+	}
+	all := strings.NewReplacer(`"$cluster"`, `".*"`, `"$namespace"`, `".*"`)
+	var cases strings.Builder
+	n := 0
+	for _, e := range loadDashboard(t) {
+		if !strings.Contains(e, "iptables_alerter_agent_pod_rules") {
+			continue
+		}
+		q, _ := json.Marshal(all.Replace(e))
+		// Each query counts two pods, or sums two pods' 4 rules, or
+		// (the table) has a row for each.
+		var want string
+		switch {
+		case strings.HasPrefix(e, "count("):
+			want = "          - value: 2\n"
+		case strings.HasPrefix(e, "count by (impact)"):
+			want = "          - labels: '{impact=\"xt\"}'\n            value: 2\n"
+		case strings.HasPrefix(e, "count by (vendor)"):
+			want = "          - labels: '{vendor=\"istio\"}'\n            value: 2\n"
+		case strings.HasPrefix(e, "count by (pod_namespace)"):
+			want = "          - labels: '{pod_namespace=\"shop\"}'\n            value: 2\n"
+		case strings.HasPrefix(e, "sum by (impact)"):
+			want = "          - labels: '{impact=\"xt\"}'\n            value: 8\n"
+		case strings.HasPrefix(e, "label_replace("):
+			for _, c := range []string{"east", "west"} {
+				want += fmt.Sprintf("          - labels: '{cluster=%q,pod_namespace=\"shop\",pod_name=\"web-0\",owner=\"StatefulSet/web\",impact=\"xt\"}'\n            value: 4\n", c)
+			}
+		default:
+			t.Fatalf("dashboard query %q: no expectation here for its shape; add one", e)
+		}
+		fmt.Fprintf(&cases, "      - expr: %s\n        eval_time: 5m\n        exp_samples:\n%s", q, want)
+		n++
+	}
+	if n < 6 {
+		t.Fatalf("%d dashboard queries on the per-pod series, want the 6 panels'", n)
+	}
+	test := "evaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n" + in.String() + "    promql_expr_test:\n" + cases.String()
+	p := filepath.Join(t.TempDir(), "dashboard_clusters_test.yaml")
+	if err := os.WriteFile(p, []byte(test), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, promtool, "test", "rules", p)
+}
