@@ -42,7 +42,7 @@ func TestReportsListedOverHTTP1(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sk Skipped
-	if err := ClusterReports(context.Background(), c, &sk, func(Item) {}); err == nil {
+	if err := clusterReports(context.Background(), c, &sk, func(Item) {}, func(string, int) {}); err == nil {
 		t.Error("no error for a cluster without Reports of ours")
 	}
 	if _, err := c.Client.Discovery().ServerVersion(); err != nil {

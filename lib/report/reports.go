@@ -39,9 +39,11 @@ func overHTTP1(cfg *rest.Config) *rest.Config {
 	return cfg
 }
 
-// ClusterReports lists the cluster's Reports of ours (lib/openreports) in
+// clusterReports lists the cluster's Reports of ours (lib/openreports) in
 // namespace (all when empty), page by page, and hands add an Item per
-// result of ours as each Report is read. It returns ErrNoSource when the
+// result of ours as each Report is read; held is told the namespace of
+// each Report of ours read, whatever its results, and how many results its
+// cut note counts (results it had no room for; 0 for none). It returns ErrNoSource when the
 // API does not serve Reports (no CRD: discovery, or a first list's 404) or
 // holds none of ours, so the Events are read instead; a list refused is a
 // ForbiddenError, never a quiet fallback to Events an hour old
@@ -50,14 +52,6 @@ func overHTTP1(cfg *rest.Config) *rest.Config {
 // Anyone allowed to create Reports in a namespace can write one with our
 // labels: the namespace is the Report's (never a result's subject's), only
 // results whose source is ours count, and every value goes through valid.
-func ClusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
-	return clusterReports(ctx, c, sk, add, nil)
-}
-
-// clusterReports is ClusterReports; held, unless nil, is told the
-// namespace of each Report of ours read, whatever its results, and how
-// many results its cut note counts (results it had no room for; 0 for
-// none).
 func clusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item), held func(namespace string, cut int)) error {
 	rc, err := versioned.NewForConfig(overHTTP1(c.Config))
 	if err != nil {
@@ -79,15 +73,13 @@ func clusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item),
 	for {
 		next, err := p.listReports(ctx, rc, c.Namespace, opts, func(namespace string, results []leanResult) {
 			found = true
-			if held != nil {
-				cut := 0
-				for i := range results {
-					if results[i].Ours && results[i].Rule == openreports.CutRule {
-						cut += cutCount(&results[i])
-					}
+			cut := 0
+			for i := range results {
+				if results[i].Ours && results[i].Rule == openreports.CutRule {
+					cut += cutCount(&results[i])
 				}
-				held(namespace, cut)
 			}
+			held(namespace, cut)
 			for i := range results {
 				if it, ok := cache.item(namespace, &results[i], sk); ok {
 					add(it)
