@@ -503,16 +503,22 @@ func TestDashboardOwners(t *testing.T) {
 	want := func(ns, pod, owner, impact string) string {
 		return fmt.Sprintf("          - labels: '{pod_namespace=%q,pod_name=%q,owner=%q,impact=%q}'\n            value: 4\n", ns, pod, owner, impact)
 	}
-	test := "evaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n" +
-		series("net", "debug", "", "xt") +
-		series("batch", "sync-29000001-x7k2p", "Job/sync-29000001", "legacy") +
-		series("shop", "web-5d8f-abcde", "Deployment/web", "xt") +
-		series("shop", "web-5d8f-abcde", "Deployment/web", "native") +
-		"    promql_expr_test:\n      - expr: " + string(q) + "\n        eval_time: 5m\n        exp_samples:\n" +
-		want("net", "debug", "Pod/debug", "xt") +
-		want("batch", "sync-29000001-x7k2p", "CronJob/sync", "legacy") +
-		want("shop", "web-5d8f-abcde", "Deployment/web", "xt")
-	p := filepath.Join(t.TempDir(), "dashboard_owners_test.yaml")
+	exprTest(t, series("net", "debug", "", "xt")+
+		series("batch", "sync-29000001-x7k2p", "Job/sync-29000001", "legacy")+
+		series("shop", "web-5d8f-abcde", "Deployment/web", "xt")+
+		series("shop", "web-5d8f-abcde", "Deployment/web", "native"),
+		"      - expr: "+string(q)+"\n        eval_time: 5m\n        exp_samples:\n"+
+			want("net", "debug", "Pod/debug", "xt")+
+			want("batch", "sync-29000001-x7k2p", "CronJob/sync", "legacy")+
+			want("shop", "web-5d8f-abcde", "Deployment/web", "xt"))
+}
+
+// exprTest runs promtool on one test of queries (promql_expr_test's
+// entries) over input series (input_series' entries), a minute apart.
+func exprTest(t *testing.T, series, exprs string) {
+	t.Helper()
+	test := "evaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n" + series + "    promql_expr_test:\n" + exprs
+	p := filepath.Join(t.TempDir(), "expr_test.yaml")
 	if err := os.WriteFile(p, []byte(test), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -564,10 +570,5 @@ func TestDashboardClusters(t *testing.T) {
 	if n < 6 {
 		t.Fatalf("%d dashboard queries on the per-pod series, want the 6 panels'", n)
 	}
-	test := "evaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n" + in.String() + "    promql_expr_test:\n" + cases.String()
-	p := filepath.Join(t.TempDir(), "dashboard_clusters_test.yaml")
-	if err := os.WriteFile(p, []byte(test), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run(t, promtool, "test", "rules", p)
+	exprTest(t, in.String(), cases.String())
 }
