@@ -131,3 +131,33 @@ func TestJUnitGateBlind(t *testing.T) {
 		}
 	}
 }
+
+// TestSummaryGateBlind: the text, Markdown and HTML outputs say the gate
+// cannot pass (exit 2) beside a failing count of 0: a file read without
+// the run's stderr looked like a pass. Not without --fail-on, nor when
+// the gate can pass.
+func TestSummaryGateBlind(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		failOn  string
+		skipped Skipped
+		want    bool
+	}{
+		{"cut unseen", FailBreaks, Skipped{Cut: 3, CutUnseen: 3, CutUnseenIn: []string{"shop"}}, true},
+		{"malformed", FailUnexpected, Skipped{Malformed: 2}, true},
+		{"never", FailNever, Skipped{Malformed: 2}, false},
+		{"seen", FailBreaks, Skipped{Cut: 3}, false},
+	} {
+		r := Report{FailOn: tc.failOn, Skipped: tc.skipped}
+		for _, format := range []string{"text", "markdown", "html"} {
+			var b strings.Builder
+			if err := Write(&b, r, format); err != nil {
+				t.Fatal(err)
+			}
+			out := b.String()
+			if got := strings.Contains(out, "cannot pass this report (exit 2)") && strings.Contains(out, "--fail-on "+tc.failOn); got != tc.want {
+				t.Errorf("%s, %s: says the gate cannot pass %v, want %v:\n%s", tc.name, format, got, tc.want, out)
+			}
+		}
+	}
+}

@@ -235,5 +235,11 @@ func summary(r Report) string {
 			b.WriteString(" " + safetext.Display(cutUnseenWords(r.Skipped)) + ": those pods are in nothing this report read.")
 		}
 	}
+	// The failing count above can be 0 while the exit status is 2: said
+	// here too, since an HTML or Markdown file is read without the run's
+	// stderr.
+	if r.GateBlind() != "" {
+		fmt.Fprintf(&b, "\nGate: --fail-on %s cannot pass this report (exit 2) whatever its rows say: it could not see every pod (the lines above say what it missed).", r.FailOn)
+	}
 	return b.String()
 }
