@@ -882,7 +882,9 @@ func TestHelmInstall(t *testing.T) {
 	}
 }
 
-// The install notes say when kube-prometheus-stack would read neither
+// The install notes say where the DaemonSet runs (the default
+// nodeSelector's Linux nodes, or another's labels), and when
+// kube-prometheus-stack would read neither
 // the ServiceMonitor nor the PrometheusRule: each rendered (its kind
 // served) without the release label the stack's Prometheus selects by
 // default, naming those and the --set for each. Not where the kinds are
@@ -936,7 +938,10 @@ func TestHelmNotesReleaseLabel(t *testing.T) {
 		args         []string
 		want, absent []string
 	}{
-		{"defaults", nil, []string{note + "the ServiceMonitor and the PrometheusRule.", "nothing is scraped and no alert is loaded", "--reuse-values", smSet, ruleSet}, nil},
+		{"defaults", nil, []string{"rolling out to every Linux node: ", note + "the ServiceMonitor and the PrometheusRule.", "nothing is scraped and no alert is loaded", "--reuse-values", smSet, ruleSet}, nil},
+		// The headline names a nodeSelector's labels beside the default's.
+		{"node pool", []string{"--set-string", "nodeSelector.node-role\\.kubernetes\\.io/infra="},
+			[]string{"rolling out to every node labelled kubernetes.io/os=linux, node-role.kubernetes.io/infra=: "}, []string{"every Linux node"}},
 		{"values file", []string{"-f", kps}, nil, []string{note}},
 		{"rule unlabelled", []string{"--set", "metrics.serviceMonitor.additionalLabels.release=stack"},
 			[]string{note + "the PrometheusRule.", "\nno alert is loaded.", ruleSet}, []string{smSet, "scraped"}},
