@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,6 +23,8 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/follow"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 )
 
 func textfileDirs(t *testing.T) (findingsPath, state, text string) {
@@ -212,4 +216,87 @@ func TestTextfileDamagedState(t *testing.T) {
 	if err != nil || !strings.Contains(string(prom), `pod_name="web-1"`) || !strings.Contains(string(prom), "iptables_alerter_findings_total 1\n") {
 		t.Errorf("textfile after replay (%v):\n%s", err, prom)
 	}
+}
+
+// TestTextfileContainerUser runs textfile --once as the container that
+// packaging/kubernetes/textfile-container.yaml adds to node-exporter's
+// DaemonSet would: its runAsUser, else the image's USER, every capability
+// dropped, against what the node holds (the findings file 0640 root, as
+// the hook and agent write it; the hostPath directories root's 0755, as
+// the kubelet makes them). As the image's user it could read no finding.
+func TestTextfileContainerUser(t *testing.T) {
+	nstest.Need(t, os.Geteuid() == 0, "needs root to run the binary as the container's user")
+	setpriv, err := exec.LookPath("setpriv")
+	nstest.Need(t, err == nil, "needs setpriv (util-linux)")
+	b, err := os.ReadFile("../packaging/kubernetes/textfile-container.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []corev1.Container
+	if err := yaml.UnmarshalStrict(b, &cs); err != nil || len(cs) != 1 {
+		t.Fatalf("textfile-container.yaml: %d containers, %v", len(cs), err)
+	}
+	uid := imageUser(t)
+	if sc := cs[0].SecurityContext; sc != nil && sc.RunAsUser != nil {
+		uid = *sc.RunAsUser
+	}
+	if sc := cs[0].SecurityContext; sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("the container does not drop every capability: %+v", sc)
+	}
+
+	d, err := os.MkdirTemp("", "textfile-user")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(d)
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fp, state, text := filepath.Join(d, "log", "findings.jsonl"), filepath.Join(d, "state"), filepath.Join(d, "text")
+	for _, dir := range []string{filepath.Dir(fp), state, text} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendFinding(t, fp, "team-a", "web-1", "u1", 3)
+	// bin sits in a 0700 temp dir; copy it where any user may run it.
+	exe := filepath.Join(d, "iptables-alerter")
+	eb, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, eb, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprint(uid)
+	cmd := exec.Command(setpriv, "--reuid", id, "--regid", id, "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
+		exe, "textfile", "--once", "--findings", fp, "--checkpoint-dir", state, "--textfile-dir", text)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("textfile --once as uid %d without capabilities: %v\n%s", uid, err, out)
+	}
+	prom, err := os.ReadFile(filepath.Join(text, "iptables_alerter.prom"))
+	if err != nil || !strings.Contains(string(prom), `pod_name="web-1"`) {
+		t.Errorf("textfile as uid %d wrote %v, %q; want web-1's series", uid, err, prom)
+	}
+}
+
+// imageUser is the uid packaging/Containerfile's USER runs as.
+func imageUser(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("../packaging/Containerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if u, ok := strings.CutPrefix(l, "USER "); ok {
+			u, _, _ = strings.Cut(strings.TrimSpace(u), ":")
+			n, err := strconv.ParseInt(u, 10, 64)
+			if err != nil {
+				t.Fatalf("Containerfile USER %q: %v", u, err)
+			}
+			return n
+		}
+	}
+	t.Fatal("Containerfile has no USER")
+	return 0
 }
