@@ -387,6 +387,10 @@ func (a *Agent) connection(up bool, err error) {
 	a.health.Connection(up)
 	if !up {
 		a.known.unlist()
+		// Sandboxes may start unheard until the next Synchronize: a
+		// command waits for it as for the first (execUnsyncedWait), not
+		// execPlaceWait from the last one.
+		a.execs.synced.Store(0)
 		a.metrics.errors.WithLabelValues("connection").Inc()
 	}
 	a.cfg.Observer.Connection(up, err)

@@ -110,8 +110,8 @@ type execs struct {
 	mu  sync.Mutex
 	off string
 	up  atomic.Bool
-	// synced is when the runtime first synchronized, Unix nanoseconds
-	// (0: not yet): parked commands wait for it.
+	// synced is when the runtime last synchronized, Unix nanoseconds (0:
+	// not yet, or disconnected since): parked commands wait for it.
 	synced atomic.Int64
 	// lost is the losses since the last report, under mu.
 	lost ExecLosses

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -347,6 +348,21 @@ func TestExecParkedWait(t *testing.T) {
 	a.execs.synced.Store(now.Add(-execPlaceWait).UnixNano())
 	if waiting = a.placeParked(waiting); len(waiting) != 0 || counter(a.metrics.execMissed.WithLabelValues(missNowhere)) != 2 {
 		t.Errorf("execPlaceWait past the sync: %d waiting, %v missed", len(waiting), counter(a.metrics.execMissed.WithLabelValues(missNowhere)))
+	}
+
+	// The runtime went away (restarted): pods it starts before the agent
+	// is back are known only at the next Synchronize, so a command waits
+	// for that as for the first sync, and execPlaceWait from it.
+	a.connection(false, errors.New("runtime restarted"))
+	waiting = a.placeParked([]parked{{cmd, now.Add(-execPlaceWait - time.Second)}})
+	if len(waiting) != 1 {
+		t.Fatalf("disconnected after a sync: %d waiting, want the command kept until the next sync", len(waiting))
+	}
+	if _, err := a.Synchronize(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if waiting = a.placeParked(waiting); len(waiting) != 1 {
+		t.Fatalf("just synced again: %d waiting, want 1", len(waiting))
 	}
 }
 

@@ -43,8 +43,10 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 	a.connection(true, nil)
 	a.sweep(jobs, len(pods))
 	a.watchSynced(pods, ctrs)
-	// The sandboxes are known: a command waiting for one has its time.
-	a.execs.synced.CompareAndSwap(0, time.Now().UnixNano())
+	// The sandboxes are known: a command waiting for one has its time,
+	// from this sync (after a reconnect too: the sandboxes started while
+	// disconnected are known only now).
+	a.execs.synced.Store(time.Now().UnixNano())
 	return nil, nil
 }
 
