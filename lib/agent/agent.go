@@ -387,10 +387,6 @@ func (a *Agent) connection(up bool, err error) {
 	a.health.Connection(up)
 	if !up {
 		a.known.unlist()
-		// Sandboxes may start unheard until the next Synchronize: a
-		// command waits for it as for the first (execUnsyncedWait), not
-		// execPlaceWait from the last one.
-		a.execs.synced.Store(0)
 		a.metrics.errors.WithLabelValues("connection").Inc()
 	}
 	a.cfg.Observer.Connection(up, err)
@@ -531,6 +527,12 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	return errors.New("nri connection closed by the runtime")
 }
 
+// runtimeLost hears that a connection to the runtime closed (not a dial
+// that failed): sandboxes may start unheard until the next Synchronize,
+// so a command waits for that sync as for the first (execUnsyncedWait),
+// not execPlaceWait from the last one, after which it was missed.
+func (a *Agent) runtimeLost() { a.execs.synced.Store(0) }
+
 func (a *Agent) newStub() (stub.Stub, error) {
 	st, err := stub.New(a,
 		stub.WithPluginName(a.cfg.PluginName),
@@ -538,7 +540,7 @@ func (a *Agent) newStub() (stub.Stub, error) {
 		stub.WithSocketPath(a.cfg.Socket),
 		stub.WithLogger(a.cfg.NRILogger),
 		// Without it, older stubs exit the process on a lost connection.
-		stub.WithOnClose(func() {}),
+		stub.WithOnClose(a.runtimeLost),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("%w: create NRI stub: %w", ErrConfig, err)

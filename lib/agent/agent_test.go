@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 	if filepath.Base(os.Args[0]) == standInTool {
 		standIn()
 	}
+	if dir := os.Getenv(runtimeProcessEnv); dir != "" {
+		runtimeProcess(dir)
+	}
 	os.Exit(m.Run())
 }
 

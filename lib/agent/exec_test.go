@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -353,7 +352,7 @@ func TestExecParkedWait(t *testing.T) {
 	// The runtime went away (restarted): pods it starts before the agent
 	// is back are known only at the next Synchronize, so a command waits
 	// for that as for the first sync, and execPlaceWait from it.
-	a.connection(false, errors.New("runtime restarted"))
+	a.runtimeLost()
 	waiting = a.placeParked([]parked{{cmd, now.Add(-execPlaceWait - time.Second)}})
 	if len(waiting) != 1 {
 		t.Fatalf("disconnected after a sync: %d waiting, want the command kept until the next sync", len(waiting))

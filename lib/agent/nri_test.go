@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -208,4 +210,78 @@ func TestSlowPodsNRI(t *testing.T) {
 		t.Fatalf("no scan of a %d-rule pod was cut by the %v deadline: the test shows nothing; raise its rules", rules, scanDeadline)
 	}
 	t.Logf("%d scans, %d of them truncated findings of the slow pods", len(obs.scans), truncated)
+}
+
+// runtimeProcessEnv names the directory of a runtime's NRI socket: the
+// test binary started with it is that runtime (runtimeProcess).
+const runtimeProcessEnv = "IPTA_TEST_NRI_RUNTIME"
+
+// runtimeProcess serves NRI's runtime side on dir's socket until killed,
+// answering each registration with no pods: a runtime whose end closes its
+// plugins' connections, as a restarted CRI-O's or containerd's does (an
+// Adaptation stopped in the test's own process leaves them open).
+func runtimeProcess(dir string) {
+	nrilog.Set(nopLogger{})
+	if _, _, err := nritest.Start(dir, func(ctx context.Context, cb nri.SyncCB) error {
+		_, err := cb(ctx, nil, nil)
+		return err
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	select {}
+}
+
+// TestExecSyncedAcrossReconnect: the time commands wait from is the last
+// Synchronize, and a runtime that goes away (a restart) clears it, so a
+// command of a pod started before the agent is back waits for the next
+// sync: over the real protocol, the runtime a process killed and started
+// again.
+func TestExecSyncedAcrossReconnect(t *testing.T) {
+	dir := t.TempDir()
+	start := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), runtimeProcessEnv+"="+dir)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+		return cmd
+	}
+	rt := start()
+	a, err := New(testConfig(dir, nopObserver{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.cfg.Socket = filepath.Join(dir, "nri.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	until := func(what string, ok func(int64) bool) int64 {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if v := a.execs.synced.Load(); ok(v) {
+				return v
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s within 30 s", what)
+			}
+		}
+	}
+	first := until("sync time after the registration", func(v int64) bool { return v != 0 })
+	_ = rt.Process.Kill()
+	_ = rt.Wait()
+	until("sync time cleared after the runtime went away", func(v int64) bool { return v == 0 })
+	start()
+	until("sync time after the restarted runtime's Synchronize", func(v int64) bool { return v > first })
 }
