@@ -478,6 +478,74 @@ func TestStopEndsUsage(t *testing.T) {
 	}
 }
 
+// TestStopWhileScanned: a pod's stop heard while a scan of it runs (its
+// netns removed meanwhile, as CRI-O does before StopPodSandbox; or its
+// removal) is reported after that scan, which would otherwise give the
+// stopped pod its usage back until the next Synchronize: its series, its
+// alert and the node's readiness kept a pod that no longer runs.
+func TestStopWhileScanned(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	for _, removal := range []bool{false, true} {
+		t.Run(map[bool]string{false: "StopPodSandbox", true: "RemovePodSandbox"}[removal], func(t *testing.T) {
+			rec := newRecorder()
+			a := startAgentWith(t, t.TempDir(), rec, func(c *Config) { c.Workers = 1 })
+			ns := nstest.New(t)
+			ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+			ctx := context.Background()
+			p := pod("p", ns.Path())
+			if err := a.PostStartContainer(ctx, p, &api.Container{Id: "c1", Name: "app"}); err != nil {
+				t.Fatal(err)
+			}
+			// The worker has taken the scan (its netns open) and waits
+			// for its token.
+			running := func() bool {
+				a.queue.mu.Lock()
+				defer a.queue.mu.Unlock()
+				s := a.queue.slots[p.Id]
+				return s != nil && s.running
+			}
+			for deadline := time.Now().Add(10 * time.Second); !running(); time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the worker never took the scan")
+				}
+			}
+			ns.Delete()
+			var err error
+			if removal {
+				err = a.RemovePodSandbox(ctx, p)
+			} else {
+				err = a.StopPodSandbox(ctx, p)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			release(a, 1)
+			if s := rec.wait(t, 1)[0]; s.Outcome != Found || s.Meta.Stage == stageStopPod {
+				t.Fatalf("first scan reported %+v, want the running scan's finding", s)
+			}
+			select {
+			case a.hold <- struct{}{}:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no scan waited behind the running one: the stop was not queued after it")
+			}
+			if s := rec.wait(t, 1)[0]; s.Meta.Stage != stageStopPod || s.Outcome != Gone {
+				t.Fatalf("then %+v, want the pod's stop, gone", s)
+			}
+			if !queueIdle(a) {
+				t.Fatal("the queue never emptied")
+			}
+			for _, u := range a.Usage().Pods() {
+				if u.SandboxID == p.Id {
+					t.Errorf("after the pod's stop its usage is back: %+v", u)
+				}
+			}
+			if a.known.has(p.Id) {
+				t.Error("after the pod's stop it is still known")
+			}
+		})
+	}
+}
+
 // TestSweepAfterStop: a sweep's scan still queued when its pod stops and
 // its netns is removed (CRI-O removes it before StopPodSandbox, whose open
 // then finds it gone) does not run: run, it found the netns missing, was
