@@ -41,14 +41,13 @@ func OpenDir(dir string, perm os.FileMode) (*Dir, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolve directory %q: %w", dir, err)
 	}
-	how := &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS}
-	fd, err := unix.Openat2(unix.AT_FDCWD, abs, how)
+	fd, err := openNoSymlinks(abs)
 	if errors.Is(err, unix.ENOENT) {
 		// Made only when missing: the common case is one system call.
-		if err := mkdirAll(abs, perm); err != nil {
+		if err := walk(abs, perm, true); err != nil {
 			return nil, fmt.Errorf("create directory %q: %w", dir, err)
 		}
-		fd, err = unix.Openat2(unix.AT_FDCWD, abs, how)
+		fd, err = openNoSymlinks(abs)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open directory %q: %w", dir, err)
@@ -67,32 +66,64 @@ func OpenDir(dir string, perm os.FileMode) (*Dir, error) {
 	return &Dir{fd: fd, path: dir}, nil
 }
 
-// mkdirAll is os.MkdirAll that never goes through a symlink: each
-// component is made and opened inside the one before it (O_NOFOLLOW), so
-// a link planted at a component is refused before anything is made where
-// it points (os.MkdirAll created the directories there, and only the open
-// after it refused the path). abs is absolute and clean.
-func mkdirAll(abs string, perm os.FileMode) error {
-	fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// openNoSymlinks opens the directory abs (absolute and clean) without
+// following a symlink in any component: in one openat2 call
+// (RESOLVE_NO_SYMLINKS) where the kernel has it, else component by
+// component (walk). openat2 is missing before Linux 5.6, and refused by
+// seccomp filters that cannot read its flags, which it passes in a
+// structure: systemd's RestrictSUIDSGID= refuses every call of it (EPERM,
+// ENOSYS in later versions), and the shipped agent and textfile units set
+// it. Without the walk, those could write no finding.
+func openNoSymlinks(abs string) (int, error) {
+	how := &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS}
+	fd, err := unix.Openat2(unix.AT_FDCWD, abs, how)
+	if !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EPERM) {
+		return fd, err
+	}
+	fd, werr := walkOpen(abs, 0, false)
+	if werr != nil {
+		return -1, werr
+	}
+	return fd, nil
+}
+
+// walk makes (mkdir) or only opens each component of abs (absolute and
+// clean) inside the one before it (O_NOFOLLOW), so a symlink planted at a
+// component is refused before anything is made where it points
+// (os.MkdirAll made the directories there, and only the open after it
+// refused the path).
+func walk(abs string, perm os.FileMode, mkdir bool) error {
+	fd, err := walkOpen(abs, perm, mkdir)
 	if err != nil {
 		return err
+	}
+	return unix.Close(fd)
+}
+
+// walkOpen is walk, giving the last component's descriptor.
+func walkOpen(abs string, perm os.FileMode, mkdir bool) (int, error) {
+	fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
 	}
 	for _, name := range strings.Split(abs, "/") {
 		if name == "" {
 			continue
 		}
-		if err := unix.Mkdirat(fd, name, uint32(perm.Perm())); err != nil && !errors.Is(err, unix.EEXIST) {
-			unix.Close(fd)
-			return err
+		if mkdir {
+			if err := unix.Mkdirat(fd, name, uint32(perm.Perm())); err != nil && !errors.Is(err, unix.EEXIST) {
+				unix.Close(fd)
+				return -1, err
+			}
 		}
 		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		unix.Close(fd)
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return -1, fmt.Errorf("%s: %w", name, err)
 		}
 		fd = next
 	}
-	return unix.Close(fd)
+	return fd, nil
 }
 
 // Close closes the directory.
