@@ -407,16 +407,23 @@ func (a *Agent) execOf(writer *findings.Writer, ws *watched) *findings.Exec {
 		return nil
 	}
 	c, ok := w.Lookup(writer.PID)
-	if !ok {
-		return nil
-	}
-	if ino := ws.ino.Load(); c.Netns == 0 || ino == 0 || c.Netns != ino {
+	if !ok || !ranIn(c, ws) {
 		return nil
 	}
 	if !c.Ended.IsZero() && time.Since(c.Ended) > 2*a.cfg.WatchDebounce+time.Second {
 		return nil
 	}
 	return execRecord(c)
+}
+
+// ranIn tells whether the exec watch saw c run in ws's netns: a pid is
+// reused, and another pod's process at it is not ws's writer.
+func ranIn(c execwatch.Command, ws *watched) bool {
+	if ws == nil {
+		return false
+	}
+	ino := ws.ino.Load()
+	return c.Netns != 0 && ino != 0 && c.Netns == ino
 }
 
 // execRecord is what the record says of a command.

@@ -369,7 +369,8 @@ func TestExecParkedWait(t *testing.T) {
 // process as the exec watch read it at its exec, when the pid and the
 // command are the same (a one-shot tool often exits before the watch's
 // reader gets to its /proc); a writer read alive, another command at that
-// pid, or a pid the exec watch never saw stay as they are.
+// pid, a pid the exec watch never saw, or a command it saw in another
+// netns than the watch's (the pid reused by another pod) stay as they are.
 func TestAliveWriter(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-legacy")
 	a := startWatching(t, t.TempDir(), newRecorder(), func(c *Config) { c.ExecWatch = true })
@@ -393,7 +394,10 @@ func TestAliveWriter(t *testing.T) {
 	if !gone.Gone {
 		t.Fatalf("pid %d still there after its wait: %+v", seen.PID, gone)
 	}
-	got := a.aliveWriter(gone)
+	its, other := &watched{}, &watched{}
+	its.ino.Store(seen.Netns)
+	other.ino.Store(seen.Netns + 1)
+	got := a.aliveWriter(gone, its)
 	if got.Gone || got.PID != seen.PID || got.Comm != seen.Writer.Comm || got.PPID != os.Getpid() {
 		t.Errorf("aliveWriter(%+v) = %+v, want pid %d alive, its parent this test (%d)", gone, got, seen.PID, os.Getpid())
 	}
@@ -403,13 +407,16 @@ func TestAliveWriter(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		wr   *findings.Writer
+		ws   *watched
 	}{
-		{"none", nil},
-		{"read alive", &findings.Writer{PID: seen.PID, Comm: seen.Writer.Comm, PPID: 1}},
-		{"another command", &findings.Writer{PID: seen.PID, Comm: "nft", Gone: true}},
-		{"a pid never seen", &findings.Writer{PID: 1 << 30, Comm: seen.Writer.Comm, Gone: true}},
+		{"none", nil, its},
+		{"read alive", &findings.Writer{PID: seen.PID, Comm: seen.Writer.Comm, PPID: 1}, its},
+		{"another command", &findings.Writer{PID: seen.PID, Comm: "nft", Gone: true}, its},
+		{"a pid never seen", &findings.Writer{PID: 1 << 30, Comm: seen.Writer.Comm, Gone: true}, its},
+		{"another netns", gone, other},
+		{"no watch", gone, nil},
 	} {
-		if got := a.aliveWriter(tc.wr); got != tc.wr {
+		if got := a.aliveWriter(tc.wr, tc.ws); got != tc.wr {
 			t.Errorf("%s: aliveWriter(%+v) = %+v, want it unchanged", tc.name, tc.wr, got)
 		}
 	}

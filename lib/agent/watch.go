@@ -597,7 +597,7 @@ func (a *Agent) queueWatch(w *watched, stage string, writer *findings.Writer) {
 	}
 	m := w.meta
 	m.Stage = stage
-	writer = a.aliveWriter(writer)
+	writer = a.aliveWriter(writer, w)
 	inContainer(&m, writer, w.node)
 	if !a.queue.add(job{meta: m, writer: writer, exec: a.execOf(writer, w)}) {
 		a.scanned(Scan{Meta: m, Outcome: Dropped})
@@ -640,7 +640,7 @@ func (a *Agent) writerOf(j job, st inspect.State, stOK bool, after func() (uint3
 			found, _ = w.seenBy(g)
 		}
 	}
-	return a.aliveWriter(found)
+	return a.aliveWriter(found, w)
 }
 
 // seenBy is the newest pending writer whose commit is gen's or before,
@@ -658,14 +658,15 @@ func (w *watched) seenBy(gen uint32) (found *findings.Writer, newer bool) {
 	return nil, newer
 }
 
-// aliveWriter is wr, or, where the watch found wr's process gone, the
+// aliveWriter is wr, or, where ws's watch found wr's process gone, the
 // same process as the exec watch read it at its exec: same pid, same
-// command. The watch's reader runs at real-time priority, but after its
+// command, run in ws's netns (a pid reused by another pod's process of the
+// same name would give this pod's record that pod's container). The watch's reader runs at real-time priority, but after its
 // wake it may wait for one of Go's processors while a one-shot tool
 // exits; the exec watch's reader reads a tool's files before it returns
 // to Go (internal/execquiet), and by the end of the debounce window it
 // has handed them over (execwatch.Watcher.Lookup).
-func (a *Agent) aliveWriter(wr *findings.Writer) *findings.Writer {
+func (a *Agent) aliveWriter(wr *findings.Writer, ws *watched) *findings.Writer {
 	if wr == nil || !wr.Gone {
 		return wr
 	}
@@ -674,7 +675,7 @@ func (a *Agent) aliveWriter(wr *findings.Writer) *findings.Writer {
 		return wr
 	}
 	c, ok := ew.Lookup(wr.PID)
-	if !ok || c.Writer == nil || c.Writer.Gone || c.Writer.Comm != wr.Comm {
+	if !ok || !ranIn(c, ws) || c.Writer == nil || c.Writer.Gone || c.Writer.Comm != wr.Comm {
 		return wr
 	}
 	return a.placeWriter(c.Writer)
