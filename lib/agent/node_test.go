@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/google/go-cmp/cmp"
@@ -205,5 +207,63 @@ func TestNodeResweep(t *testing.T) {
 	}
 	if r := resweepOnce(t, a, rec); r.Skipped != 1 || r.Queued != 0 {
 		t.Fatalf("re-sweep after the node's scan: %+v, want it skipped", r)
+	}
+}
+
+// TestNodeWatchRetried: a node watch whose open fails (here a socket at
+// the node's netns path, refused as EMFILE would be) is opened again
+// later: no runtime event or re-sweep watches the node, so its commits
+// went unheard, and after a failed first open the node was never looked
+// at, until the agent restarted.
+func TestNodeWatchRetried(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	defer func(lo, hi time.Duration) { minNodeRetry, maxNodeRetry = lo, hi }(minNodeRetry, maxNodeRetry)
+	minNodeRetry, maxNodeRetry = 50*time.Millisecond, 100*time.Millisecond
+	dir := t.TempDir()
+	node := nstest.New(t)
+	node.Run("iptables-nft", "-A", "INPUT", "-s", "10.9.9.9/32", "-j", "DROP")
+	link := filepath.Join(dir, "node-netns")
+	point := func(to string) {
+		t.Helper()
+		os.Remove(link)
+		if err := os.Symlink(to, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	point(node.Path())
+	rec := watchFailRecorder{resweepRecorder{newRecorder(), make(chan Resweep, 10)}, make(chan error, 10)}
+	cfg := testConfig(dir, rec)
+	cfg.Watch, cfg.HostProc, cfg.HostNetns = true, nstest.HostProc(t, node.Path()), link
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", filepath.Join(dir, "sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	point(filepath.Join(dir, "sock"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	receive(t, rec.failed, "the node watch's failed open")
+	receive(t, rec.failed, "the node watch's second try")
+	if _, node := a.known.blind(); node {
+		t.Fatal("the node is known with its watch never opened")
+	}
+	point(node.Path())
+	s := nodeScan(t, rec.recorder)
+	if s.Meta.Stage != stageNodeStart || s.Stored != findings.Recorded {
+		t.Fatalf("first node scan after the retry: stage %q, %s (%v), want %q recorded", s.Meta.Stage, s.Label(), s.Err, stageNodeStart)
+	}
+	if _, node := a.known.blind(); !node {
+		t.Error("the node is not known after its watch opened")
 	}
 }

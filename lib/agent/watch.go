@@ -85,7 +85,17 @@ type watches struct {
 	// them again (rewatch), and no other; a sandbox never watched (the
 	// CRI fallback's) is not watched by a scan.
 	failed map[string]bool
+	// nodeRetry is the wait before the node's watch is opened again
+	// after its open failed (retryNodeWatch), 0 once it opens.
+	nodeRetry time.Duration
 }
+
+// The waits before the node's watch is opened again, doubling (vars:
+// tests shorten them).
+var (
+	minNodeRetry = 10 * time.Second
+	maxNodeRetry = 5 * time.Minute
+)
 
 type ctrInfo struct {
 	name    string
@@ -377,6 +387,11 @@ func (a *Agent) follow(w *watched, first bool) {
 	}
 	w.mon = mon
 	w.mu.Unlock()
+	if w.node {
+		a.watches.mu.Lock()
+		a.watches.nodeRetry = 0
+		a.watches.mu.Unlock()
+	}
 	// What the reader heard before the monitor was stored: a socket that
 	// failed then found no monitor to reopen (reopen), this call does.
 	a.heard(w, mon)
@@ -498,6 +513,9 @@ type WatchObserver interface {
 // limit that stays would make it a loop.
 func (a *Agent) watchFailed(w *watched, err error) {
 	a.metrics.errors.WithLabelValues("watch").Inc()
+	if w.node {
+		a.retryNodeWatch()
+	}
 	if ws := a.watches; !w.node {
 		// Only while w is the sandbox's watch (not unwatched meanwhile),
 		// and out of pods at once: a scan that ends before w's goroutine
@@ -515,6 +533,21 @@ func (a *Agent) watchFailed(w *watched, err error) {
 	if o, ok := a.cfg.Observer.(WatchObserver); ok {
 		o.WatchFailed(w.meta, err)
 	}
+}
+
+// retryNodeWatch opens the node's watch again after a while: no runtime
+// event or re-sweep watches the node, so a failed open (a descriptor or
+// memory limit) left its commits unheard until the agent restarted, and,
+// at the first open, the node never looked at (Looked) and its label
+// unknown, with /healthz still 200. Its start scan then looks at what
+// changed meanwhile.
+func (a *Agent) retryNodeWatch() {
+	ws := a.watches
+	ws.mu.Lock()
+	d := max(ws.nodeRetry, minNodeRetry)
+	ws.nodeRetry = min(2*d, maxNodeRetry)
+	ws.mu.Unlock()
+	time.AfterFunc(d, a.watchNode)
 }
 
 // describe names a commit's process: from the host's /proc when the agent
