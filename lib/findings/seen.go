@@ -61,6 +61,26 @@ type seenEntry struct {
 	// Since starts the current interval; Count findings were written in it.
 	Since time.Time `json:"since"`
 	Count int       `json:"count"`
+	// Looked is the last written record's Time, when its look began;
+	// zero in entries of older writers.
+	Looked time.Time `json:"looked,omitzero"`
+}
+
+// maxLookSpan bounds how long a look takes, its record step's wait
+// included (the agent's stop scans 30 s, the write 10 s): a record whose
+// look began that much before the entry's is taken for a clock stepped
+// back, not for a stale look, and written.
+const maxLookSpan = 2 * time.Minute
+
+// staleLook tells whether a look that began at began is older than the
+// one whose record the entry holds, begun at last: the hook and the agent
+// look at a pod side by side, and the later writer is not always the later
+// look (a hook waiting on the x_tables mutex writes well after its
+// nftables read). Written, the older look would replace the newer one's
+// word with what the namespace held before: a pod that flushed its rules
+// read present again, or a pod's new rules hidden behind an unknown.
+func staleLook(began, last time.Time) bool {
+	return !last.IsZero() && !began.IsZero() && began.Before(last) && last.Sub(began) < maxLookSpan
 }
 
 // Outcome says what the record step did with a finding: Seen.RecordFinding, and
@@ -92,7 +112,9 @@ var ErrNoMemory = errors.New("per-sandbox memory not usable")
 // record never passes for, and then skips, the finding that follows it, so
 // a complete look after an unknown or truncated record writes the present
 // or gone that resolves it. A gone record is written only after a present
-// or unknown one (there is nothing to take back otherwise).
+// or unknown one (there is nothing to take back otherwise). Nor is a
+// record whose look (rec.Time) began before that of the last record
+// written (staleLook): it saw an older namespace.
 //
 // parts are what the look behind rec read whole (Parts). A look cut short
 // (a neighbour holding the x_tables mutex leaves the legacy part unread)
@@ -164,6 +186,9 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 	if old.State == "" {
 		old.State = StatePresent
 	}
+	if had && staleLook(rec.Time, old.Looked) {
+		return Same, nil
+	}
 	if state == StateGone && !had {
 		// Nothing to take back from an empty or damaged entry, and it is
 		// not kept: the watch's clean scans must not leave one per sandbox.
@@ -198,7 +223,8 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 	if werr != nil && !errors.Is(werr, ErrNotRotated) {
 		return Failed, werr
 	}
-	e := seenEntry{Key: key, Netns: sweptBy(rec), Fingerprint: rec.Fingerprint, State: state, Parts: parts.over(old.Parts), Since: old.Since, Count: old.Count + 1}
+	e := seenEntry{Key: key, Netns: sweptBy(rec), Fingerprint: rec.Fingerprint, State: state, Parts: parts.over(old.Parts), Since: old.Since, Count: old.Count + 1,
+		Looked: rec.Time}
 	if err := save(f, e); err != nil {
 		return Recorded, errors.Join(werr, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err))
 	}

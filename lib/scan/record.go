@@ -84,8 +84,12 @@ func build(m Meta, res Result) (findings.Record, classify.Summary) {
 	if !res.Complete() {
 		fp = incomplete(fp)
 	}
+	when := res.Began
+	if when.IsZero() {
+		when = findings.Now()
+	}
 	rec := findings.Record{
-		Time:             findings.Now(),
+		Time:             when,
 		Node:             m.Node,
 		Subject:          m.Subject,
 		Source:           m.Source,
