@@ -352,20 +352,22 @@ func TestSweepKeepsNodeEntry(t *testing.T) {
 // x_tables mutex, and the agent's), the one begun later stands whichever
 // writes last: a hook's record of rules the pod flushed since, written
 // after the agent's gone, would read present again for a clean pod. A
-// record begun far before the entry's is a clock stepped back, and is
-// written; so is one without a time.
+// newer look found Same counts as much as one written. A record begun far
+// before the entry's is a clock stepped back, and is written; so is one
+// of no look (a command's own).
 func TestSeenStaleLook(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	s := Seen{Dir: t.TempDir(), Now: func() time.Time { return t0 }}
 	written := 0
 	rec := func(fp string, st State, began time.Time) Outcome {
 		t.Helper()
-		out, err := s.RecordFinding(context.Background(), "sb", Record{Time: began, Fingerprint: fp, State: st}, Parts{}, func() error { written++; return nil })
+		out, err := s.RecordFinding(context.Background(), "sb", Record{Time: t0.Add(time.Hour), Began: began, Fingerprint: fp, State: st}, Parts{}, func() error { written++; return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
 		return out
 	}
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	for _, st := range []struct {
 		name  string
 		fp    string
@@ -373,19 +375,22 @@ func TestSeenStaleLook(t *testing.T) {
 		began time.Time
 		want  Outcome
 	}{
-		{"the hook's look, begun first, written first", "p", StatePresent, t0, Recorded},
-		{"the agent's gone, begun after", "", StateGone, t0.Add(500 * time.Millisecond), Recorded},
-		{"a second hook's present, begun before the gone, written last", "p", StatePresent, t0.Add(200 * time.Millisecond), Same},
-		{"its unknown likewise", "u", StateUnknown, t0.Add(100 * time.Millisecond), Same},
-		{"a look begun after the gone", "p2", StatePresent, t0.Add(time.Second), Recorded},
+		{"the hook's look, begun first, written first", "p", StatePresent, at(0), Recorded},
+		{"the agent's gone, begun after", "", StateGone, at(500), Recorded},
+		{"a second hook's present, begun before the gone, written last", "p", StatePresent, at(200), Same},
+		{"its unknown likewise", "u", StateUnknown, at(100), Same},
+		{"a look begun after the gone", "p2", StatePresent, at(1000), Recorded},
+		{"the agent's look of the same rules, begun later: Same", "p2", StatePresent, at(3000), Same},
+		{"an unknown begun before that Same look, after the last written", "u", StateUnknown, at(2000), Same},
 		{"the clock stepped back an hour", "p3", StatePresent, t0.Add(-time.Hour), Recorded},
-		{"no time", "p4", StatePresent, time.Time{}, Recorded},
+		{"then a look of the stepped clock", "p4", StatePresent, t0.Add(-time.Hour + time.Second), Recorded},
+		{"a record of no look", "p5", StatePresent, time.Time{}, Recorded},
 	} {
 		if got := rec(st.fp, st.st, st.began); got != st.want {
 			t.Errorf("%s: %v, want %v", st.name, got, st.want)
 		}
 	}
-	if written != 5 {
-		t.Errorf("%d writes, want 5", written)
+	if written != 6 {
+		t.Errorf("%d writes, want 6", written)
 	}
 }

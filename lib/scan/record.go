@@ -84,12 +84,9 @@ func build(m Meta, res Result) (findings.Record, classify.Summary) {
 	if !res.Complete() {
 		fp = incomplete(fp)
 	}
-	when := res.Began
-	if when.IsZero() {
-		when = findings.Now()
-	}
 	rec := findings.Record{
-		Time:             when,
+		Time:             findings.Now(),
+		Began:            res.Began,
 		Node:             m.Node,
 		Subject:          m.Subject,
 		Source:           m.Source,

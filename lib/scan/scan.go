@@ -45,9 +45,9 @@ type Result struct {
 	// StateOK (inspect.Snapshot.State: a legacyInProcess look).
 	State   inspect.State
 	StateOK bool
-	// Began is when the look began: the record's Time, by which the
-	// per-sandbox memory keeps the newer of two looks side by side (the
-	// hook's and the agent's) whichever writes last.
+	// Began is when the look began (Record.Began): the per-sandbox memory
+	// keeps the newer of two looks side by side (the hook's and the
+	// agent's) whichever writes last.
 	Began time.Time
 }
 
