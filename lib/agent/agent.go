@@ -531,7 +531,13 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 // that failed): sandboxes may start unheard until the next Synchronize,
 // so a command waits for that sync as for the first (execUnsyncedWait),
 // not execPlaceWait from the last one, after which it was missed.
-func (a *Agent) runtimeLost() { a.execs.synced.Store(0) }
+func (a *Agent) runtimeLost() {
+	// Counted first: a Synchronize of this connection still running
+	// (the runtime's request timed out) sees it, and clears what it
+	// sets (Synchronize).
+	a.execs.closes.Add(1)
+	a.execs.synced.Store(0)
+}
 
 func (a *Agent) newStub() (stub.Stub, error) {
 	st, err := stub.New(a,

@@ -113,6 +113,8 @@ type execs struct {
 	// synced is when the runtime last synchronized, Unix nanoseconds (0:
 	// not yet, or disconnected since): parked commands wait for it.
 	synced atomic.Int64
+	// closes counts the runtime connections that closed (runtimeLost).
+	closes atomic.Int64
 	// lost is the losses since the last report, under mu.
 	lost ExecLosses
 	// reported are the watch's counters at the last report.

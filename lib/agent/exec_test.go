@@ -363,7 +363,31 @@ func TestExecParkedWait(t *testing.T) {
 	if waiting = a.placeParked(waiting); len(waiting) != 1 {
 		t.Fatalf("just synced again: %d waiting, want 1", len(waiting))
 	}
+
+	// A connection that closes while its Synchronize runs (the runtime's
+	// request timed out) leaves the agent disconnected, not synced.
+	closing := &closingObserver{}
+	b, err := New(testConfig(t.TempDir(), closing))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closing.a = b
+	if _, err := b.Synchronize(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if b.execs.synced.Load() != 0 {
+		t.Error("synced after a Synchronize whose connection closed while it ran")
+	}
 }
+
+// closingObserver closes the agent's runtime connection as its sweep is
+// queued, in the middle of Synchronize.
+type closingObserver struct {
+	nopObserver
+	a *Agent
+}
+
+func (o *closingObserver) Synced(int, int) { o.a.runtimeLost() }
 
 // TestAliveWriter: a writer the nftables watch found gone is the same
 // process as the exec watch read it at its exec, when the pid and the

@@ -33,6 +33,7 @@ var (
 // queue).
 func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	defer a.handled("Synchronize", time.Now())
+	closes := a.execs.closes.Load()
 	running := runningSandboxes(ctrs)
 	var jobs []job
 	for _, p := range pods {
@@ -47,6 +48,10 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 	// from this sync (after a reconnect too: the sandboxes started while
 	// disconnected are known only now).
 	a.execs.synced.Store(time.Now().UnixNano())
+	if a.execs.closes.Load() != closes {
+		// Its connection closed meanwhile: disconnected, not synced.
+		a.execs.synced.Store(0)
+	}
 	return nil, nil
 }
 
