@@ -135,25 +135,9 @@ func TestTextfileFollowAndSIGTERM(t *testing.T) {
 // the error must name the directory, and the exit status must be 1.
 func TestTextfileNoPermission(t *testing.T) {
 	nstest.Need(t, os.Geteuid() == 0, "needs root to run the binary as another user")
-	d, err := os.MkdirTemp("", "textfile-perm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(d)
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	d, exe := runnableCopy(t)
 	text := filepath.Join(d, "text")
 	if err := os.Mkdir(text, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// bin sits in a 0700 temp dir; copy it where nobody may run it.
-	exe := filepath.Join(d, "iptables-alerter")
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(exe, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct{ name, state, want string }{
@@ -244,14 +228,7 @@ func TestTextfileContainerUser(t *testing.T) {
 		t.Errorf("the container does not drop every capability: %+v", sc)
 	}
 
-	d, err := os.MkdirTemp("", "textfile-user")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(d)
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	d, exe := runnableCopy(t)
 	fp, state, text := filepath.Join(d, "log", "findings.jsonl"), filepath.Join(d, "state"), filepath.Join(d, "text")
 	for _, dir := range []string{filepath.Dir(fp), state, text} {
 		if err := os.Mkdir(dir, 0o755); err != nil {
@@ -259,15 +236,6 @@ func TestTextfileContainerUser(t *testing.T) {
 		}
 	}
 	appendFinding(t, fp, "team-a", "web-1", "u1", 3)
-	// bin sits in a 0700 temp dir; copy it where any user may run it.
-	exe := filepath.Join(d, "iptables-alerter")
-	eb, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(exe, eb, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	id := fmt.Sprint(uid)
 	cmd := exec.Command(setpriv, "--reuid", id, "--regid", id, "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
 		exe, "textfile", "--once", "--findings", fp, "--checkpoint-dir", state, "--textfile-dir", text)
@@ -278,6 +246,29 @@ func TestTextfileContainerUser(t *testing.T) {
 	if err != nil || !strings.Contains(string(prom), `pod_name="web-1"`) {
 		t.Errorf("textfile as uid %d wrote %v, %q; want web-1's series", uid, err, prom)
 	}
+}
+
+// runnableCopy is a directory any user may enter (t.TempDir's are 0700),
+// removed when the test ends, holding a copy of bin any user may run.
+func runnableCopy(t *testing.T) (dir, exe string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "textfile-user")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe = filepath.Join(dir, "iptables-alerter")
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir, exe
 }
 
 // imageUser is the uid packaging/Containerfile's USER runs as.

@@ -223,13 +223,7 @@ func TestNodeWatchRetried(t *testing.T) {
 	node := nstest.New(t)
 	node.Run("iptables-nft", "-A", "INPUT", "-s", "10.9.9.9/32", "-j", "DROP")
 	link := filepath.Join(dir, "node-netns")
-	point := func(to string) {
-		t.Helper()
-		os.Remove(link)
-		if err := os.Symlink(to, link); err != nil {
-			t.Fatal(err)
-		}
-	}
+	point := pointer(t, link)
 	point(node.Path())
 	rec := watchFailRecorder{resweepRecorder{newRecorder(), make(chan Resweep, 10)}, make(chan error, 10)}
 	cfg := testConfig(dir, rec)
@@ -244,15 +238,7 @@ func TestNodeWatchRetried(t *testing.T) {
 	}
 	defer l.Close()
 	point(filepath.Join(dir, "sock"))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runAgent(t, a)
 	receive(t, rec.failed, "the node watch's failed open")
 	receive(t, rec.failed, "the node watch's second try")
 	if _, node := a.known.blind(); node {

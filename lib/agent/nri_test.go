@@ -258,15 +258,7 @@ func TestExecSyncedAcrossReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.cfg.Socket = filepath.Join(dir, "nri.sock")
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runAgent(t, a)
 	until := func(what string, ok func(int64) bool) int64 {
 		t.Helper()
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {

@@ -37,6 +37,25 @@ func startWatching(t *testing.T, dir string, obs Observer, change func(*Config))
 	if err != nil {
 		t.Fatal(err)
 	}
+	runAgent(t, a)
+	return a
+}
+
+// pointer gives a function that makes link a symlink to its argument:
+// a netns path the test turns from a netns to a socket and back.
+func pointer(t *testing.T, link string) func(to string) {
+	return func(to string) {
+		t.Helper()
+		os.Remove(link)
+		if err := os.Symlink(to, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// runAgent runs a until the test ends, failing it on Run's error.
+func runAgent(t *testing.T, a *Agent) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -46,7 +65,6 @@ func startWatching(t *testing.T, dir string, obs Observer, change func(*Config))
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return a
 }
 
 // restorer is an iptables-nft-restore in a namespace that commits each
@@ -508,13 +526,7 @@ func TestWatchFailed(t *testing.T) {
 	a := startAgentWith(t, dir, rec, func(c *Config) { c.Watch = true })
 	ns := nstest.New(t)
 	link := filepath.Join(dir, "netns-a")
-	point := func(to string) {
-		t.Helper()
-		os.Remove(link)
-		if err := os.Symlink(to, link); err != nil {
-			t.Fatal(err)
-		}
-	}
+	point := pointer(t, link)
 	point(ns.Path())
 	ctx := context.Background()
 	p := pod("a", link)

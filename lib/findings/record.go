@@ -19,7 +19,7 @@ type Record struct {
 	// memory alone reads it (Seen.RecordFinding), and consumers order a
 	// pod's lines by Time, when they were made.
 	Began time.Time `json:"-"`
-	Node   string    `json:"node"`
+	Node  string    `json:"node"`
 	// Subject is what the record is about: a pod (Pod, SandboxID and the
 	// container fields name it) or the node's own network namespace (those
 	// fields empty, Node names it); see KnownSubject.
