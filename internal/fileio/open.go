@@ -100,23 +100,31 @@ func walk(abs string, perm os.FileMode, mkdir bool) error {
 	return unix.Close(fd)
 }
 
-// walkOpen is walk, giving the last component's descriptor.
+// walkOpen is walk, giving the last component's descriptor, opened for
+// reading. The ones before it are opened O_PATH, which needs only search
+// permission on them, as openat2's walk does.
 func walkOpen(abs string, perm os.FileMode, mkdir bool) (int, error) {
-	fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}
-	for _, name := range strings.Split(abs, "/") {
-		if name == "" {
-			continue
-		}
+	names := strings.FieldsFunc(abs, func(r rune) bool { return r == '/' })
+	if len(names) == 0 {
+		unix.Close(fd)
+		return unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	}
+	for i, name := range names {
 		if mkdir {
 			if err := unix.Mkdirat(fd, name, uint32(perm.Perm())); err != nil && !errors.Is(err, unix.EEXIST) {
 				unix.Close(fd)
 				return -1, err
 			}
 		}
-		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		how := unix.O_PATH
+		if i == len(names)-1 {
+			how = unix.O_RDONLY
+		}
+		next, err := unix.Openat(fd, name, how|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		unix.Close(fd)
 		if err != nil {
 			return -1, fmt.Errorf("%s: %w", name, err)
