@@ -125,11 +125,6 @@ func (a *Agent) queueOpen(p *api.PodSandbox, c *api.Container, source, stage str
 			// Known, not complete: unseen (scanned), and tried again
 			// by the re-sweep.
 			a.known.add(m)
-		} else if a.queue.behind(job{meta: m}) {
-			// A scan of the pod still runs: the stop comes after it,
-			// its worker's open failing as this one did (CRI-O removes
-			// the netns before StopPodSandbox).
-			return
 		}
 		a.scanned(Scan{Meta: m, Outcome: out, Err: err})
 		return

@@ -153,24 +153,6 @@ func (q *queue) add(j job) bool {
 	return true
 }
 
-// behind queues a stop's job behind the sandbox's running scan, and
-// tells whether it did: false when no scan of it runs (or the queue is
-// full or closed), the stop then the caller's to report now. Reported at
-// once, the stop would come before the running scan's end, which would
-// then give the stopped pod its usage back (Agent.scanned) until the next
-// Synchronize. A job that only waits needs none of this: its scan does
-// not run once its pod is forgotten (Agent.live).
-func (q *queue) behind(j job) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	s := q.slots[j.meta.SandboxID]
-	if q.closed || s == nil || !s.running || s.next == nil && q.events >= q.max {
-		return false
-	}
-	q.put(j)
-	return true
-}
-
 // sweep queues a sweep's jobs behind those waiting, in place of what is
 // left of the previous sweep (which listed the pods of an older moment). A
 // sandbox with an event's job waiting needs no sweep job: that scan, not

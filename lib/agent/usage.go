@@ -56,7 +56,18 @@ type Usage struct {
 	// execs counts each running pod's iptables commands (the exec
 	// watch), within the same bound; nil until the first.
 	execs map[string]*podExecs
+	// ended are the last maxEnded sandboxes that stopped (forget), oldest
+	// first in endedOrder: a scan or command of one that ends after its
+	// stop (it ran when the stop came: CRI-O removes the netns before
+	// StopPodSandbox, whose scan then ends at once) must not bring its pod
+	// back until the next Synchronize. A sandbox id is never used again.
+	ended      map[string]bool
+	endedOrder []string
 }
+
+// maxEnded bounds the stopped sandboxes Usage remembers: more than stop
+// while one scan runs.
+const maxEnded = 1024
 
 // podExecs counts one pod's iptables commands that ended.
 type podExecs struct {
@@ -83,6 +94,8 @@ func (u *Usage) Scanned(s Scan) {
 	case s.Meta.Stage == stageStopPod || s.Outcome == Gone:
 		// The pod stops, whatever its last look found.
 		u.forget(id)
+	case u.ended[id]:
+		// A look from before its stop.
 	case s.Outcome == Clean:
 		delete(u.pods, id)
 		delete(u.out, id)
@@ -111,11 +124,24 @@ func (u *Usage) Stopped(id string) {
 	u.forget(id)
 }
 
-// forget drops the sandbox's pod; called with mu held.
+// forget drops the sandbox's pod, which stopped, for good; called with
+// mu held.
 func (u *Usage) forget(id string) {
 	delete(u.pods, id)
 	delete(u.execs, id)
 	delete(u.out, id)
+	if u.ended[id] {
+		return
+	}
+	if u.ended == nil {
+		u.ended = map[string]bool{}
+	}
+	if len(u.endedOrder) >= maxEnded {
+		delete(u.ended, u.endedOrder[0])
+		u.endedOrder = u.endedOrder[1:]
+	}
+	u.ended[id] = true
+	u.endedOrder = append(u.endedOrder, id)
 }
 
 // leaveOut notes a running pod whose usage was left out; called with mu
@@ -182,7 +208,7 @@ func (u *Usage) ExecMissed(m scan.Meta) {
 // out). Called with mu held.
 func (u *Usage) podExecs(m scan.Meta) *podExecs {
 	p := u.execs[m.SandboxID]
-	if p != nil {
+	if p != nil || u.ended[m.SandboxID] {
 		return p
 	}
 	if len(u.execs) >= u.max {

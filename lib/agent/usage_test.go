@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -175,5 +176,41 @@ func TestUsageReadiness(t *testing.T) {
 	u.Listed(map[string]bool{"a": true, "b": true})
 	if r := u.Readiness(); r != findings.ReadinessReady {
 		t.Errorf("the pod left out no longer listed: %s, want ready", r)
+	}
+}
+
+// TestUsageAfterStop: a scan or a command of a sandbox that ends after
+// its stop does not bring the pod back; the stopped sandboxes remembered
+// are bounded, the oldest forgotten first.
+func TestUsageAfterStop(t *testing.T) {
+	u := NewUsage(0)
+	present := func(id string) Scan {
+		return Scan{Meta: scan.Meta{SandboxID: id}, Outcome: Found, Record: &findings.Record{State: findings.StatePresent,
+			Pod: findings.Pod{Namespace: "ns", Name: "pod-" + id}, Nft: findings.Nft{Rules: 1}}}
+	}
+	has := func(id string) bool {
+		for _, p := range u.Pods() {
+			if p.SandboxID == id {
+				return true
+			}
+		}
+		return false
+	}
+	u.Scanned(present("old"))
+	u.Stopped("old")
+	u.Scanned(present("old"))
+	u.Exec(scan.Meta{SandboxID: "old", Pod: findings.Pod{Namespace: "ns", Name: "pod-old"}}, true)
+	if has("old") || len(u.execCounts()) != 0 {
+		t.Fatalf("a stopped sandbox's late scan and command came back: pods %+v, commands %+v", u.Pods(), u.execCounts())
+	}
+	for i := range maxEnded {
+		u.Stopped(fmt.Sprint("s", i))
+	}
+	if len(u.ended) != maxEnded || len(u.endedOrder) != maxEnded {
+		t.Fatalf("%d stopped sandboxes remembered, want %d", len(u.ended), maxEnded)
+	}
+	u.Scanned(present("old"))
+	if !has("old") {
+		t.Error("the oldest stopped sandbox still remembered past the bound")
 	}
 }

@@ -163,12 +163,6 @@ func (a *Agent) RunPodSandbox(_ context.Context, p *api.PodSandbox) error {
 // not end it, ends, and the re-sweep forgets it.
 func (a *Agent) RemovePodSandbox(_ context.Context, p *api.PodSandbox) error {
 	defer a.handled("RemovePodSandbox", time.Now())
-	// A scan of it still running would give the removed pod its usage
-	// back: the removal waits behind it as the pod's stop, whose worker
-	// finds the netns gone.
-	if m, ok := a.meta(p, nil, SourceStop, stageStopPod); ok && a.queue.behind(job{meta: m}) {
-		return nil
-	}
 	a.stopped(p.GetId())
 	a.known.ended(p.GetId())
 	return nil
