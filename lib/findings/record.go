@@ -14,12 +14,7 @@ const Schema = "iptables-alerter/v1"
 type Record struct {
 	Schema string    `json:"schema"`
 	Time   time.Time `json:"time"`
-	// Began is when the look behind the record began, zero for a record
-	// of no look (a command's own). Not on the line: the per-sandbox
-	// memory alone reads it (Seen.RecordFinding), and consumers order a
-	// pod's lines by Time, when they were made.
-	Began time.Time `json:"-"`
-	Node  string    `json:"node"`
+	Node   string    `json:"node"`
 	// Subject is what the record is about: a pod (Pod, SandboxID and the
 	// container fields name it) or the node's own network namespace (those
 	// fields empty, Node names it); see KnownSubject.

@@ -61,27 +61,6 @@ type seenEntry struct {
 	// Since starts the current interval; Count findings were written in it.
 	Since time.Time `json:"since"`
 	Count int       `json:"count"`
-	// Looked is when the newest look recorded or found Same began
-	// (Record.Began); zero in entries of older writers.
-	Looked time.Time `json:"looked,omitzero"`
-}
-
-// maxLookSpan bounds how long a look takes, its record step's wait
-// included (the agent's stop scans 30 s, the write 10 s): a record whose
-// look began that much before the entry's is taken for a clock stepped
-// back, not for a stale look, and written. A smaller step back holds the
-// looks begun within it (their records Same) until the clock is past it.
-const maxLookSpan = 2 * time.Minute
-
-// staleLook tells whether a look that began at began is older than the
-// one whose record the entry holds, begun at last: the hook and the agent
-// look at a pod side by side, and the later writer is not always the later
-// look (a hook waiting on the x_tables mutex writes well after its
-// nftables read). Written, the older look would replace the newer one's
-// word with what the namespace held before: a pod that flushed its rules
-// read present again, or a pod's new rules hidden behind an unknown.
-func staleLook(began, last time.Time) bool {
-	return !last.IsZero() && !began.IsZero() && began.Before(last) && last.Sub(began) < maxLookSpan
 }
 
 // Outcome says what the record step did with a finding: Seen.RecordFinding, and
@@ -113,9 +92,7 @@ var ErrNoMemory = errors.New("per-sandbox memory not usable")
 // record never passes for, and then skips, the finding that follows it, so
 // a complete look after an unknown or truncated record writes the present
 // or gone that resolves it. A gone record is written only after a present
-// or unknown one (there is nothing to take back otherwise). Nor is a
-// record whose look (rec.Began) began before the newest look recorded or
-// found Same (staleLook): it saw an older namespace.
+// or unknown one (there is nothing to take back otherwise).
 //
 // parts are what the look behind rec read whole (Parts). A look cut short
 // (a neighbour holding the x_tables mutex leaves the legacy part unread)
@@ -187,20 +164,11 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 	if old.State == "" {
 		old.State = StatePresent
 	}
-	if had && staleLook(rec.Began, old.Looked) {
-		return Same, nil
-	}
 	if state == StateGone && !had {
 		// Nothing to take back from an empty or damaged entry, and it is
 		// not kept: the watch's clean scans must not leave one per sandbox.
 		_ = d.Remove(filepath.Base(f.Name()))
 		return Same, nil
-	}
-	// A look found Same is newer all the same: an older one written
-	// after it would take back what it saw.
-	newer := rec.Began.After(old.Looked)
-	if newer {
-		old.Looked = rec.Began
 	}
 	if old.Fingerprint == rec.Fingerprint && old.State == state || state == StateGone && old.State == StateGone {
 		if parts.Whole() && old.Parts != parts {
@@ -208,17 +176,11 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 			// partial with a fingerprint that happens to match: learn
 			// the parts, so a later partial look can be compared.
 			old.Parts = parts
-			newer = true
-		}
-		if newer {
 			_ = save(f, old)
 		}
 		return Same, nil
 	}
 	if had && parts.agree(old.Parts) {
-		if newer {
-			_ = save(f, old)
-		}
 		return Same, nil
 	}
 	now := s.now()
@@ -236,14 +198,7 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 	if werr != nil && !errors.Is(werr, ErrNotRotated) {
 		return Failed, werr
 	}
-	// The written look's start, even before the entry's (a clock stepped
-	// back): a later look is judged by it. A record of no look keeps it.
-	looked := rec.Began
-	if looked.IsZero() {
-		looked = old.Looked
-	}
-	e := seenEntry{Key: key, Netns: sweptBy(rec), Fingerprint: rec.Fingerprint, State: state, Parts: parts.over(old.Parts), Since: old.Since, Count: old.Count + 1,
-		Looked: looked}
+	e := seenEntry{Key: key, Netns: sweptBy(rec), Fingerprint: rec.Fingerprint, State: state, Parts: parts.over(old.Parts), Since: old.Since, Count: old.Count + 1}
 	if err := save(f, e); err != nil {
 		return Recorded, errors.Join(werr, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err))
 	}

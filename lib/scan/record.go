@@ -86,7 +86,6 @@ func build(m Meta, res Result) (findings.Record, classify.Summary) {
 	}
 	rec := findings.Record{
 		Time:             findings.Now(),
-		Began:            res.Began,
 		Node:             m.Node,
 		Subject:          m.Subject,
 		Source:           m.Source,

@@ -12,7 +12,6 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
-	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/ipset"
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
@@ -45,10 +44,6 @@ type Result struct {
 	// StateOK (inspect.Snapshot.State: a legacyInProcess look).
 	State   inspect.State
 	StateOK bool
-	// Began is when the look began (Record.Began): the per-sandbox memory
-	// keeps the newer of two looks side by side (the hook's and the
-	// agent's) whichever writes last.
-	Began time.Time
 }
 
 // Text renders a rule of the result, naming its ipsets.
@@ -91,7 +86,7 @@ const NodeDetail = 1 << 15
 // expressions) for the allowlist; 0 is inspect's default. firstListed is
 // inspect.Options.FirstListed.
 func readFrom(ctx context.Context, h *netns.Handle, legacyInProcess bool, detail int, firstListed func()) Result {
-	res := Result{Began: findings.Now()}
+	var res Result
 	if id, err := h.ID(); err == nil {
 		res.NetnsID = id
 	}
