@@ -532,11 +532,13 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 // so a command waits for that sync as for the first (execUnsyncedWait),
 // not execPlaceWait from the last one, after which it was missed.
 func (a *Agent) runtimeLost() {
-	// Counted first: a Synchronize of this connection still running
-	// (the runtime's request timed out) sees it, and clears what it
-	// sets (Synchronize).
-	a.execs.closes.Add(1)
-	a.execs.synced.Store(0)
+	e := a.execs
+	e.syncMu.Lock()
+	defer e.syncMu.Unlock()
+	// Counted: a Synchronize of this connection still running (the
+	// runtime's request timed out) sets nothing (Synchronize).
+	e.closes++
+	e.synced.Store(0)
 }
 
 func (a *Agent) newStub() (stub.Stub, error) {

@@ -33,7 +33,9 @@ var (
 // queue).
 func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	defer a.handled("Synchronize", time.Now())
-	closes := a.execs.closes.Load()
+	a.execs.syncMu.Lock()
+	closes := a.execs.closes
+	a.execs.syncMu.Unlock()
 	running := runningSandboxes(ctrs)
 	var jobs []job
 	for _, p := range pods {
@@ -47,11 +49,13 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 	// The sandboxes are known: a command waiting for one has its time,
 	// from this sync (after a reconnect too: the sandboxes started while
 	// disconnected are known only now).
-	a.execs.synced.Store(time.Now().UnixNano())
-	if a.execs.closes.Load() != closes {
-		// Its connection closed meanwhile: disconnected, not synced.
-		a.execs.synced.Store(0)
+	// Not if its connection closed meanwhile: disconnected then, or the
+	// next connection's own Synchronize sets it.
+	a.execs.syncMu.Lock()
+	if a.execs.closes == closes {
+		a.execs.synced.Store(time.Now().UnixNano())
 	}
+	a.execs.syncMu.Unlock()
 	return nil, nil
 }
 
