@@ -56,11 +56,13 @@ type Usage struct {
 	// execs counts each running pod's iptables commands (the exec
 	// watch), within the same bound; nil until the first.
 	execs map[string]*podExecs
-	// ended are the last maxEnded sandboxes that stopped (forget), oldest
-	// first in endedOrder: a scan or command of one that ends after its
-	// stop (it ran when the stop came: CRI-O removes the netns before
-	// StopPodSandbox, whose scan then ends at once) must not bring its pod
-	// back until the next Synchronize. A sandbox id is never used again.
+	// ended are the last maxEnded sandboxes the runtime said stopped
+	// (Ended), oldest first in endedOrder: a scan or command of one that
+	// ends after its stop (it ran when the stop came: CRI-O removes the
+	// netns before StopPodSandbox, whose scan then ends at once) must not
+	// bring its pod back. A sandbox id is never used again. A netns found
+	// gone (Gone, a re-sweep's vanished) only drops the pod: a later scan
+	// that finds it brings it back, as before.
 	ended      map[string]bool
 	endedOrder []string
 }
@@ -91,8 +93,10 @@ func (u *Usage) Scanned(s Scan) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	switch {
-	case s.Meta.Stage == stageStopPod || s.Outcome == Gone:
+	case s.Meta.Stage == stageStopPod:
 		// The pod stops, whatever its last look found.
+		u.end(id)
+	case s.Outcome == Gone:
 		u.forget(id)
 	case u.ended[id]:
 		// A look from before its stop.
@@ -124,12 +128,24 @@ func (u *Usage) Stopped(id string) {
 	u.forget(id)
 }
 
-// forget drops the sandbox's pod, which stopped, for good; called with
-// mu held.
+// Ended drops the sandbox's pod for good: the runtime said it stopped
+// (its removal).
+func (u *Usage) Ended(id string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.end(id)
+}
+
+// forget drops the sandbox's pod; called with mu held.
 func (u *Usage) forget(id string) {
 	delete(u.pods, id)
 	delete(u.execs, id)
 	delete(u.out, id)
+}
+
+// end drops the sandbox's pod for good (Ended); called with mu held.
+func (u *Usage) end(id string) {
+	u.forget(id)
 	if u.ended[id] {
 		return
 	}

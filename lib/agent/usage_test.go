@@ -180,8 +180,9 @@ func TestUsageReadiness(t *testing.T) {
 }
 
 // TestUsageAfterStop: a scan or a command of a sandbox that ends after
-// its stop does not bring the pod back; the stopped sandboxes remembered
-// are bounded, the oldest forgotten first.
+// the runtime said it stopped does not bring the pod back; one whose netns
+// was only found gone comes back with its next finding; the stopped
+// sandboxes remembered are bounded, the oldest forgotten first.
 func TestUsageAfterStop(t *testing.T) {
 	u := NewUsage(0)
 	present := func(id string) Scan {
@@ -197,14 +198,23 @@ func TestUsageAfterStop(t *testing.T) {
 		return false
 	}
 	u.Scanned(present("old"))
-	u.Stopped("old")
+	u.Ended("old")
 	u.Scanned(present("old"))
 	u.Exec(scan.Meta{SandboxID: "old", Pod: findings.Pod{Namespace: "ns", Name: "pod-old"}}, true)
 	if has("old") || len(u.execCounts()) != 0 {
 		t.Fatalf("a stopped sandbox's late scan and command came back: pods %+v, commands %+v", u.Pods(), u.execCounts())
 	}
+	// A netns found gone only drops the pod: the next scan that finds
+	// it brings it back.
+	u.Scanned(present("vanished"))
+	u.Stopped("vanished")
+	u.Scanned(Scan{Meta: scan.Meta{SandboxID: "vanished"}, Outcome: Gone})
+	u.Scanned(present("vanished"))
+	if !has("vanished") {
+		t.Error("a pod whose netns was found gone did not come back with its next finding")
+	}
 	for i := range maxEnded {
-		u.Stopped(fmt.Sprint("s", i))
+		u.Ended(fmt.Sprint("s", i))
 	}
 	if len(u.ended) != maxEnded || len(u.endedOrder) != maxEnded {
 		t.Fatalf("%d stopped sandboxes remembered, want %d", len(u.ended), maxEnded)

@@ -165,6 +165,7 @@ func (a *Agent) RemovePodSandbox(_ context.Context, p *api.PodSandbox) error {
 	defer a.handled("RemovePodSandbox", time.Now())
 	a.stopped(p.GetId())
 	a.known.ended(p.GetId())
+	a.usage.Ended(p.GetId())
 	return nil
 }
 
