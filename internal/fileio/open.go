@@ -44,7 +44,7 @@ func OpenDir(dir string, perm os.FileMode) (*Dir, error) {
 	fd, err := openNoSymlinks(abs)
 	if errors.Is(err, unix.ENOENT) {
 		// Made only when missing: the common case is one system call.
-		if err := walk(abs, perm, true); err != nil {
+		if err := mkdirAll(abs, perm); err != nil {
 			return nil, fmt.Errorf("create directory %q: %w", dir, err)
 		}
 		fd, err = openNoSymlinks(abs)
@@ -69,7 +69,7 @@ func OpenDir(dir string, perm os.FileMode) (*Dir, error) {
 // openNoSymlinks opens the directory abs (absolute and clean) without
 // following a symlink in any component: in one openat2 call
 // (RESOLVE_NO_SYMLINKS) where the kernel has it, else component by
-// component (walk). openat2 is missing before Linux 5.6, and refused by
+// component (walkOpen). openat2 is missing before Linux 5.6, and refused by
 // seccomp filters that cannot read its flags, which it passes in a
 // structure: systemd's RestrictSUIDSGID= refuses every call of it (EPERM,
 // ENOSYS in later versions), and the shipped agent and textfile units set
@@ -87,20 +87,22 @@ func openNoSymlinks(abs string) (int, error) {
 	return fd, nil
 }
 
-// walk makes (mkdir) or only opens each component of abs (absolute and
-// clean) inside the one before it (O_NOFOLLOW), so a symlink planted at a
-// component is refused before anything is made where it points
-// (os.MkdirAll made the directories there, and only the open after it
-// refused the path).
-func walk(abs string, perm os.FileMode, mkdir bool) error {
-	fd, err := walkOpen(abs, perm, mkdir)
+// mkdirAll is os.MkdirAll that never goes through a symlink: each
+// component is made and opened inside the one before it (O_NOFOLLOW,
+// walkOpen), so a link planted at a component is refused before anything
+// is made where it points (os.MkdirAll created the directories there, and
+// only the open after it refused the path).
+func mkdirAll(abs string, perm os.FileMode) error {
+	fd, err := walkOpen(abs, perm, true)
 	if err != nil {
 		return err
 	}
 	return unix.Close(fd)
 }
 
-// walkOpen is walk, giving the last component's descriptor, opened for
+// walkOpen opens abs (absolute and clean) one component at a time inside
+// the one before it, never through a symlink (O_NOFOLLOW), making each
+// first when mkdir, and gives the last component's descriptor, opened for
 // reading. The ones before it are opened O_PATH, which needs only search
 // permission on them, as openat2's walk does.
 func walkOpen(abs string, perm os.FileMode, mkdir bool) (int, error) {

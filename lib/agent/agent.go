@@ -357,8 +357,7 @@ func (a *Agent) Looked() (pods int, since time.Time, ok bool) {
 func (a *Agent) scanned(s Scan) {
 	switch {
 	case s.Meta.Stage == stageStopPod:
-		a.stopped(s.Meta.SandboxID)
-		a.known.ended(s.Meta.SandboxID)
+		a.ended(s.Meta.SandboxID)
 	case s.Outcome == Gone:
 		a.stopped(s.Meta.SandboxID)
 	case (s.Outcome == Unreachable || s.Outcome == Failed) && !isNodeJob(s.Meta) && s.Meta.Source != SourceStop:
@@ -403,6 +402,15 @@ func (a *Agent) stopped(id string) {
 	a.unwatch(id)
 	a.queue.forget(id)
 	a.usage.Stopped(id)
+}
+
+// ended is stopped for a sandbox the runtime said stopped (its pod's stop
+// scanned, its removal heard), for good: unseen or not (known), and a
+// scan of it that ends after this brings no usage back (Usage.Ended).
+func (a *Agent) ended(id string) {
+	a.stopped(id)
+	a.known.ended(id)
+	a.usage.Ended(id)
 }
 
 // live tells whether j's scan is still wanted when a worker takes it. A

@@ -48,9 +48,9 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 	a.watchSynced(pods, ctrs)
 	// The sandboxes are known: a command waiting for one has its time,
 	// from this sync (after a reconnect too: the sandboxes started while
-	// disconnected are known only now).
-	// Not if its connection closed meanwhile: disconnected then, or the
-	// next connection's own Synchronize sets it.
+	// disconnected are known only now); not if its connection closed
+	// meanwhile (disconnected then, or the next connection's own
+	// Synchronize sets it).
 	a.execs.syncMu.Lock()
 	if a.execs.closes == closes {
 		a.execs.synced.Store(time.Now().UnixNano())

@@ -163,9 +163,7 @@ func (a *Agent) RunPodSandbox(_ context.Context, p *api.PodSandbox) error {
 // not end it, ends, and the re-sweep forgets it.
 func (a *Agent) RemovePodSandbox(_ context.Context, p *api.PodSandbox) error {
 	defer a.handled("RemovePodSandbox", time.Now())
-	a.stopped(p.GetId())
-	a.known.ended(p.GetId())
-	a.usage.Ended(p.GetId())
+	a.ended(p.GetId())
 	return nil
 }
 
@@ -508,10 +506,9 @@ type WatchObserver interface {
 // limit that stays would make it a loop.
 func (a *Agent) watchFailed(w *watched, err error) {
 	a.metrics.errors.WithLabelValues("watch").Inc()
-	if w.node {
+	if ws := a.watches; w.node {
 		a.retryNodeWatch()
-	}
-	if ws := a.watches; !w.node {
+	} else {
 		// Only while w is the sandbox's watch (not unwatched meanwhile),
 		// and out of pods at once: a scan that ends before w's goroutine
 		// drops it would find it watched and not watch it again.
@@ -688,10 +685,10 @@ func (w *watched) seenBy(gen uint32) (found *findings.Writer, newer bool) {
 
 // aliveWriter is wr, or, where ws's watch found wr's process gone, the
 // same process as the exec watch read it at its exec: same pid, same
-// command, run in ws's netns (a pid reused by another pod's process of the
-// same name would give this pod's record that pod's container). The watch's reader runs at real-time priority, but after its
-// wake it may wait for one of Go's processors while a one-shot tool
-// exits; the exec watch's reader reads a tool's files before it returns
+// command, run in ws's netns (a pid reused by another pod's process of
+// the same name would give this pod's record that pod's container). The
+// watch's reader runs at real-time priority, but after its wake it may
+// wait for one of Go's processors while a one-shot tool exits; the exec watch's reader reads a tool's files before it returns
 // to Go (internal/execquiet), and by the end of the debounce window it
 // has handed them over (execwatch.Watcher.Lookup).
 func (a *Agent) aliveWriter(wr *findings.Writer, ws *watched) *findings.Writer {

@@ -43,11 +43,11 @@ func overHTTP1(cfg *rest.Config) *rest.Config {
 // namespace (all when empty), page by page, and hands add an Item per
 // result of ours as each Report is read; held is told the namespace of
 // each Report of ours read, whatever its results, and how many results its
-// cut note counts (results it had no room for; 0 for none). It returns ErrNoSource when the
-// API does not serve Reports (no CRD: discovery, or a first list's 404) or
-// holds none of ours, so the Events are read instead; a list refused is a
-// ForbiddenError, never a quiet fallback to Events an hour old
-// (SourceEvents reads them on request).
+// cut note counts (results it had no room for; 0 for none). It returns
+// ErrNoSource when the API does not serve Reports (no CRD: discovery, or a
+// first list's 404) or holds none of ours, so the Events are read instead;
+// a list refused is a ForbiddenError, never a quiet fallback to Events an
+// hour old (SourceEvents reads them on request).
 //
 // Anyone allowed to create Reports in a namespace can write one with our
 // labels: the namespace is the Report's (never a result's subject's), only
