@@ -45,6 +45,10 @@ const (
 	// without NRI should not see a connect attempt more often than this.
 	minBackoff = 500 * time.Millisecond
 	maxBackoff = 30 * time.Second
+	// drainStops bounds the stop scans that still run when the agent
+	// stops (queue.close), well within the DaemonSet's 30 s grace
+	// period; a scan running then still gets its own deadline.
+	drainStops = 10 * time.Second
 )
 
 // ErrConfig marks an error the agent cannot get past by retrying: the
@@ -193,6 +197,9 @@ type Agent struct {
 	// hold, when set (tests), makes each worker wait for a token before
 	// a scan, to order scans against the runtime's teardown.
 	hold chan struct{}
+	// drainWait is how long the stop scans left waiting at the agent's
+	// stop may run (drainStops; shorter in tests).
+	drainWait time.Duration
 	// usage follows the running pods' usage, from the scans and sweeps.
 	usage *Usage
 	// health and metrics are what the agent says of itself, for the
@@ -292,7 +299,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Load.Allow = func() (*allowlist.List, error) { return allowlist.Join(), nil }
 	}
 	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage),
-		health: NewHealth(), known: newSandboxes(), resweepNow: make(chan struct{}, 1), listNow: make(chan struct{}, 1), watches: newWatches(), execs: &execs{}}
+		health: NewHealth(), known: newSandboxes(), resweepNow: make(chan struct{}, 1), listNow: make(chan struct{}, 1), watches: newWatches(), execs: &execs{}, drainWait: drainStops}
 	a.metrics = newMetrics(a.health, a.usage, a.execs.up.Load, a.execStats)
 	if cfg.HostProc != "" {
 		// An agent that cannot tell the node's namespace from a pod's
@@ -458,7 +465,8 @@ func (a *Agent) sweep(jobs []job, pods int) {
 // Run starts the workers, then connects to the runtime and stays connected
 // until ctx ends, reconnecting with backoff whenever the runtime goes away
 // (restart, upgrade, NRI not enabled yet). It returns nil when ctx ends,
-// after the scans in flight have finished, and an ErrConfig error only.
+// after the scans in flight and the stops still waiting (for drainStops)
+// have run, and an ErrConfig error only.
 func (a *Agent) Run(ctx context.Context) error {
 	return a.withWorkers(func() error {
 		// The exec watch first: a command run while the first scans
@@ -473,7 +481,7 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // withWorkers runs loop with the workers started, and stops them (letting
-// the scans in flight finish) when it returns.
+// the scans in flight and the stops waiting run) when it returns.
 func (a *Agent) withWorkers(loop func() error) error {
 	for i := 0; i < a.cfg.Workers; i++ {
 		a.workers.Add(1)
@@ -483,6 +491,10 @@ func (a *Agent) withWorkers(loop func() error) error {
 		// The watches first: they queue scans.
 		a.stopWatches()
 		a.queue.close()
+		// The stops still waiting get drainWait; the scans running
+		// their deadline.
+		t := time.AfterFunc(a.drainWait, a.queue.abandon)
+		defer t.Stop()
 		a.workers.Wait()
 	}()
 	return loop()

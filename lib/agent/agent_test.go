@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -536,6 +537,114 @@ func TestStopWhileScanned(t *testing.T) {
 			}
 			if a.known.has(p.Id) {
 				t.Error("after the pod's stop it is still known")
+			}
+		})
+	}
+}
+
+// TestStopsRunAtShutdown: the stops still waiting when the agent stops
+// run (the pod's last look: a pod that added rules and stopped while the
+// agent restarted would be seen by nobody), not the other jobs waiting
+// (the next agent sweeps the pods still running); past drainWait the stops
+// left are dropped, so the agent exits within its grace period.
+func TestStopsRunAtShutdown(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	for _, abandoned := range []bool{false, true} {
+		t.Run(map[bool]string{false: "drained", true: "abandoned"}[abandoned], func(t *testing.T) {
+			dir := t.TempDir()
+			rec := newRecorder()
+			cfg := testConfig(dir, rec)
+			cfg.Workers = 1
+			a, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.hold = make(chan struct{})
+			if abandoned {
+				a.drainWait = time.Millisecond
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- a.Run(ctx) }()
+			released, returned := false, false
+			defer func() {
+				cancel()
+				if !released {
+					close(a.hold)
+				}
+				if !returned {
+					<-done
+				}
+			}()
+			busy, stopping, started := nstest.New(t), nstest.New(t), nstest.New(t)
+			for _, ns := range []*nstest.NS{stopping, started} {
+				ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+			}
+			bg := context.Background()
+			// The one worker takes busy's scan and waits for its token.
+			if err := a.PostStartContainer(bg, pod("busy", busy.Path()), &api.Container{Id: "c-busy", Name: "app"}); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				a.queue.mu.Lock()
+				taken := len(a.queue.order) == 0
+				a.queue.mu.Unlock()
+				if taken {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the worker never took busy's scan")
+				}
+			}
+			if err := a.StopPodSandbox(bg, pod("stopping", stopping.Path())); err != nil {
+				t.Fatal(err)
+			}
+			// The runtime removes the netns: the stop's handle holds it.
+			stopping.Delete()
+			if err := a.PostStartContainer(bg, pod("started", started.Path()), &api.Container{Id: "c-started", Name: "app"}); err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				a.queue.mu.Lock()
+				closed := a.queue.closed
+				a.queue.mu.Unlock()
+				if closed {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the queue was never closed")
+				}
+			}
+			if abandoned {
+				// Past drainWait before busy's scan ends.
+				time.Sleep(50 * time.Millisecond)
+			}
+			close(a.hold)
+			released = true
+			err = receive(t, done, "Run's return")
+			returned = true
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			close(rec.ch)
+			var scanned []string
+			for s := range rec.ch {
+				scanned = append(scanned, s.Meta.SandboxID+" "+string(s.Outcome))
+			}
+			want := []string{"busy clean", "stopping found"}
+			if abandoned {
+				want = want[:1]
+			}
+			if !slices.Equal(scanned, want) {
+				t.Errorf("scans at shutdown %q, want %q", scanned, want)
+			}
+			var recorded []string
+			for _, r := range findingstest.Read(t, filepath.Join(dir, "findings.jsonl")) {
+				recorded = append(recorded, r.Pod.Name)
+			}
+			if wantRec := map[bool][]string{false: {"pod-stopping"}, true: nil}[abandoned]; !slices.Equal(recorded, wantRec) {
+				t.Errorf("findings %q, want %q", recorded, wantRec)
 			}
 		})
 	}

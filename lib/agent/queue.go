@@ -260,14 +260,14 @@ func (q *queue) take(workers int) (j job, long, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	i := -1
-	for !q.closed {
+	for {
 		if i = q.next(workers); i >= 0 {
 			break
 		}
+		if q.closed && len(q.order) == 0 {
+			return job{}, false, false
+		}
 		q.cond.Wait()
-	}
-	if q.closed {
-		return job{}, false, false
 	}
 	id := q.order[i]
 	q.order = append(q.order[:i], q.order[i+1:]...)
@@ -275,7 +275,8 @@ func (q *queue) take(workers int) (j job, long, ok bool) {
 	j = *s.next
 	q.set(s, nil)
 	s.running = true
-	s.long = j.meta.Source == SourceStop && len(q.order) == 0 && q.long < workers-1
+	// Not while the agent stops: its stops left get drainWait in all.
+	s.long = j.meta.Source == SourceStop && len(q.order) == 0 && q.long < workers-1 && !q.closed
 	if s.long {
 		q.long++
 	}
@@ -337,9 +338,7 @@ func (q *queue) done(j job, end scanEnd) (idle bool) {
 		delete(q.slots, id)
 		return len(q.slots) == 0
 	}
-	if q.closed {
-		return false
-	}
+	// Closed, only a stop can be waiting: it runs too (close).
 	q.order = append(q.order, id)
 	q.cond.Signal()
 	return false
@@ -352,19 +351,42 @@ func (q *queue) forget(id string) {
 	delete(q.heavy, id)
 }
 
-// close wakes the workers to stop and closes the waiting jobs' handles:
-// their scans will not run.
+// close takes no more jobs, and drops the waiting ones but the stops:
+// a stop is the last look at a container going away, its netns held open
+// since the event, and the agent started again would not find the pod to
+// sweep (the pods still running it sweeps, so their other jobs can go).
+// take hands out the stops left, then returns false. The agent gives
+// them drainWait, then abandons the rest.
 func (q *queue) close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.closed = true
-	for _, s := range q.slots {
-		if s.next != nil && s.next.h != nil {
-			s.next.h.Close()
+	q.dropWaiting(func(j *job) bool { return j.meta.Source == SourceStop })
+}
+
+// abandon drops every waiting job, the stops too: the agent's stop ran
+// out of time (drainWait). The scans running still end.
+func (q *queue) abandon() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.dropWaiting(func(*job) bool { return false })
+}
+
+// dropWaiting drops the waiting jobs keep does not keep, closing their
+// handles, and wakes the workers: one waiting may now have nothing left.
+func (q *queue) dropWaiting(keep func(*job) bool) {
+	for id, s := range q.slots {
+		if s.next == nil || keep(s.next) {
+			continue
 		}
-		s.next = nil
+		q.drop(id, s)
 	}
-	q.order = nil
-	q.events = 0
+	kept := q.order[:0]
+	for _, id := range q.order {
+		if s := q.slots[id]; s != nil && s.next != nil {
+			kept = append(kept, id)
+		}
+	}
+	q.order = kept
 	q.cond.Broadcast()
 }

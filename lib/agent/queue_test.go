@@ -307,3 +307,67 @@ func TestQueueHeavy(t *testing.T) {
 		t.Errorf("a single worker took %q, want the heavy f", j.meta.SandboxID)
 	}
 }
+
+// TestQueueCloseKeepsStops: closed, the queue drops the waiting jobs but
+// the stops (their handles closed), hands out the stops left without the
+// longer deadline, also one that waited behind its sandbox's running
+// scan, then returns false; abandon drops the stops too.
+func TestQueueCloseKeepsStops(t *testing.T) {
+	q := newQueue(10)
+	running := addTake(t, q, qjob(t, "a", SourcePostStart, true))
+	q.add(qjob(t, "a", SourceStop, true))
+	start := qjob(t, "b", SourcePostStart, true)
+	q.add(start)
+	q.add(qjob(t, "c", SourceStop, true))
+	sweep := qjob(t, "d", SourceSweep, true)
+	q.sweep([]job{sweep}, func(int) {})
+	q.close()
+	if !closed(start.h) || !closed(sweep.h) {
+		t.Error("a start's or a sweep's handle left open by close")
+	}
+	if q.add(qjob(t, "e", SourceStop, false)) {
+		t.Error("a job added after close")
+	}
+	j, long, ok := q.take(2)
+	if !ok || j.meta.SandboxID != "c" || long {
+		t.Fatalf("took %+v (long %v, %v) after close, want c's stop, not long", j.meta, long, ok)
+	}
+	q.done(j, inTime)
+	// a's stop waited behind its running scan.
+	q.done(running, inTime)
+	j, _, ok = q.take(2)
+	if !ok || j.meta.SandboxID != "a" || j.meta.Source != SourceStop {
+		t.Fatalf("took %+v (%v), want a's stop", j.meta, ok)
+	}
+	q.done(j, inTime)
+	if _, _, ok := q.take(2); ok {
+		t.Fatal("take with nothing left after close")
+	}
+
+	q = newQueue(10)
+	running = addTake(t, q, qjob(t, "a", SourcePostStart, true))
+	stop := qjob(t, "b", SourceStop, true)
+	q.add(stop)
+	q.close()
+	q.abandon()
+	if _, _, ok := q.take(2); ok {
+		t.Error("a job taken after abandon")
+	}
+	if !closed(stop.h) {
+		t.Error("an abandoned stop's handle left open")
+	}
+	q.done(running, inTime)
+}
+
+// addTake queues j and takes it, the queue's only job.
+func addTake(t *testing.T, q *queue, j job) job {
+	t.Helper()
+	if !q.add(j) {
+		t.Fatal("job not added")
+	}
+	got, _, ok := q.take(2)
+	if !ok || got.meta.SandboxID != j.meta.SandboxID {
+		t.Fatalf("took %+v (%v), want %q's job", got.meta, ok, j.meta.SandboxID)
+	}
+	return got
+}
