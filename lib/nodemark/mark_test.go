@@ -319,6 +319,48 @@ func TestIncompleteLookNotReady(t *testing.T) {
 	}
 }
 
+// TestIncompleteLookKeepsBreaks: a look that could not see everything
+// (unknown, or truncated with native rules seen) after one that saw
+// legacy rules keeps the node breaking: unknown is not gated by the
+// shipped pool gate, and the legacy rules may well still be there. After
+// a milder level it is unknown; a complete look decides again.
+func TestIncompleteLookKeepsBreaks(t *testing.T) {
+	ctx := context.Background()
+	log, _ := logtest.NewNullLogger()
+	truncated := rec("u1", findings.StatePresent, findings.ImpactNative)
+	truncated.Truncated, truncated.Error = true, "inspect legacy: legacy x_tables busy"
+	for _, c := range []struct {
+		name        string
+		first, then findings.Record
+		want        string
+	}{
+		{"unknown after legacy", rec("u1", findings.StatePresent, findings.ImpactLegacy), rec("u1", findings.StateUnknown, ""), Breaks},
+		{"truncated after legacy", rec("u1", findings.StatePresent, findings.ImpactLegacy), truncated, Breaks},
+		{"unknown after native", rec("u1", findings.StatePresent, findings.ImpactNative), rec("u1", findings.StateUnknown, ""), Unknown},
+		{"truncated after native", rec("u1", findings.StatePresent, findings.ImpactNative), truncated, Unknown},
+	} {
+		cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+		m, err := New(cs, "n1", DefaultLabel, filepath.Join(t.TempDir(), "state.json"), log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []findings.Record{c.first, c.then} {
+			if err := m.Consume(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if v := m.Value(); v != c.want {
+			t.Errorf("%s: label %q, want %q", c.name, v, c.want)
+		}
+		if err := m.Consume(ctx, rec("u1", findings.StatePresent, findings.ImpactNative)); err != nil {
+			t.Fatal(err)
+		}
+		if v := m.Value(); v != Ready {
+			t.Errorf("%s, then a complete look: label %q, want %q", c.name, v, Ready)
+		}
+	}
+}
+
 // TestHoldRelease: a marker without a state file is Fresh; held, it
 // keeps levels without patching the Node or writing the state, so a
 // replay cut short leaves the marker fresh at the next start; Release
