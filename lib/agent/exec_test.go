@@ -327,7 +327,8 @@ func TestExecLosses(t *testing.T) {
 
 // TestExecParkedWait: a command placed nowhere waits for its sandbox
 // while the runtime has not synchronized (up to execUnsyncedWait), then
-// execPlaceWait past the sync, then is missed, counted.
+// execPlaceWait past the sync, then is missed, counted. A Synchronize
+// whose connection closed while it ran neither syncs nor connects.
 func TestExecParkedWait(t *testing.T) {
 	a, err := New(testConfig(t.TempDir(), newRecorder()))
 	if err != nil {
@@ -365,7 +366,8 @@ func TestExecParkedWait(t *testing.T) {
 	}
 
 	// A connection that closes while its Synchronize runs (the runtime's
-	// request timed out) leaves the agent disconnected, not synced.
+	// request timed out) leaves the agent disconnected, not synced: not
+	// vouching for every pod while pods start unheard.
 	closing := &closingObserver{}
 	b, err := New(testConfig(t.TempDir(), closing))
 	if err != nil {
@@ -377,6 +379,9 @@ func TestExecParkedWait(t *testing.T) {
 	}
 	if b.execs.synced.Load() != 0 {
 		t.Error("synced after a Synchronize whose connection closed while it ran")
+	}
+	if b.health.Connected() {
+		t.Error("connected after a Synchronize whose connection closed while it ran")
 	}
 }
 

@@ -43,16 +43,17 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 			jobs = append(jobs, job{meta: m})
 		}
 	}
-	a.connection(true, nil)
 	a.sweep(jobs, len(pods))
 	a.watchSynced(pods, ctrs)
-	// The sandboxes are known: a command waiting for one has its time,
-	// from this sync (after a reconnect too: the sandboxes started while
-	// disconnected are known only now); not if its connection closed
-	// meanwhile (disconnected then, or the next connection's own
-	// Synchronize sets it).
+	// Connected, and the sandboxes known: a command waiting for one has
+	// its time, from this sync (after a reconnect too: the sandboxes
+	// started while disconnected are known only now). Neither if its
+	// connection closed meanwhile (the runtime's request timed out):
+	// connected after the close, the agent would vouch for every pod
+	// (Looked) until its next dial failed, while pods started unheard.
 	a.execs.syncMu.Lock()
 	if a.execs.closes == closes {
+		a.connection(true, nil)
 		a.execs.synced.Store(time.Now().UnixNano())
 	}
 	a.execs.syncMu.Unlock()
