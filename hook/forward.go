@@ -19,7 +19,6 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/httpserve"
@@ -191,16 +190,11 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 	fields := logrus.Fields{"findings": cfg.findings, "state_dir": cfg.checkpointDir, "node": cfg.nodeName, "api_server": rc.Host}
 	refusals := kubeapi.NewRefusals()
 	refusals.Hold = cfg.webhookHold
-	// The node's pods from one watch, not a GET per finding. Its client
-	// has no --request-timeout: that cuts a watch (its whole body) short,
-	// and the reflector would list and watch again every timeout.
-	wc := rest.CopyConfig(rc)
-	wc.Timeout = 0
-	watchClient, err := kubernetes.NewForConfig(wc)
+	// The node's pods from one watch, not a GET per finding.
+	pods, err := kubeapi.WatchNodePodsConfig(ctx, rc, cfg.nodeName)
 	if err != nil {
-		return fmt.Errorf("make kubernetes client: %w", err)
+		return err
 	}
-	pods := kubeapi.WatchNodePods(ctx, watchClient, cfg.nodeName)
 	poster := events.New(client, cfg.nodeName, cfg.nodeEvent)
 	poster.Live = pods.LivePod
 	ev := events.NewConsumer(poster, log, refusals)

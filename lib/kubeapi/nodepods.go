@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -24,6 +25,8 @@ import (
 // is kept (name, namespace, UID, owner references, the mirror
 // annotation), so a node's pods cost a few hundred bytes each.
 type NodePods struct {
+	// client serves LivePod's GETs: not the watch's, whose requests
+	// need not end (WatchNodePodsConfig).
 	client   kubernetes.Interface
 	informer cache.SharedIndexInformer
 	// hits and misses count the pods served from the watch and the GETs
@@ -31,9 +34,34 @@ type NodePods struct {
 	hits, misses atomic.Int64
 }
 
-// WatchNodePods starts watching node's pods until ctx ends. Until the
-// first LIST came back, LivePod asks the API server.
+// WatchNodePods starts watching node's pods until ctx ends, every request
+// through client (a fake's; the forwarder's is WatchNodePodsConfig's).
+// Until the first LIST came back, LivePod asks the API server.
 func WatchNodePods(ctx context.Context, client kubernetes.Interface, node string) *NodePods {
+	return watchNodePods(ctx, client, client, node)
+}
+
+// WatchNodePodsConfig is WatchNodePods with clients made from rc. The
+// watch's has no rc.Timeout: that cuts a watch (its whole body) short,
+// and the reflector would list and watch again every timeout. The LIST
+// and LivePod's GETs keep it: the forwarder's line waits on a GET with
+// no deadline of its own, and a LIST that never ends leaves the watch
+// unsynced for good.
+func WatchNodePodsConfig(ctx context.Context, rc *rest.Config, node string) (*NodePods, error) {
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("make kubernetes client: %w", err)
+	}
+	wc := rest.CopyConfig(rc)
+	wc.Timeout = 0
+	watchClient, err := kubernetes.NewForConfig(wc)
+	if err != nil {
+		return nil, fmt.Errorf("make kubernetes watch client: %w", err)
+	}
+	return watchNodePods(ctx, client, watchClient, node), nil
+}
+
+func watchNodePods(ctx context.Context, client, watchClient kubernetes.Interface, node string) *NodePods {
 	selector := fields.OneTermEqualSelector("spec.nodeName", node).String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -42,7 +70,7 @@ func WatchNodePods(ctx context.Context, client kubernetes.Interface, node string
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = selector
-			return client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
+			return watchClient.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
 		},
 	}
 	// No resync: the watch alone keeps the store current.

@@ -90,8 +90,9 @@ func NewRefusals() *Refusals {
 // outlasts the other's in the same namespace, of the same webhook, at
 // its first failure: a webhook on Events and Reports holds a finding
 // once, not twice. False, so the write is retried and nothing is lost,
-// for any other error, with Hold 0, on a nil Refusals, and while the
-// table holds maxRefusals namespaces.
+// for any other error, with Hold 0 and on a nil Refusals. Past
+// maxRefusals clocks, a new one takes the place of the one seen longest
+// ago.
 func (r *Refusals) Outlasted(kind, namespace string, err error) bool {
 	if r == nil || r.Hold <= 0 || !WebhookFailed(err) {
 		return false
@@ -102,7 +103,7 @@ func (r *Refusals) Outlasted(kind, namespace string, err error) bool {
 	k := refusalKey{kind: kind, namespace: namespace}
 	f, ok := r.failing[k]
 	if !ok && !r.room(now, func() int { return len(r.failing) }) {
-		return false
+		r.forgetOldest()
 	}
 	if !ok || now.Sub(f.last) >= forgetAfter || !f.out && now.Sub(f.last) > r.Hold {
 		f = failure{since: now}
@@ -167,6 +168,24 @@ func (r *Refusals) room(now time.Time, size func() int) bool {
 		}
 	}
 	return size() < maxRefusals
+}
+
+// forgetOldest makes room for a webhook clock by forgetting the one seen
+// longest ago. Turning the new clock away would hold its namespace's
+// writes until some clock is a day old, far past Hold, and short-lived
+// CI namespaces or a flood of namespaces fill the table long before. The
+// oldest is the cheapest to lose: a held line's clock is seen at every
+// try, at most --max-backoff apart, and a forgotten one costs its
+// namespace at most one more Hold. Callers hold mu.
+func (r *Refusals) forgetOldest() {
+	var oldest refusalKey
+	var at time.Time
+	for k, f := range r.failing {
+		if at.IsZero() || f.last.Before(at) {
+			oldest, at = k, f.last
+		}
+	}
+	delete(r.failing, oldest)
 }
 
 // Collector is the refusals' metric.

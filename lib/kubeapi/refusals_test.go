@@ -15,7 +15,8 @@ import (
 // and from then on is that namespace's refusal until a write gets
 // through; a pause in the failures longer than Hold before that is a new
 // outage. Other errors and namespaces have clocks of their own or none;
-// the other kind's clock in the same namespace is outlasted with it.
+// the other kind's clock in the same namespace is outlasted with it. A
+// full table of clocks holds no namespace past the hold.
 func TestOutlasted(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	r := NewRefusals()
@@ -88,15 +89,34 @@ func TestOutlasted(t *testing.T) {
 	check("nil Refusals", none.Outlasted(KindEvent, "shop", err), false)
 	none.Clear(KindEvent, "shop")
 
-	// A full table keeps the rest waiting (retried, nothing lost).
+	// A full table forgets the clock seen longest ago: a namespace past
+	// it waits no longer than the hold, and the one forgotten starts
+	// again.
 	full := NewRefusals()
 	full.now, full.Hold = func() time.Time { return now }, time.Minute
 	for i := range maxRefusals {
 		full.Outlasted(KindEvent, fmt.Sprint("ns-", i), err)
+		step(time.Millisecond)
 	}
+	check("a namespace past the table, first", full.Outlasted(KindEvent, "late", err), false)
 	step(time.Minute)
-	check("a namespace past the table", full.Outlasted(KindEvent, "late", err) || full.Outlasted(KindEvent, "late", err), false)
-	check("one in the table", full.Outlasted(KindEvent, "ns-0", err), true)
+	check("a namespace past the table, a hold later", full.Outlasted(KindEvent, "late", err), true)
+	check("the clock seen longest ago, forgotten", full.Outlasted(KindEvent, "ns-0", err), false)
+	// A held line is tried at least every --max-backoff: a flood of
+	// new namespaces in between forgets theirs, not its clock.
+	check("held: first", full.Outlasted(KindEvent, "held", err), false)
+	for i := range 3 {
+		for j := range maxRefusals / 2 {
+			full.Outlasted(KindReport, fmt.Sprint("flood-", i, "-", j), err)
+		}
+		step(15 * time.Second)
+		check("held: tried within the hold, amid a flood", full.Outlasted(KindEvent, "held", err), false)
+	}
+	step(15 * time.Second)
+	check("held: a hold later, amid a flood", full.Outlasted(KindEvent, "held", err), true)
+	if len(full.failing) > maxRefusals {
+		t.Errorf("a flood of namespaces left %d clocks, want at most %d", len(full.failing), maxRefusals)
+	}
 }
 
 // TestRefusalsForgotten: a refusal not seen again for forgetAfter (its
