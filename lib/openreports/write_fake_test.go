@@ -387,3 +387,76 @@ func TestListNamesFailureBacksOff(t *testing.T) {
 		t.Errorf("a finding 2 minutes later: %d LISTs in all, want 2 (tried again)", n)
 	}
 }
+
+// TestUnverifiedOwnerNotReportOwner: a pod's owner references are not
+// checked when it is created, so whoever may create pods can name a
+// Deployment, a ReplicaSet or a Job that does not exist, or a custom
+// resource. Such a reference became the owner of the new Report it was
+// filed in, and the garbage collector, finding it dangling, deleted the
+// Report with every other pod's results. The pod is still filed under
+// what it names, and its result written, in a Report with no owner (Prune
+// takes its results out once its pods are gone); an owner the API
+// confirmed, as a ReplicaSet read with the pod's UID names it, is
+// written once one of its pods writes there.
+func TestUnverifiedOwnerNotReportOwner(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ref  metav1.OwnerReference
+	}{
+		{name: "deployment named by the pod", ref: metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "ghost"}},
+		{name: "replicaset not found", ref: metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "ghost-7c9"}},
+		{name: "job not found", ref: metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: "ghost-2901"}},
+		{name: "custom resource", ref: metav1.OwnerReference{APIVersion: "example.com/v1", Kind: "Widget", Name: "ghost"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := newFakeAPI()
+			ctx := kubetest.Ctx(t)
+			ref := tc.ref
+			ref.UID, ref.Controller = "made-up", new(true)
+			evil := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "evil", UID: "evil-uid", OwnerReferences: []metav1.OwnerReference{ref}}}
+			if _, err := api.kube.CoreV1().Pods("shop").Create(ctx, evil, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			w := openreports.New(api.kube, api.reports, "node-a")
+			res, err := w.Write(ctx, record(evil, findings.StatePresent, 1, 0, 0))
+			if err != nil || res.Outcome != openreports.Written || res.Owner != (owner.Owner{Kind: ref.Kind, Name: ref.Name}) {
+				t.Fatalf("Write = %+v, %v; want written under %s/%s", res, err, ref.Kind, ref.Name)
+			}
+			r, err := api.reports.OpenreportsV1alpha1().Reports("shop").Get(ctx, res.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.OwnerReferences) != 0 || r.Scope == nil || r.Scope.UID != "" || r.Scope.Name != ref.Name {
+				t.Errorf("Report owners %+v, scope %+v; want none, and the workload named without the made-up UID", r.OwnerReferences, r.Scope)
+			}
+			if diff := cmp.Diff([]string{"evil/evil-uid evil-uid"}, resultsOf(r)); diff != "" {
+				t.Errorf("the Report's results (-want +got):\n%s", diff)
+			}
+			if ref.Kind != "Deployment" {
+				return
+			}
+			// A pod of a ReplicaSet read from the API names the
+			// Deployment from it: that one owns the Report.
+			rs, err := api.kube.AppsV1().ReplicaSets("shop").Create(ctx, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "ghost-7c9", UID: "rs-uid",
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "ghost", UID: "d-uid", Controller: new(true)}}}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			good := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "ghost-7c9-aaaaa", UID: "good-uid",
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: new(true)}}}}
+			if _, err := api.kube.CoreV1().Pods("shop").Create(ctx, good, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := w.Write(ctx, record(good, findings.StatePresent, 1, 0, 0)); err != nil || res.Name != r.Name {
+				t.Fatalf("Write of the ReplicaSet's pod = %+v, %v; want it in %s", res, err, r.Name)
+			}
+			r, err = api.reports.OpenreportsV1alpha1().Reports("shop").Get(ctx, res.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.OwnerReferences) != 1 || r.OwnerReferences[0].UID != "d-uid" || r.Scope == nil || r.Scope.UID != "d-uid" {
+				t.Errorf("Report owners %+v, scope %+v; want the Deployment d-uid the ReplicaSet names", r.OwnerReferences, r.Scope)
+			}
+		})
+	}
+}
