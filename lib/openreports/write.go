@@ -587,8 +587,9 @@ func (w *Writer) unfile(namespace, pod, name string) {
 // Prune removes, from this node's Reports, the results of pods that are
 // gone (or are another pod now) and were last seen longer than Grace ago.
 // It returns how many results it removed; skipped says why some were
-// not (final answers about one Report or pod: its namespace's refusal),
-// err why it stopped (an error that may pass). It holds the writer's lock
+// not (final answers about one Report or pod: its namespace's refusal;
+// or a webhook failing there, tried again next time), err why it stopped
+// (an error that may pass). It holds the writer's lock
 // only to write a Report, not while it lists them or asks whether pods
 // are gone (a pod GET each, as a gone pod is in no cache): a long prune
 // after an outage, thousands of results, must not hold the findings back.
@@ -630,12 +631,12 @@ func (w *Writer) pages(ctx context.Context, namespace string, each func([]openre
 }
 
 // prunePage is Prune's work on one page of Reports. An error that may
-// pass stops it (err): an outage, a webhook that cannot be called (each
-// try may take its timeout, under w.mu), a 404 that may be the CRD
-// deleted. One final for a Report or a pod (its namespace's refusal)
-// skips the rest of that namespace for this Prune (refusing) and is said
-// in skipped: the list's order is the same each time, and stopping there
-// would leave every later Report unpruned for good.
+// pass stops it (err): an outage, a 404 that may be the CRD deleted. One
+// final for a Report or a pod (its namespace's refusal), or a webhook
+// that cannot be called, skips the rest of that namespace for this
+// Prune (refusing) and is said in skipped: the list's order is the same
+// each time, and stopping there would leave every later Report unpruned
+// for good.
 func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Report, refusing map[string]bool) (removed int, skipped []error, err error) {
 	w.mu.Lock()
 	w.rememberAll(items)
@@ -683,7 +684,11 @@ func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Repo
 		switch {
 		case rerr != nil:
 			return removed, skipped, errors.Join(err, rerr)
-		case kubeapi.WebhookFailed(err), apierrors.IsNotFound(err) && !namespaceGone(err),
+		case kubeapi.WebhookFailed(err):
+			// Its namespaceSelector may match this namespace alone (a
+			// webhook left behind for good, say), and it may pass: one
+			// failed try a namespace each Prune, each maybe its timeout.
+		case apierrors.IsNotFound(err) && !namespaceGone(err),
 			!here && (kubeapi.Retryable(err) || apierrors.IsConflict(err)):
 			return removed, skipped, err
 		}

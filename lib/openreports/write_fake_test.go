@@ -2,6 +2,8 @@ package openreports_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -458,5 +460,58 @@ func TestUnverifiedOwnerNotReportOwner(t *testing.T) {
 				t.Errorf("Report owners %+v, scope %+v; want the Deployment d-uid the ReplicaSet names", r.OwnerReferences, r.Scope)
 			}
 		})
+	}
+}
+
+// TestPrunePastFailingWebhook: a webhook failing closed that the API
+// server cannot call (left behind by an uninstall, say) fails every
+// Report write in one namespace, the first the node's Reports list.
+// Prune stopped there, and the list's order being the same each time, no
+// later Report was pruned again. It skips that namespace, says why, and
+// prunes it once the webhook is gone.
+func TestPrunePastFailingWebhook(t *testing.T) {
+	api := newFakeAPI()
+	ctx := kubetest.Ctx(t)
+	strict := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a-strict", Name: "x", UID: "x-uid"}}
+	if _, err := api.kube.CoreV1().Pods("a-strict").Create(ctx, strict, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w := openreports.New(api.kube, api.reports, "node-a")
+	for _, p := range []*corev1.Pod{strict, api.pod} {
+		if res, err := w.Write(ctx, record(p, findings.StatePresent, 0, 1, 0)); err != nil || res.Outcome != openreports.Written {
+			t.Fatalf("Write = %+v, %v", res, err)
+		}
+		if err := api.kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var down atomic.Bool
+	down.Store(true)
+	failed := apierrors.NewInternalError(errors.New(`failed calling webhook "check.a-strict.example.com": Post "https://check.a-strict.svc:443/validate": service "check" not found`))
+	for _, verb := range []string{"update", "delete"} {
+		api.reports.PrependReactor(verb, "reports", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetNamespace() == "a-strict" && down.Load() {
+				return true, nil, failed
+			}
+			return false, nil, nil
+		})
+	}
+	w.Grace = time.Nanosecond
+	n, skipped, err := w.Prune(ctx)
+	if err != nil || n != 1 || len(skipped) != 1 || !kubeapi.WebhookFailed(skipped[0]) || !strings.Contains(skipped[0].Error(), "a-strict") {
+		t.Errorf("Prune = %d, %v, %v; want shop's result pruned and a-strict's Report skipped", n, skipped, err)
+	}
+	for _, ns := range []string{"shop", "a-strict"} {
+		l, err := api.reports.OpenreportsV1alpha1().Reports(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[string]int{"shop": 0, "a-strict": 1}[ns]; len(l.Items) != want {
+			t.Errorf("%s holds %d Reports after Prune, want %d", ns, len(l.Items), want)
+		}
+	}
+	down.Store(false)
+	if n, skipped, err := w.Prune(ctx); n != 1 || skipped != nil || err != nil {
+		t.Errorf("Prune with the webhook gone = %d, %v, %v; want a-strict's result pruned", n, skipped, err)
 	}
 }
