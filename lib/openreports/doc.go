@@ -17,7 +17,10 @@
 //     so two writers of one Report (a restart overlapping the old pod) lose
 //     nothing either.
 //   - A Report has an owner reference to the workload (never
-//     blockOwnerDeletion), so it is garbage-collected with it.
+//     blockOwnerDeletion), so it is garbage-collected with it; only
+//     when the API vouched for it (owner.Owned.Vouched): one the pod
+//     alone names may be made up, and the garbage collector would delete
+//     the Report. A Report with none is pruned as its pods go.
 //   - A Report holds at most MaxResults results, each bounded (message
 //     1 KiB, properties MaxProperty bytes each), far below etcd's 1.5 MiB;
 //     results cut are counted in CutAnnotation and one skip result says so,

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
 	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 	"github.com/iptables-alerter/iptables-alerter/tests/kube/kubetest"
 )
@@ -252,12 +253,19 @@ func TestViewRole(t *testing.T) {
 	}
 }
 
-// TestPrunePastARefusal: a webhook denies Report updates and deletes in one namespace
-// that the node's Reports list first (namespace "a-strict"). Prune skips
-// that Report, says why, and still prunes the Reports after it: stopping
-// there would leave them unpruned for good, the list's order being the
-// same each time.
+// TestPrunePastARefusal: a webhook denies Report updates and deletes in
+// one namespace that the node's Reports list first (namespace
+// "a-strict"), or fails them, failing closed with nothing listening at
+// its URL. Prune skips that Report, says why, and still prunes the
+// Reports after it: stopping there would leave them unpruned for good,
+// the list's order being the same each time.
 func TestPrunePastARefusal(t *testing.T) {
+	for _, down := range []bool{false, true} {
+		t.Run(map[bool]string{false: "denied", true: "webhook down"}[down], func(t *testing.T) { pruneHeldInOneNamespace(t, down) })
+	}
+}
+
+func pruneHeldInOneNamespace(t *testing.T, down bool) {
 	c, rc, owned := start(t)
 	ctx := kubetest.Ctx(t)
 	cs := c.Client()
@@ -275,9 +283,15 @@ func TestPrunePastARefusal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	denyingWebhook(t, cs, "a-strict", http.StatusForbidden, admissionregistrationv1.Update, admissionregistrationv1.Delete)
+	held := apierrors.IsForbidden
+	if down {
+		installWebhook(t, cs, "a-strict", "https://127.0.0.1:1/validate", nil, 2, admissionregistrationv1.Update, admissionregistrationv1.Delete)
+		held = kubeapi.WebhookFailed
+	} else {
+		denyingWebhook(t, cs, "a-strict", http.StatusForbidden, admissionregistrationv1.Update, admissionregistrationv1.Delete)
+	}
 	// The API server picks the webhook up from its informer: wait until
-	// it denies an update of a Report there.
+	// it holds up an update of a Report there.
 	probe, err := rc.OpenreportsV1alpha1().Reports("a-strict").Create(ctx, &openreportsv1alpha1.Report{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -285,14 +299,14 @@ func TestPrunePastARefusal(t *testing.T) {
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		probe.Annotations = map[string]string{"try": time.Now().String()}
 		got, err := rc.OpenreportsV1alpha1().Reports("a-strict").Update(ctx, probe, metav1.UpdateOptions{})
-		if apierrors.IsForbidden(err) {
+		if held(err) {
 			break
 		}
 		if err == nil {
 			probe = got
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the webhook denies no Report update in a-strict: %v", err)
+			t.Fatalf("the webhook holds up no Report update in a-strict: %v", err)
 		}
 	}
 	w.Grace = time.Nanosecond

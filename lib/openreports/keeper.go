@@ -409,7 +409,7 @@ func (k *Keeper) loop(ctx context.Context) {
 		n, skipped, err := k.w.Prune(ctx)
 		k.pruned.Add(float64(n))
 		if len(skipped) > 0 {
-			k.log.WithError(skipped[0]).WithField("skipped", len(skipped)).Warn("some results of gone pods not pruned, refused in their namespace; will try again")
+			k.log.WithError(skipped[0]).WithField("skipped", len(skipped)).Warn("some results of gone pods not pruned, refused or failing in their namespace; will try again")
 		}
 		gone, gerr := k.crdGone(ctx, err)
 		switch {

@@ -1,6 +1,7 @@
 package openreports_test
 
 import (
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,7 +17,8 @@ import (
 // owner reference is what the garbage collector deletes it with. A pod
 // naming the workload with a UID the API did not confirm (here made up,
 // naming the Deployment itself) is filed there but leaves the Report's
-// owner as it was; a pod whose StatefulSet was read with its UID (the
+// owner as it was, and one naming a workload that does not exist gives
+// its Report none; a pod whose StatefulSet was read with its UID (the
 // set made again under its name) gives the Report the new UID.
 func TestReportOwnerKept(t *testing.T) {
 	c, rc, pods := start(t)
@@ -58,8 +60,7 @@ func TestReportOwnerKept(t *testing.T) {
 		t.Errorf("after the made-up UID's pod, web's Report is owned by %s, want still %s", got, deploy.UID)
 	}
 	// Such a pod first, under an API version no collector resolves: the
-	// Report would never be collected; the workload's own pod replaces
-	// it.
+	// Report gets no owner from it; the workload's own pod gives it one.
 	if err := rc.OpenreportsV1alpha1().Reports("shop").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +71,18 @@ func TestReportOwnerKept(t *testing.T) {
 	}
 	if write(web); owner(name) != deploy.UID {
 		t.Errorf("after web's pod, its Report is owned by %s, want %s", owner(name), deploy.UID)
+	}
+
+	// A pod naming a Deployment or a ReplicaSet that does not exist: its
+	// Report has no owner for the garbage collector to find dangling.
+	for i, ref := range []metav1.OwnerReference{
+		{APIVersion: "apps/v1", Kind: "Deployment", Name: "ghost", UID: "00000000-0000-0000-0000-0000000000e1"},
+		{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "ghost-7c9", UID: "00000000-0000-0000-0000-0000000000e2"},
+	} {
+		ghost := kubetest.OwnedPod(t, cs, "shop", fmt.Sprintf("ghost-%d", i), "node-a", ref)
+		if r := get(t, rc, "shop", write(ghost)); len(r.OwnerReferences) != 0 || len(r.Results) != 1 {
+			t.Errorf("the Report of the pod naming %s %s: owners %+v, %d results; want no owner, its result", ref.Kind, ref.Name, r.OwnerReferences, len(r.Results))
+		}
 	}
 
 	db := pods["db-0"].Pod

@@ -446,22 +446,15 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 	pod, o, ref := posted.Pod, posted.Owner, posted.Ref
 	res := Result{Namespace: pod.Namespace, Name: Name(o, w.node), Owner: o, OwnerWhy: ownerWhy}
 	return res, func(r *openreportsv1alpha1.Report) int {
-		own := ref
-		if cur := r.OwnerReferences; len(cur) == 1 && cur[0].APIVersion == ref.APIVersion && cur[0].Kind == ref.Kind && cur[0].Name == ref.Name && !posted.Checked {
-			// The Report is the workload's, shared by its pods: a UID
-			// the pod names and the API did not confirm (a Deployment
-			// named by the pod itself, a custom resource; made up by
-			// whoever created the pod, or a previous object's) must not
-			// replace the one it has. The garbage collector would find
-			// it dangling and delete the Report, every pod's results
-			// with it. A workload recreated under the name leaves the
-			// Report to the old one's collection; the next write makes
-			// it anew. Only the same API version: one no collector
-			// resolves would never be collected, nor replaced.
-			own = cur[0]
+		r.OwnerReferences = owners(r.OwnerReferences, posted)
+		scope := ref
+		if len(r.OwnerReferences) > 0 {
+			scope = r.OwnerReferences[0]
+		} else {
+			// The workload the pod names, not a UID no one confirmed.
+			scope.UID = ""
 		}
-		r.OwnerReferences = []metav1.OwnerReference{own}
-		r.Scope = &corev1.ObjectReference{APIVersion: own.APIVersion, Kind: own.Kind, Namespace: pod.Namespace, Name: own.Name, UID: own.UID}
+		r.Scope = &corev1.ObjectReference{APIVersion: scope.APIVersion, Kind: scope.Kind, Namespace: pod.Namespace, Name: scope.Name, UID: scope.UID}
 		var first time.Time
 		var old *openreportsv1alpha1.ReportResult
 		r.Results = slices.DeleteFunc(r.Results, func(x openreportsv1alpha1.ReportResult) bool {
@@ -479,6 +472,28 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 		r.Results = append(r.Results, x)
 		return bound(r)
 	}, nil
+}
+
+// owners gives a Report's owner references once o's pod is filed in it
+// (cur, the ones it has). The Report is the workload's, shared by its
+// pods, and the garbage collector deletes it, every pod's results with
+// it, once its owner is no live object: only a reference the API vouched
+// for (Owned.Vouched) may become its owner, and only one whose UID the
+// API confirmed (Checked) may replace the UID it has. One the pod alone
+// names (a Deployment, a custom resource, a controller not found; made
+// up by whoever created the pod, or a previous object's) leaves it as it
+// is: a Report that has none is pruned once its pods are gone (Prune),
+// and a vouched one's pod gives it one. A workload recreated under the
+// name leaves the Report to the old one's collection; the next write
+// makes it anew. A vouched reference replaces one to another object or
+// API version: one no collector resolves would never be collected.
+func owners(cur []metav1.OwnerReference, o owner.Owned) []metav1.OwnerReference {
+	ref := o.Ref
+	same := len(cur) == 1 && cur[0].APIVersion == ref.APIVersion && cur[0].Kind == ref.Kind && cur[0].Name == ref.Name
+	if o.Checked || o.Vouched && !same {
+		return []metav1.OwnerReference{ref}
+	}
+	return cur
 }
 
 // finish turns an update error into an outcome.
@@ -572,8 +587,9 @@ func (w *Writer) unfile(namespace, pod, name string) {
 // Prune removes, from this node's Reports, the results of pods that are
 // gone (or are another pod now) and were last seen longer than Grace ago.
 // It returns how many results it removed; skipped says why some were
-// not (final answers about one Report or pod: its namespace's refusal),
-// err why it stopped (an error that may pass). It holds the writer's lock
+// not (final answers about one Report or pod: its namespace's refusal;
+// or a webhook failing there, tried again next time), err why it stopped
+// (an error that may pass). It holds the writer's lock
 // only to write a Report, not while it lists them or asks whether pods
 // are gone (a pod GET each, as a gone pod is in no cache): a long prune
 // after an outage, thousands of results, must not hold the findings back.
@@ -615,12 +631,12 @@ func (w *Writer) pages(ctx context.Context, namespace string, each func([]openre
 }
 
 // prunePage is Prune's work on one page of Reports. An error that may
-// pass stops it (err): an outage, a webhook that cannot be called (each
-// try may take its timeout, under w.mu), a 404 that may be the CRD
-// deleted. One final for a Report or a pod (its namespace's refusal)
-// skips the rest of that namespace for this Prune (refusing) and is said
-// in skipped: the list's order is the same each time, and stopping there
-// would leave every later Report unpruned for good.
+// pass stops it (err): an outage, a 404 that may be the CRD deleted. One
+// final for a Report or a pod (its namespace's refusal), or a webhook
+// that cannot be called, skips the rest of that namespace for this
+// Prune (refusing) and is said in skipped: the list's order is the same
+// each time, and stopping there would leave every later Report unpruned
+// for good.
 func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Report, refusing map[string]bool) (removed int, skipped []error, err error) {
 	w.mu.Lock()
 	w.rememberAll(items)
@@ -668,7 +684,11 @@ func (w *Writer) prunePage(ctx context.Context, items []openreportsv1alpha1.Repo
 		switch {
 		case rerr != nil:
 			return removed, skipped, errors.Join(err, rerr)
-		case kubeapi.WebhookFailed(err), apierrors.IsNotFound(err) && !namespaceGone(err),
+		case kubeapi.WebhookFailed(err):
+			// Its namespaceSelector may match this namespace alone (a
+			// webhook left behind for good, say), and it may pass: one
+			// failed try a namespace each Prune, each maybe its timeout.
+		case apierrors.IsNotFound(err) && !namespaceGone(err),
 			!here && (kubeapi.Retryable(err) || apierrors.IsConflict(err)):
 			return removed, skipped, err
 		}

@@ -2,6 +2,8 @@ package openreports_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -385,5 +387,131 @@ func TestListNamesFailureBacksOff(t *testing.T) {
 	}
 	if n := lists.Load(); n != 2 {
 		t.Errorf("a finding 2 minutes later: %d LISTs in all, want 2 (tried again)", n)
+	}
+}
+
+// TestUnverifiedOwnerNotReportOwner: a pod's owner references are not
+// checked when it is created, so whoever may create pods can name a
+// Deployment, a ReplicaSet or a Job that does not exist, or a custom
+// resource. Such a reference became the owner of the new Report it was
+// filed in, and the garbage collector, finding it dangling, deleted the
+// Report with every other pod's results. The pod is still filed under
+// what it names, and its result written, in a Report with no owner (Prune
+// takes its results out once its pods are gone); an owner the API
+// confirmed, as a ReplicaSet read with the pod's UID names it, is
+// written once one of its pods writes there.
+func TestUnverifiedOwnerNotReportOwner(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ref  metav1.OwnerReference
+	}{
+		{name: "deployment named by the pod", ref: metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "ghost"}},
+		{name: "replicaset not found", ref: metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "ghost-7c9"}},
+		{name: "job not found", ref: metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: "ghost-2901"}},
+		{name: "custom resource", ref: metav1.OwnerReference{APIVersion: "example.com/v1", Kind: "Widget", Name: "ghost"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := newFakeAPI()
+			ctx := kubetest.Ctx(t)
+			ref := tc.ref
+			ref.UID, ref.Controller = "made-up", new(true)
+			evil := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "evil", UID: "evil-uid", OwnerReferences: []metav1.OwnerReference{ref}}}
+			if _, err := api.kube.CoreV1().Pods("shop").Create(ctx, evil, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			w := openreports.New(api.kube, api.reports, "node-a")
+			res, err := w.Write(ctx, record(evil, findings.StatePresent, 1, 0, 0))
+			if err != nil || res.Outcome != openreports.Written || res.Owner != (owner.Owner{Kind: ref.Kind, Name: ref.Name}) {
+				t.Fatalf("Write = %+v, %v; want written under %s/%s", res, err, ref.Kind, ref.Name)
+			}
+			r, err := api.reports.OpenreportsV1alpha1().Reports("shop").Get(ctx, res.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.OwnerReferences) != 0 || r.Scope == nil || r.Scope.UID != "" || r.Scope.Name != ref.Name {
+				t.Errorf("Report owners %+v, scope %+v; want none, and the workload named without the made-up UID", r.OwnerReferences, r.Scope)
+			}
+			if diff := cmp.Diff([]string{"evil/evil-uid evil-uid"}, resultsOf(r)); diff != "" {
+				t.Errorf("the Report's results (-want +got):\n%s", diff)
+			}
+			if ref.Kind != "Deployment" {
+				return
+			}
+			// A pod of a ReplicaSet read from the API names the
+			// Deployment from it: that one owns the Report.
+			rs, err := api.kube.AppsV1().ReplicaSets("shop").Create(ctx, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "ghost-7c9", UID: "rs-uid",
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "ghost", UID: "d-uid", Controller: new(true)}}}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			good := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "ghost-7c9-aaaaa", UID: "good-uid",
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: new(true)}}}}
+			if _, err := api.kube.CoreV1().Pods("shop").Create(ctx, good, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := w.Write(ctx, record(good, findings.StatePresent, 1, 0, 0)); err != nil || res.Name != r.Name {
+				t.Fatalf("Write of the ReplicaSet's pod = %+v, %v; want it in %s", res, err, r.Name)
+			}
+			r, err = api.reports.OpenreportsV1alpha1().Reports("shop").Get(ctx, res.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.OwnerReferences) != 1 || r.OwnerReferences[0].UID != "d-uid" || r.Scope == nil || r.Scope.UID != "d-uid" {
+				t.Errorf("Report owners %+v, scope %+v; want the Deployment d-uid the ReplicaSet names", r.OwnerReferences, r.Scope)
+			}
+		})
+	}
+}
+
+// TestPrunePastFailingWebhook: a webhook failing closed that the API
+// server cannot call (left behind by an uninstall, say) fails every
+// Report write in one namespace, the first the node's Reports list.
+// Prune stopped there, and the list's order being the same each time, no
+// later Report was pruned again. It skips that namespace, says why, and
+// prunes it once the webhook is gone.
+func TestPrunePastFailingWebhook(t *testing.T) {
+	api := newFakeAPI()
+	ctx := kubetest.Ctx(t)
+	strict := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a-strict", Name: "x", UID: "x-uid"}}
+	if _, err := api.kube.CoreV1().Pods("a-strict").Create(ctx, strict, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w := openreports.New(api.kube, api.reports, "node-a")
+	for _, p := range []*corev1.Pod{strict, api.pod} {
+		if res, err := w.Write(ctx, record(p, findings.StatePresent, 0, 1, 0)); err != nil || res.Outcome != openreports.Written {
+			t.Fatalf("Write = %+v, %v", res, err)
+		}
+		if err := api.kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var down atomic.Bool
+	down.Store(true)
+	failed := apierrors.NewInternalError(errors.New(`failed calling webhook "check.a-strict.example.com": Post "https://check.a-strict.svc:443/validate": service "check" not found`))
+	for _, verb := range []string{"update", "delete"} {
+		api.reports.PrependReactor(verb, "reports", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetNamespace() == "a-strict" && down.Load() {
+				return true, nil, failed
+			}
+			return false, nil, nil
+		})
+	}
+	w.Grace = time.Nanosecond
+	n, skipped, err := w.Prune(ctx)
+	if err != nil || n != 1 || len(skipped) != 1 || !kubeapi.WebhookFailed(skipped[0]) || !strings.Contains(skipped[0].Error(), "a-strict") {
+		t.Errorf("Prune = %d, %v, %v; want shop's result pruned and a-strict's Report skipped", n, skipped, err)
+	}
+	for _, ns := range []string{"shop", "a-strict"} {
+		l, err := api.reports.OpenreportsV1alpha1().Reports(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[string]int{"shop": 0, "a-strict": 1}[ns]; len(l.Items) != want {
+			t.Errorf("%s holds %d Reports after Prune, want %d", ns, len(l.Items), want)
+		}
+	}
+	down.Store(false)
+	if n, skipped, err := w.Prune(ctx); n != 1 || skipped != nil || err != nil {
+		t.Errorf("Prune with the webhook gone = %d, %v, %v; want a-strict's result pruned", n, skipped, err)
 	}
 }

@@ -54,8 +54,9 @@ func TestResolveRealAPIServer(t *testing.T) {
 		if got.Kind != want.Kind || got.Name != want.Owner {
 			t.Errorf("%s: owner %s, want %s/%s", name, got, want.Kind, want.Owner)
 		}
-		if o, err := r.Owned(ctx, want.Pod); err != nil || o.Checked == unchecked[want.Kind] {
-			t.Errorf("%s: Owned checked %v, %v; want %v", name, o.Checked, err, !unchecked[want.Kind])
+		// Each vouched for: the pod's controller read, or what it names.
+		if o, err := r.Owned(ctx, want.Pod); err != nil || o.Checked == unchecked[want.Kind] || !o.Vouched {
+			t.Errorf("%s: Owned checked %v, vouched %v, %v; want checked %v, vouched", name, o.Checked, o.Vouched, err, !unchecked[want.Kind])
 		}
 	}
 
@@ -69,8 +70,10 @@ func TestResolveRealAPIServer(t *testing.T) {
 		t.Errorf("cached owner %s, want Deployment/web", got)
 	}
 	// Its 404 is a final answer: no error comes with the fallback.
-	if got, _, err := owner.New(sa).Reference(ctx, web); got.String() != "ReplicaSet/web-7c9" || err != nil {
-		t.Errorf("owner with the ReplicaSet gone %s, %v; want ReplicaSet/web-7c9 and no error", got, err)
+	// Nothing vouches for the reference: no object may take it as its
+	// owner (a made-up name's reference looks the same).
+	if o, err := owner.New(sa).Owned(ctx, web); o.Owner.String() != "ReplicaSet/web-7c9" || o.Vouched || o.Checked || err != nil {
+		t.Errorf("owner with the ReplicaSet gone %+v, %v; want ReplicaSet/web-7c9, not vouched, and no error", o, err)
 	}
 	// A ReplicaSet of the same name but another object (another
 	// Deployment's) is not the pod's: the pod is bare, as its reference's
@@ -183,9 +186,10 @@ func TestUncheckedWithoutRole(t *testing.T) {
 	})
 	r := owner.New(cs)
 	for range 2 {
-		got, ref, err := r.Reference(context.Background(), pod)
-		if got.String() != "StatefulSet/db" || ref.UID != uid || err != nil {
-			t.Errorf("Reference = %s (%+v), %v; want StatefulSet/db with its reference's UID, no error", got, ref, err)
+		// Not vouched for: the pod alone names it.
+		o, err := r.Owned(context.Background(), pod)
+		if o.Owner.String() != "StatefulSet/db" || o.Ref.UID != uid || o.Vouched || err != nil {
+			t.Errorf("Owned = %+v, %v; want StatefulSet/db with its reference's UID, not vouched, no error", o, err)
 		}
 	}
 	// The refusal is cached as the answer: the set's next pod sends no

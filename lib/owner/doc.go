@@ -12,7 +12,10 @@
 // into the workload's Report as its owner. Owned says whether the
 // reference's UID was read from the API (Checked): only the pod's own and
 // its controller's are; a Deployment or CronJob above a controller is
-// not read (a GET a finding), nor are kinds it does not know. When a
+// not read (a GET a finding), nor are kinds it does not know. It says
+// too whether anything but the pod vouches for the reference (Vouched):
+// a checked one, or what a checked controller names above it; not a
+// controller not found, nor one of a kind not read. When a
 // lookup is refused or times out, Reference and Owned say so with an
 // error beside that answer, which a caller filing pods by owner retries
 // rather than take (else one pod lands under two owners). What a lookup

@@ -79,27 +79,31 @@ func New(client kubernetes.Interface) *Resolver {
 // pod's later findings would name the workload (the Deployment), and the
 // pod would be filed under two owners.
 func (r *Resolver) Reference(ctx context.Context, pod *corev1.Pod) (Owner, metav1.OwnerReference, error) {
-	o, ref, _, err := r.reference(ctx, pod)
-	return o, ref, err
+	o, err := r.reference(ctx, pod)
+	return o.Owner, o.Ref, err
 }
 
-// reference is Reference, and tells whether the reference's UID is a
-// live object's (checked): the pod itself, or its controller read from the
-// API with the UID the pod names. Not for what that controller names above
-// it (a Deployment: not read, to spare a GET a finding), nor for a kind it
-// does not read (a custom resource) or could not (gone, no role).
-func (r *Resolver) reference(ctx context.Context, pod *corev1.Pod) (Owner, metav1.OwnerReference, bool, error) {
-	self := metav1.OwnerReference{APIVersion: "v1", Kind: KindPod, Name: pod.Name, UID: pod.UID}
+// reference is Reference, and tells how far the reference is to be
+// trusted (Owned's Checked and Vouched): the pod itself, or its
+// controller read from the API with the UID the pod names, is checked;
+// what that controller names above it (a Deployment: not read, to spare
+// a GET a finding) is vouched for by it; a kind it does not read (a
+// custom resource) or could not (gone, no role) is neither.
+func (r *Resolver) reference(ctx context.Context, pod *corev1.Pod) (Owned, error) {
+	self := Owned{Ref: metav1.OwnerReference{APIVersion: "v1", Kind: KindPod, Name: pod.Name, UID: pod.UID}, Checked: true, Vouched: true}
 	ref := metav1.GetControllerOf(pod)
 	if ref == nil {
 		if _, ok := pod.Annotations[MirrorAnnotation]; ok {
-			return Owner{Kind: KindStaticPod, Name: pod.Name}, self, true, nil
+			self.Owner = Owner{Kind: KindStaticPod, Name: pod.Name}
+			return self, nil
 		}
-		return Bare(pod.Name), self, true, nil
+		self.Owner = Bare(pod.Name)
+		return self, nil
 	}
 	// The kubelet makes a mirror pod's controller its Node.
 	if ref.Kind == "Node" {
-		return Owner{Kind: KindStaticPod, Name: pod.Name}, self, true, nil
+		self.Owner = Owner{Kind: KindStaticPod, Name: pod.Name}
+		return self, nil
 	}
 	top := *ref
 	var err error
@@ -109,15 +113,12 @@ func (r *Resolver) reference(ctx context.Context, pod *corev1.Pod) (Owner, metav
 	case ref.Kind == "ReplicaSet" && isGroup(ref.APIVersion, "apps"),
 		ref.Kind == "Job" && isGroup(ref.APIVersion, "batch"),
 		ref.Kind == "ReplicationController" && isGroup(ref.APIVersion, ""):
-		if l, err = r.parent(ctx, k); l.parent != nil {
-			// Read from the ReplicaSet, not checked: whoever made it
-			// wrote it.
-			top, l.checked = *l.parent, false
-		}
+		l, err = r.parent(ctx, k)
 	case (ref.Kind == "StatefulSet" || ref.Kind == "DaemonSet") && isGroup(ref.APIVersion, "apps"):
 		// Read only to check the reference's UID (the pod is filed under
 		// the set itself, whatever owns the set).
 		l, err = r.parent(ctx, k)
+		l.parent = nil
 	}
 	if l.other {
 		// The object of that name has another UID: the reference is
@@ -126,10 +127,22 @@ func (r *Resolver) reference(ctx context.Context, pod *corev1.Pod) (Owner, metav
 		// it, the pod would write that UID into the workload's Report as
 		// its owner, and the garbage collector would delete the Report,
 		// with every other pod's results, as it deletes the pod.
-		return Bare(pod.Name), self, true, nil
+		self.Owner = Bare(pod.Name)
+		return self, nil
+	}
+	o := Owned{Vouched: l.checked && err == nil}
+	if l.parent != nil {
+		// Read from the ReplicaSet, not checked: whoever made it wrote
+		// it. Vouched for, unlike what the pod names: the garbage
+		// collector deletes a ReplicaSet whose owners are all gone, so
+		// one naming a made-up UID does not live on.
+		top = *l.parent
+	} else {
+		o.Checked = o.Vouched
 	}
 	top.Controller, top.BlockOwnerDeletion = nil, nil
-	return Owner{Kind: top.Kind, Name: top.Name}, top, l.checked && err == nil, err
+	o.Owner, o.Ref = Owner{Kind: top.Kind, Name: top.Name}, top
+	return o, err
 }
 
 // found is a typed client's Get as a metav1.Object: nil with its error.
@@ -241,11 +254,20 @@ type Owned struct {
 	// (Resolver.reference): only such a reference may replace another UID
 	// as a shared object's owner.
 	Checked bool
+	// Vouched is set when Ref is checked or was read from an object that
+	// is (the Deployment a ReplicaSet names): only such a reference may
+	// become an object's owner. One the pod alone names (a Deployment or
+	// a custom resource as its controller, a controller not found, one
+	// not read for want of a role) was written by whoever created the
+	// pod: an object owned by a UID that is no live object's is deleted
+	// by the garbage collector.
+	Vouched bool
 }
 
 // Owned reads pod's owner and its reference; err and what comes with it
 // are Reference's.
 func (r *Resolver) Owned(ctx context.Context, pod *corev1.Pod) (Owned, error) {
-	o, ref, checked, err := r.reference(ctx, pod)
-	return Owned{Pod: pod, Owner: o, Ref: ref, Checked: checked}, err
+	o, err := r.reference(ctx, pod)
+	o.Pod = pod
+	return o, err
 }
