@@ -73,8 +73,12 @@ func watchNodePods(ctx context.Context, client, watchClient kubernetes.Interface
 			return watchClient.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
 		},
 	}
-	// No resync: the watch alone keeps the store current.
-	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
+	// No resync: the watch alone keeps the store current. Its first list
+	// is a LIST, not client-go's default streamed list (a watch with its
+	// initial events, 1.35): that would go through the watch's client,
+	// with no timeout, and a server or proxy that never answered it left
+	// the watch unsynced for good.
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, noWatchList{}), &corev1.Pod{}, 0, cache.Indexers{})
 	if err := inf.SetTransform(slimPod); err != nil {
 		panic(fmt.Sprintf("set pod transform: %v", err)) // only fails once started
 	}
@@ -82,6 +86,11 @@ func watchNodePods(ctx context.Context, client, watchClient kubernetes.Interface
 	go inf.RunWithContext(ctx)
 	return n
 }
+
+// noWatchList tells client-go's reflector not to stream the first list.
+type noWatchList struct{}
+
+func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
 
 // slimPod keeps what LivePod's callers read of a pod.
 func slimPod(obj any) (any, error) {
