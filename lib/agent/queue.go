@@ -289,12 +289,15 @@ func (q *queue) take(workers int) (j job, long, ok bool) {
 
 // next is the index in order of the job a worker may start, -1 for none:
 // the oldest, unless heavy or long scans already run on every worker but
-// one, then the oldest of a sandbox that is not heavy.
+// one (and the queue is open), then the oldest of a sandbox that is not
+// heavy.
 func (q *queue) next(workers int) int {
 	if len(q.order) == 0 {
 		return -1
 	}
-	if q.hogs < max(workers-1, 1) {
+	// Closed, no event can come that a free worker would be kept for,
+	// and a stop held back for one may be abandoned (drainStops).
+	if q.hogs < max(workers-1, 1) || q.closed {
 		return 0
 	}
 	for i, id := range q.order {

@@ -344,6 +344,19 @@ func TestQueueCloseKeepsStops(t *testing.T) {
 		t.Fatal("take with nothing left after close")
 	}
 
+	// Closed, a heavy sandbox's stop is taken though heavy or long scans
+	// run on every worker but one: no event is left to keep a worker
+	// for, and waiting it would be abandoned.
+	q = newQueue(10)
+	q.heavy["h"] = true
+	longStop := addTake(t, q, qjob(t, "s", SourceStop, true))
+	q.add(qjob(t, "h", SourceStop, true))
+	q.close()
+	if j, _, ok := q.take(2); !ok || j.meta.SandboxID != "h" {
+		t.Fatalf("took %+v (%v) after close beside a long stop, want h's heavy stop", j.meta, ok)
+	}
+	q.done(longStop, inTime)
+
 	q = newQueue(10)
 	running = addTake(t, q, qjob(t, "a", SourcePostStart, true))
 	stop := qjob(t, "b", SourceStop, true)
