@@ -511,7 +511,7 @@ func (a *Agent) nriLoop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		a.connection(false, err)
+		a.disconnected(err)
 		// A connection that lasted a while was good: start over.
 		if time.Since(connected) > maxBackoff {
 			backoff = minBackoff
@@ -545,6 +545,20 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		return fmt.Errorf("nri connection on %q: %w", a.cfg.Socket, err)
 	}
 	return errors.New("nri connection closed by the runtime")
+}
+
+// disconnected reports the connection to the runtime lost (or never
+// made), counted as a close under the lock Synchronize sets connected
+// under: the stub's Run may return before its OnClose runs (runtimeLost),
+// and a Synchronize of the connection ending in between would otherwise
+// mark the agent connected after this. A failed dial counts too: only a
+// Synchronize running meanwhile compares the count.
+func (a *Agent) disconnected(err error) {
+	e := a.execs
+	e.syncMu.Lock()
+	defer e.syncMu.Unlock()
+	e.closes++
+	a.connection(false, err)
 }
 
 // runtimeLost hears that a connection to the runtime closed (not a dial

@@ -113,8 +113,10 @@ type execs struct {
 	// synced is when the runtime last synchronized, Unix nanoseconds (0:
 	// not yet, or disconnected since): parked commands wait for it.
 	synced atomic.Int64
-	// syncMu orders the writes of synced: closes counts the runtime
-	// connections that closed (runtimeLost), under it.
+	// syncMu orders the writes of synced and of the agent's connected
+	// state (Synchronize, disconnected): closes counts the runtime
+	// connections that closed or failed (runtimeLost, disconnected),
+	// under it.
 	syncMu sync.Mutex
 	closes int64
 	// lost is the losses since the last report, under mu.

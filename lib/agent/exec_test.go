@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -367,32 +368,39 @@ func TestExecParkedWait(t *testing.T) {
 
 	// A connection that closes while its Synchronize runs (the runtime's
 	// request timed out) leaves the agent disconnected, not synced: not
-	// vouching for every pod while pods start unheard.
-	closing := &closingObserver{}
-	b, err := New(testConfig(t.TempDir(), closing))
-	if err != nil {
-		t.Fatal(err)
-	}
-	closing.a = b
-	if _, err := b.Synchronize(context.Background(), nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	if b.execs.synced.Load() != 0 {
-		t.Error("synced after a Synchronize whose connection closed while it ran")
-	}
-	if b.health.Connected() {
-		t.Error("connected after a Synchronize whose connection closed while it ran")
+	// vouching for every pod while pods start unheard. Heard first by
+	// the stub's OnClose, or first by the connection loop (the stub's
+	// Run returned before its OnClose ran).
+	for _, heard := range []string{"OnClose", "Run's return"} {
+		closing := &closingObserver{}
+		b, err := New(testConfig(t.TempDir(), closing))
+		if err != nil {
+			t.Fatal(err)
+		}
+		closing.lost = b.runtimeLost
+		if heard != "OnClose" {
+			closing.lost = func() { b.disconnected(errors.New("nri connection closed by the runtime")) }
+		}
+		if _, err := b.Synchronize(context.Background(), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if b.execs.synced.Load() != 0 {
+			t.Errorf("close heard at %s: synced after a Synchronize whose connection closed while it ran", heard)
+		}
+		if b.health.Connected() {
+			t.Errorf("close heard at %s: connected after a Synchronize whose connection closed while it ran", heard)
+		}
 	}
 }
 
-// closingObserver closes the agent's runtime connection as its sweep is
-// queued, in the middle of Synchronize.
+// closingObserver closes the agent's runtime connection (lost) as its
+// sweep is queued, in the middle of Synchronize.
 type closingObserver struct {
 	nopObserver
-	a *Agent
+	lost func()
 }
 
-func (o *closingObserver) Synced(int, int) { o.a.runtimeLost() }
+func (o *closingObserver) Synced(int, int) { o.lost() }
 
 // TestAliveWriter: a writer the nftables watch found gone is the same
 // process as the exec watch read it at its exec, when the pid and the
