@@ -285,66 +285,38 @@ func TestCommandOnlyKeepsLevel(t *testing.T) {
 // is present with Truncated set (the counts a lower bound): native rules
 // seen while a pod keeps the x_tables lock busy say nothing of its legacy
 // rules, so the node is unknown, never ready or needs-extra; legacy rules
-// seen still break it.
+// seen still break it. Such a look (or an unknown one) after one that saw
+// legacy rules keeps the node breaking: unknown is not gated by the
+// shipped pool gate, and the legacy rules may well still be there. A
+// complete look decides again.
 func TestIncompleteLookNotReady(t *testing.T) {
 	ctx := context.Background()
 	log, _ := logtest.NewNullLogger()
-	for _, c := range []struct {
-		worst, want string
-	}{
-		{findings.ImpactNative, Unknown},
-		{findings.ImpactXt, Unknown},
-		{findings.ImpactLegacy, Breaks},
-	} {
-		cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-		m, err := New(cs, "n1", DefaultLabel, filepath.Join(t.TempDir(), "state.json"), log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := rec("u1", findings.StatePresent, c.worst)
+	truncated := func(worst string) findings.Record {
+		r := rec("u1", findings.StatePresent, worst)
 		r.Truncated, r.Error = true, "inspect legacy: legacy x_tables busy"
-		if err := m.Consume(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-		if v := m.Value(); v != c.want {
-			t.Errorf("incomplete look with worst %q: label %q, want %q", c.worst, v, c.want)
-		}
-		// The next complete look decides again.
-		if err := m.Consume(ctx, rec("u1", findings.StatePresent, findings.ImpactNative)); err != nil {
-			t.Fatal(err)
-		}
-		if v := m.Value(); v != Ready {
-			t.Errorf("after a complete look: label %q, want %q", v, Ready)
-		}
+		return r
 	}
-}
-
-// TestIncompleteLookKeepsBreaks: a look that could not see everything
-// (unknown, or truncated with native rules seen) after one that saw
-// legacy rules keeps the node breaking: unknown is not gated by the
-// shipped pool gate, and the legacy rules may well still be there. After
-// a milder level it is unknown; a complete look decides again.
-func TestIncompleteLookKeepsBreaks(t *testing.T) {
-	ctx := context.Background()
-	log, _ := logtest.NewNullLogger()
-	truncated := rec("u1", findings.StatePresent, findings.ImpactNative)
-	truncated.Truncated, truncated.Error = true, "inspect legacy: legacy x_tables busy"
+	legacy, native := rec("u1", findings.StatePresent, findings.ImpactLegacy), rec("u1", findings.StatePresent, findings.ImpactNative)
 	for _, c := range []struct {
-		name        string
-		first, then findings.Record
-		want        string
+		name string
+		recs []findings.Record
+		want string
 	}{
-		{"unknown after legacy", rec("u1", findings.StatePresent, findings.ImpactLegacy), rec("u1", findings.StateUnknown, ""), Breaks},
-		{"truncated after legacy", rec("u1", findings.StatePresent, findings.ImpactLegacy), truncated, Breaks},
-		{"unknown after native", rec("u1", findings.StatePresent, findings.ImpactNative), rec("u1", findings.StateUnknown, ""), Unknown},
-		{"truncated after native", rec("u1", findings.StatePresent, findings.ImpactNative), truncated, Unknown},
+		{"truncated native", []findings.Record{truncated(findings.ImpactNative)}, Unknown},
+		{"truncated xt", []findings.Record{truncated(findings.ImpactXt)}, Unknown},
+		{"truncated legacy", []findings.Record{truncated(findings.ImpactLegacy)}, Breaks},
+		{"unknown after legacy", []findings.Record{legacy, rec("u1", findings.StateUnknown, "")}, Breaks},
+		{"truncated after legacy", []findings.Record{legacy, truncated(findings.ImpactNative)}, Breaks},
+		{"unknown after native", []findings.Record{native, rec("u1", findings.StateUnknown, "")}, Unknown},
+		{"truncated after native", []findings.Record{native, truncated(findings.ImpactNative)}, Unknown},
 	} {
 		cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 		m, err := New(cs, "n1", DefaultLabel, filepath.Join(t.TempDir(), "state.json"), log)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, r := range []findings.Record{c.first, c.then} {
+		for _, r := range c.recs {
 			if err := m.Consume(ctx, r); err != nil {
 				t.Fatal(err)
 			}
@@ -352,7 +324,8 @@ func TestIncompleteLookKeepsBreaks(t *testing.T) {
 		if v := m.Value(); v != c.want {
 			t.Errorf("%s: label %q, want %q", c.name, v, c.want)
 		}
-		if err := m.Consume(ctx, rec("u1", findings.StatePresent, findings.ImpactNative)); err != nil {
+		// The next complete look decides again.
+		if err := m.Consume(ctx, native); err != nil {
 			t.Fatal(err)
 		}
 		if v := m.Value(); v != Ready {
