@@ -218,21 +218,38 @@ func HeldUp(ctx context.Context, client kubernetes.Interface, err error) error {
 	if err == nil || ctx.Err() != nil || !timedOut(err) || client == nil {
 		return err
 	}
-	rc := client.Discovery().RESTClient()
-	if rc == nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, readyWithin)
-	defer cancel()
 	// /readyz sees etcd, but priority and fairness exempt it: /version,
 	// asked as the write was, waits in the same queues, where an
 	// overloaded server holds a write until its deadline.
-	for _, path := range []string{"/readyz", "/version"} {
-		if rc.Get().AbsPath(path).Do(ctx).Error() != nil {
-			return err
-		}
+	if answers(ctx, client, "/readyz", "/version") != nil {
+		return err
 	}
 	return &heldUpError{err}
+}
+
+// Ready returns nil when the API server says it is ready (/readyz, within
+// readyWithin): past its start, with the CRDs registered before it served
+// (its CRD informer synced) and etcd reached. An error when it is not, or
+// cannot be asked.
+func Ready(ctx context.Context, client kubernetes.Interface) error {
+	return answers(ctx, client, "/readyz")
+}
+
+// answers asks the API server for each path in turn, within readyWithin
+// in all, and returns the first error.
+func answers(ctx context.Context, client kubernetes.Interface, paths ...string) error {
+	if client == nil || client.Discovery().RESTClient() == nil {
+		return errors.New("no client to ask the API server")
+	}
+	rc := client.Discovery().RESTClient()
+	ctx, cancel := context.WithTimeout(ctx, readyWithin)
+	defer cancel()
+	for _, path := range paths {
+		if err := rc.Get().AbsPath(path).Do(ctx).Error(); err != nil {
+			return fmt.Errorf("GET %s: %w", path, err)
+		}
+	}
+	return nil
 }
 
 // timedOut tells a call that ran out of time: the client's deadline (no

@@ -232,7 +232,7 @@ func (k *Keeper) lookReports(ctx context.Context) error {
 	if err != nil {
 		return k.final(&k.reports, err)
 	}
-	if err := k.missing(&k.reports, ok, "Reports"); err != nil {
+	if err := k.missing(ctx, &k.reports, ok, "Reports"); err != nil {
 		return err
 	}
 	if !ok {
@@ -279,15 +279,24 @@ func (k *Keeper) final(s *switched, err error) error {
 }
 
 // missing is a look's answer whether s's CRD is served (ok), and tells
-// whether to take a "not served" for the CRD's absence: at once while s
-// is not on (at start, and while off), else only once looks LookMissing
-// apart or more all found it so. Until then the error says look again
-// and keep what waits for it: an API server restarting answers 404 for
-// its CRDs' group until it serves them, and taken at its word, each
-// Report of the batch in hand would be dropped for good. Callers hold
-// looking.
-func (k *Keeper) missing(s *switched, ok bool, what string) error {
-	if ok || s.load() != on {
+// whether to take a "not served" for the CRD's absence: while s is not on
+// (at start, and while off), once the API server says it is ready
+// (kubeapi.Ready: its CRD informer synced), else only once looks
+// LookMissing apart or more all found it so. Until then the error says
+// look again and keep what waits for it: an API server restarting answers
+// 404 for its CRDs' group until it serves them, and taken at its word,
+// each Report of the batch in hand would be dropped for good, at start
+// the whole backlog of a node booting beside its API server (a single
+// node cluster, the systemd units). Callers hold looking.
+func (k *Keeper) missing(ctx context.Context, s *switched, ok bool, what string) error {
+	if ok {
+		s.unserved.Store(0)
+		return nil
+	}
+	if s.load() != on {
+		if err := kubeapi.Ready(ctx, k.kube); err != nil {
+			return fmt.Errorf("the API server serves no OpenReports %s and is not ready (a starting one serves its CRDs late): looking again before taking the CRD for missing: %w", what, err)
+		}
 		s.unserved.Store(0)
 		return nil
 	}
@@ -309,7 +318,7 @@ func (k *Keeper) lookNode(ctx context.Context) error {
 	if err != nil {
 		return k.final(&k.node, err)
 	}
-	if err := k.missing(&k.node, ok, "ClusterReports"); err != nil {
+	if err := k.missing(ctx, &k.node, ok, "ClusterReports"); err != nil {
 		return err
 	}
 	switch {

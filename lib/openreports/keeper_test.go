@@ -267,6 +267,52 @@ func TestKeeperStartsDuringOutage(t *testing.T) {
 	}
 }
 
+// TestKeeperStartsBesideItsAPIServer: the forwarder starts while its
+// API server is starting too (a node booting beside it: a single-node
+// cluster, the systemd units), which answers 404 for the Reports' group
+// until it serves its CRDs and is not ready (/readyz) meanwhile. That 404
+// turned Reports off, and the node's backlog of findings went past
+// without a Report; now the line is held until a ready server answers.
+func TestKeeperStartsBesideItsAPIServer(t *testing.T) {
+	c, admin, owned := start(t)
+	web := owned["web-7c9-aaaaa"].Pod
+	var starting atomic.Bool
+	starting.Store(true)
+	answer := func(r *http.Request, code int, body string) *http.Response {
+		return &http.Response{StatusCode: code, Status: http.StatusText(code), Header: http.Header{"Content-Type": {"application/json"}},
+			Body: io.NopCloser(strings.NewReader(body)), Request: r, ProtoMajor: 1, ProtoMinor: 1}
+	}
+	wrap := func(rt http.RoundTripper) http.RoundTripper {
+		return roundTrip(func(r *http.Request) (*http.Response, error) {
+			switch {
+			case !starting.Load():
+			case r.URL.Path == discoveryPath:
+				return answer(r, http.StatusNotFound, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`), nil
+			case r.URL.Path == "/readyz":
+				return answer(r, http.StatusInternalServerError, "[-]poststarthook/crd-informer-synced failed: not finished\nreadyz check failed"), nil
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	life, end := context.WithCancel(context.Background())
+	t.Cleanup(end)
+	f := newForwarder(t, life, func() (kubernetes.Interface, versioned.Interface) { return wrappedClients(t, c, wrap) }, "node-boot", nil)
+	f.append(t, record(web, findings.StatePresent, 0, 1, 0))
+	if err := f.runner.Once(kubetest.Ctx(t)); !errors.Is(err, openreports.ErrUnknown) || !kubeapi.Retryable(err) {
+		t.Errorf("Once while the API server starts = %v, want a retryable ErrUnknown", err)
+	}
+	starting.Store(false)
+	if err := f.runner.Once(kubetest.Ctx(t)); err != nil {
+		t.Fatalf("Once once it is ready: %v", err)
+	}
+	if !f.keeper.Enabled() {
+		t.Error("Reports not enabled once the API server is ready")
+	}
+	if diff := cmp.Diff([]string{web.Name}, resultPods(t, admin, "shop", "node-boot")); diff != "" {
+		t.Errorf("pods with a result (-want +got):\n%s", diff)
+	}
+}
+
 // TestGoneFlushCounted: a gone record flushes the Reports staged before
 // it (a result staged for its pod would come back after): what that
 // flush wrote is counted, and a Report refused for good is counted and
