@@ -279,31 +279,32 @@ func (k *Keeper) final(s *switched, err error) error {
 }
 
 // missing is a look's answer whether s's CRD is served (ok), and tells
-// whether to take a "not served" for the CRD's absence: while s is not on
-// (at start, and while off), once the API server says it is ready
-// (kubeapi.Ready: its CRD informer synced), else only once looks
-// LookMissing apart or more all found it so. Until then the error says
-// look again and keep what waits for it: an API server restarting answers
-// 404 for its CRDs' group until it serves them, and taken at its word,
-// each Report of the batch in hand would be dropped for good, at start
-// the whole backlog of a node booting beside its API server (a single
-// node cluster, the systemd units). Callers hold looking.
+// whether to take a "not served" for the CRD's absence: once looks
+// LookMissing apart or more all found it so, or sooner while s is not on
+// (at start, and while off) when the API server says it is ready
+// (kubeapi.Ready: its CRDs loaded) or will not say (no role for /readyz).
+// Until then the error says look again and keep what waits for it: an
+// API server restarting answers 404 for its CRDs' group until it serves
+// them, and taken at its word, each Report of the batch in hand would be
+// dropped for good, at start the whole backlog of a node booting beside
+// its API server (a single-node cluster, the systemd units). Callers
+// hold looking.
 func (k *Keeper) missing(ctx context.Context, s *switched, ok bool, what string) error {
 	if ok {
 		s.unserved.Store(0)
 		return nil
 	}
-	if s.load() != on {
-		if err := kubeapi.Ready(ctx, k.kube); err != nil {
-			return fmt.Errorf("the API server serves no OpenReports %s and is not ready (a starting one serves its CRDs late): looking again before taking the CRD for missing: %w", what, err)
-		}
-		s.unserved.Store(0)
-		return nil
-	}
 	now := time.Now()
 	s.unserved.CompareAndSwap(0, now.UnixNano())
-	if since := now.Sub(time.Unix(0, s.unserved.Load())); since < k.LookMissing {
+	since := now.Sub(time.Unix(0, s.unserved.Load()))
+	switch {
+	case since >= k.LookMissing:
+		return nil
+	case s.load() == on:
 		return fmt.Errorf("the API server has not served OpenReports %s for %s (a restarting one serves its CRDs late): looking again before taking the CRD for deleted", what, since.Round(time.Millisecond))
+	}
+	if err := kubeapi.Ready(ctx, k.kube); err != nil && !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) {
+		return fmt.Errorf("the API server serves no OpenReports %s and is not ready (a starting one serves its CRDs late): looking again before taking the CRD for missing: %w", what, err)
 	}
 	return nil
 }

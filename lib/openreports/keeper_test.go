@@ -273,43 +273,64 @@ func TestKeeperStartsDuringOutage(t *testing.T) {
 // until it serves its CRDs and is not ready (/readyz) meanwhile. That 404
 // turned Reports off, and the node's backlog of findings went past
 // without a Report; now the line is held until a ready server answers.
+// A server that will not say whether it is ready (no role for /readyz)
+// is taken at its word, as before: the line is not held for it.
 func TestKeeperStartsBesideItsAPIServer(t *testing.T) {
 	c, admin, owned := start(t)
 	web := owned["web-7c9-aaaaa"].Pod
-	var starting atomic.Bool
-	starting.Store(true)
 	answer := func(r *http.Request, code int, body string) *http.Response {
 		return &http.Response{StatusCode: code, Status: http.StatusText(code), Header: http.Header{"Content-Type": {"application/json"}},
 			Body: io.NopCloser(strings.NewReader(body)), Request: r, ProtoMajor: 1, ProtoMinor: 1}
 	}
-	wrap := func(rt http.RoundTripper) http.RoundTripper {
-		return roundTrip(func(r *http.Request) (*http.Response, error) {
-			switch {
-			case !starting.Load():
-			case r.URL.Path == discoveryPath:
-				return answer(r, http.StatusNotFound, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`), nil
-			case r.URL.Path == "/readyz":
-				return answer(r, http.StatusInternalServerError, "[-]poststarthook/crd-informer-synced failed: not finished\nreadyz check failed"), nil
+	for _, tc := range []struct {
+		name  string
+		code  int
+		ready string
+	}{
+		{"not ready", http.StatusInternalServerError, "[-]poststarthook/crd-informer-synced failed: not finished\nreadyz check failed"},
+		{"readyz forbidden", http.StatusForbidden, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := "node-" + strings.ReplaceAll(tc.name, " ", "-")
+			var starting atomic.Bool
+			starting.Store(true)
+			wrap := func(rt http.RoundTripper) http.RoundTripper {
+				return roundTrip(func(r *http.Request) (*http.Response, error) {
+					switch {
+					case !starting.Load():
+					case r.URL.Path == discoveryPath:
+						return answer(r, http.StatusNotFound, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`), nil
+					case r.URL.Path == "/readyz":
+						return answer(r, tc.code, tc.ready), nil
+					}
+					return rt.RoundTrip(r)
+				})
 			}
-			return rt.RoundTrip(r)
+			life, end := context.WithCancel(context.Background())
+			t.Cleanup(end)
+			f := newForwarder(t, life, func() (kubernetes.Interface, versioned.Interface) { return wrappedClients(t, c, wrap) }, node, nil)
+			f.append(t, record(web, findings.StatePresent, 0, 1, 0))
+			err := f.runner.Once(kubetest.Ctx(t))
+			if tc.code == http.StatusForbidden {
+				if err != nil || f.keeper.Enabled() {
+					t.Errorf("Once = %v, Reports enabled %v: want the 404 taken, Reports off", err, f.keeper.Enabled())
+				}
+				return
+			}
+			if !errors.Is(err, openreports.ErrUnknown) || !kubeapi.Retryable(err) {
+				t.Errorf("Once while the API server starts = %v, want a retryable ErrUnknown", err)
+			}
+			starting.Store(false)
+			if err := f.runner.Once(kubetest.Ctx(t)); err != nil {
+				t.Fatalf("Once once it is ready: %v", err)
+			}
+			if !f.keeper.Enabled() {
+				t.Error("Reports not enabled once the API server is ready")
+			}
+			if diff := cmp.Diff([]string{web.Name}, resultPods(t, admin, "shop", node)); diff != "" {
+				t.Errorf("pods with a result (-want +got):\n%s", diff)
+			}
 		})
-	}
-	life, end := context.WithCancel(context.Background())
-	t.Cleanup(end)
-	f := newForwarder(t, life, func() (kubernetes.Interface, versioned.Interface) { return wrappedClients(t, c, wrap) }, "node-boot", nil)
-	f.append(t, record(web, findings.StatePresent, 0, 1, 0))
-	if err := f.runner.Once(kubetest.Ctx(t)); !errors.Is(err, openreports.ErrUnknown) || !kubeapi.Retryable(err) {
-		t.Errorf("Once while the API server starts = %v, want a retryable ErrUnknown", err)
-	}
-	starting.Store(false)
-	if err := f.runner.Once(kubetest.Ctx(t)); err != nil {
-		t.Fatalf("Once once it is ready: %v", err)
-	}
-	if !f.keeper.Enabled() {
-		t.Error("Reports not enabled once the API server is ready")
-	}
-	if diff := cmp.Diff([]string{web.Name}, resultPods(t, admin, "shop", "node-boot")); diff != "" {
-		t.Errorf("pods with a result (-want +got):\n%s", diff)
 	}
 }
 
