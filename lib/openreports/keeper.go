@@ -63,9 +63,9 @@ const (
 // switched is a state the loop and the line's calls both read and set.
 // refused is the API's last refusal for good that turned it off (final),
 // said once until another answer: the loop looks again every minute.
-// unserved is when a look first found the CRD not served while on, and
-// no look or write since found it served (missing, served), in Unix
-// nanoseconds, 0 for none. Keeper.looking guards refused and the looks'
+// unserved is when a look first found the CRD not served, and no look
+// or write since found it served (missing, served), nor, while not on,
+// failed to reach the API (final), in Unix nanoseconds, 0 for none. Keeper.looking guards refused and the looks'
 // use of unserved; a write clears it without waiting for a look.
 type switched struct {
 	v        atomic.Int32
@@ -265,6 +265,12 @@ func (k *Keeper) lookReports(ctx context.Context) error {
 // turns s off (said; the loop looks again) so that it holds no line.
 func (k *Keeper) final(s *switched, err error) error {
 	if kubeapi.Retryable(err) {
+		// Not on, an API server that could not answer ends the 404s'
+		// run (missing): its next 404 may be a restarted server's,
+		// asked again whether it is ready.
+		if s.load() != on {
+			s.unserved.Store(0)
+		}
 		return err
 	}
 	s.store(off)
@@ -282,7 +288,8 @@ func (k *Keeper) final(s *switched, err error) error {
 // whether to take a "not served" for the CRD's absence: once looks
 // LookMissing apart or more all found it so, or sooner while s is not on
 // (at start, and while off) when the API server says it is ready
-// (kubeapi.Ready: its CRDs loaded) or will not say (no role for /readyz).
+// (kubeapi.Ready: its CRDs loaded) or will not say (no role for /readyz);
+// a look that could not reach it starts the run again (final).
 // Until then the error says look again and keep what waits for it: an
 // API server restarting answers 404 for its CRDs' group until it serves
 // them, and taken at its word, each Report of the batch in hand would be

@@ -267,6 +267,16 @@ func TestKeeperStartsDuringOutage(t *testing.T) {
 	}
 }
 
+// answer is a response to r as a server would give it, for a wrapper
+// standing in for one.
+func answer(r *http.Request, code int, body string) *http.Response {
+	return &http.Response{StatusCode: code, Status: http.StatusText(code), Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(body)), Request: r, ProtoMajor: 1, ProtoMinor: 1}
+}
+
+// groupNotFound is the API server's 404 for a group it does not serve.
+const groupNotFound = `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`
+
 // TestKeeperStartsBesideItsAPIServer: the forwarder starts while its
 // API server is starting too (a node booting beside it: a single-node
 // cluster, the systemd units), which answers 404 for the Reports' group
@@ -278,10 +288,6 @@ func TestKeeperStartsDuringOutage(t *testing.T) {
 func TestKeeperStartsBesideItsAPIServer(t *testing.T) {
 	c, admin, owned := start(t)
 	web := owned["web-7c9-aaaaa"].Pod
-	answer := func(r *http.Request, code int, body string) *http.Response {
-		return &http.Response{StatusCode: code, Status: http.StatusText(code), Header: http.Header{"Content-Type": {"application/json"}},
-			Body: io.NopCloser(strings.NewReader(body)), Request: r, ProtoMajor: 1, ProtoMinor: 1}
-	}
 	for _, tc := range []struct {
 		name  string
 		code  int
@@ -299,7 +305,7 @@ func TestKeeperStartsBesideItsAPIServer(t *testing.T) {
 					switch {
 					case !starting.Load():
 					case r.URL.Path == discoveryPath:
-						return answer(r, http.StatusNotFound, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`), nil
+						return answer(r, http.StatusNotFound, groupNotFound), nil
 					case r.URL.Path == "/readyz":
 						return answer(r, tc.code, tc.ready), nil
 					}
@@ -331,6 +337,44 @@ func TestKeeperStartsBesideItsAPIServer(t *testing.T) {
 				t.Errorf("pods with a result (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestKeeperStartHeldAcrossRestart: a starting API server (404, not
+// ready) that goes away past LookMissing and comes back still starting
+// is asked again whether it is ready: the minute of 404s it had given
+// before going away does not make its next 404 the CRD's absence.
+func TestKeeperStartHeldAcrossRestart(t *testing.T) {
+	c, _, owned := start(t)
+	web := owned["web-7c9-aaaaa"].Pod
+	const lookMissing = 2 * time.Second
+	var down atomic.Bool
+	wrap := func(rt http.RoundTripper) http.RoundTripper {
+		return roundTrip(func(r *http.Request) (*http.Response, error) {
+			switch {
+			case down.Load():
+				return nil, errors.New("connection refused (test restart)")
+			case r.URL.Path == discoveryPath:
+				return answer(r, http.StatusNotFound, groupNotFound), nil
+			case r.URL.Path == "/readyz":
+				return answer(r, http.StatusInternalServerError, "readyz check failed"), nil
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	life, end := context.WithCancel(context.Background())
+	t.Cleanup(end)
+	f := newForwarder(t, life, func() (kubernetes.Interface, versioned.Interface) { return wrappedClients(t, c, wrap) }, "node-restart", nil,
+		func(k *openreports.Keeper) { k.LookMissing = lookMissing })
+	f.append(t, record(web, findings.StatePresent, 0, 1, 0))
+	for _, phase := range []string{"starting", "down past LookMissing", "starting again"} {
+		down.Store(phase == "down past LookMissing")
+		if phase == "down past LookMissing" {
+			time.Sleep(lookMissing + 200*time.Millisecond)
+		}
+		if err := f.runner.Once(kubetest.Ctx(t)); !errors.Is(err, openreports.ErrUnknown) || !kubeapi.Retryable(err) {
+			t.Fatalf("Once with the API server %s = %v (Reports enabled %v), want a retryable ErrUnknown", phase, err, f.keeper.Enabled())
+		}
 	}
 }
 
