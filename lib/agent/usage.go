@@ -111,8 +111,17 @@ func (u *Usage) Scanned(s Scan) {
 		}
 		delete(u.out, id)
 		r := s.Record
-		u.pods[id] = PodUsage{SandboxID: id, Namespace: r.Pod.Namespace, Name: r.Pod.Name, Owner: s.Meta.Owner,
+		p := PodUsage{SandboxID: id, Namespace: r.Pod.Namespace, Name: r.Pod.Name, Owner: s.Meta.Owner,
 			Impact: r.Levels(), Vendors: findings.VendorLabels(r.Vendors), Worst: r.WorstLevel(), Time: r.Time}
+		// A look that could not see everything (truncated: a pod keeping
+		// the x_tables lock busy, issue 18) takes no level back: its
+		// series, IPTablesBreakingOnRHEL10 and the agent's word would
+		// clear while the rules seen before may still be there. The
+		// next complete look decides (nodemark keeps the label so too).
+		if old, ok := u.pods[id]; ok && r.Truncated && findings.ImpactRank(old.Worst) < findings.ImpactRank(p.Worst) {
+			p.Impact, p.Vendors, p.Worst = old.Impact, old.Vendors, old.Worst
+		}
+		u.pods[id] = p
 	case s.Outcome == Found && s.Record.KnownState() == findings.StateGone:
 		delete(u.pods, id)
 		delete(u.out, id)

@@ -179,6 +179,34 @@ func TestUsageReadiness(t *testing.T) {
 	}
 }
 
+// TestUsageIncompleteLook: a truncated look (the x_tables lock kept busy)
+// seeing milder rules than the pod's last look keeps the pod's level, its
+// series and the agent's word; a truncated look seeing worse ones, and a
+// complete look, decide.
+func TestUsageIncompleteLook(t *testing.T) {
+	look := func(impact findings.Impact, truncated bool) Scan {
+		return Scan{Meta: scan.Meta{SandboxID: "a"}, Outcome: Found, Record: &findings.Record{State: findings.StatePresent,
+			Pod: findings.Pod{Namespace: "ns", Name: "a"}, Impact: impact, Worst: impact.Worst(), Truncated: truncated}}
+	}
+	u := NewUsage(10)
+	for _, c := range []struct {
+		name  string
+		look  Scan
+		worst string
+		want  string
+	}{
+		{"legacy rules seen", look(findings.Impact{Legacy: 2}, false), findings.ImpactLegacy, findings.ReadinessBreaks},
+		{"then a truncated look of native ones", look(findings.Impact{Native: 1}, true), findings.ImpactLegacy, findings.ReadinessBreaks},
+		{"then a complete look of native ones", look(findings.Impact{Native: 1}, false), findings.ImpactNative, findings.ReadinessReady},
+		{"then a truncated look of xt ones", look(findings.Impact{Xt: 1}, true), findings.ImpactXt, findings.ReadinessNeedsExtra},
+	} {
+		u.Scanned(c.look)
+		if p := u.Pods(); len(p) != 1 || p[0].Worst != c.worst || u.Readiness() != c.want {
+			t.Errorf("%s: %+v, readiness %s; want worst %s, %s", c.name, p, u.Readiness(), c.worst, c.want)
+		}
+	}
+}
+
 // TestUsageAfterStop: a scan or a command of a sandbox that ends after
 // the runtime said it stopped does not bring the pod back; one whose netns
 // was only found gone comes back with its next finding; the stopped
