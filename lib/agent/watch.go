@@ -688,9 +688,10 @@ func (w *watched) seenBy(gen uint32) (found *findings.Writer, newer bool) {
 // command, run in ws's netns (a pid reused by another pod's process of
 // the same name would give this pod's record that pod's container). The
 // watch's reader runs at real-time priority, but after its wake it may
-// wait for one of Go's processors while a one-shot tool exits; the exec watch's reader reads a tool's files before it returns
-// to Go (internal/execquiet), and by the end of the debounce window it
-// has handed them over (execwatch.Watcher.Lookup).
+// wait for one of Go's processors while a one-shot tool exits; the exec
+// watch's reader reads a tool's files before it returns to Go
+// (internal/execquiet), and by the end of the debounce window it has
+// handed them over (execwatch.Watcher.Lookup).
 func (a *Agent) aliveWriter(wr *findings.Writer, ws *watched) *findings.Writer {
 	if wr == nil || !wr.Gone {
 		return wr

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 )
@@ -238,10 +239,13 @@ func Ready(ctx context.Context, client kubernetes.Interface) error {
 // answers asks the API server for each path in turn, within readyWithin
 // in all, and returns the first error.
 func answers(ctx context.Context, client kubernetes.Interface, paths ...string) error {
-	if client == nil || client.Discovery().RESTClient() == nil {
+	var rc rest.Interface
+	if client != nil {
+		rc = client.Discovery().RESTClient()
+	}
+	if rc == nil {
 		return errors.New("no client to ask the API server")
 	}
-	rc := client.Discovery().RESTClient()
 	ctx, cancel := context.WithTimeout(ctx, readyWithin)
 	defer cancel()
 	for _, path := range paths {

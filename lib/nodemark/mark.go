@@ -293,7 +293,7 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 	case st == findings.StateGone || (st == findings.StatePresent && !rec.HasUsage()):
 		delete(m.entries, key)
 	case st == findings.StateUnknown:
-		e.Level = incomplete(Unknown, old, had)
+		e.Level = incomplete(old, had)
 		m.entries[key] = e
 	default:
 		e.Level = rec.WorstLevel()
@@ -305,7 +305,7 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 		// the usage: native rules seen say nothing of the rest, so the
 		// pod is unknown unless what was seen is already worse.
 		if rec.Truncated && !worse(e.Level, Unknown) {
-			e.Level = incomplete(Unknown, old, had)
+			e.Level = incomplete(old, had)
 		}
 		m.entries[key] = e
 	}
@@ -324,16 +324,16 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 	return nil
 }
 
-// incomplete is the level after a look that could not see everything
-// (level, Unknown): the pod's earlier level when worse. A pod seen with
+// incomplete is the level after a look that could not see everything:
+// Unknown, or the pod's earlier level when worse. A pod seen with
 // legacy rules that then keeps the x_tables lock busy (issue 18) would
 // otherwise turn the node from breaks to unknown, which the pool gate
 // lets upgrade; only a complete look may take a level back.
-func incomplete(level string, old Entry, had bool) string {
-	if had && worse(old.Level, level) {
+func incomplete(old Entry, had bool) string {
+	if had && worse(old.Level, Unknown) {
 		return old.Level
 	}
-	return level
+	return Unknown
 }
 
 // Flush labels after the runner handled a batch of lines (a

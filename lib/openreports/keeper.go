@@ -65,8 +65,9 @@ const (
 // said once until another answer: the loop looks again every minute.
 // unserved is when a look first found the CRD not served, and no look
 // or write since found it served (missing, served), nor, while not on,
-// failed to reach the API (final), in Unix nanoseconds, 0 for none. Keeper.looking guards refused and the looks'
-// use of unserved; a write clears it without waiting for a look.
+// failed to reach the API (final), in Unix nanoseconds, 0 for none.
+// Keeper.looking guards refused and the looks' use of unserved; a write
+// clears it without waiting for a look.
 type switched struct {
 	v        atomic.Int32
 	refused  string
