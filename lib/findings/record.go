@@ -211,6 +211,13 @@ func Now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
 // only carries an inspection error does not.
 func (r Record) HasUsage() bool { return r.Nft.Used() || r.Legacy.Used() }
 
+// Partial tells a look that could not see everything: its state unknown,
+// or its counts a lower bound (Truncated: the x_tables lock kept busy,
+// the deadline, a bound). Rules it did not see may still be there, so a
+// consumer keeps a worse level the pod had until a whole look: a pod seen
+// with legacy rules that then keeps the lock busy must not look milder.
+func (r Record) Partial() bool { return r.KnownState() == StateUnknown || r.Truncated }
+
 // CommandOnly tells a command's own finding: the exec watch's failed
 // write or read, with the command and no rules. It says nothing of the
 // pod's rules, so a consumer keeps what the pod's last look said; a
