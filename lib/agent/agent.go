@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdnet "net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -49,6 +50,10 @@ const (
 	// stops (queue.close), well within the DaemonSet's 30 s grace
 	// period; a scan running then still gets its own deadline.
 	drainStops = 10 * time.Second
+	// configureWait bounds the wait for the runtime's Configure after a
+	// dial (connectOnce): the runtime sends it right after RegisterPlugin,
+	// within its own registration timeout (5 s by default).
+	configureWait = 30 * time.Second
 )
 
 // ErrConfig marks an error the agent cannot get past by retrying: the
@@ -200,6 +205,10 @@ type Agent struct {
 	// drainWait is how long the stop scans left waiting at the agent's
 	// stop may run (drainStops; shorter in tests).
 	drainWait time.Duration
+	// configureWait is configureWait, shorter in tests; configured says
+	// the runtime configured the connection being made.
+	configureWait time.Duration
+	configured    atomic.Bool
 	// usage follows the running pods' usage, from the scans and sweeps.
 	usage *Usage
 	// health and metrics are what the agent says of itself, for the
@@ -299,7 +308,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Load.Allow = func() (*allowlist.List, error) { return allowlist.Join(), nil }
 	}
 	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage),
-		health: NewHealth(), known: newSandboxes(), resweepNow: make(chan struct{}, 1), listNow: make(chan struct{}, 1), watches: newWatches(), execs: &execs{}, drainWait: drainStops}
+		health: NewHealth(), known: newSandboxes(), resweepNow: make(chan struct{}, 1), listNow: make(chan struct{}, 1), watches: newWatches(), execs: &execs{}, drainWait: drainStops, configureWait: configureWait}
 	a.metrics = newMetrics(a.health, a.usage, a.execs.up.Load, a.execStats)
 	if cfg.HostProc != "" {
 		// An agent that cannot tell the node's namespace from a pod's
@@ -526,15 +535,51 @@ func (a *Agent) nriLoop(ctx context.Context) error {
 }
 
 // connectOnce runs one connection to the runtime until it closes or ctx
-// ends.
+// ends. nri's stub.Start (v0.11.0) waits for the runtime's Configure
+// with no timeout, holding the lock Stop and its own close handler take:
+// a runtime that drops or stalls between RegisterPlugin and Configure
+// (restarted, hung) would hang this loop, and the agent's stop, for good.
+// After configureWait, or at ctx's end, a connection not configured gets
+// a Configure of the agent's own that fails (unconfigure): Start returns,
+// closing the connection, and the loop dials again.
 func (a *Agent) connectOnce(ctx context.Context) error {
-	st, err := a.newStub()
+	// The stub's first write on the connection is its RegisterPlugin,
+	// sent once Start has made what a Configure answers to: before it,
+	// unconfigure would race with Start and block on Start's channel.
+	sent := make(chan struct{})
+	var once sync.Once
+	st, err := a.newStub(stub.WithDialer(func(path string) (stdnet.Conn, error) {
+		c, err := stdnet.Dial("unix", path)
+		if err != nil {
+			return nil, err
+		}
+		return &firstWrite{Conn: c, sent: func() { once.Do(func() { close(sent) }) }}, nil
+	}))
 	if err != nil {
 		return err
 	}
+	a.configured.Store(false)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
+		wait := time.NewTimer(a.configureWait)
+		defer wait.Stop()
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		case <-wait.C:
+		}
+		// Not registered yet: the registration's own timeout (and ctx)
+		// ends Start.
+		select {
+		case <-done:
+			return
+		case <-sent:
+		}
+		if !a.configured.Load() && !unconfigure(st) {
+			a.cfg.NRILogger.Errorf(ctx, "no Configure from the runtime on %q within %s, and this stub cannot be ended: the connection waits for it", a.cfg.Socket, a.configureWait)
+		}
 		select {
 		case <-ctx.Done():
 			st.Stop()
@@ -545,6 +590,51 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		return fmt.Errorf("nri connection on %q: %w", a.cfg.Socket, err)
 	}
 	return errors.New("nri connection closed by the runtime")
+}
+
+// firstWrite is a connection that tells its first write.
+type firstWrite struct {
+	stdnet.Conn
+	sent func()
+}
+
+func (c *firstWrite) Write(b []byte) (int, error) {
+	c.sent()
+	return c.Conn.Write(b)
+}
+
+// errNotConfigured is the agent's own Configure's error (unconfigure).
+var errNotConfigured = errors.New("no Configure from the runtime in time")
+
+// ownConfigure marks the context of the agent's own Configure call.
+type ownConfigure struct{}
+
+// Configure is the runtime's Configure (stub.ConfigureInterface), or the
+// agent's own to end a stub waiting for it (unconfigure): the events
+// are the handlers the agent has, as without it.
+func (a *Agent) Configure(ctx context.Context, _, _, _ string) (stub.EventMask, error) {
+	if ctx.Value(ownConfigure{}) != nil {
+		return 0, errNotConfigured
+	}
+	a.configured.Store(true)
+	return 0, nil
+}
+
+// unconfigure hands st a Configure that fails, so that its Start stops
+// waiting for the runtime's: false when st does not take one (another
+// nri version). Its timeouts are the defaults, should the runtime's
+// have come first.
+func unconfigure(st stub.Stub) bool {
+	svc, ok := st.(api.PluginService)
+	if !ok {
+		return false
+	}
+	_, _ = svc.Configure(context.WithValue(context.Background(), ownConfigure{}, true), &api.ConfigureRequest{
+		RuntimeName:         "none",
+		RegistrationTimeout: api.DefaultPluginRegistrationTimeout.Milliseconds(),
+		RequestTimeout:      api.DefaultPluginRequestTimeout.Milliseconds(),
+	})
+	return true
 }
 
 // disconnected reports the connection to the runtime lost (or never
@@ -575,15 +665,15 @@ func (a *Agent) runtimeLost() {
 	e.synced.Store(0)
 }
 
-func (a *Agent) newStub() (stub.Stub, error) {
-	st, err := stub.New(a,
+func (a *Agent) newStub(opts ...stub.Option) (stub.Stub, error) {
+	st, err := stub.New(a, append([]stub.Option{
 		stub.WithPluginName(a.cfg.PluginName),
 		stub.WithPluginIdx(a.cfg.PluginIndex),
 		stub.WithSocketPath(a.cfg.Socket),
 		stub.WithLogger(a.cfg.NRILogger),
 		// Without it, older stubs exit the process on a lost connection.
 		stub.WithOnClose(a.runtimeLost),
-	)
+	}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: create NRI stub: %w", ErrConfig, err)
 	}
