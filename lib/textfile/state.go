@@ -42,7 +42,8 @@ type Pod struct {
 	Vendors []string        `json:"vendors"`
 	// Truncated: the latest look at the rules stopped early (the x_tables
 	// lock kept busy, the deadline, a rule hiding the later ones), so the
-	// counts are a lower bound: pod_usage_incomplete.
+	// counts are a lower bound: pod_usage_incomplete. Also set when a
+	// milder partial look (truncated or unknown) left the earlier counts.
 	Truncated bool `json:"truncated,omitempty"`
 }
 
@@ -104,6 +105,15 @@ func saveState(path string, s State) error {
 		return fmt.Errorf("save state: %w", err)
 	}
 	return nil
+}
+
+// readiness orders the pod's level as the node label does: its worst
+// level's readiness, unknown for a pod of state unknown.
+func (p Pod) readiness() string {
+	if p.State == findings.StateUnknown {
+		return findings.ReadinessUnknown
+	}
+	return findings.Readiness(p.Worst)
 }
 
 // podOf condenses a record. Flagged means the finding's state is present;

@@ -178,19 +178,31 @@ func (c *Collector) Consume(_ context.Context, r findings.Record) error {
 	// Replayed or out-of-order lines must not replace a newer finding.
 	if old, ok := c.state.Pods[r.Pod.UID]; !ok || !r.Time.Before(old.Time) {
 		p := podOf(r)
-		if ok && old.State == findings.StateUnknown && r.KnownState() == findings.StatePresent && r.CommandOnly() {
-			// Nor does it answer what the unknown look could not see:
-			// zero rule series would say "no legacy rules" of a pod
-			// that hid them (keeping the x_tables lock busy). It stays
-			// unknown until a look at the rules says otherwise.
+		// A look that could not see everything (Partial: unknown, or
+		// truncated, as a pod keeping the x_tables lock busy leaves
+		// it) takes no level back either: the rules it did not see may
+		// still be there, and the legacy series would drop to 0 under
+		// the "what will break" alert. The worse level stays until a
+		// complete look, as nodemark's label and the agent's usage keep
+		// it; a partial look that is itself worse takes effect.
+		milder := ok && r.Partial() && findings.WorseReadiness(p.readiness(), old.readiness()) != p.readiness()
+		if ok && old.State == findings.StateUnknown && (r.KnownState() == findings.StatePresent && r.CommandOnly() || milder) {
+			// A command's own finding does not answer what the unknown
+			// look could not see: zero rule series would say "no
+			// legacy rules" of a pod that hid them (keeping the
+			// x_tables lock busy). It stays unknown until a look at
+			// the rules, complete or worse, says otherwise.
 			p = old
 			p.Time = r.Time
-		} else if ok && old.State == findings.StatePresent && r.CommandOnly() {
+		} else if ok && old.State == findings.StatePresent && (r.CommandOnly() || milder) {
 			// A command's own finding (the exec watch's failed write or
 			// read) says nothing of the rules: the pod's counts stay,
-			// its worst level the worse of both.
-			p.NftRules, p.LegacyRules, p.Impact, p.Vendors, p.Truncated = old.NftRules, old.LegacyRules, old.Impact, old.Vendors, old.Truncated
-			if findings.ImpactRank(old.Worst) < findings.ImpactRank(p.Worst) {
+			// its worst level the worse of both. After a milder partial
+			// look they stay too, the pod present (not unknown), with
+			// pod_usage_incomplete: the latest look was partial.
+			p.NftRules, p.LegacyRules, p.Impact, p.Vendors = old.NftRules, old.LegacyRules, old.Impact, old.Vendors
+			p.State, p.Flagged, p.Truncated = old.State, old.Flagged, old.Truncated || r.Partial()
+			if milder || findings.ImpactRank(old.Worst) < findings.ImpactRank(p.Worst) {
 				p.Worst = old.Worst
 			}
 		}

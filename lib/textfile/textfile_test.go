@@ -590,6 +590,63 @@ func TestIncompleteLook(t *testing.T) {
 	}
 }
 
+// TestPartialLookKeepsLevel: a pod seen with legacy rules that then keeps
+// the x_tables lock busy gives a truncated look with only its native
+// rules, or an unknown one; neither takes the legacy level back (the
+// "what will break" alert would clear while the rules may be there): the
+// legacy series stay, with pod_usage_incomplete, until a complete look.
+// An unknown look after a native one is worse and takes effect.
+func TestPartialLookKeepsLevel(t *testing.T) {
+	e := newEnv(t)
+	ns := e.netns("a")
+	look := func(at time.Duration, nft, legacy int, impact findings.Impact) findings.Record {
+		r := rec("team-a", "hider", "u1", ns, nft, legacy, t0.Add(at))
+		r.Impact, r.Worst = impact, impact.Worst()
+		return r
+	}
+	seen := look(0, 1, 3, findings.Impact{Legacy: 3, Native: 1})
+	cut := look(time.Minute, 2, 0, findings.Impact{Native: 2})
+	cut.Truncated, cut.Error = true, "inspect legacy tables: legacy x_tables busy"
+	unknown := look(2*time.Minute, 0, 0, findings.Impact{})
+	unknown.Truncated, unknown.Error, unknown.State = true, "legacy x_tables busy", findings.StateUnknown
+	complete := look(3*time.Minute, 2, 0, findings.Impact{Native: 2})
+	again := unknown
+	again.Time = t0.Add(4 * time.Minute)
+	const (
+		legacyRules = `iptables_alerter_pod_iptables_rules{backend="legacy",pod_name="hider",pod_namespace="team-a"} `
+		legacyLevel = `iptables_alerter_pod_rules_by_impact{impact="legacy",pod_name="hider",pod_namespace="team-a"} `
+		incomplete  = `iptables_alerter_pod_usage_incomplete{pod_name="hider",pod_namespace="team-a"} 1`
+		unknownPod  = `iptables_alerter_pod_usage_unknown{pod_name="hider",pod_namespace="team-a"} 1`
+		flagged     = `iptables_alerter_flagged_pods_by_impact{impact=`
+	)
+	kept := []string{legacyRules + "3", legacyLevel + "3", flagged + `"legacy",vendor="unknown"} 1`, incomplete}
+	for _, step := range []struct {
+		name      string
+		look      findings.Record
+		want, not []string
+	}{
+		{"legacy look", seen, []string{legacyRules + "3", legacyLevel + "3", flagged + `"legacy",vendor="unknown"} 1`}, []string{incomplete}},
+		{"truncated native-only look", cut, kept, []string{flagged + `"native"`}},
+		{"unknown look", unknown, kept, []string{unknownPod, flagged + `"native"`}},
+		{"complete native look", complete, []string{legacyRules + "0", legacyLevel + "0", flagged + `"native",vendor="unknown"} 1`}, []string{incomplete, flagged + `"legacy"`}},
+		{"unknown look after a native one", again, []string{unknownPod}, []string{incomplete, flagged}},
+	} {
+		e.append(step.look)
+		e.once(step.look.Time.Add(time.Second))
+		prom := e.prom()
+		for _, want := range step.want {
+			if !strings.Contains(prom, want+"\n") {
+				t.Errorf("after the %s, the textfile lacks %s:\n%s", step.name, want, prom)
+			}
+		}
+		for _, not := range step.not {
+			if strings.Contains(prom, not) {
+				t.Errorf("after the %s, the textfile holds %s:\n%s", step.name, not, prom)
+			}
+		}
+	}
+}
+
 // TestRecreatedPodGone: a pod made again under its name whose newest
 // finding says gone exports nothing of the older pod of that name, whose
 // netns is still there (the check could not tell it gone).
