@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +22,13 @@ func partialLooks() (complete, cut findings.Record) {
 	pod := findings.Pod{Namespace: "shop", Name: "web-1", UID: "u1"}
 	complete = findings.Record{Time: t0, Node: "node-a", Pod: pod, State: findings.StatePresent,
 		Legacy: findings.Legacy{Tables: []string{"filter"}, Rules: 3}, Nft: findings.Nft{Tables: []string{"ip filter"}, Rules: 1},
-		Impact: findings.Impact{Legacy: 3, Native: 1}, Worst: findings.ImpactLegacy, Fingerprint: "f1"}
+		Impact: findings.Impact{Legacy: 3, Native: 1}, Worst: findings.ImpactLegacy, Fingerprint: "f1",
+		Examples: []findings.Example{{Family: "ip", Table: "filter", Rule: "-A INPUT -j DROP", Impact: findings.ImpactLegacy},
+			{Family: "ip", Table: "filter", Rule: "-A OUTPUT -j ACCEPT", Impact: findings.ImpactNative}}}
 	cut = findings.Record{Time: t0.Add(time.Minute), Node: "node-a", Pod: pod, State: findings.StatePresent, Truncated: true,
 		Error: "inspect legacy: legacy x_tables busy", Nft: findings.Nft{Tables: []string{"ip filter"}, Rules: 2},
-		Impact: findings.Impact{Native: 2}, Worst: findings.ImpactNative, Fingerprint: "f2"}
+		Impact: findings.Impact{Native: 2}, Worst: findings.ImpactNative, Fingerprint: "f2",
+		Examples: []findings.Example{{Family: "ip", Table: "filter", Rule: "-A OUTPUT -j ACCEPT", Impact: findings.ImpactNative}}}
 	return complete, cut
 }
 
@@ -84,5 +88,69 @@ func TestTruncatedEvent(t *testing.T) {
 	its, err := ReadEvents(bytes.NewReader(doc), "events", &sk)
 	if err != nil || len(its) != 1 || !reflect.DeepEqual(sk, Skipped{}) || its[0].Truncated || its[0].Worst != findings.ImpactLegacy || its[0].Impact.Legacy != 3 {
 		t.Errorf("an older summary: items %+v, skipped %+v, %v", its, sk, err)
+	}
+}
+
+// TestCompleteLookReplacesLevel: a pod's level is its latest complete
+// look's, as its counts are: a pod whose legacy rules were removed, seen
+// complete with its native rule alone, failed --fail-on breaks as legacy
+// for as long as the older look was read. A look cut short, or with rules
+// of no known level, keeps the worse level seen before; a command's own
+// finding counts its level whenever it was; looks at the same time (an
+// older forwarder's Events have none) all count. The order they are read
+// in does not matter.
+func TestCompleteLookReplacesLevel(t *testing.T) {
+	legacy, cut := partialLooks()
+	at := func(r findings.Record, min int) findings.Record {
+		r.Time = t0.Add(time.Duration(min) * time.Minute)
+		return r
+	}
+	native := legacy
+	native.Legacy, native.Impact, native.Worst, native.Fingerprint = findings.Legacy{}, findings.Impact{Native: 1}, findings.ImpactNative, "f3"
+	native.Examples = legacy.Examples[1:]
+	unclassified := native
+	unclassified.Worst, unclassified.Fingerprint = "", "f4"
+	refused := findings.Record{Node: "node-a", Pod: legacy.Pod, State: findings.StatePresent, Source: findings.SourceExec, Worst: findings.ImpactLegacy,
+		Exec: &findings.Exec{Argv: []string{"iptables-legacy", "-A", "OUTPUT"}, Backend: "legacy", Operation: "write", Exited: true, ExitCode: 3, Failed: true, MissingKernelSupport: true}}
+	for _, tc := range []struct {
+		name   string
+		recs   []findings.Record
+		worst  string
+		impact findings.Impact
+		fails  bool
+	}{
+		{"complete native after legacy", []findings.Record{at(legacy, 0), at(native, 2)}, findings.ImpactNative, findings.Impact{Native: 1}, false},
+		{"cut after legacy", []findings.Record{at(legacy, 0), at(cut, 1)}, findings.ImpactLegacy, findings.Impact{Legacy: 3, Native: 1}, true},
+		{"complete after cut after legacy", []findings.Record{at(legacy, 0), at(cut, 1), at(native, 2)}, findings.ImpactNative, findings.Impact{Native: 1}, false},
+		{"unclassified after legacy", []findings.Record{at(legacy, 0), at(unclassified, 2)}, findings.ImpactLegacy, findings.Impact{Native: 1}, true},
+		{"refused write before the complete look", []findings.Record{at(legacy, 0), at(refused, 1), at(native, 2)}, findings.ImpactLegacy, findings.Impact{Native: 1}, true},
+		// The counts are the one read last's.
+		{"at the same time", []findings.Record{at(legacy, 0), at(native, 0)}, findings.ImpactLegacy, findings.Impact{}, true},
+	} {
+		var items []Item
+		for _, r := range tc.recs {
+			items = append(items, itemOf(r, "findings"))
+		}
+		for _, order := range []string{"oldest first", "newest first"} {
+			if order == "newest first" {
+				slices.Reverse(items)
+			}
+			col := newCollector("", nil)
+			for _, it := range items {
+				col.add(it)
+			}
+			for how, gs := range map[string][]Group{"files": GroupItems(items, nil), "cluster": col.groups()} {
+				if len(gs) != 1 || gs[0].Worst != tc.worst || tc.impact != (findings.Impact{}) && gs[0].Impact != tc.impact {
+					t.Errorf("%s, %s (%s): groups %+v; want one, worst %s, %+v", tc.name, order, how, gs, tc.worst, tc.impact)
+					continue
+				}
+				if failing := Judge(gs, FailBreaks); failing != tc.fails {
+					t.Errorf("%s, %s (%s): failing %v, want %v", tc.name, order, how, failing, tc.fails)
+				}
+				if ex := gs[0].ExampleImpact; ex != tc.worst {
+					t.Errorf("%s, %s (%s): example at %s, worst %s", tc.name, order, how, ex, tc.worst)
+				}
+			}
+		}
 	}
 }
