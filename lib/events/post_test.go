@@ -227,6 +227,43 @@ func TestUnknownEvent(t *testing.T) {
 	}
 }
 
+// TestTruncatedEvent: a look that stopped early and saw native rules only
+// (the pod kept the x_tables lock busy over its legacy ones) is usage, but
+// no verdict: its Event does not say the pod keeps loading on RHEL 10, it
+// says the check was cut, what it saw and why; its summary says truncated,
+// so report does not read it as a complete native look.
+func TestTruncatedEvent(t *testing.T) {
+	rec := findingstest.Sample()
+	rec.State, rec.Impact, rec.Worst, rec.Truncated = findings.StatePresent, findings.Impact{Native: 12}, findings.ImpactNative, true
+	rec.Error = "inspect legacy: legacy x_tables busy: probe did not answer"
+	cs := fake.NewClientset(livePod(rec.Pod.UID, nil))
+	p := New(cs, "node-a", true)
+	if res, err := p.Post(context.Background(), rec); err != nil || res.Outcome != Created || res.Node != Created {
+		t.Fatalf("Post = %+v, %v; want pod and node Events created", res, err)
+	}
+	pod, err := cs.EventsV1().Events("shop").Get(context.Background(), PodEventName(rec), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Reason != Reason || !strings.Contains(pod.Annotations[SummaryAnnotation], `"truncated":true`) {
+		t.Errorf("reason %q, summary %s; want usage, truncated", pod.Reason, pod.Annotations[SummaryAnnotation])
+	}
+	node, err := cs.EventsV1().Events(NodeEventNamespace).Get(context.Background(), NodeEventName("node-a", rec.Fingerprint), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, note := range []string{pod.Note, node.Note} {
+		if strings.Contains(note, "Keeps loading") {
+			t.Errorf("note says the pod keeps loading:\n%s", note)
+		}
+		for _, want := range []string{"stopped early", "native nftables rules", "x_tables lock", "(inspect legacy: legacy x_tables busy: probe did not answer)"} {
+			if !strings.Contains(note, want) {
+				t.Errorf("note lacks %q:\n%s", want, note)
+			}
+		}
+	}
+}
+
 // TestCommandEvent: a command's own finding (the exec watch's failed write
 // or read: state present, no rules) is no "usage gone": a legacy write the
 // kernel refused is the RHEL 10 breakage itself and gets the pod's Event,

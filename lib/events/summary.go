@@ -27,6 +27,10 @@ type Summary struct {
 	Worst    string             `json:"worst"`
 	Vendors  []findings.Vendor  `json:"vendors"`
 	Examples []findings.Example `json:"examples"`
+	// Truncated is the record's: the look stopped early (the x_tables
+	// lock kept busy, the deadline, a bound), so Impact and Worst are a
+	// lower bound. False in summaries of forwarders before the field.
+	Truncated bool `json:"truncated"`
 	// Writer is the record's: the process whose change the agent's watch
 	// looked after; null when none.
 	Writer *findings.Writer `json:"writer"`
@@ -41,7 +45,7 @@ func SummaryOf(rec findings.Record, node string, o owner.Owner) Summary {
 		node = rec.Node
 	}
 	return Summary{Node: node, Owner: o, Pod: rec.Pod, State: rec.KnownState(), Error: rec.Error, Impact: rec.Levels(), Worst: rec.WorstLevel(),
-		Vendors: rec.Vendors, Examples: rec.Examples, Writer: rec.Writer, Command: wording.ExecLine(rec.Exec)}
+		Truncated: rec.Truncated, Vendors: rec.Vendors, Examples: rec.Examples, Writer: rec.Writer, Command: wording.ExecLine(rec.Exec)}
 }
 
 // JSON encodes the summary; it cannot fail on these types.

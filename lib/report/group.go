@@ -19,8 +19,12 @@ type Group struct {
 	Owner     owner.Owner `json:"owner"`
 	Pods      []string    `json:"pods"`
 	Nodes     []string    `json:"nodes"`
-	// Worst is the worst level among the findings, "" when none was
-	// classified.
+	// Worst is the worst level among the pods' levels, "" when none was
+	// classified. A pod's level is its latest complete look's,
+	// as its counts are (newer); a look after it that stopped early or
+	// held rules of no known level keeps a worse level seen before (rules
+	// not seen may still be there), and a command's own finding
+	// (commandOnly) counts its level when worse, whenever it was.
 	Worst   string            `json:"worst"`
 	Vendors []findings.Vendor `json:"vendors"`
 	// Example is an example rule, at the worst level when one is shown
@@ -132,8 +136,11 @@ type grouping struct {
 	gs   []Group
 	ss   []groupSets
 	// members holds each group's items (expect), or without expectations
-	// the last that set its Worst.
+	// one at its Worst (groups).
 	members [][]Item
+	// picks are, per group and level rank (ImpactRank; the last for none),
+	// what a Worst of that rank shows.
+	picks [][classified + 1]pick
 	// looks holds, per group, each pod's look that counts (newer).
 	looks []map[podKey]look
 	// podsSet is, per group, how many of its Pods were a set last.
@@ -164,6 +171,62 @@ type groupKey struct {
 
 type groupSets struct{ nodes, reasons, vendors, writers, modules map[string]bool }
 
+// pick is what a group whose Worst has one rank shows: the level as
+// written, the first item of it and the example of the first of its items
+// with one (exampleAt).
+type pick struct {
+	has             bool
+	level           string
+	member          Item
+	example, impact string
+}
+
+// classified counts the levels that rank (findings.ImpactLevels).
+const classified = 3
+
+// podLevel is what a pod's looks say of its level, whatever order they
+// are read in: per level, the time of its latest look at that level
+// (at, set); the time of its latest complete look with every rule
+// classified (whole), before which no look's level counts; and the levels
+// of its commands' own findings (cmd), which always count.
+type podLevel struct {
+	at       [classified]time.Time
+	set, cmd uint8
+	whole    time.Time
+	hasWhole bool
+}
+
+func (p *podLevel) add(it Item) {
+	r := findings.ImpactRank(it.Worst)
+	switch {
+	case r >= classified:
+		// No level known: the levels seen before stay.
+	case commandOnly(it):
+		p.cmd |= 1 << r
+	default:
+		if p.set&(1<<r) == 0 || it.Time.After(p.at[r]) {
+			p.at[r] = it.Time
+			p.set |= 1 << r
+		}
+		if !it.Truncated && (!p.hasWhole || it.Time.After(p.whole)) {
+			p.whole, p.hasWhole = it.Time, true
+		}
+	}
+}
+
+// rank is the pod's level's rank: the worst of its commands' own findings
+// and of its looks as new as its latest complete one (at the same time
+// too: which of two was the latest is not known), or all of them when it
+// has none.
+func (p *podLevel) rank() int {
+	for r := range classified {
+		if p.cmd&(1<<r) != 0 || p.set&(1<<r) != 0 && (!p.hasWhole || !p.at[r].Before(p.whole)) {
+			return r
+		}
+	}
+	return classified
+}
+
 // look is what newer and the impact's sum read of a pod's item; latest,
 // latestCut and latestRaw are the time of the pod's latest look at its
 // rules, whether it stopped early (Group.Truncated) and whether it held
@@ -180,6 +243,8 @@ type look struct {
 	// rules: latest is a look at the rules' (a command's own finding is
 	// none), which a zero time cannot tell.
 	rules bool
+	// level is kept over all the pod's looks, whichever counts.
+	level podLevel
 }
 
 func lookOf(it Item) look {
@@ -201,6 +266,7 @@ func (gr *grouping) add(it Item) {
 			Pods: []string{}, Nodes: []string{}, Modules: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}, Commands: []string{}})
 		gr.ss = append(gr.ss, groupSets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
 		gr.members = append(gr.members, []Item{it})
+		gr.picks = append(gr.picks, [classified + 1]pick{})
 		gr.looks = append(gr.looks, map[podKey]look{})
 		gr.podsSet = append(gr.podsSet, 0)
 	} else if len(gr.exps) > 0 {
@@ -234,16 +300,15 @@ func (gr *grouping) add(it Item) {
 			g.Vendors = append(g.Vendors, v)
 		}
 	}
-	// The example shows the worst level's rule.
-	if worse := findings.ImpactRank(it.Worst) < findings.ImpactRank(g.Worst); worse || g.Example == "" && it.Worst == g.Worst {
-		g.Worst = it.Worst
+	// The example shows the worst level's rule: each level's is kept
+	// until the pods' levels are known (groups).
+	pk := &gr.picks[i][min(findings.ImpactRank(it.Worst), classified)]
+	if !pk.has {
+		pk.has, pk.level, pk.member = true, it.Worst, it
+	}
+	if pk.example == "" {
 		if ex, ok := exampleAt(it.Examples, it.Worst); ok {
-			g.Example, g.ExampleImpact = ex.Rule, ex.Impact
-		} else if worse {
-			g.Example, g.ExampleImpact = "", ""
-		}
-		if len(gr.exps) == 0 {
-			gr.members[i][0] = it
+			pk.example, pk.impact, pk.member = ex.Rule, ex.Impact, it
 		}
 	}
 	if g.Error == "" {
@@ -256,6 +321,8 @@ func (gr *grouping) add(it Item) {
 		keep = l
 		keep.latest, keep.latestCut, keep.latestRaw, keep.rules = had.latest, had.latestCut, had.latestRaw, had.rules
 	}
+	keep.level = had.level
+	keep.level.add(it)
 	// A complete look counts before a cut one (newer), but a cut look
 	// after it says the pod's rules are no longer all seen: a pod can
 	// show a native rule, then hide the rules that break behind one over
@@ -271,12 +338,19 @@ func (gr *grouping) add(it Item) {
 func (gr *grouping) groups() []Group {
 	gs := gr.gs
 	for i := range gs {
+		worst := classified
 		for _, l := range gr.looks[i] {
+			worst = min(worst, l.level.rank())
 			gs[i].Impact.Legacy += l.impact.Legacy
 			gs[i].Impact.Xt += l.impact.Xt
 			gs[i].Impact.Native += l.impact.Native
 			gs[i].Truncated = gs[i].Truncated || l.latestCut && gs[i].State != findings.StateUnknown
 			gs[i].Unclassified = gs[i].Unclassified || l.latestRaw && gs[i].State != findings.StateUnknown
+		}
+		pk := gr.picks[i][worst]
+		gs[i].Worst, gs[i].Example, gs[i].ExampleImpact = pk.level, pk.example, pk.impact
+		if len(gr.exps) == 0 {
+			gr.members[i][0] = pk.member
 		}
 		expect(&gs[i], gr.members[i], gr.exps, gr.ss[i].reasons)
 		if !gs[i].Expected {

@@ -61,7 +61,7 @@ type Item struct {
 	Time  time.Time      `json:"time"`
 	// Truncated is true for a look that stopped early: its counts are a
 	// lower bound, and a complete look of the pod counts instead (newer).
-	// Events do not say it.
+	// Events of forwarders before events.Summary.Truncated do not say it.
 	Truncated bool `json:"truncated"`
 	// Writer names the process whose change the agent's watch looked
 	// after (wording.WriterLine), "" when the finding names none.
@@ -405,7 +405,7 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 	if s.Node != "" && !node {
 		it.Node = s.Node
 	}
-	it.Impact, it.Worst, it.Vendors, it.Examples = s.Impact, s.Worst, s.Vendors, s.Examples
+	it.Impact, it.Worst, it.Vendors, it.Examples, it.Truncated = s.Impact, s.Worst, s.Vendors, s.Examples, s.Truncated
 	if node {
 		// An older forwarder posted the pod's wording.
 		it.Vendors = catalog.NodeWords(it.Vendors)

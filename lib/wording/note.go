@@ -30,6 +30,21 @@ const examplesHeading = "Example iptables rules seen in this pod:"
 const unknownHead = "The check of this pod's network namespace for iptables rules could not finish, so whether the pod uses iptables is unknown. " +
 	"Unknown is not clean: a pod can hide rules this way, for example by keeping the kernel's x_tables lock busy."
 
+// cutHead opens the note of a present record whose look stopped early
+// without seeing legacy rules: the level it saw is a lower bound, so it
+// gives no verdict (Note), only what was seen (cutSeen).
+const cutHead = "RHEL 10 impact not known: the check of this pod's rules stopped early and saw only "
+
+// cutSeen says what such a look saw, by its worst level.
+var cutSeen = map[string]string{
+	findings.ImpactXt:     "iptables-nft rules, some with xt matches or targets (these break unless kernel-modules-extra is installed)",
+	findings.ImpactNative: "native nftables rules",
+}
+
+// maxWhy bounds the record's error in a usage note, so the counts and
+// some examples still fit.
+const maxWhy = 300
+
 // unknownTail says what to do about it.
 const unknownTail = "It is checked again with the next scan of the pod; to look now, run `iptables-alerter scan` on the node."
 
@@ -52,9 +67,21 @@ const maxVendorLine = 300
 // words, the owning workload (zero Owner: not known), the recognised
 // vendors with their hints, the deprecation, the counts and as many example
 // rules as fit in NoteLimit bytes.
+//
+// A look that stopped early (Truncated) below legacy is no verdict: rules
+// it did not see may break (the x_tables lock kept busy hides the legacy
+// ones). Its note says so and why instead.
 func Note(rec findings.Record, o owner.Owner) string {
 	var b strings.Builder
-	b.WriteString(findings.ImpactWords(rec.WorstLevel()) + ".")
+	if level := rec.WorstLevel(); rec.Truncated && level != findings.ImpactLegacy {
+		seen, ok := cutSeen[level]
+		if !ok {
+			seen = "rules of no known RHEL 10 impact"
+		}
+		b.WriteString(cutHead + seen + "; rules it did not see may break. " + whySentence(rec, maxWhy))
+	} else {
+		b.WriteString(findings.ImpactWords(level) + ".")
+	}
 	if o.Kind != "" {
 		b.WriteString(" Owner: " + safetext.Display(o.Kind) + " " + safetext.Display(rec.Pod.Namespace) + "/" + safetext.Display(o.Name) + ".")
 	}
@@ -100,6 +127,21 @@ func Note(rec findings.Record, o owner.Owner) string {
 func UnknownNote(rec findings.Record, o owner.Owner) string {
 	var b strings.Builder
 	b.WriteString(unknownHead + "\n")
+	b.WriteString(whySentence(rec, NoteLimit))
+	if o.Kind != "" {
+		b.WriteString(" Owner: " + safetext.Display(o.Kind) + " " + safetext.Display(rec.Pod.Namespace) + "/" + safetext.Display(o.Name) + ".")
+	}
+	if rec.Container != "" {
+		b.WriteString(" Container: " + safetext.Display(rec.Container) + ".")
+	}
+	b.WriteString(writerSentence(rec.Writer, ""))
+	b.WriteString("\n" + unknownTail)
+	return safetext.Cut(b.String(), NoteLimit)
+}
+
+// whySentence says why a look could not see everything, in plain words
+// (plainWhy), then the record's error escaped and cut to limit bytes.
+func whySentence(rec findings.Record, limit int) string {
 	why := ""
 	for _, p := range plainWhy {
 		if strings.Contains(rec.Error, p.class) {
@@ -115,18 +157,9 @@ func UnknownNote(rec findings.Record, o owner.Owner) string {
 		why = "the check failed"
 	}
 	if rec.Error != "" {
-		why += " (" + safetext.Display(rec.Error) + ")"
+		why += " (" + safetext.Cut(safetext.Display(rec.Error), limit) + ")"
 	}
-	b.WriteString("Why: " + why + ".")
-	if o.Kind != "" {
-		b.WriteString(" Owner: " + safetext.Display(o.Kind) + " " + safetext.Display(rec.Pod.Namespace) + "/" + safetext.Display(o.Name) + ".")
-	}
-	if rec.Container != "" {
-		b.WriteString(" Container: " + safetext.Display(rec.Container) + ".")
-	}
-	b.WriteString(writerSentence(rec.Writer, ""))
-	b.WriteString("\n" + unknownTail)
-	return safetext.Cut(b.String(), NoteLimit)
+	return "Why: " + why + "."
 }
 
 // writerSentence names the process whose change the agent's watch

@@ -202,3 +202,35 @@ func TestCount(t *testing.T) {
 		}
 	}
 }
+
+// TestNoteCutShort: a look that stopped early below legacy (the pod kept
+// the x_tables lock busy, hiding its legacy rules) is no verdict: its
+// note does not say the pod keeps loading, but that the check was cut,
+// what it saw and why, the error escaped and bounded. One that saw
+// legacy rules still breaks.
+func TestNoteCutShort(t *testing.T) {
+	rec := findingstest.Sample()
+	rec.Impact, rec.Worst, rec.Truncated = findings.Impact{Native: 12}, findings.ImpactNative, true
+	rec.Error = "inspect legacy: legacy x_tables busy: \x1b[2J" + strings.Repeat("x", 2000)
+	got := Note(rec, owner.Owner{Kind: "Deployment", Name: "cart"})
+	first, _, _ := strings.Cut(got, "\n")
+	for _, want := range []string{"stopped early", "native nftables rules", "may break", "x_tables lock", "(inspect legacy: legacy x_tables busy: \\x1b[2J", "Owner: Deployment shop/cart."} {
+		if !strings.Contains(first, want) {
+			t.Errorf("first line lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "Keeps loading") || strings.Contains(got, "\x1b") || len(first) > 700 || !strings.Contains(got, deprecation) || !strings.Contains(got, examplesHeading) {
+		t.Errorf("note says the pod keeps loading, holds an escape, or its first line (%d bytes) crowds out the rest:\n%s", len(first), got)
+	}
+	if len(got) > NoteLimit {
+		t.Errorf("note is %d bytes, limit %d", len(got), NoteLimit)
+	}
+	rec.Worst = findings.ImpactXt
+	if got := Note(rec, owner.Owner{}); !strings.Contains(got, "xt matches") || !strings.Contains(got, "stopped early") {
+		t.Errorf("xt look cut short:\n%s", got)
+	}
+	rec.Worst = findings.ImpactLegacy
+	if got := Note(rec, owner.Owner{}); !strings.HasPrefix(got, findings.ImpactWords(findings.ImpactLegacy)+".") {
+		t.Errorf("legacy look cut short:\n%s", got)
+	}
+}

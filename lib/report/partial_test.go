@@ -1,0 +1,156 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/events"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+)
+
+// partialLooks are a pod's two looks as the agent records them: a
+// complete one of 3 legacy rules and a native one, then one that saw a
+// native rule alone while the pod kept the x_tables lock busy (present,
+// truncated).
+func partialLooks() (complete, cut findings.Record) {
+	pod := findings.Pod{Namespace: "shop", Name: "web-1", UID: "u1"}
+	complete = findings.Record{Time: t0, Node: "node-a", Pod: pod, State: findings.StatePresent,
+		Legacy: findings.Legacy{Tables: []string{"filter"}, Rules: 3}, Nft: findings.Nft{Tables: []string{"ip filter"}, Rules: 1},
+		Impact: findings.Impact{Legacy: 3, Native: 1}, Worst: findings.ImpactLegacy, Fingerprint: "f1",
+		Examples: []findings.Example{{Family: "ip", Table: "filter", Rule: "-A INPUT -j DROP", Impact: findings.ImpactLegacy},
+			{Family: "ip", Table: "filter", Rule: "-A OUTPUT -j ACCEPT", Impact: findings.ImpactNative}}}
+	cut = findings.Record{Time: t0.Add(time.Minute), Node: "node-a", Pod: pod, State: findings.StatePresent, Truncated: true,
+		Error: "inspect legacy: legacy x_tables busy", Nft: findings.Nft{Tables: []string{"ip filter"}, Rules: 2},
+		Impact: findings.Impact{Native: 2}, Worst: findings.ImpactNative, Fingerprint: "f2",
+		Examples: []findings.Example{{Family: "ip", Table: "filter", Rule: "-A OUTPUT -j ACCEPT", Impact: findings.ImpactNative}}}
+	return complete, cut
+}
+
+// eventOf is rec's pod Event as the forwarder posts it, listed back.
+func eventOf(rec findings.Record) map[string]any {
+	sum := events.SummaryOf(rec, "node-a", owner.Owner{Kind: "Deployment", Name: "web"}).JSON()
+	return map[string]any{"metadata": map[string]any{"namespace": rec.Pod.Namespace, "annotations": map[string]string{events.SummaryAnnotation: sum}},
+		"reason": events.Reason, "reportingController": events.Controller, "reportingInstance": "node-a",
+		"eventTime": rec.Time.Format("2006-01-02T15:04:05.000000Z07:00"),
+		"regarding": map[string]any{"kind": "Pod", "namespace": rec.Pod.Namespace, "name": rec.Pod.Name, "uid": rec.Pod.UID}}
+}
+
+// TestTruncatedEvent: an Event says when its look stopped early, as a
+// findings file and a Report result do. A pod seen with legacy rules that
+// then keeps the x_tables lock busy, its Event of the complete look past
+// --event-ttl, read as a complete native look: --fail-on breaks passed,
+// the row said native, --by node ready.
+func TestTruncatedEvent(t *testing.T) {
+	complete, cut := partialLooks()
+	for _, tc := range []struct {
+		name  string
+		evs   []any
+		worst string
+	}{
+		{"both looks", []any{eventOf(complete), eventOf(cut)}, findings.ImpactLegacy},
+		{"the complete look's Event expired", []any{eventOf(cut)}, findings.ImpactNative},
+	} {
+		doc, _ := json.Marshal(map[string]any{"kind": "EventList", "items": tc.evs})
+		var sk Skipped
+		its, err := ReadEvents(bytes.NewReader(doc), "events", &sk)
+		if err != nil || len(its) != len(tc.evs) || !reflect.DeepEqual(sk, Skipped{}) {
+			t.Fatalf("%s: items %+v, skipped %+v, %v", tc.name, its, sk, err)
+		}
+		gs := GroupItems(its, nil)
+		if len(gs) != 1 || !gs[0].Truncated || gs[0].Worst != tc.worst {
+			t.Errorf("%s: groups %+v; want one, truncated, worst %s", tc.name, gs, tc.worst)
+		}
+		if !Judge(gs, FailBreaks) {
+			t.Errorf("%s: --fail-on breaks passes a look cut short", tc.name)
+		}
+		if rows := ByNode(gs, nil, DefaultPoolLabel); len(rows) != 1 || rows[0].Readiness == findings.ReadinessReady {
+			t.Errorf("%s: by node %+v, want node-a not ready", tc.name, rows)
+		}
+		var b bytes.Buffer
+		if err := Write(&b, Report{Groups: gs, FailOn: FailBreaks}, "text"); err != nil || !strings.Contains(b.String(), tc.worst+" (incomplete)") {
+			t.Errorf("%s: the text does not say %s (incomplete) (%v):\n%s", tc.name, tc.worst, err, b.String())
+		}
+	}
+
+	// An older forwarder's summary, without the field, still reads: a
+	// complete look, as before.
+	old := strings.Replace(events.SummaryOf(complete, "node-a", owner.Owner{}).JSON(), `"truncated":false,`, "", 1)
+	ev := eventOf(complete)
+	ev["metadata"].(map[string]any)["annotations"] = map[string]string{events.SummaryAnnotation: old}
+	doc, _ := json.Marshal(map[string]any{"kind": "EventList", "items": []any{ev}})
+	var sk Skipped
+	its, err := ReadEvents(bytes.NewReader(doc), "events", &sk)
+	if err != nil || len(its) != 1 || !reflect.DeepEqual(sk, Skipped{}) || its[0].Truncated || its[0].Worst != findings.ImpactLegacy || its[0].Impact.Legacy != 3 {
+		t.Errorf("an older summary: items %+v, skipped %+v, %v", its, sk, err)
+	}
+}
+
+// TestCompleteLookReplacesLevel: a pod's level is its latest complete
+// look's, as its counts are: a pod whose legacy rules were removed, seen
+// complete with its native rule alone, failed --fail-on breaks as legacy
+// for as long as the older look was read. A look cut short, or with rules
+// of no known level, keeps the worse level seen before; a command's own
+// finding counts its level whenever it was; looks at the same time (an
+// older forwarder's Events have none) all count. The order they are read
+// in does not matter.
+func TestCompleteLookReplacesLevel(t *testing.T) {
+	legacy, cut := partialLooks()
+	at := func(r findings.Record, min int) findings.Record {
+		r.Time = t0.Add(time.Duration(min) * time.Minute)
+		return r
+	}
+	native := legacy
+	native.Legacy, native.Impact, native.Worst, native.Fingerprint = findings.Legacy{}, findings.Impact{Native: 1}, findings.ImpactNative, "f3"
+	native.Examples = legacy.Examples[1:]
+	unclassified := native
+	unclassified.Worst, unclassified.Fingerprint = "", "f4"
+	refused := findings.Record{Node: "node-a", Pod: legacy.Pod, State: findings.StatePresent, Source: findings.SourceExec, Worst: findings.ImpactLegacy,
+		Exec: &findings.Exec{Argv: []string{"iptables-legacy", "-A", "OUTPUT"}, Backend: "legacy", Operation: "write", Exited: true, ExitCode: 3, Failed: true, MissingKernelSupport: true}}
+	for _, tc := range []struct {
+		name   string
+		recs   []findings.Record
+		worst  string
+		impact findings.Impact
+		fails  bool
+	}{
+		{"complete native after legacy", []findings.Record{at(legacy, 0), at(native, 2)}, findings.ImpactNative, findings.Impact{Native: 1}, false},
+		{"cut after legacy", []findings.Record{at(legacy, 0), at(cut, 1)}, findings.ImpactLegacy, findings.Impact{Legacy: 3, Native: 1}, true},
+		{"complete after cut after legacy", []findings.Record{at(legacy, 0), at(cut, 1), at(native, 2)}, findings.ImpactNative, findings.Impact{Native: 1}, false},
+		{"unclassified after legacy", []findings.Record{at(legacy, 0), at(unclassified, 2)}, findings.ImpactLegacy, findings.Impact{Native: 1}, true},
+		{"refused write before the complete look", []findings.Record{at(legacy, 0), at(refused, 1), at(native, 2)}, findings.ImpactLegacy, findings.Impact{Native: 1}, true},
+		// The counts are the one read last's.
+		{"at the same time", []findings.Record{at(legacy, 0), at(native, 0)}, findings.ImpactLegacy, findings.Impact{}, true},
+	} {
+		var items []Item
+		for _, r := range tc.recs {
+			items = append(items, itemOf(r, "findings"))
+		}
+		for _, order := range []string{"oldest first", "newest first"} {
+			if order == "newest first" {
+				slices.Reverse(items)
+			}
+			col := newCollector("", nil)
+			for _, it := range items {
+				col.add(it)
+			}
+			for how, gs := range map[string][]Group{"files": GroupItems(items, nil), "cluster": col.groups()} {
+				if len(gs) != 1 || gs[0].Worst != tc.worst || tc.impact != (findings.Impact{}) && gs[0].Impact != tc.impact {
+					t.Errorf("%s, %s (%s): groups %+v; want one, worst %s, %+v", tc.name, order, how, gs, tc.worst, tc.impact)
+					continue
+				}
+				if failing := Judge(gs, FailBreaks); failing != tc.fails {
+					t.Errorf("%s, %s (%s): failing %v, want %v", tc.name, order, how, failing, tc.fails)
+				}
+				if ex := gs[0].ExampleImpact; ex != tc.worst {
+					t.Errorf("%s, %s (%s): example at %s, worst %s", tc.name, order, how, ex, tc.worst)
+				}
+			}
+		}
+	}
+}
