@@ -153,4 +153,17 @@ func TestCompleteLookReplacesLevel(t *testing.T) {
 			}
 		}
 	}
+
+	// Events (and Report results) are anyone's who may post one in the
+	// namespace: a complete look among them never lowers a level, or a
+	// forged one would pass the gate.
+	doc, _ := json.Marshal(map[string]any{"kind": "EventList", "items": []any{eventOf(at(legacy, 0)), eventOf(at(native, 2))}})
+	var sk Skipped
+	its, err := ReadEvents(bytes.NewReader(doc), "events.json", &sk)
+	if err != nil || len(its) != 2 {
+		t.Fatalf("events: %+v, %v", its, err)
+	}
+	if gs := GroupItems(its, nil); len(gs) != 1 || gs[0].Worst != findings.ImpactLegacy || !Judge(gs, FailBreaks) {
+		t.Errorf("a complete native Event after a legacy one: groups %+v; want worst legacy, failing", gs)
+	}
 }
