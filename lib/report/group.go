@@ -189,7 +189,7 @@ const classified = 3
 // (at, set); the time of its latest complete look with every rule
 // classified (whole), before which no look's level counts; and the levels
 // of its commands' own findings (cmd), which always count. Only a findings
-// file's look is whole: an Event or a Report result (Item.written) could
+// file's look is whole: an Event or a Report result (Item.Posted) could
 // be anyone's in the namespace, and a forged complete look must not lower
 // a level seen before.
 type podLevel struct {
@@ -211,7 +211,7 @@ func (p *podLevel) add(it Item) {
 			p.at[r] = it.Time
 			p.set |= 1 << r
 		}
-		if !it.Truncated && !it.written && (!p.hasWhole || it.Time.After(p.whole)) {
+		if !it.Truncated && !it.Posted && (!p.hasWhole || it.Time.After(p.whole)) {
 			p.whole, p.hasWhole = it.Time, true
 		}
 	}

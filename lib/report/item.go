@@ -69,11 +69,12 @@ type Item struct {
 	// Command is the iptables command the exec watch saw
 	// (wording.ExecLine: FAILED first when it failed), "" when none.
 	Command string `json:"command"`
-	// written is set on an item read from an Event or a Report result,
+	// Posted is set on an item read from an Event or a Report result,
 	// which anyone who may write one in the namespace could have forged:
 	// such a look never replaces an older look's level (podLevel), so a
-	// forgery can hold a gate, never pass one.
-	written bool
+	// forgery can hold a gate, never pass one. Not in the JSON: set on
+	// reading.
+	Posted bool `json:"-"`
 }
 
 // maxLine bounds a findings line read back; the hook writes at most
@@ -391,7 +392,7 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 	if node {
 		it = Item{Node: obj.Name, Owner: nodeOwner(obj.Name), Source: source, State: state, Time: ev.EventTime.Time}
 	}
-	it.written = true
+	it.Posted = true
 	raw, ok := ev.Metadata.Annotations[events.SummaryAnnotation]
 	if !ok {
 		// An Event of an older forwarder: the pod is known, nothing more.

@@ -154,7 +154,7 @@ func resultShared(namespace string, x *leanResult, sk *Skipped) (Item, bool) {
 		return Item{}, false
 	}
 	it := Item{Namespace: namespace, Node: p.Nodes, Source: "reports", State: findings.StatePresent, Time: p.Seen,
-		Truncated: p.Truncated == "true", MixedBackends: p.Mixed == "true", written: true}
+		Truncated: p.Truncated == "true", MixedBackends: p.Mixed == "true", Posted: true}
 	if m := p.Modules; m != "" {
 		// Judged already: read back as the xt level's, which Judged
 		// keeps whole; valid drops what is not a module name.
