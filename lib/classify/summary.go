@@ -42,8 +42,9 @@ type Summary struct {
 	// alone (Fingerprint hashes both), so that a look that read only one
 	// part whole can be compared with an earlier look on that part.
 	NftFingerprint, LegacyFingerprint string
-	// Truncated is set when the table lists had to be cut.
-	Truncated bool
+	// ListsCut is set when the table lists had to be cut: the counts
+	// are whole (findings.Record.ListsCut).
+	ListsCut bool
 	// MixedBackends is set when both backends hold usage: iptables-nft
 	// rules in nftables and entries beyond the untouched ones in a legacy
 	// x_tables table. An empty legacy table (any iptables-legacy -L
@@ -113,7 +114,7 @@ func Summarize(u Usage) Summary {
 	sort.Strings(s.NftTables)
 	sort.Strings(s.LegacyTables)
 	if len(s.NftTables) > maxTables {
-		s.NftTables, s.Truncated = s.NftTables[:maxTables], true
+		s.NftTables, s.ListsCut = s.NftTables[:maxTables], true
 	}
 	for _, pt := range per {
 		s.NftPerTable = append(s.NftPerTable, *pt)

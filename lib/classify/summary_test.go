@@ -19,7 +19,7 @@ func TestSummarizeFingerprint(t *testing.T) {
 		Legacy: []Legacy{{Family: inspect.IP6, Table: "filter", Rules: 1}},
 	}
 	s := Summarize(u)
-	if s.NftChains != 2 || s.NftRules != 2 || strings.Join(s.NftTables, ",") != "ip nat" || s.LegacyRules != 1 || s.Truncated {
+	if s.NftChains != 2 || s.NftRules != 2 || strings.Join(s.NftTables, ",") != "ip nat" || s.LegacyRules != 1 || s.ListsCut {
 		t.Fatalf("Summarize = %+v", s)
 	}
 	if again := Summarize(u); again.Fingerprint != s.Fingerprint {
@@ -46,8 +46,8 @@ func TestSummarizeBoundsHostileTables(t *testing.T) {
 		u.Chains = append(u.Chains, Chain{Family: inspect.INet, Table: strings.Repeat("x", 200) + string(rune('A'+i%26)) + strings.Repeat("y", i), Name: "c", Rules: 1})
 	}
 	s := Summarize(u)
-	if len(s.NftTables) != maxTables || !s.Truncated {
-		t.Fatalf("%d tables, truncated=%v; want %d and truncated", len(s.NftTables), s.Truncated, maxTables)
+	if len(s.NftTables) != maxTables || !s.ListsCut {
+		t.Fatalf("%d tables, truncated=%v; want %d and truncated", len(s.NftTables), s.ListsCut, maxTables)
 	}
 	for _, tb := range s.NftTables {
 		if len(tb) > len("inet ")+maxName+len("…") {

@@ -30,8 +30,8 @@ const (
 // attacker-chosen strings can neither break the line nor forge another.
 // Strings and lists over their bounds are cut; when the line is still too
 // long, examples, then allowlist entries, then table names, then vendors are
-// dropped from the end, and last every string is cut short; Truncated is then
-// set. ExamplesLeftOut is counted for the examples written. An empty or
+// dropped from the end, and last every string is cut short; ListsCut is then
+// set (the counts stay whole). ExamplesLeftOut is counted for the examples written. An empty or
 // unknown State becomes KnownState's, a Subject KnownSubject's. A Worst or an
 // example's Impact that is not one of ImpactLevels
 // becomes "".
@@ -98,7 +98,7 @@ func Encode(rec Record) ([]byte, error) {
 		if !rec.shrink(lists) {
 			return nil, fmt.Errorf("encode finding: %d bytes after cutting every field, bound %d", len(b)+1, MaxRecordBytes)
 		}
-		rec.Truncated = true
+		rec.ListsCut = true
 	}
 }
 

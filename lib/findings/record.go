@@ -57,10 +57,16 @@ type Record struct {
 	// Fingerprint is a stable hash of the usage: the same rules give the
 	// same value whatever their counters, handles or the time of the check.
 	Fingerprint string `json:"fingerprint"`
-	// Truncated is true when the hook hit its deadline or a size bound and
-	// the counts are a lower bound.
-	Truncated bool   `json:"truncated"`
-	Error     string `json:"error"`
+	// Truncated is true when the look did not see everything (the
+	// deadline, the x_tables lock kept busy, a decoding bound): the
+	// counts are a lower bound (Partial).
+	Truncated bool `json:"truncated"`
+	// ListsCut is true when lists (tables, examples, vendors, allowlist
+	// entries) or strings were cut to bound the record: the counts are
+	// whole, and the look says as much as an uncut one. Records before
+	// the field set Truncated instead.
+	ListsCut bool   `json:"lists_cut"`
+	Error    string `json:"error"`
 	// Writer names the process whose committed change made the agent's
 	// watch scan, or that a start, stop or sweep scan saw while the watch
 	// still held that commit; null when no watched commit explains the

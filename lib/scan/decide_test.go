@@ -145,3 +145,22 @@ func TestDecideNode(t *testing.T) {
 		}
 	}
 }
+
+// TestManyTablesWhole: a pod with more nftables tables than a record
+// lists (40, the list holds 32) was recorded truncated, as a look cut
+// short: its counts were whole, yet the node label, the agent's usage,
+// the textfile and the Reports kept a worse level seen before for good
+// (a pod that removed its legacy rules stayed "breaks") and
+// pod_usage_incomplete fired. Its lists are now cut (ListsCut), and the
+// look is complete.
+func TestManyTablesWhole(t *testing.T) {
+	var u classify.Usage
+	for i := range 40 {
+		u.Chains = append(u.Chains, classify.Chain{Family: inspect.IP, Table: fmt.Sprintf("t%02d", i), Name: "INPUT", Rules: 1, Sum: uint64(i)})
+	}
+	rec := Build(testMeta, Result{Usage: u})
+	if rec.Truncated || rec.Partial() || !rec.ListsCut || rec.Nft.Rules != 40 || len(rec.Nft.Tables) >= 40 || rec.KnownState() != findings.StatePresent {
+		t.Errorf("40 tables: truncated %v, partial %v, lists cut %v, %d rules, %d tables listed, state %s",
+			rec.Truncated, rec.Partial(), rec.ListsCut, rec.Nft.Rules, len(rec.Nft.Tables), rec.KnownState())
+	}
+}

@@ -105,7 +105,8 @@ func build(m Meta, res Result) (findings.Record, classify.Summary) {
 		Modules:          modules.Of(res.Usage),
 		MixedBackends:    sum.MixedBackends,
 		Fingerprint:      fp,
-		Truncated:        !res.Complete() || sum.Truncated,
+		Truncated:        !res.Complete(),
+		ListsCut:         sum.ListsCut,
 	}
 	// Rendering costs: each candidate rule is rendered once, for the
 	// examples and the vendor table both.
