@@ -86,7 +86,7 @@ func (w *Writer) writeNode(ctx context.Context, rec findings.Record) (Result, er
 				if first := firstSeen(*old); !first.IsZero() && first.Before(Seen(y)) {
 					y.Properties[PropFirstSeen] = first.Format(time.RFC3339)
 				}
-				y = after(*old, y, rec.CommandOnly())
+				y = after(*old, y, rec)
 			}
 			// Without one, Policy Reporter's key holds the message, whose
 			// counts change: a new result, and a notification, at each.

@@ -313,12 +313,18 @@ func firstSeen(r openreportsv1alpha1.ReportResult) time.Time {
 // result it had (old) and the one rec alone makes (x). A look at the
 // rules replaces old, keeping the last command seen when rec has none: a
 // failed write leaves no rule, and a later look must not erase that it
-// was tried. A command's own finding (findings.Record.CommandOnly) says
-// nothing of the rules: old stays, with the command added and rec's level
-// when worse (a write refused for missing kernel support breaks).
-func after(old, x openreportsv1alpha1.ReportResult, commandOnly bool) openreportsv1alpha1.ReportResult {
+// was tried. A look that could not see everything (findings.Record.Partial)
+// replaces old only when it says worse: old's level, counts and examples
+// stay, with x's sighting and why it fell short, until a whole look. A
+// command's own finding (findings.Record.CommandOnly) says nothing of the
+// rules: old stays, with the command added and rec's level when worse (a
+// write refused for missing kernel support breaks).
+func after(old, x openreportsv1alpha1.ReportResult, rec findings.Record) openreportsv1alpha1.ReportResult {
 	cmd, had := old.Properties[PropCommand]
-	if !commandOnly {
+	if !rec.CommandOnly() {
+		if rec.Partial() && graver(old.Rule, x.Rule) {
+			x = withSighting(old, x)
+		}
 		if _, ok := x.Properties[PropCommand]; !ok && had {
 			x.Properties[PropCommand] = cmd
 		}
@@ -340,6 +346,25 @@ func after(old, x openreportsv1alpha1.ReportResult, commandOnly bool) openreport
 	}
 	if graver(x.Rule, old.Rule) {
 		out.Rule, out.Result, out.Severity, out.Description = x.Rule, x.Result, x.Severity, x.Description
+	}
+	return out
+}
+
+// withSighting is old with x's sighting: its time, its error and whether
+// it was truncated, the rest (level, counts, examples, writer) old's.
+func withSighting(old, x openreportsv1alpha1.ReportResult) openreportsv1alpha1.ReportResult {
+	out := old
+	out.Properties = maps.Clone(old.Properties)
+	if out.Properties == nil {
+		out.Properties = map[string]string{}
+	}
+	out.Timestamp = x.Timestamp
+	for _, k := range []string{PropLastSeen, PropError, PropTruncated} {
+		if v, ok := x.Properties[k]; ok {
+			out.Properties[k] = v
+		} else {
+			delete(out.Properties, k)
+		}
 	}
 	return out
 }

@@ -466,7 +466,7 @@ func (w *Writer) plan(ctx context.Context, rec findings.Record, posted owner.Own
 		})
 		x := resultOf(rec, pod, o, ref, w.node, first)
 		if old != nil {
-			x = after(*old, x, rec.CommandOnly())
+			x = after(*old, x, rec)
 		}
 		x.Properties[PropResultID] = resultKey(old, x.Rule, rec.Pod.UID, r.Name)
 		r.Results = append(r.Results, x)
