@@ -175,6 +175,11 @@ type Scan struct {
 	// FirstUnreachable is set on the first Unreachable scan of its
 	// sandbox: the one worth a warning, not each scan's.
 	FirstUnreachable bool
+	// Kept is what the record step's memory keeps of the pod's usage,
+	// read after a look that could not see everything (Usage keeps its
+	// worse level, where the agent's own memory of the pod is lost with a
+	// restart); nil otherwise or when it keeps none.
+	Kept *findings.KeptUsage
 	// RanOut: the look's nftables read reached the scan's deadline (its
 	// counts are lower bounds); the queue then holds the sandbox to fewer
 	// workers.

@@ -361,6 +361,58 @@ func TestLegacyBusy(t *testing.T) {
 	}
 }
 
+// TestUsageKeptAcrossRestart: an agent restarted (a rollout, the unit's
+// restart) follows no pod yet; a pod seen with legacy rules that keeps the
+// x_tables lock busy gives it a look with its nftables rule alone, Same for
+// the record step, whose level the agent took: the pod's legacy series and
+// IPTablesBreakingOnRHEL10 cleared while its legacy rule was there. The
+// record step's memory keeps the worse level, and the new agent takes it.
+func TestUsageKeptAcrossRestart(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy")
+	nstest.NeedIPTables(t)
+	dir := t.TempDir()
+	const timeout = 500 * time.Millisecond
+	ns := nstest.New(t)
+	ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	ns.Run("iptables-legacy", "-A", "INPUT", "-p", "tcp", "--dport", "81", "-j", "DROP")
+	worst := func(a *Agent) (string, int) {
+		for _, p := range a.usage.Pods() {
+			if p.SandboxID == "a" {
+				return p.Worst, p.Impact.Legacy
+			}
+		}
+		return "none", 0
+	}
+	look := func(a *Agent, rec *recorder) Scan {
+		t.Helper()
+		if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{pod("a", ns.Path())}, nil); err != nil {
+			t.Fatal(err)
+		}
+		release(a, 1)
+		return rec.wait(t, 1)[0]
+	}
+	first := newRecorder()
+	a := startAgent(t, dir, first, timeout)
+	if s := look(a, first); s.Stored != findings.Recorded || s.Record.Truncated {
+		t.Fatalf("first look: %+v (record %+v), want a complete record", s, s.Record)
+	}
+	if w, n := worst(a); w != findings.ImpactLegacy || n != 1 {
+		t.Fatalf("first agent: worst %s, %d legacy rules; want legacy, 1", w, n)
+	}
+
+	stop := nstest.HoldXTMutex(t)
+	defer stop()
+	second := newRecorder()
+	b := startAgent(t, dir, second, timeout)
+	s := look(b, second)
+	if s.Record == nil || !s.Record.Truncated || s.Record.Worst == findings.ImpactLegacy {
+		t.Fatalf("look under the x_tables mutex: %+v (record %+v), want truncated, without the legacy rule", s, s.Record)
+	}
+	if w, n := worst(b); w != findings.ImpactLegacy || n != 1 {
+		t.Errorf("restarted agent after a truncated look: worst %s, %d legacy rules; want legacy, 1 (kept)", w, n)
+	}
+}
+
 // TestMemorySweptOncePerInterval: the per-sandbox memory's sweep (dropping
 // entries whose netns is gone) runs with the first recorded finding, not
 // again for the next one within memorySweepEvery: it reads every entry, and

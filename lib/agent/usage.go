@@ -118,16 +118,35 @@ func (u *Usage) Scanned(s Scan) {
 		// series, IPTablesBreakingOnRHEL10 and the agent's word would
 		// clear while the rules seen before may still be there. The
 		// next complete look decides (nodemark keeps the label so too).
-		if old, ok := u.pods[id]; ok && r.Truncated && findings.ImpactRank(old.Worst) < findings.ImpactRank(p.Worst) {
+		// A pod this agent has not followed yet (it restarted) has its
+		// level from the record step's memory.
+		old, ok := u.pods[id]
+		if !ok && s.Kept != nil {
+			old, ok = keptUsage(p, *s.Kept), true
+		}
+		if ok && r.Truncated && findings.ImpactRank(old.Worst) < findings.ImpactRank(p.Worst) {
 			p.Impact, p.Vendors, p.Worst = old.Impact, old.Vendors, old.Worst
 		}
 		u.pods[id] = p
+	case s.Outcome == Found && s.Record.KnownState() == findings.StateUnknown && s.Kept != nil:
+		// Unknown now: the last usage seen stays, below; the memory's
+		// for a pod this agent has not followed yet.
+		if _, ok := u.pods[id]; !ok && len(u.pods) < u.max {
+			r := s.Record
+			u.pods[id] = keptUsage(PodUsage{SandboxID: id, Namespace: r.Pod.Namespace, Name: r.Pod.Name, Owner: s.Meta.Owner, Time: r.Time}, *s.Kept)
+		}
 	case s.Outcome == Found && s.Record.KnownState() == findings.StateGone:
 		delete(u.pods, id)
 		delete(u.out, id)
 	}
 	// Unknown, failed, unreachable, dropped: what the pod uses now is not
 	// known; the last usage seen stays.
+}
+
+// keptUsage is p with the usage the record step's memory kept.
+func keptUsage(p PodUsage, k findings.KeptUsage) PodUsage {
+	p.Impact, p.Vendors, p.Worst = k.Impact, k.Vendors, k.Worst
+	return p
 }
 
 // Stopped drops the sandbox's pod: its usage and its command counts.

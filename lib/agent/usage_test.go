@@ -205,6 +205,24 @@ func TestUsageIncompleteLook(t *testing.T) {
 			t.Errorf("%s: %+v, readiness %s; want worst %s, %s", c.name, p, u.Readiness(), c.worst, c.want)
 		}
 	}
+
+	// A pod this Usage has not followed (the agent restarted): the
+	// record step's memory gives the level an incomplete look keeps.
+	kept := &findings.KeptUsage{Worst: findings.ImpactLegacy, Impact: findings.Impact{Legacy: 2}}
+	fresh := NewUsage(10)
+	unknown := Scan{Meta: scan.Meta{SandboxID: "a"}, Outcome: Found, Kept: kept, Record: &findings.Record{State: findings.StateUnknown,
+		Pod: findings.Pod{Namespace: "ns", Name: "a"}, Truncated: true}}
+	fresh.Scanned(unknown)
+	if p := fresh.Pods(); len(p) != 1 || p[0].Worst != findings.ImpactLegacy || p[0].Impact.Legacy != 2 || p[0].Name != "a" {
+		t.Errorf("unknown look, memory kept legacy: %+v", p)
+	}
+	fresh = NewUsage(10)
+	cut := look(findings.Impact{Native: 1}, true)
+	cut.Kept = kept
+	fresh.Scanned(cut)
+	if p := fresh.Pods(); len(p) != 1 || p[0].Worst != findings.ImpactLegacy {
+		t.Errorf("truncated look, memory kept legacy: %+v", p)
+	}
 }
 
 // TestUsageAfterStop: a scan or a command of a sandbox that ends after

@@ -109,8 +109,11 @@ func (a *Agent) scan(j job, long bool) Scan {
 	})
 	d.Record.Exec = j.exec
 	s.Stored, s.Err = a.record(j.meta.SandboxID, d)
-	s.Duration = time.Since(start)
 	rec := &d.Record
+	if rec.Partial() && (s.Stored == findings.Same || s.Stored == findings.Recorded) {
+		s.Kept = a.kept(j.meta.SandboxID)
+	}
+	s.Duration = time.Since(start)
 	switch {
 	case d.Clean() && s.Stored == findings.Same:
 		// No usage recorded before, or its gone already: clean.
@@ -122,6 +125,17 @@ func (a *Agent) scan(j job, long bool) Scan {
 		s.Outcome, s.Record = Found, rec
 	}
 	return s
+}
+
+// kept is what the record step's memory keeps of the sandbox's usage
+// (findings.Seen.Kept), nil when it keeps none.
+func (a *Agent) kept(key string) *findings.KeptUsage {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	if k, ok := a.store.Seen.Kept(ctx, key); ok {
+		return &k
+	}
+	return nil
 }
 
 // record goes through the record step the hook takes too: one memory for

@@ -58,6 +58,9 @@ type seenEntry struct {
 	// Parts are, per part of a look, what the sandbox's records last said
 	// of it (Parts.over); zero in entries of older writers.
 	Parts Parts `json:"parts"`
+	// Usage is what the records last said of the usage (KeptUsage); nil
+	// after a gone record and in entries of older writers.
+	Usage *KeptUsage `json:"usage,omitempty"`
 	// Since starts the current interval; Count findings were written in it.
 	Since time.Time `json:"since"`
 	Count int       `json:"count"`
@@ -171,11 +174,18 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 		return Same, nil
 	}
 	if old.Fingerprint == rec.Fingerprint && old.State == state || state == StateGone && old.State == StateGone {
-		if parts.Whole() && old.Parts != parts {
+		learn := parts.Whole() && old.Parts != parts
+		if learn {
 			// An entry of an older writer, or one whose record was
 			// partial with a fingerprint that happens to match: learn
 			// the parts, so a later partial look can be compared.
 			old.Parts = parts
+		}
+		if old.Usage == nil && state == StatePresent && !rec.Partial() {
+			// An older writer's entry keeps no usage yet.
+			old.Usage, learn = keptOf(rec, nil), true
+		}
+		if learn {
 			_ = save(f, old)
 		}
 		return Same, nil
@@ -198,11 +208,63 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 	if werr != nil && !errors.Is(werr, ErrNotRotated) {
 		return Failed, werr
 	}
-	e := seenEntry{Key: key, Netns: sweptBy(rec), Fingerprint: rec.Fingerprint, State: state, Parts: parts.over(old.Parts), Since: old.Since, Count: old.Count + 1}
+	e := seenEntry{Key: key, Netns: sweptBy(rec), Fingerprint: rec.Fingerprint, State: state, Parts: parts.over(old.Parts), Usage: keptOf(rec, old.Usage),
+		Since: old.Since, Count: old.Count + 1}
 	if err := save(f, e); err != nil {
 		return Recorded, errors.Join(werr, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err))
 	}
 	return Recorded, werr
+}
+
+// KeptUsage is what a sandbox's records last said of its usage: its
+// worst level, its rules per level and its vendors, kept over a look that
+// could not see everything (Record.Partial) when that said milder, as the
+// consumers keep it. A process that comes to the pod with no memory of its
+// own (the agent restarted, meeting a pod that keeps the x_tables lock
+// busy over its legacy rules) reads it with Seen.Kept instead of taking
+// the partial look's level.
+type KeptUsage struct {
+	Worst   string   `json:"worst"`
+	Impact  Impact   `json:"impact"`
+	Vendors []string `json:"vendors,omitempty"`
+}
+
+// keptOf is the usage an entry keeps once rec is recorded, given the one
+// it kept (old, nil: none).
+func keptOf(rec Record, old *KeptUsage) *KeptUsage {
+	switch rec.KnownState() {
+	case StateGone:
+		return nil
+	case StateUnknown:
+		return old
+	}
+	k := &KeptUsage{Worst: rec.WorstLevel(), Impact: rec.Levels(), Vendors: VendorLabels(rec.Vendors)}
+	if old != nil && rec.Partial() && ImpactRank(old.Worst) < ImpactRank(k.Worst) {
+		return old
+	}
+	return k
+}
+
+// Kept is the usage the sandbox's entry keeps (KeptUsage); false without
+// an entry, or one that keeps none, or when it cannot be read.
+func (s Seen) Kept(ctx context.Context, key string) (KeptUsage, bool) {
+	d, f, err := s.open(key, false)
+	if err != nil {
+		return KeptUsage{}, false
+	}
+	defer d.Close()
+	defer f.Close()
+	// Locked: a record step saving it at once must not be read half
+	// written.
+	if lock(ctx, f) != nil {
+		return KeptUsage{}, false
+	}
+	var e seenEntry
+	data, err := fileio.ReadLimited(f, maxEntry)
+	if err != nil || json.Unmarshal(data, &e) != nil || e.Usage == nil {
+		return KeptUsage{}, false
+	}
+	return *e.Usage, true
 }
 
 // sweptBy is the namespace path the sweep judges rec's entry by: none for

@@ -249,6 +249,63 @@ func TestSeenPartialLook(t *testing.T) {
 	}
 }
 
+// TestSeenKeptUsage: the sandbox's entry keeps what its records said of
+// its usage, and keeps a worse level over a partial look that said milder,
+// for an agent that comes back with no memory of its own (Seen.Kept): a
+// complete look replaces it, a gone one clears it, an unknown one leaves
+// it. An older writer's entry learns it from a complete look that is Same.
+func TestSeenKeptUsage(t *testing.T) {
+	s := Seen{Dir: t.TempDir(), Limit: 100, Interval: time.Hour}
+	legacy := Record{Fingerprint: "F1", State: StatePresent, Legacy: Legacy{Rules: 3}, Nft: Nft{Rules: 1},
+		Impact: Impact{Legacy: 3, Native: 1}, Worst: ImpactLegacy, Vendors: []Vendor{{Name: "istio"}}}
+	cut := Record{Fingerprint: "P1", State: StatePresent, Truncated: true, Error: "legacy x_tables busy", Nft: Nft{Rules: 2},
+		Impact: Impact{Native: 2}, Worst: ImpactNative}
+	native := Record{Fingerprint: "F2", State: StatePresent, Nft: Nft{Rules: 2}, Impact: Impact{Native: 2}, Worst: ImpactNative}
+	unknown := Record{Fingerprint: "U1", State: StateUnknown, Truncated: true, Error: "deadline"}
+	gone := Record{Fingerprint: "G", State: StateGone}
+	ctx := context.Background()
+	for _, st := range []struct {
+		name  string
+		rec   Record
+		parts Parts
+		worst string // "" for none kept
+		rules int
+	}{
+		{"complete legacy look", legacy, Parts{"n1", "l1"}, ImpactLegacy, 3},
+		{"partial native look, new nftables", cut, Parts{"n2", ""}, ImpactLegacy, 3},
+		{"unknown look", unknown, Parts{}, ImpactLegacy, 3},
+		{"complete native look", native, Parts{"n2", "l0"}, ImpactNative, 0},
+		{"gone", gone, Parts{"n0", "l0"}, "", 0},
+	} {
+		if _, err := s.RecordFinding(ctx, "sb", st.rec, st.parts, func() error { return nil }); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		k, ok := s.Kept(ctx, "sb")
+		if ok != (st.worst != "") || k.Worst != st.worst || k.Impact.Legacy != st.rules {
+			t.Errorf("%s: kept %+v %v, want worst %q with %d legacy rules", st.name, k, ok, st.worst, st.rules)
+		}
+	}
+	if k, _ := s.Kept(ctx, "sb"); k.Vendors != nil {
+		t.Errorf("vendors kept after gone: %v", k.Vendors)
+	}
+
+	// An older writer's entry: no usage kept until a complete look.
+	dir := filepath.Join(s.Dir, "sandboxes")
+	old, _ := json.Marshal(seenEntry{Key: "old", Fingerprint: "F1", State: StatePresent, Parts: Parts{"n1", "l1"}})
+	if err := os.WriteFile(filepath.Join(dir, entryName("old")), old, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Kept(ctx, "old"); ok {
+		t.Error("an older entry keeps usage")
+	}
+	if out, err := s.RecordFinding(ctx, "old", legacy, Parts{"n1", "l1"}, func() error { return nil }); err != nil || out != Same {
+		t.Fatalf("complete look on an older entry: %v %v", out, err)
+	}
+	if k, ok := s.Kept(ctx, "old"); !ok || k.Worst != ImpactLegacy || len(k.Vendors) != 1 {
+		t.Errorf("older entry after a complete look: %+v %v", k, ok)
+	}
+}
+
 // TestSeenEntryRemovedBeforeLock: a look whose entry another look removed
 // between its open and its lock (a clean look of the same sandbox, or the
 // sweep) saves what it recorded under the entry's name, not into the
