@@ -127,7 +127,7 @@ func (cfg *forwardConfig) register(fs *pflag.FlagSet) {
 	fs.StringVar(&cfg.nodeLabel, "node-label", nodemark.DefaultLabel, "label kept on this node (--node-name) saying its RHEL 10 readiness from its own and its pods' findings: breaks, unknown, needs-extra or ready (empty: none; RBAC and admission policy in packaging/rbac/node-label.yaml)")
 	fs.BoolVar(&cfg.nodeEvent, "node-event", false, "also post one summary Event per usage fingerprint on the Node")
 	fs.BoolVar(&cfg.reports, "reports", true, "also keep OpenReports Reports (openreports.io/v1alpha1) per workload and node; Events only while the CRD is missing")
-	fs.DurationVar(&cfg.reportsGrace, "reports-grace", openreports.DefaultGrace, "how long a Report keeps the result of a pod that is gone")
+	fs.DurationVar(&cfg.reportsGrace, "reports-grace", openreports.DefaultGrace, "how long after its last finding a Report may keep the result of a pod that is gone")
 	fs.DurationVar(&cfg.maxBackoff, "max-backoff", follow.DefaultMaxBackoff, "longest wait between retries of a finding the API did not take")
 	fs.DurationVar(&cfg.timeout, "request-timeout", 30*time.Second, "timeout of one API request")
 	fs.DurationVar(&cfg.webhookHold, "webhook-hold", kubeapi.DefaultHold, "how long a finding waits on an admission webhook the API server cannot call (failurePolicy Fail: 500 \"failed calling webhook\") in its namespace (or a write there that ran out of time while the API server was ready), later findings behind it; then that namespace's Events or Reports are refused, counted and said, until one gets through (0: wait for ever, losing nothing; one shorter than 2×(--max-backoff + 4×--request-timeout), 5m by default, is taken as that)")

@@ -130,7 +130,7 @@ func NewKeeper(w *Writer, disc versioned.Interface, kube kubernetes.Interface, l
 		}, []string{"outcome"}),
 		pruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "iptables_alerter_forward_reports_pruned_total",
-			Help: "Results of pods gone for longer than --reports-grace removed from Reports.",
+			Help: "Results of pods gone, last seen more than --reports-grace ago, removed from Reports.",
 		}),
 	}
 }
