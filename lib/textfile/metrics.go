@@ -20,10 +20,10 @@ func vendorsOf(labels []string) []findings.Vendor {
 
 var (
 	podRulesDesc = prometheus.NewDesc("iptables_alerter_pod_iptables_rules",
-		"Rules the latest finding saw in the pod's network namespace that were made through iptables, by backend (nft: iptables-nft, legacy: kernel x_tables), for pods still on this node.",
+		"Rules the latest finding saw in the pod's network namespace that were made through iptables, by backend (nft: iptables-nft, legacy: kernel x_tables), for pods still on this node; a later look that could not see everything and saw milder rules leaves them.",
 		[]string{"pod_namespace", "pod_name", "backend"}, nil)
 	podImpactDesc = prometheus.NewDesc("iptables_alerter_pod_rules_by_impact",
-		"Rules the latest finding saw in the pod's network namespace, by RHEL 10 impact (legacy: breaks; xt: breaks unless kernel-modules-extra is installed; native: keeps loading), for pods still on this node.",
+		"Rules the latest finding saw in the pod's network namespace, by RHEL 10 impact (legacy: breaks; xt: breaks unless kernel-modules-extra is installed; native: keeps loading), for pods still on this node; a later look that could not see everything and saw milder rules leaves them.",
 		[]string{"pod_namespace", "pod_name", "impact"}, nil)
 	impactVendorDesc = prometheus.NewDesc("iptables_alerter_flagged_pods_by_impact",
 		"Flagged pods on this node by the worst RHEL 10 impact of their latest finding and by recognised vendor (unknown: none; other: an admin-added vendor); a pod naming two vendors counts under both, a pod whose impact is not classified is left out.",
@@ -32,7 +32,7 @@ var (
 		"1 for a pod still on this node whose latest finding has state unknown: the inspection could not finish and saw no iptables usage, so whether the pod uses iptables is not known (it has no rule series).",
 		[]string{"pod_namespace", "pod_name"}, nil)
 	incompleteDesc = prometheus.NewDesc("iptables_alerter_pod_usage_incomplete",
-		"1 for a pod still on this node whose latest look at the rules stopped early (truncated): its rule series are a lower bound, and rules that break on RHEL 10 may be among those not seen.",
+		"1 for a pod still on this node whose latest look at the rules stopped early (truncated) or could not finish: its rule series are a lower bound, or an earlier look's when that saw worse, and rules that break on RHEL 10 may be among those not seen.",
 		[]string{"pod_namespace", "pod_name"}, nil)
 	flaggedDesc = prometheus.NewDesc("iptables_alerter_flagged_pods",
 		"Pods on this node whose latest finding shows iptables usage.", nil, nil)
