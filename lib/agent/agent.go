@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	stdnet "net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -563,6 +564,10 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Started by the runtime, the stub uses the connection it was handed
+	// (api.PluginSocketEnvVar), not the dialer: no write is seen, and
+	// Stop alone ends it, as before.
+	handed := os.Getenv(api.PluginSocketEnvVar) != ""
 	a.configured.Store(false)
 	done := make(chan struct{})
 	defer close(done)
@@ -575,15 +580,17 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		case <-ctx.Done():
 		case <-wait.C:
 		}
-		// Not registered yet: the registration's own timeout (and ctx)
-		// ends Start.
-		select {
-		case <-done:
-			return
-		case <-sent:
-		}
-		if !a.configured.Load() && !unconfigure(st) {
-			a.cfg.NRILogger.Errorf(ctx, "no Configure from the runtime on %q within %s, and this stub cannot be ended: the connection waits for it", a.cfg.Socket, a.configureWait)
+		if !handed {
+			// Not registered yet: the registration's own timeout (and
+			// ctx) ends Start.
+			select {
+			case <-done:
+				return
+			case <-sent:
+			}
+			if !a.configured.Load() && !unconfigure(st) {
+				a.cfg.NRILogger.Errorf(ctx, "no Configure from the runtime on %q within %s, and this stub cannot be ended: the connection waits for it", a.cfg.Socket, a.configureWait)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -13,14 +15,15 @@ import (
 	nrilog "github.com/containerd/nri/pkg/log"
 	"github.com/containerd/nri/pkg/net/multiplex"
 	"github.com/containerd/ttrpc"
+	"golang.org/x/sys/unix"
 )
 
-// registrar is a runtime that answers RegisterPlugin and never sends
-// Configure: it calls registered after each registration.
+// registrar is a runtime's RegisterPlugin: it calls registered after
+// each registration, once the answer is on its way.
 type registrar struct{ registered func() }
 
 func (r registrar) RegisterPlugin(context.Context, *api.RegisterPluginRequest) (*api.Empty, error) {
-	r.registered()
+	time.AfterFunc(50*time.Millisecond, r.registered)
 	return &api.Empty{}, nil
 }
 
@@ -28,16 +31,59 @@ func (registrar) UpdateContainers(context.Context, *api.UpdateContainersRequest)
 	return &api.UpdateContainersResponse{}, nil
 }
 
+// What a runtime does after a plugin registered.
+const (
+	configures = iota // sends Configure, as a runtime does
+	drops             // closes the connection (restarting)
+	hangs             // nothing, the connection open
+)
+
+// serveRuntime is the runtime's end of one plugin connection c, doing
+// then after the registration; it returns the connection's multiplexer.
+func serveRuntime(t *testing.T, c net.Conn, then int) multiplex.Mux {
+	t.Helper()
+	m := multiplex.Multiplex(c)
+	rl, err := m.Listen(multiplex.RuntimeServiceConn)
+	if err != nil {
+		t.Error(err)
+		return m
+	}
+	pc, err := m.Open(multiplex.PluginServiceConn)
+	if err != nil {
+		t.Error(err)
+		return m
+	}
+	plugin := api.NewPluginClient(ttrpc.NewClient(pc))
+	srv, err := ttrpc.NewServer()
+	if err != nil {
+		t.Error(err)
+		return m
+	}
+	api.RegisterRuntimeService(srv, registrar{registered: func() {
+		switch then {
+		case configures:
+			_, _ = plugin.Configure(context.Background(), &api.ConfigureRequest{RuntimeName: "test",
+				RegistrationTimeout: api.DefaultPluginRegistrationTimeout.Milliseconds(), RequestTimeout: api.DefaultPluginRequestTimeout.Milliseconds()})
+		case drops:
+			_ = m.Close()
+		}
+	}})
+	go func() { _ = srv.Serve(context.Background(), rl) }()
+	return m
+}
+
 // silentRuntime listens on sock as a runtime that registers plugins and
-// then, with drop, closes their connection (a runtime restarting between
-// RegisterPlugin and Configure) or, without, keeps it open and silent (a
-// runtime hung there). It counts the connections it accepted and closes
-// everything at the test's end.
+// then drops or hangs (serveRuntime). It counts the connections it
+// accepted and closes everything at the test's end.
 func silentRuntime(t *testing.T, sock string, drop bool) (accepted func() int) {
 	t.Helper()
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
+	}
+	then := hangs
+	if drop {
+		then = drops
 	}
 	var (
 		mu    sync.Mutex
@@ -50,28 +96,11 @@ func silentRuntime(t *testing.T, sock string, drop bool) (accepted func() int) {
 			if err != nil {
 				return
 			}
-			m := multiplex.Multiplex(c)
+			m := serveRuntime(t, c, then)
 			mu.Lock()
 			n++
 			muxes = append(muxes, m)
 			mu.Unlock()
-			rl, err := m.Listen(multiplex.RuntimeServiceConn)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			srv, err := ttrpc.NewServer()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			api.RegisterRuntimeService(srv, registrar{registered: func() {
-				if drop {
-					// After the answer is on its way.
-					time.AfterFunc(50*time.Millisecond, func() { _ = m.Close() })
-				}
-			}})
-			go func() { _ = srv.Serve(context.Background(), rl) }()
 		}
 	}()
 	t.Cleanup(func() {
@@ -145,4 +174,45 @@ func TestConnectWithoutConfigure(t *testing.T) {
 	t.Run("closed", func(t *testing.T) { connect(t, true, 300*time.Millisecond, false) })
 	t.Run("hung", func(t *testing.T) { connect(t, false, 300*time.Millisecond, false) })
 	t.Run("stopped", func(t *testing.T) { connect(t, false, time.Hour, true) })
+}
+
+// TestHandedConnectionStops: a stub the runtime started hands it the
+// connection in api.PluginSocketEnvVar, never dialing: the watchdog, which
+// waited for the dialed connection's first write before anything else,
+// never got it and never stopped the stub, and the agent could not stop.
+func TestHandedConnectionStops(t *testing.T) {
+	nrilog.Set(nopLogger{})
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rtFile := os.NewFile(uintptr(fds[0]), "runtime")
+	rt, err := net.FileConn(rtFile)
+	rtFile.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := serveRuntime(t, rt, configures)
+	defer m.Close()
+	t.Setenv(api.PluginSocketEnvVar, strconv.Itoa(fds[1]))
+	dir := t.TempDir()
+	a, err := New(testConfig(dir, nopObserver{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- a.connectOnce(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); !a.configured.Load(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no Configure over the handed connection within 10 s")
+		}
+	}
+	cancel()
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("connectOnce still running 10 s after its context ended (a handed connection)")
+	}
 }
