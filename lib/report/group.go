@@ -246,6 +246,15 @@ type look struct {
 	// rules: latest is a look at the rules' (a command's own finding is
 	// none), which a zero time cannot tell.
 	rules bool
+	// postedCut and postedRaw: an Event or a Report result of the pod
+	// (Item.Posted) stopped early or held rules not classified, whatever
+	// its time. A later one is no answer to them: it could be forged by
+	// anyone who may write one in the namespace. own is the time of the
+	// pod's latest look at its rules from a findings file (hasOwn), the
+	// only one that answers an unknown look (sawLater).
+	postedCut, postedRaw bool
+	own                  time.Time
+	hasOwn               bool
 	// level is kept over all the pod's looks, whichever counts.
 	level podLevel
 }
@@ -334,6 +343,14 @@ func (gr *grouping) add(it Item) {
 	if !l.commandOnly && (!ok || !l.time.Before(had.latest)) {
 		keep.latest, keep.latestCut, keep.latestRaw, keep.rules = l.time, l.truncated, l.unclassified, true
 	}
+	keep.postedCut, keep.postedRaw, keep.own, keep.hasOwn = had.postedCut, had.postedRaw, had.own, had.hasOwn
+	switch {
+	case l.commandOnly:
+	case it.Posted:
+		keep.postedCut, keep.postedRaw = keep.postedCut || l.truncated, keep.postedRaw || l.unclassified
+	case !had.hasOwn || l.time.After(had.own):
+		keep.own, keep.hasOwn = l.time, true
+	}
 	gr.looks[i][p] = keep
 }
 
@@ -347,8 +364,8 @@ func (gr *grouping) groups() []Group {
 			gs[i].Impact.Legacy += l.impact.Legacy
 			gs[i].Impact.Xt += l.impact.Xt
 			gs[i].Impact.Native += l.impact.Native
-			gs[i].Truncated = gs[i].Truncated || l.latestCut && gs[i].State != findings.StateUnknown
-			gs[i].Unclassified = gs[i].Unclassified || l.latestRaw && gs[i].State != findings.StateUnknown
+			gs[i].Truncated = gs[i].Truncated || (l.latestCut || l.postedCut) && gs[i].State != findings.StateUnknown
+			gs[i].Unclassified = gs[i].Unclassified || (l.latestRaw || l.postedRaw) && gs[i].State != findings.StateUnknown
 		}
 		pk := gr.picks[i][worst]
 		gs[i].Worst, gs[i].Example, gs[i].ExampleImpact = pk.level, pk.example, pk.impact
@@ -402,8 +419,8 @@ func (c *collector) groups() []Group {
 		for i, g := range c.g.gs {
 			if g.State == findings.StatePresent {
 				for p, l := range c.g.looks[i] {
-					if t, ok := present[p]; l.rules && (!ok || l.latest.After(t)) {
-						present[p] = l.latest
+					if t, ok := present[p]; l.hasOwn && (!ok || l.own.After(t)) {
+						present[p] = l.own
 					}
 				}
 			}
@@ -497,7 +514,7 @@ func Settle(items []Item) []Item {
 		if t, ok := gone[k]; it.State == findings.StateGone || ok && !it.Time.After(t) {
 			continue
 		}
-		if t, ok := present[k]; it.State == findings.StatePresent && !commandOnly(it) && (!ok || it.Time.After(t)) {
+		if t, ok := present[k]; it.State == findings.StatePresent && !commandOnly(it) && !it.Posted && (!ok || it.Time.After(t)) {
 			present[k] = it.Time
 		}
 		kept = append(kept, it)
@@ -513,7 +530,8 @@ func Settle(items []Item) []Item {
 }
 
 // sawLater tells whether the unknown item it's pod has a present look at
-// its rules (present: the latest, by pod) as new as it or newer: that look
+// its rules (present: the latest, by pod, from a findings file: an Event
+// or a Report result could be forged) as new as it or newer: that look
 // says more. A look that could not finish after the last complete one
 // says the pod's rules are no longer all seen (a pod can show a native
 // rule, then keep the x_tables lock busy over its legacy ones): it stays,

@@ -167,3 +167,56 @@ func TestCompleteLookReplacesLevel(t *testing.T) {
 		t.Errorf("a complete native Event after a legacy one: groups %+v; want worst legacy, failing", gs)
 	}
 }
+
+// TestForgedEventPassesNoGate: anyone who may post an Event in a
+// namespace could forge one of a complete native look, later than the
+// pod's real ones. It lowered no level (TestCompleteLookReplacesLevel), but
+// it cleared the pod's cut look (a pod keeping the x_tables lock busy from
+// its first look) and answered its unknown one, and --fail-on breaks
+// passed. Events and Report results now add a doubt, never clear one; a
+// findings file's later look still answers both.
+func TestForgedEventPassesNoGate(t *testing.T) {
+	_, cut := partialLooks()
+	forged := cut
+	forged.Time, forged.Truncated, forged.Error, forged.Fingerprint = t0.Add(time.Hour), false, "", "forged"
+	unknown := findings.Record{Time: t0, Node: "node-a", Pod: cut.Pod, State: findings.StateUnknown, Error: "inspect: deadline", Truncated: true}
+	read := func(recs ...findings.Record) []Item {
+		t.Helper()
+		var evs []any
+		for _, r := range recs {
+			evs = append(evs, eventOf(r))
+		}
+		doc, _ := json.Marshal(map[string]any{"kind": "EventList", "items": evs})
+		var sk Skipped
+		its, err := ReadEvents(bytes.NewReader(doc), "events.json", &sk)
+		if err != nil || len(its) != len(recs) {
+			t.Fatalf("events: %+v, %+v, %v", its, sk, err)
+		}
+		return its
+	}
+	for _, tc := range []struct {
+		name string
+		its  []Item
+	}{
+		{"a cut look, then a forged complete one", read(cut, forged)},
+		{"the same, read the other way", read(forged, cut)},
+		{"an unknown look, then a forged present one", read(unknown, forged)},
+	} {
+		col := newCollector("", nil)
+		for _, it := range tc.its {
+			col.add(it)
+		}
+		for how, gs := range map[string][]Group{"files": GroupItems(tc.its, nil), "cluster": col.groups()} {
+			if !Judge(gs, FailBreaks) {
+				t.Errorf("%s (%s): --fail-on breaks passes: %+v", tc.name, how, gs)
+			}
+		}
+	}
+	// A findings file's complete look, later, answers them.
+	for _, first := range []findings.Record{cut, unknown} {
+		its := []Item{itemOf(first, "findings"), itemOf(forged, "findings")}
+		if gs := GroupItems(its, nil); Judge(gs, FailBreaks) {
+			t.Errorf("a findings file's complete native look after a %s one still fails: %+v", first.KnownState(), gs)
+		}
+	}
+}
