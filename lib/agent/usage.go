@@ -131,7 +131,12 @@ func (u *Usage) Scanned(s Scan) {
 	case s.Outcome == Found && s.Record.KnownState() == findings.StateUnknown && s.Kept != nil:
 		// Unknown now: the last usage seen stays, below; the memory's
 		// for a pod this agent has not followed yet.
-		if _, ok := u.pods[id]; !ok && len(u.pods) < u.max {
+		if _, ok := u.pods[id]; !ok {
+			if len(u.pods) >= u.max {
+				u.left++
+				u.leaveOut(id)
+				return
+			}
 			r := s.Record
 			u.pods[id] = keptUsage(PodUsage{SandboxID: id, Namespace: r.Pod.Namespace, Name: r.Pod.Name, Owner: s.Meta.Owner, Time: r.Time}, *s.Kept)
 		}

@@ -110,7 +110,7 @@ func (a *Agent) scan(j job, long bool) Scan {
 	d.Record.Exec = j.exec
 	s.Stored, s.Err = a.record(j.meta.SandboxID, d)
 	rec := &d.Record
-	if rec.Partial() && (s.Stored == findings.Same || s.Stored == findings.Recorded) {
+	if rec.Partial() && s.Stored != findings.Failed {
 		s.Kept = a.kept(j.meta.SandboxID)
 	}
 	s.Duration = time.Since(start)
