@@ -211,10 +211,8 @@ type Agent struct {
 	// drainWait is how long the stop scans left waiting at the agent's
 	// stop may run (drainStops; shorter in tests).
 	drainWait time.Duration
-	// configureWait is configureWait, shorter in tests; configured says
-	// the runtime configured the connection being made.
+	// configureWait is configureWait, shorter in tests.
 	configureWait time.Duration
-	configured    atomic.Bool
 	// usage follows the running pods' usage, from the scans and sweeps.
 	usage *Usage
 	// health and metrics are what the agent says of itself, for the
@@ -342,7 +340,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	// The stub checks the name and index; a bad one will not get better
 	// by reconnecting.
-	if _, err := a.newStub(); err != nil {
+	if _, err := a.newStub(a); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -554,7 +552,8 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	// unconfigure would race with Start and block on Start's channel.
 	sent := make(chan struct{})
 	var once sync.Once
-	st, err := a.newStub(stub.WithDialer(func(path string) (stdnet.Conn, error) {
+	conn := &connection{Agent: a}
+	st, err := a.newStub(conn, stub.WithDialer(func(path string) (stdnet.Conn, error) {
 		c, err := stdnet.Dial("unix", path)
 		if err != nil {
 			return nil, err
@@ -568,7 +567,6 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	// (api.PluginSocketEnvVar), not the dialer: no write is seen, and
 	// Stop alone ends it, as before.
 	handed := os.Getenv(api.PluginSocketEnvVar) != ""
-	a.configured.Store(false)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -588,7 +586,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 				return
 			case <-sent:
 			}
-			if !a.configured.Load() && !unconfigure(st) {
+			if !conn.configured.Load() && !unconfigure(st) {
 				a.cfg.NRILogger.Errorf(ctx, "no Configure from the runtime on %q within %s, and this stub cannot be ended: the connection waits for it", a.cfg.Socket, a.configureWait)
 			}
 		}
@@ -621,14 +619,22 @@ var errNotConfigured = errors.New("no Configure from the runtime in time")
 // ownConfigure marks the context of the agent's own Configure call.
 type ownConfigure struct{}
 
+// connection is the plugin one connection's stub serves: the agent, with
+// the connection's own Configure, so that a late Configure on a closed
+// connection marks no other configured.
+type connection struct {
+	*Agent
+	configured atomic.Bool
+}
+
 // Configure is the runtime's Configure (stub.ConfigureInterface), or the
 // agent's own to end a stub waiting for it (unconfigure): the events
 // are the handlers the agent has, as without it.
-func (a *Agent) Configure(ctx context.Context, _, _, _ string) (stub.EventMask, error) {
+func (c *connection) Configure(ctx context.Context, _, _, _ string) (stub.EventMask, error) {
 	if ctx.Value(ownConfigure{}) != nil {
 		return 0, errNotConfigured
 	}
-	a.configured.Store(true)
+	c.configured.Store(true)
 	return 0, nil
 }
 
@@ -677,8 +683,9 @@ func (a *Agent) runtimeLost() {
 	e.synced.Store(0)
 }
 
-func (a *Agent) newStub(opts ...stub.Option) (stub.Stub, error) {
-	st, err := stub.New(a, append([]stub.Option{
+// newStub makes a stub serving plugin (the agent, or one connection's).
+func (a *Agent) newStub(plugin any, opts ...stub.Option) (stub.Stub, error) {
+	st, err := stub.New(plugin, append([]stub.Option{
 		stub.WithPluginName(a.cfg.PluginName),
 		stub.WithPluginIdx(a.cfg.PluginIndex),
 		stub.WithSocketPath(a.cfg.Socket),

@@ -39,37 +39,41 @@ const (
 )
 
 // serveRuntime is the runtime's end of one plugin connection c, doing
-// then after the registration; it returns the connection's multiplexer.
-func serveRuntime(t *testing.T, c net.Conn, then int) multiplex.Mux {
+// then after the registration; it returns the connection's multiplexer
+// and a channel closed once the plugin answered a Configure.
+func serveRuntime(t *testing.T, c net.Conn, then int) (multiplex.Mux, <-chan struct{}) {
 	t.Helper()
 	m := multiplex.Multiplex(c)
+	configured := make(chan struct{})
 	rl, err := m.Listen(multiplex.RuntimeServiceConn)
 	if err != nil {
 		t.Error(err)
-		return m
+		return m, configured
 	}
 	pc, err := m.Open(multiplex.PluginServiceConn)
 	if err != nil {
 		t.Error(err)
-		return m
+		return m, configured
 	}
 	plugin := api.NewPluginClient(ttrpc.NewClient(pc))
 	srv, err := ttrpc.NewServer()
 	if err != nil {
 		t.Error(err)
-		return m
+		return m, configured
 	}
 	api.RegisterRuntimeService(srv, registrar{registered: func() {
 		switch then {
 		case configures:
-			_, _ = plugin.Configure(context.Background(), &api.ConfigureRequest{RuntimeName: "test",
-				RegistrationTimeout: api.DefaultPluginRegistrationTimeout.Milliseconds(), RequestTimeout: api.DefaultPluginRequestTimeout.Milliseconds()})
+			if _, err := plugin.Configure(context.Background(), &api.ConfigureRequest{RuntimeName: "test",
+				RegistrationTimeout: api.DefaultPluginRegistrationTimeout.Milliseconds(), RequestTimeout: api.DefaultPluginRequestTimeout.Milliseconds()}); err == nil {
+				close(configured)
+			}
 		case drops:
 			_ = m.Close()
 		}
 	}})
 	go func() { _ = srv.Serve(context.Background(), rl) }()
-	return m
+	return m, configured
 }
 
 // silentRuntime listens on sock as a runtime that registers plugins and
@@ -96,7 +100,7 @@ func silentRuntime(t *testing.T, sock string, drop bool) (accepted func() int) {
 			if err != nil {
 				return
 			}
-			m := serveRuntime(t, c, then)
+			m, _ := serveRuntime(t, c, then)
 			mu.Lock()
 			n++
 			muxes = append(muxes, m)
@@ -192,7 +196,7 @@ func TestHandedConnectionStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := serveRuntime(t, rt, configures)
+	m, configured := serveRuntime(t, rt, configures)
 	defer m.Close()
 	t.Setenv(api.PluginSocketEnvVar, strconv.Itoa(fds[1]))
 	dir := t.TempDir()
@@ -204,10 +208,10 @@ func TestHandedConnectionStops(t *testing.T) {
 	defer cancel()
 	ran := make(chan error, 1)
 	go func() { ran <- a.connectOnce(ctx) }()
-	for deadline := time.Now().Add(10 * time.Second); !a.configured.Load(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no Configure over the handed connection within 10 s")
-		}
+	select {
+	case <-configured:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Configure over the handed connection within 10 s")
 	}
 	cancel()
 	select {
