@@ -40,7 +40,8 @@ type PodUsage struct {
 // complete scan finds nothing (clean), when its sandbox stops
 // (StopPodSandbox, or its netns gone at a stop), or when the runtime's
 // list at a sweep no longer holds it. A finding of state unknown changes
-// nothing: what the pod uses is not known. At most max pods are followed;
+// nothing: what the pod uses is not known (a pod not followed yet takes
+// the record step's memory of it, Scan.Kept). At most max pods are followed;
 // a pod past that is left out and counted. Its methods may be called
 // concurrently.
 type Usage struct {
@@ -137,6 +138,7 @@ func (u *Usage) Scanned(s Scan) {
 				u.leaveOut(id)
 				return
 			}
+			delete(u.out, id)
 			r := s.Record
 			u.pods[id] = keptUsage(PodUsage{SandboxID: id, Namespace: r.Pod.Namespace, Name: r.Pod.Name, Owner: s.Meta.Owner, Time: r.Time}, *s.Kept)
 		}

@@ -246,13 +246,15 @@ type look struct {
 	// rules: latest is a look at the rules' (a command's own finding is
 	// none), which a zero time cannot tell.
 	rules bool
-	// postedCut and postedRaw: an Event or a Report result of the pod
-	// (Item.Posted) stopped early or held rules not classified, whatever
-	// its time. A later one is no answer to them: it could be forged by
-	// anyone who may write one in the namespace. own is the time of the
-	// pod's latest look at its rules from a findings file (hasOwn), the
-	// only one that answers an unknown look (sawLater).
-	postedCut, postedRaw bool
+	// postedCut and postedRaw are the times of the pod's latest Event or
+	// Report result (Item.Posted) that stopped early or held rules not
+	// classified (hasCut, hasRaw). A later posted look is no answer to
+	// them: it could be forged by anyone who may write one in the
+	// namespace. own is the time of the pod's latest look at its rules
+	// from a findings file (hasOwn), the only one that answers them, and
+	// an unknown look (sawLater).
+	postedCut, postedRaw time.Time
+	hasCut, hasRaw       bool
 	own                  time.Time
 	hasOwn               bool
 	// level is kept over all the pod's looks, whichever counts.
@@ -343,15 +345,29 @@ func (gr *grouping) add(it Item) {
 	if !l.commandOnly && (!ok || !l.time.Before(had.latest)) {
 		keep.latest, keep.latestCut, keep.latestRaw, keep.rules = l.time, l.truncated, l.unclassified, true
 	}
-	keep.postedCut, keep.postedRaw, keep.own, keep.hasOwn = had.postedCut, had.postedRaw, had.own, had.hasOwn
+	keep.postedCut, keep.postedRaw, keep.hasCut, keep.hasRaw, keep.own, keep.hasOwn = had.postedCut, had.postedRaw, had.hasCut, had.hasRaw, had.own, had.hasOwn
 	switch {
 	case l.commandOnly:
 	case it.Posted:
-		keep.postedCut, keep.postedRaw = keep.postedCut || l.truncated, keep.postedRaw || l.unclassified
-	case !had.hasOwn || l.time.After(had.own):
-		keep.own, keep.hasOwn = l.time, true
+		latest(&keep.postedCut, &keep.hasCut, l.time, l.truncated)
+		latest(&keep.postedRaw, &keep.hasRaw, l.time, l.unclassified)
+	default:
+		latest(&keep.own, &keep.hasOwn, l.time, true)
 	}
 	gr.looks[i][p] = keep
+}
+
+// latest sets *at to t when cond and t is later (or *has is false).
+func latest(at *time.Time, has *bool, t time.Time, cond bool) {
+	if cond && (!*has || t.After(*at)) {
+		*at, *has = t, true
+	}
+}
+
+// doubt tells whether a posted look's doubt at t (has) stands: no
+// findings file's look of the pod is later.
+func (l look) doubt(has bool, t time.Time) bool {
+	return has && !(l.hasOwn && l.own.After(t))
 }
 
 // groups judges and sorts the groups folded.
@@ -364,8 +380,8 @@ func (gr *grouping) groups() []Group {
 			gs[i].Impact.Legacy += l.impact.Legacy
 			gs[i].Impact.Xt += l.impact.Xt
 			gs[i].Impact.Native += l.impact.Native
-			gs[i].Truncated = gs[i].Truncated || (l.latestCut || l.postedCut) && gs[i].State != findings.StateUnknown
-			gs[i].Unclassified = gs[i].Unclassified || (l.latestRaw || l.postedRaw) && gs[i].State != findings.StateUnknown
+			gs[i].Truncated = gs[i].Truncated || (l.latestCut || l.doubt(l.hasCut, l.postedCut)) && gs[i].State != findings.StateUnknown
+			gs[i].Unclassified = gs[i].Unclassified || (l.latestRaw || l.doubt(l.hasRaw, l.postedRaw)) && gs[i].State != findings.StateUnknown
 		}
 		pk := gr.picks[i][worst]
 		gs[i].Worst, gs[i].Example, gs[i].ExampleImpact = pk.level, pk.example, pk.impact
@@ -386,8 +402,9 @@ func (gr *grouping) groups() []Group {
 
 // collector groups a cluster's items as they are read (Read), settled as
 // GroupItems settles them: present items are folded at once; unknown ones
-// are held until all are read, then folded unless their pod has a present
-// item. A cluster's sources give no gone items (a finding's clearing is a
+// are held until all are read, then folded unless their pod has a later
+// present look from a findings file (sawLater; a cluster's items are all
+// posted, so none now: an unknown Event or result stands while it lives). A cluster's sources give no gone items (a finding's clearing is a
 // findings file's), so no present item is ever taken back; and groups are
 // by state, so folding the unknown ones last changes no group.
 type collector struct {

@@ -179,12 +179,16 @@ func TestForgedEventPassesNoGate(t *testing.T) {
 	_, cut := partialLooks()
 	forged := cut
 	forged.Time, forged.Truncated, forged.Error, forged.Fingerprint = t0.Add(time.Hour), false, "", "forged"
-	unknown := findings.Record{Time: t0, Node: "node-a", Pod: cut.Pod, State: findings.StateUnknown, Error: "inspect: deadline", Truncated: true}
+	unknown := findings.Record{Time: t0, Node: "node-a", Pod: cut.Pod, State: findings.StateUnknown, Error: "inspect: deadline"}
 	read := func(recs ...findings.Record) []Item {
 		t.Helper()
 		var evs []any
 		for _, r := range recs {
-			evs = append(evs, eventOf(r))
+			ev := eventOf(r)
+			if r.KnownState() == findings.StateUnknown {
+				ev["reason"] = events.UnknownReason
+			}
+			evs = append(evs, ev)
 		}
 		doc, _ := json.Marshal(map[string]any{"kind": "EventList", "items": evs})
 		var sk Skipped
@@ -212,11 +216,33 @@ func TestForgedEventPassesNoGate(t *testing.T) {
 			}
 		}
 	}
-	// A findings file's complete look, later, answers them.
+	if its := read(unknown); its[0].State != findings.StateUnknown {
+		t.Fatalf("the unknown look's Event reads as %+v", its[0])
+	}
+	// A findings file's complete look, later, answers them, whether
+	// they are the file's or an Event's (report over files and a saved
+	// --events file); one before them does not.
+	file := func(r findings.Record) Item {
+		// Filed under the workload the Events name, as a report of
+		// files beside the cluster's would.
+		it := itemOf(r, "findings")
+		it.Owner = owner.Owner{Kind: "Deployment", Name: "web"}
+		return it
+	}
 	for _, first := range []findings.Record{cut, unknown} {
-		its := []Item{itemOf(first, "findings"), itemOf(forged, "findings")}
-		if gs := GroupItems(its, nil); Judge(gs, FailBreaks) {
-			t.Errorf("a findings file's complete native look after a %s one still fails: %+v", first.KnownState(), gs)
+		for _, its := range [][]Item{
+			{file(first), file(forged)},
+			append(read(first), file(forged)),
+			{file(forged), read(first)[0]},
+		} {
+			if gs := GroupItems(its, nil); Judge(gs, FailBreaks) {
+				t.Errorf("a findings file's complete native look after a %s one (%s) still fails: %+v", first.KnownState(), its[0].Source, gs)
+			}
+		}
+		early := file(forged)
+		early.Time = t0.Add(-time.Minute)
+		if gs := GroupItems(append(read(first), early), nil); !Judge(gs, FailBreaks) {
+			t.Errorf("a findings file's look before an Event's %s one answers it: %+v", first.KnownState(), gs)
 		}
 	}
 }

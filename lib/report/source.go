@@ -210,7 +210,9 @@ func reportsByNamespace() ClusterSource {
 			// A Report keeps at most MaxResults-1 pods: the Events of a
 			// namespace whose Report left some out are read too, and
 			// give those pods while the API server keeps them (a pod in
-			// both is one pod: its newest look counts, grouping).
+			// both is one pod, grouping: its newest complete look's
+			// counts, but a cut or unknown look among them stands while
+			// its Event lives, since either could be forged).
 			for ns := range cut {
 				delete(held, ns)
 			}
