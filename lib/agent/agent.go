@@ -213,6 +213,11 @@ type Agent struct {
 	drainWait time.Duration
 	// configureWait is configureWait, shorter in tests.
 	configureWait time.Duration
+	// runtime is the loop of connections to the runtime (nriLoop); tests
+	// that play the runtime themselves, calling the handlers, replace it:
+	// a failed dial beside them says the agent is disconnected and
+	// unlists every pod, whenever the backoff ends.
+	runtime func(context.Context) error
 	// usage follows the running pods' usage, from the scans and sweeps.
 	usage *Usage
 	// health and metrics are what the agent says of itself, for the
@@ -313,6 +318,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage),
 		health: NewHealth(), known: newSandboxes(), resweepNow: make(chan struct{}, 1), listNow: make(chan struct{}, 1), watches: newWatches(), execs: &execs{}, drainWait: drainStops, configureWait: configureWait}
+	a.runtime = a.nriLoop
 	a.metrics = newMetrics(a.health, a.usage, a.execs.up.Load, a.execStats)
 	if cfg.HostProc != "" {
 		// An agent that cannot tell the node's namespace from a pod's
@@ -488,7 +494,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer a.stopExecs()
 		a.watchNode()
 		return a.withSwept(ctx, func() error {
-			return a.withResweep(ctx, func() error { return a.nriLoop(ctx) })
+			return a.withResweep(ctx, func() error { return a.runtime(ctx) })
 		})
 	})
 }
@@ -626,6 +632,10 @@ type connection struct {
 	*Agent
 	configured atomic.Bool
 }
+
+// The stub finds the handler by this interface: without it, unconfigure's
+// Configure would not reach the agent's.
+var _ stub.ConfigureInterface = (*connection)(nil)
 
 // Configure is the runtime's Configure (stub.ConfigureInterface), or the
 // agent's own to end a stub waiting for it (unconfigure): the events
