@@ -573,6 +573,11 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	// (api.PluginSocketEnvVar), not the dialer: no write is seen, and
 	// Stop alone ends it, as before.
 	handed := os.Getenv(api.PluginSocketEnvVar) != ""
+	if handed {
+		// Once: the stub closes that descriptor with the connection, and
+		// the next one would take whatever file then has its number.
+		defer os.Unsetenv(api.PluginSocketEnvVar)
+	}
 	done := make(chan struct{})
 	defer close(done)
 	go func() {

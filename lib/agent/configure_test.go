@@ -184,6 +184,8 @@ func TestConnectWithoutConfigure(t *testing.T) {
 // connection in api.PluginSocketEnvVar, never dialing: the watchdog, which
 // waited for the dialed connection's first write before anything else,
 // never got it and never stopped the stub, and the agent could not stop.
+// And the next connection took that descriptor's number again, closed
+// with the first, maybe another file's by then.
 func TestHandedConnectionStops(t *testing.T) {
 	nrilog.Set(nopLogger{})
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -218,5 +220,11 @@ func TestHandedConnectionStops(t *testing.T) {
 	case <-ran:
 	case <-time.After(10 * time.Second):
 		t.Fatal("connectOnce still running 10 s after its context ended (a handed connection)")
+	}
+	// The descriptor is the connection's, closed with it: the next
+	// connection dials the socket instead of taking whatever file has
+	// that number by then.
+	if v, ok := os.LookupEnv(api.PluginSocketEnvVar); ok {
+		t.Errorf("%s=%s still set after the handed connection ended", api.PluginSocketEnvVar, v)
 	}
 }
