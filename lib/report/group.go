@@ -232,8 +232,9 @@ func (p *podLevel) rank() int {
 
 // look is what newer and the impact's sum read of a pod's item; latest,
 // latestCut and latestRaw are the time of the pod's latest look at its
-// rules, whether it stopped early (Group.Truncated) and whether it held
-// rules not classified (Group.Unclassified), whichever look counts.
+// rules in a findings file, whether it stopped early (Group.Truncated)
+// and whether it held rules not classified (Group.Unclassified),
+// whichever look counts.
 type look struct {
 	impact       findings.Impact
 	truncated    bool
@@ -342,7 +343,9 @@ func (gr *grouping) add(it Item) {
 	// show a native rule, then hide the rules that break behind one over
 	// 32 KiB or the busy x_tables lock. So with rules not classified: a
 	// group's Worst ranks them below native.
-	if !l.commandOnly && (!ok || !l.time.Before(had.latest)) {
+	// A posted look (Item.Posted) could be forged: its doubts are kept
+	// below, and it clears none of a findings file's.
+	if !l.commandOnly && !it.Posted && (!ok || !l.time.Before(had.latest)) {
 		keep.latest, keep.latestCut, keep.latestRaw, keep.rules = l.time, l.truncated, l.unclassified, true
 	}
 	keep.postedCut, keep.postedRaw, keep.hasCut, keep.hasRaw, keep.own, keep.hasOwn = had.postedCut, had.postedRaw, had.hasCut, had.hasRaw, had.own, had.hasOwn

@@ -245,4 +245,22 @@ func TestForgedEventPassesNoGate(t *testing.T) {
 			t.Errorf("a findings file's look before an Event's %s one answers it: %+v", first.KnownState(), gs)
 		}
 	}
+	// Nor does a forged Event clear a findings file's own cut look, alone
+	// or answering an earlier cut Event, in either order.
+	cutLater := file(cut)
+	cutLater.Time = t0.Add(2 * time.Minute)
+	for name, its := range map[string][]Item{
+		"a file's cut look":                   {file(cut), read(forged)[0]},
+		"a cut Event, then a file's cut look": {read(cut)[0], cutLater, read(forged)[0]},
+	} {
+		for _, order := range []string{"as read", "reversed"} {
+			if order == "reversed" {
+				its = slices.Clone(its)
+				slices.Reverse(its)
+			}
+			if gs := GroupItems(its, nil); !Judge(gs, FailBreaks) {
+				t.Errorf("%s, then a forged complete Event (%s): --fail-on breaks passes: %+v", name, order, gs)
+			}
+		}
+	}
 }
