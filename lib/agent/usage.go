@@ -105,15 +105,12 @@ func (u *Usage) Scanned(s Scan) {
 		delete(u.pods, id)
 		delete(u.out, id)
 	case s.Outcome == Found && s.Record.KnownState() == findings.StatePresent:
-		if _, ok := u.pods[id]; !ok && len(u.pods) >= u.max {
-			u.left++
-			u.leaveOut(id)
+		if !u.admit(id) {
 			return
 		}
-		delete(u.out, id)
 		r := s.Record
-		p := PodUsage{SandboxID: id, Namespace: r.Pod.Namespace, Name: r.Pod.Name, Owner: s.Meta.Owner,
-			Impact: r.Levels(), Vendors: findings.VendorLabels(r.Vendors), Worst: r.WorstLevel(), Time: r.Time}
+		p := podUsage(s)
+		p.Impact, p.Vendors, p.Worst = r.Levels(), findings.VendorLabels(r.Vendors), r.WorstLevel()
 		// A look that could not see everything (truncated: a pod keeping
 		// the x_tables lock busy, issue 18) takes no level back: its
 		// series, IPTablesBreakingOnRHEL10 and the agent's word would
@@ -125,22 +122,15 @@ func (u *Usage) Scanned(s Scan) {
 		if !ok && s.Kept != nil {
 			old, ok = keptUsage(p, *s.Kept), true
 		}
-		if ok && r.Truncated && findings.ImpactRank(old.Worst) < findings.ImpactRank(p.Worst) {
+		if ok && r.MilderThan(old.Worst) {
 			p.Impact, p.Vendors, p.Worst = old.Impact, old.Vendors, old.Worst
 		}
 		u.pods[id] = p
 	case s.Outcome == Found && s.Record.KnownState() == findings.StateUnknown && s.Kept != nil:
 		// Unknown now: the last usage seen stays, below; the memory's
 		// for a pod this agent has not followed yet.
-		if _, ok := u.pods[id]; !ok {
-			if len(u.pods) >= u.max {
-				u.left++
-				u.leaveOut(id)
-				return
-			}
-			delete(u.out, id)
-			r := s.Record
-			u.pods[id] = keptUsage(PodUsage{SandboxID: id, Namespace: r.Pod.Namespace, Name: r.Pod.Name, Owner: s.Meta.Owner, Time: r.Time}, *s.Kept)
+		if _, ok := u.pods[id]; !ok && u.admit(id) {
+			u.pods[id] = keptUsage(podUsage(s), *s.Kept)
 		}
 	case s.Outcome == Found && s.Record.KnownState() == findings.StateGone:
 		delete(u.pods, id)
@@ -148,6 +138,24 @@ func (u *Usage) Scanned(s Scan) {
 	}
 	// Unknown, failed, unreachable, dropped: what the pod uses now is not
 	// known; the last usage seen stays.
+}
+
+// admit tells whether the sandbox's pod is followed, or may be: a pod
+// new past the bound is left out and counted. Called with mu held.
+func (u *Usage) admit(id string) bool {
+	if _, ok := u.pods[id]; !ok && len(u.pods) >= u.max {
+		u.left++
+		u.leaveOut(id)
+		return false
+	}
+	delete(u.out, id)
+	return true
+}
+
+// podUsage is the scanned pod, its usage not filled in.
+func podUsage(s Scan) PodUsage {
+	r := s.Record
+	return PodUsage{SandboxID: s.Meta.SandboxID, Namespace: r.Pod.Namespace, Name: r.Pod.Name, Owner: s.Meta.Owner, Time: r.Time}
 }
 
 // keptUsage is p with the usage the record step's memory kept.

@@ -224,6 +224,12 @@ func (r Record) HasUsage() bool { return r.Nft.Used() || r.Legacy.Used() }
 // with legacy rules that then keeps the lock busy must not look milder.
 func (r Record) Partial() bool { return r.KnownState() == StateUnknown || r.Truncated }
 
+// MilderThan tells a partial look whose worst level is milder than worst,
+// the level an earlier look saw: that level stays.
+func (r Record) MilderThan(worst string) bool {
+	return r.Partial() && ImpactRank(worst) < ImpactRank(r.WorstLevel())
+}
+
 // CommandOnly tells a command's own finding: the exec watch's failed
 // write or read, with the command and no rules. It says nothing of the
 // pod's rules, so a consumer keeps what the pod's last look said; a

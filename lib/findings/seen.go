@@ -158,12 +158,10 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 	}
 	defer d.Close()
 	defer f.Close()
-	var old seenEntry
-	had := false
-	if data, err := fileio.ReadLimited(f, maxEntry); err == nil && len(data) > 0 {
-		// A damaged entry is forgotten: at worst one finding is repeated.
-		had = json.Unmarshal(data, &old) == nil
-	}
+	// An empty or damaged entry is forgotten: at worst one finding is
+	// repeated.
+	old, err := decodeEntry(f)
+	had := err == nil
 	if old.State == "" {
 		old.State = StatePresent
 	}
@@ -238,11 +236,10 @@ func keptOf(rec Record, old *KeptUsage) *KeptUsage {
 	case StateUnknown:
 		return old
 	}
-	k := &KeptUsage{Worst: rec.WorstLevel(), Impact: rec.Levels(), Vendors: VendorLabels(rec.Vendors)}
-	if old != nil && rec.Partial() && ImpactRank(old.Worst) < ImpactRank(k.Worst) {
+	if old != nil && rec.MilderThan(old.Worst) {
 		return old
 	}
-	return k
+	return &KeptUsage{Worst: rec.WorstLevel(), Impact: rec.Levels(), Vendors: VendorLabels(rec.Vendors)}
 }
 
 // Kept is the usage the sandbox's entry keeps (KeptUsage); false without
@@ -259,9 +256,8 @@ func (s Seen) Kept(ctx context.Context, key string) (KeptUsage, bool) {
 	if lock(ctx, f) != nil {
 		return KeptUsage{}, false
 	}
-	var e seenEntry
-	data, err := fileio.ReadLimited(f, maxEntry)
-	if err != nil || json.Unmarshal(data, &e) != nil || e.Usage == nil {
+	e, err := decodeEntry(f)
+	if err != nil || e.Usage == nil {
 		return KeptUsage{}, false
 	}
 	return *e.Usage, true
@@ -475,12 +471,17 @@ func due(d *fileio.Dir, every time.Duration, now time.Time) bool {
 }
 
 func readEntry(d *fileio.Dir, name string) (seenEntry, error) {
-	var e seenEntry
 	f, err := d.Open(name, unix.O_RDONLY, 0)
 	if err != nil {
-		return e, err
+		return seenEntry{}, err
 	}
 	defer f.Close()
+	return decodeEntry(f)
+}
+
+// decodeEntry reads the entry f holds, from its start.
+func decodeEntry(f *os.File) (seenEntry, error) {
+	var e seenEntry
 	data, err := fileio.ReadLimited(f, maxEntry)
 	if err != nil {
 		return e, err
