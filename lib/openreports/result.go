@@ -330,11 +330,7 @@ func after(old, x openreportsv1alpha1.ReportResult, rec findings.Record) openrep
 		}
 		return x
 	}
-	out := old
-	out.Properties = maps.Clone(old.Properties)
-	if out.Properties == nil {
-		out.Properties = map[string]string{}
-	}
+	out := cloned(old)
 	// A failed command says more than one that worked or read: it stays
 	// until another fails.
 	if c := x.Properties[PropCommand]; !had || !wording.FailedLine(cmd) || wording.FailedLine(c) {
@@ -353,11 +349,7 @@ func after(old, x openreportsv1alpha1.ReportResult, rec findings.Record) openrep
 // withSighting is old with x's sighting: its time, its error and whether
 // it was truncated, the rest (level, counts, examples, writer) old's.
 func withSighting(old, x openreportsv1alpha1.ReportResult) openreportsv1alpha1.ReportResult {
-	out := old
-	out.Properties = maps.Clone(old.Properties)
-	if out.Properties == nil {
-		out.Properties = map[string]string{}
-	}
+	out := cloned(old)
 	out.Timestamp = x.Timestamp
 	for _, k := range []string{PropLastSeen, PropError, PropTruncated} {
 		if v, ok := x.Properties[k]; ok {
@@ -367,6 +359,15 @@ func withSighting(old, x openreportsv1alpha1.ReportResult) openreportsv1alpha1.R
 		}
 	}
 	return out
+}
+
+// cloned is r with properties of its own to change.
+func cloned(r openreportsv1alpha1.ReportResult) openreportsv1alpha1.ReportResult {
+	r.Properties = maps.Clone(r.Properties)
+	if r.Properties == nil {
+		r.Properties = map[string]string{}
+	}
+	return r
 }
 
 // graver reports whether rule a says worse of a pod than rule b: what
