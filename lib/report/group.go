@@ -217,6 +217,13 @@ func (p *podLevel) add(it Item) {
 	}
 }
 
+// counts tells whether it still says something of the pod's level: a
+// command's own finding always does, a look only when no complete look
+// is later (at the same time too, as in rank).
+func (p podLevel) counts(it Item) bool {
+	return commandOnly(it) || !p.hasWhole || !it.Time.Before(p.whole)
+}
+
 // rank is the pod's level's rank: the worst of its commands' own findings
 // and of its looks as new as its latest complete one (at the same time
 // too: which of two was the latest is not known), or all of them when it
@@ -390,6 +397,11 @@ func (gr *grouping) groups() []Group {
 		gs[i].Worst, gs[i].Example, gs[i].ExampleImpact = pk.level, pk.example, pk.impact
 		if len(gr.exps) == 0 {
 			gr.members[i][0] = pk.member
+		} else {
+			// A look that a later complete one replaced says nothing of
+			// the pod now, as it says nothing of its level (podLevel).
+			looks := gr.looks[i]
+			gr.members[i] = slices.DeleteFunc(gr.members[i], func(it Item) bool { return !looks[podOf(it)].level.counts(it) })
 		}
 		expect(&gs[i], gr.members[i], gr.exps, gr.ss[i].reasons)
 		if !gs[i].Expected {

@@ -264,3 +264,57 @@ func TestForgedEventPassesNoGate(t *testing.T) {
 		}
 	}
 }
+
+// TestReplacedLookNotJudged: a look that a later complete one replaced
+// says nothing of the pod's level (TestCompleteLookReplacesLevel), and no
+// more of what the expectations must cover: a pod that removed its legacy
+// rules, its native rule expected, failed --fail-on unexpected for as long
+// as its old finding was read.
+func TestReplacedLookNotJudged(t *testing.T) {
+	legacy, cut := partialLooks()
+	at := func(r findings.Record, min int) findings.Record {
+		r.Time = t0.Add(time.Duration(min) * time.Minute)
+		return r
+	}
+	native := legacy
+	native.Legacy, native.Impact, native.Worst, native.Fingerprint = findings.Legacy{}, findings.Impact{Native: 1}, findings.ImpactNative, "f3"
+	native.Examples = legacy.Examples[1:]
+	exps := []Expectation{{Namespace: "shop", Level: findings.ImpactNative, Reason: "the shop's own filter"}}
+	for _, tc := range []struct {
+		name     string
+		recs     []findings.Record
+		expected bool
+	}{
+		{"complete native after legacy", []findings.Record{at(legacy, 0), at(native, 2)}, true},
+		{"legacy after native", []findings.Record{at(native, 0), at(legacy, 2)}, false},
+		// The cut look replaces nothing: the legacy rules may be there.
+		{"cut after legacy", []findings.Record{at(legacy, 0), at(cut, 1)}, false},
+		{"at the same time", []findings.Record{at(legacy, 0), at(native, 0)}, false},
+	} {
+		var items []Item
+		for _, r := range tc.recs {
+			items = append(items, itemOf(r, "findings"))
+		}
+		for _, order := range []string{"oldest first", "newest first"} {
+			if order == "newest first" {
+				slices.Reverse(items)
+			}
+			col := newCollector("", exps)
+			for _, it := range items {
+				col.add(it)
+			}
+			for how, gs := range map[string][]Group{"files": GroupItems(items, exps), "cluster": col.groups()} {
+				if len(gs) != 1 {
+					t.Errorf("%s, %s (%s): groups %+v; want one", tc.name, order, how, gs)
+					continue
+				}
+				if gs[0].Expected != tc.expected || Judge(gs, FailUnexpected) == tc.expected {
+					t.Errorf("%s, %s (%s): expected %v, fails %v; want expected %v", tc.name, order, how, gs[0].Expected, gs[0].Fails, tc.expected)
+				}
+				if tc.expected && !slices.Equal(gs[0].Reasons, []string{"the shop's own filter"}) {
+					t.Errorf("%s, %s (%s): reasons %q", tc.name, order, how, gs[0].Reasons)
+				}
+			}
+		}
+	}
+}
