@@ -34,7 +34,8 @@ type Group struct {
 	Example       string `json:"example"`
 	ExampleImpact string `json:"example_impact"`
 	// Examples are up to MaxExamples distinct example rules of the group's
-	// findings, breaking ones first.
+	// findings, breaking ones first; none from a look at a level worse
+	// than Worst (one a later complete look replaced: byLevel).
 	Examples []findings.Example `json:"examples"`
 	// Impact counts rules per level: each pod once, by its newest
 	// complete look (newer), summed over the group's pods. A pod is looked
@@ -44,7 +45,8 @@ type Group struct {
 	// a RHEL 10 release may lack (findings.Modules.Judged), from findings files
 	// (Events and Reports do not carry them); Kernel says what the target
 	// release's kernel packages give them (modules.Table.Words), "" when
-	// there is nothing to say.
+	// there is nothing to say. As Examples, none from a look at a level
+	// worse than Worst.
 	Modules []string `json:"modules"`
 	Kernel  string   `json:"kernel"`
 	// Truncated is true when a pod's latest look at its rules stopped
@@ -143,6 +145,8 @@ type grouping struct {
 	picks [][classified + 1]pick
 	// looks holds, per group, each pod's look that counts (newer).
 	looks []map[podKey]look
+	// levels holds, per group, its examples and modules by level.
+	levels []byLevel
 	// podsSet is, per group, how many of its Pods were a set last.
 	podsSet []int
 	// lastModules and lastJudged are the last item's modules and their
@@ -169,7 +173,30 @@ type groupKey struct {
 	state          findings.State
 }
 
-type groupSets struct{ nodes, reasons, vendors, writers, modules map[string]bool }
+type groupSets struct{ nodes, reasons, vendors, writers map[string]bool }
+
+// byLevel keeps a group's example rules and modules by the level of the
+// look that showed them (ImpactRank; the last for none): a look a later
+// complete one replaced says nothing of the pod now (podLevel), and what
+// a group shows must not be worse than its Worst (the rules of a pod
+// whose legacy rules were removed, the modules they needed).
+type byLevel struct {
+	examples [classified + 1][]findings.Example
+	modules  [classified + 1]map[string]bool
+}
+
+// at gives what looks of the group's Worst's rank or milder showed:
+// examples worst first, as mergeExamples keeps them, and modules sorted.
+func (b *byLevel) at(worst int) ([]findings.Example, []string) {
+	exs, mods := []findings.Example{}, []string{}
+	for r := worst; r <= classified; r++ {
+		exs = mergeExamples(exs, b.examples[r])
+		for m := range b.modules[r] {
+			mods = append(mods, m)
+		}
+	}
+	return exs, sortedSet(mods)
+}
 
 // pick is what a group whose Worst has one rank shows: the level as
 // written, the first item of it and the example of the first of its items
@@ -286,7 +313,8 @@ func (gr *grouping) add(it Item) {
 		gr.idx[k] = i
 		gr.gs = append(gr.gs, Group{Namespace: it.Namespace, Owner: it.Owner, Worst: it.Worst, Expected: true, State: it.State,
 			Pods: []string{}, Nodes: []string{}, Modules: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}, Commands: []string{}})
-		gr.ss = append(gr.ss, groupSets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
+		gr.ss = append(gr.ss, groupSets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
+		gr.levels = append(gr.levels, byLevel{})
 		gr.members = append(gr.members, []Item{it})
 		gr.picks = append(gr.picks, [classified + 1]pick{})
 		gr.looks = append(gr.looks, map[podKey]look{})
@@ -297,10 +325,14 @@ func (gr *grouping) add(it Item) {
 	g, s := &gr.gs[i], &gr.ss[i]
 	g.Findings++
 	g.MixedBackends = g.MixedBackends || it.MixedBackends
+	lv, r := &gr.levels[i], min(findings.ImpactRank(it.Worst), classified)
 	for _, m := range gr.judged(it.Modules) {
-		add(&g.Modules, s.modules, m)
+		if lv.modules[r] == nil {
+			lv.modules[r] = map[string]bool{}
+		}
+		lv.modules[r][m] = true
 	}
-	g.Examples = mergeExamples(g.Examples, it.Examples)
+	lv.examples[r] = mergeExamples(lv.examples[r], it.Examples)
 	if it.Pod != "" {
 		// A set made at the end (sortedSet): a map per group, grown
 		// pod by pod, was a tenth of the report's CPU over 100,000
@@ -395,6 +427,7 @@ func (gr *grouping) groups() []Group {
 		}
 		pk := gr.picks[i][worst]
 		gs[i].Worst, gs[i].Example, gs[i].ExampleImpact = pk.level, pk.example, pk.impact
+		gs[i].Examples, gs[i].Modules = gr.levels[i].at(worst)
 		if len(gr.exps) == 0 {
 			gr.members[i][0] = pk.member
 		} else {
@@ -408,7 +441,6 @@ func (gr *grouping) groups() []Group {
 			gs[i].Reasons = []string{}
 		}
 		gs[i].Pods = sortedSet(gs[i].Pods)
-		sort.Strings(gs[i].Modules)
 		sort.Strings(gs[i].Nodes)
 	}
 	sortGroups(gs)

@@ -318,3 +318,53 @@ func TestReplacedLookNotJudged(t *testing.T) {
 		}
 	}
 }
+
+// TestReplacedLookNotShown: nor does a replaced look show its rules or the
+// modules they needed: the workload of a pod whose legacy rules were
+// removed read "worst native", beside a legacy rule and "kernel: ip_tables
+// ...", what to change for rules no longer there.
+func TestReplacedLookNotShown(t *testing.T) {
+	legacy, cut := partialLooks()
+	legacy.Modules = findings.Modules{Legacy: []string{"ip_tables", "x_tables"}}
+	at := func(r findings.Record, min int) findings.Record {
+		r.Time = t0.Add(time.Duration(min) * time.Minute)
+		return r
+	}
+	native := legacy
+	native.Legacy, native.Impact, native.Worst, native.Fingerprint, native.Modules = findings.Legacy{}, findings.Impact{Native: 1}, findings.ImpactNative, "f3", findings.Modules{}
+	native.Examples = legacy.Examples[1:]
+	for _, tc := range []struct {
+		name     string
+		recs     []findings.Record
+		worst    string
+		examples int
+		modules  []string
+	}{
+		{"complete native after legacy", []findings.Record{at(legacy, 0), at(native, 2)}, findings.ImpactNative, 1, []string{}},
+		{"cut after legacy", []findings.Record{at(legacy, 0), at(cut, 1)}, findings.ImpactLegacy, 2, []string{"ip_tables", "x_tables"}},
+		{"legacy after native", []findings.Record{at(native, 0), at(legacy, 2)}, findings.ImpactLegacy, 2, []string{"ip_tables", "x_tables"}},
+	} {
+		var items []Item
+		for _, r := range tc.recs {
+			items = append(items, itemOf(r, "findings"))
+		}
+		for _, order := range []string{"oldest first", "newest first"} {
+			if order == "newest first" {
+				slices.Reverse(items)
+			}
+			gs := GroupItems(items, nil)
+			if len(gs) != 1 || gs[0].Worst != tc.worst {
+				t.Fatalf("%s, %s: groups %+v; want one, worst %s", tc.name, order, gs, tc.worst)
+			}
+			g := gs[0]
+			if len(g.Examples) != tc.examples || !slices.Equal(g.Modules, tc.modules) {
+				t.Errorf("%s, %s: examples %+v, modules %q; want %d examples, modules %q", tc.name, order, g.Examples, g.Modules, tc.examples, tc.modules)
+			}
+			for _, ex := range g.Examples {
+				if findings.ImpactRank(ex.Impact) < findings.ImpactRank(g.Worst) {
+					t.Errorf("%s, %s: example %q at %s in a workload at %s", tc.name, order, ex.Rule, ex.Impact, g.Worst)
+				}
+			}
+		}
+	}
+}
