@@ -7,13 +7,17 @@ import (
 	stdnet "net"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	nrilog "github.com/containerd/nri/pkg/log"
+	nrinet "github.com/containerd/nri/pkg/net"
 	"github.com/containerd/nri/pkg/stub"
+	"github.com/containerd/ttrpc"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -558,25 +562,34 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	// unconfigure would race with Start and block on Start's channel.
 	sent := make(chan struct{})
 	var once sync.Once
-	conn := &connection{Agent: a}
-	st, err := a.newStub(conn, stub.WithDialer(func(path string) (stdnet.Conn, error) {
+	wrap := func(c stdnet.Conn) stdnet.Conn {
+		return &firstWrite{Conn: c, sent: func() { once.Do(func() { close(sent) }) }}
+	}
+	opts := []stub.Option{stub.WithDialer(func(path string) (stdnet.Conn, error) {
 		c, err := stdnet.Dial("unix", path)
 		if err != nil {
 			return nil, err
 		}
-		return &firstWrite{Conn: c, sent: func() { once.Do(func() { close(sent) }) }}, nil
-	}))
+		return wrap(c), nil
+	})}
+	// Started by the runtime, the stub would take the connection it was
+	// handed (api.PluginSocketEnvVar) itself, past the dialer: taken here,
+	// its writes are seen as a dialed one's.
+	if env := os.Getenv(api.PluginSocketEnvVar); env != "" {
+		// Once: the connection closes that descriptor, and the next one
+		// would take whatever file then has its number.
+		os.Unsetenv(api.PluginSocketEnvVar)
+		c, err := handedConn(env)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, stub.WithConnection(wrap(c)))
+	}
+	conn := &connection{Agent: a}
+	opts = append(opts, stub.WithTTRPCOptions(nil, []ttrpc.ServerOpt{ttrpc.WithUnaryServerInterceptor(conn.oneConfigure)}))
+	st, err := a.newStub(conn, opts...)
 	if err != nil {
 		return err
-	}
-	// Started by the runtime, the stub uses the connection it was handed
-	// (api.PluginSocketEnvVar), not the dialer: no write is seen, and
-	// Stop alone ends it, as before.
-	handed := os.Getenv(api.PluginSocketEnvVar) != ""
-	if handed {
-		// Once: the stub closes that descriptor with the connection, and
-		// the next one would take whatever file then has its number.
-		defer os.Unsetenv(api.PluginSocketEnvVar)
 	}
 	done := make(chan struct{})
 	defer close(done)
@@ -589,17 +602,15 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		case <-ctx.Done():
 		case <-wait.C:
 		}
-		if !handed {
-			// Not registered yet: the registration's own timeout (and
-			// ctx) ends Start.
-			select {
-			case <-done:
-				return
-			case <-sent:
-			}
-			if !conn.configured.Load() && !unconfigure(st) {
-				a.cfg.NRILogger.Errorf(ctx, "no Configure from the runtime on %q within %s, and this stub cannot be ended: the connection waits for it", a.cfg.Socket, a.configureWait)
-			}
+		// Not registered yet: the registration's own timeout (and ctx)
+		// ends Start.
+		select {
+		case <-done:
+			return
+		case <-sent:
+		}
+		if !conn.unconfigure(st) {
+			a.cfg.NRILogger.Errorf(ctx, "no Configure from the runtime on %q within %s, and this stub cannot be ended: the connection waits for it", a.cfg.Socket, a.configureWait)
 		}
 		select {
 		case <-ctx.Done():
@@ -611,6 +622,20 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		return fmt.Errorf("nri connection on %q: %w", a.cfg.Socket, err)
 	}
 	return errors.New("nri connection closed by the runtime")
+}
+
+// handedConn is the connection whose descriptor the runtime handed in
+// api.PluginSocketEnvVar.
+func handedConn(env string) (stdnet.Conn, error) {
+	fd, err := strconv.Atoi(env)
+	if err != nil || fd < 0 {
+		return nil, fmt.Errorf("%s=%q is no descriptor", api.PluginSocketEnvVar, env)
+	}
+	c, err := nrinet.NewFdConn(fd)
+	if err != nil {
+		return nil, fmt.Errorf("the connection handed in %s=%d: %w", api.PluginSocketEnvVar, fd, err)
+	}
+	return c, nil
 }
 
 // firstWrite is a connection that tells its first write.
@@ -636,6 +661,21 @@ type ownConfigure struct{}
 type connection struct {
 	*Agent
 	configured atomic.Bool
+	// configuring is held through each Configure, the runtime's
+	// (oneConfigure) and the agent's own (unconfigure): the stub writes
+	// its timeouts from either, unsynchronized, and the agent's must
+	// not follow a runtime's that came in time.
+	configuring sync.Mutex
+}
+
+// oneConfigure is the stub's server's interceptor: the runtime's
+// Configure runs under configuring, its other calls as they come.
+func (c *connection) oneConfigure(ctx context.Context, unmarshal ttrpc.Unmarshaler, info *ttrpc.UnaryServerInfo, method ttrpc.Method) (any, error) {
+	if strings.HasSuffix(info.FullMethod, "/Configure") {
+		c.configuring.Lock()
+		defer c.configuring.Unlock()
+	}
+	return method(ctx, unmarshal)
 }
 
 // The stub finds the handler by this interface: without it, unconfigure's
@@ -653,11 +693,15 @@ func (c *connection) Configure(ctx context.Context, _, _, _ string) (stub.EventM
 	return 0, nil
 }
 
-// unconfigure hands st a Configure that fails, so that its Start stops
-// waiting for the runtime's: false when st does not take one (another
-// nri version). Its timeouts are the defaults, should the runtime's
-// have come first.
-func unconfigure(st stub.Stub) bool {
+// unconfigure hands st, c's stub, a Configure that fails, so that its
+// Start stops waiting for the runtime's, unless the runtime's came:
+// false when st does not take one (another nri version).
+func (c *connection) unconfigure(st stub.Stub) bool {
+	c.configuring.Lock()
+	defer c.configuring.Unlock()
+	if c.configured.Load() {
+		return true
+	}
 	svc, ok := st.(api.PluginService)
 	if !ok {
 		return false

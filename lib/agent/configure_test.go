@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	nrilog "github.com/containerd/nri/pkg/log"
 	"github.com/containerd/nri/pkg/net/multiplex"
+	"github.com/containerd/nri/pkg/stub"
 	"github.com/containerd/ttrpc"
 	"golang.org/x/sys/unix"
 )
@@ -185,46 +187,151 @@ func TestConnectWithoutConfigure(t *testing.T) {
 // waited for the dialed connection's first write before anything else,
 // never got it and never stopped the stub, and the agent could not stop.
 // And the next connection took that descriptor's number again, closed
-// with the first, maybe another file's by then.
+// with the first, maybe another file's by then. Then, stopped alone, a
+// handed connection whose runtime registered the plugin and sent no
+// Configure still held the agent's stop: the stub's Stop waits on the
+// lock its Start holds until a Configure. It now gets the agent's own, as
+// a dialed one does.
 func TestHandedConnectionStops(t *testing.T) {
 	nrilog.Set(nopLogger{})
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	for _, tc := range []struct {
+		name   string
+		then   int
+		wait   time.Duration
+		cancel bool
+	}{
+		{"configured, stopped", configures, time.Hour, true},
+		{"hung, stopped", hangs, time.Hour, true},
+		{"hung", hangs, 300 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rtFile := os.NewFile(uintptr(fds[0]), "runtime")
+			rt, err := net.FileConn(rtFile)
+			rtFile.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			read := make(chan struct{})
+			m, configured := serveRuntime(t, &tellRead{Conn: rt, read: read}, tc.then)
+			var registered <-chan struct{} = read
+			defer m.Close()
+			t.Setenv(api.PluginSocketEnvVar, strconv.Itoa(fds[1]))
+			dir := t.TempDir()
+			a, err := New(testConfig(dir, nopObserver{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.configureWait = tc.wait
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ran := make(chan error, 1)
+			go func() { ran <- a.connectOnce(ctx) }()
+			if tc.then == configures {
+				registered = configured
+			}
+			select {
+			case <-registered:
+			case <-time.After(10 * time.Second):
+				t.Fatal("nothing from the plugin over the handed connection within 10 s")
+			}
+			if tc.cancel {
+				time.Sleep(200 * time.Millisecond)
+				cancel()
+			}
+			select {
+			case err := <-ran:
+				if !tc.cancel && !errors.Is(err, errNotConfigured) {
+					t.Errorf("connectOnce = %v, want %v", err, errNotConfigured)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("connectOnce still running 10 s after its context ended or its wait (%s) passed (a handed connection)", tc.wait)
+			}
+			// The descriptor is the connection's, closed with it: the
+			// next connection dials the socket instead of taking whatever
+			// file has that number by then.
+			if v, ok := os.LookupEnv(api.PluginSocketEnvVar); ok {
+				t.Errorf("%s=%s still set after the handed connection ended", api.PluginSocketEnvVar, v)
+			}
+		})
+	}
+}
+
+// tellRead is the runtime's end of a connection that closes read at the
+// first bytes the plugin sent (its registration).
+type tellRead struct {
+	net.Conn
+	read chan struct{}
+	once sync.Once
+}
+
+func (c *tellRead) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.once.Do(func() { close(c.read) })
+	}
+	return n, err
+}
+
+// configureCounter is a stub that counts the Configures handed to it.
+type configureCounter struct {
+	stub.Stub
+	api.PluginService
+	calls atomic.Int32
+}
+
+func (c *configureCounter) Configure(context.Context, *api.ConfigureRequest) (*api.ConfigureResponse, error) {
+	c.calls.Add(1)
+	return &api.ConfigureResponse{}, nil
+}
+
+// TestOneConfigure: the agent's own Configure (unconfigure) and the
+// runtime's could run at once, the runtime's arriving as the wait ended:
+// both wrote the stub's timeouts unsynchronized, and the agent's made
+// the runtime's connection fail. The runtime's now runs under the
+// connection's lock (oneConfigure), and the agent's, under it too, is
+// not sent once the runtime's came.
+func TestOneConfigure(t *testing.T) {
+	a, err := New(testConfig(t.TempDir(), nopObserver{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rtFile := os.NewFile(uintptr(fds[0]), "runtime")
-	rt, err := net.FileConn(rtFile)
-	rtFile.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, configured := serveRuntime(t, rt, configures)
-	defer m.Close()
-	t.Setenv(api.PluginSocketEnvVar, strconv.Itoa(fds[1]))
-	dir := t.TempDir()
-	a, err := New(testConfig(dir, nopObserver{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ran := make(chan error, 1)
-	go func() { ran <- a.connectOnce(ctx) }()
+	conn := &connection{Agent: a}
+	st := &configureCounter{}
+	inRuntime, release := make(chan struct{}), make(chan struct{})
+	runtimeDone := make(chan error, 1)
+	go func() {
+		_, err := conn.oneConfigure(context.Background(), func(any) error { return nil },
+			&ttrpc.UnaryServerInfo{FullMethod: "/nri.pkg.api.v1alpha1.Plugin/Configure"},
+			func(ctx context.Context, _ func(any) error) (any, error) {
+				close(inRuntime)
+				<-release
+				_, err := conn.Configure(ctx, "", "test", "1")
+				return nil, err
+			})
+		runtimeDone <- err
+	}()
+	<-inRuntime
+	own := make(chan bool, 1)
+	go func() { own <- conn.unconfigure(st) }()
 	select {
-	case <-configured:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no Configure over the handed connection within 10 s")
+	case <-own:
+		t.Fatal("the agent's Configure ran beside the runtime's")
+	case <-time.After(200 * time.Millisecond):
 	}
-	cancel()
-	select {
-	case <-ran:
-	case <-time.After(10 * time.Second):
-		t.Fatal("connectOnce still running 10 s after its context ended (a handed connection)")
+	close(release)
+	if err := <-runtimeDone; err != nil {
+		t.Fatal(err)
 	}
-	// The descriptor is the connection's, closed with it: the next
-	// connection dials the socket instead of taking whatever file has
-	// that number by then.
-	if v, ok := os.LookupEnv(api.PluginSocketEnvVar); ok {
-		t.Errorf("%s=%s still set after the handed connection ended", api.PluginSocketEnvVar, v)
+	if ok := <-own; !ok || st.calls.Load() != 0 {
+		t.Errorf("unconfigure = %v with %d Configures sent; want true and none after the runtime's", ok, st.calls.Load())
+	}
+	// Without the runtime's, the agent's goes out.
+	fresh := &connection{Agent: a}
+	if ok := fresh.unconfigure(st); !ok || st.calls.Load() != 1 {
+		t.Errorf("unconfigure on a connection not configured = %v with %d Configures; want true, 1", ok, st.calls.Load())
 	}
 }
