@@ -186,8 +186,10 @@ func TestNodeResweep(t *testing.T) {
 	a := startWatching(t, t.TempDir(), rec, func(cfg *Config) {
 		cfg.HostProc, cfg.HostNetns = nstest.HostProc(t, node.Path()), node.Path()
 	})
-	if s := nodeScan(t, rec.recorder); s.Meta.Stage != stageNodeStart || s.Outcome != Clean {
-		t.Fatalf("first node scan: stage %q, %s (%v), want %q clean", s.Meta.Stage, s.Label(), s.Err, stageNodeStart)
+	// A fresh memory: the clean node's first look is written (a gone,
+	// TestNodeCleanAfterReboot).
+	if s := nodeScan(t, rec.recorder); s.Meta.Stage != stageNodeStart || s.Stored != findings.Recorded || s.Record == nil || s.Record.KnownState() != findings.StateGone {
+		t.Fatalf("first node scan: stage %q, %s (%v), want %q, gone recorded", s.Meta.Stage, s.Label(), s.Err, stageNodeStart)
 	}
 	if r := resweepOnce(t, a, rec); r.Known != 1 || r.Skipped != 1 || r.Queued != 0 {
 		t.Fatalf("re-sweep of the unchanged node: %+v, want it known and skipped", r)
@@ -207,6 +209,74 @@ func TestNodeResweep(t *testing.T) {
 	}
 	if r := resweepOnce(t, a, rec); r.Skipped != 1 || r.Queued != 0 {
 		t.Fatalf("re-sweep after the node's scan: %+v, want it skipped", r)
+	}
+}
+
+// TestNodeCleanAfterReboot: the per-sandbox memory is under /run, which a
+// reboot empties, and the node's namespace is the one look that outlives
+// it. A node whose legacy rules were recorded, then removed and the node
+// rebooted (what a MachineConfig change does) had a clean first look with
+// no memory to take back: nothing was written, and the node label, its
+// ClusterReport and report --by node said breaks for good. Its first clean
+// look with no memory is now written, as a gone, once.
+func TestNodeCleanAfterReboot(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy")
+	nstest.NeedIPTables(t)
+	node := nstest.New(t)
+	dir := t.TempDir()
+	log := filepath.Join(dir, "findings.jsonl")
+	first := func(t *testing.T, state string) Scan {
+		t.Helper()
+		rec := newRecorder()
+		ctx, cancel := context.WithCancel(context.Background())
+		a, err := New(func() Config {
+			cfg := testConfig(dir, rec)
+			cfg.Seen.Dir, cfg.Watch = state, true
+			cfg.HostProc, cfg.HostNetns = nstest.HostProc(t, node.Path()), node.Path()
+			return cfg
+		}())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.runtime = func(ctx context.Context) error {
+			<-ctx.Done()
+			return nil
+		}
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}()
+		return nodeScan(t, rec)
+	}
+	lines := func() []string { return strings.Split(strings.TrimSpace(readFile(t, log)), "\n") }
+
+	node.Run("iptables-legacy", "-A", "OUTPUT", "-s", "10.0.0.1", "-j", "ACCEPT")
+	boot1 := filepath.Join(dir, "boot1")
+	if s := first(t, boot1); s.Stored != findings.Recorded || s.Record.Legacy.Rules != 1 {
+		t.Fatalf("the node's first look: %s (%v), %d legacy rules; want recorded, 1", s.Label(), s.Err, s.Record.Legacy.Rules)
+	}
+	node.Run("iptables-legacy", "-F", "OUTPUT")
+	// Rebooted: the memory is empty, the findings file kept.
+	boot2 := filepath.Join(dir, "boot2")
+	s := first(t, boot2)
+	if s.Stored != findings.Recorded || s.Record == nil || s.Record.KnownState() != findings.StateGone || s.Record.Subject != findings.SubjectNode {
+		t.Fatalf("the first look after the reboot: %s (%v), record %+v; want the node's gone recorded", s.Label(), s.Err, s.Record)
+	}
+	all := lines()
+	last, err := findings.Parse([]byte(all[len(all)-1]))
+	if len(all) != 2 || err != nil || last.KnownState() != findings.StateGone || last.KnownSubject() != findings.SubjectNode {
+		t.Fatalf("findings %q (%v); want the legacy look, then the node's gone", all, err)
+	}
+	// Once: the agent restarted within the boot keeps its memory.
+	if s := first(t, boot2); s.Outcome != Clean || s.Stored != findings.Same {
+		t.Errorf("the first look of an agent restarted within the boot: %s (%v), want clean, nothing written", s.Label(), s.Err)
+	}
+	if n := len(lines()); n != 2 {
+		t.Errorf("%d findings after the restart, want 2", n)
 	}
 }
 

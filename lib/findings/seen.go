@@ -120,6 +120,12 @@ var ErrNoMemory = errors.New("per-sandbox memory not usable")
 // recorded.
 func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts Parts, write func() error) (Outcome, error) {
 	state := rec.KnownState()
+	// The node's own namespace outlives the memory: under /run, a reboot
+	// empties it, while the node's records before it still stand with
+	// the consumers (the node label, its ClusterReport), whatever was
+	// cleared before the reboot. So its first clean look with no entry is
+	// written, once per memory, and kept.
+	takeBack := state != StateGone || rec.KnownSubject() == SubjectNode
 	var d *fileio.Dir
 	var f *os.File
 	for try := 0; ; try++ {
@@ -127,7 +133,7 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 		// A gone takes back only what an entry holds: without one (every
 		// clean container start of a pod that never had usage) there is
 		// nothing to open, and none is created.
-		d, f, err = s.open(key, state != StateGone)
+		d, f, err = s.open(key, takeBack)
 		if err != nil && state == StateGone {
 			// Absent: nothing to take back. Otherwise whether there is
 			// anything is not known: a clean look must not write a gone
@@ -165,7 +171,7 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 	if old.State == "" {
 		old.State = StatePresent
 	}
-	if state == StateGone && !had {
+	if state == StateGone && !had && !takeBack {
 		// Nothing to take back from an empty or damaged entry, and it is
 		// not kept: the watch's clean scans must not leave one per sandbox.
 		_ = d.Remove(filepath.Base(f.Name()))
