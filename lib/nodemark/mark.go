@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -490,7 +491,7 @@ func (m *Marker) Start(ctx context.Context) {
 	}()
 }
 
-// prune drops pods that no longer exist as the pod recorded.
+// prune drops pods that no longer exist as the pod recorded, or ended.
 func (m *Marker) prune(ctx context.Context) {
 	m.mu.Lock()
 	pods := map[string]Entry{}
@@ -505,9 +506,15 @@ func (m *Marker) prune(ctx context.Context) {
 		// As the forwarder finds a finding's pod: a static pod's records
 		// carry its config hash, which only its mirror pod's annotation
 		// names, and a pod no name can belong to is gone too.
-		_, err := kubeapi.LivePod(ctx, m.kube, findings.Pod{Namespace: e.Namespace, Name: e.Name, UID: uid})
+		pod, err := kubeapi.LivePod(ctx, m.kube, findings.Pod{Namespace: e.Namespace, Name: e.Name, UID: uid})
 		switch {
 		case kubeapi.IsPodGone(err) || kubeapi.IsInvalid(err):
+			gone = append(gone, uid)
+		case err == nil && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed):
+			// Ended (evicted, completed): its network namespace is gone
+			// from the node, while the object may stay until the
+			// terminated-pod collector's threshold (12,500 pods by
+			// default), and its rules are no part of what the node runs.
 			gone = append(gone, uid)
 		case kubeapi.Retryable(err):
 			m.log.WithError(err).Debug("node label: could not tell whether a pod is gone; will look again")

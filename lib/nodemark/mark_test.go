@@ -186,7 +186,9 @@ func TestBoundKeepsWorst(t *testing.T) {
 }
 
 // TestPrune: the prune drops the entries of pods that are gone (deleted,
-// recreated under another UID, or named as no pod can be) and keeps a
+// recreated under another UID, named as no pod can be, or ended: an
+// evicted pod's object stays until the terminated-pod collector's
+// threshold, and kept the node breaks after its pod moved) and keeps a
 // static pod's, whose records carry the UID its mirror pod's annotation
 // holds; a get refused for one pod does not stop the others' prune.
 func TestPrune(t *testing.T) {
@@ -196,7 +198,9 @@ func TestPrune(t *testing.T) {
 	}
 	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
 		pod("kube-proxy-n1", "mirror-uid", map[string]string{owner.MirrorAnnotation: "config-hash"}),
-		pod("web", "web-2", nil), pod("refused", "r1", nil))
+		pod("web", "web-2", nil), pod("refused", "r1", nil), pod("running", "run1", nil),
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "evicted", UID: "e1"}, Status: corev1.PodStatus{Phase: corev1.PodFailed}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "done", UID: "j1"}, Status: corev1.PodStatus{Phase: corev1.PodSucceeded}})
 	cs.PrependReactor("get", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.(k8stesting.GetAction).GetName() == "refused" {
 			return true, nil, apierrors.NewBadRequest("refused for this pod")
@@ -214,6 +218,9 @@ func TestPrune(t *testing.T) {
 		{Pod: findings.Pod{Namespace: "ns", Name: "deleted", UID: "d1"}, Worst: findings.ImpactXt},
 		{Pod: findings.Pod{Namespace: "ns", Name: "no/such", UID: "x1"}, Worst: findings.ImpactXt},
 		{Pod: findings.Pod{Namespace: "ns", Name: "refused", UID: "r1"}, Worst: findings.ImpactNative},
+		{Pod: findings.Pod{Namespace: "ns", Name: "running", UID: "run1"}, Worst: findings.ImpactNative},
+		{Pod: findings.Pod{Namespace: "ns", Name: "evicted", UID: "e1"}, Worst: findings.ImpactLegacy},
+		{Pod: findings.Pod{Namespace: "ns", Name: "done", UID: "j1"}, Worst: findings.ImpactLegacy},
 	} {
 		r.Schema, r.Time, r.State, r.Nft = findings.Schema, findings.Now(), findings.StatePresent, findings.Nft{Rules: 1}
 		if err := m.Consume(ctx, r); err != nil {
@@ -226,7 +233,7 @@ func TestPrune(t *testing.T) {
 		kept = append(kept, uid)
 	}
 	slices.Sort(kept)
-	if want := []string{"config-hash", "r1"}; !slices.Equal(kept, want) {
+	if want := []string{"config-hash", "r1", "run1"}; !slices.Equal(kept, want) {
 		t.Errorf("entries after the prune: %v, want %v", kept, want)
 	}
 	if v := m.Value(); v != Breaks {
