@@ -36,9 +36,15 @@ const (
 	CutAnnotation = "iptables-alerter.io/results-cut"
 	// CutRule is the rule of the skip result that says results were cut.
 	CutRule = "results-cut"
-	// RuleUnknown and RuleUnclassified are the rules besides the levels.
-	RuleUnknown      = "unknown"
-	RuleUnclassified = "unclassified"
+	// RuleUnknown, RuleUnclassified and RuleFailedCommand are the rules
+	// besides the levels. RuleFailedCommand is a command's own finding
+	// with no level (findings.Record.CommandOnly): a write that failed
+	// for a reason of its own, not missing kernel support, on a pod with
+	// no rules seen; unclassified would say it holds rules of a level not
+	// known.
+	RuleUnknown       = "unknown"
+	RuleUnclassified  = "unclassified"
+	RuleFailedCommand = "failed-command"
 )
 
 // Property keys of a result.
@@ -103,6 +109,7 @@ var Verdicts = []Verdict{
 	{Rule: findings.ImpactXt, Result: "fail", Severity: "medium"},
 	{Rule: findings.ImpactNative, Result: "warn", Severity: "low"},
 	{Rule: RuleUnclassified, Result: "warn", Severity: "medium"},
+	{Rule: RuleFailedCommand, Result: "warn", Severity: "medium"},
 	{Rule: RuleUnknown, Result: "error", Severity: "medium"},
 }
 
@@ -111,7 +118,10 @@ func VerdictOf(rec findings.Record) Verdict {
 	rule := RuleUnknown
 	if rec.KnownState() == findings.StatePresent {
 		rule = rec.WorstLevel()
-		if rule == "" {
+		switch {
+		case rule == "" && rec.CommandOnly() && rec.Exec != nil && rec.Exec.Failed:
+			rule = RuleFailedCommand
+		case rule == "":
 			rule = RuleUnclassified
 		}
 	}
@@ -374,7 +384,7 @@ func cloned(r openreportsv1alpha1.ReportResult) openreportsv1alpha1.ReportResult
 // breaks first (legacy, then xt), then unknown (it may hide either), then
 // native, then unclassified.
 func graver(a, b string) bool {
-	order := []string{findings.ImpactLegacy, findings.ImpactXt, RuleUnknown, findings.ImpactNative, RuleUnclassified}
+	order := []string{findings.ImpactLegacy, findings.ImpactXt, RuleUnknown, findings.ImpactNative, RuleUnclassified, RuleFailedCommand}
 	rank := func(r string) int {
 		if i := slices.Index(order, r); i >= 0 {
 			return i

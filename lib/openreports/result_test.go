@@ -27,6 +27,11 @@ func TestVerdictOf(t *testing.T) {
 		{name: "native", rec: findings.Record{State: findings.StatePresent, Worst: "native", Nft: findings.Nft{Rules: 1}}, want: Verdict{"native", "warn", "low"}},
 		{name: "unclassified", rec: findings.Record{State: findings.StatePresent, Nft: findings.Nft{Rules: 1}}, want: Verdict{"unclassified", "warn", "medium"}},
 		{name: "unknown", rec: findings.Record{State: findings.StateUnknown, Error: "x"}, want: Verdict{"unknown", "error", "medium"}},
+		// A command that failed for a reason of its own holds no rules:
+		// "unclassified" said rules of a level not known.
+		{name: "failed command", rec: findings.Record{State: findings.StatePresent, Source: findings.SourceExec,
+			Exec: &findings.Exec{Argv: []string{"iptables", "-A", "INPUT", "--bogus"}, Operation: "write", Exited: true, ExitCode: 2, Failed: true}},
+			want: Verdict{"failed-command", "warn", "medium"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -65,6 +65,10 @@ func groupReadiness(g Group) string {
 	if g.State == findings.StateUnknown {
 		return findings.ReadinessUnknown
 	}
+	if g.NoRules() {
+		// Commands that failed for reasons of their own: no rules.
+		return findings.ReadinessReady
+	}
 	if g.Truncated || g.Unclassified {
 		// What breaks stays breaks.
 		return findings.WorseReadiness(findings.Readiness(g.Worst), findings.ReadinessUnknown)

@@ -85,7 +85,17 @@ type Group struct {
 	// commands the exec watch saw (wording.ExecLine), failed ones first
 	// to stay: a failure is never crowded out by reads.
 	Commands []string `json:"commands"`
+	// CommandsOnly is true when every finding of the group is a
+	// command's own (the exec watch's: commandOnly), none a look at its
+	// rules. With no level among them (a write that failed for a reason
+	// of its own, not missing kernel support), Worst is "" with no rules
+	// behind it, which says nothing of RHEL 10 (NoRules).
+	CommandsOnly bool `json:"commands_only"`
 }
+
+// NoRules tells a group whose findings are all commands' own and hold no
+// level: nothing of it is known to break, nor unclassified.
+func (g Group) NoRules() bool { return g.CommandsOnly && g.Worst == "" }
 
 // MixedWords says what MixedBackends means, for the writers.
 const MixedWords = "mixed: rules in both legacy x_tables and nftables (iptables-nft); a tool that reads one backend does not see the other's rules"
@@ -147,6 +157,9 @@ type grouping struct {
 	looks []map[podKey]look
 	// levels holds, per group, its examples and modules by level.
 	levels []byLevel
+	// rules is, per group, whether a finding of it was not a command's
+	// own (Group.CommandsOnly).
+	rules []bool
 	// podsSet is, per group, how many of its Pods were a set last.
 	podsSet []int
 	// lastModules and lastJudged are the last item's modules and their
@@ -315,6 +328,7 @@ func (gr *grouping) add(it Item) {
 			Pods: []string{}, Nodes: []string{}, Modules: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}, Commands: []string{}})
 		gr.ss = append(gr.ss, groupSets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
 		gr.levels = append(gr.levels, byLevel{})
+		gr.rules = append(gr.rules, false)
 		gr.members = append(gr.members, []Item{it})
 		gr.picks = append(gr.picks, [classified + 1]pick{})
 		gr.looks = append(gr.looks, map[podKey]look{})
@@ -324,6 +338,7 @@ func (gr *grouping) add(it Item) {
 	}
 	g, s := &gr.gs[i], &gr.ss[i]
 	g.Findings++
+	gr.rules[i] = gr.rules[i] || !commandOnly(it)
 	g.MixedBackends = g.MixedBackends || it.MixedBackends
 	lv, r := &gr.levels[i], min(findings.ImpactRank(it.Worst), classified)
 	for _, m := range gr.judged(it.Modules) {
@@ -428,6 +443,7 @@ func (gr *grouping) groups() []Group {
 		pk := gr.picks[i][worst]
 		gs[i].Worst, gs[i].Example, gs[i].ExampleImpact = pk.level, pk.example, pk.impact
 		gs[i].Examples, gs[i].Modules = gr.levels[i].at(worst)
+		gs[i].CommandsOnly = !gr.rules[i]
 		if len(gr.exps) == 0 {
 			gr.members[i][0] = pk.member
 		} else {
@@ -709,7 +725,8 @@ var FailModes = []string{FailNever, FailUnexpected, FailBreaks}
 
 // Judge sets each group's Fails by mode and reports whether any fails.
 // Under FailBreaks an unclassified group fails too: an impact not known is
-// not known to be safe; so does an unknown group, under either mode (it is
+// not known to be safe (a group of commands with no level, NoRules, is
+// not unclassified: it holds no rules); so does an unknown group, under either mode (it is
 // never expected), one whose look stopped early (Truncated: its worst
 // level is a lower bound) and one with rules not classified beside
 // classified ones (Unclassified).
@@ -721,7 +738,7 @@ func Judge(gs []Group, mode string) bool {
 		case FailUnexpected:
 			g.Fails = !g.Expected
 		case FailBreaks:
-			g.Fails = !g.Expected && (findings.Breaks(g.Worst) || g.Worst == "" || g.Unclassified || g.State == findings.StateUnknown || g.Truncated)
+			g.Fails = !g.Expected && (findings.Breaks(g.Worst) || g.Worst == "" && !g.NoRules() || g.Unclassified || g.State == findings.StateUnknown || g.Truncated)
 		default:
 			g.Fails = false
 		}

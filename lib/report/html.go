@@ -154,6 +154,8 @@ func impactCounts(gs []Group) []count {
 		switch {
 		case g.State == findings.StateUnknown:
 			n["unknown"]++
+		case g.NoRules():
+			// No rules: no level to count it under.
 		case g.Worst == "":
 			n["unclassified"]++
 		default:

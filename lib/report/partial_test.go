@@ -368,3 +368,50 @@ func TestReplacedLookNotShown(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandsWithoutLevel: a pod with no rules whose command failed for
+// a reason of its own (exit 2, a bad option: not missing kernel support)
+// has a finding with no level. The node label took no level from it, but
+// report read it as unclassified usage: --fail-on breaks failed and
+// --by node said unknown. It holds no rules: nothing of it breaks.
+func TestCommandsWithoutLevel(t *testing.T) {
+	pod := findings.Pod{Namespace: "shop", Name: "web-1", UID: "u1"}
+	failed := findings.Record{Time: t0, Node: "node-a", Pod: pod, State: findings.StatePresent, Source: findings.SourceExec,
+		Exec: &findings.Exec{Argv: []string{"iptables", "-A", "INPUT", "--bogus"}, Backend: "nft", Operation: "write", Exited: true, ExitCode: 2, Failed: true}}
+	refused := failed
+	refused.Worst, refused.Exec = findings.ImpactLegacy, &findings.Exec{Argv: []string{"iptables-legacy", "-A", "OUTPUT"}, Backend: "legacy", Operation: "write", Exited: true, ExitCode: 3, Failed: true, MissingKernelSupport: true}
+	native, _ := partialLooks()
+	native.Legacy, native.Impact, native.Worst = findings.Legacy{}, findings.Impact{Native: 1}, findings.ImpactNative
+	native.Examples = native.Examples[1:]
+	for _, tc := range []struct {
+		name      string
+		recs      []findings.Record
+		noRules   bool
+		fails     bool
+		readiness string
+	}{
+		{"a failed command alone", []findings.Record{failed}, true, false, findings.ReadinessReady},
+		{"a refused legacy write", []findings.Record{refused}, false, true, findings.ReadinessBreaks},
+		{"native rules and a failed command", []findings.Record{native, failed}, false, false, findings.ReadinessReady},
+	} {
+		var items []Item
+		for _, r := range tc.recs {
+			items = append(items, itemOf(r, "findings"))
+		}
+		gs := GroupItems(items, nil)
+		if len(gs) != 1 || gs[0].NoRules() != tc.noRules {
+			t.Fatalf("%s: groups %+v; want one, no rules %v", tc.name, gs, tc.noRules)
+		}
+		if failing := Judge(gs, FailBreaks); failing != tc.fails {
+			t.Errorf("%s: failing --fail-on breaks %v, want %v", tc.name, failing, tc.fails)
+		}
+		if rows := ByNode(gs, nil, DefaultPoolLabel); len(rows) != 1 || rows[0].Readiness != tc.readiness {
+			t.Errorf("%s: by node %+v, want node-a %s", tc.name, rows, tc.readiness)
+		}
+		var b bytes.Buffer
+		err := Write(&b, Report{Groups: gs, FailOn: FailBreaks}, "text")
+		if err != nil || tc.noRules && (!strings.Contains(b.String(), NoRulesWords) || !strings.Contains(b.String(), "0 unclassified")) {
+			t.Errorf("%s: text (%v):\n%s", tc.name, err, b.String())
+		}
+	}
+}

@@ -100,6 +100,10 @@ func Write(w io.Writer, r Report, format string) error {
 	return fmt.Errorf("write report: unknown format %q", format)
 }
 
+// NoRulesWords is the level cell of a group of commands with no level
+// (Group.NoRules).
+const NoRulesWords = "no rules (commands)"
+
 func status(g Group) string {
 	switch {
 	case g.State == findings.StateUnknown:
@@ -124,7 +128,10 @@ func columns(g Group, fleet bool, esc func(string) string) []string {
 		hint += " " + doc
 	}
 	worst := g.Worst
-	if worst == "" {
+	switch {
+	case g.NoRules():
+		worst = NoRulesWords
+	case worst == "":
 		worst = "unclassified"
 	}
 	example := g.Example
@@ -200,7 +207,9 @@ func summary(r Report) string {
 			fallthrough
 		default:
 			using++
-			per[g.Worst]++
+			if !g.NoRules() {
+				per[g.Worst]++
+			}
 		}
 		if g.Fails {
 			failing++

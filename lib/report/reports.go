@@ -166,7 +166,7 @@ func resultShared(namespace string, x *leanResult, sk *Skipped) (Item, bool) {
 	switch x.Rule {
 	case openreports.RuleUnknown:
 		it.State, it.Error = findings.StateUnknown, p.Error
-	case openreports.RuleUnclassified:
+	case openreports.RuleUnclassified, openreports.RuleFailedCommand:
 	default:
 		// Not a level: valid refuses it and counts it.
 		it.Worst = x.Rule
