@@ -15,6 +15,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/execwatch"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
@@ -123,6 +124,19 @@ type execs struct {
 	lost ExecLosses
 	// reported are the watch's counters at the last report.
 	reported execwatch.Stats
+	// legacyAbsent tells whether the kernel lacks a tool family's legacy
+	// x_tables module (legacyAbsent; tests replace it).
+	legacyAbsent func(family string) bool
+}
+
+// legacyFamilies are the inspect families of the tools' families.
+var legacyFamilies = map[string]inspect.Family{"iptables": inspect.IP, "ip6tables": inspect.IP6, "arptables": inspect.ARP, "ebtables": inspect.Bridge}
+
+// legacyAbsent tells whether the kernel lacks the legacy x_tables module
+// of a tool family (inspect.LegacyAbsent); false for an unknown family.
+func legacyAbsent(family string) bool {
+	f, ok := legacyFamilies[family]
+	return ok && inspect.LegacyAbsent(f)
 }
 
 // parked is a command waiting for its sandbox.
@@ -419,7 +433,7 @@ func (a *Agent) execOf(writer *findings.Writer, ws *watched) *findings.Exec {
 	if !c.Ended.IsZero() && time.Since(c.Ended) > 2*a.cfg.WatchDebounce+time.Second {
 		return nil
 	}
-	return execRecord(c)
+	return execRecord(c, a.execs.legacyAbsent)
 }
 
 // ranIn tells whether the exec watch saw c run in ws's netns: a pid is
@@ -432,12 +446,13 @@ func ranIn(c execwatch.Command, ws *watched) bool {
 	return c.Netns != 0 && ino != 0 && c.Netns == ino
 }
 
-// execRecord is what the record says of a command.
-func execRecord(c execwatch.Command) *findings.Exec {
+// execRecord is what the record says of a command; absent is
+// failure's.
+func execRecord(c execwatch.Command, absent func(family string) bool) *findings.Exec {
 	e := &findings.Exec{Argv: c.Argv, ArgvCut: c.ArgvCut, Binary: c.Exe, Tool: c.Shape.Tool, Backend: c.Backend,
 		Operation: c.Shape.Operation, Command: c.Shape.Command, Table: c.Shape.Table, Chain: c.Shape.Chain,
 		Exited: c.Exited, ExitCode: c.Code, Signal: c.Signal}
-	e.Failed, e.MissingKernelSupport = failure(c)
+	e.Failed, e.MissingKernelSupport = failure(c, absent)
 	return e
 }
 
@@ -452,7 +467,15 @@ func execRecord(c execwatch.Command) *findings.Exec {
 // other failures) mean missing kernel support, for a read too: the
 // breakage of a RHEL 10 node. Exit 4 is also a timed-out wait for the
 // xtables lock.
-func failure(c execwatch.Command) (failed, missing bool) {
+//
+// A legacy write's status does not tell: a legacy restore refused a table
+// the kernel cannot set up exits 2 ("unable to initialize table"), as for
+// a typo, and ebtables-legacy exits 255 for everything. So a legacy write
+// that failed while absent(family) says the kernel has no x_tables module
+// of its family is missing kernel support: the tool's run would have
+// loaded it (module autoload) had the kernel one. That is how kube-proxy
+// style tools, CNIs and istio-init write rules on a RHEL 10 node.
+func failure(c execwatch.Command, absent func(family string) bool) (failed, missing bool) {
 	if !c.Exited {
 		return false, false
 	}
@@ -466,6 +489,9 @@ func failure(c execwatch.Command) (failed, missing bool) {
 	}
 	if c.Code == 0 || c.Code == exitOther && c.Shape.Answers() {
 		return false, false
+	}
+	if !missing && c.Backend == execwatch.BackendLegacy && absent != nil {
+		missing = absent(c.Shape.Family)
 	}
 	return true, missing
 }
@@ -488,7 +514,7 @@ func (a *Agent) execDone(c execwatch.Command) bool {
 		a.metrics.execs.WithLabelValues("node off").Inc()
 		return true
 	}
-	e := execRecord(c)
+	e := execRecord(c, a.execs.legacyAbsent)
 	writer := a.placeWriter(c.Writer)
 	if !w.node {
 		a.usage.Exec(w.meta, e.Failed)
