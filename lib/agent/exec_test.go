@@ -268,6 +268,40 @@ func TestExecFailure(t *testing.T) {
 			t.Errorf("%q exit %d, modules absent %q: failed %v missing %v, want %v %v", tc.c.Argv, tc.c.Code, tc.absent, f, m, tc.failed, tc.missing)
 		}
 	}
+	// Exit 4 is missing kernel support from iptables-nft only, and never
+	// without CAP_NET_ADMIN. Measured with 1.8.9: iptables-legacy -w 1
+	// while another holds the xtables lock exits 4; iptables-nft -X of a
+	// chain still referenced exits 4 (EBUSY); iptables-nft without
+	// CAP_NET_ADMIN exits 4 ("Could not fetch rule set generation id:
+	// Permission denied (you must be root)"), iptables-legacy 3.
+	noCap := func(c execwatch.Command) execwatch.Command { c.NoNetAdmin = true; return c }
+	for _, tc := range []struct {
+		c               execwatch.Command
+		failed, missing bool
+	}{
+		{cmd(4, 0, "iptables-legacy", "-w", "1", "-C", "INPUT", "-j", "ACCEPT"), false, false},
+		{cmd(4, 0, "iptables-legacy", "-w", "1", "-S"), false, false},
+		{cmd(4, 0, "iptables-legacy", "-w", "1", "-A", "INPUT", "-j", "ACCEPT"), true, false},
+		{cmd(4, 0, "iptables-nft", "-X", "A"), false, false},
+		{cmd(4, 0, "iptables-nft", "--delete-chain", "A"), false, false},
+		{cmd(4, 0, "iptables-nft", "-L"), true, true},
+		{noCap(cmd(4, 0, "iptables-nft", "-L")), false, false},
+		{noCap(cmd(4, 0, "iptables-nft", "-A", "INPUT", "-j", "ACCEPT")), true, false},
+		{noCap(cmd(3, 0, "iptables-legacy", "-L")), false, false},
+		{noCap(cmd(3, 0, "iptables-legacy", "-A", "INPUT", "-j", "ACCEPT")), true, false},
+	} {
+		f, m := failure(tc.c, noModule())
+		if f != tc.failed || m != tc.missing {
+			t.Errorf("%q exit %d, no net admin %v: failed %v missing %v, want %v %v", tc.c.Argv, tc.c.Code, tc.c.NoNetAdmin, f, m, tc.failed, tc.missing)
+		}
+	}
+	// Refused for want of the capability on any node, RHEL 10 or not.
+	if f, m := failure(noCap(cmd(2, 0, "iptables-legacy-restore")), noModule("iptables")); !f || m {
+		t.Errorf("a legacy restore without CAP_NET_ADMIN or ip_tables: failed %v missing %v, want true false", f, m)
+	}
+	if e := execRecord(noCap(cmd(4, 0, "iptables-nft", "-L")), noModule()); e.Failed || !e.NoNetAdmin || execLevel(e) != findings.ImpactNative {
+		t.Errorf("a read without CAP_NET_ADMIN: %+v, level %q", e, execLevel(e))
+	}
 	// The record says so, at the legacy level.
 	e := execRecord(cmd(2, 0, "iptables-legacy-restore"), noModule("iptables"))
 	if !e.MissingKernelSupport || execLevel(e) != findings.ImpactLegacy {

@@ -108,9 +108,10 @@ func (s Shape) Write() bool {
 // state asked for already there (idempotent scripts run them at every
 // container start, the pod's netns outliving a restarted container), and
 // a refused -X (a chain still referenced) leaves the rules as they were.
-// Checked with iptables-nft and iptables-legacy 1.8.9: each exits 1, and
-// never for missing kernel support (3 or 4). ebtables' -C changes
-// counters: a write, whose 1 is a failure.
+// Checked with iptables-nft and iptables-legacy 1.8.9: each exits 1 (but
+// iptables-nft's refused -X, which exits 4: DeletesChain), and never for
+// missing kernel support (3 or 4). ebtables' -C changes counters: a
+// write, whose 1 is a failure.
 func (s Shape) Answers() bool {
 	switch s.Command {
 	case "-C":
@@ -120,6 +121,11 @@ func (s Shape) Answers() bool {
 	}
 	return false
 }
+
+// DeletesChain tells whether the command is -X: iptables-nft refuses one
+// of a chain still referenced with exit 4 (EBUSY, 1.8.9), the status it
+// gives for missing kernel support too.
+func (s Shape) DeletesChain() bool { return s.Command == "-X" || s.Command == "--delete-chain" }
 
 // long commands and their short letters.
 var longCommands = map[string]byte{

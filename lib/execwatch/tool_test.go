@@ -185,3 +185,22 @@ func TestParseArgvAbbreviated(t *testing.T) {
 		}
 	}
 }
+
+// lacksNetAdmin reads CapEff; unknown (absent, cut, unparsable) is
+// never taken for a lack.
+func TestLacksNetAdmin(t *testing.T) {
+	for status, want := range map[string]bool{
+		"Name:\tx\nCapPrm:\t000001ffffffffff\nCapEff:\t000001ffffffffff\nCapBnd:\t0\n": false,
+		"Name:\tx\nCapEff:\t00000000a80425fb\nCapBnd:\t0\n":                            true, // a container's default set
+		"Name:\tx\nCapEff:\t0000000000001000\n":                                        false,
+		"Name:\tx\nCapEff:\t0000000000000000\n":                                        true,
+		"Name:\tx\nCapEff:\t00000000":                                                  false, // cut
+		"Name:\tx\nGroups:\t1 2 3":                                                     false,
+		"Name:\tx\nCapEff:\tzz\n":                                                      false,
+		"":                                                                             false,
+	} {
+		if got := lacksNetAdmin([]byte(status)); got != want {
+			t.Errorf("%q: %v, want %v", status, got, want)
+		}
+	}
+}

@@ -97,6 +97,13 @@ type Command struct {
 	// Exited: the exit was seen, and Code or Signal is its status.
 	Exited       bool
 	Code, Signal int
+	// NoNetAdmin: the process ran without CAP_NET_ADMIN in its effective
+	// set (read at its exec; false when unknown), as in a container the
+	// runtime grants none (CRI-O's and containerd's default): the kernel
+	// refuses it every table, with the status of missing kernel support
+	// (iptables-legacy 3, iptables-nft 4: "Permission denied (you must be
+	// root)").
+	NoNetAdmin bool
 
 	// start is the process's start time as its exec was read (stat's
 	// field 22), "" when unread: after an overrun its pid may be another
@@ -552,6 +559,7 @@ func (w *Watcher) exec(pid int, snap *execquiet.Snapshot) {
 			return
 		}
 	}
+	cmd.NoNetAdmin = p.noNetAdmin()
 	cmd.Backend = backend
 	cmd.Shape = ParseArgv(cmd.Argv)
 	cmd.Writer = p.writer(c)

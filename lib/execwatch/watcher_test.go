@@ -690,3 +690,29 @@ func TestPendingFullFair(t *testing.T) {
 		t.Errorf("after taking pod b's: %v, counts %v", c, w.perNetns)
 	}
 }
+
+// TestWatcherNoNetAdmin: a tool run without CAP_NET_ADMIN (a container
+// the runtime grants none) is refused every table with the status of
+// missing kernel support (iptables-legacy 3, iptables-nft 4); the watch
+// reads its effective capabilities at its exec, so that the agent can
+// tell the two apart.
+func TestWatcherNoNetAdmin(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy", "setpriv")
+	ns := nstest.New(t)
+	c := newCollector()
+	w := openWatcher(t, c)
+	read := func(pid int) bool {
+		cmd, ok := w.Lookup(pid)
+		return ok && strings.HasSuffix(cmd.Exe, "xtables-legacy-multi")
+	}
+	// Root loses a capability at exec when its bounding set has it not.
+	_ = nstest.RunHeld(t, exec.Command("ip", "netns", "exec", ns.Name, "setpriv", "--bounding-set=-net_admin",
+		"iptables-legacy", "-w", "60", "-L", "nocap-marker"), read)
+	_ = nstest.RunHeld(t, exec.Command("ip", "netns", "exec", ns.Name, "iptables-legacy", "-w", "60", "-S", "withcap-marker"), read)
+	if nocap := c.wait(t, "nocap-marker"); !nocap.NoNetAdmin || !nocap.Exited || nocap.Code != 3 {
+		t.Errorf("without CAP_NET_ADMIN: no net admin %v, exited %v code %d, want true, exit 3", nocap.NoNetAdmin, nocap.Exited, nocap.Code)
+	}
+	if withCap := c.wait(t, "withcap-marker"); withCap.NoNetAdmin {
+		t.Errorf("with CAP_NET_ADMIN: %+v", withCap)
+	}
+}
