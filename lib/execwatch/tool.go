@@ -54,23 +54,43 @@ func commCandidate(comm string) bool {
 // runs the real tool as its child and exits with its status, so taking it
 // for a tool would report each command twice, the wrapper's copy legacy
 // whatever the backend, and an nft failure a legacy one.
+//
+// The name must be a tool's whole (toolName): a binary merely named
+// like one (iptables_exporter, iptables-exporter, a daemon) is none. Taken
+// for one, it held a pending slot for its life, its command line (perhaps
+// secrets) was copied into findings and Events, and its run was recorded
+// as a legacy read.
 func toolOf(exe string) (backend string, ok bool) {
 	base := path.Base(strings.TrimSuffix(exe, " (deleted)"))
-	if strings.Contains(base, "wrapper") {
-		return "", false
-	}
 	switch base {
 	case "xtables-nft-multi":
 		return BackendNft, true
 	case "xtables-legacy-multi", "xtables-multi":
 		return BackendLegacy, true
 	}
+	return toolName(base)
+}
+
+// toolName tells whether base is a tool's name and its backend: a family
+// (iptables, ip6tables, arptables, ebtables), then its backend's suffix
+// (-legacy, -nft: none for iptables before 1.8, legacy), then the
+// operation's (-save, -restore, -translate, -restore-translate; -multi,
+// the multi binary of releases before 1.8), each at most once.
+func toolName(base string) (backend string, ok bool) {
 	for _, f := range families {
-		if strings.HasPrefix(base, f) {
-			if strings.Contains(base, "-nft") {
-				return BackendNft, true
-			}
-			return BackendLegacy, true
+		rest, found := strings.CutPrefix(base, f)
+		if !found {
+			continue
+		}
+		backend = BackendLegacy
+		if r, nft := strings.CutPrefix(rest, "-nft"); nft {
+			rest, backend = r, BackendNft
+		} else {
+			rest = strings.TrimPrefix(rest, "-legacy")
+		}
+		switch rest {
+		case "", "-save", "-restore", "-translate", "-restore-translate", "-multi":
+			return backend, true
 		}
 	}
 	return "", false

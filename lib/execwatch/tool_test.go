@@ -22,6 +22,24 @@ func TestToolOf(t *testing.T) {
 		"/usr/sbin/iptables-wrapper": "",
 		"/usr/sbin/iptables-legacy":  BackendLegacy,
 		"/usr/bin/true":              "",
+		// Every suffix and combination the tools come with.
+		"/usr/sbin/iptables-legacy-save":            BackendLegacy,
+		"/usr/sbin/ip6tables-nft-restore":           BackendNft,
+		"/usr/sbin/iptables-restore-translate":      BackendLegacy,
+		"/usr/sbin/ip6tables-nft-restore-translate": BackendNft,
+		"/usr/sbin/arptables-nft":                   BackendNft,
+		"/usr/sbin/ebtables-translate":              BackendLegacy,
+		"/usr/sbin/ip6tables-save":                  BackendLegacy,
+		"/sbin/iptables-multi":                      BackendLegacy,
+		// Named like a tool, none: an exporter (its argv may hold
+		// secrets, and a daemon holds a pending slot for its life).
+		"/usr/bin/iptables_exporter":        "",
+		"/usr/local/bin/iptables-exporter":  "",
+		"/usr/sbin/ebtablesd":               "",
+		"/usr/sbin/iptables-nft-exporter":   "",
+		"/usr/sbin/iptables-legacy-nft":     "",
+		"/usr/sbin/iptables-save-restore":   "",
+		"/usr/sbin/ip6tables-legacy-legacy": "",
 	} {
 		got, ok := toolOf(exe)
 		if got != want || ok != (want != "") {
