@@ -62,10 +62,10 @@ func commCandidate(comm string) bool {
 // as a legacy read.
 func toolOf(exe string) (backend string, ok bool) {
 	base := path.Base(strings.TrimSuffix(exe, " (deleted)"))
-	switch base {
-	case "xtables-nft-multi":
+	switch {
+	case base == "xtables-nft-multi":
 		return BackendNft, true
-	case "xtables-legacy-multi", "xtables-multi":
+	case multiBinary(base):
 		return BackendLegacy, true
 	}
 	return toolName(base)
@@ -251,7 +251,9 @@ func ParseArgv(argv []string) Shape {
 	// Run as the multi binary itself, the applet is the first argument,
 	// compared whole (a path there names no applet); main4, save6 and the
 	// like are the short names of the iptables and ip6tables applets.
-	if strings.HasPrefix(tool, "xtables-") && len(args) > 0 {
+	// Only the multi binaries: their other applets (xtables-monitor
+	// --trace, xtables-translate) take options there.
+	if multiBinary(tool) && len(args) > 0 {
 		tool, args = args[0], args[1:]
 		if t, ok := applets[tool]; ok {
 			tool = t
@@ -374,6 +376,16 @@ func ParseArgv(argv []string) Shape {
 		s.Table = "filter"
 	}
 	return s
+}
+
+// multiBinary tells whether name is a multi binary's, which runs the
+// applet its first argument names.
+func multiBinary(name string) bool {
+	switch name {
+	case "xtables-multi", "xtables-legacy-multi", "xtables-nft-multi":
+		return true
+	}
+	return false
 }
 
 // applets are the multi binaries' short applet names (xtables-multi.c).

@@ -112,6 +112,12 @@ func TestParseArgv(t *testing.T) {
 			Shape{Tool: "iptables-legacy-restore", Family: "iptables", Operation: OpRestore, Table: "nat"}, true, false},
 		{[]string{"ip6tables-restore", "-Tmangle"},
 			Shape{Tool: "ip6tables-restore", Family: "ip6tables", Operation: OpRestore, Table: "mangle"}, true, false},
+		// Another applet of xtables-nft-multi takes options after its
+		// name: "--trace" is no applet.
+		{[]string{"xtables-monitor", "--trace"},
+			Shape{Tool: "xtables-monitor", Operation: OpRead, Table: "filter"}, false, false},
+		{[]string{"/usr/sbin/xtables-nft-multi", "iptables-restore", "--noflush"},
+			Shape{Tool: "iptables-restore", Family: "iptables", Operation: OpRestore}, true, false},
 		{[]string{"xtables-legacy-multi", "iptables", "-F"},
 			Shape{Tool: "iptables", Family: "iptables", Operation: OpWrite, Command: "-F", Table: "filter"}, true, true},
 		{[]string{"ebtables", "-t", "broute", "-L"},
