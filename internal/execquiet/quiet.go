@@ -202,6 +202,7 @@ func NewReader(fd, stop int, root string) *Reader {
 	s.Netns.buf = make([]byte, 64)
 	s.Cmdline.buf = make([]byte, MaxCmdline+1)
 	s.Comm.buf = make([]byte, 32)
+	s.Status.buf = make([]byte, MaxStatus)
 	s.Stat.buf = make([]byte, MaxProc+1)
 	s.Cgroup.buf = make([]byte, MaxProc+1)
 	s.Stat2.buf = make([]byte, MaxProc+1)
@@ -508,10 +509,14 @@ func putUint(b []byte, n int, v uint64) int {
 }
 
 // Sizes of a Snapshot's files: cmdline as lib/execwatch bounds it (one
-// byte more tells it was cut), stat and cgroup as lib/watch reads them.
+// byte more tells it was cut), stat and cgroup as lib/watch reads them;
+// status up to its capability lines (about 1 KiB in; a process with
+// thousands of supplementary groups pushes them past it, and they read
+// as unknown).
 const (
 	MaxCmdline = 4 << 10
 	MaxProc    = procstat.MaxFile
+	MaxStatus  = 4 << 10
 )
 
 // Snapshot is what the quiet path reads of a possible tool the moment its
@@ -519,13 +524,14 @@ const (
 // while the reader waits for the runtime (a P, under load milliseconds),
 // and a process that ended reads as gone. The files are read in the
 // order lib/execwatch reads them: the binary, the network namespace, the
-// command line, the name, stat, cgroup and stat again (a pid taken by
-// another process in between shows in stat's start time).
+// command line, the name, status (its capabilities), stat, cgroup and
+// stat again (a pid taken by another process in between shows in stat's
+// start time).
 type Snapshot struct {
 	// PID is the process read, 0 for none.
-	PID                                int
-	Exe, Netns                         File
-	Cmdline, Comm, Stat, Cgroup, Stat2 File
+	PID                                        int
+	Exe, Netns                                 File
+	Cmdline, Comm, Status, Stat, Cgroup, Stat2 File
 	// Parent is the parent's stat, read by the nftables watch's wait
 	// only (WatchReader): a one-shot writer's shell may end with it.
 	Parent File
@@ -563,6 +569,7 @@ var (
 	netLeaf     = []byte("/ns/net\x00")
 	cmdlineLeaf = []byte("/cmdline\x00")
 	commLeaf    = []byte("/comm\x00")
+	statusLeaf  = []byte("/status\x00")
 	statLeaf    = []byte("/stat\x00")
 	cgroupLeaf  = []byte("/cgroup\x00")
 )
@@ -578,6 +585,7 @@ func (q *Reader) snapshot() {
 	q.readLink(pid, netLeaf, &s.Netns)
 	q.readFile(pid, cmdlineLeaf, &s.Cmdline)
 	q.readFile(pid, commLeaf, &s.Comm)
+	q.readFile(pid, statusLeaf, &s.Status)
 	q.readFile(pid, statLeaf, &s.Stat)
 	q.readFile(pid, cgroupLeaf, &s.Cgroup)
 	q.readFile(pid, statLeaf, &s.Stat2)

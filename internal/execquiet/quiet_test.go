@@ -473,6 +473,16 @@ func TestSnapshotOf(t *testing.T) {
 	if s.PID != self || s.Stat.Err != 0 || s.Stat2.Err != 0 || !strings.HasPrefix(string(s.Stat.Bytes()), itoa(self)+" (") {
 		t.Errorf("pid %d stat %q (%v) again %v", s.PID, s.Stat.Bytes(), s.Stat.Err, s.Stat2.Err)
 	}
+	// status changes as the process runs; its capabilities do not.
+	status, _ := os.ReadFile("/proc/self/status")
+	capEff := func(b []byte) string {
+		_, v, _ := strings.Cut(string(b), "\nCapEff:")
+		v, _, _ = strings.Cut(v, "\n")
+		return v
+	}
+	if s.Status.Err != 0 || capEff(s.Status.Bytes()) == "" || capEff(s.Status.Bytes()) != capEff(status) {
+		t.Errorf("status: CapEff %q (%v), want %q", capEff(s.Status.Bytes()), s.Status.Err, capEff(status))
+	}
 	if s := SnapshotOf("/proc", 1<<30); s.PID != 0 {
 		t.Errorf("a pid that is not: %+v", s.PID)
 	}

@@ -321,7 +321,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Load.Allow = func() (*allowlist.List, error) { return allowlist.Join(), nil }
 	}
 	a := &Agent{cfg: cfg, store: &scan.Store{Log: cfg.Log, Seen: cfg.Seen, SweepEvery: memorySweepEvery}, queue: newQueue(cfg.Queue), usage: NewUsage(cfg.MaxUsage),
-		health: NewHealth(), known: newSandboxes(), resweepNow: make(chan struct{}, 1), listNow: make(chan struct{}, 1), watches: newWatches(), execs: &execs{}, drainWait: drainStops, configureWait: configureWait}
+		health: NewHealth(), known: newSandboxes(), resweepNow: make(chan struct{}, 1), listNow: make(chan struct{}, 1), watches: newWatches(), execs: &execs{legacyAbsent: legacyAbsent}, drainWait: drainStops, configureWait: configureWait}
 	a.runtime = a.nriLoop
 	a.metrics = newMetrics(a.health, a.usage, a.execs.up.Load, a.execStats)
 	if cfg.HostProc != "" {

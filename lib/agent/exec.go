@@ -15,6 +15,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/execwatch"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 )
 
@@ -98,7 +99,7 @@ const (
 const (
 	exitOther    = 1 // OTHER_PROBLEM; -C/-D: no such rule
 	exitVersion  = 3 // VERSION_PROBLEM: can't initialize table (no kernel support)
-	exitResource = 4 // RESOURCE_PROBLEM: iptables-nft and restore refused by the kernel
+	exitResource = 4 // RESOURCE_PROBLEM: iptables-nft refused by the kernel; iptables-legacy's lock wait timed out
 )
 
 // execs is the exec watch's state.
@@ -123,6 +124,19 @@ type execs struct {
 	lost ExecLosses
 	// reported are the watch's counters at the last report.
 	reported execwatch.Stats
+	// legacyAbsent tells whether the kernel lacks a tool family's legacy
+	// x_tables module (legacyAbsent; tests replace it).
+	legacyAbsent func(family string) bool
+}
+
+// legacyFamilies are the inspect families of the tools' families.
+var legacyFamilies = map[string]inspect.Family{"iptables": inspect.IP, "ip6tables": inspect.IP6, "arptables": inspect.ARP, "ebtables": inspect.Bridge}
+
+// legacyAbsent tells whether the kernel lacks the legacy x_tables module
+// of a tool family (inspect.LegacyAbsent); false for an unknown family.
+func legacyAbsent(family string) bool {
+	f, ok := legacyFamilies[family]
+	return ok && inspect.LegacyAbsent(f)
 }
 
 // parked is a command waiting for its sandbox.
@@ -419,7 +433,7 @@ func (a *Agent) execOf(writer *findings.Writer, ws *watched) *findings.Exec {
 	if !c.Ended.IsZero() && time.Since(c.Ended) > 2*a.cfg.WatchDebounce+time.Second {
 		return nil
 	}
-	return execRecord(c)
+	return execRecord(c, a.execs.legacyAbsent)
 }
 
 // ranIn tells whether the exec watch saw c run in ws's netns: a pid is
@@ -432,31 +446,49 @@ func ranIn(c execwatch.Command, ws *watched) bool {
 	return c.Netns != 0 && ino != 0 && c.Netns == ino
 }
 
-// execRecord is what the record says of a command.
-func execRecord(c execwatch.Command) *findings.Exec {
+// execRecord is what the record says of a command; absent is
+// failure's.
+func execRecord(c execwatch.Command, absent func(family string) bool) *findings.Exec {
 	e := &findings.Exec{Argv: c.Argv, ArgvCut: c.ArgvCut, Binary: c.Exe, Tool: c.Shape.Tool, Backend: c.Backend,
 		Operation: c.Shape.Operation, Command: c.Shape.Command, Table: c.Shape.Table, Chain: c.Shape.Chain,
-		Exited: c.Exited, ExitCode: c.Code, Signal: c.Signal}
-	e.Failed, e.MissingKernelSupport = failure(c)
+		Exited: c.Exited, ExitCode: c.Code, Signal: c.Signal, NoNetAdmin: c.NoNetAdmin}
+	e.Failed, e.MissingKernelSupport = failure(c, absent)
 	return e
 }
 
 // failure decides from the status alone (the watch sees no message): a
 // write fails when it exits non-zero or is killed, except -C and -D
-// exiting 1, which answer "no such rule", and -N, -X and -F exiting 1
-// (the chain there, or not, already: execwatch.Shape.Answers). Exit 3 (VERSION_PROBLEM: "can't
-// initialize iptables table ... do you need to insmod?") and 4
-// (RESOURCE_PROBLEM: iptables-nft and the restore tools when the kernel
-// refuses, as for "Extension X revision 0 not supported, missing kernel
-// module?"; legacy iptables exits 1 for that one, indistinguishable from
-// other failures) mean missing kernel support, for a read too: the
-// breakage of a RHEL 10 node. Exit 4 is also a timed-out wait for the
-// xtables lock.
-func failure(c execwatch.Command) (failed, missing bool) {
+// exiting 1, which answer "no such rule", -N, -X and -F exiting 1 (the
+// chain there, or not, already: execwatch.Shape.Answers), and
+// iptables-nft's -X exiting 4 (EBUSY: a chain still referenced, the rules
+// left as they were). Exit 3 (VERSION_PROBLEM: "can't initialize
+// iptables table ... do you need to insmod?") means missing kernel
+// support, for a read too: the breakage of a RHEL 10 node; so does exit 4
+// (RESOURCE_PROBLEM) from iptables-nft, refused by the kernel as for
+// "Extension X revision 0 not supported, missing kernel module?".
+// iptables-legacy exits 1 for that one, indistinguishable from other
+// failures, and 4 when its wait for the xtables lock timed out (-w): a
+// busy node, not a kernel without support.
+//
+// A process without CAP_NET_ADMIN (c.NoNetAdmin: a container the runtime
+// grants none, CRI-O's and containerd's default) is refused every table
+// with those same statuses ("Permission denied (you must be root)":
+// iptables-legacy 3, iptables-nft 4): its failure is its own on any node,
+// never missing kernel support.
+//
+// A legacy write's status does not tell: a legacy restore refused a table
+// the kernel cannot set up exits 2 ("unable to initialize table"), as for
+// a typo, and ebtables-legacy exits 255 for everything. So a legacy write
+// that failed while absent(family) says the kernel has no x_tables module
+// of its family is missing kernel support: the tool's run would have
+// loaded it (module autoload) had the kernel one. That is how kube-proxy
+// style tools, CNIs and istio-init write rules on a RHEL 10 node.
+func failure(c execwatch.Command, absent func(family string) bool) (failed, missing bool) {
 	if !c.Exited {
 		return false, false
 	}
-	missing = c.Signal == 0 && (c.Code == exitVersion || c.Code == exitResource)
+	nft := c.Backend == execwatch.BackendNft
+	missing = c.Signal == 0 && !c.NoNetAdmin && (c.Code == exitVersion || c.Code == exitResource && nft)
 	if !c.Shape.Write() {
 		// A read, a save, a test restore.
 		return missing, missing
@@ -464,8 +496,11 @@ func failure(c execwatch.Command) (failed, missing bool) {
 	if c.Signal != 0 {
 		return true, false
 	}
-	if c.Code == 0 || c.Code == exitOther && c.Shape.Answers() {
+	if c.Code == 0 || c.Code == exitOther && c.Shape.Answers() || c.Code == exitResource && nft && c.Shape.DeletesChain() {
 		return false, false
+	}
+	if !missing && !c.NoNetAdmin && c.Backend == execwatch.BackendLegacy && absent != nil {
+		missing = absent(c.Shape.Family)
 	}
 	return true, missing
 }
@@ -488,7 +523,7 @@ func (a *Agent) execDone(c execwatch.Command) bool {
 		a.metrics.execs.WithLabelValues("node off").Inc()
 		return true
 	}
-	e := execRecord(c)
+	e := execRecord(c, a.execs.legacyAbsent)
 	writer := a.placeWriter(c.Writer)
 	if !w.node {
 		a.usage.Exec(w.meta, e.Failed)

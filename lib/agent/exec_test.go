@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -197,7 +198,16 @@ func TestExecWatchNode(t *testing.T) {
 // none).
 func TestExecFailure(t *testing.T) {
 	cmd := func(code, sig int, argv ...string) execwatch.Command {
-		return execwatch.Command{Exited: true, Code: code, Signal: sig, Argv: argv, Shape: execwatch.ParseArgv(argv), Backend: "legacy"}
+		backend := execwatch.BackendLegacy
+		if strings.Contains(argv[0], "-nft") {
+			backend = execwatch.BackendNft
+		}
+		return execwatch.Command{Exited: true, Code: code, Signal: sig, Argv: argv, Shape: execwatch.ParseArgv(argv), Backend: backend}
+	}
+	// noModule is a node without the x_tables modules of the families
+	// named (RHEL 10: none of them).
+	noModule := func(fams ...string) func(string) bool {
+		return func(f string) bool { return slices.Contains(fams, f) }
 	}
 	for _, tc := range []struct {
 		c               execwatch.Command
@@ -224,10 +234,78 @@ func TestExecFailure(t *testing.T) {
 		{cmd(1, 0, "iptables", "-L", "NOPE"), false, false},
 		{execwatch.Command{Argv: []string{"iptables", "-F"}, Shape: execwatch.ParseArgv([]string{"iptables", "-F"})}, false, false},
 	} {
-		f, m := failure(tc.c)
+		f, m := failure(tc.c, noModule())
 		if f != tc.failed || m != tc.missing {
 			t.Errorf("%q exit %d signal %d: failed %v missing %v, want %v %v", tc.c.Argv, tc.c.Code, tc.c.Signal, f, m, tc.failed, tc.missing)
 		}
+	}
+	// A legacy write's status does not say why it failed: the kernel's
+	// modules do. Measured: iptables-legacy-restore of a table the kernel
+	// cannot set up exits 2 ("unable to initialize table");
+	// ebtables-legacy exits 255 for any failure.
+	for _, tc := range []struct {
+		c               execwatch.Command
+		absent          []string
+		failed, missing bool
+	}{
+		{cmd(2, 0, "iptables-legacy-restore"), []string{"iptables"}, true, true},
+		{cmd(2, 0, "iptables-legacy-restore"), nil, true, false},
+		{cmd(2, 0, "ip6tables-restore"), []string{"iptables"}, true, false},
+		{cmd(2, 0, "ip6tables-restore"), []string{"ip6tables"}, true, true},
+		{cmd(255, 0, "ebtables-legacy", "-A", "FORWARD", "-j", "DROP"), []string{"ebtables"}, true, true},
+		{cmd(255, 0, "ebtables-legacy", "-A", "FORWARD", "-j", "DROP"), []string{"iptables"}, true, false},
+		{cmd(2, 0, "arptables-legacy-restore"), []string{"arptables"}, true, true},
+		// An answer is no failure; a kill says nothing of the kernel;
+		// a test restore and a read write nothing; nft has its status.
+		{cmd(1, 0, "iptables-legacy", "-D", "INPUT", "-j", "DROP"), []string{"iptables"}, false, false},
+		{cmd(0, 9, "iptables-legacy-restore"), []string{"iptables"}, true, false},
+		{cmd(2, 0, "iptables-legacy-restore", "--test"), []string{"iptables"}, false, false},
+		{cmd(2, 0, "iptables-legacy", "-L", "INPUT"), []string{"iptables"}, false, false},
+		{cmd(1, 0, "iptables-nft-restore"), []string{"iptables"}, true, false},
+	} {
+		f, m := failure(tc.c, noModule(tc.absent...))
+		if f != tc.failed || m != tc.missing {
+			t.Errorf("%q exit %d, modules absent %q: failed %v missing %v, want %v %v", tc.c.Argv, tc.c.Code, tc.absent, f, m, tc.failed, tc.missing)
+		}
+	}
+	// Exit 4 is missing kernel support from iptables-nft only, and never
+	// without CAP_NET_ADMIN. Measured with 1.8.9: iptables-legacy -w 1
+	// while another holds the xtables lock exits 4; iptables-nft -X of a
+	// chain still referenced exits 4 (EBUSY); iptables-nft without
+	// CAP_NET_ADMIN exits 4 ("Could not fetch rule set generation id:
+	// Permission denied (you must be root)"), iptables-legacy 3.
+	noCap := func(c execwatch.Command) execwatch.Command { c.NoNetAdmin = true; return c }
+	for _, tc := range []struct {
+		c               execwatch.Command
+		failed, missing bool
+	}{
+		{cmd(4, 0, "iptables-legacy", "-w", "1", "-C", "INPUT", "-j", "ACCEPT"), false, false},
+		{cmd(4, 0, "iptables-legacy", "-w", "1", "-S"), false, false},
+		{cmd(4, 0, "iptables-legacy", "-w", "1", "-A", "INPUT", "-j", "ACCEPT"), true, false},
+		{cmd(4, 0, "iptables-nft", "-X", "A"), false, false},
+		{cmd(4, 0, "iptables-nft", "--delete-chain", "A"), false, false},
+		{cmd(4, 0, "iptables-nft", "-L"), true, true},
+		{noCap(cmd(4, 0, "iptables-nft", "-L")), false, false},
+		{noCap(cmd(4, 0, "iptables-nft", "-A", "INPUT", "-j", "ACCEPT")), true, false},
+		{noCap(cmd(3, 0, "iptables-legacy", "-L")), false, false},
+		{noCap(cmd(3, 0, "iptables-legacy", "-A", "INPUT", "-j", "ACCEPT")), true, false},
+	} {
+		f, m := failure(tc.c, noModule())
+		if f != tc.failed || m != tc.missing {
+			t.Errorf("%q exit %d, no net admin %v: failed %v missing %v, want %v %v", tc.c.Argv, tc.c.Code, tc.c.NoNetAdmin, f, m, tc.failed, tc.missing)
+		}
+	}
+	// Refused for want of the capability on any node, RHEL 10 or not.
+	if f, m := failure(noCap(cmd(2, 0, "iptables-legacy-restore")), noModule("iptables")); !f || m {
+		t.Errorf("a legacy restore without CAP_NET_ADMIN or ip_tables: failed %v missing %v, want true false", f, m)
+	}
+	if e := execRecord(noCap(cmd(4, 0, "iptables-nft", "-L")), noModule()); e.Failed || !e.NoNetAdmin || execLevel(e) != findings.ImpactNative {
+		t.Errorf("a read without CAP_NET_ADMIN: %+v, level %q", e, execLevel(e))
+	}
+	// The record says so, at the legacy level.
+	e := execRecord(cmd(2, 0, "iptables-legacy-restore"), noModule("iptables"))
+	if !e.MissingKernelSupport || execLevel(e) != findings.ImpactLegacy {
+		t.Errorf("legacy restore refused without ip_tables: %+v, level %q", e, execLevel(e))
 	}
 }
 

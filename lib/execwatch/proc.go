@@ -239,6 +239,40 @@ func (p proc) netns() (uint64, error) {
 	return parseNetns(string(b))
 }
 
+// capNetAdmin is CAP_NET_ADMIN's bit (linux/capability.h).
+const capNetAdmin = 12
+
+// noNetAdmin tells whether the process's effective capabilities lack
+// CAP_NET_ADMIN (status's CapEff): its tool's refusals are then the
+// kernel's "Permission denied", not missing kernel support. False when
+// unknown (unread, or the line past what is read: see
+// execquiet.MaxStatus).
+func (p proc) noNetAdmin() bool {
+	var b []byte
+	if p.snap == nil {
+		buf := make([]byte, execquiet.MaxStatus)
+		b, _ = procFile(p.root+"/"+strconv.Itoa(p.pid)+"/status", buf)
+	} else {
+		b, _ = file(&p.snap.Status)
+	}
+	return lacksNetAdmin(b)
+}
+
+// lacksNetAdmin reads status's CapEff line (hex): false when it is not
+// there whole.
+func lacksNetAdmin(status []byte) bool {
+	_, v, ok := bytes.Cut(status, []byte("\nCapEff:\t"))
+	if !ok {
+		return false
+	}
+	v, _, ok = bytes.Cut(v, []byte("\n"))
+	if !ok {
+		return false
+	}
+	caps, err := strconv.ParseUint(string(v), 16, 64)
+	return err == nil && caps&(1<<capNetAdmin) == 0
+}
+
 // start is the process's start time (stat's field 22): the snapshot's
 // stat, else /proc's now; "" when unread.
 func (p proc) start() string {

@@ -54,23 +54,43 @@ func commCandidate(comm string) bool {
 // runs the real tool as its child and exits with its status, so taking it
 // for a tool would report each command twice, the wrapper's copy legacy
 // whatever the backend, and an nft failure a legacy one.
+//
+// The name must be a tool's whole (toolName): a binary merely named
+// like one (iptables_exporter, iptables-exporter, a daemon) is none. Taken
+// for one, it held a pending slot for its life, its command line (perhaps
+// secrets) was copied into findings and Events, and its run was recorded
+// as a legacy read.
 func toolOf(exe string) (backend string, ok bool) {
 	base := path.Base(strings.TrimSuffix(exe, " (deleted)"))
-	if strings.Contains(base, "wrapper") {
-		return "", false
-	}
-	switch base {
-	case "xtables-nft-multi":
+	switch {
+	case base == "xtables-nft-multi":
 		return BackendNft, true
-	case "xtables-legacy-multi", "xtables-multi":
+	case multiBinary(base):
 		return BackendLegacy, true
 	}
+	return toolName(base)
+}
+
+// toolName tells whether base is a tool's name and its backend: a family
+// (iptables, ip6tables, arptables, ebtables), then its backend's suffix
+// (-legacy, -nft: none for iptables before 1.8, legacy), then the
+// operation's (-save, -restore, -translate, -restore-translate; -multi,
+// the multi binary of releases before 1.8), each at most once.
+func toolName(base string) (backend string, ok bool) {
 	for _, f := range families {
-		if strings.HasPrefix(base, f) {
-			if strings.Contains(base, "-nft") {
-				return BackendNft, true
-			}
-			return BackendLegacy, true
+		rest, found := strings.CutPrefix(base, f)
+		if !found {
+			continue
+		}
+		backend = BackendLegacy
+		if r, nft := strings.CutPrefix(rest, "-nft"); nft {
+			rest, backend = r, BackendNft
+		} else {
+			rest = strings.TrimPrefix(rest, "-legacy")
+		}
+		switch rest {
+		case "", "-save", "-restore", "-translate", "-restore-translate", "-multi":
+			return backend, true
 		}
 	}
 	return "", false
@@ -108,9 +128,10 @@ func (s Shape) Write() bool {
 // state asked for already there (idempotent scripts run them at every
 // container start, the pod's netns outliving a restarted container), and
 // a refused -X (a chain still referenced) leaves the rules as they were.
-// Checked with iptables-nft and iptables-legacy 1.8.9: each exits 1, and
-// never for missing kernel support (3 or 4). ebtables' -C changes
-// counters: a write, whose 1 is a failure.
+// Checked with iptables-nft and iptables-legacy 1.8.9: each exits 1 (but
+// iptables-nft's refused -X, which exits 4: DeletesChain), and never for
+// missing kernel support (3 or 4). ebtables' -C changes counters: a
+// write, whose 1 is a failure.
 func (s Shape) Answers() bool {
 	switch s.Command {
 	case "-C":
@@ -120,6 +141,11 @@ func (s Shape) Answers() bool {
 	}
 	return false
 }
+
+// DeletesChain tells whether the command is -X: iptables-nft refuses one
+// of a chain still referenced with exit 4 (EBUSY, 1.8.9), the status it
+// gives for missing kernel support too.
+func (s Shape) DeletesChain() bool { return s.Command == "-X" || s.Command == "--delete-chain" }
 
 // long commands and their short letters.
 var longCommands = map[string]byte{
@@ -225,7 +251,9 @@ func ParseArgv(argv []string) Shape {
 	// Run as the multi binary itself, the applet is the first argument,
 	// compared whole (a path there names no applet); main4, save6 and the
 	// like are the short names of the iptables and ip6tables applets.
-	if strings.HasPrefix(tool, "xtables-") && len(args) > 0 {
+	// Only the multi binaries: their other applets (xtables-monitor
+	// --trace, xtables-translate) take options there.
+	if multiBinary(tool) && len(args) > 0 {
 		tool, args = args[0], args[1:]
 		if t, ok := applets[tool]; ok {
 			tool = t
@@ -348,6 +376,16 @@ func ParseArgv(argv []string) Shape {
 		s.Table = "filter"
 	}
 	return s
+}
+
+// multiBinary tells whether name is a multi binary's, which runs the
+// applet its first argument names.
+func multiBinary(name string) bool {
+	switch name {
+	case "xtables-multi", "xtables-legacy-multi", "xtables-nft-multi":
+		return true
+	}
+	return false
 }
 
 // applets are the multi binaries' short applet names (xtables-multi.c).

@@ -22,6 +22,24 @@ func TestToolOf(t *testing.T) {
 		"/usr/sbin/iptables-wrapper": "",
 		"/usr/sbin/iptables-legacy":  BackendLegacy,
 		"/usr/bin/true":              "",
+		// Every suffix and combination the tools come with.
+		"/usr/sbin/iptables-legacy-save":            BackendLegacy,
+		"/usr/sbin/ip6tables-nft-restore":           BackendNft,
+		"/usr/sbin/iptables-restore-translate":      BackendLegacy,
+		"/usr/sbin/ip6tables-nft-restore-translate": BackendNft,
+		"/usr/sbin/arptables-nft":                   BackendNft,
+		"/usr/sbin/ebtables-translate":              BackendLegacy,
+		"/usr/sbin/ip6tables-save":                  BackendLegacy,
+		"/sbin/iptables-multi":                      BackendLegacy,
+		// Named like a tool, none: an exporter (its argv may hold
+		// secrets, and a daemon holds a pending slot for its life).
+		"/usr/bin/iptables_exporter":        "",
+		"/usr/local/bin/iptables-exporter":  "",
+		"/usr/sbin/ebtablesd":               "",
+		"/usr/sbin/iptables-nft-exporter":   "",
+		"/usr/sbin/iptables-legacy-nft":     "",
+		"/usr/sbin/iptables-save-restore":   "",
+		"/usr/sbin/ip6tables-legacy-legacy": "",
 	} {
 		got, ok := toolOf(exe)
 		if got != want || ok != (want != "") {
@@ -94,6 +112,12 @@ func TestParseArgv(t *testing.T) {
 			Shape{Tool: "iptables-legacy-restore", Family: "iptables", Operation: OpRestore, Table: "nat"}, true, false},
 		{[]string{"ip6tables-restore", "-Tmangle"},
 			Shape{Tool: "ip6tables-restore", Family: "ip6tables", Operation: OpRestore, Table: "mangle"}, true, false},
+		// Another applet of xtables-nft-multi takes options after its
+		// name: "--trace" is no applet.
+		{[]string{"xtables-monitor", "--trace"},
+			Shape{Tool: "xtables-monitor", Operation: OpRead, Table: "filter"}, false, false},
+		{[]string{"/usr/sbin/xtables-nft-multi", "iptables-restore", "--noflush"},
+			Shape{Tool: "iptables-restore", Family: "iptables", Operation: OpRestore}, true, false},
 		{[]string{"xtables-legacy-multi", "iptables", "-F"},
 			Shape{Tool: "iptables", Family: "iptables", Operation: OpWrite, Command: "-F", Table: "filter"}, true, true},
 		{[]string{"ebtables", "-t", "broute", "-L"},
@@ -182,6 +206,25 @@ func TestParseArgvAbbreviated(t *testing.T) {
 		got := ParseArgv(tc.argv)
 		if got != tc.want || got.Write() != tc.write {
 			t.Errorf("%q:\n got %+v (write %v)\nwant %+v", tc.argv, got, got.Write(), tc.want)
+		}
+	}
+}
+
+// lacksNetAdmin reads CapEff; unknown (absent, cut, unparsable) is
+// never taken for a lack.
+func TestLacksNetAdmin(t *testing.T) {
+	for status, want := range map[string]bool{
+		"Name:\tx\nCapPrm:\t000001ffffffffff\nCapEff:\t000001ffffffffff\nCapBnd:\t0\n": false,
+		"Name:\tx\nCapEff:\t00000000a80425fb\nCapBnd:\t0\n":                            true, // a container's default set
+		"Name:\tx\nCapEff:\t0000000000001000\n":                                        false,
+		"Name:\tx\nCapEff:\t0000000000000000\n":                                        true,
+		"Name:\tx\nCapEff:\t00000000":                                                  false, // cut
+		"Name:\tx\nGroups:\t1 2 3":                                                     false,
+		"Name:\tx\nCapEff:\tzz\n":                                                      false,
+		"":                                                                             false,
+	} {
+		if got := lacksNetAdmin([]byte(status)); got != want {
+			t.Errorf("%q: %v, want %v", status, got, want)
 		}
 	}
 }

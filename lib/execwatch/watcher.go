@@ -97,6 +97,13 @@ type Command struct {
 	// Exited: the exit was seen, and Code or Signal is its status.
 	Exited       bool
 	Code, Signal int
+	// NoNetAdmin: the process ran without CAP_NET_ADMIN in its effective
+	// set (read at its exec; false when unknown), as in a container the
+	// runtime grants none (CRI-O's and containerd's default): the kernel
+	// refuses it every table, with the status of missing kernel support
+	// (iptables-legacy 3, iptables-nft 4: "Permission denied (you must be
+	// root)").
+	NoNetAdmin bool
 
 	// start is the process's start time as its exec was read (stat's
 	// field 22), "" when unread: after an overrun its pid may be another
@@ -115,7 +122,8 @@ type Stats struct {
 	// that ran unseen (Options.Missed heard of each).
 	Missed uint64
 	// Evicted counts tool runs given up without a status: past
-	// MaxPending, or reaped while an overrun lost their exit.
+	// MaxPending, or reaped while an overrun lost their exit (their pid
+	// may have run another program since).
 	Evicted uint64
 	// Overruns counts the kernel dropping messages (ENOBUFS): execs and
 	// exits were lost (the pending commands are looked at again: recheck).
@@ -510,11 +518,11 @@ func (w *Watcher) exec(pid int, snap *execquiet.Snapshot) {
 		if c, cerr = p.comm(); cerr != nil {
 			// Reaped already: whatever it ran is not known.
 			w.vanished.Add(1)
-			w.forget(pid)
+			w.forget(p)
 			return
 		}
 		if !commCandidate(c) {
-			w.forget(pid)
+			w.forget(p)
 			return
 		}
 		if errors.Is(err, unix.ENOENT) {
@@ -523,19 +531,19 @@ func (w *Watcher) exec(pid int, snap *execquiet.Snapshot) {
 			// cgroup, is read at once (miss), or the run is the node's
 			// loss, not its pod's.
 			w.candidates.Add(1)
-			w.miss(&Command{PID: pid, Started: time.Now()}, c)
+			w.miss(p, &Command{PID: pid, Started: time.Now()}, c)
 			return
 		}
 	} else if _, ok := toolOf(path); !ok {
 		// A tool that executes something else is no longer one.
-		w.forget(pid)
+		w.forget(p)
 		return
 	}
 	w.candidates.Add(1)
 	cmd := &Command{PID: pid, Exe: path, Started: time.Now()}
 	cmd.Netns, _ = p.netns()
 	if cmd.Argv, cmd.ArgvCut, err = p.cmdline(); err != nil {
-		w.miss(cmd, c)
+		w.miss(p, cmd, c)
 		return
 	}
 	if path == "" {
@@ -543,15 +551,16 @@ func (w *Watcher) exec(pid int, snap *execquiet.Snapshot) {
 	}
 	backend, ok := toolOf(path)
 	if !ok {
-		w.forget(pid)
+		w.forget(p)
 		return
 	}
 	if c == "" {
 		if c, err = p.comm(); err != nil {
-			w.miss(cmd, c)
+			w.miss(p, cmd, c)
 			return
 		}
 	}
+	cmd.NoNetAdmin = p.noNetAdmin()
 	cmd.Backend = backend
 	cmd.Shape = ParseArgv(cmd.Argv)
 	cmd.Writer = p.writer(c)
@@ -566,10 +575,11 @@ const MissGone = "gone before read"
 
 // miss gives up a tool run that ended before it was read whole: counted
 // and handed to Options.Missed with what could be read (its name, and its
-// cgroup, which a zombie keeps: the container that ran it).
-func (w *Watcher) miss(cmd *Command, name string) {
+// cgroup, which a zombie keeps: the container that ran it). p is its
+// process (forget).
+func (w *Watcher) miss(p proc, cmd *Command, name string) {
 	w.missed.Add(1)
-	w.forget(cmd.PID)
+	w.forget(p)
 	if name == "" {
 		name, _ = comm(w.opts.Proc, cmd.PID)
 	}
@@ -591,9 +601,10 @@ func (w *Watcher) add(cmd *Command) {
 	if w.perNetns == nil {
 		w.perNetns = map[uint64]int{}
 	}
-	var evicted *Command
+	var evicted, replaced *Command
 	if old, ok := w.pending[cmd.PID]; ok {
 		w.count(old.Netns, -1)
+		replaced = old
 	} else {
 		if len(w.order) >= w.opts.MaxPending {
 			evicted = w.drop(w.hog())
@@ -604,9 +615,33 @@ func (w *Watcher) add(cmd *Command) {
 	w.count(cmd.Netns, 1)
 	w.mu.Unlock()
 	if evicted != nil {
-		w.evicted.Add(1)
-		w.opts.Done(*evicted)
+		w.giveUp(evicted)
 	}
+	if replaced != nil {
+		w.replaced(replaced, cmd.start)
+	}
+}
+
+// giveUp reports a pending command that will get no status: counted
+// (Stats.Evicted) and handed to Done with Exited false, never dropped
+// silently.
+func (w *Watcher) giveUp(c *Command) {
+	w.evicted.Add(1)
+	w.opts.Done(*c)
+}
+
+// replaced handles a pending command whose pid executed another program,
+// whose process started at start ("" when unread). The same process
+// (the start times agree) became that program: the command has no
+// status of its own. Another process (its start time another, or not
+// known) took the pid after the command ended unheard (an overrun lost
+// its exit before recheck ran): the command is given up, as recheck
+// does, not silently replaced.
+func (w *Watcher) replaced(old *Command, start string) {
+	if old.start != "" && old.start == start {
+		return
+	}
+	w.giveUp(old)
 }
 
 // recheck looks at the pending commands after an overrun, whose lost
@@ -634,8 +669,7 @@ func (w *Watcher) recheck() {
 		switch {
 		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) || start != "" && now != "" && now != start:
 			if c := w.take(pid); c != nil {
-				w.evicted.Add(1)
-				w.opts.Done(*c)
+				w.giveUp(c)
 			}
 		case err == nil:
 			w.exit(pid, raw)
@@ -689,9 +723,15 @@ func (w *Watcher) hog() int {
 	return 0
 }
 
-// forget drops pid's pending command: the pid executed another program,
-// so that command's status is not its.
-func (w *Watcher) forget(pid int) { w.take(pid) }
+// forget drops the pending command of p's pid, which executed another
+// program: that command's status is not its (replaced). Every exec that
+// is no tool's comes here: p's start time is read only for a pid that
+// has a pending command.
+func (w *Watcher) forget(p proc) {
+	if c := w.take(p.pid); c != nil {
+		w.replaced(c, p.start())
+	}
+}
 
 func (w *Watcher) exit(pid int, raw uint32) {
 	c := w.take(pid)

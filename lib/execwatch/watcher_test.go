@@ -690,3 +690,79 @@ func TestPendingFullFair(t *testing.T) {
 		t.Errorf("after taking pod b's: %v, counts %v", c, w.perNetns)
 	}
 }
+
+// TestWatcherNoNetAdmin: a tool run without CAP_NET_ADMIN (a container
+// the runtime grants none) is refused every table with the status of
+// missing kernel support (iptables-legacy 3, iptables-nft 4); the watch
+// reads its effective capabilities at its exec, so that the agent can
+// tell the two apart.
+func TestWatcherNoNetAdmin(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy", "setpriv")
+	ns := nstest.New(t)
+	c := newCollector()
+	w := openWatcher(t, c)
+	read := func(pid int) bool {
+		cmd, ok := w.Lookup(pid)
+		return ok && strings.HasSuffix(cmd.Exe, "xtables-legacy-multi")
+	}
+	// Root loses a capability at exec when its bounding set has it not.
+	_ = nstest.RunHeld(t, exec.Command("ip", "netns", "exec", ns.Name, "setpriv", "--bounding-set=-net_admin",
+		"iptables-legacy", "-w", "60", "-L", "nocap-marker"), read)
+	_ = nstest.RunHeld(t, exec.Command("ip", "netns", "exec", ns.Name, "iptables-legacy", "-w", "60", "-S", "withcap-marker"), read)
+	if nocap := c.wait(t, "nocap-marker"); !nocap.NoNetAdmin || !nocap.Exited || nocap.Code != 3 {
+		t.Errorf("without CAP_NET_ADMIN: no net admin %v, exited %v code %d, want true, exit 3", nocap.NoNetAdmin, nocap.Exited, nocap.Code)
+	}
+	if withCap := c.wait(t, "withcap-marker"); withCap.NoNetAdmin {
+		t.Errorf("with CAP_NET_ADMIN: %+v", withCap)
+	}
+}
+
+// TestWatcherPidExecsAgain: a pending tool's pid executes again before
+// recheck looked at it (an overrun lost the tool's exit, the pid was
+// reused). Another process's exec (a start time of its own, or none: it
+// ended unread) gives the tool up, counted and reported without a status,
+// as recheck does; it was dropped silently. The tool's own process
+// becoming another program is no lost run.
+func TestWatcherPidExecsAgain(t *testing.T) {
+	root := t.TempDir()
+	c := newCollector()
+	w := &Watcher{opts: Options{Proc: root, Done: c.done, Missed: func(Command, string) {}, MaxPending: 8}, pending: map[int]*Command{}}
+	notTool := func(pid int, start string) {
+		standIn(t, root, pid, "R", start, 0)
+		exe := filepath.Join(root, strconv.Itoa(pid), "exe")
+		if err := os.Remove(exe); err != nil || os.Symlink("/usr/bin/true", exe) != nil {
+			t.Fatal("stand-in's exe", err)
+		}
+	}
+	for pid := 400; pid <= 404; pid++ {
+		standIn(t, root, pid, "R", "1000", 0)
+		w.exec(pid, nil)
+	}
+	notTool(400, "2000") // another process, no tool
+	w.exec(400, nil)
+	notTool(401, "1000") // the tool's own process, no tool now
+	w.exec(401, nil)
+	standIn(t, root, 402, "R", "2000", 0) // another process, a tool
+	w.exec(402, nil)
+	standIn(t, root, 403, "R", "1000", 0) // the tool's own process, a tool again
+	w.exec(403, nil)
+	if err := os.RemoveAll(filepath.Join(root, "404")); err != nil { // reaped before read
+		t.Fatal(err)
+	}
+	w.exec(404, nil)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var given []int
+	for _, cmd := range c.cmds {
+		if cmd.Exited {
+			t.Errorf("pid %d given a status: %+v", cmd.PID, cmd)
+		}
+		given = append(given, cmd.PID)
+	}
+	if !slices.Equal(given, []int{400, 402, 404}) || w.Stats().Evicted != 3 {
+		t.Errorf("given up %v (evicted %d), want 400, 402 and 404", given, w.Stats().Evicted)
+	}
+	if _, ok := w.pending[402]; !ok || len(w.pending) != 2 {
+		t.Errorf("pending %v, want 402's new tool and 403's", w.pending)
+	}
+}

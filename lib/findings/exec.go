@@ -50,10 +50,15 @@ type Exec struct {
 	Failed bool `json:"failed"`
 	// MissingKernelSupport: the failure is the one a node without the
 	// kernel's tables or extensions gives (exit 3, VERSION_PROBLEM: "can't
-	// initialize iptables table"; exit 4, RESOURCE_PROBLEM, iptables-nft
-	// and the restore tools: "Extension X revision 0 not supported"): the
-	// breakage a RHEL 10 node produces. Record.Worst is then set.
+	// initialize iptables table"; exit 4 from iptables-nft,
+	// RESOURCE_PROBLEM: "Extension X revision 0 not supported"; a legacy
+	// write that failed on a kernel without its family's x_tables module):
+	// the breakage a RHEL 10 node produces. Record.Worst is then set.
 	MissingKernelSupport bool `json:"missing_kernel_support"`
+	// NoNetAdmin: the process ran without CAP_NET_ADMIN, which every
+	// table needs: its refusal (exit 3 or 4, "Permission denied") is no
+	// missing kernel support. False when not known.
+	NoNetAdmin bool `json:"no_net_admin,omitempty"`
 }
 
 // Failed tells whether the record reports a failed iptables write.

@@ -64,6 +64,35 @@ func (lf legacyFamily) loaded() bool {
 	return !errors.Is(err, os.ErrNotExist)
 }
 
+// sysModule is where the kernel lists its loaded modules (a variable for
+// tests).
+var sysModule = "/sys/module"
+
+// LegacyAbsent tells whether the kernel has no legacy x_tables module of
+// the family loaded (ip_tables, ip6_tables, arp_tables; ebtables for
+// Bridge), with nothing taking the x_tables lock: a legacy tool that just
+// ran would have had it loaded (module autoload), so on a RHEL 10 node,
+// which ships none, its absence is why the tool failed. False when it
+// cannot tell: ebtables has no /proc/net file, so it is read in
+// /sys/module, and a /sys without one (not mounted) tells nothing; a
+// built-in ebtables without parameters is absent from it too, and reads
+// as absent (distribution kernels build it as a module).
+func LegacyAbsent(fam Family) bool {
+	for _, lf := range legacyFamilies {
+		if lf.fam == fam {
+			return !lf.loaded()
+		}
+	}
+	if fam != Bridge {
+		return false
+	}
+	if _, err := os.Stat(sysModule); err != nil {
+		return false
+	}
+	_, err := os.Stat(sysModule + "/ebtables")
+	return errors.Is(err, os.ErrNotExist)
+}
+
 // legacySink takes a look's answer: a table's rules, in order, then the
 // table itself, and, if state is set, after each table its part of
 // State.Legacy (statePart), nil when its entries were not read whole.

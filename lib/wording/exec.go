@@ -7,6 +7,9 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
+// NoNetAdmin says why a command run without CAP_NET_ADMIN failed.
+const NoNetAdmin = "no CAP_NET_ADMIN: permission denied"
+
 // MaxExecLine bounds ExecLine in bytes, as MaxWriterLine does a writer's.
 const MaxExecLine = 240
 
@@ -30,10 +33,14 @@ func ExecLine(e *findings.Exec) string {
 		return ""
 	}
 	cmd := e.CommandLine(MaxExecLine)
-	if !e.Failed {
-		return safetext.Cut(cmd+" ("+e.Status()+")", MaxExecLine)
-	}
 	why := e.Status()
+	if e.NoNetAdmin && e.Exited && (e.ExitCode != 0 || e.Signal != 0) {
+		// Why the kernel refused it, on any node.
+		why += ", " + NoNetAdmin
+	}
+	if !e.Failed {
+		return safetext.Cut(cmd+" ("+why+")", MaxExecLine)
+	}
 	if e.MissingKernelSupport {
 		why += ", missing kernel support"
 	}

@@ -17,6 +17,19 @@ func TestExecLine(t *testing.T) {
 	if got := ExecLine(bad); !strings.HasPrefix(got, "FAILED (signal 9): iptables ") || len(got) > MaxExecLine {
 		t.Errorf("killed: %s", got)
 	}
+	// Without CAP_NET_ADMIN the kernel refuses every table: the line
+	// says why, a failed write's and a read's alike.
+	read := &findings.Exec{Argv: []string{"iptables", "-L"}, Exited: true, ExitCode: 4, NoNetAdmin: true}
+	if got := ExecLine(read); got != "iptables -L (exit 4, no CAP_NET_ADMIN: permission denied)" {
+		t.Errorf("read without CAP_NET_ADMIN: %s", got)
+	}
+	write := &findings.Exec{Argv: []string{"iptables", "-A", "INPUT"}, Exited: true, ExitCode: 4, Failed: true, NoNetAdmin: true}
+	if got := ExecLine(write); got != "FAILED (exit 4, no CAP_NET_ADMIN: permission denied): iptables -A INPUT" {
+		t.Errorf("write without CAP_NET_ADMIN: %s", got)
+	}
+	if got := ExecLine(&findings.Exec{Argv: []string{"iptables", "-L"}, Exited: true, NoNetAdmin: true}); got != "iptables -L (exit 0)" {
+		t.Errorf("a read that worked: %s", got)
+	}
 	if ExecLine(nil) != "" {
 		t.Error("no command: a line")
 	}
