@@ -252,6 +252,27 @@ func TestPoolGate(t *testing.T) {
 	}) {
 		t.Errorf("the stricter binding's warning for i1: %q", ws)
 	}
+
+	// As docs/pool-gate.md says: a node with the worker and infra roles
+	// is managed by the infra pool (a custom pool takes it from worker),
+	// yet the worker pool's selector selects it, and the policy, seeing
+	// one pool at a time, cannot tell: moving worker warns of it too.
+	node("wi", "worker", "breaks")
+	setRole(t, cs, "wi", "infra")
+	waitWarn("worker with wi (worker and infra) breaking", "worker", "wi", true)
+}
+
+func setRole(t *testing.T, cs kubernetes.Interface, node, role string) {
+	t.Helper()
+	ctx := context.Background()
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Labels["node-role.kubernetes.io/"+role] = ""
+	if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func setMark(t *testing.T, cs kubernetes.Interface, node, mark string) {
