@@ -252,6 +252,27 @@ func TestPoolGate(t *testing.T) {
 	}) {
 		t.Errorf("the stricter binding's warning for i1: %q", ws)
 	}
+
+	// As docs/pool-gate.md says: a node with the worker and infra roles
+	// is managed by the infra pool (a custom pool takes it from worker),
+	// yet the worker pool's selector selects it, and the policy, seeing
+	// one pool at a time, cannot tell: moving worker warns of it too.
+	node("wi", "worker", "breaks")
+	setRole(t, cs, "wi", "infra")
+	waitWarn("worker with wi (worker and infra) breaking", "worker", "wi", true)
+}
+
+func setRole(t *testing.T, cs kubernetes.Interface, node, role string) {
+	t.Helper()
+	ctx := context.Background()
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Labels["node-role.kubernetes.io/"+role] = ""
+	if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func setMark(t *testing.T, cs kubernetes.Interface, node, mark string) {
@@ -281,5 +302,193 @@ func waitDenied(t *testing.T, try func() error) {
 			t.Fatalf("not refused after a minute: %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+var osImageStreamGVR = schema.GroupVersionResource{Group: "machineconfiguration.openshift.io", Version: "v1", Resource: "osimagestreams"}
+
+// TestPoolGateDefaultStream: packaging/pool-gate's policy on a real
+// kube-apiserver with openshift/api's OSImageStream CRD: moving the
+// cluster default stream (spec.defaultStream of the OSImageStream named
+// cluster, which every pool without its own stream follows) to a RHEL 10
+// stream warns while any node the binding selects is labelled breaks, and
+// is refused with the binding switched to Deny; a default moved to
+// another stream, an update that leaves the default alone, or a move with
+// every node ready passes. The same on v1alpha1. (Failed before the policy
+// matched osimagestreams: the default moved every such pool with no
+// warning.)
+func TestPoolGateDefaultStream(t *testing.T) {
+	dir := filepath.Join(repo(t), "..", "shared", "openshift-api")
+	crd := filepath.Join(dir, "v1-0000_80_machine-config_01_osimagestreams.crd.yaml")
+	_, err := os.Stat(crd)
+	nstest.Need(t, err == nil, "openshift/api's OSImageStream CRD in ../shared/openshift-api")
+	c := kubetest.Start(t)
+	c.CRD(t, filepath.Join(dir, "v1-0000_80_machine-config_01_machineconfigpools.crd.yaml"), "machineconfiguration.openshift.io/v1", "machineconfigpools")
+	c.CRD(t, crd, "machineconfiguration.openshift.io/v1", "osimagestreams")
+	cs := c.Client()
+	kubetest.Apply(t, cs, filepath.Join(repo(t), "packaging", "pool-gate", "policy.yaml"))
+	for name, mark := range map[string]string{"w1": "ready", "w2": "breaks"} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			"node-role.kubernetes.io/worker": "", "iptables-alerter.io/rhel10": mark}}}
+		if _, err := cs.CoreV1().Nodes().Create(kubetest.Ctx(t), n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc := c.Config(c.AdminToken)
+	warned := &warnings{}
+	rc.WarningHandler = warned
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The singleton as the machine-config operator leaves it: the default
+	// on RHEL 9, the streams it found in its status.
+	version := "v1"
+	streams := func() dynamic.ResourceInterface {
+		gvr := osImageStreamGVR
+		gvr.Version = version
+		return dyn.Resource(gvr)
+	}
+	object := func(def string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "machineconfiguration.openshift.io/" + version, "kind": "OSImageStream",
+			"metadata": map[string]any{"name": "cluster"}, "spec": map[string]any{"defaultStream": def}}}
+	}
+	image := func(name string) string {
+		return "quay.io/openshift-release-dev/" + name + "@sha256:" + strings.Repeat("ab", 32)
+	}
+	create := func() {
+		t.Helper()
+		obj, err := streams().Create(kubetest.Ctx(t), object("rhel-9.6"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create OSImageStream cluster (%s): %v", version, err)
+		}
+		var available []any
+		for _, s := range []string{"rhel-9.6", "rhel-9.8", "rhel10-coreos"} {
+			available = append(available, map[string]any{"name": s, "osImage": image("os-" + s), "osExtensionsImage": image("ext-" + s)})
+		}
+		obj.Object["status"] = map[string]any{"defaultStream": "rhel-9.6", "availableStreams": available}
+		if _, err := streams().UpdateStatus(kubetest.Ctx(t), obj, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("OSImageStream cluster's status (%s): %v", version, err)
+		}
+	}
+	create()
+	warned.take()
+
+	// setDefault updates spec.defaultStream (a dry run unless real): it
+	// returns the warnings and the error.
+	setDefault := func(def string, real bool) ([]string, error) {
+		t.Helper()
+		obj, err := streams().Get(kubetest.Ctx(t), "cluster", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unstructured.SetNestedField(obj.Object, def, "spec", "defaultStream"); err != nil {
+			t.Fatal(err)
+		}
+		opts := metav1.UpdateOptions{}
+		if !real {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		warned.take()
+		_, err = streams().Update(kubetest.Ctx(t), obj, opts)
+		return warned.take(), err
+	}
+	mentions := func(ws []string, node string) bool {
+		return slices.ContainsFunc(ws, func(w string) bool {
+			return strings.Contains(w, "iptables-alerter-pool-gate") && strings.Contains(w, "cluster default OS stream") &&
+				strings.Contains(w, "rhel10-coreos") && strings.Contains(w, "node "+node+" ")
+		})
+	}
+	waitWarn := func(what string, try func() ([]string, error), node string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			ws, err := try()
+			if err != nil {
+				t.Fatalf("%s: warn binding refused it: %v", what, err)
+			}
+			if mentions(ws, node) {
+				if mentions(ws, "w1") {
+					t.Errorf("%s: ready node w1 named: %q", what, ws)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no warning naming %s after a minute: %q", what, node, ws)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	// The policy and its params take a moment to reach admission.
+	waitWarn("default to rhel10-coreos, w2 breaking", func() ([]string, error) { return setDefault("rhel10-coreos", false) }, "w2")
+	if ws, err := setDefault("rhel-9.8", false); err != nil || len(ws) > 0 {
+		t.Errorf("default to another stream: warnings %q, error %v", ws, err)
+	}
+	// Moved for real (warned), then an update that leaves the default
+	// alone says nothing.
+	if ws, err := setDefault("rhel10-coreos", true); err != nil || !mentions(ws, "w2") {
+		t.Fatalf("default to rhel10-coreos for real: warnings %q, error %v", ws, err)
+	}
+	obj, err := streams().Get(kubetest.Ctx(t), "cluster", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj.SetLabels(map[string]string{"touched": "yes"})
+	warned.take()
+	_, err = streams().Update(kubetest.Ctx(t), obj, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+	if ws := warned.take(); err != nil || len(ws) > 0 {
+		t.Errorf("default already rhel10-coreos, a label changed: warnings %q, error %v", ws, err)
+	}
+	// Created with a RHEL 10 default: the same.
+	if err := streams().Delete(kubetest.Ctx(t), "cluster", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	warned.take()
+	_, err = streams().Create(kubetest.Ctx(t), object("rhel10-coreos"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if ws := warned.take(); err != nil || !mentions(ws, "w2") {
+		t.Errorf("created with the default rhel10-coreos, w2 breaking: warnings %q, error %v", ws, err)
+	}
+	create()
+
+	// Deny, as docs/pool-gate.md says to switch it: the one binding gates
+	// pools and the default alike.
+	b, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(kubetest.Ctx(t), "iptables-alerter-pool-gate", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}
+	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Update(kubetest.Ctx(t), b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitDenied(t, func() error { _, err := setDefault("rhel10-coreos", false); return err })
+	if _, err := setDefault("rhel-9.8", false); err != nil {
+		t.Errorf("deny binding refused the default to another stream: %v", err)
+	}
+	// Every node ready: the default may move.
+	setMark(t, cs, "w2", "ready")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := setDefault("rhel10-coreos", false)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the default's move still refused with every node ready: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// The v1alpha1 OSImageStream (its defaultStream optional), on a
+	// cluster that serves that one.
+	setMark(t, cs, "w2", "breaks")
+	c.RemoveCRD(t, "osimagestreams.machineconfiguration.openshift.io", "machineconfiguration.openshift.io/v1", "osimagestreams")
+	version = "v1alpha1"
+	c.CRD(t, filepath.Join(dir, "v1alpha1-0000_80_machine-config_01_osimagestreams.crd.yaml"), "machineconfiguration.openshift.io/v1alpha1", "osimagestreams")
+	create()
+	waitDenied(t, func() error { _, err := setDefault("rhel10-coreos", false); return err })
+	if _, err := setDefault("rhel-9.8", false); err != nil {
+		t.Errorf("v1alpha1: deny binding refused the default to another stream: %v", err)
 	}
 }
