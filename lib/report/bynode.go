@@ -96,7 +96,9 @@ func PoolOf(labels map[string]string, label string) string {
 
 // ByNode gives one row per node: those the groups were seen on and those
 // nodes lists (nil when the nodes were not read), sorted worst first, then
-// by name. A workload's worst level counts on each node it was seen on.
+// by name. A workload counts on each node it was seen on at the level of
+// its pods there (Group.on): one replica's legacy rules do not hold the
+// nodes of the others.
 func ByNode(groups []Group, nodes []corev1.Node, poolLabel string) []NodeRow {
 	rows := map[string]*NodeRow{}
 	row := func(n string) *NodeRow {
@@ -118,16 +120,20 @@ func ByNode(groups []Group, nodes []corev1.Node, poolLabel string) []NodeRow {
 		return rank(groupReadiness(a)) - rank(groupReadiness(b))
 	})
 	for _, g := range sorted {
-		gr := groupReadiness(g)
-		level := g.Worst
-		if g.State == findings.StateUnknown {
-			level = string(findings.StateUnknown)
-		}
 		name := g.Owner.String()
 		if g.Namespace != "" {
 			name = g.Namespace + "/" + name
 		}
 		for _, n := range g.Nodes {
+			on := g.on(n)
+			gr := groupReadiness(on)
+			level := on.Worst
+			switch {
+			case g.State == findings.StateUnknown:
+				level = string(findings.StateUnknown)
+			case on.NoRules():
+				level = NoRulesWords
+			}
 			r := row(n)
 			if r.Readiness == NotSeen {
 				r.Readiness = gr

@@ -94,3 +94,42 @@ func TestByNodeAndPool(t *testing.T) {
 		t.Errorf("without nodes: %+v", rows)
 	}
 }
+
+// TestByNodeByPods: a workload counted at its worst level on every node
+// it ran on: one replica with legacy rules (mid-rollout, or an old pod
+// left) made the nodes of the others break too, while their labels said
+// ready, and --by pool named them as blocking. Each node now takes the
+// level of the workload's pods on it.
+func TestByNodeByPods(t *testing.T) {
+	legacy, _ := partialLooks()
+	onA := legacy
+	onA.Node = "n2"
+	onB := legacy
+	onB.Node, onB.Pod = "n3", findings.Pod{Namespace: "shop", Name: "web-2", UID: "u2"}
+	onB.Legacy, onB.Impact, onB.Worst, onB.Fingerprint = findings.Legacy{}, findings.Impact{Native: 1}, findings.ImpactNative, "f9"
+	onB.Examples = legacy.Examples[1:]
+	cut := onB
+	cut.Node, cut.Pod, cut.Truncated = "n4", findings.Pod{Namespace: "shop", Name: "web-3", UID: "u3"}, true
+	var items []Item
+	for _, r := range []findings.Record{onA, onB, cut} {
+		it := itemOf(r, "findings")
+		it.Owner = owner.Owner{Kind: "Deployment", Name: "web"}
+		items = append(items, it)
+	}
+	gs := GroupItems(items, nil)
+	if len(gs) != 1 || gs[0].Worst != findings.ImpactLegacy {
+		t.Fatalf("groups %+v; want one, worst legacy", gs)
+	}
+	got := map[string]NodeRow{}
+	for _, r := range ByNode(gs, nil, DefaultPoolLabel) {
+		got[r.Node] = r
+	}
+	for n, want := range map[string]string{"n2": findings.ReadinessBreaks, "n3": findings.ReadinessReady, "n4": findings.ReadinessUnknown} {
+		if got[n].Readiness != want {
+			t.Errorf("%s: %q (%v), want %q", n, got[n].Readiness, got[n].Workloads, want)
+		}
+	}
+	if w := got["n3"].Workloads; len(w) != 1 || w[0] != "shop/Deployment/web (native)" {
+		t.Errorf("n3 workloads %v, want the workload at its pod's level there", w)
+	}
+}

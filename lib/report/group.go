@@ -91,6 +91,33 @@ type Group struct {
 	// of its own, not missing kernel support), Worst is "" with no rules
 	// behind it, which says nothing of RHEL 10 (NoRules).
 	CommandsOnly bool `json:"commands_only"`
+
+	// onNode is, per node of Nodes, what the group's pods there say
+	// (ByNode): a workload whose pod on one node has legacy rules does
+	// not break its other nodes. Nil for groups not made by a grouping.
+	onNode map[string]nodeLook
+}
+
+// nodeLook is a group's level on one node: its pods' there, as Worst,
+// Truncated, Unclassified and CommandsOnly are its pods' everywhere.
+type nodeLook struct {
+	rank                    int
+	truncated, unclassified bool
+	rules                   bool
+}
+
+// on is the group as its pods on node make it, for its readiness there;
+// the whole group for a node it has no look of.
+func (g Group) on(node string) Group {
+	nl, ok := g.onNode[node]
+	if !ok {
+		return g
+	}
+	level := ""
+	if nl.rank < classified {
+		level = findings.ImpactLevels[nl.rank]
+	}
+	return Group{State: g.State, Worst: level, Truncated: nl.truncated, Unclassified: nl.unclassified, CommandsOnly: !nl.rules}
 }
 
 // NoRules tells a group whose findings are all commands' own and hold no
@@ -307,10 +334,14 @@ type look struct {
 	hasOwn               bool
 	// level is kept over all the pod's looks, whichever counts.
 	level podLevel
+	// node is the pod's node; anyRules whether a look of it, not a
+	// command's own, was read.
+	node     string
+	anyRules bool
 }
 
 func lookOf(it Item) look {
-	return look{impact: it.Impact, truncated: it.Truncated, unclassified: it.Worst == "", commandOnly: commandOnly(it), time: it.Time}
+	return look{impact: it.Impact, truncated: it.Truncated, unclassified: it.Worst == "", commandOnly: commandOnly(it), time: it.Time, node: it.Node}
 }
 
 func newGrouping(exps []Expectation) *grouping {
@@ -392,6 +423,10 @@ func (gr *grouping) add(it Item) {
 	}
 	keep.level = had.level
 	keep.level.add(it)
+	keep.anyRules = had.anyRules || !l.commandOnly
+	if keep.node == "" {
+		keep.node = l.node
+	}
 	// A complete look counts before a cut one (newer), but a cut look
 	// after it says the pod's rules are no longer all seen: a pod can
 	// show a native rule, then hide the rules that break behind one over
@@ -432,8 +467,18 @@ func (gr *grouping) groups() []Group {
 	gs := gr.gs
 	for i := range gs {
 		worst := classified
+		onNode := map[string]nodeLook{}
 		for _, l := range gr.looks[i] {
 			worst = min(worst, l.level.rank())
+			nl, ok := onNode[l.node]
+			if !ok {
+				nl.rank = classified
+			}
+			nl.rank = min(nl.rank, l.level.rank())
+			nl.truncated = nl.truncated || (l.latestCut || l.doubt(l.hasCut, l.postedCut)) && gs[i].State != findings.StateUnknown
+			nl.unclassified = nl.unclassified || (l.latestRaw || l.doubt(l.hasRaw, l.postedRaw)) && gs[i].State != findings.StateUnknown
+			nl.rules = nl.rules || l.anyRules
+			onNode[l.node] = nl
 			gs[i].Impact.Legacy += l.impact.Legacy
 			gs[i].Impact.Xt += l.impact.Xt
 			gs[i].Impact.Native += l.impact.Native
@@ -444,6 +489,7 @@ func (gr *grouping) groups() []Group {
 		gs[i].Worst, gs[i].Example, gs[i].ExampleImpact = pk.level, pk.example, pk.impact
 		gs[i].Examples, gs[i].Modules = gr.levels[i].at(worst)
 		gs[i].CommandsOnly = !gr.rules[i]
+		gs[i].onNode = onNode
 		if len(gr.exps) == 0 {
 			gr.members[i][0] = pk.member
 		} else {
