@@ -76,6 +76,11 @@ the cluster lists with neither; --by pool groups those nodes by
 --pool-label (their node-role.kubernetes.io/ roles by default) and names
 the pools that can move first. Both read the nodes from the cluster (when
 it is read, or --kubeconfig or --context is given) and write text or json.
+--pool NAME (with --by pool) gates one pool, for an upgrade pipeline
+where no admission policy does: exit 0 when every node of it is ready
+(needs-extra too with --allow-needs-extra), 1 when a node breaks, is
+unknown or not seen, 2 when no node is in it or an input could not be
+read whole; stderr says why and names the blocking nodes.
 
 --format html writes one self-contained page (no script, nothing fetched)
 with the workloads charted by impact and by vendor, and the table.
@@ -109,6 +114,8 @@ type reportConfig struct {
 	allContexts, allNamespaces           bool
 	target                               string
 	by, poolLabel                        string
+	pool                                 string
+	allowExtra                           bool
 	timeout                              time.Duration
 }
 
@@ -127,6 +134,8 @@ func (c *reportConfig) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "time limit of the API requests")
 	fs.Var(newEnum(&c.by, "workload", "workload", "node", "pool"), "by", "one row per: workload, node (its RHEL 10 readiness from the workloads seen on it and its iptables-alerter.io/rhel10 label) or pool (nodes grouped by --pool-label, those that can move first first); node and pool write text or json")
 	fs.StringVar(&c.poolLabel, "pool-label", report.DefaultPoolLabel, "with --by pool, the node label naming a node's pool; ending in /*, the names after the prefix of the labels a node has")
+	fs.StringVar(&c.pool, "pool", "", "with --by pool, the gate of this `POOL`: exit 0 when every node of it is ready, 1 when one breaks, is unknown or not seen (or needs-extra), 2 when no node is in it")
+	fs.BoolVar(&c.allowExtra, "allow-needs-extra", false, "with --pool, needs-extra nodes pass too (they will have kernel-modules-extra)")
 }
 
 func (c *reportConfig) run(files []string, s stdio) int {
@@ -145,6 +154,14 @@ func (c *reportConfig) run(files []string, s stdio) int {
 	}
 	if c.allContexts && len(c.contexts) > 0 {
 		fmt.Fprintln(stderr, "iptables-alerter report: --context and --all-contexts exclude each other")
+		return 2
+	}
+	if (c.pool != "" || c.allowExtra) && (c.by != "pool" || c.allContexts || len(c.contexts) > 1) {
+		fmt.Fprintln(stderr, "iptables-alerter report: --pool and --allow-needs-extra gate one pool of one cluster: with --by pool, and at most one --context")
+		return 2
+	}
+	if c.allowExtra && c.pool == "" {
+		fmt.Fprintln(stderr, "iptables-alerter report: --allow-needs-extra needs --pool")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -194,6 +211,21 @@ func exitStatus(r report.Report, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// poolGate is the exit status of --pool: the pool's verdict
+// (report.PoolGate), said on stderr; 2 when the report could not read
+// everything it was given, whatever --fail-on (a gate must not pass on
+// what it could not read).
+func (c *reportConfig) poolGate(r report.Report, pools []report.PoolRow, s stdio) int {
+	r.FailOn = report.FailBreaks
+	if why := r.GateBlind(); why != "" {
+		fmt.Fprintf(s.err, "iptables-alerter report: --pool %s: %s\n", c.pool, why)
+		return 2
+	}
+	code, why := report.PoolGate(pools, c.pool, c.allowExtra)
+	fmt.Fprintf(s.err, "iptables-alerter report: %s\n", why)
+	return code
 }
 
 // kubeContext is the one --context given, "" for the current context.
@@ -324,7 +356,10 @@ func (c *reportConfig) writeBy(ctx context.Context, r report.Report, files []str
 	rows := report.ByNode(r.Groups, nodes, c.poolLabel)
 	var err error
 	if c.by == "pool" {
-		err = report.WriteByPool(s.out, report.ByPool(rows), c.format)
+		pools := report.ByPool(rows)
+		if err = report.WriteByPool(s.out, pools, c.format); err == nil && c.pool != "" {
+			return c.poolGate(r, pools, s)
+		}
 	} else {
 		err = report.WriteByNode(s.out, rows, c.format)
 	}

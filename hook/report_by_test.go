@@ -79,6 +79,26 @@ func TestReportByNodeAndPool(t *testing.T) {
 	if _, code := runReportCmd(t, "--by", "pool", file); code != 2 {
 		t.Errorf("--by pool without a cluster: exit %d, want 2", code)
 	}
+	// A pool's gate where no admission policy gates it (a plain
+	// cluster's upgrade pipeline): its nodes all ready, or not.
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"--pool", "infra"}, 0, `pool "infra" can move to RHEL 10: 1 ready`},
+		{[]string{"--pool", "worker"}, 1, `pool "worker" is not ready for RHEL 10 (breaks): 1 breaks, 1 not-seen; blocking: w1, w2`},
+		{[]string{"--pool", "worker", "--allow-needs-extra"}, 1, "blocking: w1, w2"},
+		{[]string{"--pool", "gpu"}, 2, `no node is in pool "gpu"`},
+	} {
+		code, _, errs := runCmd(t, append([]string{"report", "--by", "pool", "--kubeconfig", kc, file}, tc.args...)...)
+		if code != tc.code || !strings.Contains(errs, tc.says) {
+			t.Errorf("--by pool %v: exit %d, want %d saying %q:\n%s", tc.args, code, tc.code, tc.says, errs)
+		}
+	}
+	if code, _, errs := runCmd(t, "report", "--by", "node", "--pool", "worker", "--kubeconfig", kc, file); code != 2 || !strings.Contains(errs, "with --by pool") {
+		t.Errorf("--pool with --by node: exit %d, want 2 (%s)", code, errs)
+	}
 	if _, code := runReportCmd(t, "--by", "node", "--format", "html", file); code != 2 {
 		t.Errorf("--by node --format html: exit %d, want 2", code)
 	}

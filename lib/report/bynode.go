@@ -265,3 +265,46 @@ func writeRows(w io.Writer, v any) error {
 	_, err := w.Write(safetext.JSON(b.Bytes()))
 	return err
 }
+
+// PoolGate is the verdict of `report --by pool --pool NAME`, a pool's
+// gate where no admission policy gates it (a plain cluster's upgrade
+// pipeline): 0 when every node of the pool is ready (or needs-extra too,
+// with allowExtra: the nodes will have kernel-modules-extra), 1 when one
+// is not, with why naming the nodes; 2 when no node is in the pool.
+// Unknown and not-seen block, as breaks does: not everything was seen.
+// why is escaped for a terminal (node and pool names are labels).
+func PoolGate(pools []PoolRow, name string, allowExtra bool) (code int, why string) {
+	code, why = poolGate(pools, name, allowExtra)
+	return code, safetext.Display(why)
+}
+
+func poolGate(pools []PoolRow, name string, allowExtra bool) (code int, why string) {
+	i := slices.IndexFunc(pools, func(p PoolRow) bool { return p.Pool == name })
+	if i < 0 {
+		return 2, fmt.Sprintf("no node is in pool %q", name)
+	}
+	p := pools[i]
+	if p.Readiness == findings.ReadinessReady || allowExtra && p.Readiness == findings.ReadinessNeedsExtra {
+		return 0, fmt.Sprintf("pool %q can move to RHEL 10: %s", name, poolCounts(p))
+	}
+	why = fmt.Sprintf("pool %q is not ready for RHEL 10 (%s): %s", name, p.Readiness, poolCounts(p))
+	if len(p.Blocking) > 0 {
+		why += "; blocking: " + strings.Join(p.Blocking, ", ")
+	}
+	if p.Nodes[findings.ReadinessNeedsExtra] > 0 && !allowExtra {
+		why += "; needs-extra nodes pass with --allow-needs-extra once they have kernel-modules-extra"
+	}
+	return 1, why
+}
+
+// poolCounts says how many of p's nodes are at each readiness, worst
+// first.
+func poolCounts(p PoolRow) string {
+	var parts []string
+	for _, r := range []string{findings.ReadinessBreaks, NotSeen, findings.ReadinessUnknown, findings.ReadinessNeedsExtra, findings.ReadinessReady} {
+		if n := p.Nodes[r]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, r))
+		}
+	}
+	return strings.Join(parts, ", ")
+}

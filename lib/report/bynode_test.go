@@ -133,3 +133,28 @@ func TestByNodeByPods(t *testing.T) {
 		t.Errorf("n3 workloads %v, want the workload at its pod's level there", w)
 	}
 }
+
+// TestPoolGate: --pool's verdict on one pool: ready passes; breaks,
+// unknown and not-seen block (not everything seen is not clean);
+// needs-extra blocks unless allowed; a pool with no node is an error.
+func TestPoolGate(t *testing.T) {
+	pools := ByPool([]NodeRow{
+		{Node: "a1", Pool: "a", Readiness: findings.ReadinessReady},
+		{Node: "b1", Pool: "b", Readiness: findings.ReadinessNeedsExtra}, {Node: "b2", Pool: "b", Readiness: findings.ReadinessReady},
+		{Node: "c1", Pool: "c", Readiness: NotSeen}, {Node: "c2", Pool: "c", Readiness: findings.ReadinessReady},
+		{Node: "d1", Pool: "d", Readiness: findings.ReadinessUnknown},
+		{Node: "e1", Pool: "e\x1b[2J", Readiness: findings.ReadinessBreaks},
+	})
+	for _, tc := range []struct {
+		pool  string
+		extra bool
+		code  int
+	}{
+		{"a", false, 0}, {"b", false, 1}, {"b", true, 0}, {"c", true, 1}, {"d", true, 1}, {"e\x1b[2J", false, 1}, {"z", false, 2},
+	} {
+		code, why := PoolGate(pools, tc.pool, tc.extra)
+		if code != tc.code || strings.ContainsRune(why, '\x1b') {
+			t.Errorf("pool %q (extra %v): %d %q, want %d, escaped", tc.pool, tc.extra, code, why, tc.code)
+		}
+	}
+}
