@@ -131,27 +131,18 @@ func TestCompleteLookReplacesLevel(t *testing.T) {
 		for _, r := range tc.recs {
 			items = append(items, itemOf(r, "findings"))
 		}
-		for _, order := range []string{"oldest first", "newest first"} {
-			if order == "newest first" {
-				slices.Reverse(items)
+		eachWay(items, nil, func(how string, gs []Group) {
+			if len(gs) != 1 || gs[0].Worst != tc.worst || tc.impact != (findings.Impact{}) && gs[0].Impact != tc.impact {
+				t.Errorf("%s (%s): groups %+v; want one, worst %s, %+v", tc.name, how, gs, tc.worst, tc.impact)
+				return
 			}
-			col := newCollector("", nil)
-			for _, it := range items {
-				col.add(it)
+			if failing := Judge(gs, FailBreaks); failing != tc.fails {
+				t.Errorf("%s (%s): failing %v, want %v", tc.name, how, failing, tc.fails)
 			}
-			for how, gs := range map[string][]Group{"files": GroupItems(items, nil), "cluster": col.groups()} {
-				if len(gs) != 1 || gs[0].Worst != tc.worst || tc.impact != (findings.Impact{}) && gs[0].Impact != tc.impact {
-					t.Errorf("%s, %s (%s): groups %+v; want one, worst %s, %+v", tc.name, order, how, gs, tc.worst, tc.impact)
-					continue
-				}
-				if failing := Judge(gs, FailBreaks); failing != tc.fails {
-					t.Errorf("%s, %s (%s): failing %v, want %v", tc.name, order, how, failing, tc.fails)
-				}
-				if ex := gs[0].ExampleImpact; ex != tc.worst {
-					t.Errorf("%s, %s (%s): example at %s, worst %s", tc.name, order, how, ex, tc.worst)
-				}
+			if ex := gs[0].ExampleImpact; ex != tc.worst {
+				t.Errorf("%s (%s): example at %s, worst %s", tc.name, how, ex, tc.worst)
 			}
-		}
+		})
 	}
 
 	// Events (and Report results) are anyone's who may post one in the
@@ -265,6 +256,24 @@ func TestForgedEventPassesNoGate(t *testing.T) {
 	}
 }
 
+// eachWay groups items read oldest first and newest first, by the files'
+// path (GroupItems) and the cluster's (the collector), and hands each
+// grouping to check with how it was made.
+func eachWay(items []Item, exps []Expectation, check func(how string, gs []Group)) {
+	items = slices.Clone(items)
+	for _, order := range []string{"oldest first", "newest first"} {
+		if order == "newest first" {
+			slices.Reverse(items)
+		}
+		col := newCollector("", exps)
+		for _, it := range items {
+			col.add(it)
+		}
+		check(order+", files", GroupItems(items, exps))
+		check(order+", cluster", col.groups())
+	}
+}
+
 // TestReplacedLookNotJudged: a look that a later complete one replaced
 // says nothing of the pod's level (TestCompleteLookReplacesLevel), and no
 // more of what the expectations must cover: a pod that removed its legacy
@@ -295,27 +304,18 @@ func TestReplacedLookNotJudged(t *testing.T) {
 		for _, r := range tc.recs {
 			items = append(items, itemOf(r, "findings"))
 		}
-		for _, order := range []string{"oldest first", "newest first"} {
-			if order == "newest first" {
-				slices.Reverse(items)
+		eachWay(items, exps, func(how string, gs []Group) {
+			if len(gs) != 1 {
+				t.Errorf("%s (%s): groups %+v; want one", tc.name, how, gs)
+				return
 			}
-			col := newCollector("", exps)
-			for _, it := range items {
-				col.add(it)
+			if gs[0].Expected != tc.expected || Judge(gs, FailUnexpected) == tc.expected {
+				t.Errorf("%s (%s): expected %v, fails %v; want expected %v", tc.name, how, gs[0].Expected, gs[0].Fails, tc.expected)
 			}
-			for how, gs := range map[string][]Group{"files": GroupItems(items, exps), "cluster": col.groups()} {
-				if len(gs) != 1 {
-					t.Errorf("%s, %s (%s): groups %+v; want one", tc.name, order, how, gs)
-					continue
-				}
-				if gs[0].Expected != tc.expected || Judge(gs, FailUnexpected) == tc.expected {
-					t.Errorf("%s, %s (%s): expected %v, fails %v; want expected %v", tc.name, order, how, gs[0].Expected, gs[0].Fails, tc.expected)
-				}
-				if tc.expected && !slices.Equal(gs[0].Reasons, []string{"the shop's own filter"}) {
-					t.Errorf("%s, %s (%s): reasons %q", tc.name, order, how, gs[0].Reasons)
-				}
+			if tc.expected && !slices.Equal(gs[0].Reasons, []string{"the shop's own filter"}) {
+				t.Errorf("%s (%s): reasons %q", tc.name, how, gs[0].Reasons)
 			}
-		}
+		})
 	}
 }
 
@@ -348,24 +348,21 @@ func TestReplacedLookNotShown(t *testing.T) {
 		for _, r := range tc.recs {
 			items = append(items, itemOf(r, "findings"))
 		}
-		for _, order := range []string{"oldest first", "newest first"} {
-			if order == "newest first" {
-				slices.Reverse(items)
-			}
-			gs := GroupItems(items, nil)
+		eachWay(items, nil, func(how string, gs []Group) {
 			if len(gs) != 1 || gs[0].Worst != tc.worst {
-				t.Fatalf("%s, %s: groups %+v; want one, worst %s", tc.name, order, gs, tc.worst)
+				t.Errorf("%s (%s): groups %+v; want one, worst %s", tc.name, how, gs, tc.worst)
+				return
 			}
 			g := gs[0]
 			if len(g.Examples) != tc.examples || !slices.Equal(g.Modules, tc.modules) {
-				t.Errorf("%s, %s: examples %+v, modules %q; want %d examples, modules %q", tc.name, order, g.Examples, g.Modules, tc.examples, tc.modules)
+				t.Errorf("%s (%s): examples %+v, modules %q; want %d examples, modules %q", tc.name, how, g.Examples, g.Modules, tc.examples, tc.modules)
 			}
 			for _, ex := range g.Examples {
 				if findings.ImpactRank(ex.Impact) < findings.ImpactRank(g.Worst) {
-					t.Errorf("%s, %s: example %q at %s in a workload at %s", tc.name, order, ex.Rule, ex.Impact, g.Worst)
+					t.Errorf("%s (%s): example %q at %s in a workload at %s", tc.name, how, ex.Rule, ex.Impact, g.Worst)
 				}
 			}
-		}
+		})
 	}
 }
 

@@ -207,14 +207,7 @@ func TestPoolGate(t *testing.T) {
 	waitWarn("gpu pool with g1 breaking", "gpu", "g1", true)
 
 	// Deny, as docs/pool-gate.md says to switch it.
-	b, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(kubetest.Ctx(t), "iptables-alerter-pool-gate", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}
-	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Update(kubetest.Ctx(t), b, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	denyBinding(t, cs)
 	waitDenied(t, func() error { _, err := move("worker", "rhel10-coreos"); return err })
 	if _, err := move("infra", "rhel10-coreos"); err != nil {
 		t.Errorf("deny binding refused infra's move: %v", err)
@@ -235,7 +228,7 @@ func TestPoolGate(t *testing.T) {
 
 	// The stricter binding docs/pool-gate.md gives: unknown (and
 	// needs-extra) nodes gate too, and the message names the mark.
-	b, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(kubetest.Ctx(t), "iptables-alerter-pool-gate", metav1.GetOptions{})
+	b, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(kubetest.Ctx(t), "iptables-alerter-pool-gate", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,14 +447,7 @@ func TestPoolGateDefaultStream(t *testing.T) {
 
 	// Deny, as docs/pool-gate.md says to switch it: the one binding gates
 	// pools and the default alike.
-	b, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(kubetest.Ctx(t), "iptables-alerter-pool-gate", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}
-	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Update(kubetest.Ctx(t), b, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	denyBinding(t, cs)
 	waitDenied(t, func() error { _, err := setDefault("rhel10-coreos", false); return err })
 	if _, err := setDefault("rhel-9.8", false); err != nil {
 		t.Errorf("deny binding refused the default to another stream: %v", err)
@@ -490,5 +476,19 @@ func TestPoolGateDefaultStream(t *testing.T) {
 	waitDenied(t, func() error { _, err := setDefault("rhel10-coreos", false); return err })
 	if _, err := setDefault("rhel-9.8", false); err != nil {
 		t.Errorf("v1alpha1: deny binding refused the default to another stream: %v", err)
+	}
+}
+
+// denyBinding switches the shipped binding to Deny, as
+// docs/pool-gate.md says to.
+func denyBinding(t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	b, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(kubetest.Ctx(t), "iptables-alerter-pool-gate", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}
+	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Update(kubetest.Ctx(t), b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
