@@ -101,13 +101,7 @@ func TestTruncatedEvent(t *testing.T) {
 // in does not matter.
 func TestCompleteLookReplacesLevel(t *testing.T) {
 	legacy, cut := partialLooks()
-	at := func(r findings.Record, min int) findings.Record {
-		r.Time = t0.Add(time.Duration(min) * time.Minute)
-		return r
-	}
-	native := legacy
-	native.Legacy, native.Impact, native.Worst, native.Fingerprint = findings.Legacy{}, findings.Impact{Native: 1}, findings.ImpactNative, "f3"
-	native.Examples = legacy.Examples[1:]
+	native := nativeAfter(legacy)
 	unclassified := native
 	unclassified.Worst, unclassified.Fingerprint = "", "f4"
 	refused := findings.Record{Node: "node-a", Pod: legacy.Pod, State: findings.StatePresent, Source: findings.SourceExec, Worst: findings.ImpactLegacy,
@@ -256,6 +250,21 @@ func TestForgedEventPassesNoGate(t *testing.T) {
 	}
 }
 
+// at is r at min minutes past t0.
+func at(r findings.Record, min int) findings.Record {
+	r.Time = t0.Add(time.Duration(min) * time.Minute)
+	return r
+}
+
+// nativeAfter is the pod's complete look once its legacy rules were
+// removed: its native rule alone.
+func nativeAfter(legacy findings.Record) findings.Record {
+	native := legacy
+	native.Legacy, native.Impact, native.Worst, native.Fingerprint, native.Modules = findings.Legacy{}, findings.Impact{Native: 1}, findings.ImpactNative, "f3", findings.Modules{}
+	native.Examples = legacy.Examples[1:]
+	return native
+}
+
 // eachWay groups items read oldest first and newest first, by the files'
 // path (GroupItems) and the cluster's (the collector), and hands each
 // grouping to check with how it was made.
@@ -281,13 +290,7 @@ func eachWay(items []Item, exps []Expectation, check func(how string, gs []Group
 // as its old finding was read.
 func TestReplacedLookNotJudged(t *testing.T) {
 	legacy, cut := partialLooks()
-	at := func(r findings.Record, min int) findings.Record {
-		r.Time = t0.Add(time.Duration(min) * time.Minute)
-		return r
-	}
-	native := legacy
-	native.Legacy, native.Impact, native.Worst, native.Fingerprint = findings.Legacy{}, findings.Impact{Native: 1}, findings.ImpactNative, "f3"
-	native.Examples = legacy.Examples[1:]
+	native := nativeAfter(legacy)
 	exps := []Expectation{{Namespace: "shop", Level: findings.ImpactNative, Reason: "the shop's own filter"}}
 	for _, tc := range []struct {
 		name     string
@@ -326,13 +329,7 @@ func TestReplacedLookNotJudged(t *testing.T) {
 func TestReplacedLookNotShown(t *testing.T) {
 	legacy, cut := partialLooks()
 	legacy.Modules = findings.Modules{Legacy: []string{"ip_tables", "x_tables"}}
-	at := func(r findings.Record, min int) findings.Record {
-		r.Time = t0.Add(time.Duration(min) * time.Minute)
-		return r
-	}
-	native := legacy
-	native.Legacy, native.Impact, native.Worst, native.Fingerprint, native.Modules = findings.Legacy{}, findings.Impact{Native: 1}, findings.ImpactNative, "f3", findings.Modules{}
-	native.Examples = legacy.Examples[1:]
+	native := nativeAfter(legacy)
 	for _, tc := range []struct {
 		name     string
 		recs     []findings.Record

@@ -257,25 +257,23 @@ func TestPoolGate(t *testing.T) {
 
 func setRole(t *testing.T, cs kubernetes.Interface, node, role string) {
 	t.Helper()
-	ctx := context.Background()
-	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Labels["node-role.kubernetes.io/"+role] = ""
-	if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	setLabel(t, cs, node, "node-role.kubernetes.io/"+role, "")
 }
 
 func setMark(t *testing.T, cs kubernetes.Interface, node, mark string) {
+	t.Helper()
+	setLabel(t, cs, node, "iptables-alerter.io/rhel10", mark)
+}
+
+// setLabel sets a label of node.
+func setLabel(t *testing.T, cs kubernetes.Interface, node, key, value string) {
 	t.Helper()
 	ctx := context.Background()
 	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.Labels["iptables-alerter.io/rhel10"] = mark
+	n.Labels[key] = value
 	if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
