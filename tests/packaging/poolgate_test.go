@@ -78,13 +78,7 @@ func TestPoolGate(t *testing.T) {
 	node("i1", "infra", "ready")
 	node("g1", "gpu", "needs-extra")
 
-	rc := c.Config(c.AdminToken)
-	warned := &warnings{}
-	rc.WarningHandler = warned
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dyn, warned := warnedClient(t, c)
 	pools := dyn.Resource(mcpGVR)
 	pool := func(name string, selector map[string]any, stream string) {
 		spec := map[string]any{"nodeSelector": selector}
@@ -325,13 +319,7 @@ func TestPoolGateDefaultStream(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rc := c.Config(c.AdminToken)
-	warned := &warnings{}
-	rc.WarningHandler = warned
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dyn, warned := warnedClient(t, c)
 
 	// The singleton as the machine-config operator leaves it: the default
 	// on RHEL 9, the streams it found in its status.
@@ -489,4 +477,18 @@ func denyBinding(t *testing.T, cs kubernetes.Interface) {
 	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Update(kubetest.Ctx(t), b, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// warnedClient is a dynamic client of the admin whose warnings the test
+// reads.
+func warnedClient(t *testing.T, c *kubetest.Cluster) (dynamic.Interface, *warnings) {
+	t.Helper()
+	rc := c.Config(c.AdminToken)
+	warned := &warnings{}
+	rc.WarningHandler = warned
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dyn, warned
 }
