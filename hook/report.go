@@ -217,13 +217,13 @@ func exitStatus(r report.Report, stderr io.Writer) int {
 // (report.PoolGate), said on stderr; 2 when the report could not read
 // everything it was given, whatever --fail-on (a gate must not pass on
 // what it could not read).
-func (c *reportConfig) poolGate(r report.Report, pools []report.PoolRow, s stdio) int {
+func (c *reportConfig) poolGate(r report.Report, rows []report.NodeRow, s stdio) int {
 	r.FailOn = report.FailBreaks
 	if why := r.GateBlind(); why != "" {
 		fmt.Fprintf(s.err, "iptables-alerter report: --pool %s: %s\n", c.pool, why)
 		return 2
 	}
-	code, why := report.PoolGate(pools, c.pool, c.allowExtra)
+	code, why := report.PoolGate(rows, c.poolLabel, c.pool, c.allowExtra)
 	fmt.Fprintf(s.err, "iptables-alerter report: %s\n", why)
 	return code
 }
@@ -356,9 +356,8 @@ func (c *reportConfig) writeBy(ctx context.Context, r report.Report, files []str
 	rows := report.ByNode(r.Groups, nodes, c.poolLabel)
 	var err error
 	if c.by == "pool" {
-		pools := report.ByPool(rows)
-		if err = report.WriteByPool(s.out, pools, c.format); err == nil && c.pool != "" {
-			return c.poolGate(r, pools, s)
+		if err = report.WriteByPool(s.out, report.ByPool(rows), c.format); err == nil && c.pool != "" {
+			return c.poolGate(r, rows, s)
 		}
 	} else {
 		err = report.WriteByNode(s.out, rows, c.format)

@@ -272,9 +272,20 @@ func writeRows(w io.Writer, v any) error {
 // with allowExtra: the nodes will have kernel-modules-extra), 1 when one
 // is not, with why naming the nodes; 2 when no node is in the pool.
 // Unknown and not-seen block, as breaks does: not everything was seen.
-// why is escaped for a terminal (node and pool names are labels).
-func PoolGate(pools []PoolRow, name string, allowExtra bool) (code int, why string) {
-	code, why = poolGate(pools, name, allowExtra)
+// Under a pool label ending in "/*" (roles), a node of several roles
+// ("infra,worker") is in each of their pools, as a MachineConfigPool's
+// role selector selects it. why is escaped for a terminal (node and pool
+// names are labels).
+func PoolGate(rows []NodeRow, poolLabel, name string, allowExtra bool) (code int, why string) {
+	roles := strings.HasSuffix(poolLabel, "*")
+	var in []NodeRow
+	for _, r := range rows {
+		if r.Pool == name || roles && slices.Contains(strings.Split(r.Pool, ","), name) {
+			r.Pool = name
+			in = append(in, r)
+		}
+	}
+	code, why = poolGate(ByPool(in), name, allowExtra)
 	return code, safetext.Display(why)
 }
 

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -132,27 +133,50 @@ func TestByNodeByPods(t *testing.T) {
 	if w := got["n3"].Workloads; len(w) != 1 || w[0] != "shop/Deployment/web (native)" {
 		t.Errorf("n3 workloads %v, want the workload at its pod's level there", w)
 	}
+
+	// Anyone who may post an Event in the namespace can name the pod on
+	// another node, later: its level must not leave n2 for it.
+	forged := itemOf(at(onB, 5), "events")
+	forged.Pod, forged.PodUID, forged.Node, forged.Posted = onA.Pod.Name, onA.Pod.UID, "n3", true
+	forged.Owner = owner.Owner{Kind: "Deployment", Name: "web"}
+	// And a made-up pod on n2, native, so that n2 has a look of its own.
+	madeUp := forged
+	madeUp.Pod, madeUp.PodUID, madeUp.Node = "web-x", "ux", "n2"
+	for _, order := range [][]Item{append(slices.Clone(items), forged, madeUp), append([]Item{forged, madeUp}, items...)} {
+		got = map[string]NodeRow{}
+		for _, r := range ByNode(GroupItems(order, nil), nil, DefaultPoolLabel) {
+			got[r.Node] = r
+		}
+		if got["n2"].Readiness != findings.ReadinessBreaks {
+			t.Errorf("n2 after a forged look of its pod on n3: %q, want breaks", got["n2"].Readiness)
+		}
+	}
 }
 
 // TestPoolGate: --pool's verdict on one pool: ready passes; breaks,
 // unknown and not-seen block (not everything seen is not clean);
-// needs-extra blocks unless allowed; a pool with no node is an error.
+// needs-extra blocks unless allowed; a pool with no node is an error; a
+// node of two roles gates both pools (it gated neither: its pool was
+// "f,g", which no --pool names).
 func TestPoolGate(t *testing.T) {
-	pools := ByPool([]NodeRow{
+	rows := []NodeRow{
 		{Node: "a1", Pool: "a", Readiness: findings.ReadinessReady},
 		{Node: "b1", Pool: "b", Readiness: findings.ReadinessNeedsExtra}, {Node: "b2", Pool: "b", Readiness: findings.ReadinessReady},
 		{Node: "c1", Pool: "c", Readiness: NotSeen}, {Node: "c2", Pool: "c", Readiness: findings.ReadinessReady},
 		{Node: "d1", Pool: "d", Readiness: findings.ReadinessUnknown},
 		{Node: "e1", Pool: "e\x1b[2J", Readiness: findings.ReadinessBreaks},
-	})
+		// A node of two roles is in both their pools.
+		{Node: "f1", Pool: "f", Readiness: findings.ReadinessReady}, {Node: "fg", Pool: "f,g", Readiness: findings.ReadinessBreaks},
+	}
 	for _, tc := range []struct {
 		pool  string
 		extra bool
 		code  int
 	}{
 		{"a", false, 0}, {"b", false, 1}, {"b", true, 0}, {"c", true, 1}, {"d", true, 1}, {"e\x1b[2J", false, 1}, {"z", false, 2},
+		{"f", false, 1}, {"g", false, 1},
 	} {
-		code, why := PoolGate(pools, tc.pool, tc.extra)
+		code, why := PoolGate(rows, DefaultPoolLabel, tc.pool, tc.extra)
 		if code != tc.code || strings.ContainsRune(why, '\x1b') {
 			t.Errorf("pool %q (extra %v): %d %q, want %d, escaped", tc.pool, tc.extra, code, why, tc.code)
 		}

@@ -84,3 +84,45 @@ func TestExecCommandsFromReports(t *testing.T) {
 		t.Fatalf("groups %+v: want the failed command %q kept", gs, line)
 	}
 }
+
+// TestLookWithCommandFromReports: a Report result of a look at rules not
+// classified keeps the pod's last command beside it (the writer does), so
+// with all its counts 0 it read as that command's own finding, with no
+// rules: the workload passed --fail-on breaks and its node was ready. A
+// failed-command result is a command's own; an unclassified or cut one is
+// a look.
+func TestLookWithCommandFromReports(t *testing.T) {
+	result := func(rule string, props map[string]string) Item {
+		x := openreportsv1alpha1.ReportResult{Source: openreports.Source, Rule: rule, Result: "warn",
+			Subjects: []corev1.ObjectReference{{APIVersion: "v1", Kind: "Pod", Name: "web-1", UID: types.UID("u1")}},
+			Properties: map[string]string{openreports.PropOwner: "Deployment/web", openreports.PropNodes: "n",
+				openreports.PropLastSeen: "2026-12-01T00:00:00Z", openreports.PropCommand: "iptables -L"}}
+		for k, v := range props {
+			x.Properties[k] = v
+		}
+		l := leanOf(x)
+		it, ok := resultItem("shop", &l, &Skipped{})
+		if !ok {
+			t.Fatalf("result %+v not read", x)
+		}
+		return it
+	}
+	for _, tc := range []struct {
+		name      string
+		it        Item
+		fails     bool
+		readiness string
+	}{
+		{"unclassified rules", result(openreports.RuleUnclassified, nil), true, findings.ReadinessUnknown},
+		{"a cut look", result(openreports.RuleUnclassified, map[string]string{openreports.PropTruncated: "true"}), true, findings.ReadinessUnknown},
+		{"a failed command", result(openreports.RuleFailedCommand, nil), false, findings.ReadinessReady},
+	} {
+		gs := GroupItems([]Item{tc.it}, nil)
+		if failing := Judge(gs, FailBreaks); failing != tc.fails {
+			t.Errorf("%s: failing %v, want %v (groups %+v)", tc.name, failing, tc.fails, gs)
+		}
+		if rows := ByNode(gs, nil, DefaultPoolLabel); len(rows) != 1 || rows[0].Readiness != tc.readiness {
+			t.Errorf("%s: by node %+v, want %s", tc.name, rows, tc.readiness)
+		}
+	}
+}

@@ -334,9 +334,12 @@ type look struct {
 	hasOwn               bool
 	// level is kept over all the pod's looks, whichever counts.
 	level podLevel
-	// node is the pod's node; anyRules whether a look of it, not a
-	// command's own, was read.
+	// node is the pod's node, the first its looks name; moved whether
+	// a later one named another (a forged Event can: its level then
+	// counts on every node of the group, ByNode). anyRules is whether a
+	// look of it, not a command's own, was read.
 	node     string
+	moved    bool
 	anyRules bool
 }
 
@@ -424,8 +427,11 @@ func (gr *grouping) add(it Item) {
 	keep.level = had.level
 	keep.level.add(it)
 	keep.anyRules = had.anyRules || !l.commandOnly
-	if keep.node == "" {
+	keep.node, keep.moved = had.node, had.moved
+	if !ok {
 		keep.node = l.node
+	} else if l.node != had.node {
+		keep.moved = true
 	}
 	// A complete look counts before a cut one (newer), but a cut look
 	// after it says the pod's rules are no longer all seen: a pod can
@@ -467,23 +473,36 @@ func (gr *grouping) groups() []Group {
 	gs := gr.gs
 	for i := range gs {
 		worst := classified
-		onNode := map[string]nodeLook{}
+		// By node only where there is more than one: on one, the
+		// group's level is its pods' there (and a look is spared the
+		// map, over a cluster's 100,000 results).
+		var onNode map[string]nodeLook
+		if len(gs[i].Nodes) > 1 {
+			onNode = map[string]nodeLook{}
+		}
 		for _, l := range gr.looks[i] {
 			worst = min(worst, l.level.rank())
-			nl, ok := onNode[l.node]
-			if !ok {
-				nl.rank = classified
+			if l.moved {
+				// Its level on every node of the group: a look must not
+				// take a pod, and its level, away from a node.
+				onNode = nil
 			}
-			nl.rank = min(nl.rank, l.level.rank())
-			nl.truncated = nl.truncated || (l.latestCut || l.doubt(l.hasCut, l.postedCut)) && gs[i].State != findings.StateUnknown
-			nl.unclassified = nl.unclassified || (l.latestRaw || l.doubt(l.hasRaw, l.postedRaw)) && gs[i].State != findings.StateUnknown
-			nl.rules = nl.rules || l.anyRules
-			onNode[l.node] = nl
+			cut := (l.latestCut || l.doubt(l.hasCut, l.postedCut)) && gs[i].State != findings.StateUnknown
+			raw := (l.latestRaw || l.doubt(l.hasRaw, l.postedRaw)) && gs[i].State != findings.StateUnknown
 			gs[i].Impact.Legacy += l.impact.Legacy
 			gs[i].Impact.Xt += l.impact.Xt
 			gs[i].Impact.Native += l.impact.Native
-			gs[i].Truncated = gs[i].Truncated || (l.latestCut || l.doubt(l.hasCut, l.postedCut)) && gs[i].State != findings.StateUnknown
-			gs[i].Unclassified = gs[i].Unclassified || (l.latestRaw || l.doubt(l.hasRaw, l.postedRaw)) && gs[i].State != findings.StateUnknown
+			gs[i].Truncated = gs[i].Truncated || cut
+			gs[i].Unclassified = gs[i].Unclassified || raw
+			if onNode != nil {
+				nl, ok := onNode[l.node]
+				if !ok {
+					nl.rank = classified
+				}
+				nl.rank = min(nl.rank, l.level.rank())
+				nl.truncated, nl.unclassified, nl.rules = nl.truncated || cut, nl.unclassified || raw, nl.rules || l.anyRules
+				onNode[l.node] = nl
+			}
 		}
 		pk := gr.picks[i][worst]
 		gs[i].Worst, gs[i].Example, gs[i].ExampleImpact = pk.level, pk.example, pk.impact
@@ -816,4 +835,6 @@ func addCommand(cs *[]string, c string) {
 
 // commandOnly tells whether the item is a command's own finding of the
 // exec watch, counting no rules.
-func commandOnly(it Item) bool { return it.Command != "" && it.Impact == (findings.Impact{}) }
+func commandOnly(it Item) bool {
+	return it.Command != "" && it.Impact == (findings.Impact{}) && !it.Looked
+}

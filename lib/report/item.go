@@ -75,6 +75,12 @@ type Item struct {
 	// forgery can hold a gate, never pass one. Not in the JSON: set on
 	// reading.
 	Posted bool `json:"-"`
+	// Looked is set on a Report result that is a look at the rules
+	// whatever its counts say: one of rules not classified (its counts
+	// are all 0), cut short or unknown, which carries the pod's last
+	// command too (the writer keeps it), and must not read as that
+	// command's own finding (commandOnly). Not in the JSON.
+	Looked bool `json:"-"`
 }
 
 // maxLine bounds a findings line read back; the hook writes at most

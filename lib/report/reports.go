@@ -163,6 +163,9 @@ func resultShared(namespace string, x *leanResult, sk *Skipped) (Item, bool) {
 	if kind, name, ok := strings.Cut(p.Owner, "/"); ok {
 		it.Owner = owner.Owner{Kind: kind, Name: name}
 	}
+	// A result of these rules, or a cut one, is a look at the rules even
+	// with all its counts 0 and the pod's last command beside them.
+	it.Looked = x.Rule == openreports.RuleUnknown || x.Rule == openreports.RuleUnclassified || it.Truncated
 	switch x.Rule {
 	case openreports.RuleUnknown:
 		it.State, it.Error = findings.StateUnknown, p.Error
