@@ -150,6 +150,28 @@ func TestPoolGate(t *testing.T) {
 			t.Errorf("%s: warnings %q, error %v", q.what, ws, err)
 		}
 	}
+	// A pool pinned to RHEL 9 that drops its own stream follows the
+	// cluster default, which may be RHEL 10: a move (it was not seen).
+	// Naming another RHEL 9 stream is none.
+	pool("pinned", role("worker"), "rhel-9.6")
+	unpin := func() ([]string, error) {
+		p, err := pools.Get(kubetest.Ctx(t), "pinned", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		unstructured.RemoveNestedField(p.Object, "spec", "osImageStream")
+		warned.take()
+		_, err = pools.Update(kubetest.Ctx(t), p, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return warned.take(), err
+	}
+	if ws, err := unpin(); err != nil || !slices.ContainsFunc(ws, func(w string) bool {
+		return strings.Contains(w, "drops its own OS stream rhel-9.6") && strings.Contains(w, "node w2 is")
+	}) {
+		t.Errorf("pinned (rhel-9.6) un-pinned, w2 breaking: warnings %q, error %v", ws, err)
+	}
+	if ws, err := move("pinned", "rhel-9.7"); err != nil || len(ws) > 0 {
+		t.Errorf("pinned moved to another RHEL 9 stream: warnings %q, error %v", ws, err)
+	}
 	// A pool already on the stream whose selector comes to take a
 	// breaking node in (a canary widened) warns; one whose new selector
 	// takes none in does not. (Failed before the policy compared the
