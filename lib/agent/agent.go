@@ -575,6 +575,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	// Started by the runtime, the stub would take the connection it was
 	// handed (api.PluginSocketEnvVar) itself, past the dialer: taken here,
 	// its writes are seen as a dialed one's.
+	var handed stdnet.Conn
 	if env := os.Getenv(api.PluginSocketEnvVar); env != "" {
 		// Once: the connection closes that descriptor, and the next one
 		// would take whatever file then has its number.
@@ -584,11 +585,16 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 			return err
 		}
 		opts = append(opts, stub.WithConnection(wrap(c)))
+		handed = c
 	}
 	conn := &connection{Agent: a}
 	opts = append(opts, stub.WithTTRPCOptions(nil, []ttrpc.ServerOpt{ttrpc.WithUnaryServerInterceptor(conn.oneConfigure)}))
 	st, err := a.newStub(conn, opts...)
 	if err != nil {
+		if handed != nil {
+			// The stub that would have closed it was not made.
+			handed.Close()
+		}
 		return err
 	}
 	done := make(chan struct{})
