@@ -79,8 +79,10 @@ it is read, or --kubeconfig or --context is given) and write text or json.
 --pool NAME (with --by pool) gates one pool, for an upgrade pipeline
 where no admission policy does: exit 0 when every node of it is ready
 (needs-extra too with --allow-needs-extra), 1 when a node breaks, is
-unknown or not seen, 2 when no node is in it or an input could not be
-read whole; stderr says why and names the blocking nodes.
+unknown or not seen (a node without the forwarder's
+iptables-alerter.io/rhel10 label is not seen), 2 when no node is in it or
+an input could not be read whole; stderr says why and names the
+blocking nodes.
 
 --format html writes one self-contained page (no script, nothing fetched)
 with the workloads charted by impact and by vendor, and the table.
@@ -134,7 +136,7 @@ func (c *reportConfig) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "time limit of the API requests")
 	fs.Var(newEnum(&c.by, "workload", "workload", "node", "pool"), "by", "one row per: workload, node (its RHEL 10 readiness from the workloads seen on it and its iptables-alerter.io/rhel10 label) or pool (nodes grouped by --pool-label, those that can move first first); node and pool write text or json")
 	fs.StringVar(&c.poolLabel, "pool-label", report.DefaultPoolLabel, "with --by pool, the node label naming a node's pool; ending in /*, the names after the prefix of the labels a node has")
-	fs.StringVar(&c.pool, "pool", "", "with --by pool, the gate of this `POOL`: exit 0 when every node of it is ready, 1 when one breaks, is unknown or not seen (or needs-extra), 2 when no node is in it")
+	fs.StringVar(&c.pool, "pool", "", "with --by pool, the gate of this `POOL`: exit 0 when every node of it is ready (by its iptables-alerter.io/rhel10 label too), 1 when one breaks, is unknown or not seen (or needs-extra), 2 when no node is in it")
 	fs.BoolVar(&c.allowExtra, "allow-needs-extra", false, "with --pool, needs-extra nodes pass too (they will have kernel-modules-extra)")
 }
 

@@ -271,7 +271,8 @@ func writeRows(w io.Writer, v any) error {
 // pipeline): 0 when every node of the pool is ready (or needs-extra too,
 // with allowExtra: the nodes will have kernel-modules-extra), 1 when one
 // is not, with why naming the nodes; 2 when no node is in the pool.
-// Unknown and not-seen block, as breaks does: not everything was seen.
+// Unknown and not-seen block, as breaks does: not everything was seen;
+// so does a node without the forwarder's label.
 // Under a pool label ending in "/*" (roles), a node of several roles
 // ("infra,worker") is in each of their pools, as a MachineConfigPool's
 // role selector selects it. why is escaped for a terminal (node and pool
@@ -279,13 +280,26 @@ func writeRows(w io.Writer, v any) error {
 func PoolGate(rows []NodeRow, poolLabel, name string, allowExtra bool) (code int, why string) {
 	roles := strings.HasSuffix(poolLabel, "*")
 	var in []NodeRow
+	unlabelled := 0
 	for _, r := range rows {
 		if r.Pool == name || roles && slices.Contains(strings.Split(r.Pool, ","), name) {
 			r.Pool = name
+			// Only the node label carries the agent's word that it
+			// looked at every pod (a clean pod leaves no finding), and
+			// an Event or a Report result naming the node could be
+			// anyone's: without the label the node is not seen,
+			// whatever its findings say, unless they say it breaks.
+			if r.Label == "" && rank(r.Readiness) > rank(NotSeen) {
+				r.Readiness = NotSeen
+				unlabelled++
+			}
 			in = append(in, r)
 		}
 	}
 	code, why = poolGate(ByPool(in), name, allowExtra)
+	if code == 1 && unlabelled > 0 {
+		why += fmt.Sprintf("; %d node(s) without the %s label, which the forwarder keeps (forward --node-label, packaging/rbac/node-label.yaml)", unlabelled, ReadinessLabel)
+	}
 	return code, safetext.Display(why)
 }
 

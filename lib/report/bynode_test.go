@@ -160,13 +160,16 @@ func TestByNodeByPods(t *testing.T) {
 // "f,g", which no --pool names).
 func TestPoolGate(t *testing.T) {
 	rows := []NodeRow{
-		{Node: "a1", Pool: "a", Readiness: findings.ReadinessReady},
-		{Node: "b1", Pool: "b", Readiness: findings.ReadinessNeedsExtra}, {Node: "b2", Pool: "b", Readiness: findings.ReadinessReady},
-		{Node: "c1", Pool: "c", Readiness: NotSeen}, {Node: "c2", Pool: "c", Readiness: findings.ReadinessReady},
+		{Node: "a1", Pool: "a", Readiness: findings.ReadinessReady, Label: findings.ReadinessReady},
+		// Ready by its findings alone (an Event or a Report result
+		// anyone could post), without the label: not seen.
+		{Node: "h1", Pool: "h", Readiness: findings.ReadinessReady},
+		{Node: "b1", Pool: "b", Readiness: findings.ReadinessNeedsExtra, Label: findings.ReadinessNeedsExtra}, {Node: "b2", Pool: "b", Readiness: findings.ReadinessReady, Label: findings.ReadinessReady},
+		{Node: "c1", Pool: "c", Readiness: NotSeen}, {Node: "c2", Pool: "c", Readiness: findings.ReadinessReady, Label: findings.ReadinessReady},
 		{Node: "d1", Pool: "d", Readiness: findings.ReadinessUnknown},
 		{Node: "e1", Pool: "e\x1b[2J", Readiness: findings.ReadinessBreaks},
 		// A node of two roles is in both their pools.
-		{Node: "f1", Pool: "f", Readiness: findings.ReadinessReady}, {Node: "fg", Pool: "f,g", Readiness: findings.ReadinessBreaks},
+		{Node: "f1", Pool: "f", Readiness: findings.ReadinessReady, Label: findings.ReadinessReady}, {Node: "fg", Pool: "f,g", Readiness: findings.ReadinessBreaks},
 	}
 	for _, tc := range []struct {
 		pool  string
@@ -174,7 +177,7 @@ func TestPoolGate(t *testing.T) {
 		code  int
 	}{
 		{"a", false, 0}, {"b", false, 1}, {"b", true, 0}, {"c", true, 1}, {"d", true, 1}, {"e\x1b[2J", false, 1}, {"z", false, 2},
-		{"f", false, 1}, {"g", false, 1},
+		{"f", false, 1}, {"g", false, 1}, {"h", false, 1},
 	} {
 		code, why := PoolGate(rows, DefaultPoolLabel, tc.pool, tc.extra)
 		if code != tc.code || strings.ContainsRune(why, '\x1b') {

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -116,6 +117,9 @@ func TestLookWithCommandFromReports(t *testing.T) {
 		{"unclassified rules", result(openreports.RuleUnclassified, nil), true, findings.ReadinessUnknown},
 		{"a cut look", result(openreports.RuleUnclassified, map[string]string{openreports.PropTruncated: "true"}), true, findings.ReadinessUnknown},
 		{"a failed command", result(openreports.RuleFailedCommand, nil), false, findings.ReadinessReady},
+		// An earlier read's native result, no counts, with a cut look's
+		// sighting (the writer keeps the graver result): a look.
+		{"a read's result, cut since", result(findings.ImpactNative, map[string]string{openreports.PropTruncated: "true"}), true, findings.ReadinessUnknown},
 	} {
 		gs := GroupItems([]Item{tc.it}, nil)
 		if failing := Judge(gs, FailBreaks); failing != tc.fails {
@@ -123,6 +127,40 @@ func TestLookWithCommandFromReports(t *testing.T) {
 		}
 		if rows := ByNode(gs, nil, DefaultPoolLabel); len(rows) != 1 || rows[0].Readiness != tc.readiness {
 			t.Errorf("%s: by node %+v, want %s", tc.name, rows, tc.readiness)
+		}
+	}
+}
+
+// TestLookWithCommandFromFiles: the agent names on a scan's record the
+// command that made it look; a look that held rules of no known level
+// counts nothing by level beside it, and read as the command's own
+// finding (no rules): the gate passed and the node was ready, where the
+// node label said unknown.
+func TestLookWithCommandFromFiles(t *testing.T) {
+	rec := findings.Record{Time: t0, Node: "node-a", Pod: findings.Pod{Namespace: "shop", Name: "web-1", UID: "u1"}, State: findings.StatePresent,
+		Source: "watch", Nft: findings.Nft{Tables: []string{"ip filter"}, Rules: 1}, Fingerprint: "f1",
+		Exec: &findings.Exec{Argv: []string{"iptables-legacy", "-F"}, Backend: "legacy", Operation: "write", Exited: true}}
+	for _, tc := range []struct {
+		name string
+		item Item
+	}{
+		{"findings file", itemOf(rec, "findings")},
+		{"Event", func() Item {
+			doc, _ := json.Marshal(map[string]any{"kind": "EventList", "items": []any{eventOf(rec)}})
+			var sk Skipped
+			its, err := ReadEvents(bytes.NewReader(doc), "events.json", &sk)
+			if err != nil || len(its) != 1 {
+				t.Fatalf("events: %+v, %v", its, err)
+			}
+			return its[0]
+		}()},
+	} {
+		gs := GroupItems([]Item{tc.item}, nil)
+		if !Judge(gs, FailBreaks) {
+			t.Errorf("%s: a look of rules of no known level passed --fail-on breaks (groups %+v)", tc.name, gs)
+		}
+		if rows := ByNode(gs, nil, DefaultPoolLabel); len(rows) != 1 || rows[0].Readiness != findings.ReadinessUnknown {
+			t.Errorf("%s: by node %+v, want unknown", tc.name, rows)
 		}
 	}
 }

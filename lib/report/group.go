@@ -430,9 +430,9 @@ func (gr *grouping) add(it Item) {
 	keep.node, keep.moved = had.node, had.moved
 	if !ok {
 		keep.node = l.node
-	} else if l.node != had.node {
-		keep.moved = true
 	}
+	// A look naming no node, or another: no node's row may lose the pod.
+	keep.moved = keep.moved || l.node == "" || l.node != keep.node
 	// A complete look counts before a cut one (newer), but a cut look
 	// after it says the pod's rules are no longer all seen: a pod can
 	// show a native rule, then hide the rules that break behind one over

@@ -75,11 +75,12 @@ type Item struct {
 	// forgery can hold a gate, never pass one. Not in the JSON: set on
 	// reading.
 	Posted bool `json:"-"`
-	// Looked is set on a Report result that is a look at the rules
-	// whatever its counts say: one of rules not classified (its counts
-	// are all 0), cut short or unknown, which carries the pod's last
-	// command too (the writer keeps it), and must not read as that
-	// command's own finding (commandOnly). Not in the JSON.
+	// Looked is set on an item that is a look at the rules whatever its
+	// counts say: one of rules not classified (its counts are all 0), cut
+	// short or unknown, that names a command too (a Report result keeps
+	// the pod's last; the agent names the command that made it look), and
+	// must not read as that command's own finding (commandOnly). Not in
+	// the JSON.
 	Looked bool `json:"-"`
 }
 
@@ -186,6 +187,7 @@ func itemOf(rec findings.Record, source string) Item {
 		it.Modules, it.MixedBackends = rec.Modules, rec.MixedBackends
 		it.State, it.Error, it.Time, it.Writer = rec.KnownState(), rec.Error, rec.Time, wording.WriterLine(rec.Writer)
 		it.Truncated, it.Command = rec.Truncated, wording.ExecLine(rec.Exec)
+		it.Looked = looked(rec)
 		return it
 	}
 	return Item{
@@ -194,9 +196,15 @@ func itemOf(rec findings.Record, source string) Item {
 		Impact: rec.Levels(), Worst: rec.WorstLevel(), Modules: rec.Modules, Vendors: rec.Vendors, Examples: rec.Examples,
 		MixedBackends: rec.MixedBackends,
 		Source:        source, State: rec.KnownState(), Error: rec.Error, Time: rec.Time, Writer: wording.WriterLine(rec.Writer),
-		Truncated: rec.Truncated, Command: wording.ExecLine(rec.Exec),
+		Truncated: rec.Truncated, Command: wording.ExecLine(rec.Exec), Looked: looked(rec),
 	}
 }
+
+// looked tells a record of a look at the rules (Item.Looked): the agent
+// names on a scan's record the command that made it look, and a look
+// that held rules of no known level, or stopped early, counts nothing
+// by level beside it.
+func looked(rec findings.Record) bool { return !rec.CommandOnly() || rec.Truncated }
 
 // FindingsFiles expands each path to its rotated generations PATH.N ...
 // PATH.1 (oldest first) and itself, without repeats: the files the
@@ -426,6 +434,9 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 	it.Writer = wording.WriterLine(s.Writer)
 	// Written by wording.ExecLine, read back from an Event: bounded again.
 	it.Command = safetext.Cut(safetext.Display(s.Command), wording.MaxExecLine)
+	// A command's own Event with no level is a failed command's
+	// (execLevel); one of a look names the command that made it look.
+	it.Looked = it.Truncated || it.Worst == "" && it.Command != "" && !wording.FailedLine(it.Command)
 	// The reason says the state; the summary only adds why.
 	if state == findings.StateUnknown {
 		it.Error = s.Error
