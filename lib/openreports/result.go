@@ -119,7 +119,7 @@ func VerdictOf(rec findings.Record) Verdict {
 	if rec.KnownState() == findings.StatePresent {
 		rule = rec.WorstLevel()
 		switch {
-		case rule == "" && rec.CommandOnly() && rec.Exec != nil && rec.Exec.Failed:
+		case rule == "" && rec.CommandOnly() && rec.Failed():
 			rule = RuleFailedCommand
 		case rule == "":
 			rule = RuleUnclassified

@@ -184,9 +184,6 @@ type grouping struct {
 	looks []map[podKey]look
 	// levels holds, per group, its examples and modules by level.
 	levels []byLevel
-	// rules is, per group, whether a finding of it was not a command's
-	// own (Group.CommandsOnly).
-	rules []bool
 	// podsSet is, per group, how many of its Pods were a set last.
 	podsSet []int
 	// lastModules and lastJudged are the last item's modules and their
@@ -362,7 +359,6 @@ func (gr *grouping) add(it Item) {
 			Pods: []string{}, Nodes: []string{}, Modules: []string{}, Vendors: []findings.Vendor{}, Reasons: []string{}, Examples: []findings.Example{}, Writers: []string{}, Commands: []string{}})
 		gr.ss = append(gr.ss, groupSets{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}})
 		gr.levels = append(gr.levels, byLevel{})
-		gr.rules = append(gr.rules, false)
 		gr.members = append(gr.members, []Item{it})
 		gr.picks = append(gr.picks, [classified + 1]pick{})
 		gr.looks = append(gr.looks, map[podKey]look{})
@@ -372,7 +368,6 @@ func (gr *grouping) add(it Item) {
 	}
 	g, s := &gr.gs[i], &gr.ss[i]
 	g.Findings++
-	gr.rules[i] = gr.rules[i] || !commandOnly(it)
 	g.MixedBackends = g.MixedBackends || it.MixedBackends
 	lv, r := &gr.levels[i], min(findings.ImpactRank(it.Worst), classified)
 	for _, m := range gr.judged(it.Modules) {
@@ -427,9 +422,8 @@ func (gr *grouping) add(it Item) {
 	keep.level = had.level
 	keep.level.add(it)
 	keep.anyRules = had.anyRules || !l.commandOnly
-	keep.node, keep.moved = had.node, had.moved
-	if !ok {
-		keep.node = l.node
+	if ok {
+		keep.node, keep.moved = had.node, had.moved
 	}
 	// A look naming no node, or another: no node's row may lose the pod.
 	keep.moved = keep.moved || l.node == "" || l.node != keep.node
@@ -472,7 +466,7 @@ func (l look) doubt(has bool, t time.Time) bool {
 func (gr *grouping) groups() []Group {
 	gs := gr.gs
 	for i := range gs {
-		worst := classified
+		worst, rules := classified, false
 		// By node only where there is more than one: on one, the
 		// group's level is its pods' there (and a look is spared the
 		// map, over a cluster's 100,000 results).
@@ -482,6 +476,7 @@ func (gr *grouping) groups() []Group {
 		}
 		for _, l := range gr.looks[i] {
 			worst = min(worst, l.level.rank())
+			rules = rules || l.anyRules
 			if l.moved {
 				// Its level on every node of the group: a look must not
 				// take a pod, and its level, away from a node.
@@ -507,7 +502,7 @@ func (gr *grouping) groups() []Group {
 		pk := gr.picks[i][worst]
 		gs[i].Worst, gs[i].Example, gs[i].ExampleImpact = pk.level, pk.example, pk.impact
 		gs[i].Examples, gs[i].Modules = gr.levels[i].at(worst)
-		gs[i].CommandsOnly = !gr.rules[i]
+		gs[i].CommandsOnly = !rules
 		gs[i].onNode = onNode
 		if len(gr.exps) == 0 {
 			gr.members[i][0] = pk.member
