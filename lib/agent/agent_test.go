@@ -152,12 +152,8 @@ func startAgentWith(t *testing.T, dir string, obs Observer, change func(*Config)
 		t.Fatal(err)
 	}
 	a.hold = make(chan struct{})
-	// The test is the runtime, calling the handlers: no dial fails beside
-	// it, saying the agent is disconnected at any moment.
-	a.runtime = func(ctx context.Context) error {
-		<-ctx.Done()
-		return nil
-	}
+	// The test is the runtime, calling the handlers.
+	a.runtime = noRuntime
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()

@@ -228,7 +228,6 @@ func TestNodeCleanAfterReboot(t *testing.T) {
 	first := func(t *testing.T, state string) Scan {
 		t.Helper()
 		rec := newRecorder()
-		ctx, cancel := context.WithCancel(context.Background())
 		a, err := New(func() Config {
 			cfg := testConfig(dir, rec)
 			cfg.Seen.Dir, cfg.Watch = state, true
@@ -238,18 +237,8 @@ func TestNodeCleanAfterReboot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.runtime = func(ctx context.Context) error {
-			<-ctx.Done()
-			return nil
-		}
-		done := make(chan error, 1)
-		go func() { done <- a.Run(ctx) }()
-		defer func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		}()
+		a.runtime = noRuntime
+		defer startRun(t, a)()
 		return nodeScan(t, rec)
 	}
 	lines := func() []string { return strings.Split(strings.TrimSpace(readFile(t, log)), "\n") }

@@ -56,15 +56,30 @@ func pointer(t *testing.T, link string) func(to string) {
 // runAgent runs a until the test ends, failing it on Run's error.
 func runAgent(t *testing.T, a *Agent) {
 	t.Helper()
+	t.Cleanup(startRun(t, a))
+}
+
+// startRun runs a until the function it returns is called, which stops
+// it and fails the test on Run's error.
+func startRun(t *testing.T, a *Agent) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
+	return func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
-	})
+	}
+}
+
+// noRuntime is the agent's connection loop for tests that play the
+// runtime, or need none: a failed dial beside them would say the agent
+// is disconnected and unlist every pod.
+func noRuntime(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
 }
 
 // restorer is an iptables-nft-restore in a namespace that commits each
