@@ -71,12 +71,16 @@ func partialSteps(legacy, native func() findings.Record) []partialStep {
 		return base
 	}
 	return []partialStep{
-		{what: "legacy look", rec: legacy(), rule: findings.ImpactLegacy, rulesOf: 0},
-		{what: "truncated look with native rules alone", rec: truncated, rule: findings.ImpactLegacy, truncated: true, rulesOf: 0},
-		{what: "unknown look", rec: merge(unknown), rule: findings.ImpactLegacy, truncated: true, errored: true, rulesOf: 0},
-		{what: "whole native look", rec: native(), rule: findings.ImpactNative, rulesOf: 3},
-		{what: "unknown look after native", rec: merge(unknown), rule: openreports.RuleUnknown, truncated: true, errored: true, rulesOf: 4},
-		{what: "whole legacy look", rec: legacy(), rule: findings.ImpactLegacy, rulesOf: 5},
+		// A first look cut short that saw native rules alone is not
+		// native: what it did not see may be legacy (helper-101 #2).
+		{what: "first look, truncated with native rules alone", rec: truncated, rule: openreports.RuleUnknown, truncated: true, rulesOf: 0},
+		{what: "legacy look", rec: legacy(), rule: findings.ImpactLegacy, rulesOf: 1},
+		{what: "truncated look with native rules alone", rec: truncated, rule: findings.ImpactLegacy, truncated: true, rulesOf: 1},
+		{what: "unknown look", rec: merge(unknown), rule: findings.ImpactLegacy, truncated: true, errored: true, rulesOf: 1},
+		{what: "whole native look", rec: native(), rule: findings.ImpactNative, rulesOf: 4},
+		{what: "unknown look after native", rec: merge(unknown), rule: openreports.RuleUnknown, truncated: true, errored: true, rulesOf: 5},
+		{what: "truncated look after native", rec: truncated, rule: openreports.RuleUnknown, truncated: true, rulesOf: 6},
+		{what: "whole legacy look", rec: legacy(), rule: findings.ImpactLegacy, rulesOf: 7},
 	}
 }
 

@@ -113,12 +113,17 @@ var Verdicts = []Verdict{
 	{Rule: RuleUnknown, Result: "error", Severity: "medium"},
 }
 
-// VerdictOf maps a record whose state is present or unknown.
+// VerdictOf maps a record whose state is present or unknown. A look that
+// stopped early (Truncated) and saw native rules alone is unknown, not
+// native: the rules it did not see may be legacy (the node label and
+// `report` say unknown of it too); one that saw worse keeps what it saw.
 func VerdictOf(rec findings.Record) Verdict {
 	rule := RuleUnknown
 	if rec.KnownState() == findings.StatePresent {
 		rule = rec.WorstLevel()
 		switch {
+		case rule == findings.ImpactNative && rec.Truncated:
+			rule = RuleUnknown
 		case rule == "" && rec.CommandOnly() && rec.Failed():
 			rule = RuleFailedCommand
 		case rule == "":
@@ -139,8 +144,9 @@ func prop(s string) string { return safetext.Cut(safetext.Display(s), MaxPropert
 // resultOf is the pod's result; first is the first sighting kept from an
 // earlier result (zero: this one).
 func resultOf(rec findings.Record, pod *corev1.Pod, o owner.Owner, ref metav1.OwnerReference, node string, first time.Time) openreportsv1alpha1.ReportResult {
+	// A cut look's note says what it saw and that the rest may break.
 	msg := wording.Note(rec, o)
-	if VerdictOf(rec).Result == "error" {
+	if rec.KnownState() != findings.StatePresent {
 		msg = wording.UnknownNote(rec, o)
 	}
 	x := common(rec, node, first, msg)
