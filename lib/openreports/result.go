@@ -15,6 +15,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/modules"
 	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 	"github.com/iptables-alerter/iptables-alerter/lib/wording"
 )
@@ -138,6 +139,24 @@ func VerdictOf(rec findings.Record) Verdict {
 	return Verdicts[len(Verdicts)-1]
 }
 
+// moduleList joins whole module names, sorted, up to MaxProperty bytes;
+// past it those the release table verifies are kept first: a name cut at
+// the bound would be read back as no module's (and the result as forged),
+// and by name ebt_*, ip6t_* and ipt_* come before nft_compat and xt_CT,
+// the ones a reader acts on.
+func moduleList(names []string) string {
+	picked, size := []string{}, -1
+	for _, verified := range []bool{true, false} {
+		for _, n := range names {
+			if n = safetext.Display(n); modules.Releases.Verified(n) == verified && size+1+len(n) <= MaxProperty {
+				picked, size = append(picked, n), size+1+len(n)
+			}
+		}
+	}
+	slices.Sort(picked)
+	return strings.Join(picked, ",")
+}
+
 // prop makes text from the record safe and bounded for a property.
 func prop(s string) string { return safetext.Cut(safetext.Display(s), MaxProperty) }
 
@@ -246,8 +265,8 @@ func common(rec findings.Record, node string, first time.Time, msg string) openr
 	if rec.MixedBackends {
 		p[PropMixedBackends] = "true"
 	}
-	if m := rec.Modules.Judged(); len(m) > 0 {
-		p[PropModules] = prop(strings.Join(m, ","))
+	if m := moduleList(rec.Modules.Judged()); m != "" {
+		p[PropModules] = m
 	}
 	if rec.Writer != nil {
 		p[PropWriter] = prop(wording.WriterLine(rec.Writer))

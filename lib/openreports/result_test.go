@@ -3,6 +3,7 @@ package openreports
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -227,5 +228,43 @@ func TestResultMixedModules(t *testing.T) {
 	x = resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: "cart"}, metav1.OwnerReference{}, "node-a", time.Time{})
 	if x.Properties[PropMixedBackends] != "true" || x.Properties[PropModules] != "ip_tables,iptable_filter,nft_compat,xt_owner" {
 		t.Errorf("properties %v", x.Properties)
+	}
+}
+
+// TestResultModulesWhole: a pod with legacy rules in many tables and
+// families needs more module names than a property holds. Cut at 256
+// bytes the list lost nft_compat and xt_CT (after ebt_*, ip6t_*, ipt_*
+// by name) and its last name ended in "...", which report counts as
+// forged (helper-101 #4). Whole names only, the verified ones kept.
+func TestResultModulesWhole(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart", UID: "u"}}
+	var legacy []string
+	for _, fam := range []string{"ipt", "ip6t", "ebt"} {
+		for _, m := range []string{"MASQUERADE", "REJECT", "LOG", "mark", "comment", "conntrack", "addrtype", "multiport", "owner", "set"} {
+			legacy = append(legacy, fam+"_"+m)
+		}
+	}
+	rec := findings.Record{State: findings.StatePresent, Worst: "legacy", Impact: findings.Impact{Legacy: 1, Xt: 1}, Nft: findings.Nft{Rules: 1},
+		Legacy: findings.Legacy{Rules: 1}, Pod: findings.Pod{Namespace: "shop", Name: "cart", UID: "u"},
+		Modules: findings.Modules{Legacy: append(legacy, "ip_tables", "ip6_tables"), Xt: []string{"nft_compat", "xt_CT", "xt_owner"}}}
+	x := resultOf(rec, pod, owner.Owner{Kind: "Deployment", Name: "cart"}, metav1.OwnerReference{}, "node-a", time.Time{})
+	got := x.Properties[PropModules]
+	if len(got) > MaxProperty || strings.Contains(got, "...") {
+		t.Errorf("modules %q: %d bytes or a cut name", got, len(got))
+	}
+	names := strings.Split(got, ",")
+	if !slices.IsSorted(names) {
+		t.Errorf("modules %q not sorted", got)
+	}
+	all := rec.Modules.Judged()
+	for _, n := range names {
+		if !slices.Contains(all, n) {
+			t.Errorf("modules %q: %q is none of the record's", got, n)
+		}
+	}
+	for _, n := range []string{"nft_compat", "xt_CT", "ip_tables", "ip6_tables"} {
+		if !slices.Contains(names, n) {
+			t.Errorf("modules %q: %s, which the release table verifies, left out", got, n)
+		}
 	}
 }
