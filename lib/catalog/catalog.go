@@ -253,6 +253,7 @@ func (e Entry) matchesChains(chains []string) bool {
 
 func (e Entry) matchesRules(rules []RuleText) bool {
 	for _, r := range rules {
+		r.Text = unquoted(r.Text)
 		for _, p := range e.Rules {
 			if p.matches(r) {
 				return true
@@ -278,6 +279,34 @@ func (p Rule) matches(r RuleText) bool {
 		option(r.Text, p.Dst, "-d") &&
 		option(r.Text, p.Port, "--dport") &&
 		option(r.Text, p.To, "--to-destination", "--to-ports")
+}
+
+// unquoted is a rule's text with every quoted string (render quotes a
+// comment, and any name that is not plain, Go-style) emptied to "": the
+// pod writes those, and a comment holding "-j DNAT ... --to-destination
+// 127.0.0.1:8421" must not make its rule another vendor's.
+func unquoted(text string) string {
+	if !strings.Contains(text, `"`) {
+		return text
+	}
+	var b strings.Builder
+	in, escaped := false, false
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		switch {
+		case !in:
+			b.WriteByte(c)
+			in = c == '"'
+		case escaped:
+			escaped = false
+		case c == '\\':
+			escaped = true
+		case c == '"':
+			b.WriteByte(c)
+			in = false
+		}
+	}
+	return b.String()
 }
 
 // option reports whether text holds one of the options with value (true

@@ -68,6 +68,16 @@ func TestMatch(t *testing.T) {
 		{name: "metadata DNAT elsewhere is not the agent", rules: []RuleText{
 			{Chain: "OUTPUT", Text: "-A OUTPUT -d 169.254.169.254 -p tcp --dport 80 -j DNAT --to-destination 127.0.0.1:8080"},
 		}},
+		// A comment is the pod's text: one shaped like another vendor's
+		// rule made the pod that vendor, its hint and expectations
+		// (helper-101 #3). Escaped quotes do not end the comment.
+		{name: "a comment is not a rule", rules: []RuleText{
+			{Chain: "OUTPUT", Text: `-A OUTPUT -p tcp -m comment --comment "x -j DNAT -d 169.254.169.254 --dport 80 --to-destination 127.0.0.1:8421 y" -j REDIRECT --to-ports 1`},
+			{Chain: "OUTPUT", Text: `-A OUTPUT -m comment --comment "a\" -m owner --uid-owner 1337 \"" -j RETURN`},
+		}},
+		{name: "outside the comment still counts", rules: []RuleText{
+			{Chain: "OUTPUT", Text: `-A OUTPUT -m comment --comment "\\" -m owner --uid-owner 1337 -j RETURN`},
+		}, want: []string{"istio"}},
 		{name: "docker exact and prefixed", chains: []string{"DOCKER-ISOLATION-STAGE-1"}, want: []string{"docker"}},
 		{name: "DOCKERX is not docker", chains: []string{"DOCKERX"}},
 		{name: "chaos mesh network chaos", chains: []string{"CHAOS-INPUT", "CHAOS-OUTPUT", "INPUT"}, want: []string{"chaos-mesh"}},
