@@ -80,6 +80,35 @@ func TestInspectHugeNativeRulesetStillCountsIPTables(t *testing.T) {
 	})
 }
 
+// TestHugeNativeRulesetHidesNoLegacy (helper-102 #1): a pod adds one
+// legacy rule and a native table whose dump takes longer than the look's
+// budget. The legacy look was waited on only after the nftables read, at
+// the deadline, so the peek's answer, in the pipe for long, was dropped
+// and the look was "legacy x_tables busy" with no lock held: every look
+// unknown, the legacy rule never counted. The nftables read now leaves
+// the legacy look a share of the budget.
+func TestHugeNativeRulesetHidesNoLegacy(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy", "nft")
+	ns := nstest.New(t)
+	var b strings.Builder
+	b.WriteString("add table ip aaa\nadd chain ip aaa c\n")
+	for i := 0; i < 300000; i++ {
+		fmt.Fprintf(&b, "add rule ip aaa c ip saddr 10.%d.%d.%d accept\n", i>>16&255, i>>8&255, i&255)
+	}
+	ns.Restore(b.String(), "nft", "-f", "-")
+	ns.Run("iptables-legacy", "-A", "INPUT", "-p", "tcp", "--dport", "9", "-j", "DROP")
+	s, err := inspectWithin(t, ns, 2*time.Second, false)
+	if !s.NftPartial {
+		t.Fatalf("300,000 native rules read whole in 1.7 s (err %v): the test needs a dump that outlasts the budget", err)
+	}
+	if errors.Is(err, inspect.ErrLegacyBusy) || s.LegacyPartial {
+		t.Fatalf("legacy look partial (%v), no lock held: err %v", s.LegacyPartial, err)
+	}
+	if len(s.LegacyRules) != 1 {
+		t.Fatalf("legacy tables %+v: rules %+v, want the pod's 1 (err %v)", s.Legacy, s.LegacyRules, err)
+	}
+}
+
 // 300,000 empty native chains made first, then an iptables user chain: what
 // was counted comes back, truncated, with the reason.
 func TestInspectTooManyChainsCountsWhatItSaw(t *testing.T) {

@@ -92,6 +92,15 @@ const (
 	fallbackBudget = 10 * time.Second
 )
 
+// legacyShare is the part of a look's budget kept from the nftables read
+// for the legacy look: a peek, then a probe of a few tables, takes
+// milliseconds; a quarter of the budget, at most maxLegacyShare.
+func legacyShare(budget time.Duration) time.Duration {
+	return max(min(budget/4, maxLegacyShare), 0)
+}
+
+const maxLegacyShare = 300 * time.Millisecond
+
 // Inspect reads the namespace. It returns what it saw by the context's
 // deadline (or fallbackBudget), whatever the kernel or a neighbour does. An
 // error (ErrDeadline, ErrTooMany, ErrIncomplete, ErrLegacyBusy, or another)
@@ -116,7 +125,15 @@ func Inspect(ctx context.Context, h *netns.Handle, opt Options) (Snapshot, error
 	// The legacy probe runs while nftables is read: its process start
 	// costs wall time only where it is not hidden behind the dumps.
 	legacy := startLegacy(h, deadline, opt.LegacyInProcess)
-	if err := readNft(ctx, h, deadline, opt, &s); err != nil || s.Truncated {
+	nftDeadline := deadline
+	if legacy != nil {
+		// The legacy look is waited on after the nftables read: a pod's
+		// huge native table whose dump took the whole budget left it none,
+		// and its answer, long in, was dropped as busy (the pod's legacy
+		// rules hidden behind a table that is not usage).
+		nftDeadline = deadline.Add(-legacyShare(time.Until(deadline)))
+	}
+	if err := readNft(ctx, h, nftDeadline, opt, &s); err != nil || s.Truncated {
 		s.NftPartial = true
 		if err != nil {
 			errs = append(errs, err)
