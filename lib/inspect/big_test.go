@@ -56,18 +56,23 @@ func eachWay(t *testing.T, f func(t *testing.T, ahead bool)) {
 	}
 }
 
+// hugeNative gives ns a native table, ip aaa, of n rules in one chain.
+func hugeNative(ns *nstest.NS, n int) {
+	var b strings.Builder
+	b.WriteString("add table ip aaa\nadd chain ip aaa c\n")
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "add rule ip aaa c ip saddr 10.%d.%d.%d accept\n", i>>16&255, i>>8&255, i&255)
+	}
+	ns.Restore(b.String(), "nft", "-f", "-")
+}
+
 // 200,000 native rules made before the iptables tables: the deadline passes
 // in their dump, yet the iptables rules are counted (read first) and the
 // snapshot says it is truncated.
 func TestInspectHugeNativeRulesetStillCountsIPTables(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft", "nft")
 	ns := nstest.New(t)
-	var b strings.Builder
-	b.WriteString("add table ip aaa\nadd chain ip aaa c\n")
-	for i := 0; i < 200000; i++ {
-		fmt.Fprintf(&b, "add rule ip aaa c ip saddr 10.%d.%d.%d accept\n", i>>16&255, i>>8&255, i&255)
-	}
-	ns.Restore(b.String(), "nft", "-f", "-")
+	hugeNative(ns, 200000)
 	ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
 	eachWay(t, func(t *testing.T, ahead bool) {
 		s, err := inspectWithin(t, ns, 200*time.Millisecond, ahead)
@@ -90,12 +95,7 @@ func TestInspectHugeNativeRulesetStillCountsIPTables(t *testing.T) {
 func TestHugeNativeRulesetHidesNoLegacy(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-legacy", "nft")
 	ns := nstest.New(t)
-	var b strings.Builder
-	b.WriteString("add table ip aaa\nadd chain ip aaa c\n")
-	for i := 0; i < 300000; i++ {
-		fmt.Fprintf(&b, "add rule ip aaa c ip saddr 10.%d.%d.%d accept\n", i>>16&255, i>>8&255, i&255)
-	}
-	ns.Restore(b.String(), "nft", "-f", "-")
+	hugeNative(ns, 300000)
 	ns.Run("iptables-legacy", "-A", "INPUT", "-p", "tcp", "--dport", "9", "-j", "DROP")
 	s, err := inspectWithin(t, ns, 2*time.Second, false)
 	if !s.NftPartial {
