@@ -127,6 +127,13 @@ type Config struct {
 	// list node mode applies besides kube-proxy's and the kubelet's
 	// (allowlist.Plugins lists them); an unknown name is ErrConfig.
 	Platforms []string
+	// PlatformOSKept: the node's OS image answers for what the platform's
+	// own rules need (OpenShift: Red Hat ships each stream's image with
+	// its platform), so node mode leaves the level of the rules the
+	// platform list takes away out of the node's readiness (Usage). By
+	// default it counts there: a plain cluster's kube-proxy in iptables
+	// mode needs kernel-modules-extra on RHEL 10.
+	PlatformOSKept bool
 }
 
 // Observer hears about the agent's work, for the caller's logs (the agent
@@ -189,6 +196,10 @@ type Scan struct {
 	// counts are lower bounds); the queue then holds the sandbox to fewer
 	// workers.
 	RanOut bool
+	// Platform is, for a scan of the node's namespace, the worst level of
+	// the platform's rules (scan.Result.Platform) that counts in the
+	// node's readiness: "" for none, or with PlatformOSKept.
+	Platform string
 }
 
 // Label names how the scan ended in one word, the record step's outcome
@@ -393,8 +404,11 @@ func (a *Agent) scanned(s Scan) {
 	case (s.Outcome == Unreachable || s.Outcome == Failed) && !isNodeJob(s.Meta) && s.Meta.Source != SourceStop:
 		a.known.markUnseen(s.Meta.SandboxID)
 	}
-	if !isNodeJob(s.Meta) {
-		// Usage follows pods: the node's is in its findings.
+	if isNodeJob(s.Meta) {
+		// Usage follows pods: the node's is in its findings, but for
+		// what the platform's rules need (its readiness).
+		a.usage.NodeScanned(s)
+	} else {
 		a.usage.Scanned(s)
 	}
 	s.FirstUnreachable = a.health.Scanned(s)

@@ -71,13 +71,8 @@ func (a *Agent) loaders(m scan.Meta) scan.Loaders {
 		return a.cfg.Load
 	}
 	l := a.cfg.Load
-	admin := l.Allow
-	l.Allow = func() (*allowlist.List, error) {
-		list, err := admin()
-		// Checked by New: an unknown name never gets here.
-		platform, _ := allowlist.Platform(a.cfg.Platforms...)
-		return allowlist.Join(platform, list), err
-	}
+	// Checked by New: an unknown name never gets here.
+	l.Platform, _ = allowlist.Platform(a.cfg.Platforms...)
 	l.Detail = scan.NodeDetail
 	return l
 }

@@ -312,3 +312,46 @@ func TestNodeWatchRetried(t *testing.T) {
 		t.Error("the node is not known after its watch opened")
 	}
 }
+
+// TestNodePlatformReadiness (helper-101 #1): the platform list takes the
+// kubelet's KUBE-FIREWALL (and kube-proxy's iptables mode) out of the
+// node's usage, so no node alarms; its level went with it, and the node
+// read ready though the rule's xt matches need kernel-modules-extra on
+// RHEL 10. The level now counts in the node's readiness, not as usage,
+// and leaves it when the rule goes; with PlatformOSKept (OpenShift) it
+// never counts.
+func TestNodePlatformReadiness(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft-restore", "iptables-nft")
+	for _, kept := range []bool{false, true} {
+		t.Run(fmt.Sprintf("os-kept=%v", kept), func(t *testing.T) {
+			dir := t.TempDir()
+			node := nstest.New(t)
+			node.Restore("*filter\n:KUBE-FIREWALL - [0:0]\n-A INPUT -j KUBE-FIREWALL\n-A OUTPUT -j KUBE-FIREWALL\n"+
+				`-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`+"\nCOMMIT\n", "iptables-nft-restore")
+			rec := newRecorder()
+			a := startWatching(t, dir, rec, func(cfg *Config) {
+				cfg.HostProc, cfg.HostNetns = nstest.HostProc(t, node.Path()), node.Path()
+				cfg.PlatformOSKept = kept
+			})
+			s := nodeScan(t, rec)
+			if s.Record != nil && s.Record.HasUsage() {
+				t.Fatalf("first node scan: %s, usage %+v: the kubelet's rule is the platform's", s.Label(), s.Record)
+			}
+			want := findings.ReadinessNeedsExtra
+			if kept {
+				want = findings.ReadinessReady
+			}
+			if got := a.usage.Readiness(); got != want {
+				t.Fatalf("readiness %q with the kubelet's KUBE-FIREWALL (xt matches), want %q", got, want)
+			}
+			// The rule goes; its jumps and chain are native.
+			node.Run("iptables-nft", "-F", "KUBE-FIREWALL")
+			if s := nodeScan(t, rec); s.Record != nil && s.Record.HasUsage() {
+				t.Fatalf("after the flush: %s, usage %+v", s.Label(), s.Record)
+			}
+			if got := a.usage.Readiness(); got != findings.ReadinessReady {
+				t.Fatalf("readiness %q once the xt rule is gone, want ready", got)
+			}
+		})
+	}
+}

@@ -66,6 +66,10 @@ type Usage struct {
 	// that finds it brings it back, as before.
 	ended      map[string]bool
 	endedOrder []string
+	// platform is the worst level of the platform's rules in the node's
+	// own namespace (Scan.Platform) by its latest complete look, kept
+	// worse over a partial one; "" for none.
+	platform string
 }
 
 // maxEnded bounds the stopped sandboxes Usage remembers: more than stop
@@ -138,6 +142,24 @@ func (u *Usage) Scanned(s Scan) {
 	}
 	// Unknown, failed, unreachable, dropped: what the pod uses now is not
 	// known; the last usage seen stays.
+}
+
+// NodeScanned takes the level of the platform's rules from a scan of the
+// node's own namespace (Scan.Platform): a complete look's replaces the
+// last, a partial one's (a lower bound) only when worse; a look that
+// read nothing changes nothing.
+func (u *Usage) NodeScanned(s Scan) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch {
+	case s.Outcome != Clean && s.Outcome != Found:
+	case s.Outcome == Found && s.Record.Partial():
+		if findings.ImpactRank(s.Platform) < findings.ImpactRank(u.platform) {
+			u.platform = s.Platform
+		}
+	default:
+		u.platform = s.Platform
+	}
 }
 
 // admit tells whether the sandbox's pod is followed, or may be: a pod
@@ -322,7 +344,8 @@ func (u *Usage) Pods() []PodUsage {
 }
 
 // Readiness is the node's RHEL 10 readiness by the pods followed, each by
-// its latest scan's finding: ready with none, unknown for usage not
+// its latest scan's finding, and by the platform's rules in the node's
+// own namespace (Scan.Platform, which no finding holds): ready with none, unknown for usage not
 // classified, and unknown while a running pod's usage was left out (max),
 // until a later scan of it finds none or it stops (for good past max such
 // pods). A pod left out of the command counts alone (exec) changes
@@ -336,6 +359,9 @@ func (u *Usage) Readiness() string {
 	r := findings.ReadinessReady
 	for _, p := range u.pods {
 		r = findings.WorseReadiness(r, findings.Readiness(p.Worst))
+	}
+	if u.platform != "" {
+		r = findings.WorseReadiness(r, findings.Readiness(u.platform))
 	}
 	return r
 }

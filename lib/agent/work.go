@@ -100,6 +100,9 @@ func (a *Agent) scan(j job, long bool) Scan {
 	s.RanOut = inspect.NftRanOut(res.Err)
 	defer func() { a.noteScan(s, st, stOK, res.Complete(), began) }()
 	s.AllowErr, s.VendorErr = res.AllowErr, res.VendorErr
+	if !a.cfg.PlatformOSKept {
+		s.Platform = res.Platform
+	}
 	d := scan.Decide(j.meta, res)
 	d.Record.Writer = a.writerOf(j, st, stOK, func() (uint32, bool) {
 		gctx, gcancel := context.WithTimeout(context.Background(), timeout/4)

@@ -8,12 +8,14 @@ import (
 	"path"
 	"regexp"
 	"regexp/syntax"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
 
@@ -259,6 +261,26 @@ type Result struct {
 	Count int
 	// Entries names the entries that matched, sorted, once each.
 	Entries []string
+	// Worst is the worst RHEL 10 impact level of what was taken away
+	// (classify.Level; an empty chain's declaration is native), "" for
+	// nothing: the platform's rules leave the usage but still say what
+	// the node needs (lib/scan Result.Platform).
+	Worst string
+}
+
+// Join is r and o together, as one list applied after the other gives.
+func (r Result) Join(o Result) Result {
+	entries := append(slices.Clone(r.Entries), o.Entries...)
+	slices.Sort(entries)
+	return Result{Count: r.Count + o.Count, Entries: slices.Compact(entries), Worst: worse(r.Worst, o.Worst)}
+}
+
+// worse is the worse of two levels ("" the mildest).
+func worse(a, b string) string {
+	if findings.ImpactRank(b) < findings.ImpactRank(a) {
+		return b
+	}
+	return a
 }
 
 // Apply takes the allowlisted rules out of u. text renders a rule to its
@@ -282,6 +304,7 @@ func (l *List) Apply(u classify.Usage, namespace string, text func(inspect.Rule)
 			return true
 		}
 		res.Count++
+		res.Worst = worse(res.Worst, classify.Level(r))
 		if !seen[name] {
 			seen[name] = true
 			res.Entries = append(res.Entries, name)
@@ -305,6 +328,7 @@ func (l *List) Apply(u classify.Usage, namespace string, text func(inspect.Rule)
 		}
 		out.Chains[i].User = false
 		res.Count++
+		res.Worst = worse(res.Worst, findings.ImpactNative)
 		if !seen[name] {
 			seen[name] = true
 			res.Entries = append(res.Entries, name)

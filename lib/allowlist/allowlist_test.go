@@ -1,11 +1,13 @@
 package allowlist
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
 
@@ -144,7 +146,7 @@ func TestApply(t *testing.T) {
 		Rules:  []inspect.Rule{r("OUTPUT", "DROP"), r("OUTPUT", "ACCEPT"), r("INPUT", "DROP")},
 	}
 	got, res := l.Apply(u, "ns", func(r inspect.Rule) string { return "-A " + r.Chain + " -j " + r.Exprs[0].Name })
-	if d := cmp.Diff(Result{Count: 2, Entries: []string{"drop-ok"}}, res); d != "" {
+	if d := cmp.Diff(Result{Count: 2, Entries: []string{"drop-ok"}, Worst: findings.ImpactNative}, res); d != "" {
 		t.Errorf("result (-want +got):\n%s", d)
 	}
 	if got.Chains[0].Rules != 1 || got.Chains[1].Rules != 0 || got.Chains[1].Used() || len(got.Rules) != 1 {
@@ -158,5 +160,24 @@ func TestApply(t *testing.T) {
 func TestDefaultParses(t *testing.T) {
 	if len(Default().entries) == 0 {
 		t.Fatal("built-in allowlist is empty")
+	}
+}
+
+// TestApplyWorst: what an entry takes away keeps its level (an xt match
+// or target: xt), for the node's readiness; Join keeps the worse.
+func TestApplyWorst(t *testing.T) {
+	l, _ := Parse([]byte(`{"entries": [{"name": "fw", "rule_regexp": "-A FW .*"}]}`), "test")
+	u := classify.Usage{
+		Chains: []classify.Chain{{Family: inspect.IP, Table: "filter", Name: "FW", Rules: 2, XT: 1}},
+		Rules: []inspect.Rule{{Family: inspect.IP, Table: "filter", Chain: "FW", Exprs: []inspect.Expr{{Name: "match"}}},
+			{Family: inspect.IP, Table: "filter", Chain: "FW", Exprs: []inspect.Expr{{Name: "immediate"}}}},
+	}
+	_, res := l.Apply(u, "ns", func(r inspect.Rule) string { return "-A FW " + r.Exprs[0].Name })
+	if res.Count != 2 || res.Worst != findings.ImpactXt {
+		t.Errorf("result %+v, want 2 rules at worst xt", res)
+	}
+	j := Result{Count: 1, Entries: []string{"b", "fw"}, Worst: findings.ImpactNative}.Join(res)
+	if j.Count != 3 || j.Worst != findings.ImpactXt || !slices.Equal(j.Entries, []string{"b", "fw"}) {
+		t.Errorf("joined %+v", j)
 	}
 }

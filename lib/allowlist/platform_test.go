@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/classify"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 )
 
@@ -115,7 +116,7 @@ func TestApplyEmptyUserChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, res := platform.Apply(u, "", func(inspect.Rule) string { return "" })
-	want := Result{Count: 1, Entries: []string{"platform-kubelet"}}
+	want := Result{Count: 1, Entries: []string{"platform-kubelet"}, Worst: findings.ImpactNative}
 	if diff := cmp.Diff(want, res); diff != "" {
 		t.Errorf("result (-want +got):\n%s", diff)
 	}

@@ -44,6 +44,11 @@ type Result struct {
 	// StateOK (inspect.Snapshot.State: a legacyInProcess look).
 	State   inspect.State
 	StateOK bool
+	// Platform is the worst RHEL 10 level of the rules Loaders.Platform
+	// took away ("" none): the node's platform (kube-proxy, the kubelet)
+	// is no usage to alarm on, but what its rules need is the node's to
+	// have on RHEL 10 (its readiness).
+	Platform string
 }
 
 // Text renders a rule of the result, naming its ipsets.
@@ -118,8 +123,11 @@ func readFrom(ctx context.Context, h *netns.Handle, legacyInProcess bool, detail
 
 // Loaders give the admin's tables Run applies.
 type Loaders struct {
-	Allow   func() (*allowlist.List, error)
-	Vendors func() (*catalog.Table, error)
+	Allow func() (*allowlist.List, error)
+	// Platform, for the node's own namespace, is the built-in platform
+	// list, applied before Allow (Result.Platform).
+	Platform *allowlist.List
+	Vendors  func() (*catalog.Table, error)
 	// Detail bounds the rules read in detail, which alone the allowlist
 	// can match (0: inspect's default, 1024); NodeDetail for the node's.
 	Detail int
@@ -164,7 +172,13 @@ func RunFrom(ctx context.Context, h *netns.Handle, namespace string, load Loader
 	}
 	t.wait()
 	res.AllowErr = t.allowErr
+	var platform allowlist.Result
+	if load.Platform != nil {
+		res.Usage, platform = load.Platform.Apply(res.Usage, namespace, res.Text)
+		res.Platform = platform.Worst
+	}
 	res.Usage, res.Allowed = t.allow.Apply(res.Usage, namespace, res.Text)
+	res.Allowed = platform.Join(res.Allowed)
 	if load.Vendors != nil && !res.Usage.Empty() {
 		if t.done == nil {
 			t.vendors, t.vendorErr = load.Vendors()

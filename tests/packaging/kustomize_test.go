@@ -209,8 +209,9 @@ func TestSecureMetricsArgs(t *testing.T) {
 		spec := renderedDaemonSet(t, dir).Spec.Template.Spec
 		agent := []string{"--metrics-addr=127.0.0.1:9758"}
 		if dir == "packaging/openshift" {
-			// OpenShift's network plugin, for node mode (issue 25).
-			agent = append(agent, "--platform=ovn-kubernetes")
+			// OpenShift's network plugin, for node mode (issue 25), and
+			// its OS image answering for what the plugin's rules need.
+			agent = append(agent, "--platform=ovn-kubernetes", "--platform-os-kept")
 		}
 		for name, added := range map[string][]string{
 			"agent": agent,
