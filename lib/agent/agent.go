@@ -404,11 +404,9 @@ func (a *Agent) scanned(s Scan) {
 	case (s.Outcome == Unreachable || s.Outcome == Failed) && !isNodeJob(s.Meta) && s.Meta.Source != SourceStop:
 		a.known.markUnseen(s.Meta.SandboxID)
 	}
-	if isNodeJob(s.Meta) {
+	if !isNodeJob(s.Meta) {
 		// Usage follows pods: the node's is in its findings, but for
-		// what the platform's rules need (its readiness).
-		a.usage.NodeScanned(s)
-	} else {
+		// what the platform's rules need (scan: NodeScanned).
 		a.usage.Scanned(s)
 	}
 	s.FirstUnreachable = a.health.Scanned(s)

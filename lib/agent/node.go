@@ -64,7 +64,7 @@ func (a *Agent) watchNode() {
 func isNodeJob(m scan.Meta) bool { return m.Subject == findings.SubjectNode }
 
 // loaders are the tables a scan applies: for the node, the platform list
-// (with the plugins of Config.Platforms) before the admin's, and every rule
+// (with the plugins of Config.Platforms) after the admin's, and every rule
 // read in detail, for the platform list to see kube-proxy's all.
 func (a *Agent) loaders(m scan.Meta) scan.Loaders {
 	if !isNodeJob(m) {

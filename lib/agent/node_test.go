@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
 	"github.com/iptables-alerter/iptables-alerter/lib/catalog"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
@@ -319,32 +320,47 @@ func TestNodeWatchRetried(t *testing.T) {
 // read ready though the rule's xt matches need kernel-modules-extra on
 // RHEL 10. The level now counts in the node's readiness, not as usage,
 // and leaves it when the rule goes; with PlatformOSKept (OpenShift) it
-// never counts.
+// never counts, nor where the admin's own entry takes the rule. An extra
+// rule in the platform's chain that the admin's entry takes leaves no
+// usage either: the chain goes by the platform's declaration (helper-103
+// #1: applied one list after the other, the emptied chain stayed).
 func TestNodePlatformReadiness(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft-restore", "iptables-nft")
-	for _, kept := range []bool{false, true} {
-		t.Run(fmt.Sprintf("os-kept=%v", kept), func(t *testing.T) {
+	const extra = `{"name": "extra", "rule_regexp": "-A KUBE-FIREWALL -s 10\\.9\\.9\\.9 -j DROP"}`
+	for _, tc := range []struct {
+		name  string
+		kept  bool
+		admin string
+		want  string
+	}{
+		{"default", false, extra, findings.ReadinessNeedsExtra},
+		{"os-kept", true, extra, findings.ReadinessReady},
+		{"admin-takes-all", false, extra + `, {"name": "mine", "rule_regexp": "-A KUBE-FIREWALL .*"}`, findings.ReadinessReady},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			node := nstest.New(t)
 			node.Restore("*filter\n:KUBE-FIREWALL - [0:0]\n-A INPUT -j KUBE-FIREWALL\n-A OUTPUT -j KUBE-FIREWALL\n"+
-				`-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`+"\nCOMMIT\n", "iptables-nft-restore")
+				`-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`+"\n"+
+				"-A KUBE-FIREWALL -s 10.9.9.9/32 -j DROP\nCOMMIT\n", "iptables-nft-restore")
+			admin, err := allowlist.Parse([]byte(`{"entries": [`+tc.admin+`]}`), "test")
+			if err != nil {
+				t.Fatal(err)
+			}
 			rec := newRecorder()
 			a := startWatching(t, dir, rec, func(cfg *Config) {
 				cfg.HostProc, cfg.HostNetns = nstest.HostProc(t, node.Path()), node.Path()
-				cfg.PlatformOSKept = kept
+				cfg.PlatformOSKept = tc.kept
+				cfg.Load.Allow = func() (*allowlist.List, error) { return admin, nil }
 			})
 			s := nodeScan(t, rec)
 			if s.Record != nil && s.Record.HasUsage() {
-				t.Fatalf("first node scan: %s, usage %+v: the kubelet's rule is the platform's", s.Label(), s.Record)
+				t.Fatalf("first node scan: %s, usage %+v: the kubelet's rule is the platform's, the other the admin's", s.Label(), s.Record)
 			}
-			want := findings.ReadinessNeedsExtra
-			if kept {
-				want = findings.ReadinessReady
+			if got := a.usage.Readiness(); got != tc.want {
+				t.Fatalf("readiness %q with the kubelet's KUBE-FIREWALL (xt matches), want %q", got, tc.want)
 			}
-			if got := a.usage.Readiness(); got != want {
-				t.Fatalf("readiness %q with the kubelet's KUBE-FIREWALL (xt matches), want %q", got, want)
-			}
-			// The rule goes; its jumps and chain are native.
+			// The rules go; the jumps and the chain are native.
 			node.Run("iptables-nft", "-F", "KUBE-FIREWALL")
 			if s := nodeScan(t, rec); s.Record != nil && s.Record.HasUsage() {
 				t.Fatalf("after the flush: %s, usage %+v", s.Label(), s.Record)

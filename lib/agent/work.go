@@ -98,7 +98,14 @@ func (a *Agent) scan(j job, long bool) Scan {
 	// separate read before the look cost each scan a tenth of a sweep's.
 	st, stOK := res.State, res.StateOK
 	s.RanOut = inspect.NftRanOut(res.Err)
-	defer func() { a.noteScan(s, st, stOK, res.Complete(), began) }()
+	defer func() {
+		if isNodeJob(j.meta) {
+			// Before noteScan moves the word's since: the word written
+			// with it must carry this look's platform level.
+			a.usage.NodeScanned(s)
+		}
+		a.noteScan(s, st, stOK, res.Complete(), began)
+	}()
 	s.AllowErr, s.VendorErr = res.AllowErr, res.VendorErr
 	if !a.cfg.PlatformOSKept {
 		s.Platform = res.Platform

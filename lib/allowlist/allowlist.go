@@ -8,7 +8,6 @@ import (
 	"path"
 	"regexp"
 	"regexp/syntax"
-	"slices"
 	"sort"
 	"strings"
 
@@ -62,6 +61,9 @@ type compiled struct {
 	// FORWARD " and "-A OUTPUT " for "-A (FORWARD|OUTPUT) -p ...". A rule
 	// whose text's head fits none of them is not rendered for this entry.
 	starts []string
+	// keepsLevel: what the entry takes away leaves the usage, not what
+	// the node needs (Result.Worst): the built-in platform list's.
+	keepsLevel bool
 }
 
 // List is a validated, compiled allowlist.
@@ -139,9 +141,18 @@ func Join(lists ...*List) *List {
 // cheap matchers (family, table, chain, namespace) fit: rendering is the
 // costly part.
 func (l *List) Match(namespace string, r inspect.Rule, text func() string) string {
+	if e := l.match(namespace, r, text); e != nil {
+		return e.Name
+	}
+	return ""
+}
+
+// match is Match's entry, nil for none.
+func (l *List) match(namespace string, r inspect.Rule, text func() string) *compiled {
 	rendered, done := "", false
 	head := textHead(r)
-	for _, e := range l.entries {
+	for i := range l.entries {
+		e := &l.entries[i]
 		if !e.scoped(namespace, r) || !e.fits(head) {
 			continue
 		}
@@ -149,10 +160,10 @@ func (l *List) Match(namespace string, r inspect.Rule, text func() string) strin
 			rendered, done = text(), true
 		}
 		if (e.re != nil && e.re.MatchString(rendered)) || (e.re == nil && e.Rule == rendered) {
-			return e.Name
+			return e
 		}
 	}
-	return ""
+	return nil
 }
 
 func (e compiled) scoped(namespace string, r inspect.Rule) bool {
@@ -261,18 +272,13 @@ type Result struct {
 	Count int
 	// Entries names the entries that matched, sorted, once each.
 	Entries []string
-	// Worst is the worst RHEL 10 impact level of what was taken away
-	// (classify.Level; an empty chain's declaration is native), "" for
-	// nothing: the platform's rules leave the usage but still say what
-	// the node needs (lib/scan Result.Platform).
+	// Worst is the worst RHEL 10 impact level (classify.Level; an empty
+	// chain's declaration is native) of what the built-in platform list's
+	// entries took away, "" for nothing: the platform's rules leave the
+	// usage but still say what the node needs (lib/scan Result.Platform).
+	// A rule an earlier entry matched (the admin's, listed first) is
+	// that entry's.
 	Worst string
-}
-
-// Join is r and o together, as one list applied after the other gives.
-func (r Result) Join(o Result) Result {
-	entries := append(slices.Clone(r.Entries), o.Entries...)
-	slices.Sort(entries)
-	return Result{Count: r.Count + o.Count, Entries: slices.Compact(entries), Worst: worse(r.Worst, o.Worst)}
 }
 
 // worse is the worse of two levels ("" the mildest).
@@ -299,12 +305,15 @@ func (l *List) Apply(u classify.Usage, namespace string, text func(inspect.Rule)
 	seen := map[string]bool{}
 	// Most rules stay: then out.Rules is u.Rules, not a copy.
 	out.Rules = inspect.Kept(u.Rules, func(r inspect.Rule) bool {
-		name := l.Match(namespace, r, func() string { return text(r) })
-		if name == "" {
+		e := l.match(namespace, r, func() string { return text(r) })
+		if e == nil {
 			return true
 		}
+		name := e.Name
 		res.Count++
-		res.Worst = worse(res.Worst, classify.Level(r))
+		if e.keepsLevel {
+			res.Worst = worse(res.Worst, classify.Level(r))
+		}
 		if !seen[name] {
 			seen[name] = true
 			res.Entries = append(res.Entries, name)
@@ -322,13 +331,16 @@ func (l *List) Apply(u classify.Usage, namespace string, text func(inspect.Rule)
 		if !c.User || c.Drop || c.Rules > 0 {
 			continue
 		}
-		name := l.matchChain(namespace, c)
-		if name == "" {
+		e := l.matchChain(namespace, c)
+		if e == nil {
 			continue
 		}
+		name := e.Name
 		out.Chains[i].User = false
 		res.Count++
-		res.Worst = worse(res.Worst, findings.ImpactNative)
+		if e.keepsLevel {
+			res.Worst = worse(res.Worst, findings.ImpactNative)
+		}
 		if !seen[name] {
 			seen[name] = true
 			res.Entries = append(res.Entries, name)
@@ -340,19 +352,20 @@ func (l *List) Apply(u classify.Usage, namespace string, text func(inspect.Rule)
 
 // matchChain is Match for a user chain's declaration, "-N NAME"; "" for a
 // name render would quote.
-func (l *List) matchChain(namespace string, c classify.Chain) string {
+func (l *List) matchChain(namespace string, c classify.Chain) *compiled {
 	if safetext.Name(c.Name, len(c.Name)) != c.Name {
-		return ""
+		return nil
 	}
 	text := "-N " + c.Name
 	r := inspect.Rule{Family: c.Family, Table: c.Table, Chain: c.Name}
-	for _, e := range l.entries {
+	for i := range l.entries {
+		e := &l.entries[i]
 		if !e.scoped(namespace, r) || !e.fits(text) {
 			continue
 		}
 		if (e.re != nil && e.re.MatchString(text)) || (e.re == nil && e.Rule == text) {
-			return e.Name
+			return e
 		}
 	}
-	return ""
+	return nil
 }

@@ -146,7 +146,7 @@ func TestApply(t *testing.T) {
 		Rules:  []inspect.Rule{r("OUTPUT", "DROP"), r("OUTPUT", "ACCEPT"), r("INPUT", "DROP")},
 	}
 	got, res := l.Apply(u, "ns", func(r inspect.Rule) string { return "-A " + r.Chain + " -j " + r.Exprs[0].Name })
-	if d := cmp.Diff(Result{Count: 2, Entries: []string{"drop-ok"}, Worst: findings.ImpactNative}, res); d != "" {
+	if d := cmp.Diff(Result{Count: 2, Entries: []string{"drop-ok"}}, res); d != "" {
 		t.Errorf("result (-want +got):\n%s", d)
 	}
 	if got.Chains[0].Rules != 1 || got.Chains[1].Rules != 0 || got.Chains[1].Used() || len(got.Rules) != 1 {
@@ -163,21 +163,37 @@ func TestDefaultParses(t *testing.T) {
 	}
 }
 
-// TestApplyWorst: what an entry takes away keeps its level (an xt match
-// or target: xt), for the node's readiness; Join keeps the worse.
+// TestApplyWorst: what the platform list takes away keeps its level (an
+// xt match or target: xt), for the node's readiness; an admin's entry
+// keeps none, and listed first takes a rule both match (helper-103 #2).
 func TestApplyWorst(t *testing.T) {
-	l, _ := Parse([]byte(`{"entries": [{"name": "fw", "rule_regexp": "-A FW .*"}]}`), "test")
+	const fw = `-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`
 	u := classify.Usage{
-		Chains: []classify.Chain{{Family: inspect.IP, Table: "filter", Name: "FW", Rules: 2, XT: 1}},
-		Rules: []inspect.Rule{{Family: inspect.IP, Table: "filter", Chain: "FW", Exprs: []inspect.Expr{{Name: "match"}}},
-			{Family: inspect.IP, Table: "filter", Chain: "FW", Exprs: []inspect.Expr{{Name: "immediate"}}}},
+		Chains: []classify.Chain{{Family: inspect.IP, Table: "filter", Name: "KUBE-FIREWALL", Rules: 1, XT: 1, User: true}},
+		Rules:  []inspect.Rule{{Family: inspect.IP, Table: "filter", Chain: "KUBE-FIREWALL", Exprs: []inspect.Expr{{Name: "match"}}}},
 	}
-	_, res := l.Apply(u, "ns", func(r inspect.Rule) string { return "-A FW " + r.Exprs[0].Name })
-	if res.Count != 2 || res.Worst != findings.ImpactXt {
-		t.Errorf("result %+v, want 2 rules at worst xt", res)
+	text := func(inspect.Rule) string { return fw }
+	platform, err := Platform()
+	if err != nil {
+		t.Fatal(err)
 	}
-	j := Result{Count: 1, Entries: []string{"b", "fw"}, Worst: findings.ImpactNative}.Join(res)
-	if j.Count != 3 || j.Worst != findings.ImpactXt || !slices.Equal(j.Entries, []string{"b", "fw"}) {
-		t.Errorf("joined %+v", j)
+	admin, _ := Parse([]byte(`{"entries": [{"name": "mine", "rule_regexp": "-A KUBE-FIREWALL .*"}]}`), "test")
+	// The admin's list alone leaves the emptied chain (no entry of its
+	// declaration); joined, the platform's declaration takes it (native).
+	for _, tc := range []struct {
+		name  string
+		list  *List
+		entry string
+		worst string
+		left  bool
+	}{
+		{"platform", platform, "platform-kubelet", findings.ImpactXt, false},
+		{"admin", admin, "mine", "", true},
+		{"admin first", Join(admin, platform), "mine", findings.ImpactNative, false},
+	} {
+		out, res := tc.list.Apply(u, "", text)
+		if res.Worst != tc.worst || !slices.Contains(res.Entries, tc.entry) || out.Empty() == tc.left {
+			t.Errorf("%s: result %+v, usage left %+v; want %s credited, worst %q, usage left %v", tc.name, res, out, tc.entry, tc.worst, tc.left)
+		}
 	}
 }

@@ -88,5 +88,8 @@ func Platform(plugins ...string) (*List, error) {
 	if err != nil {
 		panic(fmt.Sprintf("built-in platform allowlist: %v", err))
 	}
+	for i := range l.entries {
+		l.entries[i].keepsLevel = true
+	}
 	return l, nil
 }

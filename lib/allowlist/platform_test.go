@@ -73,7 +73,10 @@ func TestPlatform(t *testing.T) {
 	// A declaration is matched as Apply matches an empty user chain's.
 	match := func(l *List, r inspect.Rule, text string) string {
 		if strings.HasPrefix(text, "-N ") {
-			return l.matchChain("", classify.Chain{Family: r.Family, Table: r.Table, Name: r.Chain})
+			if e := l.matchChain("", classify.Chain{Family: r.Family, Table: r.Table, Name: r.Chain}); e != nil {
+				return e.Name
+			}
+			return ""
 		}
 		return l.Match("", r, func() string { return text })
 	}

@@ -125,7 +125,7 @@ func readFrom(ctx context.Context, h *netns.Handle, legacyInProcess bool, detail
 type Loaders struct {
 	Allow func() (*allowlist.List, error)
 	// Platform, for the node's own namespace, is the built-in platform
-	// list, applied before Allow (Result.Platform).
+	// list, applied with Allow's after it (Result.Platform).
 	Platform *allowlist.List
 	Vendors  func() (*catalog.Table, error)
 	// Detail bounds the rules read in detail, which alone the allowlist
@@ -172,13 +172,15 @@ func RunFrom(ctx context.Context, h *netns.Handle, namespace string, load Loader
 	}
 	t.wait()
 	res.AllowErr = t.allowErr
-	var platform allowlist.Result
+	allow := t.allow
 	if load.Platform != nil {
-		res.Usage, platform = load.Platform.Apply(res.Usage, namespace, res.Text)
-		res.Platform = platform.Worst
+		// One list, so an emptied chain goes by any entry's declaration;
+		// the admin's first, so a rule both match is the admin's, out of
+		// the node's readiness too.
+		allow = allowlist.Join(allow, load.Platform)
 	}
-	res.Usage, res.Allowed = t.allow.Apply(res.Usage, namespace, res.Text)
-	res.Allowed = platform.Join(res.Allowed)
+	res.Usage, res.Allowed = allow.Apply(res.Usage, namespace, res.Text)
+	res.Platform = res.Allowed.Worst
 	if load.Vendors != nil && !res.Usage.Empty() {
 		if t.done == nil {
 			t.vendors, t.vendorErr = load.Vendors()
