@@ -97,15 +97,25 @@ func TestHugeNativeRulesetHidesNoLegacy(t *testing.T) {
 	ns := nstest.New(t)
 	hugeNative(ns, 300000)
 	ns.Run("iptables-legacy", "-A", "INPUT", "-p", "tcp", "--dport", "9", "-j", "DROP")
-	s, err := inspectWithin(t, ns, 2*time.Second, false)
-	if !s.NftPartial {
-		t.Fatalf("300,000 native rules read whole in 1.7 s (err %v): the test needs a dump that outlasts the budget", err)
+	h, err := netns.Open(ns.Path())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if errors.Is(err, inspect.ErrLegacyBusy) || s.LegacyPartial {
-		t.Fatalf("legacy look partial (%v), no lock held: err %v", s.LegacyPartial, err)
-	}
-	if len(s.LegacyRules) != 1 {
-		t.Fatalf("legacy tables %+v: rules %+v, want the pod's 1 (err %v)", s.Legacy, s.LegacyRules, err)
+	defer h.Close()
+	// The hook's peek and probe, and the agent's look on a thread.
+	for _, inProcess := range []bool{false, true} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s, err := inspect.Inspect(ctx, h, inspect.Options{Detail: classify.Candidate, First: classify.IPTablesTable, Native: classify.Native, LegacyInProcess: inProcess})
+		cancel()
+		if !s.NftPartial {
+			t.Fatalf("in process %v: 300,000 native rules read whole (err %v): the test needs a dump that outlasts the budget", inProcess, err)
+		}
+		if errors.Is(err, inspect.ErrLegacyBusy) || s.LegacyPartial {
+			t.Fatalf("in process %v: legacy look partial (%v), no lock held: err %v", inProcess, s.LegacyPartial, err)
+		}
+		if len(s.LegacyRules) != 1 {
+			t.Fatalf("in process %v: legacy tables %+v: rules %+v, want the pod's 1 (err %v)", inProcess, s.Legacy, s.LegacyRules, err)
+		}
 	}
 }
 

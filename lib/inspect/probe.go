@@ -344,14 +344,25 @@ func (l *threadLook) run(h *netns.Handle) {
 // past it the look is abandoned, and marks the process's looks stuck if it
 // was in the kernel.
 func (l *threadLook) wait(path string) error {
-	t := time.NewTimer(time.Until(l.deadline))
-	defer t.Stop()
-	select {
-	case <-l.done:
+	done := func() error {
 		if l.err != nil {
 			return fmt.Errorf("read legacy tables in netns %q: %w", path, l.err)
 		}
 		return nil
+	}
+	// A look done by now is taken even past the deadline (the nftables
+	// read may have used it all): select would pick at random between
+	// its answer and a timer already fired.
+	select {
+	case <-l.done:
+		return done()
+	default:
+	}
+	t := time.NewTimer(time.Until(l.deadline))
+	defer t.Stop()
+	select {
+	case <-l.done:
+		return done()
 	case <-t.C:
 	}
 	xtMu.Lock()
