@@ -132,6 +132,20 @@ func TestCountsEachPodOnce(t *testing.T) {
 	if it, ok := resultItem("shop", lean(t, x), &sk); !ok || !it.Truncated {
 		t.Errorf("a truncated result reads as complete: %+v", it)
 	}
+
+	// Since db3d76f a cut look of native rules alone is written unknown
+	// (error), with its counts: read as the findings file and Event have
+	// it, present, native and cut, one row whatever the source
+	// (helper-103 #4). An unknown look (no counts) stays unknown.
+	x.Rule, x.Result = openreports.RuleUnknown, "error"
+	if it, ok := resultItem("shop", lean(t, x), &sk); !ok || it.State != findings.StatePresent || it.Worst != findings.ImpactNative || !it.Truncated {
+		t.Errorf("a cut native look from a Report: %+v, want present, native, truncated", it)
+	}
+	delete(x.Properties, openreports.PropRules)
+	x.Properties[openreports.PropError] = "the x_tables lock stayed busy"
+	if it, ok := resultItem("shop", lean(t, x), &sk); !ok || it.State != findings.StateUnknown || it.Worst != "" {
+		t.Errorf("an unknown look from a Report: %+v, want unknown", it)
+	}
 }
 
 // lean is x as the API server serves it and report decodes it, in a page

@@ -166,15 +166,22 @@ func resultShared(namespace string, x *leanResult, sk *Skipped) (Item, bool) {
 	// A result of these rules, or a cut one, is a look at the rules even
 	// with all its counts 0 and the pod's last command beside them.
 	it.Looked = x.Rule == openreports.RuleUnknown || x.Rule == openreports.RuleUnclassified || it.Truncated
-	switch x.Rule {
-	case openreports.RuleUnknown:
+	// A cut look that saw native rules alone is written unknown (its rules
+	// not seen may be legacy) with its counts: read as the findings file
+	// and its Event have it, present, native, truncated, so the pod keeps
+	// one row whatever the source.
+	cutNative := x.Rule == openreports.RuleUnknown && it.Truncated && p.Rules != ""
+	switch {
+	case cutNative:
+		it.Worst = findings.ImpactNative
+	case x.Rule == openreports.RuleUnknown:
 		it.State, it.Error = findings.StateUnknown, p.Error
-	case openreports.RuleUnclassified, openreports.RuleFailedCommand:
+	case x.Rule == openreports.RuleUnclassified, x.Rule == openreports.RuleFailedCommand:
 	default:
 		// Not a level: valid refuses it and counts it.
 		it.Worst = x.Rule
 	}
-	if x.Errored {
+	if x.Errored && !cutNative {
 		it.State, it.Worst, it.Error = findings.StateUnknown, "", p.Error
 	}
 	it.Impact = impactOf(p.Rules)
