@@ -320,10 +320,12 @@ func TestNodeWatchRetried(t *testing.T) {
 // read ready though the rule's xt matches need kernel-modules-extra on
 // RHEL 10. The level now counts in the node's readiness, not as usage,
 // and leaves it when the rule goes; with PlatformOSKept (OpenShift) it
-// never counts, nor where the admin's own entry takes the rule. An extra
-// rule in the platform's chain that the admin's entry takes leaves no
-// usage either: the chain goes by the platform's declaration (helper-103
-// #1: applied one list after the other, the emptied chain stayed).
+// never counts. An admin's entry that takes the rule too (one written for
+// pods: "*" matches the node's namespace) takes its usage, never its level
+// (helper-104 #1). An extra rule in the platform's chain that the admin's
+// entry takes leaves no usage either: the chain goes by the platform's
+// declaration (helper-103 #1: applied one list after the other, the
+// emptied chain stayed).
 func TestNodePlatformReadiness(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft-restore", "iptables-nft")
 	const extra = `{"name": "extra", "rule_regexp": "-A KUBE-FIREWALL -s 10\\.9\\.9\\.9 -j DROP"}`
@@ -335,7 +337,7 @@ func TestNodePlatformReadiness(t *testing.T) {
 	}{
 		{"default", false, extra, findings.ReadinessNeedsExtra},
 		{"os-kept", true, extra, findings.ReadinessReady},
-		{"admin-takes-all", false, extra + `, {"name": "mine", "rule_regexp": "-A KUBE-FIREWALL .*"}`, findings.ReadinessReady},
+		{"admin-takes-all", false, extra + `, {"name": "mine", "namespaces": ["*"], "rule_regexp": ".* -j DROP"}`, findings.ReadinessNeedsExtra},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -8,6 +8,7 @@ import (
 	"path"
 	"regexp"
 	"regexp/syntax"
+	"slices"
 	"sort"
 	"strings"
 
@@ -141,19 +142,20 @@ func Join(lists ...*List) *List {
 // cheap matchers (family, table, chain, namespace) fit: rendering is the
 // costly part.
 func (l *List) Match(namespace string, r inspect.Rule, text func() string) string {
-	if e := l.match(namespace, r, text); e != nil {
+	if e := l.match(namespace, r, text, false); e != nil {
 		return e.Name
 	}
 	return ""
 }
 
-// match is Match's entry, nil for none.
-func (l *List) match(namespace string, r inspect.Rule, text func() string) *compiled {
+// match is Match's entry, nil for none; with only, among the entries that
+// keep their level alone.
+func (l *List) match(namespace string, r inspect.Rule, text func() string, only bool) *compiled {
 	rendered, done := "", false
 	head := textHead(r)
 	for i := range l.entries {
 		e := &l.entries[i]
-		if !e.scoped(namespace, r) || !e.fits(head) {
+		if only && !e.keepsLevel || !e.scoped(namespace, r) || !e.fits(head) {
 			continue
 		}
 		if !done {
@@ -276,8 +278,8 @@ type Result struct {
 	// chain's declaration is native) of what the built-in platform list's
 	// entries took away, "" for nothing: the platform's rules leave the
 	// usage but still say what the node needs (lib/scan Result.Platform).
-	// A rule an earlier entry matched (the admin's, listed first) is
-	// that entry's.
+	// A rule an admin's entry, listed first, matched counts too when a
+	// platform entry matches it as well.
 	Worst string
 }
 
@@ -303,15 +305,28 @@ func (l *List) Apply(u classify.Usage, namespace string, text func(inspect.Rule)
 		chains[[3]string{string(c.Family), c.Table, c.Name}] = i
 	}
 	seen := map[string]bool{}
+	keeping := slices.ContainsFunc(l.entries, func(e compiled) bool { return e.keepsLevel })
 	// Most rules stay: then out.Rules is u.Rules, not a copy.
 	out.Rules = inspect.Kept(u.Rules, func(r inspect.Rule) bool {
-		e := l.match(namespace, r, func() string { return text(r) })
+		var rendered *string
+		once := func() string {
+			if rendered == nil {
+				t := text(r)
+				rendered = &t
+			}
+			return *rendered
+		}
+		e := l.match(namespace, r, once, false)
 		if e == nil {
 			return true
 		}
 		name := e.Name
 		res.Count++
-		if e.keepsLevel {
+		// An admin's entry takes the rule out of the usage, not what the
+		// platform's rules need: one scoped to every pod namespace ("*"
+		// matches the node's "") or a broad regexp, written for pods,
+		// must not make the node ready.
+		if e.keepsLevel || keeping && l.match(namespace, r, once, true) != nil {
 			res.Worst = worse(res.Worst, classify.Level(r))
 		}
 		if !seen[name] {

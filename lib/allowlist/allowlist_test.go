@@ -165,7 +165,9 @@ func TestDefaultParses(t *testing.T) {
 
 // TestApplyWorst: what the platform list takes away keeps its level (an
 // xt match or target: xt), for the node's readiness; an admin's entry
-// keeps none, and listed first takes a rule both match (helper-103 #2).
+// keeps none, and listed first takes the rule's name but not the level of
+// a rule a platform entry matches too: one written for pods ("*" matches
+// the node's namespace, "") must not make the node ready (helper-104 #1).
 func TestApplyWorst(t *testing.T) {
 	const fw = `-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`
 	u := classify.Usage{
@@ -177,7 +179,7 @@ func TestApplyWorst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, _ := Parse([]byte(`{"entries": [{"name": "mine", "rule_regexp": "-A KUBE-FIREWALL .*"}]}`), "test")
+	admin, _ := Parse([]byte(`{"entries": [{"name": "mine", "namespaces": ["*"], "rule_regexp": ".* -j DROP"}]}`), "test")
 	// The admin's list alone leaves the emptied chain (no entry of its
 	// declaration); joined, the platform's declaration takes it (native).
 	for _, tc := range []struct {
@@ -189,7 +191,7 @@ func TestApplyWorst(t *testing.T) {
 	}{
 		{"platform", platform, "platform-kubelet", findings.ImpactXt, false},
 		{"admin", admin, "mine", "", true},
-		{"admin first", Join(admin, platform), "mine", findings.ImpactNative, false},
+		{"admin first", Join(admin, platform), "mine", findings.ImpactXt, false},
 	} {
 		out, res := tc.list.Apply(u, "", text)
 		if res.Worst != tc.worst || !slices.Contains(res.Entries, tc.entry) || out.Empty() == tc.left {

@@ -126,13 +126,14 @@ func Inspect(ctx context.Context, h *netns.Handle, opt Options) (Snapshot, error
 	// costs wall time only where it is not hidden behind the dumps.
 	legacy := startLegacy(h, deadline, opt.LegacyInProcess)
 	nftDeadline := deadline
-	if legacy != nil && !opt.LegacyInProcess {
+	if legacy != nil && (legacy.peek != nil || legacy.proc != nil) {
 		// The peek's answer is read, and the probe started, after the
 		// nftables read: a pod's huge native table whose dump took the
 		// whole budget left them none, and the answer, long in, was
 		// dropped as busy (the pod's legacy rules hidden behind a table
 		// that is not usage). An in-process look runs beside the read
-		// from the start, and its answer is taken whenever it came.
+		// from the start, and its answer is taken whenever it came; a
+		// look made in place (no probe wired) is done already.
 		nftDeadline = deadline.Add(-legacyShare(time.Until(deadline)))
 	}
 	if err := readNft(ctx, h, nftDeadline, opt, &s); err != nil || s.Truncated {

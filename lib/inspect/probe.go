@@ -366,6 +366,12 @@ func (l *threadLook) wait(path string) error {
 	case <-t.C:
 	}
 	xtMu.Lock()
+	if l.finished {
+		// Done as the timer fired: its answer is written, done not
+		// closed yet.
+		xtMu.Unlock()
+		return done()
+	}
 	l.abandoned = true
 	if l.running && !l.finished {
 		xtStuck = true

@@ -138,11 +138,11 @@ func TestCountsEachPodOnce(t *testing.T) {
 	// it, present, native and cut, one row whatever the source
 	// (helper-103 #4). An unknown look (no counts) stays unknown.
 	x.Rule, x.Result = openreports.RuleUnknown, "error"
-	if it, ok := resultItem("shop", lean(t, x), &sk); !ok || it.State != findings.StatePresent || it.Worst != findings.ImpactNative || !it.Truncated {
-		t.Errorf("a cut native look from a Report: %+v, want present, native, truncated", it)
+	x.Properties[openreports.PropError] = "the x_tables lock stayed busy"
+	if it, ok := resultItem("shop", lean(t, x), &sk); !ok || it.State != findings.StatePresent || it.Worst != findings.ImpactNative || !it.Truncated || it.Error == "" {
+		t.Errorf("a cut native look from a Report: %+v, want present, native, truncated, its error", it)
 	}
 	delete(x.Properties, openreports.PropRules)
-	x.Properties[openreports.PropError] = "the x_tables lock stayed busy"
 	if it, ok := resultItem("shop", lean(t, x), &sk); !ok || it.State != findings.StateUnknown || it.Worst != "" {
 		t.Errorf("an unknown look from a Report: %+v, want unknown", it)
 	}

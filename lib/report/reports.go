@@ -173,7 +173,7 @@ func resultShared(namespace string, x *leanResult, sk *Skipped) (Item, bool) {
 	cutNative := x.Rule == openreports.RuleUnknown && it.Truncated && p.Rules != ""
 	switch {
 	case cutNative:
-		it.Worst = findings.ImpactNative
+		it.Worst, it.Error = findings.ImpactNative, p.Error
 	case x.Rule == openreports.RuleUnknown:
 		it.State, it.Error = findings.StateUnknown, p.Error
 	case x.Rule == openreports.RuleUnclassified, x.Rule == openreports.RuleFailedCommand:
