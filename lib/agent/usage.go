@@ -154,9 +154,7 @@ func (u *Usage) NodeScanned(s Scan) {
 	switch {
 	case s.Outcome != Clean && s.Outcome != Found:
 	case s.Outcome == Found && s.Record.Partial():
-		if findings.ImpactRank(s.Platform) < findings.ImpactRank(u.platform) {
-			u.platform = s.Platform
-		}
+		u.platform = findings.WorseLevel(u.platform, s.Platform)
 	default:
 		u.platform = s.Platform
 	}
@@ -345,8 +343,9 @@ func (u *Usage) Pods() []PodUsage {
 
 // Readiness is the node's RHEL 10 readiness by the pods followed, each by
 // its latest scan's finding, and by the platform's rules in the node's
-// own namespace (Scan.Platform, which no finding holds): ready with none, unknown for usage not
-// classified, and unknown while a running pod's usage was left out (max),
+// own namespace (Scan.Platform, which no finding holds): ready with none,
+// unknown for usage not classified, and unknown while a running pod's
+// usage was left out (max),
 // until a later scan of it finds none or it stops (for good past max such
 // pods). A pod left out of the command counts alone (exec) changes
 // nothing: its rules are not.

@@ -283,14 +283,6 @@ type Result struct {
 	Worst string
 }
 
-// worse is the worse of two levels ("" the mildest).
-func worse(a, b string) string {
-	if findings.ImpactRank(b) < findings.ImpactRank(a) {
-		return b
-	}
-	return a
-}
-
 // Apply takes the allowlisted rules out of u. text renders a rule to its
 // canonical text; it is called once per kept rule.
 func (l *List) Apply(u classify.Usage, namespace string, text func(inspect.Rule) string) (classify.Usage, Result) {
@@ -327,7 +319,7 @@ func (l *List) Apply(u classify.Usage, namespace string, text func(inspect.Rule)
 		// matches the node's "") or a broad regexp, written for pods,
 		// must not make the node ready.
 		if e.keepsLevel || keeping && l.match(namespace, r, once, true) != nil {
-			res.Worst = worse(res.Worst, classify.Level(r))
+			res.Worst = findings.WorseLevel(res.Worst, classify.Level(r))
 		}
 		if !seen[name] {
 			seen[name] = true
@@ -354,7 +346,7 @@ func (l *List) Apply(u classify.Usage, namespace string, text func(inspect.Rule)
 		out.Chains[i].User = false
 		res.Count++
 		if e.keepsLevel {
-			res.Worst = worse(res.Worst, findings.ImpactNative)
+			res.Worst = findings.WorseLevel(res.Worst, findings.ImpactNative)
 		}
 		if !seen[name] {
 			seen[name] = true

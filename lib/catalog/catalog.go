@@ -193,9 +193,15 @@ func (t *Table) Match(chains []string, rules []RuleText) []findings.Vendor {
 	if t == nil {
 		return nil
 	}
+	// Quoted strings left out once, not once an entry.
+	bare := make([]RuleText, len(rules))
+	for i, r := range rules {
+		r.Text = unquoted(r.Text)
+		bare[i] = r
+	}
 	matched := map[string]bool{}
 	for _, e := range t.entries {
-		if e.matchesChains(chains) || e.matchesRules(rules) {
+		if e.matchesChains(chains) || e.matchesRules(bare) {
 			matched[e.Name] = true
 		}
 	}
@@ -253,7 +259,6 @@ func (e Entry) matchesChains(chains []string) bool {
 
 func (e Entry) matchesRules(rules []RuleText) bool {
 	for _, r := range rules {
-		r.Text = unquoted(r.Text)
 		for _, p := range e.Rules {
 			if p.matches(r) {
 				return true

@@ -66,6 +66,14 @@ func ImpactRank(level string) int {
 	return len(ImpactLevels)
 }
 
+// WorseLevel is the worse of two levels by ImpactRank ("" the mildest).
+func WorseLevel(a, b string) string {
+	if ImpactRank(b) < ImpactRank(a) {
+		return b
+	}
+	return a
+}
+
 // Breaks reports whether a level stops loading on a default RHEL 10 node.
 func Breaks(level string) bool { return level == ImpactLegacy || level == ImpactXt }
 

@@ -175,8 +175,8 @@ func RunFrom(ctx context.Context, h *netns.Handle, namespace string, load Loader
 	allow := t.allow
 	if load.Platform != nil {
 		// One list, so an emptied chain goes by any entry's declaration;
-		// the admin's first, so a rule both match is the admin's, out of
-		// the node's readiness too.
+		// the admin's first, so a rule both match is named the admin's
+		// (its level still counts: allowlist.Result.Worst).
 		allow = allowlist.Join(allow, load.Platform)
 	}
 	res.Usage, res.Allowed = allow.Apply(res.Usage, namespace, res.Text)
