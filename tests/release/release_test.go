@@ -148,6 +148,9 @@ func TestRelease(t *testing.T) {
 
 	t.Run("install", func(t *testing.T) {
 		c := kubetest.Start(t)
+		// Deleting the kustomize install's namespace finishes, as on a
+		// cluster, before the Helm route makes it again.
+		c.ControllerManager(t, "namespace")
 		kc := c.Kubeconfig("admin", c.AdminToken)
 		kenv := append(env, "KUBECONFIG="+kc)
 		// The Prometheus Operator's kinds the base and the chart render.
@@ -160,20 +163,31 @@ func TestRelease(t *testing.T) {
 		run(t, tmp, kenv, "kubectl", "wait", "--for=condition=Established", "--timeout=60s",
 			"crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
 
-		// The one command of docs/release.md's Helm route.
+		// The kustomize route on a cluster without the Report CRDs: the two
+		// commands of docs/release.md, the CRDs and the overlay make release
+		// wrote.
+		run(t, tmp, kenv, "kubectl", "apply", "-k", filepath.Join(repo(t), "packaging/crds"))
+		run(t, tmp, kenv, "kubectl", "apply", "-k", filepath.Join(dist, "kustomize"))
+		if got, want := dsImage(t, tmp, kenv), image+"@"+digest; got != want {
+			t.Errorf("kubectl apply -k: DaemonSet image %q, want %q", got, want)
+		}
+		run(t, tmp, kenv, "kubectl", "wait", "--for=condition=Established", "--timeout=60s",
+			"crd/reports.openreports.io", "crd/clusterreports.openreports.io")
+		run(t, tmp, kenv, "kubectl", "delete", "-k", filepath.Join(dist, "kustomize"), "--timeout=3m")
+
+		// The one command of docs/release.md's Helm route, where the
+		// kustomize route's CRDs stay (as on a cluster moving to Helm, or
+		// one where Kyverno installed them): the chart leaves them alone.
 		run(t, tmp, kenv, "helm", "install", "iptables-alerter", "oci://"+registry+"/charts/iptables-alerter", "--version", chartVersion,
 			"--plain-http", "--namespace", "iptables-alerter", "--create-namespace")
 		if got, want := dsImage(t, tmp, kenv), image+":"+version+"@"+digest; got != want {
 			t.Errorf("helm install: DaemonSet image %q, want %q", got, want)
 		}
-		run(t, tmp, kenv, "helm", "uninstall", "iptables-alerter", "--namespace", "iptables-alerter", "--wait")
-
-		// The kustomize route: the overlay make release wrote.
-		run(t, tmp, kenv, "kubectl", "apply", "-k", filepath.Join(dist, "kustomize"))
-		if got, want := dsImage(t, tmp, kenv), image+"@"+digest; got != want {
-			t.Errorf("kubectl apply -k: DaemonSet image %q, want %q", got, want)
+		if owner := run(t, tmp, kenv, "kubectl", "get", "crd/reports.openreports.io", "-o",
+			`jsonpath={.metadata.annotations.meta\.helm\.sh/release-name}`); strings.TrimSpace(owner) != "" {
+			t.Errorf("helm install took over the Report CRD kubectl installed (release %q)", owner)
 		}
-		run(t, tmp, kenv, "kubectl", "delete", "-k", filepath.Join(dist, "kustomize"), "--wait=false")
+		run(t, tmp, kenv, "helm", "uninstall", "iptables-alerter", "--namespace", "iptables-alerter", "--wait")
 	})
 }
 

@@ -68,6 +68,17 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/*
+"true" where the agent's AppArmor profile is set by the securityContext
+field (Kubernetes 1.30+); on 1.29 the pod's annotation does it. Neither
+under openshift.enabled: RHCOS has no AppArmor.
+*/}}
+{{- define "ipta.appArmorField" -}}
+{{- if and (not .Values.openshift.enabled) (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- define "ipta.priorityClass" -}}
 {{- default (include "ipta.name" .) .Values.priorityClass.name -}}
 {{- end -}}
