@@ -32,7 +32,9 @@ import (
 //     watch's scan of its commit carries the command (queueWatch), one
 //     finding, not two;
 //   - a write that failed (see failure): a record of its own with
-//     exec.failed, no rules (none was made);
+//     exec.failed; a legacy restore (which commits table by table) or a
+//     legacy write ended by a signal may have written some rules even so,
+//     and gets a scan too (mayHaveWritten);
 //   - a read (-L, -S, -C, save, a write answering no): usage of the
 //     tooling, a record of its own once per pod and command shape.
 //
@@ -532,6 +534,12 @@ func (a *Agent) execDone(c execwatch.Command) bool {
 	case e.Failed:
 		a.metrics.execs.WithLabelValues("failed").Inc()
 		a.recordExec(w, e, writer)
+		if mayHaveWritten(c, e) {
+			// Its scan's record names it too, failed mark and all: the
+			// rules it left.
+			ce := *e
+			a.scanAfterExec(w, writer, &ce)
+		}
 	case c.Shape.Write() && c.Backend == execwatch.BackendLegacy && c.Shape.Family == "ebtables":
 		// The legacy look cannot read the kernel's ebtables (no list of
 		// its tables; asking makes one: docs/limitations.md), so a scan
@@ -541,12 +549,7 @@ func (a *Agent) execDone(c execwatch.Command) bool {
 		a.recordExec(w, e, writer)
 	case c.Shape.Write() && c.Backend == execwatch.BackendLegacy:
 		a.metrics.execs.WithLabelValues("legacy write").Inc()
-		m := w.meta
-		m.Source, m.Stage = SourceExec, stageExec
-		inContainer(&m, writer, w.node)
-		if w.stopped() || !a.queue.add(job{meta: m, writer: writer, exec: e}) {
-			a.scanned(Scan{Meta: m, Outcome: Dropped})
-		}
+		a.scanAfterExec(w, writer, e)
 	case c.Shape.Write():
 		// iptables-nft: the nftables watch's scan of the commit names it.
 		a.metrics.execs.WithLabelValues("nft write").Inc()
@@ -555,6 +558,29 @@ func (a *Agent) execDone(c execwatch.Command) bool {
 		a.recordExec(w, e, writer)
 	}
 	return true
+}
+
+// scanAfterExec queues a scan of w for a legacy write, which x_tables
+// announce to nobody; its record names the command e.
+func (a *Agent) scanAfterExec(w *watched, writer *findings.Writer, e *findings.Exec) {
+	m := w.meta
+	m.Source, m.Stage = SourceExec, stageExec
+	inContainer(&m, writer, w.node)
+	if w.stopped() || !a.queue.add(job{meta: m, writer: writer, exec: e}) {
+		a.scanned(Scan{Meta: m, Outcome: Dropped})
+	}
+}
+
+// mayHaveWritten tells whether a legacy write that failed may still have
+// changed the tables: iptables-legacy-restore commits each table at its
+// COMMIT, so a later table's failure leaves the earlier ones written, and
+// a command ended by a signal may have been ended after its one replace.
+// A single command that exited with an error replaced nothing, nor did
+// one refused every table (no CAP_NET_ADMIN, no x_tables in the kernel):
+// a pod running those in a loop is not scanned at each.
+func mayHaveWritten(c execwatch.Command, e *findings.Exec) bool {
+	return c.Backend == execwatch.BackendLegacy && c.Shape.Family != "ebtables" && c.Shape.Write() &&
+		(c.Shape.Operation == execwatch.OpRestore || c.Signal != 0) && !c.NoNetAdmin && !e.MissingKernelSupport
 }
 
 // placeExec finds the watched sandbox whose netns the command ran in: the

@@ -821,3 +821,47 @@ func TestExecOfOtherNetns(t *testing.T) {
 		t.Errorf("pod a's own commit at pid %d: %+v, want its command", seen.PID, e)
 	}
 }
+
+// TestExecFailedRestoreScans: iptables-legacy-restore commits table by
+// table, so one failing at its second table exits 1 with the first
+// table's rules in place. Its record says it failed, and a scan of the
+// sandbox follows, as after a legacy write that worked: the rules were
+// found at the next re-sweep only (helper-105 #2).
+func TestExecFailedRestoreScans(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy")
+	rec := newRecorder()
+	a := startWatching(t, t.TempDir(), rec, func(*Config) {})
+	ns := nstest.New(t)
+	p := pod("restore", ns.Path())
+	if err := a.StartContainer(context.Background(), p, &api.Container{Id: "ctr-restore", Name: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	ready(t, a, p.Id)
+	// What the restore's first table left.
+	if out, err := exec.Command("ip", "netns", "exec", ns.Name, "iptables-legacy", "-w", "60", "-t", "nat", "-A", "OUTPUT",
+		"-m", "comment", "--comment", "restore-marker", "-j", "ACCEPT").CombinedOutput(); err != nil {
+		t.Fatalf("iptables-legacy: %v\n%s", err, out)
+	}
+	argv := []string{"iptables-legacy-restore", "--noflush", "restore-marker"}
+	c := execwatch.Command{PID: 1, Argv: argv, Exe: "/usr/sbin/xtables-legacy-multi", Backend: execwatch.BackendLegacy,
+		Shape: execwatch.ParseArgv(argv), Netns: pathIno(ns.Path()), Exited: true, Code: 1,
+		Writer: &findings.Writer{PID: 1, Comm: "iptables-legacy", ContainerID: "ctr-restore"}}
+	if !a.execDone(c) {
+		t.Fatal("not placed")
+	}
+	var failed, scanned bool
+	for !failed || !scanned {
+		s := rec.wait(t, 1)[0]
+		r := s.Record
+		switch {
+		case r == nil || r.Pod.UID != p.Uid:
+		case s.Meta.Stage == stageExec && r.Legacy.Rules > 0:
+			scanned = true
+			if r.Exec == nil || !r.Exec.Failed || r.Exec.Tool != "iptables-legacy-restore" {
+				t.Errorf("the scan's record names %+v, want the failed restore", r.Exec)
+			}
+		case r.Exec != nil && r.Exec.Failed:
+			failed = true
+		}
+	}
+}

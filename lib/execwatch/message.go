@@ -20,6 +20,7 @@ const (
 	mcastListen      = 1 // PROC_CN_MCAST_LISTEN
 	mcastIgnore      = 2 // PROC_CN_MCAST_IGNORE
 
+	procEventNone = execquiet.ProcEventNone
 	procEventExec = execquiet.ProcEventExec
 	procEventExit = execquiet.ProcEventExit
 	cnMsgLen      = execquiet.CnMsgLen

@@ -82,20 +82,29 @@ func readlink(path string) (string, error) {
 // at most MaxArgs arguments of at most MaxArg bytes each (valid UTF-8);
 // cut tells whether anything was left out. The JSON encoding escapes what
 // is left of control characters.
-func cmdline(root string, pid int) (argv []string, cut bool, err error) {
+func cmdline(root string, pid int) (argv []string, cut argvCut, err error) {
 	buf := make([]byte, maxCmdline+1)
 	b, err := procFile(root+"/"+strconv.Itoa(pid)+"/cmdline", buf)
 	if err != nil {
-		return nil, false, err
+		return nil, 0, err
 	}
 	return parseCmdline(b)
 }
 
+// argvCut says how a command line was cut: arguments shortened (past
+// MaxArg), arguments left out (past MaxArgs or maxCmdline), or both.
+type argvCut int
+
+const (
+	argShortened argvCut = 1 << iota
+	argsLeftOut
+)
+
 // parseCmdline is cmdline's reading of the file's bytes (at most
 // maxCmdline+1: more than maxCmdline is cut).
-func parseCmdline(b []byte) (argv []string, cut bool, err error) {
+func parseCmdline(b []byte) (argv []string, cut argvCut, err error) {
 	if len(b) > maxCmdline {
-		b, cut = b[:maxCmdline], true
+		b, cut = b[:maxCmdline], argsLeftOut
 	}
 	b = bytes.TrimSuffix(b, []byte{0})
 	if len(b) == 0 {
@@ -104,12 +113,12 @@ func parseCmdline(b []byte) (argv []string, cut bool, err error) {
 	}
 	for _, a := range bytes.Split(b, []byte{0}) {
 		if len(argv) == MaxArgs {
-			cut = true
+			cut |= argsLeftOut
 			break
 		}
 		s := string(a)
 		if len(s) > MaxArg {
-			s, cut = safetext.Cut(s, MaxArg), true
+			s, cut = safetext.Cut(s, MaxArg), cut|argShortened
 		} else {
 			s = strings.ToValidUTF8(s, "\uFFFD")
 		}
@@ -217,13 +226,13 @@ func (p proc) comm() (string, error) {
 	return parseComm(b), nil
 }
 
-func (p proc) cmdline() ([]string, bool, error) {
+func (p proc) cmdline() ([]string, argvCut, error) {
 	if p.snap == nil {
 		return cmdline(p.root, p.pid)
 	}
 	b, err := file(&p.snap.Cmdline)
 	if err != nil {
-		return nil, false, err
+		return nil, 0, err
 	}
 	return parseCmdline(b)
 }

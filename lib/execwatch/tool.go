@@ -242,7 +242,16 @@ const withArg = "jmpsdiogwWMt"
 // second command option, so a second one seen is an option's argument
 // (getopt hands "-L" to --comment as its text) or the first was: a write
 // among them decides (its command and chain), never a read before it.
-func ParseArgv(argv []string) Shape {
+func ParseArgv(argv []string) Shape { return ParseArgvCut(argv, false) }
+
+// ParseArgvCut is ParseArgv of a command line whose arguments past MaxArgs
+// or the bytes read were left out (leftOut): what the part read names, if
+// anything, short of a write, save or restore, may be an option's
+// argument (getopt hands "-L" to --comment as its text) before a write
+// left out, so it is taken for a write, whose failure counts and whose
+// legacy run is scanned at once. A pod that puts its -A past the cut is
+// not read as a listing. No tool takes 64 arguments to list.
+func ParseArgvCut(argv []string, leftOut bool) Shape {
 	if len(argv) == 0 {
 		return Shape{}
 	}
@@ -369,7 +378,12 @@ func ParseArgv(argv []string) Shape {
 			}
 		}
 	}
-	if s.Operation == "" {
+	switch {
+	case leftOut && (s.Operation == "" || s.Operation == OpRead):
+		// What named a read may be an option's argument: not a
+		// command, nor its chain.
+		s.Operation, s.Command, s.Chain = OpWrite, "", ""
+	case s.Operation == "":
 		s.Operation = OpRead
 	}
 	if s.Table == "" && s.Operation != OpSave && s.Operation != OpRestore {

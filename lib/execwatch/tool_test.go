@@ -228,3 +228,32 @@ func TestLacksNetAdmin(t *testing.T) {
 		}
 	}
 }
+
+// TestParseArgvCut: a command line whose arguments past MaxArgs were left
+// out, and whose part read names no write, is taken for a write: the -A
+// may be among those left out, and "-L" read may be --comment's text
+// (helper-107 #2). A save stays a save, and a line not cut is read as it
+// says.
+func TestParseArgvCut(t *testing.T) {
+	long := []string{"iptables-legacy", "-m", "comment", "--comment", "-L"}
+	for range 35 {
+		long = append(long, "-m", "comment")
+	}
+	long = append(long, "-A", "INPUT")
+	read := long[:MaxArgs]
+	if s := ParseArgvCut(read, true); s.Operation != OpWrite || !s.Write() || s.Command != "" {
+		t.Errorf("left out after --comment -L: %+v, want a write of no command read", s)
+	}
+	if s := ParseArgvCut(read, false); s.Operation != OpRead {
+		t.Errorf("whole: %+v, want the read it says", s)
+	}
+	if s := ParseArgvCut(append([]string{"iptables-legacy"}, read[5:]...), true); s.Operation != OpWrite {
+		t.Errorf("left out, no command read: %+v, want a write", s)
+	}
+	if s := ParseArgvCut([]string{"iptables-legacy", "-A", "INPUT", "-m", "comment"}, true); s.Operation != OpWrite || s.Command != "-A" {
+		t.Errorf("left out after -A: %+v, want its write", s)
+	}
+	if s := ParseArgvCut([]string{"iptables-legacy-save", "-t"}, true); s.Operation != OpSave {
+		t.Errorf("left out of a save: %+v, want a save", s)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -149,9 +150,9 @@ type Watcher struct {
 	mu      sync.Mutex
 	pending map[int]*Command
 	order   []int
-	// perNetns counts the pending commands by netns inode: a full table
-	// gives up one of the netns holding most (add).
-	perNetns map[uint64]int
+	// perOwner counts the pending commands by whose they are (shareOf): a
+	// full table gives up one of the owner holding most (add).
+	perOwner map[string]int
 	// recent are the last runs that ended, oldest first (Lookup).
 	recent []Command
 
@@ -187,8 +188,17 @@ func Open(opts Options) (*Watcher, error) {
 		conn.Close()
 		return nil, err
 	}
+	if err := attachFilter(conn, true); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	w := &Watcher{opts: opts, conn: conn, done: make(chan struct{}), pending: map[int]*Command{}}
 	if err := w.listen(); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if err := attachFilter(conn, false); err != nil {
+		w.ignore()
 		conn.Close()
 		return nil, err
 	}
@@ -542,10 +552,12 @@ func (w *Watcher) exec(pid int, snap *execquiet.Snapshot) {
 	w.candidates.Add(1)
 	cmd := &Command{PID: pid, Exe: path, Started: time.Now()}
 	cmd.Netns, _ = p.netns()
-	if cmd.Argv, cmd.ArgvCut, err = p.cmdline(); err != nil {
+	argv, cut, err := p.cmdline()
+	if err != nil {
 		w.miss(p, cmd, c)
 		return
 	}
+	cmd.Argv, cmd.ArgvCut = argv, cut != 0
 	if path == "" {
 		path = cmd.Argv[0]
 	}
@@ -562,7 +574,7 @@ func (w *Watcher) exec(pid int, snap *execquiet.Snapshot) {
 	}
 	cmd.NoNetAdmin = p.noNetAdmin()
 	cmd.Backend = backend
-	cmd.Shape = ParseArgv(cmd.Argv)
+	cmd.Shape = ParseArgvCut(cmd.Argv, cut&argsLeftOut != 0)
 	cmd.Writer = p.writer(c)
 	cmd.start = p.start()
 	w.tools.Add(1)
@@ -580,11 +592,13 @@ const MissGone = "gone before read"
 func (w *Watcher) miss(p proc, cmd *Command, name string) {
 	w.missed.Add(1)
 	w.forget(p)
+	// The quiet path's snapshot first, where it read the process: a
+	// zombie reaped since has no /proc left to name it or its pod.
 	if name == "" {
-		name, _ = comm(w.opts.Proc, cmd.PID)
+		name, _ = p.comm()
 	}
 	if name != "" {
-		cmd.Writer = watch.Proc{Root: w.opts.Proc}.Writer(cmd.PID, name)
+		cmd.Writer = p.writer(name)
 		if cmd.Argv == nil {
 			cmd.Argv = []string{name}
 		}
@@ -593,17 +607,17 @@ func (w *Watcher) miss(p proc, cmd *Command, name string) {
 }
 
 // add makes cmd pending. A full table gives up the oldest command of the
-// netns with the most pending, not the oldest of all: a pod starting tools
+// owner (shareOf) with the most pending, not the oldest of all: a pod starting tools
 // that never end (a sleep named iptables) must not push every other pod's
 // running commands, and their failures, out.
 func (w *Watcher) add(cmd *Command) {
 	w.mu.Lock()
-	if w.perNetns == nil {
-		w.perNetns = map[uint64]int{}
+	if w.perOwner == nil {
+		w.perOwner = map[string]int{}
 	}
 	var evicted, replaced *Command
 	if old, ok := w.pending[cmd.PID]; ok {
-		w.count(old.Netns, -1)
+		w.count(old, -1)
 		replaced = old
 	} else {
 		if len(w.order) >= w.opts.MaxPending {
@@ -612,7 +626,7 @@ func (w *Watcher) add(cmd *Command) {
 		w.order = append(w.order, cmd.PID)
 	}
 	w.pending[cmd.PID] = cmd
-	w.count(cmd.Netns, 1)
+	w.count(cmd, 1)
 	w.mu.Unlock()
 	if evicted != nil {
 		w.giveUp(evicted)
@@ -694,29 +708,47 @@ func (w *Watcher) drop(i int) *Command {
 	c := w.pending[pid]
 	delete(w.pending, pid)
 	w.order = append(w.order[:i], w.order[i+1:]...)
-	w.count(c.Netns, -1)
+	w.count(c, -1)
 	return c
 }
 
-// count adds d to netns's pending commands; w.mu held.
-func (w *Watcher) count(netns uint64, d int) {
-	if w.perNetns[netns] += d; w.perNetns[netns] <= 0 {
-		delete(w.perNetns, netns)
+// shareOf is whose a pending command is, for the table's fair share: its
+// container (the first the cgroup names under kubepods, which a pod
+// nesting cgroups of its own cannot change), or its host unit, else its
+// netns. Not the netns first: a pod allowed user namespaces can run each
+// of its never-ending tools in a fresh netns of its own (unshare -rn),
+// each then holding one, and the full table would give up other pods'
+// commands at random.
+func shareOf(c *Command) string {
+	if w := c.Writer; w != nil && w.ContainerID != "" {
+		return "container " + w.ContainerID
+	}
+	if w := c.Writer; w != nil && w.Unit != "" {
+		return "unit " + w.Unit
+	}
+	return "netns " + strconv.FormatUint(c.Netns, 10)
+}
+
+// count adds d to c's owner's pending commands; w.mu held.
+func (w *Watcher) count(c *Command, d int) {
+	k := shareOf(c)
+	if w.perOwner[k] += d; w.perOwner[k] <= 0 {
+		delete(w.perOwner, k)
 	}
 }
 
-// hog is the index in w.order of the oldest pending command of the netns
+// hog is the index in w.order of the oldest pending command of the owner
 // with the most; w.mu held, the table not empty.
 func (w *Watcher) hog() int {
-	var most uint64
+	var most string
 	n := 0
-	for ns, c := range w.perNetns {
+	for k, c := range w.perOwner {
 		if c > n {
-			most, n = ns, c
+			most, n = k, c
 		}
 	}
 	for i, pid := range w.order {
-		if w.pending[pid].Netns == most {
+		if shareOf(w.pending[pid]) == most {
 			return i
 		}
 	}

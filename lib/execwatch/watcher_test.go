@@ -18,6 +18,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/internal/execquiet"
 	"github.com/iptables-alerter/iptables-alerter/internal/procstat"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
 // collector gathers the commands a watcher reports.
@@ -301,6 +302,35 @@ func TestWatcherMissedZombie(t *testing.T) {
 	w.exec(pid, nil)
 	if st := w.Stats(); st.Missed != 1 || st.Vanished != 1 {
 		t.Errorf("reaped: stats %+v, want it unknown (vanished)", st)
+	}
+}
+
+// A tool whose binary the quiet path read as its exec arrived, and whose
+// command line it could not (the process ended between the two), is a
+// missed run named and placed from that snapshot: reaped by the time the
+// Go path looks, /proc has nothing left (the miss read /proc again, and
+// reported the run without a name or a writer).
+func TestWatcherMissedFromSnapshot(t *testing.T) {
+	root := t.TempDir()
+	const pid = 4242
+	standIn(t, root, pid, "R", "100", 0)
+	if err := os.Remove(filepath.Join(root, strconv.Itoa(pid), "cmdline")); err != nil {
+		t.Fatal(err)
+	}
+	snap := execquiet.SnapshotOf(root, pid)
+	if snap.PID != pid {
+		t.Fatalf("no snapshot of the stand-in under %s", root)
+	}
+	if err := os.RemoveAll(filepath.Join(root, strconv.Itoa(pid))); err != nil {
+		t.Fatal(err)
+	}
+	w, missed := missWatcher(root)
+	w.exec(pid, snap)
+	if len(*missed) != 1 {
+		t.Fatalf("missed %+v, want the tool run", *missed)
+	}
+	if m := (*missed)[0]; m.Writer == nil || m.Writer.Comm != "iptables-legacy" || m.Writer.PPID != 1 || m.Argv[0] != "iptables-legacy" {
+		t.Errorf("missed %+v writer %+v, want it named and its parent read from the snapshot", m, m.Writer)
 	}
 }
 
@@ -669,7 +699,7 @@ func TestOverrunKeepsQueuedExit(t *testing.T) {
 }
 
 // TestPendingFullFair: a full table gives up the oldest command of the
-// netns holding the most, not the oldest of all: one pod's tools that
+// owner (container, else netns) holding the most, not the oldest of all: one pod's tools that
 // never end do not push another pod's running command out.
 func TestPendingFullFair(t *testing.T) {
 	// Failed before add chose by netns: pod b's command, the oldest,
@@ -686,8 +716,21 @@ func TestPendingFullFair(t *testing.T) {
 	if _, ok := w.Lookup(1); !ok {
 		t.Error("pod b's command is no longer pending")
 	}
-	if c := w.take(1); c == nil || w.perNetns[200] != 0 || w.perNetns[100] != 2 {
-		t.Errorf("after taking pod b's: %v, counts %v", c, w.perNetns)
+	if c := w.take(1); c == nil || w.perOwner["netns 200"] != 0 || w.perOwner["netns 100"] != 2 {
+		t.Errorf("after taking pod b's: %v, counts %v", c, w.perOwner)
+	}
+
+	// Pod a's never-ending tools each in a fresh netns of its own (unshare
+	// -rn): one container still. Failed when the share went by netns:
+	// each netns held one, and pod b's command was given up at random.
+	given = nil
+	w = &Watcher{pending: map[int]*Command{}, opts: Options{MaxPending: 3, Done: func(c Command) { given = append(given, c.PID) }}}
+	w.add(&Command{PID: 1, Netns: 200, Writer: &findings.Writer{ContainerID: "b"}}) // pod b's, the oldest
+	for pid := 2; pid <= 40; pid++ {
+		w.add(&Command{PID: pid, Netns: uint64(1000 + pid), Writer: &findings.Writer{ContainerID: "a"}})
+	}
+	if _, ok := w.Lookup(1); !ok || slices.Contains(given, 1) {
+		t.Errorf("pod b's command given up among pod a's of many netns (given up %v)", given)
 	}
 }
 

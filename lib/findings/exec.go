@@ -45,8 +45,9 @@ type Exec struct {
 	Signal   int  `json:"signal"`
 	// Failed marks a write that did not work: it exited non-zero (other
 	// than 1 from -C or -D, an answer) or was killed. The record holds no
-	// rules: none was made. Old readers see a present record without
-	// counts.
+	// rules (a legacy restore, which commits table by table, or a killed
+	// legacy write may have made some: the scan that follows has its own
+	// record). Old readers see a present record without counts.
 	Failed bool `json:"failed"`
 	// MissingKernelSupport: the failure is the one a node without the
 	// kernel's tables or extensions gives (exit 3, VERSION_PROBLEM: "can't
