@@ -434,6 +434,28 @@ func (w *Watcher) Lookup(pid int) (Command, bool) {
 // maxRecent bounds the ended runs Lookup finds.
 const maxRecent = 32
 
+// recentHog is the index in w.recent of the oldest run of the owner
+// (shareOf) holding most of them, the oldest of all where none holds
+// more than one: a pod ending tools in parallel loops does not push
+// another pod's run out before the nftables watch joins it to its commit;
+// w.mu held, w.recent full.
+func (w *Watcher) recentHog() int {
+	n := map[string]int{}
+	most := 0
+	for i := range w.recent {
+		k := shareOf(&w.recent[i])
+		if n[k]++; n[k] > most {
+			most = n[k]
+		}
+	}
+	for i := range w.recent {
+		if n[shareOf(&w.recent[i])] == most {
+			return i
+		}
+	}
+	return 0
+}
+
 func (w *Watcher) read(ready chan<- struct{}) {
 	defer close(w.done)
 	runtime.LockOSThread()
@@ -774,7 +796,8 @@ func (w *Watcher) exit(pid int, raw uint32) {
 	c.Code, c.Signal = ExitStatus(raw)
 	w.mu.Lock()
 	if len(w.recent) == maxRecent {
-		w.recent = append(w.recent[:0], w.recent[1:]...)
+		i := w.recentHog()
+		w.recent = append(w.recent[:i], w.recent[i+1:]...)
 	}
 	w.recent = append(w.recent, *c)
 	w.mu.Unlock()

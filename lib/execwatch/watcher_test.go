@@ -734,6 +734,29 @@ func TestPendingFullFair(t *testing.T) {
 	}
 }
 
+// TestRecentFair: the ended runs kept for the nftables watch's join give
+// up the oldest of the container ending most, not the oldest of all: a
+// pod ending tools in parallel loops (more than maxRecent a window) left
+// another pod's commit without its command (helper-105 #4).
+func TestRecentFair(t *testing.T) {
+	w := &Watcher{pending: map[int]*Command{}, opts: Options{MaxPending: 256, Done: func(Command) {}}}
+	w.add(&Command{PID: 1, Netns: 200, Writer: &findings.Writer{ContainerID: "b"}})
+	w.exit(1, 0)
+	for pid := 2; pid <= 2+2*maxRecent; pid++ {
+		w.add(&Command{PID: pid, Netns: 100, Writer: &findings.Writer{ContainerID: "a"}})
+		w.exit(pid, 0)
+	}
+	if _, ok := w.Lookup(1); !ok {
+		t.Error("pod b's ended run was pushed out by pod a's")
+	}
+	if _, ok := w.Lookup(2 + 2*maxRecent); !ok {
+		t.Error("pod a's last run is not kept")
+	}
+	if len(w.recent) != maxRecent {
+		t.Errorf("%d runs kept, want %d", len(w.recent), maxRecent)
+	}
+}
+
 // TestWatcherNoNetAdmin: a tool run without CAP_NET_ADMIN (a container
 // the runtime grants none) is refused every table with the status of
 // missing kernel support (iptables-legacy 3, iptables-nft 4); the watch
