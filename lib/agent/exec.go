@@ -498,7 +498,7 @@ func failure(c execwatch.Command, absent func(family string) bool) (failed, miss
 	if c.Signal != 0 {
 		return true, false
 	}
-	if c.Code == 0 || c.Code == exitOther && c.Shape.Answers() || c.Code == exitResource && nft && c.Shape.DeletesChain() {
+	if c.Code == 0 || c.Code == exitOther && (c.Shape.Answers() || c.Shape.Guessed) || c.Code == exitResource && nft && c.Shape.DeletesChain() {
 		return false, false
 	}
 	if !missing && !c.NoNetAdmin && c.Backend == execwatch.BackendLegacy && absent != nil {
@@ -550,8 +550,10 @@ func (a *Agent) execDone(c execwatch.Command) bool {
 	case c.Shape.Write() && c.Backend == execwatch.BackendLegacy:
 		a.metrics.execs.WithLabelValues("legacy write").Inc()
 		a.scanAfterExec(w, writer, e)
-	case c.Shape.Write():
-		// iptables-nft: the nftables watch's scan of the commit names it.
+	case c.Shape.Write() && !c.Shape.Guessed:
+		// iptables-nft: the nftables watch's scan of the commit names it
+		// (a guessed write may have been a -C, with no commit: recorded
+		// below as the others).
 		a.metrics.execs.WithLabelValues("nft write").Inc()
 	default:
 		a.metrics.execs.WithLabelValues("read").Inc()

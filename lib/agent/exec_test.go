@@ -219,6 +219,10 @@ func TestExecFailure(t *testing.T) {
 		}
 		return execwatch.Command{Exited: true, Code: code, Signal: sig, Argv: argv, Shape: execwatch.ParseArgv(argv), Backend: backend}
 	}
+	guessed := func(c execwatch.Command) execwatch.Command {
+		c.ArgvCut, c.Shape = true, execwatch.ParseArgvCut(c.Argv, true)
+		return c
+	}
 	// noModule is a node without the x_tables modules of the families
 	// named (RHEL 10: none of them).
 	noModule := func(fams ...string) func(string) bool {
@@ -248,6 +252,13 @@ func TestExecFailure(t *testing.T) {
 		{cmd(3, 0, "iptables-legacy", "-t", "nat", "-L"), true, true},
 		{cmd(1, 0, "iptables", "-L", "NOPE"), false, false},
 		{execwatch.Command{Argv: []string{"iptables", "-F"}, Shape: execwatch.ParseArgv([]string{"iptables", "-F"})}, false, false},
+		// A write guessed from a command line whose arguments were left
+		// out may be a -C (helper-108 #1): its exit 1 answers no; its
+		// other failures count.
+		{guessed(cmd(1, 0, "iptables", "-m", "comment")), false, false},
+		{guessed(cmd(2, 0, "iptables", "-m", "comment")), true, false},
+		{guessed(cmd(3, 0, "iptables", "-m", "comment")), true, true},
+		{guessed(cmd(0, 9, "iptables", "-m", "comment")), true, false},
 	} {
 		f, m := failure(tc.c, noModule())
 		if f != tc.failed || m != tc.missing {

@@ -33,9 +33,10 @@ const (
 // comes (the filter takes kinds, not the leader). A load past the
 // message's end ends the program with 0: a message too short is dropped.
 // Acks are wanted only until the listen request's has come: after it,
-// any process of the host's network namespace, privileged or not, can
-// have the kernel multicast one to every listener by sending a request
-// (refused, EPERM, and acknowledged all the same).
+// any process in the host's network, pid and user namespaces (a
+// hostNetwork, hostPID pod), privileged or not, can have the kernel
+// multicast one to every listener by sending a request (refused, EPERM,
+// and acknowledged all the same).
 func eventFilter(acks bool) []bpf.Instruction {
 	const accept, drop = 11, 10
 	none := accept - 5

@@ -3,6 +3,7 @@ package execwatch
 import (
 	"encoding/binary"
 	"errors"
+	"os"
 	"os/exec"
 	"runtime"
 	"testing"
@@ -79,7 +80,7 @@ func TestEventFilter(t *testing.T) {
 // gets no fork, no comm change and no thread's exit from the kernel: a
 // pod renaming a thread in a loop (prctl(PR_SET_NAME), unprivileged) no
 // longer wakes the watch's real-time reader once a call. A child's exec
-// and exit still come.
+// and exit still come; acks come while listening starts, not after.
 func TestFilterDropsOtherEvents(t *testing.T) {
 	nstest.NeedRoot(t)
 	conn, err := dial("")
@@ -98,23 +99,72 @@ func TestFilterDropsOtherEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.ignore()
-	if err := attachFilter(conn, false); err != nil {
+	// Room for what other tests on the machine start meanwhile: a lost
+	// exit would fail the test, not the filter.
+	rc, err := conn.SyscallConn()
+	if err != nil {
 		t.Fatal(err)
 	}
-	// A refused listen request, as anyone in the host's network namespace
-	// can send: its ack is multicast, and dropped now.
+	_ = rc.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, readBuffer) })
+
+	// A refused listen request (no such operation: acknowledged EINVAL),
+	// as anyone in the host's namespaces can send: its ack is multicast.
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, netlinkConnector)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	req := listenRequest(7, 7, 99, 0) // no such operation: acknowledged EINVAL
-	hdr := make([]byte, unix.NLMSG_HDRLEN)
-	binary.NativeEndian.PutUint32(hdr[0:], uint32(unix.NLMSG_HDRLEN+len(req)))
-	binary.NativeEndian.PutUint16(hdr[4:], unix.NLMSG_DONE)
-	if err := unix.Sendto(fd, append(hdr, req...), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	refuse := func(ack uint32) {
+		req := listenRequest(ack, ack, 99, 0)
+		hdr := make([]byte, unix.NLMSG_HDRLEN)
+		binary.NativeEndian.PutUint32(hdr[0:], uint32(unix.NLMSG_HDRLEN+len(req)))
+		binary.NativeEndian.PutUint16(hdr[4:], unix.NLMSG_DONE)
+		if err := unix.Sendto(fd, append(hdr, req...), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// read hands each process event to f until f says stop or the
+	// deadline passes (ok false).
+	read := func(deadline time.Time, f func(ev Event, what uint32) (stop bool)) (ok bool) {
+		if err := conn.SetReadDeadline(deadline); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			msgs, err := conn.Receive()
+			if errors.Is(err, unix.ENOBUFS) {
+				continue
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return false
+			}
+			if err != nil {
+				t.Fatalf("read: %v", err)
+			}
+			for _, m := range msgs {
+				d := m.Data
+				if len(d) < cnMsgLen+procEventHdr || binary.NativeEndian.Uint32(d) != cnIdxProc {
+					continue
+				}
+				ev, err := Decode(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f(ev, binary.NativeEndian.Uint32(d[cnMsgLen:])) {
+					return true
+				}
+			}
+		}
+	}
+	// While the watch starts listening, acks pass: the refused request's
+	// comes (so the one below would too, without the filter).
+	refuse(7)
+	if !read(time.Now().Add(10*time.Second), func(ev Event, _ uint32) bool { return ev.Kind == KindAck && ev.Ack == 8 }) {
+		t.Fatal("the refused request's ack did not come while acks pass")
+	}
+	if err := attachFilter(conn, false); err != nil {
 		t.Fatal(err)
 	}
+	refuse(9)
 
 	// 1,000 renames on a thread of this process, which then exits (a
 	// goroutine ending locked to its thread ends the thread).
@@ -135,43 +185,29 @@ func TestFilterDropsOtherEvents(t *testing.T) {
 	pid := child.Process.Pid
 
 	var execSeen, exitSeen bool
-	deadline := time.Now().Add(30 * time.Second)
-	if err := conn.SetReadDeadline(deadline); err != nil {
-		t.Fatal(err)
+	check := func(ev Event, what uint32) bool {
+		switch ev.Kind {
+		case KindAck:
+			t.Errorf("an ack (ack %d, error %d) passed the filter once listening", ev.Ack, ev.Err)
+		case KindOther:
+			t.Errorf("event of kind %#x (pid %d) passed the filter", what, ev.PID)
+		case KindExit:
+			if ev.PID != ev.TGID {
+				t.Errorf("a thread's exit (pid %d of %d) passed the filter", ev.PID, ev.TGID)
+			}
+			exitSeen = exitSeen || ev.PID == pid
+		case KindExec:
+			execSeen = execSeen || ev.PID == pid
+		}
+		return exitSeen
 	}
-	for !exitSeen {
-		msgs, err := conn.Receive()
-		if errors.Is(err, unix.ENOBUFS) {
-			continue
-		}
-		if err != nil {
-			t.Fatalf("read (the child's exec %v, exit %v): %v", execSeen, exitSeen, err)
-		}
-		for _, m := range msgs {
-			d := m.Data
-			if len(d) < cnMsgLen+procEventHdr || binary.NativeEndian.Uint32(d) != cnIdxProc {
-				continue
-			}
-			ev, err := Decode(d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch ev.Kind {
-			case KindAck:
-				t.Errorf("an ack (seq %d, ack %d, error %d) passed the filter once listening", ev.Seq, ev.Ack, ev.Err)
-			case KindOther:
-				t.Errorf("event of kind %#x (pid %d) passed the filter", binary.NativeEndian.Uint32(d[cnMsgLen:]), ev.PID)
-			case KindExit:
-				if ev.PID != ev.TGID {
-					t.Errorf("a thread's exit (pid %d of %d) passed the filter", ev.PID, ev.TGID)
-				}
-				exitSeen = exitSeen || ev.PID == pid
-			case KindExec:
-				execSeen = execSeen || ev.PID == pid
-			}
-		}
+	if !read(time.Now().Add(30*time.Second), check) {
+		t.Fatalf("the child's exit did not come in 30 s (its exec: %v)", execSeen)
 	}
 	if !execSeen {
 		t.Errorf("the child's exec did not come")
 	}
+	// What the kernel sent after the child's exit (the renaming thread's
+	// own exit may come late) is checked too.
+	read(time.Now().Add(300*time.Millisecond), func(ev Event, what uint32) bool { check(ev, what); return false })
 }

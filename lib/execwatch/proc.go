@@ -92,7 +92,8 @@ func cmdline(root string, pid int) (argv []string, cut argvCut, err error) {
 }
 
 // argvCut says how a command line was cut: arguments shortened (past
-// MaxArg), arguments left out (past MaxArgs or maxCmdline), or both.
+// MaxArg), arguments left out (past MaxArgs or maxCmdline, or the end of
+// a cluster of short options shortened), or both.
 type argvCut int
 
 const (
@@ -119,6 +120,11 @@ func parseCmdline(b []byte) (argv []string, cut argvCut, err error) {
 		s := string(a)
 		if len(s) > MaxArg {
 			s, cut = safetext.Cut(s, MaxArg), cut|argShortened
+			if len(a) > 1 && a[0] == '-' && a[1] != '-' {
+				// A cluster of short options (-vvv...A): its cut end
+				// may hold the command.
+				cut |= argsLeftOut
+			}
 		} else {
 			s = strings.ToValidUTF8(s, "\uFFFD")
 		}

@@ -107,13 +107,17 @@ type Shape struct {
 	Family    string
 	Operation string
 	// Command is the option that chose the operation ("-A", "--check");
-	// "" for the save and restore tools.
+	// "" for the save and restore tools, and for a Guessed write.
 	Command string
 	Table   string
 	Chain   string
 	// Test: a restore that only checks its input (-t/--test) writes
 	// nothing.
 	Test bool
+	// Guessed: a write guessed from a command line whose arguments were
+	// left out (ParseArgvCut); it may be a -C whose exit 1 answers no,
+	// so only its other failures count.
+	Guessed bool
 }
 
 // Write tells whether the command changes the kernel's rules when it
@@ -248,9 +252,9 @@ func ParseArgv(argv []string) Shape { return ParseArgvCut(argv, false) }
 // or the bytes read were left out (leftOut): what the part read names, if
 // anything, short of a write, save or restore, may be an option's
 // argument (getopt hands "-L" to --comment as its text) before a write
-// left out, so it is taken for a write, whose failure counts and whose
-// legacy run is scanned at once. A pod that puts its -A past the cut is
-// not read as a listing. No tool takes 64 arguments to list.
+// left out, so it is taken for a write (Guessed), whose failure counts
+// (but an exit 1: a -C's no) and whose legacy run is scanned at once. A
+// pod that puts its -A past the cut is not read as a listing.
 func ParseArgvCut(argv []string, leftOut bool) Shape {
 	if len(argv) == 0 {
 		return Shape{}
@@ -382,7 +386,7 @@ func ParseArgvCut(argv []string, leftOut bool) Shape {
 	case leftOut && (s.Operation == "" || s.Operation == OpRead):
 		// What named a read may be an option's argument: not a
 		// command, nor its chain.
-		s.Operation, s.Command, s.Chain = OpWrite, "", ""
+		s.Operation, s.Command, s.Chain, s.Guessed = OpWrite, "", "", true
 	case s.Operation == "":
 		s.Operation = OpRead
 	}

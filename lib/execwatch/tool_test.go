@@ -3,6 +3,7 @@ package execwatch
 import (
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -241,7 +242,7 @@ func TestParseArgvCut(t *testing.T) {
 	}
 	long = append(long, "-A", "INPUT")
 	read := long[:MaxArgs]
-	if s := ParseArgvCut(read, true); s.Operation != OpWrite || !s.Write() || s.Command != "" {
+	if s := ParseArgvCut(read, true); s.Operation != OpWrite || !s.Write() || s.Command != "" || !s.Guessed {
 		t.Errorf("left out after --comment -L: %+v, want a write of no command read", s)
 	}
 	if s := ParseArgvCut(read, false); s.Operation != OpRead {
@@ -250,10 +251,32 @@ func TestParseArgvCut(t *testing.T) {
 	if s := ParseArgvCut(append([]string{"iptables-legacy"}, read[5:]...), true); s.Operation != OpWrite {
 		t.Errorf("left out, no command read: %+v, want a write", s)
 	}
-	if s := ParseArgvCut([]string{"iptables-legacy", "-A", "INPUT", "-m", "comment"}, true); s.Operation != OpWrite || s.Command != "-A" {
+	if s := ParseArgvCut([]string{"iptables-legacy", "-A", "INPUT", "-m", "comment"}, true); s.Operation != OpWrite || s.Command != "-A" || s.Guessed {
 		t.Errorf("left out after -A: %+v, want its write", s)
 	}
 	if s := ParseArgvCut([]string{"iptables-legacy-save", "-t"}, true); s.Operation != OpSave {
 		t.Errorf("left out of a save: %+v, want a save", s)
+	}
+}
+
+// TestCmdlineCut: a cluster of short options shortened past MaxArg may
+// have lost its command letter (-vvv...A: iptables takes repeated -v), so
+// arguments count as left out (helper-108 #2); a long option's value
+// shortened, or a whole line, does not.
+func TestCmdlineCut(t *testing.T) {
+	line := func(args ...string) []byte { return []byte(strings.Join(args, "\x00") + "\x00") }
+	for _, tc := range []struct {
+		b    []byte
+		want argvCut
+	}{
+		{line("iptables-legacy", "-"+strings.Repeat("v", 300)+"A", "INPUT", "-j", "ACCEPT"), argShortened | argsLeftOut},
+		{line("iptables-legacy", "-C", "INPUT", "-m", "comment", "--comment", strings.Repeat("x", 300)), argShortened},
+		{line("iptables-legacy", "--comment="+strings.Repeat("x", 300)), argShortened},
+		{line("iptables-legacy", "-A", "INPUT"), 0},
+	} {
+		_, cut, err := parseCmdline(tc.b)
+		if err != nil || cut != tc.want {
+			t.Errorf("%.40q: cut %b (%v), want %b", tc.b, cut, err, tc.want)
+		}
 	}
 }
