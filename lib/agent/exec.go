@@ -537,8 +537,7 @@ func (a *Agent) execDone(c execwatch.Command) bool {
 		if mayHaveWritten(c, e) {
 			// Its scan's record names it too, failed mark and all: the
 			// rules it left.
-			ce := *e
-			a.scanAfterExec(w, writer, &ce)
+			a.scanAfterExec(w, writer, e)
 		}
 	case c.Shape.Write() && c.Backend == execwatch.BackendLegacy && c.Shape.Family == "ebtables":
 		// The legacy look cannot read the kernel's ebtables (no list of

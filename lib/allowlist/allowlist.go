@@ -161,11 +161,20 @@ func (l *List) match(namespace string, r inspect.Rule, text func() string, only 
 		if !done {
 			rendered, done = text(), true
 		}
-		if (e.re != nil && e.re.MatchString(rendered)) || (e.re == nil && e.Rule == rendered) {
+		if e.matches(rendered) {
 			return e
 		}
 	}
 	return nil
+}
+
+// matches tells whether a rule's (or a declaration's) text is the entry's:
+// its regexp's, else its exact rule.
+func (e *compiled) matches(text string) bool {
+	if e.re != nil {
+		return e.re.MatchString(text)
+	}
+	return e.Rule == text
 }
 
 func (e compiled) scoped(namespace string, r inspect.Rule) bool {
@@ -370,7 +379,7 @@ func (l *List) matchChain(namespace string, c classify.Chain) *compiled {
 		if !e.scoped(namespace, r) || !e.fits(text) {
 			continue
 		}
-		if (e.re != nil && e.re.MatchString(text)) || (e.re == nil && e.Rule == text) {
+		if e.matches(text) {
 			return e
 		}
 	}

@@ -150,9 +150,6 @@ type Watcher struct {
 	mu      sync.Mutex
 	pending map[int]*Command
 	order   []int
-	// perOwner counts the pending commands by whose they are (shareOf): a
-	// full table gives up one of the owner holding most (add).
-	perOwner map[string]int
 	// recent are the last runs that ended, oldest first (Lookup).
 	recent []Command
 
@@ -440,20 +437,7 @@ const maxRecent = 32
 // another pod's run out before the nftables watch joins it to its commit;
 // w.mu held, w.recent full.
 func (w *Watcher) recentHog() int {
-	n := map[string]int{}
-	most := 0
-	for i := range w.recent {
-		k := shareOf(&w.recent[i])
-		if n[k]++; n[k] > most {
-			most = n[k]
-		}
-	}
-	for i := range w.recent {
-		if n[shareOf(&w.recent[i])] == most {
-			return i
-		}
-	}
-	return 0
+	return oldestOfMost(len(w.recent), func(i int) string { return shareOf(&w.recent[i]) })
 }
 
 func (w *Watcher) read(ready chan<- struct{}) {
@@ -634,12 +618,8 @@ func (w *Watcher) miss(p proc, cmd *Command, name string) {
 // running commands, and their failures, out.
 func (w *Watcher) add(cmd *Command) {
 	w.mu.Lock()
-	if w.perOwner == nil {
-		w.perOwner = map[string]int{}
-	}
 	var evicted, replaced *Command
 	if old, ok := w.pending[cmd.PID]; ok {
-		w.count(old, -1)
 		replaced = old
 	} else {
 		if len(w.order) >= w.opts.MaxPending {
@@ -648,7 +628,6 @@ func (w *Watcher) add(cmd *Command) {
 		w.order = append(w.order, cmd.PID)
 	}
 	w.pending[cmd.PID] = cmd
-	w.count(cmd, 1)
 	w.mu.Unlock()
 	if evicted != nil {
 		w.giveUp(evicted)
@@ -730,7 +709,6 @@ func (w *Watcher) drop(i int) *Command {
 	c := w.pending[pid]
 	delete(w.pending, pid)
 	w.order = append(w.order[:i], w.order[i+1:]...)
-	w.count(c, -1)
 	return c
 }
 
@@ -751,26 +729,26 @@ func shareOf(c *Command) string {
 	return "netns " + strconv.FormatUint(c.Netns, 10)
 }
 
-// count adds d to c's owner's pending commands; w.mu held.
-func (w *Watcher) count(c *Command, d int) {
-	k := shareOf(c)
-	if w.perOwner[k] += d; w.perOwner[k] <= 0 {
-		delete(w.perOwner, k)
-	}
+// hog is the index in w.order of the oldest pending command of the owner
+// with the most; w.mu held, the table not empty. Counted here, when the
+// table is full, not kept up at every add and drop.
+func (w *Watcher) hog() int {
+	return oldestOfMost(len(w.order), func(i int) string { return shareOf(w.pending[w.order[i]]) })
 }
 
-// hog is the index in w.order of the oldest pending command of the owner
-// with the most; w.mu held, the table not empty.
-func (w *Watcher) hog() int {
-	var most string
-	n := 0
-	for k, c := range w.perOwner {
-		if c > n {
-			most, n = k, c
+// oldestOfMost is the first of n entries, oldest first, whose owner
+// (owner(i)) holds the most of them.
+func oldestOfMost(n int, owner func(i int) string) int {
+	count := map[string]int{}
+	most := 0
+	for i := range n {
+		k := owner(i)
+		if count[k]++; count[k] > most {
+			most = count[k]
 		}
 	}
-	for i, pid := range w.order {
-		if shareOf(w.pending[pid]) == most {
+	for i := range n {
+		if count[owner(i)] == most {
 			return i
 		}
 	}

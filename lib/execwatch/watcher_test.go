@@ -716,8 +716,8 @@ func TestPendingFullFair(t *testing.T) {
 	if _, ok := w.Lookup(1); !ok {
 		t.Error("pod b's command is no longer pending")
 	}
-	if c := w.take(1); c == nil || w.perOwner["netns 200"] != 0 || w.perOwner["netns 100"] != 2 {
-		t.Errorf("after taking pod b's: %v, counts %v", c, w.perOwner)
+	if c := w.take(1); c == nil || owners(w)["netns 200"] != 0 || owners(w)["netns 100"] != 2 {
+		t.Errorf("after taking pod b's: %v, counts %v", c, owners(w))
 	}
 
 	// Pod a's never-ending tools each in a fresh netns of its own (unshare
@@ -732,6 +732,15 @@ func TestPendingFullFair(t *testing.T) {
 	if _, ok := w.Lookup(1); !ok || slices.Contains(given, 1) {
 		t.Errorf("pod b's command given up among pod a's of many netns (given up %v)", given)
 	}
+}
+
+// owners counts w's pending commands by owner (shareOf).
+func owners(w *Watcher) map[string]int {
+	n := map[string]int{}
+	for _, c := range w.pending {
+		n[shareOf(c)]++
+	}
+	return n
 }
 
 // TestRecentFair: the ended runs kept for the nftables watch's join give
