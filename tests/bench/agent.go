@@ -36,6 +36,7 @@ import (
 type agentBench struct {
 	bin    string
 	tmp    string
+	run    string   // on a tmpfs, as /run on a node: runDir
 	netns  []string // names under /run/netns
 	kinds  []string
 	ticks  float64 // clock ticks a second, for the children's CPU in /proc/PID/stat
@@ -69,7 +70,12 @@ func runAgentBenches(bin string, pods, idlePods int, idle time.Duration, events,
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	b := &agentBench{bin: bin, tmp: tmp, ticks: 100}
+	run, err := runDir()
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(run)
+	b := &agentBench{bin: bin, tmp: tmp, run: run, ticks: 100}
 	defer b.cleanup()
 	start := time.Now()
 	for i := 0; i < pods; i++ {
@@ -670,8 +676,11 @@ func (b *agentBench) startAgent(pods []*api.PodSandbox, args ...string) (*agentR
 func (b *agentBench) startAgentWith(pods []*api.PodSandbox, ctrs []*api.Container, prefix []string, args ...string) (*agentRun, error) {
 	b.runNum++
 	dir := filepath.Join(b.tmp, fmt.Sprint(b.runNum))
-	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
-		return nil, err
+	state := filepath.Join(b.run, fmt.Sprint(b.runNum))
+	for _, d := range []string{dir, state} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
 	}
 	r := &agentRun{syncCh: make(chan time.Time, 1), cpuCh: make(chan time.Duration, 1)}
 	ad, sock, err := nritest.Start(dir, func(ctx context.Context, cb nri.SyncCB) error {
@@ -711,7 +720,7 @@ func (b *agentBench) startAgentWith(pods []*api.PodSandbox, ctrs []*api.Containe
 	defer logf.Close()
 	r.findings = filepath.Join(dir, "findings.jsonl")
 	r.cmd = exec.Command(b.bin, "agent", "--nri-socket", sock, "--findings", r.findings,
-		"--state-dir", filepath.Join(dir, "state"), "--allowlist", "", "--health-addr", fmt.Sprintf("127.0.0.1:%d", port),
+		"--state-dir", state, "--allowlist", "", "--health-addr", fmt.Sprintf("127.0.0.1:%d", port),
 		// Every pod here has a namespace of its own: no host-network pod
 		// to tell apart, and pid 1's namespace may be closed to a sandbox.
 		"--host-proc", "")

@@ -69,9 +69,9 @@ func BenchmarkCRIOHook(b *testing.B) {
 	if err1 != nil || err2 != nil {
 		b.Fatal(err1, err2)
 	}
-	// The hook's files go to the bench's dir, never the host's.
+	// The hook's files go to the bench's dirs, never the host's.
 	args := []string{"--findings", filepath.Join(dir, "findings.jsonl"),
-		"--state-dir", filepath.Join(dir, "state"), "--allowlist", "", "--node", "bench-node",
+		"--state-dir", runDirFor(b), "--allowlist", "", "--node", "bench-node",
 		"--log-level", "debug", "--log-file", filepath.Join(dir, "hook.log")}
 	installed, hooksDir := critest.InstallHook(b, full, hook, args...)
 	timing := filepath.Join(dir, "timing")
@@ -343,6 +343,16 @@ type benchAgent struct {
 	stopped bool
 }
 
+// runDirFor is runDir, removed when b ends.
+func runDirFor(b *testing.B) string {
+	d, err := runDir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
 // startBenchAgent runs the agent on socket with its files under dir, with
 // the defaults an admin gets, and waits until CRI-O has synchronised it.
 func startBenchAgent(b *testing.B, bin, socket, dir string) *benchAgent {
@@ -353,7 +363,7 @@ func startBenchAgent(b *testing.B, bin, socket, dir string) *benchAgent {
 	// namespaces from root, and the node's netns only tells host-network
 	// pods apart, which the bench has none of.
 	a.cmd = exec.Command(bin, "agent", "--nri-socket", socket, "--findings", filepath.Join(dir, "findings.jsonl"),
-		"--state-dir", filepath.Join(dir, "state"), "--allowlist", "", "--health-addr", addr, "--node", "bench-node", "--host-proc", "")
+		"--state-dir", runDirFor(b), "--allowlist", "", "--health-addr", addr, "--node", "bench-node", "--host-proc", "")
 	a.cmd.Stdout, a.cmd.Stderr = io.Discard, a.out
 	if err := a.cmd.Start(); err != nil {
 		b.Fatal(err)
