@@ -33,7 +33,7 @@ AGENTBIN := bin/iptables-alerter-agent
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all build deps demo-deps bench-deps test race-build test-packages test-tools test-early test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs dashboards schema crds chart chart-files set-release pin-image release release-key release-chart release-deps registry-login github-release test-s390x
+.PHONY: all build deps demo-deps bench-deps test race-build test-packages test-tools test-early test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs dashboards schema vendors crds chart chart-files set-release pin-image release release-key release-chart release-deps registry-login github-release test-s390x
 
 all: build
 
@@ -178,6 +178,12 @@ dashboards:
 # metric); TestReference fails while they are stale.
 docs:
 	$(GO) test -count=1 -timeout 30m -run TestReference ./hook -update-docs
+
+# The built-in vendor table as the binaries carry it: lib/catalog/builtin.go,
+# a Go literal written from lib/catalog/vendors.json (TestBuiltinUpToDate
+# fails while they differ).
+vendors:
+	$(GO) test -count=1 -run TestBuiltinUpToDate ./lib/catalog -update-builtin
 
 # The JSON Schemas in docs/schema, made from the Go types that write each
 # format (internal/testkit/schematest's TestSchemasUpToDate fails when they

@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"bytes"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,9 +27,6 @@ const (
 	// maxPatterns caps the chain globs and rule patterns of one entry.
 	maxPatterns = 32
 )
-
-//go:embed vendors.json
-var builtinJSON []byte
 
 // Entry is one vendor of the table.
 type Entry struct {
@@ -82,21 +78,11 @@ type Rule struct {
 // Table is the vendor table in force.
 type Table struct{ entries []Entry }
 
-// Builtin is the embedded table.
-//
-// The embedded file is parsed once: the agent loads the table for every
-// scan that finds usage (an admin's file takes effect at the next), and
-// parsing the JSON each time was a twentieth of a first sweep's CPU. Each
-// caller gets its own copy of the entry list, which Load changes.
-func Builtin() *Table { return &Table{entries: slices.Clone(builtinEntries())} }
-
-var builtinEntries = sync.OnceValue(func() []Entry {
-	t, err := parse(builtinJSON, "built-in vendors.json")
-	if err != nil {
-		panic(err) // the embedded file is tested
-	}
-	return t.entries
-})
+// Builtin is the built-in table: vendors.json, carried as a Go literal
+// (builtin.go, which `make vendors` writes from it) so that nothing is
+// decoded at run time. Each caller gets its own copy of the entry list,
+// which Load changes.
+func Builtin() *Table { return &Table{entries: slices.Clone(builtinTable)} }
 
 // Load gives the built-in table merged with the admin's file at path: an
 // admin entry replaces the built-in entry of its name, others are added, up

@@ -2,7 +2,8 @@
 // nested container runtimes and clusters) in a pod's iptables usage and
 // gives, for each, what to change so it stops needing iptables.
 //
-// The recognition is data: one table file, vendors.json, embedded here
+// The recognition is data: one table file, vendors.json, carried in the
+// binary as a Go literal (builtin.go, written from it by `make vendors`)
 // and extendable by the admin's own file (Load). An entry matches on the
 // names of the chains holding usage (every chain classify listed, not only
 // the rules kept in detail, so a truncated scan still names its vendors)
