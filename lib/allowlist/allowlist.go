@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
@@ -56,7 +57,13 @@ type File struct {
 
 type compiled struct {
 	Entry
-	re *regexp.Regexp
+	// re is the compiled rule_regexp, nil for an exact rule. Compiled at
+	// the first text that gets past the cheap matchers (most lists'
+	// entries never see one: the built-in list's are in FORWARD and
+	// OUTPUT), not by New: the hook compiled them at every container
+	// start with usage, a tenth of a millisecond (docs/performance.md).
+	// New parses the expression, so a broken one is still its error.
+	re func() *regexp.Regexp
 	// starts are the strings one of which every text the entry matches
 	// starts with ("" when unknown): "-A OUTPUT -p tcp" for a rule, "-A
 	// FORWARD " and "-A OUTPUT " for "-A (FORWARD|OUTPUT) -p ...". A rule
@@ -93,11 +100,16 @@ func New(entries []Entry, source string) (*List, error) {
 		}
 		c := compiled{Entry: e, starts: []string{e.Rule}}
 		if e.RuleRegexp != "" {
-			re, err := regexp.Compile(`^(?:` + e.RuleRegexp + `)$`)
-			if err != nil {
+			expr := `^(?:` + e.RuleRegexp + `)$`
+			// What regexp.Compile would refuse (it parses the same way
+			// and fails nowhere else).
+			if _, err := syntax.Parse(expr, syntax.Perl); err != nil {
 				return nil, fmt.Errorf("allowlist %q entry %q: compile rule_regexp: %w", source, e.Name, err)
 			}
-			c.re = re
+			c.re = sync.OnceValue(func() *regexp.Regexp {
+				re, _ := regexp.Compile(expr)
+				return re
+			})
 			c.starts = []string{""}
 			if t, err := syntax.Parse(e.RuleRegexp, syntax.Perl); err == nil {
 				c.starts, _ = literalStarts(t.Simplify())
@@ -172,7 +184,8 @@ func (l *List) match(namespace string, r inspect.Rule, text func() string, only 
 // its regexp's, else its exact rule.
 func (e *compiled) matches(text string) bool {
 	if e.re != nil {
-		return e.re.MatchString(text)
+		re := e.re()
+		return re != nil && re.MatchString(text)
 	}
 	return e.Rule == text
 }

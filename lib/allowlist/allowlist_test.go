@@ -21,6 +21,9 @@ func TestParseRejects(t *testing.T) {
 		{"no matcher", `{"entries": [{"name": "a"}]}`},
 		{"both matchers", `{"entries": [{"name": "a", "rule": "x", "rule_regexp": "x"}]}`},
 		{"bad regexp", `{"entries": [{"name": "a", "rule_regexp": "("}]}`},
+		// Refused when loaded, though compiled only when a rule reaches it.
+		{"regexp too large", `{"entries": [{"name": "a", "rule_regexp": "x{1001}"}]}`},
+		{"regexp repeats too large", `{"entries": [{"name": "a", "rule_regexp": "((x{100}){100}){100}"}]}`},
 		{"bad namespace glob", `{"entries": [{"name": "a", "rule": "x", "namespaces": ["["]}]}`},
 	}
 	for _, tc := range tests {
@@ -123,7 +126,7 @@ func TestFitsKeepsMatches(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := inspect.Rule{Family: inspect.IP, Table: "filter", Chain: tc.chain}
-		if !l.entries[0].re.MatchString(tc.text) {
+		if !l.entries[0].re().MatchString(tc.text) {
 			t.Fatalf("bad case: %q does not match %q", tc.text, tc.re)
 		}
 		if got := l.Match("ns", r, func() string { return tc.text }); got != "e" {
