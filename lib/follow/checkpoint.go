@@ -17,6 +17,13 @@ import (
 type Checkpoint struct {
 	Dev   uint64 `json:"dev"`
 	Inode uint64 `json:"inode"`
+	// Birth is the file's birth time (statx), in nanoseconds since the
+	// epoch; 0 where the filesystem gives none, or in a checkpoint saved
+	// before it was kept. With it a file is known at offset 0 too, where
+	// there is no first line yet: an inode number is given again to the
+	// next file made once the file is removed, and the device number can
+	// change across a reboot.
+	Birth int64 `json:"birth_ns,omitempty"`
 	// FirstLine is the hex SHA-256 of the file's first line (see
 	// firstLineHash); it tells a reused inode number or a truncated and
 	// refilled file from the one the offset belongs to. Empty while Offset
@@ -36,7 +43,26 @@ type Checkpoint struct {
 type FileID struct {
 	Dev       uint64 `json:"dev"`
 	Inode     uint64 `json:"inode"`
+	Birth     int64  `json:"birth_ns,omitempty"`
 	FirstLine string `json:"first_line_sha256"`
+}
+
+// same reports whether a and b name one file: the same inode, born at the
+// same time where both know it (then the device may differ: a reboot
+// can renumber it), else on the same device; and the same first line.
+func (a FileID) same(b FileID) bool {
+	return sameFile(a.Dev, a.Inode, a.Birth, b.Dev, b.Inode, b.Birth) && a.FirstLine == b.FirstLine
+}
+
+// sameFile is the identity of same without the first line.
+func sameFile(dev1, ino1 uint64, birth1 int64, dev2, ino2 uint64, birth2 int64) bool {
+	if ino1 != ino2 {
+		return false
+	}
+	if birth1 != 0 && birth2 != 0 {
+		return birth1 == birth2
+	}
+	return dev1 == dev2
 }
 
 // IsZero reports whether nothing has been read yet.

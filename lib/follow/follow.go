@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
@@ -238,6 +240,7 @@ type file struct {
 	*os.File
 	name       string
 	dev, inode uint64
+	birth      int64 // statx's birth time in ns, 0 when not given
 	size       int64
 }
 
@@ -266,14 +269,37 @@ func open(name string) (*file, error) {
 		fd.Close()
 		return nil, fmt.Errorf("open findings %q: %w", name, errNotRegular)
 	}
-	return &file{File: fd, name: name, dev: uint64(st.Dev), inode: st.Ino, size: fi.Size()}, nil
+	return &file{File: fd, name: name, dev: uint64(st.Dev), inode: st.Ino, birth: birthOf(fd), size: fi.Size()}, nil
+}
+
+// birthOf is fd's birth time in ns, 0 where the kernel or filesystem
+// gives none (older kernels, some filesystems): identity then falls back
+// on the device and inode numbers.
+func birthOf(fd *os.File) int64 {
+	rc, err := fd.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var stx unix.Statx_t
+	var serr error
+	// Control, not Fd: Fd would put the descriptor in blocking mode.
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.Statx(int(fd), "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_BTIME, &stx)
+	}); err != nil || serr != nil || stx.Mask&unix.STATX_BTIME == 0 {
+		return 0
+	}
+	return stx.Btime.Sec*1e9 + int64(stx.Btime.Nsec)
 }
 
 func (x *file) start(prev FileID) Checkpoint {
-	return Checkpoint{Dev: x.dev, Inode: x.inode, Rotated: prev}
+	return Checkpoint{Dev: x.dev, Inode: x.inode, Birth: x.birth, Rotated: prev}
 }
 
-func (x *file) sameInode(dev, inode uint64) bool { return x.dev == dev && x.inode == inode }
+// is reports whether x is the checkpoint's file as far as its inode tells
+// (sameFile); its first line is for the caller to compare.
+func (x *file) is(c Checkpoint) bool {
+	return sameFile(x.dev, x.inode, x.birth, c.Dev, c.Inode, c.Birth)
+}
 
 func (x *file) firstLine() (string, error) {
 	sum, _, err := firstLineHash(x)
@@ -285,7 +311,7 @@ func (x *file) firstLine() (string, error) {
 
 func (x *file) id() (FileID, error) {
 	sum, err := x.firstLine()
-	return FileID{Dev: x.dev, Inode: x.inode, FirstLine: sum}, err
+	return FileID{Dev: x.dev, Inode: x.inode, Birth: x.birth, FirstLine: sum}, err
 }
 
 // holds reports whether x holds the checkpoint's lines: a first line
@@ -417,11 +443,15 @@ func (f *Follower) choose(files []*file) (int, error) {
 		f.cp = files[0].start(FileID{})
 		return 0, nil
 	}
-	// The file the checkpoint names, by inode and, past its first line,
-	// by that line.
+	// The file the checkpoint names, by inode (and birth time) and, past
+	// its first line, by that line.
 	for i, x := range files {
-		if !x.sameInode(f.cp.Dev, f.cp.Inode) {
+		if !x.is(f.cp) {
 			continue
+		}
+		if f.cp.Offset == 0 && f.cp.Birth != 0 && x.birth != 0 {
+			// Born when the checkpoint's file was: that file.
+			return i, nil
 		}
 		if f.cp.Offset == 0 {
 			ok, err := f.startsAt(files, i)
@@ -454,10 +484,10 @@ func (f *Follower) choose(files []*file) (int, error) {
 				return -1, err
 			}
 			if ok {
-				f.cp.Dev, f.cp.Inode = x.dev, x.inode
+				f.cp.Dev, f.cp.Inode, f.cp.Birth = x.dev, x.inode, x.birth
 				return i, nil
 			}
-			if x.sameInode(f.cp.Dev, f.cp.Inode) || i == len(files)-1 {
+			if x.is(f.cp) || i == len(files)-1 {
 				continue
 			}
 			if id, err := x.id(); err == nil && id.FirstLine != "" && id.FirstLine == f.cp.FirstLine {
@@ -477,14 +507,14 @@ func (f *Follower) choose(files []*file) (int, error) {
 	}
 	prev := f.cp.Rotated
 	for i, x := range files[:len(files)-1] {
-		if !x.sameInode(prev.Dev, prev.Inode) {
+		if !sameFile(x.dev, x.inode, x.birth, prev.Dev, prev.Inode, prev.Birth) {
 			continue
 		}
 		id, err := x.id()
 		if err != nil {
 			return -1, err
 		}
-		if id == prev {
+		if id.same(prev) {
 			f.cp = files[i+1].start(id)
 			return i + 1, nil
 		}
@@ -510,7 +540,7 @@ func (f *Follower) startsAt(files []*file, i int) (bool, error) {
 		return false, nil
 	}
 	prev, err := files[i-1].id()
-	return prev == f.cp.Rotated, err
+	return prev.same(f.cp.Rotated), err
 }
 
 // step reads what it can from the chosen file; progressed is false when
