@@ -37,6 +37,12 @@ type Summary struct {
 	// Command is the record's iptables command as wording.ExecLine says
 	// it (FAILED first when it failed); "" when none.
 	Command string `json:"command"`
+	// Looked is set on a look at the rules that names a command (the
+	// agent's scan after it): the command is beside the rules, not its
+	// own finding, even FAILED and with no level (rules of none).
+	// Summaries of forwarders before the field lack it; lib/report then
+	// goes by the level.
+	Looked bool `json:"looked,omitempty"`
 }
 
 // SummaryOf condenses rec as posted by node, the pod owned by o.
@@ -45,7 +51,8 @@ func SummaryOf(rec findings.Record, node string, o owner.Owner) Summary {
 		node = rec.Node
 	}
 	return Summary{Node: node, Owner: o, Pod: rec.Pod, State: rec.KnownState(), Error: rec.Error, Impact: rec.Levels(), Worst: rec.WorstLevel(),
-		Truncated: rec.Truncated, Vendors: rec.Vendors, Examples: rec.Examples, Writer: rec.Writer, Command: wording.ExecLine(rec.Exec)}
+		Truncated: rec.Truncated, Vendors: rec.Vendors, Examples: rec.Examples, Writer: rec.Writer, Command: wording.ExecLine(rec.Exec),
+		Looked: rec.Exec != nil && !rec.CommandOnly()}
 }
 
 // JSON encodes the summary; it cannot fail on these types.

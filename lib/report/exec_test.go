@@ -136,24 +136,34 @@ func TestLookWithCommandFromReports(t *testing.T) {
 // counts nothing by level beside it, and read as the command's own
 // finding (no rules): the gate passed and the node was ready, where the
 // node label said unknown.
+//
+// The look after a failed command (a legacy restore that failed half way)
+// names that command, FAILED: its Event read back as the failed command's
+// own, with no rules (helper-108's review), until the summary said it is
+// a look.
 func TestLookWithCommandFromFiles(t *testing.T) {
 	rec := findings.Record{Time: t0, Node: "node-a", Pod: findings.Pod{Namespace: "shop", Name: "web-1", UID: "u1"}, State: findings.StatePresent,
 		Source: "watch", Nft: findings.Nft{Tables: []string{"ip filter"}, Rules: 1}, Fingerprint: "f1",
 		Exec: &findings.Exec{Argv: []string{"iptables-legacy", "-F"}, Backend: "legacy", Operation: "write", Exited: true}}
+	failed := rec
+	failed.Exec = &findings.Exec{Argv: []string{"iptables-legacy-restore"}, Backend: "legacy", Operation: "write", Exited: true, ExitCode: 1, Failed: true}
+	event := func(rec findings.Record) Item {
+		doc, _ := json.Marshal(map[string]any{"kind": "EventList", "items": []any{eventOf(rec)}})
+		var sk Skipped
+		its, err := ReadEvents(bytes.NewReader(doc), "events.json", &sk)
+		if err != nil || len(its) != 1 {
+			t.Fatalf("events: %+v, %v", its, err)
+		}
+		return its[0]
+	}
 	for _, tc := range []struct {
 		name string
 		item Item
 	}{
 		{"findings file", itemOf(rec, "findings")},
-		{"Event", func() Item {
-			doc, _ := json.Marshal(map[string]any{"kind": "EventList", "items": []any{eventOf(rec)}})
-			var sk Skipped
-			its, err := ReadEvents(bytes.NewReader(doc), "events.json", &sk)
-			if err != nil || len(its) != 1 {
-				t.Fatalf("events: %+v, %v", its, err)
-			}
-			return its[0]
-		}()},
+		{"Event", event(rec)},
+		{"findings file, after a failed command", itemOf(failed, "findings")},
+		{"Event, after a failed command", event(failed)},
 	} {
 		gs := GroupItems([]Item{tc.item}, nil)
 		if !Judge(gs, FailBreaks) {

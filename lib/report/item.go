@@ -434,9 +434,11 @@ func (ev event) item(source string, sk *Skipped) (Item, bool) {
 	it.Writer = wording.WriterLine(s.Writer)
 	// Written by wording.ExecLine, read back from an Event: bounded again.
 	it.Command = safetext.Cut(safetext.Display(s.Command), wording.MaxExecLine)
-	// A command's own Event with no level is a failed command's
-	// (execLevel); one of a look names the command that made it look.
-	it.Looked = it.Truncated || it.Worst == "" && it.Command != "" && !wording.FailedLine(it.Command)
+	// A look names the command that made it look, and says so; a
+	// forwarder's before the field did not: a command's own Event with no
+	// level is a failed command's (execLevel), so one with a command that
+	// did not fail is a look's.
+	it.Looked = it.Truncated || s.Looked || it.Worst == "" && it.Command != "" && !wording.FailedLine(it.Command)
 	// The reason says the state; the summary only adds why.
 	if state == findings.StateUnknown {
 		it.Error = s.Error
