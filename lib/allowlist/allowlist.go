@@ -74,12 +74,13 @@ type compiled struct {
 	keepsLevel bool
 }
 
-// List is a validated, compiled allowlist.
+// List is a validated allowlist; each entry's expression is compiled at
+// the first text that reaches it (safe to share between goroutines).
 type List struct {
 	entries []compiled
 }
 
-// Parse validates and compiles entries; source names them in errors.
+// Parse decodes and validates entries (New); source names them in errors.
 func Parse(data []byte, source string) (*List, error) {
 	var f File
 	if err := json.Unmarshal(data, &f); err != nil {
@@ -88,7 +89,8 @@ func Parse(data []byte, source string) (*List, error) {
 	return New(f.Entries, source)
 }
 
-// New compiles entries.
+// New validates entries, each expression parsed as regexp.Compile would
+// (the only place it fails), and keeps what the cheap matchers need.
 func New(entries []Entry, source string) (*List, error) {
 	l := &List{}
 	for i, e := range entries {

@@ -21,10 +21,11 @@ const DefaultPath = "/etc/iptables-alerter/allowlist.json"
 
 // Default is the built-in list.
 //
-// Parsed and compiled once: the agent loads its lists for every scan that
-// finds usage (an admin's edit takes effect at the next), and compiling the
-// built-in one each time was a twentieth of a first sweep's CPU. A List is
-// never changed after New, so every caller can share it.
+// Parsed once: the agent loads its lists for every scan that finds usage
+// (an admin's edit takes effect at the next), and compiling the built-in
+// one each time was a twentieth of a first sweep's CPU. A List is shared
+// safely: its only change after New is an expression compiled once, at
+// first use.
 func Default() *List { return defaultList() }
 
 var defaultList = sync.OnceValue(func() *List {

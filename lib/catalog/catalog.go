@@ -225,7 +225,7 @@ func (t *Table) ForNode(vendors []findings.Vendor) []findings.Vendor {
 	return out
 }
 
-// builtin is the embedded table, parsed once for NodeWords.
+// builtin is the built-in table, copied once for NodeWords.
 var builtin = sync.OnceValue(Builtin)
 
 // NodeWords is ForNode with the built-in table, for readers of node

@@ -11,7 +11,7 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
-// TestBuiltinTable: the embedded table parses, names exactly the vendors
+// TestBuiltinTable: the built-in table names exactly the vendors
 // metrics may label (findings.VendorNames), and every hint fits the
 // record's bounds and links a doc.
 func TestBuiltinTable(t *testing.T) {

@@ -153,7 +153,8 @@ func Run(ctx context.Context, path, namespace string, load Loaders) (Result, err
 // RunFrom is Run on a namespace already open, legacyInProcess as ReadFrom.
 //
 // The tables are loaded only when there is usage: most pods have none, and
-// compiling the allowlist's expressions is a fifth of the work. A one-shot
+// loading them (the admin's files read and parsed, the allowlist's
+// expressions parsed) is work they need not pay. A one-shot
 // look (not legacyInProcess: the hook, the scan command) on more than one
 // processor starts loading them beside its dumps once it has listed an
 // iptables client's table (tables.early).
@@ -208,11 +209,11 @@ type tables struct {
 }
 
 // early loads both tables on a goroutine of their own while the look goes
-// on. Reading and compiling them takes the hook 0.4 to 0.8 ms: a
-// 10,000-rule look's dumps hide all of it (0.5 to 0.6 ms less:
-// docs/performance.md, "The tables beside the dumps"), a small one's end
-// first and hide little. The vendor table is loaded even if the allowlist
-// will leave no usage.
+// on: a 10,000-rule look's dumps hide all of it, a small one's end first
+// and hide what they can (docs/performance.md, "The tables beside the
+// dumps": 0.4 to 0.8 ms then, about 0.15 ms since the built-in vendor
+// table is a Go literal and expressions compile at first use). The vendor
+// table is loaded even if the allowlist will leave no usage.
 func (t *tables) early() {
 	if t.done != nil {
 		return

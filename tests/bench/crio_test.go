@@ -359,6 +359,12 @@ func startBenchAgent(b *testing.B, bin, socket, dir string) *benchAgent {
 	addr := nstest.FreeAddr(b)
 	var log strings.Builder
 	a := &benchAgent{done: make(chan error, 1), out: new(nstest.Buffer)}
+	// The findings file's directory: with the memory elsewhere nothing
+	// else makes it, and the swept file's write after each sweep (as an
+	// admin's agent does it) needs it.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
 	// --host-proc "": this machine's pid 1 (the VM's init) keeps its
 	// namespaces from root, and the node's netns only tells host-network
 	// pods apart, which the bench has none of.

@@ -154,7 +154,18 @@ func runDir() (string, error) {
 		fmt.Println("note: /dev/shm is not a tmpfs: the per-sandbox memory is on the temp dir's filesystem, not on a tmpfs as on a node")
 		return os.MkdirTemp("", "iptalert-bench-run")
 	}
-	return os.MkdirTemp("/dev/shm", "iptalert-bench-run")
+	d, err := os.MkdirTemp("/dev/shm", "iptalert-bench-run")
+	if err != nil {
+		return "", err
+	}
+	// The real path: the hook and the agent open their memory with no
+	// symlink on the way, and /dev/shm is one on some hosts.
+	real, err := filepath.EvalSymlinks(d)
+	if err != nil {
+		os.RemoveAll(d)
+		return "", err
+	}
+	return real, nil
 }
 
 func fail(err error) {
