@@ -450,8 +450,27 @@ func (f *Follower) choose(files []*file) (int, error) {
 			continue
 		}
 		if f.cp.Offset == 0 && f.cp.Birth != 0 && x.birth != 0 {
-			// Born when the checkpoint's file was: that file.
-			return i, nil
+			// Born when the checkpoint's file was: that file. The
+			// generations just before it born after it, back to the
+			// one the follower came from (Rotated), are copies of it
+			// (logrotate's copytruncate, while the follower was
+			// stopped): the first holds the lines it had, none read,
+			// so reading starts there, and goes on down to it.
+			j := i
+			for j > 0 && files[j-1].birth > x.birth {
+				id, err := files[j-1].id()
+				if err != nil {
+					return -1, err
+				}
+				if id.same(f.cp.Rotated) {
+					break
+				}
+				j--
+			}
+			if j < i {
+				f.cp = files[j].start(f.cp.Rotated)
+			}
+			return j, nil
 		}
 		if f.cp.Offset == 0 {
 			ok, err := f.startsAt(files, i)
@@ -501,11 +520,10 @@ func (f *Follower) choose(files []*file) (int, error) {
 	// still there; otherwise everything left is newer. Lines it held past
 	// the checkpoint, if any, were never handed over: said, as a skip, so
 	// the consumer counts and logs the gap instead of going on silently.
-	if f.Skipped != nil {
-		f.Skipped(Skip{File: f.path, Offset: f.cp.Offset, Size: -1,
-			Reason: "the file the checkpoint was in is gone (rotated past the last generation, removed or truncated) before it was read to its end: its lines past the offset, if any, were lost"})
-	}
+	// Said once the way on is known: a read that fails is retried, and
+	// the gap would be counted again.
 	prev := f.cp.Rotated
+	next, cp := 0, files[0].start(FileID{})
 	for i, x := range files[:len(files)-1] {
 		if !sameFile(x.dev, x.inode, x.birth, prev.Dev, prev.Inode, prev.Birth) {
 			continue
@@ -515,12 +533,16 @@ func (f *Follower) choose(files []*file) (int, error) {
 			return -1, err
 		}
 		if id.same(prev) {
-			f.cp = files[i+1].start(id)
-			return i + 1, nil
+			next, cp = i+1, files[i+1].start(id)
+			break
 		}
 	}
-	f.cp = files[0].start(FileID{})
-	return 0, nil
+	if f.Skipped != nil {
+		f.Skipped(Skip{File: f.path, Offset: f.cp.Offset, Size: -1,
+			Reason: "the file the checkpoint was in is gone (rotated past the last generation, removed or truncated) before it was read to its end: its lines past the offset, if any, were lost"})
+	}
+	f.cp = cp
+	return next, nil
 }
 
 // startsAt reports whether files[i], which has the inode number of the

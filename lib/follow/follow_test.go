@@ -653,6 +653,25 @@ func TestStartKnownByBirth(t *testing.T) {
 			t.Errorf("skips = %+v, want none", x.skips)
 		}
 	})
+	t.Run("copytruncate while stopped at the start", func(t *testing.T) {
+		x := newFixture(t)
+		write(x, x.path, "b\n")
+		f := ident(x.path)
+		save(x, Checkpoint{Dev: f.dev, Inode: f.inode, Birth: f.birth})
+		// logrotate's copytruncate: a copy born after the file, which
+		// is truncated in place and written again. Birth times are the
+		// kernel's coarse clock: a tick (10 ms at most) apart.
+		time.Sleep(20 * time.Millisecond)
+		write(x, x.path+".1", "b\n")
+		if err := os.Truncate(x.path, 0); err != nil {
+			t.Fatal(err)
+		}
+		x.append("c\n")
+		x.want("b", "c")
+		if len(x.skips) != 0 {
+			t.Errorf("skips = %+v, want none", x.skips)
+		}
+	})
 	t.Run("checkpoint saved before birth times", func(t *testing.T) {
 		x := newFixture(t)
 		write(x, x.path+".1", "p\n")
