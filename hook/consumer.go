@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"net/http"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -37,6 +38,28 @@ func (c *consumerFlags) register(fs *pflag.FlagSet, dir, health, probe string) {
 	fs.StringVar(&c.healthAddr, "health-addr", "", health+" (empty: off)")
 	registerProbeAddr(fs, &c.probeAddr, probe)
 	fs.DurationVar(&c.poll, "poll", follow.DefaultPoll, "how often to look for new lines")
+}
+
+// lockWait bounds how long a consumer waits for its checkpoint directory
+// while another holds it, then exits 1 saying why: a second install of a
+// consumer on the node crash-loops with that line in its log, and a
+// one-shot run beside the daemon fails rather than hang its timer's unit;
+// a restart's overlap is over well within it.
+var lockWait = time.Minute
+
+// lockCheckpointDir creates the consumer's checkpoint directory (perm) and
+// holds it (follow.LockDir), saying so while another consumer does; nil
+// and no error when ctx ended meanwhile: a stop, not a failure.
+func lockCheckpointDir(ctx context.Context, dir string, perm os.FileMode, log logrus.FieldLogger) (*os.File, error) {
+	lctx, cancel := context.WithTimeout(ctx, lockWait)
+	defer cancel()
+	f, err := follow.LockDir(lctx, dir, perm, func() {
+		log.Warn("another consumer holds the checkpoint directory (--checkpoint-dir): waiting for it, a minute at most; two consumers must not share one (each would save over the other's checkpoint)")
+	})
+	if err != nil && ctx.Err() != nil {
+		return nil, nil
+	}
+	return f, err
 }
 
 // runConsumer runs loop until SIGTERM or SIGINT: exit status 0 after a

@@ -184,10 +184,12 @@ func forwardLoop(ctx context.Context, cfg forwardConfig, log *logrus.Logger) err
 	if err != nil {
 		return fmt.Errorf("make kubernetes client: %w", err)
 	}
-	if err := os.MkdirAll(cfg.checkpointDir, 0o700); err != nil {
-		return fmt.Errorf("create state dir %q: %w", cfg.checkpointDir, err)
-	}
 	fields := logrus.Fields{"findings": cfg.findings, "state_dir": cfg.checkpointDir, "node": cfg.nodeName, "api_server": rc.Host}
+	lock, err := lockCheckpointDir(ctx, cfg.checkpointDir, 0o700, log.WithFields(fields))
+	if lock == nil {
+		return err
+	}
+	defer lock.Close()
 	refusals := kubeapi.NewRefusals()
 	refusals.Hold = cfg.webhookHold
 	// The node's pods from one watch, not a GET per finding.

@@ -60,6 +60,11 @@ func (cfg *textfileConfig) run(_ []string, s stdio) int {
 }
 
 func textfileLoop(ctx context.Context, cfg textfileConfig, log *logrus.Logger, fields logrus.Fields) error {
+	lock, err := lockCheckpointDir(ctx, cfg.checkpointDir, 0o750, log.WithFields(fields))
+	if lock == nil {
+		return err
+	}
+	defer lock.Close()
 	c, err := textfile.Open(cfg.checkpointDir, cfg.textfileDir)
 	if err != nil {
 		return err
