@@ -94,6 +94,9 @@ type Event struct {
 	PID, TGID int
 	// Status is an exit's raw wait status.
 	Status uint32
+	// Mono is when the kernel made the event (proc_event's timestamp_ns,
+	// CLOCK_MONOTONIC nanoseconds); 0 for a message of another callback.
+	Mono int64
 }
 
 // Parse reads one netlink message's payload (a cn_msg holding a
@@ -118,6 +121,7 @@ func Parse(b []byte) (ev Event, ok bool) {
 		return Event{}, false
 	}
 	data = data[:n]
+	ev.Mono = int64(ne.Uint64(data[8:]))
 	d := data[ProcEventHdr:]
 	switch ne.Uint32(data[0:]) {
 	case ProcEventNone:

@@ -626,7 +626,9 @@ func (a *Agent) placeExec(c execwatch.Command) (*watched, string) {
 
 // madeAfter tells whether the netns pinned at path was made after t: its
 // nsfs inode's change time is when the runtime pinned it, right after
-// making it. A /proc path pins nothing (its inode may be made when first
+// making it, on the kernel's coarse clock (up to a tick early): a command
+// of the freed netns that began within that tick before the pin is still
+// taken for the new pod's, a window far narrower than a netns's teardown. A /proc path pins nothing (its inode may be made when first
 // looked at), so it is never judged; nor is a zero t.
 func madeAfter(path string, t time.Time) bool {
 	var st unix.Stat_t

@@ -32,7 +32,9 @@ func TestDecodeFixedBytes(t *testing.T) {
 	}
 	exit := hexBytes(t, "01000000 01000000 f5020000 00000000 2800 0000 00000080 00000000 df3542bc010b0000 84240000 7a240000 00030000 11000000 01000000 01000000")
 	ev, err = Decode(exit)
-	if err != nil || ev.Kind != KindExit || ev.PID != 0x2484 || ev.TGID != 0x247a || ev.Status != 768 {
+	// Mono: the kernel's time of the event (timestamp_ns), 12,100 s after
+	// that machine's boot.
+	if err != nil || ev.Kind != KindExit || ev.PID != 0x2484 || ev.TGID != 0x247a || ev.Status != 768 || ev.Mono != 0x0b01bc4235df {
 		t.Fatalf("exit: %+v %v", ev, err)
 	}
 	if code, sig := ExitStatus(ev.Status); code != 3 || sig != 0 {

@@ -93,7 +93,9 @@ type Command struct {
 	// Writer places the process: its parent and cgroup (container or
 	// systemd unit), as the nftables watch's writers.
 	Writer *findings.Writer
-	// Started is when the exec was read; Ended when its exit arrived.
+	// Started is when the kernel made the exec's event (when the tool
+	// began, not when the watch got to it: the netns reuse check compares
+	// it with a sandbox's making); Ended when its exit arrived.
 	Started, Ended time.Time
 	// Exited: the exit was seen, and Code or Signal is its status.
 	Exited       bool
@@ -497,7 +499,7 @@ func (w *Watcher) datagram(b []byte, snap *execquiet.Snapshot) {
 		}
 		switch ev.Kind {
 		case KindExec:
-			w.exec(ev.TGID, snap)
+			w.exec(ev.TGID, ev.Mono, snap)
 		case KindExit:
 			// Exits come per thread; the process's status is its
 			// leader's.
@@ -516,8 +518,9 @@ func (w *Watcher) datagram(b []byte, snap *execquiet.Snapshot) {
 // reads: a tool's name makes it a missed tool run (Options.Missed), never
 // a silent one; only a process reaped too stays unknown (Stats.Vanished).
 // snap is what the quiet path read of the process as its exec arrived,
-// used instead of /proc when it is this pid's.
-func (w *Watcher) exec(pid int, snap *execquiet.Snapshot) {
+// used instead of /proc when it is this pid's; mono is the event's kernel
+// time (Event.Mono).
+func (w *Watcher) exec(pid int, mono int64, snap *execquiet.Snapshot) {
 	w.execs.Add(1)
 	root := w.opts.Proc
 	p := procOf(root, pid, snap)
@@ -547,7 +550,7 @@ func (w *Watcher) exec(pid int, snap *execquiet.Snapshot) {
 			// cgroup, is read at once (miss), or the run is the node's
 			// loss, not its pod's.
 			w.candidates.Add(1)
-			w.miss(p, &Command{PID: pid, Started: time.Now()}, c)
+			w.miss(p, &Command{PID: pid, Started: eventTime(mono)}, c)
 			return
 		}
 	} else if _, ok := toolOf(path); !ok {
@@ -556,7 +559,7 @@ func (w *Watcher) exec(pid int, snap *execquiet.Snapshot) {
 		return
 	}
 	w.candidates.Add(1)
-	cmd := &Command{PID: pid, Exe: path, Started: time.Now()}
+	cmd := &Command{PID: pid, Exe: path, Started: eventTime(mono)}
 	cmd.Netns, _ = p.netns()
 	argv, cut, err := p.cmdline()
 	if err != nil {
@@ -585,6 +588,23 @@ func (w *Watcher) exec(pid int, snap *execquiet.Snapshot) {
 	cmd.start = p.start()
 	w.tools.Add(1)
 	w.add(cmd)
+}
+
+// eventTime is the wall-clock time of a kernel event made at mono
+// (CLOCK_MONOTONIC ns): the reader may get to it milliseconds later under
+// load, and a sandbox made in between must not look older than the
+// command. Now when mono is unknown or ahead of the clock.
+func eventTime(mono int64) time.Time {
+	now := time.Now()
+	var ts unix.Timespec
+	if mono <= 0 || unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+		return now
+	}
+	ago := ts.Nano() - mono
+	if ago < 0 {
+		return now
+	}
+	return now.Add(-time.Duration(ago))
 }
 
 // MissGone is Options.Missed's reason for a tool run that ended before it

@@ -243,7 +243,7 @@ func TestWatcherMissedByName(t *testing.T) {
 	}
 	w, missed := missWatcher(proc)
 	for _, pid := range []int{100, 101, 102, 103} {
-		w.exec(pid, nil)
+		w.exec(pid, 0, nil)
 	}
 	st := w.Stats()
 	if st.Execs != 4 || st.Missed != 2 || st.Vanished != 1 || st.Tools != 0 || st.Candidates != 2 {
@@ -256,6 +256,39 @@ func TestWatcherMissedByName(t *testing.T) {
 		if c.Exited || len(c.Argv) != 1 || (c.Argv[0] != "iptables" && c.Argv[0] != "ip6tables-resto") || c.Writer == nil || c.Writer.Comm != c.Argv[0] {
 			t.Errorf("missed %+v writer %+v", c, c.Writer)
 		}
+	}
+}
+
+// A tool run's Started is the kernel's time of its exec, not when the
+// watch got to it: under load that is milliseconds later, and a sandbox
+// whose netns took a freed inode in between looked older than the
+// command, which was credited to it (helper-105's review). Without the
+// kernel's time (a message without it), the read's.
+func TestStartedIsTheExecsTime(t *testing.T) {
+	proc := t.TempDir()
+	for _, pid := range []string{"100", "101"} {
+		if err := os.MkdirAll(filepath.Join(proc, pid), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(proc, pid, "comm"), []byte("iptables\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var now unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+		t.Fatal(err)
+	}
+	w, missed := missWatcher(proc)
+	w.exec(100, now.Nano()-int64(2*time.Second), nil)
+	w.exec(101, 0, nil)
+	if len(*missed) != 2 {
+		t.Fatalf("missed %+v, want both", *missed)
+	}
+	if ago := time.Since((*missed)[0].Started); ago < 2*time.Second || ago > 10*time.Second {
+		t.Errorf("started %v ago, want the exec's 2 s ago", ago)
+	}
+	if ago := time.Since((*missed)[1].Started); ago < 0 || ago > 2*time.Second {
+		t.Errorf("no kernel time: started %v ago, want the read's", ago)
 	}
 }
 
@@ -290,7 +323,7 @@ func TestWatcherMissedZombie(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	w, missed := missWatcher("/proc")
-	w.exec(pid, nil)
+	w.exec(pid, 0, nil)
 	if st := w.Stats(); st.Missed != 1 || st.Vanished != 0 || len(*missed) != 1 {
 		t.Fatalf("zombie: stats %+v missed %+v, want one missed tool run", st, *missed)
 	}
@@ -299,7 +332,7 @@ func TestWatcherMissedZombie(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	reaped = true
-	w.exec(pid, nil)
+	w.exec(pid, 0, nil)
 	if st := w.Stats(); st.Missed != 1 || st.Vanished != 1 {
 		t.Errorf("reaped: stats %+v, want it unknown (vanished)", st)
 	}
@@ -325,7 +358,7 @@ func TestWatcherMissedFromSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	w, missed := missWatcher(root)
-	w.exec(pid, snap)
+	w.exec(pid, 0, snap)
 	if len(*missed) != 1 {
 		t.Fatalf("missed %+v, want the tool run", *missed)
 	}
@@ -383,7 +416,7 @@ func TestWatcherSnapshot(t *testing.T) {
 	w, missed := missWatcher("/proc")
 	var done []Command
 	w.opts.Done = func(c Command) { done = append(done, c) }
-	w.exec(pid, snap)
+	w.exec(pid, 0, snap)
 	w.exit(pid, 9)
 	if len(*missed) != 0 || len(done) != 1 {
 		t.Fatalf("missed %+v done %+v, want the run done", *missed, done)
@@ -397,7 +430,7 @@ func TestWatcherSnapshot(t *testing.T) {
 		t.Error("the snapshot was left for another exec of the pid")
 	}
 	// Another pid's snapshot is not used: that pid is gone (vanished).
-	w.exec(pid+1<<20, execquiet.SnapshotOf("/proc", os.Getpid()))
+	w.exec(pid+1<<20, 0, execquiet.SnapshotOf("/proc", os.Getpid()))
 	if st := w.Stats(); st.Vanished != 1 {
 		t.Errorf("stats %+v, want another pid's snapshot ignored", st)
 	}
@@ -528,11 +561,11 @@ func TestWatcherRecheckReused(t *testing.T) {
 	w := &Watcher{opts: Options{Proc: root, Done: c.done, Missed: func(Command, string) {}, MaxPending: 8}, pending: map[int]*Command{}}
 	// 300 runs, then its pid is a running process started later.
 	standIn(t, root, 300, "R", "1000", 0)
-	w.exec(300, nil)
+	w.exec(300, 0, nil)
 	// 301 ended (exit 1: a write that failed), its pid a zombie started
 	// later that exited 0.
 	standIn(t, root, 301, "R", "1000", 0)
-	w.exec(301, nil)
+	w.exec(301, 0, nil)
 	if st := w.Stats(); st.Tools != 2 {
 		t.Fatalf("stats %+v, want the two tools pending", st)
 	}
@@ -811,20 +844,20 @@ func TestWatcherPidExecsAgain(t *testing.T) {
 	}
 	for pid := 400; pid <= 404; pid++ {
 		standIn(t, root, pid, "R", "1000", 0)
-		w.exec(pid, nil)
+		w.exec(pid, 0, nil)
 	}
 	notTool(400, "2000") // another process, no tool
-	w.exec(400, nil)
+	w.exec(400, 0, nil)
 	notTool(401, "1000") // the tool's own process, no tool now
-	w.exec(401, nil)
+	w.exec(401, 0, nil)
 	standIn(t, root, 402, "R", "2000", 0) // another process, a tool
-	w.exec(402, nil)
+	w.exec(402, 0, nil)
 	standIn(t, root, 403, "R", "1000", 0) // the tool's own process, a tool again
-	w.exec(403, nil)
+	w.exec(403, 0, nil)
 	if err := os.RemoveAll(filepath.Join(root, "404")); err != nil { // reaped before read
 		t.Fatal(err)
 	}
-	w.exec(404, nil)
+	w.exec(404, 0, nil)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var given []int
