@@ -9,6 +9,7 @@
 //	func New(path string, store Store) *Follower
 //	func (f *Follower) Run(ctx context.Context, h Handler) error  // follows until ctx is done
 //	func (f *Follower) Once(ctx context.Context, h Handler) error // handles what is there now, then returns
+//	func LockDir(ctx context.Context, dir string, perm os.FileMode, busy func()) (*os.File, error) // one consumer a checkpoint directory
 //
 // A nil error from the handler moves the checkpoint past the line (saved
 // atomically); an error leaves the checkpoint where it was and the same line
@@ -28,11 +29,19 @@
 // off, then the truncated original is read from its start: no line twice.
 // At the start of a file, with no first line read, the inode number is not
 // enough (a rotation frees the number of the file it removes for the next
-// file made): the file is the one named only if the file before it is the
-// one the checkpoint came from, or nothing comes before it.
+// file made): the file's birth time (statx) tells it, where the filesystem
+// gives one and no file before it, other than the one the checkpoint came
+// from, was born in the same tick of the kernel's coarse clock; the
+// generations born after it, back to that one, are copytruncate copies of
+// it made while the follower was stopped, read first. Without birth times
+// the file is the one named only if the file before it is the one the
+// checkpoint came from, or nothing comes before it. A copy destroyed
+// unread (two copytruncates into a single kept generation while the
+// follower was stopped) is lost with no gap said: what is left cannot
+// tell it ever was.
 //
-// Invariant: the checkpoint (device, inode, SHA-256 of the first line, offset
-// after the last handled newline) never moves past a line whose handler has
+// Invariant: the checkpoint (device, inode, birth time, SHA-256 of the
+// first line, offset after the last handled newline) never moves past a line whose handler has
 // not returned nil, and is only ever replaced atomically (temp file, fsync,
 // rename, fsync of the directory).
 //

@@ -455,9 +455,12 @@ func (f *Follower) choose(files []*file) (int, error) {
 			// one the follower came from (Rotated), are copies of it
 			// (logrotate's copytruncate, while the follower was
 			// stopped): the first holds the lines it had, none read,
-			// so reading starts there, and goes on down to it.
-			j := i
-			for j > 0 && files[j-1].birth > x.birth {
+			// so reading starts there, and goes on down to it. One
+			// born in the same tick of the kernel's coarse clock says
+			// nothing (rotations back to back reuse an inode number
+			// within a tick): then as without birth times (startsAt).
+			j, same := i, false
+			for j > 0 && files[j-1].birth >= x.birth {
 				id, err := files[j-1].id()
 				if err != nil {
 					return -1, err
@@ -465,12 +468,17 @@ func (f *Follower) choose(files []*file) (int, error) {
 				if id.same(f.cp.Rotated) {
 					break
 				}
+				if same = files[j-1].birth == x.birth; same {
+					break
+				}
 				j--
 			}
-			if j < i {
-				f.cp = files[j].start(f.cp.Rotated)
+			if !same {
+				if j < i {
+					f.cp = files[j].start(f.cp.Rotated)
+				}
+				return j, nil
 			}
-			return j, nil
 		}
 		if f.cp.Offset == 0 {
 			ok, err := f.startsAt(files, i)

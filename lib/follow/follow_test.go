@@ -615,6 +615,9 @@ func TestStartKnownByBirth(t *testing.T) {
 		x := newFixture(t)
 		write(x, x.path+".2", "old\n")
 		write(x, x.path+".1", "p\n")
+		// Made before it, not within the same tick of the coarse clock
+		// (that one is the next case's).
+		time.Sleep(20 * time.Millisecond)
 		write(x, x.path, "f\n")
 		f := ident(x.path)
 		// The file before it was rotated away: its id is nowhere.
@@ -661,6 +664,32 @@ func TestStartKnownByBirth(t *testing.T) {
 	})
 	t.Run("checkpoint saved before birth times", func(t *testing.T) {
 		fromRotated(t, func(cp *Checkpoint) { cp.Birth, cp.Rotated.Birth = 0, 0 })
+	})
+	t.Run("inode number and birth tick of a removed file", func(t *testing.T) {
+		// Rotations back to back within one tick of the kernel's
+		// coarse clock: the file the checkpoint named was removed, and
+		// its number went to PATH, made in the same tick as PATH.1.
+		x := newFixture(t)
+		var f *file
+		for try := 0; ; try++ {
+			write(x, x.path+".1", "c\n")
+			write(x, x.path, "b\n")
+			f = ident(x.path)
+			if ident(x.path+".1").birth == f.birth {
+				break
+			}
+			if try == 100 {
+				t.Skip("no two files made in one clock tick")
+			}
+			os.Remove(x.path + ".1")
+			os.Remove(x.path)
+		}
+		save(x, Checkpoint{Dev: f.dev, Inode: f.inode, Birth: f.birth,
+			Rotated: FileID{Dev: f.dev, Inode: f.inode + 1<<30, Birth: 1, FirstLine: "gone"}})
+		x.want("c", "b")
+		if len(x.skips) != 1 || x.skips[0].Size != -1 {
+			t.Errorf("skips = %+v, want the gap", x.skips)
+		}
 	})
 	t.Run("copytruncate while stopped at the start", func(t *testing.T) {
 		x := newFixture(t)
