@@ -86,7 +86,8 @@ never holding a finding.
 
 Credentials: --kubeconfig, else the in-cluster service account.
 Exit status: 0 after a clean shutdown (SIGTERM, SIGINT), 1 on an error
-(no credentials, unreadable checkpoint), 2 on bad flags.`
+(no credentials, unreadable checkpoint, --checkpoint-dir held by another
+consumer for a minute), 2 on bad flags.`
 
 // defaultForwardStateDir holds the forwarder's checkpoint.
 const defaultForwardStateDir = "/var/lib/iptables-alerter/forward"

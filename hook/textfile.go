@@ -30,7 +30,8 @@ a restart neither loses pods nor counts a line twice.
 With --once it handles what is in the file now, writes the textfile and
 exits (for a systemd timer); otherwise it follows until SIGTERM or SIGINT.
 Exit status: 0 on success or a clean shutdown, 1 on an error (unreadable
-state, unwritable directories), 2 on bad flags.`
+state, unwritable directories, --checkpoint-dir held by another consumer
+for a minute), 2 on bad flags.`
 
 type textfileConfig struct {
 	consumerFlags
