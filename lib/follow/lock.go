@@ -2,13 +2,14 @@ package follow
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/fileio"
 )
 
 // lockName is the lock file in a consumer's checkpoint directory.
@@ -38,33 +39,19 @@ func LockDir(ctx context.Context, dir string, perm os.FileMode, busy func()) (*o
 		f.Close()
 		return nil, fmt.Errorf("lock checkpoint directory %q: %s is not a regular file (%v)", dir, lockName, err)
 	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock checkpoint directory %q: %w", dir, err)
-	}
 	var said time.Time
-	for {
-		var lerr error
-		if err := rc.Control(func(fd uintptr) { lerr = unix.Flock(int(fd), unix.LOCK_EX|unix.LOCK_NB) }); err != nil {
-			lerr = err
-		}
-		if lerr == nil {
-			return f, nil
-		}
-		if !errors.Is(lerr, unix.EWOULDBLOCK) && !errors.Is(lerr, unix.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("lock checkpoint directory %q: %w", dir, lerr)
-		}
+	err = fileio.Flock(ctx, f, LockRetry, func() {
 		if busy != nil && time.Since(said) >= time.Minute {
 			busy()
 			said = time.Now()
 		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("lock checkpoint directory %q: held by another consumer: %w", dir, ctx.Err())
-		case <-time.After(LockRetry):
-		}
+	})
+	switch {
+	case err == nil:
+		return f, nil
+	case ctx.Err() != nil:
+		err = fmt.Errorf("held by another consumer: %w", err)
 	}
+	f.Close()
+	return nil, fmt.Errorf("lock checkpoint directory %q: %w", dir, err)
 }
