@@ -81,6 +81,15 @@ func openSession(ctx context.Context, h *netns.Handle, deadline time.Time, size 
 		n.close()
 		return nil, fmt.Errorf("bind netfilter netlink in netns %q: %w", h.Path, err)
 	}
+	// Connected to the kernel (port 0), the socket takes no other
+	// socket's message: a process of the pod with CAP_NET_ADMIN can send
+	// to any netfilter socket in its netns (/proc/net/netlink lists their
+	// ports), and a forged end of dump or generation with the expected
+	// sequence number would be read as the kernel's answer.
+	if err := unix.Connect(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		n.close()
+		return nil, fmt.Errorf("connect netfilter netlink in netns %q: %w", h.Path, err)
+	}
 	if err := n.setTimeout(); err != nil {
 		n.close()
 		return nil, err

@@ -2,12 +2,14 @@ package inspect
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -166,4 +168,51 @@ func TestReadAheadPanicJoinsReader(t *testing.T) {
 		}
 	}
 	n.close()
+}
+
+// TestSessionTakesOnlyTheKernels: a process of the pod with CAP_NET_ADMIN
+// can send to any netfilter socket of its netns, whose port
+// /proc/net/netlink lists; a session takes the kernel's messages only,
+// so a forged generation or end of dump never reads as the answer.
+func TestSessionTakesOnlyTheKernels(t *testing.T) {
+	nstest.NeedRoot(t)
+	h := nstest.New(t).Open()
+	n, err := openSession(context.Background(), h, time.Now().Add(5*time.Second), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.close()
+	sa, err := unix.Getsockname(n.fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := sa.(*unix.SockaddrNetlink).Pid
+	forger := -1
+	if err := h.Do(func() error {
+		var err error
+		forger, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(forger)
+	// A generation answer of the session's first request, seq 1: NEWGEN
+	// holding generation 12345.
+	forged := make([]byte, unix.NLMSG_HDRLEN+4+8)
+	hdr := (*unix.NlMsghdr)(unsafe.Pointer(&forged[0]))
+	*hdr = unix.NlMsghdr{Len: uint32(len(forged)), Type: unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWGEN, Seq: 1, Pid: port}
+	attr := forged[unix.NLMSG_HDRLEN+4:]
+	binary.NativeEndian.PutUint16(attr[0:], 8)
+	binary.NativeEndian.PutUint16(attr[2:], unix.NFTA_GEN_ID)
+	binary.BigEndian.PutUint32(attr[4:], 12345)
+	if err := unix.Sendto(forger, forged, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Pid: port}); err == nil {
+		t.Fatalf("a process in the netns sent a forged answer to the session's port %d", port)
+	}
+	var gen uint32
+	if err := n.dump(unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC, nil, "generation", func(_ byte, b []byte) { gen, _ = genOf(b) }); err != nil {
+		t.Fatal(err)
+	}
+	if gen == 12345 {
+		t.Fatal("the session read the forged generation")
+	}
 }
