@@ -502,7 +502,7 @@ func TestStopEndsUsage(t *testing.T) {
 		t.Fatal("the sweep's scans never ended")
 	}
 	for _, p := range pods {
-		a.usage.Exec(scan.Meta{SandboxID: p.Id, Pod: findings.Pod{Namespace: p.Namespace, Name: p.Name}}, false)
+		a.usage.Exec(scan.Meta{SandboxID: p.Id, Pod: findings.Pod{Namespace: p.Namespace, Name: p.Name}}, false, time.Now())
 		if rules, execs := usage(p.Id); !rules || !execs {
 			t.Fatalf("pod %s: usage %v, command counts %v; want both", p.Id, rules, execs)
 		}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -528,7 +529,7 @@ func (a *Agent) execDone(c execwatch.Command) bool {
 	e := execRecord(c, a.execs.legacyAbsent)
 	writer := a.placeWriter(c.Writer)
 	if !w.node {
-		a.usage.Exec(w.meta, e.Failed)
+		a.usage.Exec(w.meta, e.Failed, cmp.Or(c.Ended, time.Now()))
 	}
 	switch {
 	case e.Failed:

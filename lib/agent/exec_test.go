@@ -91,10 +91,12 @@ func TestExecWatch(t *testing.T) {
 		t.Errorf("pod %+v, want %s", r.Pod, p.Uid)
 	}
 
+	beforeBogus := time.Now()
 	if out, err := heldLegacy(t, a, ns, "-t", "bogus", "-A", "OUTPUT", "-m", "comment", "--comment", "bogus-write", "-j", "ACCEPT"); err == nil {
 		t.Fatalf("-t bogus worked: %s", out)
 	}
 	s = execScan(t, rec, "bogus-write")
+	afterBogus := time.Now() // its exit read, its count taken
 	r = s.Record
 	if s.Stored != findings.Recorded || !r.Failed() || !r.Exec.MissingKernelSupport || r.Exec.ExitCode != 3 || r.Worst != findings.ImpactLegacy || r.HasUsage() || r.KnownState() != findings.StatePresent {
 		t.Errorf("failed write: %s exec %+v worst %q", s.Label(), r.Exec, r.Worst)
@@ -122,6 +124,9 @@ func TestExecWatch(t *testing.T) {
 	// The pod's counts: the legacy write, the failed one, 20 checks.
 	if got := a.usage.execCounts(); len(got) != 1 || got[0].name != p.Name || got[0].attempts != 22 || got[0].failures != 1 {
 		t.Errorf("pod command counts %+v, want 22 attempts, 1 failure", got)
+	} else if f := got[0].lastFailure; f.Before(beforeBogus) || f.After(afterBogus) {
+		// The alert rules tell a new failure from an old one by it.
+		t.Errorf("the pod's last failure at %s, want the failed write's end, between %s and %s", f, beforeBogus, afterBogus)
 	}
 	ns.Run("iptables-nft", "-A", "FORWARD", "-m", "comment", "--comment", "nft-write", "-j", "DROP")
 	s = execScan(t, rec, "nft-write")

@@ -179,6 +179,9 @@ var (
 	podExecsDesc = prometheus.NewDesc("iptables_alerter_agent_pod_iptables_commands_total",
 		"iptables commands a running pod ran that the exec watch saw end, by result (ok, failed: a write that did not work, or missing kernel support; missed: it ran in the pod, by its cgroup, and ended before the agent could read it); within --max-pod-series pods, each until the pod stops.",
 		[]string{"pod_namespace", "pod_name", "owner", "result"}, nil)
+	podFailureDesc = prometheus.NewDesc("iptables_alerter_agent_pod_iptables_command_last_failure_timestamp_seconds",
+		"When the latest iptables command that failed in a running pod ended (Unix time), for pods of iptables_alerter_agent_pod_iptables_commands_total with failures: the alert rules tell a new failure from an old one by it where Prometheus has no history of the counter.",
+		[]string{"pod_namespace", "pod_name", "owner"}, nil)
 	leftOutDesc = prometheus.NewDesc("iptables_alerter_agent_pod_series_left_out_total",
 		"Findings with usage of pods left out of iptables_alerter_agent_pod_rules because --max-pod-series pods had series already.",
 		nil, nil)
@@ -190,6 +193,7 @@ type usageCollector struct{ u *Usage }
 func (c usageCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- podRulesDesc
 	ch <- podExecsDesc
+	ch <- podFailureDesc
 	ch <- leftOutDesc
 }
 
@@ -198,6 +202,9 @@ func (c usageCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(podExecsDesc, prometheus.CounterValue, float64(p.attempts-p.failures), p.namespace, p.name, p.owner, "ok")
 		ch <- prometheus.MustNewConstMetric(podExecsDesc, prometheus.CounterValue, float64(p.failures), p.namespace, p.name, p.owner, "failed")
 		ch <- prometheus.MustNewConstMetric(podExecsDesc, prometheus.CounterValue, float64(p.missed), p.namespace, p.name, p.owner, "missed")
+		if !p.lastFailure.IsZero() {
+			ch <- prometheus.MustNewConstMetric(podFailureDesc, prometheus.GaugeValue, float64(p.lastFailure.UnixNano())/1e9, p.namespace, p.name, p.owner)
+		}
 	}
 	for _, p := range c.u.Pods() {
 		for _, l := range findings.ImpactLevels {

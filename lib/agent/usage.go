@@ -82,6 +82,10 @@ type podExecs struct {
 	attempts, failures     uint64
 	// missed: ran, ended before the watch could read it.
 	missed uint64
+	// lastFailure is when the latest failed command ended: the alert
+	// rules tell a new failure from an old one by it where Prometheus has
+	// no history of the counter (restarted, or a scrape failed).
+	lastFailure time.Time
 }
 
 // NewUsage follows at most max pods (DefaultMaxUsage for 0 or less).
@@ -258,9 +262,10 @@ func (u *Usage) Listed(running map[string]bool) {
 	}
 }
 
-// Exec counts one iptables command of the sandbox's pod that ended, a
-// failed write or not. Past max pods counted, the pod is left out (Left).
-func (u *Usage) Exec(m scan.Meta, failed bool) {
+// Exec counts one iptables command of the sandbox's pod that ended at
+// ended, a failed write or not. Past max pods counted, the pod is left
+// out (Left).
+func (u *Usage) Exec(m scan.Meta, failed bool, ended time.Time) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	p := u.podExecs(m)
@@ -270,6 +275,9 @@ func (u *Usage) Exec(m scan.Meta, failed bool) {
 	p.attempts++
 	if failed {
 		p.failures++
+		if ended.After(p.lastFailure) {
+			p.lastFailure = ended
+		}
 	}
 }
 
@@ -311,6 +319,9 @@ func (u *Usage) execCounts() []podExecs {
 		k := [2]string{p.namespace, p.name}
 		if q := byName[k]; q != nil {
 			q.attempts, q.failures, q.missed = q.attempts+p.attempts, q.failures+p.failures, q.missed+p.missed
+			if p.lastFailure.After(q.lastFailure) {
+				q.lastFailure = p.lastFailure
+			}
 			continue
 		}
 		c := *p

@@ -166,9 +166,9 @@ func TestUsageReadiness(t *testing.T) {
 	if r := u.Readiness(); r != findings.ReadinessReady {
 		t.Errorf("the pod left out stopped: %s, want ready", r)
 	}
-	u.Exec(scan.Meta{SandboxID: "d"}, false)
-	u.Exec(scan.Meta{SandboxID: "e"}, false)
-	u.Exec(scan.Meta{SandboxID: "f"}, false)
+	u.Exec(scan.Meta{SandboxID: "d"}, false, time.Time{})
+	u.Exec(scan.Meta{SandboxID: "e"}, false, time.Time{})
+	u.Exec(scan.Meta{SandboxID: "f"}, false, time.Time{})
 	if r := u.Readiness(); r != findings.ReadinessReady {
 		t.Errorf("a pod left out of the command counts: %s, want ready", r)
 	}
@@ -246,7 +246,7 @@ func TestUsageAfterStop(t *testing.T) {
 	u.Scanned(present("old"))
 	u.Ended("old")
 	u.Scanned(present("old"))
-	u.Exec(scan.Meta{SandboxID: "old", Pod: findings.Pod{Namespace: "ns", Name: "pod-old"}}, true)
+	u.Exec(scan.Meta{SandboxID: "old", Pod: findings.Pod{Namespace: "ns", Name: "pod-old"}}, true, time.Now())
 	if has("old") || len(u.execCounts()) != 0 {
 		t.Fatalf("a stopped sandbox's late scan and command came back: pods %+v, commands %+v", u.Pods(), u.execCounts())
 	}
