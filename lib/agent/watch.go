@@ -63,6 +63,22 @@ type pendingWriter struct {
 	writer *findings.Writer
 }
 
+// costFactor sets a window's length by what reading the sandbox costs: a
+// sandbox whose last scan took the debounce or longer waits costFactor
+// times that scan, so its watch scans take about a tenth of a worker (at
+// most half, for a scan just under the debounce). A pod chooses its
+// ruleset's size (rules of no iptables table, not usage, are read all the
+// same) and how often it commits: 200,000 rules and a commit every 10 ms
+// kept a worker, a core, scanning it for good at one scan per debounce
+// window. A scan shorter than the debounce (a few ms at 1,000 rules,
+// more under load) leaves the window as it is, and the rule-to-finding
+// latency with it; maxWindow bounds what a scan cut off at a long
+// deadline sets.
+const (
+	costFactor = 10
+	maxWindow  = 5 * time.Minute
+)
+
 // maxOpening bounds the monitors being opened at once: each open switches
 // a locked thread into the pod's netns, and a Synchronize lists every pod.
 const maxOpening = 4
@@ -133,6 +149,8 @@ type watched struct {
 	pending []pendingWriter
 	// retry is the scan at the end of a limited interval (see limited).
 	retry *time.Timer
+	// cost is how long the sandbox's last scan took (window).
+	cost time.Duration
 	// shapes are the commands' own records the exec watch made (exec.go),
 	// its goroutine's only.
 	shapes shapes
@@ -582,7 +600,9 @@ func inContainer(m *scan.Meta, writer *findings.Writer, node bool) {
 
 // noted takes one change: the newest writer is kept, and the first change
 // of a window arms the scan at its end. The window is not extended by
-// later changes, so a pod that never pauses still gets its scans.
+// later changes, so a pod that never pauses still gets its scans; its
+// length is the debounce, or costFactor times the sandbox's last scan
+// where that scan took the debounce or longer.
 func (a *Agent) noted(w *watched, ch watch.Change, stage string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -602,7 +622,21 @@ func (a *Agent) noted(w *watched, ch watch.Change, stage string) {
 		return
 	}
 	w.armed = true
-	time.AfterFunc(a.cfg.WatchDebounce, func() { a.fire(w) })
+	window := a.cfg.WatchDebounce
+	if w.cost >= window {
+		window = min(costFactor*w.cost, maxWindow)
+	}
+	time.AfterFunc(window, func() { a.fire(w) })
+}
+
+// scanCost notes how long a scan of m's sandbox took, for the length of
+// its watch's windows (noted).
+func (a *Agent) scanCost(m scan.Meta, d time.Duration) {
+	if w := a.watchOf(m); w != nil {
+		w.mu.Lock()
+		w.cost = d
+		w.mu.Unlock()
+	}
 }
 
 // fire queues the window's scan.

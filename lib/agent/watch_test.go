@@ -115,6 +115,26 @@ func watchScan(t *testing.T, rec *recorder) Scan {
 	}
 }
 
+// background starts cmd, its Wait's error to come on the channel; the
+// test's end kills it if it still runs (Kill of a process waited for
+// signals nothing) and waits for it.
+func background(t *testing.T, cmd *exec.Cmd) <-chan error {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended, waited := make(chan error, 1), make(chan struct{})
+	go func() {
+		ended <- cmd.Wait()
+		close(waited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-waited
+	})
+	return ended
+}
+
 // TestWatch (issue 19): a pod's iptables-nft commit is recorded with its
 // writer; a native nft table is not usage and queues no scan; removing the
 // rules records gone; the pod's stop closes the monitor.
@@ -225,17 +245,7 @@ echo $i`, limitHit, most, after)
 	burst := exec.Command("ip", "netns", "exec", ns.Name, "sh", "-c", script)
 	burst.Stdout, burst.Stderr = &out, &out
 	start := time.Now()
-	if err := burst.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ended := make(chan error, 1)
-	go func() { ended <- burst.Wait() }()
-	t.Cleanup(func() {
-		if burst.ProcessState == nil {
-			_ = burst.Process.Kill()
-			<-ended
-		}
-	})
+	ended := background(t, burst)
 
 	// Count the scans from the burst's start; the limit is reached by
 	// recorded findings of part of the burst.
@@ -281,6 +291,62 @@ echo $i`, limitHit, most, after)
 		t.Errorf("%d scans for %d commits in %v, want at most %d (one per %v window)", scans, commits, elapsed, bound, debounce)
 	}
 	t.Logf("%d commits in %v: %d scans", commits, elapsed, scans)
+}
+
+// TestWatchCostlyPod (helper-113 #2): a pod that keeps a large native
+// ruleset (every look reads it, none of it usage) and commits to an
+// iptables table without pause gets its watch scans for about a tenth of
+// a worker: each window is at least costFactor times its last scan. At one
+// window per debounce its scans kept a worker, a core, busy for good.
+func TestWatchCostlyPod(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "nft")
+	dir := t.TempDir()
+	rec := newRecorder()
+	// A window far shorter than a look of the pod (about 90 ms here), as
+	// a look on a faster machine could be shorter than the default's.
+	a := startWatching(t, dir, rec, func(cfg *Config) { cfg.WatchDebounce = 10 * time.Millisecond })
+	ns := nstest.New(t)
+	ns.NativeRules(100_000)
+	p := pod("costly", ns.Path())
+	if err := a.RunPodSandbox(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	ready(t, a, p.Id)
+
+	const run = 8 * time.Second
+	loop := exec.Command("ip", "netns", "exec", ns.Name, "sh", "-c",
+		fmt.Sprintf("end=$(($(date +%%s) + %d)); while [ $(date +%%s) -lt $end ]; do iptables-nft -A INPUT -j ACCEPT; iptables-nft -D INPUT -j ACCEPT; sleep 0.01; done", int(run.Seconds())))
+	var out bytes.Buffer
+	loop.Stdout, loop.Stderr = &out, &out
+	start := time.Now()
+	ended := background(t, loop)
+	var busy, longest time.Duration
+	scans := 0
+	for done := false; !done; {
+		select {
+		case s := <-rec.ch:
+			if s.Meta.Source == SourceWatch {
+				scans++
+				busy += s.Duration
+				longest = max(longest, s.Duration)
+			}
+		case err := <-ended:
+			if err != nil {
+				t.Fatalf("commit loop: %v: %s", err, &out)
+			}
+			done = true
+		}
+	}
+	elapsed := time.Since(start)
+	if scans == 0 {
+		t.Fatalf("no watch scan in %v of commits", elapsed)
+	}
+	t.Logf("%v of commits: %d watch scans, %v in all, the longest %v", elapsed, scans, busy, longest)
+	// A tenth of the time and the scan in flight at the end; a scan's
+	// cost varies from one to the next, hence a quarter.
+	if bound := elapsed/4 + longest; busy > bound {
+		t.Errorf("the pod's watch scans took %v of %v (%d scans, the longest %v), want at most %v", busy, elapsed, scans, longest, bound)
+	}
 }
 
 // TestWatchNoLeak (issue 19 item 4): 1,000 sandboxes watched and stopped

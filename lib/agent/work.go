@@ -124,6 +124,9 @@ func (a *Agent) scan(j job, long bool) Scan {
 		s.Kept = a.kept(j.meta.SandboxID)
 	}
 	s.Duration = time.Since(start)
+	if a.cfg.Watch {
+		a.scanCost(j.meta, s.Duration)
+	}
 	switch {
 	case d.Clean() && s.Stored == findings.Same:
 		// No usage recorded before, or its gone already: clean.

@@ -45,3 +45,19 @@ func (ns *NS) ManyRules(n int) {
 	b.WriteString("COMMIT\n")
 	ns.Restore(b.String(), "iptables-nft-restore", "--noflush")
 }
+
+// NativeRules adds n native nft rules in table "inet junk", in chains of
+// 1,000 (a chain's dump is quadratic in its length): no usage, but every
+// look reads them, so a pod chooses what each look of it costs.
+func (ns *NS) NativeRules(n int) {
+	ns.t.Helper()
+	var b strings.Builder
+	b.WriteString("add table inet junk\n")
+	for i := 0; i < n; i++ {
+		if i%1000 == 0 {
+			fmt.Fprintf(&b, "add chain inet junk c%d\n", i/1000)
+		}
+		fmt.Fprintf(&b, "add rule inet junk c%d ip saddr 10.%d.%d.%d counter drop\n", i/1000, i>>16&255, i>>8&255, i&255)
+	}
+	ns.Restore(b.String(), "nft", "-f", "-")
+}
