@@ -6,7 +6,7 @@
 // shape), or an Overrun when the kernel dropped announcements.
 //
 // Invariant: it never holds a commit's objects, only a count of them and
-// the names of the iptables-shaped tables touched (at most 11), so a
+// the names of the iptables-shaped tables touched (at most 14: xtTables), so a
 // million-rule restore costs no memory; and it never writes to the
 // namespace. Who wrote a change (Writer) is read from the host's /proc, by
 // one reader thread for every monitor, at real-time priority when allowed

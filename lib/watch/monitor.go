@@ -49,7 +49,8 @@ type Change struct {
 	PID  int
 	Comm string
 	// Tables are the iptables-shaped tables the commit touched, "family
-	// name", sorted; empty when an announcement could not be read whole.
+	// name", sorted: those read, where an announcement could not be read
+	// whole (the change is delivered then, unsure, with what was read).
 	Tables []string
 	// Objects counts the objects the commit announced, of any table.
 	Objects int
@@ -299,9 +300,9 @@ func (c *commit) add(m message) {
 
 // receive reads what waits on the socket into buf, at most perTurn
 // datagrams (the reader comes back while more waits); on the reader
-// thread. False when the socket failed: every error but ENOBUFS (an
-// Overrun) ends the monitor, the caller seeing Changes closed and
-// reopening.
+// thread. False when the socket failed (readFailed): an error other
+// than ENOBUFS (an Overrun), EAGAIN (nothing more waits) or EINTR ends the
+// monitor, the caller seeing Changes closed and reopening.
 func (m *Monitor) receive(buf []byte) bool {
 	for range perTurn {
 		n, _, flags, from, err := unix.Recvmsg(m.fd, buf, nil, unix.MSG_DONTWAIT)
