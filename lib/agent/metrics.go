@@ -183,7 +183,7 @@ var (
 		"When the latest iptables command that failed in a running pod ended (Unix time), for pods of iptables_alerter_agent_pod_iptables_commands_total with failures: the alert rules tell a new failure from an old one by it where Prometheus has no history of the counter.",
 		[]string{"pod_namespace", "pod_name", "owner"}, nil)
 	leftOutDesc = prometheus.NewDesc("iptables_alerter_agent_pod_series_left_out_total",
-		"Findings with usage of pods left out of iptables_alerter_agent_pod_rules because --max-pod-series pods had series already.",
+		"Findings with usage, and iptables commands, of pods left out of the per-pod series (iptables_alerter_agent_pod_rules, iptables_alerter_agent_pod_iptables_commands_total) because --max-pod-series pods had series already.",
 		nil, nil)
 )
 

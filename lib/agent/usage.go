@@ -376,8 +376,8 @@ func (u *Usage) Readiness() string {
 	return r
 }
 
-// Left counts the findings of pods left out because max pods were
-// followed already.
+// Left counts the findings with usage, and the commands, of pods left out
+// because max pods were followed (or counted) already.
 func (u *Usage) Left() uint64 {
 	u.mu.Lock()
 	defer u.mu.Unlock()

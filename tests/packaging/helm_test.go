@@ -317,6 +317,41 @@ func TestHelmServiceMonitorTargets(t *testing.T) {
 	}
 }
 
+// TestHelmRuleNamespace: the alert of no agent target at all has no
+// target's labels to take the namespace from; the chart's names its
+// release's namespace, where the others' targets are, so a route on it
+// gets the worst outage too.
+func TestHelmRuleNamespace(t *testing.T) {
+	for _, ns := range []string{"iptables-alerter", "monitoring-alerts"} {
+		objs := objects(t, helmTemplate(t, withAPI("--namespace="+ns)...))
+		var rule struct {
+			Spec struct {
+				Groups []struct {
+					Rules []struct{ Alert, Expr string }
+				}
+			}
+		}
+		b, _ := json.Marshal(objs["PrometheusRule/"+ns+"/iptables-alerter"])
+		if err := json.Unmarshal(b, &rule); err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, g := range rule.Spec.Groups {
+			for _, r := range g.Rules {
+				if r.Alert == "IPTablesAlerterAgentDown" {
+					found = true
+					if want := `absent(up{job="iptables-alerter-metrics"}), "namespace", "` + ns + `"`; !strings.Contains(r.Expr, want) {
+						t.Errorf("release in %s: IPTablesAlerterAgentDown's expr lacks %s:\n%s", ns, want, r.Expr)
+					}
+				}
+			}
+		}
+		if !found {
+			t.Errorf("release in %s: no IPTablesAlerterAgentDown in the PrometheusRule", ns)
+		}
+	}
+}
+
 // The chart's copies of the CRD and the alerts (a chart cannot read outside
 // its directory) are the files packaging ships, byte for byte.
 func TestHelmFilesInSync(t *testing.T) {
