@@ -568,8 +568,39 @@ func (a *Agent) scanAfterExec(w *watched, writer *findings.Writer, e *findings.E
 	m := w.meta
 	m.Source, m.Stage = SourceExec, stageExec
 	inContainer(&m, writer, w.node)
-	if w.stopped() || !a.queue.add(job{meta: m, writer: writer, exec: e}) {
+	j := job{meta: m, writer: writer, exec: e}
+	if !w.stopped() {
+		// A sandbox whose scans take the watch's window or more is
+		// scanned after legacy writes as after commits (costFactor): at
+		// most once per ten times its last scan, for the latest write; a
+		// pod writing in a loop would keep a worker scanning it.
+		w.mu.Lock()
+		if w.took >= a.cfg.WatchDebounce {
+			first := w.heldExec == nil
+			w.heldExec = &j
+			wait := min(costFactor*w.took, maxWindow)
+			w.mu.Unlock()
+			if first {
+				time.AfterFunc(wait, func() { a.queueHeldExec(w) })
+			}
+			return
+		}
+		w.mu.Unlock()
+	}
+	if w.stopped() || !a.queue.add(j) {
 		a.scanned(Scan{Meta: m, Outcome: Dropped})
+	}
+}
+
+// queueHeldExec queues the scan of the latest legacy write held back
+// (scanAfterExec).
+func (a *Agent) queueHeldExec(w *watched) {
+	w.mu.Lock()
+	j := w.heldExec
+	w.heldExec = nil
+	w.mu.Unlock()
+	if j != nil && (w.stopped() || !a.queue.add(*j)) {
+		a.scanned(Scan{Meta: j.meta, Outcome: Dropped})
 	}
 }
 

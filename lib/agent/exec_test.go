@@ -881,3 +881,24 @@ func TestExecFailedRestoreScans(t *testing.T) {
 		}
 	}
 }
+
+// TestExecCostlyPod (helper-115 #1): legacy writes in a loop in a pod
+// whose looks are costly (a large native ruleset) get their scans as
+// commits do (TestWatchCostlyPod): about a tenth of a worker. Each write
+// was scanned at once, and the pod kept a worker busy.
+func TestExecCostlyPod(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-legacy", "nft")
+	dir := t.TempDir()
+	rec := newRecorder()
+	a := startWatching(t, dir, rec, func(c *Config) { c.ExecWatch, c.WatchDebounce = true, 10*time.Millisecond })
+	ns := nstest.New(t)
+	ns.NativeRules(100_000)
+	p := pod("costly-exec", ns.Path())
+	if err := a.RunPodSandbox(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	ready(t, a, p.Id)
+	execUp(t, a)
+
+	costlyScans(t, rec, ns, SourceExec, "iptables-legacy -w 5 -A INPUT -j ACCEPT; iptables-legacy -w 5 -D INPUT -j ACCEPT")
+}

@@ -149,8 +149,12 @@ type watched struct {
 	pending []pendingWriter
 	// retry is the scan at the end of a limited interval (see limited).
 	retry *time.Timer
-	// cost is how long the sandbox's last scan took (window).
-	cost time.Duration
+	// cost is how long the sandbox's last scan's nftables read took
+	// (window), took the whole scan; heldExec is the scan of the latest
+	// legacy write held back while took is the window or more
+	// (scanAfterExec).
+	cost, took time.Duration
+	heldExec   *job
 	// shapes are the commands' own records the exec watch made (exec.go),
 	// its goroutine's only.
 	shapes shapes
@@ -629,12 +633,15 @@ func (a *Agent) noted(w *watched, ch watch.Change, stage string) {
 	time.AfterFunc(window, func() { a.fire(w) })
 }
 
-// scanCost notes how long a scan of m's sandbox took, for the length of
-// its watch's windows (noted).
-func (a *Agent) scanCost(m scan.Meta, d time.Duration) {
+// scanCost notes what a scan of m's sandbox cost: its nftables read, for
+// the length of its watch's windows (noted), the pod's own rules' cost, not
+// a neighbour's hold of the x_tables mutex or the findings file's lock; the
+// whole scan, for the wait between scans after its legacy writes
+// (scanAfterExec), whose legacy look the pod's own writes make slow.
+func (a *Agent) scanCost(m scan.Meta, nft, whole time.Duration) {
 	if w := a.watchOf(m); w != nil {
 		w.mu.Lock()
-		w.cost = d
+		w.cost, w.took = nft, whole
 		w.mu.Unlock()
 	}
 }

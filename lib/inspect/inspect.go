@@ -136,7 +136,10 @@ func Inspect(ctx context.Context, h *netns.Handle, opt Options) (Snapshot, error
 		// look made in place (no probe wired) is done already.
 		nftDeadline = deadline.Add(-legacyShare(time.Until(deadline)))
 	}
-	if err := readNft(ctx, h, nftDeadline, opt, &s); err != nil || s.Truncated {
+	nftStart := time.Now()
+	err := readNft(ctx, h, nftDeadline, opt, &s)
+	s.NftTook = time.Since(nftStart)
+	if err != nil || s.Truncated {
 		s.NftPartial = true
 		if err != nil {
 			errs = append(errs, err)
@@ -148,7 +151,7 @@ func Inspect(ctx context.Context, h *netns.Handle, opt Options) (Snapshot, error
 			errs = append(errs, err)
 		}
 	}
-	err := errors.Join(errs...)
+	err = errors.Join(errs...)
 	if err != nil && (errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)) {
 		err = fmt.Errorf("%w: %w", ErrDeadline, err)
 	}

@@ -3,6 +3,7 @@ package inspect
 import (
 	"fmt"
 	"math/bits"
+	"time"
 )
 
 // Family is an nftables address family in nft's own spelling.
@@ -67,6 +68,10 @@ type Snapshot struct {
 	// ReadState made before the look: a daemon reads no State apart.
 	State   State
 	StateOK bool
+	// NftTook is how long the nftables read took: what a look of the
+	// namespace costs by its own rules, without the legacy look's wait for
+	// a neighbour's x_tables mutex.
+	NftTook time.Duration
 }
 
 // Table is an nftables table.

@@ -49,6 +49,9 @@ type Result struct {
 	// is no usage to alarm on, but what its rules need is the node's to
 	// have on RHEL 10 (its readiness).
 	Platform string
+	// NftTook is how long the look's nftables read took
+	// (inspect.Snapshot.NftTook).
+	NftTook time.Duration
 }
 
 // Text renders a rule of the result, naming its ipsets.
@@ -101,7 +104,7 @@ func readFrom(ctx context.Context, h *netns.Handle, legacyInProcess bool, detail
 		ReadAhead: !legacyInProcess,
 		MaxDetail: detail, MaxDetailBytes: detail << 10, FirstListed: firstListed})
 	res.Err = err
-	res.State, res.StateOK = snap.State, snap.StateOK
+	res.State, res.StateOK, res.NftTook = snap.State, snap.StateOK, snap.NftTook
 	res.Usage = classify.Classify(snap)
 	// Only rules with -m set need a name, and asking costs a process.
 	ids := render.SetIndexes(res.Usage.Rules)
