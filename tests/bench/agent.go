@@ -737,6 +737,20 @@ func (b *agentBench) startAgentWith(pods []*api.PodSandbox, ctrs []*api.Containe
 	return r, nil
 }
 
+// logTail is the last n bytes of the agent's log, for an error.
+func (r *agentRun) logTail(n int64) string {
+	f, err := os.Open(filepath.Join(filepath.Dir(r.findings), "agent.log"))
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > n {
+		_, _ = f.Seek(fi.Size()-n, io.SeekStart)
+	}
+	b, _ := io.ReadAll(f)
+	return string(b)
+}
+
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -80,7 +80,9 @@ func (b *agentBench) execs(n int, storm time.Duration, rate int) error {
 				return fmt.Errorf("%s in %s: %v: %s", c.args(j)[0], b.netns[j], err, out)
 			}
 			if _, err := r.finding(off, p.Id, time.Minute, `"source":"exec"`, c.source); err != nil {
-				return err
+				// Once on 2026-12-07 (pod 51 of 100), not since: say what
+				// the agent said, which its temp dir takes away.
+				return fmt.Errorf("%w; the agent's log ends:\n%s", err, r.logTail(8<<10))
 			}
 			lat = append(lat, time.Since(start))
 		}
