@@ -569,27 +569,22 @@ func (a *Agent) scanAfterExec(w *watched, writer *findings.Writer, e *findings.E
 	m.Source, m.Stage = SourceExec, stageExec
 	inContainer(&m, writer, w.node)
 	j := job{meta: m, writer: writer, exec: e}
-	if !w.stopped() {
-		// A sandbox whose scans take the watch's window or more is
-		// scanned after legacy writes as after commits (costFactor): at
-		// most once per ten times its last scan, for the latest write; a
-		// pod writing in a loop would keep a worker scanning it.
-		w.mu.Lock()
-		if w.took >= a.cfg.WatchDebounce {
-			first := w.heldExec == nil
-			w.heldExec = &j
-			wait := min(costFactor*w.took, maxWindow)
-			w.mu.Unlock()
-			if first {
-				time.AfterFunc(wait, func() { a.queueHeldExec(w) })
-			}
-			return
-		}
+	// A sandbox whose scans take the watch's window or more is scanned
+	// after legacy writes as after commits (costWindow): at most once per
+	// ten times its last scan, for the latest write; a pod writing in a
+	// loop would keep a worker scanning it.
+	w.mu.Lock()
+	if wait, costly := a.costWindow(w.took); costly && !w.stopped() {
+		first := w.heldExec == nil
+		w.heldExec = &j
 		w.mu.Unlock()
+		if first {
+			time.AfterFunc(wait, func() { a.queueHeldExec(w) })
+		}
+		return
 	}
-	if w.stopped() || !a.queue.add(j) {
-		a.scanned(Scan{Meta: m, Outcome: Dropped})
-	}
+	w.mu.Unlock()
+	a.queueExec(w, j)
 }
 
 // queueHeldExec queues the scan of the latest legacy write held back
@@ -599,7 +594,15 @@ func (a *Agent) queueHeldExec(w *watched) {
 	j := w.heldExec
 	w.heldExec = nil
 	w.mu.Unlock()
-	if j != nil && (w.stopped() || !a.queue.add(*j)) {
+	if j != nil {
+		a.queueExec(w, *j)
+	}
+}
+
+// queueExec queues the scan after a legacy write; dropped when the
+// sandbox stopped or the queue is full.
+func (a *Agent) queueExec(w *watched, j job) {
+	if w.stopped() || !a.queue.add(j) {
 		a.scanned(Scan{Meta: j.meta, Outcome: Dropped})
 	}
 }

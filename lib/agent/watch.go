@@ -626,11 +626,19 @@ func (a *Agent) noted(w *watched, ch watch.Change, stage string) {
 		return
 	}
 	w.armed = true
-	window := a.cfg.WatchDebounce
-	if w.cost >= window {
-		window = min(costFactor*w.cost, maxWindow)
-	}
+	window, _ := a.costWindow(w.cost)
 	time.AfterFunc(window, func() { a.fire(w) })
+}
+
+// costWindow is the wait a scan's cost sets before the sandbox's next
+// scan of the watch or after a legacy write: the debounce, or, where cost
+// is the debounce or more (costly), costFactor times cost, at most
+// maxWindow.
+func (a *Agent) costWindow(cost time.Duration) (window time.Duration, costly bool) {
+	if cost < a.cfg.WatchDebounce {
+		return a.cfg.WatchDebounce, false
+	}
+	return min(costFactor*cost, maxWindow), true
 }
 
 // scanCost notes what a scan of m's sandbox cost: its nftables read, for
