@@ -593,13 +593,17 @@ func (w *Watcher) exec(pid int, mono int64, snap *execquiet.Snapshot) {
 // eventTime is the wall-clock time of a kernel event made at mono
 // (CLOCK_MONOTONIC ns): the reader may get to it milliseconds later under
 // load, and a sandbox made in between must not look older than the
-// command. Now when mono is unknown or ahead of the clock.
+// command. Now when mono is unknown or ahead of the clock. The monotonic
+// clock is read before the wall clock: a preemption between the two reads
+// then makes the time later, never earlier than the command, which
+// madeAfter would take for a command of a netns made after it (a command
+// run right after its netns was made, placed nowhere).
 func eventTime(mono int64) time.Time {
-	now := time.Now()
 	var ts unix.Timespec
 	if mono <= 0 || unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
-		return now
+		return time.Now()
 	}
+	now := time.Now()
 	ago := ts.Nano() - mono
 	if ago < 0 {
 		return now
