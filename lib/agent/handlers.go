@@ -43,8 +43,10 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 			jobs = append(jobs, job{meta: m})
 		}
 	}
-	a.sweep(jobs, len(pods))
+	// The watches first: a sweep's scan waits for its pod's monitor to
+	// open (watchOpened), and a worker may take it at once.
 	a.watchSynced(pods, ctrs)
+	a.sweep(jobs, len(pods))
 	// Connected, and the sandboxes known: a command waiting for one has
 	// its time, from this sync (after a reconnect too: the sandboxes
 	// started while disconnected are known only now). Neither if its

@@ -304,6 +304,42 @@ func (a *Agent) watchSandbox(m scan.Meta) {
 	go a.follow(w, true)
 }
 
+// maxReadyWait bounds a scan's wait for its sandbox's monitor to open
+// (watchOpened): an open is a setns and a socket, at most maxOpening at
+// once, milliseconds even for a Synchronize of every pod; the bound keeps
+// a worker from waiting on an open that never ends (a var: a test
+// lengthens it).
+var maxReadyWait = time.Second
+
+// watchOpened waits, before a scan's look, until the monitor of m's
+// sandbox is open (or could not be), where the sandbox is watched: a
+// commit after the look is then heard. A sweep queues its scans and opens
+// the monitors at once, off the handler; a scan that looked before its
+// monitor opened, followed by a commit before the open, left that commit
+// unseen until the next re-sweep, while the scan vouched for the pod. The
+// watch's own scans come from an open monitor.
+func (a *Agent) watchOpened(m scan.Meta) {
+	if !a.cfg.Watch || m.Source == SourceWatch {
+		return
+	}
+	w := a.watchOf(m)
+	if w == nil {
+		return
+	}
+	select {
+	case <-w.ready:
+		return
+	default:
+	}
+	t := time.NewTimer(maxReadyWait)
+	defer t.Stop()
+	select {
+	case <-w.ready:
+	case <-w.done:
+	case <-t.C:
+	}
+}
+
 // watching tells whether the sandbox is watched.
 func (a *Agent) watching(id string) bool {
 	a.watches.mu.Lock()

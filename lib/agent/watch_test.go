@@ -538,6 +538,44 @@ func TestWatchResweep(t *testing.T) {
 	}
 }
 
+// TestSweepWaitsForWatch (helper-113 #5): a Synchronize's scan of a pod
+// looks only once the pod's monitor is open. The monitors' opens are held
+// (their slots taken) while the pod commits after the Synchronize: with
+// the scan looking at once, it read the pod clean, and the commit, made
+// before the monitor opened, was heard by nobody until the re-sweep.
+func TestSweepWaitsForWatch(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	// The scan's wait outlasts the test's held opens on a busy machine;
+	// put back once the agent stopped (cleanups run last first).
+	wait := maxReadyWait
+	t.Cleanup(func() { maxReadyWait = wait })
+	maxReadyWait = time.Minute
+	dir := t.TempDir()
+	rec := newRecorder()
+	a := startWatching(t, dir, rec, func(*Config) {})
+	ns := nstest.New(t)
+	p := pod("sw", ns.Path())
+	for i := 0; i < maxOpening; i++ {
+		a.watches.opening <- struct{}{}
+	}
+	if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{p}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Time for a scan that does not wait to look (and read no rule).
+	time.Sleep(200 * time.Millisecond)
+	ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	for i := 0; i < maxOpening; i++ {
+		<-a.watches.opening
+	}
+	s := rec.wait(t, 1)[0]
+	if s.Meta.Source != SourceSweep || s.Outcome != Found || s.Stored != findings.Recorded {
+		t.Fatalf("first scan %s (%v), want the sweep's, recording the rule", s.Label(), s.Err)
+	}
+	if s.Record.Nft.Rules != 1 {
+		t.Errorf("sweep's record: %s, want the 1 rule", rules(s))
+	}
+}
+
 // pendingWriters waits until the sandbox's watch holds n commits in its
 // debounce window. The deadline bounds a broken test only.
 func pendingWriters(t *testing.T, a *Agent, id string, n int) {

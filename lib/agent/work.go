@@ -71,6 +71,7 @@ func (a *Agent) scan(j job, long bool) Scan {
 	start := time.Now()
 	s := Scan{Meta: j.meta}
 	defer func() { s.Duration = time.Since(start) }()
+	a.watchOpened(j.meta)
 	// Before the look: an event after it makes its State no proof.
 	began := a.known.begin(j.meta.SandboxID)
 	h := j.h
