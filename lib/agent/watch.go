@@ -729,14 +729,17 @@ func (a *Agent) watchOf(m scan.Meta) *watched {
 // also when merged into an event's job in the queue). For a start, stop or
 // sweep scan with none, the newest writer of a commit still in the watch's
 // debounce window that the scan saw: the generation the scan read before
-// its look is that commit's or later. A commit the watch heard after that
-// read may be in the look all the same (an init container's one-shot
-// restore, committing while its start's scan reads): then the generation
-// is read again (after(), once the look is done), and a commit up to it
+// its look is that commit's or later. A look whose nftables read was
+// whole (nftWhole) read that generation's rules and no later commit's: the
+// read looks again when the generation moved under it. A commit the watch
+// heard after that read may be in a look that was not whole all the same
+// (an init container's one-shot restore, committing while its start's
+// scan reads, the read out of time or of looks): then the generation is
+// read again (after(), once the look is done), and a commit up to it
 // counts as seen. A fast init container's commit is then named by its
 // PostStartContainer or StopContainer scan, which the watch's own scan of
 // the same commit only repeats (same). Nothing recorded before is changed.
-func (a *Agent) writerOf(j job, st inspect.State, stOK bool, after func() (uint32, bool)) *findings.Writer {
+func (a *Agent) writerOf(j job, st inspect.State, stOK, nftWhole bool, after func() (uint32, bool)) *findings.Writer {
 	if j.writer != nil || j.meta.Source == SourceWatch || !stOK || !a.cfg.Watch {
 		return j.writer
 	}
@@ -745,7 +748,7 @@ func (a *Agent) writerOf(j job, st inspect.State, stOK bool, after func() (uint3
 		return nil
 	}
 	found, newer := w.seenBy(st.Gen)
-	if newer {
+	if newer && !nftWhole {
 		if g, ok := after(); ok {
 			found, _ = w.seenBy(g)
 		}

@@ -112,7 +112,7 @@ func (a *Agent) scan(j job, long bool) Scan {
 		s.Platform = res.Platform
 	}
 	d := scan.Decide(j.meta, res)
-	d.Record.Writer = a.writerOf(j, st, stOK, func() (uint32, bool) {
+	d.Record.Writer = a.writerOf(j, st, stOK, res.NftWhole(), func() (uint32, bool) {
 		gctx, gcancel := context.WithTimeout(context.Background(), timeout/4)
 		defer gcancel()
 		g, err := inspect.Generation(gctx, h)

@@ -10,9 +10,12 @@ import (
 
 // TestWriterOf: a start or stop scan names the newest writer whose commit
 // it saw, by the generation read before its look; when the watch heard a
-// later commit, by the generation read again after the look (an init
-// container's restore committing during the scan of its start), which is
-// read only then.
+// later commit and the look's nftables read was not whole, by the
+// generation read again after the look (an init container's restore
+// committing during the scan of its start), which is read only then. A
+// whole read holds its generation's rules only: a commit after it, read
+// again, was named the writer of rules the look did not hold
+// (helper-113 #3).
 func TestWriterOf(t *testing.T) {
 	a := &Agent{cfg: Config{Watch: true}, watches: newWatches()}
 	w := &watched{done: make(chan struct{}), ready: make(chan struct{})}
@@ -25,24 +28,26 @@ func TestWriterOf(t *testing.T) {
 		j       job
 		gen     uint32
 		stOK    bool
+		whole   bool
 		after   uint32
 		afterOK bool
 		want    *findings.Writer
 		reads   int
 	}{
-		{"seen before the look", []pendingWriter{{10, one}, {12, two}}, start, 12, true, 0, false, two, 0},
-		{"seen by the look", []pendingWriter{{10, one}, {12, two}}, start, 11, true, 12, true, two, 1},
-		{"after the look", []pendingWriter{{10, one}, {12, two}}, start, 11, true, 11, true, one, 1},
-		{"after the look, not read again", []pendingWriter{{10, one}, {12, two}}, start, 11, true, 0, false, one, 1},
-		{"none seen", []pendingWriter{{10, one}}, start, 9, true, 9, true, nil, 1},
-		{"generations wrap", []pendingWriter{{0xffffffff, one}, {1, two}}, start, 0, true, 0, true, one, 1},
-		{"state not read", []pendingWriter{{10, one}}, start, 10, false, 0, false, nil, 0},
-		{"the job's own", []pendingWriter{{10, one}}, job{meta: start.meta, writer: own}, 10, true, 0, false, own, 0},
-		{"a watch scan", []pendingWriter{{10, one}}, job{meta: scan.Meta{SandboxID: "sb", Source: SourceWatch}}, 10, true, 0, false, nil, 0},
+		{"seen before the look", []pendingWriter{{10, one}, {12, two}}, start, 12, true, false, 0, false, two, 0},
+		{"seen by the look", []pendingWriter{{10, one}, {12, two}}, start, 11, true, false, 12, true, two, 1},
+		{"after the look", []pendingWriter{{10, one}, {12, two}}, start, 11, true, false, 11, true, one, 1},
+		{"after the look, not read again", []pendingWriter{{10, one}, {12, two}}, start, 11, true, false, 0, false, one, 1},
+		{"after a whole look", []pendingWriter{{10, one}, {12, two}}, start, 11, true, true, 12, true, one, 0},
+		{"none seen", []pendingWriter{{10, one}}, start, 9, true, false, 9, true, nil, 1},
+		{"generations wrap", []pendingWriter{{0xffffffff, one}, {1, two}}, start, 0, true, false, 0, true, one, 1},
+		{"state not read", []pendingWriter{{10, one}}, start, 10, false, false, 0, false, nil, 0},
+		{"the job's own", []pendingWriter{{10, one}}, job{meta: start.meta, writer: own}, 10, true, false, 0, false, own, 0},
+		{"a watch scan", []pendingWriter{{10, one}}, job{meta: scan.Meta{SandboxID: "sb", Source: SourceWatch}}, 10, true, false, 0, false, nil, 0},
 	} {
 		w.pending = tc.pending
 		reads := 0
-		got := a.writerOf(tc.j, inspect.State{Gen: tc.gen}, tc.stOK, func() (uint32, bool) {
+		got := a.writerOf(tc.j, inspect.State{Gen: tc.gen}, tc.stOK, tc.whole, func() (uint32, bool) {
 			reads++
 			return tc.after, tc.afterOK
 		})

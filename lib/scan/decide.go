@@ -47,18 +47,13 @@ func Decide(m Meta, res Result) Decision {
 	return d
 }
 
-// parts are the fingerprints of the parts res read whole. An incomplete
-// result that does not say which part it missed read none whole.
+// parts are the fingerprints of the parts res read whole.
 func parts(res Result, sum classify.Summary) findings.Parts {
-	u := res.Usage
-	if !res.Complete() && !u.NftPartial && !u.LegacyPartial {
-		return findings.Parts{}
-	}
 	var p findings.Parts
-	if !u.NftPartial {
+	if res.NftWhole() {
 		p.Nft = sum.NftFingerprint
 	}
-	if !u.LegacyPartial {
+	if res.LegacyWhole() {
 		p.Legacy = sum.LegacyFingerprint
 	}
 	return p

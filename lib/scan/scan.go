@@ -63,6 +63,20 @@ func (r Result) LegacyText(rule inspect.LegacyRule) string { return r.Names.Lega
 // Complete tells whether the inspection saw everything.
 func (r Result) Complete() bool { return r.Err == nil && !r.Usage.Truncated }
 
+// NftWhole tells whether the look's nftables read saw everything, its
+// generation the same at its end as at its start (inspect.ErrIncomplete
+// otherwise): its rules are those of State.Gen, and no later commit's. An
+// incomplete result that does not say which part it missed read no part
+// whole.
+func (r Result) NftWhole() bool {
+	return !r.Usage.NftPartial && (r.Complete() || r.Usage.LegacyPartial)
+}
+
+// LegacyWhole is NftWhole for the legacy x_tables read.
+func (r Result) LegacyWhole() bool {
+	return !r.Usage.LegacyPartial && (r.Complete() || r.Usage.NftPartial)
+}
+
 // Read opens path, inspects it and classifies what it holds. An error
 // opening the namespace is returned (errors.Is netns.ErrNotExist when it is
 // gone); errors after that are kept in the result with what was seen.
