@@ -57,10 +57,12 @@ const DefaultWatchDebounce = 50 * time.Millisecond
 // committing in a flood holds a few, the newest ones.
 const maxPending = 8
 
-// pendingWriter is one commit the watch heard in its window.
+// pendingWriter is one commit the watch heard, in its window or in one
+// that ended (fired) while a scan of the sandbox ran.
 type pendingWriter struct {
 	gen    uint32
 	writer *findings.Writer
+	fired  bool
 }
 
 // costFactor sets a window's length by what reading the sandbox costs: a
@@ -145,7 +147,12 @@ type watched struct {
 	armed  bool
 	// pending are the window's commits with their writers, newest last, at
 	// most maxPending: a start or stop scan that saw one names its writer
-	// (writerOf).
+	// (writerOf). A window's end marks its commits fired instead of
+	// dropping them: a scan running then may have read them, and the
+	// watch's own scan, queued behind it, would only find the same usage
+	// and record nothing. The end of the sandbox's next scan drops them:
+	// any scan taken after the window's end either carries its writer
+	// (merged with the watch's job) or follows the watch's own scan.
 	pending []pendingWriter
 	// retry is the scan at the end of a limited interval (see limited).
 	retry *time.Timer
@@ -677,15 +684,25 @@ func (a *Agent) costWindow(cost time.Duration) (window time.Duration, costly boo
 	return min(costFactor*cost, maxWindow), true
 }
 
-// scanCost notes what a scan of m's sandbox cost: its nftables read, for
-// the length of its watch's windows (noted), the pod's own rules' cost, not
-// a neighbour's hold of the x_tables mutex or the findings file's lock; the
-// whole scan, for the wait between scans after its legacy writes
-// (scanAfterExec), whose legacy look the pod's own writes make slow.
-func (a *Agent) scanCost(m scan.Meta, nft, whole time.Duration) {
+// scanEnded notes, once a scan of m's sandbox named its writer and
+// recorded, what it cost: its nftables read, for the length of its
+// watch's windows (noted), the pod's own rules' cost, not a neighbour's
+// hold of the x_tables mutex or the findings file's lock; the whole scan,
+// for the wait between scans after its legacy writes (scanAfterExec),
+// whose legacy look the pod's own writes make slow. The commits of the
+// windows that ended are no later scan's to name (pending): dropped.
+func (a *Agent) scanEnded(m scan.Meta, nft, whole time.Duration) {
 	if w := a.watchOf(m); w != nil {
 		w.mu.Lock()
 		w.cost, w.took = nft, whole
+		kept := w.pending[:0]
+		for _, p := range w.pending {
+			if !p.fired {
+				kept = append(kept, p)
+			}
+		}
+		clear(w.pending[len(kept):])
+		w.pending = kept
 		w.mu.Unlock()
 	}
 }
@@ -694,7 +711,10 @@ func (a *Agent) scanCost(m scan.Meta, nft, whole time.Duration) {
 func (a *Agent) fire(w *watched) {
 	w.mu.Lock()
 	writer, stage := w.writer, w.stage
-	w.writer, w.stage, w.armed, w.pending = nil, "", false, nil
+	w.writer, w.stage, w.armed = nil, "", false
+	for i := range w.pending {
+		w.pending[i].fired = true
+	}
 	w.mu.Unlock()
 	a.queueWatch(w, stage, writer)
 }
@@ -728,7 +748,8 @@ func (a *Agent) watchOf(m scan.Meta) *watched {
 // writerOf is the writer a scan's record names: its job's (the watch's,
 // also when merged into an event's job in the queue). For a start, stop or
 // sweep scan with none, the newest writer of a commit still in the watch's
-// debounce window that the scan saw: the generation the scan read before
+// debounce window, or in one that ended while the scan ran (pending), that
+// the scan saw: the generation the scan read before
 // its look is that commit's or later. A look whose nftables read was
 // whole (nftWhole) read that generation's rules and no later commit's: the
 // read looks again when the generation moved under it. A commit the watch

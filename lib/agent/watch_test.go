@@ -639,6 +639,71 @@ func TestWatchWriterToStop(t *testing.T) {
 	}
 }
 
+// TestWatchWriterAcrossWindow (helper-113 #4): a start scan taken while
+// the watch's window is open, its look after the window ended, names the
+// window's writer: the window's end dropped its commits, so the scan named
+// none, and the watch's own scan, behind it, found the same usage and
+// recorded nothing: the finding had no writer.
+func TestWatchWriterAcrossWindow(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft-restore")
+	dir := t.TempDir()
+	rec := newRecorder()
+	a := startAgentWith(t, dir, rec, func(cfg *Config) {
+		cfg.HostProc, cfg.Watch = nstest.HostProc(t, "/proc/self/ns/net"), true
+		// Long enough for the start's scan to be queued within it on a
+		// busy machine (if not, the watch's job joins it: the same).
+		cfg.WatchDebounce = 500 * time.Millisecond
+	})
+	ns := nstest.New(t)
+	p := pod("across", ns.Path())
+	restore := restorer(t, a, ns)
+	ctx := context.Background()
+	if err := a.RunPodSandbox(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	ready(t, a, p.Id)
+	fmt.Fprint(restore, "*nat\n-A PREROUTING -p tcp -j REDIRECT --to-ports 15006\nCOMMIT\n")
+	pendingWriters(t, a, p.Id, 1)
+	// The start's scan is taken, and held before its look.
+	if err := a.PostStartContainer(ctx, p, &api.Container{Id: "c1", Name: "app", PodSandboxId: p.Id}); err != nil {
+		t.Fatal(err)
+	}
+	a.watches.mu.Lock()
+	w := a.watches.pods[p.Id]
+	a.watches.mu.Unlock()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		w.mu.Lock()
+		armed := w.armed
+		w.mu.Unlock()
+		if !armed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watch's window did not end within a minute")
+		}
+	}
+	release(a, 1)
+	s := rec.wait(t, 1)[0]
+	if s.Meta.Source != SourcePostStart || s.Stored != findings.Recorded {
+		t.Fatalf("first scan %s (%v), want the start's, recorded", s.Label(), s.Err)
+	}
+	if w := s.Record.Writer; w == nil || w.Comm != "iptables-nft-re" {
+		t.Errorf("start record's writer %+v, want iptables-nft-restore", w)
+	}
+	// The watch's own scan ends the window's commits: no later scan names
+	// them.
+	release(a, 1)
+	if s := rec.wait(t, 1)[0]; s.Meta.Source != SourceWatch {
+		t.Fatalf("second scan %s, want the watch's", s.Label())
+	}
+	w.mu.Lock()
+	left := len(w.pending)
+	w.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d commits left pending after the watch's scan, want none", left)
+	}
+}
+
 // watchFailRecorder hears the re-sweeps and the watches that failed.
 type watchFailRecorder struct {
 	resweepRecorder

@@ -34,16 +34,17 @@ func TestWriterOf(t *testing.T) {
 		want    *findings.Writer
 		reads   int
 	}{
-		{"seen before the look", []pendingWriter{{10, one}, {12, two}}, start, 12, true, false, 0, false, two, 0},
-		{"seen by the look", []pendingWriter{{10, one}, {12, two}}, start, 11, true, false, 12, true, two, 1},
-		{"after the look", []pendingWriter{{10, one}, {12, two}}, start, 11, true, false, 11, true, one, 1},
-		{"after the look, not read again", []pendingWriter{{10, one}, {12, two}}, start, 11, true, false, 0, false, one, 1},
-		{"after a whole look", []pendingWriter{{10, one}, {12, two}}, start, 11, true, true, 12, true, one, 0},
-		{"none seen", []pendingWriter{{10, one}}, start, 9, true, false, 9, true, nil, 1},
-		{"generations wrap", []pendingWriter{{0xffffffff, one}, {1, two}}, start, 0, true, false, 0, true, one, 1},
-		{"state not read", []pendingWriter{{10, one}}, start, 10, false, false, 0, false, nil, 0},
-		{"the job's own", []pendingWriter{{10, one}}, job{meta: start.meta, writer: own}, 10, true, false, 0, false, own, 0},
-		{"a watch scan", []pendingWriter{{10, one}}, job{meta: scan.Meta{SandboxID: "sb", Source: SourceWatch}}, 10, true, false, 0, false, nil, 0},
+		{"seen before the look", []pendingWriter{{10, one, false}, {12, two, false}}, start, 12, true, false, 0, false, two, 0},
+		{"seen by the look", []pendingWriter{{10, one, false}, {12, two, false}}, start, 11, true, false, 12, true, two, 1},
+		{"after the look", []pendingWriter{{10, one, false}, {12, two, false}}, start, 11, true, false, 11, true, one, 1},
+		{"after the look, not read again", []pendingWriter{{10, one, false}, {12, two, false}}, start, 11, true, false, 0, false, one, 1},
+		{"its window ended while it ran", []pendingWriter{{10, one, true}, {12, two, false}}, start, 11, true, true, 0, false, one, 0},
+		{"after a whole look", []pendingWriter{{10, one, false}, {12, two, false}}, start, 11, true, true, 12, true, one, 0},
+		{"none seen", []pendingWriter{{10, one, false}}, start, 9, true, false, 9, true, nil, 1},
+		{"generations wrap", []pendingWriter{{0xffffffff, one, false}, {1, two, false}}, start, 0, true, false, 0, true, one, 1},
+		{"state not read", []pendingWriter{{10, one, false}}, start, 10, false, false, 0, false, nil, 0},
+		{"the job's own", []pendingWriter{{10, one, false}}, job{meta: start.meta, writer: own}, 10, true, false, 0, false, own, 0},
+		{"a watch scan", []pendingWriter{{10, one, false}}, job{meta: scan.Meta{SandboxID: "sb", Source: SourceWatch}}, 10, true, false, 0, false, nil, 0},
 	} {
 		w.pending = tc.pending
 		reads := 0
