@@ -67,10 +67,12 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 // hooks.d.
 func (a *Agent) PostStartContainer(_ context.Context, p *api.PodSandbox, c *api.Container) error {
 	defer a.handled("PostStartContainer", time.Now())
-	a.queueOpen(p, c, SourcePostStart, "PostStartContainer")
-	// Known already unless the agent started after the pod.
+	// Known already unless the agent started after the pod (or its watch
+	// failed); watched before the scan is queued, which waits for the
+	// monitor (watchOpened).
 	a.knowContainer(p, c)
 	a.watchPod(p)
+	a.queueOpen(p, c, SourcePostStart, "PostStartContainer")
 	return nil
 }
 

@@ -57,8 +57,8 @@ const DefaultWatchDebounce = 50 * time.Millisecond
 // committing in a flood holds a few, the newest ones.
 const maxPending = 8
 
-// pendingWriter is one commit the watch heard, in its window or in one
-// that ended (fired) while a scan of the sandbox ran.
+// pendingWriter is one commit the watch heard, in the window still open
+// or in one that ended (fired) since the sandbox's last scan ended.
 type pendingWriter struct {
 	gen    uint32
 	writer *findings.Writer
@@ -130,8 +130,14 @@ type watched struct {
 	// node: the node's own netns (node.go).
 	node bool
 	done chan struct{}
-	// ready is closed once the first monitor is open (or could not be).
+	// ready is closed once the first monitor is open (or could not be),
+	// under mu.
 	ready chan struct{}
+	// lookedFirst: a scan looked at the sandbox before its first monitor
+	// opened (a watch made again after one failed, rewatch; a scan whose
+	// wait for the open ran out, watchOpened). A commit between the two
+	// was heard by nobody: the open queues a scan (stageReopen).
+	lookedFirst bool
 
 	mu sync.Mutex
 	// mon is the open monitor: whoever takes it out closes it (stop, or
@@ -152,7 +158,11 @@ type watched struct {
 	// watch's own scan, queued behind it, would only find the same usage
 	// and record nothing. The end of the sandbox's next scan drops them:
 	// any scan taken after the window's end either carries its writer
-	// (merged with the watch's job) or follows the watch's own scan.
+	// (merged with the watch's job) or follows the watch's own scan. Where
+	// the watch's job was dropped (the queue full), they stay until a
+	// scan ends, the newest commits heard and not yet recorded: that scan
+	// names them by its generation. An overrun drops them all: what was
+	// committed since is not known.
 	pending []pendingWriter
 	// retry is the scan at the end of a limited interval (see limited).
 	retry *time.Timer
@@ -272,7 +282,7 @@ func (a *Agent) watchPod(p *api.PodSandbox) {
 		return
 	}
 	if m, ok := a.meta(p, nil, SourceWatch, stageCommit); ok {
-		a.watchSandbox(m)
+		a.watchSandbox(m, false)
 	}
 }
 
@@ -293,19 +303,20 @@ func (a *Agent) rewatch(s Scan) {
 	}
 	m := podMeta(s.Meta, stageCommit)
 	m.Source = SourceWatch
-	a.watchSandbox(m)
+	a.watchSandbox(m, true)
 }
 
 // watchSandbox starts watching m's netns (m as meta gives it a watch's)
-// unless it is watched already.
-func (a *Agent) watchSandbox(m scan.Meta) {
+// unless it is watched already; lookedFirst: a scan looked at it already,
+// unwatched (see watched).
+func (a *Agent) watchSandbox(m scan.Meta, lookedFirst bool) {
 	ws := a.watches
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if ws.closed || ws.pods[m.SandboxID] != nil {
 		return
 	}
-	w := &watched{meta: m, done: make(chan struct{}), ready: make(chan struct{})}
+	w := &watched{meta: m, done: make(chan struct{}), ready: make(chan struct{}), lookedFirst: lookedFirst}
 	ws.pods[m.SandboxID] = w
 	ws.wg.Add(1)
 	go a.follow(w, true)
@@ -313,9 +324,9 @@ func (a *Agent) watchSandbox(m scan.Meta) {
 
 // maxReadyWait bounds a scan's wait for its sandbox's monitor to open
 // (watchOpened): an open is a setns and a socket, at most maxOpening at
-// once, milliseconds even for a Synchronize of every pod; the bound keeps
-// a worker from waiting on an open that never ends (a var: a test
-// lengthens it).
+// once, and a Synchronize opens every pod's; the bound keeps a worker from
+// waiting on an open held up longer, which then queues a scan of its own
+// (lookedFirst). A var: a test lengthens it.
 var maxReadyWait = time.Second
 
 // watchOpened waits, before a scan's look, until the monitor of m's
@@ -344,6 +355,13 @@ func (a *Agent) watchOpened(m scan.Meta) {
 	case <-w.ready:
 	case <-w.done:
 	case <-t.C:
+		w.mu.Lock()
+		select {
+		case <-w.ready:
+		default:
+			w.lookedFirst = true
+		}
+		w.mu.Unlock()
 	}
 }
 
@@ -429,21 +447,20 @@ func (w *watched) stopped() bool {
 // the sandbox has stopped (its scans report an unreachable one).
 func (a *Agent) follow(w *watched, first bool) {
 	mon := a.openMonitor(w)
+	w.mu.Lock()
 	if first {
 		close(w.ready)
 	}
-	if mon == nil {
-		a.endWatch(w)
-		return
-	}
-	w.mu.Lock()
-	if w.stopped() {
+	if mon == nil || w.stopped() {
 		w.mu.Unlock()
-		mon.Close()
+		if mon != nil {
+			mon.Close()
+		}
 		a.endWatch(w)
 		return
 	}
 	w.mon = mon
+	reopened := !first || w.lookedFirst
 	w.mu.Unlock()
 	if w.node {
 		a.watches.mu.Lock()
@@ -462,7 +479,7 @@ func (a *Agent) follow(w *watched, first bool) {
 		a.known.watchNode(w.meta)
 		a.queueWatch(w, stageNodeStart, nil)
 	}
-	if !first {
+	if reopened {
 		a.noted(w, watch.Change{Overrun: true}, stageReopen)
 	}
 }
@@ -655,6 +672,10 @@ func (a *Agent) noted(w *watched, ch watch.Change, stage string) {
 	defer w.mu.Unlock()
 	if ch.Writer != nil || ch.Overrun {
 		w.writer = ch.Writer
+	}
+	if ch.Overrun {
+		clear(w.pending)
+		w.pending = w.pending[:0]
 	}
 	if ch.Writer != nil {
 		if len(w.pending) == maxPending {

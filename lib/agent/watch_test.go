@@ -542,37 +542,58 @@ func TestWatchResweep(t *testing.T) {
 // looks only once the pod's monitor is open. The monitors' opens are held
 // (their slots taken) while the pod commits after the Synchronize: with
 // the scan looking at once, it read the pod clean, and the commit, made
-// before the monitor opened, was heard by nobody until the re-sweep.
+// before the monitor opened, was heard by nobody until the re-sweep. A
+// scan whose wait runs out looks unwatched, and the monitor's open then
+// queues a scan of its own (helper-116 #5).
 func TestSweepWaitsForWatch(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft")
-	// The scan's wait outlasts the test's held opens on a busy machine;
-	// put back once the agent stopped (cleanups run last first).
+	// Put back once the agents stopped (cleanups run last first).
 	wait := maxReadyWait
 	t.Cleanup(func() { maxReadyWait = wait })
-	maxReadyWait = time.Minute
-	dir := t.TempDir()
-	rec := newRecorder()
-	a := startWatching(t, dir, rec, func(*Config) {})
-	ns := nstest.New(t)
-	p := pod("sw", ns.Path())
-	for i := 0; i < maxOpening; i++ {
-		a.watches.opening <- struct{}{}
-	}
-	if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{p}, nil); err != nil {
-		t.Fatal(err)
-	}
-	// Time for a scan that does not wait to look (and read no rule).
-	time.Sleep(200 * time.Millisecond)
-	ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
-	for i := 0; i < maxOpening; i++ {
-		<-a.watches.opening
-	}
-	s := rec.wait(t, 1)[0]
-	if s.Meta.Source != SourceSweep || s.Outcome != Found || s.Stored != findings.Recorded {
-		t.Fatalf("first scan %s (%v), want the sweep's, recording the rule", s.Label(), s.Err)
-	}
-	if s.Record.Nft.Rules != 1 {
-		t.Errorf("sweep's record: %s, want the 1 rule", rules(s))
+	for _, tc := range []struct {
+		name string
+		// wait: the scan's wait for the monitor, against the test's held
+		// opens; outlasting them on a busy machine, or running out.
+		wait time.Duration
+	}{{"waits", time.Minute}, {"wait runs out", 50 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			maxReadyWait = tc.wait
+			dir := t.TempDir()
+			rec := newRecorder()
+			a := startWatching(t, dir, rec, func(*Config) {})
+			ns := nstest.New(t)
+			p := pod("sw", ns.Path())
+			for i := 0; i < maxOpening; i++ {
+				a.watches.opening <- struct{}{}
+			}
+			if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{p}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if tc.wait < time.Minute {
+				if s := rec.wait(t, 1)[0]; s.Meta.Source != SourceSweep || s.Outcome != Clean {
+					t.Fatalf("first scan %s (%v), want the sweep's, clean", s.Label(), s.Err)
+				}
+			} else {
+				// Time for a scan that does not wait to look (and read
+				// no rule).
+				time.Sleep(200 * time.Millisecond)
+			}
+			ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+			for i := 0; i < maxOpening; i++ {
+				<-a.watches.opening
+			}
+			s := rec.wait(t, 1)[0]
+			want, stage := SourceSweep, "Synchronize"
+			if tc.wait < time.Minute {
+				want, stage = SourceWatch, stageReopen
+			}
+			if s.Meta.Source != want || s.Meta.Stage != stage || s.Outcome != Found || s.Stored != findings.Recorded {
+				t.Fatalf("scan %s (%v), stage %q, want %s's (%s), recording the rule", s.Label(), s.Err, s.Meta.Stage, want, stage)
+			}
+			if s.Record.Nft.Rules != 1 {
+				t.Errorf("record: %s, want the 1 rule", rules(s))
+			}
+		})
 	}
 }
 
@@ -596,6 +617,23 @@ func pendingWriters(t *testing.T, a *Agent, id string, n int) {
 	}
 }
 
+// committedInWindow makes a pod sandbox id in a new netns, watched by a,
+// whose iptables-nft-restore commits a nat rule: the watch holds the
+// commit's writer in its window.
+func committedInWindow(t *testing.T, a *Agent, id string) *api.PodSandbox {
+	t.Helper()
+	ns := nstest.New(t)
+	p := pod(id, ns.Path())
+	restore := restorer(t, a, ns)
+	if err := a.RunPodSandbox(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	ready(t, a, p.Id)
+	fmt.Fprint(restore, "*nat\n-A PREROUTING -p tcp -j REDIRECT --to-ports 15006\nCOMMIT\n")
+	pendingWriters(t, a, p.Id, 1)
+	return p
+}
+
 // TestWatchWriterToStop (issue 25): an init container's commit followed at
 // once by its StopContainer: the stop scan, which saw the commit, records
 // it with the writer the watch holds in its debounce window; the watch's
@@ -606,16 +644,8 @@ func TestWatchWriterToStop(t *testing.T) {
 	dir := t.TempDir()
 	rec := newRecorder()
 	a := startWatching(t, dir, rec, func(cfg *Config) { cfg.WatchDebounce = time.Hour })
-	ns := nstest.New(t)
-	p := pod("init", ns.Path())
-	restore := restorer(t, a, ns)
+	p := committedInWindow(t, a, "init")
 	ctx := context.Background()
-	if err := a.RunPodSandbox(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	ready(t, a, p.Id)
-	fmt.Fprint(restore, "*nat\n-A PREROUTING -p tcp -j REDIRECT --to-ports 15006\nCOMMIT\n")
-	pendingWriters(t, a, p.Id, 1)
 
 	ctr := &api.Container{Id: "init-1", Name: "istio-init", PodSandboxId: p.Id}
 	if _, err := a.StopContainer(ctx, p, ctr); err != nil {
@@ -650,20 +680,12 @@ func TestWatchWriterAcrossWindow(t *testing.T) {
 	rec := newRecorder()
 	a := startAgentWith(t, dir, rec, func(cfg *Config) {
 		cfg.HostProc, cfg.Watch = nstest.HostProc(t, "/proc/self/ns/net"), true
-		// Long enough for the start's scan to be queued within it on a
-		// busy machine (if not, the watch's job joins it: the same).
+		// Long enough for the start's scan to be taken within it on a
+		// busy machine (else the test fails: it waits for the take).
 		cfg.WatchDebounce = 500 * time.Millisecond
 	})
-	ns := nstest.New(t)
-	p := pod("across", ns.Path())
-	restore := restorer(t, a, ns)
+	p := committedInWindow(t, a, "across")
 	ctx := context.Background()
-	if err := a.RunPodSandbox(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	ready(t, a, p.Id)
-	fmt.Fprint(restore, "*nat\n-A PREROUTING -p tcp -j REDIRECT --to-ports 15006\nCOMMIT\n")
-	pendingWriters(t, a, p.Id, 1)
 	// The start's scan is taken, and held before its look.
 	if err := a.PostStartContainer(ctx, p, &api.Container{Id: "c1", Name: "app", PodSandboxId: p.Id}); err != nil {
 		t.Fatal(err)
@@ -671,16 +693,25 @@ func TestWatchWriterAcrossWindow(t *testing.T) {
 	a.watches.mu.Lock()
 	w := a.watches.pods[p.Id]
 	a.watches.mu.Unlock()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+	// Taken (running, then the window still open: read in that order),
+	// then the window's end; the window ends whatever the test does.
+	for taken := false; ; time.Sleep(5 * time.Millisecond) {
+		a.queue.mu.Lock()
+		sl := a.queue.slots[p.Id]
+		running := sl != nil && sl.running
+		a.queue.mu.Unlock()
 		w.mu.Lock()
 		armed := w.armed
 		w.mu.Unlock()
-		if !armed {
+		if taken && !armed {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the watch's window did not end within a minute")
+		if !taken && !armed {
+			// The watch's job joined the start's, waiting: no scan
+			// ran across the window's end.
+			t.Fatal("the window ended before a worker took the start's scan")
 		}
+		taken = taken || running
 	}
 	release(a, 1)
 	s := rec.wait(t, 1)[0]
@@ -769,9 +800,15 @@ func TestWatchFailed(t *testing.T) {
 		t.Error("not every pod looked at after the re-sweep's scan")
 	}
 	if !a.watching("a") {
-		t.Error("the re-sweep's scan did not watch the pod again")
+		t.Fatal("the re-sweep's scan did not watch the pod again")
 	}
 	ready(t, a, "a")
+	// What the pod committed between that scan's look and the open is
+	// looked at (helper-116 #4).
+	release(a, 1)
+	if s := rec.wait(t, 1)[0]; s.Meta.Source != SourceWatch || s.Meta.Stage != stageReopen {
+		t.Errorf("scan %s, stage %q, after the watch opened again, want the watch's (%s)", s.Label(), s.Meta.Stage, stageReopen)
+	}
 }
 
 // rules is what a scan's record counted, for a test's log.

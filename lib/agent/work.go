@@ -68,10 +68,11 @@ func (a *Agent) sweptGarbage() { debug.FreeOSMemory() }
 // per-sandbox memory. Its deadline is ScanTimeout, StopScanTimeout when
 // long; past it the finding is truncated, its counts lower bounds.
 func (a *Agent) scan(j job, long bool) Scan {
+	// Before the clock: the wait is no cost of the sandbox's (scanEnded).
+	a.watchOpened(j.meta)
 	start := time.Now()
 	s := Scan{Meta: j.meta}
 	defer func() { s.Duration = time.Since(start) }()
-	a.watchOpened(j.meta)
 	// Before the look: an event after it makes its State no proof.
 	began := a.known.begin(j.meta.SandboxID)
 	h := j.h

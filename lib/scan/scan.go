@@ -65,9 +65,9 @@ func (r Result) Complete() bool { return r.Err == nil && !r.Usage.Truncated }
 
 // NftWhole tells whether the look's nftables read saw everything, its
 // generation the same at its end as at its start (inspect.ErrIncomplete
-// otherwise): its rules are those of State.Gen, and no later commit's. An
-// incomplete result that does not say which part it missed read no part
-// whole.
+// otherwise): where StateOK, its rules are those of State.Gen, and no
+// later commit's. An incomplete result that does not say which part it
+// missed read no part whole.
 func (r Result) NftWhole() bool {
 	return !r.Usage.NftPartial && (r.Complete() || r.Usage.LegacyPartial)
 }
