@@ -2,10 +2,12 @@ package agent
 
 import (
 	"testing"
+	"time"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
+	"github.com/iptables-alerter/iptables-alerter/lib/watch"
 )
 
 // TestWriterOf: a start or stop scan names the newest writer whose commit
@@ -55,5 +57,26 @@ func TestWriterOf(t *testing.T) {
 		if got != tc.want || reads != tc.reads {
 			t.Errorf("%s: writer %+v after %d reads, want %+v after %d", tc.name, got, reads, tc.want, tc.reads)
 		}
+	}
+}
+
+// TestOverrunDropsWriters: after an overrun, commits were made that the
+// watch did not hear; a scan that saw them names no writer, as the watch's
+// own scan after it does.
+func TestOverrunDropsWriters(t *testing.T) {
+	// A window of an hour: its end never fires within the test.
+	a := &Agent{cfg: Config{Watch: true, WatchDebounce: time.Hour}, watches: newWatches()}
+	w := &watched{done: make(chan struct{}), ready: make(chan struct{})}
+	a.watches.pods["sb"] = w
+	one := &findings.Writer{PID: 1, Comm: "one"}
+	a.noted(w, watch.Change{Gen: 10, Writer: one}, stageCommit)
+	start := job{meta: scan.Meta{SandboxID: "sb", Source: SourcePostStart}}
+	never := func() (uint32, bool) { return 0, false }
+	if got := a.writerOf(start, inspect.State{Gen: 10}, true, true, never); got != one {
+		t.Fatalf("before the overrun: writer %+v, want %+v", got, one)
+	}
+	a.noted(w, watch.Change{Overrun: true}, stageOverrun)
+	if got := a.writerOf(start, inspect.State{Gen: 12}, true, true, never); got != nil {
+		t.Errorf("after the overrun: writer %+v, want none", got)
 	}
 }
