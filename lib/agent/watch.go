@@ -789,13 +789,36 @@ func (a *Agent) writerOf(j job, st inspect.State, stOK, nftWhole bool, after fun
 	if w == nil {
 		return nil
 	}
-	found, newer := w.seenBy(st.Gen)
+	gen := st.Gen
+	found, newer := w.seenBy(gen)
 	if newer && !nftWhole {
 		if g, ok := after(); ok {
+			gen = g
 			found, _ = w.seenBy(g)
 		}
 	}
+	if w.unheard(gen) {
+		// The newest writer heard is not the newest the look saw.
+		return nil
+	}
 	return a.aliveWriter(found, w)
+}
+
+// unheard tells whether generation gen is newer than every commit w's
+// monitor took (watch.Monitor.Heard): the look holds commits the watch has
+// not heard yet (its reader behind, a commit's end on its way), whose
+// writers are not known. False while no monitor is open, or none took a
+// commit since it opened.
+func (w *watched) unheard(gen uint32) bool {
+	w.mu.Lock()
+	mon := w.mon
+	w.mu.Unlock()
+	if mon == nil {
+		return false
+	}
+	h, ok := mon.Heard()
+	// Generations wrap: serial number arithmetic.
+	return ok && int32(gen-h) > 0
 }
 
 // seenBy is the newest pending writer whose commit is gen's or before,

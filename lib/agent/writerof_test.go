@@ -4,8 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/inspect"
+	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 	"github.com/iptables-alerter/iptables-alerter/lib/watch"
 )
@@ -78,5 +80,48 @@ func TestOverrunDropsWriters(t *testing.T) {
 	a.noted(w, watch.Change{Overrun: true}, stageOverrun)
 	if got := a.writerOf(start, inspect.State{Gen: 12}, true, true, never); got != nil {
 		t.Errorf("after the overrun: writer %+v, want none", got)
+	}
+}
+
+// TestWriterNotHeardYet (helper-116 #3): a look whose generation is newer
+// than every commit the watch's monitor took holds commits whose writers
+// the watch has not heard yet: it names none, not the newest heard.
+func TestWriterNotHeardYet(t *testing.T) {
+	nstest.NeedRoot(t, "nft")
+	ns := nstest.New(t)
+	h, err := netns.Open(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mon, err := watch.Open(h.Fd(), watch.Options{})
+	h.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	ns.Run("nft", "add", "table", "inet", "mine")
+	var heard uint32
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		g, ok := mon.Heard()
+		if ok {
+			heard = g
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the monitor heard no commit within a minute")
+		}
+	}
+	a := &Agent{cfg: Config{Watch: true}, watches: newWatches()}
+	one := &findings.Writer{PID: 1, Comm: "one"}
+	w := &watched{done: make(chan struct{}), ready: make(chan struct{}), mon: mon,
+		pending: []pendingWriter{{heard, one, true}}}
+	a.watches.pods["sb"] = w
+	start := job{meta: scan.Meta{SandboxID: "sb", Source: SourcePostStart}}
+	never := func() (uint32, bool) { return 0, false }
+	if got := a.writerOf(start, inspect.State{Gen: heard}, true, true, never); got != one {
+		t.Errorf("look at the generation heard: writer %+v, want %+v", got, one)
+	}
+	if got := a.writerOf(start, inspect.State{Gen: heard + 1}, true, true, never); got != nil {
+		t.Errorf("look at a generation not heard yet: writer %+v, want none", got)
 	}
 }

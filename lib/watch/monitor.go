@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mdlayher/netlink"
@@ -114,6 +115,9 @@ type Monitor struct {
 	// read is the writer the reader's quiet wait read, while the
 	// datagrams it read with it are taken (arrived).
 	read *readWriter
+	// heard is the newest generation a commit made that the reader took
+	// (any table's), with bit 32 set once one was: see Heard.
+	heard atomic.Uint64
 
 	// What waits for the caller: the reader appends, Take hands over.
 	qmu     sync.Mutex
@@ -400,7 +404,19 @@ func (m *Monitor) message(msg message) {
 		ch.Writer = m.writer(ch.PID, ch.Comm)
 		m.enqueue(ch)
 	}
+	// After the change was handed over (Notify runs within enqueue).
+	m.heard.Store(1<<32 | uint64(msg.id))
 	m.cur = commit{}
+}
+
+// Heard is the newest generation of a commit the monitor took, of any
+// table, and whether it took one since it opened. With Options.Notify,
+// every change up to it has been given to Notify: a look whose generation
+// is newer holds commits not heard yet (the reader behind, a commit's end
+// still on its way), whose writers are not known.
+func (m *Monitor) Heard() (gen uint32, ok bool) {
+	h := m.heard.Load()
+	return uint32(h), h>>32 != 0
 }
 
 // writer describes the committing process, once per distinct writer and

@@ -123,6 +123,41 @@ func TestIptablesWrites(t *testing.T) {
 	}
 }
 
+// TestHeard: the monitor tells the newest generation a commit made that it
+// took, an iptables table's (delivered) or a native one's (not).
+func TestHeard(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "nft")
+	ns := nstest.New(t)
+	m := open(t, ns, Options{})
+	if g, ok := m.Heard(); ok {
+		t.Errorf("heard generation %d before any commit", g)
+	}
+	ns.Run("iptables-nft", "-t", "nat", "-N", "MY")
+	ch := next(t, m)
+	waitHeard(t, m, ch.Gen)
+	ns.Run("nft", "add", "table", "inet", "mine")
+	waitHeard(t, m, ch.Gen+1)
+	if ch, ok := taken(t, m); ok {
+		t.Errorf("native commit delivered: %+v", ch)
+	}
+}
+
+// waitHeard waits until m heard generation gen (the reader stores it
+// right after it hands the change over); the deadline bounds a broken
+// test only.
+func waitHeard(t *testing.T, m *Monitor, gen uint32) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		g, ok := m.Heard()
+		if ok && g == gen {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("heard generation %d (%v) after a minute, want %d", g, ok, gen)
+		}
+	}
+}
+
 // TestPID: the pid is the writer's in the host's pid namespace (ip netns
 // exec execs the command: its pid is the one started), and Writer is asked
 // about it.
