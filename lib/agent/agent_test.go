@@ -107,6 +107,18 @@ func checkHandlers(t *testing.T, rec *recorder) {
 	}
 }
 
+// hand gives the next scan taken its turn (see Agent.hold), failing the
+// test if no worker waits for one within a minute: a scan the test wants
+// that was never queued.
+func hand(t *testing.T, a *Agent) {
+	t.Helper()
+	select {
+	case a.hold <- struct{}{}:
+	case <-time.After(time.Minute):
+		t.Fatal("no scan waited for its turn within a minute")
+	}
+}
+
 func release(a *Agent, n int) {
 	for i := 0; i < n; i++ {
 		a.hold <- struct{}{}

@@ -312,13 +312,19 @@ func (a *Agent) rewatch(s Scan) {
 func (a *Agent) watchSandbox(m scan.Meta, lookedFirst bool) {
 	ws := a.watches
 	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if ws.closed || ws.pods[m.SandboxID] != nil {
+	if w := ws.pods[m.SandboxID]; w != nil || ws.closed {
+		ws.mu.Unlock()
+		if w != nil && lookedFirst {
+			// Made meanwhile by an event: it may have opened after the
+			// scan's look too.
+			a.lookedBefore(w)
+		}
 		return
 	}
 	w := &watched{meta: m, done: make(chan struct{}), ready: make(chan struct{}), lookedFirst: lookedFirst}
 	ws.pods[m.SandboxID] = w
 	ws.wg.Add(1)
+	ws.mu.Unlock()
 	go a.follow(w, true)
 }
 
@@ -355,13 +361,32 @@ func (a *Agent) watchOpened(m scan.Meta) {
 	case <-w.ready:
 	case <-w.done:
 	case <-t.C:
-		w.mu.Lock()
-		select {
-		case <-w.ready:
-		default:
-			w.lookedFirst = true
-		}
-		w.mu.Unlock()
+		// Open now (before the look): nothing to look at again.
+		w.lookFirst()
+	}
+}
+
+// lookedBefore notes that a scan looked at w's sandbox without its
+// monitor: if the monitor is not open yet, its open queues a scan
+// (lookedFirst); if it is, a scan is queued now, as at an open.
+func (a *Agent) lookedBefore(w *watched) {
+	if w.lookFirst() {
+		a.noted(w, watch.Change{Overrun: true}, stageReopen)
+	}
+}
+
+// lookFirst sets lookedFirst unless the first monitor's open was decided
+// already (ready), and tells whether it was; under mu, as follow's close of
+// ready, so the open either sees the flag or came first.
+func (w *watched) lookFirst() (opened bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-w.ready:
+		return true
+	default:
+		w.lookedFirst = true
+		return false
 	}
 }
 
@@ -460,7 +485,8 @@ func (a *Agent) follow(w *watched, first bool) {
 		return
 	}
 	w.mon = mon
-	reopened := !first || w.lookedFirst
+	// The node's first open queues its start scan (below) anyway.
+	reopened := !first || w.lookedFirst && !w.node
 	w.mu.Unlock()
 	if w.node {
 		a.watches.mu.Lock()
@@ -510,6 +536,10 @@ func (a *Agent) reopen(w *watched, mon *watch.Monitor) {
 		return
 	}
 	w.mon = nil
+	// What was committed since the socket failed is not known: no writer
+	// heard before is the newest (as after an overrun).
+	clear(w.pending)
+	w.pending = w.pending[:0]
 	w.mu.Unlock()
 	mon.Close()
 	a.follow(w, false)
@@ -789,43 +819,31 @@ func (a *Agent) writerOf(j job, st inspect.State, stOK, nftWhole bool, after fun
 	if w == nil {
 		return nil
 	}
-	gen := st.Gen
-	found, newer := w.seenBy(gen)
+	found, newer := w.seenBy(st.Gen)
 	if newer && !nftWhole {
 		if g, ok := after(); ok {
-			gen = g
 			found, _ = w.seenBy(g)
 		}
-	}
-	if w.unheard(gen) {
-		// The newest writer heard is not the newest the look saw.
-		return nil
 	}
 	return a.aliveWriter(found, w)
 }
 
-// unheard tells whether generation gen is newer than every commit w's
-// monitor took (watch.Monitor.Heard): the look holds commits the watch has
-// not heard yet (its reader behind, a commit's end on its way), whose
-// writers are not known. False while no monitor is open, or none took a
-// commit since it opened.
-func (w *watched) unheard(gen uint32) bool {
-	w.mu.Lock()
-	mon := w.mon
-	w.mu.Unlock()
-	if mon == nil {
-		return false
-	}
-	h, ok := mon.Heard()
-	// Generations wrap: serial number arithmetic.
-	return ok && int32(gen-h) > 0
-}
-
 // seenBy is the newest pending writer whose commit is gen's or before,
-// and whether the window holds a commit after gen.
+// and whether the window holds a commit after gen. None where gen is newer
+// than every commit the monitor took (watch.Monitor.Heard): the look holds
+// commits the watch has not heard yet (its reader behind, a commit's end on
+// its way), whose writers are not known. Heard is read before pending: it
+// is stored once its commit's change went through noted, so the writer of
+// a generation it covers is in pending.
 func (w *watched) seenBy(gen uint32) (found *findings.Writer, newer bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.mon != nil {
+		// Generations wrap: serial number arithmetic.
+		if h, ok := w.mon.Heard(); ok && int32(gen-h) > 0 {
+			return nil, false
+		}
+	}
 	for i := len(w.pending) - 1; i >= 0; i-- {
 		// Generations wrap: serial number arithmetic.
 		if p := w.pending[i]; int32(p.gen-gen) <= 0 {

@@ -634,6 +634,48 @@ func committedInWindow(t *testing.T, a *Agent, id string) *api.PodSandbox {
 	return p
 }
 
+// TestReopenDropsWriters (helper-117 #2): a monitor whose socket failed
+// is reopened; what was committed meanwhile is not known, so no writer
+// heard before it is named while the new monitor's open waits (its slots
+// held here).
+func TestReopenDropsWriters(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft-restore")
+	a := startWatching(t, t.TempDir(), newRecorder(), func(cfg *Config) { cfg.WatchDebounce = time.Hour })
+	p := committedInWindow(t, a, "reopen")
+	a.watches.mu.Lock()
+	w := a.watches.pods[p.Id]
+	a.watches.mu.Unlock()
+	w.mu.Lock()
+	mon := w.mon
+	w.mu.Unlock()
+	for i := 0; i < maxOpening; i++ {
+		a.watches.opening <- struct{}{}
+	}
+	reopened := make(chan struct{})
+	go func() {
+		a.reopen(w, mon)
+		close(reopened)
+	}()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		w.mu.Lock()
+		gone, left := w.mon == nil, len(w.pending)
+		w.mu.Unlock()
+		if gone {
+			if left != 0 {
+				t.Errorf("%d writers pending while the monitor reopens, want none", left)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the monitor was not taken out within a minute")
+		}
+	}
+	for i := 0; i < maxOpening; i++ {
+		<-a.watches.opening
+	}
+	<-reopened
+}
+
 // TestWatchWriterToStop (issue 25): an init container's commit followed at
 // once by its StopContainer: the stop scan, which saw the commit, records
 // it with the writer the watch holds in its debounce window; the watch's
@@ -682,7 +724,7 @@ func TestWatchWriterAcrossWindow(t *testing.T) {
 		cfg.HostProc, cfg.Watch = nstest.HostProc(t, "/proc/self/ns/net"), true
 		// Long enough for the start's scan to be taken within it on a
 		// busy machine (else the test fails: it waits for the take).
-		cfg.WatchDebounce = 500 * time.Millisecond
+		cfg.WatchDebounce = 2 * time.Second
 	})
 	p := committedInWindow(t, a, "across")
 	ctx := context.Background()
@@ -713,7 +755,7 @@ func TestWatchWriterAcrossWindow(t *testing.T) {
 		}
 		taken = taken || running
 	}
-	release(a, 1)
+	hand(t, a)
 	s := rec.wait(t, 1)[0]
 	if s.Meta.Source != SourcePostStart || s.Stored != findings.Recorded {
 		t.Fatalf("first scan %s (%v), want the start's, recorded", s.Label(), s.Err)
@@ -723,7 +765,7 @@ func TestWatchWriterAcrossWindow(t *testing.T) {
 	}
 	// The watch's own scan ends the window's commits: no later scan names
 	// them.
-	release(a, 1)
+	hand(t, a)
 	if s := rec.wait(t, 1)[0]; s.Meta.Source != SourceWatch {
 		t.Fatalf("second scan %s, want the watch's", s.Label())
 	}
@@ -747,67 +789,83 @@ func (w watchFailRecorder) WatchFailed(_ scan.Meta, err error) { w.failed <- err
 // socket planted at its netns path, which open refuses with ENXIO as it
 // would with EMFILE) is counted and told, and takes back the pod's
 // complete scan: its commits go unheard, so the word waits for a scan, the
-// re-sweep's, which watches it again. (Failed before: the watch ended
-// silently, and the word kept vouching.)
+// re-sweep's, which watches it again, and whose monitor's open is followed
+// by a scan of its own: the re-sweep's scan looked before it. Where a
+// container start watched the pod again first, the re-sweep's scan may
+// have looked before that watch opened: a scan follows too. (Failed
+// before: the watch ended silently, and the word kept vouching.)
 func TestWatchFailed(t *testing.T) {
-	nstest.NeedRoot(t)
-	dir := t.TempDir()
-	rec := watchFailRecorder{resweepRecorder{newRecorder(), make(chan Resweep, 10)}, make(chan error, 10)}
-	a := startAgentWith(t, dir, rec, func(c *Config) { c.Watch = true })
-	ns := nstest.New(t)
-	link := filepath.Join(dir, "netns-a")
-	point := pointer(t, link)
-	point(ns.Path())
-	ctx := context.Background()
-	p := pod("a", link)
-	if _, err := a.Synchronize(ctx, []*api.PodSandbox{p}, nil); err != nil {
-		t.Fatal(err)
-	}
-	scannedIDs(t, a, rec.resweepRecorder, 1)
-	ready(t, a, "a")
-	if _, _, ok := a.known.everyLooked(); !ok {
-		t.Fatal("not every pod looked at after the sweep's scan")
-	}
+	for _, event := range []bool{false, true} {
+		t.Run(fmt.Sprintf("watched again by an event first %v", event), func(t *testing.T) {
+			nstest.NeedRoot(t)
+			dir := t.TempDir()
+			rec := watchFailRecorder{resweepRecorder{newRecorder(), make(chan Resweep, 10)}, make(chan error, 10)}
+			a := startAgentWith(t, dir, rec, func(c *Config) { c.Watch = true })
+			ns := nstest.New(t)
+			link := filepath.Join(dir, "netns-a")
+			point := pointer(t, link)
+			point(ns.Path())
+			ctx := context.Background()
+			p := pod("a", link)
+			if _, err := a.Synchronize(ctx, []*api.PodSandbox{p}, nil); err != nil {
+				t.Fatal(err)
+			}
+			scannedIDs(t, a, rec.resweepRecorder, 1)
+			ready(t, a, "a")
+			if _, _, ok := a.known.everyLooked(); !ok {
+				t.Fatal("not every pod looked at after the sweep's scan")
+			}
 
-	// The watch ends, as when its socket failed, and opening it again
-	// fails.
-	a.unwatch("a")
-	l, err := net.Listen("unix", filepath.Join(dir, "sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	point(filepath.Join(dir, "sock"))
-	if err := a.StartContainer(ctx, p, &api.Container{Id: "c2", Name: "app"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := receive(t, rec.failed, "watch failure"); err == nil {
-		t.Fatal("watch failure told without its error")
-	}
-	if n := counter(a.metrics.errors.WithLabelValues("watch")); n != 1 {
-		t.Errorf("errors_total{kind=watch} = %v, want 1", n)
-	}
-	if _, _, ok := a.known.everyLooked(); ok {
-		t.Error("every pod looked at, with the pod's commits unheard since its last scan")
-	}
+			// The watch ends, as when its socket failed, and opening it again
+			// fails.
+			a.unwatch("a")
+			l, err := net.Listen("unix", filepath.Join(dir, "sock"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			point(filepath.Join(dir, "sock"))
+			if err := a.StartContainer(ctx, p, &api.Container{Id: "c2", Name: "app"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := receive(t, rec.failed, "watch failure"); err == nil {
+				t.Fatal("watch failure told without its error")
+			}
+			if n := counter(a.metrics.errors.WithLabelValues("watch")); n != 1 {
+				t.Errorf("errors_total{kind=watch} = %v, want 1", n)
+			}
+			if _, _, ok := a.known.everyLooked(); ok {
+				t.Error("every pod looked at, with the pod's commits unheard since its last scan")
+			}
 
-	point(ns.Path())
-	if r := resweepOnce(t, a, rec.resweepRecorder); r.Queued != 1 {
-		t.Fatalf("re-sweep after the watch failed: %+v, want the pod queued", r)
-	}
-	scannedIDs(t, a, rec.resweepRecorder, 1)
-	if _, _, ok := a.known.everyLooked(); !ok {
-		t.Error("not every pod looked at after the re-sweep's scan")
-	}
-	if !a.watching("a") {
-		t.Fatal("the re-sweep's scan did not watch the pod again")
-	}
-	ready(t, a, "a")
-	// What the pod committed between that scan's look and the open is
-	// looked at (helper-116 #4).
-	release(a, 1)
-	if s := rec.wait(t, 1)[0]; s.Meta.Source != SourceWatch || s.Meta.Stage != stageReopen {
-		t.Errorf("scan %s, stage %q, after the watch opened again, want the watch's (%s)", s.Label(), s.Meta.Stage, stageReopen)
+			point(ns.Path())
+			if event {
+				// A container start watches the pod again before the
+				// re-sweep's scan: its watch, open before that scan's
+				// look or not, is the one the scan finds.
+				if err := a.StartContainer(ctx, p, &api.Container{Id: "c3", Name: "app"}); err != nil {
+					t.Fatal(err)
+				}
+				ready(t, a, "a")
+			}
+			if r := resweepOnce(t, a, rec.resweepRecorder); r.Queued != 1 {
+				t.Fatalf("re-sweep after the watch failed: %+v, want the pod queued", r)
+			}
+			scannedIDs(t, a, rec.resweepRecorder, 1)
+			if _, _, ok := a.known.everyLooked(); !ok {
+				t.Error("not every pod looked at after the re-sweep's scan")
+			}
+			if !a.watching("a") {
+				t.Fatal("the re-sweep's scan did not watch the pod again")
+			}
+			ready(t, a, "a")
+			// What the pod committed between that scan's look and the open is
+			// looked at (helper-116 #4).
+			hand(t, a)
+			if s := rec.wait(t, 1)[0]; s.Meta.Source != SourceWatch || s.Meta.Stage != stageReopen {
+				t.Errorf("scan %s, stage %q, after the watch opened again, want the watch's (%s)", s.Label(), s.Meta.Stage, stageReopen)
+			}
+		})
 	}
 }
 

@@ -66,9 +66,10 @@ func TestWriterOf(t *testing.T) {
 // watch did not hear; a scan that saw them names no writer, as the watch's
 // own scan after it does.
 func TestOverrunDropsWriters(t *testing.T) {
-	// A window of an hour: its end never fires within the test.
-	a := &Agent{cfg: Config{Watch: true, WatchDebounce: time.Hour}, watches: newWatches()}
-	w := &watched{done: make(chan struct{}), ready: make(chan struct{})}
+	a := &Agent{cfg: Config{Watch: true}, watches: newWatches()}
+	// Armed already: noted arms no window, whose end would queue a scan
+	// on this agent without a queue.
+	w := &watched{done: make(chan struct{}), ready: make(chan struct{}), armed: true}
 	a.watches.pods["sb"] = w
 	one := &findings.Writer{PID: 1, Comm: "one"}
 	a.noted(w, watch.Change{Gen: 10, Writer: one}, stageCommit)
