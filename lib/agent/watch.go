@@ -33,8 +33,9 @@ const (
 	// stageOverrun: the kernel dropped announcements; a full scan stands
 	// in for whatever they said.
 	stageOverrun = "overrun"
-	// stageReopen: the monitor's socket failed and was reopened; changes
-	// made meanwhile are not known.
+	// stageReopen: the monitor's socket failed and was reopened, or its
+	// first open came after a scan looked without it (lookedFirst);
+	// changes made meanwhile are not known.
 	stageReopen = "watch reopened"
 	// stageLimit: the sandbox wrote its limit of findings; the interval
 	// over, its newest usage is recorded.
@@ -133,13 +134,14 @@ type watched struct {
 	// ready is closed once the first monitor is open (or could not be),
 	// under mu.
 	ready chan struct{}
+
+	mu sync.Mutex
 	// lookedFirst: a scan looked at the sandbox before its first monitor
 	// opened (a watch made again after one failed, rewatch; a scan whose
 	// wait for the open ran out, watchOpened). A commit between the two
-	// was heard by nobody: the open queues a scan (stageReopen).
+	// was heard by nobody: the open queues a scan (stageReopen), and
+	// later scans need not wait for the open.
 	lookedFirst bool
-
-	mu sync.Mutex
 	// mon is the open monitor: whoever takes it out closes it (stop, or
 	// a reopen), and a monitor opened after the stop is closed by its
 	// opener.
@@ -156,13 +158,14 @@ type watched struct {
 	// (writerOf). A window's end marks its commits fired instead of
 	// dropping them: a scan running then may have read them, and the
 	// watch's own scan, queued behind it, would only find the same usage
-	// and record nothing. The end of the sandbox's next scan drops them:
-	// any scan taken after the window's end either carries its writer
-	// (merged with the watch's job) or follows the watch's own scan. Where
-	// the watch's job was dropped (the queue full), they stay until a
-	// scan ends, the newest commits heard and not yet recorded: that scan
-	// names them by its generation. An overrun drops them all: what was
-	// committed since is not known.
+	// and record nothing. The end of the sandbox's next scan that saw
+	// them drops them: any scan taken after the window's end either
+	// carries its writer (merged with the watch's job) or follows the
+	// watch's own scan. Where the watch's job was dropped (the queue
+	// full), they stay until a scan that saw them ends, the newest commits
+	// heard and not yet recorded: that scan names them. An overrun, or a
+	// socket reopened, drops them all: what was committed since is not
+	// known.
 	pending []pendingWriter
 	// retry is the scan at the end of a limited interval (see limited).
 	retry *time.Timer
@@ -350,6 +353,13 @@ func (a *Agent) watchOpened(m scan.Meta) {
 	if w == nil {
 		return
 	}
+	w.mu.Lock()
+	queued := w.lookedFirst
+	w.mu.Unlock()
+	if queued {
+		// A scan follows the open already.
+		return
+	}
 	select {
 	case <-w.ready:
 		return
@@ -371,7 +381,8 @@ func (a *Agent) watchOpened(m scan.Meta) {
 // (lookedFirst); if it is, a scan is queued now, as at an open.
 func (a *Agent) lookedBefore(w *watched) {
 	if w.lookFirst() {
-		a.noted(w, watch.Change{Overrun: true}, stageReopen)
+		// Not an overrun: the writers heard since the open stand.
+		a.noted(w, watch.Change{}, stageReopen)
 	}
 }
 
@@ -486,7 +497,7 @@ func (a *Agent) follow(w *watched, first bool) {
 	}
 	w.mon = mon
 	// The node's first open queues its start scan (below) anyway.
-	reopened := !first || w.lookedFirst && !w.node
+	lookedFirst := first && w.lookedFirst && !w.node
 	w.mu.Unlock()
 	if w.node {
 		a.watches.mu.Lock()
@@ -495,7 +506,7 @@ func (a *Agent) follow(w *watched, first bool) {
 	}
 	// What the reader heard before the monitor was stored: a socket that
 	// failed then found no monitor to reopen (reopen), this call does.
-	a.heard(w, mon)
+	a.handed(w, mon)
 	if first && w.node {
 		// The re-sweep looks at the node's namespace from now on: legacy
 		// rules written there tell the watch nothing either. Known before
@@ -505,15 +516,19 @@ func (a *Agent) follow(w *watched, first bool) {
 		a.known.watchNode(w.meta)
 		a.queueWatch(w, stageNodeStart, nil)
 	}
-	if reopened {
+	switch {
+	case !first:
 		a.noted(w, watch.Change{Overrun: true}, stageReopen)
+	case lookedFirst:
+		// What this monitor heard already stands (no overrun).
+		a.noted(w, watch.Change{}, stageReopen)
 	}
 }
 
-// heard takes what mon's reader queued, on the reader thread (see
+// handed takes what mon's reader queued, on the reader thread (see
 // watch.Options.Notify): it never waits for a scan. A failed socket is
 // reopened off this thread, which may not close it.
-func (a *Agent) heard(w *watched, mon *watch.Monitor) {
+func (a *Agent) handed(w *watched, mon *watch.Monitor) {
 	changes, open := mon.Take()
 	for _, ch := range changes {
 		stage := stageCommit
@@ -596,7 +611,7 @@ func (a *Agent) openMonitor(w *watched) *watch.Monitor {
 	}
 	// A writer is described once per debounce window: the scan names one.
 	mon, err := watch.Open(h.Fd(), watch.Options{Writer: a.describe, Proc: a.cfg.HostProc, WriterWindow: a.cfg.WatchDebounce,
-		Notify: func(m *watch.Monitor) { a.heard(w, m) }})
+		Notify: func(m *watch.Monitor) { a.handed(w, m) }})
 	if err != nil {
 		a.watchFailed(w, err)
 		return nil
@@ -741,14 +756,16 @@ func (a *Agent) costWindow(cost time.Duration) (window time.Duration, costly boo
 // hold of the x_tables mutex or the findings file's lock; the whole scan,
 // for the wait between scans after its legacy writes (scanAfterExec),
 // whose legacy look the pod's own writes make slow. The commits of the
-// windows that ended are no later scan's to name (pending): dropped.
-func (a *Agent) scanEnded(m scan.Meta, nft, whole time.Duration) {
+// windows that ended that the scan saw (its look's generation gen, known
+// when genOK) are no later scan's to name (pending): dropped.
+func (a *Agent) scanEnded(m scan.Meta, nft, whole time.Duration, gen uint32, genOK bool) {
 	if w := a.watchOf(m); w != nil {
 		w.mu.Lock()
 		w.cost, w.took = nft, whole
 		kept := w.pending[:0]
 		for _, p := range w.pending {
-			if !p.fired {
+			// Generations wrap: serial number arithmetic.
+			if !p.fired || !genOK || int32(p.gen-gen) > 0 {
 				kept = append(kept, p)
 			}
 		}
@@ -799,10 +816,11 @@ func (a *Agent) watchOf(m scan.Meta) *watched {
 // writerOf is the writer a scan's record names: its job's (the watch's,
 // also when merged into an event's job in the queue). For a start, stop or
 // sweep scan with none, the newest writer of a commit still in the watch's
-// debounce window, or in one that ended while the scan ran (pending), that
-// the scan saw: the generation the scan read before
-// its look is that commit's or later. A look whose nftables read was
-// whole (nftWhole) read that generation's rules and no later commit's: the
+// debounce window, or in one that ended since the sandbox's last scan
+// that saw it ended (pending), that the scan saw: the generation the scan
+// read before its look is that commit's or later, and no newer than every
+// commit the watch heard (seenBy). A look whose nftables read was whole
+// (nftWhole) read that generation's rules and no later commit's: the
 // read looks again when the generation moved under it. A commit the watch
 // heard after that read may be in a look that was not whole all the same
 // (an init container's one-shot restore, committing while its start's
@@ -839,8 +857,10 @@ func (w *watched) seenBy(gen uint32) (found *findings.Writer, newer bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.mon != nil {
-		// Generations wrap: serial number arithmetic.
-		if h, ok := w.mon.Heard(); ok && int32(gen-h) > 0 {
+		// Generations wrap: serial number arithmetic. Nothing heard yet
+		// while a writer is pending: its commit is being taken (Heard is
+		// stored after), and a later one may be in the look.
+		if h, ok := w.mon.Heard(); !ok || int32(gen-h) > 0 {
 			return nil, false
 		}
 	}

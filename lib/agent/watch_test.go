@@ -597,6 +597,53 @@ func TestSweepWaitsForWatch(t *testing.T) {
 	}
 }
 
+// TestWatchWaitOnce (helper-118 #1): once a scan's wait for a pod's
+// monitor ran out, the open queues a scan of its own: later scans of the
+// pod look at once, without a wait of their own (a wait here is longer
+// than the test waits for a scan).
+func TestWatchWaitOnce(t *testing.T) {
+	nstest.NeedRoot(t)
+	wait := maxReadyWait
+	t.Cleanup(func() { maxReadyWait = wait })
+	maxReadyWait = 10 * time.Minute
+	rec := newRecorder()
+	a := startAgentWith(t, t.TempDir(), rec, func(c *Config) { c.Watch = true })
+	ns := nstest.New(t)
+	p := pod("once", ns.Path())
+	for i := 0; i < maxOpening; i++ {
+		a.watches.opening <- struct{}{}
+	}
+	held := true
+	free := func() {
+		if held {
+			held = false
+			for i := 0; i < maxOpening; i++ {
+				<-a.watches.opening
+			}
+		}
+	}
+	t.Cleanup(free)
+	if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{p}, nil); err != nil {
+		t.Fatal(err)
+	}
+	a.watches.mu.Lock()
+	w := a.watches.pods[p.Id]
+	a.watches.mu.Unlock()
+	// As a scan of the pod whose wait ran out.
+	if w.lookFirst() {
+		t.Fatal("the monitor opened with its slots held")
+	}
+	hand(t, a)
+	if s := rec.wait(t, 1)[0]; s.Meta.Source != SourceSweep {
+		t.Fatalf("scan %s, want the sweep's", s.Label())
+	}
+	free()
+	hand(t, a)
+	if s := rec.wait(t, 1)[0]; s.Meta.Source != SourceWatch || s.Meta.Stage != stageReopen {
+		t.Errorf("scan %s, stage %q, after the open: want the watch's (%s)", s.Label(), s.Meta.Stage, stageReopen)
+	}
+}
+
 // pendingWriters waits until the sandbox's watch holds n commits in its
 // debounce window. The deadline bounds a broken test only.
 func pendingWriters(t *testing.T, a *Agent, id string, n int) {

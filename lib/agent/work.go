@@ -127,7 +127,7 @@ func (a *Agent) scan(j job, long bool) Scan {
 	}
 	s.Duration = time.Since(start)
 	if a.cfg.Watch {
-		a.scanEnded(j.meta, res.NftTook, s.Duration)
+		a.scanEnded(j.meta, res.NftTook, s.Duration, st.Gen, stOK)
 	}
 	switch {
 	case d.Clean() && s.Stored == findings.Same:

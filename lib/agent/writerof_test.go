@@ -100,6 +100,17 @@ func TestWriterNotHeardYet(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mon.Close()
+	a := &Agent{cfg: Config{Watch: true}, watches: newWatches()}
+	one := &findings.Writer{PID: 1, Comm: "one"}
+	start := job{meta: scan.Meta{SandboxID: "sb", Source: SourcePostStart}}
+	never := func() (uint32, bool) { return 0, false }
+	// A writer pending and nothing heard yet: its commit is still being
+	// taken, and a later one may be in the look (helper-118 #3).
+	a.watches.pods["sb"] = &watched{done: make(chan struct{}), ready: make(chan struct{}), mon: mon,
+		pending: []pendingWriter{{5, one, false}}}
+	if got := a.writerOf(start, inspect.State{Gen: 5}, true, true, never); got != nil {
+		t.Errorf("nothing heard yet: writer %+v, want none", got)
+	}
 	ns.Run("nft", "add", "table", "inet", "mine")
 	var heard uint32
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
@@ -112,17 +123,52 @@ func TestWriterNotHeardYet(t *testing.T) {
 			t.Fatal("the monitor heard no commit within a minute")
 		}
 	}
-	a := &Agent{cfg: Config{Watch: true}, watches: newWatches()}
-	one := &findings.Writer{PID: 1, Comm: "one"}
-	w := &watched{done: make(chan struct{}), ready: make(chan struct{}), mon: mon,
+	a.watches.pods["sb"] = &watched{done: make(chan struct{}), ready: make(chan struct{}), mon: mon,
 		pending: []pendingWriter{{heard, one, true}}}
-	a.watches.pods["sb"] = w
-	start := job{meta: scan.Meta{SandboxID: "sb", Source: SourcePostStart}}
-	never := func() (uint32, bool) { return 0, false }
 	if got := a.writerOf(start, inspect.State{Gen: heard}, true, true, never); got != one {
 		t.Errorf("look at the generation heard: writer %+v, want %+v", got, one)
 	}
 	if got := a.writerOf(start, inspect.State{Gen: heard + 1}, true, true, never); got != nil {
 		t.Errorf("look at a generation not heard yet: writer %+v, want none", got)
+	}
+}
+
+// TestScanEndedDropsSeen: a scan's end drops the fired writers its look
+// saw, and keeps those of commits after it, for the scan that sees them
+// (helper-118 #4); writers of a window still open stay.
+func TestScanEndedDropsSeen(t *testing.T) {
+	a := &Agent{cfg: Config{Watch: true}, watches: newWatches()}
+	one, two, three := &findings.Writer{PID: 1}, &findings.Writer{PID: 2}, &findings.Writer{PID: 3}
+	w := &watched{done: make(chan struct{}), ready: make(chan struct{}),
+		pending: []pendingWriter{{10, one, true}, {12, two, true}, {13, three, false}}}
+	a.watches.pods["sb"] = w
+	m := scan.Meta{SandboxID: "sb"}
+	a.scanEnded(m, 0, 0, 11, true)
+	if len(w.pending) != 2 || w.pending[0].writer != two || w.pending[1].writer != three {
+		t.Errorf("after a scan of generation 11: pending %+v, want 12's and 13's", w.pending)
+	}
+	a.scanEnded(m, 0, 0, 0, false)
+	if len(w.pending) != 2 {
+		t.Errorf("after a scan whose generation is not known: pending %+v, want both kept", w.pending)
+	}
+	a.scanEnded(m, 0, 0, 13, true)
+	if len(w.pending) != 1 || w.pending[0].writer != three {
+		t.Errorf("after a scan of generation 13: pending %+v, want 13's (its window open)", w.pending)
+	}
+}
+
+// TestLookedBeforeKeepsWriters: a scan that looked at a pod before its
+// watch, open now, is followed by a scan of the watch's; the writers the
+// monitor heard since it opened stand (helper-118 #2: it was an overrun).
+func TestLookedBeforeKeepsWriters(t *testing.T) {
+	a := &Agent{cfg: Config{Watch: true}, watches: newWatches()}
+	one := &findings.Writer{PID: 1, Comm: "one"}
+	// Armed already: noted arms no window on this agent without a queue.
+	w := &watched{done: make(chan struct{}), ready: make(chan struct{}), armed: true,
+		pending: []pendingWriter{{10, one, false}}, writer: one, stage: stageCommit}
+	close(w.ready)
+	a.lookedBefore(w)
+	if len(w.pending) != 1 || w.writer != one || w.stage != stageReopen {
+		t.Errorf("pending %+v, writer %+v, stage %q: want the writer kept, stage %q", w.pending, w.writer, w.stage, stageReopen)
 	}
 }
