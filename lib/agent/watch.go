@@ -476,7 +476,7 @@ func (w *watched) stopped() bool {
 }
 
 // follow opens w's monitor, then ends: the monitor's reader thread hands
-// its changes to heard, so a watched pod holds no goroutine (2.6 MB of
+// its changes to handed, so a watched pod holds no goroutine (2.6 MB of
 // stacks at 250 pods when each had two). A monitor whose socket failed is
 // reopened the same way, a scan queued (stageReopen): what changed
 // meanwhile is not known. A netns that cannot be opened ends the watch:
@@ -552,9 +552,11 @@ func (a *Agent) reopen(w *watched, mon *watch.Monitor) {
 	}
 	w.mon = nil
 	// What was committed since the socket failed is not known: no writer
-	// heard before is the newest (as after an overrun).
+	// heard before is the newest (as after an overrun), for the armed
+	// window's scan either.
 	clear(w.pending)
 	w.pending = w.pending[:0]
+	w.writer, w.stage = nil, stageReopen
 	w.mu.Unlock()
 	mon.Close()
 	a.follow(w, false)
@@ -850,9 +852,12 @@ func (a *Agent) writerOf(j job, st inspect.State, stOK, nftWhole bool, after fun
 // and whether the window holds a commit after gen. None where gen is newer
 // than every commit the monitor took (watch.Monitor.Heard): the look holds
 // commits the watch has not heard yet (its reader behind, a commit's end on
-// its way), whose writers are not known. Heard is read before pending: it
-// is stored once its commit's change went through noted, so the writer of
-// a generation it covers is in pending.
+// its way), whose writers are not known, and none while the open monitor
+// heard nothing yet (its first commit's writer pending, Heard not stored
+// yet). Heard is read before pending: it is stored once its commit's
+// change went through noted, so the writer of a generation it covers is
+// in pending. Before a monitor is stored (follow) its first changes may be
+// pending unchecked, a window of a few instructions.
 func (w *watched) seenBy(gen uint32) (found *findings.Writer, newer bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

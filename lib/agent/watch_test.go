@@ -681,10 +681,11 @@ func committedInWindow(t *testing.T, a *Agent, id string) *api.PodSandbox {
 	return p
 }
 
-// TestReopenDropsWriters (helper-117 #2): a monitor whose socket failed
-// is reopened; what was committed meanwhile is not known, so no writer
-// heard before it is named while the new monitor's open waits (its slots
-// held here).
+// TestReopenDropsWriters (helper-117 #2, helper-119 #1): a monitor whose
+// socket failed is reopened; what was committed meanwhile is not known, so
+// no writer heard before it is named, by a start or stop scan or by the
+// armed window's, while the new monitor's open waits (its slots held
+// here).
 func TestReopenDropsWriters(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft-restore")
 	a := startWatching(t, t.TempDir(), newRecorder(), func(cfg *Config) { cfg.WatchDebounce = time.Hour })
@@ -705,11 +706,11 @@ func TestReopenDropsWriters(t *testing.T) {
 	}()
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
 		w.mu.Lock()
-		gone, left := w.mon == nil, len(w.pending)
+		gone, left, writer := w.mon == nil, len(w.pending), w.writer
 		w.mu.Unlock()
 		if gone {
-			if left != 0 {
-				t.Errorf("%d writers pending while the monitor reopens, want none", left)
+			if left != 0 || writer != nil {
+				t.Errorf("%d writers pending, the window's %+v, while the monitor reopens, want none", left, writer)
 			}
 			break
 		}

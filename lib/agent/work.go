@@ -113,10 +113,16 @@ func (a *Agent) scan(j job, long bool) Scan {
 		s.Platform = res.Platform
 	}
 	d := scan.Decide(j.meta, res)
+	// The generation the writer was named by: the look's, or the one read
+	// after it; the fired writers up to it are this scan's (scanEnded).
+	seen := st.Gen
 	d.Record.Writer = a.writerOf(j, st, stOK, res.NftWhole(), func() (uint32, bool) {
 		gctx, gcancel := context.WithTimeout(context.Background(), timeout/4)
 		defer gcancel()
 		g, err := inspect.Generation(gctx, h)
+		if err == nil {
+			seen = g
+		}
 		return g, err == nil
 	})
 	d.Record.Exec = j.exec
@@ -127,7 +133,7 @@ func (a *Agent) scan(j job, long bool) Scan {
 	}
 	s.Duration = time.Since(start)
 	if a.cfg.Watch {
-		a.scanEnded(j.meta, res.NftTook, s.Duration, st.Gen, stOK)
+		a.scanEnded(j.meta, res.NftTook, s.Duration, seen, stOK)
 	}
 	switch {
 	case d.Clean() && s.Stored == findings.Same:
