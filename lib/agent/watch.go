@@ -371,7 +371,8 @@ func (a *Agent) watchOpened(m scan.Meta) {
 	case <-w.ready:
 	case <-w.done:
 	case <-t.C:
-		// Open now (before the look): nothing to look at again.
+		// The open queues a scan, unless it came just now, before the
+		// look.
 		w.lookFirst()
 	}
 }
