@@ -555,9 +555,8 @@ func (a *Agent) reopen(w *watched, mon *watch.Monitor) {
 	// What was committed since the socket failed is not known: no writer
 	// heard before is the newest (as after an overrun), for the armed
 	// window's scan either.
-	clear(w.pending)
-	w.pending = w.pending[:0]
-	w.writer, w.stage = nil, stageReopen
+	w.forgetWriters()
+	w.stage = stageReopen
 	w.mu.Unlock()
 	mon.Close()
 	a.follow(w, false)
@@ -718,12 +717,11 @@ func inContainer(m *scan.Meta, writer *findings.Writer, node bool) {
 func (a *Agent) noted(w *watched, ch watch.Change, stage string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if ch.Writer != nil || ch.Overrun {
+	switch {
+	case ch.Overrun:
+		w.forgetWriters()
+	case ch.Writer != nil:
 		w.writer = ch.Writer
-	}
-	if ch.Overrun {
-		clear(w.pending)
-		w.pending = w.pending[:0]
 	}
 	if ch.Writer != nil {
 		if len(w.pending) == maxPending {
@@ -740,6 +738,15 @@ func (a *Agent) noted(w *watched, ch watch.Change, stage string) {
 	w.armed = true
 	window, _ := a.costWindow(w.cost)
 	time.AfterFunc(window, func() { a.fire(w) })
+}
+
+// forgetWriters drops every writer heard, the window's and the pending
+// ones: what was committed since (an overrun, a socket that failed) is not
+// known. Under w.mu.
+func (w *watched) forgetWriters() {
+	w.writer = nil
+	clear(w.pending)
+	w.pending = w.pending[:0]
 }
 
 // costWindow is the wait a scan's cost sets before the sandbox's next

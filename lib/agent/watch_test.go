@@ -104,6 +104,27 @@ func ready(t *testing.T, a *Agent, id string) {
 	<-w.ready
 }
 
+// holdOpens takes every slot of a's monitor opens (maxOpening): no monitor
+// opens until the function it returns frees them, which the test's end
+// does too (once).
+func holdOpens(t *testing.T, a *Agent) (free func()) {
+	t.Helper()
+	for i := 0; i < maxOpening; i++ {
+		a.watches.opening <- struct{}{}
+	}
+	held := true
+	free = func() {
+		if held {
+			held = false
+			for i := 0; i < maxOpening; i++ {
+				<-a.watches.opening
+			}
+		}
+	}
+	t.Cleanup(free)
+	return free
+}
+
 // watchScan waits for the next scan of the watch, skipping others.
 func watchScan(t *testing.T, rec *recorder) Scan {
 	t.Helper()
@@ -563,9 +584,7 @@ func TestSweepWaitsForWatch(t *testing.T) {
 			a := startWatching(t, dir, rec, func(*Config) {})
 			ns := nstest.New(t)
 			p := pod("sw", ns.Path())
-			for i := 0; i < maxOpening; i++ {
-				a.watches.opening <- struct{}{}
-			}
+			free := holdOpens(t, a)
 			if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{p}, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -579,9 +598,7 @@ func TestSweepWaitsForWatch(t *testing.T) {
 				time.Sleep(200 * time.Millisecond)
 			}
 			ns.Run("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
-			for i := 0; i < maxOpening; i++ {
-				<-a.watches.opening
-			}
+			free()
 			s := rec.wait(t, 1)[0]
 			want, stage := SourceSweep, "Synchronize"
 			if tc.wait < time.Minute {
@@ -610,19 +627,7 @@ func TestWatchWaitOnce(t *testing.T) {
 	a := startAgentWith(t, t.TempDir(), rec, func(c *Config) { c.Watch = true })
 	ns := nstest.New(t)
 	p := pod("once", ns.Path())
-	for i := 0; i < maxOpening; i++ {
-		a.watches.opening <- struct{}{}
-	}
-	held := true
-	free := func() {
-		if held {
-			held = false
-			for i := 0; i < maxOpening; i++ {
-				<-a.watches.opening
-			}
-		}
-	}
-	t.Cleanup(free)
+	free := holdOpens(t, a)
 	if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{p}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -696,9 +701,7 @@ func TestReopenDropsWriters(t *testing.T) {
 	w.mu.Lock()
 	mon := w.mon
 	w.mu.Unlock()
-	for i := 0; i < maxOpening; i++ {
-		a.watches.opening <- struct{}{}
-	}
+	free := holdOpens(t, a)
 	reopened := make(chan struct{})
 	go func() {
 		a.reopen(w, mon)
@@ -718,9 +721,7 @@ func TestReopenDropsWriters(t *testing.T) {
 			t.Fatal("the monitor was not taken out within a minute")
 		}
 	}
-	for i := 0; i < maxOpening; i++ {
-		<-a.watches.opening
-	}
+	free()
 	<-reopened
 }
 
