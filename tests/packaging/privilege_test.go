@@ -127,3 +127,30 @@ func TestHostConfinement(t *testing.T) {
 		})
 	}
 }
+
+// TestTextfileContainerConfinement: the container an admin adds to
+// node-exporter's DaemonSet reads and writes host paths (the findings, its
+// checkpoint, the textfile directory) as the DaemonSet's containers do, so
+// it needs what they have: on an SELinux node container_t may touch none
+// of those directories, and every container runs under the runtime's
+// default seccomp profile (README).
+func TestTextfileContainerConfinement(t *testing.T) {
+	for _, c := range textfileContainers(t) {
+		sc := c.SecurityContext
+		if sc == nil {
+			t.Fatalf("%s: no securityContext", c.Name)
+		}
+		if sc.SELinuxOptions == nil || sc.SELinuxOptions.Type != "spc_t" {
+			t.Errorf("%s uses host paths without SELinux type spc_t: %+v", c.Name, sc.SELinuxOptions)
+		}
+		if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s: seccompProfile %+v, want RuntimeDefault", c.Name, sc.SeccompProfile)
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s: allowPrivilegeEscalation not false", c.Name)
+		}
+		if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0 {
+			t.Errorf("%s: capabilities %+v, want all dropped, none added", c.Name, sc.Capabilities)
+		}
+	}
+}
