@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/pflag"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/ocistate"
 )
 
 // prog names the program in help and errors: both builds are one program
@@ -46,6 +48,9 @@ func dispatch(cmds []command, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	fmt.Fprintf(stderr, "%s: %v (see '%s --help')\n", path, err, path)
 	if neverFails {
+		// A flag the installed binary does not know (a hooks.d JSON of
+		// another version) must not fail the container either.
+		ocistate.Drain(stdin, drainWithin)
 		return 0
 	}
 	return 2

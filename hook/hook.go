@@ -26,8 +26,10 @@ var hookCommand = command{use: "hook [flags] < STATE", summary: "OCI hook: inspe
 
 const hookLong = `Runs as an OCI hook (poststart): reads the container state JSON on stdin and
 the bundle's config.json, inspects the pod's network namespace read-only,
-and appends one JSON line to the findings file when iptables usage is found.
-It always exits 0: a failing poststart hook would kill the container.`
+and appends one JSON line to the findings file when it finds iptables usage
+new for the pod, could not see everything (state unknown), or finds the usage
+it recorded gone. It always exits 0: a failing poststart hook would kill the
+container.`
 
 type hookConfig struct {
 	record        recordFlags
@@ -79,7 +81,7 @@ func (cfg *hookConfig) run(_ []string, s stdio) (code int) {
 	var writing sync.Mutex
 	// The watchdog runs before anything that may block, --log-file's open
 	// included.
-	defer watchdog(log, cfg.timeout, &writing).Stop()
+	defer watchdog(log, cfg.timeout, &writing, stdin).Stop()
 	cfg.log.addFile(log, stderr)
 	hookOnce(*cfg, stdin, log, start, &writing)
 	return 0
@@ -106,16 +108,21 @@ func logPanic(stderr io.Writer, log *logrus.Logger, r any) {
 // watchdog ends the process shortly after the deadline whatever it is
 // blocked on (a stdin never closed, a stuck filesystem): the container's
 // start must never wait on us.
-func watchdog(log *logrus.Logger, timeout time.Duration, writing *sync.Mutex) *time.Timer {
-	return time.AfterFunc(timeout+time.Second, func() { giveUp(log, timeout, writing, os.Exit) })
+func watchdog(log *logrus.Logger, timeout time.Duration, writing *sync.Mutex, stdin io.Reader) *time.Timer {
+	return time.AfterFunc(timeout+time.Second, func() { giveUp(log, timeout, writing, stdin, os.Exit) })
 }
+
+// drainWithin bounds reading the rest of the state before an early exit
+// (ocistate.Drain): the runtime has written it by then, or is not waiting.
+const drainWithin = time.Second
 
 // giveUp waits up to a second for a finding being written, logs that the
 // hook gives up, and exits 0. The log line gets a moment, not a wait: the
 // logger holds its lock while it writes, and the goroutine that is stuck
 // may be the one writing to --log-file (a frozen filesystem, a hard NFS
-// mount), holding it.
-func giveUp(log *logrus.Logger, timeout time.Duration, writing *sync.Mutex, exit func(int)) {
+// mount), holding it. What the stuck hook had not read of the state yet
+// is read first, briefly: the process is past its deadline.
+func giveUp(log *logrus.Logger, timeout time.Duration, writing *sync.Mutex, stdin io.Reader, exit func(int)) {
 	for i := 0; i < 100 && !writing.TryLock(); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -128,6 +135,7 @@ func giveUp(log *logrus.Logger, timeout time.Duration, writing *sync.Mutex, exit
 	case <-logged:
 	case <-time.After(200 * time.Millisecond):
 	}
+	ocistate.Drain(stdin, 200*time.Millisecond)
 	exit(0)
 }
 
@@ -136,6 +144,7 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 	defer cancel()
 	if os.Geteuid() != 0 {
 		log.Error("the hook must run as root: it enters pod network namespaces (CAP_SYS_ADMIN) and reads netfilter state (CAP_NET_ADMIN)")
+		ocistate.Drain(stdin, drainWithin)
 		return
 	}
 	c, err := ocistate.Read(stdin)

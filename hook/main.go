@@ -41,7 +41,9 @@ type command struct {
 	// an argument is a usage error.
 	args bool
 	// neverFails: the exit status is 0 whatever happens, a bad flag
-	// included (a failing poststart hook kills the container).
+	// included (a failing poststart hook kills the container), and stdin
+	// (the runtime's state) is read to its end before a bad flag's exit
+	// (ocistate.Drain).
 	neverFails bool
 	// newConfig gives a zero config, its defaults set by register.
 	newConfig func() config

@@ -154,7 +154,7 @@ func TestGiveUpLogStuck(t *testing.T) {
 	writing.Lock()
 	exited := make(chan int, 1)
 	start := time.Now()
-	go giveUp(log, time.Second, &writing, func(code int) { exited <- code })
+	go giveUp(log, time.Second, &writing, strings.NewReader(""), func(code int) { exited <- code })
 	select {
 	case code := <-exited:
 		if code != 0 {
@@ -165,5 +165,36 @@ func TestGiveUpLogStuck(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the watchdog did not exit with its log line blocked")
+	}
+}
+
+// TestBadFlagReadsState: a flag the binary does not know (a hooks.d JSON of
+// another version) still reads the runtime's state to its end before the
+// exit: crun dies of SIGPIPE, failing the container, when the hook exits
+// before its write of a large state is done.
+func TestBadFlagReadsState(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_, err := w.Write([]byte(strings.Repeat("x", 256<<10)))
+		w.Close()
+		done <- err
+	}()
+	code := dispatch(commands(), []string{"hook", "--no-such-flag"}, r, io.Discard, io.Discard)
+	r.Close()
+	if code != 0 {
+		t.Errorf("exit %d, want 0", code)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the runtime's write of the state: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the writer is still blocked")
 	}
 }

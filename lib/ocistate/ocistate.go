@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -22,6 +23,9 @@ import (
 const (
 	maxStateBytes  = 4 << 20
 	maxConfigBytes = 16 << 20
+	// drainWithin bounds reading the rest of a state Read stopped in
+	// (Drain).
+	drainWithin = time.Second
 )
 
 // Annotation keys set by the kubelet (labels) and CRI-O.
@@ -88,6 +92,11 @@ func (c Container) IsPod() bool {
 // hold the hook.
 func Read(r io.Reader) (Container, error) {
 	st, err := readState(io.LimitReader(r, maxStateBytes))
+	if err != nil {
+		// Stopped before the state's end: the runtime may still be
+		// writing it.
+		Drain(r, drainWithin)
+	}
 	switch {
 	case err != nil && (st.id == "" || st.bundle == ""):
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
@@ -243,3 +252,32 @@ func first(m map[string]string, keys ...string) string {
 // Image is the image a runtime's annotations name, by imageKeys' preference
 // ("" when none); the NRI agent reads the same annotations.
 func Image(annotations map[string]string) string { return first(annotations, imageKeys...) }
+
+// Drain reads r to its end, discarding it, for at most within. A hook that
+// exits before it has read the whole state fails the container under crun
+// (1.8 here): crun writes the state after it starts the hook, and a state
+// larger than the pipe's buffer (a pod's annotations) or a write made
+// after the hook's exit gives crun SIGPIPE. So every exit that did not
+// read the state to its end (a bad flag, an unreadable state, the
+// watchdog) drains it first; the runtime closes its end once it has
+// written, so this ends at once. Only a pipe or a socket is drained: a
+// terminal (a hand run) or a file holds no writer to unblock.
+func Drain(r io.Reader, within time.Duration) {
+	if f, ok := r.(*os.File); ok {
+		st, err := f.Stat()
+		if err != nil || st.Mode()&(os.ModeNamedPipe|os.ModeSocket) == 0 {
+			return
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(io.Discard, r)
+	}()
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}

@@ -184,3 +184,89 @@ func BenchmarkRead(b *testing.B) {
 		}
 	}
 }
+
+// pipeState writes data into a pipe as a runtime writes the state, after
+// delay, then closes its end; written gives the write's error once the
+// test has closed the reading end, as a hook's exit does: EPIPE where the
+// reader left before the writer was done (crun then dies of SIGPIPE).
+func pipeState(t *testing.T, data []byte, delay time.Duration) (r *os.File, written func() error) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		time.Sleep(delay)
+		_, err := w.Write(data)
+		w.Close()
+		done <- err
+	}()
+	return r, func() error {
+		r.Close()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("the writer is still blocked")
+			return nil
+		}
+	}
+}
+
+// TestDrain: what was left of the state is read to its end, so the
+// runtime's write completes; a writer that never closes holds it only
+// for the bound; a file is not read.
+func TestDrain(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 256<<10)
+	t.Run("pipe", func(t *testing.T) {
+		r, written := pipeState(t, big, 50*time.Millisecond)
+		Drain(r, 5*time.Second)
+		if err := written(); err != nil {
+			t.Fatalf("the runtime's write of the state: %v", err)
+		}
+	})
+	t.Run("writer never closes", func(t *testing.T) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		defer w.Close()
+		start := time.Now()
+		Drain(r, 100*time.Millisecond)
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("Drain took %v with a bound of 100ms", took)
+		}
+	})
+	t.Run("file", func(t *testing.T) {
+		f, err := os.CreateTemp(t.TempDir(), "state")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.Write(big); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+		Drain(f, time.Second)
+		if off, _ := f.Seek(0, io.SeekCurrent); off != 0 {
+			t.Fatalf("a file was read to %d", off)
+		}
+	})
+}
+
+// TestReadDrainsOnError: a state Read cannot decode is read to its end
+// before Read returns, so the runtime's write of it completes.
+func TestReadDrainsOnError(t *testing.T) {
+	state := append([]byte(`{"id":"c1","bundle":`), bytes.Repeat([]byte("!"), 256<<10)...)
+	r, written := pipeState(t, state, 50*time.Millisecond)
+	if _, err := Read(r); err == nil {
+		t.Fatal("Read took a malformed state")
+	}
+	if err := written(); err != nil {
+		t.Fatalf("the runtime's write of the state: %v", err)
+	}
+}

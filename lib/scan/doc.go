@@ -5,11 +5,15 @@
 //
 // It takes a netns path and the metadata of the container that triggered
 // the scan; it gives a Result, through Decide the record to append (or
-// none), and through Store.Record what the record step did with it. Invariant: an inspection that could not see everything is never
-// reported as clean. Decide always records it, marked truncated with the
-// error, state unknown when it saw no usage (present when it saw some), and
-// gives it a fingerprint of its own so that the per-sandbox
-// memory never takes it for, and then skips, a later complete scan. Read and
+// none), and through Store.Record what the record step did with it.
+// Invariant: an inspection that could not see everything is never
+// reported as clean. Decide always gives it a record, marked truncated
+// with the error, state unknown when it saw no usage (present when it saw
+// some), with a fingerprint of its own so that the per-sandbox memory
+// never takes it for, and then skips, a later complete scan; the record
+// step writes it unless the memory holds a worse or equal one for the
+// sandbox already (Same, a cut look that agrees with the last record) or
+// its limit is reached (Limited). Read and
 // Run read the netns, Store.Record writes the findings file and the
 // per-sandbox memory; Decide and Build are pure.
 package scan

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,13 +161,26 @@ func (p *podman) run(netns string, annotations map[string]string, extra []string
 	args = append(args, command...)
 	b, err := p.cmd(ctx, args...).CombinedOutput()
 	if err != nil {
-		p.t.Fatalf("podman --runtime %s %s: %v: %s", p.runtime, strings.Join(args, " "), err, b)
+		p.t.Fatalf("podman --runtime %s %s: %v: %s", p.runtime, strings.Join(shortArgs(args), " "), err, b)
 	}
 	cid, err := os.ReadFile(cidfile)
 	if err != nil {
 		p.t.Fatalf("read podman cidfile: %v", err)
 	}
 	return strings.TrimSpace(string(cid)), string(b)
+}
+
+// shortArgs cuts the long arguments (a test's large annotations) for an
+// error message.
+func shortArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if len(a) > 120 {
+			a = fmt.Sprintf("%s...(%d bytes)", a[:60], len(a))
+		}
+		out[i] = a
+	}
+	return out
 }
 
 func needPodman(t *testing.T, runtime string) {
@@ -268,7 +282,8 @@ func TestPodmanTwoContainers(t *testing.T) {
 
 // TestPodmanHookNeverBreaksContainer breaks the hook's environment in ways a
 // node can (unwritable paths, a bad flag after an upgrade, a malformed
-// allowlist) and requires the container to start and exit 0 every time.
+// allowlist) and requires the container to start and exit 0 every time,
+// with a state the runtime cannot write before the hook reads it.
 func TestPodmanHookNeverBreaksContainer(t *testing.T) {
 	cases := []struct {
 		name string
@@ -353,7 +368,15 @@ func TestPodmanHookNeverBreaksContainer(t *testing.T) {
 						t.Fatal(err)
 					}
 					pm, _ := newPodman(t, rt, append(files.args(), tc.args(dir)...))
-					_, out := pm.run(ns.Path(), newPod("broken-"+rt, "app").annotations(), nil, "sh", "-c", "echo alive")
+					// A state larger than a pipe's buffer (64 KiB): the
+					// runtime's write of it blocks until the hook reads,
+					// and a hook that exits unread gives crun a broken
+					// pipe, which fails the container. Two annotations,
+					// as one argument may hold at most 128 KiB.
+					ann := newPod("broken-"+rt, "app").annotations()
+					ann["example.com/big-1"] = strings.Repeat("a", 100<<10)
+					ann["example.com/big-2"] = strings.Repeat("b", 100<<10)
+					_, out := pm.run(ns.Path(), ann, nil, "sh", "-c", "echo alive")
 					if !strings.Contains(out, "alive") {
 						t.Errorf("container printed %q, want alive", out)
 					}
