@@ -343,7 +343,7 @@ release:
 		'apiVersion: kustomize.config.k8s.io/v1beta1' 'kind: Kustomization' \
 		'resources:' "  - $$base" 'images:' '  - name: ghcr.io/iptables-alerter/iptables-alerter' \
 		'    newName: $(RELEASE_IMAGE)' "    digest: $$(cat $(DIST)/image.digest)" >$(DIST)/kustomize/kustomization.yaml
-	cd $(DIST) && sha256sum *.rpm *.tgz *.tar.gz index.yaml iptables-alerter.cdx.json >SHA256SUMS
+	cd $(DIST) && sha256sum *.rpm *.tgz *.tar.gz index.yaml iptables-alerter.cdx.json image.digest >SHA256SUMS
 	$(COSIGN) sign-blob --yes --key $(COSIGN_KEY) --tlog-upload=false --output-signature $(DIST)/SHA256SUMS.sig $(DIST)/SHA256SUMS
 	rm -rf $(DIST)/image $(DIST)/chart $(DIST)/rpmbuild $(DIST)/chart.push
 
@@ -402,7 +402,7 @@ github-release:
 	@[ -s $(DIST)/RELEASE_NOTES.md ] || { echo 'CHANGELOG.md has no section ## [$(patsubst v%,%,$(VERSION))]'; exit 1; }
 	gh release create $(VERSION) --verify-tag --title $(VERSION) --notes-file $(DIST)/RELEASE_NOTES.md \
 		$(DIST)/*.rpm $(DIST)/*.tgz $(DIST)/*.tar.gz $(DIST)/index.yaml $(DIST)/iptables-alerter.cdx.json $(DIST)/SHA256SUMS $(DIST)/SHA256SUMS.sig \
-		$(DIST)/cosign.pub
+		$(DIST)/cosign.pub $(DIST)/image.digest
 
 # The kernel-structure decoders' tests built for linux/s390x (big-endian)
 # and run under qemu-s390x-static (tests/release's TestDecodersS390x).

@@ -1178,3 +1178,33 @@ func TestReleaseChartUpgrade(t *testing.T) {
 		}
 	})
 }
+
+// kpsSet are values-kube-prometheus-stack.yaml's values as the --set flags
+// docs/monitoring.md and docs/install-helm.md give an admin who installs
+// the chart from a registry, without the checkout that holds the file.
+var kpsSet = []string{
+	"metrics.serviceMonitor.additionalLabels.release=kps",
+	"metrics.prometheusRule.additionalLabels.release=kps",
+	"networkPolicy.monitoringNamespaces={monitoring}",
+}
+
+// TestKubePrometheusStackSetFlags: the documented --set flags render what
+// the values file does, and both pages give each of them.
+func TestKubePrometheusStackSetFlags(t *testing.T) {
+	kps := filepath.Join(repo(t), "packaging/helm/values-kube-prometheus-stack.yaml")
+	want := string(helmTemplate(t, withAPI("--values="+kps)...))
+	if got := string(helmTemplate(t, withAPI(kpsSet...)...)); got != want {
+		t.Errorf("the --set flags render otherwise than %s:\n%s", kps, cmp.Diff(want, got))
+	}
+	for _, page := range []string{"docs/monitoring.md", "docs/install-helm.md"} {
+		b, err := os.ReadFile(filepath.Join(repo(t), page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range kpsSet {
+			if !strings.Contains(string(b), s) {
+				t.Errorf("%s does not give %s", page, s)
+			}
+		}
+	}
+}

@@ -196,6 +196,11 @@ func TestReleaseUploadsKey(t *testing.T) {
 	if !strings.Contains(string(out), "/dist/cosign.pub") {
 		t.Errorf("make github-release uploads no cosign.pub:\n%s", out)
 	}
+	// The maintainer pins the MachineConfigs to the digest the workflow
+	// pushed (docs/release.md, step 3): only the runner's dist/ had it.
+	if !strings.Contains(string(out), "/dist/image.digest") {
+		t.Errorf("make github-release uploads no image.digest:\n%s", out)
+	}
 	if got, err := testbin.MakeDefault(repo(t), "RELEASE_KEY_PUB"); err != nil || strings.Join(got, " ") != "cosign.pub" {
 		t.Errorf("make's RELEASE_KEY_PUB is %v (%v), want cosign.pub", got, err)
 	}
