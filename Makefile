@@ -33,7 +33,7 @@ AGENTBIN := bin/iptables-alerter-agent
 export IPTA_CACHE ?= /var/cache/iptables-alerter
 export PATH := $(IPTA_CACHE)/kube/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all build deps demo-deps bench-deps test race-build test-packages test-tools test-early test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs dashboards schema vendors crds chart chart-files set-release pin-image release release-key release-chart release-deps registry-login github-release test-s390x
+.PHONY: all build deps demo-deps bench-deps test race-build test-packages test-tools test-early test-unit test-integration bench demo install install-files uninstall lint clean image rpm machineconfig docs dashboards schema vendors crds chart chart-files set-release pin-image release release-check release-key release-chart release-deps registry-login github-release test-s390x
 
 all: build
 
@@ -275,6 +275,22 @@ pin-image:
 	sed -i 's|^IPTABLES_ALERTER_IMAGE=.*|IPTABLES_ALERTER_IMAGE=$(IMAGE_REF)|' packaging/openshift/machineconfig/iptables-alerter-install.env
 	$(MAKE) --no-print-directory machineconfig
 
+# release-check: where HEAD is tagged VERSION (the release workflow's
+# run), what the tag publishes says VERSION before anything is pushed: the
+# kustomize base's newTag and the chart's version and appVersion (make
+# set-release), and a CHANGELOG.md section (make github-release's notes).
+# Found only after the pushes, the registry held the release and GitHub
+# none, its index.yaml still the last release's. An untagged HEAD (your own
+# release, the tests') is not checked.
+release-check:
+	@git tag --points-at HEAD 2>/dev/null | grep -qxF '$(VERSION)' || exit 0; \
+	grep -qxF '    newTag: $(VERSION)' packaging/kubernetes/kustomization.yaml && \
+	grep -qxF 'version: $(patsubst v%,%,$(VERSION))' $(CHART)/Chart.yaml && \
+	grep -qxF 'appVersion: "$(VERSION)"' $(CHART)/Chart.yaml || \
+		{ echo 'HEAD is tagged $(VERSION), but the kustomize base or the chart names another version: make set-release RELEASE=$(VERSION), commit, and tag that commit'; exit 1; }; \
+	grep -qF '## [$(patsubst v%,%,$(VERSION))]' CHANGELOG.md || \
+		{ echo 'HEAD is tagged $(VERSION), but CHANGELOG.md has no section ## [$(patsubst v%,%,$(VERSION))]: add it, commit, and tag that commit'; exit 1; }
+
 # make release VERSION=vX.Y.Z REGISTRY=HOST[:PORT]/PATH COSIGN_KEY=cosign.key
 # (docs/release.md): builds and pushes to REGISTRY the multi-arch image
 # (REGISTRY/iptables-alerter:VERSION, by internal/ociimage from
@@ -310,6 +326,7 @@ release:
 	@case '$(DIST)' in ''|/) echo 'DIST=a directory of its own'; exit 1;; esac
 	@[ -n '$(RELEASE_DIRTY_OK)' ] || [ -z "$$(git status --porcelain 2>/dev/null)" ] || \
 		{ git status --short; echo 'the tree has changes: a release is of HEAD, and its binaries, image and RPM say so (an explicit VERSION has no -dirty); commit them or move them away'; exit 1; }
+	$(MAKE) --no-print-directory release-check
 	rm -rf $(DIST) && mkdir -p $(DIST)/image $(DIST)/chart
 	$(MAKE) --no-print-directory release-key
 	for p in $(RELEASE_PLATFORMS); do \

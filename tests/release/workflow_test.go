@@ -283,3 +283,82 @@ func TestKrewArchivesReleased(t *testing.T) {
 		t.Errorf("make release's SHA256SUMS does not list the archives")
 	}
 }
+
+// TestReleaseCheck: make release of a HEAD tagged VERSION stops before it
+// builds or pushes anything when the tag's kustomize base or chart names
+// another version (make set-release forgotten) or CHANGELOG.md has no
+// section for it: found only at github-release, after the pushes, the
+// registry held the release and GitHub none. An untagged HEAD (an own
+// release, the tests') is not checked.
+func TestReleaseCheck(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "repo")
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	if out, err := exec.Command("git", "clone", "-q", repo(t), dir).CombinedOutput(); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, out)
+	}
+	// The Makefile under test, committed or not (make release refuses a
+	// tree with changes).
+	mk, err := os.ReadFile(filepath.Join(repo(t), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "Makefile"), mk, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git("commit", "-q", "--allow-empty", "-am", "the Makefile under test")
+	key := filepath.Join(t.TempDir(), "cosign.key")
+	if err := os.WriteFile(key, []byte("not used\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	release := func(version string) (string, error) {
+		cmd := exec.Command("make", "-s", "--no-print-directory", "-C", dir, "release", "VERSION="+version,
+			"REGISTRY=127.0.0.1:1/none", "COSIGN_KEY="+key, "DIST="+filepath.Join(dir, "dist"))
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	refused := func(version, want string) {
+		t.Helper()
+		out, err := release(version)
+		if err == nil || !strings.Contains(out, want) {
+			t.Errorf("make release VERSION=%s: %v, want a refusal saying %q:\n%s", version, err, want, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "dist")); err == nil {
+			t.Errorf("make release VERSION=%s made dist/ before it refused", version)
+		}
+	}
+	git("tag", "v9.9.9")
+	refused("v9.9.9", "make set-release RELEASE=v9.9.9")
+
+	if out, err := exec.Command("make", "-s", "-C", dir, "set-release", "RELEASE=v9.9.9").CombinedOutput(); err != nil {
+		t.Fatalf("make set-release: %v\n%s", err, out)
+	}
+	git("commit", "-q", "-am", "v9.9.9")
+	git("tag", "-f", "v9.9.9")
+	refused("v9.9.9", "CHANGELOG.md has no section ## [9.9.9]")
+
+	// With the section, the check passes and the release goes on (to the
+	// key, which is no key: the check is all this test runs of it).
+	changelog := filepath.Join(dir, "CHANGELOG.md")
+	log, err := os.ReadFile(changelog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log = []byte(strings.Replace(string(log), "## [Unreleased]", "## [Unreleased]\n\n## [9.9.9] - 2026-12-07", 1))
+	if err := os.WriteFile(changelog, log, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git("commit", "-q", "-am", "changelog")
+	git("tag", "-f", "v9.9.9")
+	for _, v := range []string{"v9.9.9", "v1.2.3"} {
+		cmd := exec.Command("make", "-s", "--no-print-directory", "-C", dir, "release-check", "VERSION="+v)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("make release-check VERSION=%s: %v\n%s", v, err, out)
+		}
+	}
+}
