@@ -97,6 +97,10 @@ func StartPeek(h *netns.Handle, deadline time.Time, paths []string) (*Peek, erro
 	return p, nil
 }
 
+// SetDeadline moves the deadline StartPeek was given (earlier: a caller
+// that stops waiting sooner than it first meant to).
+func (p *Peek) SetDeadline(t time.Time) error { return p.r.SetReadDeadline(t) }
+
 // Wait reads the child's answer until the deadline StartPeek was given,
 // never past it: an error then errors.Is os.ErrDeadlineExceeded, and the
 // child is killed and reaped whenever the kernel lets it go. Without an

@@ -65,6 +65,36 @@ func TestInspectLegacyBusyKeepsDeadline(t *testing.T) {
 	}
 }
 
+// A look whose peek waits on the x_tables mutex a neighbour holds gives up
+// on it the legacy share (300 ms) after its nftables read, not at its
+// deadline: the hook's look sits in every container's start, and a
+// neighbour can hold the mutex for good.
+func TestInspectLegacyBusyPeekShare(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
+	nstest.NeedIPTables(t)
+	victim := nstest.New(t)
+	victim.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
+	h, err := netns.Open(victim.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	nstest.HoldXTMutex(t)
+	// A long budget, so the share and the deadline are far apart: the
+	// bound is half of it, past a loaded machine's margin either way.
+	const budget = 6 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	start := time.Now()
+	s, err := inspect.Inspect(ctx, h, inspect.Options{})
+	if took := time.Since(start); took > budget/2 {
+		t.Errorf("Inspect took %v of a %v budget while a neighbour held the x_tables mutex: the peek waited past its share", took, budget)
+	}
+	if !s.Truncated || !errors.Is(err, inspect.ErrLegacyBusy) {
+		t.Fatalf("truncated=%v err=%v, want truncated and %v", s.Truncated, err, inspect.ErrLegacyBusy)
+	}
+}
+
 // With LegacyInProcess, the legacy read blocked by a neighbour holding the
 // x_tables mutex is abandoned at the deadline on its thread; the next
 // inspection does not start another (which would block a second thread)

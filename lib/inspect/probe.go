@@ -73,7 +73,10 @@ type legacyLook struct {
 	h        *netns.Handle
 	deadline time.Time
 	fams     []legacyFamily
-	proc     *child.Proc
+	// share is how long the peek may still take once the nftables read
+	// has ended (legacyShare of the look's budget).
+	share time.Duration
+	proc  *child.Proc
 	// thread is an in-process look under way (Options.LegacyInProcess).
 	thread *threadLook
 	path   string
@@ -157,6 +160,7 @@ func startLegacy(h *netns.Handle, deadline time.Time, inProcess bool) *legacyLoo
 		return p
 	}
 	p.peek, p.h, p.deadline, p.fams = peek, h, deadline, fams
+	p.share = legacyShare(time.Until(deadline))
 	return p
 }
 
@@ -173,6 +177,16 @@ func (p *legacyLook) startProbe(h *netns.Handle, deadline time.Time, names []str
 // starts the probe for those that have one (all of them when the peek
 // could not tell).
 func (p *legacyLook) peeked(s *Snapshot) error {
+	// The peek reads table names, microseconds of the kernel's: one not
+	// answered within the legacy share after the nftables read waits for
+	// the host-wide x_tables mutex, which a neighbour can hold for good
+	// (issue 7 item 1). Every container start on the node waited the rest
+	// of the budget for it (1.6 s of the hook's 2 s); it waits the share
+	// now. A probe of the tables a peek found keeps the whole budget.
+	if d := time.Now().Add(p.share); d.Before(p.deadline) {
+		// A pipe's deadline: should it fail, the first one holds.
+		_ = p.peek.SetDeadline(d)
+	}
 	files, err := p.peek.Wait()
 	p.peek = nil
 	if errors.Is(err, os.ErrDeadlineExceeded) {

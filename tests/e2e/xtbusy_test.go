@@ -46,8 +46,9 @@ func TestOCIRuntimeXTMutexHeld(t *testing.T) {
 				t.Cleanup(func() { close(ended) })
 				go func() {
 					defer stop()
-					// The hook lives past its peek's deadline (1.6 s of
-					// its 2 s), so polling every 10 ms sees it.
+					// The hook lives until it gives up on its peek (the
+					// legacy share, 300 ms after its nftables read), so
+					// polling every 10 ms sees it.
 					hook := 0
 					for {
 						if hook == 0 {
