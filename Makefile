@@ -275,6 +275,10 @@ pin-image:
 	sed -i 's|^IPTABLES_ALERTER_IMAGE=.*|IPTABLES_ALERTER_IMAGE=$(IMAGE_REF)|' packaging/openshift/machineconfig/iptables-alerter-install.env
 	$(MAKE) --no-print-directory machineconfig
 
+# The notes of VERSION: its CHANGELOG.md section's lines, up to the next
+# section (release-check and github-release read the same).
+release_notes = awk '/^\#\# /{p = index($$0, "[$(patsubst v%,%,$(VERSION))]") > 0; next} p' CHANGELOG.md
+
 # release-check: where HEAD is tagged VERSION (the release workflow's
 # run), what the tag publishes says VERSION before anything is pushed: the
 # kustomize base's newTag and the chart's version and appVersion (make
@@ -288,8 +292,8 @@ release-check:
 	grep -qxF 'version: $(patsubst v%,%,$(VERSION))' $(CHART)/Chart.yaml && \
 	grep -qxF 'appVersion: "$(VERSION)"' $(CHART)/Chart.yaml || \
 		{ echo 'HEAD is tagged $(VERSION), but the kustomize base or the chart names another version: make set-release RELEASE=$(VERSION), commit, and tag that commit'; exit 1; }; \
-	grep -qF '## [$(patsubst v%,%,$(VERSION))]' CHANGELOG.md || \
-		{ echo 'HEAD is tagged $(VERSION), but CHANGELOG.md has no section ## [$(patsubst v%,%,$(VERSION))]: add it, commit, and tag that commit'; exit 1; }
+	$(release_notes) | grep -q '[^[:space:]]' || \
+		{ echo 'HEAD is tagged $(VERSION), but CHANGELOG.md has no section ## [$(patsubst v%,%,$(VERSION))] with notes: add it, commit, and tag that commit'; exit 1; }
 
 # make release VERSION=vX.Y.Z REGISTRY=HOST[:PORT]/PATH COSIGN_KEY=cosign.key
 # (docs/release.md): builds and pushes to REGISTRY the multi-arch image
@@ -415,8 +419,8 @@ registry-login:
 # The GitHub release of the tag VERSION with make release's files and the
 # CHANGELOG.md section of VERSION as its notes (gh, GH_TOKEN).
 github-release:
-	awk '/^## /{p = index($$0, "[$(patsubst v%,%,$(VERSION))]") > 0; next} p' CHANGELOG.md >$(DIST)/RELEASE_NOTES.md
-	@[ -s $(DIST)/RELEASE_NOTES.md ] || { echo 'CHANGELOG.md has no section ## [$(patsubst v%,%,$(VERSION))]'; exit 1; }
+	$(release_notes) >$(DIST)/RELEASE_NOTES.md
+	@grep -q '[^[:space:]]' $(DIST)/RELEASE_NOTES.md || { echo 'CHANGELOG.md has no section ## [$(patsubst v%,%,$(VERSION))] with notes'; exit 1; }
 	gh release create $(VERSION) --verify-tag --title $(VERSION) --notes-file $(DIST)/RELEASE_NOTES.md \
 		$(DIST)/*.rpm $(DIST)/*.tgz $(DIST)/*.tar.gz $(DIST)/index.yaml $(DIST)/iptables-alerter.cdx.json $(DIST)/SHA256SUMS $(DIST)/SHA256SUMS.sig \
 		$(DIST)/cosign.pub $(DIST)/image.digest

@@ -114,7 +114,11 @@ func watchdog(log *logrus.Logger, timeout time.Duration, writing *sync.Mutex, st
 
 // drainWithin bounds reading the rest of the state before an early exit
 // (ocistate.Drain): the runtime has written it by then, or is not waiting.
-const drainWithin = time.Second
+// A variable for the tests, whose writer a loaded machine may starve.
+var drainWithin = time.Second
+
+// giveUpDrain is drainWithin for the watchdog, past the deadline already.
+var giveUpDrain = 200 * time.Millisecond
 
 // giveUp waits up to a second for a finding being written, logs that the
 // hook gives up, and exits 0. The log line gets a moment, not a wait: the
@@ -135,7 +139,7 @@ func giveUp(log *logrus.Logger, timeout time.Duration, writing *sync.Mutex, stdi
 	case <-logged:
 	case <-time.After(200 * time.Millisecond):
 	}
-	ocistate.Drain(stdin, 200*time.Millisecond)
+	ocistate.Drain(stdin, giveUpDrain)
 	exit(0)
 }
 

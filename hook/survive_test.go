@@ -153,8 +153,9 @@ func TestGiveUpLogStuck(t *testing.T) {
 	var writing sync.Mutex
 	writing.Lock()
 	exited := make(chan int, 1)
+	state, written := runtimeState(t)
 	start := time.Now()
-	go giveUp(log, time.Second, &writing, strings.NewReader(""), func(code int) { exited <- code })
+	go giveUp(log, time.Second, &writing, state, func(code int) { exited <- code })
 	select {
 	case code := <-exited:
 		if code != 0 {
@@ -166,35 +167,101 @@ func TestGiveUpLogStuck(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the watchdog did not exit with its log line blocked")
 	}
+	// What the stuck hook had not read of the state, it read first.
+	if err := written(); err != nil {
+		t.Fatalf("the runtime's write of the state: %v", err)
+	}
 }
 
-// TestBadFlagReadsState: a flag the binary does not know (a hooks.d JSON of
-// another version) still reads the runtime's state to its end before the
-// exit: crun dies of SIGPIPE, failing the container, when the hook exits
-// before its write of a large state is done.
-func TestBadFlagReadsState(t *testing.T) {
+// runtimeState is the runtime's end of a state pipe: it writes 256 KiB,
+// more than the pipe holds, then closes. written gives the write's error
+// once the test has closed its own read end (as a hook process's exit
+// closes its stdin): EPIPE where the reader left before the write was
+// done, which crun 1.8 dies of, failing the container. The drains' bounds
+// are raised meanwhile: a loaded machine may starve the writer.
+func runtimeState(t *testing.T) (r *os.File, written func() error) {
+	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
+	within, giveUp := drainWithin, giveUpDrain
+	drainWithin, giveUpDrain = time.Minute, time.Minute
+	t.Cleanup(func() { drainWithin, giveUpDrain = within, giveUp })
 	done := make(chan error, 1)
 	go func() {
-		time.Sleep(50 * time.Millisecond)
 		_, err := w.Write([]byte(strings.Repeat("x", 256<<10)))
 		w.Close()
 		done <- err
 	}()
-	code := dispatch(commands(), []string{"hook", "--no-such-flag"}, r, io.Discard, io.Discard)
-	r.Close()
-	if code != 0 {
+	t.Cleanup(func() { r.Close() })
+	return r, func() error {
+		t.Helper()
+		r.Close()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(time.Minute):
+			t.Fatal("the runtime's write of the state is still blocked")
+			return nil
+		}
+	}
+}
+
+// TestBadFlagReadsState: a flag the binary does not know (a hooks.d JSON of
+// another version) still reads the runtime's state to its end before the
+// exit.
+func TestBadFlagReadsState(t *testing.T) {
+	r, written := runtimeState(t)
+	if code := dispatch(commands(), []string{"hook", "--no-such-flag"}, r, io.Discard, io.Discard); code != 0 {
 		t.Errorf("exit %d, want 0", code)
+	}
+	if err := written(); err != nil {
+		t.Fatalf("the runtime's write of the state: %v", err)
+	}
+}
+
+// TestNotRootReadsState: the hook run by a user other than root (a
+// runtime's misconfiguration) exits at once, after reading the state. The
+// built binary as nobody: in-process the test is root. Its drain's bound
+// is the shipped second.
+func TestNotRootReadsState(t *testing.T) {
+	nstest.NeedRoot(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command(bin, "hook", "--findings", filepath.Join(t.TempDir(), "f.jsonl"))
+	cmd.Stdin = r
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.Write([]byte(strings.Repeat("x", 256<<10)))
+		w.Close()
+		done <- err
+	}()
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		t.Fatal(err)
+	}
+	// Only the hook's end stays: its exit closes the pipe's last reader.
+	r.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("the hook as nobody: %v (must exit 0)\n%s", err, &stderr)
+	}
+	if !strings.Contains(stderr.String(), "must run as root") {
+		t.Errorf("no line saying the hook needs root:\n%s", &stderr)
 	}
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatalf("the runtime's write of the state: %v", err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the writer is still blocked")
+	case <-time.After(time.Minute):
+		w.Close()
+		t.Fatal("the runtime's write of the state is still blocked")
 	}
 }

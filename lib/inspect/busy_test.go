@@ -12,10 +12,10 @@ import (
 	"github.com/iptables-alerter/iptables-alerter/lib/netns"
 )
 
-// A neighbour holding the x_tables mutex must not hold an inspection of
-// another netns past its deadline: the legacy look runs in a probe process
-// that Inspect abandons, and the snapshot says it is truncated.
-func TestInspectLegacyBusyKeepsDeadline(t *testing.T) {
+// busyVictim is a pod netns with one iptables-nft rule, opened, for a look
+// while a neighbour holds the x_tables mutex (the caller holds it).
+func busyVictim(t *testing.T) *netns.Handle {
+	t.Helper()
 	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
 	nstest.NeedIPTables(t)
 	victim := nstest.New(t)
@@ -24,7 +24,15 @@ func TestInspectLegacyBusyKeepsDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// A neighbour holding the x_tables mutex must not hold an inspection of
+// another netns past its deadline: the legacy look runs in a probe process
+// that Inspect abandons, and the snapshot says it is truncated.
+func TestInspectLegacyBusyKeepsDeadline(t *testing.T) {
+	h := busyVictim(t)
 
 	nstest.HoldXTMutex(t)
 	// The attack must be real: reading ip_tables_names has to wait long.
@@ -70,15 +78,7 @@ func TestInspectLegacyBusyKeepsDeadline(t *testing.T) {
 // deadline: the hook's look sits in every container's start, and a
 // neighbour can hold the mutex for good.
 func TestInspectLegacyBusyPeekShare(t *testing.T) {
-	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
-	nstest.NeedIPTables(t)
-	victim := nstest.New(t)
-	victim.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
-	h, err := netns.Open(victim.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := busyVictim(t)
 	nstest.HoldXTMutex(t)
 	// A long budget, so the share and the deadline are far apart: the
 	// bound is half of it, past a loaded machine's margin either way.

@@ -23,10 +23,11 @@ import (
 const (
 	maxStateBytes  = 4 << 20
 	maxConfigBytes = 16 << 20
-	// drainWithin bounds reading the rest of a state Read stopped in
-	// (Drain).
-	drainWithin = time.Second
 )
+
+// drainWithin bounds reading the rest of a state Read stopped in (Drain);
+// a variable for the tests, whose writer a loaded machine may starve.
+var drainWithin = time.Second
 
 // Annotation keys set by the kubelet (labels) and CRI-O.
 const (
@@ -263,15 +264,15 @@ func Image(annotations map[string]string) string { return first(annotations, ima
 // written, so this ends at once. Only a pipe or a socket is drained: a
 // terminal (a hand run) or a file holds no writer to unblock.
 func Drain(r io.Reader, within time.Duration) {
-	if f, ok := r.(*os.File); ok {
-		st, err := f.Stat()
-		if err != nil || st.Mode()&(os.ModeNamedPipe|os.ModeSocket) == 0 {
-			return
-		}
-	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		if f, ok := r.(*os.File); ok {
+			st, err := f.Stat()
+			if err != nil || st.Mode()&(os.ModeNamedPipe|os.ModeSocket) == 0 {
+				return
+			}
+		}
 		_, _ = io.Copy(io.Discard, r)
 	}()
 	t := time.NewTimer(within)

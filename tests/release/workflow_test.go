@@ -292,14 +292,22 @@ func TestKrewArchivesReleased(t *testing.T) {
 // release, the tests') is not checked.
 func TestReleaseCheck(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "repo")
+	// The developer's own git configuration (signed commits and tags,
+	// hooks) stays out of it.
+	env := append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+	run := func(name string, args ...string) (string, error) {
+		cmd := exec.Command(name, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
 	git := func(args ...string) {
 		t.Helper()
-		cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
+		if out, err := run("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...); err != nil {
 			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	if out, err := exec.Command("git", "clone", "-q", repo(t), dir).CombinedOutput(); err != nil {
+	if out, err := run("git", "clone", "-q", repo(t), dir); err != nil {
 		t.Fatalf("git clone: %v\n%s", err, out)
 	}
 	// The Makefile under test, committed or not (make release refuses a
@@ -311,16 +319,15 @@ func TestReleaseCheck(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "Makefile"), mk, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	git("commit", "-q", "--allow-empty", "-am", "the Makefile under test")
+	git("commit", "-q", "--no-verify", "--allow-empty", "-am", "the Makefile under test")
 	key := filepath.Join(t.TempDir(), "cosign.key")
-	if err := os.WriteFile(key, []byte("not used\n"), 0o600); err != nil {
+	if err := os.WriteFile(key, []byte("not a key\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	dist := filepath.Join(dir, "dist")
 	release := func(version string) (string, error) {
-		cmd := exec.Command("make", "-s", "--no-print-directory", "-C", dir, "release", "VERSION="+version,
-			"REGISTRY=127.0.0.1:1/none", "COSIGN_KEY="+key, "DIST="+filepath.Join(dir, "dist"))
-		out, err := cmd.CombinedOutput()
-		return string(out), err
+		return run("make", "-s", "--no-print-directory", "-C", dir, "release", "VERSION="+version,
+			"REGISTRY=127.0.0.1:1/none", "COSIGN_KEY="+key, "DIST="+dist)
 	}
 	refused := func(version, want string) {
 		t.Helper()
@@ -328,37 +335,52 @@ func TestReleaseCheck(t *testing.T) {
 		if err == nil || !strings.Contains(out, want) {
 			t.Errorf("make release VERSION=%s: %v, want a refusal saying %q:\n%s", version, err, want, out)
 		}
-		if _, err := os.Stat(filepath.Join(dir, "dist")); err == nil {
+		if _, err := os.Stat(dist); err == nil {
 			t.Errorf("make release VERSION=%s made dist/ before it refused", version)
 		}
+	}
+	retag := func(msg string) {
+		t.Helper()
+		git("commit", "-q", "--no-verify", "-am", msg)
+		git("tag", "-f", "v9.9.9")
 	}
 	git("tag", "v9.9.9")
 	refused("v9.9.9", "make set-release RELEASE=v9.9.9")
 
-	if out, err := exec.Command("make", "-s", "-C", dir, "set-release", "RELEASE=v9.9.9").CombinedOutput(); err != nil {
+	if out, err := run("make", "-s", "-C", dir, "set-release", "RELEASE=v9.9.9"); err != nil {
 		t.Fatalf("make set-release: %v\n%s", err, out)
 	}
-	git("commit", "-q", "-am", "v9.9.9")
-	git("tag", "-f", "v9.9.9")
+	retag("v9.9.9")
 	refused("v9.9.9", "CHANGELOG.md has no section ## [9.9.9]")
 
-	// With the section, the check passes and the release goes on (to the
-	// key, which is no key: the check is all this test runs of it).
+	// A section with no notes, right above the next: github-release would
+	// publish nothing, or refuse after the pushes.
 	changelog := filepath.Join(dir, "CHANGELOG.md")
 	log, err := os.ReadFile(changelog)
 	if err != nil {
 		t.Fatal(err)
 	}
-	log = []byte(strings.Replace(string(log), "## [Unreleased]", "## [Unreleased]\n\n## [9.9.9] - 2026-12-07", 1))
-	if err := os.WriteFile(changelog, log, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	git("commit", "-q", "-am", "changelog")
-	git("tag", "-f", "v9.9.9")
-	for _, v := range []string{"v9.9.9", "v1.2.3"} {
-		cmd := exec.Command("make", "-s", "--no-print-directory", "-C", dir, "release-check", "VERSION="+v)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("make release-check VERSION=%s: %v\n%s", v, err, out)
+	edit := func(old, new string) {
+		t.Helper()
+		log = []byte(strings.Replace(string(log), old, new, 1))
+		if err := os.WriteFile(changelog, log, 0o644); err != nil {
+			t.Fatal(err)
 		}
+	}
+	edit("## [Unreleased]", "## [9.9.9] - 2026-12-07\n## [Unreleased]")
+	retag("an empty section")
+	refused("v9.9.9", "CHANGELOG.md has no section ## [9.9.9] with notes")
+
+	// With notes the check passes, the release goes on and fails later,
+	// at the key, which is no key.
+	edit("## [9.9.9] - 2026-12-07\n", "## [9.9.9] - 2026-12-07\n\n- A note.\n\n")
+	retag("notes")
+	out, err := release("v9.9.9")
+	if _, serr := os.Stat(dist); err == nil || serr != nil || strings.Contains(out, "HEAD is tagged") {
+		t.Errorf("make release VERSION=v9.9.9 of a tag ready for it: %v (dist/: %v), want past the check and a failure at the key:\n%s", err, serr, out)
+	}
+	// An untagged VERSION (an own release, the tests') is not checked.
+	if out, err := run("make", "-s", "--no-print-directory", "-C", dir, "release-check", "VERSION=v1.2.3"); err != nil {
+		t.Errorf("make release-check VERSION=v1.2.3: %v\n%s", err, out)
 	}
 }
