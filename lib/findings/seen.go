@@ -194,7 +194,13 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 		}
 		return Same, nil
 	}
-	if had && parts.agree(old.Parts) {
+	// A look that read some parts whole, each as the last record had it,
+	// adds nothing to a present or unknown record. A gone one it does not
+	// confirm: the part it could not read may hold usage since, and a pod
+	// can keep a part unreadable itself (a rule no dump gets past, issue
+	// 7 item 2), so clean would stand for good. Its unknown record is
+	// written once (a fingerprint of its own, then Same).
+	if had && old.State != StateGone && parts.agree(old.Parts) {
 		return Same, nil
 	}
 	now := s.now()

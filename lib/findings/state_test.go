@@ -228,10 +228,20 @@ func TestSeenPartialLook(t *testing.T) {
 		{"clean pod, first look partial", "clean", "U0", StateUnknown, Parts{"n0", ""}, Recorded},
 		{"again", "clean", "U0", StateUnknown, Parts{"n0", ""}, Same},
 		{"complete clean look resolves the unknown", "clean", "G", StateGone, Parts{"n0", "l0"}, Recorded},
-		{"partial clean look after", "clean", "U0", StateUnknown, Parts{"n0", ""}, Same},
+		// A gone is not confirmed by a look that could not read a part:
+		// the part may hold usage since.
+		{"partial clean look after", "clean", "U0", StateUnknown, Parts{"n0", ""}, Recorded},
 		{"partial look with new usage", "clean", "P5", StatePresent, Parts{"n5", ""}, Recorded},
-		{"and more", "clean", "P6", StatePresent, Parts{"n6", ""}, Recorded},
 		{"over the limit: unknown limited", "clean", "U6", StateUnknown, Parts{"", ""}, Limited},
+
+		// A pod that had usage, took it back, then keeps its nftables
+		// unreadable (a rule no dump gets past, placed first) and adds
+		// rules behind it: its gone must not stand.
+		{"usage", "hidden", "F1", StatePresent, Parts{"n1", "l0"}, Recorded},
+		{"taken back", "hidden", "G", StateGone, Parts{"n0", "l0"}, Recorded},
+		{"nftables unread, legacy as recorded", "hidden", "U1", StateUnknown, Parts{"", "l0"}, Recorded},
+		{"that again", "hidden", "U1", StateUnknown, Parts{"", "l0"}, Same},
+		{"a complete clean look resolves it", "hidden", "G", StateGone, Parts{"n0", "l0"}, Recorded},
 
 		// Over the limit, a complete clean look still resolves an unknown.
 		{"failed look", "failing", "U1", StateUnknown, Parts{}, Recorded},

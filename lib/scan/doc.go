@@ -11,9 +11,9 @@
 // with the error, state unknown when it saw no usage (present when it saw
 // some), with a fingerprint of its own so that the per-sandbox memory
 // never takes it for, and then skips, a later complete scan; the record
-// step writes it unless the memory holds a worse or equal one for the
-// sandbox already (Same, a cut look that agrees with the last record) or
-// its limit is reached (Limited). Read and
+// step writes it unless the sandbox's last record is present or unknown
+// and each part the look read whole is as that record had it (Same), or
+// the sandbox's limit is reached (Limited). Read and
 // Run read the netns, Store.Record writes the findings file and the
 // per-sandbox memory; Decide and Build are pure.
 package scan
