@@ -18,6 +18,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/lib/agent"
 	"github.com/iptables-alerter/iptables-alerter/lib/allowlist"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 	"github.com/iptables-alerter/iptables-alerter/lib/scan"
 	"github.com/iptables-alerter/iptables-alerter/lib/watch"
 )
@@ -283,6 +284,14 @@ func (m agentLog) Scanned(s agent.Scan) {
 		} else {
 			l.WithError(s.Err).Debug("scan: unreachable")
 		}
+	case agent.Clean:
+		if s.Err != nil {
+			// Clean, but whether a usage recorded before stands is not
+			// known (the per-sandbox memory unreadable).
+			m.records.Log(l, s.Meta.SandboxID, findings.Record{State: findings.StateGone}, findings.Same, s.Err)
+			return
+		}
+		l.Debug("scan: clean")
 	case agent.Dropped:
 		l.Warn("scan dropped: the queue is full (see --queue, --workers)")
 	default:

@@ -1,6 +1,7 @@
 package findings
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -137,8 +138,12 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 		if err != nil && state == StateGone {
 			// Absent: nothing to take back. Otherwise whether there is
 			// anything is not known: a clean look must not write a gone
-			// line each time the memory fails.
-			return Same, nil
+			// line each time the memory fails, but the failure is said
+			// (a usage recorded before may stand).
+			if errors.Is(err, fs.ErrNotExist) {
+				return Same, nil
+			}
+			return Same, fmt.Errorf("%w: %w", ErrNoMemory, err)
 		}
 		if err != nil {
 			werr := write()
@@ -310,11 +315,14 @@ func corrects(last, now State) bool {
 // save writes e over the entry f.
 func save(f *os.File, e seenEntry) error {
 	data, _ := json.Marshal(e)
-	if err := f.Truncate(0); err != nil {
+	// Written over the old entry, then cut to its length: a process killed
+	// in between (the watchdog, timeout's KILL) leaves the new entry with
+	// the old one's tail, which decodeEntry reads past. Cut first, it left
+	// an empty entry, and a later gone found nothing to take back.
+	if _, err := f.WriteAt(data, 0); err != nil {
 		return err
 	}
-	_, err := f.WriteAt(data, 0)
-	return err
+	return f.Truncate(int64(len(data)))
 }
 
 // Parts are what a look read whole, part by part: the fingerprint of its
@@ -498,5 +506,7 @@ func decodeEntry(f *os.File) (seenEntry, error) {
 	if err != nil {
 		return e, err
 	}
-	return e, json.Unmarshal(data, &e)
+	// The first JSON value: what follows it is the tail of a longer
+	// entry that save had not cut yet (see save).
+	return e, json.NewDecoder(bytes.NewReader(data)).Decode(&e)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -412,5 +413,47 @@ func TestSweepKeepsNodeEntry(t *testing.T) {
 		if got := err == nil; got != want {
 			t.Errorf("entry %s after the sweep: present %v, want %v", key, got, want)
 		}
+	}
+}
+
+// TestSeenEntryCutBySave: an entry rewritten shorter by a process killed
+// before save cut it (the hook's watchdog, timeout's KILL) still reads as
+// its new content, so a later gone takes its usage back. save cut the
+// entry first before: killed then, it left an empty entry, and the gone
+// was dropped as having nothing to take back.
+func TestSeenEntryCutBySave(t *testing.T) {
+	s := Seen{Dir: t.TempDir(), Limit: 100, Interval: time.Hour}
+	ctx := context.Background()
+	long := Record{Fingerprint: "F1", State: StatePresent, Nft: Nft{Rules: 1}, Impact: Impact{Native: 1}, Worst: ImpactNative,
+		Vendors: []Vendor{{Name: strings.Repeat("v", 500)}}}
+	if out, err := s.RecordFinding(ctx, "sb", long, Parts{"n1", "l0"}, func() error { return nil }); err != nil || out != Recorded {
+		t.Fatalf("first record: %v %v", out, err)
+	}
+	path := filepath.Join(s.Dir, "sandboxes", entryName("sb"))
+	old, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A shorter entry written over it, not cut yet.
+	short, _ := json.Marshal(seenEntry{Key: "sb", Fingerprint: "F2", State: StatePresent, Parts: Parts{"n2", "l0"}})
+	if len(short) >= len(old) {
+		t.Fatalf("the new entry (%d bytes) is not shorter than the old (%d)", len(short), len(old))
+	}
+	if err := os.WriteFile(path, append(short, old[len(short):]...), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	written := 0
+	out, err := s.RecordFinding(ctx, "sb", Record{Fingerprint: "G", State: StateGone}, Parts{"n0", "l0"}, func() error { written++; return nil })
+	if err != nil || out != Recorded || written != 1 {
+		t.Fatalf("gone after an uncut entry: %v %v, %d writes; want Recorded, 1", out, err, written)
+	}
+	// And save leaves exactly the new entry.
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e seenEntry
+	if err := json.Unmarshal(b, &e); err != nil || e.State != StateGone {
+		t.Fatalf("entry after the gone: %q (%v)", b, err)
 	}
 }

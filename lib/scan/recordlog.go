@@ -71,6 +71,10 @@ func (g *RecordLog) Log(l *logrus.Entry, key string, rec findings.Record, out fi
 		l.WithError(err).Error("cannot record the finding")
 		return
 	case findings.Same:
+		if gone && err != nil {
+			l.WithError(err).Warn("clean look, but the per-sandbox memory cannot be read: a usage recorded before for this sandbox may still stand")
+			return
+		}
 		if gone {
 			// A clean look; nothing recorded before to take back.
 			l.Debug("no iptables usage")

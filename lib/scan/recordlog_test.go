@@ -36,6 +36,8 @@ func TestRecordLog(t *testing.T) {
 		{name: "limited", rec: full, out: findings.Limited, want: []string{`warning finding dropped: this sandbox wrote its limit of findings this hour; its further drops this hour are logged at debug and counted in iptables_alerter_agent_scans_total{outcome=\"limited\"}`}},
 		{name: "gone", rec: gone, out: findings.Recorded, want: []string{"info iptables usage gone, recorded"}},
 		{name: "clean", rec: gone, out: findings.Same, want: []string{"debug no iptables usage"}},
+		{name: "clean, memory broken", rec: gone, out: findings.Same, err: findings.ErrNoMemory, want: []string{
+			"warning clean look, but the per-sandbox memory cannot be read: a usage recorded before for this sandbox may still stand"}},
 		{name: "failed", rec: full, out: findings.Failed, err: errors.New("disk full"), want: []string{"error cannot record the finding"}},
 	}
 	for _, tt := range tests {
