@@ -369,7 +369,7 @@ func (s Seen) Reopens(key string) time.Time {
 	}
 	defer d.Close()
 	// Read only, never created: a sandbox without entry limited nothing.
-	e, err := readEntry(d, entryName(key))
+	e, _, err := readEntry(d, entryName(key))
 	if err != nil {
 		return time.Time{}
 	}
@@ -450,7 +450,16 @@ func (s Seen) SweepIfDue(every time.Duration) (bool, error) {
 		if !strings.HasSuffix(n, ".json") {
 			continue
 		}
-		e, err := readEntry(d, n)
+		e, age, err := readEntry(d, n)
+		if err != nil && age >= staleEntry {
+			// Empty (its sandbox's first record was never appended: a
+			// full /var/log) or damaged, and untouched for that long: no
+			// look is under way on it, and a gone takes nothing back from
+			// it. Kept, they piled up, one per sandbox, past the sweep's
+			// reach (maxSweep).
+			_ = d.Remove(n)
+			continue
+		}
 		if err != nil || e.Netns == "" {
 			continue
 		}
@@ -490,14 +499,24 @@ func due(d *fileio.Dir, every time.Duration, now time.Time) bool {
 	return true
 }
 
-func readEntry(d *fileio.Dir, name string) (seenEntry, error) {
+// readEntry reads the entry name, and how long ago it was last written
+// (0 where that is not known).
+func readEntry(d *fileio.Dir, name string) (seenEntry, time.Duration, error) {
 	f, err := d.Open(name, unix.O_RDONLY, 0)
 	if err != nil {
-		return seenEntry{}, err
+		return seenEntry{}, 0, err
 	}
 	defer f.Close()
-	return decodeEntry(f)
+	var age time.Duration
+	if fi, err := f.Stat(); err == nil {
+		age = time.Since(fi.ModTime())
+	}
+	e, err := decodeEntry(f)
+	return e, age, err
 }
+
+// staleEntry is how long an entry that cannot be decoded is kept.
+const staleEntry = time.Hour
 
 // decodeEntry reads the entry f holds, from its start.
 func decodeEntry(f *os.File) (seenEntry, error) {

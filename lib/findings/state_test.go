@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -455,5 +456,35 @@ func TestSeenEntryCutBySave(t *testing.T) {
 	var e seenEntry
 	if err := json.Unmarshal(b, &e); err != nil || e.State != StateGone {
 		t.Fatalf("entry after the gone: %q (%v)", b, err)
+	}
+}
+
+// TestSweepStaleEmptyEntry: an entry no record was saved to (the
+// sandbox's first append failed: a full /var/log) is removed by the sweep
+// once it is an hour old; a fresh one, which a look may be writing, stays.
+func TestSweepStaleEmptyEntry(t *testing.T) {
+	s := Seen{Dir: t.TempDir()}
+	dir := filepath.Join(s.Dir, "sandboxes")
+	if err := os.Mkdir(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	old, fresh := filepath.Join(dir, entryName("old")), filepath.Join(dir, entryName("fresh"))
+	for _, p := range []string{old, fresh} {
+		if err := os.WriteFile(p, nil, 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	then := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(old, then, then); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the empty entry two hours old is still there (%v)", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("the fresh empty entry: %v", err)
 	}
 }
