@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -796,5 +797,46 @@ func TestOpenFailed(t *testing.T) {
 	}
 	if out, err := openFailed(SourceStop, os.ErrPermission); out != Failed || err == nil {
 		t.Errorf("a stop's open denied: %s, %v; want failed", out, err)
+	}
+}
+
+// TestCleanScanMemoryUnreadable: a clean look of a pod whose per-sandbox
+// memory cannot be opened (its directory a file) says so, as a usage
+// recorded before for the pod may stand: the scan carries the error,
+// errors_total{kind="scan"} counts it, and the pod is not taken as looked
+// at, so the re-sweep looks again.
+func TestCleanScanMemoryUnreadable(t *testing.T) {
+	nstest.NeedRoot(t)
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "state", "sandboxes"), nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	a := startAgent(t, dir, rec)
+	ns := nstest.New(t)
+	p := pod("unreadable", ns.Path())
+	if err := a.RunPodSandbox(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PostStartContainer(context.Background(), p, &api.Container{Id: "c1", Name: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	hand(t, a)
+	s := receive(t, rec.ch, "the pod's scan")
+	if s.Outcome != Clean || !errors.Is(s.Err, findings.ErrNoMemory) {
+		t.Fatalf("scan: %s, %v; want clean with the memory's error", s.Outcome, s.Err)
+	}
+	if n := counter(a.metrics.errors.WithLabelValues("scan")); n != 1 {
+		t.Errorf("errors_total{kind=scan} = %v, want 1", n)
+	}
+	a.known.mu.Lock()
+	sb := a.known.get("unreadable")
+	complete := sb != nil && sb.complete
+	a.known.mu.Unlock()
+	if complete {
+		t.Error("the pod's look noted complete, its memory unread: the re-sweep would skip it")
 	}
 }

@@ -53,7 +53,7 @@ func newMetrics(h *Health, u *Usage, up func() bool, stats func() (execwatch.Sta
 		}, []string{"event"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iptables_alerter_agent_errors_total",
-			Help: "Errors by kind: scan (netns not readable, finding not written), unreachable (a running pod's netns path not in the agent's view), incomplete (a finding recorded truncated), allowlist, vendors, connection, swept (the word that every pod was looked at, beside the findings, not written), watch (a running pod's nftables watch not opened: its commits unheard until a later scan watches it again).",
+			Help: "Errors by kind: scan (netns not readable, finding not written, a clean look's per-sandbox memory not readable), unreachable (a running pod's netns path not in the agent's view), incomplete (a finding recorded truncated), allowlist, vendors, connection, swept (the word that every pod was looked at, beside the findings, not written), watch (a running pod's nftables watch not opened: its commits unheard until a later scan watches it again).",
 		}, []string{"kind"}),
 		looked: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "iptables_alerter_agent_looked",
@@ -111,7 +111,8 @@ func (m *metrics) scanned(s Scan) {
 		m.errors.WithLabelValues("vendors").Inc()
 	}
 	switch s.Outcome {
-	case Found:
+	case Found, Clean:
+		// A clean look's error: the memory could not be read.
 		if s.Err != nil {
 			m.errors.WithLabelValues("scan").Inc()
 		}

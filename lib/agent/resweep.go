@@ -633,6 +633,9 @@ func closeAll(jobs []job) {
 func (a *Agent) noteScan(s Scan, st inspect.State, ok, complete bool, began uint64) {
 	switch s.Outcome {
 	case Clean:
+		// With an error (the memory could not be read: a usage recorded
+		// before may stand) the next re-sweep looks again.
+		complete = complete && s.Err == nil
 	case Found:
 		complete = complete && s.Stored != findings.Failed && s.Stored != findings.Limited
 	default:

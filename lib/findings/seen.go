@@ -65,6 +65,10 @@ type seenEntry struct {
 	// Since starts the current interval; Count findings were written in it.
 	Since time.Time `json:"since"`
 	Count int       `json:"count"`
+	// Doubted: the last look, after a gone record of a pod, could not
+	// read every part and agreed with the gone on what it read; the next
+	// such look in a row does not pass for the gone (RecordFinding).
+	Doubted bool `json:"doubted,omitempty"`
 }
 
 // Outcome says what the record step did with a finding: Seen.RecordFinding, and
@@ -103,7 +107,9 @@ var ErrNoMemory = errors.New("per-sandbox memory not usable")
 // that read at least one part whole, and saw on each such part what the
 // sandbox's records last said of it, is Same: nothing seen differs, and a
 // partial record would only replace the complete one before it (and spend
-// the limit). Otherwise it is compared by fingerprint, as any record.
+// the limit). After a pod's gone, only once in a row: a second such look
+// writes its unknown (see below). Otherwise it is compared by
+// fingerprint, as any record.
 //
 // Over the limit a record is written only when the last one misstates the
 // usage the way consumers act on: present after unknown or gone (live rules
@@ -194,19 +200,37 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 			// An older writer's entry keeps no usage yet.
 			old.Usage, learn = keptOf(rec, nil), true
 		}
+		if old.Doubted && parts.Whole() {
+			// A complete look confirms the gone: the partial one
+			// before it was passing.
+			old.Doubted, learn = false, true
+		}
 		if learn {
 			_ = save(f, old)
 		}
 		return Same, nil
 	}
 	// A look that read some parts whole, each as the last record had it,
-	// adds nothing to a present or unknown record. A gone one it does not
-	// confirm: the part it could not read may hold usage since, and a pod
-	// can keep a part unreadable itself (a rule no dump gets past, issue
-	// 7 item 2), so clean would stand for good. Its unknown record is
-	// written once (a fingerprint of its own, then Same).
-	if had && old.State != StateGone && parts.agree(old.Parts) {
-		return Same, nil
+	// adds nothing to a present or unknown record. A pod's gone it does not
+	// confirm for long: the part it could not read may hold usage since,
+	// and a pod can keep a part unreadable itself (a rule no dump gets
+	// past, issue 7 item 2), so clean would stand for good. The first such
+	// look is Same, and marks the entry; a second in a row, with no
+	// complete look between, writes its unknown record (once: its own
+	// fingerprint, then Same). A passing cause (the x_tables mutex busy a
+	// moment, a generation changed mid-read) is resolved by the complete
+	// look the re-sweep makes next. The node's namespace keeps Same: no
+	// pod writes there, and its looks come out partial as kube-proxy
+	// commits.
+	if had && parts.agree(old.Parts) {
+		if old.State != StateGone || rec.KnownSubject() == SubjectNode {
+			return Same, nil
+		}
+		if !old.Doubted {
+			old.Doubted = true
+			_ = save(f, old)
+			return Same, nil
+		}
 	}
 	now := s.now()
 	limit, interval := s.Limit, s.Interval
@@ -453,11 +477,10 @@ func (s Seen) SweepIfDue(every time.Duration) (bool, error) {
 		e, age, err := readEntry(d, n)
 		if err != nil && age >= staleEntry {
 			// Empty (its sandbox's first record was never appended: a
-			// full /var/log) or damaged, and untouched for that long: no
-			// look is under way on it, and a gone takes nothing back from
-			// it. Kept, they piled up, one per sandbox, past the sweep's
-			// reach (maxSweep).
-			_ = d.Remove(n)
+			// full /var/log) or damaged, and untouched for that long: a
+			// gone takes nothing back from it. Kept, they piled up, one
+			// per sandbox, past the sweep's reach (maxSweep).
+			removeUndecodable(d, n)
 			continue
 		}
 		if err != nil || e.Netns == "" {
@@ -513,6 +536,26 @@ func readEntry(d *fileio.Dir, name string) (seenEntry, time.Duration, error) {
 	}
 	e, err := decodeEntry(f)
 	return e, age, err
+}
+
+// removeUndecodable removes the entry name unless a look holds it (its
+// lock) or it decodes now: removed under a look that holds it, what the
+// look saves there would go to a file with no name, and the sandbox's
+// memory of its record with it. A look that opened it before the removal
+// and locks after sees it unlinked and opens the name again.
+func removeUndecodable(d *fileio.Dir, name string) {
+	f, err := d.Open(name, unix.O_RDONLY, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return
+	}
+	if _, err := decodeEntry(f); err == nil {
+		return
+	}
+	_ = d.Remove(name)
 }
 
 // staleEntry is how long an entry that cannot be decoded is kept.

@@ -205,8 +205,8 @@ func TestSeenReapplied(t *testing.T) {
 // part unread) is compared with what the records said on the part it did
 // read: the same visible usage is Same, whatever its fingerprint, so a busy
 // mutex makes no records; a complete look after a partial or unknown record
-// writes the record that resolves it; and a clean pod once seen whole does
-// not go back to unknown for a partial look.
+// writes the record that resolves it; and a clean pod once seen whole
+// goes back to unknown only for two partial looks in a row.
 func TestSeenPartialLook(t *testing.T) {
 	s := Seen{Dir: t.TempDir(), Limit: 4, Interval: time.Hour}
 	steps := []struct {
@@ -230,9 +230,14 @@ func TestSeenPartialLook(t *testing.T) {
 		{"clean pod, first look partial", "clean", "U0", StateUnknown, Parts{"n0", ""}, Recorded},
 		{"again", "clean", "U0", StateUnknown, Parts{"n0", ""}, Same},
 		{"complete clean look resolves the unknown", "clean", "G", StateGone, Parts{"n0", "l0"}, Recorded},
-		// A gone is not confirmed by a look that could not read a part:
-		// the part may hold usage since.
-		{"partial clean look after", "clean", "U0", StateUnknown, Parts{"n0", ""}, Recorded},
+		// A gone is not confirmed for long by looks that could not read
+		// a part: the part may hold usage since. One such look is
+		// passing (Same), a complete one between clears it, a second
+		// in a row writes unknown.
+		{"partial clean look after", "clean", "U0", StateUnknown, Parts{"n0", ""}, Same},
+		{"a complete clean look between", "clean", "G", StateGone, Parts{"n0", "l0"}, Same},
+		{"partial again", "clean", "U0", StateUnknown, Parts{"n0", ""}, Same},
+		{"partial in a row", "clean", "U0", StateUnknown, Parts{"n0", ""}, Recorded},
 		{"partial look with new usage", "clean", "P5", StatePresent, Parts{"n5", ""}, Recorded},
 		{"over the limit: unknown limited", "clean", "U6", StateUnknown, Parts{"", ""}, Limited},
 
@@ -241,7 +246,8 @@ func TestSeenPartialLook(t *testing.T) {
 		// rules behind it: its gone must not stand.
 		{"usage", "hidden", "F1", StatePresent, Parts{"n1", "l0"}, Recorded},
 		{"taken back", "hidden", "G", StateGone, Parts{"n0", "l0"}, Recorded},
-		{"nftables unread, legacy as recorded", "hidden", "U1", StateUnknown, Parts{"", "l0"}, Recorded},
+		{"nftables unread, legacy as recorded", "hidden", "U1", StateUnknown, Parts{"", "l0"}, Same},
+		{"again, in a row", "hidden", "U1", StateUnknown, Parts{"", "l0"}, Recorded},
 		{"that again", "hidden", "U1", StateUnknown, Parts{"", "l0"}, Same},
 		{"a complete clean look resolves it", "hidden", "G", StateGone, Parts{"n0", "l0"}, Recorded},
 
@@ -486,5 +492,47 @@ func TestSweepStaleEmptyEntry(t *testing.T) {
 	}
 	if _, err := os.Stat(fresh); err != nil {
 		t.Errorf("the fresh empty entry: %v", err)
+	}
+	// An old empty entry a look holds (its lock: the look is about to
+	// save its record there) stays.
+	held, err := os.OpenFile(old, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := unix.Flock(int(held.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(old, then, then); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); err != nil {
+		t.Errorf("the sweep removed an entry a look holds: %v", err)
+	}
+}
+
+// TestSeenNodePartialLook: the node's namespace stays gone through partial
+// looks in a row (kube-proxy's commits change the generation under a long
+// read): no pod writes there, and each unknown would flip its label and
+// ClusterReport.
+func TestSeenNodePartialLook(t *testing.T) {
+	s := Seen{Dir: t.TempDir(), Limit: 100, Interval: time.Hour}
+	ctx := context.Background()
+	for i, st := range []struct {
+		rec   Record
+		parts Parts
+		want  Outcome
+	}{
+		{Record{Subject: SubjectNode, Fingerprint: "G", State: StateGone}, Parts{"n0", "l0"}, Recorded},
+		{Record{Subject: SubjectNode, Fingerprint: "U", State: StateUnknown}, Parts{"", "l0"}, Same},
+		{Record{Subject: SubjectNode, Fingerprint: "U", State: StateUnknown}, Parts{"", "l0"}, Same},
+		{Record{Subject: SubjectNode, Fingerprint: "U", State: StateUnknown}, Parts{"n0", ""}, Same},
+	} {
+		if out, err := s.RecordFinding(ctx, "node", st.rec, st.parts, func() error { return nil }); err != nil || out != st.want {
+			t.Errorf("step %d: %v %v, want %v", i, out, err, st.want)
+		}
 	}
 }
