@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -73,31 +75,92 @@ func TestHookUndumpableRule(t *testing.T) {
 
 // TestHookUndumpableRuleAfterGone: a pod that had usage and took it back
 // (its last record gone), then puts a rule no dump gets past before new
-// rules of its own, is not left clean: the second look in a row that
-// cannot read its nftables writes unknown, truncated (the first may be
-// passing). The legacy part it did read whole as before agreed with the
-// gone record, which then stood for good.
+// rules of its own, is not left clean: the look that reads its nftables
+// only in part, and sees a rule there, writes it (truncated). Its legacy
+// part, read whole as before, agreed with the gone, which then stood.
 func TestHookUndumpableRuleAfterGone(t *testing.T) {
 	nstest.NeedRoot(t, "iptables-nft")
 	ns := nstest.New(t)
 	h := hookRun{}
 	p := pod{netns: ns.Path(), sandbox: "sb-hidden"}
+	usageThenGone(t, ns, p, &h)
+	ns.UndumpableRule()
+	ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
+	runHookProc(t, p.state(t), &h)
+	recs := findingstest.Read(t, h.findings)
+	last := recs[len(recs)-1]
+	if len(recs) != 3 || last.State == findings.StateGone || !last.Truncated {
+		t.Fatalf("rules behind an undumpable one after gone: want a third record, truncated, not gone; got %+v\n%s", recs, h.stderr)
+	}
+}
+
+// TestHookXTMutexHidesAfterGone: a pod that had usage and took it back,
+// then writes legacy rules and keeps the x_tables mutex busy (its own
+// table's read stalled), is not left clean: its first cut look that sees
+// nothing may be passing (Same), the next a minute or more later writes
+// unknown.
+func TestHookXTMutexHidesAfterGone(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
+	_, err := os.Stat("/proc/self/net/ip_tables_names")
+	nstest.Need(t, err == nil, "needs the ip_tables module loaded")
+	ns := nstest.New(t)
+	h := hookRun{}
+	p := pod{netns: ns.Path(), sandbox: "sb-hider-after-gone"}
+	usageThenGone(t, ns, p, &h)
+	stop := nstest.HoldXTMutexIn(t, ns)
+	defer stop()
+	runHookProc(t, p.state(t), &h, "--timeout", "1s")
+	if recs := findingstest.Read(t, h.findings); len(recs) != 2 {
+		t.Fatalf("the first cut look over the gone wrote %d records, want none new: it may be passing; %+v\n%s", len(recs)-2, recs, h.stderr)
+	}
+	backdateDoubt(t, h.stateDir)
+	runHookProc(t, p.state(t), &h, "--timeout", "1s")
+	stop()
+	recs := findingstest.Read(t, h.findings)
+	last := recs[len(recs)-1]
+	if len(recs) != 3 || last.State != findings.StateUnknown || !last.Truncated {
+		t.Fatalf("the second cut look a minute later: want a third record, unknown, truncated; got %+v\n%s", recs, h.stderr)
+	}
+}
+
+// usageThenGone records a present then a gone for pod p in ns: an
+// iptables-nft rule, then none.
+func usageThenGone(t *testing.T, ns *nstest.NS, p pod, h *hookRun) {
+	t.Helper()
 	ns.Run("iptables-nft", "-A", "OUTPUT", "-p", "tcp", "--dport", "80", "-j", "ACCEPT")
-	runHookProc(t, p.state(t), &h)
+	runHookProc(t, p.state(t), h)
 	ns.Run("iptables-nft", "-F", "OUTPUT")
-	runHookProc(t, p.state(t), &h)
+	runHookProc(t, p.state(t), h)
 	recs := findingstest.Read(t, h.findings)
 	if len(recs) != 2 || recs[1].State != findings.StateGone {
 		t.Fatalf("usage then none: want present then gone, got %+v\n%s", recs, h.stderr)
 	}
-	ns.UndumpableRule()
-	ns.Run("iptables-nft", "-A", "OUTPUT", "-j", "DROP")
-	runHookProc(t, p.state(t), &h)
-	runHookProc(t, p.state(t), &h)
-	recs = findingstest.Read(t, h.findings)
-	last := recs[len(recs)-1]
-	if len(recs) != 3 || last.State == findings.StateGone || !last.Truncated {
-		t.Fatalf("rules behind an undumpable one after gone: want a third record, truncated, not gone; got %+v\n%s", recs, h.stderr)
+}
+
+// backdateDoubt moves the time the memory's one entry under stateDir
+// marked a cut look over a gone two minutes back: the next cut look is
+// then one the memory's gap (a minute) later, which a test does not wait
+// for.
+func backdateDoubt(t *testing.T, stateDir string) {
+	t.Helper()
+	entries, err := filepath.Glob(filepath.Join(stateDir, "sandboxes", "*.json"))
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("the sandbox's memory entry: %v %v", entries, err)
+	}
+	var entry map[string]any
+	b, err := os.ReadFile(entries[0])
+	if err == nil {
+		err = json.Unmarshal(b, &entry)
+	}
+	if err != nil || entry["doubted"] == nil {
+		t.Fatalf("the entry after the first cut look: %s (%v), want a doubted time", b, err)
+	}
+	entry["doubted"] = time.Now().Add(-2 * time.Minute).Format(time.RFC3339Nano)
+	if b, err = json.Marshal(entry); err == nil {
+		err = os.WriteFile(entries[0], b, 0o640)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -65,10 +65,11 @@ type seenEntry struct {
 	// Since starts the current interval; Count findings were written in it.
 	Since time.Time `json:"since"`
 	Count int       `json:"count"`
-	// Doubted: the last look, after a gone record of a pod, could not
-	// read every part and agreed with the gone on what it read; the next
-	// such look in a row does not pass for the gone (RecordFinding).
-	Doubted bool `json:"doubted,omitempty"`
+	// Doubted is when a look, after a gone record of a pod, could not
+	// read every part and agreed with the gone on what it read; such a
+	// look doubtGap or more later, with no complete look between, does
+	// not pass for the gone (RecordFinding). nil: none since.
+	Doubted *time.Time `json:"doubted,omitempty"`
 }
 
 // Outcome says what the record step did with a finding: Seen.RecordFinding, and
@@ -200,10 +201,10 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 			// An older writer's entry keeps no usage yet.
 			old.Usage, learn = keptOf(rec, nil), true
 		}
-		if old.Doubted && parts.Whole() {
+		if old.Doubted != nil && parts.Whole() {
 			// A complete look confirms the gone: the partial one
 			// before it was passing.
-			old.Doubted, learn = false, true
+			old.Doubted, learn = nil, true
 		}
 		if learn {
 			_ = save(f, old)
@@ -211,28 +212,38 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 		return Same, nil
 	}
 	// A look that read some parts whole, each as the last record had it,
-	// adds nothing to a present or unknown record. A pod's gone it does not
-	// confirm for long: the part it could not read may hold usage since,
-	// and a pod can keep a part unreadable itself (a rule no dump gets
-	// past, issue 7 item 2), so clean would stand for good. The first such
-	// look is Same, and marks the entry; a second in a row, with no
-	// complete look between, writes its unknown record (once: its own
-	// fingerprint, then Same). A passing cause (the x_tables mutex busy a
-	// moment, a generation changed mid-read) is resolved by the complete
-	// look the re-sweep makes next. The node's namespace keeps Same: no
-	// pod writes there, and its looks come out partial as kube-proxy
-	// commits.
-	if had && parts.agree(old.Parts) {
+	// adds nothing to a present or unknown record. Over a gone, one that
+	// saw usage is written (present: the parts it read agree with the
+	// gone's, the usage is in the part it read only in part). One that saw
+	// none does not confirm a pod's gone for long: the part it could not
+	// read may hold usage since, and a pod can keep a part unreadable
+	// itself (a rule no dump gets past, issue 7 item 2), so clean would
+	// stand for good. The first such look is Same and marks the entry;
+	// one doubtGap or more later, with no complete look between, writes
+	// its unknown record (once: its own fingerprint, then Same). The gap
+	// keeps the looks of one moment (the hook's and the agent's at one
+	// container start, containers starting together) from counting twice;
+	// a passing cause (the x_tables mutex busy a moment, a generation
+	// changed mid-read) is resolved by the complete look the re-sweep
+	// makes next. The node's namespace keeps Same: no pod writes there,
+	// and its looks come out partial as kube-proxy commits.
+	now := s.now()
+	if had && parts.agree(old.Parts) && !(old.State == StateGone && state == StatePresent) {
 		if old.State != StateGone || rec.KnownSubject() == SubjectNode {
 			return Same, nil
 		}
-		if !old.Doubted {
-			old.Doubted = true
-			_ = save(f, old)
+		switch {
+		case old.Doubted == nil || now.Before(*old.Doubted):
+			old.Doubted = &now
+			if err := save(f, old); err != nil {
+				// Unmarked, every later look would be the first.
+				return Same, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err)
+			}
+			return Same, nil
+		case now.Sub(*old.Doubted) < doubtGap:
 			return Same, nil
 		}
 	}
-	now := s.now()
 	limit, interval := s.Limit, s.Interval
 	if limit <= 0 {
 		limit, interval = DefaultLimit, DefaultInterval
@@ -557,6 +568,11 @@ func removeUndecodable(d *fileio.Dir, name string) {
 	}
 	_ = d.Remove(name)
 }
+
+// doubtGap is how long after a partial look over a pod's gone another
+// one writes its unknown (RecordFinding): longer than the looks of one
+// event take, shorter than the re-sweep's interval.
+const doubtGap = time.Minute
 
 // staleEntry is how long an entry that cannot be decoded is kept.
 const staleEntry = time.Hour

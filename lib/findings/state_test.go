@@ -208,7 +208,10 @@ func TestSeenReapplied(t *testing.T) {
 // writes the record that resolves it; and a clean pod once seen whole
 // goes back to unknown only for two partial looks in a row.
 func TestSeenPartialLook(t *testing.T) {
-	s := Seen{Dir: t.TempDir(), Limit: 4, Interval: time.Hour}
+	// Each step doubtGap after the one before, unless its name says "the
+	// same moment".
+	clock := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	s := Seen{Dir: t.TempDir(), Limit: 4, Interval: 24 * time.Hour, Now: func() time.Time { return clock }}
 	steps := []struct {
 		name  string
 		key   string
@@ -232,11 +235,13 @@ func TestSeenPartialLook(t *testing.T) {
 		{"complete clean look resolves the unknown", "clean", "G", StateGone, Parts{"n0", "l0"}, Recorded},
 		// A gone is not confirmed for long by looks that could not read
 		// a part: the part may hold usage since. One such look is
-		// passing (Same), a complete one between clears it, a second
-		// in a row writes unknown.
+		// passing (Same), a complete one between clears it, another of
+		// the same moment counts as the same, a second in a row later
+		// writes unknown.
 		{"partial clean look after", "clean", "U0", StateUnknown, Parts{"n0", ""}, Same},
 		{"a complete clean look between", "clean", "G", StateGone, Parts{"n0", "l0"}, Same},
 		{"partial again", "clean", "U0", StateUnknown, Parts{"n0", ""}, Same},
+		{"the same moment's other look", "clean", "U0", StateUnknown, Parts{"n0", ""}, Same},
 		{"partial in a row", "clean", "U0", StateUnknown, Parts{"n0", ""}, Recorded},
 		{"partial look with new usage", "clean", "P5", StatePresent, Parts{"n5", ""}, Recorded},
 		{"over the limit: unknown limited", "clean", "U6", StateUnknown, Parts{"", ""}, Limited},
@@ -251,6 +256,11 @@ func TestSeenPartialLook(t *testing.T) {
 		{"that again", "hidden", "U1", StateUnknown, Parts{"", "l0"}, Same},
 		{"a complete clean look resolves it", "hidden", "G", StateGone, Parts{"n0", "l0"}, Recorded},
 
+		// Usage seen by a partial look over a gone is written at once.
+		{"usage", "seen", "F1", StatePresent, Parts{"n1", "l0"}, Recorded},
+		{"taken back", "seen", "G", StateGone, Parts{"n0", "l0"}, Recorded},
+		{"usage among the nftables read in part", "seen", "P8", StatePresent, Parts{"", "l0"}, Recorded},
+
 		// Over the limit, a complete clean look still resolves an unknown.
 		{"failed look", "failing", "U1", StateUnknown, Parts{}, Recorded},
 		{"failed look", "failing", "U2", StateUnknown, Parts{}, Recorded},
@@ -260,6 +270,9 @@ func TestSeenPartialLook(t *testing.T) {
 		{"failed look over the limit", "failing", "U5", StateUnknown, Parts{}, Limited},
 	}
 	for _, st := range steps {
+		if !strings.Contains(st.name, "the same moment") {
+			clock = clock.Add(doubtGap)
+		}
 		out, err := s.RecordFinding(context.Background(), st.key, Record{Fingerprint: st.fp, State: st.st}, st.parts, func() error { return nil })
 		if err != nil || out != st.want {
 			t.Errorf("%s %s: %v %v, want %v", st.key, st.name, out, err, st.want)
@@ -519,7 +532,8 @@ func TestSweepStaleEmptyEntry(t *testing.T) {
 // read): no pod writes there, and each unknown would flip its label and
 // ClusterReport.
 func TestSeenNodePartialLook(t *testing.T) {
-	s := Seen{Dir: t.TempDir(), Limit: 100, Interval: time.Hour}
+	clock := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	s := Seen{Dir: t.TempDir(), Limit: 100, Interval: 24 * time.Hour, Now: func() time.Time { return clock }}
 	ctx := context.Background()
 	for i, st := range []struct {
 		rec   Record
@@ -530,7 +544,10 @@ func TestSeenNodePartialLook(t *testing.T) {
 		{Record{Subject: SubjectNode, Fingerprint: "U", State: StateUnknown}, Parts{"", "l0"}, Same},
 		{Record{Subject: SubjectNode, Fingerprint: "U", State: StateUnknown}, Parts{"", "l0"}, Same},
 		{Record{Subject: SubjectNode, Fingerprint: "U", State: StateUnknown}, Parts{"n0", ""}, Same},
+		// Usage seen, though in part: written.
+		{Record{Subject: SubjectNode, Fingerprint: "P", State: StatePresent}, Parts{"", "l0"}, Recorded},
 	} {
+		clock = clock.Add(doubtGap)
 		if out, err := s.RecordFinding(ctx, "node", st.rec, st.parts, func() error { return nil }); err != nil || out != st.want {
 			t.Errorf("step %d: %v %v, want %v", i, out, err, st.want)
 		}
