@@ -212,9 +212,10 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 		return Same, nil
 	}
 	// A look that read some parts whole, each as the last record had it,
-	// adds nothing to a present or unknown record. Over a gone, one that
-	// saw usage is written (present: the parts it read agree with the
-	// gone's, the usage is in the part it read only in part). One that saw
+	// adds nothing to a present or unknown record, unless it saw a worse
+	// level than the record's. Over a gone, one that saw usage is written
+	// (present: the parts it read agree with the gone's, the usage is in
+	// the part it read only in part). One that saw
 	// none does not confirm a pod's gone for long: the part it could not
 	// read may hold usage since, and a pod can keep a part unreadable
 	// itself (a rule no dump gets past, issue 7 item 2), so clean would
@@ -228,7 +229,12 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 	// makes next. The node's namespace keeps Same: no pod writes there,
 	// and its looks come out partial as kube-proxy commits.
 	now := s.now()
-	if had && parts.agree(old.Parts) && !(old.State == StateGone && state == StatePresent) {
+	// Usage the record does not hold: any over a gone, a worse level over
+	// the usage the entry keeps (a pod's xt rules put in the part read in
+	// part, behind a rule no dump gets past, over its native record).
+	seesMore := state == StatePresent && (old.State == StateGone ||
+		old.Usage != nil && ImpactRank(rec.WorstLevel()) < ImpactRank(old.Usage.Worst))
+	if had && parts.agree(old.Parts) && !seesMore {
 		if old.State != StateGone || rec.KnownSubject() == SubjectNode {
 			return Same, nil
 		}

@@ -553,3 +553,24 @@ func TestSeenNodePartialLook(t *testing.T) {
 		}
 	}
 }
+
+// TestSeenPartialLookWorse: a partial look whose read parts agree with a
+// present record, but that saw a worse level than the record keeps (xt
+// rules put in the part read in part), is written; one that saw the same
+// level or milder is Same.
+func TestSeenPartialLookWorse(t *testing.T) {
+	s := Seen{Dir: t.TempDir(), Limit: 100, Interval: time.Hour}
+	ctx := context.Background()
+	native := Record{Fingerprint: "F1", State: StatePresent, Nft: Nft{Rules: 2}, Impact: Impact{Native: 2}, Worst: ImpactNative}
+	if out, err := s.RecordFinding(ctx, "sb", native, Parts{"n1", "l0"}, func() error { return nil }); err != nil || out != Recorded {
+		t.Fatalf("native record: %v %v", out, err)
+	}
+	cutNative := Record{Fingerprint: "P1", State: StatePresent, Truncated: true, Nft: Nft{Rules: 1}, Impact: Impact{Native: 1}, Worst: ImpactNative}
+	if out, err := s.RecordFinding(ctx, "sb", cutNative, Parts{"", "l0"}, func() error { return nil }); err != nil || out != Same {
+		t.Errorf("cut look, native as recorded: %v %v, want Same", out, err)
+	}
+	cutXt := Record{Fingerprint: "P2", State: StatePresent, Truncated: true, Nft: Nft{Rules: 1}, Impact: Impact{Xt: 1}, Worst: ImpactXt}
+	if out, err := s.RecordFinding(ctx, "sb", cutXt, Parts{"", "l0"}, func() error { return nil }); err != nil || out != Recorded {
+		t.Errorf("cut look seeing xt over a native record: %v %v, want Recorded", out, err)
+	}
+}
