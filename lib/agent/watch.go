@@ -40,6 +40,9 @@ const (
 	// stageLimit: the sandbox wrote its limit of findings; the interval
 	// over, its newest usage is recorded.
 	stageLimit = "limit window"
+	// stageDoubt: a cut look after the sandbox's gone passed; the one a
+	// gap later decides (doubted).
+	stageDoubt = "cut look after gone"
 )
 
 // DefaultWatchDebounce gathers a burst of commits into one scan: a tool's
@@ -926,16 +929,39 @@ func (a *Agent) limited(j job) {
 	if at.IsZero() {
 		return
 	}
+	a.scanLater(w, time.Until(at), stageLimit, j.writer)
+}
+
+// doubted: the sandbox's cut look after its gone passed (the memory
+// marked it: findings.Seen.Doubts); a cut look the gap later writes its
+// unknown, and while the x_tables mutex stays busy the re-sweep looks at
+// no pod it looked at before. The watch scans it again then (a second
+// more: the gap must have passed).
+func (a *Agent) doubted(j job) {
+	if !a.cfg.Watch {
+		return
+	}
+	w := a.watchOf(j.meta)
+	if w == nil {
+		return
+	}
+	if wait, ok := a.store.Seen.Doubts(j.meta.SandboxID); ok {
+		a.scanLater(w, max(wait, 0)+time.Second, stageDoubt, nil)
+	}
+}
+
+// scanLater queues a scan of w's sandbox after wait, unless one is
+// pending already (limited, doubted) or the watch stopped.
+func (a *Agent) scanLater(w *watched, wait time.Duration, stage string, writer *findings.Writer) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.retry != nil || w.stopped() {
 		return
 	}
-	writer := j.writer
-	w.retry = time.AfterFunc(time.Until(at), func() {
+	w.retry = time.AfterFunc(wait, func() {
 		w.mu.Lock()
 		w.retry = nil
 		w.mu.Unlock()
-		a.queueWatch(w, stageLimit, writer)
+		a.queueWatch(w, stage, writer)
 	})
 }

@@ -925,3 +925,56 @@ func rules(s Scan) string {
 	}
 	return fmt.Sprintf("%d nft rules, state %s, truncated %v", s.Record.Nft.Rules, s.Record.KnownState(), s.Record.Truncated)
 }
+
+// TestDoubtedRescan: a pod that had usage and removed it (gone), then
+// writes legacy rules and stalls its own table's read (the x_tables mutex
+// busy for good), is not left gone on an agent without the hook: its cut
+// look passes once (the memory marks it), and the watch scans it again a
+// gap later, whose cut look writes unknown. The re-sweep skips a pod
+// looked at before while the mutex is busy, so nothing else would.
+func TestDoubtedRescan(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft", "iptables-legacy-restore")
+	nstest.NeedIPTables(t)
+	dir := t.TempDir()
+	rec := newRecorder()
+	a := startWatching(t, dir, rec, func(c *Config) { c.Seen.DoubtGap = 200 * time.Millisecond })
+	ns := nstest.New(t)
+	p := pod("hider", ns.Path())
+	if err := a.RunPodSandbox(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	ready(t, a, p.Id)
+	// until reads the pod's scans until one whose record passes want.
+	until := func(what string, want func(Scan) bool) {
+		t.Helper()
+		for deadline := time.After(time.Minute); ; {
+			select {
+			case s := <-rec.ch:
+				if s.Meta.SandboxID == p.Id && want(s) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no scan of the pod %s within a minute", what)
+			}
+		}
+	}
+	recorded := func(st findings.State) func(Scan) bool {
+		return func(s Scan) bool {
+			return s.Stored == findings.Recorded && s.Record != nil && s.Record.KnownState() == st
+		}
+	}
+	ns.Run("iptables-nft", "-A", "OUTPUT", "-p", "tcp", "--dport", "80", "-j", "ACCEPT")
+	until("recording its usage", recorded(findings.StatePresent))
+	ns.Run("iptables-nft", "-F", "OUTPUT")
+	until("recording it gone", recorded(findings.StateGone))
+
+	stop := nstest.HoldXTMutexIn(t, ns)
+	defer stop()
+	if err := a.PostStartContainer(context.Background(), p, &api.Container{Id: "c1", Name: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	until("passing its first cut look", func(s Scan) bool { return s.Stored == findings.Same && s.Record != nil && s.Record.Partial() })
+	until("recording unknown at its rescan", func(s Scan) bool {
+		return recorded(findings.StateUnknown)(s) && s.Meta.Stage == stageDoubt
+	})
+}

@@ -144,6 +144,9 @@ func (a *Agent) scan(j job, long bool) Scan {
 		a.limited(j)
 	default:
 		s.Outcome, s.Record = Found, rec
+		if s.Stored == findings.Same && rec.Partial() {
+			a.doubted(j)
+		}
 	}
 	return s
 }

@@ -47,6 +47,8 @@ type Seen struct {
 	Interval time.Duration
 	// Now is the clock (tests set it); nil is time.Now.
 	Now func() time.Time
+	// DoubtGap is doubtGap for tests (0: doubtGap).
+	DoubtGap time.Duration
 }
 
 type seenEntry struct {
@@ -246,7 +248,7 @@ func (s Seen) RecordFinding(ctx context.Context, key string, rec Record, parts P
 				return Same, fmt.Errorf("%w: save sandbox state %q: %w", ErrNoMemory, f.Name(), err)
 			}
 			return Same, nil
-		case now.Sub(*old.Doubted) < doubtGap:
+		case now.Sub(*old.Doubted) < s.doubtGap():
 			return Same, nil
 		}
 	}
@@ -404,14 +406,8 @@ func (p Parts) over(old Parts) Parts {
 // no entry or it cannot be read (nothing was limited then). The agent's
 // watch scans again then, so the last change of a burst is recorded.
 func (s Seen) Reopens(key string) time.Time {
-	d, err := fileio.OpenDir(filepath.Join(s.Dir, "sandboxes"), 0o750)
-	if err != nil {
-		return time.Time{}
-	}
-	defer d.Close()
-	// Read only, never created: a sandbox without entry limited nothing.
-	e, _, err := readEntry(d, entryName(key))
-	if err != nil {
+	e, ok := s.entry(key)
+	if !ok {
 		return time.Time{}
 	}
 	interval := s.Interval
@@ -419,6 +415,38 @@ func (s Seen) Reopens(key string) time.Time {
 		interval = DefaultInterval
 	}
 	return e.Since.Add(interval)
+}
+
+// Doubts is how long until a cut look of the sandbox would write its
+// unknown over its gone (RecordFinding: the gap after the cut look that
+// marked the entry); ok is false when the entry holds no such mark. The
+// agent's watch scans again then: while the x_tables mutex stays busy,
+// nothing else looks at a pod looked at before.
+func (s Seen) Doubts(key string) (wait time.Duration, ok bool) {
+	e, ok := s.entry(key)
+	if !ok || e.State != StateGone || e.Doubted == nil {
+		return 0, false
+	}
+	return e.Doubted.Add(s.doubtGap()).Sub(s.now()), true
+}
+
+// entry reads the sandbox's entry, never creating one; ok is false when
+// there is none or it cannot be read.
+func (s Seen) entry(key string) (seenEntry, bool) {
+	d, err := fileio.OpenDir(filepath.Join(s.Dir, "sandboxes"), 0o750)
+	if err != nil {
+		return seenEntry{}, false
+	}
+	defer d.Close()
+	e, _, err := readEntry(d, entryName(key))
+	return e, err == nil
+}
+
+func (s Seen) doubtGap() time.Duration {
+	if s.DoubtGap > 0 {
+		return s.DoubtGap
+	}
+	return doubtGap
 }
 
 func (s Seen) now() time.Time {

@@ -574,3 +574,35 @@ func TestSeenPartialLookWorse(t *testing.T) {
 		t.Errorf("cut look seeing xt over a native record: %v %v, want Recorded", out, err)
 	}
 }
+
+// TestSeenDoubts: the wait until a cut look would write unknown over the
+// sandbox's gone, from the mark its first cut look left; none without a
+// mark.
+func TestSeenDoubts(t *testing.T) {
+	clock := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	s := Seen{Dir: t.TempDir(), Limit: 100, Interval: 24 * time.Hour, Now: func() time.Time { return clock }}
+	ctx := context.Background()
+	record := func(fp string, st State, parts Parts) {
+		t.Helper()
+		if _, err := s.RecordFinding(ctx, "sb", Record{Fingerprint: fp, State: st}, parts, func() error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record("F1", StatePresent, Parts{"n1", "l0"})
+	record("G", StateGone, Parts{"n0", "l0"})
+	if _, ok := s.Doubts("sb"); ok {
+		t.Fatal("a wait without a mark")
+	}
+	record("U", StateUnknown, Parts{"n0", ""})
+	clock = clock.Add(20 * time.Second)
+	if wait, ok := s.Doubts("sb"); !ok || wait != doubtGap-20*time.Second {
+		t.Errorf("wait %v %v, want %v", wait, ok, doubtGap-20*time.Second)
+	}
+	record("G", StateGone, Parts{"n0", "l0"})
+	if _, ok := s.Doubts("sb"); ok {
+		t.Error("a wait after a complete look cleared the mark")
+	}
+	if _, ok := s.Doubts("none"); ok {
+		t.Error("a wait for a sandbox with no entry")
+	}
+}
