@@ -13,8 +13,10 @@ import (
 
 // TestFairness (issue 18 item 1): two pods whose containers crash-loop, a
 // StopContainer and a PostStartContainer of each before every scan, do not
-// starve the others. Scans are let through one at a time (the hold seam),
-// so the order is the queue's alone: the 20 pods of the registration sweep
+// starve the others. Scans are let through one at a time (the hold seam)
+// by one worker: with more, each takes a job and waits for a token, and
+// the token goes to whichever waits first, not to the oldest job. So the
+// order is the queue's alone: the 20 pods of the registration sweep
 // are all scanned before either crash-looping pod is scanned a third time
 // (its first scan, and at most one more queued behind the sweep), and an
 // ordinary pod's event is scanned before either crash-looping pod is
@@ -23,7 +25,7 @@ func TestFairness(t *testing.T) {
 	nstest.NeedRoot(t)
 	dir := t.TempDir()
 	rec := newRecorder()
-	a := startAgent(t, dir, rec)
+	a := startAgentWith(t, dir, rec, func(c *Config) { c.Workers = 1 })
 	ctx := context.Background()
 	other := nstest.New(t)
 	slow := []*api.PodSandbox{pod("slow-a", nstest.New(t).Path()), pod("slow-b", nstest.New(t).Path())}
