@@ -124,7 +124,8 @@ func Inspect(ctx context.Context, h *netns.Handle, opt Options) (Snapshot, error
 	var errs []error
 	// The legacy probe runs while nftables is read: its process start
 	// costs wall time only where it is not hidden behind the dumps.
-	legacy := startLegacy(h, deadline, opt.LegacyInProcess)
+	share := legacyShare(time.Until(deadline))
+	legacy := startLegacy(h, deadline, share, opt.LegacyInProcess)
 	nftDeadline := deadline
 	if legacy != nil && (legacy.peek != nil || legacy.proc != nil) {
 		// The peek's answer is read, and the probe started, after the
@@ -134,7 +135,7 @@ func Inspect(ctx context.Context, h *netns.Handle, opt Options) (Snapshot, error
 		// that is not usage). An in-process look runs beside the read
 		// from the start, and its answer is taken whenever it came; a
 		// look made in place (no probe wired) is done already.
-		nftDeadline = deadline.Add(-legacyShare(time.Until(deadline)))
+		nftDeadline = deadline.Add(-share)
 	}
 	nftStart := time.Now()
 	err := readNft(ctx, h, nftDeadline, opt, &s)

@@ -123,8 +123,9 @@ func (a *legacyAnswer) into(s *Snapshot, known bool) {
 // startLegacy starts the legacy look: nothing when no x_tables module is
 // loaded (no table can exist and no lock is taken); with inProcess a look
 // on a thread of this process abandoned at the deadline; a probe process
-// when the binary is wired for it; else the look in-process, now.
-func startLegacy(h *netns.Handle, deadline time.Time, inProcess bool) *legacyLook {
+// when the binary is wired for it; else the look in-process, now. share is
+// the part of the budget kept for it after the nftables read (legacyShare).
+func startLegacy(h *netns.Handle, deadline time.Time, share time.Duration, inProcess bool) *legacyLook {
 	var fams []legacyFamily
 	var names []string
 	for _, lf := range legacyFamilies {
@@ -159,8 +160,7 @@ func startLegacy(h *netns.Handle, deadline time.Time, inProcess bool) *legacyLoo
 		p.startProbe(h, deadline, names)
 		return p
 	}
-	p.peek, p.h, p.deadline, p.fams = peek, h, deadline, fams
-	p.share = legacyShare(time.Until(deadline))
+	p.peek, p.h, p.deadline, p.fams, p.share = peek, h, deadline, fams, share
 	return p
 }
 
