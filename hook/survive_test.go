@@ -227,24 +227,13 @@ func TestBadFlagReadsState(t *testing.T) {
 // is the shipped second.
 func TestNotRootReadsState(t *testing.T) {
 	nstest.NeedRoot(t)
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r, written := runtimeState(t)
 	cmd := exec.Command(bin, "hook", "--findings", filepath.Join(t.TempDir(), "f.jsonl"))
 	cmd.Stdin = r
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	done := make(chan error, 1)
-	go func() {
-		_, err := w.Write([]byte(strings.Repeat("x", 256<<10)))
-		w.Close()
-		done <- err
-	}()
 	if err := cmd.Start(); err != nil {
-		w.Close()
 		t.Fatal(err)
 	}
 	// Only the hook's end stays: its exit closes the pipe's last reader.
@@ -255,13 +244,7 @@ func TestNotRootReadsState(t *testing.T) {
 	if !strings.Contains(stderr.String(), "must run as root") {
 		t.Errorf("no line saying the hook needs root:\n%s", &stderr)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("the runtime's write of the state: %v", err)
-		}
-	case <-time.After(time.Minute):
-		w.Close()
-		t.Fatal("the runtime's write of the state is still blocked")
+	if err := written(); err != nil {
+		t.Fatalf("the runtime's write of the state: %v", err)
 	}
 }
