@@ -45,7 +45,13 @@ const (
 // and a channel closed once the plugin answered a Configure.
 func serveRuntime(t *testing.T, c net.Conn, then int) (multiplex.Mux, <-chan struct{}) {
 	t.Helper()
-	m := multiplex.Multiplex(c)
+	// Its reader drops a frame for a connection not yet listened on: the
+	// plugin's registration, sent as soon as it dialed, could come before
+	// the Listen below and never be answered (the registration's own 5 s
+	// timeout then ended Start, not configureWait). As nri's runtime side
+	// does, reading waits for both ends to be made.
+	m := multiplex.Multiplex(c, multiplex.WithBlockedRead())
+	defer m.Unblock()
 	configured := make(chan struct{})
 	rl, err := m.Listen(multiplex.RuntimeServiceConn)
 	if err != nil {
