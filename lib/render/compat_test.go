@@ -228,11 +228,12 @@ func TestCompatGenerations(t *testing.T) {
 			counter, verdict(expr.VerdictAccept)),
 		want: "-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
 	}, {
-		// xt_state keeps UNTRACKED at 1 << (IP_CT_IS_REPLY+1), not where
-		// xt_conntrack or nft ct state keep it.
+		// xt_state (revision 0, older clients' -m state) keeps UNTRACKED
+		// at 1 << (IP_CT_NUMBER+1), 0x40, where xt_conntrack keeps SNAT
+		// (it was read at 0x10, which no client writes).
 		name: "state untracked as xt state", fam: inspect.IP, table: "filter", chain: "INPUT",
 		iptables: "iptables-nft -A INPUT -m state --state UNTRACKED -j ACCEPT",
-		other: cat([]expr.Any{&expr.Match{Name: "state", Rev: 0, Info: info(uint32(0x10))}},
+		other: cat([]expr.Any{&expr.Match{Name: "state", Rev: 0, Info: info(uint32(0x40))}},
 			counter, verdict(expr.VerdictAccept)),
 		want: "-A INPUT -m conntrack --ctstate UNTRACKED -j ACCEPT",
 	}, {

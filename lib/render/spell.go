@@ -210,12 +210,13 @@ func maskNames(mask uint32, names []bitName) string {
 // Conntrack state bits. INVALID, ESTABLISHED, RELATED and NEW sit at the
 // same positions everywhere; the bits after them do not: nft's ct state has
 // UNTRACKED at 0x40, xt_conntrack SNAT 0x40, DNAT 0x80 and UNTRACKED 0x100
-// (1 << IP_CT_NUMBER+1..3), xt_state UNTRACKED at 0x10 (1 << IP_CT_IS_REPLY+1).
+// (1 << IP_CT_NUMBER+1..3), xt_state UNTRACKED at 0x40 too (XT_STATE_UNTRACKED,
+// 1 << IP_CT_NUMBER+1: where xt_conntrack keeps SNAT).
 var (
 	ctStateBase      = []bitName{{1, "INVALID"}, {8, "NEW"}, {4, "RELATED"}, {2, "ESTABLISHED"}}
 	ctStateNative    = append(ctStateBase[:4:4], bitName{0x40, "UNTRACKED"})
 	ctStateConntrack = append(ctStateBase[:4:4], bitName{0x100, "UNTRACKED"}, bitName{0x40, "SNAT"}, bitName{0x80, "DNAT"})
-	ctStateXTState   = append(ctStateBase[:4:4], bitName{0x10, "UNTRACKED"})
+	ctStateXTState   = append(ctStateBase[:4:4], bitName{0x40, "UNTRACKED"})
 	ctStatus         = bitFlags("EXPECTED", "SEEN_REPLY", "ASSURED", "CONFIRMED")
 )
 
