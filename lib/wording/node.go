@@ -16,6 +16,9 @@ var nodeWords = strings.NewReplacer(
 	"The check of this pod's network namespace", "The check of the node's network namespace",
 	"whether the pod uses iptables", "whether the node's namespace holds iptables rules",
 	"the next scan of the pod", "the node's next scan",
+	"This pod runs iptables commands in its network namespace", "Processes in the node's own network namespace run iptables commands",
+	"the check of this pod's rules", "the check of the node's rules",
+	"the pod's rules changed", "the node's rules changed",
 )
 
 // NodeNote is the note of a record of subject node (the agent's node

@@ -139,12 +139,39 @@ func UnknownNote(rec findings.Record, o owner.Owner) string {
 	return safetext.Cut(b.String(), NoteLimit)
 }
 
+// unquoted is an inspection error without its quoted parts (lib/inspect
+// quotes every name with %q): a pod names its chains and tables, and a
+// chain named "legacy x_tables busy" must not choose the plain words (it
+// put the blame for its own oversized rule on the node's shared lock).
+// A quote left open (the error cut) hides the rest.
+func unquoted(s string) string {
+	var b strings.Builder
+	in, esc := false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case !in && c == '"':
+			in = true
+		case !in:
+			b.WriteByte(c)
+		case esc:
+			esc = false
+		case c == '\\':
+			esc = true
+		case c == '"':
+			in = false
+		}
+	}
+	return b.String()
+}
+
 // whySentence says why a look could not see everything, in plain words
 // (plainWhy), then the record's error escaped and cut to limit bytes.
 func whySentence(rec findings.Record, limit int) string {
 	why := ""
+	own := unquoted(rec.Error)
 	for _, p := range plainWhy {
-		if strings.Contains(rec.Error, p.class) {
+		if strings.Contains(own, p.class) {
 			why = p.words
 			break
 		}

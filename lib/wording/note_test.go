@@ -188,6 +188,12 @@ func TestPlainWhy(t *testing.T) {
 		// lib/inspect's unexported errChanged, which wraps ErrIncomplete.
 		{"dump nftables rules: nftables dump incomplete: the ruleset changed while it was read", "Why: the pod's rules changed while they were read"},
 		{"list rules: inspection deadline reached", "Why: the check ran out of time (list rules: inspection deadline reached)."},
+		// A chain the pod named after another class's text: its own
+		// oversized rule is not blamed on the node's shared lock.
+		{`dump nftables rules in netns "/run/netns/x": nftables dump incomplete: chain ip "t" "legacy x_tables busy" has 2 rules and references, the dump gave 1`,
+			"Why: the kernel could not list every rule"},
+		{`dump nftables rules in netns "/run/netns/x": nftables dump incomplete: chain ip "t" "a \"legacy x_tables busy\" b" has 2 rules and references, the dump gave 1`,
+			"Why: the kernel could not list every rule"},
 	} {
 		if got := UnknownNote(findings.Record{Error: tc.err, Truncated: true}, owner.Owner{}); !strings.Contains(got, tc.want) {
 			t.Errorf("error %q: note\n%s\nlacks %q", tc.err, got, tc.want)
