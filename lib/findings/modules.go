@@ -56,6 +56,12 @@ func (m Modules) All() []string {
 	return slices.Compact(out)
 }
 
+// KeptModule tells nf_tables and the native nft_* modules, which every
+// RHEL 10 release keeps, from the ones it may lack (nft_compat is one).
+func KeptModule(n string) bool {
+	return n == "nf_tables" || strings.HasPrefix(n, "nft_") && n != "nft_compat"
+}
+
 // Judged are the modules a RHEL 10 release may lack: those of the levels
 // that break (legacy, xt), without nf_tables and the native nft_* modules,
 // which RHEL 10 keeps (it runs nftables only); nft_compat is judged.
@@ -63,7 +69,7 @@ func (m Modules) All() []string {
 func (m Modules) Judged() []string {
 	var out []string
 	for _, n := range append(slices.Clone(m.Legacy), m.Xt...) {
-		if n == "nf_tables" || strings.HasPrefix(n, "nft_") && n != "nft_compat" {
+		if KeptModule(n) {
 			continue
 		}
 		out = append(out, n)

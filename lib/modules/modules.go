@@ -57,9 +57,20 @@ func Of(u classify.Usage) findings.Modules {
 		// Past the bound the modules the release table verifies (moved
 		// to a package, or gone) go first: they are the ones a reader
 		// acts on, and by name ebt_*, ip6t_* and ipt_* came before
-		// nft_compat and xt_CT.
-		keep := append(slices.DeleteFunc(slices.Clone(out), func(n string) bool { return !Releases.Verified(n) }),
-			slices.DeleteFunc(out, Releases.Verified)...)
+		// nft_compat and xt_CT. Then the ones judged at all: nf_tables
+		// and the nft_* modules RHEL 10 keeps are never shown
+		// (Modules.Judged), and by name they came before every xt_*.
+		rank := func(n string) int {
+			switch {
+			case Releases.Verified(n):
+				return 0
+			case !findings.KeptModule(n):
+				return 1
+			}
+			return 2
+		}
+		keep := slices.Clone(out)
+		slices.SortStableFunc(keep, func(a, b string) int { return rank(a) - rank(b) })
 		leftOut += len(keep) - findings.MaxModules
 		keep = keep[:findings.MaxModules]
 		slices.Sort(keep)

@@ -2,6 +2,7 @@ package modules
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -77,6 +78,36 @@ func TestOfKeepsVerifiedModules(t *testing.T) {
 	}
 	if j := m.Judged(); !slices.Contains(j, "nft_compat") || !slices.Contains(j, "xt_CT") {
 		t.Errorf("judged modules lost nft_compat or xt_CT: %v", j)
+	}
+
+	// xt rules of a nat table with 22 extensions: nf_tables, nft_chain_nat
+	// and nft_ct (never shown: RHEL 10 keeps them) take no place of an
+	// xt_* module, which came after them by name and was cut.
+	u = classify.Usage{}
+	var names []string
+	for i := range 22 {
+		names = append(names, fmt.Sprintf("m%02d", i))
+	}
+	for _, n := range names {
+		r := inspect.Rule{Family: inspect.IP, Table: "nat", Chain: "PREROUTING"}
+		for _, x := range []expr.Any{&expr.Ct{Register: 1, Key: expr.CtKeySTATE}, &expr.Match{Name: n, Info: &blob}} {
+			b, err := expr.Marshal(byte(inspect.IP.Number()), x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Exprs = append(r.Exprs, exprOf(t, b))
+		}
+		u.Rules = append(u.Rules, r)
+	}
+	m = Of(u)
+	j := m.Judged()
+	for _, n := range names {
+		if !slices.Contains(j, "xt_"+n) {
+			t.Errorf("judged modules lost xt_%s: %v (xt list %v)", n, j, m.Xt)
+		}
+	}
+	if !slices.Contains(j, "nft_compat") || m.LeftOut != 2 {
+		t.Errorf("judged %v, %d left out; want nft_compat and every xt_* kept, 2 left out", j, m.LeftOut)
 	}
 }
 
