@@ -248,6 +248,23 @@ const withArg = "jmpsdiogwWMt"
 // among them decides (its command and chain), never a read before it.
 func ParseArgv(argv []string) Shape { return ParseArgvCut(argv, false) }
 
+// ParseRun is ParseArgvCut of a run of the binary exe: a multi binary
+// (what the tools' names link to) takes its applet from argv[0]'s name
+// when that names one, and else from argv[1] (xtables-multi's
+// subcmd_main), so a name of the pod's choosing (`exec -a x`, a link of
+// its own) before `iptables-restore` is not read as the tool (a read
+// whose failure is no breakage), the binary's applet is.
+func ParseRun(exe string, argv []string, leftOut bool) Shape {
+	base := path.Base(strings.TrimSuffix(exe, " (deleted)"))
+	if multiBinary(base) && len(argv) > 0 {
+		name := path.Base(argv[0])
+		if _, tool := toolName(name); !tool && !multiBinary(name) && applets[name] == "" {
+			argv = append([]string{base}, argv[1:]...)
+		}
+	}
+	return ParseArgvCut(argv, leftOut)
+}
+
 // ParseArgvCut is ParseArgv of a command line whose arguments past MaxArgs
 // or the bytes read were left out (leftOut): what the part read names, if
 // anything, short of a write, save or restore, may be an option's

@@ -583,7 +583,7 @@ func (w *Watcher) exec(pid int, mono int64, snap *execquiet.Snapshot) {
 	}
 	cmd.NoNetAdmin = p.noNetAdmin()
 	cmd.Backend = backend
-	cmd.Shape = ParseArgvCut(cmd.Argv, cut&argsLeftOut != 0)
+	cmd.Shape = ParseRun(path, cmd.Argv, cut&argsLeftOut != 0)
 	cmd.Writer = p.writer(c)
 	cmd.start = p.start()
 	w.tools.Add(1)

@@ -132,6 +132,15 @@ func TestWatcherRealLegacy(t *testing.T) {
 			return false
 		})
 
+	// The multi binary run under a name of the pod's choosing: it takes
+	// its applet from the next word, so the watch must too (read as a
+	// tool "ipt" of no family, a listing, before).
+	restore := filepath.Join(t.TempDir(), "restore-marker.rules")
+	if err := os.WriteFile(restore, []byte("*filter\n-A INPUT -j ACCEPT\nCOMMIT\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_ = nstest.RunHeld(t, exec.Command("ip", "netns", "exec", ns.Name, "bash", "-c", `exec -a ipt xtables-legacy-multi iptables-restore -w 60 --noflush "$0"`, restore), read)
+
 	ok := c.wait(t, "ok-marker")
 	if !ok.Exited || ok.Code != 0 || ok.Signal != 0 {
 		t.Errorf("write: exited %v code %d signal %d, want 0", ok.Exited, ok.Code, ok.Signal)
@@ -159,6 +168,9 @@ func TestWatcherRealLegacy(t *testing.T) {
 	wr := c.wait(t, "wrapper-marker")
 	if wr.Shape.Tool != "iptables-legacy" || wr.Shape.Operation != OpRead || !wr.Exited {
 		t.Errorf("wrapper: %+v", wr)
+	}
+	if rs := c.wait(t, "restore-marker"); rs.Shape.Tool != "iptables-restore" || rs.Shape.Family != "iptables" || rs.Shape.Operation != OpRestore || !rs.Exited || rs.Code != 0 {
+		t.Errorf("the multi binary as ipt: %+v", rs)
 	}
 	if bw := c.wait(t, "binwrap-marker"); bw.Shape.Tool != "iptables-legacy" || bw.Backend != BackendLegacy || !bw.Exited {
 		t.Errorf("wrapper binary's child: %+v", bw)
