@@ -373,3 +373,33 @@ func TestNodePlatformReadiness(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeOwnReadiness (helper-129 #1): the agent's word stands for the
+// findings the forwarder may never read (rotated away before it did), and
+// took the node's own namespace's platform rules only: a rule of the
+// node's own, beyond the platform's, was in its finding alone, so with
+// that line lost the node's label said ready. The word counts it now,
+// and lets it go when the rule goes.
+func TestNodeOwnReadiness(t *testing.T) {
+	nstest.NeedRoot(t, "iptables-nft")
+	dir := t.TempDir()
+	node := nstest.New(t)
+	node.Run("iptables-nft", "-A", "INPUT", "-s", "10.8.8.8", "-m", "comment", "--comment", "mine", "-j", "DROP")
+	rec := newRecorder()
+	a := startWatching(t, dir, rec, func(cfg *Config) {
+		cfg.HostProc, cfg.HostNetns = nstest.HostProc(t, node.Path()), node.Path()
+	})
+	if s := nodeScan(t, rec); s.Record == nil || !s.Record.HasUsage() {
+		t.Fatalf("first node scan: %s: want the node's xt rule as usage", s.Label())
+	}
+	if got := a.usage.Readiness(); got != findings.ReadinessNeedsExtra {
+		t.Fatalf("readiness %q with an xt rule of the node's own, want %q", got, findings.ReadinessNeedsExtra)
+	}
+	node.Run("iptables-nft", "-D", "INPUT", "-s", "10.8.8.8", "-m", "comment", "--comment", "mine", "-j", "DROP")
+	if s := nodeScan(t, rec); s.Record != nil && s.Record.HasUsage() {
+		t.Fatalf("after the delete: %s, usage %+v", s.Label(), s.Record)
+	}
+	if got := a.usage.Readiness(); got != findings.ReadinessReady {
+		t.Fatalf("readiness %q once the rule is gone, want ready", got)
+	}
+}

@@ -68,8 +68,11 @@ type Usage struct {
 	endedOrder []string
 	// platform is the worst level of the platform's rules in the node's
 	// own namespace (Scan.Platform) by its latest complete look, kept
-	// worse over a partial one; "" for none.
-	platform string
+	// worse over a partial one; "" for none. node is the readiness the
+	// rest of that namespace's usage gives (its findings'), kept so too:
+	// the word stands for findings the forwarder may never read (rotated
+	// away before it did), the node's among them.
+	platform, node string
 }
 
 // maxEnded bounds the stopped sandboxes Usage remembers: more than stop
@@ -148,19 +151,26 @@ func (u *Usage) Scanned(s Scan) {
 	// known; the last usage seen stays.
 }
 
-// NodeScanned takes the level of the platform's rules from a scan of the
-// node's own namespace (Scan.Platform): a complete look's replaces the
-// last, a partial one's (a lower bound) only when worse; a look that
-// read nothing changes nothing.
+// NodeScanned takes the level of the platform's rules (Scan.Platform), and
+// the readiness of the rest of the usage, from a scan of the node's own
+// namespace: a complete look's replaces the last, a partial one's (a
+// lower bound) only when worse; a look that read nothing changes nothing.
 func (u *Usage) NodeScanned(s Scan) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	own := ""
+	if s.Outcome == Found && s.Record.KnownState() == findings.StatePresent && s.Record.HasUsage() {
+		own = findings.Readiness(s.Record.WorstLevel())
+	}
 	switch {
 	case s.Outcome != Clean && s.Outcome != Found:
 	case s.Outcome == Found && s.Record.Partial():
 		u.platform = findings.WorseLevel(u.platform, s.Platform)
+		if u.node == "" || own != "" && findings.WorseReadiness(u.node, own) == own {
+			u.node = own
+		}
 	default:
-		u.platform = s.Platform
+		u.platform, u.node = s.Platform, own
 	}
 }
 
@@ -353,8 +363,9 @@ func (u *Usage) Pods() []PodUsage {
 }
 
 // Readiness is the node's RHEL 10 readiness by the pods followed, each by
-// its latest scan's finding, and by the platform's rules in the node's
-// own namespace (Scan.Platform, which no finding holds): ready with none,
+// its latest scan's finding, and by the node's own namespace: the
+// platform's rules there (Scan.Platform, which no finding holds) and the
+// rest of its usage (its findings', which may be lost): ready with none,
 // unknown for usage not classified, and unknown while a running pod's
 // usage was left out (max),
 // until a later scan of it finds none or it stops (for good past max such
@@ -372,6 +383,9 @@ func (u *Usage) Readiness() string {
 	}
 	if u.platform != "" {
 		r = findings.WorseReadiness(r, findings.Readiness(u.platform))
+	}
+	if u.node != "" {
+		r = findings.WorseReadiness(r, u.node)
 	}
 	return r
 }
