@@ -69,11 +69,18 @@ func exe(root string, pid int) (string, error) {
 	return readlink(root + "/" + strconv.Itoa(pid) + "/exe")
 }
 
+// readlink reads a link's target of at most 511 bytes. A longer one is
+// cut by the kernel without an error: it is ENAMETOOLONG here, so that a
+// tool at a long path is judged by its name (exec), not dropped for
+// what its cut path names.
 func readlink(path string) (string, error) {
 	var b [512]byte
 	n, err := unix.Readlink(path, b[:])
 	if err != nil {
 		return "", err
+	}
+	if n == len(b) {
+		return "", unix.ENAMETOOLONG
 	}
 	return string(b[:n]), nil
 }

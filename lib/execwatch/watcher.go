@@ -529,10 +529,12 @@ func (w *Watcher) exec(pid int, mono int64, snap *execquiet.Snapshot) {
 		defer func() { snap.PID = 0 }()
 	}
 	path, err := p.exe()
+	unread := err != nil
 	c := ""
 	if err != nil {
-		// Ended already, or no ptrace access to it (EACCES: the agent
-		// lacks CAP_SYS_PTRACE): its name decides, then its argv[0].
+		// Ended already, no ptrace access to it (EACCES: the agent
+		// lacks CAP_SYS_PTRACE), or a path too long to read whole: its
+		// name decides, then its argv[0].
 		var cerr error
 		if c, cerr = p.comm(); cerr != nil {
 			// Reaped already: whatever it ran is not known.
@@ -571,6 +573,13 @@ func (w *Watcher) exec(pid int, mono int64, snap *execquiet.Snapshot) {
 		path = cmd.Argv[0]
 	}
 	backend, ok := toolOf(path)
+	if !ok && unread {
+		// Its name is a tool's, its binary unread and its argv[0] no
+		// tool's (a path longer than MaxArg is cut): a missed run, not
+		// a silent one.
+		w.miss(p, cmd, c)
+		return
+	}
 	if !ok {
 		w.forget(p)
 		return

@@ -886,3 +886,56 @@ func TestWatcherPidExecsAgain(t *testing.T) {
 		t.Errorf("pending %v, want 402's new tool and 403's", w.pending)
 	}
 }
+
+// TestWatcherLongExe: a tool whose binary's path is longer than the watch
+// reads of /proc/PID/exe (cut there without an error) was judged by the
+// cut path, no tool's, and dropped, neither reported nor counted missed.
+// Its argv[0] is cut too (MaxArg): the name a tool's, it is a missed run.
+func TestWatcherLongExe(t *testing.T) {
+	nstest.NeedRoot(t, "xtables-legacy-multi")
+	ns := nstest.New(t)
+	dir := t.TempDir()
+	for len(dir) < 600 {
+		dir = filepath.Join(dir, strings.Repeat("d", 60))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	multi, err := exec.LookPath("xtables-legacy-multi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := filepath.Join(dir, "iptables-legacy")
+	if b, err := os.ReadFile(multi); err != nil || os.WriteFile(tool, b, 0o755) != nil {
+		t.Fatalf("copy %s: %v", multi, err)
+	}
+	missed := make(chan Command, 10)
+	w, err := Open(Options{HostProc: "/proc", Done: func(Command) {}, Missed: func(c Command, _ string) {
+		select {
+		case missed <- c:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	if out, err := exec.Command("ip", "netns", "exec", ns.Name, tool, "-w", "60", "-S", "longexe-marker").CombinedOutput(); err == nil {
+		t.Fatalf("-S of no such chain worked: %s", out)
+	}
+	for deadline := time.After(10 * time.Second); ; {
+		select {
+		case c := <-missed:
+			if !strings.Contains(strings.Join(c.Argv, " "), "longexe-marker") {
+				continue
+			}
+			// At least: the node's other tool runs count too.
+			if st := w.Stats(); st.Missed < 1 {
+				t.Errorf("stats %+v: want the run counted missed", st)
+			}
+			return
+		case <-deadline:
+			t.Fatalf("the tool at a %d-byte path neither reported nor missed: stats %+v", len(tool), w.Stats())
+		}
+	}
+}
