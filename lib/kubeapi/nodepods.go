@@ -98,11 +98,22 @@ func slimPod(obj any) (any, error) {
 	if !ok {
 		return obj, nil // a DeletedFinalStateUnknown tombstone
 	}
+	// The controller reference alone (what owner reads), and the mirror
+	// annotation's UID: whoever creates a pod bound to the node writes
+	// both, any length (a pod may be 1.5 MB), and the node's store keeps
+	// every pod listed: whole, a hundred such pods outgrew the forwarder's
+	// memory limit at each start.
 	slim := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
 		Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-		OwnerReferences: pod.OwnerReferences,
 	}}
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil && owner.Plausible(*ref) {
+		// One no object has is owner's no controller.
+		slim.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
 	if v, ok := pod.Annotations[owner.MirrorAnnotation]; ok {
+		if len(v) > owner.MaxUID {
+			v = v[:owner.MaxUID+1] // longer than a UID: it matches none
+		}
 		slim.Annotations = map[string]string{owner.MirrorAnnotation: v}
 	}
 	return slim, nil

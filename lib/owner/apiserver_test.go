@@ -3,6 +3,7 @@ package owner_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/kubeapi"
@@ -222,5 +223,57 @@ func TestMismatchCached(t *testing.T) {
 	}
 	if asked != 2 {
 		t.Errorf("%d gets for two made-up UIDs asked about three times each, want 2", asked)
+	}
+}
+
+// TestImplausibleOwner: the API server checks a pod's owner references
+// for emptiness only, so whoever creates a pod may write a megabyte into
+// one. A reference no object can have is no controller: the pod is bare,
+// with no error and no GET. A ReplicaSet named by 1.1 MiB went into a GET
+// path the client refused as if the server were down (retried for good,
+// every later finding of the node held behind it); a custom resource's
+// 300 KiB name, or a real Deployment's name with a 300 KiB UID, went
+// whole into every Event and the Report's results.
+func TestImplausibleOwner(t *testing.T) {
+	c := kubetest.Start(t)
+	admin := c.Client()
+	ctx := kubetest.Ctx(t)
+	kubetest.Namespace(t, admin, "shop")
+	big := func(n int) string { return strings.Repeat("r", n) }
+	for _, tc := range []struct {
+		name string
+		ref  metav1.OwnerReference
+	}{
+		{"a ReplicaSet named by 1.1 MiB", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: big(1100 << 10), UID: "00000000-0000-0000-0000-0000000000e1"}},
+		{"a custom resource named by 300 KiB", metav1.OwnerReference{APIVersion: "example.com/v1", Kind: "Widget", Name: big(300 << 10), UID: "00000000-0000-0000-0000-0000000000e2"}},
+		{"a Deployment with a 300 KiB UID", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: types.UID(big(300 << 10))}},
+		{"a 300 KiB kind", metav1.OwnerReference{APIVersion: "example.com/v1", Kind: big(300 << 10), Name: "w", UID: "00000000-0000-0000-0000-0000000000e3"}},
+		{"a 300 KiB API version", metav1.OwnerReference{APIVersion: "example.com/" + big(300<<10), Kind: "Widget", Name: "w", UID: "00000000-0000-0000-0000-0000000000e4"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.ref.Controller = new(true)
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", GenerateName: "odd-", OwnerReferences: []metav1.OwnerReference{tc.ref}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}
+			pod, err := admin.CoreV1().Pods("shop").Create(ctx, p, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("the API server refused the pod: %v", err)
+			}
+			o, err := owner.New(admin).Owned(ctx, pod)
+			if err != nil || o.Owner != owner.Bare(pod.Name) || o.Ref.UID != pod.UID || !o.Vouched {
+				t.Errorf("owner %.200s (reference %.200s/%.200s), %v; want the pod itself, no error", o.Owner, o.Ref.Kind, o.Ref.UID, err)
+			}
+		})
+	}
+	// Within the bounds a made-up custom resource is still named,
+	// unvouched, as before.
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "widget-pod", OwnerReferences: []metav1.OwnerReference{
+		{APIVersion: "example.com/v1", Kind: "Widget", Name: big(253), UID: "00000000-0000-0000-0000-0000000000e5", Controller: new(true)}}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}
+	pod, err := admin.CoreV1().Pods("shop").Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := owner.New(admin).Owned(ctx, pod); err != nil || o.Owner.String() != "Widget/"+big(253) || o.Vouched {
+		t.Errorf("owner %s, vouched %v, %v; want Widget/<253 bytes>, not vouched", o.Owner, o.Vouched, err)
 	}
 }

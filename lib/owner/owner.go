@@ -92,6 +92,14 @@ func (r *Resolver) Reference(ctx context.Context, pod *corev1.Pod) (Owner, metav
 func (r *Resolver) reference(ctx context.Context, pod *corev1.Pod) (Owned, error) {
 	self := Owned{Ref: metav1.OwnerReference{APIVersion: "v1", Kind: KindPod, Name: pod.Name, UID: pod.UID}, Checked: true, Vouched: true}
 	ref := metav1.GetControllerOf(pod)
+	if ref != nil && !Plausible(*ref) {
+		// No object has it: made up by whoever created the pod. Taken
+		// whole it would carry a megabyte of the pod's choosing into a
+		// GET path (refused by the client as if the server were down:
+		// retried for good), every Event and the Report's results. As
+		// no controller (lib/kubeapi's pod watch keeps none of it).
+		ref = nil
+	}
 	if ref == nil {
 		if _, ok := pod.Annotations[MirrorAnnotation]; ok {
 			self.Owner = Owner{Kind: KindStaticPod, Name: pod.Name}
@@ -143,6 +151,25 @@ func (r *Resolver) reference(ctx context.Context, pod *corev1.Pod) (Owned, error
 	top.Controller, top.BlockOwnerDeletion = nil, nil
 	o.Owner, o.Ref = Owner{Kind: top.Kind, Name: top.Name}, top
 	return o, err
+}
+
+// The longest fields a reference to a real object can have: names are
+// DNS subdomains, kinds DNS labels, an API version a group (a subdomain)
+// and a version (a label); UIDs are UUIDs (36 bytes), with room to spare.
+const (
+	maxRefName       = 253
+	maxRefKind       = 63
+	maxRefAPIVersion = 253 + 1 + 63
+	// MaxUID bounds any UID.
+	MaxUID = 128
+)
+
+// Plausible tells whether ref's fields fit an object's: the API server
+// checks a pod's owner references for emptiness only, so whoever creates
+// a pod may write any length there.
+func Plausible(ref metav1.OwnerReference) bool {
+	return len(ref.Name) <= maxRefName && len(ref.Kind) <= maxRefKind &&
+		len(ref.APIVersion) <= maxRefAPIVersion && len(ref.UID) <= MaxUID
 }
 
 // found is a typed client's Get as a metav1.Object: nil with its error.
@@ -216,7 +243,7 @@ func (r *Resolver) parent(ctx context.Context, k key) (look, error) {
 		// Another object under the pod's owner's name says nothing of
 		// the pod.
 		l = look{other: string(obj.GetUID()) != k.uid, checked: true}
-		if ref := metav1.GetControllerOfNoCopy(obj); ref != nil && !l.other {
+		if ref := metav1.GetControllerOfNoCopy(obj); ref != nil && !l.other && Plausible(*ref) {
 			c := *ref
 			l.parent = &c
 		}
