@@ -77,6 +77,7 @@ func TestPoolGate(t *testing.T) {
 	node("w2", "worker", "breaks")
 	node("i1", "infra", "ready")
 	node("g1", "gpu", "needs-extra")
+	node("e1", "edge", "") // no forwarder labelled it
 
 	dyn, warned := warnedClient(t, c)
 	pools := dyn.Resource(mcpGVR)
@@ -98,6 +99,7 @@ func TestPoolGate(t *testing.T) {
 	pool("infra", role("infra"), "")
 	pool("gpu", map[string]any{"matchExpressions": []any{map[string]any{"key": "node-role.kubernetes.io/gpu", "operator": "Exists"}}}, "")
 	pool("worker-rhel10", role("worker"), "rhel10-coreos")
+	pool("edge", role("edge"), "")
 	warned.take()
 
 	// move is a dry-run update of the pool's stream: admission runs, nothing
@@ -143,6 +145,7 @@ func TestPoolGate(t *testing.T) {
 		{"a pool by matchExpressions with no breaking node", "gpu", "rhel10-coreos"},
 		{"another stream", "worker", "rhel-9.6"},
 		{"a pool already on the stream", "worker-rhel10", "rhel10-coreos"},
+		{"a pool whose node has no label (the binding as shipped)", "edge", "rhel10-coreos"},
 	}
 	for _, q := range quiet {
 		ws, err := move(q.pool, q.stream)
@@ -242,15 +245,16 @@ func TestPoolGate(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
-	// The stricter binding docs/pool-gate.md gives: unknown (and
-	// needs-extra) nodes gate too, and the message names the mark.
+	// The stricter binding docs/pool-gate.md gives: every node not
+	// labelled ready gates, unknown, needs-extra and unlabelled alike, and
+	// the message names the mark or says there is none.
 	b, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(kubetest.Ctx(t), "iptables-alerter-pool-gate", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Warn}
 	b.Spec.ParamRef.Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-		Key: "iptables-alerter.io/rhel10", Operator: metav1.LabelSelectorOpIn, Values: []string{"breaks", "needs-extra", "unknown"}}}}
+		Key: "iptables-alerter.io/rhel10", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"ready"}}}}
 	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Update(kubetest.Ctx(t), b, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -260,6 +264,11 @@ func TestPoolGate(t *testing.T) {
 		return strings.Contains(w, "iptables-alerter.io/rhel10=unknown: not everything on it was seen")
 	}) {
 		t.Errorf("the stricter binding's warning for i1: %q", ws)
+	}
+	if ws, err := move("edge", "rhel10-coreos"); err != nil || !slices.ContainsFunc(ws, func(w string) bool {
+		return strings.Contains(w, "while its node e1 has no iptables-alerter.io/rhel10 label: no check of it was seen")
+	}) {
+		t.Errorf("the stricter binding, e1 not labelled: warnings %q, error %v", ws, err)
 	}
 
 	// As docs/pool-gate.md says: a node with the worker and infra roles
