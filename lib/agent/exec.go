@@ -92,6 +92,7 @@ const (
 // Why a command that ran is not recorded (iptables_alerter_agent_exec_missed_total).
 const (
 	missGone    = execwatch.MissGone
+	missLong    = execwatch.MissLongPath
 	missExit    = "exit not seen"
 	missQueue   = "queue full"
 	missNowhere = "netns of no watched sandbox"
@@ -333,7 +334,7 @@ func (a *Agent) execOff(err error) {
 // for more than the counters' lock.
 func (a *Agent) execMissed(c execwatch.Command, why string) {
 	a.metrics.execMissed.WithLabelValues(why).Inc()
-	if why == missGone {
+	if why == missGone || why == missLong {
 		// Its pod's count too, when its cgroup names a container of a
 		// watched pod (a zombie keeps its cgroup).
 		if w, _ := a.placeExec(c); w != nil && !w.node {

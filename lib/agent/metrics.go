@@ -81,7 +81,7 @@ func newMetrics(h *Health, u *Usage, up func() bool, stats func() (execwatch.Sta
 		}, []string{"result"}),
 		execMissed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iptables_alerter_agent_exec_missed_total",
-			Help: "iptables tool runs the exec watch knows ran but could not record, by reason: gone before read (ended before its command line could be read; its name told it), exit not seen, queue full, netns of no watched sandbox, netns unreadable. Each is logged, summed up once a minute.",
+			Help: "iptables tool runs the exec watch knows ran but could not record, by reason: gone before read (ended before its command line could be read; its name told it), binary path too long (over 511 bytes, its argv[0] no tool's; its name told it), exit not seen, queue full, netns of no watched sandbox, netns unreadable. Each is logged, summed up once a minute.",
 		}, []string{"reason"}),
 		execWatch: execWatchCollector{stats},
 		execUp: prometheus.NewGaugeFunc(prometheus.GaugeOpts{

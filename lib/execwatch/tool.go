@@ -3,6 +3,8 @@ package execwatch
 import (
 	"path"
 	"strings"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 )
 
 // Backends of a tool, from the binary that runs.
@@ -250,19 +252,38 @@ func ParseArgv(argv []string) Shape { return ParseArgvCut(argv, false) }
 
 // ParseRun is ParseArgvCut of a run of the binary exe: a multi binary
 // (what the tools' names link to) takes its applet from argv[0]'s name
-// when that names one, and else from argv[1] (xtables-multi's
+// when that is one of its applets, and else from argv[1] (xtables-multi's
 // subcmd_main), so a name of the pod's choosing (`exec -a x`, a link of
 // its own) before `iptables-restore` is not read as the tool (a read
-// whose failure is no breakage), the binary's applet is.
+// whose failure is no breakage), the binary's applet is. An argv[0] cut
+// short (past MaxArg) may have lost the name that chose: it stays.
 func ParseRun(exe string, argv []string, leftOut bool) Shape {
-	base := path.Base(strings.TrimSuffix(exe, " (deleted)"))
-	if multiBinary(base) && len(argv) > 0 {
-		name := path.Base(argv[0])
-		if _, tool := toolName(name); !tool && !multiBinary(name) && applets[name] == "" {
-			argv = append([]string{base}, argv[1:]...)
+	multi := path.Base(strings.TrimSuffix(exe, " (deleted)"))
+	if multiBinary(multi) && len(argv) > 0 && !strings.HasSuffix(argv[0], safetext.Ellipsis) {
+		switch name := path.Base(argv[0]); {
+		case applets[name] != "":
+			// main4, save6...: the short names of the tools.
+			argv = append([]string{applets[name]}, argv[1:]...)
+		case !multiBinary(name) && !appletOf(multi, name):
+			argv = append([]string{multi}, argv[1:]...)
 		}
 	}
 	return ParseArgvCut(argv, leftOut)
+}
+
+// appletOf tells whether name is one of the multi binary's applets by a
+// tool's name (ParseRun takes the short ones, main4...): those of its backend
+// (xtables-nft-multi has no -legacy names; the legacy ones only iptables
+// and ip6tables, none -nft, nor arptables, ebtables or a translation).
+func appletOf(multi, name string) bool {
+	if _, ok := toolName(name); !ok {
+		return false
+	}
+	if multi == "xtables-nft-multi" {
+		return !strings.Contains(name, "-legacy")
+	}
+	f := familyOf(name)
+	return (f == "iptables" || f == "ip6tables") && !strings.Contains(name, "-nft") && !strings.HasSuffix(name, "-translate")
 }
 
 // ParseArgvCut is ParseArgv of a command line whose arguments past MaxArgs

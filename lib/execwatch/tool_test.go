@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
 )
 
 func TestToolOf(t *testing.T) {
@@ -277,6 +279,40 @@ func TestCmdlineCut(t *testing.T) {
 		_, cut, err := parseCmdline(tc.b)
 		if err != nil || cut != tc.want {
 			t.Errorf("%.40q: cut %b (%v), want %b", tc.b, cut, err, tc.want)
+		}
+	}
+}
+
+// TestParseRun: a multi binary dispatches on argv[0]'s name when it is
+// one of its own applets, else on argv[1]; the watch reads a run so. A
+// name another backend's binary has (iptables-legacy before
+// xtables-nft-multi) is none of its applets; an argv[0] cut short may
+// have lost the name that chose, and stays.
+func TestParseRun(t *testing.T) {
+	const legacy, nft = "/usr/sbin/xtables-legacy-multi", "/usr/sbin/xtables-nft-multi"
+	long := safetext.Cut("/"+strings.Repeat("d", 300)+"/iptables", MaxArg)
+	for _, tc := range []struct {
+		exe  string
+		argv []string
+		tool string
+		op   string
+	}{
+		{legacy, []string{"ipt", "iptables-restore", "--noflush", "f"}, "iptables-restore", OpRestore},
+		{legacy, []string{"iptables", "-A", "INPUT", "-j", "DROP"}, "iptables", OpWrite},
+		{legacy, []string{"/usr/sbin/iptables-legacy-save"}, "iptables-legacy-save", OpSave},
+		{legacy, []string{"arptables", "iptables-restore", "f"}, "iptables-restore", OpRestore},
+		{legacy, []string{"iptables-nft", "iptables-restore", "f"}, "iptables-restore", OpRestore},
+		{legacy, []string{"main4", "-A", "INPUT"}, "iptables", OpWrite},
+		{nft, []string{"iptables-legacy", "iptables-restore", "--noflush", "f"}, "iptables-restore", OpRestore},
+		{nft, []string{"ebtables", "-A", "FORWARD", "-j", "DROP"}, "ebtables", OpWrite},
+		{nft, []string{"xtables-nft-multi", "iptables-nft-save"}, "iptables-nft-save", OpSave},
+		{legacy, []string{long, "-A", "INPUT", "-j", "DROP"}, "", OpWrite},
+		// Not a multi binary: argv as it is.
+		{"/usr/sbin/iptables-legacy", []string{"ipt", "-A", "INPUT"}, "ipt", OpWrite},
+	} {
+		s := ParseRun(tc.exe, tc.argv, false)
+		if tc.tool != "" && s.Tool != tc.tool || s.Operation != tc.op {
+			t.Errorf("%s %q: tool %q, operation %q; want %q, %q", tc.exe, tc.argv, s.Tool, s.Operation, tc.tool, tc.op)
 		}
 	}
 }

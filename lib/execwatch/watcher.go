@@ -62,7 +62,7 @@ type Options struct {
 	// not block.
 	Done func(Command)
 	// Missed receives every tool run that ended before it could be read
-	// (reason MissGone): its argv is at least the process's name, its
+	// (reason MissGone), or whose binary could not be (MissLongPath): its argv is at least the process's name, its
 	// Writer what of it could still be read. Called on the reader thread:
 	// it must not block.
 	Missed func(cmd Command, reason string)
@@ -529,7 +529,7 @@ func (w *Watcher) exec(pid int, mono int64, snap *execquiet.Snapshot) {
 		defer func() { snap.PID = 0 }()
 	}
 	path, err := p.exe()
-	unread := err != nil
+	long := errors.Is(err, unix.ENAMETOOLONG)
 	c := ""
 	if err != nil {
 		// Ended already, no ptrace access to it (EACCES: the agent
@@ -573,11 +573,13 @@ func (w *Watcher) exec(pid int, mono int64, snap *execquiet.Snapshot) {
 		path = cmd.Argv[0]
 	}
 	backend, ok := toolOf(path)
-	if !ok && unread {
-		// Its name is a tool's, its binary unread and its argv[0] no
-		// tool's (a path longer than MaxArg is cut): a missed run, not
-		// a silent one.
-		w.miss(p, cmd, c)
+	if !ok && long {
+		// Its name is a tool's, its binary's path too long to read and
+		// its argv[0] no tool's (a path longer than MaxArg is cut): a
+		// missed run, not a silent one. (Unread for want of ptrace
+		// access, a wrapper script named as a tool has the
+		// interpreter's argv[0]: no tool, as it runs one.)
+		w.missWhy(p, cmd, c, MissLongPath)
 		return
 	}
 	if !ok {
@@ -620,15 +622,22 @@ func eventTime(mono int64) time.Time {
 	return now.Add(-time.Duration(ago))
 }
 
-// MissGone is Options.Missed's reason for a tool run that ended before it
-// could be read.
-const MissGone = "gone before read"
+// Options.Missed's reasons: a tool run that ended before it could be
+// read, or one whose binary's path is too long to read and whose argv[0]
+// names no tool (its name does).
+const (
+	MissGone     = "gone before read"
+	MissLongPath = "binary path too long"
+)
 
 // miss gives up a tool run that ended before it was read whole: counted
 // and handed to Options.Missed with what could be read (its name, and its
 // cgroup, which a zombie keeps: the container that ran it). p is its
 // process (forget).
-func (w *Watcher) miss(p proc, cmd *Command, name string) {
+func (w *Watcher) miss(p proc, cmd *Command, name string) { w.missWhy(p, cmd, name, MissGone) }
+
+// missWhy is miss for another reason.
+func (w *Watcher) missWhy(p proc, cmd *Command, name, why string) {
 	w.missed.Add(1)
 	w.forget(p)
 	// The quiet path's snapshot first, where it read the process: a
@@ -642,7 +651,7 @@ func (w *Watcher) miss(p proc, cmd *Command, name string) {
 			cmd.Argv = []string{name}
 		}
 	}
-	w.opts.Missed(*cmd, MissGone)
+	w.opts.Missed(*cmd, why)
 }
 
 // add makes cmd pending. A full table gives up the oldest command of the

@@ -909,33 +909,35 @@ func TestWatcherLongExe(t *testing.T) {
 	if b, err := os.ReadFile(multi); err != nil || os.WriteFile(tool, b, 0o755) != nil {
 		t.Fatalf("copy %s: %v", multi, err)
 	}
-	missed := make(chan Command, 10)
-	w, err := Open(Options{HostProc: "/proc", Done: func(Command) {}, Missed: func(c Command, _ string) {
-		select {
-		case missed <- c:
-		default:
+	var (
+		mu     sync.Mutex
+		missed []Command
+	)
+	w, err := Open(Options{HostProc: "/proc", Done: func(Command) {}, Missed: func(c Command, why string) {
+		if why == MissLongPath {
+			mu.Lock()
+			missed = append(missed, c)
+			mu.Unlock()
 		}
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Close() })
-	if out, err := exec.Command("ip", "netns", "exec", ns.Name, tool, "-w", "60", "-S", "longexe-marker").CombinedOutput(); err == nil {
-		t.Fatalf("-S of no such chain worked: %s", out)
-	}
-	for deadline := time.After(10 * time.Second); ; {
-		select {
-		case c := <-missed:
-			if !strings.Contains(strings.Join(c.Argv, " "), "longexe-marker") {
-				continue
+	// Held until the watch gave it up: ended first, it would be a run
+	// gone before read (no argv left to tell it by).
+	var got *Command
+	_ = nstest.RunHeld(t, exec.Command("ip", "netns", "exec", ns.Name, tool, "-w", "60", "-S", "longexe-marker"), func(pid int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range missed {
+			if missed[i].PID == pid {
+				got = &missed[i]
 			}
-			// At least: the node's other tool runs count too.
-			if st := w.Stats(); st.Missed < 1 {
-				t.Errorf("stats %+v: want the run counted missed", st)
-			}
-			return
-		case <-deadline:
-			t.Fatalf("the tool at a %d-byte path neither reported nor missed: stats %+v", len(tool), w.Stats())
 		}
+		return got != nil
+	})
+	if !strings.Contains(strings.Join(got.Argv, " "), "longexe-marker") || got.Writer == nil {
+		t.Errorf("the tool at a %d-byte path missed as %+v", len(tool), *got)
 	}
 }
