@@ -166,6 +166,11 @@ func (u *Usage) NodeScanned(s Scan) {
 	case s.Outcome != Clean && s.Outcome != Found:
 	case s.Outcome == Found && s.Record.Partial():
 		u.platform = findings.WorseLevel(u.platform, s.Platform)
+		if u.node == "" && s.Kept != nil && s.Kept.Worst != "" {
+			// Not followed yet (the agent restarted): the record step's
+			// memory, as for a pod.
+			u.node = findings.Readiness(s.Kept.Worst)
+		}
 		if u.node == "" || own != "" && findings.WorseReadiness(u.node, own) == own {
 			u.node = own
 		}

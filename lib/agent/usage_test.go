@@ -270,3 +270,38 @@ func TestUsageAfterStop(t *testing.T) {
 		t.Error("the oldest stopped sandbox still remembered past the bound")
 	}
 }
+
+// TestUsageNodeLooks: the node's own usage in the word: a complete look
+// decides, a cut one only worsens it, and a cut one first after a restart
+// starts from the record step's memory, as a pod's does (its xt rules
+// seen while the x_tables lock hid its legacy ones said needs-extra).
+func TestUsageNodeLooks(t *testing.T) {
+	look := func(worst string, cut bool, kept *findings.KeptUsage) Scan {
+		r := &findings.Record{Subject: findings.SubjectNode, State: findings.StatePresent, Truncated: cut, Worst: worst}
+		switch worst {
+		case findings.ImpactXt:
+			r.Impact = findings.Impact{Xt: 1}
+		case findings.ImpactNative:
+			r.Impact = findings.Impact{Native: 1}
+		}
+		r.Nft.Rules = 1
+		return Scan{Outcome: Found, Record: r, Kept: kept}
+	}
+	u := NewUsage(2)
+	u.NodeScanned(look(findings.ImpactXt, true, &findings.KeptUsage{Worst: findings.ImpactLegacy}))
+	if r := u.Readiness(); r != findings.ReadinessBreaks {
+		t.Errorf("a cut look after a restart, legacy kept: %s, want breaks", r)
+	}
+	u.NodeScanned(look(findings.ImpactNative, true, nil))
+	if r := u.Readiness(); r != findings.ReadinessBreaks {
+		t.Errorf("a milder cut look: %s, want breaks", r)
+	}
+	u.NodeScanned(look(findings.ImpactXt, false, nil))
+	if r := u.Readiness(); r != findings.ReadinessNeedsExtra {
+		t.Errorf("a complete look of xt rules: %s, want needs-extra", r)
+	}
+	u.NodeScanned(Scan{Outcome: Clean})
+	if r := u.Readiness(); r != findings.ReadinessReady {
+		t.Errorf("a clean look: %s, want ready", r)
+	}
+}
