@@ -253,8 +253,8 @@ func TestReportSourceForbidden(t *testing.T) {
 // Events only, one Report with our labels, written by anyone allowed to
 // create Reports in their own namespace, took the whole cluster's report
 // off the Events: shop's legacy pod was gone, and --fail-on breaks passed.
-// The Reports now stand only for the namespaces holding them; every other
-// namespace still comes from its Events, and Origin.From says both.
+// The Reports now stand only for the pods and workloads they are about;
+// every other one still comes from its Events, and Origin.From says both.
 func TestReportForgedReportByNamespace(t *testing.T) {
 	c, cs, rc, owned := reportsCluster(t)
 	ctx := kubetest.Ctx(t)
@@ -270,13 +270,13 @@ func TestReportForgedReportByNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Events in tenant are the decoy's to hide: its own namespace.
+	// An Event in tenant of a workload the decoy is not about stays: a
+	// decoy Report hid its namespace's other workloads.
 	createPodEvent(t, cs, "usage-tenant", events.Reason, "usage", events.Summary{Node: "node-a", Owner: owner.Owner{Kind: "Deployment", Name: "hidden"},
 		Pod: findings.Pod{Namespace: "tenant", Name: "hidden-1", UID: "u-hidden"}, State: findings.StatePresent, Impact: findings.Impact{Legacy: 1}, Worst: findings.ImpactLegacy})
 
-	// A Report in the nodes' Events namespace hides its pods' Events,
-	// never the nodes' (the API server is asked to leave the Report
-	// namespaces' Events out: that one must stay in).
+	// A Report in the nodes' Events namespace hides the Events of its
+	// own workloads' pods alone, never the nodes'.
 	_, err = rc.OpenreportsV1alpha1().Reports(events.NodeEventNamespace).Create(ctx, &openreportsv1alpha1.Report{
 		ObjectMeta: metav1.ObjectMeta{Name: "default-pods", Labels: map[string]string{openreports.ManagedByLabel: openreports.ManagedBy, openreports.NodeLabel: "node-a"}},
 		Results: []openreportsv1alpha1.ReportResult{{Source: openreports.Source, Policy: openreports.Policy, Result: "pass", Severity: "info", Rule: findings.ImpactNative,
@@ -315,8 +315,8 @@ func TestReportForgedReportByNamespace(t *testing.T) {
 		gs = append(gs, g.Namespace+"/"+g.Owner.String())
 	}
 	slices.Sort(gs)
-	if got := strings.Join(gs, " "); got != "/Node/node-b default/Deployment/web shop/StatefulSet/db tenant/Deployment/quiet" {
-		t.Errorf("groups %q, want node-b and shop's db from their Events, default's and tenant's Reports alone", got)
+	if got := strings.Join(gs, " "); got != "/Node/node-b default/Deployment/hidden-too default/Deployment/web shop/StatefulSet/db tenant/Deployment/hidden tenant/Deployment/quiet" {
+		t.Errorf("groups %q, want node-b, shop's db and the workloads no Report is about from their Events, default's and tenant's Reports' from them", got)
 	}
 }
 
@@ -383,5 +383,45 @@ func TestReportCutReportReadsEvents(t *testing.T) {
 	code, out, stderr := runCmd(t, "report", "--kubeconfig", kc, "--source", "reports", "--fail-on", "breaks", "--format", "json")
 	if _, r = groupsOf(t, out); code != 2 || r.Skipped.CutUnseen != 1 || !strings.Contains(stderr, "namespaces crowd)") || !strings.Contains(stderr, "--source auto") {
 		t.Errorf("--source reports --fail-on breaks: exit %d, skipped %+v, stderr %q; want 2 naming crowd", code, r.Skipped, stderr)
+	}
+}
+
+// TestReportRefusedReportReadsEvents (helper-132 #1): a namespace holding
+// a Report of ours had all its Events left out, so a workload whose Report
+// was refused (a quota, an admission policy, Reports off by RBAC a while)
+// was in no input: its Event alone says it breaks, and --fail-on breaks
+// passed. Its Event is read now; the Event of a pod the Report holds is
+// not (the Report is its record, not a stale Event).
+func TestReportRefusedReportReadsEvents(t *testing.T) {
+	c, cs, rc, owned := reportsCluster(t)
+	ctx := kubetest.Ctx(t)
+	web := owned["web-7c9-aaaaa"].Pod
+	rec := fwdRecord(web, string(web.UID), "fp-web", "app")
+	rec.Node, rec.Impact, rec.Worst = "node-a", findings.Impact{Native: 1}, findings.ImpactNative
+	if res, err := openreports.New(cs, rc, "node-a").Write(ctx, rec); err != nil || res.Outcome != openreports.Written {
+		t.Fatalf("write web: %+v, %v", res, err)
+	}
+	// web's older Event said legacy; its Report says native now.
+	createPodEvent(t, cs, "usage-web", events.Reason, "usage", events.Summary{Node: "node-a", Owner: owner.Owner{Kind: "Deployment", Name: "web"},
+		Pod: findings.Pod{Namespace: "shop", Name: web.Name, UID: string(web.UID)}, State: findings.StatePresent, Impact: findings.Impact{Legacy: 1}, Worst: findings.ImpactLegacy})
+	// db's Report was refused: its Event alone.
+	db := owned["db-0"].Pod
+	createPodEvent(t, cs, "usage-db", events.Reason, "usage", events.Summary{Node: "node-a", Owner: owner.Owner{Kind: "StatefulSet", Name: "db"},
+		Pod: findings.Pod{Namespace: "shop", Name: db.Name, UID: string(db.UID)}, State: findings.StatePresent, Impact: findings.Impact{Legacy: 1}, Worst: findings.ImpactLegacy})
+
+	kubetest.Namespace(t, cs, fwdNS)
+	kubetest.Apply(t, cs, "../packaging/rbac/report.yaml")
+	kc := c.Kubeconfig("report", kubetest.Token(t, cs, fwdNS, "iptables-alerter-report"))
+	out, code := runReportCmd(t, "--kubeconfig", kc, "--format", "json", "--fail-on", "breaks")
+	if code != 1 {
+		t.Errorf("--fail-on breaks: exit %d, want 1 (db breaks, by its Event)\n%s", code, out)
+	}
+	_, r := groupsOf(t, out)
+	got := map[string]string{}
+	for _, g := range r.Groups {
+		got[g.Namespace+"/"+g.Owner.String()] = g.Worst
+	}
+	if len(got) != 2 || got["shop/Deployment/web"] != findings.ImpactNative || got["shop/StatefulSet/db"] != findings.ImpactLegacy {
+		t.Errorf("groups %v: want web native (its Report) and db legacy (its Event)", got)
 	}
 }

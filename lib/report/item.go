@@ -291,54 +291,15 @@ var reasons = map[string]findings.State{events.Reason: findings.StatePresent, ev
 // when empty), page by page, one reason after the other (a field selector
 // holds no "or").
 func ClusterEvents(ctx context.Context, client kubernetes.Interface, namespace string, sk *Skipped) ([]Item, error) {
-	return clusterEventsBeside(ctx, client, namespace, nil, sk)
-}
-
-// clusterEventsBeside is ClusterEvents without the pod Events of the
-// namespaces held says are read from their Reports. A forwarder writing
-// Reports posts an Event for each finding too, so those namespaces hold
-// most of the cluster's Events: the API server leaves them out of its
-// answer (a field selector naming each namespace, while it stays short),
-// not the report after decoding them. Nodes' Events are all kept: their
-// namespace's pods may be held.
-func clusterEventsBeside(ctx context.Context, client kubernetes.Interface, namespace string, held map[string]bool, sk *Skipped) ([]Item, error) {
 	var items []Item
 	for _, reason := range []string{events.Reason, events.UnknownReason} {
-		sel := fields.AndSelectors(append([]fields.Selector{fields.OneTermEqualSelector("reason", reason)}, besideSelector(held)...)...)
-		its, err := clusterEvents(ctx, client, namespace, sel.String(), sk)
+		its, err := clusterEvents(ctx, client, namespace, fields.OneTermEqualSelector("reason", reason).String(), sk)
 		if err != nil {
 			return nil, err
 		}
-		for _, it := range its {
-			// A node's item has no namespace.
-			if !held[it.Namespace] {
-				items = append(items, it)
-			}
-		}
+		items = append(items, its...)
 	}
 	return items, nil
-}
-
-// maxBesideSelector bounds the field selector of clusterEventsBeside, which
-// goes in the request's URL: past it the Events of every namespace are
-// listed, and those held dropped after decoding.
-const maxBesideSelector = 8 << 10
-
-// besideSelector leaves out the Events of the held namespaces but the
-// nodes' Events namespace; none when they would make it too long.
-func besideSelector(held map[string]bool) []fields.Selector {
-	var out []fields.Selector
-	n := 0
-	for _, ns := range slices.Sorted(maps.Keys(held)) {
-		if ns == events.NodeEventNamespace || ns == "" {
-			continue
-		}
-		if n += len("metadata.namespace!=,") + len(ns); n > maxBesideSelector {
-			return nil
-		}
-		out = append(out, fields.OneTermNotEqualSelector("metadata.namespace", ns))
-	}
-	return out
 }
 
 func clusterEvents(ctx context.Context, client kubernetes.Interface, namespace, selector string, sk *Skipped) ([]Item, error) {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
+	"github.com/iptables-alerter/iptables-alerter/lib/owner"
 )
 
 // Origin says what a report was made from: the header line of every
@@ -192,14 +193,31 @@ func SourcesOf(source string) []ClusterSource {
 // in one namespace can write one with our labels, and the whole cluster's
 // Events (the only source of a forwarder run without --reports) would
 // then give way to it; now only that namespace's do, where writing Reports
-// is already that user's to do. A cluster with no Report of ours (or no
-// Report CRD) gives ErrNoSource, so the Events alone are read next.
+// is already that user's to do. Even there, the Event of a pod no Report
+// holds, of a workload no Report is about, is read: a Report refused (a
+// quota, an admission policy, Reports turned off by RBAC a while) leaves
+// its pods in Events alone, and a decoy Report hid the namespace's other
+// workloads. A workload whose every pod went clean, its Report deleted,
+// shows from its last Event while the API server keeps it (an hour by
+// default). A cluster with no Report of ours (or no Report CRD) gives
+// ErrNoSource, so the Events alone are read next.
 func reportsByNamespace() ClusterSource {
 	var fromEvents bool
 	return ClusterSource{Name: SourceReports,
 		Read: func(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
+			type podKey struct{ namespace, uid string }
+			type ownerKey struct {
+				namespace string
+				owner     owner.Owner
+			}
 			held, cut := map[string]bool{}, map[string]bool{}
-			if err := clusterReports(ctx, c, sk, add, func(ns string, n int) {
+			pods, owners := map[podKey]bool{}, map[ownerKey]bool{}
+			fromReport := func(it Item) {
+				pods[podKey{it.Namespace, it.PodUID}] = true
+				owners[ownerKey{it.Namespace, it.Owner}] = true
+				add(it)
+			}
+			if err := clusterReports(ctx, c, sk, fromReport, func(ns string, n int) {
 				held[ns] = true
 				if n > 0 {
 					cut[ns] = true
@@ -208,16 +226,18 @@ func reportsByNamespace() ClusterSource {
 				return err
 			}
 			// A Report keeps at most MaxResults-1 pods: the Events of a
-			// namespace whose Report left some out are read too, and
+			// namespace whose Report left some out are all read, and
 			// give those pods while the API server keeps them (a pod in
 			// both is one pod, grouping: its newest complete look's
 			// counts, but a cut or unknown look among them stands while
 			// its Event lives, since either could be forged).
-			for ns := range cut {
-				delete(held, ns)
-			}
-			items, err := clusterEventsBeside(ctx, c.Client, c.Namespace, held, sk)
+			items, err := ClusterEvents(ctx, c.Client, c.Namespace, sk)
 			for _, it := range items {
+				// A node's item has no namespace.
+				if held[it.Namespace] && !cut[it.Namespace] &&
+					(pods[podKey{it.Namespace, it.PodUID}] || owners[ownerKey{it.Namespace, it.Owner}]) {
+					continue
+				}
 				fromEvents = true
 				add(it)
 			}

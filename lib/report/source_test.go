@@ -6,10 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"k8s.io/apimachinery/pkg/fields"
-
-	"github.com/iptables-alerter/iptables-alerter/lib/events"
 )
 
 // The cluster's sources are tried in order: one that the cluster does not
@@ -105,26 +101,5 @@ func TestOriginLine(t *testing.T) {
 		if got := tc.o.Line(); got != tc.want {
 			t.Errorf("Line() = %q, want %q", got, tc.want)
 		}
-	}
-}
-
-// The Events of the namespaces read from their Reports are left out by
-// the API server, by a selector that stays short enough for a URL, and
-// never leaves out the nodes' Events namespace.
-func TestBesideSelector(t *testing.T) {
-	held := map[string]bool{"b": true, "a": true, events.NodeEventNamespace: true}
-	sel := fields.AndSelectors(besideSelector(held)...).String()
-	if sel != "metadata.namespace!=a,metadata.namespace!=b" {
-		t.Errorf("selector %q", sel)
-	}
-	many := map[string]bool{}
-	for i := 0; len(many)*len("metadata.namespace!=,namespace-00000") <= maxBesideSelector; i++ {
-		many[fmt.Sprintf("namespace-%05d", i)] = true
-	}
-	if got := besideSelector(many); got != nil {
-		t.Errorf("%d namespaces: a selector of %d terms, want none (every namespace listed)", len(many), len(got))
-	}
-	if got := besideSelector(nil); got != nil {
-		t.Errorf("nothing held: %v", got)
 	}
 }
