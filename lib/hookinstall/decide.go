@@ -44,7 +44,8 @@ func Decide(ctx context.Context, root, hooksDir, runtime string, noCheck, checkO
 
 // Load fills f.Binary from the file binary ("": f.BinaryName next to
 // this program) and, unless noJSON, f.JSON from the file jsonPath ("":
-// builtin), its path rewritten for f.BinDir.
+// builtin), its path rewritten for f.BinDir, and refused when CRI-O
+// would refuse it (CheckJSON).
 func (f *Files) Load(binary, jsonPath string, builtin []byte, noJSON bool) error {
 	if binary == "" {
 		exe, err := os.Executable()
@@ -67,5 +68,8 @@ func (f *Files) Load(binary, jsonPath string, builtin []byte, noJSON bool) error
 		}
 	}
 	f.JSON = BinaryPath(json, f.BinDir)
+	if err := CheckJSON(f.JSON); err != nil {
+		return fmt.Errorf("%w: CRI-O would not start with it, nothing installed", err)
+	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/hooksdtest"
 )
 
 // TestDecide: on a node without CRI-O, auto installs nothing and says so;
@@ -50,7 +52,7 @@ func TestLoad(t *testing.T) {
 	if err := os.WriteFile(bin, []byte("binary"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	json := []byte(`{"hook":{"path":"/usr/local/bin/iptables-alerter-hook"}}`)
+	json := []byte(`{"version":"1.0.0","hook":{"path":"/usr/local/bin/iptables-alerter-hook"},"when":{"always":true},"stages":["poststart"]}`)
 	f := Files{BinDir: "/opt/bin", BinaryName: "iptables-alerter-hook"}
 	if err := f.Load(bin, "", json, false); err != nil || string(f.Binary) != "binary" || !strings.Contains(string(f.JSON), "/opt/bin/iptables-alerter-hook") {
 		t.Errorf("Load: %v, binary %q, JSON %q", err, f.Binary, f.JSON)
@@ -64,5 +66,17 @@ func TestLoad(t *testing.T) {
 	}
 	if err := f.Load(bin, filepath.Join(dir, "gone.json"), json, false); err == nil || !strings.Contains(err.Error(), "read hooks.d JSON") {
 		t.Errorf("Load, no JSON file: %v", err)
+	}
+	// One CRI-O would refuse at its next start, which no container on the
+	// node would outlive: refused here (tests/e2e holds podman, which
+	// reads hooks.d with CRI-O's library, to the same verdicts).
+	for name, bad := range hooksdtest.Bad {
+		path := filepath.Join(dir, "bad.json")
+		if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Load(bin, path, json, false); err == nil || !strings.Contains(err.Error(), "CRI-O would not start with it") {
+			t.Errorf("Load, %s: %v", name, err)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +16,10 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
+	"github.com/iptables-alerter/iptables-alerter/internal/testkit/hooksdtest"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/hookinstall"
 )
 
 // shippedHooksFile is the hooks.d file `make install` puts in place.
@@ -384,5 +387,44 @@ func TestPodmanHookNeverBreaksContainer(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// TestPodmanRefusesBadHookJSON: the hooks.d files install-hook refuses
+// (hookinstall.CheckJSON) are ones podman, reading hooks.d with CRI-O's
+// library, runs no container with, as CRI-O would not start with them:
+// an installer writing one took the node's containers down at CRI-O's next
+// restart. The file as installed is accepted by both.
+func TestPodmanRefusesBadHookJSON(t *testing.T) {
+	needPodman(t, "crun")
+	pm, _ := newPodman(t, "crun", nil)
+	hooksDir := pm.global[slices.Index(pm.global, "--hooks-dir")+1]
+	installed := filepath.Join(hooksDir, "iptables-alerter.json")
+	good, err := os.ReadFile(installed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() ([]byte, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+		defer cancel()
+		return pm.cmd(ctx, "run", "--rm", "--network", "none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+			"--rootfs", rootfs, "true").CombinedOutput()
+	}
+	if err := hookinstall.CheckJSON(good); err != nil {
+		t.Errorf("the installed hooks.d JSON refused: %v", err)
+	}
+	if out, err := run(); err != nil {
+		t.Fatalf("podman with the installed hooks.d JSON: %v: %s", err, out)
+	}
+	for name, bad := range hooksdtest.Bad {
+		if err := os.WriteFile(installed, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if hookinstall.CheckJSON([]byte(bad)) == nil {
+			t.Errorf("%s: CheckJSON passed it", name)
+		}
+		if out, err := run(); err == nil {
+			t.Errorf("%s: podman ran a container with it (the check refuses more than CRI-O's library: %s)", name, out)
+		}
 	}
 }
