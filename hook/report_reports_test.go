@@ -163,7 +163,8 @@ func TestReportSourceForbidden(t *testing.T) {
 	c, cs, rc, owned := reportsCluster(t)
 	ctx := kubetest.Ctx(t)
 	// A Report for web, an Event for db: which workload is listed says
-	// which source was read.
+	// which source was read (auto reads db's Event too: no Report is
+	// about db).
 	web := owned["web-7c9-aaaaa"].Pod
 	rec := fwdRecord(web, string(web.UID), "fp-web", "app")
 	rec.Impact, rec.Worst = findings.Impact{Xt: 1}, findings.ImpactXt
@@ -212,7 +213,7 @@ func TestReportSourceForbidden(t *testing.T) {
 		{name: "--source reports, forbidden", args: []string{"--kubeconfig", reader, "--source", "reports"}, code: 2,
 			stderr: []string{`need "list" on "reports.openreports.io" in all namespaces`}, not: "--source events"},
 		{name: "--source reports", args: []string{"--kubeconfig", admin, "--source", "reports"}, from: "reports", groups: "Deployment/web"},
-		{name: "auto, allowed", args: []string{"--kubeconfig", admin}, from: "reports", groups: "Deployment/web"},
+		{name: "auto, allowed", args: []string{"--kubeconfig", admin}, from: "reports,events", groups: "StatefulSet/db,Deployment/web"},
 		{name: "--source files", args: []string{"--source", "files", file}, from: "files", groups: "Pod/" + web.Name},
 		{name: "--source files, none given", args: []string{"--kubeconfig", admin, "--source", "files"}, code: 2, stderr: []string{"--source files: name findings files"}},
 		{name: "--source events, a file given", args: []string{"--source", "events", file}, code: 2, stderr: []string{"--source events: reads the cluster only"}},
