@@ -82,7 +82,7 @@ race-build:
 # failure) until its package is added here. Listed longest first (go test
 # starts them in this order; `make test` prints each one's time).
 TOOL_TESTS := hook tests/runtime/nri tests/monitoring tests/packaging tests/cluster lib/openreports \
-	tests/release lib/events tests/demo internal/kubeauth lib/owner tests/bench tests/kube/kubetest
+	tests/release lib/events tests/demo internal/kubeauth lib/owner lib/kubeapi tests/bench tests/kube/kubetest
 # Expanded only by test-early: go list takes a moment.
 EARLY_TESTS = $(filter-out $(TOOL_TESTS:%=$(MODULE)/%),$(shell $(GO) list ./...))
 test-packages:
