@@ -54,8 +54,10 @@ type PoolRow struct {
 	Readiness string `json:"readiness"`
 	// Nodes counts the pool's nodes by readiness.
 	Nodes map[string]int `json:"nodes"`
-	// Blocking names the nodes that break, are unknown or not seen.
-	Blocking []string `json:"blocking"`
+	// Blocking names the nodes that break, are unknown or not seen;
+	// NeedsExtra those that need kernel-modules-extra.
+	Blocking   []string `json:"blocking"`
+	NeedsExtra []string `json:"needs_extra"`
 }
 
 // groupReadiness is a workload's readiness: an unfinished check (a look
@@ -100,7 +102,7 @@ func PoolOf(labels map[string]string, label string) string {
 // its pods there (Group.on): one replica's legacy rules do not hold the
 // nodes of the others.
 func ByNode(groups []Group, nodes []corev1.Node, poolLabel string) []NodeRow {
-	rows := map[string]*NodeRow{}
+	rows, listed := map[string]*NodeRow{}, map[string]bool{}
 	row := func(n string) *NodeRow {
 		if rows[n] == nil {
 			rows[n] = &NodeRow{Node: n, Readiness: NotSeen, Workloads: []string{}}
@@ -108,6 +110,7 @@ func ByNode(groups []Group, nodes []corev1.Node, poolLabel string) []NodeRow {
 		return rows[n]
 	}
 	for _, n := range nodes {
+		listed[n.Name] = true
 		r := row(n.Name)
 		r.Pool, r.Label = PoolOf(n.Labels, poolLabel), n.Labels[ReadinessLabel]
 		if r.Label != "" {
@@ -145,6 +148,9 @@ func ByNode(groups []Group, nodes []corev1.Node, poolLabel string) []NodeRow {
 	}
 	out := make([]NodeRow, 0, len(rows))
 	for _, r := range rows {
+		if listed[r.Node] {
+			unvouched(r)
+		}
 		out = append(out, *r)
 	}
 	slices.SortFunc(out, func(a, b NodeRow) int {
@@ -166,25 +172,34 @@ func rank(r string) int {
 
 // ByPool folds node rows by pool, the pools that can move first (best
 // readiness) first, then by name. A pool's readiness is its worst node's.
+// A node of several roles ("infra,worker": no label value holds a comma)
+// is in each role's pool, as a MachineConfigPool's role selector selects
+// it and PoolGate counts it.
 func ByPool(rows []NodeRow) []PoolRow {
 	pools := map[string]*PoolRow{}
 	for _, r := range rows {
-		p := pools[r.Pool]
-		if p == nil {
-			p = &PoolRow{Pool: r.Pool, Readiness: findings.ReadinessReady, Nodes: map[string]int{}, Blocking: []string{}}
-			pools[r.Pool] = p
-		}
-		p.Nodes[r.Readiness]++
-		if rank(r.Readiness) < rank(p.Readiness) || (r.Readiness == NotSeen && p.Readiness == findings.ReadinessUnknown) {
-			p.Readiness = r.Readiness
-		}
-		if rank(r.Readiness) <= rank(findings.ReadinessUnknown) {
-			p.Blocking = append(p.Blocking, r.Node)
+		for _, name := range strings.Split(r.Pool, ",") {
+			p := pools[name]
+			if p == nil {
+				p = &PoolRow{Pool: name, Readiness: findings.ReadinessReady, Nodes: map[string]int{}, Blocking: []string{}, NeedsExtra: []string{}}
+				pools[name] = p
+			}
+			p.Nodes[r.Readiness]++
+			if rank(r.Readiness) < rank(p.Readiness) || (r.Readiness == NotSeen && p.Readiness == findings.ReadinessUnknown) {
+				p.Readiness = r.Readiness
+			}
+			switch {
+			case rank(r.Readiness) <= rank(findings.ReadinessUnknown):
+				p.Blocking = append(p.Blocking, r.Node)
+			case r.Readiness == findings.ReadinessNeedsExtra:
+				p.NeedsExtra = append(p.NeedsExtra, r.Node)
+			}
 		}
 	}
 	out := make([]PoolRow, 0, len(pools))
 	for _, p := range pools {
 		sort.Strings(p.Blocking)
+		sort.Strings(p.NeedsExtra)
 		out = append(out, *p)
 	}
 	slices.SortFunc(out, func(a, b PoolRow) int {
@@ -284,13 +299,7 @@ func PoolGate(rows []NodeRow, poolLabel, name string, allowExtra bool) (code int
 	for _, r := range rows {
 		if r.Pool == name || roles && slices.Contains(strings.Split(r.Pool, ","), name) {
 			r.Pool = name
-			// Only the node label carries the agent's word that it
-			// looked at every pod (a clean pod leaves no finding), and
-			// an Event or a Report result naming the node could be
-			// anyone's: without the label the node is not seen,
-			// whatever its findings say, unless they say it breaks.
-			if r.Label == "" && rank(r.Readiness) > rank(NotSeen) {
-				r.Readiness = NotSeen
+			if unvouched(&r) {
 				unlabelled++
 			}
 			in = append(in, r)
@@ -301,6 +310,21 @@ func PoolGate(rows []NodeRow, poolLabel, name string, allowExtra bool) (code int
 		why += fmt.Sprintf("; %d node(s) without the %s label, which the forwarder keeps (forward --node-label, packaging/rbac/node-label.yaml)", unlabelled, ReadinessLabel)
 	}
 	return code, safetext.Display(why)
+}
+
+// unvouched makes a node without the forwarder's label not seen, whatever
+// its findings say, unless they say it breaks, and tells whether it is
+// such a node: only the label carries the agent's word that it looked at
+// every pod (a clean pod leaves no finding), and an Event or a Report
+// result naming the node could be anyone's.
+func unvouched(r *NodeRow) bool {
+	if r.Label != "" {
+		return false
+	}
+	if rank(r.Readiness) > rank(NotSeen) {
+		r.Readiness = NotSeen
+	}
+	return r.Readiness == NotSeen
 }
 
 func poolGate(pools []PoolRow, name string, allowExtra bool) (code int, why string) {
@@ -316,8 +340,8 @@ func poolGate(pools []PoolRow, name string, allowExtra bool) (code int, why stri
 	if len(p.Blocking) > 0 {
 		why += "; blocking: " + strings.Join(p.Blocking, ", ")
 	}
-	if p.Nodes[findings.ReadinessNeedsExtra] > 0 && !allowExtra {
-		why += "; needs-extra nodes pass with --allow-needs-extra once they have kernel-modules-extra"
+	if len(p.NeedsExtra) > 0 && !allowExtra {
+		why += "; needs-extra: " + strings.Join(p.NeedsExtra, ", ") + " (they pass with --allow-needs-extra once they have kernel-modules-extra)"
 	}
 	return 1, why
 }

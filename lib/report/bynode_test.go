@@ -185,3 +185,57 @@ func TestPoolGate(t *testing.T) {
 		}
 	}
 }
+
+// TestByPoolAgreesWithGate (helper-132 #3, #4, #6): --by pool and --pool
+// judge a pool alike. A node of two roles is in both roles' pools (it
+// made a pool "infra,worker" of its own, and "Can move first" named the
+// worker pool --pool worker refused); an unlabelled node is not seen,
+// whatever its findings say (an Event naming it could be anyone's);
+// needs-extra nodes are named.
+func TestByPoolAgreesWithGate(t *testing.T) {
+	role := func(label string, roles ...string) map[string]string {
+		l := map[string]string{}
+		for _, r := range roles {
+			l["node-role.kubernetes.io/"+r] = ""
+		}
+		if label != "" {
+			l[ReadinessLabel] = label
+		}
+		return l
+	}
+	nodes := []corev1.Node{testNode("w1", role(findings.ReadinessReady, "worker")), testNode("i1", role(findings.ReadinessBreaks, "worker", "infra")),
+		testNode("u1", role("", "canary")), testNode("e1", role(findings.ReadinessNeedsExtra, "edge"))}
+	groups := []Group{{Namespace: "shop", Owner: owner.Owner{Kind: "Deployment", Name: "web"}, Nodes: []string{"u1"}, Worst: findings.ImpactNative, State: findings.StatePresent}}
+	rows := ByNode(groups, nodes, DefaultPoolLabel)
+	for _, r := range rows {
+		if r.Node == "u1" && r.Readiness != NotSeen {
+			t.Errorf("u1, no label, a native workload's Event: %q, want %q", r.Readiness, NotSeen)
+		}
+	}
+	pools := map[string]PoolRow{}
+	for _, p := range ByPool(rows) {
+		pools[p.Pool] = p
+	}
+	if pools["worker"].Readiness != findings.ReadinessBreaks || pools["infra"].Readiness != findings.ReadinessBreaks || len(pools) != 4 {
+		t.Errorf("pools %+v: want worker and infra breaking (i1), canary and edge", pools)
+	}
+	var text bytes.Buffer
+	if err := WriteByPool(&text, ByPool(rows), "text"); err != nil {
+		t.Fatal(err)
+	}
+	// "Can move first" lists needs-extra pools, saying so: --pool's
+	// --allow-needs-extra.
+	for _, name := range []string{"worker", "canary", "edge"} {
+		code, why := PoolGate(rows, DefaultPoolLabel, name, true)
+		movable := strings.Contains(text.String(), "Can move first: ") && strings.Contains(text.String()[strings.Index(text.String(), "Can move first: "):], name)
+		if (code == 0) != movable {
+			t.Errorf("%s: --pool exits %d (%s), --by pool says movable %v:\n%s", name, code, why, movable, text.String())
+		}
+		if name == "canary" && (code != 1 || !strings.Contains(why, "u1")) {
+			t.Errorf("canary: %d %q, want u1 blocking", code, why)
+		}
+	}
+	if code, why := PoolGate(rows, DefaultPoolLabel, "edge", false); code != 1 || !strings.Contains(why, "needs-extra: e1") {
+		t.Errorf("edge: %d %q, want e1 named", code, why)
+	}
+}
