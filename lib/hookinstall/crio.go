@@ -183,6 +183,12 @@ func (c *CRIO) fromProcess(root string) error {
 		}
 		cmdline, _ := readInRoot(root, "/proc/"+n+"/cmdline")
 		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if crioCommand(args) {
+			// `crio config`, `crio status`...: not the daemon, whose
+			// settings are asked for (/proc lists it later when its pid
+			// is higher).
+			continue
+		}
 		// Its environment needs ptrace access, as its namespace did.
 		environ, _ := readInRoot(root, "/proc/"+n+"/environ")
 		env := strings.Split(strings.TrimRight(string(environ), "\x00"), "\x00")
@@ -209,6 +215,24 @@ func (c *CRIO) fromProcess(root string) error {
 		return nil
 	}
 	return nil
+}
+
+// crioCommands are CRI-O's subcommands (crio --help).
+var crioCommands = map[string]bool{"check": true, "complete": true, "completion": true, "config": true, "help": true, "h": true,
+	"man": true, "markdown": true, "md": true, "status": true, "version": true, "wipe": true}
+
+// crioCommand tells a crio command line that runs a subcommand: a word
+// not after an option that takes it as its value (a word after an
+// option is taken for its value, so `--enable-metrics status` is not
+// seen; the daemon's command lines hold options only).
+func crioCommand(args []string) bool {
+	for i := 1; i < len(args); i++ {
+		prev := args[i-1]
+		if crioCommands[args[i]] && (i == 1 || !strings.HasPrefix(prev, "-") || strings.Contains(prev, "=")) {
+			return true
+		}
+	}
+	return false
 }
 
 // crioSetting is a CRI-O option from its command line (--name, and -c for

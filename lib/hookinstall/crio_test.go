@@ -291,6 +291,12 @@ func TestReadCRIOConfigProcess(t *testing.T) {
 	proc := func(comm, ns, cmdline string) map[string]string {
 		return procEnv(comm, ns, cmdline, "PATH=/usr/bin\x00")
 	}
+	// withProc adds another crio process, in the node's mount namespace.
+	withProc := func(files map[string]string, pid, cmdline string) map[string]string {
+		files["proc/"+pid+"/comm"], files["proc/"+pid+"/ns/mnt"], files["proc/"+pid+"/cmdline"] = "crio\n", "-> mnt:[1]", cmdline
+		files["proc/"+pid+"/environ"] = "PATH=/usr/bin\x00"
+		return files
+	}
 	withConf := proc("crio\n", "mnt:[1]", "/usr/bin/crio\x00--hooks-dir\x00/run/h\x00")
 	withConf["etc/crio/crio.conf"] = "[crio.runtime]\nhooks_dir = [\"/etc/containers/oci/hooks.d\"]\n"
 	for _, tc := range []struct {
@@ -314,6 +320,12 @@ func TestReadCRIOConfigProcess(t *testing.T) {
 		{name: "crio with CONTAINER_CONFIG_DIR", files: procEnv("crio\n", "mnt:[1]", "/opt/crio\x00", "CONTAINER_CONFIG_DIR=/opt/crio.d\x00"), found: true, dirs: builtin, errText: "CONTAINER_CONFIG_DIR /opt/crio.d"},
 		{name: "a pod's process named crio", files: proc("crio\n", "mnt:[2]", "crio\x00"), dirs: builtin},
 		{name: "another process", files: proc("conmon\n", "mnt:[1]", "conmon\x00"), dirs: builtin},
+		// A `crio status` listed first (a lower pid) is not the daemon:
+		// its settings were taken, the daemon's --hooks-dir missed.
+		{name: "crio status before the daemon", files: withProc(proc("crio\n", "mnt:[1]", "/usr/bin/crio\x00--hooks-dir\x00/run/h\x00"),
+			"300", "/usr/bin/crio\x00--config\x00/etc/other.conf\x00status\x00"), found: true, dirs: "/run/h", source: "pid 4242"},
+		{name: "crio config before the daemon", files: withProc(proc("crio\n", "mnt:[1]", "/usr/bin/crio\x00--log-level\x00info\x00"),
+			"300", "crio\x00config\x00"), found: true, dirs: builtin, source: "pid 4242"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := ReadCRIOConfig(tree(t, tc.files))
