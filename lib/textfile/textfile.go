@@ -52,6 +52,11 @@ type Collector struct {
 
 	mu    sync.Mutex
 	state State
+	// saved are the counters as last saved (or loaded): the textfile
+	// publishes them, never the lines handled since, which a crash before
+	// the next save forgets; published, those made the counters go down
+	// at the restart (a reset to Prometheus, counted again whole).
+	saved struct{ findings, malformed uint64 }
 	// damaged is the error of a state file that could not be read back; the
 	// collector started empty and Load hands it to the follower once, which
 	// then replays the findings file from its oldest line.
@@ -88,6 +93,7 @@ func Open(stateDir, textfileDir string) (*Collector, error) {
 		stateDir:    stateDir,
 		promPath:    filepath.Join(textfileDir, FileName),
 		state:       s,
+		saved:       struct{ findings, malformed uint64 }{s.Findings, s.Malformed},
 	}, nil
 }
 
@@ -175,8 +181,10 @@ func (c *Collector) Consume(_ context.Context, r findings.Record) error {
 	if node {
 		return nil
 	}
-	// Replayed or out-of-order lines must not replace a newer finding.
-	if old, ok := c.state.Pods[r.Pod.UID]; !ok || !r.Time.Before(old.Time) {
+	// Replayed or out-of-order lines must not replace a newer finding;
+	// one from the future (written before the node's clock was stepped
+	// back) holds no later line back.
+	if old, ok := c.state.Pods[r.Pod.UID]; !ok || !r.Time.Before(old.Time) || old.Time.After(c.Now()) {
 		p := podOf(r)
 		// A look that could not see everything (Partial: unknown, or
 		// truncated, as a pod keeping the x_tables lock busy leaves
@@ -242,6 +250,7 @@ func (c *Collector) Save(cp follow.Checkpoint) error {
 	if err := saveState(filepath.Join(c.stateDir, stateFile), c.state); err != nil {
 		return err
 	}
+	c.saved.findings, c.saved.malformed = c.state.Findings, c.state.Malformed
 	return c.write()
 }
 
@@ -309,7 +318,9 @@ func (c *Collector) exported() []Pod {
 
 func (c *Collector) write() error {
 	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(snapshot{pods: c.exported(), state: c.state}); err != nil {
+	st := c.state
+	st.Findings, st.Malformed = c.saved.findings, c.saved.malformed
+	if err := reg.Register(snapshot{pods: c.exported(), state: st}); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 	mfs, err := reg.Gather()

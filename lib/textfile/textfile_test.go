@@ -664,3 +664,60 @@ func TestRecreatedPodGone(t *testing.T) {
 		t.Errorf("the older db-0 exported in place of the newer, gone one:\n%s", prom)
 	}
 }
+
+// TestFutureFindingHoldsNothing (helper-133 #4): a finding written while
+// the node's clock ran an hour ahead (stepped back since) kept every later
+// line of its pod out, its gone included, for that hour: its series
+// stayed. A finding from the future holds no later one back.
+func TestFutureFindingHoldsNothing(t *testing.T) {
+	e := newEnv(t)
+	ahead := rec("team-a", "web", "u1", e.netns("a"), 0, 1, t0.Add(time.Hour))
+	gone := rec("team-a", "web", "u1", e.netns("a"), 0, 0, t0.Add(time.Second))
+	gone.State = findings.StateGone
+	e.append(ahead, gone)
+	e.once(t0.Add(time.Minute))
+	if prom := e.prom(); strings.Contains(prom, `pod_name="web"`) {
+		t.Errorf("a gone after a finding from the future:\n%s", prom)
+	}
+}
+
+// TestCountersNeverGoDown (helper-133 #3): the textfile's counters are
+// persisted so that a restart does not reset them, but the refresh
+// between two saves published the lines handled since the last save,
+// which a crash then forgot: findings_total went from 3 back to 0, a
+// counter reset to Prometheus. The textfile publishes what was saved.
+func TestCountersNeverGoDown(t *testing.T) {
+	e := newEnv(t)
+	counter := func() string {
+		for _, l := range strings.Split(e.prom(), "\n") {
+			if strings.HasPrefix(l, "iptables_alerter_findings_total ") {
+				return strings.TrimPrefix(l, "iptables_alerter_findings_total ")
+			}
+		}
+		return ""
+	}
+	c, err := Open(e.state, e.text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := c.Consume(context.Background(), rec("team-a", "web", "u1", e.netns("a"), 0, 1, t0.Add(time.Duration(i)*time.Second))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	before := counter()
+	// Killed before its next save: the state on disk has none of them.
+	c, err = Open(e.state, e.text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if after := counter(); after < before {
+		t.Errorf("findings_total %s before the crash, %s after it", before, after)
+	}
+}
