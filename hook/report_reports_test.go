@@ -426,3 +426,52 @@ func TestReportRefusedReportReadsEvents(t *testing.T) {
 		t.Errorf("groups %v: want web native (its Report) and db legacy (its Event)", got)
 	}
 }
+
+// TestReportReadsNodeClusterReports (helper-132 #2): a node's own results
+// (node mode) are in its ClusterReport, which outlives the node's Event
+// (an hour at most): report read the Events alone for nodes, so once the
+// Event expired a node with legacy rules of its own passed --fail-on
+// breaks, and --source reports never saw it. Read with report's RBAC,
+// with a namespaced Report of ours beside it and without one.
+func TestReportReadsNodeClusterReports(t *testing.T) {
+	c, cs, rc, owned := reportsCluster(t)
+	ctx := kubetest.Ctx(t)
+	c.CRD(t, "../packaging/crds/openreports.io_clusterreports.yaml", openreportsv1alpha1.SchemeGroupVersion.String(), "clusterreports")
+	node := findings.Record{Schema: findings.Schema, Time: findings.Now(), Node: "node-a", Subject: findings.SubjectNode, Source: "watch", Stage: "nftables commit",
+		State: findings.StatePresent, Legacy: findings.Legacy{Tables: []string{"ip filter"}, Rules: 1}, Impact: findings.Impact{Legacy: 1}, Worst: findings.ImpactLegacy,
+		Fingerprint: "fp-node-a"}
+	if res, err := openreports.New(cs, rc, "node-a").Write(ctx, node); err != nil || res.Outcome != openreports.Written {
+		t.Fatalf("write node-a's ClusterReport: %+v, %v", res, err)
+	}
+	kubetest.Namespace(t, cs, fwdNS)
+	kubetest.Apply(t, cs, "../packaging/rbac/report.yaml")
+	kc := c.Kubeconfig("report", kubetest.Token(t, cs, fwdNS, "iptables-alerter-report"))
+	check := func(what string, args ...string) {
+		t.Helper()
+		out, code := runReportCmd(t, append([]string{"--kubeconfig", kc, "--format", "json", "--fail-on", "breaks"}, args...)...)
+		if code != 1 {
+			t.Errorf("%s: exit %d, want 1 (node-a breaks)\n%s", what, code, out)
+			return
+		}
+		_, r := groupsOf(t, out)
+		found := false
+		for _, g := range r.Groups {
+			if g.Owner.String() == "Node/node-a" && g.Worst == findings.ImpactLegacy {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: no Node/node-a group, legacy: %+v", what, r.Groups)
+		}
+	}
+	check("auto, no Report of ours")
+	check("--source reports, no Report of ours", "--source", "reports")
+	web := owned["web-7c9-aaaaa"].Pod
+	rec := fwdRecord(web, string(web.UID), "fp-web", "app")
+	rec.Node, rec.Impact, rec.Worst = "node-a", findings.Impact{Native: 1}, findings.ImpactNative
+	if res, err := openreports.New(cs, rc, "node-a").Write(ctx, rec); err != nil || res.Outcome != openreports.Written {
+		t.Fatalf("write web: %+v, %v", res, err)
+	}
+	check("auto")
+	check("--source reports", "--source", "reports")
+}

@@ -24,6 +24,10 @@ type leanResult struct {
 	Errored bool
 	Pod     leanSubject
 	HasPod  bool
+	// Node is the first Node subject: a node's result, read only from a
+	// ClusterReport (a namespaced Report's is anyone's in the namespace).
+	Node    leanSubject
+	HasNode bool
 	Props   leanProps
 }
 
@@ -80,8 +84,8 @@ func (p *pageReader) intern(b []byte) string {
 // status (apierrors.IsNotFound, IsForbidden). More items than opts.Limit
 // are refused (checkPage), the body past MaxAnswer too, so a page costs at
 // most one Report's results beyond the scanner's buffer.
-func (p *pageReader) listReports(ctx context.Context, rc versioned.Interface, namespace string, opts metav1.ListOptions, each func(namespace string, results []leanResult)) (next string, err error) {
-	body, err := rc.OpenreportsV1alpha1().RESTClient().Get().Namespace(namespace).Resource("reports").
+func (p *pageReader) listReports(ctx context.Context, rc versioned.Interface, resource, namespace string, opts metav1.ListOptions, each func(namespace string, results []leanResult)) (next string, err error) {
+	body, err := rc.OpenreportsV1alpha1().RESTClient().Get().Namespace(namespace).Resource(resource).
 		VersionedParams(&opts, scheme.ParameterCodec).Stream(streamed(ctx))
 	if err != nil {
 		return "", err
@@ -216,7 +220,7 @@ func (p *pageReader) result(s *scanner, x *leanResult) error {
 			v, err = s.strOrNull()
 			x.Errored = string(v) == "error"
 		case "resources":
-			x.Pod, x.HasPod = leanSubject{}, false
+			x.Pod, x.HasPod, x.Node, x.HasNode = leanSubject{}, false, leanSubject{}, false
 			err = p.subjects(s, x)
 		case "properties":
 			err = p.props(s, &x.Props)
@@ -227,7 +231,7 @@ func (p *pageReader) result(s *scanner, x *leanResult) error {
 	})
 }
 
-// subjects reads a result's resources for its first Pod.
+// subjects reads a result's resources for its first Pod and first Node.
 func (p *pageReader) subjects(s *scanner, x *leanResult) error {
 	ok, err := s.open('[')
 	for first := true; ok && err == nil; {
@@ -256,8 +260,12 @@ func (p *pageReader) subjects(s *scanner, x *leanResult) error {
 			}
 			return err
 		})
-		if err == nil && !x.HasPod && openreports.IsPod(apiVersion, kind) {
+		switch {
+		case err != nil:
+		case !x.HasPod && openreports.IsPod(apiVersion, kind):
 			x.Pod, x.HasPod = leanSubject{Name: name, UID: uid}, true
+		case !x.HasNode && kind == "Node" && (apiVersion == "" || apiVersion == "v1"):
+			x.Node, x.HasNode = leanSubject{Name: name}, true
 		}
 	}
 	return err

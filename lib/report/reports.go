@@ -71,7 +71,7 @@ func clusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item),
 	p, cache := newPageReader(), &resultCache{}
 	opts := metav1.ListOptions{LabelSelector: openreports.Selector(""), Limit: reportsPage}
 	for {
-		next, err := p.listReports(ctx, rc, c.Namespace, opts, func(namespace string, results []leanResult) {
+		next, err := p.listReports(ctx, rc, "reports", c.Namespace, opts, func(namespace string, results []leanResult) {
 			found = true
 			cut := 0
 			for i := range results {
@@ -104,6 +104,52 @@ func clusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item),
 		return fmt.Errorf("list reports: %w", errNoneOfOurs)
 	}
 	return nil
+}
+
+// nodeReports lists the cluster's ClusterReports of ours, the nodes' own
+// results (node mode: lib/openreports writes one a node), page by page,
+// and hands add an Item per result: they outlive the node's Events, which
+// alone told of a node's own rules before, an hour at most. Not served
+// (no CRD) is none; a list refused is a ForbiddenError. Only a
+// cluster-scoped report makes a node's item: a namespaced one is anyone's
+// in its namespace.
+func nodeReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
+	rc, err := versioned.NewForConfig(overHTTP1(c.Config))
+	if err != nil {
+		return fmt.Errorf("make reports client: %w", err)
+	}
+	p := newPageReader()
+	opts := metav1.ListOptions{LabelSelector: openreports.Selector(""), Limit: reportsPage}
+	for {
+		next, err := p.listReports(ctx, rc, "clusterreports", "", opts, func(_ string, results []leanResult) {
+			for i := range results {
+				if it, ok := nodeResultItem(&results[i], sk); ok {
+					add(valid(it, sk))
+				}
+			}
+		})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsForbidden(err):
+			return &ForbiddenError{Verb: "list", Resource: ResourceClusterReports, Err: err}
+		case err != nil:
+			return fmt.Errorf("list clusterreports: %w", err)
+		case next == "":
+			return nil
+		}
+		opts.Continue = next
+	}
+}
+
+// nodeResultItem reads one result of a ClusterReport: its node's, read as
+// a pod's result is (resultShared), the node its subject.
+func nodeResultItem(x *leanResult, sk *Skipped) (Item, bool) {
+	it, ok := resultShared("", x, sk)
+	if ok {
+		it.Node, it.Owner = x.Node.Name, nodeOwner(x.Node.Name)
+	}
+	return it, ok
 }
 
 // resultItem reads one result of a Report in namespace; false for a result
@@ -149,7 +195,9 @@ func resultShared(namespace string, x *leanResult, sk *Skipped) (Item, bool) {
 		sk.Cut += cutCount(x)
 		return Item{}, false
 	}
-	if !x.HasPod {
+	// A Report's subject is a pod; a ClusterReport's (no namespace) a
+	// node.
+	if namespace != "" && !x.HasPod || namespace == "" && !x.HasNode {
 		sk.Malformed++
 		return Item{}, false
 	}

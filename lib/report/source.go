@@ -139,8 +139,9 @@ func IsForbidden(err error, resource string) (*ForbiddenError, bool) {
 
 // Resources named by ForbiddenError.
 const (
-	ResourceReports = "reports.openreports.io"
-	ResourceEvents  = "events"
+	ResourceReports        = "reports.openreports.io"
+	ResourceClusterReports = "clusterreports.openreports.io"
+	ResourceEvents         = "events"
 )
 
 // Sources --source selects from.
@@ -172,10 +173,13 @@ func SourcesOf(source string) []ClusterSource {
 			cut := map[string]int{}
 			err := clusterReports(ctx, c, sk, add, func(ns string, n int) { cut[ns] += n })
 			sk.cutUnseen(cut)
-			if errors.Is(err, errNoneOfOurs) {
-				return nil
+			if err != nil && !errors.Is(err, errNoneOfOurs) {
+				return err
 			}
-			return err
+			if c.Namespace == "" {
+				return nodeReports(ctx, c, sk, add)
+			}
+			return nil
 		}}}
 	case SourceEvents:
 		return []ClusterSource{eventsSource}
@@ -186,9 +190,10 @@ func SourcesOf(source string) []ClusterSource {
 }
 
 // reportsByNamespace is auto's first source: the Reports of every
-// namespace that holds one of ours, and the Events of every other
-// namespace, of the nodes (which only Events tell of here) and of the
-// namespaces whose Reports had no room for every pod. Per
+// namespace that holds one of ours, the nodes' ClusterReports, and the
+// Events of every other namespace, of the nodes (a node's Event and its
+// ClusterReport are one node's looks, grouped) and of the namespaces
+// whose Reports had no room for every pod. Per
 // namespace, not for the whole cluster: anyone allowed to create Reports
 // in one namespace can write one with our labels, and the whole cluster's
 // Events (the only source of a forwarder run without --reports) would
@@ -217,12 +222,25 @@ func reportsByNamespace() ClusterSource {
 				owners[ownerKey{it.Namespace, it.Owner}] = true
 				add(it)
 			}
-			if err := clusterReports(ctx, c, sk, fromReport, func(ns string, n int) {
+			err := clusterReports(ctx, c, sk, fromReport, func(ns string, n int) {
 				held[ns] = true
 				if n > 0 {
 					cut[ns] = true
 				}
-			}); err != nil {
+			})
+			if err != nil && !errors.Is(err, errNoneOfOurs) {
+				return err
+			}
+			// The nodes' own results (node mode), in ClusterReports: a
+			// node's Event is kept an hour at most. None of ours in
+			// either: the Events alone, next.
+			nodes := 0
+			if c.Namespace == "" {
+				if err := nodeReports(ctx, c, sk, func(it Item) { nodes++; add(it) }); err != nil {
+					return err
+				}
+			}
+			if err != nil && nodes == 0 {
 				return err
 			}
 			// A Report keeps at most MaxResults-1 pods: the Events of a
