@@ -15,7 +15,8 @@
 // Reports): present or unknown sets the pod's (or node's) level, gone
 // removes it. A command's own finding (the exec watch's read or failed
 // write: present, no rules) never clears a level; its own, when it has
-// one, counts if it is worse. A present finding whose look stopped early
+// one, counts for the pod's life (no look at the rules answers for it),
+// for the node until its next look. A present finding whose look stopped early
 // (Truncated) is unknown unless what it saw is worse (breaks). The
 // levels are kept in a state file beside the checkpoint, so a restart,
 // which resumes after the checkpoint, keeps the pods seen before it.

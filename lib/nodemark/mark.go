@@ -52,8 +52,16 @@ const nodeKey = "node"
 
 // Entry is one pod's (or the node's) level.
 type Entry struct {
-	// Level is a findings impact level, "unknown" or "unclassified".
-	Level     string    `json:"level"`
+	// Level is a findings impact level, "unknown" or "unclassified", of
+	// the rules; "" when only Command is known.
+	Level string `json:"level"`
+	// Command is the worst level of a pod's commands' own findings (the
+	// exec watch: a legacy tool run, a write refused for missing kernel
+	// support), kept for the pod's life: no rule shows it (a failed write
+	// leaves none), and the exec watch records each command shape once,
+	// so a later look at the rules must not take it away. The node's
+	// commands count in Level, until its next look.
+	Command   string    `json:"command,omitempty"`
 	Namespace string    `json:"namespace,omitempty"`
 	Name      string    `json:"name,omitempty"`
 	Seen      time.Time `json:"seen"`
@@ -156,9 +164,25 @@ func (m *Marker) Register(reg prometheus.Registerer) {
 func Mark(entries map[string]Entry) string {
 	mark := Ready
 	for _, e := range entries {
-		mark = findings.WorseReadiness(mark, readiness(e.Level))
+		mark = findings.WorseReadiness(mark, readiness(e.level()))
 	}
 	return mark
+}
+
+// level is the entry's level: the worse of its rules' and its commands'.
+func (e Entry) level() string {
+	return worseOf(e.Level, e.Command)
+}
+
+// worseOf is the worse of two levels, "" the mildest (none known).
+func worseOf(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "" || worse(a, b):
+		return a
+	}
+	return b
 }
 
 // worse reports whether level a makes the label worse than b, or as bad.
@@ -276,23 +300,33 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 	}
 	m.mu.Lock()
 	old, had := m.entries[key]
+	e.Command = old.Command
 	switch st := rec.KnownState(); {
 	case st == findings.StatePresent && rec.CommandOnly():
 		// A command's own finding (the exec watch's read or failed
 		// write) says nothing of the rules: clearing the pod's level
 		// would label a pod with legacy rules ready the moment it ran
 		// `iptables -L`. Its own level (a write refused for missing
-		// kernel support is the RHEL 10 breakage itself) counts when it
-		// is worse; one without a level changes nothing.
-		if e.Level = rec.WorstLevel(); e.Level == "" {
+		// kernel support is the RHEL 10 breakage itself) counts, for
+		// the pod's life; one without a level changes nothing.
+		if rec.WorstLevel() == "" {
 			break
 		}
-		if had && worse(old.Level, e.Level) {
-			e.Level = old.Level
+		if key == nodeKey {
+			// The node lives on: a host's one-off command (an admin's
+			// `iptables-legacy -L`) counts until its next look.
+			e.Level = worseOf(old.Level, rec.WorstLevel())
+		} else {
+			e.Level, e.Command = old.Level, worseOf(old.Command, rec.WorstLevel())
 		}
 		m.entries[key] = e
 	case st == findings.StateGone || (st == findings.StatePresent && !rec.HasUsage()):
-		delete(m.entries, key)
+		if e.Command == "" {
+			delete(m.entries, key)
+			break
+		}
+		// The rules are gone, not what its commands said.
+		m.entries[key] = e
 	case st == findings.StateUnknown:
 		e.Level = incomplete(old, had)
 		m.entries[key] = e
@@ -316,7 +350,7 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 		m.mu.Unlock()
 		return nil
 	}
-	if had != has || old.Level != now.Level {
+	if had != has || old.Level != now.Level || old.Command != now.Command {
 		m.bound()
 		m.save()
 	}
@@ -331,7 +365,7 @@ func (m *Marker) Consume(ctx context.Context, rec findings.Record) error {
 // otherwise turn the node from breaks to unknown, which the pool gate
 // lets upgrade; only a complete look may take a level back.
 func incomplete(old Entry, had bool) string {
-	if had && worse(old.Level, Unknown) {
+	if had && old.Level != "" && worse(old.Level, Unknown) {
 		return old.Level
 	}
 	return Unknown
@@ -359,7 +393,7 @@ func (m *Marker) bound() {
 	for len(m.entries) > MaxEntries {
 		victim, vr := "", ""
 		for k, e := range m.entries {
-			r := readiness(e.Level)
+			r := readiness(e.level())
 			switch {
 			case victim == "":
 			case r == vr && e.Seen.Before(m.entries[victim].Seen):

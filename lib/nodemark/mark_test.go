@@ -258,6 +258,7 @@ func TestCommandOnlyKeepsLevel(t *testing.T) {
 	refused := findings.Exec{Argv: []string{"iptables-legacy", "-A", "X"}, Backend: "legacy", Operation: "write",
 		Exited: true, ExitCode: 3, Failed: true, MissingKernelSupport: true}
 	other := findings.Exec{Argv: []string{"iptables-nft", "-A", "X"}, Backend: "nft", Operation: "write", Exited: true, ExitCode: 2, Failed: true}
+	legacyRead := findings.Exec{Argv: []string{"iptables-legacy", "-L"}, Backend: "legacy", Operation: "read", Exited: true}
 	for _, c := range []struct {
 		name string
 		recs []findings.Record
@@ -268,7 +269,14 @@ func TestCommandOnlyKeepsLevel(t *testing.T) {
 		{"refused legacy write alone", []findings.Record{command("u1", findings.ImpactLegacy, refused)}, Breaks},
 		{"refused legacy write after native rules", []findings.Record{rec("u1", findings.StatePresent, findings.ImpactNative), command("u1", findings.ImpactLegacy, refused)}, Breaks},
 		{"unknown, then a read", []findings.Record{rec("u1", findings.StateUnknown, ""), command("u1", findings.ImpactNative, read)}, Unknown},
-		{"gone after a refused write", []findings.Record{command("u1", findings.ImpactLegacy, refused), rec("u1", findings.StateGone, "")}, Ready},
+		// A refused write leaves no rule: a look that finds none (or
+		// other rules) does not answer for it (helper-129 #3), nor for a
+		// legacy tool's run, which the exec watch records once.
+		{"gone after a refused write", []findings.Record{command("u1", findings.ImpactLegacy, refused), rec("u1", findings.StateGone, "")}, Breaks},
+		{"native rules after a refused write", []findings.Record{command("u1", findings.ImpactLegacy, refused), rec("u1", findings.StatePresent, findings.ImpactNative)}, Breaks},
+		{"native rules after a legacy read", []findings.Record{command("u1", findings.ImpactLegacy, legacyRead), rec("u1", findings.StatePresent, findings.ImpactNative)}, Breaks},
+		{"unknown after a refused write", []findings.Record{command("u1", findings.ImpactXt, refused), rec("u1", findings.StateUnknown, "")}, Unknown},
+		{"legacy rules after an xt refusal, then gone", []findings.Record{rec("u1", findings.StatePresent, findings.ImpactLegacy), command("u1", findings.ImpactXt, refused), rec("u1", findings.StateGone, "")}, NeedsExtra},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
@@ -619,5 +627,56 @@ func TestStartLabelsOnceRead(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("no patch within 10 s of the findings read")
 		}
+	}
+}
+
+// TestCommandLevelLasts: a pod's command level outlives a restart (the
+// state file keeps it) and a later look at its rules; the node's lasts
+// until its next look (a host's one-off `iptables-legacy -L` must not
+// hold the node's label for good).
+func TestCommandLevelLasts(t *testing.T) {
+	ctx := context.Background()
+	log, _ := logtest.NewNullLogger()
+	path := filepath.Join(t.TempDir(), "state.json")
+	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	m, err := New(cs, "n1", DefaultLabel, path, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := findings.Record{Schema: findings.Schema, Time: findings.Now(), State: findings.StatePresent, Source: findings.SourceExec,
+		Pod: findings.Pod{Namespace: "ns", Name: "p-u1", UID: "u1"}, Worst: findings.ImpactLegacy,
+		Exec: &findings.Exec{Argv: []string{"iptables-legacy", "-L"}, Backend: "legacy", Operation: "read", Exited: true}}
+	for _, r := range []findings.Record{read, rec("u1", findings.StatePresent, findings.ImpactNative)} {
+		if err := m.Consume(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err = New(cs, "n1", DefaultLabel, path, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := m.Value(); v != Breaks {
+		t.Errorf("after a restart: %q, want %q", v, Breaks)
+	}
+	// The node's: until its next look.
+	m, err = New(cs, "n1", DefaultLabel, filepath.Join(t.TempDir(), "state.json"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeRead := read
+	nodeRead.Pod, nodeRead.Subject, nodeRead.Node = findings.Pod{}, findings.SubjectNode, "n1"
+	look := findings.Record{Schema: findings.Schema, Time: findings.Now(), Node: "n1", Subject: findings.SubjectNode, State: findings.StatePresent,
+		Nft: findings.Nft{Rules: 1}, Impact: findings.Impact{Native: 1}, Worst: findings.ImpactNative, Fingerprint: "fp-n"}
+	if err := m.Consume(ctx, nodeRead); err != nil {
+		t.Fatal(err)
+	}
+	if v := m.Value(); v != Breaks {
+		t.Errorf("the node's legacy read: %q, want %q", v, Breaks)
+	}
+	if err := m.Consume(ctx, look); err != nil {
+		t.Fatal(err)
+	}
+	if v := m.Value(); v != Ready {
+		t.Errorf("the node's next look: %q, want %q", v, Ready)
 	}
 }
