@@ -3,6 +3,7 @@
 package main
 
 import (
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -387,43 +388,56 @@ func TestReportCutReportReadsEvents(t *testing.T) {
 	}
 }
 
-// TestReportRefusedReportReadsEvents (helper-132 #1): a namespace holding
-// a Report of ours had all its Events left out, so a workload whose Report
-// was refused (a quota, an admission policy, Reports off by RBAC a while)
-// was in no input: its Event alone says it breaks, and --fail-on breaks
-// passed. Its Event is read now; the Event of a pod the Report holds is
-// not (the Report is its record, not a stale Event).
+// TestReportRefusedReportReadsEvents (helper-132 #1, helper-135 #1): a
+// namespace holding a Report of ours had all its Events left out, so a
+// workload whose Report was refused (a quota, an admission policy, Reports
+// off by RBAC on one node) was in no input: its Event alone says it
+// breaks, and --fail-on breaks passed. The Event of a pod no Report holds
+// is read now (once, its Report's; web on node-b, whose forwarder wrote
+// none, beside web's Report from node-a), and one that says worse than
+// its pod's result stands while it lives, as a posted look never clears
+// another (db: legacy an hour ago, native in its Report now).
 func TestReportRefusedReportReadsEvents(t *testing.T) {
 	c, cs, rc, owned := reportsCluster(t)
 	ctx := kubetest.Ctx(t)
-	web := owned["web-7c9-aaaaa"].Pod
-	rec := fwdRecord(web, string(web.UID), "fp-web", "app")
-	rec.Node, rec.Impact, rec.Worst = "node-a", findings.Impact{Native: 1}, findings.ImpactNative
-	if res, err := openreports.New(cs, rc, "node-a").Write(ctx, rec); err != nil || res.Outcome != openreports.Written {
-		t.Fatalf("write web: %+v, %v", res, err)
+	legacyEvent := func(name string, o owner.Owner, p *corev1.Pod) {
+		t.Helper()
+		createPodEvent(t, cs, name, events.Reason, "usage", events.Summary{Node: p.Spec.NodeName, Owner: o,
+			Pod: findings.Pod{Namespace: "shop", Name: p.Name, UID: string(p.UID)}, State: findings.StatePresent, Impact: findings.Impact{Legacy: 1}, Worst: findings.ImpactLegacy})
 	}
-	// web's older Event said legacy; its Report says native now.
-	createPodEvent(t, cs, "usage-web", events.Reason, "usage", events.Summary{Node: "node-a", Owner: owner.Owner{Kind: "Deployment", Name: "web"},
-		Pod: findings.Pod{Namespace: "shop", Name: web.Name, UID: string(web.UID)}, State: findings.StatePresent, Impact: findings.Impact{Legacy: 1}, Worst: findings.ImpactLegacy})
-	// db's Report was refused: its Event alone.
+	native := func(p *corev1.Pod) {
+		t.Helper()
+		rec := fwdRecord(p, string(p.UID), "fp-"+p.Name, "app")
+		rec.Node, rec.Impact, rec.Worst = p.Spec.NodeName, findings.Impact{Native: 1}, findings.ImpactNative
+		if res, err := openreports.New(cs, rc, p.Spec.NodeName).Write(ctx, rec); err != nil || res.Outcome != openreports.Written {
+			t.Fatalf("write %s: %+v, %v", p.Name, res, err)
+		}
+	}
+	// db's older Event said legacy; its Report, written after, native.
 	db := owned["db-0"].Pod
-	createPodEvent(t, cs, "usage-db", events.Reason, "usage", events.Summary{Node: "node-a", Owner: owner.Owner{Kind: "StatefulSet", Name: "db"},
-		Pod: findings.Pod{Namespace: "shop", Name: db.Name, UID: string(db.UID)}, State: findings.StatePresent, Impact: findings.Impact{Legacy: 1}, Worst: findings.ImpactLegacy})
+	legacyEvent("usage-db", owner.Owner{Kind: "StatefulSet", Name: "db"}, db)
+	native(db)
+	// web's Report from node-a; node-b's forwarder posted an Event only.
+	native(owned["web-7c9-aaaaa"].Pod)
+	legacyEvent("usage-web-b", owner.Owner{Kind: "Deployment", Name: "web"}, owned["web-7c9-bbbbb"].Pod)
+	// once's Report was refused: its Event alone.
+	legacyEvent("usage-once", owner.Owner{Kind: "Job", Name: "once"}, owned["once-eeeee"].Pod)
 
 	kubetest.Namespace(t, cs, fwdNS)
 	kubetest.Apply(t, cs, "../packaging/rbac/report.yaml")
 	kc := c.Kubeconfig("report", kubetest.Token(t, cs, fwdNS, "iptables-alerter-report"))
 	out, code := runReportCmd(t, "--kubeconfig", kc, "--format", "json", "--fail-on", "breaks")
 	if code != 1 {
-		t.Errorf("--fail-on breaks: exit %d, want 1 (db breaks, by its Event)\n%s", code, out)
+		t.Errorf("--fail-on breaks: exit %d, want 1 (web and once break, by their Events)\n%s", code, out)
 	}
 	_, r := groupsOf(t, out)
 	got := map[string]string{}
 	for _, g := range r.Groups {
 		got[g.Namespace+"/"+g.Owner.String()] = g.Worst
 	}
-	if len(got) != 2 || got["shop/Deployment/web"] != findings.ImpactNative || got["shop/StatefulSet/db"] != findings.ImpactLegacy {
-		t.Errorf("groups %v: want web native (its Report) and db legacy (its Event)", got)
+	want := map[string]string{"shop/StatefulSet/db": findings.ImpactLegacy, "shop/Deployment/web": findings.ImpactLegacy, "shop/Job/once": findings.ImpactLegacy}
+	if !maps.Equal(got, want) {
+		t.Errorf("groups %v, want %v", got, want)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/iptables-alerter/iptables-alerter/internal/safetext"
-	"github.com/iptables-alerter/iptables-alerter/lib/owner"
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
 )
 
 // Origin says what a report was made from: the header line of every
@@ -199,27 +199,31 @@ func SourcesOf(source string) []ClusterSource {
 // Events (the only source of a forwarder run without --reports) would
 // then give way to it; now only that namespace's do, where writing Reports
 // is already that user's to do. Even there, the Event of a pod no Report
-// holds, of a workload no Report is about, is read: a Report refused (a
-// quota, an admission policy, Reports turned off by RBAC a while) leaves
-// its pods in Events alone, and a decoy Report hid the namespace's other
-// workloads. A workload whose every pod went clean, its Report deleted,
-// shows from its last Event while the API server keeps it (an hour by
-// default). A cluster with no Report of ours (or no Report CRD) gives
-// ErrNoSource, so the Events alone are read next.
+// holds is read, and one that says worse than the pod's result: a Report
+// refused (a quota, an admission policy, Reports turned off by RBAC a
+// while, on one node) leaves its pods in Events alone, or its result
+// behind them, and a decoy Report hid the namespace's other pods. An
+// Event can only add a pod or make one worse, never better than its
+// Report says. A pod whose usage went (its result removed) shows from its
+// last Event while the API server keeps it (an hour by default). A
+// cluster with no Report of ours (or no Report CRD) gives ErrNoSource, so
+// the Events alone are read next.
 func reportsByNamespace() ClusterSource {
 	var fromEvents bool
 	return ClusterSource{Name: SourceReports,
 		Read: func(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
 			type podKey struct{ namespace, uid string }
-			type ownerKey struct {
-				namespace string
-				owner     owner.Owner
-			}
 			held, cut := map[string]bool{}, map[string]bool{}
-			pods, owners := map[podKey]bool{}, map[ownerKey]bool{}
+			// pods are the Reports' pods, each with the readiness its
+			// result says.
+			pods := map[podKey]string{}
 			fromReport := func(it Item) {
-				pods[podKey{it.Namespace, it.PodUID}] = true
-				owners[ownerKey{it.Namespace, it.Owner}] = true
+				k := podKey{it.Namespace, it.PodUID}
+				if r, ok := pods[k]; ok {
+					pods[k] = findings.WorseReadiness(r, itemReadiness(it))
+				} else {
+					pods[k] = itemReadiness(it)
+				}
 				add(it)
 			}
 			err := clusterReports(ctx, c, sk, fromReport, func(ns string, n int) {
@@ -252,9 +256,10 @@ func reportsByNamespace() ClusterSource {
 			items, err := ClusterEvents(ctx, c.Client, c.Namespace, sk)
 			for _, it := range items {
 				// A node's item has no namespace.
-				if held[it.Namespace] && !cut[it.Namespace] &&
-					(pods[podKey{it.Namespace, it.PodUID}] || owners[ownerKey{it.Namespace, it.Owner}]) {
-					continue
+				if r, ok := pods[podKey{it.Namespace, it.PodUID}]; ok && held[it.Namespace] && !cut[it.Namespace] {
+					if ev := itemReadiness(it); findings.WorseReadiness(ev, r) != ev || ev == r {
+						continue
+					}
 				}
 				fromEvents = true
 				add(it)
@@ -268,6 +273,16 @@ func reportsByNamespace() ClusterSource {
 			return nil
 		},
 	}
+}
+
+// itemReadiness is what one item says of its pod: unknown for a look that
+// could not finish or saw part (a lower bound), else its level's.
+func itemReadiness(it Item) string {
+	r := findings.Readiness(it.Worst)
+	if it.State == findings.StateUnknown || it.Truncated {
+		return findings.WorseReadiness(r, findings.ReadinessUnknown)
+	}
+	return r
 }
 
 // eventsSource is the cluster's Events. Reports stay until deleted, where
