@@ -103,7 +103,7 @@ type installConfig struct {
 func (c *installConfig) register(fs *pflag.FlagSet) {
 	c.h.register(fs)
 	fs.StringVar(&c.binary, "binary", "", "hook binary to copy (default: iptables-alerter-hook next to this program)")
-	fs.StringVar(&c.jsonPath, "json", "", "hooks.d JSON to install, naming /usr/local/bin/, rewritten for --bin-dir; refused when CRI-O would refuse it (it stops at start on such a file) (default: the one built in, hooks.d/iptables-alerter.json of this version)")
+	fs.StringVar(&c.jsonPath, "json", "", "hooks.d JSON to install, naming /usr/local/bin/, rewritten for --bin-dir; refused when CRI-O would refuse it, as it stops at its start on such a file (default: the one built in, hooks.d/iptables-alerter.json of this version)")
 	fs.Var(newEnum(&c.runtime, "auto", "auto", "crio", "none"), "runtime", "auto (CRI-O when its configuration is found, else nothing), crio, or none (only check flags)")
 	fs.BoolVar(&c.noCheck, "no-check", false, "install even into a hooks directory CRI-O does not read")
 	fs.BoolVar(&c.checkOnly, "check-only", false, "only check that CRI-O reads --hooks-dir; write nothing")

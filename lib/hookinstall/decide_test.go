@@ -79,4 +79,13 @@ func TestLoad(t *testing.T) {
 			t.Errorf("Load, %s: %v", name, err)
 		}
 	}
+	for name, good := range hooksdtest.Good {
+		path := filepath.Join(dir, "good.json")
+		if err := os.WriteFile(path, []byte(good), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Load(bin, path, json, false); err != nil {
+			t.Errorf("Load, %s: %v", name, err)
+		}
+	}
 }

@@ -394,7 +394,8 @@ func TestPodmanHookNeverBreaksContainer(t *testing.T) {
 // (hookinstall.CheckJSON) are ones podman, reading hooks.d with CRI-O's
 // library, runs no container with, as CRI-O would not start with them:
 // an installer writing one took the node's containers down at CRI-O's next
-// restart. The file as installed is accepted by both.
+// restart. The file as installed, and one of each version the library
+// reads, are accepted by both.
 func TestPodmanRefusesBadHookJSON(t *testing.T) {
 	needPodman(t, "crun")
 	pm, _ := newPodman(t, "crun", nil)
@@ -425,6 +426,18 @@ func TestPodmanRefusesBadHookJSON(t *testing.T) {
 		}
 		if out, err := run(); err == nil {
 			t.Errorf("%s: podman ran a container with it (the check refuses more than CRI-O's library: %s)", name, out)
+		}
+	}
+	// What the library takes, of each version it reads, the check takes.
+	for name, good := range hooksdtest.Good {
+		if err := os.WriteFile(installed, []byte(good), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := hookinstall.CheckJSON([]byte(good)); err != nil {
+			t.Errorf("%s: CheckJSON refused it: %v", name, err)
+		}
+		if out, err := run(); err != nil {
+			t.Errorf("%s: podman refused it: %v: %s", name, err, out)
 		}
 	}
 }
