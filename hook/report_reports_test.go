@@ -457,6 +457,16 @@ func TestReportReadsNodeClusterReports(t *testing.T) {
 	if res, err := openreports.New(cs, rc, "node-a").Write(ctx, node); err != nil || res.Outcome != openreports.Written {
 		t.Fatalf("write node-a's ClusterReport: %+v, %v", res, err)
 	}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A removed node's ClusterReport stays (nothing deletes it): left
+	// out, and counted.
+	gone := node
+	gone.Node, gone.Fingerprint = "node-gone", "fp-node-gone"
+	if res, err := openreports.New(cs, rc, "node-gone").Write(ctx, gone); err != nil || res.Outcome != openreports.Written {
+		t.Fatalf("write node-gone's ClusterReport: %+v, %v", res, err)
+	}
 	kubetest.Namespace(t, cs, fwdNS)
 	kubetest.Apply(t, cs, "../packaging/rbac/report.yaml")
 	kc := c.Kubeconfig("report", kubetest.Token(t, cs, fwdNS, "iptables-alerter-report"))
@@ -473,9 +483,15 @@ func TestReportReadsNodeClusterReports(t *testing.T) {
 			if g.Owner.String() == "Node/node-a" && g.Worst == findings.ImpactLegacy {
 				found = true
 			}
+			if g.Owner.String() == "Node/node-gone" {
+				t.Errorf("%s: a removed node's ClusterReport read", what)
+			}
 		}
 		if !found {
 			t.Errorf("%s: no Node/node-a group, legacy: %+v", what, r.Groups)
+		}
+		if r.Skipped.GoneNodes != 1 {
+			t.Errorf("%s: skipped %+v, want one gone node", what, r.Skipped)
 		}
 	}
 	check("auto, no Report of ours")

@@ -143,6 +143,12 @@ func Available(ctx context.Context, reports versioned.Interface) (bool, error) {
 	return served(ctx, reports, "reports")
 }
 
+// ClusterAvailable reports whether the API server serves ClusterReports;
+// false with a nil error when their CRD is not installed.
+func ClusterAvailable(ctx context.Context, reports versioned.Interface) (bool, error) {
+	return served(ctx, reports, "clusterreports")
+}
+
 // served reports whether the API server serves resource of the
 // openreports.io group version.
 func served(ctx context.Context, reports versioned.Interface, resource string) (bool, error) {

@@ -118,6 +118,7 @@ func ReadFleet(ctx context.Context, in Inputs, members []Member, timeout time.Du
 		r.Skipped.Malformed += one.Skipped.Malformed
 		r.Skipped.Invalid += one.Skipped.Invalid
 		r.Skipped.Cut += one.Skipped.Cut
+		r.Skipped.GoneNodes += one.Skipped.GoneNodes
 		r.Skipped.CutUnseen += one.Skipped.CutUnseen
 		for _, ns := range one.Skipped.CutUnseenIn {
 			r.Skipped.CutUnseenIn = append(r.Skipped.CutUnseenIn, fmt.Sprintf("%s (context %s)", ns, m.Name))

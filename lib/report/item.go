@@ -108,6 +108,9 @@ type Skipped struct {
 	// cluster; over several clusters, "NAMESPACE (context NAME)", cluster
 	// after cluster.
 	CutUnseenIn []string `json:"cut_unseen_in,omitempty"`
+	// GoneNodes counts the ClusterReports of nodes the cluster no longer
+	// lists (nothing deletes a removed node's): left out.
+	GoneNodes int `json:"gone_nodes,omitempty"`
 }
 
 // cutUnseen counts the results the Reports of each namespace of cut left

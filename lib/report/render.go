@@ -244,6 +244,9 @@ func summary(r Report) string {
 			b.WriteString(" " + safetext.Display(cutUnseenWords(r.Skipped)) + ": those pods are in nothing this report read.")
 		}
 	}
+	if r.Skipped.GoneNodes > 0 {
+		fmt.Fprintf(&b, "\nLeft out: %d ClusterReports of nodes the cluster no longer lists (nothing deletes a removed node's: kubectl delete clusterreports -l app.kubernetes.io/managed-by=iptables-alerter,iptables-alerter.io/node=NODE).", r.Skipped.GoneNodes)
+	}
 	// The failing count above can be 0 while the exit status is 2: said
 	// here too, since an HTML or Markdown file is read without the run's
 	// stderr.

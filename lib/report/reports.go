@@ -9,6 +9,7 @@ import (
 	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/findings"
@@ -108,37 +109,79 @@ func clusterReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item),
 
 // nodeReports lists the cluster's ClusterReports of ours, the nodes' own
 // results (node mode: lib/openreports writes one a node), page by page,
-// and hands add an Item per result: they outlive the node's Events, which
-// alone told of a node's own rules before, an hour at most. Not served
-// (no CRD) is none; a list refused is a ForbiddenError. Only a
-// cluster-scoped report makes a node's item: a namespaced one is anyone's
-// in its namespace.
+// and hands add an Item per result of a node the cluster still lists:
+// they outlive the node's Events, which alone told of a node's own rules
+// before, an hour at most, and a removed node's stays until deleted by
+// hand (counted in GoneNodes). Not served (no CRD) is none; a list
+// refused is a ForbiddenError (a node's result the report cannot read).
+// Only a cluster-scoped report makes a node's item: a namespaced one is
+// anyone's in its namespace.
 func nodeReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) error {
 	rc, err := versioned.NewForConfig(overHTTP1(c.Config))
 	if err != nil {
 		return fmt.Errorf("make reports client: %w", err)
 	}
+	if served, err := openreports.ClusterAvailable(ctx, rc); err != nil || !served {
+		return err
+	}
+	var items []Item
 	p := newPageReader()
 	opts := metav1.ListOptions{LabelSelector: openreports.Selector(""), Limit: reportsPage}
 	for {
 		next, err := p.listReports(ctx, rc, "clusterreports", "", opts, func(_ string, results []leanResult) {
 			for i := range results {
 				if it, ok := nodeResultItem(&results[i], sk); ok {
-					add(valid(it, sk))
+					items = append(items, valid(it, sk))
 				}
 			}
 		})
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil
-		case apierrors.IsForbidden(err):
+		if apierrors.IsForbidden(err) {
 			return &ForbiddenError{Verb: "list", Resource: ResourceClusterReports, Err: err}
-		case err != nil:
+		}
+		if err != nil {
 			return fmt.Errorf("list clusterreports: %w", err)
-		case next == "":
-			return nil
+		}
+		if next == "" {
+			break
 		}
 		opts.Continue = next
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	nodes, err := nodeNames(ctx, c.Client)
+	if err != nil {
+		return err
+	}
+	for _, it := range items {
+		if !nodes[it.Node] {
+			sk.GoneNodes++
+			continue
+		}
+		add(it)
+	}
+	return nil
+}
+
+// nodeNames are the names of the nodes the cluster lists, page by page.
+func nodeNames(ctx context.Context, client kubernetes.Interface) (map[string]bool, error) {
+	names := map[string]bool{}
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		l, err := client.CoreV1().Nodes().List(ctx, opts)
+		if apierrors.IsForbidden(err) {
+			return nil, &ForbiddenError{Verb: "list", Resource: "nodes", Err: err}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list nodes: %w", err)
+		}
+		for _, n := range l.Items {
+			names[n.Name] = true
+		}
+		if l.Continue == "" {
+			return names, nil
+		}
+		opts.Continue = l.Continue
 	}
 }
 
