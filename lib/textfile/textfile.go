@@ -183,8 +183,9 @@ func (c *Collector) Consume(_ context.Context, r findings.Record) error {
 	}
 	// Replayed or out-of-order lines must not replace a newer finding;
 	// one from the future (written before the node's clock was stepped
-	// back) holds no later line back.
-	if old, ok := c.state.Pods[r.Pod.UID]; !ok || !r.Time.Before(old.Time) || old.Time.After(c.Now()) {
+	// back) holds back no line written since, one of the present.
+	now := c.Now()
+	if old, ok := c.state.Pods[r.Pod.UID]; !ok || !r.Time.Before(old.Time) || old.Time.After(now) && !r.Time.After(now) {
 		p := podOf(r)
 		// A look that could not see everything (Partial: unknown, or
 		// truncated, as a pod keeping the x_tables lock busy leaves

@@ -674,10 +674,18 @@ func TestFutureFindingHoldsNothing(t *testing.T) {
 	ahead := rec("team-a", "web", "u1", e.netns("a"), 0, 1, t0.Add(time.Hour))
 	gone := rec("team-a", "web", "u1", e.netns("a"), 0, 0, t0.Add(time.Second))
 	gone.State = findings.StateGone
-	e.append(ahead, gone)
+	// Two lines from the future out of order (hooks append at once): the
+	// older does not replace the newer.
+	earlier := rec("team-b", "api", "u2", e.netns("b"), 1, 0, t0.Add(59*time.Minute))
+	later := rec("team-b", "api", "u2", e.netns("b"), 0, 1, t0.Add(time.Hour))
+	e.append(ahead, gone, later, earlier)
 	e.once(t0.Add(time.Minute))
-	if prom := e.prom(); strings.Contains(prom, `pod_name="web"`) {
+	prom := e.prom()
+	if strings.Contains(prom, `pod_name="web"`) {
 		t.Errorf("a gone after a finding from the future:\n%s", prom)
+	}
+	if !strings.Contains(prom, `iptables_alerter_pod_iptables_rules{backend="legacy",pod_name="api",pod_namespace="team-b"} 1`) {
+		t.Errorf("an older line from the future replaced a newer one:\n%s", prom)
 	}
 }
 
