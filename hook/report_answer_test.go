@@ -58,8 +58,8 @@ func TestReportHostileAnswer(t *testing.T) {
 			fmt.Fprint(w, `{}]}`)
 		}, "answer over 64 MiB"},
 		{"events page over its limit", "events", func(w http.ResponseWriter, r *http.Request) {
-			list(w, "EventList", "v1", 500, `{"metadata":{"name":"e","namespace":"shop"}}`)
-		}, "answered 501 items to a page of 500"},
+			list(w, "EventList", "v1", 100, `{"metadata":{"name":"e","namespace":"shop"}}`)
+		}, "answered 101 items to a page of 100"},
 		{"reports page over its limit", "reports", func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/apis/openreports.io/v1alpha1" {
 				w.Header().Set("Content-Type", "application/json")

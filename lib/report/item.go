@@ -295,29 +295,37 @@ var reasons = map[string]findings.State{events.Reason: findings.StatePresent, ev
 // holds no "or").
 func ClusterEvents(ctx context.Context, client kubernetes.Interface, namespace string, sk *Skipped) ([]Item, error) {
 	var items []Item
-	for _, reason := range []string{events.Reason, events.UnknownReason} {
-		its, err := clusterEvents(ctx, client, namespace, fields.OneTermEqualSelector("reason", reason).String(), sk)
-		if err != nil {
-			return nil, err
-		}
-		items = append(items, its...)
-	}
-	return items, nil
+	err := eachClusterEvent(ctx, client, namespace, sk, func(it Item) { items = append(items, it) })
+	return items, err
 }
 
-func clusterEvents(ctx context.Context, client kubernetes.Interface, namespace, selector string, sk *Skipped) ([]Item, error) {
-	var items []Item
-	opts := metav1.ListOptions{FieldSelector: selector, Limit: 500}
+// eachClusterEvent is ClusterEvents handing each Item to add as its page
+// is read: a caller that drops most keeps none of them.
+func eachClusterEvent(ctx context.Context, client kubernetes.Interface, namespace string, sk *Skipped, add func(Item)) error {
+	for _, reason := range []string{events.Reason, events.UnknownReason} {
+		if err := clusterEvents(ctx, client, namespace, fields.OneTermEqualSelector("reason", reason).String(), sk, add); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eventsPage is the Events asked for a page: a page is held whole while
+// it is read, on top of the Reports' results already folded.
+const eventsPage = 100
+
+func clusterEvents(ctx context.Context, client kubernetes.Interface, namespace, selector string, sk *Skipped, add func(Item)) error {
+	opts := metav1.ListOptions{FieldSelector: selector, Limit: eventsPage}
 	for {
 		l, err := client.CoreV1().Events(namespace).List(ctx, opts)
 		if apierrors.IsForbidden(err) {
-			return nil, &ForbiddenError{Verb: "list", Resource: ResourceEvents, Namespace: namespace, Err: err}
+			return &ForbiddenError{Verb: "list", Resource: ResourceEvents, Namespace: namespace, Err: err}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list events: %w", err)
+			return fmt.Errorf("list events: %w", err)
 		}
 		if err := checkPage("events", len(l.Items), opts.Limit); err != nil {
-			return nil, err
+			return err
 		}
 		for i := range l.Items {
 			e := &l.Items[i]
@@ -326,11 +334,11 @@ func clusterEvents(ctx context.Context, client kubernetes.Interface, namespace, 
 			ev.Reason, ev.InvolvedObject, ev.EventTime = e.Reason, e.InvolvedObject, e.EventTime
 			ev.ReportingController, ev.ReportingInstance = e.ReportingController, e.ReportingInstance
 			if it, ok := ev.item("events", sk); ok {
-				items = append(items, valid(it, sk))
+				add(valid(it, sk))
 			}
 		}
 		if l.Continue == "" {
-			return items, nil
+			return nil
 		}
 		opts.Continue = l.Continue
 	}
