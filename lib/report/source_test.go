@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/findings"
+	"github.com/iptables-alerter/iptables-alerter/lib/openreports"
 )
 
 // The cluster's sources are tried in order: one that the cluster does not
@@ -100,6 +103,37 @@ func TestOriginLine(t *testing.T) {
 	} {
 		if got := tc.o.Line(); got != tc.want {
 			t.Errorf("Line() = %q, want %q", got, tc.want)
+		}
+	}
+}
+
+// TestItemReadiness: what one item says of its pod, as the Event filter
+// weighs it against the Report's result: a failed command's result (no
+// rules) is ready, as groupReadiness has it; read as unknown, it hid an
+// unknown Event of the same pod (helper-136 #1).
+func TestItemReadiness(t *testing.T) {
+	var sk Skipped
+	x := leanResult{Ours: true, Rule: openreports.RuleFailedCommand, HasPod: true, Pod: leanSubject{Name: "p", UID: "u"}}
+	x.Props.Command = "FAILED (exit 2): iptables-nft -A X"
+	it, ok := resultItem("shop", &x, &sk)
+	if !ok {
+		t.Fatal("the failed command's result not read")
+	}
+	if r := itemReadiness(valid(it, &sk)); r != findings.ReadinessReady {
+		t.Errorf("a failed command's result: %q, want ready", r)
+	}
+	for _, tc := range []struct {
+		it   Item
+		want string
+	}{
+		{Item{State: findings.StateUnknown}, findings.ReadinessUnknown},
+		{Item{State: findings.StatePresent, Worst: findings.ImpactNative, Truncated: true}, findings.ReadinessUnknown},
+		{Item{State: findings.StatePresent, Worst: findings.ImpactLegacy, Truncated: true}, findings.ReadinessBreaks},
+		{Item{State: findings.StatePresent, Worst: findings.ImpactXt}, findings.ReadinessNeedsExtra},
+		{Item{State: findings.StatePresent}, findings.ReadinessUnknown},
+	} {
+		if r := itemReadiness(tc.it); r != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.it, r, tc.want)
 		}
 	}
 }

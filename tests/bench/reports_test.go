@@ -536,6 +536,14 @@ func benchReport(b *testing.B, c *kubetest.Cluster, rc versioned.Interface, bin,
 	for _, p := range fwd {
 		byNS[p.namespace] = append(byNS[p.namespace], p)
 	}
+	for ns, ps := range byNS {
+		// Each namespace's Reports must hold its forwarder pods, or
+		// their Events are of pods no Report holds, read as more
+		// workloads than the n counted.
+		if room := n / reportsNamespaces * openreports.MaxResults; len(ps) > room {
+			b.Fatalf("-reports-objects %d: %s's Reports hold %d pods, fewer than its %d forwarder pods", n, ns, room, len(ps))
+		}
+	}
 	start := time.Now()
 	var size int
 	parallel(b, n, func(i int) error {
