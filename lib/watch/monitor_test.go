@@ -459,6 +459,7 @@ func TestBudgetSlots(t *testing.T) {
 		defer mu.Unlock()
 		return quietA, quietB
 	}
+	aMissed := 0
 	for r := range rounds {
 		a0, b0 := counts()
 		// b's burst of new writers, then a's one writer within the same
@@ -477,10 +478,19 @@ func TestBudgetSlots(t *testing.T) {
 			time.Sleep(time.Second + 100*time.Millisecond)
 			continue
 		}
-		if a1-a0 != 1 {
-			t.Errorf("a's writer read in the quiet wait: %d times, want 1 (b spent a's budget)", a1-a0)
+		switch a1 - a0 {
+		case 1:
+			return
+		case 0:
+			// a's writer too may exit before its quiet read on a
+			// loaded machine (the loaded CI of ac8e300): again. A
+			// shared budget leaves it unread in every round.
+			t.Logf("round %d: a's writer not read in the quiet wait (exited first, or b spent a's budget): again", r)
+			aMissed++
+			time.Sleep(time.Second + 100*time.Millisecond)
+			continue
 		}
-		return
+		t.Fatalf("a's writer read in the quiet wait: %d times, want 1", a1-a0)
 	}
-	t.Fatalf("b's writers never spent its budget (%d) in %d rounds", execquiet.MaxMonitorReads, rounds)
+	t.Fatalf("in %d rounds no round had b's writers spend its budget (%d) and a's writer read (a unread in %d of them: b spent a's budget?)", rounds, execquiet.MaxMonitorReads, aMissed)
 }
