@@ -15,10 +15,14 @@ import (
 var stages = map[string]bool{"prestart": true, "createRuntime": true, "createContainer": true,
 	"startContainer": true, "poststart": true, "poststop": true}
 
-// hook is a hooks.d file as CRI-O's hooks library reads it (version
+// KnownStage tells a stage CRI-O's hooks library knows: one unknown stage
+// in a hooks.d file stops CRI-O at its start.
+func KnownStage(s string) bool { return stages[s] }
+
+// File is a hooks.d file as CRI-O's hooks library reads it (version
 // 1.0.0), with the same types: a field of another type fails to decode
 // there too.
-type hook struct {
+type File struct {
 	Version string     `json:"version"`
 	Hook    rspec.Hook `json:"hook"`
 	When    struct {
@@ -58,7 +62,7 @@ func CheckJSON(b []byte) error {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return fmt.Errorf("hooks.d JSON does not parse: %w", err)
 	}
-	var h hook
+	var h File
 	switch v.Version {
 	case "1.0.0":
 		if err := json.Unmarshal(b, &h); err != nil {
@@ -88,7 +92,7 @@ func CheckJSON(b []byte) error {
 		return errors.New("hooks.d JSON: no stages")
 	}
 	for _, s := range h.Stages {
-		if !stages[s] {
+		if !KnownStage(s) {
 			return fmt.Errorf("hooks.d JSON: unknown stage %q", s)
 		}
 	}
@@ -97,9 +101,9 @@ func CheckJSON(b []byte) error {
 
 // readOld reads a 0.1.0 file as the library does: its singular and
 // plural spellings, one of each at most.
-func readOld(b []byte) (hook, error) {
+func readOld(b []byte) (File, error) {
 	var o oldHook
-	var h hook
+	var h File
 	if err := json.Unmarshal(b, &o); err != nil {
 		return h, err
 	}

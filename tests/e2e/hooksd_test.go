@@ -11,26 +11,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/iptables-alerter/iptables-alerter/lib/hookinstall"
 )
-
-// hooksFile is the hooks.d schema 1.0.0 (containers/common pkg/hooks).
-type hooksFile struct {
-	Version string     `json:"version"`
-	Hook    specs.Hook `json:"hook"`
-	When    struct {
-		Always        *bool             `json:"always"`
-		Annotations   map[string]string `json:"annotations"`
-		Commands      []string          `json:"commands"`
-		HasBindMounts *bool             `json:"hasBindMounts"`
-	} `json:"when"`
-	Stages []string `json:"stages"`
-}
-
-// knownStages are the only stages containers/common accepts: one unknown
-// stage makes CRI-O refuse to start, losing every hook on the node.
-var knownStages = map[string]bool{"prestart": true, "createRuntime": true, "createContainer": true,
-	"startContainer": true, "poststart": true, "poststop": true}
 
 // guardCommand is the shell command of the shipped JSON (`make install`
 // replaces /usr/local/bin/). A missing binary: exit 0 at once. Else the hook
@@ -55,7 +38,7 @@ const guardCommand = `b=/usr/local/bin/iptables-alerter-hook; [ -x "$b" ] || { c
 	`command -v timeout >/dev/null || exec "$b" hook --stage poststart "$@"; ` +
 	`timeout -s KILL 5 "$b" hook --stage poststart "$@" >/dev/null 2>&1; r=$?; [ $r -eq 0 ] || cat >/dev/null 2>&1; [ $r -lt 128 ] || sleep 1; exit 0`
 
-func loadShipped(t *testing.T) hooksFile {
+func loadShipped(t *testing.T) hookinstall.File {
 	t.Helper()
 	data, err := os.ReadFile(shippedHooksFile)
 	if err != nil {
@@ -63,7 +46,7 @@ func loadShipped(t *testing.T) hooksFile {
 	}
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
-	var f hooksFile
+	var f hookinstall.File
 	if err := dec.Decode(&f); err != nil {
 		t.Fatalf("decode %s: %v", shippedHooksFile, err)
 	}
@@ -79,7 +62,7 @@ func TestShippedHooksFile(t *testing.T) {
 		t.Errorf("stages (-want +got):\n%s", diff)
 	}
 	for _, s := range f.Stages {
-		if !knownStages[s] {
+		if !hookinstall.KnownStage(s) {
 			t.Errorf("unknown stage %q would stop CRI-O from starting", s)
 		}
 	}
