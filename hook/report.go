@@ -17,7 +17,6 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/iptables-alerter/iptables-alerter/lib/modules"
@@ -337,9 +336,9 @@ func (c *reportConfig) writeBy(ctx context.Context, r report.Report, files []str
 	unread := false
 	if (len(files) == 0 && len(c.events) == 0) || c.kubeconfig != "" || len(c.contexts) > 0 {
 		cl, err := c.cluster(c.kubeContext())
-		var list *corev1.NodeList
+		var list []corev1.Node
 		if err == nil {
-			list, err = cl.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			list, err = report.ListNodes(ctx, cl.Client)
 		}
 		switch {
 		case err != nil && c.by == "pool":
@@ -349,7 +348,7 @@ func (c *reportConfig) writeBy(ctx context.Context, r report.Report, files []str
 			fmt.Fprintf(s.err, "iptables-alerter report: the nodes could not be read (%v): showing the findings' nodes only, without their label; the nodes no finding names are missing, so the report is not complete\n", err)
 			unread = true
 		default:
-			nodes = list.Items
+			nodes = list
 		}
 	} else if c.by == "pool" {
 		fmt.Fprintln(s.err, "iptables-alerter report: --by pool reads the nodes' labels: name the cluster with --kubeconfig or --context")

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/openreports/reports-api/pkg/client/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -149,12 +150,19 @@ func nodeReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) er
 	if len(items) == 0 {
 		return nil
 	}
-	nodes, err := nodeNames(ctx, c.Client)
+	nodes, err := ListNodes(ctx, c.Client)
+	if apierrors.IsForbidden(err) {
+		return &ForbiddenError{Verb: "list", Resource: "nodes", Err: err}
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	listed := map[string]bool{}
+	for _, n := range nodes {
+		listed[n.Name] = true
 	}
 	for _, it := range items {
-		if !nodes[it.Node] {
+		if !listed[it.Node] {
 			sk.GoneNodes++
 			continue
 		}
@@ -163,23 +171,20 @@ func nodeReports(ctx context.Context, c Cluster, sk *Skipped, add func(Item)) er
 	return nil
 }
 
-// nodeNames are the names of the nodes the cluster lists, page by page.
-func nodeNames(ctx context.Context, client kubernetes.Interface) (map[string]bool, error) {
-	names := map[string]bool{}
+// ListNodes lists the cluster's nodes, page by page (a big cluster's
+// Nodes in one answer outgrew MaxAnswer): for --by node|pool, and the
+// nodes the ClusterReports may name.
+func ListNodes(ctx context.Context, client kubernetes.Interface) ([]corev1.Node, error) {
+	var nodes []corev1.Node
 	opts := metav1.ListOptions{Limit: 500}
 	for {
 		l, err := client.CoreV1().Nodes().List(ctx, opts)
-		if apierrors.IsForbidden(err) {
-			return nil, &ForbiddenError{Verb: "list", Resource: "nodes", Err: err}
-		}
 		if err != nil {
-			return nil, fmt.Errorf("list nodes: %w", err)
+			return nil, err
 		}
-		for _, n := range l.Items {
-			names[n.Name] = true
-		}
+		nodes = append(nodes, l.Items...)
 		if l.Continue == "" {
-			return names, nil
+			return nodes, nil
 		}
 		opts.Continue = l.Continue
 	}
