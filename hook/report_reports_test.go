@@ -43,6 +43,15 @@ func reportsCluster(t *testing.T) (*kubetest.Cluster, kubernetes.Interface, vers
 	return c, cs, rc, kubetest.Workloads(t, cs, "shop")
 }
 
+// reportReader is a kubeconfig for report's own service account, with
+// packaging/rbac/report.yaml applied: what a CI job runs it with.
+func reportReader(t *testing.T, c *kubetest.Cluster, cs kubernetes.Interface) string {
+	t.Helper()
+	kubetest.Namespace(t, cs, fwdNS)
+	kubetest.Apply(t, cs, "../packaging/rbac/report.yaml")
+	return c.Kubeconfig("report", kubetest.Token(t, cs, fwdNS, "iptables-alerter-report"))
+}
+
 // TestReportFromReports is issue 16 item 3 on a real kube-apiserver with
 // the Report CRD: Reports written by the real writer for two workloads on
 // two nodes are what `report` reads first (the header says so), with each
@@ -55,9 +64,7 @@ func TestReportFromReports(t *testing.T) {
 	c, cs, rc, owned := reportsCluster(t)
 	ctx := kubetest.Ctx(t)
 	// Read with report's own RBAC: it must allow listing Reports.
-	kubetest.Namespace(t, cs, fwdNS)
-	kubetest.Apply(t, cs, "../packaging/rbac/report.yaml")
-	kc := c.Kubeconfig("report", kubetest.Token(t, cs, fwdNS, "iptables-alerter-report"))
+	kc := reportReader(t, c, cs)
 
 	write := func(pod, node string, state findings.State, im findings.Impact) {
 		t.Helper()
@@ -301,9 +308,7 @@ func TestReportForgedReportByNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	kubetest.Namespace(t, cs, fwdNS)
-	kubetest.Apply(t, cs, "../packaging/rbac/report.yaml")
-	kc := c.Kubeconfig("report", kubetest.Token(t, cs, fwdNS, "iptables-alerter-report"))
+	kc := reportReader(t, c, cs)
 	out, code := runReportCmd(t, "--kubeconfig", kc, "--format", "json", "--fail-on", "breaks")
 	if code != 1 {
 		t.Errorf("--fail-on breaks: exit %d, want 1 (shop's db breaks)\n%s", code, out)
@@ -360,9 +365,7 @@ func TestReportCutReportReadsEvents(t *testing.T) {
 		}
 	}
 
-	kubetest.Namespace(t, cs, fwdNS)
-	kubetest.Apply(t, cs, "../packaging/rbac/report.yaml")
-	kc := c.Kubeconfig("report", kubetest.Token(t, cs, fwdNS, "iptables-alerter-report"))
+	kc := reportReader(t, c, cs)
 	out, _ := runReportCmd(t, "--kubeconfig", kc, "--format", "json")
 	lines, r := groupsOf(t, out)
 	if got := strings.Join(lines, " "); got != "crowd/Deployment/web pods=web-1,web-2 nodes=node-a tidy/Deployment/web pods=web-1,web-2 nodes=node-a" {
@@ -424,9 +427,7 @@ func TestReportRefusedReportReadsEvents(t *testing.T) {
 	// once's Report was refused: its Event alone.
 	legacyEvent("usage-once", owner.Owner{Kind: "Job", Name: "once"}, owned["once-eeeee"].Pod)
 
-	kubetest.Namespace(t, cs, fwdNS)
-	kubetest.Apply(t, cs, "../packaging/rbac/report.yaml")
-	kc := c.Kubeconfig("report", kubetest.Token(t, cs, fwdNS, "iptables-alerter-report"))
+	kc := reportReader(t, c, cs)
 	out, code := runReportCmd(t, "--kubeconfig", kc, "--format", "json", "--fail-on", "breaks")
 	if code != 1 {
 		t.Errorf("--fail-on breaks: exit %d, want 1 (web and once break, by their Events)\n%s", code, out)
@@ -468,9 +469,7 @@ func TestReportReadsNodeClusterReports(t *testing.T) {
 	if res, err := openreports.New(cs, rc, "node-gone").Write(ctx, gone); err != nil || res.Outcome != openreports.Written {
 		t.Fatalf("write node-gone's ClusterReport: %+v, %v", res, err)
 	}
-	kubetest.Namespace(t, cs, fwdNS)
-	kubetest.Apply(t, cs, "../packaging/rbac/report.yaml")
-	kc := c.Kubeconfig("report", kubetest.Token(t, cs, fwdNS, "iptables-alerter-report"))
+	kc := reportReader(t, c, cs)
 	check := func(what string, args ...string) {
 		t.Helper()
 		out, code := runReportCmd(t, append([]string{"--kubeconfig", kc, "--format", "json", "--fail-on", "breaks"}, args...)...)
