@@ -50,7 +50,7 @@ func dispatch(cmds []command, args []string, stdin io.Reader, stdout, stderr io.
 	if neverFails {
 		// A flag the installed binary does not know (a hooks.d JSON of
 		// another version) must not fail the container either.
-		ocistate.Drain(stdin, drainWithin)
+		ocistate.Drain(stdin, ocistate.DrainWithin)
 		return 0
 	}
 	return 2

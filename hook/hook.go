@@ -112,12 +112,8 @@ func watchdog(log *logrus.Logger, timeout time.Duration, writing *sync.Mutex, st
 	return time.AfterFunc(timeout+time.Second, func() { giveUp(log, timeout, writing, stdin, os.Exit) })
 }
 
-// drainWithin bounds reading the rest of the state before an early exit
-// (ocistate.Drain): the runtime has written it by then, or is not waiting.
-// A variable for the tests, whose writer a loaded machine may starve.
-var drainWithin = time.Second
-
-// giveUpDrain is drainWithin for the watchdog, past the deadline already.
+// giveUpDrain is ocistate.DrainWithin for the watchdog, past the deadline
+// already.
 var giveUpDrain = 200 * time.Millisecond
 
 // giveUp waits up to a second for a finding being written, logs that the
@@ -148,7 +144,7 @@ func hookOnce(cfg hookConfig, stdin io.Reader, log *logrus.Logger, start time.Ti
 	defer cancel()
 	if os.Geteuid() != 0 {
 		log.Error("the hook must run as root: it enters pod network namespaces (CAP_SYS_ADMIN) and reads netfilter state (CAP_NET_ADMIN)")
-		ocistate.Drain(stdin, drainWithin)
+		ocistate.Drain(stdin, ocistate.DrainWithin)
 		return
 	}
 	c, err := ocistate.Read(stdin)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/findingstest"
 	"github.com/iptables-alerter/iptables-alerter/internal/testkit/nstest"
+	"github.com/iptables-alerter/iptables-alerter/lib/ocistate"
 )
 
 // panicReader stands for any bug in the hook path: it panics where the
@@ -185,9 +186,9 @@ func runtimeState(t *testing.T) (r *os.File, written func() error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	within, giveUp := drainWithin, giveUpDrain
-	drainWithin, giveUpDrain = time.Minute, time.Minute
-	t.Cleanup(func() { drainWithin, giveUpDrain = within, giveUp })
+	within, giveUp := ocistate.DrainWithin, giveUpDrain
+	ocistate.DrainWithin, giveUpDrain = time.Minute, time.Minute
+	t.Cleanup(func() { ocistate.DrainWithin, giveUpDrain = within, giveUp })
 	done := make(chan error, 1)
 	go func() {
 		_, err := w.Write([]byte(strings.Repeat("x", 256<<10)))

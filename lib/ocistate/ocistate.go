@@ -25,9 +25,11 @@ const (
 	maxConfigBytes = 16 << 20
 )
 
-// drainWithin bounds reading the rest of a state Read stopped in (Drain);
-// a variable for the tests, whose writer a loaded machine may starve.
-var drainWithin = time.Second
+// DrainWithin bounds reading the rest of a state Read stopped in, or that
+// a caller exiting early did not read (Drain): the runtime has written it
+// by then, or is not waiting. A variable for the tests, whose writer a
+// loaded machine may starve.
+var DrainWithin = time.Second
 
 // Annotation keys set by the kubelet (labels) and CRI-O.
 const (
@@ -96,7 +98,7 @@ func Read(r io.Reader) (Container, error) {
 	if err != nil {
 		// Stopped before the state's end: the runtime may still be
 		// writing it.
-		Drain(r, drainWithin)
+		Drain(r, DrainWithin)
 	}
 	switch {
 	case err != nil && (st.id == "" || st.bundle == ""):

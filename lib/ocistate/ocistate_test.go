@@ -262,9 +262,9 @@ func TestDrain(t *testing.T) {
 // before Read returns, so the runtime's write of it completes.
 func TestReadDrainsOnError(t *testing.T) {
 	// A loaded machine may starve the writer: the bound is not tested here.
-	within := drainWithin
-	drainWithin = time.Minute
-	t.Cleanup(func() { drainWithin = within })
+	within := DrainWithin
+	DrainWithin = time.Minute
+	t.Cleanup(func() { DrainWithin = within })
 	state := append([]byte(`{"id":"c1","bundle":`), bytes.Repeat([]byte("!"), 256<<10)...)
 	r, written := pipeState(t, state, 50*time.Millisecond)
 	if _, err := Read(r); err == nil {
